@@ -1,0 +1,93 @@
+# nightshift - one non-recursive Makefile.
+#
+#   make            build build/nightshift (installs missing Debian packages first)
+#   make run        prepare the default corpus if needed and start the main job
+#   make test       build and run every test
+#   make asan       the same tests under AddressSanitizer + UBSan
+#   make bench      engine benchmarks side by side with the PyTorch reference
+#   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
+#   make format / format-check, make clean
+
+CC       ?= gcc
+BUILD    ?= build
+STATE    ?= state
+PKGS     := openblas libcjson libpcre2-8
+TEST_PKGS := criterion
+
+OPT      ?= -O2 -march=native
+CFLAGS   ?= $(OPT) -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
+            -fopenmp -MMD -MP -Iengine -Idaemon
+LDLIBS   += -fopenmp -lm
+
+# Resolved lazily so `make clean` and `make setup` work before the packages exist.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
+TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS))
+TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS))
+
+ENGINE_SRC := $(filter-out engine/main.c,$(wildcard engine/*.c))
+DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+LIB_SRC    := $(ENGINE_SRC) $(DAEMON_SRC)
+TEST_SRC   := $(wildcard tests/*.c)
+
+# Sanitizer builds go to their own tree so objects never mix.
+ifeq ($(SAN),1)
+  BUILD   := $(BUILD)/asan
+  CFLAGS  := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+             -fno-sanitize-recover=undefined $(filter-out -O2 -O3 -g,$(CFLAGS))
+  LDLIBS  += -fsanitize=address,undefined
+endif
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+BIN      := $(BUILD)/nightshift
+TEST_BIN := $(BUILD)/nightshift-tests
+SETUP_STAMP := build/.setup-done
+
+.PHONY: all setup run test asan bench fixtures format format-check clean
+all: $(BIN)
+
+# The setup script is idempotent; the stamp only saves re-running dpkg queries.
+$(SETUP_STAMP): scripts/setup.sh
+	@bash scripts/setup.sh
+	@mkdir -p $(@D) && touch $@
+setup:
+	@bash scripts/setup.sh
+	@mkdir -p build && touch $(SETUP_STAMP)
+
+$(BUILD)/%.o: %.c | $(SETUP_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
+
+$(BIN): $(BUILD)/engine/main.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
+
+$(TEST_BIN): $(TEST_OBJ) $(LIB_OBJ)
+	$(CC) $^ -o $@ $(TEST_LIBS) $(PKG_LIBS) $(LDLIBS)
+
+# Tests find the binary and the fixtures through the environment. Criterion runs
+# each test in its own process; --timeout bounds every one of them.
+TEST_ENV = NIGHTSHIFT_BIN=$(abspath $(BIN)) NIGHTSHIFT_SRC=$(CURDIR) OMP_NUM_THREADS=2
+test: $(BIN) $(TEST_BIN)
+	$(TEST_ENV) $(TEST_BIN) --timeout 120 -j2 $(TEST_ARGS)
+
+asan:
+	$(MAKE) SAN=1 test
+
+bench: $(BIN)
+	bash tests/bench/run.sh $(BIN)
+
+fixtures: $(BIN)
+	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures
+
+FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] tests/*.[ch])
+format:
+	clang-format -i $(FORMAT_SRC)
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_SRC)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/engine/main.d

