@@ -17,8 +17,8 @@ TEST_PKGS := criterion
 OPT      ?= -O2 -march=native
 CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
-            -fopenmp -MMD -MP -Iengine -Idaemon
-LDLIBS   += -fopenmp -lm
+            -MMD -MP -Iengine -Idaemon
+LDLIBS   += -lm
 
 # Resolved lazily so `make clean` and `make setup` work before the packages exist.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))

@@ -40,12 +40,12 @@ typedef enum {
 } gpt_tensor_kind;
 
 typedef struct {
-    char name[64];        /* e.g. "transformer.h.3.attn.c_q.weight" */
+    char name[64]; /* e.g. "transformer.h.3.attn.c_q.weight" */
     gpt_tensor_kind kind;
-    int layer;            /* block index, or -1 */
-    int ndim;             /* 1 or 2 */
-    int rows, cols;       /* shape (rows, cols); 1-D tensors have cols = 1 */
-    size_t offset;        /* in floats, into params and grads */
+    int layer;      /* block index, or -1 */
+    int ndim;       /* 1 or 2 */
+    int rows, cols; /* shape (rows, cols); 1-D tensors have cols = 1 */
+    size_t offset;  /* in floats, into params and grads */
     size_t numel;
 } gpt_tensor_t;
 
@@ -64,11 +64,11 @@ typedef struct gpt_acts gpt_acts_t; /* private: activation storage */
 typedef struct {
     spec_model_t cfg;
     int n_tensors;
-    gpt_tensor_t *tensors; /* n_tensors entries, in checkpoint order */
-    size_t n_params;       /* floats in params (= in grads) */
-    float *params;         /* one allocation */
-    float *grads;          /* one allocation, same layout */
-    gpt_ptrs_t p, g;       /* split views of params and grads */
+    gpt_tensor_t *tensors;      /* n_tensors entries, in checkpoint order */
+    size_t n_params;            /* floats in params (= in grads) */
+    float *params;              /* one allocation */
+    float *grads;               /* one allocation, same layout */
+    gpt_ptrs_t p, g;            /* split views of params and grads */
     float *rope_cos, *rope_sin; /* (max T, hd/2) tables, built lazily */
     int rope_len;
     gpt_acts_t *acts;
@@ -105,8 +105,8 @@ void gpt_zero_grad(gpt_t *m);
  * where the target was ignored). Valid until the next forward. */
 const float *gpt_token_losses(const gpt_t *m);
 
-/* After any forward: softcapped logits of position (b, t), V floats. Only
- * kept when the forward ran without targets. */
+/* After any forward: softcapped logits of position (b, t), V floats. Valid
+ * until the next forward. */
 const float *gpt_logits(const gpt_t *m, int b, int t);
 
 #endif

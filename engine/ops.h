@@ -1,0 +1,69 @@
+/* ops.h - the layers of the GPT as forward/backward pairs over float arrays.
+ *
+ * Conventions: N = B*T rows; row-major; a weight W of a linear layer is
+ * (out, in) as in PyTorch, so y = x W^T. Every backward ACCUMULATES into its
+ * parameter gradients (+=), and into its input gradient only where the name
+ * says so (`_acc`); otherwise it overwrites. Matrix products go through
+ * cblas_sgemm. Nothing here allocates except where noted. */
+#ifndef NIGHTSHIFT_OPS_H
+#define NIGHTSHIFT_OPS_H
+
+#include <stddef.h>
+
+#include "spec.h"
+
+/* out (n, D) = table[ids[i]] rows. */
+void ops_embedding_forward(float *out, const float *table, const int *ids, int n, int D);
+/* dtable (V, D) += dout rows scattered by ids; repeated ids sum. */
+void ops_embedding_backward(float *dtable, const float *dout, const int *ids, int n, int D);
+
+/* out (N, D) = x / sqrt(mean(x^2) + eps), eps = FLT_EPSILON; rstd (N) keeps
+ * 1/sqrt(...). out may alias x. */
+void ops_rmsnorm_forward(float *out, float *rstd, const float *x, int N, int D);
+/* dx (N, D) += rstd * (dout - out * mean(dout * out)), from the forward's out. */
+void ops_rmsnorm_backward_acc(float *dx, const float *dout, const float *out, const float *rstd,
+                              int N, int D);
+
+/* y (N, out) = x (N, in) W^T with W (out, in); x has row stride ldx >= in. */
+void ops_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out);
+/* dW (out, in) += dy^T x. If dx is not NULL: dx (N, in; row stride ldx)
+ * = dy W (beta 0) or += (beta 1). */
+void ops_linear_backward(float *dx, int ldx, float beta, float *dW, const float *dy, const float *x,
+                         const float *W, int N, int in, int out);
+
+/* In place on x (N rows of nh heads of hd): rotate halves by position t = row % T.
+ * cos, sin: (>= T, hd/2). */
+void ops_rope_forward(float *x, const float *cos, const float *sin, int N, int T, int nh, int hd);
+/* In place on dx: the transpose rotation. */
+void ops_rope_backward(float *dx, const float *cos, const float *sin, int N, int T, int nh, int hd);
+
+/* Causal attention with a window: key j visible from query i iff i-w <= j <= i.
+ * q (N, H*hd), k and v (N, Hkv*hd), y (N, H*hd); query head h reads kv head
+ * h / (H/Hkv). P (B, H, T, T) keeps the probabilities (zero outside the window). */
+void ops_attention_forward(float *y, float *P, const float *q, const float *k, const float *v,
+                           int B, int T, int H, int Hkv, int hd, int window);
+/* dq = ..., dk, dv = ... (overwritten), from dy and the forward's P, q, k, v.
+ * scratch: T*T floats. */
+void ops_attention_backward(float *dq, float *dk, float *dv, const float *dy, const float *P,
+                            const float *q, const float *k, const float *v, int B, int T, int H,
+                            int Hkv, int hd, int window, float *scratch);
+
+/* MLP activation: h (N, fc_rows) -> a (N, hidden). relu2: relu(h)^2; gelu:
+ * exact erf form; swiglu/geglu: act(gate) * up with gate = h[:, :hidden] and
+ * up = h[:, hidden:] (fc_rows = 2*hidden). */
+void ops_mlp_act_forward(float *a, const float *h, int N, int hidden, spec_mlp_kind kind);
+/* dh (N, fc_rows) = da pulled back through the activation at h. */
+void ops_mlp_act_backward(float *dh, const float *da, const float *h, int N, int hidden,
+                          spec_mlp_kind kind);
+
+/* In place: logits (N, V) -> c*tanh(logits/c) when c > 0; then per row the
+ * log-sum-exp (lse, N) and the loss in nats (losses, N; 0 where target < 0).
+ * Returns the summed loss over rows with target >= 0; *count gets their number. */
+double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const int *targets, int N,
+                              int V, float softcap, int *count);
+/* dlogits (N, V) = scale * d(sum of losses)/d(pre-cap logits), from the
+ * forward's capped logits and lse. Rows with target < 0 get 0. */
+void ops_softcap_ce_backward(float *dlogits, const float *logits, const float *lse,
+                             const int *targets, int N, int V, float softcap, float scale);
+
+#endif
