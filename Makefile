@@ -8,10 +8,11 @@
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
 #   make format / format-check, make clean
 
+SHELL    := /bin/bash
 CC       ?= gcc
 BUILD    ?= build
 STATE    ?= state
-PKGS     := openblas libcjson libpcre2-8
+PKGS     := openblas libcjson libpcre2-8 libcrypto
 TEST_PKGS := criterion
 
 OPT      ?= -O2 -march=native
@@ -33,7 +34,7 @@ TEST_SRC   := $(wildcard tests/*.c)
 
 # Sanitizer builds go to their own tree so objects never mix.
 ifeq ($(SAN),1)
-  BUILD   := $(BUILD)/asan
+  override BUILD := $(BUILD)/asan
   CFLAGS  := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
              -fno-sanitize-recover=undefined $(filter-out -O2 -O3 -g,$(CFLAGS))
   LDLIBS  += -fsanitize=address,undefined
@@ -69,8 +70,19 @@ $(TEST_BIN): $(TEST_OBJ) $(LIB_OBJ)
 # Tests find the binary and the fixtures through the environment. Criterion runs
 # each test in its own process; --timeout bounds every one of them.
 TEST_ENV = NIGHTSHIFT_BIN=$(abspath $(BIN)) NIGHTSHIFT_SRC=$(CURDIR) OMP_NUM_THREADS=2
+# Under the sanitizers a report inside a forked test does not always fail that
+# test, so the log is also searched for reports.
+ifeq ($(SAN),1)
+test: $(BIN) $(TEST_BIN)
+	@set -o pipefail; $(TEST_ENV) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(TEST_BIN) --timeout 300 -j2 $(TEST_ARGS) 2>&1 | tee $(BUILD)/test.log
+	@! grep -E "ERROR: (Address|Leak)Sanitizer|runtime error:" $(BUILD)/test.log \
+	  || { echo "sanitizer reports above" >&2; exit 1; }
+else
 test: $(BIN) $(TEST_BIN)
 	$(TEST_ENV) $(TEST_BIN) --timeout 120 -j2 $(TEST_ARGS)
+endif
 
 asan:
 	$(MAKE) SAN=1 test

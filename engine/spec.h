@@ -16,9 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SPEC_MAX_DEPTH 64
-#define SPEC_MAX_TAGS 32
-#define SPEC_ERR_LEN 256
+#define SPEC_MAX_DEPTH   64
+#define SPEC_MAX_TAGS    32
+#define SPEC_ERR_LEN     256
+#define SPEC_MAX_TEXT    (1 << 20) /* bytes of spec JSON accepted */
+#define SPEC_MAX_NESTING 8         /* levels of {} / [] accepted (the schema uses 3) */
+#define SPEC_MAX_NAME    200       /* characters (UTF-8 code points) of `name` */
+#define SPEC_MAX_TAG_LEN 64        /* characters of each tag */
 
 typedef enum { MLP_RELU2, MLP_GELU, MLP_SWIGLU, MLP_GEGLU } spec_mlp_kind;
 typedef enum { POS_ROPE, POS_LEARNED } spec_pos_kind;
@@ -40,7 +44,7 @@ typedef struct {
     bool tie_embeddings;  /* lm_head = wte^T */
     double embed_dropout; /* probability, training only */
     double softcap;       /* logits = c*tanh(logits/c); 0 disables */
-    char window_pattern[SPEC_MAX_DEPTH + 1]; /* as given, e.g. "SSSL" */
+    char window_pattern[SPEC_MAX_DEPTH + 1]; /* as given, uppercased, e.g. "SSSL" */
     int window[SPEC_MAX_DEPTH];              /* derived: key j visible from i when i-w <= j <= i */
     char ve_layers[256];                     /* as given: a name, or the list as "[0,2]" */
     bool has_ve[SPEC_MAX_DEPTH];             /* derived */
@@ -49,16 +53,16 @@ typedef struct {
 
 /* The `train` section: optimiser and schedule (autoresearch defaults). */
 typedef struct {
-    int batch_size;             /* rows per micro-batch */
-    int total_batch_tokens;     /* tokens per optimiser step; multiple of batch_size*seq_len */
-    double matrix_lr;           /* Muon */
-    double embedding_lr;        /* AdamW, token table; scaled by (D/768)^-0.5 */
-    double value_embedding_lr;  /* AdamW, value embeddings; scaled likewise */
-    double unembedding_lr;      /* AdamW, lm_head; scaled likewise */
-    double scalar_lr;           /* AdamW; resid_lambdas use 0.01x */
-    double weight_decay;        /* Muon cautious weight decay at progress 0 */
+    int batch_size;            /* rows per micro-batch */
+    int total_batch_tokens;    /* tokens per optimiser step; multiple of batch_size*seq_len */
+    double matrix_lr;          /* Muon */
+    double embedding_lr;       /* AdamW, token table; scaled by (D/768)^-0.5 */
+    double value_embedding_lr; /* AdamW, value embeddings; scaled likewise */
+    double unembedding_lr;     /* AdamW, lm_head; scaled likewise */
+    double scalar_lr;          /* AdamW; resid_lambdas use 0.01x */
+    double weight_decay;       /* Muon cautious weight decay at progress 0 */
     double adam_beta1, adam_beta2;
-    double x0_beta1;            /* x0_lambdas use (x0_beta1, adam_beta2) */
+    double x0_beta1; /* x0_lambdas use (x0_beta1, adam_beta2) */
     double warmup_ratio, warmdown_ratio, final_lr_frac;
     double muon_momentum_start, muon_momentum_end;
     int muon_momentum_steps;
@@ -67,18 +71,18 @@ typedef struct {
 } spec_train_t;
 
 typedef struct {
-    int threads;       /* BLAS + engine threads; 0 = all online CPUs */
-    int memory_mb;     /* 0 = the daemon's default */
+    int threads;        /* BLAS + engine threads; 0 = all online CPUs */
+    int memory_mb;      /* 0 = the daemon's default */
     double peak_gflops; /* 0 = calibrated value; overrides the MFU denominator */
 } spec_resources_t;
 
 typedef struct {
-    char *name;            /* may be NULL */
+    char *name; /* may be NULL */
     char *tags[SPEC_MAX_TAGS];
     int n_tags;
-    uint64_t seed;
+    uint64_t seed; /* JSON-safe: at most 2^53 - 1 */
     int priority;
-    int64_t parent;        /* 0 = none */
+    int64_t parent; /* 0 = none; ids are positive */
     char dataset[64];
     double time_budget_s;
     spec_model_t model;
@@ -106,8 +110,15 @@ int spec_validate(spec_t *s, char *err, size_t errlen);
  * Returns a malloc'd string (caller frees) or NULL on allocation failure. */
 char *spec_canonical_json(const spec_t *s);
 
+/* Deep copy of src into dst (dst is overwritten, not freed first). Returns 0,
+ * or -1 on allocation failure, when dst holds nothing that needs freeing. */
+int spec_copy(spec_t *dst, const spec_t *src);
+
+/* Release the strings s holds and reset them; s may be reused. Idempotent. */
 void spec_free(spec_t *s);
 
+/* The spec's spelling of an enum value ("relu2", "rope", ...); static strings. */
 const char *spec_mlp_name(spec_mlp_kind k);
+const char *spec_pos_name(spec_pos_kind k);
 
 #endif

@@ -1,0 +1,765 @@
+/* test_spec.c - the spec parser: defaults, every error message, per-layer
+ * derivations, canonical JSON, and the example specs under experiments/.
+ * Error messages are compared as exact strings: they are the HTTP API's
+ * messages, so a change here is an API change. */
+#include <criterion/criterion.h>
+
+#include <cJSON.h>
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "spec.h"
+
+/* Parse text that must be valid; the caller frees s. */
+static void parse_ok(const char *json, spec_t *s) {
+    char err[SPEC_ERR_LEN] = "";
+    int rc = spec_parse(json, strlen(json), s, err, sizeof err);
+    cr_assert_eq(rc, 0, "spec %s was rejected: %s", json, err);
+}
+
+/* Parse text that must fail with exactly msg; s must need no freeing after. */
+static void expect_error(const char *json, const char *msg) {
+    char err[SPEC_ERR_LEN] = "";
+    spec_t s;
+    int rc = spec_parse(json, strlen(json), &s, err, sizeof err);
+    cr_expect_eq(rc, -1, "spec %s was accepted", json);
+    cr_expect_str_eq(err, msg, "spec %s: got \"%s\", want \"%s\"", json, err, msg);
+    cr_expect_null(s.name, "spec %s left a name behind", json);
+    cr_expect_eq(s.n_tags, 0, "spec %s left tags behind", json);
+    if (rc == 0) spec_free(&s);
+}
+
+/* Canonical JSON of text that must be valid; the caller frees it. */
+static char *canonical_of(const char *json) {
+    spec_t s;
+    parse_ok(json, &s);
+    char *c = spec_canonical_json(&s);
+    spec_free(&s);
+    cr_assert_not_null(c);
+    return c;
+}
+
+Test(spec, defaults) {
+    spec_t s;
+    parse_ok("{}", &s);
+    cr_expect_null(s.name);
+    cr_expect_eq(s.n_tags, 0);
+    cr_expect_eq(s.seed, 42);
+    cr_expect_eq(s.priority, 0);
+    cr_expect_eq(s.parent, 0);
+    cr_expect_str_eq(s.dataset, "default");
+    cr_expect_eq(s.time_budget_s, 300);
+
+    const spec_model_t *m = &s.model;
+    cr_expect_eq(m->vocab_size, 0);
+    cr_expect_eq(m->depth, 4);
+    cr_expect_eq(m->n_embd, 256);
+    cr_expect_eq(m->n_head, 4);
+    cr_expect_eq(m->n_kv_head, 4);
+    cr_expect_eq(m->head_dim, 64);
+    cr_expect_eq(m->mlp_ratio, 4);
+    cr_expect_eq(m->mlp_hidden, 1024);
+    cr_expect_eq(m->mlp, MLP_RELU2);
+    cr_expect_eq(m->seq_len, 256);
+    cr_expect_eq(m->pos, POS_ROPE);
+    cr_expect_eq(m->max_pos, 256);
+    cr_expect_eq(m->tie_embeddings, false);
+    cr_expect_eq(m->embed_dropout, 0);
+    cr_expect_eq(m->softcap, 15);
+    cr_expect_str_eq(m->window_pattern, "SSSL");
+    cr_expect_str_eq(m->ve_layers, "alternate");
+    cr_expect_eq(m->ve_gate_channels, 32);
+    int win[] = {128, 128, 128, 256};
+    bool ve[] = {false, true, false, true};
+    for (int i = 0; i < 4; i++) {
+        cr_expect_eq(m->window[i], win[i], "window[%d]", i);
+        cr_expect_eq(m->has_ve[i], ve[i], "has_ve[%d]", i);
+    }
+
+    const spec_train_t *t = &s.train;
+    cr_expect_eq(t->batch_size, 16);
+    cr_expect_eq(t->total_batch_tokens, 8192);
+    cr_expect_eq(t->matrix_lr, 0.04);
+    cr_expect_eq(t->embedding_lr, 0.6);
+    cr_expect_eq(t->value_embedding_lr, 0.6);
+    cr_expect_eq(t->unembedding_lr, 0.004);
+    cr_expect_eq(t->scalar_lr, 0.5);
+    cr_expect_eq(t->weight_decay, 0.2);
+    cr_expect_eq(t->adam_beta1, 0.8);
+    cr_expect_eq(t->adam_beta2, 0.95);
+    cr_expect_eq(t->x0_beta1, 0.96);
+    cr_expect_eq(t->warmup_ratio, 0);
+    cr_expect_eq(t->warmdown_ratio, 0.5);
+    cr_expect_eq(t->final_lr_frac, 0);
+    cr_expect_eq(t->muon_momentum_start, 0.85);
+    cr_expect_eq(t->muon_momentum_end, 0.95);
+    cr_expect_eq(t->muon_momentum_steps, 300);
+    cr_expect_eq(t->ns_steps, 5);
+    cr_expect_eq(t->muon_beta2, 0.95);
+
+    cr_expect_eq(s.resources.threads, 0);
+    cr_expect_eq(s.resources.memory_mb, 0);
+    cr_expect_eq(s.resources.peak_gflops, 0);
+
+    /* spec_defaults alone gives the same spec as parsing "{}". */
+    spec_t d;
+    spec_defaults(&d);
+    char *a = spec_canonical_json(&s), *b = spec_canonical_json(&d);
+    cr_assert(a && b);
+    cr_expect_str_eq(a, b);
+    free(a);
+    free(b);
+    spec_free(&s);
+}
+
+Test(spec, defaults_that_follow_other_fields) {
+    spec_t s;
+    parse_ok("{\"model\":{\"n_head\":8}}", &s);
+    cr_expect_eq(s.model.n_kv_head, 8);
+    cr_expect_eq(s.model.head_dim, 32);
+    parse_ok("{\"model\":{\"seq_len\":128,\"pos\":\"learned\"}}", &s);
+    cr_expect_eq(s.model.max_pos, 128);
+    parse_ok("{\"model\":{\"n_embd\":96,\"mlp_ratio\":2.6666666666666665}}", &s);
+    cr_expect_eq(s.model.mlp_hidden, 256);
+    parse_ok("{\"model\":{\"mlp_ratio\":2.5},\"parent\":null,\"name\":null}", &s);
+    cr_expect_eq(s.model.mlp_hidden, 640);
+    cr_expect_eq(s.parent, 0);
+    cr_expect_null(s.name);
+    /* RoPE ignores max_pos, so a shorter table is no error there. */
+    parse_ok("{\"model\":{\"seq_len\":2048,\"max_pos\":1024},"
+             "\"train\":{\"total_batch_tokens\":32768}}",
+             &s);
+    /* Integers written as whole doubles are integers. */
+    parse_ok("{\"model\":{\"depth\":4.0,\"n_embd\":2.56e2},\"seed\":7e0}", &s);
+    cr_expect_eq(s.model.depth, 4);
+    cr_expect_eq(s.model.n_embd, 256);
+    cr_expect_eq(s.seed, 7);
+    parse_ok("{\"seed\":9007199254740991,\"parent\":12,\"priority\":-3}", &s);
+    cr_expect_eq(s.seed, 9007199254740991ULL);
+    cr_expect_eq(s.parent, 12);
+    cr_expect_eq(s.priority, -3);
+    parse_ok("{\"name\":\"x\",\"tags\":[\"a\",\"b\"],\"model\":{\"vocab_size\":8192,"
+             "\"mlp\":\"gelu\",\"tie_embeddings\":true}}",
+             &s);
+    cr_expect_str_eq(s.name, "x");
+    cr_expect_eq(s.n_tags, 2);
+    cr_expect_str_eq(s.tags[1], "b");
+    cr_expect_eq(s.model.vocab_size, 8192);
+    cr_expect_eq(s.model.mlp, MLP_GELU);
+    cr_expect_eq(s.model.tie_embeddings, true);
+    spec_free(&s);
+}
+
+typedef struct {
+    const char *json, *msg;
+} error_case;
+
+static void run_cases(const error_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) expect_error(cases[i].json, cases[i].msg);
+}
+
+Test(spec, cross_field_messages) {
+    static const error_case cases[] = {
+        {"{\"model\":{\"n_embd\":128,\"n_head\":7}}", "model.n_head: 7 does not divide n_embd 128"},
+        {"{\"model\":{\"n_kv_head\":3}}", "model.n_kv_head: 3 does not divide n_head 4"},
+        {"{\"model\":{\"n_head\":2,\"n_kv_head\":4}}",
+         "model.n_kv_head: 4 does not divide n_head 2"},
+        {"{\"model\":{\"ve_gate_channels\":300}}",
+         "model.ve_gate_channels: 300 exceeds n_embd 256"},
+        {"{\"model\":{\"pos\":\"learned\",\"seq_len\":2048,\"max_pos\":1024},"
+         "\"train\":{\"total_batch_tokens\":32768}}",
+         "model.seq_len: 2048 exceeds max_pos 1024"},
+        {"{\"model\":{\"ve_layers\":[0,9]}}",
+         "model.ve_layers[1]: layer 9 out of range for depth 4"},
+        {"{\"model\":{\"ve_layers\":[0,1,70]}}",
+         "model.ve_layers[2]: layer 70 out of range for depth 4"},
+        {"{\"model\":{\"ve_layers\":[-1]}}",
+         "model.ve_layers[0]: layer -1 out of range for depth 4"},
+        {"{\"model\":{\"ve_layers\":[2,1,2]}}", "model.ve_layers[2]: layer 2 listed twice"},
+        {"{\"model\":{\"n_embd\":132}}", "model.head_dim: RoPE needs an even head_dim, got 33"},
+        {"{\"train\":{\"total_batch_tokens\":5000}}",
+         "train.total_batch_tokens: 5000 is not a multiple of batch_size*seq_len 4096"},
+        {"{\"train\":{\"total_batch_tokens\":2048}}",
+         "train.total_batch_tokens: 2048 is not a multiple of batch_size*seq_len 4096"},
+        {"{\"model\":{\"mlp_ratio\":4.3}}",
+         "model.mlp_ratio: 4.3 * n_embd 256 = 1100.8 is not a whole number"},
+        {"{\"model\":{\"mlp_ratio\":0.001}}",
+         "model.mlp_ratio: 0.001 * n_embd 256 = 0.256 is below 1"},
+        {"{\"model\":{\"mlp_ratio\":8192}}",
+         "model.mlp_ratio: hidden width 2097152 exceeds 1048576"},
+        {"{\"train\":{\"warmup_ratio\":0.6}}",
+         "train.warmdown_ratio: warmup_ratio + warmdown_ratio = 1.1 exceeds 1"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+
+    /* The same model with learned positions has no RoPE constraint. */
+    spec_t s;
+    parse_ok("{\"model\":{\"n_embd\":132,\"pos\":\"learned\"}}", &s);
+    cr_expect_eq(s.model.head_dim, 33);
+    spec_free(&s);
+}
+
+Test(spec, range_messages) {
+    static const error_case cases[] = {
+        {"{\"model\":{\"vocab_size\":-1}}", "model.vocab_size: must be in [0, 16777216], got -1"},
+        {"{\"model\":{\"vocab_size\":16777217}}",
+         "model.vocab_size: must be in [0, 16777216], got 16777217"},
+        {"{\"model\":{\"depth\":0}}", "model.depth: must be in [1, 64], got 0"},
+        {"{\"model\":{\"depth\":65}}", "model.depth: must be in [1, 64], got 65"},
+        {"{\"model\":{\"n_embd\":0}}", "model.n_embd: must be in [1, 65536], got 0"},
+        {"{\"model\":{\"n_head\":0}}", "model.n_head: must be in [1, 65536], got 0"},
+        {"{\"model\":{\"n_kv_head\":-2}}", "model.n_kv_head: must be in [1, 65536], got -2"},
+        {"{\"model\":{\"mlp_ratio\":0}}", "model.mlp_ratio: must be > 0, got 0"},
+        {"{\"model\":{\"seq_len\":0}}", "model.seq_len: must be in [1, 1048576], got 0"},
+        {"{\"model\":{\"max_pos\":0}}", "model.max_pos: must be in [1, 1048576], got 0"},
+        {"{\"model\":{\"embed_dropout\":1}}", "model.embed_dropout: must be in [0, 1), got 1"},
+        {"{\"model\":{\"embed_dropout\":-0.1}}",
+         "model.embed_dropout: must be in [0, 1), got -0.1"},
+        {"{\"model\":{\"softcap\":-1}}", "model.softcap: must be >= 0, got -1"},
+        {"{\"model\":{\"window_pattern\":\"\"}}", "model.window_pattern: must not be empty"},
+        {"{\"model\":{\"window_pattern\":\"SxL\"}}",
+         "model.window_pattern: \"SXL\" has a character other than S or L"},
+        {"{\"model\":{\"window_pattern\":"
+         "\"SSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSS\"}}",
+         "model.window_pattern: longer than 64 characters"},
+        {"{\"model\":{\"ve_gate_channels\":0}}",
+         "model.ve_gate_channels: must be in [1, 65536], got 0"},
+        {"{\"model\":{\"ve_layers\":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,"
+         "23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,"
+         "51,52,53,54,55,56,57,58,59,60,61,62,63,0]}}",
+         "model.ve_layers: more than 64 layers listed"},
+        {"{\"time_budget_s\":0}", "time_budget_s: must be > 0, got 0"},
+        {"{\"time_budget_s\":-5}", "time_budget_s: must be > 0, got -5"},
+        {"{\"seed\":-1}", "seed: must be in [0, 9007199254740991], got -1"},
+        {"{\"seed\":9007199254740992}",
+         "seed: must be in [0, 9007199254740991], got 9007199254740992"},
+        {"{\"parent\":1e20}", "parent: must be a positive id or null, got 1e+20"},
+        {"{\"parent\":0}", "parent: must be a positive id or null, got 0"},
+        {"{\"dataset\":\"a/b\"}",
+         "dataset: \"a/b\" is not a plain name (letters, digits, _ . - only)"},
+        {"{\"dataset\":\"..\"}", "dataset: \"..\" is not a dataset name"},
+        {"{\"dataset\":\".\"}", "dataset: \".\" is not a dataset name"},
+        {"{\"dataset\":\"\"}", "dataset: must not be empty"},
+        {"{\"dataset\":\"0123456789012345678901234567890123456789012345678901234567890123\"}",
+         "dataset: longer than 63 characters"},
+        {"{\"train\":{\"batch_size\":0}}", "train.batch_size: must be in [1, 65536], got 0"},
+        {"{\"train\":{\"total_batch_tokens\":0}}",
+         "train.total_batch_tokens: must be in [1, 2147483647], got 0"},
+        {"{\"train\":{\"matrix_lr\":-0.1}}", "train.matrix_lr: must be >= 0, got -0.1"},
+        {"{\"train\":{\"embedding_lr\":-1}}", "train.embedding_lr: must be >= 0, got -1"},
+        {"{\"train\":{\"value_embedding_lr\":-1}}",
+         "train.value_embedding_lr: must be >= 0, got -1"},
+        {"{\"train\":{\"unembedding_lr\":-1}}", "train.unembedding_lr: must be >= 0, got -1"},
+        {"{\"train\":{\"scalar_lr\":-1}}", "train.scalar_lr: must be >= 0, got -1"},
+        {"{\"train\":{\"weight_decay\":-1}}", "train.weight_decay: must be >= 0, got -1"},
+        {"{\"train\":{\"adam_betas\":[0.8,1]}}", "train.adam_betas[1]: must be in [0, 1), got 1"},
+        {"{\"train\":{\"adam_betas\":[-0.5,0.9]}}",
+         "train.adam_betas[0]: must be in [0, 1), got -0.5"},
+        {"{\"train\":{\"x0_beta1\":1}}", "train.x0_beta1: must be in [0, 1), got 1"},
+        {"{\"train\":{\"warmup_ratio\":1.5}}", "train.warmup_ratio: must be in [0, 1], got 1.5"},
+        {"{\"train\":{\"warmdown_ratio\":-0.5}}",
+         "train.warmdown_ratio: must be in [0, 1], got -0.5"},
+        {"{\"train\":{\"final_lr_frac\":1.5}}", "train.final_lr_frac: must be in [0, 1], got 1.5"},
+        {"{\"train\":{\"muon_momentum_start\":1}}",
+         "train.muon_momentum_start: must be in [0, 1), got 1"},
+        {"{\"train\":{\"muon_momentum_end\":-1}}",
+         "train.muon_momentum_end: must be in [0, 1), got -1"},
+        {"{\"train\":{\"muon_momentum_steps\":-1}}",
+         "train.muon_momentum_steps: must be in [0, 2147483647], got -1"},
+        {"{\"train\":{\"ns_steps\":0}}", "train.ns_steps: must be in [1, 5], got 0"},
+        {"{\"train\":{\"ns_steps\":6}}", "train.ns_steps: must be in [1, 5], got 6"},
+        {"{\"train\":{\"muon_beta2\":1}}", "train.muon_beta2: must be in [0, 1), got 1"},
+        {"{\"resources\":{\"threads\":1025}}", "resources.threads: must be in [0, 1024], got 1025"},
+        {"{\"resources\":{\"threads\":-1}}", "resources.threads: must be in [0, 1024], got -1"},
+        {"{\"resources\":{\"memory_mb\":-1}}",
+         "resources.memory_mb: must be in [0, 2147483647], got -1"},
+        {"{\"resources\":{\"peak_gflops\":-1}}", "resources.peak_gflops: must be >= 0, got -1"},
+        {"{\"model\":{\"mlp\":\"tanh\"}}",
+         "model.mlp: unknown value \"tanh\" (expected relu2, gelu, swiglu or geglu)"},
+        {"{\"model\":{\"pos\":\"alibi\"}}",
+         "model.pos: unknown value \"alibi\" (expected rope or learned)"},
+        {"{\"model\":{\"ve_layers\":\"odd\"}}",
+         "model.ve_layers: unknown value \"odd\" (expected alternate, all, none, first_half, "
+         "last_half or a list of layers)"},
+        {"{\"tags\":[\"\"]}", "tags[0]: must not be empty"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+Test(spec, unknown_fields) {
+    static const error_case cases[] = {
+        {"{\"bogus\":1}", "bogus: unknown field"},
+        {"{\"Name\":\"x\"}", "Name: unknown field"},
+        {"{\"model\":{\"n_embed\":128}}", "model.n_embed: unknown field"},
+        {"{\"model\":{\"depth\":4,\"layers\":{\"x\":1}}}", "model.layers: unknown field"},
+        {"{\"train\":{\"lr\":0.1}}", "train.lr: unknown field"},
+        {"{\"train\":{\"adam_beta1\":0.9}}", "train.adam_beta1: unknown field"},
+        {"{\"resources\":{\"gpus\":1}}", "resources.gpus: unknown field"},
+        {"{\"model\":{\"window\":[1]}}", "model.window: unknown field"},
+        {"{\"model\":{\"head_dim\":64}}", "model.head_dim: unknown field"},
+        {"{\"model\":{\"depth\":4,\"depth\":5}}", "model.depth: duplicate field"},
+        {"{\"seed\":1,\"seed\":1}", "seed: duplicate field"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+Test(spec, type_errors) {
+    static const error_case cases[] = {
+        {"[]", "spec: expected a JSON object"},
+        {"42", "spec: expected a JSON object"},
+        {"{\"name\":5}", "name: expected a string"},
+        {"{\"tags\":\"x\"}", "tags: expected an array of strings"},
+        {"{\"tags\":[\"a\",1]}", "tags[1]: expected a string"},
+        {"{\"seed\":\"42\"}", "seed: expected an integer"},
+        {"{\"seed\":1.5}", "seed: expected an integer"},
+        {"{\"priority\":true}", "priority: expected an integer"},
+        {"{\"parent\":\"3\"}", "parent: expected an integer id or null"},
+        {"{\"parent\":1.5}", "parent: expected an integer"},
+        {"{\"dataset\":7}", "dataset: expected a string"},
+        {"{\"time_budget_s\":\"300\"}", "time_budget_s: expected a number"},
+        {"{\"time_budget_s\":1e999}", "time_budget_s: number out of range"},
+        {"{\"model\":[]}", "model: expected an object"},
+        {"{\"model\":null}", "model: expected an object"},
+        {"{\"train\":1}", "train: expected an object"},
+        {"{\"resources\":\"x\"}", "resources: expected an object"},
+        {"{\"model\":{\"depth\":\"4\"}}", "model.depth: expected an integer"},
+        {"{\"model\":{\"depth\":4.5}}", "model.depth: expected an integer"},
+        {"{\"model\":{\"depth\":null}}", "model.depth: expected an integer"},
+        {"{\"model\":{\"depth\":true}}", "model.depth: expected an integer"},
+        {"{\"model\":{\"depth\":1e10}}", "model.depth: 10000000000 is out of range"},
+        {"{\"model\":{\"vocab_size\":[1]}}", "model.vocab_size: expected an integer"},
+        {"{\"model\":{\"mlp_ratio\":\"4\"}}", "model.mlp_ratio: expected a number"},
+        {"{\"model\":{\"mlp\":1}}", "model.mlp: expected a string"},
+        {"{\"model\":{\"pos\":null}}", "model.pos: expected a string"},
+        {"{\"model\":{\"tie_embeddings\":1}}", "model.tie_embeddings: expected a boolean"},
+        {"{\"model\":{\"embed_dropout\":false}}", "model.embed_dropout: expected a number"},
+        {"{\"model\":{\"window_pattern\":[\"S\"]}}", "model.window_pattern: expected a string"},
+        {"{\"model\":{\"ve_layers\":3}}",
+         "model.ve_layers: expected a string or an array of layer indices"},
+        {"{\"model\":{\"ve_layers\":[0.5]}}", "model.ve_layers[0]: expected an integer"},
+        {"{\"model\":{\"ve_layers\":[\"1\"]}}", "model.ve_layers[0]: expected an integer"},
+        {"{\"model\":{\"ve_gate_channels\":32.5}}", "model.ve_gate_channels: expected an integer"},
+        {"{\"train\":{\"batch_size\":\"16\"}}", "train.batch_size: expected an integer"},
+        {"{\"train\":{\"matrix_lr\":null}}", "train.matrix_lr: expected a number"},
+        {"{\"train\":{\"adam_betas\":0.9}}", "train.adam_betas: expected an array of two numbers"},
+        {"{\"train\":{\"adam_betas\":[0.9]}}",
+         "train.adam_betas: expected an array of two numbers"},
+        {"{\"train\":{\"adam_betas\":[0.9,0.9,0.9]}}",
+         "train.adam_betas: expected an array of two numbers"},
+        {"{\"train\":{\"adam_betas\":[0.8,\"x\"]}}", "train.adam_betas[1]: expected a number"},
+        {"{\"train\":{\"ns_steps\":2.5}}", "train.ns_steps: expected an integer"},
+        {"{\"resources\":{\"threads\":\"all\"}}", "resources.threads: expected an integer"},
+        {"{\"resources\":{\"peak_gflops\":{}}}", "resources.peak_gflops: expected a number"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+Test(spec, input_limits) {
+    static const error_case cases[] = {
+        {"", "spec: invalid JSON at line 1, column 1"},
+        {"{", "spec: invalid JSON at line 1, column 1"},
+        {"{\"seed\": 1,}", "spec: invalid JSON at line 1, column 12"},
+        {"{\n\"name\":\"x\"\n\"seed\":1}", "spec: invalid JSON at line 3, column 1"},
+        {"{\n  \"seed\": ,\n}", "spec: invalid JSON at line 2, column 11"},
+        {"{} x", "spec: unexpected text after the JSON value at line 1, column 4"},
+        {"{}{}", "spec: unexpected text after the JSON value at line 1, column 3"},
+        {"{\"model\":{\"ve_layers\":[[[[[[[[1]]]]]]]]}}", "spec: nested deeper than 8 levels"},
+        {"{\"name\":\"\xff\"}", "name: not valid UTF-8"},
+        {"{\"name\":\"\xc0\xaf\"}", "name: not valid UTF-8"},
+        {"{\"tags\":[\"ok\",\"\xed\xa0\x80\"]}", "tags[1]: not valid UTF-8"},
+        {"{\"tags\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\","
+         "\"13\",\"14\",\"15\",\"16\",\"17\",\"18\",\"19\",\"20\",\"21\",\"22\",\"23\",\"24\","
+         "\"25\",\"26\",\"27\",\"28\",\"29\",\"30\",\"31\",\"32\",\"33\"]}",
+         "tags: more than 32 tags"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+
+    char err[SPEC_ERR_LEN];
+    spec_t s;
+    cr_expect_eq(spec_parse(NULL, 0, &s, err, sizeof err), -1);
+    cr_expect_str_eq(err, "spec: no input");
+
+    /* Nesting inside strings does not count. */
+    parse_ok("{\"name\":\"[[[[[[[[[[{{{{{{{{{\"}", &s);
+    spec_free(&s);
+
+    /* Exactly SPEC_MAX_TEXT bytes is accepted, one more is not. */
+    char *big = malloc(SPEC_MAX_TEXT + 2);
+    cr_assert_not_null(big);
+    memset(big, ' ', SPEC_MAX_TEXT + 1);
+    big[0] = '{';
+    big[SPEC_MAX_TEXT - 1] = '}';
+    big[SPEC_MAX_TEXT + 1] = '\0';
+    cr_expect_eq(spec_parse(big, SPEC_MAX_TEXT, &s, err, sizeof err), 0, "%s", err);
+    spec_free(&s);
+    big[SPEC_MAX_TEXT - 1] = ' ';
+    big[SPEC_MAX_TEXT] = '}';
+    cr_expect_eq(spec_parse(big, SPEC_MAX_TEXT + 1, &s, err, sizeof err), -1);
+    cr_expect_str_eq(err, "spec: larger than 1048576 bytes");
+    free(big);
+
+    /* name: 200 characters (2-byte UTF-8 each) pass, 201 do not. */
+    char json[1024];
+    size_t n = (size_t)snprintf(json, sizeof json, "{\"name\":\"");
+    for (int i = 0; i < 200; i++) n += (size_t)snprintf(json + n, sizeof json - n, "\xc3\xa9");
+    snprintf(json + n, sizeof json - n, "\"}");
+    parse_ok(json, &s);
+    cr_expect_eq(strlen(s.name), 400);
+    spec_free(&s);
+    snprintf(json + n, sizeof json - n, "x\"}");
+    expect_error(json, "name: longer than 200 characters");
+
+    /* A tag of 64 characters passes, 65 do not. */
+    n = (size_t)snprintf(json, sizeof json, "{\"tags\":[\"");
+    for (int i = 0; i < 64; i++) json[n++] = 't';
+    snprintf(json + n, sizeof json - n, "\"]}");
+    parse_ok(json, &s);
+    spec_free(&s);
+    snprintf(json + n, sizeof json - n, "t\"]}");
+    expect_error(json, "tags[0]: longer than 64 characters");
+
+    /* A short error buffer is truncated, never overrun. */
+    char small[8];
+    cr_expect_eq(spec_parse("{\"x\":1}", 7, &s, small, sizeof small), -1);
+    cr_expect_str_eq(small, "x: unkn");
+}
+
+/* has_ve for ve_layers = name at depth L, as a string of 0/1 per layer. */
+static void expect_ve(const char *ve_json, int depth, const char *expected) {
+    char json[256], got[SPEC_MAX_DEPTH + 1] = "";
+    snprintf(json, sizeof json,
+             "{\"model\":{\"depth\":%d,\"window_pattern\":\"L\",\"ve_layers\":%s}}", depth,
+             ve_json);
+    spec_t s;
+    parse_ok(json, &s);
+    for (int i = 0; i < depth; i++) got[i] = s.model.has_ve[i] ? '1' : '0';
+    for (int i = depth; i < SPEC_MAX_DEPTH; i++)
+        cr_expect_not(s.model.has_ve[i], "%s: has_ve[%d] set beyond depth", json, i);
+    cr_expect_str_eq(got, expected, "ve_layers %s at depth %d", ve_json, depth);
+    spec_free(&s);
+}
+
+Test(spec, has_ve_patterns) {
+    expect_ve("\"alternate\"", 1, "1");
+    expect_ve("\"alternate\"", 4, "0101");
+    expect_ve("\"alternate\"", 5, "10101");
+    expect_ve("\"all\"", 1, "1");
+    expect_ve("\"all\"", 4, "1111");
+    expect_ve("\"all\"", 5, "11111");
+    expect_ve("\"none\"", 1, "0");
+    expect_ve("\"none\"", 4, "0000");
+    expect_ve("\"none\"", 5, "00000");
+    expect_ve("\"first_half\"", 1, "0");
+    expect_ve("\"first_half\"", 4, "1100");
+    expect_ve("\"first_half\"", 5, "11000");
+    expect_ve("\"last_half\"", 1, "1");
+    expect_ve("\"last_half\"", 4, "0011");
+    expect_ve("\"last_half\"", 5, "00111");
+    expect_ve("[0]", 1, "1");
+    expect_ve("[]", 1, "0");
+    expect_ve("[0,2]", 4, "1010");
+    expect_ve("[3,0]", 4, "1001");
+    expect_ve("[4,1,2]", 5, "01101");
+    expect_ve("[1.0]", 5, "01000");
+}
+
+/* Windows for pattern at depth with seq_len T, compared to expected[]. */
+static void expect_windows(const char *pattern, int depth, int T, const int *expected) {
+    char json[256];
+    snprintf(json, sizeof json,
+             "{\"model\":{\"depth\":%d,\"seq_len\":%d,\"window_pattern\":\"%s\"},"
+             "\"train\":{\"batch_size\":1,\"total_batch_tokens\":%d}}",
+             depth, T, pattern, T);
+    spec_t s;
+    parse_ok(json, &s);
+    for (int i = 0; i < depth; i++)
+        cr_expect_eq(s.model.window[i], expected[i], "%s depth %d: window[%d] = %d, want %d",
+                     pattern, depth, i, s.model.window[i], expected[i]);
+    spec_free(&s);
+}
+
+Test(spec, windows) {
+    expect_windows("SSSL", 4, 256, (int[]){128, 128, 128, 256});
+    expect_windows("SSSL", 5, 256, (int[]){128, 128, 128, 256, 256});
+    expect_windows("SSSL", 6, 256, (int[]){128, 128, 128, 256, 128, 256});
+    expect_windows("S", 1, 256, (int[]){256});
+    expect_windows("s", 3, 256, (int[]){128, 128, 256});
+    expect_windows("L", 3, 64, (int[]){64, 64, 64});
+    expect_windows("sL", 5, 100, (int[]){50, 100, 50, 100, 100});
+    expect_windows("LS", 4, 255, (int[]){255, 127, 255, 255});
+
+    spec_t s;
+    parse_ok("{\"model\":{\"window_pattern\":\"sLsL\"}}", &s);
+    cr_expect_str_eq(s.model.window_pattern, "SLSL");
+    spec_free(&s);
+}
+
+/* Every object in the tree has its keys in strictly increasing byte order. */
+static void expect_sorted(const cJSON *node, const char *where) {
+    const cJSON *prev = NULL;
+    for (const cJSON *c = node->child; c; c = c->next) {
+        if (cJSON_IsObject(node) && prev)
+            cr_expect(strcmp(prev->string, c->string) < 0, "%s: \"%s\" before \"%s\"", where,
+                      prev->string, c->string);
+        prev = c;
+        expect_sorted(c, c->string ? c->string : where);
+    }
+}
+
+Test(spec, canonical_default_golden) {
+    char *c = canonical_of("{}");
+    cr_expect_str_eq(
+        c, "{\"dataset\":\"default\",\"model\":{\"depth\":4,\"embed_dropout\":0,\"max_pos\":256,"
+           "\"mlp\":\"relu2\",\"mlp_ratio\":4,\"n_embd\":256,\"n_head\":4,\"n_kv_head\":4,"
+           "\"pos\":\"rope\",\"seq_len\":256,\"softcap\":15,\"tie_embeddings\":false,"
+           "\"ve_gate_channels\":32,\"ve_layers\":\"alternate\",\"vocab_size\":0,"
+           "\"window_pattern\":\"SSSL\"},\"name\":null,\"parent\":null,\"priority\":0,"
+           "\"resources\":{\"memory_mb\":0,\"peak_gflops\":0,\"threads\":0},\"seed\":42,"
+           "\"tags\":[],\"time_budget_s\":300,\"train\":{\"adam_betas\":[0.8,0.95],"
+           "\"batch_size\":16,\"embedding_lr\":0.6,\"final_lr_frac\":0,\"matrix_lr\":0.04,"
+           "\"muon_beta2\":0.95,\"muon_momentum_end\":0.95,\"muon_momentum_start\":0.85,"
+           "\"muon_momentum_steps\":300,\"ns_steps\":5,\"scalar_lr\":0.5,"
+           "\"total_batch_tokens\":8192,\"unembedding_lr\":0.004,\"value_embedding_lr\":0.6,"
+           "\"warmdown_ratio\":0.5,\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}");
+    free(c);
+}
+
+Test(spec, canonical_round_trip) {
+    static const char *const specs[] = {
+        "{}",
+        "{\"name\":\"tab\\there \\\"q\\\" \\u00e9\",\"tags\":[\"b\",\"a\"],\"seed\":0,"
+        "\"priority\":-7,\"parent\":3,\"dataset\":\"brown-1.v2\",\"time_budget_s\":12.5}",
+        "{\"model\":{\"vocab_size\":50257,\"depth\":6,\"n_embd\":384,\"n_head\":6,"
+        "\"n_kv_head\":2,\"mlp_ratio\":2.6666666666666665,\"mlp\":\"geglu\",\"seq_len\":128,"
+        "\"pos\":\"learned\",\"max_pos\":512,\"tie_embeddings\":true,\"embed_dropout\":0.1,"
+        "\"softcap\":0,\"window_pattern\":\"ssl\",\"ve_layers\":[5,0,3],"
+        "\"ve_gate_channels\":384},\"train\":{\"batch_size\":4,\"total_batch_tokens\":1024}}",
+        "{\"train\":{\"matrix_lr\":0.1,\"embedding_lr\":0.30000000000000004,"
+        "\"value_embedding_lr\":1e-7,\"unembedding_lr\":0.3333333333333333,\"scalar_lr\":2,"
+        "\"weight_decay\":0,\"adam_betas\":[0,0.999],\"x0_beta1\":0.5,\"warmup_ratio\":0.25,"
+        "\"warmdown_ratio\":0.75,\"final_lr_frac\":1,\"muon_momentum_start\":0.5,"
+        "\"muon_momentum_end\":0.99,\"muon_momentum_steps\":0,\"ns_steps\":1,"
+        "\"muon_beta2\":0},\"resources\":{\"threads\":2,\"memory_mb\":4096,"
+        "\"peak_gflops\":123.456}}",
+        "{\"seed\":9007199254740991,\"time_budget_s\":1e300,\"model\":{\"ve_layers\":[]}}",
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        char *c1 = canonical_of(specs[i]);
+        char *c2 = canonical_of(c1);
+        cr_expect_str_eq(c2, c1, "round trip of %s", specs[i]);
+
+        /* Keys sorted at every level, every field present, no whitespace
+         * outside strings (these specs have none inside their keys). */
+        cJSON *root = cJSON_Parse(c1);
+        cr_assert_not_null(root);
+        expect_sorted(root, "root");
+        cr_expect_eq(cJSON_GetArraySize(root), 10);
+        cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "model")), 16);
+        cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "train")), 18);
+        cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "resources")), 3);
+        cr_expect_null(strchr(c1, '\n'));
+        cJSON_Delete(root);
+        free(c1);
+        free(c2);
+    }
+}
+
+Test(spec, canonical_equal_values_print_equal) {
+    static const char *const same[][2] = {
+        {"{\"model\":{\"mlp_ratio\":4}}", "{\"model\":{\"mlp_ratio\":4.0}}"},
+        {"{\"model\":{\"mlp_ratio\":4}}", "{\"model\":{\"mlp_ratio\":40e-1}}"},
+        {"{\"train\":{\"matrix_lr\":0.1}}", "{\"train\":{\"matrix_lr\":1e-1}}"},
+        {"{\"model\":{\"embed_dropout\":0}}", "{\"model\":{\"embed_dropout\":-0.0}}"},
+        {"{\"model\":{\"window_pattern\":\"sssl\"}}", "{}"},
+        {"{\"model\":{\"ve_layers\":[2,0]}}", "{\"model\":{\"ve_layers\":[0,2]}}"},
+        {"{\"model\":{\"n_head\":8,\"n_kv_head\":8}}", "{\"model\":{\"n_head\":8}}"},
+        {"{\"parent\":null,\"name\":null,\"tags\":[]}", "{}"},
+        {"{\"seed\":42,\"model\":{\"depth\":4.0}}", "{ \"model\" : { \"depth\" : 4 } }"},
+        {"{\"train\":{\"adam_betas\":[0.8,0.95]}}", "{\"train\":{\"adam_betas\":[8e-1,0.950]}}"},
+    };
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        char *a = canonical_of(same[i][0]), *b = canonical_of(same[i][1]);
+        cr_expect_str_eq(a, b, "%s vs %s", same[i][0], same[i][1]);
+        free(a);
+        free(b);
+    }
+    /* And different values print differently. */
+    char *a = canonical_of("{\"train\":{\"matrix_lr\":0.1}}");
+    char *b = canonical_of("{\"train\":{\"matrix_lr\":0.10000000000000002}}");
+    cr_expect_str_neq(a, b);
+    cr_expect_not_null(strstr(a, "\"matrix_lr\":0.1,"));
+    cr_expect_not_null(strstr(b, "\"matrix_lr\":0.10000000000000002,"));
+    free(a);
+    free(b);
+    a = canonical_of("{\"model\":{\"ve_layers\":[3,1]},\"seed\":9007199254740991}");
+    cr_expect_not_null(strstr(a, "\"ve_layers\":[1,3]"));
+    cr_expect_not_null(strstr(a, "\"seed\":9007199254740991"));
+    free(a);
+}
+
+/* NIGHTSHIFT_SRC/experiments/<name>; the caller frees. */
+static char *experiments_path(const char *name) {
+    const char *src = getenv("NIGHTSHIFT_SRC");
+    cr_assert_not_null(src, "NIGHTSHIFT_SRC is not set (make test sets it)");
+    char *p = NULL;
+    cr_assert_neq(asprintf(&p, "%s/experiments%s%s", src, name ? "/" : "", name ? name : ""), -1);
+    return p;
+}
+
+Test(spec, experiments_files_validate) {
+    char *dir_path = experiments_path(NULL);
+    DIR *dir = opendir(dir_path);
+    cr_assert_not_null(dir, "cannot open %s", dir_path);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 5, ".json")) continue;
+        char *path = experiments_path(e->d_name), err[SPEC_ERR_LEN] = "";
+        spec_t s;
+        cr_expect_eq(spec_load(path, &s, err, sizeof err), 0, "%s: %s", e->d_name, err);
+        char *c = spec_canonical_json(&s);
+        cr_expect_not_null(c);
+        free(c);
+        spec_free(&s);
+        free(path);
+        n++;
+    }
+    closedir(dir);
+    free(dir_path);
+    cr_expect_geq(n, 3, "only %d example specs", n);
+}
+
+Test(spec, default_json_is_the_defaults) {
+    char *path = experiments_path("default.json"), err[SPEC_ERR_LEN] = "";
+    spec_t s;
+    cr_assert_eq(spec_load(path, &s, err, sizeof err), 0, "%s", err);
+    char *from_file = spec_canonical_json(&s);
+    char *defaults = canonical_of("{\"name\":\"default\",\"tags\":[\"baseline\"]}");
+    cr_expect_str_eq(from_file, defaults);
+    free(from_file);
+    free(defaults);
+    spec_free(&s);
+    free(path);
+}
+
+Test(spec, load_files) {
+    const char *tmp = getenv("TMPDIR");
+    char dir_tmpl[PATH_MAX];
+    snprintf(dir_tmpl, sizeof dir_tmpl, "%s/nightshift-spec-XXXXXX", tmp ? tmp : "/tmp");
+    char *dir = mkdtemp(dir_tmpl);
+    cr_assert_not_null(dir);
+    char path[PATH_MAX + 32], err[SPEC_ERR_LEN];
+    spec_t s;
+
+    snprintf(path, sizeof path, "%s/a.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\":\"from file\",\"model\":{\"depth\":2}}\n", f);
+    fclose(f);
+    cr_expect_eq(spec_load(path, &s, err, sizeof err), 0, "%s", err);
+    cr_expect_str_eq(s.name, "from file");
+    cr_expect_eq(s.model.depth, 2);
+    spec_free(&s);
+
+    /* Parse errors are reported as spec_parse reports them. */
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"model\":{\"n_embd\":128,\"n_head\":7}}", f);
+    fclose(f);
+    cr_expect_eq(spec_load(path, &s, err, sizeof err), -1);
+    cr_expect_str_eq(err, "model.n_head: 7 does not divide n_embd 128");
+
+    /* Too large. */
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputc('{', f);
+    for (int i = 0; i < SPEC_MAX_TEXT; i++) fputc(' ', f);
+    fputc('}', f);
+    fclose(f);
+    cr_expect_eq(spec_load(path, &s, err, sizeof err), -1);
+    char want[PATH_MAX + 64];
+    snprintf(want, sizeof want, "%s: larger than 1048576 bytes", path);
+    cr_expect_str_eq(err, want);
+    unlink(path);
+
+    /* Missing. */
+    cr_expect_eq(spec_load(path, &s, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s: No such file or directory", path);
+    cr_expect_str_eq(err, want);
+    cr_expect_eq(rmdir(dir), 0);
+}
+
+Test(spec, validate_after_changes_by_hand) {
+    char err[SPEC_ERR_LEN];
+    spec_t s;
+    parse_ok("{\"model\":{\"ve_layers\":[0,3]}}", &s);
+    cr_expect_str_eq(s.model.ve_layers, "[0,3]");
+
+    s.model.depth = 2;
+    cr_expect_eq(spec_validate(&s, err, sizeof err), -1);
+    cr_expect_str_eq(err, "model.ve_layers[1]: layer 3 out of range for depth 2");
+
+    s.model.depth = 4;
+    s.model.n_embd = 128;
+    s.model.n_head = 7;
+    cr_expect_eq(spec_validate(&s, err, sizeof err), -1);
+    cr_expect_str_eq(err, "model.n_head: 7 does not divide n_embd 128");
+
+    s.model.n_head = 8;
+    s.model.n_kv_head = 8;
+    strcpy(s.model.window_pattern, "ls");
+    strcpy(s.model.ve_layers, "first_half");
+    cr_expect_eq(spec_validate(&s, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(s.model.head_dim, 16);
+    cr_expect_eq(s.model.mlp_hidden, 512);
+    cr_expect_str_eq(s.model.window_pattern, "LS");
+    cr_expect(s.model.has_ve[0] && s.model.has_ve[1] && !s.model.has_ve[2]);
+
+    strcpy(s.model.ve_layers, "[1,x]");
+    cr_expect_eq(spec_validate(&s, err, sizeof err), -1);
+    cr_expect_str_eq(err, "model.ve_layers: \"[1,x]\" is not alternate, all, none, first_half, "
+                          "last_half or a list");
+    strcpy(s.model.ve_layers, "alternate");
+
+    s.model.mlp = (spec_mlp_kind)9;
+    cr_expect_eq(spec_validate(&s, err, sizeof err), -1);
+    cr_expect_str_eq(err, "model.mlp: unknown kind 9");
+    s.model.mlp = MLP_SWIGLU;
+
+    s.seed = 1ULL << 60;
+    cr_expect_eq(spec_validate(&s, err, sizeof err), -1);
+    cr_expect_str_eq(err, "seed: must be in [0, 9007199254740991], got 1152921504606846976");
+    s.seed = 1;
+    cr_expect_eq(spec_validate(&s, err, sizeof err), 0, "%s", err);
+    spec_free(&s);
+}
+
+Test(spec, copy_free_and_names) {
+    spec_t a, b;
+    parse_ok("{\"name\":\"orig\",\"tags\":[\"x\",\"y\"]}", &a);
+    cr_assert_eq(spec_copy(&b, &a), 0);
+    cr_expect_neq(a.name, b.name);
+    cr_expect_neq(a.tags[1], b.tags[1]);
+    a.name[0] = 'O';
+    cr_expect_str_eq(b.name, "orig");
+    cr_expect_str_eq(b.tags[1], "y");
+    spec_free(&a);
+    spec_free(&a); /* idempotent */
+    char *c = spec_canonical_json(&b);
+    cr_expect_not_null(strstr(c, "\"name\":\"orig\""));
+    cr_expect_not_null(strstr(c, "\"tags\":[\"x\",\"y\"]"));
+    free(c);
+    spec_free(&b);
+
+    cr_expect_str_eq(spec_mlp_name(MLP_RELU2), "relu2");
+    cr_expect_str_eq(spec_mlp_name(MLP_GELU), "gelu");
+    cr_expect_str_eq(spec_mlp_name(MLP_SWIGLU), "swiglu");
+    cr_expect_str_eq(spec_mlp_name(MLP_GEGLU), "geglu");
+    cr_expect_str_eq(spec_pos_name(POS_ROPE), "rope");
+    cr_expect_str_eq(spec_pos_name(POS_LEARNED), "learned");
+}
