@@ -1,0 +1,172 @@
+/* cost.c - analytic parameter / FLOP / MAC counts of a spec, and the
+ * `nightshift cost SPEC.json [--batch B]` command that prints them.
+ *
+ * Nothing here builds a model: the counts are closed-form in the spec's model
+ * section and must agree with gpt_new's tensor table (the tests check that). */
+#include "cost.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "spec.h"
+
+void cost_compute(const spec_model_t *m, int B, cost_t *out) {
+    const int64_t V = m->vocab_size, D = m->n_embd, L = m->depth;
+    const int64_t q_rows = (int64_t)m->n_head * m->head_dim;
+    const int64_t kv_rows = (int64_t)m->n_kv_head * m->head_dim;
+    const int64_t hidden = m->mlp_hidden;
+    const int gated = m->mlp == MLP_SWIGLU || m->mlp == MLP_GEGLU;
+    const int64_t fc_rows = gated ? 2 * hidden : hidden;
+
+    memset(out, 0, sizeof *out);
+    out->wte = V * D;
+    out->wpe = m->pos == POS_LEARNED ? (int64_t)m->max_pos * D : 0;
+    /* c_q, c_k, c_v, attention c_proj, c_fc, MLP c_proj: same in every block. */
+    const int64_t per_block = q_rows * D + 2 * kv_rows * D + D * D + fc_rows * D + D * hidden;
+    double attn_flops = 0;
+    for (int i = 0; i < L; i++) {
+        out->blocks += per_block;
+        if (m->has_ve[i]) {
+            out->blocks += (int64_t)m->n_kv_head * m->ve_gate_channels; /* ve_gate */
+            out->value_embeds += V * kv_rows;
+        }
+        int w = m->window[i] < m->seq_len ? m->window[i] : m->seq_len;
+        attn_flops += 12.0 * (double)q_rows * w; /* 12 * n_head * head_dim * window */
+    }
+    out->lm_head = m->tie_embeddings ? 0 : V * D;
+    out->scalars = 2 * L;
+    out->total =
+        out->wte + out->wpe + out->value_embeds + out->blocks + out->lm_head + out->scalars;
+
+    /* autoresearch: 6 FLOPs per parameter per token (2 forward, 4 backward),
+     * excluding parameters that are looked up rather than multiplied: the
+     * token table, value embeddings and the per-layer scalars. A learned
+     * position table is a lookup too, so it is excluded as well. A tied
+     * lm_head still does its V x D matrix multiply with the token table's
+     * weights, so its 6*V*D is counted either way: tying must not make a
+     * model look cheaper to run. */
+    double matmul_params = (double)(out->total - out->wte - out->value_embeds - out->scalars -
+                                    out->wpe - out->lm_head) +
+                           (double)(V * D);
+    out->flops_per_token = 6.0 * matmul_params + attn_flops;
+
+    const double rows = (double)B * m->seq_len; /* B*T token positions */
+    out->mac_proj_ffn = rows * (double)L * (double)per_block;
+    out->mac_attn = 2.0 * rows * m->seq_len * (double)D * (double)L;
+    out->mac_lm_head = rows * (double)D * (double)V;
+}
+
+/* ---------------------------------------------------------------- command */
+
+/* v with thousands separators ("38,597,376") into buf; returns buf. */
+static char *commas(double v, char *buf, size_t buflen) {
+    char digits[64];
+    snprintf(digits, sizeof digits, "%.0f", v < 0 ? -v : v);
+    size_t n = strlen(digits), o = 0;
+    if (v < 0 && o + 1 < buflen) buf[o++] = '-';
+    for (size_t i = 0; i < n && o + 1 < buflen; i++) {
+        if (i && (n - i) % 3 == 0 && o + 1 < buflen) buf[o++] = ',';
+        if (o + 1 < buflen) buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static void print_params(const char *label, int64_t n, const char *note) {
+    char a[64], b[64];
+    printf("%-28s %20s  (%s bytes)%s\n", label, commas((double)n, a, sizeof a),
+           commas(4.0 * (double)n, b, sizeof b), note);
+}
+
+static void print_count(const char *label, double v) {
+    char a[64];
+    printf("%-28s %20s  (%.3e)\n", label, commas(v, a, sizeof a), v);
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: nightshift cost SPEC.json [--batch B]\n"
+                 "\n"
+                 "Prints the parameter counts (and fp32 bytes) of the spec's model, its\n"
+                 "training FLOPs per token, and the leading MAC counts of one forward pass\n"
+                 "over B rows of seq_len tokens (B defaults to train.batch_size).\n"
+                 "The spec must give model.vocab_size.\n");
+}
+
+int cost_main(int argc, char **argv) {
+    const char *spec_path = NULL;
+    long batch = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--batch") || !strncmp(argv[i], "--batch=", 8)) {
+            const char *v = argv[i][7] == '=' ? argv[i] + 8 : (i + 1 < argc ? argv[++i] : NULL);
+            char *end = NULL;
+            errno = 0;
+            batch = v ? strtol(v, &end, 10) : 0;
+            if (!v || !*v || *end || errno || batch <= 0 || batch > INT_MAX) {
+                fprintf(stderr, "cost: --batch needs a positive integer\n");
+                usage(stderr);
+                return 2;
+            }
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "cost: unknown option %s\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else if (!spec_path) {
+            spec_path = argv[i];
+        } else {
+            fprintf(stderr, "cost: more than one spec given\n");
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!spec_path) {
+        usage(stderr);
+        return 2;
+    }
+
+    spec_t spec;
+    char err[SPEC_ERR_LEN];
+    if (spec_load(spec_path, &spec, err, sizeof err) != 0) {
+        /* spec_load names the file itself when it cannot read it. */
+        if (!strncmp(err, spec_path, strlen(spec_path)))
+            fprintf(stderr, "cost: %s\n", err);
+        else
+            fprintf(stderr, "cost: %s: %s\n", spec_path, err);
+        return 1;
+    }
+    const spec_model_t *m = &spec.model;
+    if (m->vocab_size <= 0) {
+        fprintf(stderr, "cost: model.vocab_size is required (no dataset to take it from)\n");
+        spec_free(&spec);
+        return 1;
+    }
+    int B = batch ? (int)batch : spec.train.batch_size;
+    cost_t c;
+    cost_compute(m, B, &c);
+
+    char a[64];
+    print_params("token parameters:", c.wte, "");
+    print_params("position parameters:", c.wpe, m->pos == POS_LEARNED ? "" : "  rope, no table");
+    print_params("value-embedding parameters:", c.value_embeds, "");
+    print_params("block parameters:", c.blocks, "");
+    print_params("lm_head parameters:", c.lm_head,
+                 m->tie_embeddings ? "  tied to token table" : "");
+    print_params("scalar parameters:", c.scalars, "");
+    print_params("total parameters:", c.total, "");
+    print_count("flops_per_token:", c.flops_per_token);
+    printf("%-28s %20s\n", "forward batch rows (B):", commas(B, a, sizeof a));
+    printf("%-28s %20s\n", "forward seq_len (T):", commas(m->seq_len, a, sizeof a));
+    print_count("projection+FFN MACs:", c.mac_proj_ffn);
+    print_count("attention-pair MACs:", c.mac_attn);
+    print_count("lm_head MACs:", c.mac_lm_head);
+    print_count("forward MACs (sum):", c.mac_proj_ffn + c.mac_attn + c.mac_lm_head);
+    spec_free(&spec);
+    return 0;
+}

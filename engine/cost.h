@@ -1,0 +1,35 @@
+/* cost.h - analytic parameter, FLOP and MAC counts of a model spec, computed
+ * from the spec alone (no model is built, nothing is allocated).
+ *
+ * The parameter counts equal what gpt_new allocates, tensor by tensor. The
+ * FLOP estimate follows autoresearch's estimate_flops; the MAC terms are the
+ * leading matrix-multiply costs of one forward pass, for sizing experiments. */
+#ifndef NIGHTSHIFT_COST_H
+#define NIGHTSHIFT_COST_H
+
+#include <stdint.h>
+
+#include "spec.h"
+
+typedef struct {
+    /* Parameter counts (floats; 4 bytes each in fp32). */
+    int64_t wte;          /* token table V*D */
+    int64_t wpe;          /* learned position table max_pos*D; 0 with rope */
+    int64_t value_embeds; /* V*(n_kv_head*hd) per value-embedding layer */
+    int64_t blocks;       /* every per-layer matrix, ve_gate included */
+    int64_t lm_head;      /* V*D; 0 when tied to the token table */
+    int64_t scalars;      /* resid_lambdas + x0_lambdas = 2*depth */
+    int64_t total;
+    /* Training FLOPs per token (forward + backward), see cost.c. */
+    double flops_per_token;
+    /* Leading multiply-accumulate counts of one forward over B rows of
+     * T = seq_len tokens. */
+    double mac_proj_ffn; /* q, k, v, output projection, MLP */
+    double mac_attn;     /* QK^T and AV over the full T x T square */
+    double mac_lm_head;  /* final projection to V logits */
+} cost_t;
+
+/* Fill out for model m (validated, vocab_size > 0) and batch rows B. */
+void cost_compute(const spec_model_t *m, int B, cost_t *out);
+
+#endif

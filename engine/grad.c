@@ -1,0 +1,241 @@
+/* grad.c - `nightshift grad`: the loss and every gradient of one batch.
+ *
+ *     nightshift grad --spec SPEC.json --checkpoint W.safetensors
+ *                     --tokens BATCH.bin [--out GRADS.safetensors]
+ *
+ * Loads the weights, runs one forward (evaluation mode: no dropout) and one
+ * backward over the batch, prints `loss: <float>` and optionally writes the
+ * gradients as a safetensors file with the weights' names and shapes. This is
+ * how another engine (PyTorch, a GPU port) is checked against this one.
+ *
+ * BATCH.bin holds B rows of seq_len+1 little-endian int32 token ids: a row's
+ * first seq_len ids are the inputs, its last seq_len the targets (-1 = no
+ * target at that position). */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "blas.h"
+#include "ckpt.h"
+#include "cli.h"
+#include "gpt.h"
+#include "spec.h"
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: nightshift grad --spec SPEC.json --checkpoint W.safetensors\n"
+                 "                       --tokens BATCH.bin [--out GRADS.safetensors]\n"
+                 "\n"
+                 "Runs one forward and backward pass of the spec's model with the given weights\n"
+                 "over BATCH.bin (B rows of seq_len+1 little-endian int32 ids: inputs are a row's\n"
+                 "first seq_len ids, targets its last seq_len, -1 = ignored) and prints the mean\n"
+                 "loss as `loss: <value>`. With --out, writes d(loss)/d(param) for every tensor\n"
+                 "as safetensors. The spec must give model.vocab_size.\n");
+}
+
+/* Reads BATCH.bin into a malloc'd array of row-major (B, T+1) ids (caller
+ * frees *ids) and sets *rows = B. Returns 0 or -1 with err. */
+static int read_tokens(const char *path, int T, int32_t **ids, int *rows, char *err,
+                       size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *raw = NULL;
+    int32_t *out = NULL;
+    if (!f) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s is not a regular file", path);
+        goto fail;
+    }
+    size_t row_bytes = 4 * ((size_t)T + 1);
+    size_t size = (size_t)st.st_size;
+    if (size == 0 || size % row_bytes != 0 || size / row_bytes > INT32_MAX / ((size_t)T + 1)) {
+        snprintf(err, errlen,
+                 "%s: size %zu bytes is not a positive multiple of %zu (rows of seq_len+1 = %d "
+                 "int32 ids)",
+                 path, size, row_bytes, T + 1);
+        goto fail;
+    }
+    raw = malloc(size);
+    out = malloc(size);
+    if (!raw || !out) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        goto fail;
+    }
+    if (fread(raw, 1, size, f) != size) {
+        snprintf(err, errlen, "%s: short read", path);
+        goto fail;
+    }
+    for (size_t i = 0; i < size / 4; i++) {
+        uint32_t u = (uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 |
+                     (uint32_t)raw[4 * i + 2] << 16 | (uint32_t)raw[4 * i + 3] << 24;
+        memcpy(&out[i], &u, 4);
+    }
+    free(raw);
+    fclose(f);
+    *ids = out;
+    *rows = (int)(size / row_bytes);
+    return 0;
+fail:
+    free(raw);
+    free(out);
+    if (f) fclose(f);
+    return -1;
+}
+
+/* Splits the (B, T+1) rows into inputs and targets (each (B, T), malloc'd into
+ * *in and *tg, caller frees) and checks every id's range. */
+static int split_rows(const int32_t *ids, int B, int T, int V, const char *path, int **in, int **tg,
+                      char *err, size_t errlen) {
+    size_t n = (size_t)B * T;
+    *in = malloc(n * sizeof **in);
+    *tg = malloc(n * sizeof **tg);
+    if (!*in || !*tg) {
+        snprintf(err, errlen, "out of memory for %d x %d tokens", B, T);
+        goto fail;
+    }
+    for (int b = 0; b < B; b++) {
+        const int32_t *row = ids + (size_t)b * (T + 1);
+        for (int j = 0; j <= T; j++) {
+            int32_t id = row[j];
+            int is_input = j<T, is_target = j> 0;
+            /* Position 0 is only an input; position T only a target. */
+            int ok = id >= 0 ? id < V : (id == -1 && !is_input);
+            if (!ok) {
+                snprintf(err, errlen,
+                         "%s: token id %d at row %d, position %d is out of range [0, %d)%s", path,
+                         (int)id, b, j, V, is_input ? "" : " (targets may also be -1)");
+                goto fail;
+            }
+            if (is_input) (*in)[(size_t)b * T + j] = id;
+            if (is_target) (*tg)[(size_t)b * T + j - 1] = id;
+        }
+    }
+    return 0;
+fail:
+    free(*in);
+    free(*tg);
+    *in = *tg = NULL;
+    return -1;
+}
+
+/* Value of option `name` at argv[*i] ("--name V" or "--name=V"), advancing *i;
+ * NULL if argv[*i] is not that option. Sets *missing when the value is absent. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing) {
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0) return NULL;
+    if (argv[*i][n] == '=') return argv[*i] + n + 1;
+    if (argv[*i][n] != '\0') return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int grad_main(int argc, char **argv) {
+    const char *spec_path = NULL, *ckpt_path = NULL, *tokens_path = NULL, *out_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if ((v = opt_value(argc, argv, &i, "--spec", &missing))) {
+            spec_path = v;
+        } else if ((v = opt_value(argc, argv, &i, "--checkpoint", &missing))) {
+            ckpt_path = v;
+        } else if ((v = opt_value(argc, argv, &i, "--tokens", &missing))) {
+            tokens_path = v;
+        } else if ((v = opt_value(argc, argv, &i, "--out", &missing))) {
+            out_path = v;
+        } else {
+            fprintf(stderr, "grad: %s %s\n", missing ? "missing value for" : "unknown argument",
+                    argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!spec_path || !ckpt_path || !tokens_path) {
+        fprintf(stderr, "grad: --spec, --checkpoint and --tokens are required\n");
+        usage(stderr);
+        return 2;
+    }
+
+    char err[512];
+    spec_t spec;
+    gpt_t *m = NULL;
+    int32_t *ids = NULL;
+    int *in = NULL, *tg = NULL;
+    int spec_loaded = 0, B = 0;
+
+    if (spec_load(spec_path, &spec, err, sizeof err) != 0) {
+        /* spec_load names the file itself when it cannot read it. */
+        if (!strncmp(err, spec_path, strlen(spec_path)))
+            fprintf(stderr, "grad: %s\n", err);
+        else
+            fprintf(stderr, "grad: %s: %s\n", spec_path, err);
+        goto fail;
+    }
+    spec_loaded = 1;
+    const spec_model_t *cfg = &spec.model;
+    if (cfg->vocab_size <= 0) {
+        fprintf(stderr, "grad: model.vocab_size is required (no dataset to take it from)\n");
+        goto fail;
+    }
+    const int T = cfg->seq_len, V = cfg->vocab_size;
+    if (read_tokens(tokens_path, T, &ids, &B, err, sizeof err) != 0 ||
+        split_rows(ids, B, T, V, tokens_path, &in, &tg, err, sizeof err) != 0) {
+        fprintf(stderr, "grad: %s\n", err);
+        goto fail;
+    }
+    blas_set_threads(spec.resources.threads); /* as `train` does: 0 = every CPU */
+    m = gpt_new(cfg, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "grad: %s\n", err);
+        goto fail;
+    }
+    if (ckpt_load(m, ckpt_path, err, sizeof err) != 0) {
+        fprintf(stderr, "grad: %s\n", err);
+        goto fail;
+    }
+    gpt_zero_grad(m);
+    float loss = gpt_forward(m, in, tg, B, T, GPT_EVAL);
+    if (isnan(loss)) {
+        fprintf(stderr, "grad: forward pass gave NaN (out of memory, or non-finite weights)\n");
+        goto fail;
+    }
+    gpt_backward(m, 1.0f);
+    printf("loss: %.9g\n", loss);
+    fflush(stdout);
+
+    if (out_path) {
+        char meta[256];
+        snprintf(meta, sizeof meta,
+                 "{\"format\":\"nightshift-grads\",\"loss\":\"%.9g\",\"batch_rows\":\"%d\","
+                 "\"seq_len\":\"%d\"}",
+                 loss, B, T);
+        if (ckpt_write(m, m->grads, meta, out_path, err, sizeof err) != 0) {
+            fprintf(stderr, "grad: %s\n", err);
+            goto fail;
+        }
+    }
+    gpt_free(m);
+    free(ids);
+    free(in);
+    free(tg);
+    spec_free(&spec);
+    return 0;
+fail:
+    gpt_free(m);
+    free(ids);
+    free(in);
+    free(tg);
+    if (spec_loaded) spec_free(&spec);
+    return 1;
+}

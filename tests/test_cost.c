@@ -1,0 +1,365 @@
+/* test_cost.c - analytic parameter / FLOP / MAC counts (cost_compute) and the
+ * `nightshift cost` command, checked against hand counts, scaling laws and
+ * gpt_new's tensor table. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cost.h"
+#include "gpt.h"
+#include "spec.h"
+
+static char tmpdir[256];
+
+static void setup(void) {
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/nightshift-cost-XXXXXX", base && *base ? base : "/tmp");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void teardown(void) {
+    DIR *d = opendir(tmpdir);
+    if (!d) return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(tmpdir);
+}
+
+TestSuite(cost, .init = setup, .fini = teardown);
+
+/* Parses a spec from JSON text; the test fails on a parse error. */
+static void parse(const char *json, spec_t *s) {
+    char err[SPEC_ERR_LEN] = "";
+    cr_assert_eq(spec_parse(json, strlen(json), s, err, sizeof err), 0, "%s\n%s", err, json);
+}
+
+/* A spec with the given model fields (JSON members without braces). */
+static void model_spec(const char *fields, spec_t *s) {
+    char json[1024];
+    /* The train section only has to be valid: every seq_len here divides it. */
+    snprintf(json, sizeof json,
+             "{\"model\":{%s},\"train\":{\"batch_size\":1,\"total_batch_tokens\":65536}}", fields);
+    parse(json, s);
+}
+
+static cost_t cost_of(const char *fields, int B) {
+    spec_t s;
+    model_spec(fields, &s);
+    cost_t c;
+    cost_compute(&s.model, B, &c);
+    spec_free(&s);
+    return c;
+}
+
+#define GPT2_SMALL                                                                                 \
+    "\"vocab_size\":50257,\"depth\":12,\"n_embd\":768,\"n_head\":12,\"n_kv_head\":12,"             \
+    "\"seq_len\":1024,\"pos\":\"learned\",\"max_pos\":1024"
+
+Test(cost, gpt2_sized_example) {
+    cost_t c = cost_of(GPT2_SMALL, 16);
+    cr_assert_eq(c.wte, 38597376);
+    cr_assert_eq(c.wpe, 786432);
+    cr_assert_eq(c.lm_head, 38597376);
+    cr_assert_eq(c.scalars, 24);
+    cr_assert_eq(c.total, c.wte + c.wpe + c.value_embeds + c.blocks + c.lm_head + c.scalars);
+    /* MHA, relu2 (r = 4): (4 + 2r) * B*T*D^2*depth. */
+    cr_assert_eq(c.mac_proj_ffn, 12.0 * 16 * 1024 * 768.0 * 768 * 12);
+    cr_assert_eq(c.mac_attn, 2.0 * 16 * 1024 * 1024 * 768 * 12);
+    cr_assert_eq(c.mac_lm_head, 16.0 * 1024 * 768 * 50257);
+}
+
+Test(cost, hand_count_small_config) {
+    /* V=100 D=16 L=2, 4 heads (hd 4), 2 kv heads, swiglu ratio 2 (hidden 32),
+     * ve on layer 1 only (alternate, depth 2), C = 8, rope, untied. */
+    cost_t c = cost_of("\"vocab_size\":100,\"depth\":2,\"n_embd\":16,\"n_head\":4,"
+                       "\"n_kv_head\":2,\"mlp\":\"swiglu\",\"mlp_ratio\":2,\"seq_len\":8,"
+                       "\"ve_gate_channels\":8,\"window_pattern\":\"L\"",
+                       3);
+    int64_t per_block = 16 * 16 + 2 * (8 * 16) + 16 * 16 + 64 * 16 + 16 * 32; /* 2304 */
+    cr_assert_eq(c.wte, 1600);
+    cr_assert_eq(c.wpe, 0);
+    cr_assert_eq(c.value_embeds, 100 * 8);
+    cr_assert_eq(c.blocks, 2 * per_block + 2 * 8);
+    cr_assert_eq(c.lm_head, 1600);
+    cr_assert_eq(c.scalars, 4);
+    cr_assert_eq(c.total, 1600 + 800 + 2 * per_block + 16 + 1600 + 4);
+    /* 6 * (blocks + lm_head) + 12 * n_head * hd * T per layer (full windows). */
+    cr_assert_eq(c.flops_per_token, 6.0 * (2 * per_block + 16 + 1600) + 2 * 12.0 * 16 * 8);
+    cr_assert_eq(c.mac_proj_ffn, 3.0 * 8 * 2 * per_block);
+    cr_assert_eq(c.mac_attn, 2.0 * 3 * 8 * 8 * 16 * 2);
+    cr_assert_eq(c.mac_lm_head, 3.0 * 8 * 16 * 100);
+}
+
+Test(cost, sliding_windows_cut_attention_flops) {
+    /* D 256 = n_head * hd; SSSL: three layers see seq_len/2 keys, the last all 64. */
+    cost_t full =
+        cost_of("\"vocab_size\":64,\"depth\":4,\"seq_len\":64,\"window_pattern\":\"L\"", 1);
+    cost_t sssl =
+        cost_of("\"vocab_size\":64,\"depth\":4,\"seq_len\":64,\"window_pattern\":\"SSSL\"", 1);
+    cr_assert_eq(full.total, sssl.total);
+    cr_assert_eq(full.flops_per_token - sssl.flops_per_token, 3 * 12.0 * 256 * (64 - 32),
+                 "full %g sssl %g", full.flops_per_token, sssl.flops_per_token);
+}
+
+Test(cost, doubling_width_scales_as_expected) {
+    const char *base = "\"vocab_size\":1000,\"depth\":3,\"n_head\":4,\"n_kv_head\":4,"
+                       "\"seq_len\":32,\"pos\":\"learned\",\"max_pos\":64,\"ve_layers\":\"none\"";
+    char f256[512], f512[512];
+    snprintf(f256, sizeof f256, "%s,\"n_embd\":256", base);
+    snprintf(f512, sizeof f512, "%s,\"n_embd\":512", base);
+    cost_t a = cost_of(f256, 4), b = cost_of(f512, 4);
+    cr_assert_eq(b.wte, 2 * a.wte);
+    cr_assert_eq(b.wpe, 2 * a.wpe);
+    cr_assert_eq(b.lm_head, 2 * a.lm_head);
+    cr_assert_eq(b.blocks, 4 * a.blocks);
+    cr_assert_eq(b.scalars, a.scalars);
+    cr_assert_eq(b.mac_attn, 2 * a.mac_attn);
+    cr_assert_eq(b.mac_lm_head, 2 * a.mac_lm_head);
+    cr_assert_eq(b.mac_proj_ffn, 4 * a.mac_proj_ffn);
+    /* B scales every MAC term linearly and no parameter. */
+    cost_t a8 = cost_of(f256, 8);
+    cr_assert_eq(a8.total, a.total);
+    cr_assert_eq(a8.mac_proj_ffn, 2 * a.mac_proj_ffn);
+    cr_assert_eq(a8.mac_attn, 2 * a.mac_attn);
+    cr_assert_eq(a8.mac_lm_head, 2 * a.mac_lm_head);
+}
+
+Test(cost, tied_embeddings_drop_lm_head_params_not_flops) {
+    cost_t u = cost_of("\"vocab_size\":500,\"tie_embeddings\":false", 2);
+    cost_t t = cost_of("\"vocab_size\":500,\"tie_embeddings\":true", 2);
+    cr_assert_eq(u.lm_head, 500 * 256);
+    cr_assert_eq(t.lm_head, 0);
+    cr_assert_eq(t.total, u.total - 500 * 256);
+    cr_assert_eq(t.flops_per_token, u.flops_per_token);
+    cr_assert_eq(t.mac_lm_head, u.mac_lm_head);
+}
+
+Test(cost, gqa_shrinks_k_and_v) {
+    /* depth 2, alternate: ve and its gate on layer 1. D=256, 8 heads, hd 32. */
+    cost_t mha = cost_of("\"vocab_size\":300,\"depth\":2,\"n_head\":8,\"n_kv_head\":8", 1);
+    cost_t gqa = cost_of("\"vocab_size\":300,\"depth\":2,\"n_head\":8,\"n_kv_head\":2", 1);
+    int64_t kv_cut = 2 /* c_k, c_v */ * (8 - 2) * 32 * 256;
+    int64_t gate_cut = (8 - 2) * 32; /* one ve_gate (n_kv_head, C=32) */
+    cr_assert_eq(mha.blocks - gqa.blocks, 2 * kv_cut + gate_cut);
+    cr_assert_eq(mha.value_embeds - gqa.value_embeds, 300 * (8 - 2) * 32);
+    cr_assert_eq(mha.mac_proj_ffn - gqa.mac_proj_ffn, 256.0 * 2 * kv_cut);
+    cr_assert_eq(mha.mac_attn, gqa.mac_attn);
+}
+
+Test(cost, gated_mlp_doubles_c_fc) {
+    const char *kinds[] = {"gelu", "swiglu", "geglu"};
+    cost_t relu = cost_of("\"vocab_size\":300,\"depth\":2,\"mlp\":\"relu2\"", 1);
+    int64_t c_fc = 4 * 256 * 256;
+    for (int i = 0; i < 3; i++) {
+        char f[128];
+        snprintf(f, sizeof f, "\"vocab_size\":300,\"depth\":2,\"mlp\":\"%s\"", kinds[i]);
+        cost_t c = cost_of(f, 1);
+        int64_t extra = i == 0 ? 0 : 2 * c_fc; /* one more c_fc per layer, 2 layers */
+        cr_assert_eq(c.blocks - relu.blocks, extra, "%s", kinds[i]);
+        cr_assert_eq(c.mac_proj_ffn - relu.mac_proj_ffn, 256.0 * (double)extra, "%s", kinds[i]);
+    }
+}
+
+/* Sums gpt_new's tensor table by kind and compares with cost_compute. */
+static void check_against_gpt(const char *fields) {
+    spec_t s;
+    model_spec(fields, &s);
+    char err[256] = "";
+    gpt_t *m = gpt_new(&s.model, err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    int64_t wte = 0, wpe = 0, ve = 0, blocks = 0, lm = 0, scalars = 0, total = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const gpt_tensor_t *t = &m->tensors[i];
+        int64_t n = (int64_t)t->numel;
+        cr_assert_eq((size_t)t->rows * t->cols, t->numel, "%s", t->name);
+        total += n;
+        switch (t->kind) {
+        case GPT_WTE:
+            wte += n;
+            break;
+        case GPT_WPE:
+            wpe += n;
+            break;
+        case GPT_VE:
+            ve += n;
+            break;
+        case GPT_LM_HEAD:
+            lm += n;
+            break;
+        case GPT_RESID:
+        case GPT_X0:
+            scalars += n;
+            break;
+        default:
+            blocks += n;
+            break;
+        }
+    }
+    cr_assert_eq((size_t)total, m->n_params, "%s", fields);
+    cost_t c;
+    cost_compute(&s.model, 1, &c);
+    cr_assert_eq(c.wte, wte, "%s", fields);
+    cr_assert_eq(c.wpe, wpe, "%s", fields);
+    cr_assert_eq(c.value_embeds, ve, "%s", fields);
+    cr_assert_eq(c.blocks, blocks, "%s", fields);
+    cr_assert_eq(c.lm_head, lm, "%s", fields);
+    cr_assert_eq(c.scalars, scalars, "%s", fields);
+    cr_assert_eq(c.total, total, "%s", fields);
+    gpt_free(m);
+    spec_free(&s);
+}
+
+Test(cost, counts_match_gpt_new) {
+    check_against_gpt("\"vocab_size\":97,\"depth\":3,\"n_embd\":48,\"n_head\":4,\"n_kv_head\":2");
+    check_against_gpt("\"vocab_size\":64,\"depth\":2,\"n_embd\":32,\"n_head\":2,"
+                      "\"pos\":\"learned\",\"seq_len\":16,\"max_pos\":40,\"tie_embeddings\":true");
+    check_against_gpt("\"vocab_size\":50,\"depth\":4,\"n_embd\":32,\"n_head\":4,"
+                      "\"mlp\":\"swiglu\",\"mlp_ratio\":3,\"ve_layers\":\"all\","
+                      "\"ve_gate_channels\":16");
+    check_against_gpt("\"vocab_size\":50,\"depth\":5,\"n_embd\":32,\"n_head\":8,\"n_kv_head\":1,"
+                      "\"mlp\":\"geglu\",\"ve_layers\":[0,3]");
+    check_against_gpt("\"vocab_size\":50,\"depth\":3,\"n_embd\":16,\"n_head\":2,"
+                      "\"mlp\":\"gelu\",\"ve_layers\":\"none\",\"ve_gate_channels\":8");
+}
+
+/* ---------------------------------------------------------- the command */
+
+/* Runs argv with stdout and stderr captured into out (NUL-terminated, at most
+ * outlen-1 bytes, both streams interleaved), killing it after timeout_s.
+ * Returns the exit code, or -1 if it did not exit normally. */
+static int run(char *const argv[], char *out, size_t outlen, int timeout_s) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/out.txt", tmpdir);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) _exit(127);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int status = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > timeout_s) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            cr_assert_fail("%s timed out after %d s", argv[0], timeout_s);
+        }
+        usleep(10000);
+    }
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    size_t n = fread(out, 1, outlen - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The binary under test (from the environment; not owned). */
+static const char *bin(void) {
+    const char *b = getenv("NIGHTSHIFT_BIN");
+    cr_assert_not_null(b, "NIGHTSHIFT_BIN is not set (run through make test)");
+    return b;
+}
+
+/* Writes json to tmpdir/name; returns the path in a static buffer. */
+static const char *write_spec(const char *name, const char *json) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs(json, f);
+    cr_assert_eq(fclose(f), 0);
+    return p;
+}
+
+/* The line of out starting with key, copied into line. */
+static void find_line(const char *out, const char *key, char *line, size_t linelen) {
+    const char *p = out;
+    size_t k = strlen(key);
+    while (p && *p) {
+        if (!strncmp(p, key, k)) {
+            const char *e = strchr(p, '\n');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            if (n >= linelen) n = linelen - 1;
+            memcpy(line, p, n);
+            line[n] = '\0';
+            return;
+        }
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    cr_assert_fail("no line starting with '%s' in:\n%s", key, out);
+}
+
+Test(cost, command_prints_the_example) {
+    const char *spec =
+        write_spec("gpt2.json", "{\"model\":{" GPT2_SMALL "},\"train\":{\"batch_size\":16,"
+                                "\"total_batch_tokens\":16384}}");
+    char out[8192], line[256];
+    char *argv[] = {(char *)bin(), "cost", (char *)spec, NULL};
+    cr_assert_eq(run(argv, out, sizeof out, 30), 0, "%s", out);
+    find_line(out, "token parameters:", line, sizeof line);
+    cr_assert_not_null(strstr(line, " 38,597,376  (154,389,504 bytes)"), "%s", line);
+    find_line(out, "position parameters:", line, sizeof line);
+    cr_assert_not_null(strstr(line, " 786,432  (3,145,728 bytes)"), "%s", line);
+    find_line(out, "lm_head parameters:", line, sizeof line);
+    cr_assert_not_null(strstr(line, " 38,597,376 "), "%s", line);
+    find_line(out, "scalar parameters:", line, sizeof line);
+    cr_assert_not_null(strstr(line, " 24  (96 bytes)"), "%s", line);
+    find_line(out, "forward batch rows (B):", line, sizeof line);
+    cr_assert_not_null(strstr(line, " 16"), "%s", line);
+    /* 2*B*T*T*D*depth = 2*16*1024*1024*768*12 */
+    find_line(out, "attention-pair MACs:", line, sizeof line);
+    cr_assert_not_null(strstr(line, " 309,237,645,312 "), "%s", line);
+    for (const char *k = out; *k; k++) cr_assert(*k != '\t');
+
+    /* --batch overrides train.batch_size. */
+    char *argv2[] = {(char *)bin(), "cost", (char *)spec, "--batch", "2", NULL};
+    cr_assert_eq(run(argv2, out, sizeof out, 30), 0, "%s", out);
+    find_line(out, "attention-pair MACs:", line, sizeof line);
+    cr_assert_not_null(strstr(line, " 38,654,705,664 "), "%s", line);
+}
+
+Test(cost, command_errors) {
+    char out[8192];
+    const char *spec = write_spec("novocab.json", "{\"model\":{\"depth\":2}}");
+    char *argv[] = {(char *)bin(), "cost", (char *)spec, NULL};
+    cr_assert_eq(run(argv, out, sizeof out, 30), 1, "%s", out);
+    cr_assert_not_null(
+        strstr(out, "cost: model.vocab_size is required (no dataset to take it from)"), "%s", out);
+
+    const char *bad = write_spec("bad.json", "{\"model\":{\"vocab_size\":10,\"n_head\":7}}");
+    char *argv2[] = {(char *)bin(), "cost", (char *)bad, NULL};
+    cr_assert_eq(run(argv2, out, sizeof out, 30), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "model.n_head"), "%s", out);
+
+    char *argv3[] = {(char *)bin(), "cost", (char *)spec, "--batch", "0", NULL};
+    cr_assert_eq(run(argv3, out, sizeof out, 30), 2, "%s", out);
+    char *argv4[] = {(char *)bin(), "cost", NULL};
+    cr_assert_eq(run(argv4, out, sizeof out, 30), 2, "%s", out);
+    char *argv5[] = {(char *)bin(), "cost", "--help", NULL};
+    cr_assert_eq(run(argv5, out, sizeof out, 30), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "usage: nightshift cost"), "%s", out);
+}
