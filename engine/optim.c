@@ -1,0 +1,408 @@
+/* optim.c - AdamW, Muon (polar express + NorMuon + cautious weight decay), the
+ * LR/momentum/weight-decay schedules, and the grouped optimizer over a gpt_t.
+ *
+ * The update rules follow autoresearch's train.py (adamw_step_fused,
+ * muon_step_fused, setup_optimizer, get_lr_multiplier, get_muon_momentum,
+ * get_weight_decay). One deliberate difference: autoresearch runs the
+ * polar-express iteration in bfloat16 on the GPU; here everything, including
+ * that iteration, is float32 on the CPU. Muon's matrix products go through
+ * cblas_sgemm. autoresearch stacks same-shape matrices and updates them
+ * together; every quantity in its Muon step is per matrix (the norms and sums
+ * run over dims (-2, -1) of each stacked matrix), so updating one matrix at a
+ * time is the same computation. */
+#include "optim.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Polar-express coefficients (a, b, c) of the five published iterations. */
+static const float polar_express_coeffs[5][3] = {
+    {8.156554524902461f, -22.48329292557795f, 15.878769915207462f},
+    {4.042929935166739f, -2.808917465908714f, 0.5000178451051316f},
+    {3.8916678022926607f, -2.772484153217685f, 0.5060648178503393f},
+    {3.285753657755655f, -2.3681294933425376f, 0.46449024233003106f},
+    {2.3465413258596377f, -1.7097828382687081f, 0.42323551169305323f},
+};
+#define OPTIM_MAX_NS_STEPS 5
+
+/* AdamW epsilon of every group (autoresearch's setup_optimizer). */
+#define OPTIM_ADAM_EPS 1e-10
+
+/* a + w*(b - a), evaluated as PyTorch's CPU lerp does (the form depends on w). */
+static inline float lerpf(float a, float b, float w) {
+    return fabsf(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
+}
+
+/* ---------------------------------------------------------------- AdamW */
+
+void optim_adamw_step(float *p, const float *g, float *m, float *v, size_t n, int step, float lr,
+                      float beta1, float beta2, float eps, float wd) {
+    const float w1 = 1.0f - beta1, w2 = 1.0f - beta2;
+    const float bias1 = 1.0f - powf(beta1, (float)step);
+    const float bias2 = 1.0f - powf(beta2, (float)step);
+    const float step_size = lr / bias1;
+    const float decay = 1.0f - lr * wd;
+    for (size_t i = 0; i < n; i++) {
+        const float gi = g[i];
+        const float pi = p[i] * decay;
+        const float mi = lerpf(m[i], gi, w1);
+        const float vi = lerpf(v[i], gi * gi, w2);
+        const float denom = sqrtf(vi / bias2) + eps;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - step_size * (mi / denom);
+    }
+}
+
+/* ----------------------------------------------------------------- Muon */
+
+/* Scratch layout for a (rows, cols) matrix with s = min(rows, cols):
+ *   A (s, s) Gram matrix, B (s, s) polynomial in A, Y (rows, cols) next
+ *   iterate, fs (max(rows, cols)) NorMuon per-row or per-column scale. */
+size_t optim_muon_work_floats(int rows, int cols) {
+    const size_t r = (size_t)rows, c = (size_t)cols;
+    const size_t s = r < c ? r : c, l = r < c ? c : r;
+    return 2 * s * s + r * c + l;
+}
+
+/* X <- polar-express approximation of the orthogonal polar factor of X
+ * (rows, cols), computed on the smaller Gram side. Result left in x. */
+static void polar_express(float *x, int rows, int cols, int ns_steps, float *work) {
+    const int tall = rows > cols;
+    const int s = tall ? cols : rows;
+    const size_t n = (size_t)rows * cols;
+    float *A = work, *B = A + (size_t)s * s, *Y = B + (size_t)s * s;
+    float *X = x;
+    for (int k = 0; k < ns_steps; k++) {
+        const float a = polar_express_coeffs[k][0], b = polar_express_coeffs[k][1],
+                    c = polar_express_coeffs[k][2];
+        if (tall) /* A = X^T X, (cols, cols) */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, s, rows, 1.0f, X, cols, X, cols,
+                        0.0f, A, s);
+        else /* A = X X^T, (rows, rows) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, cols, 1.0f, X, cols, X, cols,
+                        0.0f, A, s);
+        /* B = b*A + c*(A @ A) */
+        for (size_t i = 0; i < (size_t)s * s; i++) B[i] = b * A[i];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, c, A, s, A, s, 1.0f, B, s);
+        /* Y = a*X + X @ B (tall) or a*X + B @ X (wide or square) */
+        for (size_t i = 0; i < n; i++) Y[i] = a * X[i];
+        if (tall)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, cols, 1.0f, X, cols,
+                        B, s, 1.0f, Y, cols);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, rows, 1.0f, B, s, X,
+                        cols, 1.0f, Y, cols);
+        float *t = X;
+        X = Y;
+        Y = t;
+    }
+    if (X != x) memcpy(x, X, n * sizeof *x);
+}
+
+int optim_muon_step(float *p, float *g, float *momentum_buf, float *second_buf, int rows, int cols,
+                    float momentum, float lr, float wd, float beta2, int ns_steps, float *work) {
+    if (ns_steps < 0 || ns_steps > OPTIM_MAX_NS_STEPS || rows <= 0 || cols <= 0) return -1;
+    const size_t n = (size_t)rows * cols;
+    const size_t s = (size_t)(rows < cols ? rows : cols);
+
+    /* Nesterov momentum: buf = lerp(buf, g, 1-mu); g = lerp(g, buf, mu). */
+    const float wm = 1.0f - momentum;
+    for (size_t i = 0; i < n; i++) {
+        momentum_buf[i] = lerpf(momentum_buf[i], g[i], wm);
+        g[i] = lerpf(g[i], momentum_buf[i], momentum);
+    }
+
+    /* X = g / (||g||_F * 1.02 + 1e-6) */
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
+    const float denom = sqrtf((float)ss) * 1.02f + 1e-6f;
+    for (size_t i = 0; i < n; i++) g[i] /= denom;
+
+    polar_express(g, rows, cols, ns_steps, work);
+
+    /* NorMuon. rows >= cols: v_mean is the mean of g^2 over each row (the
+     * reduced dim is the last, of size cols), one entry per row; otherwise the
+     * mean over each column (dim -2, size rows), one entry per column. */
+    const int per_row = rows >= cols;
+    const int nv = per_row ? rows : cols;
+    const int red = per_row ? cols : rows;
+    float *fs = work + 2 * s * s + n; /* v_mean, then the final scale */
+    if (per_row) {
+        for (int r = 0; r < rows; r++) {
+            double acc = 0.0;
+            for (int c = 0; c < cols; c++)
+                acc += (double)g[(size_t)r * cols + c] * g[(size_t)r * cols + c];
+            fs[r] = (float)(acc / red);
+        }
+    } else {
+        for (int c = 0; c < cols; c++) {
+            double acc = 0.0;
+            for (int r = 0; r < rows; r++)
+                acc += (double)g[(size_t)r * cols + c] * g[(size_t)r * cols + c];
+            fs[c] = (float)(acc / red);
+        }
+    }
+    /* v_norm = sqrt(sum(v_mean) * red): the Frobenius norm of g.
+     * v_norm_new: the same after scaling by step_size = rsqrt(second_buf). */
+    const float w2 = 1.0f - beta2;
+    double vsum = 0.0, scaled_sum = 0.0;
+    for (int j = 0; j < nv; j++) {
+        const float vm = fs[j];
+        vsum += vm;
+        second_buf[j] = lerpf(second_buf[j], vm, w2);
+        const float step_size = 1.0f / sqrtf(fmaxf(second_buf[j], 1e-10f));
+        scaled_sum += (double)(vm * (float)red) * step_size * step_size;
+        fs[j] = step_size; /* v_mean[j] is no longer needed */
+    }
+    const float v_norm = sqrtf((float)vsum * (float)red);
+    const float v_norm_new = sqrtf((float)scaled_sum);
+    const float ratio = v_norm / fmaxf(v_norm_new, 1e-10f);
+    for (int j = 0; j < nv; j++) fs[j] *= ratio;
+    for (int r = 0; r < rows; r++) {
+        float *gr = g + (size_t)r * cols;
+        if (per_row)
+            for (int c = 0; c < cols; c++) gr[c] *= fs[r];
+        else
+            for (int c = 0; c < cols; c++) gr[c] *= fs[c];
+    }
+
+    /* Cautious weight decay: decay only where the update and the parameter
+     * agree in sign. p -= lr*u + lr*wd*p*(u*p >= 0). */
+    const float lr_wd = lr * wd;
+    for (size_t i = 0; i < n; i++) {
+        float d = lr * g[i];
+        if (g[i] * p[i] >= 0.0f) d += lr_wd * p[i];
+        p[i] -= d;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ schedules */
+
+static double clamp01(double x) {
+    return x < 0.0 ? 0.0 : x > 1.0 ? 1.0 : x;
+}
+
+double optim_lr_multiplier(double progress, double warmup_ratio, double warmdown_ratio,
+                           double final_lr_frac) {
+    progress = clamp01(progress);
+    if (progress < warmup_ratio) return warmup_ratio > 0.0 ? progress / warmup_ratio : 1.0;
+    if (progress < 1.0 - warmdown_ratio) return 1.0;
+    if (warmdown_ratio <= 0.0) return 1.0; /* only progress == 1 gets here */
+    const double cooldown = (1.0 - progress) / warmdown_ratio;
+    return cooldown * 1.0 + (1.0 - cooldown) * final_lr_frac;
+}
+
+double optim_muon_momentum(int step, double start, double end, int ramp_steps) {
+    double frac = ramp_steps > 0 ? (double)step / ramp_steps : 1.0;
+    frac = clamp01(frac);
+    return (1.0 - frac) * start + frac * end;
+}
+
+double optim_weight_decay(double progress, double wd) {
+    return wd * (1.0 - clamp01(progress));
+}
+
+/* ------------------------------------------------- the grouped optimizer */
+
+struct optim {
+    int n;                 /* tensors, = the model's n_tensors */
+    optim_param_t *params; /* n entries: how each tensor is updated */
+    size_t *state_off;     /* n entries: offset of each tensor's state in state */
+    float *state;          /* AdamW: m then v (numel each); Muon: momentum (numel)
+                            * then the NorMuon second moment (rows or cols) */
+    size_t state_floats;
+    float *work; /* Muon scratch: a gradient copy + optim_muon_work_floats */
+    size_t work_floats;
+    int ns_steps;
+    float muon_beta2;
+};
+
+static int is_muon_kind(gpt_tensor_kind k) {
+    switch (k) {
+    case GPT_ATTN_Q:
+    case GPT_ATTN_K:
+    case GPT_ATTN_V:
+    case GPT_ATTN_PROJ:
+    case GPT_VE_GATE:
+    case GPT_MLP_FC:
+    case GPT_MLP_PROJ:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Floats of NorMuon second moment for a (rows, cols) matrix. */
+static size_t muon_second_floats(int rows, int cols) {
+    return (size_t)(rows >= cols ? rows : cols);
+}
+
+static int check_beta(const char *name, double b, char *err, size_t errlen) {
+    if (!(b >= 0.0 && b < 1.0)) {
+        snprintf(err, errlen, "train.%s: %g is not in [0, 1)", name, b);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_lr(const char *name, double lr, char *err, size_t errlen) {
+    if (!(lr >= 0.0 && isfinite(lr))) {
+        snprintf(err, errlen, "train.%s: %g is not a finite non-negative learning rate", name, lr);
+        return -1;
+    }
+    return 0;
+}
+
+optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t errlen) {
+    optim_t *o = NULL;
+    if (m->cfg.n_embd <= 0) {
+        snprintf(err, errlen, "optim: model width %d is not positive", m->cfg.n_embd);
+        goto fail;
+    }
+    if (check_lr("matrix_lr", tr->matrix_lr, err, errlen) ||
+        check_lr("embedding_lr", tr->embedding_lr, err, errlen) ||
+        check_lr("value_embedding_lr", tr->value_embedding_lr, err, errlen) ||
+        check_lr("unembedding_lr", tr->unembedding_lr, err, errlen) ||
+        check_lr("scalar_lr", tr->scalar_lr, err, errlen) ||
+        check_beta("adam_beta1", tr->adam_beta1, err, errlen) ||
+        check_beta("adam_beta2", tr->adam_beta2, err, errlen) ||
+        check_beta("x0_beta1", tr->x0_beta1, err, errlen) ||
+        check_beta("muon_beta2", tr->muon_beta2, err, errlen))
+        goto fail;
+    if (tr->ns_steps < 0 || tr->ns_steps > OPTIM_MAX_NS_STEPS) {
+        snprintf(err, errlen, "train.ns_steps: %d is not in 0..%d", tr->ns_steps,
+                 OPTIM_MAX_NS_STEPS);
+        goto fail;
+    }
+
+    o = calloc(1, sizeof *o);
+    if (!o) goto oom;
+    o->n = m->n_tensors;
+    o->ns_steps = tr->ns_steps;
+    o->muon_beta2 = (float)tr->muon_beta2;
+    o->params = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->params);
+    o->state_off = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->state_off);
+    if (!o->params || !o->state_off) goto oom;
+
+    /* Learning rates of the AdamW groups, tuned at width 768. */
+    const double scale = pow(m->cfg.n_embd / 768.0, -0.5);
+    int tied = 1;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].kind == GPT_LM_HEAD) tied = 0;
+
+    for (int i = 0; i < m->n_tensors; i++) {
+        const gpt_tensor_t *t = &m->tensors[i];
+        optim_param_t *q = &o->params[i];
+        q->beta1 = tr->adam_beta1;
+        q->beta2 = tr->adam_beta2;
+        q->eps = OPTIM_ADAM_EPS;
+        q->wd = 0.0;
+        o->state_off[i] = o->state_floats;
+        if (is_muon_kind(t->kind)) {
+            if (t->ndim != 2 || t->rows <= 0 || t->cols <= 0 ||
+                (size_t)t->rows * t->cols != t->numel) {
+                snprintf(err, errlen, "optim: %s is not a (rows, cols) matrix", t->name);
+                goto fail;
+            }
+            q->kind = OPTIM_MUON;
+            q->lr = tr->matrix_lr * sqrt(fmax(1.0, (double)t->rows / t->cols));
+            q->beta2 = tr->muon_beta2;
+            q->beta1 = q->eps = 0.0;
+            o->state_floats += t->numel + muon_second_floats(t->rows, t->cols);
+            const size_t w = t->numel + optim_muon_work_floats(t->rows, t->cols);
+            if (w > o->work_floats) o->work_floats = w;
+            continue;
+        }
+        q->kind = OPTIM_ADAMW;
+        switch (t->kind) {
+        case GPT_LM_HEAD:
+            q->lr = tr->unembedding_lr * scale;
+            break;
+        case GPT_WTE:
+            /* Tied: the one table is also the output layer, the use where the
+             * learning rate matters for stability, so it takes lm_head's. */
+            q->lr = (tied ? tr->unembedding_lr : tr->embedding_lr) * scale;
+            break;
+        case GPT_WPE:
+            q->lr = tr->embedding_lr * scale;
+            break;
+        case GPT_VE:
+            q->lr = tr->value_embedding_lr * scale;
+            break;
+        case GPT_RESID:
+            q->lr = tr->scalar_lr * 0.01;
+            break;
+        case GPT_X0:
+            q->lr = tr->scalar_lr;
+            q->beta1 = tr->x0_beta1;
+            break;
+        default:
+            snprintf(err, errlen, "optim: %s has no optimizer group (kind %d)", t->name,
+                     (int)t->kind);
+            goto fail;
+        }
+        o->state_floats += 2 * t->numel;
+    }
+
+    if (o->state_floats) {
+        o->state = calloc(o->state_floats, sizeof *o->state);
+        if (!o->state) goto oom;
+    }
+    if (o->work_floats) {
+        o->work = malloc(o->work_floats * sizeof *o->work);
+        if (!o->work) goto oom;
+    }
+    return o;
+
+oom:
+    snprintf(err, errlen, "optim: out of memory");
+fail:
+    optim_free(o);
+    return NULL;
+}
+
+void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, double muon_wd) {
+    for (int i = 0; i < o->n; i++) {
+        const gpt_tensor_t *t = &m->tensors[i];
+        optim_param_t *q = &o->params[i];
+        float *p = m->params + t->offset;
+        const float *g = m->grads + t->offset;
+        float *st = o->state + o->state_off[i];
+        const float lr = (float)(q->lr * lr_mult);
+        if (q->kind == OPTIM_ADAMW) {
+            q->step++;
+            optim_adamw_step(p, g, st, st + t->numel, t->numel, q->step, lr, (float)q->beta1,
+                             (float)q->beta2, (float)q->eps, (float)q->wd);
+        } else {
+            /* Muon overwrites its gradient argument; m->grads stays as it was. */
+            float *gc = o->work;
+            memcpy(gc, g, t->numel * sizeof *gc);
+            optim_muon_step(p, gc, st, st + t->numel, t->rows, t->cols, (float)muon_momentum, lr,
+                            (float)muon_wd, o->muon_beta2, o->ns_steps, o->work + t->numel);
+        }
+    }
+}
+
+void optim_free(optim_t *o) {
+    if (!o) return;
+    free(o->params);
+    free(o->state_off);
+    free(o->state);
+    free(o->work);
+    free(o);
+}
+
+size_t optim_state_bytes(const optim_t *o) {
+    return (o->state_floats + o->work_floats) * sizeof(float) +
+           (size_t)o->n * (sizeof *o->params + sizeof *o->state_off);
+}
+
+const optim_param_t *optim_param(const optim_t *o, int i) {
+    if (i < 0 || i >= o->n) return NULL;
+    return &o->params[i];
+}

@@ -1,0 +1,521 @@
+/* test_optim.c - the optimizers and schedules (engine/optim.c).
+ *
+ * Parity: one AdamW and one Muon step against tensors from
+ * tests/torch/gen_optim_fixtures.py (tests/fixtures/optim/<case>.safetensors,
+ * found through NIGHTSHIFT_SRC). Each output must be within 1e-5 of that tensor's
+ * largest magnitude. Also: the three schedules at chosen points, the grouping
+ * (learning rate and betas per tensor) of gpt_new models, and a few hundred
+ * AdamW + Muon steps on a hand-made least-squares "model". */
+#include <criterion/criterion.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt.h"
+#include "optim.h"
+
+/* ------------------------------------------------ a tiny safetensors reader */
+
+typedef struct {
+    unsigned char *buf; /* the whole file */
+    size_t len;
+    size_t data_start; /* 8 + header length */
+    cJSON *header;
+} fixture_t;
+
+static void fixture_open(fixture_t *f, const char *name) {
+    const char *src = getenv("NIGHTSHIFT_SRC");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/optim/%s.safetensors", src ? src : ".", name);
+    memset(f, 0, sizeof *f);
+    FILE *fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "cannot open %s (is NIGHTSHIFT_SRC set?)", path);
+    fseek(fp, 0, SEEK_END);
+    long len = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    cr_assert_gt(len, 8, "%s is too short", path);
+    f->len = (size_t)len;
+    f->buf = malloc(f->len);
+    cr_assert_not_null(f->buf);
+    cr_assert_eq(fread(f->buf, 1, f->len, fp), f->len, "short read of %s", path);
+    fclose(fp);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | f->buf[i];
+    cr_assert_leq(hlen, f->len - 8, "%s: header length out of range", path);
+    f->data_start = 8 + (size_t)hlen;
+    f->header = cJSON_ParseWithLength((const char *)f->buf + 8, (size_t)hlen);
+    cr_assert_not_null(f->header, "%s: header is not JSON", path);
+}
+
+static void fixture_close(fixture_t *f) {
+    cJSON_Delete(f->header);
+    free(f->buf);
+}
+
+/* A malloc'd copy of tensor `name` (caller frees); its element count in *n. */
+static float *fixture_tensor(const fixture_t *f, const char *name, size_t *n) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(f->header, name);
+    cr_assert_not_null(t, "fixture has no tensor %s", name);
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+    cr_assert(cJSON_IsString(dtype) && !strcmp(dtype->valuestring, "F32"), "%s: not F32", name);
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    cr_assert(cJSON_IsArray(off) && cJSON_GetArraySize(off) == 2, "%s: bad offsets", name);
+    size_t b = (size_t)cJSON_GetArrayItem(off, 0)->valuedouble;
+    size_t e = (size_t)cJSON_GetArrayItem(off, 1)->valuedouble;
+    cr_assert(b <= e && e <= f->len - f->data_start && (e - b) % 4 == 0, "%s: bad range", name);
+    *n = (e - b) / 4;
+    float *x = malloc((e - b) ? (e - b) : 1);
+    cr_assert_not_null(x);
+    /* The files are little-endian, like every machine this runs on. */
+    memcpy(x, f->buf + f->data_start + b, e - b);
+    return x;
+}
+
+static float fixture_scalar(const fixture_t *f, const char *name) {
+    size_t n;
+    float *x = fixture_tensor(f, name, &n);
+    cr_assert_eq(n, 1, "%s: expected one element", name);
+    float v = x[0];
+    free(x);
+    return v;
+}
+
+/* |got - want| <= 1e-5 * max|want| everywhere. */
+static void expect_close(const char *what, const float *got, const float *want, size_t n) {
+    float maxabs = 0.0f, maxerr = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        maxabs = fmaxf(maxabs, fabsf(want[i]));
+        maxerr = fmaxf(maxerr, fabsf(got[i] - want[i]));
+    }
+    cr_assert(isfinite(maxerr) && maxerr <= 1e-5f * maxabs,
+              "%s: max |error| %g exceeds 1e-5 * max |value| %g", what, maxerr, maxabs);
+}
+
+/* ----------------------------------------------------------- kernel parity */
+
+static void check_adamw(const char *name) {
+    fixture_t f;
+    fixture_open(&f, name);
+    size_t n, n2;
+    float *p = fixture_tensor(&f, "param", &n);
+    float *g = fixture_tensor(&f, "grad", &n2);
+    cr_assert_eq(n, n2);
+    float *m = fixture_tensor(&f, "exp_avg", &n2);
+    float *v = fixture_tensor(&f, "exp_avg_sq", &n2);
+    float *p_out = fixture_tensor(&f, "param_out", &n2);
+    float *m_out = fixture_tensor(&f, "exp_avg_out", &n2);
+    float *v_out = fixture_tensor(&f, "exp_avg_sq_out", &n2);
+    cr_assert_eq(n, n2);
+    optim_adamw_step(p, g, m, v, n, (int)fixture_scalar(&f, "step"), fixture_scalar(&f, "lr"),
+                     fixture_scalar(&f, "beta1"), fixture_scalar(&f, "beta2"),
+                     fixture_scalar(&f, "eps"), fixture_scalar(&f, "wd"));
+    expect_close("param", p, p_out, n);
+    expect_close("exp_avg", m, m_out, n);
+    expect_close("exp_avg_sq", v, v_out, n);
+    free(p), free(g), free(m), free(v), free(p_out), free(m_out), free(v_out);
+    fixture_close(&f);
+}
+
+static void check_muon(const char *name, int rows, int cols) {
+    fixture_t f;
+    fixture_open(&f, name);
+    size_t n, ns;
+    float *p = fixture_tensor(&f, "param", &n);
+    cr_assert_eq(n, (size_t)rows * cols);
+    float *g = fixture_tensor(&f, "grad", &n);
+    float *buf = fixture_tensor(&f, "momentum_buffer", &n);
+    float *second = fixture_tensor(&f, "second_buffer", &ns);
+    cr_assert_eq(ns, (size_t)(rows >= cols ? rows : cols), "second buffer size");
+    float *p_out = fixture_tensor(&f, "param_out", &n);
+    float *buf_out = fixture_tensor(&f, "momentum_buffer_out", &n);
+    float *second_out = fixture_tensor(&f, "second_buffer_out", &ns);
+    float *work = malloc(optim_muon_work_floats(rows, cols) * sizeof *work);
+    cr_assert_not_null(work);
+    int rc =
+        optim_muon_step(p, g, buf, second, rows, cols, fixture_scalar(&f, "momentum"),
+                        fixture_scalar(&f, "lr"), fixture_scalar(&f, "wd"),
+                        fixture_scalar(&f, "beta2"), (int)fixture_scalar(&f, "ns_steps"), work);
+    cr_assert_eq(rc, 0);
+    expect_close("param", p, p_out, n);
+    expect_close("momentum_buffer", buf, buf_out, n);
+    expect_close("second_buffer", second, second_out, ns);
+    free(p), free(g), free(buf), free(second), free(p_out), free(buf_out), free(second_out);
+    free(work);
+    fixture_close(&f);
+}
+
+Test(optim, adamw_step1) {
+    check_adamw("adamw_step1");
+}
+Test(optim, adamw_step3) {
+    check_adamw("adamw_step3");
+}
+Test(optim, muon_tall) {
+    check_muon("muon_tall", 12, 5);
+}
+Test(optim, muon_wide) {
+    check_muon("muon_wide", 5, 12);
+}
+Test(optim, muon_square) {
+    check_muon("muon_square", 8, 8);
+}
+
+Test(optim, muon_rejects_bad_ns_steps) {
+    float p[4] = {1, 2, 3, 4}, g[4] = {1, 1, 1, 1}, b[4] = {0}, s[2] = {0};
+    float work[16];
+    cr_assert_geq(sizeof work / sizeof *work, optim_muon_work_floats(2, 2));
+    cr_assert_eq(optim_muon_step(p, g, b, s, 2, 2, 0.9f, 0.1f, 0.0f, 0.95f, 6, work), -1);
+    cr_assert_eq(optim_muon_step(p, g, b, s, 2, 2, 0.9f, 0.1f, 0.0f, 0.95f, -1, work), -1);
+    cr_assert(p[0] == 1 && p[3] == 4 && g[0] == 1 && b[0] == 0, "changed on failure");
+}
+
+/* Muon's update is close to the orthogonal polar factor of the (momentum)
+ * gradient: singular values 4, 1 and 1/4 all come out near 1 (polar express
+ * leaves them in a band around 1, not exactly at 1). The parity fixtures check
+ * the exact values; this checks the meaning. With beta2 = 1 and a constant
+ * second buffer the NorMuon scale is 1, so from p = 0 with lr = 1, wd = 0 and
+ * no momentum, p = -(polar factor). */
+Test(optim, muon_orthogonalises) {
+    enum { R = 6, C = 3 };
+    /* orthonormal columns u0, u1, u2 scaled by 4, 1, 1/4 */
+    const float u[C][R] = {{1, 1, 1, 1, 1, 1}, {1, -1, 1, -1, 1, -1}, {1, 1, -1, -1, 0, 0}};
+    const float scale[C] = {4.0f / sqrtf(6), 1.0f / sqrtf(6), 0.25f / 2};
+    float p[R * C] = {0}, g[R * C], b[R * C] = {0}, s[R], work[128];
+    cr_assert_geq(sizeof work / sizeof *work, optim_muon_work_floats(R, C));
+    for (int r = 0; r < R; r++) {
+        s[r] = 1.0f;
+        for (int c = 0; c < C; c++) g[r * C + c] = scale[c] * u[c][r];
+    }
+    cr_assert_eq(optim_muon_step(p, g, b, s, R, C, 0.0f, 1.0f, 0.0f, 1.0f, 5, work), 0);
+    double gram[C][C] = {{0}};
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < C; i++)
+            for (int j = 0; j < C; j++) gram[i][j] += (double)p[r * C + i] * p[r * C + j];
+    for (int i = 0; i < C; i++) {
+        const double sv = sqrt(gram[i][i]);
+        cr_assert(sv > 0.7 && sv < 1.3, "singular value %d: %g, expected near 1", i, sv);
+        for (int j = 0; j < i; j++)
+            cr_assert_lt(fabs(gram[i][j]), 1e-5, "columns %d, %d not orthogonal: %g", i, j,
+                         gram[i][j]);
+        /* the direction is kept: column i of -p is along u_i */
+        double dot = 0.0, un = 0.0;
+        for (int r = 0; r < R; r++) {
+            dot -= (double)p[r * C + i] * u[i][r];
+            un += u[i][r] * u[i][r];
+        }
+        cr_assert_float_eq(dot / sqrt(un), sv, 1e-5, "column %d changed direction", i);
+    }
+}
+
+/* -------------------------------------------------------------- schedules */
+
+#define EPS 1e-12
+
+Test(optim, lr_multiplier) {
+    /* autoresearch defaults: no warmup, warmdown over the last half to 0 */
+    cr_assert_float_eq(optim_lr_multiplier(0.0, 0.0, 0.5, 0.0), 1.0, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(0.3, 0.0, 0.5, 0.0), 1.0, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(0.5, 0.0, 0.5, 0.0), 1.0, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(0.75, 0.0, 0.5, 0.0), 0.5, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(1.0, 0.0, 0.5, 0.0), 0.0, EPS);
+    /* clamped progress */
+    cr_assert_float_eq(optim_lr_multiplier(1.5, 0.0, 0.5, 0.0), 0.0, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(-1.0, 0.0, 0.5, 0.0), 1.0, EPS);
+    /* warmup, then a warmdown to a final fraction */
+    cr_assert_float_eq(optim_lr_multiplier(0.0, 0.1, 0.2, 0.1), 0.0, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(0.05, 0.1, 0.2, 0.1), 0.5, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(0.1, 0.1, 0.2, 0.1), 1.0, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(0.8, 0.1, 0.2, 0.1), 1.0, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(0.9, 0.1, 0.2, 0.1), 0.55, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(1.0, 0.1, 0.2, 0.1), 0.1, EPS);
+    /* no warmdown: 1 everywhere, including progress 1 (no division by zero) */
+    cr_assert_float_eq(optim_lr_multiplier(0.99, 0.0, 0.0, 0.0), 1.0, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(1.0, 0.0, 0.0, 0.0), 1.0, EPS);
+    /* warmdown over everything */
+    cr_assert_float_eq(optim_lr_multiplier(0.0, 0.0, 1.0, 0.0), 1.0, EPS);
+    cr_assert_float_eq(optim_lr_multiplier(0.25, 0.0, 1.0, 0.0), 0.75, EPS);
+}
+
+Test(optim, muon_momentum) {
+    cr_assert_float_eq(optim_muon_momentum(0, 0.85, 0.95, 300), 0.85, EPS);
+    cr_assert_float_eq(optim_muon_momentum(150, 0.85, 0.95, 300), 0.90, EPS);
+    cr_assert_float_eq(optim_muon_momentum(300, 0.85, 0.95, 300), 0.95, EPS);
+    cr_assert_float_eq(optim_muon_momentum(10000, 0.85, 0.95, 300), 0.95, EPS);
+    cr_assert_float_eq(optim_muon_momentum(-5, 0.85, 0.95, 300), 0.85, EPS);
+    cr_assert_float_eq(optim_muon_momentum(0, 0.85, 0.95, 0), 0.95, EPS);
+}
+
+Test(optim, weight_decay) {
+    cr_assert_float_eq(optim_weight_decay(0.0, 0.2), 0.2, EPS);
+    cr_assert_float_eq(optim_weight_decay(0.25, 0.2), 0.15, EPS);
+    cr_assert_float_eq(optim_weight_decay(1.0, 0.2), 0.0, EPS);
+    cr_assert_float_eq(optim_weight_decay(2.0, 0.2), 0.0, EPS);
+    cr_assert_float_eq(optim_weight_decay(-1.0, 0.2), 0.2, EPS);
+}
+
+/* --------------------------------------------------------------- grouping */
+
+/* autoresearch's defaults, with a distinct value per learning rate so a
+ * tensor in the wrong group shows. */
+static spec_train_t train_defaults(void) {
+    spec_train_t tr;
+    memset(&tr, 0, sizeof tr);
+    tr.matrix_lr = 0.04;
+    tr.embedding_lr = 0.6;
+    tr.value_embedding_lr = 0.3;
+    tr.unembedding_lr = 0.004;
+    tr.scalar_lr = 0.5;
+    tr.weight_decay = 0.2;
+    tr.adam_beta1 = 0.8;
+    tr.adam_beta2 = 0.95;
+    tr.x0_beta1 = 0.96;
+    tr.warmdown_ratio = 0.5;
+    tr.muon_momentum_start = 0.85;
+    tr.muon_momentum_end = 0.95;
+    tr.muon_momentum_steps = 300;
+    tr.ns_steps = 5;
+    tr.muon_beta2 = 0.95;
+    return tr;
+}
+
+/* The expected group of tensor t in a model of width D. */
+static void expect_group(const optim_param_t *q, const gpt_tensor_t *t, const spec_train_t *tr,
+                         int D, int tied) {
+    const double scale = sqrt(768.0 / D);
+    double lr = -1, beta1 = tr->adam_beta1;
+    optim_kind kind = OPTIM_ADAMW;
+    switch (t->kind) {
+    case GPT_LM_HEAD:
+        lr = tr->unembedding_lr * scale;
+        break;
+    case GPT_WTE:
+        lr = (tied ? tr->unembedding_lr : tr->embedding_lr) * scale;
+        break;
+    case GPT_WPE:
+        lr = tr->embedding_lr * scale;
+        break;
+    case GPT_VE:
+        lr = tr->value_embedding_lr * scale;
+        break;
+    case GPT_RESID:
+        lr = tr->scalar_lr * 0.01;
+        break;
+    case GPT_X0:
+        lr = tr->scalar_lr;
+        beta1 = tr->x0_beta1;
+        break;
+    default:
+        kind = OPTIM_MUON;
+        lr = tr->matrix_lr * sqrt(t->rows > t->cols ? (double)t->rows / t->cols : 1.0);
+    }
+    cr_assert_not_null(q, "%s: no optimizer entry", t->name);
+    cr_assert_eq(q->kind, kind, "%s: wrong optimizer", t->name);
+    cr_assert_float_eq(q->lr, lr, 1e-12, "%s: lr %g, expected %g", t->name, q->lr, lr);
+    if (kind == OPTIM_ADAMW) {
+        cr_assert_float_eq(q->beta1, beta1, 1e-15, "%s: beta1", t->name);
+        cr_assert_float_eq(q->beta2, tr->adam_beta2, 1e-15, "%s: beta2", t->name);
+        cr_assert_float_eq(q->eps, 1e-10, 1e-20, "%s: eps", t->name);
+        cr_assert_eq(q->wd, 0.0, "%s: AdamW weight decay", t->name);
+    }
+}
+
+static spec_model_t small_model(int tied, spec_pos_kind pos) {
+    spec_model_t c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = 50;
+    c.depth = 3;
+    c.n_embd = 48;
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.head_dim = 12;
+    c.mlp_ratio = 4;
+    c.mlp_hidden = 192;
+    c.mlp = MLP_SWIGLU;
+    c.seq_len = 16;
+    c.pos = pos;
+    c.max_pos = 16;
+    c.tie_embeddings = tied;
+    c.softcap = 15;
+    strcpy(c.window_pattern, "SSL");
+    for (int l = 0; l < c.depth; l++) c.window[l] = 16;
+    strcpy(c.ve_layers, "alternate");
+    for (int l = 0; l < c.depth; l++) c.has_ve[l] = l % 2 == (c.depth - 1) % 2;
+    c.ve_gate_channels = 8;
+    return c;
+}
+
+static void check_model_groups(int tied, spec_pos_kind pos) {
+    char err[256] = "";
+    spec_model_t c = small_model(tied, pos);
+    gpt_t *m = gpt_new(&c, err, sizeof err);
+    cr_assert_not_null(m, "gpt_new: %s", err);
+    spec_train_t tr = train_defaults();
+    optim_t *o = optim_new(m, &tr, err, sizeof err);
+    cr_assert_not_null(o, "optim_new: %s", err);
+    int n_muon = 0, seen_wpe = 0;
+    size_t state = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const gpt_tensor_t *t = &m->tensors[i];
+        expect_group(optim_param(o, i), t, &tr, c.n_embd, tied);
+        n_muon += optim_param(o, i)->kind == OPTIM_MUON;
+        seen_wpe |= t->kind == GPT_WPE;
+        state += optim_param(o, i)->kind == OPTIM_MUON
+                     ? t->numel + (size_t)(t->rows >= t->cols ? t->rows : t->cols)
+                     : 2 * t->numel;
+    }
+    cr_assert_null(optim_param(o, m->n_tensors));
+    cr_assert_null(optim_param(o, -1));
+    /* 6 matrices per layer, plus a gate in each value-embedding layer */
+    int n_ve = 0;
+    for (int l = 0; l < c.depth; l++) n_ve += c.has_ve[l];
+    cr_assert_eq(n_ve, 2);
+    cr_assert_eq(n_muon, 6 * c.depth + n_ve);
+    cr_assert_eq(seen_wpe, pos == POS_LEARNED);
+    cr_assert_geq(optim_state_bytes(o), state * sizeof(float));
+    optim_free(o);
+    gpt_free(m);
+}
+
+Test(optim, groups_untied_rope) {
+    check_model_groups(0, POS_ROPE);
+}
+Test(optim, groups_tied_learned) {
+    check_model_groups(1, POS_LEARNED);
+}
+
+Test(optim, new_rejects_bad_hyperparameters) {
+    char err[256] = "";
+    spec_model_t c = small_model(0, POS_ROPE);
+    gpt_t *m = gpt_new(&c, err, sizeof err);
+    cr_assert_not_null(m, "gpt_new: %s", err);
+    spec_train_t tr = train_defaults();
+    tr.ns_steps = 6;
+    cr_assert_null(optim_new(m, &tr, err, sizeof err));
+    cr_assert(strstr(err, "ns_steps"), "message: %s", err);
+    tr = train_defaults();
+    tr.adam_beta2 = 1.0;
+    cr_assert_null(optim_new(m, &tr, err, sizeof err));
+    cr_assert(strstr(err, "adam_beta2"), "message: %s", err);
+    tr = train_defaults();
+    tr.matrix_lr = -0.1;
+    cr_assert_null(optim_new(m, &tr, err, sizeof err));
+    cr_assert(strstr(err, "matrix_lr"), "message: %s", err);
+    gpt_free(m);
+}
+
+/* ------------------------------------------------- least squares, end to end */
+
+/* A hand-made "model": y = W x + E[c] + b, with W (OUT, IN) updated by Muon,
+ * the table E (NCLS, OUT) by AdamW as a token table, and b (OUT) by AdamW as
+ * resid_lambdas. Loss = mean over samples of 0.5 * ||y - target||^2 with the
+ * targets made by a hidden (W*, E*, b*). */
+enum { IN = 16, OUT = 8, NCLS = 4, NS = 64 };
+
+typedef struct {
+    gpt_t m;
+    gpt_tensor_t t[3];
+    float x[NS][IN], target[NS][OUT];
+    int cls[NS];
+} lsq_t;
+
+static void lsq_init(lsq_t *q) {
+    memset(q, 0, sizeof *q);
+    gpt_tensor_t *t = q->t;
+    t[0] = (gpt_tensor_t){"w", GPT_MLP_FC, 0, 2, OUT, IN, 0, OUT * IN};
+    t[1] = (gpt_tensor_t){"e", GPT_WTE, -1, 2, NCLS, OUT, OUT * IN, NCLS * OUT};
+    t[2] = (gpt_tensor_t){"b", GPT_RESID, -1, 1, OUT, 1, OUT * IN + NCLS * OUT, OUT};
+    q->m.cfg.n_embd = 768; /* AdamW scale 1 */
+    q->m.n_tensors = 3;
+    q->m.tensors = t;
+    q->m.n_params = OUT * IN + NCLS * OUT + OUT;
+    q->m.params = calloc(q->m.n_params, sizeof(float));
+    q->m.grads = calloc(q->m.n_params, sizeof(float));
+    cr_assert(q->m.params && q->m.grads);
+    /* hidden parameters and data from a fixed formula (no RNG needed) */
+    float w[OUT][IN], e[NCLS][OUT], b[OUT];
+    for (int o = 0; o < OUT; o++) {
+        b[o] = 0.3f * (float)cos(o);
+        for (int i = 0; i < IN; i++) w[o][i] = 0.25f * (float)sin(1.7 * o + 0.9 * i + 0.3 * o * i);
+    }
+    for (int c = 0; c < NCLS; c++)
+        for (int o = 0; o < OUT; o++) e[c][o] = 0.5f * (float)sin(2.1 * c + 1.3 * o);
+    for (int s = 0; s < NS; s++) {
+        q->cls[s] = s % NCLS;
+        for (int i = 0; i < IN; i++) q->x[s][i] = (float)sin(0.37 * s * (i + 1) + i);
+        for (int o = 0; o < OUT; o++) {
+            float y = b[o] + e[q->cls[s]][o];
+            for (int i = 0; i < IN; i++) y += w[o][i] * q->x[s][i];
+            q->target[s][o] = y;
+        }
+    }
+}
+
+/* Loss at the current params; fills m.grads with its gradient. */
+static double lsq_loss_grad(lsq_t *q) {
+    const float *w = q->m.params, *e = w + OUT * IN, *b = e + NCLS * OUT;
+    float *gw = q->m.grads, *ge = gw + OUT * IN, *gb = ge + NCLS * OUT;
+    memset(q->m.grads, 0, q->m.n_params * sizeof(float));
+    double loss = 0.0;
+    for (int s = 0; s < NS; s++)
+        for (int o = 0; o < OUT; o++) {
+            float y = b[o] + e[q->cls[s] * OUT + o];
+            for (int i = 0; i < IN; i++) y += w[o * IN + i] * q->x[s][i];
+            const float r = y - q->target[s][o];
+            loss += 0.5 * r * r / NS;
+            gb[o] += r / NS;
+            ge[q->cls[s] * OUT + o] += r / NS;
+            for (int i = 0; i < IN; i++) gw[o * IN + i] += r * q->x[s][i] / NS;
+        }
+    return loss;
+}
+
+/* Run `steps` optimizer steps with the training schedules; returns the final
+ * loss and copies the final params into out (n_params floats) if not NULL. */
+static double lsq_run(int steps, double *first_loss, float *out) {
+    static lsq_t q; /* big-ish; static keeps it off the stack */
+    lsq_init(&q);
+    char err[256] = "";
+    spec_train_t tr = train_defaults();
+    tr.scalar_lr = 2.0; /* bias lr = 0.02 */
+    tr.embedding_lr = 0.02;
+    optim_t *o = optim_new(&q.m, &tr, err, sizeof err);
+    cr_assert_not_null(o, "optim_new: %s", err);
+    cr_assert_eq(optim_param(o, 0)->kind, OPTIM_MUON);
+    cr_assert_eq(optim_param(o, 1)->kind, OPTIM_ADAMW);
+    double loss = lsq_loss_grad(&q);
+    if (first_loss) *first_loss = loss;
+    for (int step = 0; step < steps; step++) {
+        const double progress = (double)step / steps;
+        const float g0 = q.m.grads[0];
+        optim_step(o, &q.m, optim_lr_multiplier(progress, 0.0, 0.5, 0.0),
+                   optim_muon_momentum(step, 0.85, 0.95, 300),
+                   optim_weight_decay(progress, tr.weight_decay));
+        cr_assert_eq(q.m.grads[0], g0, "optim_step changed the gradients");
+        loss = lsq_loss_grad(&q);
+        cr_assert(isfinite(loss), "loss diverged at step %d", step);
+    }
+    cr_assert_eq(optim_param(o, 1)->step, steps, "AdamW step counter");
+    if (out) memcpy(out, q.m.params, q.m.n_params * sizeof(float));
+    optim_free(o);
+    free(q.m.params);
+    free(q.m.grads);
+    return loss;
+}
+
+Test(optim, least_squares_converges) {
+    double first;
+    double last = lsq_run(400, &first, NULL);
+    cr_assert_gt(first, 0.5, "the problem should start far from the optimum (loss %g)", first);
+    cr_assert_lt(last, 1e-4 * first, "loss went from %g to only %g", first, last);
+}
+
+Test(optim, deterministic) {
+    float a[OUT * IN + NCLS * OUT + OUT], b[OUT * IN + NCLS * OUT + OUT];
+    lsq_run(50, NULL, a);
+    lsq_run(50, NULL, b);
+    cr_assert(!memcmp(a, b, sizeof a), "two identical runs differ");
+}
