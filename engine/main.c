@@ -11,8 +11,11 @@ typedef struct {
 } command_t;
 
 static const command_t commands[] = {
+    {"calibrate", calibrate_main, "measure the machine's sgemm peak (the MFU denominator)"},
     {"cost", cost_main, "parameter counts, bytes and FLOPs of a spec, without training"},
     {"grad", grad_main, "loss and every gradient of one batch (checks against other engines)"},
+    {"prep", prep_main, "train a BPE tokenizer and write a dataset from text, JSONL or dirs"},
+    {"train", train_main, "train one spec for its time budget and print the summary"},
 };
 
 static void usage(FILE *out) {

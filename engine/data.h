@@ -1,0 +1,50 @@
+/* data.h - prepared datasets: `nightshift prep` writes them, training reads them.
+ *
+ * A dataset is a directory STATE/datasets/NAME holding
+ *     tokenizer.json   the BPE tokenizer (tok.h)
+ *     token_bytes.bin  int32 LE per token id: UTF-8 bytes it stands for, 0 for specials
+ *     train.bin        uint16 LE token stream; every document is BOS + its tokens
+ *     val.bin          the same for the pinned validation documents
+ *     manifest.json    sizes, counts, the split and the sources with their SHA-256
+ * A dataset is written under a temporary name and renamed into place, so a
+ * reader never sees half of one.
+ *
+ * Ownership: data_open fills a caller-owned data_set_t whose arrays are
+ * mmapped or malloc'd; data_close releases them. The token arrays are
+ * read-only (mapped PROT_READ). */
+#ifndef NIGHTSHIFT_DATA_H
+#define NIGHTSHIFT_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DATA_MAX_TOKENS 65536 /* vocabulary incl. specials: ids must fit uint16 */
+
+typedef struct {
+    char dir[4096]; /* the dataset directory */
+    char name[256];
+    int vocab_size; /* incl. specials */
+    int n_special;
+    int bos_id;
+    const uint16_t *train, *val; /* token streams, n_train / n_val tokens */
+    size_t n_train, n_val;
+    size_t train_docs, val_docs;
+    uint64_t train_bytes, val_bytes; /* UTF-8 bytes of non-special tokens */
+    int32_t *token_bytes;            /* vocab_size entries (malloc'd) */
+    /* mmap bookkeeping */
+    void *train_map, *val_map;
+    size_t train_map_len, val_map_len;
+} data_set_t;
+
+/* A dataset name is 1-255 of [A-Za-z0-9_.-], not starting with '.'. */
+bool data_name_ok(const char *name);
+
+/* Open STATE_DIR/datasets/NAME: read manifest.json and token_bytes.bin, map
+ * train.bin and val.bin, and check that sizes match the manifest and that
+ * every id is below vocab_size. Returns 0, or -1 with err naming the file; ds
+ * then holds nothing to release. */
+int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err, size_t errlen);
+void data_close(data_set_t *ds);
+
+#endif

@@ -1,0 +1,672 @@
+/* test_data.c - `nightshift prep` and data_open: the files a dataset holds and
+ * what they must agree on (BOS per document, token bytes = document bytes,
+ * the pinned split), JSONL and directory inputs, and every refused input,
+ * which must leave neither a dataset nor a temporary directory behind.
+ *
+ * prep_main runs in-process (Criterion gives each test its own process); one
+ * test also runs the built binary named by NIGHTSHIFT_BIN. */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "data.h"
+#include "tok.h"
+
+/* ---- helpers -------------------------------------------------------------------- */
+
+static char *tmpdir_new(void) {
+    const char *base = getenv("TMPDIR");
+    char *p;
+    cr_assert(asprintf(&p, "%s/nightshift-data-XXXXXX", base && *base ? base : "/tmp") > 0);
+    cr_assert_not_null(mkdtemp(p));
+    return p;
+}
+
+static void tmpdir_remove(char *dir) {
+    char *cmd;
+    cr_assert(asprintf(&cmd, "chmod -R u+rwx '%s'; rm -rf '%s'", dir, dir) > 0);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+    free(dir);
+}
+
+static char *pathf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *p;
+    cr_assert(vasprintf(&p, fmt, ap) > 0);
+    va_end(ap);
+    return p;
+}
+
+static void write_file(const char *dir, const char *rel, const void *data, size_t len) {
+    char *p = pathf("%s/%s", dir, rel);
+    /* Create parent directories. */
+    for (char *s = p + strlen(dir) + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        mkdir(p, 0777);
+        *s = '/';
+    }
+    FILE *f = fopen(p, "wb");
+    cr_assert_not_null(f, "%s", p);
+    cr_assert_eq(fwrite(data, 1, len, f), len);
+    fclose(f);
+    free(p);
+}
+
+static void write_str(const char *dir, const char *rel, const char *s) {
+    write_file(dir, rel, s, strlen(s));
+}
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    buf[n] = 0;
+    *len = (size_t)n;
+    return buf;
+}
+
+/* Run prep_main with the given arguments (NULL-terminated), stdout discarded
+ * and stderr captured into *err_out (caller frees). Returns its exit code. */
+static int run_prep(const char *work, char **err_out, ...) {
+    const char *argv[64] = {"prep"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, err_out);
+    const char *a;
+    while ((a = va_arg(ap, const char *))) argv[argc++] = a;
+    va_end(ap);
+    char *errpath = pathf("%s/stderr.txt", work);
+    fflush(stdout);
+    fflush(stderr);
+    int saved_out = dup(1), saved_err = dup(2);
+    int fe = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fn = open("/dev/null", O_WRONLY);
+    cr_assert(fe >= 0 && fn >= 0 && saved_out >= 0 && saved_err >= 0);
+    dup2(fn, 1);
+    dup2(fe, 2);
+    int rc = prep_main(argc, (char **)argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved_out, 1);
+    dup2(saved_err, 2);
+    close(saved_out);
+    close(saved_err);
+    close(fe);
+    close(fn);
+    size_t len;
+    char *text = read_all(errpath, &len);
+    unlink(errpath);
+    free(errpath);
+    if (err_out)
+        *err_out = text;
+    else
+        free(text);
+    return rc;
+}
+
+/* The number of entries in dir (an absent directory has none); the first
+ * one's name goes to first when it is not NULL. */
+static int count_entries(const char *dir, char *first, size_t firstlen) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (!n && first) snprintf(first, firstlen, "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static cJSON *load_json(const char *path) {
+    size_t len;
+    char *text = read_all(path, &len);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(j, "%s is not JSON", path);
+    return j;
+}
+
+static double jnum(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "manifest field %s missing", key);
+    return v->valuedouble;
+}
+
+static const char *jstr(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsString(v), "manifest field %s missing", key);
+    return v->valuestring;
+}
+
+/* Ten small documents, in.d/a.txt ... in.d/sub/j.txt (sorted order), plus
+ * hidden entries that must be skipped. Returns the total bytes of the first
+ * n_train documents in *train_bytes and of the rest in *val_bytes. */
+static const char *const docs10[10][2] = {
+    {"a.txt", "hello\n"},
+    {"b.txt", "The quick brown fox jumps over the lazy dog.\n"},
+    {"c.txt", "It's 2024, and we'll test 123456 numbers; don't worry.\n"},
+    {"d.txt", "\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 text with \xf0\x9f\x98\x80 emoji\n"},
+    {"e.txt", "Invalid \xff\xfe bytes and a NUL\0 inside, still one document.\n"},
+    {"f.txt", "Paragraph one.\n\nParagraph two, with   spaces\tand tabs.\r\n"},
+    {"g.txt", "the the the the the the the the the the the the the the\n"},
+    {"sub/h.txt", "Nested directories are read after the files before them sort.\n"},
+    {"sub/i.txt", "Validation document one: the fox was quick.\n"},
+    {"sub/j.txt", "Validation document two: the dog was lazy.\n"},
+};
+
+static size_t doc_len(int i) {
+    /* e.txt holds a NUL, so lengths come from the literal, not strlen. */
+    if (i == 4)
+        return sizeof "Invalid \xff\xfe bytes and a NUL\0 inside, still one document.\n" - 1;
+    return strlen(docs10[i][1]);
+}
+
+static char *make_corpus(const char *work) {
+    char *in = pathf("%s/in.d", work);
+    for (int i = 0; i < 10; i++) {
+        char *rel = pathf("in.d/%s", docs10[i][0]);
+        write_file(work, rel, docs10[i][1], doc_len(i));
+        free(rel);
+    }
+    write_str(work, "in.d/.hidden.txt", "must not be read\n");
+    write_str(work, "in.d/sub/.git/config", "must not be read\n");
+    return in;
+}
+
+/* Split a token stream at BOS tokens and decode each document. */
+static void check_docs(const uint16_t *t, size_t n, int bos, tok_t *tok, int first_doc,
+                       int n_docs) {
+    size_t i = 0;
+    for (int d = 0; d < n_docs; d++) {
+        cr_assert(i < n && t[i] == bos, "document %d does not start with BOS", first_doc + d);
+        size_t j = ++i;
+        while (j < n && t[j] != bos) j++;
+        int32_t *ids = malloc((j - i + 1) * sizeof *ids);
+        for (size_t k = i; k < j; k++) ids[k - i] = t[k];
+        char *out, err[256];
+        size_t outlen;
+        cr_assert_eq(tok_decode(tok, ids, j - i, &out, &outlen, err, sizeof err), 0);
+        int di = first_doc + d;
+        cr_assert(outlen == doc_len(di) && !memcmp(out, docs10[di][1], outlen),
+                  "document %d decodes to something else", di);
+        free(out);
+        free(ids);
+        i = j;
+    }
+    cr_assert_eq(i, n, "tokens after the last document");
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+Test(data, name_ok) {
+    cr_assert(data_name_ok("default"));
+    cr_assert(data_name_ok("brown-4096_v1.2"));
+    cr_assert(!data_name_ok(""));
+    cr_assert(!data_name_ok(".hidden"));
+    cr_assert(!data_name_ok(".."));
+    cr_assert(!data_name_ok("a/b"));
+    cr_assert(!data_name_ok("a b"));
+    cr_assert(!data_name_ok("caf\xc3\xa9"));
+}
+
+Test(data, prep_end_to_end) {
+    char *work = tmpdir_new();
+    char *in = make_corpus(work);
+    char *state = pathf("%s/state", work);
+    char *err;
+    int rc = run_prep(work, &err, "--quiet", "--dir", state, "--name", "ds", "--vocab", "300",
+                      "--val-fraction", "0.2", in, NULL);
+    cr_assert_eq(rc, 0, "prep failed: %s", err);
+    cr_assert_str_empty(err, "--quiet still printed: %s", err);
+    free(err);
+
+    char *dsdir = pathf("%s/datasets", state), only[256] = "";
+    cr_assert_eq(count_entries(dsdir, only, sizeof only), 1);
+    cr_assert_str_eq(only, "ds", "left behind: %s", only);
+
+    data_set_t ds;
+    char msg[512];
+    cr_assert_eq(data_open(state, "ds", &ds, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ds.vocab_size, 304);
+    cr_assert_eq(ds.n_special, 4);
+    cr_assert_eq(ds.bos_id, 300);
+    cr_assert_eq(ds.train_docs, 8);
+    cr_assert_eq(ds.val_docs, 2);
+
+    /* One BOS per document; token bytes add up to the document bytes. */
+    uint64_t want_train = 0, want_val = 0;
+    for (int i = 0; i < 10; i++) *(i < 8 ? &want_train : &want_val) += doc_len(i);
+    const uint16_t *streams[2] = {ds.train, ds.val};
+    size_t lens[2] = {ds.n_train, ds.n_val}, docs[2] = {8, 2};
+    uint64_t want[2] = {want_train, want_val}, have[2] = {ds.train_bytes, ds.val_bytes};
+    for (int s = 0; s < 2; s++) {
+        size_t bos = 0;
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < lens[s]; i++) {
+            if (streams[s][i] == ds.bos_id) bos++;
+            cr_assert_lt(streams[s][i], ds.vocab_size);
+            bytes += (uint64_t)ds.token_bytes[streams[s][i]];
+        }
+        cr_assert_eq(bos, docs[s]);
+        cr_assert_eq(bytes, want[s], "split %d: token bytes %lu, documents %lu", s,
+                     (unsigned long)bytes, (unsigned long)want[s]);
+        cr_assert_eq(have[s], want[s]);
+    }
+    for (int id = 300; id < 304; id++) cr_assert_eq(ds.token_bytes[id], 0);
+    for (int id = 0; id < 256; id++) cr_assert_eq(ds.token_bytes[id], 1);
+
+    /* Decoding each split gives back its documents, in order. */
+    char *tpath = pathf("%s/tokenizer.json", ds.dir);
+    tok_t *tok = tok_load(tpath, msg, sizeof msg);
+    cr_assert_not_null(tok, "%s", msg);
+    cr_assert_eq(tok_vocab_size(tok), 304);
+    check_docs(ds.train, ds.n_train, ds.bos_id, tok, 0, 8);
+    check_docs(ds.val, ds.n_val, ds.bos_id, tok, 8, 2);
+
+    /* The manifest. */
+    char *mpath = pathf("%s/manifest.json", ds.dir);
+    cJSON *m = load_json(mpath);
+    cr_assert_str_eq(jstr(m, "name"), "ds");
+    cr_assert_str_eq(jstr(m, "dtype"), "uint16");
+    cr_assert_eq(jnum(m, "vocab_size"), 304);
+    cr_assert_eq(jnum(m, "n_special"), 4);
+    cr_assert_eq(jnum(m, "bos_id"), 300);
+    cr_assert_eq(jnum(m, "train_tokens"), (double)ds.n_train);
+    cr_assert_eq(jnum(m, "val_tokens"), (double)ds.n_val);
+    cr_assert_eq(jnum(m, "train_docs"), 8);
+    cr_assert_eq(jnum(m, "val_docs"), 2);
+    cr_assert_eq(jnum(m, "train_bytes"), (double)want_train);
+    cr_assert_eq(jnum(m, "val_bytes"), (double)want_val);
+    cr_assert_geq(jnum(m, "tokenizer_seconds"), 0);
+    cr_assert_eq(strlen(jstr(m, "created")), 20);
+    const cJSON *vs = cJSON_GetObjectItemCaseSensitive(m, "val_split");
+    cr_assert_str_eq(jstr(vs, "method"), "fraction");
+    cr_assert_eq(jnum(vs, "fraction"), 0.2);
+    const cJSON *srcs = cJSON_GetObjectItemCaseSensitive(m, "sources");
+    cr_assert_eq(cJSON_GetArraySize(srcs), 10, "hidden files must be skipped");
+    const cJSON *s0 = cJSON_GetArrayItem(srcs, 0), *s9 = cJSON_GetArrayItem(srcs, 9);
+    char *p0 = pathf("%s/a.txt", in), *p9 = pathf("%s/sub/j.txt", in);
+    cr_assert_str_eq(jstr(s0, "path"), p0);
+    cr_assert_str_eq(jstr(s9, "path"), p9);
+    cr_assert_eq(jnum(s0, "bytes"), 6);
+    /* SHA-256 of "hello\n". */
+    cr_assert_str_eq(jstr(s0, "sha256"),
+                     "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03");
+    cJSON_Delete(m);
+
+    free(p0);
+    free(p9);
+    free(mpath);
+    free(tpath);
+    tok_free(tok);
+    data_close(&ds);
+    free(dsdir);
+    free(state);
+    free(in);
+    tmpdir_remove(work);
+}
+
+Test(data, val_split_pinned) {
+    /* The same inputs give the same split and the same bytes, every time. */
+    char *work = tmpdir_new();
+    char *in = make_corpus(work);
+    char *state = pathf("%s/state", work);
+    const char *names[2] = {"one", "two"};
+    for (int k = 0; k < 2; k++) {
+        char *err;
+        int rc = run_prep(work, &err, "--quiet", "--dir", state, "--name", names[k], "--vocab",
+                          "280", in, NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        free(err);
+    }
+    const char *files[] = {"train.bin", "val.bin", "tokenizer.json", "token_bytes.bin"};
+    for (int f = 0; f < 4; f++) {
+        char *p1 = pathf("%s/datasets/one/%s", state, files[f]);
+        char *p2 = pathf("%s/datasets/two/%s", state, files[f]);
+        size_t l1, l2;
+        char *b1 = read_all(p1, &l1), *b2 = read_all(p2, &l2);
+        cr_assert(l1 == l2 && !memcmp(b1, b2, l1), "%s differs between two runs", files[f]);
+        free(b1);
+        free(b2);
+        free(p1);
+        free(p2);
+    }
+    /* Default fraction 0.1 of 10 documents: exactly the last one. */
+    data_set_t ds;
+    char msg[512];
+    cr_assert_eq(data_open(state, "one", &ds, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ds.val_docs, 1);
+    cr_assert_eq(ds.train_docs, 9);
+    cr_assert_eq(ds.val_bytes, doc_len(9));
+    data_close(&ds);
+    free(state);
+    free(in);
+    tmpdir_remove(work);
+}
+
+Test(data, val_files_and_jsonl) {
+    char *work = tmpdir_new();
+    /* A JSONL file (blank line skipped, escapes decoded) and a plain file for
+     * training; a JSONL file for validation. */
+    write_str(work, "train.jsonl",
+              "{\"text\": \"first document\\nwith two lines\", \"id\": 1}\n"
+              "\n"
+              "{\"id\": 2, \"text\": \"second: caf\\u00e9 \\ud83d\\ude00\"}\r\n"
+              "{\"text\": \"\"}\n"
+              "{\"text\": \"third, no newline at the end\"}");
+    write_str(work, "extra.txt", "a plain file is one document\n");
+    write_str(work, "val.jsonl", "{\"text\": \"held out one\"}\n{\"text\": \"held out two\"}\n");
+    char *tj = pathf("%s/train.jsonl", work), *ex = pathf("%s/extra.txt", work);
+    char *vj = pathf("%s/val.jsonl", work), *state = pathf("%s/state", work);
+    char *err;
+    int rc = run_prep(work, &err, "--quiet", "--dir", state, "--name", "j", "--vocab", "260",
+                      "--val", vj, tj, ex, NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    data_set_t ds;
+    char msg[512];
+    cr_assert_eq(data_open(state, "j", &ds, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ds.train_docs, 4, "the empty text is no document");
+    cr_assert_eq(ds.val_docs, 2);
+    const char *train_text[] = {"first document\nwith two lines",
+                                "second: caf\xc3\xa9 \xf0\x9f\x98\x80",
+                                "third, no newline at the end", "a plain file is one document\n"};
+    uint64_t tb = 0;
+    for (int i = 0; i < 4; i++) tb += strlen(train_text[i]);
+    cr_assert_eq(ds.train_bytes, tb);
+    cr_assert_eq(ds.val_bytes, strlen("held out one") + strlen("held out two"));
+    /* The last training document, decoded. */
+    char *tpath = pathf("%s/tokenizer.json", ds.dir);
+    tok_t *tok = tok_load(tpath, msg, sizeof msg);
+    cr_assert_not_null(tok, "%s", msg);
+    size_t last = ds.n_train - 1;
+    while (ds.train[last] != ds.bos_id) last--;
+    int32_t ids[256];
+    size_t n = ds.n_train - last - 1;
+    for (size_t i = 0; i < n; i++) ids[i] = ds.train[last + 1 + i];
+    char *out;
+    size_t outlen;
+    cr_assert_eq(tok_decode(tok, ids, n, &out, &outlen, msg, sizeof msg), 0);
+    cr_assert_str_eq(out, train_text[3]);
+    free(out);
+
+    char *mpath = pathf("%s/manifest.json", ds.dir);
+    cJSON *m = load_json(mpath);
+    const cJSON *vs = cJSON_GetObjectItemCaseSensitive(m, "val_split");
+    cr_assert_str_eq(jstr(vs, "method"), "files");
+    const cJSON *srcs = cJSON_GetObjectItemCaseSensitive(m, "sources");
+    cr_assert_eq(cJSON_GetArraySize(srcs), 3);
+    cr_assert_str_eq(jstr(cJSON_GetArrayItem(srcs, 2), "split"), "val");
+    cr_assert_str_eq(jstr(cJSON_GetArrayItem(srcs, 0), "split"), "train");
+    cJSON_Delete(m);
+
+    free(mpath);
+    tok_free(tok);
+    free(tpath);
+    data_close(&ds);
+    free(tj);
+    free(ex);
+    free(vj);
+    free(state);
+    tmpdir_remove(work);
+}
+
+Test(data, refused_inputs_leave_nothing) {
+    char *work = tmpdir_new();
+    char *in = make_corpus(work);
+    write_str(work, "empty.txt", "");
+    write_str(work, "only-hidden/.x.txt", "hidden\n");
+    write_str(work, "one/doc.txt", "a single document\n");
+    write_str(work, "bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"ok\"}\n{\"text\": broken}\n");
+    write_str(work, "nofield.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"no text here\"}\n");
+    write_str(work, "notstring.jsonl", "{\"text\": 42}\n");
+    write_str(work, "tiny.txt", "abab abab");
+    char *emptydir = pathf("%s/emptydir", work);
+    mkdir(emptydir, 0777);
+    char *state = pathf("%s/state", work), *dsdir = pathf("%s/datasets", state);
+    char *p_empty = pathf("%s/empty.txt", work), *p_hidden = pathf("%s/only-hidden", work);
+    char *p_one = pathf("%s/one", work), *p_bad = pathf("%s/bad.jsonl", work);
+    char *p_nofield = pathf("%s/nofield.jsonl", work), *p_missing = pathf("%s/missing.txt", work);
+    char *p_notstr = pathf("%s/notstring.jsonl", work), *p_tiny = pathf("%s/tiny.txt", work);
+    struct {
+        const char *vocab, *name, *input, *input2;
+        int rc;
+        const char *expect;
+    } cases[] = {
+        {"300", "x", p_empty, NULL, 1, "empty.txt: no text"},
+        {"300", "x", emptydir, NULL, 1, "emptydir: no text"},
+        {"300", "x", p_hidden, NULL, 1, "only-hidden: no text"},
+        {"300", "x", in, p_empty, 1, "empty.txt: no text"},
+        {"100", "x", in, NULL, 1, "--vocab 100 is below 256"},
+        {"70000", "x", in, NULL, 1,
+         "prep: --vocab 70000 plus 4 special tokens exceeds 65536, the most the uint16 token "
+         "files hold"},
+        {"65533", "x", in, NULL, 1, "65533 plus 4 special tokens exceeds 65536"},
+        {"300", "x", p_missing, NULL, 1, "missing.txt: No such file or directory"},
+        {"300", "x", p_bad, NULL, 1, "bad.jsonl:3: not a JSON object"},
+        {"300", "x", p_nofield, NULL, 1, "nofield.jsonl:2: no \"text\" string field"},
+        {"300", "x", p_notstr, NULL, 1, "notstring.jsonl:1: no \"text\" string field"},
+        {"300", "x", p_one, NULL, 1, "at least 2"},
+        {"300", "../x", in, NULL, 1, "--name '../x'"},
+        {"300", ".x", in, NULL, 1, "--name '.x'"},
+        {"3000", "x", in, NULL, 1, "the text allows only"},
+        {"abc", "x", in, NULL, 2, "--vocab abc is not an integer"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *err;
+        int rc = cases[i].input2
+                     ? run_prep(work, &err, "--dir", state, "--name", cases[i].name, "--vocab",
+                                cases[i].vocab, cases[i].input, cases[i].input2, NULL)
+                     : run_prep(work, &err, "--dir", state, "--name", cases[i].name, "--vocab",
+                                cases[i].vocab, cases[i].input, NULL);
+        cr_assert_eq(rc, cases[i].rc, "case %zu: exit %d: %s", i, rc, err);
+        cr_assert(strstr(err, cases[i].expect), "case %zu: expected \"%s\" in:\n%s", i,
+                  cases[i].expect, err);
+        char left[256] = "";
+        cr_assert_eq(count_entries(dsdir, left, sizeof left), 0, "case %zu left %s behind", i,
+                     left);
+        free(err);
+    }
+    /* Permission bits do not stop root, so this case needs another user. */
+    if (geteuid() != 0) {
+        char *p_locked = pathf("%s/in.d/b.txt", work);
+        chmod(p_locked, 0);
+        char *err;
+        int rc = run_prep(work, &err, "--dir", state, "--name", "x", "--vocab", "300", in, NULL);
+        cr_assert_eq(rc, 1);
+        cr_assert(strstr(err, "b.txt: Permission denied"), "%s", err);
+        cr_assert_eq(count_entries(dsdir, NULL, 0), 0);
+        chmod(p_locked, 0644);
+        free(err);
+        free(p_locked);
+    }
+    /* Usage errors. */
+    char *err;
+    cr_assert_eq(run_prep(work, &err, "--name", "x", "--vocab", "300", in, NULL), 2);
+    cr_assert(strstr(err, "--dir is required"), "%s", err);
+    free(err);
+    cr_assert_eq(run_prep(work, &err, "--dir", state, "--name", "x", "--vocab", "300", NULL), 2);
+    cr_assert(strstr(err, "no INPUT"), "%s", err);
+    free(err);
+    cr_assert_eq(run_prep(work, &err, "--dir", state, "--name", "x", "--vocab", "300",
+                          "--val-fraction", "1.5", in, NULL),
+                 2);
+    cr_assert(strstr(err, "--val-fraction 1.5"), "%s", err);
+    free(err);
+    cr_assert_eq(run_prep(work, &err, "--dir", state, "--name", "x", "--vocab", "300",
+                          "--val-fraction", "0.5", "--val", p_one, in, NULL),
+                 2);
+    free(err);
+    cr_assert_eq(run_prep(work, &err, "--bogus", NULL), 2);
+    cr_assert(strstr(err, "unknown option --bogus"), "%s", err);
+    free(err);
+    cr_assert_eq(count_entries(dsdir, NULL, 0), 0);
+
+    free(p_empty);
+    free(p_hidden);
+    free(p_one);
+    free(p_bad);
+    free(p_nofield);
+    free(p_missing);
+    free(p_notstr);
+    free(p_tiny);
+    free(emptydir);
+    free(state);
+    free(dsdir);
+    free(in);
+    tmpdir_remove(work);
+}
+
+Test(data, existing_dataset_and_force) {
+    char *work = tmpdir_new();
+    char *in = make_corpus(work);
+    char *state = pathf("%s/state", work), *dsdir = pathf("%s/datasets", state);
+    char *err;
+    cr_assert_eq(
+        run_prep(work, &err, "--quiet", "--dir", state, "--name", "d", "--vocab", "270", in, NULL),
+        0, "%s", err);
+    free(err);
+    /* A second prep without --force is refused and leaves the first intact. */
+    cr_assert_eq(
+        run_prep(work, &err, "--quiet", "--dir", state, "--name", "d", "--vocab", "290", in, NULL),
+        1);
+    cr_assert(strstr(err, "already exists"), "%s", err);
+    free(err);
+    data_set_t ds;
+    char msg[512];
+    cr_assert_eq(data_open(state, "d", &ds, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ds.vocab_size, 274);
+    data_close(&ds);
+    /* A failing --force run leaves the old one in place too. */
+    cr_assert_eq(run_prep(work, &err, "--quiet", "--force", "--dir", state, "--name", "d",
+                          "--vocab", "70000", in, NULL),
+                 1);
+    free(err);
+    cr_assert_eq(data_open(state, "d", &ds, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ds.vocab_size, 274);
+    data_close(&ds);
+    /* With --force it is replaced, and nothing else remains. */
+    cr_assert_eq(run_prep(work, &err, "--quiet", "--force", "--dir", state, "--name", "d",
+                          "--vocab", "290", in, NULL),
+                 0, "%s", err);
+    free(err);
+    cr_assert_eq(data_open(state, "d", &ds, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ds.vocab_size, 294);
+    data_close(&ds);
+    char only[256] = "";
+    cr_assert_eq(count_entries(dsdir, only, sizeof only), 1, "left: %s", only);
+    free(state);
+    free(dsdir);
+    free(in);
+    tmpdir_remove(work);
+}
+
+Test(data, open_rejects_damaged_datasets) {
+    char *work = tmpdir_new();
+    char *in = make_corpus(work);
+    char *state = pathf("%s/state", work);
+    char *err;
+    cr_assert_eq(
+        run_prep(work, &err, "--quiet", "--dir", state, "--name", "d", "--vocab", "260", in, NULL),
+        0, "%s", err);
+    free(err);
+    data_set_t ds;
+    char msg[512];
+    cr_assert_eq(data_open(state, "nope", &ds, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "manifest.json"), "%s", msg);
+    cr_assert_eq(data_open(state, "../d", &ds, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "not a valid name"), "%s", msg);
+
+    /* An id past the vocabulary. */
+    char *vpath = pathf("%s/datasets/d/val.bin", state);
+    size_t vlen;
+    char *orig = read_all(vpath, &vlen);
+    uint16_t bad = 264;
+    FILE *f = fopen(vpath, "r+b");
+    fseek(f, 2, SEEK_SET);
+    fwrite(&bad, 2, 1, f);
+    fclose(f);
+    cr_assert_eq(data_open(state, "d", &ds, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "val.bin: token 1 is 264"), "%s", msg);
+    /* A truncated file. */
+    write_file(state, "datasets/d/val.bin", orig, vlen - 2);
+    cr_assert_eq(data_open(state, "d", &ds, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "val.bin"), "%s", msg);
+    /* A missing BOS. */
+    write_file(state, "datasets/d/val.bin", orig, vlen);
+    uint16_t a = 'a';
+    memcpy(orig, &a, 2);
+    write_file(state, "datasets/d/val.bin", orig, vlen);
+    cr_assert_eq(data_open(state, "d", &ds, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "BOS"), "%s", msg);
+    /* token_bytes.bin of the wrong size. */
+    write_file(state, "datasets/d/token_bytes.bin", "abcd", 4);
+    cr_assert_eq(data_open(state, "d", &ds, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "token_bytes.bin"), "%s", msg);
+    free(orig);
+    free(vpath);
+    free(state);
+    free(in);
+    tmpdir_remove(work);
+}
+
+Test(data, binary_prep_command, .timeout = 60) {
+    const char *bin = getenv("NIGHTSHIFT_BIN");
+    if (!bin || access(bin, X_OK)) cr_skip_test("NIGHTSHIFT_BIN is not set to the built binary");
+    char *work = tmpdir_new();
+    char *in = make_corpus(work);
+    char *state = pathf("%s/state", work);
+    char *cmd = pathf("'%s' prep --help > '%s/help.txt'", bin, work);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+    cmd = pathf("'%s' prep --dir '%s' --name b --vocab 70000 '%s' 2> '%s/err.txt'", bin, state, in,
+                work);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+    free(cmd);
+    char *ep = pathf("%s/err.txt", work);
+    size_t len;
+    char *text = read_all(ep, &len);
+    cr_assert_str_eq(text, "prep: --vocab 70000 plus 4 special tokens exceeds 65536, the most "
+                           "the uint16 token files hold\n");
+    free(text);
+    free(ep);
+    cmd = pathf("'%s' prep --dir '%s' --name b --vocab 280 '%s' 2> '%s/err.txt' > '%s/out.txt'",
+                bin, state, in, work, work);
+    st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    free(cmd);
+    ep = pathf("%s/err.txt", work);
+    text = read_all(ep, &len);
+    cr_assert(strstr(text, "tok: merge 24/24"), "no progress on stderr:\n%s", text);
+    free(text);
+    free(ep);
+    data_set_t ds;
+    char msg[512];
+    cr_assert_eq(data_open(state, "b", &ds, msg, sizeof msg), 0, "%s", msg);
+    data_close(&ds);
+    free(state);
+    free(in);
+    tmpdir_remove(work);
+}
