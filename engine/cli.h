@@ -4,9 +4,9 @@
 #ifndef NIGHTSHIFT_CLI_H
 #define NIGHTSHIFT_CLI_H
 
-int grad_main(int argc, char **argv); /* grad.c: loss and gradients of one batch */
-int cost_main(int argc, char **argv); /* cost.c: parameter, byte and FLOP counts */
-int prep_main(int argc, char **argv); /* data.c: text in, tokenizer + dataset out */
+int grad_main(int argc, char **argv);      /* grad.c: loss and gradients of one batch */
+int cost_main(int argc, char **argv);      /* cost.c: parameter, byte and FLOP counts */
+int prep_main(int argc, char **argv);      /* data.c: text in, tokenizer + dataset out */
 int calibrate_main(int argc, char **argv); /* blas.c: measure the sgemm peak for MFU */
 int train_main(int argc, char **argv);     /* train.c: one experiment in the foreground */
 

@@ -1,0 +1,519 @@
+/* train.c - `nightshift train`: one experiment in the foreground.
+ *
+ * Load the spec and its dataset, build and initialise the model, then train
+ * until the measured training wall time reaches the spec's budget (the step in
+ * flight completes), evaluate val_bpb on the dataset's pinned validation
+ * tokens and print autoresearch's summary block. This is exactly what a daemon
+ * worker runs, so its outputs are a contract:
+ *
+ *   stdout    the summary, `key: value` lines after a `---` line
+ *   stderr    human progress (redrawn in place on a terminal, a line every
+ *             few seconds otherwise) and errors
+ *   --progress PATH | --progress-fd N
+ *             JSON lines: {"event":"start",...}, one {"event":"step",...} per
+ *             optimiser step, {"event":"eval",...}, then {"event":"result",...}
+ *             whose "status" is succeeded, diverged or failed
+ *   exit      0 succeeded, 1 failed (bad input, I/O), 2 usage, 3 diverged
+ *
+ * Timing: startup (loading, building) and evaluation are reported but are not
+ * part of the budget; only optimiser steps are. */
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "blas.h"
+#include "ckpt.h"
+#include "cli.h"
+#include "cost.h"
+#include "data.h"
+#include "gpt.h"
+#include "optim.h"
+#include "rng.h"
+#include "spec.h"
+#include "util.h"
+
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3 };
+
+/* A loss above this (nats) counts as exploding, as in autoresearch. */
+#define DIVERGED_LOSS 100.0
+
+typedef struct {
+    const char *dir;
+    const char *spec_path;
+    const char *progress_path;
+    int progress_fd;
+    const char *save_path;
+    double peak_gflops; /* 0 = from spec, cache or measurement */
+} train_opts_t;
+
+/* Everything one run owns; released by run_close. */
+typedef struct {
+    spec_t spec;
+    data_set_t data;
+    int data_open;
+    gpt_t *model;
+    optim_t *opt;
+    cost_t cost;
+    FILE *progress; /* JSON lines, or NULL */
+    int *inputs, *targets;
+    int B, T, accum;
+    size_t train_cursor;
+    int epoch;
+    int threads;
+    double peak_gflops;
+    const char *peak_source;
+    double t_start;
+    int tty;
+} run_t;
+
+/* ------------------------------------------------------------ JSON progress */
+
+static void emit(run_t *r, cJSON *obj) {
+    if (r->progress) {
+        char *line = cJSON_PrintUnformatted(obj);
+        if (line) {
+            fprintf(r->progress, "%s\n", line);
+            fflush(r->progress);
+            free(line);
+        }
+    }
+    cJSON_Delete(obj);
+}
+
+static cJSON *event(const char *name) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "event", name);
+    return o;
+}
+
+static void add_params(cJSON *o, const cost_t *c) {
+    cJSON *p = cJSON_AddObjectToObject(o, "params");
+    cJSON_AddNumberToObject(p, "wte", (double)c->wte);
+    cJSON_AddNumberToObject(p, "wpe", (double)c->wpe);
+    cJSON_AddNumberToObject(p, "value_embeds", (double)c->value_embeds);
+    cJSON_AddNumberToObject(p, "lm_head", (double)c->lm_head);
+    cJSON_AddNumberToObject(p, "transformer_matrices", (double)c->blocks);
+    cJSON_AddNumberToObject(p, "scalars", (double)c->scalars);
+    cJSON_AddNumberToObject(p, "total", (double)c->total);
+}
+
+/* A failure after the progress stream is open: report it there and on stderr. */
+static int fail_run(run_t *r, int code, const char *status, const char *fmt, ...) {
+    char reason[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%strain: %s\n", r->tty ? "\n" : "", reason);
+    cJSON *o = event("result");
+    cJSON_AddStringToObject(o, "status", status);
+    cJSON_AddStringToObject(o, "reason", reason);
+    emit(r, o);
+    return code;
+}
+
+/* --------------------------------------------------------------- batches */
+
+/* Fill r->inputs/targets with B rows of T+1 consecutive training tokens,
+ * walking the packed stream from a seeded offset and wrapping at the end. */
+static void next_train_batch(run_t *r) {
+    size_t n = r->data.n_train, T = (size_t)r->T;
+    for (int b = 0; b < r->B; b++) {
+        if (r->train_cursor + T + 1 > n) {
+            r->train_cursor = 0;
+            r->epoch++;
+        }
+        const uint16_t *src = r->data.train + r->train_cursor;
+        for (size_t t = 0; t < T; t++) {
+            r->inputs[b * T + t] = src[t];
+            r->targets[b * T + t] = src[t + 1];
+        }
+        r->train_cursor += T;
+    }
+}
+
+/* val_bpb over every full (T+1)-token window of the validation stream (stride
+ * T): summed nats / (ln 2 * summed bytes) over targets that are not special
+ * tokens (token_bytes 0), as autoresearch's evaluate_bpb. */
+static double evaluate_bpb(run_t *r, size_t *tokens_out) {
+    size_t n = r->data.n_val, T = (size_t)r->T, rows = n > T ? (n - 1) / T : 0;
+    double nats = 0.0, bytes = 0.0;
+    size_t counted = 0;
+    for (size_t row = 0; row < rows; row += (size_t)r->B) {
+        int B = (int)((rows - row) < (size_t)r->B ? rows - row : (size_t)r->B);
+        for (int b = 0; b < B; b++) {
+            const uint16_t *src = r->data.val + (row + b) * T;
+            for (size_t t = 0; t < T; t++) {
+                r->inputs[b * T + t] = src[t];
+                int tg = src[t + 1];
+                r->targets[b * T + t] = r->data.token_bytes[tg] > 0 ? tg : -1;
+            }
+        }
+        gpt_forward(r->model, r->inputs, r->targets, B, r->T, GPT_EVAL);
+        const float *loss = gpt_token_losses(r->model);
+        for (size_t i = 0; i < (size_t)B * T; i++) {
+            if (r->targets[i] < 0) continue;
+            nats += loss[i];
+            bytes += r->data.token_bytes[r->targets[i]];
+            counted++;
+        }
+    }
+    *tokens_out = counted;
+    return bytes > 0 ? nats / (M_LN2 * bytes) : NAN;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static int open_progress(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
+    if (o->progress_path) {
+        r->progress = fopen(o->progress_path, "w");
+        if (!r->progress) {
+            snprintf(err, errlen, "%s: %s", o->progress_path, strerror(errno));
+            return -1;
+        }
+    } else if (o->progress_fd >= 0) {
+        r->progress = fdopen(o->progress_fd, "w");
+        if (!r->progress) {
+            snprintf(err, errlen, "--progress-fd %d: %s", o->progress_fd, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The MFU denominator: a flag, the spec, the calibration cache, or a short
+ * measurement that is then cached. */
+static void choose_peak(run_t *r, const train_opts_t *o) {
+    if (o->peak_gflops > 0) {
+        r->peak_gflops = o->peak_gflops;
+        r->peak_source = "flag";
+    } else if (r->spec.resources.peak_gflops > 0) {
+        r->peak_gflops = r->spec.resources.peak_gflops;
+        r->peak_source = "spec";
+    } else if (blas_cached_peak(o->dir, r->threads, &r->peak_gflops) == 0) {
+        r->peak_source = "calibration";
+    } else {
+        char err[256];
+        fprintf(stderr, "train: no calibrated peak for %d threads; measuring sgemm (1 s)\n",
+                r->threads);
+        r->peak_gflops = blas_measure_peak_gflops(1024, 1.0);
+        r->peak_source = "measured";
+        if (blas_store_peak(o->dir, r->threads, r->peak_gflops, err, sizeof err) < 0)
+            fprintf(stderr, "train: could not cache the peak: %s\n", err);
+    }
+}
+
+static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
+    spec_model_t *mc = &r->spec.model;
+    if (spec_load(o->spec_path, &r->spec, err, errlen) < 0) return -1;
+    if (data_open(o->dir, r->spec.dataset, &r->data, err, errlen) < 0) return -1;
+    r->data_open = 1;
+    if (mc->vocab_size == 0) {
+        mc->vocab_size = r->data.vocab_size;
+    } else if (mc->vocab_size != r->data.vocab_size) {
+        snprintf(err, errlen, "model.vocab_size: %d differs from dataset %s's vocab %d",
+                 mc->vocab_size, r->spec.dataset, r->data.vocab_size);
+        return -1;
+    }
+    r->B = r->spec.train.batch_size;
+    r->T = mc->seq_len;
+    r->accum = r->spec.train.total_batch_tokens / (r->B * r->T);
+    if (r->data.n_train < (size_t)r->T + 1) {
+        snprintf(err, errlen, "dataset %s: %zu training tokens, fewer than seq_len+1 = %d",
+                 r->spec.dataset, r->data.n_train, r->T + 1);
+        return -1;
+    }
+    if (r->data.n_val < (size_t)r->T + 1) {
+        snprintf(err, errlen, "dataset %s: %zu validation tokens, fewer than seq_len+1 = %d",
+                 r->spec.dataset, r->data.n_val, r->T + 1);
+        return -1;
+    }
+    r->threads = blas_set_threads(r->spec.resources.threads);
+    r->model = gpt_new(mc, err, errlen);
+    if (!r->model) return -1;
+    gpt_init_weights(r->model, r->spec.seed);
+    r->opt = optim_new(r->model, &r->spec.train, err, errlen);
+    if (!r->opt) return -1;
+    r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
+    r->targets = malloc((size_t)r->B * r->T * sizeof(int));
+    if (!r->inputs || !r->targets) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    cost_compute(mc, r->B, &r->cost);
+    rng_t rng;
+    rng_seed(&rng, r->spec.seed ^ 0x9e3779b97f4a7c15ULL);
+    r->train_cursor = rng_below(&rng, r->data.n_train - (size_t)r->T);
+    choose_peak(r, o);
+    return 0;
+}
+
+static void run_close(run_t *r) {
+    free(r->inputs);
+    free(r->targets);
+    optim_free(r->opt);
+    gpt_free(r->model);
+    if (r->data_open) data_close(&r->data);
+    if (r->progress) fclose(r->progress);
+    spec_free(&r->spec);
+}
+
+/* --------------------------------------------------------------- progress */
+
+static void print_progress(run_t *r, int step, double pct, double loss, double lrm, double dt,
+                           double tok_s, double mfu, double remaining, int final) {
+    static double last_print;
+    double now = util_now();
+    if (!final && !r->tty && now - last_print < 5.0) return;
+    if (!final && r->tty && now - last_print < 0.1) return;
+    last_print = now;
+    fprintf(stderr,
+            "%sstep %05d (%5.1f%%) | loss: %.6f | lrm: %.2f | dt: %.0fms | tok/sec: %.0f | "
+            "mfu: %.1f%% | epoch: %d | remaining: %.0fs   %s",
+            r->tty ? "\r" : "", step, pct, loss, lrm, dt * 1000.0, tok_s, mfu, r->epoch, remaining,
+            r->tty ? "" : "\n");
+}
+
+/* ------------------------------------------------------------------- train */
+
+static int train_run(const train_opts_t *o) {
+    run_t r = {0};
+    char err[512];
+    int code = EXIT_FAILED;
+    r.t_start = util_now();
+    r.tty = isatty(STDERR_FILENO);
+    if (open_progress(&r, o, err, sizeof err) < 0) {
+        fprintf(stderr, "train: %s\n", err);
+        goto done;
+    }
+    if (setup(&r, o, err, sizeof err) < 0) {
+        code = fail_run(&r, EXIT_FAILED, "failed", "%s", err);
+        goto done;
+    }
+    const spec_t *s = &r.spec;
+    const spec_train_t *tr = &s->train;
+    double budget = s->time_budget_s, tokens_per_step = (double)tr->total_batch_tokens;
+
+    fprintf(stderr,
+            "train: %s | dataset %s (%zu train / %zu val tokens, vocab %d) | %.2fM params | "
+            "%d threads | peak %.1f GFLOP/s (%s) | budget %.0fs | %d x %d x %d tokens/step\n",
+            s->name ? s->name : "(unnamed)", s->dataset, r.data.n_train, r.data.n_val,
+            s->model.vocab_size, r.cost.total / 1e6, r.threads, r.peak_gflops, r.peak_source,
+            budget, r.accum, r.B, r.T);
+    cJSON *start = event("start");
+    cJSON_AddNumberToObject(start, "pid", getpid());
+    add_params(start, &r.cost);
+    cJSON_AddNumberToObject(start, "flops_per_token", r.cost.flops_per_token);
+    cJSON_AddNumberToObject(start, "peak_gflops", r.peak_gflops);
+    cJSON_AddStringToObject(start, "peak_source", r.peak_source);
+    cJSON_AddNumberToObject(start, "threads", r.threads);
+    cJSON_AddNumberToObject(start, "time_budget_s", budget);
+    cJSON_AddNumberToObject(start, "tokens_per_step", tokens_per_step);
+    cJSON_AddNumberToObject(start, "vocab_size", s->model.vocab_size);
+    emit(&r, start);
+
+    double t_train_start = util_now(), training_time = 0.0, smooth = 0.0;
+    int step = 0;
+    for (;;) {
+        double t0 = util_now(), loss_sum = 0.0;
+        for (int micro = 0; micro < r.accum; micro++) {
+            next_train_batch(&r);
+            float loss = gpt_forward(r.model, r.inputs, r.targets, r.B, r.T, GPT_TRAIN);
+            loss_sum += loss;
+            if (!isfinite(loss) || loss > DIVERGED_LOSS) break;
+            gpt_backward(r.model, 1.0f / (float)r.accum);
+        }
+        double loss = loss_sum / r.accum;
+        if (!isfinite(loss) || loss > DIVERGED_LOSS) {
+            code =
+                fail_run(&r, EXIT_DIVERGED, "diverged", "diverged: loss %g at step %d", loss, step);
+            goto done;
+        }
+        double progress = fmin(training_time / budget, 1.0);
+        double lrm =
+            optim_lr_multiplier(progress, tr->warmup_ratio, tr->warmdown_ratio, tr->final_lr_frac);
+        double momentum = optim_muon_momentum(step, tr->muon_momentum_start, tr->muon_momentum_end,
+                                              tr->muon_momentum_steps);
+        optim_step(r.opt, r.model, lrm, momentum, optim_weight_decay(progress, tr->weight_decay));
+        gpt_zero_grad(r.model);
+        double dt = util_now() - t0;
+        training_time += dt;
+        step++;
+
+        /* debiased EMA of the loss, as autoresearch prints */
+        smooth = 0.9 * smooth + 0.1 * loss;
+        double smooth_loss = smooth / (1.0 - pow(0.9, step));
+        double tok_s = tokens_per_step / dt;
+        double mfu = 100.0 * r.cost.flops_per_token * tok_s / (r.peak_gflops * 1e9);
+        double remaining = fmax(0.0, budget - training_time);
+        double pct = 100.0 * fmin(training_time / budget, 1.0);
+        print_progress(&r, step, pct, smooth_loss, lrm, dt, tok_s, mfu, remaining, 0);
+        cJSON *e = event("step");
+        cJSON_AddNumberToObject(e, "step", step);
+        cJSON_AddNumberToObject(e, "progress", pct / 100.0);
+        cJSON_AddNumberToObject(e, "training_seconds", training_time);
+        cJSON_AddNumberToObject(e, "loss", loss);
+        cJSON_AddNumberToObject(e, "smooth_loss", smooth_loss);
+        cJSON_AddNumberToObject(e, "lrm", lrm);
+        cJSON_AddNumberToObject(e, "dt_ms", dt * 1000.0);
+        cJSON_AddNumberToObject(e, "tok_s", tok_s);
+        cJSON_AddNumberToObject(e, "mfu", mfu);
+        cJSON_AddNumberToObject(e, "remaining_s", remaining);
+        cJSON_AddNumberToObject(e, "epoch", r.epoch);
+        emit(&r, e);
+        if (training_time >= budget) {
+            print_progress(&r, step, pct, smooth_loss, lrm, dt, tok_s, mfu, remaining, 1);
+            break;
+        }
+    }
+    if (r.tty) fputc('\n', stderr);
+    double startup = t_train_start - r.t_start;
+
+    double t_eval = util_now();
+    size_t eval_tokens = 0;
+    double val_bpb = evaluate_bpb(&r, &eval_tokens);
+    double eval_seconds = util_now() - t_eval;
+    cJSON *ev = event("eval");
+    cJSON_AddNumberToObject(ev, "tokens", (double)eval_tokens);
+    cJSON_AddNumberToObject(ev, "seconds", eval_seconds);
+    emit(&r, ev);
+    if (!isfinite(val_bpb)) {
+        code = fail_run(&r, EXIT_DIVERGED, "diverged", "diverged: val_bpb %g", val_bpb);
+        goto done;
+    }
+
+    if (o->save_path) {
+        char *spec_json = spec_canonical_json(&r.spec);
+        cJSON *meta = cJSON_CreateObject();
+        cJSON_AddStringToObject(meta, "nightshift_spec", spec_json ? spec_json : "{}");
+        char *meta_json = cJSON_PrintUnformatted(meta);
+        int rc = ckpt_write(r.model, r.model->params, meta_json, o->save_path, err, sizeof err);
+        free(meta_json);
+        cJSON_Delete(meta);
+        free(spec_json);
+        if (rc < 0) {
+            code = fail_run(&r, EXIT_FAILED, "failed", "saving checkpoint: %s", err);
+            goto done;
+        }
+    }
+
+    double total = util_now() - r.t_start, tokens = tokens_per_step * step;
+    double mfu = 100.0 * r.cost.flops_per_token * tokens / training_time / (r.peak_gflops * 1e9);
+    double rss = util_peak_rss_mb();
+    printf("---\n");
+    printf("val_bpb:            %.6f\n", val_bpb);
+    printf("training_seconds:   %.1f\n", training_time);
+    printf("total_seconds:      %.1f\n", total);
+    printf("startup_seconds:    %.1f\n", startup);
+    printf("eval_seconds:       %.1f\n", eval_seconds);
+    printf("peak_rss_mb:        %.1f\n", rss);
+    printf("mfu_percent:        %.2f\n", mfu);
+    printf("peak_gflops:        %.1f\n", r.peak_gflops);
+    printf("peak_source:        %s\n", r.peak_source);
+    printf("total_tokens_M:     %.1f\n", tokens / 1e6);
+    printf("tokens_per_second:  %.0f\n", tokens / training_time);
+    printf("num_steps:          %d\n", step);
+    printf("num_params_M:       %.1f\n", r.cost.total / 1e6);
+    printf("depth:              %d\n", s->model.depth);
+    printf("params_wte:         %lld\n", (long long)r.cost.wte);
+    printf("params_wpe:         %lld\n", (long long)r.cost.wpe);
+    printf("params_value_embeds: %lld\n", (long long)r.cost.value_embeds);
+    printf("params_lm_head:     %lld\n", (long long)r.cost.lm_head);
+    printf("params_transformer_matrices: %lld\n", (long long)r.cost.blocks);
+    printf("params_scalars:     %lld\n", (long long)r.cost.scalars);
+    printf("params_total:       %lld\n", (long long)r.cost.total);
+    printf("flops_per_token:    %.6g\n", r.cost.flops_per_token);
+    printf("eval_tokens:        %zu\n", eval_tokens);
+    fflush(stdout);
+
+    cJSON *res = event("result");
+    cJSON_AddStringToObject(res, "status", "succeeded");
+    cJSON_AddNumberToObject(res, "val_bpb", val_bpb);
+    cJSON_AddNumberToObject(res, "training_seconds", training_time);
+    cJSON_AddNumberToObject(res, "total_seconds", total);
+    cJSON_AddNumberToObject(res, "startup_seconds", startup);
+    cJSON_AddNumberToObject(res, "eval_seconds", eval_seconds);
+    cJSON_AddNumberToObject(res, "peak_rss_mb", rss);
+    cJSON_AddNumberToObject(res, "mfu_percent", mfu);
+    cJSON_AddNumberToObject(res, "peak_gflops", r.peak_gflops);
+    cJSON_AddStringToObject(res, "peak_source", r.peak_source);
+    cJSON_AddNumberToObject(res, "total_tokens", tokens);
+    cJSON_AddNumberToObject(res, "tokens_per_second", tokens / training_time);
+    cJSON_AddNumberToObject(res, "num_steps", step);
+    cJSON_AddNumberToObject(res, "flops_per_token", r.cost.flops_per_token);
+    cJSON_AddNumberToObject(res, "eval_tokens", (double)eval_tokens);
+    add_params(res, &r.cost);
+    emit(&r, res);
+    code = EXIT_OK;
+done:
+    run_close(&r);
+    return code;
+}
+
+static void train_usage(FILE *out) {
+    fprintf(out, "usage: nightshift train [--dir DIR] [--progress PATH | --progress-fd N]\n"
+                 "                        [--save CKPT.safetensors] [--peak-gflops G] SPEC.json\n"
+                 "Trains SPEC's model on DIR/datasets/<spec.dataset> (DIR default: state) for\n"
+                 "spec.time_budget_s seconds of training, then prints val_bpb and the summary.\n"
+                 "Exit: 0 succeeded, 1 failed, 2 usage, 3 diverged.\n");
+}
+
+int train_main(int argc, char **argv) {
+    train_opts_t o = {.dir = "state", .progress_fd = -1};
+    static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
+                                         {"progress", required_argument, 0, 'p'},
+                                         {"progress-fd", required_argument, 0, 'f'},
+                                         {"save", required_argument, 0, 's'},
+                                         {"peak-gflops", required_argument, 0, 'g'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int ch;
+    char *end;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'd':
+            o.dir = optarg;
+            break;
+        case 'p':
+            o.progress_path = optarg;
+            break;
+        case 'f':
+            o.progress_fd = (int)strtol(optarg, &end, 10);
+            if (*end || o.progress_fd < 0) {
+                fprintf(stderr, "train: --progress-fd: not a descriptor: %s\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 's':
+            o.save_path = optarg;
+            break;
+        case 'g':
+            o.peak_gflops = strtod(optarg, &end);
+            if (*end || !(o.peak_gflops > 0)) {
+                fprintf(stderr, "train: --peak-gflops: expected a positive number: %s\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'h':
+            train_usage(stdout);
+            return EXIT_OK;
+        default:
+            train_usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (argc - optind != 1 || (o.progress_path && o.progress_fd >= 0)) {
+        train_usage(stderr);
+        return EXIT_USAGE;
+    }
+    o.spec_path = argv[optind];
+    return train_run(&o);
+}

@@ -1,0 +1,124 @@
+/* util.c - file and clock helpers (see util.h). */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+double util_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
+    if (err && errlen) snprintf(err, errlen, fmt, a, b);
+}
+
+char *util_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    if (!f) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "%s: %s", path, "not a regular file");
+        goto fail;
+    }
+    if ((size_t)st.st_size > max_bytes) {
+        set_err(err, errlen, "%s: %s", path, "file too large");
+        goto fail;
+    }
+    buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        set_err(err, errlen, "%s: %s", path, "out of memory");
+        goto fail;
+    }
+    size_t n = fread(buf, 1, (size_t)st.st_size, f);
+    if (n != (size_t)st.st_size || ferror(f)) {
+        set_err(err, errlen, "%s: %s", path, "read error");
+        goto fail;
+    }
+    buf[n] = '\0';
+    if (len) *len = n;
+    fclose(f);
+    return buf;
+fail:
+    free(buf);
+    fclose(f);
+    return NULL;
+}
+
+int util_write_file_atomic(const char *path, const void *data, size_t len, char *err,
+                           size_t errlen) {
+    char tmp[4096], dir[4096];
+    int fd = -1;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        set_err(err, errlen, "%s: %s", path, "path too long");
+        return -1;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) goto fail;
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(fd, (const char *)data + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) goto fail;
+        off += (size_t)w;
+    }
+    if (fsync(fd) < 0) goto fail;
+    if (close(fd) < 0) {
+        fd = -1;
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) < 0) goto fail;
+    /* Make the rename itself durable. */
+    snprintf(dir, sizeof dir, "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+fail:
+    set_err(err, errlen, "%s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    return -1;
+}
+
+int util_mkdirs(const char *path, char *err, size_t errlen) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        set_err(err, errlen, "%s: %s", path, "path too long");
+        return -1;
+    }
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) < 0 && errno != EEXIST) {
+                set_err(err, errlen, "%s: %s", buf, strerror(errno));
+                return -1;
+            }
+            *p = c;
+            if (c == '\0') break;
+        }
+    }
+    return 0;
+}
+
+double util_peak_rss_mb(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) < 0) return 0.0;
+    return ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+}
