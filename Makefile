@@ -12,14 +12,14 @@ SHELL    := /bin/bash
 CC       ?= gcc
 BUILD    ?= build
 STATE    ?= state
-PKGS     := openblas libcjson libpcre2-8 libcrypto
+PKGS     := openblas libcjson libpcre2-8 libcrypto libuv sqlite3 libcurl
 TEST_PKGS := criterion
 
 OPT      ?= -O2 -march=native
 CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
             -MMD -MP -Iengine -Idaemon
-LDLIBS   += -lm
+LDLIBS   += -lhttp_parser -lm
 
 # Resolved lazily so `make clean` and `make setup` work before the packages exist.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -27,7 +27,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS))
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS))
 
-ENGINE_SRC := $(filter-out engine/main.c,$(wildcard engine/*.c))
+ENGINE_SRC := $(wildcard engine/*.c)
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 LIB_SRC    := $(ENGINE_SRC) $(DAEMON_SRC)
 TEST_SRC   := $(wildcard tests/*.c)
@@ -61,7 +61,7 @@ $(BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
 
-$(BIN): $(BUILD)/engine/main.o $(LIB_OBJ)
+$(BIN): $(BUILD)/daemon/main.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 
 $(TEST_BIN): $(TEST_OBJ) $(LIB_OBJ)
@@ -102,4 +102,4 @@ format-check:
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/engine/main.d
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/daemon/main.d

@@ -1,4 +1,4 @@
-/* main.c - the `nightshift` command: dispatches to a subcommand. */
+/* main.c - the `nightshift` command: dispatches to an engine or daemon subcommand. */
 #include <stdio.h>
 #include <string.h>
 

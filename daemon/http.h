@@ -1,0 +1,78 @@
+/* http.h - a small HTTP/1.1 server on a libuv loop (parsing by http-parser).
+ *
+ * Accepts connections, parses requests with keep-alive, enforces limits (header
+ * bytes, body bytes, idle time between requests, time to receive a whole
+ * request, concurrent connections), and hands each complete request to one
+ * handler callback that answers synchronously. Limit violations and malformed
+ * requests are answered by the server itself with the JSON error envelope
+ * {"error":{"code":...,"message":...}} (400, 408, 413, 431, 503) and the
+ * connection is closed.
+ *
+ * http-parser stays inside http.c so it can be swapped. */
+#ifndef NIGHTSHIFT_HTTP_H
+#define NIGHTSHIFT_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct http_server http_server_t;
+
+typedef struct {
+    size_t max_header_bytes;     /* all header lines together; default 16 KiB */
+    size_t max_body_bytes;       /* default 1 MiB */
+    uint64_t idle_timeout_ms;    /* keep-alive connection with no request; default 30 s */
+    uint64_t request_timeout_ms; /* first byte to complete request; default 10 s */
+    int max_connections;         /* default 256; beyond it new connections get 503 */
+} http_limits_t;
+
+/* A parsed request. Everything is borrowed for the duration of the handler. */
+typedef struct {
+    const char *method;        /* "GET", "POST", ... */
+    const char *path;          /* decoded path without the query, e.g. "/v1/experiments/3" */
+    const char *query;         /* raw query string without '?', or "" */
+    const char *body;          /* NUL-terminated copy of the body ("" when none) */
+    size_t body_len;
+    const char *authorization; /* the Authorization header, or NULL */
+    const char *content_type;  /* or NULL */
+    const char *peer;          /* "127.0.0.1:54321" */
+} http_request_t;
+
+/* The handler's answer. body is malloc'd by the handler and freed by the server. */
+typedef struct {
+    int status;               /* e.g. 200 */
+    const char *content_type; /* static string; default "application/json" */
+    char *body;
+    size_t body_len;
+} http_response_t;
+
+typedef void (*http_handler_fn)(const http_request_t *req, http_response_t *res, void *user);
+
+/* Fill lim with the defaults above. */
+void http_limits_default(http_limits_t *lim);
+
+/* Listen on host:port (port 0 = pick a free one; *bound_port gets the port).
+ * Returns 0 or a negative libuv error with err set. The server is owned by the
+ * caller and released by http_server_close. */
+int http_server_start(uv_loop_t *loop, const char *host, int port, const http_limits_t *lim,
+                      http_handler_fn handler, void *user, http_server_t **out, int *bound_port,
+                      char *err, size_t errlen);
+
+/* Stop listening and close every connection (responses in flight are
+ * dropped). The memory is freed once libuv has closed every handle; done (may
+ * be NULL) is called then. */
+void http_server_close(http_server_t *s, void (*done)(void *arg), void *arg);
+
+/* Helpers for handlers. Both take ownership of nothing and copy what they need. */
+/* res = status + the JSON error envelope with code and message. */
+void http_error(http_response_t *res, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The value of key in a query string, URL-decoded into buf; returns 1 if
+ * present, 0 if absent. */
+int http_query_get(const char *query, const char *key, char *buf, size_t buflen);
+
+/* Is host a loopback address (127.0.0.0/8, ::1, "localhost")? */
+int http_host_is_loopback(const char *host);
+
+#endif
