@@ -351,6 +351,12 @@ static gpt_acts_t *ensure_acts(gpt_t *m, int B, int T) {
     return a;
 }
 
+int gpt_reserve(gpt_t *m, int B, int T, char *err, size_t errlen) {
+    if (ensure_acts(m, B, T) && (m->cfg.pos != POS_ROPE || ensure_rope(m, T) == 0)) return 0;
+    snprintf(err, errlen, "out of memory allocating activations for %d x %d tokens", B, T);
+    return -1;
+}
+
 /* ------------------------------------------------------------------ forward */
 
 /* v (N, Hkv*hd) += gate * ve[ids]; gate (N, Hkv) = 2 sigmoid(xn[:, :C] Wg^T). */

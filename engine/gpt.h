@@ -89,6 +89,11 @@ void gpt_init_weights(gpt_t *m, uint64_t seed);
 /* Look a tensor up by name; NULL if the model has none. */
 const gpt_tensor_t *gpt_find_tensor(const gpt_t *m, const char *name);
 
+/* Allocate the activations for batches of up to B rows of T tokens now, so
+ * that an out-of-memory shows at startup rather than mid-run. Returns 0, or
+ * -1 with err on allocation failure. */
+int gpt_reserve(gpt_t *m, int B, int T, char *err, size_t errlen);
+
 /* Forward over inputs (B, T) token ids. With targets (B, T), ids < 0 ignored,
  * returns the mean cross-entropy over non-ignored targets and keeps what
  * backward needs; without targets returns 0. In GPT_TRAIN mode embedding

@@ -1,12 +1,21 @@
 /* grad.c - `nightshift grad`: the loss and every gradient of one batch.
  *
  *     nightshift grad --spec SPEC.json --checkpoint W.safetensors
- *                     --tokens BATCH.bin [--out GRADS.safetensors]
+ *                     --tokens BATCH.bin [--out GRADS.safetensors] [--repeat N]
  *
  * Loads the weights, runs one forward (evaluation mode: no dropout) and one
  * backward over the batch, prints `loss: <float>` and optionally writes the
  * gradients as a safetensors file with the weights' names and shapes. This is
  * how another engine (PyTorch, a GPU port) is checked against this one.
+ *
+ * With --repeat N the pass is also a benchmark (tests/bench): zero_grad +
+ * forward + backward run N times on the same batch, after one untimed warm-up
+ * when N > 1, and the wall-clock times in milliseconds follow the loss line:
+ *     fwd_bwd_ms_median: X   (zero_grad + forward + backward)
+ *     fwd_bwd_ms_min: X
+ *     forward_ms_median: X   (the forward alone)
+ * Every pass starts from zeroed gradients, so --out writes one batch's
+ * gradients whatever N is.
  *
  * BATCH.bin holds B rows of seq_len+1 little-endian int32 token ids: a row's
  * first seq_len ids are the inputs, its last seq_len the targets (-1 = no
@@ -24,16 +33,26 @@
 #include "cli.h"
 #include "gpt.h"
 #include "spec.h"
+#include "util.h"
+
+#define GRAD_MAX_REPEAT 100000
 
 static void usage(FILE *out) {
     fprintf(out, "usage: nightshift grad --spec SPEC.json --checkpoint W.safetensors\n"
                  "                       --tokens BATCH.bin [--out GRADS.safetensors]\n"
+                 "                       [--repeat N]\n"
                  "\n"
                  "Runs one forward and backward pass of the spec's model with the given weights\n"
                  "over BATCH.bin (B rows of seq_len+1 little-endian int32 ids: inputs are a row's\n"
                  "first seq_len ids, targets its last seq_len, -1 = ignored) and prints the mean\n"
                  "loss as `loss: <value>`. With --out, writes d(loss)/d(param) for every tensor\n"
-                 "as safetensors. The spec must give model.vocab_size.\n");
+                 "as safetensors. The spec must give model.vocab_size.\n"
+                 "\n"
+                 "--repeat N (default 1) times the pass: zero_grad + forward + backward run N\n"
+                 "times on the same batch (after one untimed warm-up when N > 1), and\n"
+                 "`fwd_bwd_ms_median: X`, `fwd_bwd_ms_min: X` and `forward_ms_median: X`\n"
+                 "(milliseconds of wall clock; the forward timed on its own too) follow the loss\n"
+                 "line. BLAS threads come from the spec's resources.threads (0 = every CPU).\n");
 }
 
 /* Reads BATCH.bin into a malloc'd array of row-major (B, T+1) ids (caller

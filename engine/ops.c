@@ -278,8 +278,9 @@ double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const in
             for (int j = 0; j < V; j++) z[j] = softcap * tanhf(z[j] / softcap);
         float mx = -INFINITY;
         for (int j = 0; j < V; j++) mx = z[j] > mx ? z[j] : mx;
+        /* float exponentials (z - mx <= 0 cannot overflow), double sum */
         double sum = 0.0;
-        for (int j = 0; j < V; j++) sum += exp((double)(z[j] - mx));
+        for (int j = 0; j < V; j++) sum += expf(z[j] - mx);
         double l = mx + log(sum);
         lse[i] = (float)l;
         losses[i] = 0.0f;

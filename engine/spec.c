@@ -70,9 +70,9 @@ void spec_defaults(spec_t *s) {
     spec_model_t *m = &s->model;
     m->vocab_size = 0;
     m->depth = 4;
-    m->n_embd = 256;
-    m->n_head = 4;
-    m->n_kv_head = 4;
+    m->n_embd = 128;
+    m->n_head = 2;
+    m->n_kv_head = 2;
     m->mlp_ratio = 4;
     m->mlp = MLP_RELU2;
     m->seq_len = 256;
@@ -89,7 +89,7 @@ void spec_defaults(spec_t *s) {
 
     spec_train_t *t = &s->train;
     t->batch_size = 16;
-    t->total_batch_tokens = 8192;
+    t->total_batch_tokens = 4096;
     t->matrix_lr = 0.04;
     t->embedding_lr = 0.6;
     t->value_embedding_lr = 0.6;

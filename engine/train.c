@@ -13,7 +13,8 @@
  *             JSON lines: {"event":"start",...}, one {"event":"step",...} per
  *             optimiser step, {"event":"eval",...}, then {"event":"result",...}
  *             whose "status" is succeeded, diverged or failed
- *   exit      0 succeeded, 1 failed (bad input, I/O), 2 usage, 3 diverged
+ *   exit      0 succeeded, 1 failed (bad input, I/O), 2 usage, 3 diverged,
+ *             4 out of memory (any allocation failure, e.g. under RLIMIT_AS)
  *
  * Timing: startup (loading, building) and evaluation are reported but are not
  * part of the budget; only optimiser steps are. */
@@ -39,7 +40,7 @@
 #include "spec.h"
 #include "util.h"
 
-enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3 };
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3, EXIT_OOM = 4 };
 
 /* A loss above this (nats) counts as exploding, as in autoresearch. */
 #define DIVERGED_LOSS 100.0
@@ -241,6 +242,7 @@ static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
     gpt_init_weights(r->model, r->spec.seed);
     r->opt = optim_new(r->model, &r->spec.train, err, errlen);
     if (!r->opt) return -1;
+    if (gpt_reserve(r->model, r->B, r->T, err, errlen) < 0) return -1;
     r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
     r->targets = malloc((size_t)r->B * r->T * sizeof(int));
     if (!r->inputs || !r->targets) {
@@ -294,7 +296,11 @@ static int train_run(const train_opts_t *o) {
         goto done;
     }
     if (setup(&r, o, err, sizeof err) < 0) {
-        code = fail_run(&r, EXIT_FAILED, "failed", "%s", err);
+        /* Every allocator on the setup path says "out of memory" when it fails. */
+        if (strstr(err, "out of memory"))
+            code = fail_run(&r, EXIT_OOM, "oom", "%s", err);
+        else
+            code = fail_run(&r, EXIT_FAILED, "failed", "%s", err);
         goto done;
     }
     const spec_t *s = &r.spec;
@@ -462,7 +468,7 @@ static void train_usage(FILE *out) {
                  "                        [--save CKPT.safetensors] [--peak-gflops G] SPEC.json\n"
                  "Trains SPEC's model on DIR/datasets/<spec.dataset> (DIR default: state) for\n"
                  "spec.time_budget_s seconds of training, then prints val_bpb and the summary.\n"
-                 "Exit: 0 succeeded, 1 failed, 2 usage, 3 diverged.\n");
+                 "Exit: 0 succeeded, 1 failed, 2 usage, 3 diverged, 4 out of memory.\n");
 }
 
 int train_main(int argc, char **argv) {

@@ -105,10 +105,11 @@ Test(cost, hand_count_small_config) {
 
 Test(cost, sliding_windows_cut_attention_flops) {
     /* D 256 = n_head * hd; SSSL: three layers see seq_len/2 keys, the last all 64. */
-    cost_t full =
-        cost_of("\"vocab_size\":64,\"depth\":4,\"seq_len\":64,\"window_pattern\":\"L\"", 1);
-    cost_t sssl =
-        cost_of("\"vocab_size\":64,\"depth\":4,\"seq_len\":64,\"window_pattern\":\"SSSL\"", 1);
+    cost_t full = cost_of(
+        "\"vocab_size\":64,\"n_embd\":256,\"depth\":4,\"seq_len\":64,\"window_pattern\":\"L\"", 1);
+    cost_t sssl = cost_of(
+        "\"vocab_size\":64,\"n_embd\":256,\"depth\":4,\"seq_len\":64,\"window_pattern\":\"SSSL\"",
+        1);
     cr_assert_eq(full.total, sssl.total);
     cr_assert_eq(full.flops_per_token - sssl.flops_per_token, 3 * 12.0 * 256 * (64 - 32),
                  "full %g sssl %g", full.flops_per_token, sssl.flops_per_token);
@@ -138,8 +139,8 @@ Test(cost, doubling_width_scales_as_expected) {
 }
 
 Test(cost, tied_embeddings_drop_lm_head_params_not_flops) {
-    cost_t u = cost_of("\"vocab_size\":500,\"tie_embeddings\":false", 2);
-    cost_t t = cost_of("\"vocab_size\":500,\"tie_embeddings\":true", 2);
+    cost_t u = cost_of("\"vocab_size\":500,\"n_embd\":256,\"tie_embeddings\":false", 2);
+    cost_t t = cost_of("\"vocab_size\":500,\"n_embd\":256,\"tie_embeddings\":true", 2);
     cr_assert_eq(u.lm_head, 500 * 256);
     cr_assert_eq(t.lm_head, 0);
     cr_assert_eq(t.total, u.total - 500 * 256);
@@ -149,8 +150,10 @@ Test(cost, tied_embeddings_drop_lm_head_params_not_flops) {
 
 Test(cost, gqa_shrinks_k_and_v) {
     /* depth 2, alternate: ve and its gate on layer 1. D=256, 8 heads, hd 32. */
-    cost_t mha = cost_of("\"vocab_size\":300,\"depth\":2,\"n_head\":8,\"n_kv_head\":8", 1);
-    cost_t gqa = cost_of("\"vocab_size\":300,\"depth\":2,\"n_head\":8,\"n_kv_head\":2", 1);
+    cost_t mha =
+        cost_of("\"vocab_size\":300,\"n_embd\":256,\"depth\":2,\"n_head\":8,\"n_kv_head\":8", 1);
+    cost_t gqa =
+        cost_of("\"vocab_size\":300,\"n_embd\":256,\"depth\":2,\"n_head\":8,\"n_kv_head\":2", 1);
     int64_t kv_cut = 2 /* c_k, c_v */ * (8 - 2) * 32 * 256;
     int64_t gate_cut = (8 - 2) * 32; /* one ve_gate (n_kv_head, C=32) */
     cr_assert_eq(mha.blocks - gqa.blocks, 2 * kv_cut + gate_cut);
@@ -161,11 +164,12 @@ Test(cost, gqa_shrinks_k_and_v) {
 
 Test(cost, gated_mlp_doubles_c_fc) {
     const char *kinds[] = {"gelu", "swiglu", "geglu"};
-    cost_t relu = cost_of("\"vocab_size\":300,\"depth\":2,\"mlp\":\"relu2\"", 1);
+    cost_t relu = cost_of("\"vocab_size\":300,\"n_embd\":256,\"depth\":2,\"mlp\":\"relu2\"", 1);
     int64_t c_fc = 4 * 256 * 256;
     for (int i = 0; i < 3; i++) {
         char f[128];
-        snprintf(f, sizeof f, "\"vocab_size\":300,\"depth\":2,\"mlp\":\"%s\"", kinds[i]);
+        snprintf(f, sizeof f, "\"vocab_size\":300,\"n_embd\":256,\"depth\":2,\"mlp\":\"%s\"",
+                 kinds[i]);
         cost_t c = cost_of(f, 1);
         int64_t extra = i == 0 ? 0 : 2 * c_fc; /* one more c_fc per layer, 2 layers */
         cr_assert_eq(c.blocks - relu.blocks, extra, "%s", kinds[i]);

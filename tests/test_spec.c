@@ -57,12 +57,12 @@ Test(spec, defaults) {
     const spec_model_t *m = &s.model;
     cr_expect_eq(m->vocab_size, 0);
     cr_expect_eq(m->depth, 4);
-    cr_expect_eq(m->n_embd, 256);
-    cr_expect_eq(m->n_head, 4);
-    cr_expect_eq(m->n_kv_head, 4);
+    cr_expect_eq(m->n_embd, 128);
+    cr_expect_eq(m->n_head, 2);
+    cr_expect_eq(m->n_kv_head, 2);
     cr_expect_eq(m->head_dim, 64);
     cr_expect_eq(m->mlp_ratio, 4);
-    cr_expect_eq(m->mlp_hidden, 1024);
+    cr_expect_eq(m->mlp_hidden, 512);
     cr_expect_eq(m->mlp, MLP_RELU2);
     cr_expect_eq(m->seq_len, 256);
     cr_expect_eq(m->pos, POS_ROPE);
@@ -82,7 +82,7 @@ Test(spec, defaults) {
 
     const spec_train_t *t = &s.train;
     cr_expect_eq(t->batch_size, 16);
-    cr_expect_eq(t->total_batch_tokens, 8192);
+    cr_expect_eq(t->total_batch_tokens, 4096);
     cr_expect_eq(t->matrix_lr, 0.04);
     cr_expect_eq(t->embedding_lr, 0.6);
     cr_expect_eq(t->value_embedding_lr, 0.6);
@@ -120,13 +120,13 @@ Test(spec, defaults_that_follow_other_fields) {
     spec_t s;
     parse_ok("{\"model\":{\"n_head\":8}}", &s);
     cr_expect_eq(s.model.n_kv_head, 8);
-    cr_expect_eq(s.model.head_dim, 32);
+    cr_expect_eq(s.model.head_dim, 16);
     parse_ok("{\"model\":{\"seq_len\":128,\"pos\":\"learned\"}}", &s);
     cr_expect_eq(s.model.max_pos, 128);
     parse_ok("{\"model\":{\"n_embd\":96,\"mlp_ratio\":2.6666666666666665}}", &s);
     cr_expect_eq(s.model.mlp_hidden, 256);
     parse_ok("{\"model\":{\"mlp_ratio\":2.5},\"parent\":null,\"name\":null}", &s);
-    cr_expect_eq(s.model.mlp_hidden, 640);
+    cr_expect_eq(s.model.mlp_hidden, 320);
     cr_expect_eq(s.parent, 0);
     cr_expect_null(s.name);
     /* RoPE ignores max_pos, so a shorter table is no error there. */
@@ -165,10 +165,11 @@ static void run_cases(const error_case *cases, size_t n) {
 Test(spec, cross_field_messages) {
     static const error_case cases[] = {
         {"{\"model\":{\"n_embd\":128,\"n_head\":7}}", "model.n_head: 7 does not divide n_embd 128"},
-        {"{\"model\":{\"n_kv_head\":3}}", "model.n_kv_head: 3 does not divide n_head 4"},
+        {"{\"model\":{\"n_head\":4,\"n_kv_head\":3}}",
+         "model.n_kv_head: 3 does not divide n_head 4"},
         {"{\"model\":{\"n_head\":2,\"n_kv_head\":4}}",
          "model.n_kv_head: 4 does not divide n_head 2"},
-        {"{\"model\":{\"ve_gate_channels\":300}}",
+        {"{\"model\":{\"n_embd\":256,\"ve_gate_channels\":300}}",
          "model.ve_gate_channels: 300 exceeds n_embd 256"},
         {"{\"model\":{\"pos\":\"learned\",\"seq_len\":2048,\"max_pos\":1024},"
          "\"train\":{\"total_batch_tokens\":32768}}",
@@ -180,16 +181,17 @@ Test(spec, cross_field_messages) {
         {"{\"model\":{\"ve_layers\":[-1]}}",
          "model.ve_layers[0]: layer -1 out of range for depth 4"},
         {"{\"model\":{\"ve_layers\":[2,1,2]}}", "model.ve_layers[2]: layer 2 listed twice"},
-        {"{\"model\":{\"n_embd\":132}}", "model.head_dim: RoPE needs an even head_dim, got 33"},
+        {"{\"model\":{\"n_embd\":132,\"n_head\":4}}",
+         "model.head_dim: RoPE needs an even head_dim, got 33"},
         {"{\"train\":{\"total_batch_tokens\":5000}}",
          "train.total_batch_tokens: 5000 is not a multiple of batch_size*seq_len 4096"},
         {"{\"train\":{\"total_batch_tokens\":2048}}",
          "train.total_batch_tokens: 2048 is not a multiple of batch_size*seq_len 4096"},
-        {"{\"model\":{\"mlp_ratio\":4.3}}",
+        {"{\"model\":{\"n_embd\":256,\"mlp_ratio\":4.3}}",
          "model.mlp_ratio: 4.3 * n_embd 256 = 1100.8 is not a whole number"},
-        {"{\"model\":{\"mlp_ratio\":0.001}}",
+        {"{\"model\":{\"n_embd\":256,\"mlp_ratio\":0.001}}",
          "model.mlp_ratio: 0.001 * n_embd 256 = 0.256 is below 1"},
-        {"{\"model\":{\"mlp_ratio\":8192}}",
+        {"{\"model\":{\"n_embd\":256,\"mlp_ratio\":8192}}",
          "model.mlp_ratio: hidden width 2097152 exceeds 1048576"},
         {"{\"train\":{\"warmup_ratio\":0.6}}",
          "train.warmdown_ratio: warmup_ratio + warmdown_ratio = 1.1 exceeds 1"},
@@ -198,7 +200,7 @@ Test(spec, cross_field_messages) {
 
     /* The same model with learned positions has no RoPE constraint. */
     spec_t s;
-    parse_ok("{\"model\":{\"n_embd\":132,\"pos\":\"learned\"}}", &s);
+    parse_ok("{\"model\":{\"n_embd\":132,\"n_head\":4,\"pos\":\"learned\"}}", &s);
     cr_expect_eq(s.model.head_dim, 33);
     spec_free(&s);
 }
@@ -514,7 +516,7 @@ Test(spec, canonical_default_golden) {
     char *c = canonical_of("{}");
     cr_expect_str_eq(
         c, "{\"dataset\":\"default\",\"model\":{\"depth\":4,\"embed_dropout\":0,\"max_pos\":256,"
-           "\"mlp\":\"relu2\",\"mlp_ratio\":4,\"n_embd\":256,\"n_head\":4,\"n_kv_head\":4,"
+           "\"mlp\":\"relu2\",\"mlp_ratio\":4,\"n_embd\":128,\"n_head\":2,\"n_kv_head\":2,"
            "\"pos\":\"rope\",\"seq_len\":256,\"softcap\":15,\"tie_embeddings\":false,"
            "\"ve_gate_channels\":32,\"ve_layers\":\"alternate\",\"vocab_size\":0,"
            "\"window_pattern\":\"SSSL\"},\"name\":null,\"parent\":null,\"priority\":0,"
@@ -523,7 +525,7 @@ Test(spec, canonical_default_golden) {
            "\"batch_size\":16,\"embedding_lr\":0.6,\"final_lr_frac\":0,\"matrix_lr\":0.04,"
            "\"muon_beta2\":0.95,\"muon_momentum_end\":0.95,\"muon_momentum_start\":0.85,"
            "\"muon_momentum_steps\":300,\"ns_steps\":5,\"scalar_lr\":0.5,"
-           "\"total_batch_tokens\":8192,\"unembedding_lr\":0.004,\"value_embedding_lr\":0.6,"
+           "\"total_batch_tokens\":4096,\"unembedding_lr\":0.004,\"value_embedding_lr\":0.6,"
            "\"warmdown_ratio\":0.5,\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}");
     free(c);
 }

@@ -1,0 +1,238 @@
+/* test_train.c - `nightshift train` end to end on a tiny prepared corpus:
+ * the summary block, the JSON progress lines, the time budget, that learning
+ * happens, reproducibility, and the failure exits (diverged, bad input). */
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static char *dir; /* state directory with datasets/tiny */
+
+/* Forty short documents with a lot of structure, so a tiny model learns fast. */
+static void make_corpus(const char *path) {
+    static const char *const subjects[] = {"the cat", "a dog", "the bird", "my friend"};
+    static const char *const verbs[] = {"sat on", "ran to", "looked at", "walked past"};
+    static const char *const objects[] = {"the mat", "the park", "a tree", "the house"};
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    for (int d = 0; d < 40; d++) {
+        fputs("{\"text\":\"", f);
+        for (int s = 0; s < 30; s++)
+            fprintf(f, "%s %s %s. ", subjects[(d + s) % 4], verbs[(d * 3 + s) % 4],
+                    objects[(d + 2 * s) % 4]);
+        fputs("\"}\n", f);
+    }
+    cr_assert(fclose(f) == 0);
+}
+
+static void setup(void) {
+    dir = tu_tmpdir();
+    char *corpus = tu_path("%s/corpus.jsonl", dir);
+    make_corpus(corpus);
+    tu_run_t r;
+    char *argv[] = {(char *)tu_bin(), "prep", "--dir",   dir,    "--name", "tiny", "--vocab", "300",
+                    "--val-fraction", "0.1",  "--quiet", corpus, NULL};
+    tu_run(&r, argv, 30);
+    cr_assert_eq(r.exit_code, 0, "prep failed: %s", r.err);
+    tu_run_free(&r);
+    free(corpus);
+}
+
+static void teardown(void) {
+    tu_rmrf(dir);
+    free(dir);
+}
+
+TestSuite(train, .init = setup, .fini = teardown, .timeout = 60);
+
+/* A tiny model; the extras are spliced into the model and train objects. */
+static char *write_spec(const char *name, double budget, const char *model_extra,
+                        const char *train_extra) {
+    char *path = tu_path("%s/%s.json", dir, name);
+    char *json = tu_path("{\"name\":\"%s\",\"dataset\":\"tiny\",\"time_budget_s\":%g,"
+                         "\"model\":{\"depth\":2,\"n_embd\":32,\"n_head\":2,\"seq_len\":32%s},"
+                         "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128%s},"
+                         "\"resources\":{\"threads\":1,\"peak_gflops\":10}}",
+                         name, budget, model_extra, train_extra);
+    tu_write(path, json);
+    free(json);
+    return path;
+}
+
+/* Run train; progress lines go to DIR/<name>.jsonl. */
+static void train(tu_run_t *r, const char *spec, const char *progress) {
+    char *argv[] = {(char *)tu_bin(), "train",          "--dir",      dir,
+                    "--progress",     (char *)progress, (char *)spec, NULL};
+    tu_run(r, argv, 45);
+}
+
+/* The summary value of key ("key: value" after the "---" line), or NAN. */
+static double summary(const char *out, const char *key) {
+    const char *block = strstr(out, "---\n");
+    if (!block) return NAN;
+    char pat[64];
+    snprintf(pat, sizeof pat, "\n%s:", key);
+    const char *at = strstr(block, pat);
+    return at ? strtod(at + strlen(pat), NULL) : NAN;
+}
+
+/* Parse the JSON lines of a progress file into an array (caller deletes). */
+static cJSON *read_progress(const char *path) {
+    char *text = tu_read(path);
+    cr_assert(text, "no progress file %s", path);
+    cJSON *lines = cJSON_CreateArray();
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        cr_assert(cJSON_IsObject(o), "progress line is not a JSON object: %s", line);
+        cJSON_AddItemToArray(lines, o);
+    }
+    free(text);
+    return lines;
+}
+
+static const char *event_of(const cJSON *o) {
+    return cJSON_GetStringValue(cJSON_GetObjectItem(o, "event"));
+}
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    cr_assert(cJSON_IsNumber(v), "missing number %s", key);
+    return v->valuedouble;
+}
+
+Test(train, three_second_budget_end_to_end) {
+    const double budget = 3.0;
+    char *spec = write_spec("budget", budget, "", "");
+    char *progress = tu_path("%s/budget.jsonl", dir);
+    tu_run_t r;
+    train(&r, spec, progress);
+    cr_assert_eq(r.exit_code, 0, "train failed (%d): %s", r.exit_code, r.err);
+
+    static const char *const keys[] = {"val_bpb",        "training_seconds",
+                                       "total_seconds",  "peak_rss_mb",
+                                       "mfu_percent",    "total_tokens_M",
+                                       "num_steps",      "num_params_M",
+                                       "depth",          "tokens_per_second",
+                                       "params_wte",     "params_value_embeds",
+                                       "params_lm_head", "params_transformer_matrices",
+                                       "params_scalars", "params_total"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        cr_expect(!isnan(summary(r.out, keys[i])), "summary lacks %s:\n%s", keys[i], r.out);
+    cr_expect_eq(summary(r.out, "depth"), 2);
+
+    cJSON *lines = read_progress(progress);
+    int n = cJSON_GetArraySize(lines);
+    cr_assert(n >= 4, "too few progress lines: %d", n);
+    cr_expect_str_eq(event_of(cJSON_GetArrayItem(lines, 0)), "start");
+    const cJSON *result = cJSON_GetArrayItem(lines, n - 1);
+    cr_assert_str_eq(event_of(result), "result");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(result, "status")), "succeeded");
+    cr_expect_float_eq(num(result, "val_bpb"), summary(r.out, "val_bpb"), 1e-6);
+
+    /* one step line per optimiser step; the budget is met within one step */
+    int steps = 0;
+    double max_dt = 0, first_losses = 0, last_losses = 0;
+    double losses[4096];
+    const cJSON *line;
+    cJSON_ArrayForEach(line, lines) {
+        if (strcmp(event_of(line), "step")) continue;
+        cr_assert(steps < 4096);
+        losses[steps++] = num(line, "loss");
+        max_dt = fmax(max_dt, num(line, "dt_ms") / 1000.0);
+    }
+    cr_expect_eq(steps, (int)summary(r.out, "num_steps"));
+    cr_assert(steps >= 10, "only %d steps in %g s", steps, budget);
+    double trained = summary(r.out, "training_seconds");
+    cr_expect(trained >= budget - 0.05 && trained <= budget + max_dt + 0.1,
+              "training_seconds %g for a %g s budget (longest step %g s)", trained, budget, max_dt);
+
+    /* the loss went down: the last five steps beat the first five */
+    for (int i = 0; i < 5; i++) {
+        first_losses += losses[i] / 5;
+        last_losses += losses[steps - 1 - i] / 5;
+    }
+    cr_expect(last_losses < first_losses - 0.5, "loss %g -> %g: did not learn", first_losses,
+              last_losses);
+    cr_expect(summary(r.out, "val_bpb") < 8.0, "val_bpb %g", summary(r.out, "val_bpb"));
+
+    cJSON_Delete(lines);
+    tu_run_free(&r);
+    free(progress);
+    free(spec);
+}
+
+/* Bit-for-bit: with a schedule that does not depend on wall time (no
+ * warmdown, no weight decay) two runs give identical step losses. */
+Test(train, same_seed_same_losses) {
+    char *spec = write_spec("repro", 1.5, "", ",\"warmdown_ratio\":0,\"weight_decay\":0");
+    double runs[2][4096];
+    int counts[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        char *progress = tu_path("%s/repro%d.jsonl", dir, k);
+        tu_run_t r;
+        train(&r, spec, progress);
+        cr_assert_eq(r.exit_code, 0, "train failed: %s", r.err);
+        cJSON *lines = read_progress(progress);
+        const cJSON *line;
+        cJSON_ArrayForEach(line, lines) {
+            if (!strcmp(event_of(line), "step") && counts[k] < 4096)
+                runs[k][counts[k]++] = num(line, "loss");
+        }
+        cJSON_Delete(lines);
+        tu_run_free(&r);
+        free(progress);
+    }
+    int common = counts[0] < counts[1] ? counts[0] : counts[1];
+    cr_assert(common >= 5, "too few steps to compare: %d", common);
+    for (int i = 0; i < common; i++)
+        cr_assert(runs[0][i] == runs[1][i], "step %d: loss %.17g vs %.17g", i + 1, runs[0][i],
+                  runs[1][i]);
+    free(spec);
+}
+
+Test(train, exploding_loss_is_diverged) {
+    /* Without the softcap the logits are unbounded; a huge head LR blows them up. */
+    char *spec = write_spec("explode", 5, ",\"softcap\":0", ",\"unembedding_lr\":1e6");
+    char *progress = tu_path("%s/explode.jsonl", dir);
+    tu_run_t r;
+    train(&r, spec, progress);
+    cr_expect_eq(r.exit_code, 3, "exit %d, stderr: %s", r.exit_code, r.err);
+    cr_expect(strstr(r.err, "diverged"), "stderr: %s", r.err);
+    cJSON *lines = read_progress(progress);
+    const cJSON *last = cJSON_GetArrayItem(lines, cJSON_GetArraySize(lines) - 1);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(last, "status")), "diverged");
+    cJSON_Delete(lines);
+    tu_run_free(&r);
+    free(progress);
+    free(spec);
+}
+
+Test(train, missing_dataset_fails_clearly) {
+    char *spec = tu_path("%s/nodata.json", dir);
+    tu_write(spec, "{\"dataset\":\"absent\",\"time_budget_s\":1}");
+    char *progress = tu_path("%s/nodata.jsonl", dir);
+    tu_run_t r;
+    train(&r, spec, progress);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "absent"), "stderr does not name the dataset: %s", r.err);
+    tu_run_free(&r);
+    free(progress);
+    free(spec);
+}
+
+Test(train, invalid_spec_names_the_field) {
+    char *spec = tu_path("%s/bad.json", dir);
+    tu_write(spec, "{\"model\":{\"n_embd\":128,\"n_head\":7}}");
+    char *progress = tu_path("%s/bad.jsonl", dir);
+    tu_run_t r;
+    train(&r, spec, progress);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "model.n_head: 7 does not divide n_embd 128"), "stderr: %s", r.err);
+    tu_run_free(&r);
+    free(progress);
+    free(spec);
+}
