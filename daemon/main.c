@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "cli.h"
+#include "client.h"
+#include "serve.h"
+#include "worker.h"
 
 typedef struct {
     const char *name;
@@ -13,15 +16,23 @@ typedef struct {
 static const command_t commands[] = {
     {"calibrate", calibrate_main, "measure the machine's sgemm peak (the MFU denominator)"},
     {"cost", cost_main, "parameter counts, bytes and FLOPs of a spec, without training"},
+    {"exec-limited", worker_exec_main, "internal: run a worker under its slot's limits"},
     {"grad", grad_main, "loss and every gradient of one batch (checks against other engines)"},
+    {"serve", serve_main, "run the daemon: queue, workers, results store and HTTP API"},
     {"prep", prep_main, "train a BPE tokenizer and write a dataset from text, JSONL or dirs"},
     {"train", train_main, "train one spec for its time budget and print the summary"},
+    {"submit", submit_main, "queue a spec (or an array of specs) with the daemon"},
+    {"ls", ls_main, "list the daemon's experiments"},
+    {"show", show_main, "one experiment: status, spec, result, metrics or its log"},
+    {"best", best_main, "the best config so far, as a spec ready to resubmit"},
+    {"cancel", cancel_main, "cancel a queued or running experiment"},
+    {"watch", watch_main, "live progress of the daemon's slots"},
 };
 
 static void usage(FILE *out) {
     fprintf(out, "usage: nightshift <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-13s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n`nightshift <command> --help` describes a command.\n");
 }
 

@@ -21,15 +21,15 @@
 typedef struct store store_t;
 
 /* Experiment statuses as stored (TEXT). Terminal: all but queued, running. */
-#define STORE_QUEUED "queued"
-#define STORE_RUNNING "running"
-#define STORE_SUCCEEDED "succeeded"
-#define STORE_FAILED "failed"
-#define STORE_CRASHED "crashed"
-#define STORE_TIMEOUT "timeout"
-#define STORE_OOM "oom"
-#define STORE_DIVERGED "diverged"
-#define STORE_CANCELLED "cancelled"
+#define STORE_QUEUED      "queued"
+#define STORE_RUNNING     "running"
+#define STORE_SUCCEEDED   "succeeded"
+#define STORE_FAILED      "failed"
+#define STORE_CRASHED     "crashed"
+#define STORE_TIMEOUT     "timeout"
+#define STORE_OOM         "oom"
+#define STORE_DIVERGED    "diverged"
+#define STORE_CANCELLED   "cancelled"
 #define STORE_INTERRUPTED "interrupted"
 
 /* A new experiment. Strings are borrowed for the call. */
@@ -71,18 +71,43 @@ typedef struct {
     double loss, lr_mult, tok_s;
 } store_metric_t;
 
+/* The schema: one entry per schema/NNN_name.sql in version order, generated
+ * into the build as schema_sql.c by scripts/embed-schema.awk (static data). */
+typedef struct {
+    int version;      /* NNN, the PRAGMA user_version after it is applied */
+    const char *name; /* the file name */
+    const char *sql;  /* the file's text; no BEGIN/COMMIT of its own */
+} store_migration_t;
+
+extern const store_migration_t store_migrations[];
+extern const size_t store_n_migrations;
+
+/* Apply to the database at path (created if needed) every migration of
+ * m[0..n) newer than its user_version, each in one transaction that also sets
+ * user_version. A database newer than m[n-1] is refused ("store: nightshift.db
+ * has schema version 7, this build knows up to 1"). store_open does this with
+ * store_migrations; tests pass their own lists. */
+int store_migrate(const char *path, const store_migration_t *m, size_t n, char *err, size_t errlen);
+
+/* Times are stored and returned as ISO-8601 UTC with milliseconds,
+ * "2026-11-29T19:37:00.123Z" (24 characters). */
+#define STORE_TIME_LEN 32
+void store_format_time(int64_t unix_ms, char *buf, size_t len);
+
 /* Open (creating if needed) the database at path, apply pending migrations,
  * set WAL, busy_timeout and foreign keys. *out is owned by the caller and
  * closed with store_close. */
 int store_open(const char *path, store_t **out, char *err, size_t errlen);
 void store_close(store_t *s);
 
-/* Insert a queued experiment; *id gets its id. */
+/* Insert a queued experiment; *id gets its id. A parent that does not exist
+ * is an error ("parent: experiment 17 does not exist"). */
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
                  size_t errlen);
 
 /* An experiment with the same spec_hash and seed that is queued, running or
- * succeeded: returns 1 and sets *id, 0 when there is none, -1 on error. */
+ * succeeded: returns 1 and sets *id, 0 when there is none, -1 on error. With
+ * several, a succeeded one wins over a running one over a queued one. */
 int store_find_duplicate(store_t *s, const char *spec_hash, int64_t seed, int64_t *id, char *err,
                          size_t errlen);
 
@@ -96,13 +121,15 @@ void store_experiment_clear(store_experiment_t *e);
 int store_set_pid(store_t *s, int64_t id, int pid, char *err, size_t errlen);
 
 /* Finish a running experiment in one transaction: status (a terminal STORE_*),
- * reason (may be NULL), exit code or signal (-1 when not applicable), and the
- * result row when r is not NULL. Finishing an experiment that is not running
- * is an error (nothing is recorded twice). */
+ * reason (may be NULL), exit code or signal (-1 when not applicable; stored as
+ * NULL, as is a term_signal of 0), and the result row when r is not NULL (only
+ * succeeded runs rank on the leaderboard). Finishing an experiment that is not
+ * running is an error (nothing is recorded twice). */
 int store_finish(store_t *s, int64_t id, const char *status, const char *reason, int exit_code,
                  int term_signal, const store_result_t *r, char *err, size_t errlen);
 
-/* Append metrics rows for one experiment in one transaction. */
+/* Append metrics rows for one experiment in one transaction. A step already
+ * stored is skipped, so a replayed batch adds nothing. */
 int store_add_metrics(store_t *s, int64_t id, const store_metric_t *m, size_t n, char *err,
                       size_t errlen);
 
@@ -112,13 +139,16 @@ int store_add_metrics(store_t *s, int64_t id, const store_metric_t *m, size_t n,
 int store_cancel_queued(store_t *s, int64_t id, char *err, size_t errlen);
 
 /* At startup: every experiment still `running` was interrupted by a daemon
- * crash. Each is marked interrupted and, if its attempt < max_attempts,
- * re-queued with attempt + 1. Reports how many were requeued / given up. */
+ * crash. If its attempt < max_attempts it is re-queued with attempt + 1 (its
+ * reason says which attempt was interrupted; its metrics are cleared, the next
+ * attempt starts at step 0); otherwise it ends as `interrupted`. Reports how
+ * many were requeued / given up (either pointer may be NULL). */
 int store_recover(store_t *s, int max_attempts, int *requeued, int *abandoned, char *err,
                   size_t errlen);
 
 /* Mark a running experiment interrupted by a clean daemon shutdown and queue
- * it again (attempt + 1) when attempt < max_attempts. */
+ * it again (attempt + 1) when attempt < max_attempts, as store_recover does.
+ * An experiment that is not running is an error. */
 int store_interrupt(store_t *s, int64_t id, int max_attempts, char *err, size_t errlen);
 
 /* Number of queued experiments, or -1 on error. */
@@ -127,23 +157,50 @@ int64_t store_queue_depth(store_t *s, char *err, size_t errlen);
 /* --- queries for the API (each returns a new cJSON tree, or NULL with err) --- */
 
 /* List: status filter (NULL = any), order "id" | "-id" | "val_bpb" |
- * "created" (NULL = "-id"), limit 1..1000, after = id cursor (0 = none). Each
- * item: id, name, tags, status, reason, source, priority, parent, attempt,
- * created/started/finished (ISO-8601 UTC), val_bpb (null unless succeeded). */
+ * "created" (NULL = "-id"), limit 1..1000, after = id cursor (0 = none): the
+ * id of the last item of the previous page, in any order (for val_bpb and
+ * created an unknown id gives an empty page). val_bpb order is best first,
+ * runs without a result last. Each item: id, name, tags, status, reason,
+ * source, priority, parent, seed, attempt, created/started/finished (ISO-8601
+ * UTC), val_bpb (null unless succeeded). A bad argument is an error whose
+ * message names it ("order: must be one of id, -id, val_bpb, created"). */
 cJSON *store_list(store_t *s, const char *status, const char *order, int limit, int64_t after,
                   char *err, size_t errlen);
 
 /* One experiment with its spec (parsed JSON), result object (or null) and, up
- * to max_metrics rows, its metrics. NULL with err "not found" for an unknown id
- * (*not_found set to 1). */
-cJSON *store_get(store_t *s, int64_t id, int max_metrics, int *not_found, char *err,
-                 size_t errlen);
+ * to max_metrics rows, its metrics ("metrics": [{step, time_s, loss, lr_mult,
+ * tok_s}], evenly spaced over the run and always ending with the last step;
+ * "metrics_total": how many are stored). NULL with err "experiment 12 not
+ * found" for an unknown id (*not_found set to 1). */
+cJSON *store_get(store_t *s, int64_t id, int max_metrics, int *not_found, char *err, size_t errlen);
 
-/* The leaderboard view: succeeded experiments by val_bpb ascending. */
+/* The leaderboard view: succeeded experiments by val_bpb ascending, limit
+ * 1..1000, one object per row keyed by the view's columns (ve_layers a name or
+ * an array, tie_embeddings a boolean). */
 cJSON *store_leaderboard(store_t *s, int limit, char *err, size_t errlen);
 
-/* The best succeeded experiment with its full spec and result; a JSON null
- * when nothing has succeeded yet. */
+/* The best succeeded experiment (store_get's object without metrics) with its
+ * full spec and result; a JSON null when nothing has succeeded yet. */
 cJSON *store_best(store_t *s, char *err, size_t errlen);
+
+/* --- the agent hook (daemon/hook.c) --- */
+
+/* The last n (1..1000) finished experiments (any final status), the most
+ * recently finished first: [{id, name, status, reason, val_bpb (null unless
+ * succeeded), spec}]. A new tree the caller owns, or NULL with err. */
+cJSON *store_recent(store_t *s, int n, char *err, size_t errlen);
+
+/* One attempt to deliver a hook event. Strings are borrowed for the call. */
+typedef struct {
+    const char *event_id;   /* "evt_<32 hex>", the same on every retry */
+    const char *event_type; /* "experiment.finished", "queue.empty", "experiment.rejected" */
+    int attempt;            /* 1, 2, ... */
+    int http_status;        /* 0 = no response (stored as NULL) */
+    int64_t latency_ms;
+    const char *error; /* NULL when the agent answered 2xx */
+} store_hook_delivery_t;
+
+/* Record one attempt as a hook_deliveries row (created = now). */
+int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *err, size_t errlen);
 
 #endif

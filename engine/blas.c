@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,10 @@ void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);
 
 int blas_set_threads(int n) {
-    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    /* "All CPUs" means the ones this process may run on: a daemon slot pins
+     * its worker to a CPU set, and more threads than that only contend. */
+    cpu_set_t set;
+    if (n <= 0 && sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
     if (n <= 0) n = 1;
     openblas_set_num_threads(n);
     return openblas_get_num_threads();

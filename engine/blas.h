@@ -9,7 +9,8 @@
 
 #include <stddef.h>
 
-/* Set the BLAS thread count; n <= 0 means every online CPU. Returns the count set. */
+/* Set the BLAS thread count; n <= 0 means every CPU this process may run on
+ * (its affinity mask). Returns the count set. */
 int blas_set_threads(int n);
 
 /* Best sgemm GFLOP/s over square sizes up to max_n, spending about `seconds`. */

@@ -1,0 +1,467 @@
+/* api.c - the HTTP API's routes (see api.h). Handlers run on the loop thread:
+ * each does a few short SQLite transactions, nothing slower. */
+#include "api.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "spec.h"
+#include "util.h"
+
+#define NIGHTSHIFT_VERSION "0.1.0"
+#define MAX_METRICS_SHOWN  5000       /* metrics rows in GET /v1/experiments/{id} */
+#define LOG_TAIL_DEFAULT   (64 << 10) /* bytes of train.log returned by default */
+#define LOG_TAIL_MAX       (1 << 20)
+#define MAX_BATCH          256 /* specs in one POST */
+
+/* ---------------------------------------------------------------- replies */
+
+/* res = status + obj (consumed). */
+static void reply_json(http_response_t *res, int status, cJSON *obj) {
+    res->status = status;
+    res->content_type = "application/json";
+    res->body = cJSON_PrintUnformatted(obj);
+    res->body_len = res->body ? strlen(res->body) : 0;
+    cJSON_Delete(obj);
+    if (!res->body) http_error(res, 500, "internal", "out of memory");
+}
+
+static void reply_store_error(http_response_t *res, const char *err) {
+    log_error("api: store: %s", err);
+    http_error(res, 500, "store_error", "%s", err);
+}
+
+/* -------------------------------------------------------------- submission */
+
+static int sha256_hex(const char *text, char out[65]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (!EVP_Digest(text, strlen(text), md, &len, EVP_sha256(), NULL)) return -1;
+    for (unsigned int i = 0; i < len; i++) sprintf(out + 2 * i, "%02x", md[i]);
+    return 0;
+}
+
+/* The identity of an experiment for dedup: its canonical spec without the
+ * fields that describe it rather than define it (name, tags, priority, parent). */
+static int spec_identity_hash(const spec_t *s, char out[65]) {
+    spec_t bare;
+    if (spec_copy(&bare, s) < 0) return -1;
+    free(bare.name);
+    bare.name = NULL;
+    for (int i = 0; i < bare.n_tags; i++) free(bare.tags[i]);
+    bare.n_tags = 0;
+    bare.priority = 0;
+    bare.parent = 0;
+    char *canon = spec_canonical_json(&bare);
+    int rc = canon ? sha256_hex(canon, out) : -1;
+    free(canon);
+    spec_free(&bare);
+    return rc;
+}
+
+static int dataset_exists(const api_t *a, const char *name) {
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/datasets/%s/manifest.json", a->state_dir, name);
+    return stat(path, &st) == 0;
+}
+
+/* Parse and check one submitted spec: the spec parser's rules, plus what
+ * only the daemon knows (the dataset and the parent exist). On success s holds
+ * the parsed spec (release with spec_free). */
+static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, size_t errlen) {
+    if (!cJSON_IsObject(spec_json)) {
+        snprintf(err, errlen, "spec: expected a JSON object");
+        return -1;
+    }
+    char *text = cJSON_PrintUnformatted(spec_json);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = spec_parse(text, strlen(text), s, err, errlen);
+    free(text);
+    if (rc < 0) return -1;
+    if (!dataset_exists(a, s->dataset)) {
+        snprintf(err, errlen, "dataset: no dataset named '%s' (prepare it with nightshift prep)",
+                 s->dataset);
+        goto fail;
+    }
+    if (s->parent > 0) {
+        int not_found = 0;
+        char serr[256];
+        cJSON *p = store_get(a->store, s->parent, 0, &not_found, serr, sizeof serr);
+        cJSON_Delete(p);
+        if (!p) {
+            if (not_found)
+                snprintf(err, errlen, "parent: experiment %lld does not exist",
+                         (long long)s->parent);
+            else
+                snprintf(err, errlen, "store: %s", serr);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    spec_free(s);
+    return -1;
+}
+
+int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, int64_t *id,
+               int *duplicate, char *err, size_t errlen) {
+    spec_t s;
+    char hash[65], serr[256];
+    char *canon = NULL, *tags = NULL;
+    int rc = -1;
+    if (check_spec(a, spec_json, &s, err, errlen) < 0) return -1;
+    canon = spec_canonical_json(&s);
+    cJSON *tag_arr = cJSON_CreateArray();
+    for (int i = 0; i < s.n_tags; i++) cJSON_AddItemToArray(tag_arr, cJSON_CreateString(s.tags[i]));
+    tags = cJSON_PrintUnformatted(tag_arr);
+    cJSON_Delete(tag_arr);
+    if (!canon || !tags || spec_identity_hash(&s, hash) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    *duplicate = 0;
+    if (!force) {
+        int found = store_find_duplicate(a->store, hash, (int64_t)s.seed, id, serr, sizeof serr);
+        if (found < 0) {
+            snprintf(err, errlen, "store: %s", serr);
+            goto done;
+        }
+        if (found) {
+            *duplicate = 1;
+            rc = 0;
+            goto done;
+        }
+    }
+    store_new_experiment_t e = {.name = s.name,
+                                .tags_json = tags,
+                                .spec_json = canon,
+                                .spec_hash = hash,
+                                .seed = (int64_t)s.seed,
+                                .parent = s.parent,
+                                .source = source,
+                                .priority = s.priority};
+    if (store_insert(a->store, &e, id, serr, sizeof serr) < 0) {
+        snprintf(err, errlen, "%s", serr);
+        goto done;
+    }
+    log_info("experiment %lld queued (%s%s%s, from %s)", (long long)*id, s.name ? "\"" : "",
+             s.name ? s.name : "unnamed", s.name ? "\"" : "", source);
+    rc = 0;
+done:
+    spec_free(&s);
+    free(canon);
+    free(tags);
+    return rc;
+}
+
+static int authorized(const api_t *a, const http_request_t *req) {
+    if (!a->token) return 1;
+    const char *h = req->authorization;
+    size_t n = strlen(a->token);
+    if (!h || strncmp(h, "Bearer ", 7) != 0 || strlen(h + 7) != n) return 0;
+    return CRYPTO_memcmp(h + 7, a->token, n) == 0; /* constant time */
+}
+
+static cJSON *submission_item(int64_t id, int duplicate) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddStringToObject(o, "status", "queued");
+    cJSON_AddBoolToObject(o, "duplicate", duplicate);
+    return o;
+}
+
+static void post_experiments(api_t *a, const http_request_t *req, http_response_t *res) {
+    char flag[16] = "", source[16] = "api", err[512];
+    int force = http_query_get(req->query, "force", flag, sizeof flag) == 1 &&
+                (!flag[0] || !strcmp(flag, "1") || !strcmp(flag, "true"));
+    if (req->source && !strcmp(req->source, "cli")) snprintf(source, sizeof source, "cli");
+    cJSON *body = cJSON_ParseWithLength(req->body, req->body_len);
+    if (!body) {
+        http_error(res, 400, "invalid_json", "the body is not valid JSON");
+        return;
+    }
+    int is_array = cJSON_IsArray(body), n = is_array ? cJSON_GetArraySize(body) : 1;
+    if (is_array && (n == 0 || n > MAX_BATCH)) {
+        http_error(res, 400, "invalid_spec", "expected 1 to %d specs, got %d", MAX_BATCH, n);
+        cJSON_Delete(body);
+        return;
+    }
+    /* Validate every spec before queueing any, so a batch is all or nothing. */
+    for (int i = 0; i < n; i++) {
+        spec_t s;
+        int bad =
+            check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, err, sizeof err) < 0;
+        if (!bad) spec_free(&s);
+        if (bad) {
+            if (is_array)
+                http_error(res, 400, "invalid_spec", "[%d].%s", i, err);
+            else
+                http_error(res, 400, "invalid_spec", "%s", err);
+            cJSON_Delete(body);
+            return;
+        }
+    }
+    cJSON *items = cJSON_CreateArray();
+    int created = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t id = 0;
+        int dup = 0;
+        if (api_submit(a, is_array ? cJSON_GetArrayItem(body, i) : body, source, force, &id, &dup,
+                       err, sizeof err) < 0) {
+            /* validated above: only the store can fail here */
+            cJSON_Delete(items);
+            cJSON_Delete(body);
+            http_error(res, 500, "store_error", "%s", err);
+            return;
+        }
+        created += !dup;
+        cJSON_AddItemToArray(items, submission_item(id, dup));
+    }
+    cJSON_Delete(body);
+    if (created) sched_kick(a->sched);
+    if (is_array) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "experiments", items);
+        reply_json(res, created ? 201 : 200, o);
+    } else {
+        cJSON *one = cJSON_DetachItemFromArray(items, 0);
+        cJSON_Delete(items);
+        reply_json(res, created ? 201 : 200, one);
+    }
+}
+
+/* ----------------------------------------------------------------- queries */
+
+/* An integer query parameter in [lo, hi]; def when absent. -1 = invalid (res set). */
+static int query_int(const http_request_t *req, http_response_t *res, const char *key, long long lo,
+                     long long hi, long long def, long long *out) {
+    char buf[32], *end;
+    int got = http_query_get(req->query, key, buf, sizeof buf);
+    if (got == 0) {
+        *out = def;
+        return 0;
+    }
+    errno = 0;
+    long long v = got == 1 ? strtoll(buf, &end, 10) : 0;
+    if (got < 0 || errno || end == buf || *end || v < lo || v > hi) {
+        http_error(res, 400, "invalid_query", "%s: expected an integer in [%lld, %lld]", key, lo,
+                   hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void get_experiments(api_t *a, const http_request_t *req, http_response_t *res) {
+    char status[32] = "", order[16] = "", err[256];
+    long long limit, after;
+    if (query_int(req, res, "limit", 1, 1000, 100, &limit) < 0 ||
+        query_int(req, res, "after", 0, INT64_MAX, 0, &after) < 0)
+        return;
+    int has_status = http_query_get(req->query, "status", status, sizeof status) == 1 && status[0];
+    int has_order = http_query_get(req->query, "order", order, sizeof order) == 1 && order[0];
+    static const char *const orders[] = {"id", "-id", "val_bpb", "created"};
+    int order_ok = !has_order;
+    for (size_t i = 0; i < sizeof orders / sizeof *orders; i++)
+        order_ok |= !strcmp(order, orders[i]);
+    if (!order_ok) {
+        http_error(res, 400, "invalid_query", "order: expected id, -id, val_bpb or created");
+        return;
+    }
+    cJSON *list = store_list(a->store, has_status ? status : NULL, has_order ? order : NULL,
+                             (int)limit, (int64_t)after, err, sizeof err);
+    if (!list) {
+        reply_store_error(res, err);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    int n = cJSON_GetArraySize(list);
+    cJSON_AddItemToObject(o, "experiments", list);
+    if (n == limit)
+        cJSON_AddNumberToObject(
+            o, "next_after",
+            cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(list, n - 1), "id")));
+    else
+        cJSON_AddNullToObject(o, "next_after");
+    reply_json(res, 200, o);
+}
+
+static void get_experiment(api_t *a, int64_t id, http_response_t *res) {
+    char err[256];
+    int not_found = 0;
+    cJSON *o = store_get(a->store, id, MAX_METRICS_SHOWN, &not_found, err, sizeof err);
+    if (!o) {
+        if (not_found)
+            http_error(res, 404, "not_found", "no experiment %lld", (long long)id);
+        else
+            reply_store_error(res, err);
+        return;
+    }
+    cJSON *p = sched_progress(a->sched, id);
+    if (p)
+        cJSON_AddItemToObject(o, "progress", p);
+    else
+        cJSON_AddNullToObject(o, "progress");
+    reply_json(res, 200, o);
+}
+
+/* The tail of runs/<id>/train.log. A bounded read of a local file: at most
+ * LOG_TAIL_MAX bytes, so it stays well under a millisecond on the loop. */
+static void get_log(api_t *a, const http_request_t *req, int64_t id, http_response_t *res) {
+    long long tail;
+    char path[PATH_MAX];
+    if (query_int(req, res, "tail", 1, LOG_TAIL_MAX, LOG_TAIL_DEFAULT, &tail) < 0) return;
+    snprintf(path, sizeof path, "%s/runs/%lld/train.log", a->state_dir, (long long)id);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        http_error(res, 404, "not_found", "experiment %lld has no log", (long long)id);
+        return;
+    }
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    long from = size > tail ? size - tail : 0;
+    fseek(f, from, SEEK_SET);
+    char *buf = malloc((size_t)(size - from) + 1);
+    size_t got = buf ? fread(buf, 1, (size_t)(size - from), f) : 0;
+    fclose(f);
+    if (!buf) {
+        http_error(res, 500, "internal", "out of memory");
+        return;
+    }
+    res->status = 200;
+    res->content_type = "text/plain; charset=utf-8";
+    res->body = buf;
+    res->body_len = got;
+}
+
+static void post_cancel(api_t *a, int64_t id, http_response_t *res) {
+    char err[256];
+    int rc = store_cancel_queued(a->store, id, err, sizeof err);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    if (rc == 1) {
+        log_info("experiment %lld cancelled while queued", (long long)id);
+        cJSON_AddStringToObject(o, "status", "cancelled");
+        reply_json(res, 200, o);
+        return;
+    }
+    if (rc == 0 && sched_cancel(a->sched, id)) {
+        log_info("experiment %lld: cancelling its worker", (long long)id);
+        cJSON_AddStringToObject(o, "status", "cancelling");
+        reply_json(res, 200, o);
+        return;
+    }
+    cJSON_Delete(o);
+    if (rc < 0 && strstr(err, "not found"))
+        http_error(res, 404, "not_found", "no experiment %lld", (long long)id);
+    else if (rc < 0)
+        reply_store_error(res, err);
+    else
+        http_error(res, 409, "not_cancellable", "experiment %lld has already finished",
+                   (long long)id);
+}
+
+static void get_leaderboard(api_t *a, const http_request_t *req, http_response_t *res) {
+    long long limit;
+    char err[256];
+    if (query_int(req, res, "limit", 1, 1000, 20, &limit) < 0) return;
+    cJSON *rows = store_leaderboard(a->store, (int)limit, err, sizeof err);
+    if (!rows) {
+        reply_store_error(res, err);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "leaderboard", rows);
+    reply_json(res, 200, o);
+}
+
+static void get_best(api_t *a, http_response_t *res) {
+    char err[256];
+    cJSON *best = store_best(a->store, err, sizeof err);
+    if (!best) {
+        reply_store_error(res, err);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "best", best);
+    reply_json(res, 200, o);
+}
+
+static void get_status(api_t *a, http_response_t *res) {
+    char err[256];
+    int64_t depth = store_queue_depth(a->store, err, sizeof err);
+    if (depth < 0) {
+        reply_store_error(res, err);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "version", NIGHTSHIFT_VERSION);
+    cJSON_AddNumberToObject(o, "uptime_s", util_now() - a->started_at);
+    cJSON_AddNumberToObject(o, "queue_depth", (double)depth);
+    cJSON_AddNumberToObject(o, "running", sched_running(a->sched));
+    cJSON_AddItemToObject(o, "slots", sched_status(a->sched));
+    reply_json(res, 200, o);
+}
+
+/* ----------------------------------------------------------------- routing */
+
+/* "/v1/experiments/<id>[/rest]": the id and the rest ("" when none); 0 if not. */
+static int parse_experiment_path(const char *path, int64_t *id, const char **rest) {
+    const char *p = path + strlen("/v1/experiments/");
+    char *end;
+    if (strncmp(path, "/v1/experiments/", 16) != 0 || *p < '1' || *p > '9') return 0;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (errno || (*end && *end != '/')) return 0;
+    *id = v;
+    *rest = end;
+    return 1;
+}
+
+void api_handle(const http_request_t *req, http_response_t *res, void *user) {
+    api_t *a = user;
+    const char *m = req->method, *rest = "";
+    int get = !strcmp(m, "GET"), post = !strcmp(m, "POST");
+    int64_t id = 0;
+    if (post && !authorized(a, req)) {
+        http_error(res, 401, "unauthorized",
+                   "this call needs the daemon's token "
+                   "(Authorization: Bearer TOKEN)");
+        return;
+    }
+    if (!strcmp(req->path, "/healthz") && get) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddBoolToObject(o, "ok", 1);
+        reply_json(res, 200, o);
+    } else if (!strcmp(req->path, "/v1/status") && get) {
+        get_status(a, res);
+    } else if (!strcmp(req->path, "/v1/experiments") && post) {
+        post_experiments(a, req, res);
+    } else if (!strcmp(req->path, "/v1/experiments") && get) {
+        get_experiments(a, req, res);
+    } else if (!strcmp(req->path, "/v1/leaderboard") && get) {
+        get_leaderboard(a, req, res);
+    } else if (!strcmp(req->path, "/v1/best") && get) {
+        get_best(a, res);
+    } else if (parse_experiment_path(req->path, &id, &rest) && !*rest && get) {
+        get_experiment(a, id, res);
+    } else if (parse_experiment_path(req->path, &id, &rest) && !strcmp(rest, "/log") && get) {
+        get_log(a, req, id, res);
+    } else if (parse_experiment_path(req->path, &id, &rest) && !strcmp(rest, "/cancel") && post) {
+        post_cancel(a, id, res);
+    } else {
+        http_error(res, 404, "not_found", "no route for %s %s", m, req->path);
+    }
+}

@@ -1,0 +1,44 @@
+/* api.h - the JSON HTTP API under /v1 (routes onto the store and the scheduler).
+ *
+ *   POST /v1/experiments               one spec or an array; 201 / 200 (duplicates)
+ *   GET  /v1/experiments               ?status=&order=&limit=&after=
+ *   GET  /v1/experiments/{id}          spec, status, reason, result, metrics, progress
+ *   GET  /v1/experiments/{id}/log      ?tail=BYTES, text/plain
+ *   POST /v1/experiments/{id}/cancel
+ *   GET  /v1/leaderboard               ?limit=
+ *   GET  /v1/best
+ *   GET  /v1/status
+ *   GET  /healthz
+ *
+ * Errors are {"error":{"code":...,"message":...}}. With a token configured,
+ * every POST needs `Authorization: Bearer TOKEN` (401 otherwise). */
+#ifndef NIGHTSHIFT_API_H
+#define NIGHTSHIFT_API_H
+
+#include <cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http.h"
+#include "sched.h"
+#include "store.h"
+
+typedef struct {
+    store_t *store;
+    sched_t *sched;
+    const char *state_dir;
+    const char *token; /* NULL = no token required */
+    double started_at; /* util_now() at startup */
+} api_t;
+
+/* The http_handler_fn of the daemon; user is an api_t. */
+void api_handle(const http_request_t *req, http_response_t *res, void *user);
+
+/* Validate one spec (a JSON object) and queue it as `source` ("api", "cli" or
+ * "agent"), with dedup unless force. Returns 0 with *id and *duplicate set, or
+ * -1 with "field.path: reason" in err. The agent hook queues its proposals
+ * through this too, so every submission path validates alike. */
+int api_submit(api_t *a, const cJSON *spec, const char *source, int force, int64_t *id,
+               int *duplicate, char *err, size_t errlen);
+
+#endif

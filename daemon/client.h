@@ -1,0 +1,25 @@
+/* client.h - the command-line client of the daemon's HTTP API (libcurl):
+ * `nightshift submit`, `ls`, `show`, `best`, `cancel` and `watch`.
+ *
+ * Every command talks to one daemon: --url, else $NIGHTSHIFT_URL, else
+ * http://127.0.0.1:8080. It sends the bearer token when one is given (--token,
+ * --token-file, else $NIGHTSHIFT_TOKEN), waits at most 5 s for the connection
+ * and 30 s for the whole reply, and refuses replies over 16 MiB. Each *_main
+ * takes argv with argv[0] = the subcommand name (main.c dispatches) and returns
+ * one of the CLIENT_EXIT_* codes. */
+#ifndef NIGHTSHIFT_CLIENT_H
+#define NIGHTSHIFT_CLIENT_H
+
+#define CLIENT_EXIT_OK          0
+#define CLIENT_EXIT_API         1 /* the daemon answered with an error, or an unusable reply */
+#define CLIENT_EXIT_USAGE       2
+#define CLIENT_EXIT_UNREACHABLE 3 /* no connection to the daemon */
+
+int submit_main(int argc, char **argv); /* POST a spec or an array of specs */
+int ls_main(int argc, char **argv);     /* list experiments as a table */
+int show_main(int argc, char **argv);   /* one experiment: status, spec, result, metrics, log */
+int best_main(int argc, char **argv);   /* the best succeeded spec, ready to resubmit */
+int cancel_main(int argc, char **argv); /* cancel a queued or running experiment */
+int watch_main(int argc, char **argv);  /* live progress of every slot */
+
+#endif

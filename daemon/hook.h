@@ -1,0 +1,66 @@
+/* hook.h - the outbound agent hook: signed webhook events over libcurl multi,
+ * driven by the daemon's libuv loop, delivered at least once.
+ *
+ * Events (JSON body):
+ *   {"id":"evt_<32 hex>", "type":"experiment.finished"|"queue.empty"|"experiment.rejected",
+ *    "created":"2026-11-29T19:37:00.123Z",
+ *    "experiment": {id,name,status,reason,spec,result}   (experiment.finished; else null)
+ *    "rejected": {"proposal": <what the agent sent>, "error": "model.n_head: ..."}
+ *                                                        (experiment.rejected; else null)
+ *    "best": {id,name,val_bpb,spec,result} | null,
+ *    "recent": [{id,name,status,reason,val_bpb,spec}...] (the last HOOK_RECENT, newest first),
+ *    "queue_depth": N, "running": N,
+ *    "defaults": <the spec with every default filled in>}
+ *
+ * Headers (Standard Webhooks): webhook-id (the event id, the same on every
+ * retry), webhook-timestamp (unix seconds of this attempt), webhook-signature:
+ * "v1,<base64 HMAC-SHA256(secret, id + "." + timestamp + "." + body)>"; the
+ * secret is used as given (its bytes are the key).
+ *
+ * Delivery: a 2xx ends it; timeouts, connection errors and 5xx are retried with
+ * exponential backoff and full jitter (1 s, 2 s, 4 s ... capped at 60 s) up to
+ * max_attempts; other statuses are not retried. Every attempt is a row in
+ * hook_deliveries (event id, type, attempt, HTTP status, latency, error).
+ *
+ * A 2xx reply may carry one spec (an object), an array of specs, or nothing
+ * (empty body, null, {} or []). Each proposal is queued through api_submit with
+ * source "agent" (validation and dedup as for any submission); a proposal that
+ * fails validation, or a reply that is not JSON, is recorded and answered with
+ * an experiment.rejected event. A malformed reply never stops the loop.
+ *
+ * While the queue is empty and a slot is idle, queue.empty is re-sent every
+ * idle_resend_s so that an agent that once answered nothing is asked again. */
+#ifndef NIGHTSHIFT_HOOK_H
+#define NIGHTSHIFT_HOOK_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "api.h"
+
+#define HOOK_RECENT 20
+
+typedef struct hook hook_t;
+
+typedef struct {
+    const char *url;       /* the agent's endpoint */
+    const char *secret;    /* HMAC key */
+    int max_attempts;      /* default 8 */
+    double timeout_s;      /* per attempt; default 30 */
+    double idle_resend_s;  /* default 60 */
+    double backoff_base_s; /* the first retry's delay bound, doubling; default 1 (tests: less) */
+    api_t *api;            /* for submissions and the store */
+} hook_opts_t;
+
+/* Returns NULL with err on failure (bad URL, libcurl init). */
+hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen);
+
+/* Queue events for delivery (they are sent in the background). */
+void hook_experiment_finished(hook_t *h, int64_t id);
+void hook_queue_empty(hook_t *h);
+
+/* Stop: cancel pending retries and transfers (recorded as such), close every
+ * handle; done is called when all are closed and the hook is freed. */
+void hook_close(hook_t *h, void (*done)(void *arg), void *arg);
+
+#endif

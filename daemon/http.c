@@ -1,0 +1,901 @@
+/* http.c - the HTTP/1.1 server: a libuv TCP listener, one http-parser per
+ * connection, limits, keep-alive, pipelining, and the JSON error envelope.
+ *
+ * Life of a connection. Accepted connections wait for a request under the
+ * idle timer. The first byte of a request (http-parser's message_begin)
+ * starts the request timer; URL, the few headers a handler sees and the body
+ * accumulate in per-connection buffers under the header and body caps. When a
+ * request is complete the handler answers synchronously, the response is
+ * queued with uv_write, the parser is paused and reading stops until the write
+ * finishes, so pipelined requests are answered one at a time, in order, and a
+ * client that never reads cannot make the server buffer without bound. Then
+ * the connection either parses what is already buffered or waits again.
+ *
+ * A connection that must end after its response (Connection: close, HTTP/1.0,
+ * an error answered by the server itself) shuts its write side down and
+ * discards input for a short while before closing ("lingering close"), so an
+ * unread request body left in the socket does not turn the close into a reset
+ * that destroys the response before the client reads it.
+ *
+ * Handles: every connection owns a uv_tcp_t and a uv_timer_t; its memory is
+ * freed in the close callback of the last of the two. The server owns the
+ * listener and the list of connections and is freed once every one of its
+ * handles has closed. No state is global, so several servers can share a
+ * loop. Everything runs on the loop thread. */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <cJSON.h>
+#include <http_parser.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define READ_CHUNK 16384 /* bytes of free space offered to each read */
+#define LINGER_MS  2000  /* longest lingering close */
+
+/* ------------------------------------------------------------ buffers */
+
+/* A growing byte buffer that always has room for a terminating NUL. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} buf_t;
+
+/* Append n bytes unless the result would exceed limit bytes. Returns 0, or -1
+ * when over the limit or out of memory (the buffer is unchanged). */
+static int buf_append(buf_t *b, const char *data, size_t n, size_t limit) {
+    if (n > limit || b->len > limit - n) return -1;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+/* Make room for n more bytes (plus the NUL) without changing the content. */
+static int buf_reserve(buf_t *b, size_t n) {
+    if (b->len + n + 1 <= b->cap) return 0;
+    char *p = realloc(b->p, b->len + n + 1);
+    if (!p) return -1;
+    b->p = p;
+    b->cap = b->len + n + 1;
+    return 0;
+}
+
+/* The content as a C string; "" when nothing was ever appended. */
+static const char *buf_str(const buf_t *b) {
+    return b->p ? b->p : "";
+}
+
+static void buf_free(buf_t *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+/* ------------------------------------------------------ percent-decoding */
+
+static int hexval(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* Decode n bytes of s into out (capacity outcap including the NUL). With
+ * plus_space, '+' becomes ' ' (query strings). Returns the decoded length, or
+ * -1 for an invalid escape, an encoded NUL, or too small an output. */
+static long pct_decode(const char *s, size_t n, int plus_space, char *out, size_t outcap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch == '%') {
+            int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
+            int lo = i + 2 < n ? hexval(s[i + 2]) : -1;
+            if (hi < 0 || lo < 0) return -1;
+            ch = (char)(hi * 16 + lo);
+            if (ch == '\0') return -1;
+            i += 2;
+        } else if (ch == '+' && plus_space) {
+            ch = ' ';
+        } else if (ch == '\0') {
+            return -1;
+        }
+        if (o + 1 >= outcap) return -1;
+        out[o++] = ch;
+    }
+    if (outcap == 0) return -1;
+    out[o] = '\0';
+    return (long)o;
+}
+
+/* ------------------------------------------------------------ the types */
+
+struct http_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    http_limits_t lim;
+    http_handler_fn handler;
+    void *user;
+    struct conn *conns; /* every connection not yet closing, newest first */
+    int nconns;         /* connections being served (the max_connections count) */
+    int nrejecting;     /* connections being answered 503 */
+    int pending;        /* listener + connections whose memory is not yet freed */
+    int closing;
+    void (*done)(void *arg);
+    void *done_arg;
+};
+
+/* Which request header the parser is in the middle of. */
+enum { HDR_OTHER, HDR_AUTH, HDR_CTYPE, HDR_EXPECT, HDR_SOURCE };
+
+typedef struct conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer; /* idle, request, write or linger deadline, by state */
+    uv_shutdown_t shutdown;
+    http_server_t *srv;
+    struct conn *prev, *next;
+    int open_handles; /* handles whose close callback has not run yet */
+    char peer[64];    /* "127.0.0.1:54321" or "[::1]:54321" */
+
+    http_parser parser;
+    buf_t in; /* received bytes; [in_off, in.len) not yet parsed */
+    size_t in_off;
+
+    /* The request being received. */
+    buf_t url, auth, ctype, expect, source;
+    buf_t body;
+    char field[24]; /* lower-case prefix of the current header name */
+    size_t field_len;
+    int in_value;        /* last header callback was a value */
+    int hdr;             /* HDR_* of the current header */
+    unsigned hdr_seen;   /* 1 << HDR_* for each header seen */
+    size_t header_bytes; /* URL + header names and values so far */
+    char *path;          /* decoded path (malloc'd at headers_complete) */
+    const char *query;   /* points into url */
+    int reject;          /* status the server answers instead of the handler */
+    const char *reject_msg;
+
+    /* Connection state. */
+    unsigned counted : 1;    /* counts toward max_connections */
+    unsigned reading : 1;    /* uv_read_start is in effect */
+    unsigned in_request : 1; /* between message_begin and message_complete */
+    unsigned writing : 1;    /* a final response is being written */
+    unsigned last : 1;       /* close after the response being written */
+    unsigned lingering : 1;  /* write side shut down, discarding input */
+    unsigned closing : 1;
+} conn_t;
+
+/* A queued write: the formatted head, and the body taken from the response. */
+typedef struct {
+    uv_write_t req;
+    conn_t *conn;
+    int final; /* 0 for an interim "100 Continue" */
+    char *body;
+    char head[];
+} wreq_t;
+
+static void conn_close(conn_t *c);
+static void conn_process(conn_t *c);
+
+/* ------------------------------------------------------- small helpers */
+
+void http_limits_default(http_limits_t *lim) {
+    lim->max_header_bytes = 16 * 1024;
+    lim->max_body_bytes = 1024 * 1024;
+    lim->idle_timeout_ms = 30000;
+    lim->request_timeout_ms = 10000;
+    lim->max_connections = 256;
+}
+
+static const char *reason_phrase(int status) {
+    const char *r = http_status_str((enum http_status)status);
+    return strcmp(r, "<unknown>") ? r : "Unknown";
+}
+
+static void conn_timer_cb(uv_timer_t *t);
+
+/* Arm the connection's single timer; 0 ms means no deadline. */
+static void conn_timer(conn_t *c, uint64_t ms) {
+    if (ms == 0)
+        uv_timer_stop(&c->timer);
+    else
+        uv_timer_start(&c->timer, conn_timer_cb, ms, 0);
+}
+
+static void conn_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *out);
+static void conn_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b);
+
+static void conn_read_start(conn_t *c) {
+    if (c->reading || c->closing) return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc_cb, conn_read_cb) < 0) {
+        conn_close(c);
+        return;
+    }
+    c->reading = 1;
+}
+
+static void conn_read_stop(conn_t *c) {
+    if (!c->reading) return;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+}
+
+/* ------------------------------------------------------------ responses */
+
+static void conn_shutdown_cb(uv_shutdown_t *req, int status) {
+    conn_t *c = req->data;
+    if (status < 0) conn_close(c);
+}
+
+/* After the last response: half-close, then discard input until the peer
+ * closes or the linger deadline passes. */
+static void conn_linger(conn_t *c) {
+    uint64_t ms = c->srv->lim.idle_timeout_ms;
+    if (ms == 0 || ms > LINGER_MS) ms = LINGER_MS;
+    c->lingering = 1;
+    c->shutdown.data = c;
+    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, conn_shutdown_cb) < 0) {
+        conn_close(c);
+        return;
+    }
+    conn_timer(c, ms);
+    conn_read_start(c);
+}
+
+static void conn_write_cb(uv_write_t *req, int status) {
+    wreq_t *w = (wreq_t *)req;
+    conn_t *c = w->conn;
+    int final = w->final;
+    free(w->body);
+    free(w);
+    if (c->closing) return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    if (!final) return;
+    c->writing = 0;
+    if (c->last) {
+        conn_linger(c);
+        return;
+    }
+    conn_timer(c, c->srv->lim.idle_timeout_ms); /* idle from here, unless a request follows */
+    conn_process(c);
+}
+
+/* Queue one response. Takes body (malloc'd, may be NULL) in every case. With
+ * head_only the body is counted in Content-Length but not sent (HEAD). final
+ * = 0 writes an interim response that does not change the connection state.
+ * On failure the connection is closed. */
+static void conn_send(conn_t *c, int status, const char *ctype, char *body, size_t body_len,
+                      int head_only, int final) {
+    const char *conn_hdr = c->last ? "close" : "keep-alive";
+    const char *fmt = "HTTP/1.1 %d %s\r\n"
+                      "Content-Type: %s\r\n"
+                      "Content-Length: %zu\r\n"
+                      "Connection: %s\r\n"
+                      "Cache-Control: no-store\r\n\r\n";
+    const char *reason = reason_phrase(status);
+    wreq_t *w = NULL;
+    int n;
+    if (final)
+        n = snprintf(NULL, 0, fmt, status, reason, ctype, body_len, conn_hdr);
+    else
+        n = snprintf(NULL, 0, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
+    if (n < 0 || c->closing) goto fail;
+    w = malloc(sizeof *w + (size_t)n + 1);
+    if (!w) goto fail;
+    if (final)
+        snprintf(w->head, (size_t)n + 1, fmt, status, reason, ctype, body_len, conn_hdr);
+    else
+        snprintf(w->head, (size_t)n + 1, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
+    w->conn = c;
+    w->final = final;
+    w->body = body;
+    uv_buf_t bufs[2] = {uv_buf_init(w->head, (unsigned)n), uv_buf_init(body, (unsigned)body_len)};
+    unsigned nbufs = body && body_len && !head_only ? 2 : 1;
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs, conn_write_cb) < 0) goto fail;
+    if (final) {
+        /* A client that does not read its response is dropped after the idle time. */
+        c->writing = 1;
+        conn_read_stop(c);
+        conn_timer(c, c->srv->lim.idle_timeout_ms);
+    }
+    return;
+fail:
+    free(w);
+    free(body);
+    conn_close(c);
+}
+
+/* The server's own answer: the error envelope, then close. */
+static void conn_send_error(conn_t *c, int status, const char *code, const char *msg) {
+    http_response_t res = {0};
+    http_error(&res, status, code, "%s", msg);
+    c->last = 1;
+    c->in_request = 0;
+    conn_send(c, status, res.content_type, res.body, res.body_len, 0, 1);
+}
+
+/* ---------------------------------------------------- parser callbacks */
+
+/* Fail the request with status (answered by the server); returns the
+ * parser's error value. */
+static int conn_reject(conn_t *c, int status, const char *msg) {
+    c->reject = status;
+    c->reject_msg = msg;
+    return -1;
+}
+
+static int count_header_bytes(conn_t *c, size_t n) {
+    c->header_bytes += n;
+    if (c->header_bytes > c->srv->lim.max_header_bytes)
+        return conn_reject(c, 431, "request headers are too large");
+    return 0;
+}
+
+static int on_message_begin(http_parser *p) {
+    conn_t *c = p->data;
+    c->url.len = c->auth.len = c->ctype.len = c->expect.len = c->source.len = c->body.len = 0;
+    if (c->body.cap > 65536) buf_free(&c->body); /* a large body is not kept for the next */
+    c->field_len = 0;
+    c->in_value = 0;
+    c->hdr = HDR_OTHER;
+    c->hdr_seen = 0;
+    c->header_bytes = 0;
+    c->reject = 0;
+    free(c->path);
+    c->path = NULL;
+    c->query = "";
+    c->in_request = 1;
+    conn_timer(c, c->srv->lim.request_timeout_ms);
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t n) {
+    conn_t *c = p->data;
+    if (count_header_bytes(c, n)) return -1;
+    if (buf_append(&c->url, at, n, SIZE_MAX - 1)) return conn_reject(c, 503, "out of memory");
+    return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t n) {
+    conn_t *c = p->data;
+    if (count_header_bytes(c, n)) return -1;
+    if (c->in_value) { /* a new header starts */
+        c->in_value = 0;
+        c->field_len = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (c->field_len < sizeof c->field) {
+            char ch = at[i];
+            c->field[c->field_len] = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
+        }
+        c->field_len++;
+    }
+    return 0;
+}
+
+/* Which header (HDR_*) the completed name is. */
+static int header_kind(const conn_t *c) {
+    static const struct {
+        const char *name;
+        int kind;
+    } known[] = {{"authorization", HDR_AUTH},
+                 {"content-type", HDR_CTYPE},
+                 {"expect", HDR_EXPECT},
+                 {"x-nightshift-source", HDR_SOURCE}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (c->field_len == strlen(known[i].name) && !memcmp(c->field, known[i].name, c->field_len))
+            return known[i].kind;
+    return HDR_OTHER;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t n) {
+    conn_t *c = p->data;
+    if (count_header_bytes(c, n)) return -1;
+    if (!c->in_value) { /* the name is complete */
+        c->in_value = 1;
+        c->hdr = header_kind(c);
+        if (c->hdr != HDR_OTHER) {
+            if (c->hdr_seen & (1u << c->hdr))
+                return conn_reject(c, 400, "a header that must appear once is repeated");
+            c->hdr_seen |= 1u << c->hdr;
+        }
+    }
+    buf_t *dst = c->hdr == HDR_AUTH     ? &c->auth
+                 : c->hdr == HDR_CTYPE  ? &c->ctype
+                 : c->hdr == HDR_EXPECT ? &c->expect
+                 : c->hdr == HDR_SOURCE ? &c->source
+                                        : NULL;
+    if (dst && buf_append(dst, at, n, SIZE_MAX - 1)) return conn_reject(c, 503, "out of memory");
+    return 0;
+}
+
+/* Split the URL into the decoded path and the raw query. */
+static int parse_target(conn_t *c) {
+    struct http_parser_url u;
+    http_parser_url_init(&u);
+    if (c->url.len == 0 ||
+        http_parser_parse_url(c->url.p, c->url.len, c->parser.method == HTTP_CONNECT, &u))
+        return conn_reject(c, 400, "invalid request target");
+    const char *raw = "/";
+    size_t raw_len = 1;
+    if (u.field_set & (1 << UF_PATH)) {
+        raw = c->url.p + u.field_data[UF_PATH].off;
+        raw_len = u.field_data[UF_PATH].len;
+    }
+    c->path = malloc(raw_len + 1);
+    if (!c->path) return conn_reject(c, 503, "out of memory");
+    if (pct_decode(raw, raw_len, 0, c->path, raw_len + 1) < 0)
+        return conn_reject(c, 400, "invalid percent-encoding in the path");
+    if (u.field_set & (1 << UF_QUERY)) {
+        char *q = c->url.p + u.field_data[UF_QUERY].off;
+        q[u.field_data[UF_QUERY].len] = '\0'; /* cuts a fragment; url has room for the NUL */
+        c->query = q;
+    }
+    return 0;
+}
+
+static int on_headers_complete(http_parser *p) {
+    conn_t *c = p->data;
+    const http_limits_t *lim = &c->srv->lim;
+    if (parse_target(c)) return -1;
+    if ((p->flags & F_CONTENTLENGTH) && p->content_length > lim->max_body_bytes)
+        return conn_reject(c, 413, "request body is larger than the limit");
+    if ((p->flags & F_CONTENTLENGTH) && p->content_length > 0 &&
+        buf_reserve(&c->body, (size_t)p->content_length))
+        return conn_reject(c, 503, "out of memory");
+    /* A client that waits for "100 Continue" gets it only when a body fits. */
+    int has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
+    if (has_body && c->expect.len && !strcasecmp(c->expect.p, "100-continue") &&
+        (p->http_major > 1 || (p->http_major == 1 && p->http_minor >= 1)))
+        conn_send(c, 100, NULL, NULL, 0, 0, 0);
+    return c->closing ? -1 : 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t n) {
+    conn_t *c = p->data;
+    if (buf_append(&c->body, at, n, c->srv->lim.max_body_bytes))
+        return conn_reject(c, 413, "request body is larger than the limit");
+    return 0;
+}
+
+/* A complete request: call the handler and queue its response. */
+static int on_message_complete(http_parser *p) {
+    conn_t *c = p->data;
+    http_server_t *s = c->srv;
+    c->in_request = 0;
+    uv_timer_stop(&c->timer);
+    http_request_t req = {
+        .method = http_method_str((enum http_method)p->method),
+        .path = c->path ? c->path : "/",
+        .query = c->query,
+        .body = buf_str(&c->body),
+        .body_len = c->body.len,
+        .authorization = c->hdr_seen & (1u << HDR_AUTH) ? buf_str(&c->auth) : NULL,
+        .content_type = c->hdr_seen & (1u << HDR_CTYPE) ? buf_str(&c->ctype) : NULL,
+        .source = c->hdr_seen & (1u << HDR_SOURCE) ? buf_str(&c->source) : NULL,
+        .peer = c->peer,
+    };
+    http_response_t res = {0};
+    s->handler(&req, &res, s->user);
+    /* The handler may have closed the server (and with it this connection). */
+    if (c->closing) {
+        free(res.body);
+        http_parser_pause(p, 1);
+        return 0;
+    }
+    if (res.status < 100 || res.status > 599) {
+        http_error(&res, 500, "internal", "the handler produced no valid status (%d)", res.status);
+    }
+    if (!res.body) res.body_len = 0;
+    c->last = !http_should_keep_alive(p) || p->upgrade;
+    conn_send(c, res.status, res.content_type ? res.content_type : "application/json", res.body,
+              res.body_len, p->method == HTTP_HEAD, 1);
+    http_parser_pause(p, 1); /* the next pipelined request waits for this write */
+    return 0;
+}
+
+static const http_parser_settings parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ------------------------------------------------------- connection I/O */
+
+/* Parse what is buffered until a response is in flight, the input runs out
+ * or the connection ends; then wait for more input. */
+static void conn_process(conn_t *c) {
+    while (!c->closing && !c->writing && !c->lingering && c->in_off < c->in.len) {
+        size_t avail = c->in.len - c->in_off;
+        size_t n = http_parser_execute(&c->parser, &parser_settings, c->in.p + c->in_off, avail);
+        c->in_off += n;
+        enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+        if (c->closing) return;
+        if (e == HPE_PAUSED) {
+            http_parser_pause(&c->parser, 0);
+            continue;
+        }
+        if (e != HPE_OK) {
+            if (c->reject == 413)
+                conn_send_error(c, 413, "body_too_large", c->reject_msg);
+            else if (c->reject == 431 || e == HPE_HEADER_OVERFLOW)
+                conn_send_error(c, 431, "headers_too_large", "request headers are too large");
+            else if (c->reject == 503)
+                conn_send_error(c, 503, "unavailable", c->reject_msg);
+            else if (c->reject)
+                conn_send_error(c, c->reject, "bad_request", c->reject_msg);
+            else
+                conn_send_error(c, 400, "bad_request", http_errno_description(e)); /* static text */
+            return;
+        }
+        if (c->parser.upgrade && !c->writing) { /* protocol switch: not supported */
+            conn_send_error(c, 400, "bad_request", "protocol upgrades are not supported");
+            return;
+        }
+    }
+    if (c->closing || c->lingering) return;
+    if (c->in_off == c->in.len) {
+        c->in.len = c->in_off = 0;
+    } else if (c->in_off > 0) {
+        memmove(c->in.p, c->in.p + c->in_off, c->in.len - c->in_off);
+        c->in.len -= c->in_off;
+        c->in_off = 0;
+    }
+    /* The idle timer was armed on accept or when the last response was written;
+     * bytes that start no request (blank lines) do not extend it. */
+    if (c->writing) return;
+    conn_read_start(c);
+}
+
+/* Reads land directly in the free tail of the input buffer. */
+static void conn_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *out) {
+    conn_t *c = h->data;
+    *out = uv_buf_init(NULL, 0);
+    if (buf_reserve(&c->in, READ_CHUNK)) return; /* read_cb gets UV_ENOBUFS */
+    *out = uv_buf_init(c->in.p + c->in.len, (unsigned)(c->in.cap - c->in.len - 1));
+}
+
+static void conn_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
+    conn_t *c = st->data;
+    if (c->closing) return;
+    if (nread < 0) { /* EOF or error; reading is stopped while a response is queued */
+        conn_close(c);
+        return;
+    }
+    if (c->lingering || nread == 0) return; /* discard */
+    c->in.len += (size_t)nread;
+    conn_process(c);
+}
+
+static void conn_timer_cb(uv_timer_t *t) {
+    conn_t *c = t->data;
+    if (c->closing) return;
+    if (c->in_request && !c->writing && !c->lingering) {
+        conn_read_stop(c);
+        conn_send_error(c, 408, "request_timeout", "the request was not received in time");
+        return;
+    }
+    conn_close(c); /* idle, a write the peer does not read, or the linger time */
+}
+
+/* One handle-owning object (the listener or a connection) of s is gone; the
+ * last one frees s and reports done. */
+static void server_release(http_server_t *s) {
+    s->pending--;
+    if (!s->closing || s->pending > 0) return;
+    void (*done)(void *) = s->done;
+    void *arg = s->done_arg;
+    free(s);
+    if (done) done(arg);
+}
+
+static void conn_close_cb(uv_handle_t *h) {
+    conn_t *c = h->data;
+    if (--c->open_handles > 0) return;
+    http_server_t *s = c->srv;
+    buf_free(&c->in);
+    buf_free(&c->url);
+    buf_free(&c->auth);
+    buf_free(&c->ctype);
+    buf_free(&c->expect);
+    buf_free(&c->source);
+    buf_free(&c->body);
+    free(c->path);
+    free(c);
+    server_release(s);
+}
+
+/* Start closing (idempotent). Memory goes in the close callbacks. */
+static void conn_close(conn_t *c) {
+    if (c->closing) return;
+    http_server_t *s = c->srv;
+    c->closing = 1;
+    c->reading = 0;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    if (c->counted)
+        s->nconns--;
+    else
+        s->nrejecting--;
+    uv_close((uv_handle_t *)&c->timer, conn_close_cb);
+    uv_close((uv_handle_t *)&c->tcp, conn_close_cb);
+}
+
+static void format_peer(conn_t *c) {
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    snprintf(c->peer, sizeof c->peer, "?");
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) < 0) return;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        uv_ip4_name(a, ip, sizeof ip);
+        port = ntohs(a->sin_port);
+        snprintf(c->peer, sizeof c->peer, "%s:%d", ip, port);
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        uv_ip6_name(a, ip, sizeof ip);
+        port = ntohs(a->sin6_port);
+        snprintf(c->peer, sizeof c->peer, "[%s]:%d", ip, port);
+    }
+}
+
+static void server_connection_cb(uv_stream_t *ls, int status) {
+    http_server_t *s = ls->data;
+    if (status < 0 || s->closing) return;
+    conn_t *c = calloc(1, sizeof *c);
+    /* Out of memory: libuv keeps the connection and pauses accepting until the
+     * next uv_accept; nothing better can be done without memory. */
+    if (!c) return;
+    c->srv = s;
+    c->query = "";
+    if (uv_timer_init(s->loop, &c->timer) < 0) {
+        free(c);
+        return;
+    }
+    c->timer.data = c;
+    c->open_handles = 1;
+    s->pending++;
+    if (uv_tcp_init(s->loop, &c->tcp) < 0) {
+        c->closing = 1; /* never linked: only the timer to close */
+        uv_close((uv_handle_t *)&c->timer, conn_close_cb);
+        return;
+    }
+    c->tcp.data = c;
+    c->open_handles = 2;
+    /* Linked and counted before anything else can fail, so conn_close applies. */
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    int lim = s->lim.max_connections;
+    c->counted = lim <= 0 || s->nconns < lim;
+    if (c->counted)
+        s->nconns++;
+    else
+        s->nrejecting++;
+    if (uv_accept(ls, (uv_stream_t *)&c->tcp) < 0) {
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    format_peer(c);
+    if (!c->counted) {
+        /* Answer 503 while the rejected ones are few; beyond that just close. */
+        if (s->nrejecting > (lim > 16 ? lim : 16)) {
+            conn_close(c);
+            return;
+        }
+        conn_send_error(c, 503, "too_many_connections", "the server has too many connections");
+        return;
+    }
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    conn_timer(c, s->lim.idle_timeout_ms);
+    conn_read_start(c);
+}
+
+/* --------------------------------------------------------------- server */
+
+static void server_free_cb(uv_handle_t *h) {
+    free(h->data);
+}
+
+int http_server_start(uv_loop_t *loop, const char *host, int port, const http_limits_t *lim,
+                      http_handler_fn handler, void *user, http_server_t **out, int *bound_port,
+                      char *err, size_t errlen) {
+    struct sockaddr_storage addr;
+    http_server_t *s = NULL;
+    char unbracketed[INET6_ADDRSTRLEN];
+    int r;
+    *out = NULL;
+    if (!host || !*host || !strcasecmp(host, "localhost")) host = "127.0.0.1";
+    size_t hlen = strlen(host);
+    if (hlen > 2 && host[0] == '[' && host[hlen - 1] == ']' && hlen - 2 < sizeof unbracketed) {
+        memcpy(unbracketed, host + 1, hlen - 2); /* "[::1]" as in URLs */
+        unbracketed[hlen - 2] = '\0';
+        host = unbracketed;
+    }
+    if (port < 0 || port > 65535) {
+        snprintf(err, errlen, "invalid port %d", port);
+        return UV_EINVAL;
+    }
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&addr) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr) != 0) {
+        snprintf(err, errlen, "listen address '%s' is not an IPv4 or IPv6 literal", host);
+        return UV_EINVAL;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return UV_ENOMEM;
+    }
+    s->loop = loop;
+    if (lim)
+        s->lim = *lim;
+    else
+        http_limits_default(&s->lim);
+    s->handler = handler;
+    s->user = user;
+    r = uv_tcp_init(loop, &s->listener);
+    if (r < 0) {
+        snprintf(err, errlen, "tcp init: %s", uv_strerror(r));
+        free(s);
+        return r;
+    }
+    s->listener.data = s;
+    r = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
+    if (r < 0) goto fail;
+    r = uv_listen((uv_stream_t *)&s->listener, SOMAXCONN, server_connection_cb);
+    if (r < 0) goto fail;
+    if (bound_port) {
+        struct sockaddr_storage got;
+        int len = sizeof got;
+        r = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&got, &len);
+        if (r < 0) goto fail;
+        *bound_port = got.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
+                                                : ntohs(((struct sockaddr_in *)&got)->sin_port);
+    }
+    s->pending = 1; /* the listener */
+    *out = s;
+    return 0;
+fail:
+    snprintf(err, errlen, "listen on %s port %d: %s", host, port, uv_strerror(r));
+    uv_close((uv_handle_t *)&s->listener, server_free_cb);
+    return r;
+}
+
+static void listener_close_cb(uv_handle_t *h) {
+    server_release(h->data);
+}
+
+void http_server_close(http_server_t *s, void (*done)(void *arg), void *arg) {
+    if (!s) {
+        if (done) done(arg);
+        return;
+    }
+    if (s->closing) return;
+    s->closing = 1;
+    s->done = done;
+    s->done_arg = arg;
+    uv_close((uv_handle_t *)&s->listener, listener_close_cb);
+    while (s->conns) conn_close(s->conns);
+}
+
+/* -------------------------------------------------------------- helpers */
+
+void http_error(http_response_t *res, int status, const char *code, const char *fmt, ...) {
+    char small[256];
+    char *msg = small;
+    char *big = NULL;
+    cJSON *root = NULL;
+    char *text = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof small) {
+        big = malloc((size_t)n + 1);
+        if (big) {
+            va_start(ap, fmt);
+            vsnprintf(big, (size_t)n + 1, fmt, ap);
+            va_end(ap);
+            msg = big;
+        }
+    } else if (n < 0) {
+        small[0] = '\0';
+    }
+    free(res->body);
+    res->body = NULL;
+    res->body_len = 0;
+    res->status = status;
+    res->content_type = "application/json";
+    root = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(root, "error");
+    if (!e || !cJSON_AddStringToObject(e, "code", code ? code : "error") ||
+        !cJSON_AddStringToObject(e, "message", msg))
+        goto fail;
+    text = cJSON_PrintUnformatted(root);
+    if (!text) goto fail;
+    /* Copied so the server's free() never depends on cJSON's allocator hooks. */
+    res->body_len = strlen(text);
+    res->body = malloc(res->body_len + 1);
+    if (res->body)
+        memcpy(res->body, text, res->body_len + 1);
+    else
+        res->body_len = 0;
+fail:
+    cJSON_free(text);
+    cJSON_Delete(root);
+    free(big);
+}
+
+int http_query_get(const char *query, const char *key, char *buf, size_t buflen) {
+    if (buflen) buf[0] = '\0';
+    if (!query || !key) return 0;
+    size_t keylen = strlen(key);
+    const char *p = query;
+    while (*p) {
+        const char *end = strchr(p, '&');
+        if (!end) end = p + strlen(p);
+        if (end == p) { /* empty pair */
+            p++;
+            continue;
+        }
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        const char *kend = eq ? eq : end;
+        size_t klen = (size_t)(kend - p);
+        /* The decoded key is never longer than the encoded one. */
+        char kbuf[256];
+        if (klen < sizeof kbuf && pct_decode(p, klen, 1, kbuf, sizeof kbuf) == (long)keylen &&
+            !memcmp(kbuf, key, keylen)) {
+            const char *v = eq ? eq + 1 : end;
+            if (pct_decode(v, (size_t)(end - v), 1, buf, buflen) < 0) {
+                if (buflen) buf[0] = '\0';
+                return -1;
+            }
+            return 1;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+int http_host_is_loopback(const char *host) {
+    struct in_addr a4;
+    struct in6_addr a6;
+    char tmp[INET6_ADDRSTRLEN + 2];
+    if (!host) return 0;
+    if (!strcasecmp(host, "localhost") || !strcasecmp(host, "localhost.")) return 1;
+    if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']' && n - 2 < sizeof tmp) {
+        memcpy(tmp, host + 1, n - 2);
+        tmp[n - 2] = '\0';
+        host = tmp;
+    }
+    if (inet_pton(AF_INET6, host, &a6) != 1) return 0;
+    if (IN6_IS_ADDR_LOOPBACK(&a6)) return 1;
+    return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}

@@ -1,0 +1,427 @@
+/* sched.c - slots, the queue and the workers (see sched.h). */
+#include "sched.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "spec.h"
+#include "util.h"
+#include "worker.h"
+
+#define METRICS_BATCH          256  /* rows buffered per slot before a forced flush */
+#define METRICS_FLUSH_MS       1000 /* and at least this often */
+#define DEFAULT_DEADLINE_SLACK 120.0
+#define DEFAULT_KILL_GRACE     5.0
+/* DIR/runs/<id> and the files in it; DIR itself is at most PATH_MAX. */
+#define RUN_DIR_MAX  (PATH_MAX + 32)
+#define RUN_PATH_MAX (RUN_DIR_MAX + 32)
+
+typedef struct {
+    sched_t *s;
+    int index;
+    char cpus[32];
+    int threads;
+    worker_t *worker; /* NULL when the slot is free */
+    int64_t id;
+    char *name;
+    double budget_s;
+    cJSON *progress; /* the last step line, or NULL */
+    store_metric_t pending[METRICS_BATCH];
+    size_t n_pending;
+} slot_t;
+
+struct sched {
+    uv_loop_t *loop;
+    store_t *store;
+    sched_opts_t o;
+    char state_dir[PATH_MAX];
+    char exe[PATH_MAX];
+    slot_t *slots;
+    uv_timer_t flush_timer;
+    int queue_empty_notified; /* on_queue_empty already said so since the last start */
+    int shutting_down;
+    void (*shutdown_done)(void *arg);
+    void *shutdown_arg;
+};
+
+/* ---------------------------------------------------------------- metrics */
+
+static void flush_metrics(slot_t *sl) {
+    if (sl->n_pending == 0) return;
+    char err[256];
+    if (store_add_metrics(sl->s->store, sl->id, sl->pending, sl->n_pending, err, sizeof err) < 0)
+        log_error("experiment %lld: metrics not recorded: %s", (long long)sl->id, err);
+    sl->n_pending = 0;
+}
+
+static void flush_timer_cb(uv_timer_t *t) {
+    sched_t *s = t->data;
+    for (int i = 0; i < s->o.slots; i++) flush_metrics(&s->slots[i]);
+}
+
+static double jnum(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+/* --------------------------------------------------------------- workers */
+
+static void on_progress(worker_t *w, const cJSON *line, void *user) {
+    slot_t *sl = user;
+    (void)w;
+    const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, "event"));
+    if (!ev || strcmp(ev, "step") != 0) return;
+    cJSON_Delete(sl->progress);
+    sl->progress = cJSON_Duplicate(line, 1);
+    store_metric_t *m = &sl->pending[sl->n_pending++];
+    m->step = (int64_t)jnum(line, "step");
+    m->time_s = jnum(line, "training_seconds");
+    m->loss = jnum(line, "loss");
+    m->lr_mult = jnum(line, "lrm");
+    m->tok_s = jnum(line, "tok_s");
+    if (sl->n_pending == METRICS_BATCH) flush_metrics(sl);
+}
+
+/* The numbers of a succeeded run, from the worker's final result line. */
+static void result_from_json(const cJSON *r, store_result_t *out) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "params");
+    memset(out, 0, sizeof *out);
+    out->val_bpb = jnum(r, "val_bpb");
+    out->params_total = (int64_t)jnum(p, "total");
+    out->params_wte = (int64_t)jnum(p, "wte");
+    out->params_wpe = (int64_t)jnum(p, "wpe");
+    out->params_value_embeds = (int64_t)jnum(p, "value_embeds");
+    out->params_lm_head = (int64_t)jnum(p, "lm_head");
+    out->params_blocks = (int64_t)jnum(p, "transformer_matrices");
+    out->params_scalars = (int64_t)jnum(p, "scalars");
+    out->flops_per_token = jnum(r, "flops_per_token");
+    out->mfu_percent = jnum(r, "mfu_percent");
+    out->peak_gflops = jnum(r, "peak_gflops");
+    out->peak_source = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "peak_source"));
+    out->tokens_per_second = jnum(r, "tokens_per_second");
+    out->total_tokens = jnum(r, "total_tokens");
+    out->num_steps = (int64_t)jnum(r, "num_steps");
+    out->training_seconds = jnum(r, "training_seconds");
+    out->total_seconds = jnum(r, "total_seconds");
+    out->startup_seconds = jnum(r, "startup_seconds");
+    out->eval_seconds = jnum(r, "eval_seconds");
+    out->peak_rss_mb = jnum(r, "peak_rss_mb");
+}
+
+static void release_slot(slot_t *sl) {
+    sl->worker = NULL;
+    sl->id = 0;
+    free(sl->name);
+    sl->name = NULL;
+    cJSON_Delete(sl->progress);
+    sl->progress = NULL;
+}
+
+static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
+    slot_t *sl = user;
+    sched_t *s = sl->s;
+    char err[256];
+    int64_t id = sl->id;
+    (void)w;
+    flush_metrics(sl);
+    const char *status = worker_status_name(ex->status);
+    int rc;
+    if (ex->status == WORKER_INTERRUPTED) {
+        rc = store_interrupt(s->store, id, s->o.max_attempts, err, sizeof err);
+    } else {
+        store_result_t r, *rp = NULL;
+        if (ex->status == WORKER_SUCCEEDED && ex->result) {
+            result_from_json(ex->result, &r);
+            rp = &r;
+        }
+        rc = store_finish(s->store, id, status, ex->reason[0] ? ex->reason : NULL, ex->exit_code,
+                          ex->term_signal, rp, err, sizeof err);
+    }
+    if (rc < 0) log_error("experiment %lld: could not record its end: %s", (long long)id, err);
+    if (ex->status == WORKER_SUCCEEDED)
+        log_info("experiment %lld succeeded: val_bpb %.6f (slot %d, %.1f s)", (long long)id,
+                 jnum(ex->result, "val_bpb"), sl->index, ex->wall_seconds);
+    else
+        log_warn("experiment %lld %s: %s (slot %d, %.1f s)", (long long)id, status, ex->reason,
+                 sl->index, ex->wall_seconds);
+    release_slot(sl);
+    if (s->o.on_finished && ex->status != WORKER_INTERRUPTED)
+        s->o.on_finished(s->o.user, id, status);
+
+    if (s->shutting_down) {
+        if (sched_running(s) == 0 && s->shutdown_done) {
+            void (*done)(void *) = s->shutdown_done;
+            s->shutdown_done = NULL;
+            done(s->shutdown_arg);
+        }
+        return;
+    }
+    sched_kick(s);
+}
+
+/* Write DIR/runs/<id>/spec.json; run_dir gets the directory. */
+static int make_run_dir(sched_t *s, const store_experiment_t *e, char run_dir[RUN_DIR_MAX],
+                        char *err, size_t errlen) {
+    char path[RUN_PATH_MAX];
+    snprintf(run_dir, RUN_DIR_MAX, "%s/runs/%lld", s->state_dir, (long long)e->id);
+    if (util_mkdirs(run_dir, err, errlen) < 0) return -1;
+    snprintf(path, sizeof path, "%s/spec.json", run_dir);
+    return util_write_file_atomic(path, e->spec_json, strlen(e->spec_json), err, errlen);
+}
+
+/* Claim the next experiment and start it in sl. Returns 1 started, 0 queue
+ * empty, -1 a failure that was recorded against the experiment. */
+static int start_one(sched_t *s, slot_t *sl) {
+    store_experiment_t e = {0};
+    spec_t spec;
+    char err[512], run_dir[RUN_DIR_MAX], spec_path[RUN_PATH_MAX], log_path[RUN_PATH_MAX];
+    int rc = store_claim_next(s->store, &e, err, sizeof err);
+    if (rc <= 0) {
+        if (rc < 0) log_error("queue: %s", err);
+        return rc;
+    }
+    if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0 ||
+        make_run_dir(s, &e, run_dir, err, sizeof err) < 0)
+        goto fail;
+    snprintf(spec_path, sizeof spec_path, "%s/spec.json", run_dir);
+    snprintf(log_path, sizeof log_path, "%s/train.log", run_dir);
+
+    /* argv: the worker command, then the train options and the spec */
+    char *argv[64];
+    int n = 0;
+    if (s->o.worker_cmd) {
+        for (int i = 0; s->o.worker_cmd[i] && n < 48; i++) argv[n++] = s->o.worker_cmd[i];
+    } else {
+        argv[n++] = s->exe;
+        argv[n++] = "train";
+    }
+    argv[n++] = "--dir";
+    argv[n++] = s->state_dir;
+    argv[n++] = "--progress-fd";
+    argv[n++] = "3";
+    argv[n++] = "--save";
+    argv[n++] = "model.safetensors";
+    argv[n++] = spec_path;
+    argv[n] = NULL;
+
+    int threads = spec.resources.threads > 0 ? spec.resources.threads : sl->threads;
+    worker_opts_t wo = {
+        .shim = s->exe,
+        .argv = argv,
+        .cwd = run_dir,
+        .log_path = log_path,
+        .cpus = sl->cpus,
+        .threads = threads,
+        .memory_mb = spec.resources.memory_mb > 0 ? spec.resources.memory_mb : s->o.memory_mb,
+        .deadline_s = spec.time_budget_s * 1.25 + s->o.deadline_slack_s,
+        .kill_grace_s = s->o.kill_grace_s,
+    };
+    worker_callbacks_t cb = {.on_progress = on_progress, .on_exit = on_exit_cb, .user = sl};
+    sl->id = e.id;
+    sl->name = e.name ? strdup(e.name) : NULL;
+    sl->budget_s = spec.time_budget_s;
+    spec_free(&spec);
+    if (worker_start(s->loop, &wo, &cb, &sl->worker, err, sizeof err) < 0) {
+        release_slot(sl);
+        goto fail_parsed;
+    }
+    if (store_set_pid(s->store, e.id, worker_pid(sl->worker), err, sizeof err) < 0)
+        log_warn("experiment %lld: pid not recorded: %s", (long long)e.id, err);
+    log_info("experiment %lld started (attempt %d, slot %d, cpus %s, %d threads, pid %d, "
+             "budget %.0f s)",
+             (long long)e.id, e.attempt, sl->index, sl->cpus, threads, worker_pid(sl->worker),
+             sl->budget_s);
+    s->queue_empty_notified = 0;
+    store_experiment_clear(&e);
+    return 1;
+
+fail:
+    spec_free(&spec);
+fail_parsed:
+    log_error("experiment %lld could not start: %s", (long long)e.id, err);
+    char serr[256];
+    if (store_finish(s->store, e.id, STORE_FAILED, err, -1, 0, NULL, serr, sizeof serr) < 0)
+        log_error("experiment %lld: %s", (long long)e.id, serr);
+    store_experiment_clear(&e);
+    return -1;
+}
+
+/* --------------------------------------------------------------- public */
+
+void sched_kick(sched_t *s) {
+    if (s->shutting_down) return;
+    for (int i = 0; i < s->o.slots; i++) {
+        slot_t *sl = &s->slots[i];
+        if (sl->worker) continue;
+        int rc;
+        while ((rc = start_one(s, sl)) < 0) {
+        } /* a failed start is recorded; try the next */
+        if (rc == 0) {
+            if (!s->queue_empty_notified && s->o.on_queue_empty) {
+                s->queue_empty_notified = 1;
+                s->o.on_queue_empty(s->o.user);
+            }
+            return;
+        }
+    }
+}
+
+int sched_cancel(sched_t *s, int64_t id) {
+    for (int i = 0; i < s->o.slots; i++)
+        if (s->slots[i].worker && s->slots[i].id == id) {
+            worker_stop(s->slots[i].worker, WORKER_CANCELLED);
+            return 1;
+        }
+    return 0;
+}
+
+int sched_running(const sched_t *s) {
+    int n = 0;
+    for (int i = 0; i < s->o.slots; i++) n += s->slots[i].worker != NULL;
+    return n;
+}
+
+int sched_slots(const sched_t *s) {
+    return s->o.slots;
+}
+
+static cJSON *progress_json(const slot_t *sl) {
+    const cJSON *p = sl->progress;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "step", jnum(p, "step"));
+    cJSON_AddNumberToObject(o, "percent", 100.0 * jnum(p, "progress"));
+    cJSON_AddNumberToObject(o, "loss", jnum(p, "smooth_loss"));
+    cJSON_AddNumberToObject(o, "tok_s", jnum(p, "tok_s"));
+    cJSON_AddNumberToObject(o, "mfu", jnum(p, "mfu"));
+    cJSON_AddNumberToObject(o, "eta_s", jnum(p, "remaining_s"));
+    cJSON_AddNumberToObject(o, "training_seconds", jnum(p, "training_seconds"));
+    cJSON_AddNumberToObject(o, "time_budget_s", sl->budget_s);
+    return o;
+}
+
+cJSON *sched_progress(sched_t *s, int64_t id) {
+    for (int i = 0; i < s->o.slots; i++)
+        if (s->slots[i].worker && s->slots[i].id == id && s->slots[i].progress)
+            return progress_json(&s->slots[i]);
+    return NULL;
+}
+
+cJSON *sched_status(sched_t *s) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < s->o.slots; i++) {
+        const slot_t *sl = &s->slots[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "slot", i);
+        cJSON_AddStringToObject(o, "cpus", sl->cpus);
+        cJSON_AddNumberToObject(o, "threads", sl->threads);
+        if (sl->worker) {
+            cJSON *e = cJSON_AddObjectToObject(o, "experiment");
+            cJSON_AddNumberToObject(e, "id", (double)sl->id);
+            if (sl->name)
+                cJSON_AddStringToObject(e, "name", sl->name);
+            else
+                cJSON_AddNullToObject(e, "name");
+            cJSON_AddNumberToObject(e, "pid", worker_pid(sl->worker));
+        } else {
+            cJSON_AddNullToObject(o, "experiment");
+        }
+        if (sl->worker && sl->progress)
+            cJSON_AddItemToObject(o, "progress", progress_json(sl));
+        else
+            cJSON_AddNullToObject(o, "progress");
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+/* Give slot i an even share of the CPUs this process may use. */
+static void assign_cpus(slot_t *sl, int i, int slots, int threads_per_slot) {
+    cpu_set_t set;
+    int cpus[CPU_SETSIZE], n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set)) cpus[n++] = c;
+    if (n == 0) cpus[n++] = 0;
+    int per = n / slots > 0 ? n / slots : 1;
+    int first = (i * per) % n, last = first + per - 1;
+    if (per == 1)
+        snprintf(sl->cpus, sizeof sl->cpus, "%d", cpus[first]);
+    else
+        snprintf(sl->cpus, sizeof sl->cpus, "%d-%d", cpus[first], cpus[last]);
+    sl->threads = threads_per_slot > 0 ? threads_per_slot : per;
+    if (n / slots == 0)
+        log_warn("slot %d shares cpu %d: %d slots on %d cpus", i, cpus[first], slots, n);
+}
+
+sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char *err,
+                   size_t errlen) {
+    sched_t *s = calloc(1, sizeof *s);
+    if (!s || o->slots < 1) {
+        snprintf(err, errlen, s ? "sched: need at least one slot" : "sched: out of memory");
+        free(s);
+        return NULL;
+    }
+    s->loop = loop;
+    s->store = store;
+    s->o = *o;
+    if (s->o.deadline_slack_s <= 0) s->o.deadline_slack_s = DEFAULT_DEADLINE_SLACK;
+    if (s->o.kill_grace_s <= 0) s->o.kill_grace_s = DEFAULT_KILL_GRACE;
+    if (s->o.max_attempts < 1) s->o.max_attempts = 1;
+    /* Workers run in their run directory: every path they get is absolute. */
+    if (!realpath(o->state_dir, s->state_dir) || !realpath(o->exe, s->exe)) {
+        snprintf(err, errlen, "sched: %s: %s", o->state_dir, strerror(errno));
+        free(s);
+        return NULL;
+    }
+    s->slots = calloc((size_t)o->slots, sizeof *s->slots);
+    if (!s->slots) {
+        snprintf(err, errlen, "sched: out of memory");
+        free(s);
+        return NULL;
+    }
+    for (int i = 0; i < o->slots; i++) {
+        s->slots[i].s = s;
+        s->slots[i].index = i;
+        assign_cpus(&s->slots[i], i, o->slots, o->threads_per_slot);
+    }
+    uv_timer_init(loop, &s->flush_timer);
+    s->flush_timer.data = s;
+    uv_timer_start(&s->flush_timer, flush_timer_cb, METRICS_FLUSH_MS, METRICS_FLUSH_MS);
+    uv_unref((uv_handle_t *)&s->flush_timer);
+    return s;
+}
+
+void sched_shutdown(sched_t *s, void (*done)(void *arg), void *arg) {
+    s->shutting_down = 1;
+    s->shutdown_done = done;
+    s->shutdown_arg = arg;
+    int running = 0;
+    for (int i = 0; i < s->o.slots; i++)
+        if (s->slots[i].worker) {
+            worker_stop(s->slots[i].worker, WORKER_INTERRUPTED);
+            running++;
+        }
+    if (running == 0 && done) {
+        s->shutdown_done = NULL;
+        done(arg);
+    }
+}
+
+static void free_after_close(uv_handle_t *h) {
+    sched_t *s = h->data;
+    free(s->slots);
+    free(s);
+}
+
+void sched_free(sched_t *s) {
+    if (!s) return;
+    for (int i = 0; i < s->o.slots; i++) release_slot(&s->slots[i]);
+    uv_close((uv_handle_t *)&s->flush_timer, free_after_close);
+}

@@ -1,0 +1,71 @@
+/* sched.h - the scheduler: slots, the queue, and one worker per running
+ * experiment.
+ *
+ * Each slot owns a fixed CPU set and thread count, so two runs never share
+ * cores and a time budget means the same in every slot. When a slot is free
+ * the scheduler claims the next queued experiment from the store, writes its
+ * run directory (DIR/runs/<id>/spec.json; the worker appends train.log and
+ * saves model.safetensors there), and starts `nightshift train` under the
+ * slot's limits (worker.h). Progress lines update the slot's live progress and
+ * are written to the metrics table in batches (one transaction per batch);
+ * the exit is classified by the worker and recorded with store_finish.
+ *
+ * Everything runs on the loop thread. */
+#ifndef NIGHTSHIFT_SCHED_H
+#define NIGHTSHIFT_SCHED_H
+
+#include <cJSON.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "store.h"
+
+typedef struct sched sched_t;
+
+typedef struct {
+    const char *state_dir;   /* DIR: datasets/, runs/ */
+    const char *exe;         /* the nightshift binary (the exec shim and `train`) */
+    char *const *worker_cmd; /* NULL = `exe train`; tests put a stand-in program here
+                                (NULL-terminated; the spec path and options are appended) */
+    int slots;               /* concurrent workers, >= 1 */
+    int threads_per_slot;    /* 0 = the slot's share of the CPUs */
+    int memory_mb;           /* default per-worker limit when the spec has none; 0 = none */
+    double deadline_slack_s; /* deadline = budget * 1.25 + slack; default 120 */
+    double kill_grace_s;     /* SIGTERM -> SIGKILL; default 5 */
+    int max_attempts;        /* interrupted runs are retried up to this many attempts */
+    /* Events for the agent hook (may be NULL). */
+    void (*on_finished)(void *user, int64_t id, const char *status);
+    void (*on_queue_empty)(void *user); /* a slot is free and nothing is queued */
+    void *user;
+} sched_opts_t;
+
+/* Create the scheduler (does not start anything yet). Returns NULL with err. */
+sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char *err,
+                   size_t errlen);
+
+/* Start queued experiments while slots are free. Call after submissions; the
+ * scheduler calls it itself whenever a worker ends. */
+void sched_kick(sched_t *s);
+
+/* Cancel experiment id if it runs here: 1 = its worker is being stopped,
+ * 0 = not running here. */
+int sched_cancel(sched_t *s, int64_t id);
+
+/* The slots with their running experiment and live progress (new tree). */
+cJSON *sched_status(sched_t *s);
+
+/* Live progress of a running experiment (new tree), or NULL. */
+cJSON *sched_progress(sched_t *s, int64_t id);
+
+/* Number of slots with a running worker, and of slots in all. */
+int sched_running(const sched_t *s);
+int sched_slots(const sched_t *s);
+
+/* Stop every worker (recorded as interrupted and re-queued), start nothing
+ * new; done is called once all have exited. */
+void sched_shutdown(sched_t *s, void (*done)(void *arg), void *arg);
+
+/* Free the scheduler; only after sched_shutdown's done, or if nothing ran. */
+void sched_free(sched_t *s);
+
+#endif

@@ -1,0 +1,428 @@
+/* serve.c - `nightshift serve`: the daemon. Options and config file, the
+ * state-directory lock, the store, the scheduler, the HTTP API, signals and an
+ * orderly shutdown, all on one libuv loop.
+ *
+ * Shutdown (SIGTERM or SIGINT): stop accepting connections, stop the workers
+ * (SIGTERM, SIGKILL after the grace), record them as interrupted and queue them
+ * again, flush, close every handle, exit 0. */
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "api.h"
+#include "http.h"
+#include "log.h"
+#include "sched.h"
+#include "serve.h"
+#include "store.h"
+#include "util.h"
+
+#define MAX_TOKEN 256
+
+typedef struct {
+    char dir[PATH_MAX];
+    char host[256];
+    int port;
+    int slots, threads_per_slot, memory_mb, max_attempts;
+    double deadline_slack_s, kill_grace_s;
+    char token[MAX_TOKEN + 1];
+    char *worker_cmd[33]; /* test hook: a stand-in worker program and its arguments */
+    char worker_cmd_buf[1024];
+    size_t max_body_bytes;
+} serve_opts_t;
+
+typedef struct {
+    uv_loop_t loop;
+    serve_opts_t o;
+    store_t *store;
+    sched_t *sched;
+    http_server_t *http;
+    api_t api;
+    uv_signal_t sigint, sigterm;
+    int lock_fd;
+    int stopping;
+} daemon_t;
+
+/* ------------------------------------------------------------------ options */
+
+static int parse_listen(const char *s, serve_opts_t *o, char *err, size_t errlen) {
+    const char *colon = strrchr(s, ':');
+    char *end;
+    if (!colon || colon == s) {
+        snprintf(err, errlen, "--listen: expected HOST:PORT, got '%s'", s);
+        return -1;
+    }
+    size_t hl = (size_t)(colon - s);
+    if (s[0] == '[' && colon[-1] == ']') s++, hl -= 2; /* [::1]:8080 */
+    if (hl >= sizeof o->host) {
+        snprintf(err, errlen, "--listen: host too long");
+        return -1;
+    }
+    memcpy(o->host, s, hl);
+    o->host[hl] = '\0';
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || port < 0 || port > 65535) {
+        snprintf(err, errlen, "--listen: bad port in '%s'", s);
+        return -1;
+    }
+    o->port = (int)port;
+    return 0;
+}
+
+static int read_token_file(const char *path, serve_opts_t *o, char *err, size_t errlen) {
+    size_t len;
+    char *text = util_read_file(path, 4096, &len, err, errlen);
+    if (!text) return -1;
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
+        text[--len] = '\0';
+    int rc = 0;
+    if (len == 0 || len > MAX_TOKEN) {
+        snprintf(err, errlen, "%s: the token must be 1 to %d characters", path, MAX_TOKEN);
+        rc = -1;
+    } else {
+        snprintf(o->token, sizeof o->token, "%s", text);
+    }
+    free(text);
+    return rc;
+}
+
+static int set_worker_cmd(serve_opts_t *o, const char *cmd, char *err, size_t errlen) {
+    snprintf(o->worker_cmd_buf, sizeof o->worker_cmd_buf, "%s", cmd);
+    int n = 0;
+    for (char *tok = strtok(o->worker_cmd_buf, " "); tok; tok = strtok(NULL, " ")) {
+        if (n == 32) {
+            snprintf(err, errlen, "--worker-cmd: too many words");
+            return -1;
+        }
+        o->worker_cmd[n++] = tok;
+    }
+    o->worker_cmd[n] = NULL;
+    return 0;
+}
+
+/* One option by name, from the command line or the config file. */
+static int set_option(serve_opts_t *o, const char *key, const char *val, char *err, size_t errlen) {
+    char *end;
+    long v = 0;
+    double d = 0;
+    int is_int = !strcmp(key, "slots") || !strcmp(key, "threads-per-slot") ||
+                 !strcmp(key, "memory-mb") || !strcmp(key, "max-attempts");
+    int is_num = !strcmp(key, "deadline-slack") || !strcmp(key, "kill-grace");
+    if (is_int) {
+        v = strtol(val, &end, 10);
+        if (*end || end == val || v < 0 || v > 1 << 20) {
+            snprintf(err, errlen, "%s: expected a non-negative integer, got '%s'", key, val);
+            return -1;
+        }
+    } else if (is_num) {
+        d = strtod(val, &end);
+        if (*end || end == val || !(d > 0)) {
+            snprintf(err, errlen, "%s: expected a positive number, got '%s'", key, val);
+            return -1;
+        }
+    }
+    if (!strcmp(key, "dir")) {
+        snprintf(o->dir, sizeof o->dir, "%s", val);
+    } else if (!strcmp(key, "listen")) {
+        return parse_listen(val, o, err, errlen);
+    } else if (!strcmp(key, "slots")) {
+        if (v < 1) {
+            snprintf(err, errlen, "slots: at least 1");
+            return -1;
+        }
+        o->slots = (int)v;
+    } else if (!strcmp(key, "threads-per-slot")) {
+        o->threads_per_slot = (int)v;
+    } else if (!strcmp(key, "memory-mb")) {
+        o->memory_mb = (int)v;
+    } else if (!strcmp(key, "max-attempts")) {
+        o->max_attempts = (int)v;
+    } else if (!strcmp(key, "deadline-slack")) {
+        o->deadline_slack_s = d;
+    } else if (!strcmp(key, "kill-grace")) {
+        o->kill_grace_s = d;
+    } else if (!strcmp(key, "token")) {
+        if (!*val || strlen(val) > MAX_TOKEN) {
+            snprintf(err, errlen, "token: 1 to %d characters", MAX_TOKEN);
+            return -1;
+        }
+        snprintf(o->token, sizeof o->token, "%s", val);
+    } else if (!strcmp(key, "token-file")) {
+        return read_token_file(val, o, err, errlen);
+    } else if (!strcmp(key, "worker-cmd")) {
+        return set_worker_cmd(o, val, err, errlen);
+    } else {
+        snprintf(err, errlen, "unknown option '%s'", key);
+        return -1;
+    }
+    return 0;
+}
+
+/* The config file: a JSON object with the long options as keys, '-' or '_'. */
+static int load_config(const char *path, serve_opts_t *o, char *err, size_t errlen) {
+    size_t len;
+    char e2[256];
+    char *text = util_read_file(path, 1 << 20, &len, e2, sizeof e2);
+    if (!text) {
+        snprintf(err, errlen, "--config %s", e2);
+        return -1;
+    }
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        snprintf(err, errlen, "%s: not a JSON object", path);
+        cJSON_Delete(root);
+        return -1;
+    }
+    int rc = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) {
+        char key[64], val[1024];
+        snprintf(key, sizeof key, "%s", item->string);
+        for (char *p = key; *p; p++)
+            if (*p == '_') *p = '-';
+        if (cJSON_IsString(item))
+            snprintf(val, sizeof val, "%s", item->valuestring);
+        else if (cJSON_IsNumber(item))
+            snprintf(val, sizeof val, "%.17g", item->valuedouble);
+        else {
+            snprintf(err, errlen, "%s: %s: expected a string or a number", path, item->string);
+            rc = -1;
+            break;
+        }
+        if (set_option(o, key, val, e2, sizeof e2) < 0) {
+            snprintf(err, errlen, "%s: %s", path, e2);
+            rc = -1;
+            break;
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+static void serve_usage(FILE *out) {
+    fprintf(out,
+            "usage: nightshift serve [--dir DIR] [--listen HOST:PORT] [--slots N]\n"
+            "                        [--threads-per-slot N] [--memory-mb N]\n"
+            "                        [--token T | --token-file F] [--config FILE]\n"
+            "                        [--max-attempts N] [--deadline-slack S] [--kill-grace S]\n"
+            "Runs the daemon: a queue of experiments in DIR/nightshift.db, workers in\n"
+            "DIR/runs/<id>/, and the HTTP API (default 127.0.0.1:8080; port 0 picks a free\n"
+            "port and prints it). The token (also $NIGHTSHIFT_TOKEN) guards every POST; a\n"
+            "non-loopback --listen needs one. --config is a JSON object with these options\n"
+            "as keys; command-line options override it.\n");
+}
+
+static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t errlen) {
+    static const struct option opts[] = {{"dir", required_argument, 0, 0},
+                                         {"listen", required_argument, 0, 0},
+                                         {"slots", required_argument, 0, 0},
+                                         {"threads-per-slot", required_argument, 0, 0},
+                                         {"memory-mb", required_argument, 0, 0},
+                                         {"max-attempts", required_argument, 0, 0},
+                                         {"deadline-slack", required_argument, 0, 0},
+                                         {"kill-grace", required_argument, 0, 0},
+                                         {"token", required_argument, 0, 0},
+                                         {"token-file", required_argument, 0, 0},
+                                         {"worker-cmd", required_argument, 0, 0},
+                                         {"config", required_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    /* First pass: the config file, so that options given on the line win. */
+    int ch, idx;
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1)
+        if (ch == 'c' && load_config(optarg, o, err, errlen) < 0) return -1;
+    optind = 1;
+    opterr = 1;
+    while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        if (ch == 'h') return 1;
+        if (ch == '?') return 2;
+        if (ch == 0 && set_option(o, opts[idx].name, optarg, err, errlen) < 0) return -1;
+    }
+    if (optind != argc) return 2;
+    const char *env = getenv("NIGHTSHIFT_TOKEN");
+    if (!o->token[0] && env && *env && set_option(o, "token", env, err, errlen) < 0) return -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ daemon */
+
+/* An exclusive lock on DIR/nightshift.lock for the daemon's lifetime. */
+static int lock_dir(daemon_t *d, char *err, size_t errlen) {
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/nightshift.lock", d->o.dir);
+    d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (d->lock_fd < 0) {
+        snprintf(err, errlen, "%.400s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+        snprintf(err, errlen, "another nightshift daemon is using %.200s (%.240s is locked)",
+                 d->o.dir, path);
+        close(d->lock_fd);
+        d->lock_fd = -1;
+        return -1;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(d->lock_fd, 0) == 0 && write(d->lock_fd, pid, (size_t)n) != n) {
+        /* the pid is informational only */
+    }
+    return 0;
+}
+
+static void close_signal_cb(uv_handle_t *h) {
+    (void)h;
+}
+
+static void workers_stopped_cb(void *arg) {
+    daemon_t *d = arg;
+    log_info("all workers stopped");
+    sched_free(d->sched);
+    d->sched = NULL;
+    uv_close((uv_handle_t *)&d->sigint, close_signal_cb);
+    uv_close((uv_handle_t *)&d->sigterm, close_signal_cb);
+}
+
+static void signal_cb(uv_signal_t *h, int signum) {
+    daemon_t *d = h->data;
+    if (d->stopping) {
+        log_warn("%s again: still waiting for workers to exit",
+                 signum == SIGINT ? "SIGINT" : "SIGTERM");
+        return;
+    }
+    d->stopping = 1;
+    log_info("%s: shutting down (running workers are interrupted and re-queued)",
+             signum == SIGINT ? "SIGINT" : "SIGTERM");
+    http_server_close(d->http, NULL, NULL);
+    d->http = NULL;
+    sched_shutdown(d->sched, workers_stopped_cb, d);
+}
+
+static void queue_empty_cb(void *user) {
+    (void)user;
+    log_info("queue is empty: waiting for submissions");
+}
+
+static int run_daemon(daemon_t *d) {
+    char err[512], path[PATH_MAX + 32];
+    int rc = 1;
+    if (util_mkdirs(d->o.dir, err, sizeof err) < 0) goto out;
+    snprintf(path, sizeof path, "%s/runs", d->o.dir);
+    if (util_mkdirs(path, err, sizeof err) < 0 || lock_dir(d, err, sizeof err) < 0) goto out;
+    snprintf(path, sizeof path, "%s/nightshift.db", d->o.dir);
+    if (store_open(path, &d->store, err, sizeof err) < 0) goto out;
+    int requeued = 0, abandoned = 0;
+    if (store_recover(d->store, d->o.max_attempts, &requeued, &abandoned, err, sizeof err) < 0)
+        goto out;
+    if (requeued || abandoned)
+        log_warn("recovered from an unclean stop: %d interrupted experiment%s re-queued, %d given "
+                 "up after %d attempts",
+                 requeued, requeued == 1 ? "" : "s", abandoned, d->o.max_attempts);
+
+    uv_loop_init(&d->loop);
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        snprintf(err, sizeof err, "cannot find the nightshift binary: %s", strerror(errno));
+        goto out_loop;
+    }
+    exe[n] = '\0';
+    sched_opts_t so = {.state_dir = d->o.dir,
+                       .exe = exe,
+                       .worker_cmd = d->o.worker_cmd[0] ? d->o.worker_cmd : NULL,
+                       .slots = d->o.slots,
+                       .threads_per_slot = d->o.threads_per_slot,
+                       .memory_mb = d->o.memory_mb,
+                       .deadline_slack_s = d->o.deadline_slack_s,
+                       .kill_grace_s = d->o.kill_grace_s,
+                       .max_attempts = d->o.max_attempts,
+                       .on_queue_empty = queue_empty_cb,
+                       .user = d};
+    d->sched = sched_new(&d->loop, d->store, &so, err, sizeof err);
+    if (!d->sched) goto out_loop;
+    d->api = (api_t){.store = d->store,
+                     .sched = d->sched,
+                     .state_dir = d->o.dir,
+                     .token = d->o.token[0] ? d->o.token : NULL,
+                     .started_at = util_now()};
+    http_limits_t lim;
+    http_limits_default(&lim);
+    int port = 0;
+    if (http_server_start(&d->loop, d->o.host, d->o.port, &lim, api_handle, &d->api, &d->http,
+                          &port, err, sizeof err) < 0)
+        goto out_sched;
+    uv_signal_init(&d->loop, &d->sigint);
+    uv_signal_init(&d->loop, &d->sigterm);
+    d->sigint.data = d->sigterm.data = d;
+    uv_signal_start(&d->sigint, signal_cb, SIGINT);
+    uv_signal_start(&d->sigterm, signal_cb, SIGTERM);
+
+    log_info("nightshift daemon: state %s, %d slot%s, %s", d->o.dir, d->o.slots,
+             d->o.slots == 1 ? "" : "s", d->o.token[0] ? "token required for POST" : "no token");
+    /* The one line on stdout: scripts and tests read the bound port from it. */
+    printf("listening on http://%s%s%s:%d\n", strchr(d->o.host, ':') ? "[" : "", d->o.host,
+           strchr(d->o.host, ':') ? "]" : "", port);
+    fflush(stdout);
+
+    sched_kick(d->sched);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    log_info("stopped");
+    rc = 0;
+    goto out_loop;
+
+out_sched:
+    sched_free(d->sched);
+    d->sched = NULL;
+out_loop:
+    uv_run(&d->loop, UV_RUN_NOWAIT); /* let close callbacks run */
+    if (uv_loop_close(&d->loop) != 0) log_warn("some handles were still open at exit");
+out:
+    if (rc) log_error("%s", err);
+    store_close(d->store);
+    if (d->lock_fd >= 0) close(d->lock_fd);
+    return rc;
+}
+
+int serve_main(int argc, char **argv) {
+    daemon_t *d = calloc(1, sizeof *d);
+    char err[512];
+    if (!d) return 1;
+    d->lock_fd = -1;
+    serve_opts_t *o = &d->o;
+    snprintf(o->dir, sizeof o->dir, "state");
+    snprintf(o->host, sizeof o->host, "127.0.0.1");
+    o->port = 8080;
+    o->slots = 1;
+    o->max_attempts = 3;
+    int rc = parse_args(argc, argv, o, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0) fprintf(stderr, "serve: %s\n", err);
+        serve_usage(rc == 1 ? stdout : stderr);
+        free(d);
+        return rc == 1 ? 0 : 2;
+    }
+    if (!http_host_is_loopback(o->host) && !o->token[0]) {
+        fprintf(stderr,
+                "serve: refusing to listen on %s without a token (--token, "
+                "--token-file or NIGHTSHIFT_TOKEN)\n",
+                o->host);
+        free(d);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    rc = run_daemon(d);
+    free(d);
+    return rc;
+}

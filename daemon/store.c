@@ -1,0 +1,928 @@
+/* store.c - the SQLite store: schema migrations, the experiment queue, results,
+ * per-step metrics and the JSON queries behind the HTTP API.
+ *
+ * A store_t owns one connection (WAL, synchronous=NORMAL, busy_timeout,
+ * foreign keys) and every statement it will ever run, prepared once at open
+ * from the constant table below and finalized in store_close. Statements are
+ * reset and their bindings cleared after every use, so text bound with
+ * SQLITE_STATIC only has to outlive the call. Changes of more than one
+ * statement run inside BEGIN IMMEDIATE ... COMMIT; a failure rolls back.
+ *
+ * JSON output is built generically from result columns: a query's column names
+ * are its JSON keys, so the shape of each answer is visible in its SQL. */
+#include "store.h"
+
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BUSY_TIMEOUT_MS 5000
+#define LIST_MAX        1000
+
+/* ---------------------------------------------------------------- statements */
+
+enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_INSERT,
+    ST_FIND_DUP,
+    ST_CLAIM,
+    ST_SET_PID,
+    ST_FINISH,
+    ST_INSERT_RESULT,
+    ST_STATUS_OF,
+    ST_INSERT_METRIC,
+    ST_CANCEL,
+    ST_REQUEUE_METRICS,
+    ST_REQUEUE,
+    ST_ABANDON,
+    ST_QUEUE_DEPTH,
+    ST_LIST_ID,
+    ST_LIST_ID_DESC,
+    ST_LIST_CREATED,
+    ST_LIST_VAL_BPB,
+    ST_GET,
+    ST_GET_RESULT,
+    ST_GET_METRICS,
+    ST_LEADERBOARD,
+    ST_BEST,
+    ST_RECENT,
+    ST_INSERT_DELIVERY,
+    ST_COUNT
+};
+
+/* The list queries: ?1 status filter (NULL = any), ?2 cursor id (0 = none),
+ * ?3 limit. val_bpb is only reported for succeeded runs; in val_bpb order the
+ * others sort last (as +Inf, 9e999). For the created and val_bpb orders the
+ * cursor is the (key, id) of the row with id ?2; an unknown id yields no rows. */
+#define LIST_SELECT                                                                                \
+    "WITH x AS (SELECT e.id AS id, e.name AS name, e.tags AS tags, e.status AS status,"            \
+    " e.reason AS reason, e.source AS source, e.priority AS priority, e.parent AS parent,"         \
+    " e.seed AS seed, e.attempt AS attempt, e.created AS created, e.started AS started,"           \
+    " e.finished AS finished,"                                                                     \
+    " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb"                              \
+    " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id)"                           \
+    " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND "
+
+/* The running experiments to requeue or give up on: ?2 one id (0 = every
+ * running one). ?1 is max_attempts; ?3 the finished time of those given up. */
+#define RUNNING_MATCH "status = 'running' AND (?2 = 0 OR id = ?2)"
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, spec_hash, seed, parent, source,"
+                  " priority, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    /* The one the user most likely wants back: a result first, then a live one. */
+    [ST_FIND_DUP] = "SELECT id FROM experiments WHERE spec_hash = ?1 AND seed = ?2"
+                    " AND status IN ('succeeded', 'running', 'queued')"
+                    " ORDER BY CASE status WHEN 'succeeded' THEN 0 WHEN 'running' THEN 1"
+                    " ELSE 2 END, id LIMIT 1",
+    [ST_CLAIM] = "UPDATE experiments SET status = 'running', pid = 0, started = ?1,"
+                 " finished = NULL, reason = NULL, exit_code = NULL, term_signal = NULL"
+                 " WHERE id = (SELECT id FROM experiments WHERE status = 'queued'"
+                 " ORDER BY priority DESC, id LIMIT 1)"
+                 " RETURNING id, name, spec, attempt",
+    [ST_SET_PID] = "UPDATE experiments SET pid = ?2 WHERE id = ?1 AND status = 'running'",
+    [ST_FINISH] = "UPDATE experiments SET status = ?2, reason = ?3, exit_code = ?4,"
+                  " term_signal = ?5, finished = ?6 WHERE id = ?1 AND status = 'running'",
+    [ST_INSERT_RESULT] =
+        "INSERT INTO results (experiment_id, val_bpb, params_total, params_wte, params_wpe,"
+        " params_value_embeds, params_lm_head, params_blocks, params_scalars, flops_per_token,"
+        " mfu_percent, peak_gflops, peak_source, tokens_per_second, total_tokens, num_steps,"
+        " training_seconds, total_seconds, startup_seconds, eval_seconds, peak_rss_mb)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
+        " ?18, ?19, ?20, ?21)",
+    [ST_STATUS_OF] = "SELECT status FROM experiments WHERE id = ?1",
+    [ST_INSERT_METRIC] = "INSERT INTO metrics (experiment_id, step, time_s, loss, lr_mult, tok_s)"
+                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+                         " ON CONFLICT (experiment_id, step) DO NOTHING",
+    [ST_CANCEL] = "UPDATE experiments SET status = 'cancelled', reason = 'cancelled while queued',"
+                  " finished = ?2 WHERE id = ?1 AND status = 'queued'",
+    /* A requeued experiment starts again from step 0: its old metrics go. */
+    [ST_REQUEUE_METRICS] = "DELETE FROM metrics WHERE experiment_id IN (SELECT id FROM experiments"
+                           " WHERE " RUNNING_MATCH " AND attempt < ?1)",
+    [ST_REQUEUE] = "UPDATE experiments SET status = 'queued', attempt = attempt + 1, pid = NULL,"
+                   " started = NULL, reason = 'the daemon stopped during attempt ' || attempt"
+                   " || '; requeued' WHERE " RUNNING_MATCH " AND attempt < ?1",
+    [ST_ABANDON] = "UPDATE experiments SET status = 'interrupted', finished = ?3,"
+                   " reason = 'the daemon stopped during attempt ' || attempt"
+                   " || '; not requeued (at most ' || ?1 || ' attempts)'"
+                   " WHERE " RUNNING_MATCH,
+    [ST_QUEUE_DEPTH] = "SELECT count(*) FROM experiments WHERE status = 'queued'",
+    [ST_LIST_ID] = LIST_SELECT "(?2 = 0 OR id > ?2) ORDER BY id LIMIT ?3",
+    [ST_LIST_ID_DESC] = LIST_SELECT "(?2 = 0 OR id < ?2) ORDER BY id DESC LIMIT ?3",
+    [ST_LIST_CREATED] = LIST_SELECT "(?2 = 0 OR (created, id) > (SELECT created, id"
+                                    " FROM experiments WHERE id = ?2))"
+                                    " ORDER BY created, id LIMIT ?3",
+    [ST_LIST_VAL_BPB] =
+        LIST_SELECT "(?2 = 0 OR (ifnull(val_bpb, 9e999), id) > (SELECT ifnull(CASE WHEN"
+                    " e.status = 'succeeded' THEN r.val_bpb END, 9e999), e.id"
+                    " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
+                    " WHERE e.id = ?2)) ORDER BY ifnull(val_bpb, 9e999), id LIMIT ?3",
+    [ST_GET] = "SELECT id, name, tags, status, reason, source, priority, parent, seed, attempt,"
+               " spec_hash, created, started, finished, pid, exit_code, term_signal, spec"
+               " FROM experiments WHERE id = ?1",
+    [ST_GET_RESULT] = "SELECT * FROM results WHERE experiment_id = ?1",
+    /* At most ?2 rows evenly spaced over the run, always ending with the last
+     * step; column 5 is the total number of rows. */
+    [ST_GET_METRICS] = "SELECT step, time_s, loss, lr_mult, tok_s, n FROM (SELECT *,"
+                       " row_number() OVER (ORDER BY step) AS rn, count(*) OVER () AS n"
+                       " FROM metrics WHERE experiment_id = ?1)"
+                       " WHERE (n - rn) % ((n + ?2 - 1) / ?2) = 0 ORDER BY step",
+    [ST_LEADERBOARD] = "SELECT * FROM leaderboard LIMIT ?1",
+    [ST_BEST] = "SELECT id FROM leaderboard LIMIT 1",
+    /* The agent hook's history: finished runs, the most recent first. */
+    [ST_RECENT] = "SELECT e.id AS id, e.name AS name, e.status AS status, e.reason AS reason,"
+                  " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"
+                  " e.spec AS spec FROM experiments e"
+                  " LEFT JOIN results r ON r.experiment_id = e.id"
+                  " WHERE e.status NOT IN ('queued', 'running')"
+                  " ORDER BY e.finished DESC, e.id DESC LIMIT ?1",
+    [ST_INSERT_DELIVERY] = "INSERT INTO hook_deliveries (event_id, event_type, attempt,"
+                           " http_status, latency_ms, error, created)"
+                           " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+};
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *st[ST_COUNT];
+};
+
+/* The live statuses first; from index 2 on, the final ones. */
+static const char *const statuses[] = {
+    STORE_QUEUED,  STORE_RUNNING, STORE_SUCCEEDED, STORE_FAILED,    STORE_CRASHED,
+    STORE_TIMEOUT, STORE_OOM,     STORE_DIVERGED,  STORE_CANCELLED, STORE_INTERRUPTED,
+};
+#define N_STATUSES (sizeof statuses / sizeof statuses[0])
+
+/* ------------------------------------------------------------------- helpers */
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Write the message into err; always returns -1. */
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* "store: <op>: <sqlite's message>"; always returns -1. */
+static int fail_db(sqlite3 *db, char *err, size_t errlen, const char *op) {
+    return fail(err, errlen, "store: %s: %s", op, sqlite3_errmsg(db));
+}
+
+static void reset(sqlite3_stmt *st) {
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+/* Run a statement that returns no rows to completion, then reset it. */
+static int run(store_t *s, int which, const char *op, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[which];
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE) fail_db(s->db, err, errlen, op);
+    reset(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static int begin(store_t *s, char *err, size_t errlen) {
+    return run(s, ST_BEGIN, "begin", err, errlen);
+}
+
+static int commit(store_t *s, char *err, size_t errlen) {
+    return run(s, ST_COMMIT, "commit", err, errlen);
+}
+
+/* Roll back the open transaction, if any (a failed COMMIT may have ended it). */
+static void rollback(store_t *s) {
+    if (sqlite3_get_autocommit(s->db)) return;
+    sqlite3_step(s->st[ST_ROLLBACK]);
+    reset(s->st[ST_ROLLBACK]);
+}
+
+/* Bind text borrowed for the call, or NULL. */
+static int bind_text(sqlite3_stmt *st, int i, const char *v) {
+    return v ? sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC) : sqlite3_bind_null(st, i);
+}
+
+static char *dup_column(sqlite3_stmt *st, int i) {
+    const char *t = (const char *)sqlite3_column_text(st, i);
+    return t ? strdup(t) : NULL;
+}
+
+static bool is_terminal(const char *status) {
+    for (size_t i = 2; i < N_STATUSES; i++)
+        if (!strcmp(status, statuses[i])) return true;
+    return false;
+}
+
+static bool is_status(const char *status) {
+    for (size_t i = 0; i < N_STATUSES; i++)
+        if (!strcmp(status, statuses[i])) return true;
+    return false;
+}
+
+void store_format_time(int64_t unix_ms, char *buf, size_t len) {
+    int64_t secs = unix_ms / 1000, ms = unix_ms % 1000;
+    if (ms < 0) ms += 1000, secs -= 1;
+    time_t t = (time_t)secs;
+    struct tm tm;
+    if (!gmtime_r(&t, &tm)) memset(&tm, 0, sizeof tm);
+    /* The modulos only bound the widths for gcc's truncation check. */
+    snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (tm.tm_year + 1900) % 10000,
+             (tm.tm_mon + 1) % 100, tm.tm_mday % 100, tm.tm_hour % 100, tm.tm_min % 100,
+             tm.tm_sec % 100, (int)ms);
+}
+
+static void now_iso(char buf[STORE_TIME_LEN]) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    store_format_time((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, buf, STORE_TIME_LEN);
+}
+
+/* ---------------------------------------------------------------- JSON rows */
+
+/* Columns holding JSON text that is returned parsed. */
+static bool is_json_column(const char *name) {
+    return !strcmp(name, "tags") || !strcmp(name, "spec") || !strcmp(name, "ve_layers");
+}
+
+/* Column i of the current row as a new cJSON value (the caller owns it), or
+ * NULL when out of memory. NULL is null, numbers are numbers, JSON text columns
+ * are parsed, tie_embeddings (json_extract gives 0/1) is a boolean. */
+static cJSON *column_json(sqlite3_stmt *st, int i) {
+    const char *name = sqlite3_column_name(st, i);
+    switch (sqlite3_column_type(st, i)) {
+    case SQLITE_NULL:
+        return cJSON_CreateNull();
+    case SQLITE_INTEGER: {
+        sqlite3_int64 v = sqlite3_column_int64(st, i);
+        if (name && !strcmp(name, "tie_embeddings")) return cJSON_CreateBool(v != 0);
+        return cJSON_CreateNumber((double)v);
+    }
+    case SQLITE_FLOAT:
+        return cJSON_CreateNumber(sqlite3_column_double(st, i));
+    default: {
+        const char *t = (const char *)sqlite3_column_text(st, i);
+        if (!t) return NULL;
+        if (name && is_json_column(name) && (t[0] == '[' || t[0] == '{')) {
+            cJSON *j = cJSON_Parse(t);
+            if (j) return j;
+        }
+        return cJSON_CreateString(t);
+    }
+    }
+}
+
+/* Columns [from, to) of the current row as a new object keyed by column name
+ * (the caller owns it), or NULL when out of memory. */
+static cJSON *row_object(sqlite3_stmt *st, int from, int to) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = from; o && i < to; i++) {
+        cJSON *v = column_json(st, i);
+        if (!v || !cJSON_AddItemToObject(o, sqlite3_column_name(st, i), v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(o);
+            o = NULL;
+        }
+    }
+    return o;
+}
+
+/* Every remaining row of st as an array of objects; st is reset either way.
+ * The caller owns the array; NULL with err on failure. */
+static cJSON *rows_array(store_t *s, sqlite3_stmt *st, const char *op, char *err, size_t errlen) {
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr) goto oom;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        cJSON *o = row_object(st, 0, sqlite3_column_count(st));
+        if (!o || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            goto oom;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        fail_db(s->db, err, errlen, op);
+        goto fail;
+    }
+    reset(st);
+    return arr;
+oom:
+    fail(err, errlen, "store: %s: out of memory", op);
+fail:
+    reset(st);
+    cJSON_Delete(arr);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- migrations */
+
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+static int user_version(sqlite3 *db, int *v, char *err, size_t errlen) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        fail_db(db, err, errlen, "reading user_version");
+        sqlite3_finalize(st);
+        return -1;
+    }
+    *v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return 0;
+}
+
+static int exec_sql(sqlite3 *db, const char *sql, const char *op, char *err, size_t errlen) {
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK) return 0;
+    fail(err, errlen, "store: %s: %s", op, msg ? msg : sqlite3_errmsg(db));
+    sqlite3_free(msg);
+    return -1;
+}
+
+/* Bring db up to m[n-1].version. Each pending migration runs in its own
+ * IMMEDIATE transaction that re-reads user_version first, so two processes
+ * opening the same new file never apply one twice. */
+static int migrate(sqlite3 *db, const char *path, const store_migration_t *m, size_t n, char *err,
+                   size_t errlen) {
+    int known = n ? m[n - 1].version : 0, have;
+    if (user_version(db, &have, err, errlen) < 0) return -1;
+    for (size_t i = 0; i <= n; i++) {
+        if (have > known)
+            return fail(err, errlen, "store: %s has schema version %d, this build knows up to %d",
+                        base_name(path), have, known);
+        if (i == n) break;
+        if (m[i].version <= have) continue;
+
+        char op[128], set[64];
+        snprintf(op, sizeof op, "migration %s", m[i].name);
+        snprintf(set, sizeof set, "PRAGMA user_version = %d", m[i].version);
+        if (exec_sql(db, "BEGIN IMMEDIATE", op, err, errlen) < 0) return -1;
+        if (user_version(db, &have, err, errlen) < 0) goto fail;
+        if (have < m[i].version) {
+            if (exec_sql(db, m[i].sql, op, err, errlen) < 0) goto fail;
+            if (exec_sql(db, set, op, err, errlen) < 0) goto fail;
+            have = m[i].version;
+        }
+        if (exec_sql(db, "COMMIT", op, err, errlen) < 0) goto fail;
+    }
+    return 0;
+fail:
+    if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
+}
+
+/* Open path and configure the connection. *out is set even on failure (it may
+ * hold a handle that needs sqlite3_close). */
+static int open_db(const char *path, sqlite3 **out, char *err, size_t errlen) {
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    *out = db;
+    if (rc != SQLITE_OK) {
+        if (!db) return fail(err, errlen, "store: %s: out of memory", base_name(path));
+        return fail(err, errlen, "store: opening %s: %s", base_name(path), sqlite3_errmsg(db));
+    }
+    sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
+
+    if (sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        fail_db(db, err, errlen, "setting journal_mode");
+        goto fail;
+    }
+    const char *mode = (const char *)sqlite3_column_text(st, 0);
+    if (!mode || strcmp(mode, "wal")) {
+        fail(err, errlen, "store: %s: cannot use WAL mode (journal_mode is %s)", base_name(path),
+             mode ? mode : "unknown");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (exec_sql(db, "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON", "pragmas", err,
+                 errlen) < 0)
+        goto fail;
+    return 0;
+fail:
+    sqlite3_finalize(st);
+    return -1;
+}
+
+int store_migrate(const char *path, const store_migration_t *m, size_t n, char *err,
+                  size_t errlen) {
+    sqlite3 *db = NULL;
+    int rc = open_db(path, &db, err, errlen);
+    if (rc == 0) rc = migrate(db, path, m, n, err, errlen);
+    sqlite3_close(db);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+int store_open(const char *path, store_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    store_t *s = calloc(1, sizeof *s);
+    if (!s) return fail(err, errlen, "store: out of memory");
+    if (open_db(path, &s->db, err, errlen) < 0) goto fail;
+    if (migrate(s->db, path, store_migrations, store_n_migrations, err, errlen) < 0) goto fail;
+    for (int i = 0; i < ST_COUNT; i++) {
+        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
+                               NULL) != SQLITE_OK) {
+            fail(err, errlen, "store: preparing statement %d: %s", i, sqlite3_errmsg(s->db));
+            goto fail;
+        }
+    }
+    *out = s;
+    return 0;
+fail:
+    store_close(s);
+    return -1;
+}
+
+void store_close(store_t *s) {
+    if (!s) return;
+    for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
+    sqlite3_close(s->db);
+    free(s);
+}
+
+/* ---------------------------------------------------------------- the queue */
+
+int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
+                 size_t errlen) {
+    if (!e->spec_json || !e->spec_hash)
+        return fail(err, errlen, "store: insert: spec_json and spec_hash are required");
+    if (!e->source ||
+        (strcmp(e->source, "api") && strcmp(e->source, "cli") && strcmp(e->source, "agent")))
+        return fail(err, errlen, "store: insert: source must be api, cli or agent");
+    char now[STORE_TIME_LEN];
+    now_iso(now);
+    sqlite3_stmt *st = s->st[ST_INSERT];
+    int b = bind_text(st, 1, e->name);
+    b |= bind_text(st, 2, e->tags_json ? e->tags_json : "[]");
+    b |= bind_text(st, 3, e->spec_json);
+    b |= bind_text(st, 4, e->spec_hash);
+    b |= sqlite3_bind_int64(st, 5, e->seed);
+    b |= e->parent > 0 ? sqlite3_bind_int64(st, 6, e->parent) : sqlite3_bind_null(st, 6);
+    b |= bind_text(st, 7, e->source);
+    b |= sqlite3_bind_int(st, 8, e->priority);
+    b |= bind_text(st, 9, now);
+    if (b) {
+        reset(st);
+        return fail_db(s->db, err, errlen, "insert");
+    }
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE) {
+        if (sqlite3_extended_errcode(s->db) == SQLITE_CONSTRAINT_FOREIGNKEY)
+            fail(err, errlen, "parent: experiment %lld does not exist", (long long)e->parent);
+        else
+            fail_db(s->db, err, errlen, "insert");
+        reset(st);
+        return -1;
+    }
+    reset(st);
+    *id = sqlite3_last_insert_rowid(s->db);
+    return 0;
+}
+
+int store_find_duplicate(store_t *s, const char *spec_hash, int64_t seed, int64_t *id, char *err,
+                         size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_FIND_DUP];
+    if (bind_text(st, 1, spec_hash) || sqlite3_bind_int64(st, 2, seed)) {
+        reset(st);
+        return fail_db(s->db, err, errlen, "find duplicate");
+    }
+    int rc = sqlite3_step(st), found = 0;
+    if (rc == SQLITE_ROW) {
+        *id = sqlite3_column_int64(st, 0);
+        found = 1;
+    } else if (rc != SQLITE_DONE) {
+        found = fail_db(s->db, err, errlen, "find duplicate");
+    }
+    reset(st);
+    return found;
+}
+
+int store_claim_next(store_t *s, store_experiment_t *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st = s->st[ST_CLAIM];
+    char now[STORE_TIME_LEN];
+    now_iso(now);
+    if (begin(s, err, errlen) < 0) return -1;
+    if (bind_text(st, 1, now)) goto db_error;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        reset(st);
+        if (commit(s, err, errlen) < 0) goto fail;
+        return 0;
+    }
+    if (rc != SQLITE_ROW) goto db_error;
+    out->id = sqlite3_column_int64(st, 0);
+    out->name = dup_column(st, 1);
+    out->spec_json = dup_column(st, 2);
+    out->attempt = sqlite3_column_int(st, 3);
+    if ((sqlite3_column_type(st, 1) != SQLITE_NULL && !out->name) || !out->spec_json) {
+        fail(err, errlen, "store: claim: out of memory");
+        goto fail;
+    }
+    if (sqlite3_step(st) != SQLITE_DONE) goto db_error;
+    reset(st);
+    if (commit(s, err, errlen) < 0) goto fail;
+    return 1;
+db_error:
+    fail_db(s->db, err, errlen, "claim");
+fail:
+    reset(st);
+    rollback(s);
+    store_experiment_clear(out);
+    return -1;
+}
+
+void store_experiment_clear(store_experiment_t *e) {
+    free(e->name);
+    free(e->spec_json);
+    memset(e, 0, sizeof *e);
+}
+
+/* After an UPDATE ... WHERE id = ? AND status = ? changed nothing: say why. */
+static int explain_status(store_t *s, int64_t id, const char *want, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_STATUS_OF];
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        fail(err, errlen, "store: experiment %lld is not %s (it is %s)", (long long)id, want,
+             (const char *)sqlite3_column_text(st, 0));
+    else if (rc == SQLITE_DONE)
+        fail(err, errlen, "store: experiment %lld not found", (long long)id);
+    else
+        fail_db(s->db, err, errlen, "status");
+    reset(st);
+    return -1;
+}
+
+int store_set_pid(store_t *s, int64_t id, int pid, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_SET_PID];
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int(st, 2, pid);
+    if (run(s, ST_SET_PID, "set pid", err, errlen) < 0) return -1;
+    if (sqlite3_changes(s->db) != 1) return explain_status(s, id, STORE_RUNNING, err, errlen);
+    return 0;
+}
+
+static int bind_result(sqlite3_stmt *st, int64_t id, const store_result_t *r) {
+    int b = sqlite3_bind_int64(st, 1, id);
+    b |= sqlite3_bind_double(st, 2, r->val_bpb);
+    b |= sqlite3_bind_int64(st, 3, r->params_total);
+    b |= sqlite3_bind_int64(st, 4, r->params_wte);
+    b |= sqlite3_bind_int64(st, 5, r->params_wpe);
+    b |= sqlite3_bind_int64(st, 6, r->params_value_embeds);
+    b |= sqlite3_bind_int64(st, 7, r->params_lm_head);
+    b |= sqlite3_bind_int64(st, 8, r->params_blocks);
+    b |= sqlite3_bind_int64(st, 9, r->params_scalars);
+    b |= sqlite3_bind_double(st, 10, r->flops_per_token);
+    b |= sqlite3_bind_double(st, 11, r->mfu_percent);
+    b |= sqlite3_bind_double(st, 12, r->peak_gflops);
+    b |= bind_text(st, 13, r->peak_source);
+    b |= sqlite3_bind_double(st, 14, r->tokens_per_second);
+    b |= sqlite3_bind_double(st, 15, r->total_tokens);
+    b |= sqlite3_bind_int64(st, 16, r->num_steps);
+    b |= sqlite3_bind_double(st, 17, r->training_seconds);
+    b |= sqlite3_bind_double(st, 18, r->total_seconds);
+    b |= sqlite3_bind_double(st, 19, r->startup_seconds);
+    b |= sqlite3_bind_double(st, 20, r->eval_seconds);
+    b |= sqlite3_bind_double(st, 21, r->peak_rss_mb);
+    return b;
+}
+
+/* exit_code < 0 and term_signal <= 0 are stored as NULL (not applicable). */
+int store_finish(store_t *s, int64_t id, const char *status, const char *reason, int exit_code,
+                 int term_signal, const store_result_t *r, char *err, size_t errlen) {
+    if (!status || !is_terminal(status))
+        return fail(err, errlen, "store: finish: '%s' is not a final status",
+                    status ? status : "(null)");
+    char now[STORE_TIME_LEN];
+    now_iso(now);
+    if (begin(s, err, errlen) < 0) return -1;
+
+    sqlite3_stmt *st = s->st[ST_FINISH];
+    int b = sqlite3_bind_int64(st, 1, id);
+    b |= bind_text(st, 2, status);
+    b |= bind_text(st, 3, reason);
+    b |= exit_code >= 0 ? sqlite3_bind_int(st, 4, exit_code) : sqlite3_bind_null(st, 4);
+    b |= term_signal > 0 ? sqlite3_bind_int(st, 5, term_signal) : sqlite3_bind_null(st, 5);
+    b |= bind_text(st, 6, now);
+    if (b) {
+        reset(st);
+        fail_db(s->db, err, errlen, "finish");
+        goto fail;
+    }
+    if (run(s, ST_FINISH, "finish", err, errlen) < 0) goto fail;
+    if (sqlite3_changes(s->db) != 1) {
+        explain_status(s, id, STORE_RUNNING, err, errlen);
+        goto fail;
+    }
+    if (r) {
+        if (bind_result(s->st[ST_INSERT_RESULT], id, r)) {
+            reset(s->st[ST_INSERT_RESULT]);
+            fail_db(s->db, err, errlen, "result");
+            goto fail;
+        }
+        if (run(s, ST_INSERT_RESULT, "result", err, errlen) < 0) goto fail;
+    }
+    if (commit(s, err, errlen) < 0) goto fail;
+    return 0;
+fail:
+    rollback(s);
+    return -1;
+}
+
+int store_add_metrics(store_t *s, int64_t id, const store_metric_t *m, size_t n, char *err,
+                      size_t errlen) {
+    if (n == 0) return 0;
+    if (begin(s, err, errlen) < 0) return -1;
+    sqlite3_stmt *st = s->st[ST_INSERT_METRIC];
+    for (size_t i = 0; i < n; i++) {
+        int b = sqlite3_bind_int64(st, 1, id);
+        b |= sqlite3_bind_int64(st, 2, m[i].step);
+        b |= sqlite3_bind_double(st, 3, m[i].time_s);
+        b |= sqlite3_bind_double(st, 4, m[i].loss);
+        b |= sqlite3_bind_double(st, 5, m[i].lr_mult);
+        b |= sqlite3_bind_double(st, 6, m[i].tok_s);
+        if (b) {
+            reset(st);
+            fail_db(s->db, err, errlen, "metrics");
+            goto fail;
+        }
+        if (run(s, ST_INSERT_METRIC, "metrics", err, errlen) < 0) goto fail;
+    }
+    if (commit(s, err, errlen) < 0) goto fail;
+    return 0;
+fail:
+    rollback(s);
+    return -1;
+}
+
+int store_cancel_queued(store_t *s, int64_t id, char *err, size_t errlen) {
+    char now[STORE_TIME_LEN];
+    now_iso(now);
+    sqlite3_stmt *st = s->st[ST_CANCEL];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, now);
+    if (run(s, ST_CANCEL, "cancel", err, errlen) < 0) return -1;
+    if (sqlite3_changes(s->db) == 1) return 1;
+
+    st = s->st[ST_STATUS_OF];
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st), out = 0;
+    if (rc == SQLITE_DONE)
+        out = fail(err, errlen, "store: experiment %lld not found", (long long)id);
+    else if (rc != SQLITE_ROW)
+        out = fail_db(s->db, err, errlen, "cancel");
+    reset(st);
+    return out;
+}
+
+/* Requeue (attempt < max_attempts) or give up on the running experiment id, or
+ * on every running one when id is 0, in one transaction. */
+static int requeue_running(store_t *s, int64_t id, int max_attempts, int *requeued, int *abandoned,
+                           char *err, size_t errlen) {
+    char now[STORE_TIME_LEN];
+    now_iso(now);
+    if (begin(s, err, errlen) < 0) return -1;
+    static const int steps[] = {ST_REQUEUE_METRICS, ST_REQUEUE, ST_ABANDON};
+    int changed[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        sqlite3_stmt *st = s->st[steps[i]];
+        sqlite3_bind_int(st, 1, max_attempts);
+        sqlite3_bind_int64(st, 2, id);
+        if (steps[i] == ST_ABANDON) bind_text(st, 3, now);
+        if (run(s, steps[i], "requeue", err, errlen) < 0) goto fail;
+        changed[i] = sqlite3_changes(s->db);
+    }
+    if (id && changed[1] + changed[2] == 0) {
+        explain_status(s, id, STORE_RUNNING, err, errlen);
+        goto fail;
+    }
+    if (commit(s, err, errlen) < 0) goto fail;
+    if (requeued) *requeued = changed[1];
+    if (abandoned) *abandoned = changed[2];
+    return 0;
+fail:
+    rollback(s);
+    return -1;
+}
+
+int store_recover(store_t *s, int max_attempts, int *requeued, int *abandoned, char *err,
+                  size_t errlen) {
+    return requeue_running(s, 0, max_attempts, requeued, abandoned, err, errlen);
+}
+
+int store_interrupt(store_t *s, int64_t id, int max_attempts, char *err, size_t errlen) {
+    if (id <= 0) return fail(err, errlen, "store: experiment %lld not found", (long long)id);
+    return requeue_running(s, id, max_attempts, NULL, NULL, err, errlen);
+}
+
+int64_t store_queue_depth(store_t *s, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_QUEUE_DEPTH];
+    int64_t n = -1;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    else
+        fail_db(s->db, err, errlen, "queue depth");
+    reset(st);
+    return n;
+}
+
+/* ---------------------------------------------------------------- queries */
+
+cJSON *store_list(store_t *s, const char *status, const char *order, int limit, int64_t after,
+                  char *err, size_t errlen) {
+    int which;
+    if (!order || !strcmp(order, "-id"))
+        which = ST_LIST_ID_DESC;
+    else if (!strcmp(order, "id"))
+        which = ST_LIST_ID;
+    else if (!strcmp(order, "created"))
+        which = ST_LIST_CREATED;
+    else if (!strcmp(order, "val_bpb"))
+        which = ST_LIST_VAL_BPB;
+    else {
+        fail(err, errlen, "order: must be one of id, -id, val_bpb, created");
+        return NULL;
+    }
+    if (status && !is_status(status)) {
+        fail(err, errlen,
+             "status: must be one of queued, running, succeeded, failed, crashed, timeout, "
+             "oom, diverged, cancelled, interrupted");
+        return NULL;
+    }
+    if (limit < 1 || limit > LIST_MAX) {
+        fail(err, errlen, "limit: must be 1..%d", LIST_MAX);
+        return NULL;
+    }
+    if (after < 0) {
+        fail(err, errlen, "after: must be an experiment id");
+        return NULL;
+    }
+    sqlite3_stmt *st = s->st[which];
+    if (bind_text(st, 1, status) || sqlite3_bind_int64(st, 2, after) ||
+        sqlite3_bind_int(st, 3, limit)) {
+        reset(st);
+        fail_db(s->db, err, errlen, "list");
+        return NULL;
+    }
+    return rows_array(s, st, "list", err, errlen);
+}
+
+/* The experiment row with its spec and result (or null); the caller owns it.
+ * NULL with err (and *not_found = 1 for an unknown id) on failure. */
+static cJSON *experiment_object(store_t *s, int64_t id, int *not_found, char *err, size_t errlen) {
+    cJSON *o = NULL, *res = NULL;
+    sqlite3_stmt *st = s->st[ST_GET];
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        if (not_found) *not_found = 1;
+        fail(err, errlen, "experiment %lld not found", (long long)id);
+        goto fail;
+    }
+    if (rc != SQLITE_ROW) goto db_error;
+    if (!(o = row_object(st, 0, sqlite3_column_count(st)))) goto oom;
+    reset(st);
+
+    st = s->st[ST_GET_RESULT];
+    sqlite3_bind_int64(st, 1, id);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        res = row_object(st, 1, sqlite3_column_count(st)); /* without experiment_id */
+    else if (rc == SQLITE_DONE)
+        res = cJSON_CreateNull();
+    else
+        goto db_error;
+    if (!res || !cJSON_AddItemToObject(o, "result", res)) goto oom;
+    reset(st);
+    return o;
+oom:
+    cJSON_Delete(res);
+    fail(err, errlen, "store: get: out of memory");
+    goto fail;
+db_error:
+    fail_db(s->db, err, errlen, "get");
+fail:
+    reset(st);
+    cJSON_Delete(o);
+    return NULL;
+}
+
+/* metrics_total and up to max rows of metrics (max <= 0: none) into o. */
+static int add_metrics(store_t *s, cJSON *o, int64_t id, int max, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_GET_METRICS];
+    cJSON *arr = cJSON_CreateArray();
+    int64_t total = 0;
+    int rc;
+    if (!arr) goto oom;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int(st, 2, max > 0 ? max : 1);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        total = sqlite3_column_int64(st, 5);
+        if (max <= 0) continue;
+        cJSON *m = row_object(st, 0, 5);
+        if (!m || !cJSON_AddItemToArray(arr, m)) {
+            cJSON_Delete(m);
+            goto oom;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        fail_db(s->db, err, errlen, "metrics");
+        goto fail;
+    }
+    reset(st);
+    if (!cJSON_AddNumberToObject(o, "metrics_total", (double)total)) goto oom;
+    if (!cJSON_AddItemToObject(o, "metrics", arr)) goto oom;
+    return 0;
+oom:
+    fail(err, errlen, "store: metrics: out of memory");
+fail:
+    reset(st);
+    cJSON_Delete(arr);
+    return -1;
+}
+
+cJSON *store_get(store_t *s, int64_t id, int max_metrics, int *not_found, char *err,
+                 size_t errlen) {
+    if (not_found) *not_found = 0;
+    cJSON *o = experiment_object(s, id, not_found, err, errlen);
+    if (o && add_metrics(s, o, id, max_metrics, err, errlen) < 0) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+cJSON *store_leaderboard(store_t *s, int limit, char *err, size_t errlen) {
+    if (limit < 1 || limit > LIST_MAX) {
+        fail(err, errlen, "limit: must be 1..%d", LIST_MAX);
+        return NULL;
+    }
+    sqlite3_stmt *st = s->st[ST_LEADERBOARD];
+    sqlite3_bind_int(st, 1, limit);
+    return rows_array(s, st, "leaderboard", err, errlen);
+}
+
+cJSON *store_best(store_t *s, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_BEST];
+    int rc = sqlite3_step(st);
+    int64_t id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail_db(s->db, err, errlen, "best");
+    reset(st);
+    if (rc == SQLITE_DONE) {
+        cJSON *null = cJSON_CreateNull();
+        if (!null) fail(err, errlen, "store: best: out of memory");
+        return null;
+    }
+    return rc == SQLITE_ROW ? experiment_object(s, id, NULL, err, errlen) : NULL;
+}
+
+cJSON *store_recent(store_t *s, int n, char *err, size_t errlen) {
+    if (n < 1 || n > LIST_MAX) {
+        fail(err, errlen, "n: must be 1..%d", LIST_MAX);
+        return NULL;
+    }
+    sqlite3_stmt *st = s->st[ST_RECENT];
+    sqlite3_bind_int(st, 1, n);
+    return rows_array(s, st, "recent", err, errlen);
+}
+
+int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *err,
+                            size_t errlen) {
+    char now[STORE_TIME_LEN];
+    now_iso(now);
+    sqlite3_stmt *st = s->st[ST_INSERT_DELIVERY];
+    int b = bind_text(st, 1, d->event_id);
+    b |= bind_text(st, 2, d->event_type);
+    b |= sqlite3_bind_int(st, 3, d->attempt);
+    b |= d->http_status > 0 ? sqlite3_bind_int(st, 4, d->http_status) : sqlite3_bind_null(st, 4);
+    b |= sqlite3_bind_int64(st, 5, d->latency_ms);
+    b |= bind_text(st, 6, d->error);
+    b |= bind_text(st, 7, now);
+    if (b) {
+        reset(st);
+        return fail_db(s->db, err, errlen, "hook delivery");
+    }
+    return run(s, ST_INSERT_DELIVERY, "hook delivery", err, errlen);
+}

@@ -1,0 +1,861 @@
+/* worker.c - one experiment's worker process, supervised on the libuv loop.
+ *
+ * Owns everything between uv_spawn and the exit callback: the exec shim's
+ * argv and environment, the three pipes (stdout and stderr appended to the
+ * log file, fd 3 split into JSON progress lines), the deadline and kill
+ * timers, and the classification of the ending described in worker.h. Also
+ * the shim itself, `nightshift exec-limited`, which applies a slot's limits
+ * to its own process and then execs the real command.
+ *
+ * Lifetime: worker_start allocates the worker_t and the loop owns it. The
+ * exit is reported once the process has been reaped AND every pipe has hit
+ * EOF, so no output is lost; if a stray grandchild still holds a pipe
+ * DRAIN_MS after the exit, the pipes are closed without it. When the exit is
+ * reported whatever is left in the worker's process group is SIGKILLed, the
+ * exit callback runs, the remaining handles are closed, and the last close
+ * callback frees the worker.
+ *
+ * Log writes: plain write() on the O_APPEND log file, from the loop thread.
+ * A write to a regular local file lands in the page cache without waiting for
+ * the disk, each write is at most one pipe read (64 KiB), and staying
+ * synchronous keeps the bytes in the order they were read with no queue of
+ * thread-pool requests that could outlive the pipes. Logging is a debugging
+ * aid: a failing write stops the logging, never the worker. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "worker.h"
+
+extern char **environ;
+
+#define READ_CHUNK       (64 * 1024) /* bytes per pipe read */
+#define ERR_TAIL         4096        /* bytes of stderr kept for the failure reason */
+#define REASON_STDERR    300         /* stderr characters quoted in a reason */
+#define DRAIN_MS         1000        /* wait for EOF after the exit, in ms */
+#define DEFAULT_GRACE_S  5.0
+#define DEFAULT_MAX_LOG  ((size_t)64 << 20)
+#define DEFAULT_MAX_LINE ((size_t)64 << 10)
+#define MAX_MEMORY_MB    (1L << 30) /* 1 PiB: anything larger is a typo */
+
+enum { PIPE_STDOUT, PIPE_STDERR, PIPE_PROGRESS, N_PIPES };
+
+struct worker {
+    uv_loop_t *loop;
+    worker_callbacks_t cb;
+
+    uv_process_t proc;
+    uv_pipe_t pipes[N_PIPES];  /* child's fds 1, 2, 3 */
+    uv_timer_t deadline_timer; /* hard deadline, from spawn */
+    uv_timer_t kill_timer;     /* SIGTERM -> SIGKILL after the grace */
+    uv_timer_t drain_timer;    /* exit -> stop waiting for EOF */
+    int open_handles;          /* initialised handles whose close callback has not run */
+    int pipes_open;            /* pipes not yet closed */
+
+    int pid;
+    int exited, reported;
+    int64_t exit_status;
+    int term_signal;
+    int stop_status; /* -1, or the status a deadline or worker_stop imposed */
+    int sigterm_sent, sigkill_sent;
+    uint64_t t_spawn, t_exit; /* uv_hrtime, ns */
+
+    double deadline_s, grace_s;
+    int memory_mb;
+
+    int log_fd; /* -1 when not logging */
+    size_t log_bytes, max_log_bytes;
+    int log_capped; /* the cap was reached and noted in the log */
+
+    char err_tail[ERR_TAIL]; /* the last err_len bytes of stderr */
+    size_t err_len;
+
+    char *line; /* the progress line being assembled, owned */
+    size_t line_len, line_cap, max_line_bytes;
+    int line_discard; /* inside an overlong line: skip to the newline */
+    uint64_t garbage_lines;
+    cJSON *result; /* the last {"event":"result"} object, owned */
+
+    char rbuf[N_PIPES][READ_CHUNK]; /* one read buffer per pipe */
+};
+
+/* ------------------------------------------------------------------ names */
+
+const char *worker_status_name(worker_status s) {
+    switch (s) {
+    case WORKER_SUCCEEDED:
+        return "succeeded";
+    case WORKER_FAILED:
+        return "failed";
+    case WORKER_CRASHED:
+        return "crashed";
+    case WORKER_TIMEOUT:
+        return "timeout";
+    case WORKER_OOM:
+        return "oom";
+    case WORKER_DIVERGED:
+        return "diverged";
+    case WORKER_CANCELLED:
+        return "cancelled";
+    case WORKER_INTERRUPTED:
+        return "interrupted";
+    }
+    return "unknown";
+}
+
+static const struct {
+    int sig;
+    const char *name;
+} signal_names[] = {
+    {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},       {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+    {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},     {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+    {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+    {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"},     {SIGTERM, "SIGTERM"}, {SIGSTKFLT, "SIGSTKFLT"},
+    {SIGCHLD, "SIGCHLD"}, {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"},
+    {SIGTTIN, "SIGTTIN"}, {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"},
+    {SIGXFSZ, "SIGXFSZ"}, {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"},
+    {SIGIO, "SIGIO"},     {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"},
+};
+
+/* "SIGSEGV", or "signal N" in buf for one the table does not know. */
+static const char *signal_name(int sig, char *buf, size_t len) {
+    for (size_t i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++)
+        if (signal_names[i].sig == sig) return signal_names[i].name;
+    snprintf(buf, len, "signal %d", sig);
+    return buf;
+}
+
+/* ------------------------------------------------------------ handle life */
+
+static void maybe_report(worker_t *w);
+
+static void close_cb(uv_handle_t *h) {
+    worker_t *w = h->data;
+    w->open_handles--;
+    if (w->open_handles == 0 && w->reported) {
+        free(w->line);
+        cJSON_Delete(w->result);
+        free(w);
+    }
+}
+
+static void close_handle(worker_t *w, uv_handle_t *h) {
+    if (!uv_is_closing(h)) uv_close(h, close_cb);
+}
+
+/* Signal the worker's process group. Before the shim's setpgid the group does
+ * not exist yet; then the shim itself is signalled (it has not exec'd). */
+static void signal_group(worker_t *w, int sig) {
+    if (w->pid <= 0) return; /* never kill(0) or kill(-0): that is our own group */
+    if (kill(-w->pid, sig) < 0 && errno == ESRCH && !w->exited) kill(w->pid, sig);
+}
+
+/* ---------------------------------------------------------------- logging */
+
+static void log_write(worker_t *w, const char *p, size_t n) {
+    while (n > 0 && w->log_fd >= 0) {
+        ssize_t k = write(w->log_fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            close(w->log_fd); /* disk full or worse: stop logging, keep supervising */
+            w->log_fd = -1;
+            return;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+/* Append to the log up to max_log_bytes; past the cap, note it once. */
+static void log_append(worker_t *w, const char *p, size_t n) {
+    if (w->log_fd < 0 || w->log_capped) return;
+    size_t room = w->max_log_bytes - w->log_bytes, m = n < room ? n : room;
+    log_write(w, p, m);
+    w->log_bytes += m;
+    if (m < n) {
+        char note[160];
+        int k = snprintf(note, sizeof note,
+                         "\n[nightshift: log capped at %zu bytes; further output discarded]\n",
+                         w->max_log_bytes);
+        log_write(w, note, (size_t)k);
+        w->log_capped = 1;
+    }
+}
+
+static void tail_append(worker_t *w, const char *p, size_t n) {
+    if (n >= ERR_TAIL) {
+        memcpy(w->err_tail, p + n - ERR_TAIL, ERR_TAIL);
+        w->err_len = ERR_TAIL;
+        return;
+    }
+    if (w->err_len + n > ERR_TAIL) {
+        size_t drop = w->err_len + n - ERR_TAIL;
+        memmove(w->err_tail, w->err_tail + drop, w->err_len - drop);
+        w->err_len -= drop;
+    }
+    memcpy(w->err_tail + w->err_len, p, n);
+    w->err_len += n;
+}
+
+/* ------------------------------------------------------- progress lines */
+
+/* One complete line from fd 3 (without its newline). */
+static void progress_line(worker_t *w, const char *p, size_t n) {
+    while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+    if (n == 0) return; /* blank lines are not garbage */
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(p, n, &end, 0);
+    int ok = o && cJSON_IsObject(o) && end;
+    if (ok) /* the object must be the whole line */
+        for (const char *q = end; q < p + n; q++)
+            if (!isspace((unsigned char)*q)) ok = 0;
+    if (!ok) {
+        cJSON_Delete(o);
+        w->garbage_lines++;
+        return;
+    }
+    if (w->cb.on_progress) w->cb.on_progress(w, o, w->cb.user);
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+    if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "result")) {
+        cJSON_Delete(w->result);
+        w->result = o;
+    } else {
+        cJSON_Delete(o);
+    }
+}
+
+/* Append n bytes to the line being assembled; a line longer than the limit
+ * is counted as garbage once and skipped up to its newline. */
+static void line_add(worker_t *w, const char *p, size_t n) {
+    if (w->line_discard || n == 0) return;
+    if (w->line_len + n > w->max_line_bytes) {
+        w->garbage_lines++;
+        w->line_discard = 1;
+        w->line_len = 0;
+        return;
+    }
+    if (w->line_len + n > w->line_cap) {
+        size_t cap = w->line_cap ? w->line_cap : 4096;
+        while (cap < w->line_len + n) cap *= 2;
+        if (cap > w->max_line_bytes) cap = w->max_line_bytes;
+        char *q = realloc(w->line, cap);
+        if (!q) { /* treat like an overlong line */
+            w->garbage_lines++;
+            w->line_discard = 1;
+            w->line_len = 0;
+            return;
+        }
+        w->line = q;
+        w->line_cap = cap;
+    }
+    memcpy(w->line + w->line_len, p, n);
+    w->line_len += n;
+}
+
+static void progress_feed(worker_t *w, const char *p, size_t n) {
+    while (n > 0) {
+        const char *nl = memchr(p, '\n', n);
+        size_t seg = nl ? (size_t)(nl - p) : n;
+        line_add(w, p, seg);
+        if (!nl) return;
+        if (!w->line_discard) progress_line(w, w->line, w->line_len);
+        w->line_discard = 0;
+        w->line_len = 0;
+        p += seg + 1;
+        n -= seg + 1;
+    }
+}
+
+/* At EOF a last line without a newline still counts. */
+static void progress_flush(worker_t *w) {
+    if (!w->line_discard && w->line_len) progress_line(w, w->line, w->line_len);
+    w->line_discard = 0;
+    w->line_len = 0;
+}
+
+/* ------------------------------------------------------------------ pipes */
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+    worker_t *w = h->data;
+    size_t i = (size_t)((uv_pipe_t *)h - w->pipes);
+    buf->base = w->rbuf[i];
+    buf->len = READ_CHUNK;
+}
+
+static void close_pipe(worker_t *w, int i) {
+    uv_handle_t *h = (uv_handle_t *)&w->pipes[i];
+    if (uv_is_closing(h)) return;
+    if (i == PIPE_PROGRESS) progress_flush(w);
+    uv_close(h, close_cb);
+    w->pipes_open--;
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    worker_t *w = s->data;
+    int i = (int)((uv_pipe_t *)s - w->pipes);
+    if (nread < 0) { /* EOF, or a read error: either way this pipe is done */
+        close_pipe(w, i);
+        maybe_report(w);
+        return;
+    }
+    size_t n = (size_t)nread;
+    switch (i) {
+    case PIPE_STDOUT:
+        log_append(w, buf->base, n);
+        break;
+    case PIPE_STDERR:
+        log_append(w, buf->base, n);
+        tail_append(w, buf->base, n);
+        break;
+    default:
+        progress_feed(w, buf->base, n);
+        break;
+    }
+}
+
+/* ---------------------------------------------------------- classification */
+
+static int tail_mentions_oom(const worker_t *w) {
+    static const char needle[] = "out of memory";
+    size_t k = sizeof needle - 1;
+    for (size_t i = 0; i + k <= w->err_len; i++)
+        if (!strncasecmp(w->err_tail + i, needle, k) && memchr(w->err_tail + i, 0, k) == NULL)
+            return 1;
+    return 0;
+}
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0. */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+    size_t len = p[0] < 0x80             ? 1
+                 : (p[0] & 0xe0) == 0xc0 ? 2
+                 : (p[0] & 0xf0) == 0xe0 ? 3
+                 : (p[0] & 0xf8) == 0xf0 ? 4
+                                         : 0;
+    if (len == 0 || len > n || (len == 2 && p[0] < 0xc2)) return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    return len;
+}
+
+/* The last line(s) of stderr, at most about REASON_STDERR characters, as one
+ * printable UTF-8 line in out (lines joined by " | "). Empty when stderr was. */
+static void stderr_excerpt(const worker_t *w, char *out, size_t outlen) {
+    const char *t = w->err_tail;
+    size_t n = w->err_len, start = 0, o = 0;
+    while (n > 0 && isspace((unsigned char)t[n - 1])) n--;
+    if (n > REASON_STDERR) {
+        start = n - REASON_STDERR;
+        const char *nl = memchr(t + start, '\n', n - start);
+        if (nl && nl + 1 < t + n)
+            start = (size_t)(nl + 1 - t); /* begin on a line */
+        else if (outlen > 4)
+            o += (size_t)snprintf(out, outlen, "...");
+    }
+    while (start < n && isspace((unsigned char)t[start])) start++;
+    for (size_t i = start; i < n;) {
+        const unsigned char *p = (const unsigned char *)t + i;
+        const char *piece = NULL;
+        size_t len = 1;
+        char one[5];
+        if (*p == '\n') {
+            piece = " | ";
+            while (i + len < n && isspace((unsigned char)t[i + len])) len++;
+        } else if (*p < 0x20 || *p == 0x7f) {
+            piece = *p == '\t' || *p == '\r' ? " " : "?";
+        } else if ((len = utf8_len(p, n - i)) == 0) {
+            piece = "?";
+            len = 1;
+        } else {
+            memcpy(one, p, len);
+            one[len] = 0;
+            piece = one;
+        }
+        size_t k = strlen(piece);
+        if (o + k + 1 > outlen) break;
+        memcpy(out + o, piece, k);
+        o += k;
+        i += len;
+    }
+    if (outlen) out[o < outlen ? o : outlen - 1] = 0;
+}
+
+static void classify(const worker_t *w, worker_exit_t *ex) {
+    char sigbuf[24], tail[REASON_STDERR * 2], limit[64];
+    const char *sig = w->term_signal ? signal_name(w->term_signal, sigbuf, sizeof sigbuf) : NULL;
+    const cJSON *rs = w->result ? cJSON_GetObjectItemCaseSensitive(w->result, "status") : NULL;
+    const cJSON *rr = w->result ? cJSON_GetObjectItemCaseSensitive(w->result, "reason") : NULL;
+    const char *result_reason = cJSON_IsString(rr) ? rr->valuestring : NULL;
+    int code = (int)w->exit_status;
+
+    stderr_excerpt(w, tail, sizeof tail);
+    if (w->memory_mb > 0)
+        snprintf(limit, sizeof limit, "limit %d MiB", w->memory_mb);
+    else
+        snprintf(limit, sizeof limit, "no memory limit set");
+    ex->reason[0] = 0;
+
+    if (w->stop_status >= 0) {
+        char how[96] = "";
+        if (sig && w->term_signal == SIGKILL && w->sigkill_sent)
+            snprintf(how, sizeof how, " (SIGKILL after the %g s grace)", w->grace_s);
+        else if (sig)
+            snprintf(how, sizeof how, " (%s)", sig);
+        else
+            snprintf(how, sizeof how, " (exited %d after SIGTERM)", code);
+        ex->status = (worker_status)w->stop_status;
+        if (ex->status == WORKER_TIMEOUT)
+            snprintf(ex->reason, sizeof ex->reason, "no exit within the deadline (%g s); killed%s",
+                     w->deadline_s, how);
+        else if (ex->status == WORKER_CANCELLED)
+            snprintf(ex->reason, sizeof ex->reason, "cancelled while running; killed%s", how);
+        else /* WORKER_INTERRUPTED */
+            snprintf(ex->reason, sizeof ex->reason, "interrupted by daemon shutdown; killed%s",
+                     how);
+    } else if (sig) {
+        int oom_sig = w->term_signal == SIGKILL || w->term_signal == SIGSEGV ||
+                      w->term_signal == SIGABRT || w->term_signal == SIGBUS;
+        if (oom_sig && tail_mentions_oom(w)) {
+            ex->status = WORKER_OOM;
+            snprintf(ex->reason, sizeof ex->reason, "out of memory (%s); killed by %s", limit, sig);
+        } else {
+            ex->status = WORKER_CRASHED;
+            snprintf(ex->reason, sizeof ex->reason, "killed by %s%s%s", sig, tail[0] ? ": " : "",
+                     tail);
+        }
+    } else if (code == 0) {
+        if (cJSON_IsString(rs) && !strcmp(rs->valuestring, "succeeded")) {
+            ex->status = WORKER_SUCCEEDED;
+        } else {
+            ex->status = WORKER_FAILED;
+            if (w->result)
+                snprintf(ex->reason, sizeof ex->reason, "exit 0 but the result status is %s",
+                         cJSON_IsString(rs) ? rs->valuestring : "missing");
+            else
+                snprintf(ex->reason, sizeof ex->reason, "exit 0 without a result line");
+        }
+    } else if (code == 3) {
+        ex->status = WORKER_DIVERGED;
+        snprintf(ex->reason, sizeof ex->reason, "%s",
+                 result_reason ? result_reason
+                 : tail[0]     ? tail
+                               : "exit 3 (loss diverged)");
+    } else if (code == 4) {
+        ex->status = WORKER_OOM;
+        const char *why = tail[0] ? tail : result_reason;
+        snprintf(ex->reason, sizeof ex->reason, "out of memory (%s)%s%s", limit, why ? ": " : "",
+                 why ? why : "");
+    } else {
+        ex->status = WORKER_FAILED;
+        const char *why = tail[0] ? tail : result_reason;
+        if (why)
+            snprintf(ex->reason, sizeof ex->reason, "exit %d: %s", code, why);
+        else
+            snprintf(ex->reason, sizeof ex->reason, "exit %d (no error output)", code);
+    }
+    ex->exit_code = w->term_signal ? -1 : code;
+    ex->term_signal = w->term_signal;
+    ex->result = w->result;
+    ex->wall_seconds = (double)(w->t_exit - w->t_spawn) / 1e9;
+    ex->garbage_lines = w->garbage_lines;
+}
+
+/* Report the exit once the process is reaped and every pipe is closed. */
+static void maybe_report(worker_t *w) {
+    if (!w->exited || w->pipes_open > 0 || w->reported) return;
+    w->reported = 1;
+    uv_timer_stop(&w->deadline_timer);
+    uv_timer_stop(&w->kill_timer);
+    uv_timer_stop(&w->drain_timer);
+    /* Strays the worker left behind (forked children) die with it. The group
+     * id cannot be reused while any member exists, so this hits no one else. */
+    signal_group(w, SIGKILL);
+
+    worker_exit_t ex;
+    memset(&ex, 0, sizeof ex);
+    classify(w, &ex);
+    if (w->log_fd >= 0) {
+        close(w->log_fd);
+        w->log_fd = -1;
+    }
+    if (w->cb.on_exit) w->cb.on_exit(w, &ex, w->cb.user);
+
+    close_handle(w, (uv_handle_t *)&w->proc);
+    close_handle(w, (uv_handle_t *)&w->deadline_timer);
+    close_handle(w, (uv_handle_t *)&w->kill_timer);
+    close_handle(w, (uv_handle_t *)&w->drain_timer);
+}
+
+/* --------------------------------------------------------- process, timers */
+
+/* A stray still holds a pipe: stop waiting. maybe_report kills the strays. */
+static void drain_cb(uv_timer_t *t) {
+    worker_t *w = t->data;
+    for (int i = 0; i < N_PIPES; i++) close_pipe(w, i);
+    maybe_report(w);
+}
+
+static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
+    worker_t *w = p->data;
+    w->exited = 1;
+    w->exit_status = exit_status;
+    w->term_signal = term_signal;
+    w->t_exit = uv_hrtime();
+    uv_timer_stop(&w->deadline_timer);
+    uv_timer_stop(&w->kill_timer);
+    if (w->pipes_open > 0) uv_timer_start(&w->drain_timer, drain_cb, DRAIN_MS, 0);
+    maybe_report(w);
+}
+
+static void kill_cb(uv_timer_t *t) {
+    worker_t *w = t->data;
+    if (w->exited) return;
+    w->sigkill_sent = 1;
+    signal_group(w, SIGKILL);
+}
+
+static uint64_t to_ms(double s) {
+    return s <= 0 ? 0 : (uint64_t)(s * 1000.0 + 0.5);
+}
+
+/* SIGTERM now, SIGKILL after the grace; idempotent. */
+static void terminate(worker_t *w) {
+    if (w->sigterm_sent || w->exited) return;
+    w->sigterm_sent = 1;
+    signal_group(w, SIGTERM);
+    uv_timer_start(&w->kill_timer, kill_cb, to_ms(w->grace_s), 0);
+}
+
+static void deadline_cb(uv_timer_t *t) {
+    worker_t *w = t->data;
+    if (w->exited) return;
+    if (w->stop_status < 0) w->stop_status = WORKER_TIMEOUT;
+    terminate(w);
+}
+
+void worker_stop(worker_t *w, worker_status why) {
+    /* Once the process has exited its own exit code decides; the drain
+     * timer bounds the wait for its pipes. */
+    if (!w || w->reported || w->exited) return;
+    if (why != WORKER_TIMEOUT && why != WORKER_INTERRUPTED) why = WORKER_CANCELLED;
+    if (w->stop_status < 0) w->stop_status = why;
+    terminate(w);
+}
+
+int worker_pid(const worker_t *w) {
+    return w->pid;
+}
+
+/* ------------------------------------------------------------------ start */
+
+/* The parent's environment with the thread counts replaced when threads > 0.
+ * The array is owned by the caller (free it); its strings are borrowed from
+ * environ, omp and blas, which must outlive it. NULL when out of memory. */
+static char **build_env(int threads, char *omp, char *blas, size_t len) {
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 3, sizeof *env);
+    if (!env) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (threads > 0 && (!strncmp(environ[i], "OMP_NUM_THREADS=", 16) ||
+                            !strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21)))
+            continue;
+        env[k++] = environ[i];
+    }
+    if (threads > 0) {
+        snprintf(omp, len, "OMP_NUM_THREADS=%d", threads);
+        snprintf(blas, len, "OPENBLAS_NUM_THREADS=%d", threads);
+        env[k++] = omp;
+        env[k++] = blas;
+    }
+    env[k] = NULL;
+    return env;
+}
+
+/* `shim exec-limited [--cpus L] [--memory-mb N] --parent PID -- argv...`.
+ * The array is owned by the caller (free it); its strings are borrowed from
+ * o, mem and parent. NULL when out of memory. */
+static char **build_argv(const worker_opts_t *o, char *mem, char *parent, size_t len) {
+    size_t n = 0;
+    while (o->argv[n]) n++;
+    char **a = calloc(n + 10, sizeof *a);
+    if (!a) return NULL;
+    size_t k = 0;
+    a[k++] = (char *)o->shim;
+    a[k++] = "exec-limited";
+    if (o->cpus && *o->cpus) {
+        a[k++] = "--cpus";
+        a[k++] = (char *)o->cpus;
+    }
+    if (o->memory_mb > 0) {
+        snprintf(mem, len, "%d", o->memory_mb);
+        a[k++] = "--memory-mb";
+        a[k++] = mem;
+    }
+    snprintf(parent, len, "%d", (int)getpid());
+    a[k++] = "--parent";
+    a[k++] = parent;
+    a[k++] = "--";
+    for (size_t i = 0; i < n; i++) a[k++] = o->argv[i];
+    a[k] = NULL;
+    return a;
+}
+
+int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks_t *cb,
+                 worker_t **out, char *err, size_t errlen) {
+    char **env = NULL, **args = NULL;
+    char omp[48], blas[48], mem[24], parent[24];
+    int rc, proc_init = 0;
+    *out = NULL;
+    if (!o || !o->shim || !o->argv || !o->argv[0]) {
+        snprintf(err, errlen, "worker: no shim or command given");
+        return UV_EINVAL;
+    }
+    worker_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        snprintf(err, errlen, "worker: out of memory");
+        return UV_ENOMEM;
+    }
+    w->loop = loop;
+    if (cb) w->cb = *cb;
+    w->stop_status = -1;
+    w->log_fd = -1;
+    w->deadline_s = o->deadline_s;
+    w->grace_s = o->kill_grace_s > 0 ? o->kill_grace_s : DEFAULT_GRACE_S;
+    w->memory_mb = o->memory_mb;
+    w->max_log_bytes = o->max_log_bytes ? o->max_log_bytes : DEFAULT_MAX_LOG;
+    w->max_line_bytes = o->max_line_bytes ? o->max_line_bytes : DEFAULT_MAX_LINE;
+
+    uv_timer_t *timers[] = {&w->deadline_timer, &w->kill_timer, &w->drain_timer};
+    for (int i = 0; i < 3; i++) {
+        uv_timer_init(loop, timers[i]);
+        timers[i]->data = w;
+        w->open_handles++;
+    }
+    for (int i = 0; i < N_PIPES; i++) {
+        uv_pipe_init(loop, &w->pipes[i], 0);
+        w->pipes[i].data = w;
+        w->open_handles++;
+        w->pipes_open++;
+    }
+
+    if (o->log_path) {
+        w->log_fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (w->log_fd < 0) {
+            rc = -errno;
+            snprintf(err, errlen, "open %s: %s", o->log_path, strerror(errno));
+            goto fail;
+        }
+    }
+    env = build_env(o->threads, omp, blas, sizeof omp);
+    args = build_argv(o, mem, parent, sizeof mem);
+    if (!env || !args) {
+        rc = UV_ENOMEM;
+        snprintf(err, errlen, "worker: out of memory");
+        goto fail;
+    }
+
+    uv_stdio_container_t stdio[4];
+    stdio[0].flags = UV_IGNORE;
+    for (int i = 0; i < N_PIPES; i++) {
+        stdio[i + 1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE; /* the child's view */
+        stdio[i + 1].data.stream = (uv_stream_t *)&w->pipes[i];
+    }
+    uv_process_options_t po;
+    memset(&po, 0, sizeof po);
+    po.file = o->shim;
+    po.args = args;
+    po.env = env;
+    po.cwd = o->cwd;
+    po.stdio_count = 4;
+    po.stdio = stdio;
+    po.exit_cb = exit_cb;
+    w->proc.data = w;
+    w->t_spawn = uv_hrtime();
+    rc = uv_spawn(loop, &w->proc, &po);
+    w->open_handles++; /* initialised by uv_spawn even when it fails */
+    proc_init = 1;
+    if (rc < 0) {
+        snprintf(err, errlen, "spawn %s: %s", o->shim, uv_strerror(rc));
+        goto fail;
+    }
+    w->pid = w->proc.pid;
+    free(env);
+    free(args);
+    env = args = NULL;
+
+    for (int i = 0; i < N_PIPES; i++) {
+        rc = uv_read_start((uv_stream_t *)&w->pipes[i], alloc_cb, read_cb);
+        if (rc < 0) { /* cannot happen on a fresh pipe; still, no orphan */
+            snprintf(err, errlen, "read worker pipe: %s", uv_strerror(rc));
+            signal_group(w, SIGKILL);
+            goto fail;
+        }
+    }
+    if (o->deadline_s > 0) {
+        uint64_t ms = to_ms(o->deadline_s);
+        uv_timer_start(&w->deadline_timer, deadline_cb, ms ? ms : 1, 0);
+    }
+    *out = w;
+    return 0;
+
+fail:
+    /* No callback will run: the handles close on the loop and the last close
+     * callback frees w. A spawned child (only after a read_start failure)
+     * was killed above; its exit is not reported. */
+    free(env);
+    free(args);
+    if (w->log_fd >= 0) close(w->log_fd);
+    w->log_fd = -1;
+    w->reported = 1;
+    for (int i = 0; i < N_PIPES; i++) close_handle(w, (uv_handle_t *)&w->pipes[i]);
+    for (int i = 0; i < 3; i++) close_handle(w, (uv_handle_t *)timers[i]);
+    if (proc_init) close_handle(w, (uv_handle_t *)&w->proc);
+    return rc;
+}
+
+/* ------------------------------------------------------------ the exec shim */
+
+static void exec_usage(FILE *out) {
+    fprintf(out, "usage: nightshift exec-limited [--cpus LIST] [--memory-mb N] [--parent PID] "
+                 "-- PROGRAM [ARGS...]\n\n"
+                 "Internal: run a worker under its slot's limits. Pins the process to LIST\n"
+                 "(e.g. 0-1,3), sets RLIMIT_AS to N MiB, dies with its parent (PID, default\n"
+                 "the current parent), becomes its own process group, then execs PROGRAM.\n"
+                 "Exit: 2 usage, 1 a limit could not be applied, 127 PROGRAM did not run.\n");
+}
+
+/* A non-negative decimal integer, whole string, <= max; -1 otherwise. */
+static long parse_count(const char *s, long max) {
+    if (!s || !*s) return -1;
+    long v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return -1;
+        v = v * 10 + (*s - '0');
+        if (v > max) return -1;
+    }
+    return v;
+}
+
+/* "0-1,3" -> a CPU set. Returns 0, or -1 with err set. */
+static int parse_cpus(const char *s, cpu_set_t *set, char *err, size_t errlen) {
+    CPU_ZERO(set);
+    const char *p = s;
+    if (!*p) goto bad;
+    while (*p) {
+        char item[32];
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= sizeof item) goto bad;
+        memcpy(item, p, n);
+        item[n] = 0;
+        char *dash = strchr(item, '-');
+        if (dash) *dash = 0;
+        long lo = parse_count(item, CPU_SETSIZE - 1);
+        long hi = dash ? parse_count(dash + 1, CPU_SETSIZE - 1) : lo;
+        if (lo < 0 || hi < lo) goto bad;
+        for (long c = lo; c <= hi; c++) CPU_SET((int)c, set);
+        p += n;
+        if (*p == ',' && !*++p) goto bad; /* trailing comma */
+    }
+    return 0;
+bad:
+    snprintf(err, errlen, "bad CPU list '%s' (want e.g. 0-1,3; CPUs below %d)", s, CPU_SETSIZE);
+    return -1;
+}
+
+int worker_exec_main(int argc, char **argv) {
+    const char *cpus = NULL, *mem_s = NULL, *parent_s = NULL;
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = !strcmp(a, "--cpus")        ? &cpus
+                           : !strcmp(a, "--memory-mb") ? &mem_s
+                           : !strcmp(a, "--parent")    ? &parent_s
+                                                       : NULL;
+        if (dst) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "exec-limited: %s needs a value\n", a);
+                return 2;
+            }
+            *dst = argv[++i];
+        } else if (!strcmp(a, "--")) {
+            i++;
+            break;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            exec_usage(stdout);
+            return 0;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "exec-limited: unknown option '%s'\n", a);
+            exec_usage(stderr);
+            return 2;
+        } else {
+            break;
+        }
+    }
+    if (i >= argc) {
+        fprintf(stderr, "exec-limited: no program to run\n");
+        exec_usage(stderr);
+        return 2;
+    }
+    cpu_set_t set;
+    char err[160];
+    if (cpus && parse_cpus(cpus, &set, err, sizeof err) < 0) {
+        fprintf(stderr, "exec-limited: %s\n", err);
+        return 2;
+    }
+    long mem = mem_s ? parse_count(mem_s, MAX_MEMORY_MB) : 0;
+    if (mem_s && mem <= 0) {
+        fprintf(stderr, "exec-limited: bad --memory-mb '%s' (want 1..%ld)\n", mem_s, MAX_MEMORY_MB);
+        return 2;
+    }
+    long parent = parent_s ? parse_count(parent_s, 1L << 22) : (long)getppid();
+    if (parent <= 0) {
+        fprintf(stderr, "exec-limited: bad --parent '%s'\n", parent_s);
+        return 2;
+    }
+
+    /* Die with the parent; if it is already gone (we were re-parented before
+     * the request took effect) there is no one to report to. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) {
+        fprintf(stderr, "exec-limited: prctl(PR_SET_PDEATHSIG): %s\n", strerror(errno));
+        return 1;
+    }
+    if ((long)getppid() != parent) {
+        fprintf(stderr, "exec-limited: parent %ld is gone\n", parent);
+        return 1;
+    }
+    /* Own process group so the supervisor can signal the worker and anything
+     * it forks at once. A session leader already leads its group. */
+    if (setpgid(0, 0) < 0 && getpgrp() != getpid()) {
+        fprintf(stderr, "exec-limited: setpgid: %s\n", strerror(errno));
+        return 1;
+    }
+    if (cpus && sched_setaffinity(0, sizeof set, &set) < 0) {
+        fprintf(stderr, "exec-limited: sched_setaffinity(%s): %s\n", cpus, strerror(errno));
+        return 1;
+    }
+    /* The worker gets fds 0-3 only (the daemon's are close-on-exec anyway). */
+    close_range(4, ~0U, 0);
+    /* Last, right before exec: under the limit this process could not do
+     * much else (a sanitizer build reserves terabytes of address space). */
+    if (mem > 0) {
+        struct rlimit rl = {(rlim_t)mem << 20, (rlim_t)mem << 20};
+        if (setrlimit(RLIMIT_AS, &rl) < 0) {
+            fprintf(stderr, "exec-limited: setrlimit(RLIMIT_AS, %ld MiB): %s\n", mem,
+                    strerror(errno));
+            return 1;
+        }
+    }
+    execvp(argv[i], argv + i);
+    fprintf(stderr, "exec-limited: cannot run '%s': %s\n", argv[i], strerror(errno));
+    fflush(stderr);
+    _exit(127); /* no atexit handlers or leak checks under the new limits */
+}

@@ -1,0 +1,920 @@
+/* test_store.c - the SQLite store: migrations (fresh, re-open, refused future
+ * versions, a failing migration rolled back), the compiled-in schema against
+ * the schema directory, the queue (claim order, dedup, finish exactly once, cancel,
+ * recovery after a crash), metrics replay, the JSON queries, and a second
+ * connection reading the database while the store holds it (WAL).
+ *
+ * Every test works in its own temporary directory. Where it matters the
+ * database is also read with a raw sqlite3 connection, the way a person with
+ * the sqlite3 shell would see it. */
+#include <criterion/criterion.h>
+
+#include <cJSON.h>
+#include <dirent.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "spec.h"
+#include "store.h"
+
+static char tmpdir[256];
+static char err[512];
+
+static void setup(void) {
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/nightshift-store-XXXXXX", base && *base ? base : "/tmp");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    err[0] = '\0';
+}
+
+/* The directory is flat: remove its files, then it. */
+static void teardown(void) {
+    DIR *d = opendir(tmpdir);
+    if (!d) return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(tmpdir);
+}
+
+TestSuite(store, .init = setup, .fini = teardown, .timeout = 30);
+
+/* tmpdir/name in one of four rotating static buffers (not owned by the caller). */
+static const char *tpath(const char *name) {
+    static char p[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
+    return p[k];
+}
+
+static store_t *open_store(void) {
+    store_t *s = NULL;
+    int rc = store_open(tpath("nightshift.db"), &s, err, sizeof err);
+    cr_assert_eq(rc, 0, "store_open: %s", err);
+    cr_assert_not_null(s);
+    return s;
+}
+
+/* A raw connection to the store's database, as the sqlite3 shell would open it. */
+static sqlite3 *raw_open(const char *name) {
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(tpath(name), &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+/* The first column of the first row of sql as an integer (-1 when no row). */
+static int64_t raw_int(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    int64_t v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* The first column of the first row of sql as text, copied into a static
+ * buffer ("" for NULL or no row). */
+static const char *raw_text(sqlite3 *db, const char *sql) {
+    static char buf[4096];
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    buf[0] = '\0';
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+        snprintf(buf, sizeof buf, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    return buf;
+}
+
+static void raw_exec(sqlite3 *db, const char *sql) {
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
+}
+
+static int last_version(void) {
+    return store_migrations[store_n_migrations - 1].version;
+}
+
+/* ------------------------------------------------------------ experiments */
+
+/* Canonical JSON of a spec whose model section is model_json (e.g.
+ * "\"depth\":2"); the caller frees it. Goes through the engine's parser so the
+ * view is tested against real canonical specs. */
+static char *canonical(const char *model_json) {
+    char text[1024], perr[SPEC_ERR_LEN] = "";
+    snprintf(text, sizeof text, "{\"model\":{%s}}", model_json);
+    spec_t sp;
+    cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s: %s", text, perr);
+    char *c = spec_canonical_json(&sp);
+    spec_free(&sp);
+    cr_assert_not_null(c);
+    return c;
+}
+
+static int64_t insert_full(store_t *s, const char *name, const char *hash, int64_t seed,
+                           int priority, const char *model_json) {
+    char *spec = canonical(model_json ? model_json : "");
+    store_new_experiment_t e = {.name = name,
+                                .tags_json = "[\"t\"]",
+                                .spec_json = spec,
+                                .spec_hash = hash,
+                                .seed = seed,
+                                .source = "api",
+                                .priority = priority};
+    int64_t id = 0;
+    int rc = store_insert(s, &e, &id, err, sizeof err);
+    free(spec);
+    cr_assert_eq(rc, 0, "store_insert: %s", err);
+    cr_assert_gt(id, 0);
+    return id;
+}
+
+static int64_t insert(store_t *s, const char *name, int priority) {
+    return insert_full(s, name, name, 42, priority, NULL);
+}
+
+/* Claim the next experiment, which must be want; returns its attempt. */
+static int claim_expect(store_t *s, int64_t want) {
+    store_experiment_t x;
+    int rc = store_claim_next(s, &x, err, sizeof err);
+    cr_assert_eq(rc, 1, "claim: rc %d (%s), want experiment %lld", rc, err, (long long)want);
+    cr_assert_eq(x.id, want, "claimed %lld, want %lld", (long long)x.id, (long long)want);
+    cr_assert_not_null(x.spec_json);
+    int attempt = x.attempt;
+    store_experiment_clear(&x);
+    return attempt;
+}
+
+static store_result_t result_with(double val_bpb) {
+    store_result_t r = {.val_bpb = val_bpb,
+                        .params_total = 1000,
+                        .params_wte = 100,
+                        .params_wpe = 0,
+                        .params_value_embeds = 200,
+                        .params_lm_head = 100,
+                        .params_blocks = 590,
+                        .params_scalars = 10,
+                        .flops_per_token = 6000,
+                        .mfu_percent = 12.5,
+                        .peak_gflops = 100,
+                        .peak_source = "calibration",
+                        .tokens_per_second = 5000,
+                        .total_tokens = 1.5e6,
+                        .num_steps = 300,
+                        .training_seconds = 300.01,
+                        .total_seconds = 320,
+                        .startup_seconds = 5,
+                        .eval_seconds = 15,
+                        .peak_rss_mb = 512};
+    return r;
+}
+
+/* Insert, claim and finish one succeeded experiment with val_bpb. */
+static int64_t succeed(store_t *s, const char *name, double val_bpb, const char *model_json) {
+    int64_t id = insert_full(s, name, name, 42, 1000, model_json);
+    claim_expect(s, id);
+    store_result_t r = result_with(val_bpb);
+    cr_assert_eq(store_finish(s, id, STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), 0,
+                 "finish: %s", err);
+    return id;
+}
+
+static const char *get_status(store_t *s, int64_t id) {
+    static char buf[32];
+    int nf = 0;
+    cJSON *o = store_get(s, id, 0, &nf, err, sizeof err);
+    cr_assert_not_null(o, "get %lld: %s", (long long)id, err);
+    snprintf(buf, sizeof buf, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")));
+    cJSON_Delete(o);
+    return buf;
+}
+
+/* ------------------------------------------------------------ time */
+
+Test(store, time_format_is_iso8601_utc_with_milliseconds) {
+    char buf[STORE_TIME_LEN];
+    store_format_time(1795981020123LL, buf, sizeof buf);
+    cr_expect_str_eq(buf, "2026-11-29T19:37:00.123Z");
+    store_format_time(0, buf, sizeof buf);
+    cr_expect_str_eq(buf, "1970-01-01T00:00:00.000Z");
+    store_format_time(-1, buf, sizeof buf);
+    cr_expect_str_eq(buf, "1969-12-31T23:59:59.999Z");
+}
+
+/* ------------------------------------------------------------ migrations */
+
+Test(store, migrations_apply_to_a_fresh_file_and_reopen_is_idempotent) {
+    store_t *s = open_store();
+    int64_t id = insert(s, "a", 0);
+    store_close(s);
+
+    sqlite3 *db = raw_open("nightshift.db");
+    cr_expect_eq(raw_int(db, "PRAGMA user_version"), last_version());
+    cr_expect_str_eq(raw_text(db, "PRAGMA journal_mode"), "wal");
+    const char *objects[] = {"table:experiments",       "table:results",
+                             "table:metrics",           "view:leaderboard",
+                             "index:experiments_queue", "index:experiments_dedup"};
+    for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
+        char sql[256];
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM sqlite_schema WHERE type || ':' || name = '%s'", objects[i]);
+        cr_expect_eq(raw_int(db, sql), 1, "%s is missing", objects[i]);
+    }
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM pragma_table_list WHERE strict = 1 AND name IN"
+                             " ('experiments', 'results', 'metrics')"),
+                 3, "the tables must be STRICT");
+    sqlite3_close(db);
+
+    /* Twice more: nothing re-applied (CREATE TABLE would fail), data kept. */
+    for (int k = 0; k < 2; k++) {
+        s = open_store();
+        cr_expect_str_eq(get_status(s, id), "queued");
+        store_close(s);
+    }
+    db = raw_open("nightshift.db");
+    cr_expect_eq(raw_int(db, "PRAGMA user_version"), last_version());
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM experiments"), 1);
+    sqlite3_close(db);
+}
+
+Test(store, a_database_from_a_newer_build_is_refused) {
+    sqlite3 *db = raw_open("nightshift.db");
+    char sql[64], want[128];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", last_version() + 6);
+    raw_exec(db, sql);
+    sqlite3_close(db);
+
+    store_t *s = (store_t *)1;
+    cr_assert_eq(store_open(tpath("nightshift.db"), &s, err, sizeof err), -1);
+    cr_expect_null(s);
+    snprintf(want, sizeof want,
+             "store: nightshift.db has schema version %d, this build knows up to %d",
+             last_version() + 6, last_version());
+    cr_expect_str_eq(err, want);
+}
+
+Test(store, migrations_run_in_order_once_each_and_a_failing_one_rolls_back) {
+    static const store_migration_t m[] = {
+        {1, "001_a.sql", "CREATE TABLE a (x INTEGER) STRICT;\n"},
+        {2, "002_b.sql", "CREATE TABLE b (x INTEGER);\nINSERT INTO b VALUES (2);\n"},
+        {5, "005_c.sql", "CREATE TABLE c (x INTEGER);\nINSERT INTO no_such_table VALUES (1);\n"},
+    };
+    const char *p = tpath("m.db");
+    cr_assert_eq(store_migrate(p, m, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_migrate(p, m, 2, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_migrate(p, m, 2, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_migrate(p, m, 3, err, sizeof err), -1);
+    cr_expect(strstr(err, "migration 005_c.sql") && strstr(err, "no_such_table"), "err: %s", err);
+
+    sqlite3 *db = raw_open("m.db");
+    cr_expect_eq(raw_int(db, "PRAGMA user_version"), 2);
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM b"), 1, "002 ran more than once");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'c'"), 0,
+                 "the failed migration left table c behind");
+    sqlite3_close(db);
+
+    cr_assert_eq(store_migrate(p, m, 1, err, sizeof err), -1);
+    cr_expect_str_eq(err, "store: m.db has schema version 2, this build knows up to 1");
+}
+
+/* The compiled-in table is schema/NNN_*.sql, byte for byte, in file-name order. */
+Test(store, the_compiled_schema_is_the_schema_directory) {
+    const char *src = getenv("NIGHTSHIFT_SRC");
+    cr_assert_not_null(src, "NIGHTSHIFT_SRC is not set");
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/schema", src);
+    struct dirent **names = NULL;
+    int n = scandir(dir, &names, NULL, alphasort);
+    cr_assert_geq(n, 0, "cannot read %s", dir);
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        const char *f = names[i]->d_name;
+        size_t len = strlen(f);
+        if (len > 4 && !strcmp(f + len - 4, ".sql")) {
+            cr_assert_lt(k, store_n_migrations, "%s is not compiled in", f);
+            cr_expect_str_eq(store_migrations[k].name, f);
+            cr_expect_eq(store_migrations[k].version, atoi(f));
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%s", dir, f);
+            FILE *fp = fopen(path, "rb");
+            cr_assert_not_null(fp);
+            static char text[1 << 20];
+            size_t got = fread(text, 1, sizeof text - 1, fp);
+            fclose(fp);
+            text[got] = '\0';
+            cr_expect_str_eq(store_migrations[k].sql, text, "%s differs from the compiled copy", f);
+            k++;
+        }
+        free(names[i]);
+    }
+    free(names);
+    cr_expect_eq(k, store_n_migrations);
+    cr_expect_eq(store_migrations[0].version, 1);
+}
+
+/* Run the generator on the given files (names under tmpdir); returns its exit status. */
+static int embed(const char *files, const char *out) {
+    const char *src = getenv("NIGHTSHIFT_SRC");
+    cr_assert_not_null(src, "NIGHTSHIFT_SRC is not set");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && awk -f '%s/scripts/embed-schema.awk' %s > '%s' 2>/dev/null", tmpdir, src,
+             files, out);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void write_file(const char *name, const char *text) {
+    FILE *f = fopen(tpath(name), "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(store, the_generator_escapes_text_and_rejects_bad_names_and_order) {
+    write_file("001_a.sql", "SELECT 'a\"b\\c?\?(';\n");
+    write_file("010_b.sql", "-- tab\there\n");
+    write_file("bad.sql", "x\n");
+    write_file("002_empty.sql", "");
+    cr_assert_eq(embed("001_a.sql 010_b.sql", "out.c"), 0);
+
+    FILE *f = fopen(tpath("out.c"), "r");
+    cr_assert_not_null(f);
+    static char text[8192];
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+    cr_expect(strstr(text, "{1,\n     \"001_a.sql\",\n     \"SELECT 'a\\\"b\\\\c\\?\\?(';\\n\"\n"),
+              "%s", text);
+    cr_expect(strstr(text, "{10,\n     \"010_b.sql\",\n     \"-- tab\\there\\n\"\n"), "%s", text);
+    cr_expect(strstr(text, "const size_t store_n_migrations = 2;"), "%s", text);
+
+    cr_expect_neq(embed("001_a.sql bad.sql", "out2.c"), 0, "a name without NNN_ was accepted");
+    cr_expect_neq(embed("010_b.sql 001_a.sql", "out2.c"), 0, "decreasing versions were accepted");
+    cr_expect_neq(embed("001_a.sql 002_empty.sql", "out2.c"), 0, "an empty file was accepted");
+}
+
+/* ------------------------------------------------------------ the queue */
+
+Test(store, claim_takes_the_highest_priority_then_the_oldest) {
+    store_t *s = open_store();
+    int64_t a = insert(s, "a", 0), b = insert(s, "b", 5), c = insert(s, "c", 0),
+            d = insert(s, "d", 5), e = insert(s, "e", -1);
+    cr_expect_eq(store_queue_depth(s, err, sizeof err), 5);
+    int64_t want[] = {b, d, a, c, e};
+    for (int i = 0; i < 5; i++) cr_expect_eq(claim_expect(s, want[i]), 1);
+    store_experiment_t x;
+    cr_expect_eq(store_claim_next(s, &x, err, sizeof err), 0, "the queue should be empty");
+    cr_expect_eq(store_queue_depth(s, err, sizeof err), 0);
+
+    sqlite3 *db = raw_open("nightshift.db");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM experiments WHERE status = 'running'"
+                             " AND pid = 0 AND started LIKE '____-__-__T__:__:__.___Z'"),
+                 5);
+    sqlite3_close(db);
+
+    cr_expect_eq(store_set_pid(s, b, 4242, err, sizeof err), 0, "%s", err);
+    db = raw_open("nightshift.db");
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pid FROM experiments WHERE id = %lld", (long long)b);
+    cr_expect_eq(raw_int(db, sql), 4242);
+    sqlite3_close(db);
+    store_close(s);
+}
+
+Test(store, insert_checks_source_and_parent) {
+    store_t *s = open_store();
+    int64_t a = insert(s, "a", 0), id = 0;
+    char *spec = canonical("");
+    store_new_experiment_t e = {.spec_json = spec, .spec_hash = "h", .source = "web"};
+    cr_expect_eq(store_insert(s, &e, &id, err, sizeof err), -1);
+    cr_expect_str_eq(err, "store: insert: source must be api, cli or agent");
+    e.source = "agent";
+    e.parent = 99;
+    cr_expect_eq(store_insert(s, &e, &id, err, sizeof err), -1);
+    cr_expect_str_eq(err, "parent: experiment 99 does not exist");
+    e.parent = a;
+    cr_expect_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
+    cJSON *o = store_get(s, id, 0, NULL, err, sizeof err);
+    cr_assert_not_null(o, "%s", err);
+    cr_expect_eq(cJSON_GetObjectItem(o, "parent")->valuedouble, (double)a);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "name")));
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "tags")), 0, "NULL tags are []");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "source")), "agent");
+    cJSON_Delete(o);
+    free(spec);
+    store_close(s);
+}
+
+Test(store, duplicates_are_queued_running_or_succeeded_with_the_same_hash_and_seed) {
+    store_t *s = open_store();
+    int64_t id = 0;
+    cr_expect_eq(store_find_duplicate(s, "h", 1, &id, err, sizeof err), 0);
+
+    int64_t q = insert_full(s, "q", "hq", 1, 0, NULL);
+    int64_t r = insert_full(s, "r", "hr", 1, 100, NULL);
+    claim_expect(s, r);
+    int64_t ok = insert_full(s, "ok", "hok", 1, 100, NULL);
+    claim_expect(s, ok);
+    store_result_t res = result_with(1.5);
+    cr_assert_eq(store_finish(s, ok, STORE_SUCCEEDED, NULL, 0, -1, &res, err, sizeof err), 0);
+    int64_t bad = insert_full(s, "bad", "hbad", 1, 100, NULL);
+    claim_expect(s, bad);
+    cr_assert_eq(store_finish(s, bad, STORE_FAILED, "exit 1", 1, -1, NULL, err, sizeof err), 0);
+    int64_t c = insert_full(s, "c", "hc", 1, 0, NULL);
+    cr_assert_eq(store_cancel_queued(s, c, err, sizeof err), 1);
+
+    struct {
+        const char *hash;
+        int64_t seed, want; /* want 0: no duplicate */
+    } cases[] = {{"hq", 1, q}, {"hr", 1, r}, {"hok", 1, ok}, {"hbad", 1, 0},
+                 {"hc", 1, 0}, {"hq", 2, 0}, {"hok", 7, 0},  {"nope", 1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        id = -5;
+        int rc = store_find_duplicate(s, cases[i].hash, cases[i].seed, &id, err, sizeof err);
+        cr_expect_eq(rc, cases[i].want ? 1 : 0, "%s/%lld: rc %d", cases[i].hash,
+                     (long long)cases[i].seed, rc);
+        if (cases[i].want)
+            cr_expect_eq(id, cases[i].want, "%s: got %lld", cases[i].hash, (long long)id);
+    }
+
+    /* With a forced resubmission of a succeeded one queued too, the result wins. */
+    int64_t again = insert_full(s, "ok2", "hok", 1, 0, NULL);
+    cr_expect_eq(store_find_duplicate(s, "hok", 1, &id, err, sizeof err), 1);
+    cr_expect_eq(id, ok);
+    cr_expect_neq(again, ok);
+    store_close(s);
+}
+
+Test(store, finish_records_once_and_only_for_running_experiments) {
+    store_t *s = open_store();
+    int64_t a = insert(s, "a", 0);
+    store_result_t r = result_with(1.25);
+
+    cr_expect_eq(store_finish(s, a, STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), -1);
+    cr_expect_str_eq(err, "store: experiment 1 is not running (it is queued)");
+    cr_expect_eq(store_finish(s, 99, STORE_FAILED, NULL, 1, -1, NULL, err, sizeof err), -1);
+    cr_expect_str_eq(err, "store: experiment 99 not found");
+    claim_expect(s, a);
+    cr_expect_eq(store_finish(s, a, STORE_QUEUED, NULL, 0, -1, NULL, err, sizeof err), -1);
+    cr_expect_str_eq(err, "store: finish: 'queued' is not a final status");
+
+    cr_assert_eq(store_finish(s, a, STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), 0, "%s",
+                 err);
+    cr_expect_eq(store_finish(s, a, STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), -1);
+    cr_expect_str_eq(err, "store: experiment 1 is not running (it is succeeded)");
+    cr_expect_eq(
+        store_finish(s, a, STORE_CRASHED, "killed by SIGSEGV", -1, 11, NULL, err, sizeof err), -1);
+
+    /* A crash records its signal and reason, and no result row. */
+    int64_t b = insert(s, "b", 0);
+    claim_expect(s, b);
+    cr_assert_eq(
+        store_finish(s, b, STORE_CRASHED, "killed by SIGSEGV", -1, 11, NULL, err, sizeof err), 0,
+        "%s", err);
+
+    sqlite3 *db = raw_open("nightshift.db");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM results"), 1);
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM experiments WHERE id = 1 AND status ="
+                             " 'succeeded' AND exit_code = 0 AND term_signal IS NULL AND reason"
+                             " IS NULL AND finished >= started"),
+                 1);
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM experiments WHERE id = 2 AND status ="
+                             " 'crashed' AND exit_code IS NULL AND term_signal = 11 AND reason ="
+                             " 'killed by SIGSEGV'"),
+                 1);
+    cr_expect_str_eq(raw_text(db, "SELECT peak_source FROM results"), "calibration");
+    cr_expect_eq(raw_int(db, "SELECT params_value_embeds FROM results"), 200);
+    sqlite3_close(db);
+    store_close(s);
+}
+
+Test(store, cancel_only_cancels_queued_experiments) {
+    store_t *s = open_store();
+    int64_t a = insert(s, "a", 0), b = insert(s, "b", 1);
+    claim_expect(s, b);
+    cr_expect_eq(store_cancel_queued(s, a, err, sizeof err), 1);
+    cr_expect_str_eq(get_status(s, a), "cancelled");
+    cr_expect_eq(store_cancel_queued(s, a, err, sizeof err), 0, "already cancelled");
+    cr_expect_eq(store_cancel_queued(s, b, err, sizeof err), 0, "running: the caller stops it");
+    cr_expect_str_eq(get_status(s, b), "running");
+    cr_expect_eq(store_cancel_queued(s, 77, err, sizeof err), -1);
+    cr_expect_str_eq(err, "store: experiment 77 not found");
+    cr_expect_eq(store_queue_depth(s, err, sizeof err), 0);
+    store_experiment_t x;
+    cr_expect_eq(store_claim_next(s, &x, err, sizeof err), 0, "a cancelled one was claimed");
+    store_close(s);
+}
+
+Test(store, metrics_batches_replay_without_duplicates) {
+    store_t *s = open_store();
+    int64_t a = insert(s, "a", 0);
+    claim_expect(s, a);
+    store_metric_t m[10];
+    for (int i = 0; i < 10; i++)
+        m[i] = (store_metric_t){
+            .step = i, .time_s = i * 0.5, .loss = 5.0 - i * 0.1, .lr_mult = 1, .tok_s = 1000 + i};
+    cr_assert_eq(store_add_metrics(s, a, m, 6, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_add_metrics(s, a, m, 6, err, sizeof err), 0, "replay: %s", err);
+    cr_assert_eq(store_add_metrics(s, a, m + 4, 6, err, sizeof err), 0, "overlap: %s", err);
+    cr_assert_eq(store_add_metrics(s, a, m, 0, err, sizeof err), 0);
+    cr_expect_eq(store_add_metrics(s, 99, m, 1, err, sizeof err), -1, "unknown experiment");
+
+    sqlite3 *db = raw_open("nightshift.db");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM metrics"), 10);
+    cr_expect_eq(raw_int(db, "SELECT count(DISTINCT step) FROM metrics WHERE experiment_id = 1"),
+                 10);
+    cr_expect_eq(raw_int(db, "SELECT tok_s FROM metrics WHERE step = 9"), 1009);
+    sqlite3_close(db);
+
+    /* All of them, then at most 4 evenly spaced ending with the last step. */
+    cJSON *o = store_get(s, a, 100, NULL, err, sizeof err);
+    cr_assert_not_null(o, "%s", err);
+    cJSON *arr = cJSON_GetObjectItem(o, "metrics");
+    cr_assert_eq(cJSON_GetArraySize(arr), 10);
+    for (int i = 0; i < 10; i++) {
+        cJSON *row = cJSON_GetArrayItem(arr, i);
+        cr_expect_eq(cJSON_GetObjectItem(row, "step")->valuedouble, i);
+        cr_expect_float_eq(cJSON_GetObjectItem(row, "loss")->valuedouble, 5.0 - i * 0.1, 1e-12);
+    }
+    cr_expect_eq(cJSON_GetObjectItem(o, "metrics_total")->valuedouble, 10);
+    cJSON_Delete(o);
+
+    o = store_get(s, a, 4, NULL, err, sizeof err);
+    cr_assert_not_null(o, "%s", err);
+    arr = cJSON_GetObjectItem(o, "metrics");
+    cr_assert_eq(cJSON_GetArraySize(arr), 4);
+    int want[] = {0, 3, 6, 9};
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(arr, i), "step")->valuedouble, want[i]);
+    cr_expect_eq(cJSON_GetObjectItem(o, "metrics_total")->valuedouble, 10);
+    cJSON_Delete(o);
+
+    o = store_get(s, a, 0, NULL, err, sizeof err);
+    cr_assert_not_null(o, "%s", err);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "metrics")), 0);
+    cr_expect_eq(cJSON_GetObjectItem(o, "metrics_total")->valuedouble, 10);
+    cJSON_Delete(o);
+    store_close(s);
+}
+
+Test(store, recover_requeues_interrupted_runs_up_to_the_retry_limit) {
+    store_t *s = open_store();
+    int64_t a = insert(s, "a", 3), b = insert(s, "b", 2), c = insert(s, "c", 1);
+    claim_expect(s, a);
+    claim_expect(s, b);
+    store_result_t r = result_with(1.0);
+    cr_assert_eq(store_finish(s, b, STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), 0);
+    store_metric_t m = {.step = 1, .loss = 4};
+    cr_assert_eq(store_add_metrics(s, a, &m, 1, err, sizeof err), 0);
+    store_close(s); /* the daemon dies with a running */
+
+    int requeued = -1, abandoned = -1;
+    s = open_store();
+    cr_assert_eq(store_recover(s, 2, &requeued, &abandoned, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(requeued, 1);
+    cr_expect_eq(abandoned, 0);
+    cr_expect_str_eq(get_status(s, a), "queued");
+    cr_expect_str_eq(get_status(s, b), "succeeded", "a finished run must stay finished");
+    cr_expect_str_eq(get_status(s, c), "queued");
+    cr_expect_eq(claim_expect(s, a), 2, "the requeued run is attempt 2");
+
+    sqlite3 *db = raw_open("nightshift.db");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM metrics WHERE experiment_id = 1"), 0,
+                 "attempt 1's metrics must not mix with attempt 2's");
+    sqlite3_close(db);
+
+    /* Attempt 2 of 2 dies as well: interrupted for good. */
+    store_close(s);
+    s = open_store();
+    cr_assert_eq(store_recover(s, 2, &requeued, &abandoned, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(requeued, 0);
+    cr_expect_eq(abandoned, 1);
+    int nf = 0;
+    cJSON *o = store_get(s, a, 0, &nf, err, sizeof err);
+    cr_assert_not_null(o, "%s", err);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "interrupted");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "reason")),
+                     "the daemon stopped during attempt 2; not requeued (at most 2 attempts)");
+    cr_expect(cJSON_IsString(cJSON_GetObjectItem(o, "finished")));
+    cr_expect_eq(cJSON_GetObjectItem(o, "attempt")->valuedouble, 2);
+    cJSON_Delete(o);
+
+    /* Nothing running: recover is a no-op. */
+    cr_assert_eq(store_recover(s, 2, &requeued, &abandoned, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(requeued + abandoned, 0);
+    cr_expect_eq(store_queue_depth(s, err, sizeof err), 1);
+    store_close(s);
+}
+
+Test(store, interrupt_requeues_one_running_experiment) {
+    store_t *s = open_store();
+    int64_t a = insert(s, "a", 1), b = insert(s, "b", 0);
+    claim_expect(s, a);
+    cr_expect_eq(store_interrupt(s, b, 3, err, sizeof err), -1);
+    cr_expect_str_eq(err, "store: experiment 2 is not running (it is queued)");
+    cr_assert_eq(store_interrupt(s, a, 3, err, sizeof err), 0, "%s", err);
+    cJSON *o = store_get(s, a, 0, NULL, err, sizeof err);
+    cr_assert_not_null(o, "%s", err);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "queued");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "reason")),
+                     "the daemon stopped during attempt 1; requeued");
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "pid")));
+    cJSON_Delete(o);
+    cr_expect_eq(claim_expect(s, a), 2);
+    cr_assert_eq(store_interrupt(s, a, 2, err, sizeof err), 0, "%s", err);
+    cr_expect_str_eq(get_status(s, a), "interrupted");
+    store_close(s);
+}
+
+/* ------------------------------------------------------------ queries */
+
+Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
+    store_t *s = open_store();
+    int64_t mid = succeed(s, "mid", 1.50, "\"depth\":2,\"n_embd\":64,\"n_head\":2,\"n_kv_head\":1");
+    int64_t best = succeed(s, "best", 1.20,
+                           "\"depth\":3,\"n_embd\":96,\"n_head\":3,\"mlp\":\"swiglu\","
+                           "\"ve_layers\":[0,2],\"window_pattern\":\"L\",\"tie_embeddings\":true");
+    int64_t worst = succeed(s, "worst", 1.90, NULL);
+    int64_t failed = insert(s, "failed", 0);
+    claim_expect(s, failed);
+    cr_assert_eq(
+        store_finish(s, failed, STORE_DIVERGED, "loss is NaN", 3, -1, NULL, err, sizeof err), 0);
+    insert(s, "queued", 0);
+    /* A result row on a run that did not succeed does not rank. */
+    int64_t late = insert(s, "late", 1000);
+    claim_expect(s, late);
+    store_result_t r = result_with(0.5);
+    cr_assert_eq(store_finish(s, late, STORE_TIMEOUT, "deadline", -1, 9, &r, err, sizeof err), 0);
+    cJSON *l = store_list(s, STORE_TIMEOUT, NULL, 10, 0, err, sizeof err);
+    cr_assert_not_null(l, "%s", err);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(l, 0), "val_bpb")));
+    cJSON_Delete(l);
+
+    /* As a person would ask it. */
+    sqlite3 *db = raw_open("nightshift.db");
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT id, name, val_bpb, depth, n_embd, n_head, n_kv_head,"
+                                    " ve_layers, ve_gate_channels, mlp, window_pattern,"
+                                    " tie_embeddings, params_total, mfu_percent, tokens_per_second,"
+                                    " num_steps, training_seconds, finished"
+                                    " FROM leaderboard LIMIT 5",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    int64_t order[] = {best, mid, worst};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        cr_expect_eq(sqlite3_column_int64(st, 0), order[i]);
+    }
+    cr_expect_eq(sqlite3_step(st), SQLITE_DONE, "only succeeded runs belong on the leaderboard");
+    sqlite3_reset(st);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 1), "best");
+    cr_expect_float_eq(sqlite3_column_double(st, 2), 1.20, 1e-12);
+    cr_expect_eq(sqlite3_column_int(st, 3), 3);
+    cr_expect_eq(sqlite3_column_int(st, 4), 96);
+    cr_expect_eq(sqlite3_column_int(st, 5), 3);
+    cr_expect_eq(sqlite3_column_int(st, 6), 3, "n_kv_head defaults to n_head");
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 7), "[0,2]");
+    cr_expect_eq(sqlite3_column_int(st, 8), 32);
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 9), "swiglu");
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 10), "L");
+    cr_expect_eq(sqlite3_column_int(st, 11), 1);
+    cr_expect_eq(sqlite3_column_int(st, 12), 1000);
+    cr_expect_float_eq(sqlite3_column_double(st, 13), 12.5, 1e-12);
+    cr_expect_eq(sqlite3_column_int(st, 15), 300);
+    cr_expect_neq(sqlite3_column_type(st, 17), SQLITE_NULL);
+    sqlite3_finalize(st);
+    cr_expect_str_eq(raw_text(db, "SELECT ve_layers FROM leaderboard WHERE name = 'mid'"),
+                     "alternate");
+    sqlite3_close(db);
+
+    /* The API's copy. */
+    cJSON *lb = store_leaderboard(s, 2, err, sizeof err);
+    cr_assert_not_null(lb, "%s", err);
+    cr_assert_eq(cJSON_GetArraySize(lb), 2);
+    cJSON *top = cJSON_GetArrayItem(lb, 0);
+    cr_expect_eq(cJSON_GetObjectItem(top, "id")->valuedouble, best);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(top, "name")), "best");
+    cr_expect_float_eq(cJSON_GetObjectItem(top, "val_bpb")->valuedouble, 1.20, 1e-12);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(top, "mlp")), "swiglu");
+    cJSON *ve = cJSON_GetObjectItem(top, "ve_layers");
+    cr_expect(cJSON_IsArray(ve) && cJSON_GetArraySize(ve) == 2, "ve_layers is the index array");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(top, "tie_embeddings")));
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(top, "dataset")), "default");
+    cJSON *second = cJSON_GetArrayItem(lb, 1);
+    cr_expect_eq(cJSON_GetObjectItem(second, "id")->valuedouble, mid);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(second, "ve_layers")), "alternate");
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(second, "tie_embeddings")));
+    cJSON_Delete(lb);
+
+    cr_expect_null(store_leaderboard(s, 0, err, sizeof err));
+    cr_expect_str_eq(err, "limit: must be 1..1000");
+    store_close(s);
+}
+
+Test(store, best_is_null_until_something_succeeds_then_the_lowest_val_bpb) {
+    store_t *s = open_store();
+    cJSON *b = store_best(s, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_expect(cJSON_IsNull(b));
+    cJSON_Delete(b);
+
+    int64_t f = insert(s, "f", 0);
+    claim_expect(s, f);
+    cr_assert_eq(store_finish(s, f, STORE_TIMEOUT, "deadline", -1, 9, NULL, err, sizeof err), 0);
+    b = store_best(s, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_expect(cJSON_IsNull(b), "a timed-out run is not the best");
+    cJSON_Delete(b);
+
+    succeed(s, "x", 1.7, NULL);
+    int64_t y = succeed(s, "y", 1.3, "\"depth\":2");
+    succeed(s, "z", 1.4, NULL);
+    b = store_best(s, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_expect_eq(cJSON_GetObjectItem(b, "id")->valuedouble, y);
+    cJSON *spec = cJSON_GetObjectItem(b, "spec");
+    cr_assert(cJSON_IsObject(spec), "the full spec, parsed");
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(spec, "model"), "depth")->valuedouble, 2);
+    cr_expect_float_eq(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(b, "result"), "val_bpb")->valuedouble, 1.3, 1e-12);
+    cJSON_Delete(b);
+    store_close(s);
+}
+
+Test(store, get_returns_the_row_spec_result_and_not_found) {
+    store_t *s = open_store();
+    int64_t a = succeed(s, "a", 1.11, "\"depth\":2");
+    store_metric_t m[2] = {{.step = 1, .time_s = 0.5, .loss = 4.5, .lr_mult = 1, .tok_s = 900},
+                           {.step = 2, .time_s = 1.0, .loss = 4.25, .lr_mult = 0.5, .tok_s = 950}};
+    cr_assert_eq(store_add_metrics(s, a, m, 2, err, sizeof err), 0, "%s", err);
+    int nf = -1;
+    cJSON *o = store_get(s, a, 10, &nf, err, sizeof err);
+    cr_assert_not_null(o, "%s", err);
+    cr_expect_eq(nf, 0);
+    cr_expect_eq(cJSON_GetObjectItem(o, "id")->valuedouble, a);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "succeeded");
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "tags"), 0)),
+                     "t");
+    cr_expect_eq(cJSON_GetObjectItem(o, "seed")->valuedouble, 42);
+    cr_expect_eq(cJSON_GetObjectItem(o, "exit_code")->valuedouble, 0);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "term_signal")));
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "reason")));
+    const char *created = cJSON_GetStringValue(cJSON_GetObjectItem(o, "created"));
+    cr_assert_not_null(created);
+    cr_expect_eq(strlen(created), 24, "ISO-8601 with milliseconds: %s", created);
+    cr_expect_eq(created[23], 'Z');
+    cr_expect(cJSON_IsObject(cJSON_GetObjectItem(o, "spec")));
+    cJSON *res = cJSON_GetObjectItem(o, "result");
+    cr_assert(cJSON_IsObject(res));
+    cr_expect_null(cJSON_GetObjectItem(res, "experiment_id"));
+    cr_expect_float_eq(cJSON_GetObjectItem(res, "val_bpb")->valuedouble, 1.11, 1e-12);
+    cr_expect_eq(cJSON_GetObjectItem(res, "params_blocks")->valuedouble, 590);
+    cr_expect_float_eq(cJSON_GetObjectItem(res, "total_tokens")->valuedouble, 1.5e6, 1e-6);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(res, "peak_source")), "calibration");
+    cJSON *arr = cJSON_GetObjectItem(o, "metrics");
+    cr_assert_eq(cJSON_GetArraySize(arr), 2);
+    cJSON *m1 = cJSON_GetArrayItem(arr, 1);
+    cr_expect_eq(cJSON_GetObjectItem(m1, "step")->valuedouble, 2);
+    cr_expect_float_eq(cJSON_GetObjectItem(m1, "lr_mult")->valuedouble, 0.5, 1e-12);
+    cJSON_Delete(o);
+
+    int64_t q = insert(s, "q", 0);
+    o = store_get(s, q, 10, &nf, err, sizeof err);
+    cr_assert_not_null(o, "%s", err);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "result")));
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "started")));
+    cJSON_Delete(o);
+
+    cr_expect_null(store_get(s, 12345, 10, &nf, err, sizeof err));
+    cr_expect_eq(nf, 1);
+    cr_expect_str_eq(err, "experiment 12345 not found");
+    store_close(s);
+}
+
+/* The ids of a list answer, in order, into ids; returns how many. */
+static int list_ids(store_t *s, const char *status, const char *order, int limit, int64_t after,
+                    int64_t *ids) {
+    cJSON *l = store_list(s, status, order, limit, after, err, sizeof err);
+    cr_assert_not_null(l, "list %s %s: %s", status ? status : "-", order ? order : "-", err);
+    int n = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, l) ids[n++] = (int64_t)cJSON_GetObjectItem(it, "id")->valuedouble;
+    cJSON_Delete(l);
+    return n;
+}
+
+Test(store, list_filters_orders_limits_and_pages) {
+    store_t *s = open_store();
+    int64_t a = succeed(s, "a", 1.5, NULL); /* 1 */
+    int64_t b = succeed(s, "b", 1.2, NULL); /* 2 */
+    int64_t c = insert(s, "c", 0);          /* 3 */
+    int64_t d = succeed(s, "d", 1.8, NULL); /* 4 */
+    int64_t e = insert(s, "e", 0);          /* 5 */
+    int64_t ids[16];
+
+    int n = list_ids(s, NULL, NULL, 100, 0, ids);
+    cr_assert_eq(n, 5);
+    cr_expect(ids[0] == e && ids[1] == d && ids[2] == c && ids[3] == b && ids[4] == a,
+              "default order is newest first");
+
+    n = list_ids(s, NULL, "id", 2, 0, ids);
+    cr_assert_eq(n, 2);
+    cr_expect(ids[0] == a && ids[1] == b);
+    n = list_ids(s, NULL, "id", 2, ids[1], ids);
+    cr_assert_eq(n, 2);
+    cr_expect(ids[0] == c && ids[1] == d, "the page after b");
+    n = list_ids(s, NULL, "-id", 2, d, ids);
+    cr_assert_eq(n, 2);
+    cr_expect(ids[0] == c && ids[1] == b);
+
+    n = list_ids(s, STORE_QUEUED, "id", 10, 0, ids);
+    cr_assert_eq(n, 2);
+    cr_expect(ids[0] == c && ids[1] == e);
+    n = list_ids(s, STORE_FAILED, NULL, 10, 0, ids);
+    cr_expect_eq(n, 0);
+
+    /* val_bpb: best first, the ones without a result last (by id); pages follow. */
+    n = list_ids(s, NULL, "val_bpb", 10, 0, ids);
+    cr_assert_eq(n, 5);
+    cr_expect(ids[0] == b && ids[1] == a && ids[2] == d && ids[3] == c && ids[4] == e);
+    n = list_ids(s, NULL, "val_bpb", 2, a, ids);
+    cr_assert_eq(n, 2);
+    cr_expect(ids[0] == d && ids[1] == c, "got %lld %lld", (long long)ids[0], (long long)ids[1]);
+    n = list_ids(s, NULL, "val_bpb", 10, c, ids);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(ids[0], e);
+
+    n = list_ids(s, NULL, "created", 10, 0, ids);
+    cr_assert_eq(n, 5);
+    for (int i = 0; i < 5; i++) cr_expect_eq(ids[i], i + 1);
+    n = list_ids(s, NULL, "created", 10, c, ids);
+    cr_assert_eq(n, 2);
+    cr_expect(ids[0] == d && ids[1] == e);
+
+    /* The item shape. */
+    cJSON *l = store_list(s, STORE_SUCCEEDED, "id", 1, 0, err, sizeof err);
+    cr_assert_not_null(l, "%s", err);
+    cJSON *it = cJSON_GetArrayItem(l, 0);
+    const char *keys[] = {"id",     "name", "tags",    "status",  "reason",  "source",   "priority",
+                          "parent", "seed", "attempt", "created", "started", "finished", "val_bpb"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        cr_expect_not_null(cJSON_GetObjectItem(it, keys[i]), "list items need %s", keys[i]);
+    cr_expect_float_eq(cJSON_GetObjectItem(it, "val_bpb")->valuedouble, 1.5, 1e-12);
+    cr_expect(cJSON_IsArray(cJSON_GetObjectItem(it, "tags")));
+    cJSON_Delete(l);
+
+    cr_expect_null(store_list(s, NULL, "name; DROP TABLE experiments", 10, 0, err, sizeof err));
+    cr_expect_str_eq(err, "order: must be one of id, -id, val_bpb, created");
+    cr_expect_null(store_list(s, "bogus", NULL, 10, 0, err, sizeof err));
+    cr_expect(strncmp(err, "status: must be one of", 22) == 0, "%s", err);
+    cr_expect_null(store_list(s, NULL, NULL, 0, 0, err, sizeof err));
+    cr_expect_null(store_list(s, NULL, NULL, 1001, 0, err, sizeof err));
+    cr_expect_str_eq(err, "limit: must be 1..1000");
+    store_close(s);
+}
+
+/* ------------------------------------------------------------ concurrency */
+
+Test(store, a_second_connection_reads_while_the_store_writes) {
+    store_t *s = open_store();
+    insert(s, "a", 0);
+    sqlite3 *db = raw_open("nightshift.db");
+    cr_expect_str_eq(raw_text(db, "PRAGMA journal_mode"), "wal");
+
+    /* A reader in the middle of a read transaction does not block the store's
+     * writes, and keeps its snapshot until it ends. */
+    raw_exec(db, "BEGIN");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM experiments"), 1);
+    insert(s, "b", 0);
+    int64_t c = succeed(s, "c", 1.0, NULL);
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM experiments"), 1);
+    raw_exec(db, "COMMIT");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM experiments"), 3);
+    cr_expect_eq(raw_int(db, "SELECT id FROM leaderboard LIMIT 1"), c);
+
+    /* A reader with an open statement mid-iteration does not block either. */
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT id FROM experiments ORDER BY id", -1, &st, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    int64_t d = insert(s, "d", 0);
+    cr_expect_eq(store_cancel_queued(s, d, err, sizeof err), 1, "%s", err);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    store_close(s);
+}
