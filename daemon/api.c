@@ -174,11 +174,18 @@ static int authorized(const api_t *a, const http_request_t *req) {
     return CRYPTO_memcmp(h + 7, a->token, n) == 0; /* constant time */
 }
 
-static cJSON *submission_item(int64_t id, int duplicate) {
-    cJSON *o = cJSON_CreateObject();
+/* {"id","status","duplicate"}; a duplicate reports the existing experiment's
+ * status (it may be running or have succeeded already). */
+static cJSON *submission_item(api_t *a, int64_t id, int duplicate) {
+    cJSON *o = cJSON_CreateObject(), *existing = NULL;
+    char err[256];
+    int not_found = 0;
+    if (duplicate) existing = store_get(a->store, id, 0, &not_found, err, sizeof err);
+    const char *status = cJSON_GetStringValue(cJSON_GetObjectItem(existing, "status"));
     cJSON_AddNumberToObject(o, "id", (double)id);
-    cJSON_AddStringToObject(o, "status", "queued");
+    cJSON_AddStringToObject(o, "status", status ? status : "queued");
     cJSON_AddBoolToObject(o, "duplicate", duplicate);
+    cJSON_Delete(existing);
     return o;
 }
 
@@ -227,7 +234,7 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
             return;
         }
         created += !dup;
-        cJSON_AddItemToArray(items, submission_item(id, dup));
+        cJSON_AddItemToArray(items, submission_item(a, id, dup));
     }
     cJSON_Delete(body);
     if (created) sched_kick(a->sched);
@@ -394,6 +401,10 @@ static void get_best(api_t *a, http_response_t *res) {
         reply_store_error(res, err);
         return;
     }
+    /* The headline number next to the id, as in the leaderboard. */
+    const cJSON *bpb = cJSON_GetObjectItem(cJSON_GetObjectItem(best, "result"), "val_bpb");
+    if (cJSON_IsObject(best) && cJSON_IsNumber(bpb))
+        cJSON_AddNumberToObject(best, "val_bpb", bpb->valuedouble);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "best", best);
     reply_json(res, 200, o);

@@ -95,7 +95,8 @@ static void put_clean(FILE *f, const char *s) {
     fputs(buf, f);
 }
 
-/* 1234567.8 -> "1,234,568" (rounded). buf needs 32 bytes. */
+/* 1234567.8 -> "1,234,568" (rounded), written into buf (32 bytes is enough),
+ * which is returned. */
 static const char *commas(double v, char *buf, size_t len) {
     char digits[32];
     if (!isfinite(v) || fabs(v) >= 1e18) {
@@ -114,7 +115,7 @@ static const char *commas(double v, char *buf, size_t len) {
     return buf;
 }
 
-/* Seconds as "44s", "2m44s" or "1h02m". */
+/* Seconds as "44s", "2m44s" or "1h02m", written into buf, which is returned. */
 static const char *duration(double s, char *buf, size_t len) {
     if (!isfinite(s) || s < 0) s = 0;
     long long t = llround(s);
@@ -141,12 +142,13 @@ static double iso_seconds(const char *iso) {
     return t == (time_t)-1 ? NAN : (double)t + (sec - (int)sec);
 }
 
-/* An API time shown in local time, "2026-11-29 20:37:00"; "-" for none. */
+/* An API time shown in local time, "2026-11-29 20:37:00", written into buf;
+ * returns buf, or the static "-" when iso is NULL. */
 static const char *local_time(const char *iso, char *buf, size_t len) {
     double t = iso_seconds(iso);
     struct tm lt;
-    time_t tt = (time_t)t;
     if (!iso) return "-";
+    time_t tt = isfinite(t) ? (time_t)t : 0;
     if (isfinite(t) && localtime_r(&tt, &lt) && strftime(buf, len, "%Y-%m-%d %H:%M:%S", &lt))
         return buf;
     clean_copy(buf, len, iso, len);
@@ -174,6 +176,7 @@ static double jnum(const cJSON *o, const char *path, double dflt) {
     return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
+/* The string at path, borrowed from o; NULL when missing or not a string. */
 static const char *jstr(const cJSON *o, const char *path) {
     const cJSON *v = jget(o, path);
     return cJSON_IsString(v) ? v->valuestring : NULL;
@@ -458,6 +461,19 @@ static int resolve_token(const conn_opts_t *o, const help_t *h, char *buf, size_
     return 0;
 }
 
+/* Append a header line to the POST list and, unless post_only, to the GET
+ * list (curl copies it). Returns 0, or -1 when out of memory. */
+static int add_header(conn_t *c, const char *line, int post_only) {
+    struct curl_slist *l;
+    if (!post_only) {
+        if (!(l = curl_slist_append(c->get_h, line))) return -1;
+        c->get_h = l;
+    }
+    if (!(l = curl_slist_append(c->post_h, line))) return -1;
+    c->post_h = l;
+    return 0;
+}
+
 /* Set up c for the daemon named by o. Returns 0, or an exit code after
  * printing why (2 for a bad URL or token). conn_close releases c either way. */
 static int conn_open(conn_t *c, const conn_opts_t *o, const help_t *h) {
@@ -471,7 +487,7 @@ static int conn_open(conn_t *c, const conn_opts_t *o, const help_t *h) {
     c->inited = 1;
     int rc = resolve_token(o, h, token, sizeof token);
     if (rc) return rc;
-    if (!url) url = getenv("NIGHTSHIFT_URL");
+    if (!url || !*url) url = getenv("NIGHTSHIFT_URL");
     if (!url || !*url) url = DEFAULT_URL;
     if (strncasecmp(url, "http://", 7) && strncasecmp(url, "https://", 8))
         return usage_error(h, "--url: expected http://HOST:PORT or https://..., got '%s'", url);
@@ -480,28 +496,17 @@ static int conn_open(conn_t *c, const conn_opts_t *o, const help_t *h) {
     if (!(c->base = strdup(url))) goto oom;
     for (size_t n = strlen(c->base); n > 8 && c->base[n - 1] == '/';) c->base[--n] = '\0';
 
-    /* Headers: the token, the source of the submission, and no
+    /* Headers: the source of the submission, the token, and no
      * "Expect: 100-continue" round trip for larger bodies. */
-    const char *common[] = {"X-Nightshift-Source: cli", "Expect:", "Accept: application/json"};
-    for (size_t i = 0; i < sizeof common / sizeof *common; i++) {
-        struct curl_slist *g = curl_slist_append(c->get_h, common[i]);
-        if (g) c->get_h = g;
-        struct curl_slist *p = g ? curl_slist_append(c->post_h, common[i]) : NULL;
-        if (!p) goto oom;
-        c->post_h = p;
-    }
+    if (add_header(c, "X-Nightshift-Source: cli", 0) < 0 || add_header(c, "Expect:", 0) < 0 ||
+        add_header(c, "Accept: application/json", 0) < 0 ||
+        add_header(c, "Content-Type: application/json", 1) < 0)
+        goto oom;
     if (token[0]) {
         snprintf(hdr, sizeof hdr, "Authorization: Bearer %s", token);
-        struct curl_slist *g = curl_slist_append(c->get_h, hdr);
-        if (g) c->get_h = g;
-        struct curl_slist *p = g ? curl_slist_append(c->post_h, hdr) : NULL;
-        if (!p) goto oom;
-        c->post_h = p;
+        if (add_header(c, hdr, 0) < 0) goto oom;
         c->has_token = 1;
     }
-    struct curl_slist *p = curl_slist_append(c->post_h, "Content-Type: application/json");
-    if (!p) goto oom;
-    c->post_h = p;
 
     /* A daemon on loopback is never reached through a proxy; the user's
      * no_proxy list still applies to the rest. */
@@ -658,7 +663,8 @@ static int conn_json(conn_t *c, const char *method, const char *path, const char
     return 0;
 }
 
-/* conn_json for a GET whose raw body is wanted too (--json output). */
+/* GET path. With raw (--json), the body goes to stdout as received and *out
+ * stays NULL; otherwise as conn_json. Same return values. */
 static int conn_get_raw(conn_t *c, const char *path, int raw, cJSON **out) {
     reply_t r;
     *out = NULL;
@@ -741,11 +747,12 @@ int submit_main(int argc, char **argv) {
         fprintf(stderr, "nightshift submit: %s\n", err);
         goto fail;
     }
+    const char *shown = strcmp(file, "-") ? file : "stdin";
     spec = cJSON_ParseWithLength(text, len);
     if (!spec) {
         const char *at = cJSON_GetErrorPtr();
         size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : 0;
-        fprintf(stderr, "nightshift submit: %s: not valid JSON (near byte %zu)\n", file, off);
+        fprintf(stderr, "nightshift submit: %s: not valid JSON (near byte %zu)\n", shown, off);
         goto fail;
     }
     int ok = cJSON_IsObject(spec) || (cJSON_IsArray(spec) && spec->child);
@@ -753,7 +760,7 @@ int submit_main(int argc, char **argv) {
         ok &= cJSON_IsObject(s);
     if (!ok) {
         fprintf(stderr, "nightshift submit: %s: expected a spec object or an array of specs\n",
-                file);
+                shown);
         goto fail;
     }
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
@@ -1173,8 +1180,9 @@ int best_main(int argc, char **argv) {
         put_clean(stderr, jstr(best, "name"));
         fputc('"', stderr);
     }
-    if (cJSON_IsNumber(jget(best, "val_bpb")))
-        fprintf(stderr, " val_bpb %.6f", jnum(best, "val_bpb", 0));
+    /* val_bpb sits beside the id, or only in the result. */
+    double bpb = jnum(best, "val_bpb", jnum(best, "result.val_bpb", NAN));
+    if (isfinite(bpb)) fprintf(stderr, " val_bpb %.6f", bpb);
     fputc('\n', stderr);
     fflush(stderr);
     if (print_json(stdout, spec, 0) < 0) {

@@ -163,16 +163,27 @@ static void teardown(void) {
 
 TestSuite(client, .init = setup, .fini = teardown, .timeout = 30);
 
-static void route(const char *method, const char *path, int status, const char *body) {
+static void add_route(canned_t c) {
     pthread_mutex_lock(&S.mu);
-    cr_assert_lt(S.nroutes, 16);
-    S.routes[S.nroutes++] = (canned_t){method, path, status, body, 0, NULL};
+    int full = S.nroutes == (int)(sizeof S.routes / sizeof S.routes[0]);
+    if (!full) S.routes[S.nroutes++] = c;
     pthread_mutex_unlock(&S.mu);
+    cr_assert_not(full, "too many routes");
 }
 
+/* Answer method + path with status and body (static text). */
+static void route(const char *method, const char *path, int status, const char *body) {
+    add_route((canned_t){method, path, status, body, 0, NULL});
+}
+
+/* Answer method + path with 200 and a JSON object of `bytes` bytes. */
 static void route_big(const char *method, const char *path, size_t bytes) {
+    add_route((canned_t){method, path, 200, NULL, bytes, NULL});
+}
+
+static void clear_routes(void) {
     pthread_mutex_lock(&S.mu);
-    S.routes[S.nroutes++] = (canned_t){method, path, 200, NULL, bytes, NULL};
+    S.nroutes = 0;
     pthread_mutex_unlock(&S.mu);
 }
 
@@ -404,9 +415,7 @@ Test(client, api_errors_print_the_envelope_and_exit_1) {
     };
     char *spec = write_file("spec.json", SPEC);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        pthread_mutex_lock(&S.mu);
-        S.nroutes = 0; /* one route per case: two of them share a path */
-        pthread_mutex_unlock(&S.mu);
+        clear_routes(); /* one route per case: two of them share a path */
         route(cases[i].method, cases[i].path, cases[i].status, cases[i].body);
         char *argv[12];
         int n = 0;
@@ -797,6 +806,16 @@ Test(client, best_prints_a_spec_ready_to_resubmit) {
     cr_assert_eq(r.exit_code, 0);
     cr_assert(strncmp(r.out, "{\"best\":{\"id\":12", 16) == 0, "%s", r.out);
     tu_run_free(&r);
+
+    /* val_bpb only inside the result is found there. */
+    clear_routes();
+    route("GET", "/v1/best", 200,
+          "{\"best\":{\"id\":3,\"spec\":{\"seed\":1},\"result\":{\"val_bpb\":0.9}}}");
+    run(&r, "best", "--url", S.url, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.err, "best: experiment 3 val_bpb 0.900000\n");
+    cr_assert_str_eq(r.out, "{\n  \"seed\": 1\n}\n");
+    tu_run_free(&r);
 }
 
 Test(client, best_when_nothing_succeeded) {
@@ -886,11 +905,17 @@ static int read_some(int fd, char *buf, size_t *len, size_t cap) {
     return 1;
 }
 
-/* Run `nightshift watch --interval 0.1` with stdout on fd out_w (a pipe) or
- * on a pseudo-terminal (out_w < 0), wait until it has polled `polls` times,
+static int count(const char *s, const char *what) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, what)); p += strlen(what)) n++;
+    return n;
+}
+
+/* Run `nightshift watch --interval 0.1` against STATUS with stdout on a pipe
+ * or on a pseudo-terminal (tty), wait until it has drawn `frames` snapshots,
  * send SIGINT, and collect what it printed until it exits. Returns the exit
  * status from waitpid. */
-static int watch_until_sigint(int tty, int polls, char *out, size_t cap) {
+static int watch_until_sigint(int tty, int frames, char *out, size_t cap) {
     int fd = -1, p[2] = {-1, -1};
     pid_t pid;
     char *argv[] = {(char *)tu_bin(), "watch", "--interval", "0.1", "--url", S.url, NULL};
@@ -917,7 +942,7 @@ static int watch_until_sigint(int tty, int polls, char *out, size_t cap) {
     int sent = 0, status = 0, done = 0, eof = 0;
     out[0] = '\0';
     while (!done && now_s() < deadline) {
-        if (!sent && nseen() >= polls) {
+        if (!sent && count(out, "queue: 3 queued") >= frames) {
             kill(pid, SIGINT);
             sent = 1;
         }
@@ -937,7 +962,7 @@ static int watch_until_sigint(int tty, int polls, char *out, size_t cap) {
     for (struct pollfd pf = {fd, POLLIN, 0}; !eof && poll(&pf, 1, 100) > 0;)
         eof = !read_some(fd, out, &len, cap); /* what was still buffered */
     close(fd);
-    cr_assert(sent, "watch polled %d times, wanted %d", nseen(), polls);
+    cr_assert(sent, "watch drew %d frames, wanted %d", count(out, "queue: 3 queued"), frames);
     return status;
 }
 
@@ -946,9 +971,7 @@ Test(client, watch_plain_until_sigint) {
     static char out[65536];
     int status = watch_until_sigint(0, 3, out, sizeof out);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
-    int snapshots = 0;
-    for (const char *p = out; (p = strstr(p, STATUS_LINES)); p += strlen(STATUS_LINES)) snapshots++;
-    cr_assert_geq(snapshots, 3, "%s", out);
+    cr_assert_geq(count(out, STATUS_LINES), 3, "%s", out);
     cr_assert_null(strchr(out, '\x1b'), "no escape sequences off a terminal");
 }
 
