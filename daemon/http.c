@@ -136,7 +136,7 @@ struct http_server {
 };
 
 /* Which request header the parser is in the middle of. */
-enum { HDR_OTHER, HDR_AUTH, HDR_CTYPE, HDR_EXPECT, HDR_SOURCE };
+enum { HDR_OTHER, HDR_AUTH, HDR_CTYPE, HDR_EXPECT, HDR_SOURCE, HDR_WH_ID, HDR_WH_TS, HDR_WH_SIG };
 
 typedef struct conn {
     uv_tcp_t tcp;
@@ -152,7 +152,7 @@ typedef struct conn {
     size_t in_off;
 
     /* The request being received. */
-    buf_t url, auth, ctype, expect, source;
+    buf_t url, auth, ctype, expect, source, wh_id, wh_ts, wh_sig;
     buf_t body;
     char field[24]; /* lower-case prefix of the current header name */
     size_t field_len;
@@ -347,6 +347,7 @@ static int count_header_bytes(conn_t *c, size_t n) {
 static int on_message_begin(http_parser *p) {
     conn_t *c = p->data;
     c->url.len = c->auth.len = c->ctype.len = c->expect.len = c->source.len = c->body.len = 0;
+    c->wh_id.len = c->wh_ts.len = c->wh_sig.len = 0;
     if (c->body.cap > 65536) buf_free(&c->body); /* a large body is not kept for the next */
     c->field_len = 0;
     c->in_value = 0;
@@ -391,10 +392,10 @@ static int header_kind(const conn_t *c) {
     static const struct {
         const char *name;
         int kind;
-    } known[] = {{"authorization", HDR_AUTH},
-                 {"content-type", HDR_CTYPE},
-                 {"expect", HDR_EXPECT},
-                 {"x-nightshift-source", HDR_SOURCE}};
+    } known[] = {{"authorization", HDR_AUTH},      {"content-type", HDR_CTYPE},
+                 {"expect", HDR_EXPECT},           {"x-nightshift-source", HDR_SOURCE},
+                 {"webhook-id", HDR_WH_ID},        {"webhook-timestamp", HDR_WH_TS},
+                 {"webhook-signature", HDR_WH_SIG}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (c->field_len == strlen(known[i].name) && !memcmp(c->field, known[i].name, c->field_len))
             return known[i].kind;
@@ -417,6 +418,9 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
                  : c->hdr == HDR_CTYPE  ? &c->ctype
                  : c->hdr == HDR_EXPECT ? &c->expect
                  : c->hdr == HDR_SOURCE ? &c->source
+                 : c->hdr == HDR_WH_ID  ? &c->wh_id
+                 : c->hdr == HDR_WH_TS  ? &c->wh_ts
+                 : c->hdr == HDR_WH_SIG ? &c->wh_sig
                                         : NULL;
     if (dst && buf_append(dst, at, n, SIZE_MAX - 1)) return conn_reject(c, 503, "out of memory");
     return 0;
@@ -486,6 +490,9 @@ static int on_message_complete(http_parser *p) {
         .authorization = c->hdr_seen & (1u << HDR_AUTH) ? buf_str(&c->auth) : NULL,
         .content_type = c->hdr_seen & (1u << HDR_CTYPE) ? buf_str(&c->ctype) : NULL,
         .source = c->hdr_seen & (1u << HDR_SOURCE) ? buf_str(&c->source) : NULL,
+        .webhook_id = c->hdr_seen & (1u << HDR_WH_ID) ? buf_str(&c->wh_id) : NULL,
+        .webhook_timestamp = c->hdr_seen & (1u << HDR_WH_TS) ? buf_str(&c->wh_ts) : NULL,
+        .webhook_signature = c->hdr_seen & (1u << HDR_WH_SIG) ? buf_str(&c->wh_sig) : NULL,
         .peer = c->peer,
     };
     http_response_t res = {0};
@@ -616,6 +623,9 @@ static void conn_close_cb(uv_handle_t *h) {
     buf_free(&c->ctype);
     buf_free(&c->expect);
     buf_free(&c->source);
+    buf_free(&c->wh_id);
+    buf_free(&c->wh_ts);
+    buf_free(&c->wh_sig);
     buf_free(&c->body);
     free(c->path);
     free(c);

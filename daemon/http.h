@@ -36,7 +36,11 @@ typedef struct {
     const char *authorization; /* the Authorization header, or NULL */
     const char *content_type;  /* or NULL */
     const char *source;        /* the X-Nightshift-Source header ("cli", ...), or NULL */
-    const char *peer;          /* "127.0.0.1:54321" */
+    /* The Standard Webhooks headers (read by the agent), each or NULL. */
+    const char *webhook_id;
+    const char *webhook_timestamp;
+    const char *webhook_signature;
+    const char *peer; /* "127.0.0.1:54321" */
 } http_request_t;
 
 /* The handler's answer. body is malloc'd by the handler and freed by the server. */

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "agent.h"
 #include "cli.h"
 #include "client.h"
 #include "serve.h"
@@ -27,6 +28,7 @@ static const command_t commands[] = {
     {"best", best_main, "the best config so far, as a spec ready to resubmit"},
     {"cancel", cancel_main, "cancel a queued or running experiment"},
     {"watch", watch_main, "live progress of the daemon's slots"},
+    {"agent", agent_main, "the reference search agent behind the webhook"},
 };
 
 static void usage(FILE *out) {

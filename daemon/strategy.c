@@ -1,0 +1,1137 @@
+/* strategy.c - the reference agent's search strategy (see strategy.h).
+ *
+ * Three parts: the mutation axes (each a small table of candidate moves, tried
+ * in a random order until one validates and changes the spec's identity), the
+ * keep/discard judge with its near-tie re-runs, and the state (best, seen
+ * identities, judged ids, pending re-runs, RNG) with its JSON form for
+ * --state. Every decision is one log line saying what and why. */
+#include "strategy.h"
+
+#include <errno.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+#define STATE_VERSION  1
+#define MAX_DRAWS      200   /* mutation attempts before giving up for this event */
+#define MAX_RERUN_SEED 8     /* seed + 1 .. seed + 8 are tried for a re-run */
+#define MAX_WIDTH      1024  /* n_embd the agent proposes at most */
+#define MAX_DEPTH      16    /* depth likewise */
+#define MAX_HEADS      16    /* n_head likewise */
+#define MAX_BATCH      128   /* batch_size likewise */
+#define MAX_TOTAL      65536 /* total_batch_tokens likewise */
+#define MAX_STATE      (64 << 20)
+#define JSON_MAX_SAFE  9007199254740991.0
+
+typedef struct {
+    char hex[65];
+} ident_t;
+
+/* A near tie waiting for its confirming re-run. */
+typedef struct {
+    int64_t id;          /* the near-tie experiment */
+    double val_bpb;      /* its result */
+    uint64_t rerun_seed; /* the seed of the re-run */
+    ident_t rerun;       /* identity of the re-run spec: how its result is recognised */
+    spec_t spec;         /* the near-tie spec as it ran (owned) */
+} pending_t;
+
+struct strategy {
+    strategy_opts_t o;
+    spec_t baseline;
+    rng_t rng;
+    bool have_best;
+    int64_t best_id; /* 0 when the daemon does not know it (proposals get no parent) */
+    double best_val;
+    spec_t best;
+    ident_t *seen; /* sorted */
+    size_t n_seen, cap_seen;
+    int64_t *judged; /* ids whose experiment.finished was decided, in arrival order */
+    size_t n_judged, cap_judged;
+    pending_t *pending;
+    size_t n_pending, cap_pending;
+    int n_proposals;       /* every spec proposed */
+    int n_mutations;       /* mutations proposed: the N of "mut#N" */
+    int rejections_in_row; /* reset by a finished experiment */
+};
+
+static const char *const axis_names[STRATEGY_N_AXES] = {
+    "ve_layers", "ve_gate_channels", "n_embd", "depth", "heads",
+    "mlp",       "window_pattern",   "lr",     "batch"};
+
+const char *strategy_axis_name(strategy_axis a) {
+    return (unsigned)a < STRATEGY_N_AXES ? axis_names[a] : "?";
+}
+
+void strategy_opts_default(strategy_opts_t *o) {
+    memset(o, 0, sizeof *o);
+    o->noise_floor = 0.005;
+    o->seed = 1;
+    o->max_rejections = 5;
+}
+
+static void say(strategy_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(strategy_t *s, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (s->o.log)
+        s->o.log(s->o.log_user, line);
+    else
+        fprintf(stderr, "%s\n", line);
+}
+
+/* ------------------------------------------------------------- identity */
+
+int strategy_identity(const spec_t *sp, char out[65]) {
+    /* A shallow copy: only fields spec_canonical_json prints are changed. */
+    spec_t bare = *sp;
+    spec_model_t *m = &bare.model;
+    bare.name = NULL;
+    bare.n_tags = 0;
+    bare.priority = 0;
+    bare.parent = 0;
+    size_t len = 0;
+    m->ve_layers[len++] = '[';
+    for (int i = 0, first = 1; i < m->depth; i++) {
+        if (!m->has_ve[i]) continue;
+        len += (size_t)snprintf(m->ve_layers + len, sizeof m->ve_layers - len, "%s%d",
+                                first ? "" : ",", i);
+        first = 0;
+    }
+    snprintf(m->ve_layers + len, sizeof m->ve_layers - len, "]");
+    for (int i = 0; i < m->depth; i++) m->window_pattern[i] = m->window[i] < m->seq_len ? 'S' : 'L';
+    m->window_pattern[m->depth] = '\0';
+    if (m->pos == POS_ROPE) m->max_pos = m->seq_len; /* unused without a position table */
+
+    char *canon = spec_canonical_json(&bare);
+    if (!canon) return -1;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    int ok = EVP_Digest(canon, strlen(canon), md, &n, EVP_sha256(), NULL);
+    free(canon);
+    if (!ok || n != 32) return -1;
+    for (unsigned int i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+    return 0;
+}
+
+static int ident_cmp(const void *a, const void *b) {
+    return strcmp(((const ident_t *)a)->hex, ((const ident_t *)b)->hex);
+}
+
+static bool seen_has(const strategy_t *s, const char *hex) {
+    ident_t key;
+    snprintf(key.hex, sizeof key.hex, "%s", hex);
+    return s->n_seen && bsearch(&key, s->seen, s->n_seen, sizeof key, ident_cmp);
+}
+
+/* Insert hex into the sorted set. Returns 0 (also when present) or -1 (OOM). */
+static int seen_add(strategy_t *s, const char *hex) {
+    size_t lo = 0, hi = s->n_seen;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(s->seen[mid].hex, hex);
+        if (c == 0) return 0;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (s->n_seen == s->cap_seen) {
+        size_t cap = s->cap_seen ? 2 * s->cap_seen : 64;
+        ident_t *p = realloc(s->seen, cap * sizeof *p);
+        if (!p) return -1;
+        s->seen = p;
+        s->cap_seen = cap;
+    }
+    memmove(s->seen + lo + 1, s->seen + lo, (s->n_seen - lo) * sizeof *s->seen);
+    snprintf(s->seen[lo].hex, sizeof s->seen[lo].hex, "%s", hex);
+    s->n_seen++;
+    return 0;
+}
+
+int strategy_has_seen(const strategy_t *s, const spec_t *sp) {
+    char hex[65];
+    return strategy_identity(sp, hex) == 0 && seen_has(s, hex);
+}
+
+static bool judged_has(const strategy_t *s, int64_t id) {
+    for (size_t i = 0; i < s->n_judged; i++)
+        if (s->judged[i] == id) return true;
+    return false;
+}
+
+static int judged_add(strategy_t *s, int64_t id) {
+    if (s->n_judged == s->cap_judged) {
+        size_t cap = s->cap_judged ? 2 * s->cap_judged : 64;
+        int64_t *p = realloc(s->judged, cap * sizeof *p);
+        if (!p) return -1;
+        s->judged = p;
+        s->cap_judged = cap;
+    }
+    s->judged[s->n_judged++] = id;
+    return 0;
+}
+
+/* Takes ownership of p->spec on success. */
+static int pending_add(strategy_t *s, pending_t *p) {
+    if (s->n_pending == s->cap_pending) {
+        size_t cap = s->cap_pending ? 2 * s->cap_pending : 4;
+        pending_t *q = realloc(s->pending, cap * sizeof *q);
+        if (!q) return -1;
+        s->pending = q;
+        s->cap_pending = cap;
+    }
+    s->pending[s->n_pending++] = *p;
+    return 0;
+}
+
+static void pending_remove(strategy_t *s, size_t i) {
+    spec_free(&s->pending[i].spec);
+    memmove(s->pending + i, s->pending + i + 1, (s->n_pending - i - 1) * sizeof *s->pending);
+    s->n_pending--;
+}
+
+/* ----------------------------------------------------------------- axes */
+
+static const char *const ve_names[] = {"alternate", "all", "none", "first_half", "last_half"};
+static const int gate_choices[] = {8, 16, 32, 64, 128};
+static const double width_factors[] = {0.5, 0.75, 1.25, 1.5, 2.0};
+static const int depth_steps[] = {-2, -1, 1, 2};
+static const char *const window_patterns[] = {"L", "SL", "LS", "SSL", "SSSL", "SLL", "SSLL"};
+static const char *const lr_names[] = {"matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr"};
+
+#define N_OF(a)      (int)(sizeof(a) / sizeof((a)[0]))
+#define N_VE_OPTIONS (N_OF(ve_names) + 1) /* the names, then an explicit list */
+
+/* The (n_head, n_kv_head) pairs with n_kv_head dividing n_head <= MAX_HEADS. */
+static int head_pairs(int pairs[][2]) {
+    int n = 0;
+    for (int h = 1; h <= MAX_HEADS; h++)
+        for (int kv = 1; kv <= h; kv++)
+            if (h % kv == 0) {
+                if (pairs) pairs[n][0] = h, pairs[n][1] = kv;
+                n++;
+            }
+    return n;
+}
+
+static int axis_options(strategy_axis a) {
+    switch (a) {
+    case STRATEGY_VE_LAYERS:
+        return N_VE_OPTIONS;
+    case STRATEGY_VE_GATE:
+        return N_OF(gate_choices);
+    case STRATEGY_N_EMBD:
+        return N_OF(width_factors);
+    case STRATEGY_DEPTH:
+        return N_OF(depth_steps);
+    case STRATEGY_HEADS:
+        return head_pairs(NULL);
+    case STRATEGY_MLP:
+        return 4;
+    case STRATEGY_WINDOW:
+        return N_OF(window_patterns);
+    case STRATEGY_LR:
+        return 2 * N_OF(lr_names);
+    case STRATEGY_BATCH:
+        return 4;
+    default:
+        return 0;
+    }
+}
+
+/* The layers a named ve_layers choice selects at depth L (spec.c's rule). */
+static void ve_named_mask(int kind, int L, bool *mask) {
+    for (int i = 0; i < L; i++) {
+        switch (kind) {
+        case 0:
+            mask[i] = i % 2 == (L - 1) % 2;
+            break;
+        case 1:
+            mask[i] = true;
+            break;
+        case 2:
+            mask[i] = false;
+            break;
+        case 3:
+            mask[i] = i < L / 2;
+            break;
+        default:
+            mask[i] = i >= L / 2;
+            break;
+        }
+    }
+}
+
+/* "[0,2,3]" from a mask of L layers. */
+static void ve_list_string(const bool *mask, int L, char *buf, size_t n) {
+    size_t len = (size_t)snprintf(buf, n, "[");
+    for (int i = 0, first = 1; i < L && len < n; i++) {
+        if (!mask[i]) continue;
+        len += (size_t)snprintf(buf + len, n - len, "%s%d", first ? "" : ",", i);
+        first = 0;
+    }
+    if (len < n) snprintf(buf + len, n - len, "]");
+}
+
+/* A random explicit layer set that no name already spells. */
+static int ve_explicit(const spec_model_t *p, spec_model_t *t, rng_t *rng) {
+    int L = p->depth;
+    bool mask[SPEC_MAX_DEPTH], named[SPEC_MAX_DEPTH];
+    for (int tries = 0; tries < 8; tries++) {
+        for (int i = 0; i < L; i++) mask[i] = rng_below(rng, 2);
+        bool clash = !memcmp(mask, p->has_ve, (size_t)L * sizeof *mask);
+        for (int k = 0; k < N_OF(ve_names) && !clash; k++) {
+            ve_named_mask(k, L, named);
+            clash = !memcmp(mask, named, (size_t)L * sizeof *mask);
+        }
+        if (clash) continue;
+        ve_list_string(mask, L, t->ve_layers, sizeof t->ve_layers);
+        return 0;
+    }
+    return -1;
+}
+
+/* Rebuild an explicit ve_layers list for a new depth: layers beyond it go;
+ * an empty set falls back to the default "alternate". */
+static void ve_fit_depth(const spec_model_t *p, spec_model_t *t) {
+    if (p->ve_layers[0] != '[') return;
+    bool any = false;
+    for (int i = 0; i < t->depth && i < p->depth; i++) any |= p->has_ve[i];
+    if (!any) {
+        strcpy(t->ve_layers, "alternate");
+        return;
+    }
+    ve_list_string(p->has_ve, t->depth < p->depth ? t->depth : p->depth, t->ve_layers,
+                   sizeof t->ve_layers);
+}
+
+static const size_t lr_offsets[] = {
+    offsetof(spec_train_t, matrix_lr), offsetof(spec_train_t, embedding_lr),
+    offsetof(spec_train_t, unembedding_lr), offsetof(spec_train_t, scalar_lr)};
+
+static void desc_append(strategy_change_t *ch, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void desc_append(strategy_change_t *ch, const char *fmt, ...) {
+    size_t n = strlen(ch->desc);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ch->desc + n, sizeof ch->desc - n, fmt, ap);
+    va_end(ap);
+}
+
+#define DESC(...)  snprintf(ch->desc, sizeof ch->desc, __VA_ARGS__)
+#define LABEL(...) snprintf(ch->label, sizeof ch->label, __VA_ARGS__)
+
+/* Move k of axis a from p into t (a copy of p). Returns -1 when move k does
+ * not apply to p; t is validated by the caller. */
+static int apply_move(strategy_axis a, int k, const spec_t *p, spec_t *t, rng_t *rng,
+                      strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    switch (a) {
+    case STRATEGY_VE_LAYERS:
+        if (k < N_OF(ve_names)) {
+            if (!strcmp(pm->ve_layers, ve_names[k])) return -1;
+            strcpy(tm->ve_layers, ve_names[k]);
+        } else if (ve_explicit(pm, tm, rng) < 0) {
+            return -1;
+        }
+        DESC("ve_layers %.80s -> %.80s", pm->ve_layers, tm->ve_layers);
+        LABEL("ve_layers=%.80s", tm->ve_layers);
+        return 0;
+    case STRATEGY_VE_GATE:
+        if (gate_choices[k] == pm->ve_gate_channels || gate_choices[k] > pm->n_embd) return -1;
+        tm->ve_gate_channels = gate_choices[k];
+        DESC("ve_gate_channels %d -> %d", pm->ve_gate_channels, tm->ve_gate_channels);
+        LABEL("ve_gate_channels=%d", tm->ve_gate_channels);
+        return 0;
+    case STRATEGY_N_EMBD: {
+        int unit = pm->n_head * 8; /* head_dim a multiple of 8: even, and >= 16 below */
+        int v = (int)lround(pm->n_embd * width_factors[k] / unit) * unit;
+        if (v == pm->n_embd || v < pm->n_head * 16 || v > MAX_WIDTH) return -1;
+        tm->n_embd = v;
+        DESC("n_embd %d -> %d", pm->n_embd, v);
+        if (tm->ve_gate_channels > v) {
+            tm->ve_gate_channels = v;
+            desc_append(ch, " (ve_gate_channels %d -> %d)", pm->ve_gate_channels, v);
+        }
+        LABEL("n_embd=%d", v);
+        return 0;
+    }
+    case STRATEGY_DEPTH: {
+        int d = pm->depth + depth_steps[k];
+        if (d < 1 || d > MAX_DEPTH) return -1;
+        tm->depth = d;
+        ve_fit_depth(pm, tm);
+        DESC("depth %d -> %d", pm->depth, d);
+        if (strcmp(pm->ve_layers, tm->ve_layers))
+            desc_append(ch, " (ve_layers %.60s -> %.60s)", pm->ve_layers, tm->ve_layers);
+        LABEL("depth=%d", d);
+        return 0;
+    }
+    case STRATEGY_HEADS: {
+        int pairs[64][2];
+        head_pairs(pairs);
+        int h = pairs[k][0], kv = pairs[k][1];
+        if (h == pm->n_head && kv == pm->n_kv_head) return -1;
+        if (pm->n_embd % h || (pm->n_embd / h) % 2 || pm->n_embd / h < 16) return -1;
+        tm->n_head = h;
+        tm->n_kv_head = kv;
+        DESC("n_head/n_kv_head %d/%d -> %d/%d", pm->n_head, pm->n_kv_head, h, kv);
+        LABEL("heads=%d/%d", h, kv);
+        return 0;
+    }
+    case STRATEGY_MLP:
+        if ((int)pm->mlp == k) return -1;
+        tm->mlp = (spec_mlp_kind)k;
+        DESC("mlp %s -> %s", spec_mlp_name(pm->mlp), spec_mlp_name(tm->mlp));
+        LABEL("mlp=%s", spec_mlp_name(tm->mlp));
+        return 0;
+    case STRATEGY_WINDOW:
+        if (!strcmp(pm->window_pattern, window_patterns[k])) return -1;
+        strcpy(tm->window_pattern, window_patterns[k]);
+        DESC("window_pattern %s -> %s", pm->window_pattern, tm->window_pattern);
+        LABEL("window=%s", tm->window_pattern);
+        return 0;
+    case STRATEGY_LR: {
+        const double *from = (const double *)((const char *)&p->train + lr_offsets[k / 2]);
+        double *to = (double *)((char *)&t->train + lr_offsets[k / 2]);
+        *to = *from * (k % 2 ? 2.0 : 0.5); /* powers of two: exact, so x2 then x0.5 returns */
+        if (!(*to > 0) || !isfinite(*to)) return -1;
+        DESC("%s %g -> %g", lr_names[k / 2], *from, *to);
+        LABEL("%s=%g", lr_names[k / 2], *to);
+        return 0;
+    }
+    case STRATEGY_BATCH: {
+        const spec_train_t *pt = &p->train;
+        spec_train_t *tt = &t->train;
+        long long T = pm->seq_len;
+        if (k < 2) { /* batch_size; total_batch_tokens rounded up to a multiple if needed */
+            if (k == 1 && pt->batch_size % 2) return -1;
+            int b = k == 0 ? pt->batch_size * 2 : pt->batch_size / 2;
+            if (b < 1 || b > MAX_BATCH) return -1;
+            long long row = b * T;
+            long long total = (pt->total_batch_tokens + row - 1) / row * row;
+            if (total > MAX_TOTAL) return -1;
+            tt->batch_size = b;
+            tt->total_batch_tokens = (int)total;
+            DESC("batch_size %d -> %d", pt->batch_size, b);
+            if (total != pt->total_batch_tokens)
+                desc_append(ch, " (total_batch_tokens %d -> %lld)", pt->total_batch_tokens, total);
+            LABEL("batch_size=%d", b);
+        } else { /* total_batch_tokens, a multiple of batch_size*seq_len */
+            long long row = pt->batch_size * T;
+            long long total = k == 2 ? 2LL * pt->total_batch_tokens : pt->total_batch_tokens / 2;
+            if (total < row || total % row || total > MAX_TOTAL) return -1;
+            tt->total_batch_tokens = (int)total;
+            DESC("total_batch_tokens %d -> %lld", pt->total_batch_tokens, total);
+            LABEL("total_batch_tokens=%lld", total);
+        }
+        return 0;
+    }
+    default:
+        return -1;
+    }
+}
+
+int strategy_mutate(spec_t *sp, strategy_axis axis, rng_t *rng, strategy_change_t *ch) {
+    int n = axis_options(axis), order[64];
+    char before[65], after[65], err[SPEC_ERR_LEN];
+    if (n <= 0 || n > 64 || strategy_identity(sp, before) < 0) return -1;
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = n - 1; i > 0; i--) { /* Fisher-Yates */
+        int j = (int)rng_below(rng, (uint64_t)i + 1), tmp = order[i];
+        order[i] = order[j];
+        order[j] = tmp;
+    }
+    for (int i = 0; i < n; i++) {
+        spec_t t = *sp; /* shallow: moves change no name, tag or other pointer */
+        strategy_change_t c = {{0}, {0}};
+        if (apply_move(axis, order[i], sp, &t, rng, &c) < 0) continue;
+        if (spec_validate(&t, err, sizeof err) < 0) continue;
+        if (strategy_identity(&t, after) < 0) return -1;
+        if (!strcmp(before, after)) continue;
+        *sp = t;
+        *ch = c;
+        return 0;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------ proposals */
+
+/* Replace sp's name and tags (sp owns its strings). */
+static int set_label(spec_t *sp, const char *name, const char *const *tags, int n_tags) {
+    free(sp->name);
+    sp->name = NULL;
+    for (int i = 0; i < sp->n_tags; i++) {
+        free(sp->tags[i]);
+        sp->tags[i] = NULL;
+    }
+    sp->n_tags = 0;
+    if (name && !(sp->name = strdup(name))) return -1;
+    for (int i = 0; i < n_tags && i < SPEC_MAX_TAGS; i++) {
+        if (!(sp->tags[i] = strdup(tags[i]))) return -1;
+        sp->n_tags = i + 1;
+    }
+    return 0;
+}
+
+/* Validate sp through spec_parse of its canonical JSON, record its identity
+ * and append the JSON to reply. Returns 0, or -1 (logged) when it does not
+ * validate or memory runs out. */
+static int propose(strategy_t *s, const spec_t *sp, cJSON *reply) {
+    char err[SPEC_ERR_LEN], hex[65];
+    spec_t check;
+    char *canon = spec_canonical_json(sp);
+    if (!canon) goto oom;
+    if (spec_parse(canon, strlen(canon), &check, err, sizeof err) < 0) {
+        say(s, "internal error: a candidate failed validation (%s); not proposing it", err);
+        free(canon);
+        return -1;
+    }
+    int rc = strategy_identity(&check, hex);
+    spec_free(&check);
+    cJSON *obj = rc == 0 ? cJSON_Parse(canon) : NULL;
+    free(canon);
+    if (!obj || seen_add(s, hex) < 0 || !cJSON_AddItemToArray(reply, obj)) {
+        cJSON_Delete(obj);
+        goto oom;
+    }
+    s->n_proposals++;
+    return 0;
+oom:
+    say(s, "out of memory while building a proposal");
+    return -1;
+}
+
+static bool proposals_left(strategy_t *s) {
+    if (!s->o.max_proposals || s->n_proposals < s->o.max_proposals) return true;
+    say(s, "reached --max-proposals %d: proposing nothing", s->o.max_proposals);
+    return false;
+}
+
+static void propose_baseline(strategy_t *s, cJSON *reply, const char *why) {
+    spec_t b;
+    const char *tags[SPEC_MAX_TAGS];
+    int n = 0;
+    if (spec_copy(&b, &s->baseline) < 0) {
+        say(s, "out of memory while building a proposal");
+        return;
+    }
+    bool has_agent = false;
+    for (int i = 0; i < b.n_tags && n < SPEC_MAX_TAGS; i++) {
+        tags[n++] = s->baseline.tags[i];
+        has_agent |= !strcmp(s->baseline.tags[i], "agent");
+    }
+    if (!has_agent && n < SPEC_MAX_TAGS) tags[n++] = "agent";
+    b.parent = 0;
+    if (set_label(&b, s->baseline.name ? s->baseline.name : "baseline", tags, n) == 0 &&
+        propose(s, &b, reply) == 0)
+        say(s, "proposing the baseline \"%s\": %s", b.name, why);
+    spec_free(&b);
+}
+
+static void propose_mutation(strategy_t *s, cJSON *reply) {
+    const spec_t *ref = s->have_best ? &s->best : &s->baseline;
+    char about[96], hex[65];
+    if (s->have_best)
+        snprintf(about, sizeof about, "#%lld (val_bpb %.4f)", (long long)s->best_id, s->best_val);
+    else
+        snprintf(about, sizeof about, "the baseline (nothing has succeeded yet)");
+    for (int attempt = 0; attempt < MAX_DRAWS; attempt++) {
+        spec_t c;
+        if (spec_copy(&c, ref) < 0) break;
+        int n_axes = rng_below(&s->rng, 10) < 7 ? 1 : 2;
+        strategy_axis axes[2];
+        strategy_change_t ch[2];
+        axes[0] = (strategy_axis)rng_below(&s->rng, STRATEGY_N_AXES);
+        axes[1] = (strategy_axis)((axes[0] + 1 + rng_below(&s->rng, STRATEGY_N_AXES - 1)) %
+                                  STRATEGY_N_AXES);
+        bool ok = true;
+        for (int j = 0; j < n_axes && ok; j++)
+            ok = strategy_mutate(&c, axes[j], &s->rng, &ch[j]) == 0;
+        if (!ok || strategy_identity(&c, hex) < 0 || seen_has(s, hex)) {
+            spec_free(&c);
+            continue;
+        }
+        char name[256]; /* at most 4 + 11 + 2 + 2 * 90 characters: under SPEC_MAX_NAME */
+        const char *tags[3] = {"agent", axis_names[axes[0]], axis_names[axes[1]]};
+        snprintf(name, sizeof name, "mut#%d %.90s%s%.90s", s->n_mutations + 1, ch[0].label,
+                 n_axes == 2 ? " " : "", n_axes == 2 ? ch[1].label : "");
+        c.parent = s->have_best ? s->best_id : 0;
+        c.priority = 0;
+        int rc = set_label(&c, name, tags, 1 + n_axes);
+        if (rc == 0) rc = propose(s, &c, reply);
+        spec_free(&c);
+        if (rc < 0) return;
+        s->n_mutations++;
+        say(s, "proposing mutation of %s: %s%s%s", about, ch[0].desc, n_axes == 2 ? ", " : "",
+            n_axes == 2 ? ch[1].desc : "");
+        return;
+    }
+    say(s, "no new valid variant of %s in %d draws: proposing nothing", about, MAX_DRAWS);
+}
+
+static void propose_next(strategy_t *s, cJSON *reply) {
+    if (!proposals_left(s)) return;
+    if (!s->have_best) {
+        char hex[65];
+        if (strategy_identity(&s->baseline, hex) == 0 && !seen_has(s, hex)) {
+            propose_baseline(s, reply, "nothing has run yet");
+            return;
+        }
+    }
+    propose_mutation(s, reply);
+}
+
+/* A near tie: propose sp again with the next unseen seed, and remember to
+ * judge the pair when its result arrives. */
+static void propose_rerun(strategy_t *s, int64_t id, double v, const spec_t *sp, cJSON *reply) {
+    if (!proposals_left(s)) return;
+    for (uint64_t d = 1; d <= MAX_RERUN_SEED; d++) {
+        if ((double)(sp->seed + d) > JSON_MAX_SAFE) break;
+        pending_t p = {.id = id, .val_bpb = v, .rerun_seed = sp->seed + d};
+        spec_t r;
+        if (spec_copy(&r, sp) < 0) break;
+        r.seed = p.rerun_seed;
+        if (strategy_identity(&r, p.rerun.hex) < 0 || seen_has(s, p.rerun.hex)) {
+            spec_free(&r);
+            continue;
+        }
+        char name[SPEC_MAX_NAME];
+        const char *tags[2] = {"agent", "rerun"};
+        snprintf(name, sizeof name, "rerun of #%lld seed=%llu", (long long)id,
+                 (unsigned long long)p.rerun_seed);
+        r.parent = id;
+        r.priority = 0;
+        int rc = set_label(&r, name, tags, 2);
+        if (rc == 0) rc = propose(s, &r, reply);
+        spec_free(&r);
+        if (rc < 0) return;
+        if (spec_copy(&p.spec, sp) < 0 || pending_add(s, &p) < 0) {
+            spec_free(&p.spec);
+            say(s, "out of memory while recording a re-run");
+            return;
+        }
+        say(s, "near tie #%lld %.4f vs best %.4f: re-running with seed %llu before adopting",
+            (long long)id, v, s->best_val, (unsigned long long)p.rerun_seed);
+        return;
+    }
+    say(s, "near tie #%lld %.4f vs best %.4f: every re-run seed was already run; discarding",
+        (long long)id, v, s->best_val);
+}
+
+/* ---------------------------------------------------------------- judge */
+
+static int adopt(strategy_t *s, int64_t id, double v, const spec_t *sp) {
+    spec_t c;
+    if (spec_copy(&c, sp) < 0) return -1;
+    spec_free(&s->best);
+    s->best = c;
+    s->have_best = true;
+    s->best_id = id;
+    s->best_val = v;
+    return 0;
+}
+
+/* A spec in a payload: an object, or a string holding one. Returns 0 with
+ * out parsed (release with spec_free), or -1. */
+static int payload_spec(const cJSON *j, spec_t *out, char *err, size_t errlen) {
+    if (cJSON_IsString(j) && j->valuestring)
+        return spec_parse(j->valuestring, strlen(j->valuestring), out, err, errlen);
+    if (!cJSON_IsObject(j)) {
+        snprintf(err, errlen, "spec: not a JSON object");
+        return -1;
+    }
+    char *text = cJSON_PrintUnformatted(j);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = spec_parse(text, strlen(text), out, err, errlen);
+    free(text);
+    return rc;
+}
+
+static int64_t payload_id(const cJSON *obj) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(obj, "id");
+    if (!cJSON_IsNumber(id) || !(id->valuedouble >= 1) || id->valuedouble > JSON_MAX_SAFE ||
+        id->valuedouble != floor(id->valuedouble))
+        return 0;
+    return (int64_t)id->valuedouble;
+}
+
+/* val_bpb of an experiment object: result.val_bpb, else a top-level val_bpb. */
+static bool payload_val_bpb(const cJSON *obj, double *v) {
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(obj, "result");
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(res, "val_bpb");
+    if (!cJSON_IsNumber(x)) x = cJSON_GetObjectItemCaseSensitive(obj, "val_bpb");
+    if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble <= 0) return false;
+    *v = x->valuedouble;
+    return true;
+}
+
+static const char *payload_string(const cJSON *obj, const char *key, const char *dflt) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(x) && x->valuestring ? x->valuestring : dflt;
+}
+
+/* Record the identity of obj's spec, if it has a valid one. */
+static void see(strategy_t *s, const cJSON *spec_json) {
+    spec_t sp;
+    char err[SPEC_ERR_LEN], hex[65];
+    if (!spec_json || payload_spec(spec_json, &sp, err, sizeof err) < 0) return;
+    if (strategy_identity(&sp, hex) == 0 && seen_add(s, hex) < 0)
+        say(s, "out of memory while recording a seen spec");
+    spec_free(&sp);
+}
+
+static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
+    int64_t id = payload_id(exp);
+    const char *status = payload_string(exp, "status", "unknown");
+    const char *reason = payload_string(exp, "reason", NULL);
+    char err[SPEC_ERR_LEN], hex[65];
+    spec_t sp;
+    double v = 0;
+    if (id && judged_has(s, id)) {
+        say(s, "#%lld was already judged: ignoring the repeated event", (long long)id);
+        return;
+    }
+    if (id && judged_add(s, id) < 0) say(s, "out of memory while recording #%lld", (long long)id);
+    s->rejections_in_row = 0;
+    if (payload_spec(cJSON_GetObjectItemCaseSensitive(exp, "spec"), &sp, err, sizeof err) < 0) {
+        say(s, "discarding #%lld: its spec does not parse (%s)", (long long)id, err);
+        return;
+    }
+    if (strategy_identity(&sp, hex) < 0 || seen_add(s, hex) < 0) {
+        say(s, "out of memory while judging #%lld", (long long)id);
+        goto done;
+    }
+    size_t pi = 0;
+    while (pi < s->n_pending && strcmp(s->pending[pi].rerun.hex, hex)) pi++;
+    bool ok = !strcmp(status, "succeeded") && payload_val_bpb(exp, &v);
+
+    if (pi < s->n_pending) { /* the confirming re-run of a near tie */
+        pending_t *p = &s->pending[pi];
+        if (!ok) {
+            say(s, "re-run #%lld of #%lld ended %s%s%s: not adopting #%lld", (long long)id,
+                (long long)p->id, status, reason ? ": " : "", reason ? reason : "",
+                (long long)p->id);
+        } else {
+            double mean = (p->val_bpb + v) / 2;
+            if (!s->have_best || mean < s->best_val) {
+                double old = s->best_val;
+                int64_t old_id = s->best_id;
+                bool had = s->have_best;
+                if (adopt(s, p->id, mean, &p->spec) < 0)
+                    say(s, "out of memory while adopting #%lld", (long long)p->id);
+                else if (had)
+                    say(s,
+                        "confirmed #%lld: mean val_bpb %.4f over seeds %llu and %llu beats best "
+                        "%.4f (#%lld): adopting #%lld",
+                        (long long)p->id, mean, (unsigned long long)p->spec.seed,
+                        (unsigned long long)p->rerun_seed, old, (long long)old_id,
+                        (long long)p->id);
+                else
+                    say(s, "confirmed #%lld: mean val_bpb %.4f over seeds %llu and %llu",
+                        (long long)p->id, mean, (unsigned long long)p->spec.seed,
+                        (unsigned long long)p->rerun_seed);
+            } else {
+                say(s,
+                    "not confirmed #%lld: mean val_bpb %.4f over seeds %llu and %llu does not "
+                    "beat best %.4f (#%lld): keeping #%lld",
+                    (long long)p->id, mean, (unsigned long long)p->spec.seed,
+                    (unsigned long long)p->rerun_seed, s->best_val, (long long)s->best_id,
+                    (long long)s->best_id);
+            }
+        }
+        pending_remove(s, pi);
+        goto done;
+    }
+    if (!ok) {
+        say(s, "discarding #%lld: %s%s%s", (long long)id, status, reason ? ": " : "",
+            reason ? reason : "");
+    } else if (!s->have_best) {
+        if (adopt(s, id, v, &sp) < 0)
+            say(s, "out of memory while adopting #%lld", (long long)id);
+        else
+            say(s, "keeping #%lld: the first successful run (val_bpb %.4f)", (long long)id, v);
+    } else if (v < s->best_val - s->o.noise_floor) {
+        double old = s->best_val;
+        if (adopt(s, id, v, &sp) < 0)
+            say(s, "out of memory while adopting #%lld", (long long)id);
+        else
+            say(s, "keeping #%lld: val_bpb %.4f beats best %.4f by %.4f > noise floor %g",
+                (long long)id, v, old, old - v, s->o.noise_floor);
+    } else if (v < s->best_val) {
+        propose_rerun(s, id, v, &sp, reply);
+    } else {
+        say(s, "discarding #%lld: val_bpb %.4f does not beat best %.4f (#%lld)", (long long)id, v,
+            s->best_val, (long long)s->best_id);
+    }
+done:
+    spec_free(&sp);
+}
+
+static void note_rejection(strategy_t *s, const cJSON *rej) {
+    const cJSON *prop = cJSON_GetObjectItemCaseSensitive(rej, "proposal");
+    const char *why = payload_string(rej, "error", "no reason given");
+    char err[SPEC_ERR_LEN], hex[65];
+    spec_t sp;
+    s->rejections_in_row++;
+    say(s, "the daemon rejected a proposal: %s", why);
+    if (cJSON_IsObject(prop) && payload_spec(prop, &sp, err, sizeof err) == 0) {
+        if (strategy_identity(&sp, hex) == 0) {
+            if (seen_add(s, hex) < 0) say(s, "out of memory while recording a rejected spec");
+            for (size_t i = 0; i < s->n_pending; i++) {
+                if (strcmp(s->pending[i].rerun.hex, hex)) continue;
+                say(s, "the re-run of #%lld was rejected: not adopting it",
+                    (long long)s->pending[i].id);
+                pending_remove(s, i);
+                break;
+            }
+        }
+        if (!strncmp(why, "parent:", 7) && s->have_best && s->best_id && sp.parent == s->best_id) {
+            say(s, "the daemon does not know #%lld: proposing without a parent from now on",
+                (long long)s->best_id);
+            s->best_id = 0;
+        }
+        spec_free(&sp);
+    }
+}
+
+int strategy_decide(strategy_t *s, const cJSON *ev, cJSON **reply, char *err, size_t errlen) {
+    const char *type = payload_string(ev, "type", NULL);
+    *reply = NULL;
+    if (!cJSON_IsObject(ev) || !type) {
+        snprintf(err, errlen, "not a hook event: no \"type\"");
+        return -1;
+    }
+    cJSON *out = cJSON_CreateArray();
+    if (!out) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* Everything the payload shows has been run (or is queued): never again. */
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(ev, "best");
+    const cJSON *exp = cJSON_GetObjectItemCaseSensitive(ev, "experiment");
+    const cJSON *item;
+    see(s, cJSON_GetObjectItemCaseSensitive(best, "spec"));
+    cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(ev, "recent")) {
+        see(s, cJSON_GetObjectItemCaseSensitive(item, "spec"));
+    }
+    /* A fresh agent on a daemon with history starts from the daemon's best. */
+    double v;
+    int64_t bid = payload_id(best);
+    if (!s->have_best && bid && bid != payload_id(exp) && !judged_has(s, bid) &&
+        payload_val_bpb(best, &v)) {
+        spec_t sp;
+        char e2[SPEC_ERR_LEN];
+        if (payload_spec(cJSON_GetObjectItemCaseSensitive(best, "spec"), &sp, e2, sizeof e2) == 0) {
+            if (adopt(s, bid, v, &sp) == 0)
+                say(s, "starting from the daemon's best #%lld (val_bpb %.4f)", (long long)bid, v);
+            spec_free(&sp);
+        }
+    }
+
+    const cJSON *depth = cJSON_GetObjectItemCaseSensitive(ev, "queue_depth");
+    bool queue_dry = !cJSON_IsNumber(depth) || depth->valuedouble <= 0;
+    if (!strcmp(type, "experiment.finished")) {
+        if (!cJSON_IsObject(exp)) {
+            say(s, "experiment.finished without an experiment: ignoring it");
+        } else {
+            judge(s, exp, out);
+            if (cJSON_GetArraySize(out) == 0 && queue_dry) propose_next(s, out);
+        }
+    } else if (!strcmp(type, "queue.empty")) {
+        propose_next(s, out);
+    } else if (!strcmp(type, "experiment.rejected")) {
+        note_rejection(s, cJSON_GetObjectItemCaseSensitive(ev, "rejected"));
+        if (s->o.max_rejections > 0 && s->rejections_in_row >= s->o.max_rejections)
+            say(s,
+                "%d proposals in a row were rejected: proposing nothing until an experiment "
+                "finishes",
+                s->rejections_in_row);
+        else
+            propose_next(s, out);
+    } else {
+        say(s, "ignoring an event of type \"%.64s\"", type);
+    }
+    *reply = out;
+    return 0;
+}
+
+/* ------------------------------------------------------------- lifetime */
+
+strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char *err,
+                         size_t errlen) {
+    char e2[SPEC_ERR_LEN];
+    strategy_t *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->o = *o;
+    if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0) {
+        snprintf(err, errlen, "the noise floor must be >= 0 and max_proposals >= 0");
+        free(s);
+        return NULL;
+    }
+    if (spec_copy(&s->baseline, baseline) < 0) {
+        free(s);
+        goto oom;
+    }
+    if (spec_validate(&s->baseline, e2, sizeof e2) < 0) {
+        snprintf(err, errlen, "baseline: %s", e2);
+        strategy_free(s);
+        return NULL;
+    }
+    rng_seed(&s->rng, o->seed);
+    return s;
+oom:
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+}
+
+void strategy_free(strategy_t *s) {
+    if (!s) return;
+    spec_free(&s->baseline);
+    spec_free(&s->best);
+    for (size_t i = 0; i < s->n_pending; i++) spec_free(&s->pending[i].spec);
+    free(s->pending);
+    free(s->seen);
+    free(s->judged);
+    free(s);
+}
+
+int strategy_best(const strategy_t *s, int64_t *id, double *val_bpb, const spec_t **spec) {
+    if (!s->have_best) return 0;
+    if (id) *id = s->best_id;
+    if (val_bpb) *val_bpb = s->best_val;
+    if (spec) *spec = &s->best;
+    return 1;
+}
+
+int strategy_n_pending(const strategy_t *s) {
+    return (int)s->n_pending;
+}
+
+int strategy_n_proposals(const strategy_t *s) {
+    return s->n_proposals;
+}
+
+/* ---------------------------------------------------------------- state */
+
+/* A spec as a JSON tree (its canonical form), or NULL. */
+static cJSON *spec_tree(const spec_t *sp) {
+    char *canon = spec_canonical_json(sp);
+    cJSON *j = canon ? cJSON_Parse(canon) : NULL;
+    free(canon);
+    return j;
+}
+
+cJSON *strategy_state_json(const strategy_t *s) {
+    cJSON *root = cJSON_CreateObject(), *arr, *obj;
+    char buf[24];
+    if (!root || !cJSON_AddNumberToObject(root, "version", STATE_VERSION)) goto fail;
+    if (!(arr = cJSON_AddArrayToObject(root, "rng"))) goto fail;
+    for (int i = 0; i < 4; i++) {
+        snprintf(buf, sizeof buf, "%016llx", (unsigned long long)s->rng.s[i]);
+        if (!cJSON_AddItemToArray(arr, cJSON_CreateString(buf))) goto fail;
+    }
+    if (!cJSON_AddNumberToObject(root, "proposals", s->n_proposals) ||
+        !cJSON_AddNumberToObject(root, "mutations", s->n_mutations) ||
+        !cJSON_AddNumberToObject(root, "rejections_in_row", s->rejections_in_row))
+        goto fail;
+    if (!s->have_best) {
+        if (!cJSON_AddNullToObject(root, "best")) goto fail;
+    } else {
+        if (!(obj = cJSON_AddObjectToObject(root, "best")) ||
+            !cJSON_AddNumberToObject(obj, "id", (double)s->best_id) ||
+            !cJSON_AddNumberToObject(obj, "val_bpb", s->best_val) ||
+            !cJSON_AddItemToObject(obj, "spec", spec_tree(&s->best)))
+            goto fail;
+    }
+    if (!(arr = cJSON_AddArrayToObject(root, "pending"))) goto fail;
+    for (size_t i = 0; i < s->n_pending; i++) {
+        const pending_t *p = &s->pending[i];
+        if (!(obj = cJSON_CreateObject()) || !cJSON_AddItemToArray(arr, obj) ||
+            !cJSON_AddNumberToObject(obj, "id", (double)p->id) ||
+            !cJSON_AddNumberToObject(obj, "val_bpb", p->val_bpb) ||
+            !cJSON_AddNumberToObject(obj, "rerun_seed", (double)p->rerun_seed) ||
+            !cJSON_AddStringToObject(obj, "rerun", p->rerun.hex) ||
+            !cJSON_AddItemToObject(obj, "spec", spec_tree(&p->spec)))
+            goto fail;
+    }
+    if (!(arr = cJSON_AddArrayToObject(root, "judged"))) goto fail;
+    for (size_t i = 0; i < s->n_judged; i++)
+        if (!cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)s->judged[i]))) goto fail;
+    if (!(arr = cJSON_AddArrayToObject(root, "seen"))) goto fail;
+    for (size_t i = 0; i < s->n_seen; i++)
+        if (!cJSON_AddItemToArray(arr, cJSON_CreateString(s->seen[i].hex))) goto fail;
+    return root;
+fail:
+    cJSON_Delete(root);
+    return NULL;
+}
+
+static bool is_hex64(const char *h) {
+    if (!h || strlen(h) != 64) return false;
+    for (const char *p = h; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
+    return true;
+}
+
+/* A whole number in [lo, JSON_MAX_SAFE]. */
+static bool get_count(const cJSON *obj, const char *key, double lo, double *out) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(x) || x->valuedouble < lo || x->valuedouble > JSON_MAX_SAFE ||
+        x->valuedouble != floor(x->valuedouble))
+        return false;
+    *out = x->valuedouble;
+    return true;
+}
+
+int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen) {
+    /* Build the new state in t, then swap it in, so a failure changes nothing. */
+    strategy_t t = {.o = s->o};
+    const cJSON *arr, *it, *best;
+    double d;
+    char e2[SPEC_ERR_LEN];
+    const char *what = "not a JSON object";
+    if (!cJSON_IsObject(st)) goto fail;
+    what = "version: expected 1";
+    if (!get_count(st, "version", 0, &d) || d != STATE_VERSION) goto fail;
+    what = "rng: expected 4 hex strings";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "rng");
+    if (cJSON_GetArraySize(arr) != 4) goto fail;
+    int i = 0;
+    cJSON_ArrayForEach(it, arr) {
+        char *end;
+        if (!cJSON_IsString(it) || !it->valuestring[0]) goto fail;
+        t.rng.s[i++] = strtoull(it->valuestring, &end, 16);
+        if (*end) goto fail;
+    }
+    what = "proposals, mutations, rejections_in_row: expected counts";
+    if (!get_count(st, "proposals", 0, &d) || d > INT32_MAX) goto fail;
+    t.n_proposals = (int)d;
+    if (!get_count(st, "mutations", 0, &d) || d > INT32_MAX) goto fail;
+    t.n_mutations = (int)d;
+    if (!get_count(st, "rejections_in_row", 0, &d) || d > INT32_MAX) goto fail;
+    t.rejections_in_row = (int)d;
+
+    best = cJSON_GetObjectItemCaseSensitive(st, "best");
+    what = "best: expected null or {id, val_bpb, spec}";
+    if (!cJSON_IsNull(best)) {
+        if (!cJSON_IsObject(best) || !get_count(best, "id", 0, &d) ||
+            !payload_val_bpb(best, &t.best_val))
+            goto fail;
+        t.best_id = (int64_t)d;
+        if (payload_spec(cJSON_GetObjectItemCaseSensitive(best, "spec"), &t.best, e2, sizeof e2) <
+            0) {
+            snprintf(err, errlen, "best.spec: %s", e2);
+            goto fail_quiet;
+        }
+        t.have_best = true;
+    }
+    what = "pending: expected [{id, val_bpb, rerun_seed, rerun, spec}]";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "pending");
+    if (!cJSON_IsArray(arr)) goto fail;
+    cJSON_ArrayForEach(it, arr) {
+        pending_t p = {0};
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(it, "rerun");
+        if (!get_count(it, "id", 1, &d)) goto fail;
+        p.id = (int64_t)d;
+        if (!payload_val_bpb(it, &p.val_bpb) || !get_count(it, "rerun_seed", 0, &d)) goto fail;
+        p.rerun_seed = (uint64_t)d;
+        if (!cJSON_IsString(h) || !is_hex64(h->valuestring)) goto fail;
+        snprintf(p.rerun.hex, sizeof p.rerun.hex, "%s", h->valuestring);
+        if (payload_spec(cJSON_GetObjectItemCaseSensitive(it, "spec"), &p.spec, e2, sizeof e2) <
+            0) {
+            snprintf(err, errlen, "pending.spec: %s", e2);
+            goto fail_quiet;
+        }
+        if (pending_add(&t, &p) < 0) {
+            spec_free(&p.spec);
+            goto oom;
+        }
+    }
+    what = "judged: expected an array of ids";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "judged");
+    if (!cJSON_IsArray(arr)) goto fail;
+    cJSON_ArrayForEach(it, arr) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > JSON_MAX_SAFE)
+            goto fail;
+        if (judged_add(&t, (int64_t)it->valuedouble) < 0) goto oom;
+    }
+    what = "seen: expected an array of 64-digit hex identities";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "seen");
+    if (!cJSON_IsArray(arr)) goto fail;
+    cJSON_ArrayForEach(it, arr) {
+        if (!cJSON_IsString(it) || !is_hex64(it->valuestring)) goto fail;
+        if (seen_add(&t, it->valuestring) < 0) goto oom;
+    }
+    /* Swap: t takes the old state and frees it; the baseline stays. */
+    t.baseline = s->baseline;
+    strategy_t old = *s;
+    *s = t;
+    old.baseline = (spec_t){0};
+    spec_free(&old.best);
+    for (size_t k = 0; k < old.n_pending; k++) spec_free(&old.pending[k].spec);
+    free(old.pending);
+    free(old.seen);
+    free(old.judged);
+    return 0;
+oom:
+    what = "out of memory";
+fail:
+    snprintf(err, errlen, "%s", what);
+fail_quiet:
+    spec_free(&t.best);
+    for (size_t k = 0; k < t.n_pending; k++) spec_free(&t.pending[k].spec);
+    free(t.pending);
+    free(t.seen);
+    free(t.judged);
+    return -1;
+}
+
+int strategy_save(const strategy_t *s, const char *path, char *err, size_t errlen) {
+    cJSON *st = strategy_state_json(s);
+    char *text = st ? cJSON_Print(st) : NULL;
+    cJSON_Delete(st);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = util_write_file_atomic(path, text, strlen(text), err, errlen);
+    free(text);
+    return rc;
+}
+
+int strategy_load(strategy_t *s, const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    char e2[256];
+    size_t len;
+    if (stat(path, &sb) < 0 && errno == ENOENT) return 1;
+    char *text = util_read_file(path, MAX_STATE, &len, e2, sizeof e2);
+    if (!text) {
+        snprintf(err, errlen, "%s", e2);
+        return -1;
+    }
+    cJSON *st = cJSON_ParseWithLength(text, len);
+    free(text);
+    int rc = strategy_load_json(s, st, e2, sizeof e2);
+    if (rc < 0) snprintf(err, errlen, "%s: %s", path, e2);
+    cJSON_Delete(st);
+    return rc;
+}

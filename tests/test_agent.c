@@ -1,0 +1,463 @@
+/* test_agent.c - `nightshift agent` as a process on a loopback port, driven
+ * with signed webhook deliveries over libcurl: the signature and timestamp
+ * checks (401), the baseline first, a mutation whose parent is the finished
+ * run, repeated deliveries, the state across a restart, and a clean exit on
+ * SIGTERM. agent_verify is also checked directly against signatures computed
+ * with Python's hmac module (the constants below). */
+#include <criterion/criterion.h>
+
+#include <cJSON.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "spec.h"
+#include "testutil.h"
+
+#define SECRET "test-secret"
+
+/* ------------------------------------------------------ the agent process */
+
+typedef struct {
+    char *dir;
+    char *err_path; /* the agent's stderr */
+    pid_t pid;
+    int out_fd; /* its stdout, kept open until it exits */
+    int port;
+} agent_proc_t;
+
+static agent_proc_t A;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Start the agent (with --state when state is not NULL) and wait for its
+ * "listening on" line (10 s at most). */
+static void agent_start(const char *state) {
+    int out[2];
+    char *baseline = tu_path("%s/experiments/baseline.json", tu_src());
+    cr_assert_eq(pipe(out), 0, "pipe: %s", strerror(errno));
+    A.pid = fork();
+    cr_assert_geq(A.pid, 0, "fork: %s", strerror(errno));
+    if (A.pid == 0) {
+        int err = open(A.err_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int in = open("/dev/null", O_RDONLY);
+        if (err < 0 || in < 0) _exit(127);
+        dup2(out[1], 1);
+        dup2(err, 2);
+        dup2(in, 0);
+        close(out[0]);
+        close(out[1]);
+        char *argv[] = {(char *)tu_bin(), "agent",    "--listen",
+                        "127.0.0.1:0",    "--secret", SECRET,
+                        "--baseline",     baseline,   state ? "--state" : NULL,
+                        (char *)state,    NULL};
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    free(baseline);
+    close(out[1]);
+    A.out_fd = out[0];
+    char buf[512] = "";
+    size_t len = 0;
+    double deadline = now_s() + 10;
+    while (!strchr(buf, '\n')) {
+        struct pollfd p = {A.out_fd, POLLIN, 0};
+        int left = (int)((deadline - now_s()) * 1000);
+        cr_assert_gt(left, 0, "the agent did not print its address in 10 s");
+        if (poll(&p, 1, left) <= 0) continue;
+        ssize_t n = read(A.out_fd, buf + len, sizeof buf - 1 - len);
+        cr_assert_gt(n, 0, "the agent exited before listening (see its stderr)");
+        len += (size_t)n;
+        buf[len] = '\0';
+    }
+    const char *at = strstr(buf, "listening on http://127.0.0.1:");
+    cr_assert_not_null(at, "unexpected first line: %s", buf);
+    A.port = atoi(at + strlen("listening on http://127.0.0.1:"));
+    cr_assert_gt(A.port, 0);
+}
+
+/* SIGTERM, then wait (10 s at most, then SIGKILL). Returns the exit status. */
+static int agent_stop(void) {
+    int status = 0;
+    if (A.pid <= 0) return 0;
+    kill(A.pid, SIGTERM);
+    double deadline = now_s() + 10;
+    while (waitpid(A.pid, &status, WNOHANG) == 0) {
+        if (now_s() > deadline) {
+            kill(A.pid, SIGKILL);
+            waitpid(A.pid, &status, 0);
+            break;
+        }
+        usleep(10000);
+    }
+    A.pid = 0;
+    close(A.out_fd);
+    A.out_fd = -1;
+    /* A sanitizer report in the agent would otherwise go unnoticed. */
+    char *log = tu_read(A.err_path);
+    cr_expect(!log || (!strstr(log, "Sanitizer") && !strstr(log, "runtime error")),
+              "the agent's stderr has a sanitizer report:\n%s", log);
+    free(log);
+    return status;
+}
+
+static void setup(void) {
+    memset(&A, 0, sizeof A);
+    A.out_fd = -1;
+    A.dir = tu_tmpdir();
+    A.err_path = tu_path("%s/agent.err", A.dir);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void teardown(void) {
+    agent_stop();
+    tu_rmrf(A.dir);
+    free(A.dir);
+    free(A.err_path);
+    curl_global_cleanup();
+}
+
+TestSuite(agent, .init = setup, .fini = teardown, .timeout = 30);
+
+/* ---------------------------------------------------------------- client */
+
+/* "v1,<base64 HMAC-SHA256(secret, id.ts.body)>" into out. */
+static void sign(const char *secret, const char *id, const char *ts, const char *body, char *out) {
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    char *msg = tu_path("%s.%s.%s", id, ts, body);
+    cr_assert(HMAC(EVP_sha256(), secret, (int)strlen(secret), (unsigned char *)msg, strlen(msg),
+                   mac, &n));
+    free(msg);
+    strcpy(out, "v1,");
+    EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)n);
+}
+
+typedef struct {
+    char *p;
+    size_t n;
+} sink_t;
+
+static size_t sink_cb(char *p, size_t size, size_t n, void *user) {
+    sink_t *s = user;
+    s->p = realloc(s->p, s->n + size * n + 1);
+    cr_assert(s->p);
+    memcpy(s->p + s->n, p, size * n);
+    s->n += size * n;
+    s->p[s->n] = '\0';
+    return size * n;
+}
+
+/* POST body with the given headers (NULL: header left out); returns the
+ * status, *resp gets the body (caller frees). */
+static long post_raw(const char *id, const char *ts, const char *sig, const char *body,
+                     char **resp) {
+    CURL *h = curl_easy_init();
+    cr_assert(h);
+    char url[64], line[512];
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    if (id) snprintf(line, sizeof line, "webhook-id: %s", id), hdrs = curl_slist_append(hdrs, line);
+    if (ts)
+        snprintf(line, sizeof line, "webhook-timestamp: %s", ts),
+            hdrs = curl_slist_append(hdrs, line);
+    if (sig)
+        snprintf(line, sizeof line, "webhook-signature: %s", sig),
+            hdrs = curl_slist_append(hdrs, line);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/hook", A.port);
+    sink_t s = {calloc(1, 1), 0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
+    CURLcode rc = curl_easy_perform(h);
+    cr_assert_eq(rc, CURLE_OK, "POST: %s", curl_easy_strerror(rc));
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    *resp = s.p;
+    return code;
+}
+
+/* A correctly signed delivery at time now + skew seconds. */
+static long post_signed(const char *id, long skew, const char *body, char **resp) {
+    char ts[32], sig[128];
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL) + skew);
+    sign(SECRET, id, ts, body, sig);
+    return post_raw(id, ts, sig, body, resp);
+}
+
+/* The reply must be exactly one valid spec; parsed into out. */
+static void reply_spec(const char *resp, spec_t *out) {
+    char err[SPEC_ERR_LEN];
+    cJSON *j = cJSON_Parse(resp);
+    cr_assert(cJSON_IsObject(j), "the reply is not one spec: %s", resp);
+    cJSON_Delete(j);
+    cr_assert_eq(spec_parse(resp, strlen(resp), out, err, sizeof err), 0, "%s: %s", resp, err);
+}
+
+static const char *const QUEUE_EMPTY = "{\"type\":\"queue.empty\",\"experiment\":null,"
+                                       "\"best\":null,\"recent\":[],\"queue_depth\":0}";
+
+/* experiment.finished for id with the baseline spec and val_bpb v. */
+static char *finished_body(int id, double v) {
+    char *path = tu_path("%s/experiments/baseline.json", tu_src());
+    char *spec = tu_read(path);
+    cr_assert_not_null(spec);
+    free(path);
+    char *body = tu_path("{\"type\":\"experiment.finished\",\"experiment\":{\"id\":%d,"
+                         "\"status\":\"succeeded\",\"reason\":null,\"spec\":%s,"
+                         "\"result\":{\"val_bpb\":%.4f}},\"best\":null,\"recent\":[],"
+                         "\"queue_depth\":0,\"running\":0}",
+                         id, spec, v);
+    free(spec);
+    return body;
+}
+
+static int has_tag(const spec_t *sp, const char *tag) {
+    for (int i = 0; i < sp->n_tags; i++)
+        if (!strcmp(sp->tags[i], tag)) return 1;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- tests */
+
+Test(agent, verify_against_independent_signatures) {
+    char err[256];
+    const char *body = "{\"type\":\"queue.empty\"}";
+    const char *good = "v1,94rk4BagNdNizfhtNyq1QHxSjzJDptNnO6EcleZVr20=";
+    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000", good, body, strlen(body), 1700000000,
+                              err, sizeof err),
+                 0, "%s", err);
+    /* One of several signatures is enough; other versions are skipped. */
+    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000",
+                              "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= v2,xyz "
+                              "v1,94rk4BagNdNizfhtNyq1QHxSjzJDptNnO6EcleZVr20=",
+                              body, strlen(body), 1700000100, err, sizeof err),
+                 0, "%s", err);
+    /* An empty body. */
+    cr_expect_eq(agent_verify("another secret", 14, "msg_2", "1700000123",
+                              "v1,b7zc3UysSt9Icie1DtWfIk5wCrqNi2bkRK9D0vM4KKQ=", "", 0, 1700000123,
+                              err, sizeof err),
+                 0, "%s", err);
+    /* Anything changed fails: body, id, timestamp, secret, prefix. */
+    cr_expect_eq(
+        agent_verify("S", 1, "evt_1", "1700000000", good, "{}", 2, 1700000000, err, sizeof err),
+        -1);
+    cr_expect_str_eq(err, "no valid v1 signature in webhook-signature");
+    cr_expect_eq(agent_verify("S", 1, "evt_2", "1700000000", good, body, strlen(body), 1700000000,
+                              err, sizeof err),
+                 -1);
+    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000001", good, body, strlen(body), 1700000000,
+                              err, sizeof err),
+                 -1);
+    cr_expect_eq(agent_verify("T", 1, "evt_1", "1700000000", good, body, strlen(body), 1700000000,
+                              err, sizeof err),
+                 -1);
+    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000", good + 3, body, strlen(body),
+                              1700000000, err, sizeof err),
+                 -1);
+    /* Timestamps: five minutes either way, and only digits. */
+    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000", good, body, strlen(body),
+                              1700000000 + 301, err, sizeof err),
+                 -1);
+    cr_expect_str_eq(err, "webhook-timestamp 1700000000 is 301 s from now (tolerance 300 s)");
+    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000", good, body, strlen(body),
+                              1700000000 - 301, err, sizeof err),
+                 -1);
+    cr_expect_eq(agent_verify("S", 1, "evt_1", "17e8", good, body, strlen(body), 1700000000, err,
+                              sizeof err),
+                 -1);
+    cr_expect_eq(agent_verify("S", 1, NULL, "1700000000", good, body, strlen(body), 1700000000, err,
+                              sizeof err),
+                 -1);
+    cr_expect_str_eq(err, "missing webhook-id");
+    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000", NULL, body, strlen(body), 1700000000,
+                              err, sizeof err),
+                 -1);
+    cr_expect_str_eq(err, "missing webhook-signature");
+}
+
+Test(agent, good_signature_gets_the_baseline) {
+    agent_start(NULL);
+    char *resp = NULL;
+    cr_assert_eq(post_signed("evt_a", 0, QUEUE_EMPTY, &resp), 200, "%s", resp);
+    spec_t p;
+    reply_spec(resp, &p);
+    cr_expect_str_eq(p.name, "baseline");
+    cr_expect_eq(p.parent, 0);
+    cr_expect(has_tag(&p, "agent"));
+    spec_free(&p);
+    free(resp);
+    cr_expect_eq(agent_stop(), 0, "the agent did not exit 0 on SIGTERM");
+    char *log = tu_read(A.err_path);
+    cr_expect(log && strstr(log, "proposing the baseline"), "%s", log);
+    free(log);
+}
+
+Test(agent, bad_signatures_are_401) {
+    agent_start(NULL);
+    char *resp = NULL, ts[32], sig[128];
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    /* Signed with another secret. */
+    sign("wrong", "evt_b", ts, QUEUE_EMPTY, sig);
+    cr_expect_eq(post_raw("evt_b", ts, sig, QUEUE_EMPTY, &resp), 401);
+    cJSON *j = cJSON_Parse(resp);
+    cr_expect_str_eq(
+        cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "code")),
+        "unauthorized");
+    cJSON_Delete(j);
+    free(resp);
+    /* Signed over another body. */
+    sign(SECRET, "evt_b", ts, "{}", sig);
+    cr_expect_eq(post_raw("evt_b", ts, sig, QUEUE_EMPTY, &resp), 401);
+    free(resp);
+    /* Missing headers. */
+    sign(SECRET, "evt_b", ts, QUEUE_EMPTY, sig);
+    cr_expect_eq(post_raw(NULL, ts, sig, QUEUE_EMPTY, &resp), 401);
+    free(resp);
+    cr_expect_eq(post_raw("evt_b", NULL, sig, QUEUE_EMPTY, &resp), 401);
+    free(resp);
+    cr_expect_eq(post_raw("evt_b", ts, NULL, QUEUE_EMPTY, &resp), 401);
+    free(resp);
+    /* The good one still works, also among others. */
+    char several[256];
+    snprintf(several, sizeof several, "v1,bm90IGEgc2lnbmF0dXJl %s", sig);
+    cr_expect_eq(post_raw("evt_b", ts, several, QUEUE_EMPTY, &resp), 200, "%s", resp);
+    free(resp);
+    char *log = tu_read(A.err_path);
+    cr_expect(log && strstr(log, "refusing a delivery"), "%s", log);
+    free(log);
+}
+
+Test(agent, stale_or_future_timestamps_are_401) {
+    agent_start(NULL);
+    char *resp = NULL;
+    cr_expect_eq(post_signed("evt_c", -400, QUEUE_EMPTY, &resp), 401, "%s", resp);
+    cr_expect(strstr(resp, "tolerance 300 s"), "%s", resp);
+    free(resp);
+    cr_expect_eq(post_signed("evt_c", 400, QUEUE_EMPTY, &resp), 401, "%s", resp);
+    free(resp);
+    /* A retry a couple of minutes late is fine. */
+    cr_expect_eq(post_signed("evt_c", -120, QUEUE_EMPTY, &resp), 200, "%s", resp);
+    free(resp);
+}
+
+Test(agent, finished_run_gets_a_mutation_of_it) {
+    agent_start(NULL);
+    char *resp = NULL, *body = finished_body(5, 2.5);
+    cr_assert_eq(post_signed("evt_d", 0, body, &resp), 200, "%s", resp);
+    spec_t p;
+    reply_spec(resp, &p);
+    cr_expect_eq(p.parent, 5);
+    cr_expect(has_tag(&p, "agent"));
+    cr_expect(p.n_tags >= 2, "no axis tag");
+    cr_expect(!strncmp(p.name, "mut#1 ", 6), "name %s", p.name);
+    spec_free(&p);
+    free(resp);
+    free(body);
+    char *log = tu_read(A.err_path);
+    cr_expect(log && strstr(log, "keeping #5: the first successful run (val_bpb 2.5000)"), "%s",
+              log);
+    cr_expect(log && strstr(log, "proposing mutation of #5 (val_bpb 2.5000)"), "%s", log);
+    free(log);
+}
+
+Test(agent, repeated_delivery_gets_the_same_answer) {
+    agent_start(NULL);
+    char *r1 = NULL, *r2 = NULL, *r3 = NULL;
+    cr_assert_eq(post_signed("evt_e", 0, QUEUE_EMPTY, &r1), 200);
+    cr_assert_eq(post_signed("evt_e", 1, QUEUE_EMPTY, &r2), 200);
+    cr_expect_str_eq(r1, r2, "a retried delivery got a different answer");
+    /* A new event id is a new question. */
+    cr_assert_eq(post_signed("evt_f", 0, QUEUE_EMPTY, &r3), 200);
+    cr_expect_str_neq(r1, r3);
+    free(r1);
+    free(r2);
+    free(r3);
+}
+
+Test(agent, not_json_is_400) {
+    agent_start(NULL);
+    char *resp = NULL;
+    cr_expect_eq(post_signed("evt_g", 0, "not json", &resp), 400, "%s", resp);
+    free(resp);
+    cr_expect_eq(post_signed("evt_h", 0, "{\"no\":\"type\"}", &resp), 400, "%s", resp);
+    free(resp);
+}
+
+Test(agent, state_survives_a_restart) {
+    char *state = tu_path("%s/agent-state.json", A.dir);
+    agent_start(state);
+    char *resp = NULL, *body = finished_body(1, 2.5);
+    spec_t p;
+    cr_assert_eq(post_signed("evt_i", 0, QUEUE_EMPTY, &resp), 200, "%s", resp);
+    free(resp);
+    cr_assert_eq(post_signed("evt_j", 0, body, &resp), 200, "%s", resp);
+    reply_spec(resp, &p);
+    cr_expect_eq(p.parent, 1);
+    spec_free(&p);
+    char *first = resp;
+    int status = agent_stop();
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit status %d", status);
+    char *text = tu_read(state);
+    cJSON *st = cJSON_Parse(text);
+    cr_expect(cJSON_IsObject(st), "the state is not JSON: %s", text);
+    cJSON_Delete(st);
+    free(text);
+
+    /* Restarted: the best is still #1 and nothing proposed before comes back. */
+    agent_start(state);
+    cr_assert_eq(post_signed("evt_k", 0, QUEUE_EMPTY, &resp), 200, "%s", resp);
+    reply_spec(resp, &p);
+    cr_expect_eq(p.parent, 1, "the restarted agent forgot its best");
+    cr_expect(strncmp(p.name, "mut#2 ", 6) == 0, "name %s", p.name);
+    cr_expect_str_neq(resp, first);
+    spec_free(&p);
+    free(resp);
+    free(first);
+    free(body);
+    free(state);
+    char *log = tu_read(A.err_path);
+    cr_expect(log && strstr(log, "resumed from"), "%s", log);
+    free(log);
+}
+
+Test(agent, usage) {
+    char *argv[] = {(char *)tu_bin(), "agent", NULL};
+    tu_run_t r;
+    tu_run(&r, argv, 10);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "a secret is required"), "%s", r.err);
+    tu_run_free(&r);
+    char *help[] = {(char *)tu_bin(), "agent", "--help", NULL};
+    tu_run(&r, help, 10);
+    cr_expect_eq(r.exit_code, 0);
+    cr_expect(strstr(r.out, "usage: nightshift agent"), "%s", r.out);
+    tu_run_free(&r);
+    char *bad[] = {(char *)tu_bin(),    "agent",    "--secret",    "x", "--baseline",
+                   "/nonexistent.json", "--listen", "127.0.0.1:0", NULL};
+    tu_run(&r, bad, 10);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "/nonexistent.json"), "%s", r.err);
+    tu_run_free(&r);
+}

@@ -1,0 +1,631 @@
+/* test_strategy.c - the reference agent's strategy, driven with hook events
+ * built here: the baseline first, keep/discard with the noise floor, near-tie
+ * re-runs adopted by their mean, rejected specs never proposed again, every
+ * axis valid over many seeded draws, no repeats over long runs, and the state
+ * surviving a save/load round trip. The decision log is captured so that the
+ * reasons can be checked too. */
+#include <criterion/criterion.h>
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+#include "spec.h"
+#include "strategy.h"
+#include "testutil.h"
+
+/* ------------------------------------------------------------- helpers */
+
+typedef struct {
+    char *text; /* every logged line, '\n'-separated */
+    size_t len;
+} log_t;
+
+static void log_cb(void *user, const char *line) {
+    log_t *l = user;
+    size_t n = strlen(line);
+    l->text = realloc(l->text, l->len + n + 2);
+    cr_assert(l->text);
+    memcpy(l->text + l->len, line, n);
+    l->len += n;
+    l->text[l->len++] = '\n';
+    l->text[l->len] = '\0';
+}
+
+static int logged(const log_t *l, const char *needle) {
+    return l->text && strstr(l->text, needle) != NULL;
+}
+
+static void load_example(const char *name, spec_t *s) {
+    char err[SPEC_ERR_LEN];
+    char *path = tu_path("%s/experiments/%s", tu_src(), name);
+    cr_assert_eq(spec_load(path, s, err, sizeof err), 0, "%s: %s", path, err);
+    free(path);
+}
+
+static strategy_t *new_strategy(log_t *l, int max_proposals) {
+    strategy_opts_t o;
+    spec_t base;
+    char err[256];
+    strategy_opts_default(&o);
+    o.seed = 7;
+    o.max_proposals = max_proposals;
+    o.log = log_cb;
+    o.log_user = l;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    spec_free(&base);
+    return s;
+}
+
+/* A spec object as JSON (canonical form). */
+static cJSON *spec_json(const spec_t *sp) {
+    char *c = spec_canonical_json(sp);
+    cr_assert_not_null(c);
+    cJSON *j = cJSON_Parse(c);
+    free(c);
+    cr_assert_not_null(j);
+    return j;
+}
+
+/* A finished event for experiment id with spec (taken) and val_bpb (NAN: no result). */
+static cJSON *finished(int64_t id, const char *status, cJSON *spec, double val_bpb, int depth) {
+    cJSON *ev = cJSON_CreateObject(), *exp = cJSON_CreateObject();
+    cJSON_AddStringToObject(ev, "type", "experiment.finished");
+    cJSON_AddNumberToObject(exp, "id", (double)id);
+    cJSON_AddStringToObject(exp, "status", status);
+    cJSON_AddItemToObject(exp, "spec", spec);
+    if (isnan(val_bpb)) {
+        cJSON_AddNullToObject(exp, "result");
+    } else {
+        cJSON *res = cJSON_AddObjectToObject(exp, "result");
+        cJSON_AddNumberToObject(res, "val_bpb", val_bpb);
+    }
+    cJSON_AddItemToObject(ev, "experiment", exp);
+    cJSON_AddNullToObject(ev, "best");
+    cJSON_AddItemToObject(ev, "recent", cJSON_CreateArray());
+    cJSON_AddNumberToObject(ev, "queue_depth", depth);
+    return ev;
+}
+
+static cJSON *queue_empty(void) {
+    cJSON *ev = cJSON_CreateObject();
+    cJSON_AddStringToObject(ev, "type", "queue.empty");
+    cJSON_AddNullToObject(ev, "experiment");
+    cJSON_AddNullToObject(ev, "best");
+    cJSON_AddItemToObject(ev, "recent", cJSON_CreateArray());
+    cJSON_AddNumberToObject(ev, "queue_depth", 0);
+    return ev;
+}
+
+/* Decide on ev (freed here); returns the reply array. */
+static cJSON *decide(strategy_t *s, cJSON *ev) {
+    cJSON *reply = NULL;
+    char err[256];
+    cr_assert_eq(strategy_decide(s, ev, &reply, err, sizeof err), 0, "%s", err);
+    cJSON_Delete(ev);
+    cr_assert(cJSON_IsArray(reply));
+    return reply;
+}
+
+/* The only proposal of reply, parsed (must validate); reply is freed. */
+static void only_proposal(cJSON *reply, spec_t *out) {
+    char err[SPEC_ERR_LEN];
+    cr_assert_eq(cJSON_GetArraySize(reply), 1, "expected one proposal, got %d",
+                 cJSON_GetArraySize(reply));
+    char *text = cJSON_PrintUnformatted(reply->child);
+    cr_assert_eq(spec_parse(text, strlen(text), out, err, sizeof err), 0, "%s: %s", text, err);
+    free(text);
+    cJSON_Delete(reply);
+}
+
+static int has_tag(const spec_t *sp, const char *tag) {
+    for (int i = 0; i < sp->n_tags; i++)
+        if (!strcmp(sp->tags[i], tag)) return 1;
+    return 0;
+}
+
+static char *identity(const spec_t *sp) {
+    char *hex = malloc(65);
+    cr_assert(hex && strategy_identity(sp, hex) == 0);
+    return hex;
+}
+
+/* A strategy whose best is #1 at val_bpb v (the baseline, run). */
+static strategy_t *with_best(log_t *l, double v, spec_t *base) {
+    strategy_t *s = new_strategy(l, 0);
+    spec_t p;
+    only_proposal(decide(s, queue_empty()), &p); /* the baseline */
+    spec_free(&p);
+    load_example("baseline.json", base);
+    only_proposal(decide(s, finished(1, "succeeded", spec_json(base), v, 0)), &p);
+    spec_free(&p);
+    int64_t id;
+    double bv;
+    cr_assert(strategy_best(s, &id, &bv, NULL));
+    cr_assert_eq(id, 1);
+    cr_assert_eq(bv, v);
+    return s;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+Test(strategy, baseline_first_then_mutations_of_it) {
+    log_t l = {0};
+    strategy_t *s = new_strategy(&l, 0);
+    spec_t p, base;
+    only_proposal(decide(s, queue_empty()), &p);
+    load_example("baseline.json", &base);
+    char *a = identity(&p), *b = identity(&base);
+    cr_expect_str_eq(a, b, "the first proposal is not the baseline");
+    cr_expect_str_eq(p.name, "baseline");
+    cr_expect_eq(p.parent, 0);
+    cr_expect(has_tag(&p, "agent"));
+    cr_expect(logged(&l, "proposing the baseline"));
+    free(a);
+    spec_free(&p);
+
+    /* Nothing has finished yet: the next one varies the baseline, no parent. */
+    only_proposal(decide(s, queue_empty()), &p);
+    a = identity(&p);
+    cr_expect_str_neq(a, b);
+    cr_expect_eq(p.parent, 0);
+    cr_expect(!strncmp(p.name, "mut#1 ", 6), "name %s", p.name);
+    cr_expect(has_tag(&p, "agent"));
+    cr_expect(p.n_tags >= 2 && p.n_tags <= 3);
+    cr_expect(logged(&l, "proposing mutation of the baseline"));
+    cr_expect_eq(strategy_n_proposals(s), 2);
+    free(a);
+    free(b);
+    spec_free(&p);
+    spec_free(&base);
+    strategy_free(s);
+    free(l.text);
+}
+
+Test(strategy, keep_and_discard_with_the_noise_floor) {
+    log_t l = {0};
+    spec_t base, p;
+    strategy_t *s = with_best(&l, 2.5, &base);
+    cr_expect(logged(&l, "keeping #1: the first successful run (val_bpb 2.5000)"));
+
+    /* 0.01 better than the best: more than the floor, kept; the next varies it. */
+    spec_t v2;
+    spec_copy(&v2, &base);
+    v2.model.n_embd = 192;
+    cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
+    only_proposal(decide(s, finished(2, "succeeded", spec_json(&v2), 2.49, 0)), &p);
+    int64_t id;
+    double v;
+    cr_assert(strategy_best(s, &id, &v, NULL));
+    cr_expect_eq(id, 2);
+    cr_expect_eq(v, 2.49);
+    cr_expect_eq(p.parent, 2);
+    cr_expect(logged(&l, "keeping #2: val_bpb 2.4900 beats best 2.5000 by 0.0100 > noise floor "
+                         "0.005"));
+    cr_expect(logged(&l, "proposing mutation of #2 (val_bpb 2.4900)"));
+    spec_free(&p);
+
+    /* Equal, and worse: discarded. */
+    only_proposal(decide(s, finished(3, "succeeded", spec_json(&base), 2.49, 0)), &p);
+    spec_free(&p);
+    only_proposal(decide(s, finished(4, "succeeded", spec_json(&base), 2.7, 0)), &p);
+    spec_free(&p);
+    cr_assert(strategy_best(s, &id, &v, NULL));
+    cr_expect_eq(id, 2);
+    cr_expect(logged(&l, "discarding #3: val_bpb 2.4900 does not beat best 2.4900 (#2)"));
+    cr_expect(logged(&l, "discarding #4: val_bpb 2.7000 does not beat best 2.4900 (#2)"));
+
+    /* A failure is discarded with its reason. */
+    only_proposal(decide(s, finished(5, "failed", spec_json(&base), NAN, 0)), &p);
+    spec_free(&p);
+    cr_expect(logged(&l, "discarding #5: failed"));
+
+    /* With a queue, a finished run is judged but nothing new is proposed. */
+    cJSON *r = decide(s, finished(6, "succeeded", spec_json(&base), 2.6, 3));
+    cr_expect_eq(cJSON_GetArraySize(r), 0);
+    cJSON_Delete(r);
+
+    /* The same event again is not judged twice. */
+    r = decide(s, finished(2, "succeeded", spec_json(&v2), 2.49, 3));
+    cr_expect_eq(cJSON_GetArraySize(r), 0);
+    cJSON_Delete(r);
+    cr_expect(logged(&l, "#2 was already judged"));
+
+    spec_free(&v2);
+    spec_free(&base);
+    strategy_free(s);
+    free(l.text);
+}
+
+Test(strategy, near_tie_rerun_adopted_by_mean) {
+    log_t l = {0};
+    spec_t base, p, v2;
+    strategy_t *s = with_best(&l, 2.5, &base);
+    spec_copy(&v2, &base);
+    v2.model.mlp = MLP_SWIGLU;
+    cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
+
+    /* 0.003 better: within the floor, so re-run with seed + 1 first. */
+    only_proposal(decide(s, finished(2, "succeeded", spec_json(&v2), 2.497, 0)), &p);
+    cr_expect(logged(&l, "near tie #2 2.4970 vs best 2.5000: re-running with seed 43 before "
+                         "adopting"));
+    cr_expect_eq(p.seed, v2.seed + 1);
+    cr_expect_eq(p.parent, 2);
+    cr_expect(has_tag(&p, "rerun"));
+    cr_expect_eq(p.model.mlp, MLP_SWIGLU);
+    cr_expect_eq(strategy_n_pending(s), 1);
+    int64_t id;
+    double v;
+    cr_assert(strategy_best(s, &id, &v, NULL));
+    cr_expect_eq(id, 1, "a near tie was adopted before its re-run");
+
+    /* The re-run gives 2.499: mean 2.498 beats 2.5, so #2 is adopted. */
+    spec_t q;
+    only_proposal(decide(s, finished(3, "succeeded", spec_json(&p), 2.499, 0)), &q);
+    cr_assert(strategy_best(s, &id, &v, NULL));
+    cr_expect_eq(id, 2);
+    cr_expect(fabs(v - 2.498) < 1e-12, "best val_bpb %g", v);
+    cr_expect_eq(strategy_n_pending(s), 0);
+    cr_expect_eq(q.parent, 2);
+    cr_expect(logged(&l, "confirmed #2: mean val_bpb 2.4980 over seeds 42 and 43 beats best "
+                         "2.5000 (#1): adopting #2"));
+    spec_free(&q);
+    spec_free(&p);
+    spec_free(&v2);
+    spec_free(&base);
+    strategy_free(s);
+    free(l.text);
+}
+
+Test(strategy, near_tie_rerun_not_confirmed) {
+    log_t l = {0};
+    spec_t base, p, v2, q;
+    strategy_t *s = with_best(&l, 2.5, &base);
+    spec_copy(&v2, &base);
+    v2.model.depth = 5;
+    cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
+    only_proposal(decide(s, finished(2, "succeeded", spec_json(&v2), 2.498, 0)), &p);
+    /* The re-run gives 2.51: mean 2.504 does not beat 2.5. */
+    only_proposal(decide(s, finished(3, "succeeded", spec_json(&p), 2.51, 0)), &q);
+    int64_t id;
+    cr_assert(strategy_best(s, &id, NULL, NULL));
+    cr_expect_eq(id, 1);
+    cr_expect_eq(q.parent, 1);
+    cr_expect(logged(&l, "not confirmed #2: mean val_bpb 2.5040"));
+    spec_free(&q);
+    spec_free(&p);
+
+    /* A near tie whose re-run fails is not adopted either. */
+    spec_t v4;
+    spec_copy(&v4, &base);
+    v4.model.depth = 3;
+    cr_assert_eq(spec_validate(&v4, NULL, 0), 0);
+    only_proposal(decide(s, finished(4, "succeeded", spec_json(&v4), 2.499, 0)), &p);
+    cr_expect_eq(strategy_n_pending(s), 1);
+    only_proposal(decide(s, finished(5, "crashed", spec_json(&p), NAN, 0)), &q);
+    cr_expect_eq(strategy_n_pending(s), 0);
+    cr_assert(strategy_best(s, &id, NULL, NULL));
+    cr_expect_eq(id, 1);
+    cr_expect(logged(&l, "re-run #5 of #4 ended crashed: not adopting #4"));
+    spec_free(&q);
+    spec_free(&p);
+    spec_free(&v4);
+    spec_free(&v2);
+    spec_free(&base);
+    strategy_free(s);
+    free(l.text);
+}
+
+Test(strategy, rejected_specs_are_not_proposed_again) {
+    log_t l = {0};
+    spec_t base, x, p;
+    strategy_t *s = with_best(&l, 2.5, &base);
+    /* A variant the strategy might well draw: ve_layers all. */
+    spec_copy(&x, &base);
+    snprintf(x.model.ve_layers, sizeof x.model.ve_layers, "all");
+    cr_assert_eq(spec_validate(&x, NULL, 0), 0);
+    cr_expect(!strategy_has_seen(s, &x));
+    cJSON *ev = cJSON_CreateObject(), *rej = cJSON_CreateObject();
+    cJSON_AddStringToObject(ev, "type", "experiment.rejected");
+    cJSON_AddItemToObject(rej, "proposal", spec_json(&x));
+    cJSON_AddStringToObject(rej, "error", "dataset: no dataset named 'default'");
+    cJSON_AddItemToObject(ev, "rejected", rej);
+    cJSON_AddNumberToObject(ev, "queue_depth", 0);
+    only_proposal(decide(s, ev), &p);
+    cr_expect(strategy_has_seen(s, &x));
+    cr_expect(logged(&l, "the daemon rejected a proposal: dataset: no dataset named 'default'"));
+    char *xid = identity(&x);
+    char *pid = identity(&p);
+    cr_expect_str_neq(xid, pid);
+    free(pid);
+    spec_free(&p);
+    /* Many proposals later it has still not come back. */
+    for (int i = 0; i < 150; i++) {
+        only_proposal(decide(s, queue_empty()), &p);
+        pid = identity(&p);
+        cr_expect_str_neq(xid, pid, "proposal %d repeats the rejected spec", i);
+        free(pid);
+        spec_free(&p);
+    }
+    free(xid);
+
+    /* Five rejections in a row pause the proposals until a run finishes. */
+    only_proposal(decide(s, finished(8, "succeeded", spec_json(&base), 2.6, 0)), &p);
+    spec_free(&p);
+    for (int i = 0; i < 5; i++) {
+        ev = cJSON_CreateObject();
+        cJSON_AddStringToObject(ev, "type", "experiment.rejected");
+        rej = cJSON_AddObjectToObject(ev, "rejected");
+        cJSON_AddStringToObject(rej, "error", "not JSON");
+        cJSON *r = decide(s, ev);
+        cr_expect_eq(cJSON_GetArraySize(r), i < 4 ? 1 : 0, "rejection %d", i);
+        cJSON_Delete(r);
+    }
+    cr_expect(logged(&l, "5 proposals in a row were rejected"));
+    only_proposal(decide(s, finished(9, "succeeded", spec_json(&base), 2.6, 0)), &p);
+    spec_free(&p);
+    spec_free(&x);
+    spec_free(&base);
+    strategy_free(s);
+    free(l.text);
+}
+
+/* The invariants of a valid variant, beyond what spec_validate checks. */
+static void check_variant(const spec_t *parent, const spec_t *v, strategy_axis a) {
+    char err[SPEC_ERR_LEN];
+    spec_t copy;
+    const spec_model_t *m = &v->model;
+    cr_assert_eq(spec_copy(&copy, v), 0);
+    cr_assert_eq(spec_validate(&copy, err, sizeof err), 0, "axis %s: %s", strategy_axis_name(a),
+                 err);
+    spec_free(&copy);
+    char *text = spec_canonical_json(v);
+    cr_assert_eq(spec_parse(text, strlen(text), &copy, err, sizeof err), 0, "axis %s: %s: %s",
+                 strategy_axis_name(a), text, err);
+    spec_free(&copy);
+    free(text);
+    cr_assert_eq(m->n_embd % m->n_head, 0);
+    cr_assert_eq(m->n_head % m->n_kv_head, 0);
+    cr_assert_eq(m->head_dim % 2, 0);
+    if (a == STRATEGY_N_EMBD || a == STRATEGY_HEADS) cr_assert_geq(m->head_dim, 16);
+    cr_assert_leq(m->ve_gate_channels, m->n_embd);
+    cr_assert_eq(v->train.total_batch_tokens % (v->train.batch_size * m->seq_len), 0);
+    char *a_id = identity(parent), *b_id = identity(v);
+    cr_assert_str_neq(a_id, b_id, "axis %s changed nothing", strategy_axis_name(a));
+    free(a_id);
+    free(b_id);
+    /* Only the axis' own fields (and their stated consequences) move. */
+    const spec_model_t *pm = &parent->model;
+    if (a != STRATEGY_DEPTH) cr_assert_eq(m->depth, pm->depth);
+    if (a != STRATEGY_N_EMBD) cr_assert_eq(m->n_embd, pm->n_embd);
+    if (a != STRATEGY_HEADS) cr_assert(m->n_head == pm->n_head && m->n_kv_head == pm->n_kv_head);
+    if (a != STRATEGY_MLP) cr_assert_eq(m->mlp, pm->mlp);
+    if (a != STRATEGY_WINDOW) cr_assert_str_eq(m->window_pattern, pm->window_pattern);
+    if (a != STRATEGY_LR) cr_assert_eq(v->train.matrix_lr, parent->train.matrix_lr);
+    if (a != STRATEGY_BATCH) cr_assert_eq(v->train.batch_size, parent->train.batch_size);
+    cr_assert_eq(v->seed, parent->seed);
+}
+
+Test(strategy, every_axis_gives_valid_variants) {
+    const char *examples[] = {"baseline.json", "gqa_swiglu.json", "deep_narrow.json",
+                              "learned_pos_tied.json"};
+    rng_t rng;
+    rng_seed(&rng, 12345);
+    int moved[STRATEGY_N_AXES] = {0};
+    for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) {
+        spec_t parent;
+        load_example(examples[e], &parent);
+        /* Each example, and a chain of random variants of it: many shapes of best. */
+        for (int step = 0; step < 60; step++) {
+            for (int a = 0; a < STRATEGY_N_AXES; a++) {
+                spec_t v;
+                strategy_change_t ch;
+                cr_assert_eq(spec_copy(&v, &parent), 0);
+                if (strategy_mutate(&v, (strategy_axis)a, &rng, &ch) == 0) {
+                    check_variant(&parent, &v, (strategy_axis)a);
+                    cr_assert(ch.desc[0] && ch.label[0]);
+                    moved[a]++;
+                } else {
+                    char *x = identity(&parent), *y = identity(&v);
+                    cr_assert_str_eq(x, y, "a failed mutation changed the spec");
+                    free(x);
+                    free(y);
+                }
+                spec_free(&v);
+            }
+            /* Walk on: the parent becomes a random variant of itself. */
+            strategy_change_t ch;
+            strategy_mutate(&parent, (strategy_axis)rng_below(&rng, STRATEGY_N_AXES), &rng, &ch);
+        }
+        spec_free(&parent);
+    }
+    for (int a = 0; a < STRATEGY_N_AXES; a++)
+        cr_expect_gt(moved[a], 100, "axis %s moved only %d times", strategy_axis_name(a), moved[a]);
+}
+
+/* Long runs: every proposal validates and no spec is ever proposed twice,
+ * while results move the best around. */
+Test(strategy, two_thousand_proposals_never_repeat) {
+    log_t l = {0};
+    spec_t base;
+    strategy_t *s = with_best(&l, 3.0, &base);
+    spec_free(&base);
+    rng_t rng;
+    rng_seed(&rng, 99);
+    size_t n = 0, cap = 2100;
+    char **ids = calloc(cap, sizeof *ids);
+    cr_assert(ids);
+    double best = 3.0;
+    int64_t next_id = 2;
+    for (int i = 0; i < 2000; i++) {
+        spec_t p;
+        only_proposal(decide(s, queue_empty()), &p);
+        char *id = identity(&p);
+        for (size_t k = 0; k < n; k++) cr_assert_str_neq(ids[k], id, "proposal %d repeats", i);
+        ids[n++] = id;
+        /* Every tenth proposal "ran" and sometimes improved on the best. */
+        if (i % 10 == 0) {
+            double v = best + 0.02 * (rng_uniform(&rng) - 0.7);
+            if (v < best - 0.005) best = v;
+            cJSON *r = decide(s, finished(next_id++, "succeeded", spec_json(&p), v, 1));
+            cJSON_Delete(r);
+        }
+        spec_free(&p);
+    }
+    int64_t id;
+    cr_assert(strategy_best(s, &id, NULL, NULL));
+    cr_expect_gt(id, 1, "the best never moved");
+    for (size_t k = 0; k < n; k++) free(ids[k]);
+    free(ids);
+    strategy_free(s);
+    free(l.text);
+}
+
+Test(strategy, starts_from_the_daemons_best_and_skips_what_it_saw) {
+    log_t l = {0};
+    strategy_t *s = new_strategy(&l, 0);
+    spec_t base, p, r;
+    load_example("baseline.json", &base);
+    spec_copy(&r, &base);
+    r.model.depth = 6;
+    cr_assert_eq(spec_validate(&r, NULL, 0), 0);
+    cJSON *ev = queue_empty();
+    cJSON *best = cJSON_CreateObject();
+    cJSON_AddNumberToObject(best, "id", 7);
+    cJSON_AddNumberToObject(best, "val_bpb", 2.3);
+    cJSON_AddItemToObject(best, "spec", spec_json(&base));
+    cJSON_ReplaceItemInObject(ev, "best", best);
+    cJSON *item = cJSON_CreateObject();
+    cJSON_AddNumberToObject(item, "id", 8);
+    cJSON_AddItemToObject(item, "spec", spec_json(&r));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(ev, "recent"), item);
+    only_proposal(decide(s, ev), &p);
+    cr_expect_eq(p.parent, 7, "the proposal does not vary the daemon's best");
+    cr_expect(strategy_has_seen(s, &base));
+    cr_expect(strategy_has_seen(s, &r));
+    cr_expect(logged(&l, "starting from the daemon's best #7 (val_bpb 2.3000)"));
+    spec_free(&p);
+    spec_free(&r);
+    spec_free(&base);
+    strategy_free(s);
+    free(l.text);
+}
+
+Test(strategy, max_proposals) {
+    log_t l = {0};
+    strategy_t *s = new_strategy(&l, 3);
+    for (int i = 0; i < 5; i++) {
+        cJSON *r = decide(s, queue_empty());
+        cr_expect_eq(cJSON_GetArraySize(r), i < 3 ? 1 : 0, "event %d", i);
+        cJSON_Delete(r);
+    }
+    cr_expect(logged(&l, "reached --max-proposals 3"));
+    strategy_free(s);
+    free(l.text);
+}
+
+Test(strategy, not_an_event) {
+    log_t l = {0};
+    strategy_t *s = new_strategy(&l, 0);
+    cJSON *ev = cJSON_Parse("{\"hello\":1}"), *reply = (cJSON *)1;
+    char err[256];
+    cr_expect_eq(strategy_decide(s, ev, &reply, err, sizeof err), -1);
+    cr_expect_null(reply);
+    cJSON_Delete(ev);
+    cJSON *r = decide(s, cJSON_Parse("{\"type\":\"something.else\"}"));
+    cr_expect_eq(cJSON_GetArraySize(r), 0);
+    cJSON_Delete(r);
+    strategy_free(s);
+    free(l.text);
+}
+
+Test(strategy, state_round_trip) {
+    log_t l = {0}, l2 = {0};
+    spec_t base, p, v2;
+    char err[512];
+    strategy_t *s = with_best(&l, 2.5, &base);
+    /* A pending near tie, some seen specs, judged ids and a moved RNG. */
+    spec_copy(&v2, &base);
+    v2.model.n_embd = 96;
+    cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
+    only_proposal(decide(s, finished(2, "succeeded", spec_json(&v2), 2.498, 0)), &p);
+    spec_free(&p);
+    for (int i = 0; i < 5; i++) {
+        only_proposal(decide(s, queue_empty()), &p);
+        spec_free(&p);
+    }
+    char *dir = tu_tmpdir();
+    char *path = tu_path("%s/agent-state.json", dir);
+    cr_assert_eq(strategy_save(s, path, err, sizeof err), 0, "%s", err);
+
+    strategy_t *t = new_strategy(&l2, 0);
+    cr_assert_eq(strategy_load(t, path, err, sizeof err), 0, "%s", err);
+    cJSON *a = strategy_state_json(s), *b = strategy_state_json(t);
+    char *ta = cJSON_PrintUnformatted(a), *tb = cJSON_PrintUnformatted(b);
+    cr_expect_str_eq(ta, tb, "the loaded state differs from the saved one");
+    free(ta);
+    free(tb);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cr_expect_eq(strategy_n_pending(t), 1);
+    cr_expect_eq(strategy_n_proposals(t), strategy_n_proposals(s));
+
+    /* Both continue identically: same RNG, same best, same seen set. */
+    for (int i = 0; i < 5; i++) {
+        spec_t x, y;
+        only_proposal(decide(s, queue_empty()), &x);
+        only_proposal(decide(t, queue_empty()), &y);
+        char *ix = identity(&x), *iy = identity(&y);
+        cr_expect_str_eq(ix, iy, "proposal %d differs after the reload", i);
+        cr_expect_str_eq(x.name, y.name);
+        free(ix);
+        free(iy);
+        spec_free(&x);
+        spec_free(&y);
+    }
+
+    /* A missing file is "no state yet"; a corrupt one is an error and changes nothing. */
+    char *missing = tu_path("%s/none.json", dir);
+    cr_expect_eq(strategy_load(t, missing, err, sizeof err), 1);
+    tu_write(path, "{\"version\":1,\"rng\":[\"1\",\"2\",\"3\"]}");
+    int before = strategy_n_proposals(t);
+    cr_expect_eq(strategy_load(t, path, err, sizeof err), -1);
+    cr_expect(strstr(err, "rng"), "%s", err);
+    cr_expect_eq(strategy_n_proposals(t), before);
+    tu_write(path, "not json");
+    cr_expect_eq(strategy_load(t, path, err, sizeof err), -1);
+
+    free(missing);
+    tu_rmrf(dir);
+    free(dir);
+    free(path);
+    spec_free(&v2);
+    spec_free(&base);
+    strategy_free(s);
+    strategy_free(t);
+    free(l.text);
+    free(l2.text);
+}
+
+Test(strategy, identity_ignores_labels_and_spellings) {
+    spec_t a, b;
+    const char *x = "{\"name\":\"a\",\"tags\":[\"t\"],\"parent\":3,\"priority\":5}";
+    const char *y = "{\"model\":{\"ve_layers\":[1,3],\"window_pattern\":\"SSSS\"}}";
+    char err[SPEC_ERR_LEN], ha[65], hb[65];
+    cr_assert_eq(spec_parse(x, strlen(x), &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(spec_parse(y, strlen(y), &b, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(strategy_identity(&a, ha), 0);
+    cr_assert_eq(strategy_identity(&b, hb), 0);
+    /* At depth 4, [1,3] is "alternate" and SSSS is SSSL (the last layer is full). */
+    cr_expect_str_eq(ha, hb);
+    b.seed = 43;
+    cr_assert_eq(strategy_identity(&b, hb), 0);
+    cr_expect_str_neq(ha, hb, "the seed is part of the identity");
+    spec_free(&a);
+    spec_free(&b);
+}
