@@ -28,8 +28,11 @@
  * fails validation, or a reply that is not JSON, is recorded and answered with
  * an experiment.rejected event. A malformed reply never stops the loop.
  *
- * While the queue is empty and a slot is idle, queue.empty is re-sent every
- * idle_resend_s so that an agent that once answered nothing is asked again. */
+ * queue.empty is not sent while an experiment.finished event is still being
+ * delivered: that event already carries the queue depth, and an agent answers
+ * it with the next variant. While the queue is empty and a slot is idle,
+ * queue.empty is re-sent every idle_resend_s, so that an agent that once
+ * answered nothing is asked again. */
 #ifndef NIGHTSHIFT_HOOK_H
 #define NIGHTSHIFT_HOOK_H
 
@@ -52,7 +55,7 @@ typedef struct {
     api_t *api;            /* for submissions and the store */
 } hook_opts_t;
 
-/* Returns NULL with err on failure (bad URL, libcurl init). */
+/* Returns NULL with err on failure (bad URL, no secret, libcurl init). */
 hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen);
 
 /* Queue events for delivery (they are sent in the background). */

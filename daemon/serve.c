@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "api.h"
+#include "hook.h"
 #include "http.h"
 #include "log.h"
 #include "sched.h"
@@ -26,7 +27,8 @@
 #include "store.h"
 #include "util.h"
 
-#define MAX_TOKEN 256
+#define MAX_TOKEN  256
+#define MAX_SECRET 1024 /* bytes of the agent hook's HMAC key */
 
 typedef struct {
     char dir[PATH_MAX];
@@ -38,6 +40,8 @@ typedef struct {
     char *worker_cmd[33]; /* test hook: a stand-in worker program and its arguments */
     char worker_cmd_buf[1024];
     size_t max_body_bytes;
+    char agent_url[1024]; /* "" = no agent hook */
+    char agent_secret[MAX_SECRET + 1];
 } serve_opts_t;
 
 typedef struct {
@@ -47,6 +51,7 @@ typedef struct {
     sched_t *sched;
     http_server_t *http;
     api_t api;
+    hook_t *hook; /* NULL without --agent-url, and once closed */
     uv_signal_t sigint, sigterm;
     int lock_fd;
     int stopping;
@@ -78,18 +83,21 @@ static int parse_listen(const char *s, serve_opts_t *o, char *err, size_t errlen
     return 0;
 }
 
-static int read_token_file(const char *path, serve_opts_t *o, char *err, size_t errlen) {
+/* A token or secret from a file (trailing newlines and spaces dropped) into
+ * out, which holds max characters. */
+static int read_secret_file(const char *path, const char *what, char *out, int max, char *err,
+                            size_t errlen) {
     size_t len;
     char *text = util_read_file(path, 4096, &len, err, errlen);
     if (!text) return -1;
     while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
         text[--len] = '\0';
     int rc = 0;
-    if (len == 0 || len > MAX_TOKEN) {
-        snprintf(err, errlen, "%s: the token must be 1 to %d characters", path, MAX_TOKEN);
+    if (len == 0 || len > (size_t)max) {
+        snprintf(err, errlen, "%s: the %s must be 1 to %d characters", path, what, max);
         rc = -1;
     } else {
-        snprintf(o->token, sizeof o->token, "%s", text);
+        snprintf(out, (size_t)max + 1, "%s", text);
     }
     free(text);
     return rc;
@@ -157,7 +165,21 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
         }
         snprintf(o->token, sizeof o->token, "%s", val);
     } else if (!strcmp(key, "token-file")) {
-        return read_token_file(val, o, err, errlen);
+        return read_secret_file(val, "token", o->token, MAX_TOKEN, err, errlen);
+    } else if (!strcmp(key, "agent-url")) {
+        if (!*val || strlen(val) >= sizeof o->agent_url) {
+            snprintf(err, errlen, "agent-url: 1 to %zu characters", sizeof o->agent_url - 1);
+            return -1;
+        }
+        snprintf(o->agent_url, sizeof o->agent_url, "%s", val);
+    } else if (!strcmp(key, "agent-secret")) {
+        if (!*val || strlen(val) > MAX_SECRET) {
+            snprintf(err, errlen, "agent-secret: 1 to %d characters", MAX_SECRET);
+            return -1;
+        }
+        snprintf(o->agent_secret, sizeof o->agent_secret, "%s", val);
+    } else if (!strcmp(key, "agent-secret-file")) {
+        return read_secret_file(val, "agent secret", o->agent_secret, MAX_SECRET, err, errlen);
     } else if (!strcmp(key, "worker-cmd")) {
         return set_worker_cmd(o, val, err, errlen);
     } else {
@@ -215,11 +237,14 @@ static void serve_usage(FILE *out) {
             "                        [--threads-per-slot N] [--memory-mb N]\n"
             "                        [--token T | --token-file F] [--config FILE]\n"
             "                        [--max-attempts N] [--deadline-slack S] [--kill-grace S]\n"
+            "                        [--agent-url URL (--agent-secret S | --agent-secret-file F)]\n"
             "Runs the daemon: a queue of experiments in DIR/nightshift.db, workers in\n"
             "DIR/runs/<id>/, and the HTTP API (default 127.0.0.1:8080; port 0 picks a free\n"
             "port and prints it). The token (also $NIGHTSHIFT_TOKEN) guards every POST; a\n"
             "non-loopback --listen needs one. --config is a JSON object with these options\n"
-            "as keys; command-line options override it.\n");
+            "as keys; command-line options override it. With --agent-url, every finished\n"
+            "experiment and an empty queue are POSTed to the agent, signed with the secret\n"
+            "(HMAC-SHA256, Standard Webhooks headers); its reply may propose the next specs.\n");
 }
 
 static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t errlen) {
@@ -234,6 +259,9 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
                                          {"token", required_argument, 0, 0},
                                          {"token-file", required_argument, 0, 0},
                                          {"worker-cmd", required_argument, 0, 0},
+                                         {"agent-url", required_argument, 0, 0},
+                                         {"agent-secret", required_argument, 0, 0},
+                                         {"agent-secret-file", required_argument, 0, 0},
                                          {"config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -253,6 +281,10 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
     if (optind != argc) return 2;
     const char *env = getenv("NIGHTSHIFT_TOKEN");
     if (!o->token[0] && env && *env && set_option(o, "token", env, err, errlen) < 0) return -1;
+    if (o->agent_url[0] && !o->agent_secret[0]) {
+        snprintf(err, errlen, "--agent-url needs --agent-secret or --agent-secret-file");
+        return -1;
+    }
     return 0;
 }
 
@@ -307,12 +339,21 @@ static void signal_cb(uv_signal_t *h, int signum) {
              signum == SIGINT ? "SIGINT" : "SIGTERM");
     http_server_close(d->http, NULL, NULL);
     d->http = NULL;
+    hook_close(d->hook, NULL, NULL);
+    d->hook = NULL;
     sched_shutdown(d->sched, workers_stopped_cb, d);
 }
 
 static void queue_empty_cb(void *user) {
-    (void)user;
+    daemon_t *d = user;
     log_info("queue is empty: waiting for submissions");
+    hook_queue_empty(d->hook);
+}
+
+static void finished_cb(void *user, int64_t id, const char *status) {
+    daemon_t *d = user;
+    (void)status;
+    hook_experiment_finished(d->hook, id);
 }
 
 static int run_daemon(daemon_t *d) {
@@ -348,6 +389,7 @@ static int run_daemon(daemon_t *d) {
                        .deadline_slack_s = d->o.deadline_slack_s,
                        .kill_grace_s = d->o.kill_grace_s,
                        .max_attempts = d->o.max_attempts,
+                       .on_finished = finished_cb,
                        .on_queue_empty = queue_empty_cb,
                        .user = d};
     d->sched = sched_new(&d->loop, d->store, &so, err, sizeof err);
@@ -357,12 +399,16 @@ static int run_daemon(daemon_t *d) {
                      .state_dir = d->o.dir,
                      .token = d->o.token[0] ? d->o.token : NULL,
                      .started_at = util_now()};
+    if (d->o.agent_url[0]) {
+        hook_opts_t ho = {.url = d->o.agent_url, .secret = d->o.agent_secret, .api = &d->api};
+        if (!(d->hook = hook_new(&d->loop, &ho, err, sizeof err))) goto out_sched;
+    }
     http_limits_t lim;
     http_limits_default(&lim);
     int port = 0;
     if (http_server_start(&d->loop, d->o.host, d->o.port, &lim, api_handle, &d->api, &d->http,
                           &port, err, sizeof err) < 0)
-        goto out_sched;
+        goto out_hook;
     uv_signal_init(&d->loop, &d->sigint);
     uv_signal_init(&d->loop, &d->sigterm);
     d->sigint.data = d->sigterm.data = d;
@@ -382,6 +428,9 @@ static int run_daemon(daemon_t *d) {
     rc = 0;
     goto out_loop;
 
+out_hook:
+    hook_close(d->hook, NULL, NULL);
+    d->hook = NULL;
 out_sched:
     sched_free(d->sched);
     d->sched = NULL;

@@ -908,8 +908,7 @@ cJSON *store_recent(store_t *s, int n, char *err, size_t errlen) {
     return rows_array(s, st, "recent", err, errlen);
 }
 
-int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *err,
-                            size_t errlen) {
+int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *err, size_t errlen) {
     char now[STORE_TIME_LEN];
     now_iso(now);
     sqlite3_stmt *st = s->st[ST_INSERT_DELIVERY];

@@ -3,7 +3,8 @@
 # Idempotent: packages already present are skipped, and apt-get runs only when
 # something is missing. Needs root (or sudo) only when it has to install.
 #
-#   scripts/setup.sh          build + test + run dependencies
+#   scripts/setup.sh          build + test + run dependencies (python3: a test checks
+#                             webhook signatures with its hmac module)
 #   scripts/setup.sh --torch  also python3-torch, used only to regenerate fixtures
 #                             and for `make bench` comparisons
 set -euo pipefail
@@ -12,10 +13,10 @@ packages=(
     build-essential pkg-config clang-format
     libopenblas-pthread-dev libcjson-dev libcriterion-dev libpcre2-dev
     libuv1-dev libsqlite3-dev sqlite3 libcurl4-openssl-dev libhttp-parser-dev
-    libssl-dev uuid-dev
+    libssl-dev uuid-dev python3
 )
 if [[ "${1:-}" == "--torch" ]]; then
-    packages+=(python3 python3-torch python3-numpy)
+    packages+=(python3-torch python3-numpy)
 fi
 
 missing=()

@@ -1,0 +1,911 @@
+/* hook.c - the outbound agent hook (see hook.h): events built from the store,
+ * signed, POSTed with libcurl multi on the daemon's libuv loop, retried with
+ * backoff, every attempt recorded; the agent's reply queued as proposals.
+ *
+ * libcurl runs in its multi-socket mode, the pattern of curl's multi-uv.c
+ * example: curl says which sockets to watch (socket_cb: one uv_poll per
+ * socket) and when to wake it (timer_cb: one uv_timer). curl_multi_socket_action
+ * is called from the poll and timer callbacks of libuv, never from inside
+ * curl's own callbacks, and finished transfers are collected with
+ * curl_multi_info_read after each call. Nothing here blocks the loop: name
+ * resolution is curl's threaded resolver, and every wait is a libuv handle.
+ *
+ * Events wait in a FIFO for one of MAX_IN_FLIGHT transfers; a failed attempt
+ * that may be retried waits on its own uv_timer (full jitter: a uniform delay
+ * in [0, min(60 s, base * 2^(attempt-1))]) and then joins the FIFO again.
+ *
+ * Ownership: the hook owns its events. An event owns its payload, its easy
+ * handle and header list while a transfer runs, its reply buffer and its
+ * retry timer; it is freed only in that timer's close callback. A socket's
+ * poll handle is freed in its close callback. hook_close closes everything
+ * and frees the hook when the last of its handles has closed. */
+#include "hook.h"
+
+#include <cJSON.h>
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "sched.h"
+#include "spec.h"
+#include "store.h"
+
+#define MAX_IN_FLIGHT    4         /* concurrent transfers; more events wait in the FIFO */
+#define MAX_REPLY_BYTES  (1 << 20) /* a bigger 2xx reply is malformed */
+#define MAX_PROPOSALS    64        /* specs accepted from one reply */
+#define REJECTED_PER_MIN 16        /* experiment.rejected events sent per minute, at most */
+#define BACKOFF_CAP_S    60.0
+#define ECHO_MAX         4096 /* bytes of a malformed reply echoed back in experiment.rejected */
+#define ERROR_SNIPPET    200  /* bytes of a failed reply's body kept in the error */
+#define EVENT_ID_LEN     37   /* "evt_" + 32 hex + NUL */
+
+#define EV_FINISHED "experiment.finished"
+#define EV_EMPTY    "queue.empty"
+#define EV_REJECTED "experiment.rejected"
+
+typedef enum { EV_WAITING, EV_SENDING, EV_BACKOFF } event_state;
+
+typedef struct event event_t;
+struct event {
+    hook_t *h;
+    char id[EVENT_ID_LEN];
+    const char *type; /* one of the EV_* strings */
+    char *body;       /* the JSON payload, the same bytes on every attempt */
+    size_t body_len;
+    int attempt; /* attempts started so far */
+    event_state state;
+    uint64_t sent_ns; /* uv_hrtime at the start of the current attempt */
+    /* the current transfer (EV_SENDING only) */
+    CURL *easy;
+    struct curl_slist *headers;
+    char curl_err[CURL_ERROR_SIZE];
+    char *reply; /* NUL-terminated; reply_len bytes */
+    size_t reply_len, reply_cap;
+    int reply_too_big;
+    uv_timer_t retry;     /* backoff; its close callback frees the event */
+    event_t *next_wait;   /* FIFO of events waiting for a transfer */
+    event_t *prev, *next; /* every live event */
+};
+
+/* One socket curl asked us to watch; freed in its poll handle's close callback. */
+typedef struct sock sock_t;
+struct sock {
+    uv_poll_t poll;
+    curl_socket_t fd;
+    hook_t *h;
+    sock_t *prev, *next;
+};
+
+struct hook {
+    uv_loop_t *loop;
+    api_t *api;
+    char *url, *secret, *noproxy;
+    int max_attempts;
+    double timeout_s, idle_resend_s, backoff_base_s;
+    CURLM *multi;
+    int curl_inited;
+    uv_timer_t curl_timer; /* curl's wake-up (CURLMOPT_TIMERFUNCTION) */
+    uv_timer_t idle_timer; /* queue.empty re-sends while idle */
+    cJSON *defaults;       /* the spec with every default, sent in each payload */
+    event_t *events;       /* every live event */
+    event_t *wait_head, *wait_tail;
+    sock_t *socks;
+    int in_flight;
+    int empty_pending;                      /* live queue.empty events */
+    uint64_t rejected_at[REJECTED_PER_MIN]; /* uv_now (ms) of the last sends, a ring */
+    int rejected_next, rejected_count;
+    int closing, cleaning;
+    int open_handles; /* initialised handles whose close callback has not run */
+    void (*done)(void *arg);
+    void *done_arg;
+};
+
+static void start_transfers(hook_t *h);
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A uniform double in [0, 1) from the CSPRNG (only jitter: quality is moot). */
+static double random_unit(void) {
+    uint32_t r = 0;
+    if (RAND_bytes((unsigned char *)&r, sizeof r) != 1) r = (uint32_t)rand();
+    return r / 4294967296.0;
+}
+
+/* "evt_" + 32 lowercase hex digits. */
+static int new_event_id(char out[EVENT_ID_LEN]) {
+    unsigned char b[16];
+    if (RAND_bytes(b, sizeof b) != 1) return -1;
+    memcpy(out, "evt_", 4);
+    for (int i = 0; i < 16; i++) snprintf(out + 4 + 2 * i, 3, "%02x", b[i]);
+    return 0;
+}
+
+/* Copy at most max bytes of text into a new string, cut back to a UTF-8
+ * character boundary, with control characters other than \t \n \r made '?'.
+ * The caller frees it; NULL when out of memory. */
+static char *printable_prefix(const char *text, size_t len, size_t max) {
+    size_t n = len < max ? len : max;
+    if (n < len)
+        while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
+    char *out = malloc(n + 1);
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        out[i] = (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f ? '?' : (char)c;
+    }
+    out[n] = '\0';
+    return out;
+}
+
+/* ------------------------------------------------------------------ payload */
+
+/* A new object with the named members moved out of src (absent ones are
+ * null). The caller owns it; NULL when out of memory. */
+static cJSON *pick(cJSON *src, const char *const *keys) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; o && keys[i]; i++) {
+        cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(src, keys[i]);
+        if (!v) v = cJSON_CreateNull();
+        if (!v || !cJSON_AddItemToObject(o, keys[i], v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(o);
+            o = NULL;
+        }
+    }
+    return o;
+}
+
+/* The best experiment as {id, name, val_bpb, spec, result}, or null. */
+static cJSON *best_json(hook_t *h) {
+    static const char *const keys[] = {"id", "name", "spec", "result", NULL};
+    char err[256];
+    cJSON *best = store_best(h->api->store, err, sizeof err);
+    if (!best) {
+        log_error("hook: best: %s", err);
+        return cJSON_CreateNull();
+    }
+    if (!cJSON_IsObject(best)) return best;
+    cJSON *o = pick(best, keys);
+    cJSON_Delete(best);
+    if (!o) return NULL;
+    const cJSON *bpb =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "result"), "val_bpb");
+    cJSON *v = cJSON_IsNumber(bpb) ? cJSON_CreateNumber(bpb->valuedouble) : cJSON_CreateNull();
+    if (!v || !cJSON_AddItemToObject(o, "val_bpb", v)) {
+        cJSON_Delete(v);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The experiment of an experiment.finished event, {id, name, status, reason,
+ * spec, result}; NULL (logged) when it cannot be read. */
+static cJSON *experiment_json(hook_t *h, int64_t id) {
+    static const char *const keys[] = {"id", "name", "status", "reason", "spec", "result", NULL};
+    char err[256];
+    cJSON *e = store_get(h->api->store, id, 0, NULL, err, sizeof err);
+    if (!e) {
+        log_error("hook: experiment %lld: %s", (long long)id, err);
+        return NULL;
+    }
+    cJSON *o = pick(e, keys);
+    cJSON_Delete(e);
+    return o;
+}
+
+/* The whole payload of one event (hook.h). experiment and rejected are taken
+ * (either may be NULL for a JSON null). Returns the malloc'd text (caller
+ * frees), or NULL when out of memory. */
+static char *build_payload(hook_t *h, const char *id, const char *type, cJSON *experiment,
+                           cJSON *rejected) {
+    char created[STORE_TIME_LEN], err[256];
+    char *text = NULL;
+    store_format_time((int64_t)now_ms(), created, sizeof created);
+    cJSON *o = cJSON_CreateObject();
+    if (!o) goto done;
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "type", type);
+    cJSON_AddStringToObject(o, "created", created);
+    cJSON_AddItemToObject(o, "experiment", experiment ? experiment : cJSON_CreateNull());
+    experiment = NULL;
+    cJSON_AddItemToObject(o, "rejected", rejected ? rejected : cJSON_CreateNull());
+    rejected = NULL;
+    cJSON_AddItemToObject(o, "best", best_json(h));
+    cJSON *recent = store_recent(h->api->store, HOOK_RECENT, err, sizeof err);
+    if (!recent) log_error("hook: recent: %s", err);
+    cJSON_AddItemToObject(o, "recent", recent ? recent : cJSON_CreateArray());
+    int64_t depth = store_queue_depth(h->api->store, err, sizeof err);
+    if (depth < 0) log_error("hook: queue depth: %s", err);
+    cJSON_AddNumberToObject(o, "queue_depth", depth < 0 ? 0 : (double)depth);
+    cJSON_AddNumberToObject(o, "running", h->api->sched ? sched_running(h->api->sched) : 0);
+    cJSON_AddItemToObject(o, "defaults", cJSON_Duplicate(h->defaults, 1));
+    text = cJSON_PrintUnformatted(o);
+done:
+    cJSON_Delete(experiment);
+    cJSON_Delete(rejected);
+    cJSON_Delete(o);
+    return text;
+}
+
+/* ------------------------------------------------------------------- events */
+
+/* One of the hook's handles has closed; after the last one (only possible
+ * once hook_close ran: the hook's own timers stay open until then) the hook
+ * is freed and done is called. */
+static void hook_release(hook_t *h) {
+    if (--h->open_handles > 0 || !h->closing) return;
+    void (*done)(void *) = h->done;
+    void *arg = h->done_arg;
+    cJSON_Delete(h->defaults);
+    free(h->url);
+    free(h->secret);
+    free(h->noproxy);
+    if (h->curl_inited) curl_global_cleanup();
+    free(h);
+    if (done) done(arg);
+}
+
+static void timer_closed_cb(uv_handle_t *handle) {
+    hook_release(handle->data);
+}
+
+static void event_closed_cb(uv_handle_t *handle) {
+    event_t *ev = handle->data;
+    hook_t *h = ev->h;
+    free(ev->body);
+    free(ev->reply);
+    free(ev);
+    hook_release(h);
+}
+
+/* Unlink ev and close its timer; the close callback frees it. */
+static void event_finish(event_t *ev) {
+    hook_t *h = ev->h;
+    if (ev->prev)
+        ev->prev->next = ev->next;
+    else
+        h->events = ev->next;
+    if (ev->next) ev->next->prev = ev->prev;
+    if (!strcmp(ev->type, EV_EMPTY)) h->empty_pending--;
+    uv_close((uv_handle_t *)&ev->retry, event_closed_cb);
+}
+
+static void wait_push(hook_t *h, event_t *ev) {
+    ev->state = EV_WAITING;
+    ev->next_wait = NULL;
+    if (h->wait_tail)
+        h->wait_tail->next_wait = ev;
+    else
+        h->wait_head = ev;
+    h->wait_tail = ev;
+}
+
+/* Build an event and queue it for delivery. experiment and rejected are taken. */
+static void event_new(hook_t *h, const char *type, cJSON *experiment, cJSON *rejected) {
+    event_t *ev = calloc(1, sizeof *ev);
+    if (!ev || new_event_id(ev->id) < 0) {
+        log_error("hook: %s: out of memory or no randomness; event dropped", type);
+        cJSON_Delete(experiment);
+        cJSON_Delete(rejected);
+        free(ev);
+        return;
+    }
+    ev->h = h;
+    ev->type = type;
+    ev->body = build_payload(h, ev->id, type, experiment, rejected);
+    if (!ev->body) {
+        log_error("hook: %s: out of memory; event dropped", type);
+        free(ev);
+        return;
+    }
+    ev->body_len = strlen(ev->body);
+    uv_timer_init(h->loop, &ev->retry);
+    ev->retry.data = ev;
+    h->open_handles++;
+    ev->next = h->events;
+    if (h->events) h->events->prev = ev;
+    h->events = ev;
+    if (!strcmp(type, EV_EMPTY)) h->empty_pending++;
+    log_debug("hook: %s %s queued (%zu bytes)", type, ev->id, ev->body_len);
+    wait_push(h, ev);
+    start_transfers(h);
+}
+
+/* At most REJECTED_PER_MIN experiment.rejected events per minute: an agent
+ * that keeps proposing garbage must not turn the hook into a busy loop. */
+static int rejected_allowed(hook_t *h) {
+    uint64_t now = uv_now(h->loop);
+    if (h->rejected_count == REJECTED_PER_MIN && now - h->rejected_at[h->rejected_next] < 60 * 1000)
+        return 0;
+    h->rejected_at[h->rejected_next] = now;
+    h->rejected_next = (h->rejected_next + 1) % REJECTED_PER_MIN;
+    if (h->rejected_count < REJECTED_PER_MIN) h->rejected_count++;
+    return 1;
+}
+
+/* Answer a bad proposal with experiment.rejected; proposal is taken. */
+static void send_rejected(hook_t *h, cJSON *proposal, const char *error) {
+    if (!rejected_allowed(h)) {
+        log_warn("hook: more than %d rejected proposals in a minute: not telling the agent "
+                 "about this one (%s)",
+                 REJECTED_PER_MIN, error);
+        cJSON_Delete(proposal);
+        return;
+    }
+    cJSON *r = cJSON_CreateObject();
+    if (!r || !proposal || !cJSON_AddItemToObject(r, "proposal", proposal)) {
+        cJSON_Delete(proposal);
+        cJSON_Delete(r);
+        log_error("hook: out of memory; experiment.rejected dropped");
+        return;
+    }
+    cJSON_AddStringToObject(r, "error", error);
+    event_new(h, EV_REJECTED, NULL, r);
+}
+
+/* -------------------------------------------------------------- the reply */
+
+/* Queue each proposal of a 2xx reply (hook.h); answer bad ones. */
+static void handle_reply(hook_t *h, event_t *ev) {
+    const char *text = ev->reply ? ev->reply : "";
+    size_t len = ev->reply_len;
+    const char *end = NULL;
+    cJSON *root = NULL;
+    char err[512];
+
+    if (ev->reply_too_big) {
+        snprintf(err, sizeof err, "reply is larger than %d bytes", MAX_REPLY_BYTES);
+        goto malformed;
+    }
+    size_t i = 0;
+    while (i < len && strchr(" \t\r\n", text[i])) i++;
+    if (i == len) return; /* nothing proposed */
+    root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (root)
+        for (; end < text + len; end++)
+            if (!strchr(" \t\r\n", *end)) {
+                cJSON_Delete(root);
+                root = NULL;
+                break;
+            }
+    if (cJSON_IsNull(root) || ((cJSON_IsObject(root) || cJSON_IsArray(root)) && !root->child)) {
+        cJSON_Delete(root);
+        return; /* null, {} or []: nothing proposed */
+    }
+    if (!cJSON_IsObject(root) && !cJSON_IsArray(root)) {
+        snprintf(err, sizeof err, "reply is not a spec or an array of specs");
+        goto malformed;
+    }
+    int n = cJSON_IsArray(root) ? cJSON_GetArraySize(root) : 1;
+    if (n > MAX_PROPOSALS) {
+        snprintf(err, sizeof err, "reply has %d specs; at most %d are accepted at once", n,
+                 MAX_PROPOSALS);
+        log_warn("hook: %s: %s", ev->id, err);
+        send_rejected(h, root, err);
+        return;
+    }
+    int queued = 0;
+    for (int k = 0; k < n; k++) {
+        const cJSON *spec = cJSON_IsArray(root) ? cJSON_GetArrayItem(root, k) : root;
+        int64_t id = 0;
+        int dup = 0;
+        if (api_submit(h->api, spec, "agent", 0, &id, &dup, err, sizeof err) < 0) {
+            log_warn("hook: %s: proposal %d/%d rejected: %s", ev->id, k + 1, n, err);
+            send_rejected(h, cJSON_Duplicate(spec, 1), err);
+        } else if (dup) {
+            log_info("hook: %s: proposal %d/%d is a duplicate of experiment %lld", ev->id, k + 1, n,
+                     (long long)id);
+        } else {
+            log_info("hook: %s: proposal %d/%d queued as experiment %lld", ev->id, k + 1, n,
+                     (long long)id);
+            queued++;
+        }
+    }
+    cJSON_Delete(root);
+    if (queued && h->api->sched) sched_kick(h->api->sched);
+    return;
+
+malformed:
+    cJSON_Delete(root);
+    log_warn("hook: %s: malformed reply (%zu bytes): %s", ev->id, len, err);
+    char *echo = printable_prefix(text, len, ECHO_MAX);
+    send_rejected(h, echo ? cJSON_CreateString(echo) : NULL, err);
+    free(echo);
+}
+
+/* --------------------------------------------------------------- delivery */
+
+static void record_attempt(hook_t *h, event_t *ev, int status, const char *error) {
+    char err[256];
+    store_hook_delivery_t d = {.event_id = ev->id,
+                               .event_type = ev->type,
+                               .attempt = ev->attempt,
+                               .http_status = status,
+                               .latency_ms = (int64_t)((uv_hrtime() - ev->sent_ns) / 1000000),
+                               .error = error};
+    if (store_add_hook_delivery(h->api->store, &d, err, sizeof err) < 0)
+        log_error("hook: %s attempt %d not recorded: %s", ev->id, ev->attempt, err);
+}
+
+static size_t write_cb(char *data, size_t size, size_t nmemb, void *user) {
+    event_t *ev = user;
+    size_t n = size * nmemb;
+    if (ev->reply_len + n > MAX_REPLY_BYTES) {
+        ev->reply_too_big = 1;
+        return 0; /* curl aborts the transfer with CURLE_WRITE_ERROR */
+    }
+    if (ev->reply_len + n + 1 > ev->reply_cap) {
+        size_t cap = ev->reply_cap ? ev->reply_cap : 4096;
+        while (cap < ev->reply_len + n + 1) cap *= 2;
+        char *p = realloc(ev->reply, cap);
+        if (!p) return 0;
+        ev->reply = p;
+        ev->reply_cap = cap;
+    }
+    memcpy(ev->reply + ev->reply_len, data, n);
+    ev->reply_len += n;
+    ev->reply[ev->reply_len] = '\0';
+    return n;
+}
+
+/* The headers of one attempt: the signature covers this attempt's timestamp. */
+static struct curl_slist *signed_headers(hook_t *h, event_t *ev) {
+    char ts[32], line[160];
+    unsigned char mac[EVP_MAX_MD_SIZE], b64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
+    unsigned int mac_len = 0;
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    size_t id_len = strlen(ev->id), ts_len = strlen(ts);
+    size_t msg_len = id_len + 1 + ts_len + 1 + ev->body_len;
+    unsigned char *msg = malloc(msg_len);
+    if (!msg) return NULL;
+    memcpy(msg, ev->id, id_len);
+    msg[id_len] = '.';
+    memcpy(msg + id_len + 1, ts, ts_len);
+    msg[id_len + 1 + ts_len] = '.';
+    memcpy(msg + id_len + ts_len + 2, ev->body, ev->body_len);
+    int ok =
+        HMAC(EVP_sha256(), h->secret, (int)strlen(h->secret), msg, msg_len, mac, &mac_len) != NULL;
+    free(msg);
+    if (!ok) return NULL;
+    EVP_EncodeBlock(b64, mac, (int)mac_len);
+
+    struct curl_slist *list = NULL, *t;
+    const char *fixed[] = {"Content-Type: application/json", "Expect:", NULL};
+    for (int i = 0; fixed[i]; i++) {
+        if (!(t = curl_slist_append(list, fixed[i]))) goto fail;
+        list = t;
+    }
+    snprintf(line, sizeof line, "webhook-id: %s", ev->id);
+    if (!(t = curl_slist_append(list, line))) goto fail;
+    list = t;
+    snprintf(line, sizeof line, "webhook-timestamp: %s", ts);
+    if (!(t = curl_slist_append(list, line))) goto fail;
+    list = t;
+    snprintf(line, sizeof line, "webhook-signature: v1,%s", (const char *)b64);
+    if (!(t = curl_slist_append(list, line))) goto fail;
+    return t;
+fail:
+    curl_slist_free_all(list);
+    return NULL;
+}
+
+/* Start the next attempt of ev. Returns 0, or -1 (nothing started). */
+static int send_attempt(hook_t *h, event_t *ev) {
+    ev->attempt++;
+    ev->sent_ns = uv_hrtime();
+    ev->reply_len = 0;
+    ev->reply_too_big = 0;
+    ev->curl_err[0] = '\0';
+    if (ev->reply) ev->reply[0] = '\0';
+    long timeout_ms = (long)(h->timeout_s * 1000);
+    ev->headers = signed_headers(h, ev);
+    ev->easy = curl_easy_init();
+    if (!ev->headers || !ev->easy) goto fail;
+    CURL *e = ev->easy;
+    CURLcode c = CURLE_OK;
+    c |= curl_easy_setopt(e, CURLOPT_URL, h->url);
+    c |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, ev->body);
+    c |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)ev->body_len);
+    c |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, ev->headers);
+    c |= curl_easy_setopt(e, CURLOPT_USERAGENT, "nightshift-hook/1");
+    c |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+    c |= curl_easy_setopt(e, CURLOPT_WRITEDATA, ev);
+    c |= curl_easy_setopt(e, CURLOPT_PRIVATE, ev);
+    c |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, ev->curl_err);
+    c |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+    c |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 10000 ? timeout_ms : 10000L);
+    c |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    c |= curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    c |= curl_easy_setopt(e, CURLOPT_NOPROXY, h->noproxy);
+#if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85.0 */
+    c |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    c |= curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+    c |= curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+    c |= curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    if (c != CURLE_OK || curl_multi_add_handle(h->multi, e) != CURLM_OK) goto fail;
+    ev->state = EV_SENDING;
+    h->in_flight++;
+    return 0;
+fail:
+    curl_easy_cleanup(ev->easy);
+    ev->easy = NULL;
+    curl_slist_free_all(ev->headers);
+    ev->headers = NULL;
+    return -1;
+}
+
+static void retry_cb(uv_timer_t *t) {
+    event_t *ev = t->data;
+    wait_push(ev->h, ev);
+    start_transfers(ev->h);
+}
+
+/* After a failed attempt: wait and try again, or give up. */
+static void retry_or_give_up(hook_t *h, event_t *ev, int retryable, const char *error) {
+    if (retryable && ev->attempt < h->max_attempts && !h->closing) {
+        double bound = h->backoff_base_s;
+        for (int i = 1; i < ev->attempt && bound < BACKOFF_CAP_S; i++) bound *= 2;
+        if (bound > BACKOFF_CAP_S) bound = BACKOFF_CAP_S;
+        double delay = bound * random_unit();
+        log_warn("hook: %s %s attempt %d failed: %s; retrying in %.1f s", ev->type, ev->id,
+                 ev->attempt, error, delay);
+        ev->state = EV_BACKOFF;
+        uv_timer_start(&ev->retry, retry_cb, (uint64_t)(delay * 1000), 0);
+        return;
+    }
+    log_error("hook: %s %s not delivered: %s (attempt %d%s)", ev->type, ev->id, error, ev->attempt,
+              retryable ? ", the last allowed" : ", not retried");
+    event_finish(ev);
+}
+
+/* A transfer of ev ended with curl's result code res. */
+static void transfer_done(hook_t *h, event_t *ev, CURLcode res) {
+    long status = 0;
+    char error[CURL_ERROR_SIZE + ERROR_SNIPPET + 64];
+    curl_easy_getinfo(ev->easy, CURLINFO_RESPONSE_CODE, &status);
+    curl_multi_remove_handle(h->multi, ev->easy);
+    curl_easy_cleanup(ev->easy);
+    ev->easy = NULL;
+    curl_slist_free_all(ev->headers);
+    ev->headers = NULL;
+    h->in_flight--;
+
+    int answered = res == CURLE_OK || (res == CURLE_WRITE_ERROR && ev->reply_too_big);
+    if (answered && status >= 200 && status < 300) {
+        record_attempt(h, ev, (int)status, NULL);
+        log_info("hook: %s %s delivered (attempt %d, HTTP %ld, %zu-byte reply, %llu ms)", ev->type,
+                 ev->id, ev->attempt, status, ev->reply_len,
+                 (unsigned long long)((uv_hrtime() - ev->sent_ns) / 1000000));
+        handle_reply(h, ev);
+        event_finish(ev);
+        return;
+    }
+    int retryable = 1;
+    if (!answered) {
+        snprintf(error, sizeof error, "%s",
+                 ev->curl_err[0] ? ev->curl_err : curl_easy_strerror(res));
+        status = 0;
+    } else {
+        char *snippet = printable_prefix(ev->reply ? ev->reply : "", ev->reply_len, ERROR_SNIPPET);
+        snprintf(error, sizeof error, "HTTP %ld%s%s", status, snippet && *snippet ? ": " : "",
+                 snippet ? snippet : "");
+        free(snippet);
+        retryable = status >= 500;
+    }
+    record_attempt(h, ev, (int)status, error);
+    retry_or_give_up(h, ev, retryable, error);
+}
+
+static void start_transfers(hook_t *h) {
+    while (!h->closing && h->in_flight < MAX_IN_FLIGHT && h->wait_head) {
+        event_t *ev = h->wait_head;
+        h->wait_head = ev->next_wait;
+        if (!h->wait_head) h->wait_tail = NULL;
+        ev->next_wait = NULL;
+        if (send_attempt(h, ev) < 0) {
+            const char *error = "could not start the transfer (out of memory?)";
+            ev->sent_ns = uv_hrtime();
+            record_attempt(h, ev, 0, error);
+            retry_or_give_up(h, ev, 1, error);
+        }
+    }
+}
+
+/* ------------------------------------------------------- curl on the loop */
+
+static void check_multi_info(hook_t *h) {
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(h->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE) continue;
+        CURLcode res = msg->data.result; /* msg dies with the easy handle */
+        char *priv = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
+        transfer_done(h, (event_t *)priv, res);
+    }
+    start_transfers(h);
+}
+
+static void curl_timeout_cb(uv_timer_t *t) {
+    hook_t *h = t->data;
+    int running;
+    curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_multi_info(h);
+}
+
+/* CURLMOPT_TIMERFUNCTION: only (re)arms the uv timer. */
+static int timer_cb(CURLM *multi, long timeout_ms, void *user) {
+    hook_t *h = user;
+    (void)multi;
+    if (timeout_ms < 0)
+        uv_timer_stop(&h->curl_timer);
+    else if (!h->closing)
+        uv_timer_start(&h->curl_timer, curl_timeout_cb, (uint64_t)timeout_ms, 0);
+    return 0;
+}
+
+static void poll_cb(uv_poll_t *p, int status, int events) {
+    sock_t *sk = p->data;
+    hook_t *h = sk->h;
+    int flags = 0, running;
+    if (status < 0)
+        flags = CURL_CSELECT_ERR;
+    else {
+        if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
+        if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
+    }
+    curl_multi_socket_action(h->multi, sk->fd, flags, &running);
+    check_multi_info(h);
+}
+
+static void sock_closed_cb(uv_handle_t *handle) {
+    sock_t *sk = handle->data;
+    hook_t *h = sk->h;
+    free(sk);
+    hook_release(h);
+}
+
+static void sock_close(hook_t *h, sock_t *sk) {
+    if (sk->prev)
+        sk->prev->next = sk->next;
+    else
+        h->socks = sk->next;
+    if (sk->next) sk->next->prev = sk->prev;
+    uv_close((uv_handle_t *)&sk->poll, sock_closed_cb);
+}
+
+/* CURLMOPT_SOCKETFUNCTION: watch fd for what curl wants, or stop watching it. */
+static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *user, void *sockp) {
+    hook_t *h = user;
+    sock_t *sk = sockp;
+    (void)easy;
+    if (what == CURL_POLL_REMOVE) {
+        if (sk) {
+            sock_close(h, sk);
+            if (!h->cleaning) curl_multi_assign(h->multi, fd, NULL);
+        }
+        return 0;
+    }
+    if (!sk) {
+        sk = calloc(1, sizeof *sk);
+        if (!sk) return -1;
+        if (uv_poll_init_socket(h->loop, &sk->poll, fd) < 0) {
+            free(sk);
+            return -1;
+        }
+        sk->poll.data = sk;
+        sk->fd = fd;
+        sk->h = h;
+        sk->next = h->socks;
+        if (h->socks) h->socks->prev = sk;
+        h->socks = sk;
+        h->open_handles++;
+        curl_multi_assign(h->multi, fd, sk);
+    }
+    int events = 0;
+    if (what & CURL_POLL_IN) events |= UV_READABLE;
+    if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
+    uv_poll_start(&sk->poll, events, poll_cb);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ public */
+
+/* Is the daemon idle: nothing queued and a slot free? */
+static int idle(hook_t *h) {
+    char err[256];
+    int64_t depth = store_queue_depth(h->api->store, err, sizeof err);
+    if (depth < 0) log_error("hook: queue depth: %s", err);
+    sched_t *s = h->api->sched;
+    return depth == 0 && (!s || sched_running(s) < sched_slots(s));
+}
+
+static void idle_cb(uv_timer_t *t) {
+    hook_t *h = t->data;
+    if (!idle(h)) {
+        uv_timer_stop(t);
+        return;
+    }
+    if (h->empty_pending) return; /* the last one is still being delivered */
+    log_info("hook: still idle: asking the agent again");
+    event_new(h, EV_EMPTY, NULL, NULL);
+}
+
+/* The agent's URL: http or https, parsed by curl itself. */
+static int check_url(const char *url, char *err, size_t errlen) {
+    CURLU *u = curl_url();
+    char *scheme = NULL;
+    int rc = -1;
+    if (!u) {
+        snprintf(err, errlen, "hook: out of memory");
+        return -1;
+    }
+    CURLUcode uc = curl_url_set(u, CURLUPART_URL, url, 0);
+    if (uc != CURLUE_OK)
+        snprintf(err, errlen, "hook: agent URL '%s': %s", url, curl_url_strerror(uc));
+    else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+             (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
+        snprintf(err, errlen, "hook: agent URL '%s': only http and https are supported", url);
+    else
+        rc = 0;
+    curl_free(scheme);
+    curl_url_cleanup(u);
+    return rc;
+}
+
+/* The spec with every default, for the payloads. NULL when out of memory. */
+static cJSON *spec_defaults_json(void) {
+    spec_t s;
+    spec_defaults(&s);
+    char *text = spec_canonical_json(&s);
+    spec_free(&s);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    return j;
+}
+
+hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen) {
+    hook_t *h = NULL;
+    if (!o->url || !*o->url) {
+        snprintf(err, errlen, "hook: no agent URL");
+        return NULL;
+    }
+    if (!o->secret || !*o->secret) {
+        snprintf(err, errlen, "hook: a secret is required to sign the events");
+        return NULL;
+    }
+    if (!o->api || !o->api->store) {
+        snprintf(err, errlen, "hook: no API to submit proposals through");
+        return NULL;
+    }
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        snprintf(err, errlen, "hook: libcurl initialisation failed");
+        return NULL;
+    }
+    if (check_url(o->url, err, errlen) < 0) goto fail_global;
+    if (!(h = calloc(1, sizeof *h))) goto oom;
+    h->curl_inited = 1;
+    h->loop = loop;
+    h->api = o->api;
+    h->max_attempts = o->max_attempts > 0 ? o->max_attempts : 8;
+    h->timeout_s = o->timeout_s > 0 ? o->timeout_s : 30;
+    h->idle_resend_s = o->idle_resend_s > 0 ? o->idle_resend_s : 60;
+    h->backoff_base_s = o->backoff_base_s > 0 ? o->backoff_base_s : 1;
+    /* Loopback never goes through a proxy; the user's no_proxy list still applies. */
+    const char *np = getenv("no_proxy");
+    if (!np || !*np) np = getenv("NO_PROXY");
+    size_t np_len = strlen("localhost,127.0.0.1,::1,") + (np ? strlen(np) : 0) + 1;
+    if (!(h->noproxy = malloc(np_len))) goto oom;
+    snprintf(h->noproxy, np_len, "localhost,127.0.0.1,::1%s%s", np && *np ? "," : "",
+             np && *np ? np : "");
+    h->url = strdup(o->url);
+    h->secret = strdup(o->secret);
+    h->defaults = spec_defaults_json();
+    h->multi = curl_multi_init();
+    if (!h->url || !h->secret || !h->defaults || !h->multi) goto oom;
+    curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+    curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+    curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+    curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
+    uv_timer_init(loop, &h->curl_timer);
+    uv_timer_init(loop, &h->idle_timer);
+    h->curl_timer.data = h->idle_timer.data = h;
+    h->open_handles = 2;
+    log_info("hook: events go to %s (at most %d attempts, %.0f s timeout)", h->url, h->max_attempts,
+             h->timeout_s);
+    return h;
+
+oom:
+    snprintf(err, errlen, "hook: out of memory");
+    if (h) {
+        if (h->multi) curl_multi_cleanup(h->multi);
+        cJSON_Delete(h->defaults);
+        free(h->url);
+        free(h->secret);
+        free(h->noproxy);
+        free(h);
+    }
+fail_global:
+    curl_global_cleanup();
+    return NULL;
+}
+
+void hook_experiment_finished(hook_t *h, int64_t id) {
+    if (!h || h->closing) return;
+    cJSON *e = experiment_json(h, id);
+    if (!e) {
+        log_error("hook: experiment.finished for %lld dropped", (long long)id);
+        return;
+    }
+    event_new(h, EV_FINISHED, e, NULL);
+}
+
+/* Is an experiment.finished event still being delivered? */
+static int finished_pending(const hook_t *h) {
+    for (const event_t *ev = h->events; ev; ev = ev->next)
+        if (!strcmp(ev->type, EV_FINISHED)) return 1;
+    return 0;
+}
+
+void hook_queue_empty(hook_t *h) {
+    if (!h || h->closing) return;
+    /* A run that just finished on a dry queue is already announced, with the
+     * queue depth, by its experiment.finished event, which the agent answers
+     * with the next variant: a queue.empty now would ask twice. The idle
+     * timer below still asks again if that answer queues nothing. */
+    if (!h->empty_pending && !finished_pending(h)) event_new(h, EV_EMPTY, NULL, NULL);
+    uint64_t every = (uint64_t)(h->idle_resend_s * 1000);
+    uv_timer_start(&h->idle_timer, idle_cb, every, every);
+}
+
+void hook_close(hook_t *h, void (*done)(void *arg), void *arg) {
+    if (!h) {
+        if (done) done(arg);
+        return;
+    }
+    if (h->closing) return;
+    h->closing = 1;
+    h->done = done;
+    h->done_arg = arg;
+    uv_timer_stop(&h->idle_timer);
+    int dropped = 0;
+    while (h->events) {
+        event_t *ev = h->events;
+        if (ev->state == EV_SENDING) {
+            record_attempt(h, ev, 0, "daemon shutting down");
+            curl_multi_remove_handle(h->multi, ev->easy);
+            curl_easy_cleanup(ev->easy);
+            ev->easy = NULL;
+            curl_slist_free_all(ev->headers);
+            ev->headers = NULL;
+            h->in_flight--;
+        }
+        dropped++;
+        event_finish(ev);
+    }
+    h->wait_head = h->wait_tail = NULL;
+    if (dropped)
+        log_warn("hook: shutting down: %d undelivered event%s dropped", dropped,
+                 dropped == 1 ? "" : "s");
+    h->cleaning = 1;
+    curl_multi_cleanup(h->multi);
+    h->multi = NULL;
+    while (h->socks) sock_close(h, h->socks);
+    uv_close((uv_handle_t *)&h->curl_timer, timer_closed_cb);
+    uv_close((uv_handle_t *)&h->idle_timer, timer_closed_cb);
+}
