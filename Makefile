@@ -84,7 +84,9 @@ $(BAD_WORKER): tests/bad_worker.c
 	$(CC) -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wshadow $< -o $@
 
 # Tests find the binary and the fixtures through the environment. Criterion runs
-# each test in its own process; --timeout bounds every one of them.
+# each test in its own process; --timeout bounds every one of them, and an outer
+# `timeout` bounds the whole run (Criterion's own per-test timers can be lost
+# when tests with different timeouts overlap).
 TEST_ENV = NIGHTSHIFT_BIN=$(abspath $(BIN)) NIGHTSHIFT_SRC=$(CURDIR) OMP_NUM_THREADS=2 \
            NIGHTSHIFT_BAD_WORKER=$(abspath $(BAD_WORKER))
 # Under the sanitizers a report inside a forked test does not always fail that
@@ -92,13 +94,14 @@ TEST_ENV = NIGHTSHIFT_BIN=$(abspath $(BIN)) NIGHTSHIFT_SRC=$(CURDIR) OMP_NUM_THR
 ifeq ($(SAN),1)
 test: $(BIN) $(TEST_BIN) $(BAD_WORKER)
 	@set -o pipefail; $(TEST_ENV) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  $(TEST_BIN) --timeout 300 -j2 $(TEST_ARGS) 2>&1 | tee $(BUILD)/test.log
+	  timeout -k 10 1800 $(TEST_BIN) --timeout 300 -j2 $(TEST_ARGS) 2>&1 | tee $(BUILD)/test.log
 	@! grep -E "ERROR: (Address|Leak)Sanitizer|runtime error:" $(BUILD)/test.log \
 	  || { echo "sanitizer reports above" >&2; exit 1; }
 else
 test: $(BIN) $(TEST_BIN) $(BAD_WORKER)
-	$(TEST_ENV) $(TEST_BIN) --timeout 120 -j2 $(TEST_ARGS)
+	$(TEST_ENV) timeout -k 10 900 $(TEST_BIN) --timeout 120 -j2 $(TEST_ARGS)
 endif
 
 asan:
@@ -114,7 +117,7 @@ $(DEFAULT_DATASET): | $(BIN)
 dataset: $(DEFAULT_DATASET)
 
 run: $(BIN) $(DEFAULT_DATASET)
-	$(BIN) train --dir $(STATE) experiments/default.json
+	bash scripts/run.sh $(BIN) $(STATE)
 
 bench: $(BIN)
 	bash tests/bench/run.sh $(BIN)

@@ -5,7 +5,12 @@
  * they say). It follows the worker contract where the mode says so: JSON
  * progress lines on fd 3, the summary on stdout, errors on stderr, exit 0
  * succeeded / 1 failed / 3 diverged / 4 out of memory. `bad-worker help`
- * lists the modes. Writes to fd 3 are ignored when it is not open. */
+ * lists the modes. Writes to fd 3 are ignored when it is not open.
+ *
+ * `bad-worker from-spec ... SPEC` takes its mode from the "name" field of the
+ * spec file given as the last argument (the daemon appends the run's
+ * spec.json), so one daemon can run a different behaviour per experiment;
+ * slow-ok then runs for the spec's time_budget_s. */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
@@ -14,12 +19,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PROGRESS_FD 3
 #define MiB         ((size_t)1 << 20)
 /* A safety stop for the memory modes when no limit was applied. */
 #define MEMORY_SAFETY_CAP (4096 * MiB)
+#define SLOW_OK_SECONDS   3.0 /* slow-ok's run time when no spec says otherwise */
+#define SPEC_MAX          (64 * 1024)
 
 static void write_all(int fd, const void *p, size_t n) {
     const char *c = p;
@@ -148,6 +156,33 @@ static int mode_flood(void) {
     return 0;
 }
 
+/* Step lines every 100 ms for `seconds`, with the fields `nightshift train`
+ * sends, then a result: a well-behaved run that takes a while. */
+static int mode_slow_ok(double seconds) {
+    struct timespec t0, now, tick = {0, 100 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    progress("{\"event\":\"start\",\"params\":1234}");
+    double t = 0;
+    for (int step = 1;; step++) {
+        nanosleep(&tick, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        t = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9;
+        double frac = seconds > 0 ? t / seconds : 1.0;
+        if (frac > 1.0) frac = 1.0;
+        double loss = 5.0 - 3.0 * frac;
+        progress("{\"event\":\"step\",\"step\":%d,\"progress\":%.4f,"
+                 "\"training_seconds\":%.3f,\"loss\":%.4f,\"smooth_loss\":%.4f,"
+                 "\"lrm\":%.3f,\"tok_s\":1000,\"mfu\":1,\"remaining_s\":%.3f}",
+                 step, frac, t, loss, loss, 1.0 - frac, seconds > t ? seconds - t : 0.0);
+        if (t >= seconds) break;
+    }
+    say(1, "---\nval_bpb:          2.000000\n");
+    progress("{\"event\":\"result\",\"status\":\"succeeded\",\"val_bpb\":2.0,"
+             "\"training_seconds\":%.3f}",
+             t);
+    return 0;
+}
+
 static int mode_oom(int by_signal) {
     progress("{\"event\":\"start\"}");
     if (eat_memory() < 0) {
@@ -219,19 +254,72 @@ static int mode_grandchild(void) {
 }
 
 static const char *const modes[] = {
-    "ok",         "fail",       "fail-long",        "diverge",  "crash",
-    "abort",      "hang",       "hang-ignore-term", "flood",    "garbage",
-    "oom",        "oom-signal", "exit0-noresult",   "affinity", "env",
-    "grandchild", "no-newline",
+    "ok",         "fail",       "fail-long",        "diverge",   "crash",
+    "abort",      "hang",       "hang-ignore-term", "flood",     "garbage",
+    "oom",        "oom-signal", "exit0-noresult",   "affinity",  "env",
+    "grandchild", "no-newline", "slow-ok",          "from-spec",
 };
+
+/* The value after "key": in the JSON text (whitespace skipped), or NULL. */
+static const char *json_value(const char *text, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    const char *p = strstr(text, pat);
+    if (!p) return NULL;
+    p += strlen(pat);
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    if (*p++ != ':') return NULL;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+/* from-spec: the mode is the spec's "name" (copied into mode), and slow-ok's
+ * run time its "time_budget_s". Returns 0, or -1 with a message on stderr. */
+static int read_spec(const char *path, char *mode, size_t modelen, double *seconds) {
+    static char text[SPEC_MAX];
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "bad-worker: from-spec: cannot open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *name = json_value(text, "name");
+    const char *end = name && *name == '"' ? strchr(name + 1, '"') : NULL;
+    if (!end || (size_t)(end - name - 1) >= modelen) {
+        fprintf(stderr, "bad-worker: from-spec: %s has no usable \"name\"\n", path);
+        return -1;
+    }
+    memcpy(mode, name + 1, (size_t)(end - name - 1));
+    mode[end - name - 1] = '\0';
+    const char *budget = json_value(text, "time_budget_s");
+    if (budget) *seconds = strtod(budget, NULL);
+    return 0;
+}
 
 int main(int argc, char **argv) {
     const char *m = argc > 1 ? argv[1] : "help";
+    double slow_seconds = SLOW_OK_SECONDS;
+    char spec_mode[64];
     /* Crashing modes must not leave core files behind. */
     struct rlimit core = {0, 0};
     setrlimit(RLIMIT_CORE, &core);
 
+    if (!strcmp(m, "from-spec")) {
+        if (argc < 3) {
+            fprintf(stderr, "usage: bad-worker from-spec [ARGS...] SPEC_PATH\n");
+            return 2;
+        }
+        if (read_spec(argv[argc - 1], spec_mode, sizeof spec_mode, &slow_seconds) < 0) return 2;
+        if (!strcmp(spec_mode, "from-spec")) {
+            fprintf(stderr, "bad-worker: from-spec: the spec's name cannot be from-spec\n");
+            return 2;
+        }
+        m = spec_mode;
+    }
     if (!strcmp(m, "ok")) return mode_ok();
+    if (!strcmp(m, "slow-ok")) return mode_slow_ok(slow_seconds);
     if (!strcmp(m, "fail")) return mode_fail();
     if (!strcmp(m, "fail-long")) return mode_fail_long();
     if (!strcmp(m, "diverge")) return mode_diverge();
