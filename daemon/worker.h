@@ -66,17 +66,17 @@ typedef struct {
 } worker_callbacks_t;
 
 typedef struct {
-    const char *shim;         /* path of the nightshift binary providing exec-limited */
-    char *const *argv;        /* the command to run, argv[0] = program path; NULL-terminated */
-    const char *cwd;          /* working directory (the run directory), or NULL */
-    const char *log_path;     /* stdout + stderr appended here */
-    const char *cpus;         /* CPU list for sched_setaffinity, e.g. "0-1" or "2"; NULL = any */
-    int threads;              /* exported as OMP_NUM_THREADS / OPENBLAS_NUM_THREADS; 0 = leave */
-    int memory_mb;            /* RLIMIT_AS; 0 = unlimited */
-    double deadline_s;        /* hard deadline from spawn; 0 = none */
-    double kill_grace_s;      /* SIGTERM -> SIGKILL delay; default 5 */
-    size_t max_log_bytes;     /* cap on the log file's growth; default 64 MiB */
-    size_t max_line_bytes;    /* progress line limit; default 64 KiB */
+    const char *shim;      /* path of the nightshift binary providing exec-limited */
+    char *const *argv;     /* the command to run, argv[0] = program path; NULL-terminated */
+    const char *cwd;       /* working directory (the run directory), or NULL */
+    const char *log_path;  /* stdout + stderr appended here */
+    const char *cpus;      /* CPU list for sched_setaffinity, e.g. "0-1" or "2"; NULL = any */
+    int threads;           /* exported as OMP_NUM_THREADS / OPENBLAS_NUM_THREADS; 0 = leave */
+    int memory_mb;         /* RLIMIT_AS; 0 = unlimited */
+    double deadline_s;     /* hard deadline from spawn; 0 = none */
+    double kill_grace_s;   /* SIGTERM -> SIGKILL delay; default 5 */
+    size_t max_log_bytes;  /* cap on the log file's growth; default 64 MiB */
+    size_t max_line_bytes; /* progress line limit; default 64 KiB */
 } worker_opts_t;
 
 /* Spawn. Returns 0 with *out set (the worker is owned by the loop until its
