@@ -157,8 +157,49 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name, in
     return argv[++*i];
 }
 
+/* Parses a whole decimal repeat count in [1, GRAD_MAX_REPEAT]; 0 or -1. */
+static int parse_repeat(const char *text, int *out) {
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(text, &end, 10);
+    if (errno || end == text || *end != '\0' || n < 1 || n > GRAD_MAX_REPEAT) return -1;
+    *out = (int)n;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (n >= 1; the mean of the middle two when n is even).
+ * Sorts v in place. */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One zero_grad + forward + backward over (B, T). Stores the forward's and
+ * the whole pass's wall-clock seconds in *fwd_s and *pass_s when they are not
+ * NULL. Returns the loss (NAN when the forward failed; no backward then). */
+static float grad_pass(gpt_t *m, const int *in, const int *tg, int B, int T, double *fwd_s,
+                       double *pass_s) {
+    double t0 = util_now();
+    gpt_zero_grad(m);
+    double t1 = util_now();
+    float loss = gpt_forward(m, in, tg, B, T, GPT_EVAL);
+    double t2 = util_now();
+    if (isnan(loss)) return loss;
+    gpt_backward(m, 1.0f);
+    double t3 = util_now();
+    if (fwd_s) *fwd_s = t2 - t1;
+    if (pass_s) *pass_s = t3 - t0;
+    return loss;
+}
+
 int grad_main(int argc, char **argv) {
     const char *spec_path = NULL, *ckpt_path = NULL, *tokens_path = NULL, *out_path = NULL;
+    int repeat = 1, timed = 0; /* timed: --repeat was given, so print the times */
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *v;
@@ -173,6 +214,14 @@ int grad_main(int argc, char **argv) {
             tokens_path = v;
         } else if ((v = opt_value(argc, argv, &i, "--out", &missing))) {
             out_path = v;
+        } else if ((v = opt_value(argc, argv, &i, "--repeat", &missing))) {
+            if (parse_repeat(v, &repeat) != 0) {
+                fprintf(stderr, "grad: --repeat %s: expected a whole number from 1 to %d\n", v,
+                        GRAD_MAX_REPEAT);
+                usage(stderr);
+                return 2;
+            }
+            timed = 1;
         } else {
             fprintf(stderr, "grad: %s %s\n", missing ? "missing value for" : "unknown argument",
                     argv[i]);
@@ -191,6 +240,7 @@ int grad_main(int argc, char **argv) {
     gpt_t *m = NULL;
     int32_t *ids = NULL;
     int *in = NULL, *tg = NULL;
+    double *fwd_s = NULL, *pass_s = NULL; /* seconds per timed pass, `repeat` each */
     int spec_loaded = 0, B = 0;
 
     if (spec_load(spec_path, &spec, err, sizeof err) != 0) {
@@ -223,14 +273,30 @@ int grad_main(int argc, char **argv) {
         fprintf(stderr, "grad: %s\n", err);
         goto fail;
     }
-    gpt_zero_grad(m);
-    float loss = gpt_forward(m, in, tg, B, T, GPT_EVAL);
+    if (timed) {
+        fwd_s = malloc((size_t)repeat * sizeof *fwd_s);
+        pass_s = malloc((size_t)repeat * sizeof *pass_s);
+        if (!fwd_s || !pass_s) {
+            fprintf(stderr, "grad: out of memory for %d timings\n", repeat);
+            goto fail;
+        }
+    }
+    /* The warm-up lets BLAS start its threads and the allocator settle. */
+    float loss = repeat > 1 ? grad_pass(m, in, tg, B, T, NULL, NULL) : 0.0f;
+    for (int r = 0; r < repeat && !isnan(loss); r++)
+        loss = grad_pass(m, in, tg, B, T, fwd_s ? &fwd_s[r] : NULL, pass_s ? &pass_s[r] : NULL);
     if (isnan(loss)) {
         fprintf(stderr, "grad: forward pass gave NaN (out of memory, or non-finite weights)\n");
         goto fail;
     }
-    gpt_backward(m, 1.0f);
     printf("loss: %.9g\n", loss);
+    if (timed) {
+        double pass_min = pass_s[0];
+        for (int r = 1; r < repeat; r++) pass_min = fmin(pass_min, pass_s[r]);
+        printf("fwd_bwd_ms_median: %.3f\n", 1e3 * median(pass_s, repeat));
+        printf("fwd_bwd_ms_min: %.3f\n", 1e3 * pass_min);
+        printf("forward_ms_median: %.3f\n", 1e3 * median(fwd_s, repeat));
+    }
     fflush(stdout);
 
     if (out_path) {
@@ -248,6 +314,8 @@ int grad_main(int argc, char **argv) {
     free(ids);
     free(in);
     free(tg);
+    free(fwd_s);
+    free(pass_s);
     spec_free(&spec);
     return 0;
 fail:
@@ -255,6 +323,8 @@ fail:
     free(ids);
     free(in);
     free(tg);
+    free(fwd_s);
+    free(pass_s);
     if (spec_loaded) spec_free(&spec);
     return 1;
 }

@@ -207,6 +207,88 @@ Test(grad_cli, loss_and_gradients) {
     cr_assert_eq(access(out_path, F_OK), -1);
 }
 
+/* Value of `key: X` on its own line of out; fails the test when absent. */
+static double output_value(const char *out, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\n%s: ", key);
+    const char *p = strstr(out, pat);
+    cr_assert_not_null(p, "no %s in stdout: %s", key, out);
+    char *end = NULL;
+    double v = strtod(p + strlen(pat), &end);
+    cr_assert(end != p + strlen(pat) && *end == '\n', "bad %s value in: %s", key, out);
+    return v;
+}
+
+Test(grad_cli, repeat_prints_timings) {
+    result_t r;
+    GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    float once = NAN;
+    cr_assert_eq(sscanf(r.out, "loss: %f", &once), 1, "%s", r.out);
+    cr_assert_null(strstr(r.out, "_ms_"), "timings without --repeat: %s", r.out);
+
+    /* Repeating the pass on the same batch changes neither the loss nor the
+     * gradients (each pass starts from zero), and adds the three timings in
+     * order after the loss line. */
+    GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path, "--repeat", "5",
+         "--out", out_path);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    float loss = NAN;
+    cr_assert_eq(sscanf(r.out, "loss: %f", &loss), 1, "%s", r.out);
+    cr_assert_eq(loss, once, "repeat loss %.9g vs single %.9g", loss, once);
+    double med = output_value(r.out, "fwd_bwd_ms_median");
+    double min = output_value(r.out, "fwd_bwd_ms_min");
+    double fwd = output_value(r.out, "forward_ms_median");
+    cr_assert(min > 0 && min <= med && med < 10000, "min %g median %g", min, med);
+    cr_assert(fwd > 0 && fwd <= med, "forward %g vs pass %g", fwd, med);
+    const char *a = strstr(r.out, "fwd_bwd_ms_median"), *b = strstr(r.out, "fwd_bwd_ms_min"),
+               *c = strstr(r.out, "forward_ms_median");
+    cr_assert(a < b && b < c, "timings out of order: %s", r.out);
+
+    ckpt_file_t f;
+    char err[512] = "";
+    cr_assert_eq(ckpt_read(out_path, &f, err, sizeof err), 0, "%s", err);
+    spec_t s;
+    gpt_t *m = make_model(&s, 7);
+    int in[2 * T], tg[2 * T];
+    for (int bi = 0; bi < 2; bi++)
+        for (int t = 0; t < T; t++) {
+            in[bi * T + t] = TOKENS[bi][t];
+            tg[bi * T + t] = TOKENS[bi][t + 1];
+        }
+    gpt_zero_grad(m);
+    gpt_forward(m, in, tg, 2, T, GPT_EVAL);
+    gpt_backward(m, 1.0f);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const gpt_tensor_t *t = &m->tensors[i];
+        const ckpt_tensor_t *ct = ckpt_file_find(&f, t->name);
+        cr_assert_not_null(ct, "%s", t->name);
+        for (size_t k = 0; k < t->numel; k++) {
+            float g = m->grads[t->offset + k];
+            cr_assert(fabsf(ct->data[k] - g) <= 1e-5f * fabsf(g) + 1e-9f, "%s[%zu]: %g vs %g",
+                      t->name, k, ct->data[k], g);
+        }
+    }
+    ckpt_file_close(&f);
+    gpt_free(m);
+    spec_free(&s);
+
+    /* --repeat 1 times the single pass (no warm-up) and prints the keys too. */
+    GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path, "--repeat=1");
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert_eq(output_value(r.out, "fwd_bwd_ms_min"), output_value(r.out, "fwd_bwd_ms_median"));
+
+    const char *bad[] = {"0", "-3", "2x", "", "1000001"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path, "--repeat",
+             bad[i]);
+        cr_assert_eq(r.code, 2, "--repeat '%s': exit %d", bad[i], r.code);
+        cr_assert_not_null(strstr(r.err, "grad: --repeat"), "%s", r.err);
+    }
+    GRAD(&r, "--help");
+    cr_assert_not_null(strstr(r.out, "--repeat N"), "%s", r.out);
+}
+
 Test(grad_cli, rejects_bad_token_file_size) {
     result_t r;
     unsigned char junk[4 * (T + 1) + 2] = {0};
