@@ -10,6 +10,7 @@
  * Ownership: ckpt_read fills a caller-owned ckpt_file_t whose tensor array,
  * metadata string and data buffer are released by ckpt_file_close. */
 #include "ckpt.h"
+#include "util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -30,17 +31,6 @@ _Static_assert(sizeof(float) == 4, "ckpt.c assumes 32-bit floats");
 #define CKPT_MAX_HEADER (100u * 1024u * 1024u) /* bytes of JSON we accept */
 #define CKPT_MAX_DIMS   4
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ---------------------------------------------------------------- writing */
 
 /* Builds the header JSON: "__metadata__" first (if any), then one entry per
@@ -56,12 +46,12 @@ static char *build_header(const gpt_t *m, const char *metadata_json, size_t *len
         cJSON *meta = cJSON_Parse(metadata_json);
         if (!meta || !cJSON_IsObject(meta)) {
             cJSON_Delete(meta);
-            set_err(err, errlen, "ckpt: metadata is not a JSON object");
+            util_errorf(err, errlen, "ckpt: metadata is not a JSON object");
             goto fail;
         }
         for (cJSON *it = meta->child; it; it = it->next) {
             if (!cJSON_IsString(it)) {
-                set_err(err, errlen, "ckpt: metadata value \"%s\" is not a string", it->string);
+                util_errorf(err, errlen, "ckpt: metadata value \"%s\" is not a string", it->string);
                 cJSON_Delete(meta);
                 goto fail;
             }
@@ -98,7 +88,7 @@ static char *build_header(const gpt_t *m, const char *metadata_json, size_t *len
     cJSON_Delete(root);
     return padded;
 oom:
-    set_err(err, errlen, "ckpt: out of memory building the header");
+    util_errorf(err, errlen, "ckpt: out of memory building the header");
 fail:
     free(text);
     cJSON_Delete(root);
@@ -127,7 +117,7 @@ int ckpt_write(const gpt_t *m, const float *base, const char *metadata_json, con
     size_t hlen = 0;
 
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        set_err(err, errlen, "ckpt: path too long: %s", path);
+        util_errorf(err, errlen, "ckpt: path too long: %s", path);
         goto fail;
     }
     header = build_header(m, metadata_json, &hlen, err, errlen);
@@ -135,13 +125,13 @@ int ckpt_write(const gpt_t *m, const float *base, const char *metadata_json, con
 
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        set_err(err, errlen, "ckpt: cannot create %s: %s", tmp, strerror(errno));
+        util_errorf(err, errlen, "ckpt: cannot create %s: %s", tmp, strerror(errno));
         goto fail;
     }
     tmp_made = 1;
     f = fdopen(fd, "wb");
     if (!f) {
-        set_err(err, errlen, "ckpt: %s: %s", tmp, strerror(errno));
+        util_errorf(err, errlen, "ckpt: %s: %s", tmp, strerror(errno));
         goto fail;
     }
     fd = -1; /* now owned by f */
@@ -158,7 +148,7 @@ int ckpt_write(const gpt_t *m, const float *base, const char *metadata_json, con
     f = NULL;
     if (rc != 0) goto write_fail;
     if (rename(tmp, path) != 0) {
-        set_err(err, errlen, "ckpt: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        util_errorf(err, errlen, "ckpt: cannot rename %s to %s: %s", tmp, path, strerror(errno));
         goto fail;
     }
     tmp_made = 0;
@@ -167,7 +157,7 @@ int ckpt_write(const gpt_t *m, const float *base, const char *metadata_json, con
     dir_of(path, dir, sizeof dir);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0 || fsync(dfd) != 0) {
-        set_err(err, errlen, "ckpt: cannot sync directory %s: %s", dir, strerror(errno));
+        util_errorf(err, errlen, "ckpt: cannot sync directory %s: %s", dir, strerror(errno));
         if (dfd >= 0) close(dfd);
         goto fail;
     }
@@ -176,7 +166,7 @@ int ckpt_write(const gpt_t *m, const float *base, const char *metadata_json, con
     return 0;
 
 write_fail:
-    set_err(err, errlen, "ckpt: cannot write %s: %s", tmp, strerror(errno ? errno : EIO));
+    util_errorf(err, errlen, "ckpt: cannot write %s: %s", tmp, strerror(errno ? errno : EIO));
 fail:
     if (f) fclose(f);
     if (fd >= 0) close(fd);
@@ -209,19 +199,19 @@ static int parse_entry(const char *path, const cJSON *e, ckpt_tensor_t *t, uint6
                        uint64_t *end, char *err, size_t errlen) {
     const char *name = e->string;
     if (strlen(name) >= sizeof t->name) {
-        set_err(err, errlen, "ckpt: %s: tensor name too long: %.60s...", path, name);
+        util_errorf(err, errlen, "ckpt: %s: tensor name too long: %.60s...", path, name);
         return -1;
     }
     snprintf(t->name, sizeof t->name, "%s", name);
     if (!cJSON_IsObject(e)) {
-        set_err(err, errlen, "ckpt: %s: entry %s is not an object", path, name);
+        util_errorf(err, errlen, "ckpt: %s: entry %s is not an object", path, name);
         return -1;
     }
     for (const cJSON *k = e->child; k; k = k->next) {
         if (strcmp(k->string, "dtype") && strcmp(k->string, "shape") &&
             strcmp(k->string, "data_offsets")) {
-            set_err(err, errlen, "ckpt: %s: tensor %s has unknown field \"%s\"", path, name,
-                    k->string);
+            util_errorf(err, errlen, "ckpt: %s: tensor %s has unknown field \"%s\"", path, name,
+                        k->string);
             return -1;
         }
     }
@@ -229,17 +219,17 @@ static int parse_entry(const char *path, const cJSON *e, ckpt_tensor_t *t, uint6
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsString(dtype)) {
-        set_err(err, errlen, "ckpt: %s: tensor %s has no dtype string", path, name);
+        util_errorf(err, errlen, "ckpt: %s: tensor %s has no dtype string", path, name);
         return -1;
     }
     if (strcmp(dtype->valuestring, "F32") != 0) {
-        set_err(err, errlen, "ckpt: %s: tensor %s has dtype %.16s, only F32 is supported", path,
-                name, dtype->valuestring);
+        util_errorf(err, errlen, "ckpt: %s: tensor %s has dtype %.16s, only F32 is supported", path,
+                    name, dtype->valuestring);
         return -1;
     }
     if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > CKPT_MAX_DIMS) {
-        set_err(err, errlen, "ckpt: %s: tensor %s: shape must be an array of at most %d dims", path,
-                name, CKPT_MAX_DIMS);
+        util_errorf(err, errlen, "ckpt: %s: tensor %s: shape must be an array of at most %d dims",
+                    path, name, CKPT_MAX_DIMS);
         return -1;
     }
     t->ndim = cJSON_GetArraySize(shape);
@@ -248,13 +238,14 @@ static int parse_entry(const char *path, const cJSON *e, ckpt_tensor_t *t, uint6
     for (const cJSON *v = shape->child; v; v = v->next, d++) {
         uint64_t dim;
         if (json_uint(v, &dim) != 0) {
-            set_err(err, errlen, "ckpt: %s: tensor %s: shape entries must be non-negative integers",
-                    path, name);
+            util_errorf(err, errlen,
+                        "ckpt: %s: tensor %s: shape entries must be non-negative integers", path,
+                        name);
             return -1;
         }
         /* The data section bounds numel far below this; it only stops overflow. */
         if (dim && numel > (UINT64_C(1) << 60) / dim) {
-            set_err(err, errlen, "ckpt: %s: tensor %s: shape too large", path, name);
+            util_errorf(err, errlen, "ckpt: %s: tensor %s: shape too large", path, name);
             return -1;
         }
         t->shape[d] = (int64_t)dim;
@@ -264,18 +255,19 @@ static int parse_entry(const char *path, const cJSON *e, ckpt_tensor_t *t, uint6
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
         json_uint(cJSON_GetArrayItem(offs, 0), begin) != 0 ||
         json_uint(cJSON_GetArrayItem(offs, 1), end) != 0) {
-        set_err(err, errlen,
-                "ckpt: %s: tensor %s: data_offsets must be two non-negative integers [begin,end]",
-                path, name);
+        util_errorf(
+            err, errlen,
+            "ckpt: %s: tensor %s: data_offsets must be two non-negative integers [begin,end]", path,
+            name);
         return -1;
     }
     if (*end < *begin || *end - *begin != numel * sizeof(float)) {
         char sh[96];
         fmt_shape(sh, sizeof sh, t->ndim, t->shape);
-        set_err(err, errlen,
-                "ckpt: %s: tensor %s: data_offsets [%llu,%llu] do not hold %s F32 (%llu bytes)",
-                path, name, (unsigned long long)*begin, (unsigned long long)*end, sh,
-                (unsigned long long)(numel * sizeof(float)));
+        util_errorf(err, errlen,
+                    "ckpt: %s: tensor %s: data_offsets [%llu,%llu] do not hold %s F32 (%llu bytes)",
+                    path, name, (unsigned long long)*begin, (unsigned long long)*end, sh,
+                    (unsigned long long)(numel * sizeof(float)));
         return -1;
     }
     return 0;
@@ -312,36 +304,36 @@ int ckpt_read(const char *path, ckpt_file_t *f, char *err, size_t errlen) {
 
     fp = fopen(path, "rb");
     if (!fp) {
-        set_err(err, errlen, "ckpt: cannot open %s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "ckpt: cannot open %s: %s", path, strerror(errno));
         goto fail;
     }
     struct stat st;
     if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "ckpt: %s is not a regular file", path);
+        util_errorf(err, errlen, "ckpt: %s is not a regular file", path);
         goto fail;
     }
     uint64_t fsize = (uint64_t)st.st_size;
     unsigned char len8[8];
     if (fsize < 8 || read_exact(fp, len8, 8) != 0) {
-        set_err(err, errlen, "ckpt: %s: file too short for a safetensors header (%llu bytes)", path,
-                (unsigned long long)fsize);
+        util_errorf(err, errlen, "ckpt: %s: file too short for a safetensors header (%llu bytes)",
+                    path, (unsigned long long)fsize);
         goto fail;
     }
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
     if (hlen == 0 || hlen > CKPT_MAX_HEADER || hlen > fsize - 8) {
-        set_err(err, errlen,
-                "ckpt: %s: header length %llu is invalid (file is %llu bytes, limit %u)", path,
-                (unsigned long long)hlen, (unsigned long long)fsize, CKPT_MAX_HEADER);
+        util_errorf(err, errlen,
+                    "ckpt: %s: header length %llu is invalid (file is %llu bytes, limit %u)", path,
+                    (unsigned long long)hlen, (unsigned long long)fsize, CKPT_MAX_HEADER);
         goto fail;
     }
     header = malloc(hlen + 1);
     if (!header) {
-        set_err(err, errlen, "ckpt: %s: out of memory", path);
+        util_errorf(err, errlen, "ckpt: %s: out of memory", path);
         goto fail;
     }
     if (read_exact(fp, header, hlen) != 0) {
-        set_err(err, errlen, "ckpt: %s: cannot read the header", path);
+        util_errorf(err, errlen, "ckpt: %s: cannot read the header", path);
         goto fail;
     }
     header[hlen] = '\0';
@@ -359,7 +351,7 @@ int ckpt_read(const char *path, ckpt_file_t *f, char *err, size_t errlen) {
         }
     }
     if (!root || !cJSON_IsObject(root)) {
-        set_err(err, errlen, "ckpt: %s: header is not a valid JSON object", path);
+        util_errorf(err, errlen, "ckpt: %s: header is not a valid JSON object", path);
         goto fail;
     }
 
@@ -368,29 +360,29 @@ int ckpt_read(const char *path, ckpt_file_t *f, char *err, size_t errlen) {
     spans = calloc((size_t)n_entries + 1, sizeof *spans);
     names = calloc((size_t)n_entries + 1, sizeof *names);
     if (!f->tensors || !spans || !names) {
-        set_err(err, errlen, "ckpt: %s: out of memory", path);
+        util_errorf(err, errlen, "ckpt: %s: out of memory", path);
         goto fail;
     }
     for (const cJSON *e = root->child; e; e = e->next) {
         if (!strcmp(e->string, "__metadata__")) {
             if (f->metadata) {
-                set_err(err, errlen, "ckpt: %s: duplicate __metadata__", path);
+                util_errorf(err, errlen, "ckpt: %s: duplicate __metadata__", path);
                 goto fail;
             }
             if (!cJSON_IsObject(e)) {
-                set_err(err, errlen, "ckpt: %s: __metadata__ is not an object", path);
+                util_errorf(err, errlen, "ckpt: %s: __metadata__ is not an object", path);
                 goto fail;
             }
             for (const cJSON *v = e->child; v; v = v->next) {
                 if (!cJSON_IsString(v)) {
-                    set_err(err, errlen, "ckpt: %s: __metadata__ value \"%s\" is not a string",
-                            path, v->string);
+                    util_errorf(err, errlen, "ckpt: %s: __metadata__ value \"%s\" is not a string",
+                                path, v->string);
                     goto fail;
                 }
             }
             f->metadata = cJSON_PrintUnformatted(e);
             if (!f->metadata) {
-                set_err(err, errlen, "ckpt: %s: out of memory", path);
+                util_errorf(err, errlen, "ckpt: %s: out of memory", path);
                 goto fail;
             }
             continue;
@@ -407,7 +399,7 @@ int ckpt_read(const char *path, ckpt_file_t *f, char *err, size_t errlen) {
     qsort(names, (size_t)f->n, sizeof *names, name_cmp);
     for (int i = 1; i < f->n; i++) {
         if (!strcmp(names[i - 1], names[i])) {
-            set_err(err, errlen, "ckpt: %s: duplicate tensor %s", path, names[i]);
+            util_errorf(err, errlen, "ckpt: %s: duplicate tensor %s", path, names[i]);
             goto fail;
         }
     }
@@ -420,39 +412,39 @@ int ckpt_read(const char *path, ckpt_file_t *f, char *err, size_t errlen) {
     for (int i = 0; i < f->n; i++) {
         const char *name = f->tensors[spans[i].idx].name;
         if (spans[i].end > dlen) {
-            set_err(err, errlen,
-                    "ckpt: %s: tensor %s: data_offsets end %llu is past the data section "
-                    "(%llu bytes)",
-                    path, name, (unsigned long long)spans[i].end, (unsigned long long)dlen);
+            util_errorf(err, errlen,
+                        "ckpt: %s: tensor %s: data_offsets end %llu is past the data section "
+                        "(%llu bytes)",
+                        path, name, (unsigned long long)spans[i].end, (unsigned long long)dlen);
             goto fail;
         }
         if (spans[i].begin < pos) {
-            set_err(err, errlen, "ckpt: %s: tensor %s overlaps %s", path, name,
-                    f->tensors[spans[i - 1].idx].name);
+            util_errorf(err, errlen, "ckpt: %s: tensor %s overlaps %s", path, name,
+                        f->tensors[spans[i - 1].idx].name);
             goto fail;
         }
         if (spans[i].begin > pos) {
-            set_err(err, errlen, "ckpt: %s: unused bytes [%llu,%llu) before tensor %s", path,
-                    (unsigned long long)pos, (unsigned long long)spans[i].begin, name);
+            util_errorf(err, errlen, "ckpt: %s: unused bytes [%llu,%llu) before tensor %s", path,
+                        (unsigned long long)pos, (unsigned long long)spans[i].begin, name);
             goto fail;
         }
         pos = spans[i].end;
     }
     if (pos != dlen) {
-        set_err(err, errlen, "ckpt: %s: %llu trailing bytes after the last tensor", path,
-                (unsigned long long)(dlen - pos));
+        util_errorf(err, errlen, "ckpt: %s: %llu trailing bytes after the last tensor", path,
+                    (unsigned long long)(dlen - pos));
         goto fail;
     }
 
     f->buflen = (size_t)dlen;
     f->buf = malloc(dlen ? (size_t)dlen : 1);
     if (!f->buf) {
-        set_err(err, errlen, "ckpt: %s: out of memory for %llu bytes of data", path,
-                (unsigned long long)dlen);
+        util_errorf(err, errlen, "ckpt: %s: out of memory for %llu bytes of data", path,
+                    (unsigned long long)dlen);
         goto fail;
     }
     if (read_exact(fp, f->buf, (size_t)dlen) != 0) {
-        set_err(err, errlen, "ckpt: %s: cannot read the data section", path);
+        util_errorf(err, errlen, "ckpt: %s: cannot read the data section", path);
         goto fail;
     }
     for (int i = 0; i < f->n; i++)
@@ -506,7 +498,7 @@ int ckpt_load(gpt_t *m, const char *path, char *err, size_t errlen) {
         const gpt_tensor_t *t = &m->tensors[i];
         const ckpt_tensor_t *c = ckpt_file_find(&f, t->name);
         if (!c) {
-            set_err(err, errlen, "ckpt: missing tensor %s", t->name);
+            util_errorf(err, errlen, "ckpt: missing tensor %s", t->name);
             goto fail;
         }
         int64_t want[2] = {t->rows, t->cols};
@@ -515,14 +507,14 @@ int ckpt_load(gpt_t *m, const char *path, char *err, size_t errlen) {
             char got_s[96], want_s[96];
             fmt_shape(got_s, sizeof got_s, c->ndim, c->shape);
             fmt_shape(want_s, sizeof want_s, t->ndim, want);
-            set_err(err, errlen, "ckpt: tensor %s has shape %s, model expects %s", t->name, got_s,
-                    want_s);
+            util_errorf(err, errlen, "ckpt: tensor %s has shape %s, model expects %s", t->name,
+                        got_s, want_s);
             goto fail;
         }
     }
     for (int i = 0; i < f.n; i++) {
         if (!model_has(m, f.tensors[i].name)) {
-            set_err(err, errlen, "ckpt: unexpected tensor %s", f.tensors[i].name);
+            util_errorf(err, errlen, "ckpt: unexpected tensor %s", f.tensors[i].name);
             goto fail;
         }
     }

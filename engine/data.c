@@ -27,26 +27,13 @@
 
 #include "cli.h"
 #include "tok.h"
+#include "util.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the dataset files are little-endian and are mapped as they are"
 #endif
 
 #define MAX_DEPTH 64 /* directory nesting, which also stops symlink loops */
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Progress lines for long loops: at most one every PROGRESS_S seconds. */
 #define PROGRESS_S 2.0
@@ -57,7 +44,7 @@ typedef struct {
 
 static bool progress_due(progress_t *p) {
     if (!p->log) return false;
-    double t = now_s();
+    double t = util_now();
     if (t - p->last < PROGRESS_S) return false;
     p->last = t;
     return true;
@@ -135,18 +122,18 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen) 
     char *buf = NULL;
     size_t n = 0, cap = 0;
     if (fd < 0) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
     for (;;) {
         if (grow(&buf, &cap, n + 65536, 1)) {
-            seterr(err, errlen, "%s: out of memory", path);
+            util_errorf(err, errlen, "%s: out of memory", path);
             goto fail;
         }
         ssize_t got = read(fd, buf + n, cap - n);
         if (got < 0) {
             if (errno == EINTR) continue;
-            seterr(err, errlen, "%s: %s", path, strerror(errno));
+            util_errorf(err, errlen, "%s: %s", path, strerror(errno));
             goto fail;
         }
         if (got == 0) break;
@@ -182,20 +169,20 @@ static int add_jsonl(corpus_t *c, const char *path, const char *buf, size_t len,
         cJSON *obj = cJSON_ParseWithLength(s, n);
         if (!obj || !cJSON_IsObject(obj)) {
             cJSON_Delete(obj);
-            seterr(err, errlen, "%s:%zu: not a JSON object", path, line);
+            util_errorf(err, errlen, "%s:%zu: not a JSON object", path, line);
             return -1;
         }
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(obj, "text");
         if (!cJSON_IsString(text)) {
             cJSON_Delete(obj);
-            seterr(err, errlen, "%s:%zu: no \"text\" string field", path, line);
+            util_errorf(err, errlen, "%s:%zu: no \"text\" string field", path, line);
             return -1;
         }
         size_t tl = strlen(text->valuestring);
         int rc = tl ? add_doc(c, text->valuestring, tl) : 0;
         cJSON_Delete(obj);
         if (rc) {
-            seterr(err, errlen, "out of memory");
+            util_errorf(err, errlen, "out of memory");
             return -1;
         }
     }
@@ -218,7 +205,7 @@ static int add_file(corpus_t *c, const char *path, int val, char *err, size_t er
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;
     if (!EVP_Digest(buf, len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32) {
-        seterr(err, errlen, "%s: SHA-256 failed", path);
+        util_errorf(err, errlen, "%s: SHA-256 failed", path);
         goto fail;
     }
     for (unsigned i = 0; i < mdlen; i++) snprintf(s->sha256 + 2 * i, 3, "%02x", md[i]);
@@ -230,7 +217,7 @@ static int add_file(corpus_t *c, const char *path, int val, char *err, size_t er
     free(buf);
     return 0;
 oom:
-    seterr(err, errlen, "out of memory");
+    util_errorf(err, errlen, "out of memory");
 fail:
     free(buf);
     return -1;
@@ -245,24 +232,24 @@ static int cmp_str(const void *a, const void *b) {
 static int add_path(corpus_t *c, const char *path, int val, int depth, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st)) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     if (S_ISREG(st.st_mode)) return add_file(c, path, val, err, errlen);
     if (!S_ISDIR(st.st_mode)) {
         if (depth == 0) {
-            seterr(err, errlen, "%s: not a file or directory", path);
+            util_errorf(err, errlen, "%s: not a file or directory", path);
             return -1;
         }
         return 0;
     }
     if (depth >= MAX_DEPTH) {
-        seterr(err, errlen, "%s: directories nested more than %d deep", path, MAX_DEPTH);
+        util_errorf(err, errlen, "%s: directories nested more than %d deep", path, MAX_DEPTH);
         return -1;
     }
     DIR *d = opendir(path);
     if (!d) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     char **names = NULL;
@@ -273,13 +260,13 @@ static int add_path(corpus_t *c, const char *path, int val, int depth, char *err
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
         if (grow(&names, &cap, n + 1, sizeof *names) || !(names[n] = strdup(e->d_name))) {
-            seterr(err, errlen, "out of memory");
+            util_errorf(err, errlen, "out of memory");
             goto done;
         }
         n++;
     }
     if (errno) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         goto done;
     }
     if (n) qsort(names, n, sizeof *names, cmp_str);
@@ -288,7 +275,7 @@ static int add_path(corpus_t *c, const char *path, int val, int depth, char *err
     for (size_t i = 0; i < n; i++) {
         char *child;
         if (asprintf(&child, "%s%s%s", path, slash ? "" : "/", names[i]) < 0) {
-            seterr(err, errlen, "out of memory");
+            util_errorf(err, errlen, "out of memory");
             goto done;
         }
         int r = add_path(c, child, val, depth + 1, err, errlen);
@@ -317,7 +304,7 @@ static void rm_tree(const char *path) {
 static int mkdir_p(const char *path, char *err, size_t errlen) {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        seterr(err, errlen, "%s: path too long", path);
+        util_errorf(err, errlen, "%s: path too long", path);
         return -1;
     }
     for (char *p = buf + 1;; p++) {
@@ -325,7 +312,7 @@ static int mkdir_p(const char *path, char *err, size_t errlen) {
         char saved = *p;
         *p = 0;
         if (mkdir(buf, 0777) && errno != EEXIST) {
-            seterr(err, errlen, "%s: %s", buf, strerror(errno));
+            util_errorf(err, errlen, "%s: %s", buf, strerror(errno));
             return -1;
         }
         *p = saved;
@@ -333,7 +320,7 @@ static int mkdir_p(const char *path, char *err, size_t errlen) {
     }
     struct stat st;
     if (stat(path, &st) || !S_ISDIR(st.st_mode)) {
-        seterr(err, errlen, "%s: not a directory", path);
+        util_errorf(err, errlen, "%s: not a directory", path);
         return -1;
     }
     return 0;
@@ -344,7 +331,7 @@ static int close_file(FILE *f, const char *path, char *err, size_t errlen) {
     int bad = fflush(f) || ferror(f) || fsync(fileno(f));
     int e = errno;
     if (fclose(f) || bad) {
-        seterr(err, errlen, "%s: write failed: %s", path, strerror(bad ? e : errno));
+        util_errorf(err, errlen, "%s: write failed: %s", path, strerror(bad ? e : errno));
         return -1;
     }
     return 0;
@@ -360,13 +347,13 @@ typedef struct {
 static int write_split(tok_t *tok, const corpus_t *c, size_t lo, size_t hi, const char *path,
                        const int32_t *token_bytes, split_stats_t *stats, FILE *log, char *err,
                        size_t errlen) {
-    progress_t pr = {log, now_s()};
+    progress_t pr = {log, util_now()};
     FILE *f = fopen(path, "wb");
     tok_ids_t ids = {0};
     uint16_t *buf = NULL;
     size_t bufcap = 0;
     if (!f) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     memset(stats, 0, sizeof *stats);
@@ -375,7 +362,7 @@ static int write_split(tok_t *tok, const corpus_t *c, size_t lo, size_t hi, cons
         ids.n = 0;
         if (tok_encode(tok, c->text + c->off[d], c->dlen[d], &ids, err, errlen)) goto fail;
         if (grow(&buf, &bufcap, ids.n + 1, sizeof *buf)) {
-            seterr(err, errlen, "out of memory");
+            util_errorf(err, errlen, "out of memory");
             goto fail;
         }
         buf[0] = (uint16_t)bos;
@@ -384,7 +371,7 @@ static int write_split(tok_t *tok, const corpus_t *c, size_t lo, size_t hi, cons
             stats->bytes += (uint64_t)token_bytes[ids.ids[i]];
         }
         if (fwrite(buf, sizeof *buf, ids.n + 1, f) != ids.n + 1) {
-            seterr(err, errlen, "%s: write failed: %s", path, strerror(errno));
+            util_errorf(err, errlen, "%s: write failed: %s", path, strerror(errno));
             goto fail;
         }
         stats->tokens += ids.n + 1;
@@ -406,12 +393,12 @@ fail:
 static int write_token_bytes(const int32_t *tb, int n, const char *path, char *err, size_t errlen) {
     FILE *f = fopen(path, "wb");
     if (!f) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     if (fwrite(tb, sizeof *tb, (size_t)n, f) != (size_t)n) {
         fclose(f);
-        seterr(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: write failed: %s", path, strerror(errno));
         return -1;
     }
     return close_file(f, path, err, errlen);
@@ -420,7 +407,7 @@ static int write_token_bytes(const int32_t *tb, int n, const char *path, char *e
 static int write_text(const char *text, const char *path, char *err, size_t errlen) {
     FILE *f = fopen(path, "w");
     if (!f) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     fputs(text, f);
@@ -643,10 +630,10 @@ static int install(const char *tmp, const char *final, bool replace, char *err, 
     if (rename(tmp, final)) goto fail;
     return 0;
 exists:
-    seterr(err, errlen, "%s already exists (use --force to replace it)", final);
+    util_errorf(err, errlen, "%s already exists (use --force to replace it)", final);
     return -1;
 fail:
-    seterr(err, errlen, "rename %s -> %s: %s", tmp, final, strerror(errno));
+    util_errorf(err, errlen, "rename %s -> %s: %s", tmp, final, strerror(errno));
     return -1;
 }
 
@@ -673,36 +660,37 @@ int prep_main(int argc, char **argv) {
         return rc == 1 ? 0 : 2;
     }
     rc = 1;
-    double t0 = now_s();
+    double t0 = util_now();
 
     if (!data_name_ok(a.name)) {
-        seterr(err, sizeof err,
-               "--name '%s': a dataset name is 1-255 of [A-Za-z0-9_.-] and does not start "
-               "with '.'",
-               a.name);
+        util_errorf(err, sizeof err,
+                    "--name '%s': a dataset name is 1-255 of [A-Za-z0-9_.-] and does not start "
+                    "with '.'",
+                    a.name);
         goto fail;
     }
     if (a.vocab < TOK_N_BYTES) {
-        seterr(err, sizeof err, "--vocab %ld is below %d, the byte tokens alone", a.vocab,
-               TOK_N_BYTES);
+        util_errorf(err, sizeof err, "--vocab %ld is below %d, the byte tokens alone", a.vocab,
+                    TOK_N_BYTES);
         goto fail;
     }
     if (a.vocab + TOK_N_SPECIAL > DATA_MAX_TOKENS) {
-        seterr(err, sizeof err,
-               "--vocab %ld plus %d special tokens exceeds %d, the most the uint16 token files "
-               "hold",
-               a.vocab, TOK_N_SPECIAL, DATA_MAX_TOKENS);
+        util_errorf(
+            err, sizeof err,
+            "--vocab %ld plus %d special tokens exceeds %d, the most the uint16 token files "
+            "hold",
+            a.vocab, TOK_N_SPECIAL, DATA_MAX_TOKENS);
         goto fail;
     }
     if (snprintf(dsdir, sizeof dsdir, "%s/datasets", a.dir) >= (int)sizeof dsdir) {
-        seterr(err, sizeof err, "--dir is too long");
+        util_errorf(err, sizeof err, "--dir is too long");
         goto fail;
     }
     snprintf(final, sizeof final, "%s/%s", dsdir, a.name);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dsdir, a.name, (long)getpid());
     if (!a.force && access(final, F_OK) == 0) {
-        seterr(err, sizeof err, "dataset '%s' already exists in %s (use --force to replace it)",
-               a.name, dsdir);
+        util_errorf(err, sizeof err,
+                    "dataset '%s' already exists in %s (use --force to replace it)", a.name, dsdir);
         goto fail;
     }
 
@@ -714,21 +702,22 @@ int prep_main(int argc, char **argv) {
         size_t before = c.n;
         if (add_path(&c, p, val, 0, err, sizeof err)) goto fail;
         if (c.n == before) {
-            seterr(err, sizeof err, "%s: no text (empty, or nothing but hidden files)", p);
+            util_errorf(err, sizeof err, "%s: no text (empty, or nothing but hidden files)", p);
             goto fail;
         }
         if (!val) n_train = c.n;
     }
     PREP_LOG("prep: read %zu documents, %.2f MB, from %zu files in %.2f s\n", c.n,
-             (double)c.len / 1e6, c.nsrc, now_s() - t0);
+             (double)c.len / 1e6, c.nsrc, util_now() - t0);
 
     /* Pin the validation split. */
     if (a.n_vals) {
         snprintf(desc, sizeof desc, "the %zu documents of the --val paths", c.n - n_train);
     } else {
         if (c.n < 2) {
-            seterr(err, sizeof err,
-                   "found %zu document; a validation split needs at least 2 (or give --val)", c.n);
+            util_errorf(err, sizeof err,
+                        "found %zu document; a validation split needs at least 2 (or give --val)",
+                        c.n);
             goto fail;
         }
         double want = round(a.val_fraction * (double)c.n);
@@ -739,26 +728,26 @@ int prep_main(int argc, char **argv) {
     }
 
     /* Train the tokenizer on the training documents only. */
-    double tt = now_s();
+    double tt = util_now();
     if (!(tr = tok_trainer_new(err, sizeof err))) goto fail;
     progress_t pr = {a.quiet ? NULL : stderr, tt};
     for (size_t d = 0; d < n_train; d++) {
         if (tok_trainer_add(tr, c.text + c.off[d], c.dlen[d], err, sizeof err)) goto fail;
         if (progress_due(&pr))
             fprintf(stderr, "prep: tokenizer: counted chunks of %zu/%zu documents, %.1f s\n", d + 1,
-                    n_train, now_s() - tt);
+                    n_train, util_now() - tt);
     }
     PREP_LOG("prep: tokenizer: %zu distinct chunks in %zu training documents, %.2f s\n",
-             tok_trainer_unique_chunks(tr), n_train, now_s() - tt);
+             tok_trainer_unique_chunks(tr), n_train, util_now() - tt);
     tok = tok_trainer_finish(tr, (int)a.vocab, a.quiet ? NULL : stderr, err, sizeof err);
     if (!tok) goto fail;
-    double tok_s = now_s() - tt;
+    double tok_s = util_now() - tt;
     PREP_LOG("prep: tokenizer: vocab %d (%d merges + 256 bytes + %d specials) in %.2f s\n",
              tok_vocab_size(tok), tok_n_merges(tok), TOK_N_SPECIAL, tok_s);
 
     int nv = tok_vocab_size(tok);
     if (!(tb = calloc((size_t)nv, sizeof *tb))) {
-        seterr(err, sizeof err, "out of memory");
+        util_errorf(err, sizeof err, "out of memory");
         goto fail;
     }
     for (int id = 0; id < tok_n_regular(tok); id++) {
@@ -769,19 +758,19 @@ int prep_main(int argc, char **argv) {
 
     if (mkdir_p(dsdir, err, sizeof err)) goto fail;
     if (mkdir(tmp, 0777)) {
-        seterr(err, sizeof err, "%s: %s", tmp, strerror(errno));
+        util_errorf(err, sizeof err, "%s: %s", tmp, strerror(errno));
         goto fail;
     }
     made_tmp = true;
 
     split_stats_t st_train, st_val;
-    double te = now_s();
+    double te = util_now();
     snprintf(path, sizeof path, "%s/train.bin", tmp);
     FILE *log = a.quiet ? NULL : stderr;
     if (write_split(tok, &c, 0, n_train, path, tb, &st_train, log, err, sizeof err)) goto fail;
     snprintf(path, sizeof path, "%s/val.bin", tmp);
     if (write_split(tok, &c, n_train, c.n, path, tb, &st_val, log, err, sizeof err)) goto fail;
-    double enc_s = now_s() - te;
+    double enc_s = util_now() - te;
     PREP_LOG("prep: encoded %zu + %zu tokens (%.2f bytes per token) in %.2f s\n", st_train.tokens,
              st_val.tokens,
              (double)(st_train.bytes + st_val.bytes) /
@@ -792,9 +781,9 @@ int prep_main(int argc, char **argv) {
     if (write_token_bytes(tb, nv, path, err, sizeof err)) goto fail;
     snprintf(path, sizeof path, "%s/tokenizer.json", tmp);
     if (tok_save(tok, path, err, sizeof err)) goto fail;
-    manifest = manifest_json(&a, tok, &c, &st_train, &st_val, desc, tok_s, now_s() - t0);
+    manifest = manifest_json(&a, tok, &c, &st_train, &st_val, desc, tok_s, util_now() - t0);
     if (!manifest || !(mtext = cJSON_Print(manifest))) {
-        seterr(err, sizeof err, "out of memory");
+        util_errorf(err, sizeof err, "out of memory");
         goto fail;
     }
     snprintf(path, sizeof path, "%s/manifest.json", tmp);
@@ -805,7 +794,7 @@ int prep_main(int argc, char **argv) {
     printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (%zu docs), val %zu tokens "
            "(%zu docs), %.1f s\n",
            a.name, final, nv, st_train.tokens, st_train.docs, st_val.tokens, st_val.docs,
-           now_s() - t0);
+           util_now() - t0);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "prep: %s\n", err);
@@ -829,22 +818,22 @@ static int map_tokens(const char *dir, const char *file, size_t n_expect, void *
     snprintf(path, sizeof path, "%s/%s", dir, file);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st)) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         goto fail;
     }
     if ((uint64_t)st.st_size != (uint64_t)n_expect * 2 || n_expect == 0) {
-        seterr(err, errlen, "%s: %lld bytes, the manifest says %zu uint16 tokens", path,
-               (long long)st.st_size, n_expect);
+        util_errorf(err, errlen, "%s: %lld bytes, the manifest says %zu uint16 tokens", path,
+                    (long long)st.st_size, n_expect);
         goto fail;
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
-        seterr(err, errlen, "%s: mmap: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: mmap: %s", path, strerror(errno));
         goto fail;
     }
     close(fd);
@@ -862,16 +851,16 @@ static int check_tokens(const uint16_t *t, size_t n, size_t docs, const data_set
     size_t bos = 0;
     for (size_t i = 0; i < n; i++) {
         if (t[i] >= ds->vocab_size) {
-            seterr(err, errlen, "%s/%s: token %zu is %u, not below vocab_size %d", ds->dir, file, i,
-                   t[i], ds->vocab_size);
+            util_errorf(err, errlen, "%s/%s: token %zu is %u, not below vocab_size %d", ds->dir,
+                        file, i, t[i], ds->vocab_size);
             return -1;
         }
         bos += t[i] == ds->bos_id;
     }
     if (t[0] != ds->bos_id || bos != docs) {
-        seterr(err, errlen,
-               "%s/%s: %zu BOS tokens (first token %u), the manifest says %zu documents", ds->dir,
-               file, bos, t[0], docs);
+        util_errorf(err, errlen,
+                    "%s/%s: %zu BOS tokens (first token %u), the manifest says %zu documents",
+                    ds->dir, file, bos, t[0], docs);
         return -1;
     }
     return 0;
@@ -892,12 +881,12 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
     char *text = NULL;
     cJSON *m = NULL;
     if (!data_name_ok(name)) {
-        seterr(err, errlen, "dataset name '%s' is not a valid name", name);
+        util_errorf(err, errlen, "dataset name '%s' is not a valid name", name);
         return -1;
     }
     if (snprintf(ds->dir, sizeof ds->dir, "%s/datasets/%s", state_dir, name) >=
         (int)sizeof ds->dir) {
-        seterr(err, errlen, "dataset path too long");
+        util_errorf(err, errlen, "dataset path too long");
         return -1;
     }
     snprintf(ds->name, sizeof ds->name, "%s", name);
@@ -906,12 +895,12 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
     if (!(text = read_file(path, &len, err, errlen))) goto fail;
     m = cJSON_ParseWithLength(text, len);
     if (!cJSON_IsObject(m)) {
-        seterr(err, errlen, "%s: not a JSON object", path);
+        util_errorf(err, errlen, "%s: not a JSON object", path);
         goto fail;
     }
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(m, "dtype");
     if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "uint16")) {
-        seterr(err, errlen, "%s: \"dtype\" must be \"uint16\"", path);
+        util_errorf(err, errlen, "%s: \"dtype\" must be \"uint16\"", path);
         goto fail;
     }
     double v[9];
@@ -920,7 +909,7 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
                                         "val_docs",     "train_bytes", "val_bytes"};
     for (int k = 0; k < 9; k++) {
         if (!manifest_count(m, keys[k], k < 3 ? DATA_MAX_TOKENS : 9007199254740992.0, &v[k])) {
-            seterr(err, errlen, "%s: \"%s\" missing or not a count", path, keys[k]);
+            util_errorf(err, errlen, "%s: \"%s\" missing or not a count", path, keys[k]);
             goto fail;
         }
     }
@@ -935,8 +924,9 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
     ds->val_bytes = (uint64_t)v[8];
     if (ds->vocab_size < TOK_N_BYTES || ds->bos_id >= ds->vocab_size ||
         ds->n_special > ds->vocab_size) {
-        seterr(err, errlen, "%s: vocab_size %d, bos_id %d and n_special %d do not fit together",
-               path, ds->vocab_size, ds->bos_id, ds->n_special);
+        util_errorf(err, errlen,
+                    "%s: vocab_size %d, bos_id %d and n_special %d do not fit together", path,
+                    ds->vocab_size, ds->bos_id, ds->n_special);
         goto fail;
     }
 
@@ -944,12 +934,13 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
     snprintf(path, sizeof path, "%s/token_bytes.bin", ds->dir);
     if (!(ds->token_bytes = (int32_t *)read_file(path, &tl, err, errlen))) goto fail;
     if (tl != (size_t)ds->vocab_size * sizeof(int32_t)) {
-        seterr(err, errlen, "%s: %zu bytes, expected %d int32 values", path, tl, ds->vocab_size);
+        util_errorf(err, errlen, "%s: %zu bytes, expected %d int32 values", path, tl,
+                    ds->vocab_size);
         goto fail;
     }
     for (int i = 0; i < ds->vocab_size; i++) {
         if (ds->token_bytes[i] < 0) {
-            seterr(err, errlen, "%s: entry %d is negative", path, i);
+            util_errorf(err, errlen, "%s: entry %d is negative", path, i);
             goto fail;
         }
     }

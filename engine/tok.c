@@ -15,6 +15,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 
 #include "tok.h"
+#include "util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -27,20 +28,6 @@
 
 static const char *const special_names[TOK_N_SPECIAL] = {"<|bos|>", "<|eos|>", "<|pad|>",
                                                          "<|reserved|>"};
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Grow *p (an array of *cap elements of size sz) to hold at least need. */
 static int grow(void *p, size_t *cap, size_t need, size_t sz) {
@@ -248,7 +235,7 @@ static int splitter_init(splitter_t *s, const char *pattern, char *err, size_t e
     if (!s->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        seterr(err, errlen, "split pattern: %s at offset %zu", (char *)msg, (size_t)eoff);
+        util_errorf(err, errlen, "split pattern: %s at offset %zu", (char *)msg, (size_t)eoff);
         goto fail;
     }
     /* JIT when this build of PCRE2 has it; the interpreter otherwise. A large
@@ -257,14 +244,14 @@ static int splitter_init(splitter_t *s, const char *pattern, char *err, size_t e
         s->mctx = pcre2_match_context_create(NULL);
         s->jstack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
         if (!s->mctx || !s->jstack) {
-            seterr(err, errlen, "out of memory");
+            util_errorf(err, errlen, "out of memory");
             goto fail;
         }
         pcre2_jit_stack_assign(s->mctx, NULL, s->jstack);
     }
     s->md = pcre2_match_data_create_from_pattern(s->re, NULL);
     if (!s->md) {
-        seterr(err, errlen, "out of memory");
+        util_errorf(err, errlen, "out of memory");
         goto fail;
     }
     return 0;
@@ -289,7 +276,7 @@ static int split_each(splitter_t *s, const uint8_t *text, size_t len, chunk_fn f
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
-            seterr(err, errlen, "split: %s at byte %zu", (char *)msg, from);
+            util_errorf(err, errlen, "split: %s at byte %zu", (char *)msg, from);
             return -1;
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
@@ -310,7 +297,7 @@ static int split_each(splitter_t *s, const uint8_t *text, size_t len, chunk_fn f
     }
     return 0;
 oom:
-    seterr(err, errlen, "out of memory");
+    util_errorf(err, errlen, "out of memory");
     return -1;
 }
 
@@ -403,13 +390,13 @@ static tok_t *tok_build(const char *pattern, const int32_t (*merges)[2], int n_m
     for (int r = 0; r < n_merges; r++) {
         int32_t a = merges[r][0], b = merges[r][1];
         if (a < 0 || b < 0 || a >= TOK_N_BYTES + r || b >= TOK_N_BYTES + r) {
-            seterr(err, errlen, "merge %d: [%d,%d] uses an id that does not exist before it", r,
-                   (int)a, (int)b);
+            util_errorf(err, errlen, "merge %d: [%d,%d] uses an id that does not exist before it",
+                        r, (int)a, (int)b);
             goto fail;
         }
         uint64_t k = pair_key(a, b);
         if (pmap_get(&t->ranks, k) >= 0) {
-            seterr(err, errlen, "merge %d: [%d,%d] appears twice", r, (int)a, (int)b);
+            util_errorf(err, errlen, "merge %d: [%d,%d] appears twice", r, (int)a, (int)b);
             goto fail;
         }
         if (pmap_put(&t->ranks, k, r)) goto oom;
@@ -436,7 +423,7 @@ static tok_t *tok_build(const char *pattern, const int32_t (*merges)[2], int n_m
     if (splitter_init(&t->split, pattern, err, errlen)) goto fail;
     return t;
 oom:
-    seterr(err, errlen, "out of memory");
+    util_errorf(err, errlen, "out of memory");
 fail:
     tok_free(t);
     return NULL;
@@ -578,15 +565,16 @@ int tok_decode(const tok_t *t, const int32_t *ids, size_t n, char **out, size_t 
     for (size_t i = 0; i < n; i++) {
         size_t l;
         if (!tok_token_bytes(t, ids[i], &l)) {
-            seterr(err, errlen, "decode: id %d at position %zu is outside the vocabulary of %d",
-                   (int)ids[i], i, tok_vocab_size(t));
+            util_errorf(err, errlen,
+                        "decode: id %d at position %zu is outside the vocabulary of %d",
+                        (int)ids[i], i, tok_vocab_size(t));
             return -1;
         }
         total += l;
     }
     char *buf = malloc(total + 1);
     if (!buf) {
-        seterr(err, errlen, "out of memory");
+        util_errorf(err, errlen, "out of memory");
         return -1;
     }
     size_t pos = 0;
@@ -614,7 +602,7 @@ struct tok_trainer {
 tok_trainer_t *tok_trainer_new(char *err, size_t errlen) {
     tok_trainer_t *tr = calloc(1, sizeof *tr);
     if (!tr) {
-        seterr(err, errlen, "out of memory");
+        util_errorf(err, errlen, "out of memory");
         return NULL;
     }
     if (splitter_init(&tr->split, TOK_PATTERN, err, errlen)) {
@@ -641,7 +629,7 @@ static int count_cb(void *ctx, const uint8_t *s, size_t n) {
 
 int tok_trainer_add(tok_trainer_t *tr, const void *text, size_t len, char *err, size_t errlen) {
     if (tr->finished) {
-        seterr(err, errlen, "tokenizer trainer already finished");
+        util_errorf(err, errlen, "tokenizer trainer already finished");
         return -1;
     }
     if (split_each(&tr->split, text, len, count_cb, tr, err, errlen)) return -1;
@@ -813,15 +801,15 @@ tok_t *tok_trainer_finish(tok_trainer_t *tr, int n_vocab, FILE *log, char *err, 
     trainer_state_t st = {0};
     int32_t(*merges)[2] = NULL;
     tok_t *t = NULL;
-    double t0 = now_s();
+    double t0 = util_now();
     if (tr->finished) {
-        seterr(err, errlen, "tokenizer trainer already finished");
+        util_errorf(err, errlen, "tokenizer trainer already finished");
         return NULL;
     }
     tr->finished = true;
     if (n_vocab < TOK_N_BYTES || n_vocab > TOK_MAX_VOCAB) {
-        seterr(err, errlen, "vocab size %d is outside [%d, %d]", n_vocab, TOK_N_BYTES,
-               TOK_MAX_VOCAB);
+        util_errorf(err, errlen, "vocab size %d is outside [%d, %d]", n_vocab, TOK_N_BYTES,
+                    TOK_MAX_VOCAB);
         return NULL;
     }
     int want = n_vocab - TOK_N_BYTES;
@@ -873,10 +861,11 @@ tok_t *tok_trainer_finish(tok_trainer_t *tr, int n_vocab, FILE *log, char *err, 
             if (cur > 0 && hpush(&st, (hent_t){cur, e.pair})) goto oom;
         }
         if (pi == UINT32_MAX) {
-            seterr(err, errlen,
-                   "the text allows only %d merges (vocab %d), fewer than the %d that vocab %d "
-                   "needs",
-                   r, TOK_N_BYTES + r, want, n_vocab);
+            util_errorf(
+                err, errlen,
+                "the text allows only %d merges (vocab %d), fewer than the %d that vocab %d "
+                "needs",
+                r, TOK_N_BYTES + r, want, n_vocab);
             goto fail;
         }
         int32_t a = st.pairs[pi].a, b = st.pairs[pi].b, c = TOK_N_BYTES + r;
@@ -905,7 +894,7 @@ tok_t *tok_trainer_finish(tok_trainer_t *tr, int n_vocab, FILE *log, char *err, 
         }
         if (log && ((r + 1) % every == 0 || r + 1 == want))
             fprintf(log, "tok: merge %d/%d: [%d,%d] -> %d (count %lld), %.2f s\n", r + 1, want,
-                    (int)a, (int)b, (int)c, (long long)best, now_s() - t0);
+                    (int)a, (int)b, (int)c, (long long)best, util_now() - t0);
     }
     t = tok_build(TOK_PATTERN, (const int32_t(*)[2])merges, want, err, errlen);
     if (!t) goto fail;
@@ -913,7 +902,7 @@ tok_t *tok_trainer_finish(tok_trainer_t *tr, int n_vocab, FILE *log, char *err, 
     state_free(&st);
     return t;
 oom:
-    seterr(err, errlen, "out of memory");
+    util_errorf(err, errlen, "out of memory");
 fail:
     free(merges);
     state_free(&st);
@@ -952,7 +941,7 @@ static void json_string(FILE *f, const char *s) {
 int tok_save(const tok_t *t, const char *path, char *err, size_t errlen) {
     FILE *f = fopen(path, "w");
     if (!f) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     fprintf(f, "{\n  \"version\": 1,\n  \"type\": \"byte-level-bpe\",\n  \"pattern\": ");
@@ -968,7 +957,7 @@ int tok_save(const tok_t *t, const char *path, char *err, size_t errlen) {
     }
     fprintf(f, "\n  ]\n}\n");
     if (ferror(f) | fclose(f)) {
-        seterr(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: write failed: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -979,12 +968,12 @@ static char *read_whole(const char *path, size_t *len, char *err, size_t errlen)
     char *buf = NULL;
     size_t n = 0, cap = 0;
     if (!f) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
     for (;;) {
         if (grow(&buf, &cap, n + 65536 + 1, 1)) {
-            seterr(err, errlen, "%s: out of memory", path);
+            util_errorf(err, errlen, "%s: out of memory", path);
             goto fail;
         }
         size_t got = fread(buf + n, 1, cap - n - 1, f);
@@ -992,7 +981,7 @@ static char *read_whole(const char *path, size_t *len, char *err, size_t errlen)
         if (got == 0) break;
     }
     if (ferror(f)) {
-        seterr(err, errlen, "%s: read failed", path);
+        util_errorf(err, errlen, "%s: read failed", path);
         goto fail;
     }
     fclose(f);
@@ -1022,7 +1011,7 @@ tok_t *tok_load(const char *path, char *err, size_t errlen) {
     tok_t *t = NULL;
     char why[200];
     if (!root || !cJSON_IsObject(root)) {
-        seterr(err, errlen, "%s: not a JSON object", path);
+        util_errorf(err, errlen, "%s: not a JSON object", path);
         goto done;
     }
     int version, nbytes;
@@ -1030,27 +1019,27 @@ tok_t *tok_load(const char *path, char *err, size_t errlen) {
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "merges");
     const cJSON *sp = cJSON_GetObjectItemCaseSensitive(root, "specials");
     if (!json_int(cJSON_GetObjectItemCaseSensitive(root, "version"), &version) || version != 1) {
-        seterr(err, errlen, "%s: \"version\" must be 1", path);
+        util_errorf(err, errlen, "%s: \"version\" must be 1", path);
         goto done;
     }
     if (!json_int(cJSON_GetObjectItemCaseSensitive(root, "n_bytes"), &nbytes) ||
         nbytes != TOK_N_BYTES) {
-        seterr(err, errlen, "%s: \"n_bytes\" must be %d", path, TOK_N_BYTES);
+        util_errorf(err, errlen, "%s: \"n_bytes\" must be %d", path, TOK_N_BYTES);
         goto done;
     }
     if (!cJSON_IsString(pat) || !cJSON_IsArray(ms) || !cJSON_IsArray(sp)) {
-        seterr(err, errlen, "%s: needs \"pattern\" (string), \"merges\" and \"specials\" (arrays)",
-               path);
+        util_errorf(err, errlen,
+                    "%s: needs \"pattern\" (string), \"merges\" and \"specials\" (arrays)", path);
         goto done;
     }
     int nm = cJSON_GetArraySize(ms);
     if (nm > TOK_MAX_VOCAB - TOK_N_BYTES) {
-        seterr(err, errlen, "%s: %d merges is too many", path, nm);
+        util_errorf(err, errlen, "%s: %d merges is too many", path, nm);
         goto done;
     }
     merges = malloc((size_t)(nm ? nm : 1) * sizeof *merges);
     if (!merges) {
-        seterr(err, errlen, "out of memory");
+        util_errorf(err, errlen, "out of memory");
         goto done;
     }
     int r = 0;
@@ -1059,7 +1048,7 @@ tok_t *tok_load(const char *path, char *err, size_t errlen) {
         int a, b;
         if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) != 2 || !json_int(m->child, &a) ||
             !json_int(m->child->next, &b)) {
-            seterr(err, errlen, "%s: merge %d is not a pair of ids [a, b]", path, r);
+            util_errorf(err, errlen, "%s: merge %d is not a pair of ids [a, b]", path, r);
             goto done;
         }
         merges[r][0] = a;
@@ -1067,7 +1056,7 @@ tok_t *tok_load(const char *path, char *err, size_t errlen) {
         r++;
     }
     if (cJSON_GetArraySize(sp) != TOK_N_SPECIAL) {
-        seterr(err, errlen, "%s: expected %d specials", path, TOK_N_SPECIAL);
+        util_errorf(err, errlen, "%s: expected %d specials", path, TOK_N_SPECIAL);
         goto done;
     }
     int k = 0;
@@ -1077,14 +1066,14 @@ tok_t *tok_load(const char *path, char *err, size_t errlen) {
         if (!cJSON_IsString(name) || strcmp(name->valuestring, special_names[k]) ||
             !json_int(cJSON_GetObjectItemCaseSensitive(m, "id"), &id) ||
             id != TOK_N_BYTES + nm + k) {
-            seterr(err, errlen, "%s: special %d must be {\"name\": \"%s\", \"id\": %d}", path, k,
-                   special_names[k], TOK_N_BYTES + nm + k);
+            util_errorf(err, errlen, "%s: special %d must be {\"name\": \"%s\", \"id\": %d}", path,
+                        k, special_names[k], TOK_N_BYTES + nm + k);
             goto done;
         }
         k++;
     }
     t = tok_build(pat->valuestring, (const int32_t(*)[2])merges, nm, why, sizeof why);
-    if (!t) seterr(err, errlen, "%s: %s", path, why);
+    if (!t) util_errorf(err, errlen, "%s: %s", path, why);
 done:
     cJSON_Delete(root);
     free(merges);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,34 +19,38 @@ double util_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
-    if (err && errlen) snprintf(err, errlen, fmt, a, b);
+void util_errorf(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
 }
 
 char *util_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     char *buf = NULL;
     if (!f) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
     if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "%s: %s", path, "not a regular file");
+        util_errorf(err, errlen, "%s: %s", path, "not a regular file");
         goto fail;
     }
     if ((size_t)st.st_size > max_bytes) {
-        set_err(err, errlen, "%s: %s", path, "file too large");
+        util_errorf(err, errlen, "%s: %s", path, "file too large");
         goto fail;
     }
     buf = malloc((size_t)st.st_size + 1);
     if (!buf) {
-        set_err(err, errlen, "%s: %s", path, "out of memory");
+        util_errorf(err, errlen, "%s: %s", path, "out of memory");
         goto fail;
     }
     size_t n = fread(buf, 1, (size_t)st.st_size, f);
     if (n != (size_t)st.st_size || ferror(f)) {
-        set_err(err, errlen, "%s: %s", path, "read error");
+        util_errorf(err, errlen, "%s: %s", path, "read error");
         goto fail;
     }
     buf[n] = '\0';
@@ -63,7 +68,7 @@ int util_write_file_atomic(const char *path, const void *data, size_t len, char 
     char tmp[4096], dir[4096];
     int fd = -1;
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
-        set_err(err, errlen, "%s: %s", path, "path too long");
+        util_errorf(err, errlen, "%s: %s", path, "path too long");
         return -1;
     }
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -90,7 +95,7 @@ int util_write_file_atomic(const char *path, const void *data, size_t len, char 
     }
     return 0;
 fail:
-    set_err(err, errlen, "%s: %s", path, strerror(errno));
+    util_errorf(err, errlen, "%s: %s", path, strerror(errno));
     if (fd >= 0) close(fd);
     unlink(tmp);
     return -1;
@@ -99,7 +104,7 @@ fail:
 int util_mkdirs(const char *path, char *err, size_t errlen) {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        set_err(err, errlen, "%s: %s", path, "path too long");
+        util_errorf(err, errlen, "%s: %s", path, "path too long");
         return -1;
     }
     for (char *p = buf + 1;; p++) {
@@ -107,7 +112,7 @@ int util_mkdirs(const char *path, char *err, size_t errlen) {
             char c = *p;
             *p = '\0';
             if (mkdir(buf, 0755) < 0 && errno != EEXIST) {
-                set_err(err, errlen, "%s: %s", buf, strerror(errno));
+                util_errorf(err, errlen, "%s: %s", buf, strerror(errno));
                 return -1;
             }
             *p = c;

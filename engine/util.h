@@ -7,6 +7,10 @@
 /* Monotonic seconds. */
 double util_now(void);
 
+/* printf into a caller's error buffer; does nothing when err is NULL. */
+void util_errorf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Read a whole file of at most max_bytes. Returns a malloc'd, NUL-terminated
  * buffer (caller frees) with its length in *len, or NULL with err set (err may
  * be NULL when the caller only cares whether it worked). */
