@@ -241,30 +241,6 @@ static void hook_handler(const http_request_t *req, http_response_t *res, void *
 
 /* --------------------------------------------------------------- options */
 
-static int parse_listen(const char *s, agent_opts_t *o, char *err, size_t errlen) {
-    const char *colon = strrchr(s, ':');
-    char *end;
-    if (!colon || colon == s) {
-        snprintf(err, errlen, "--listen: expected HOST:PORT, got '%s'", s);
-        return -1;
-    }
-    size_t hl = (size_t)(colon - s);
-    if (s[0] == '[' && colon[-1] == ']') s++, hl -= 2; /* [::1]:8090 */
-    if (hl >= sizeof o->host) {
-        snprintf(err, errlen, "--listen: host too long");
-        return -1;
-    }
-    memcpy(o->host, s, hl);
-    o->host[hl] = '\0';
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || end == colon + 1 || port < 0 || port > 65535) {
-        snprintf(err, errlen, "--listen: bad port in '%s'", s);
-        return -1;
-    }
-    o->port = (int)port;
-    return 0;
-}
-
 static int set_secret(agent_opts_t *o, const char *text, size_t len, const char *what, char *err,
                       size_t errlen) {
     if (len == 0 || len > MAX_SECRET) {
@@ -346,7 +322,8 @@ static int parse_args(int argc, char **argv, agent_opts_t *o, char *err, size_t 
         case 'h':
             return 1;
         case O_LISTEN:
-            if (parse_listen(optarg, o, err, errlen) < 0) return -1;
+            if (http_parse_listen(optarg, o->host, sizeof o->host, &o->port, err, errlen) < 0)
+                return -1;
             break;
         case O_SECRET:
             if (set_secret(o, optarg, strlen(optarg), "--secret", err, errlen) < 0) return -1;

@@ -892,6 +892,31 @@ int http_query_get(const char *query, const char *key, char *buf, size_t buflen)
     return 0;
 }
 
+int http_parse_listen(const char *s, char *host, size_t hostlen, int *port, char *err,
+                      size_t errlen) {
+    const char *colon = strrchr(s, ':');
+    char *end;
+    if (!colon || colon == s) {
+        snprintf(err, errlen, "--listen: expected HOST:PORT, got '%s'", s);
+        return -1;
+    }
+    size_t hl = (size_t)(colon - s);
+    if (s[0] == '[' && colon[-1] == ']') s++, hl -= 2; /* [::1]:8080 */
+    if (hl >= hostlen) {
+        snprintf(err, errlen, "--listen: host too long");
+        return -1;
+    }
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    long v = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || v < 0 || v > 65535) {
+        snprintf(err, errlen, "--listen: bad port in '%s'", s);
+        return -1;
+    }
+    *port = (int)v;
+    return 0;
+}
+
 int http_host_is_loopback(const char *host) {
     struct in_addr a4;
     struct in6_addr a6;

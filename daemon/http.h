@@ -83,6 +83,11 @@ void http_error(http_response_t *res, int status, const char *code, const char *
  * not fit in buf (buf is then ""). */
 int http_query_get(const char *query, const char *key, char *buf, size_t buflen);
 
+/* Split "HOST:PORT" ("[::1]:8080" for IPv6) into host and port (0..65535).
+ * Returns 0, or -1 with "--listen: ..." in err. */
+int http_parse_listen(const char *s, char *host, size_t hostlen, int *port, char *err,
+                      size_t errlen);
+
 /* Is host a loopback address (127.0.0.0/8, ::1, "localhost")? */
 int http_host_is_loopback(const char *host);
 

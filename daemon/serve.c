@@ -59,30 +59,6 @@ typedef struct {
 
 /* ------------------------------------------------------------------ options */
 
-static int parse_listen(const char *s, serve_opts_t *o, char *err, size_t errlen) {
-    const char *colon = strrchr(s, ':');
-    char *end;
-    if (!colon || colon == s) {
-        snprintf(err, errlen, "--listen: expected HOST:PORT, got '%s'", s);
-        return -1;
-    }
-    size_t hl = (size_t)(colon - s);
-    if (s[0] == '[' && colon[-1] == ']') s++, hl -= 2; /* [::1]:8080 */
-    if (hl >= sizeof o->host) {
-        snprintf(err, errlen, "--listen: host too long");
-        return -1;
-    }
-    memcpy(o->host, s, hl);
-    o->host[hl] = '\0';
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || end == colon + 1 || port < 0 || port > 65535) {
-        snprintf(err, errlen, "--listen: bad port in '%s'", s);
-        return -1;
-    }
-    o->port = (int)port;
-    return 0;
-}
-
 /* A token or secret from a file (trailing newlines and spaces dropped) into
  * out, which holds max characters. */
 static int read_secret_file(const char *path, const char *what, char *out, int max, char *err,
@@ -141,7 +117,7 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
     if (!strcmp(key, "dir")) {
         snprintf(o->dir, sizeof o->dir, "%s", val);
     } else if (!strcmp(key, "listen")) {
-        return parse_listen(val, o, err, errlen);
+        return http_parse_listen(val, o->host, sizeof o->host, &o->port, err, errlen);
     } else if (!strcmp(key, "slots")) {
         if (v < 1) {
             snprintf(err, errlen, "slots: at least 1");
