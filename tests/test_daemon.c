@@ -4,8 +4,9 @@
  *
  * Each test gets a state directory with a tiny prepared dataset (the corpus
  * of test_train.c), starts one or more daemons on it, and stops them at the
- * end (SIGTERM, then SIGKILL). A daemon dies with its test process
- * (PR_SET_PDEATHSIG), so a test killed by its timeout leaves nothing running.
+ * end (SIGTERM, then SIGKILL); the process, HTTP and SQL helpers are in
+ * testutil.h. A daemon dies with its test process (PR_SET_PDEATHSIG), so a
+ * test killed by its timeout leaves nothing running.
  * Real training runs use a tiny model with a 1-2 s budget; the fault, cancel,
  * guard and CLI tests use the stand-in worker (tests/bad_worker.c) in its
  * from-spec mode, where each experiment's name picks the behaviour. Every
@@ -21,86 +22,29 @@
 #include <criterion/logging.h>
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <signal.h>
 #include <sqlite3.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
 
-#define START_TIMEOUT_S 20.0  /* until the daemon prints its port (sanitizer builds are slow) */
-#define STOP_TIMEOUT_S  10.0  /* SIGTERM to exit */
-#define HTTP_TIMEOUT_MS 10000 /* one request */
-#define LATENCY_BOUND_S 1.0   /* /healthz and /v1/status while workers misbehave */
+#define START_TIMEOUT_S 20.0 /* until the daemon prints its port (sanitizer builds are slow) */
+#define STOP_TIMEOUT_S  10.0 /* SIGTERM to exit */
+#define LATENCY_BOUND_S 1.0  /* /healthz and /v1/status while workers misbehave */
 #define MAX_DAEMONS     4
 #define MIB             ((size_t)1 << 20)
 
-typedef struct {
-    pid_t pid; /* 0 once reaped */
-    int port;
-    char url[64];
-    char *errlog; /* the daemon's stderr, a file under the test's directory */
-} daemon_t;
+typedef tu_server_t daemon_t;
 
 static char *tmp;   /* the test's directory */
 static char *state; /* tmp/state: the daemons' --dir, with datasets/tiny */
 static daemon_t daemons[MAX_DAEMONS];
 static int n_daemons;
-
-/* ------------------------------------------------------------ small helpers */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* The last ~3000 bytes of the daemon's stderr (malloc'd, caller frees). */
-static char *log_tail(const daemon_t *d) {
-    char *text = tu_read(d->errlog);
-    if (!text) return strdup("(no stderr file)");
-    size_t n = strlen(text);
-    if (n > 3000) memmove(text, text + n - 3000, 3001);
-    return text;
-}
-
-/* Fail the test with the message and the daemon's stderr. */
-static void fail_with_log(const daemon_t *d, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3), noreturn));
-static void fail_with_log(const daemon_t *d, const char *fmt, ...) {
-    va_list ap;
-    char *msg = NULL;
-    va_start(ap, fmt);
-    if (vasprintf(&msg, fmt, ap) < 0) msg = NULL;
-    va_end(ap);
-    char *tail = log_tail(d);
-    cr_assert_fail("%s\n--- daemon stderr (tail) ---\n%s", msg ? msg : fmt, tail);
-    abort(); /* not reached */
-}
-
-static const char *jstr(const cJSON *o, const char *key) {
-    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, key));
-}
-
-static double jnum(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    cr_assert(cJSON_IsNumber(v), "no number '%s' in the reply", key);
-    return v->valuedouble;
-}
 
 /* ---------------------------------------------------------------- fixture */
 
@@ -140,13 +84,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-    for (int i = 0; i < n_daemons; i++) {
-        if (daemons[i].pid > 0) {
-            kill(daemons[i].pid, SIGKILL);
-            waitpid(daemons[i].pid, NULL, 0);
-        }
-        free(daemons[i].errlog);
-    }
+    for (int i = 0; i < n_daemons; i++) tu_server_release(&daemons[i]);
     n_daemons = 0;
     tu_rmrf(tmp);
     free(tmp);
@@ -164,9 +102,8 @@ TestSuite(daemon, .init = setup, .fini = teardown, .timeout = 90);
 static daemon_t *daemon_start(const char *dir, const char *const *extra) {
     cr_assert(n_daemons < MAX_DAEMONS);
     daemon_t *d = &daemons[n_daemons];
-    memset(d, 0, sizeof *d);
-    d->errlog = tu_path("%s/daemon-%d.err", tmp, n_daemons);
-    n_daemons++;
+    char errlog[4096];
+    snprintf(errlog, sizeof errlog, "%s/daemon-%d.err", tmp, n_daemons);
 
     char *argv[32];
     int n = 0;
@@ -181,181 +118,23 @@ static daemon_t *daemon_start(const char *dir, const char *const *extra) {
         argv[n++] = (char *)extra[i];
     }
     argv[n] = NULL;
-
-    int out[2];
-    cr_assert(pipe2(out, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
-    int errfd = open(d->errlog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    cr_assert(errfd >= 0, "%s: %s", d->errlog, strerror(errno));
-    pid_t pid = fork();
-    cr_assert(pid >= 0, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0);
-        dup2(out[1], 1);
-        dup2(errfd, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(out[1]);
-    close(errfd);
-    d->pid = pid;
-
-    /* One line: "listening on http://127.0.0.1:PORT". */
-    char line[256];
-    size_t len = 0;
-    double deadline = now_s() + START_TIMEOUT_S;
-    while (len < sizeof line - 1 && !memchr(line, '\n', len)) {
-        int left_ms = (int)((deadline - now_s()) * 1000);
-        struct pollfd p = {out[0], POLLIN, 0};
-        if (left_ms <= 0 || (poll(&p, 1, left_ms) < 0 && errno != EINTR)) break;
-        if (!(p.revents & (POLLIN | POLLHUP))) continue;
-        ssize_t k = read(out[0], line + len, sizeof line - 1 - len);
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    close(out[0]);
-    line[len] = '\0';
-    const char *colon = strrchr(line, ':');
-    if (strncmp(line, "listening on http://127.0.0.1:", 30) != 0 || !colon)
-        fail_with_log(d, "the daemon did not print its port (stdout: '%s')", line);
-    d->port = atoi(colon + 1);
-    cr_assert(d->port > 0 && d->port < 65536, "bad port line '%s'", line);
-    snprintf(d->url, sizeof d->url, "http://127.0.0.1:%d", d->port);
+    n_daemons++; /* released by the teardown from here on */
+    tu_server_start(d, "daemon", argv, errlog, START_TIMEOUT_S);
     return d;
-}
-
-/* No sanitizer report in the daemon's stderr. */
-static void expect_clean_log(const daemon_t *d) {
-    char *text = tu_read(d->errlog);
-    cr_assert(text);
-    int dirty = strstr(text, "Sanitizer") || strstr(text, "runtime error:");
-    cr_expect(!dirty, "sanitizer report in the daemon's stderr:\n%s", text);
-    free(text);
 }
 
 /* SIGTERM, wait for the exit (SIGKILL after STOP_TIMEOUT_S: a failure).
  * Expects a clean shutdown: exit 0 and no sanitizer report. */
 static void daemon_stop(daemon_t *d) {
-    cr_assert(d->pid > 0);
-    kill(d->pid, SIGTERM);
-    int status = 0;
-    double deadline = now_s() + STOP_TIMEOUT_S;
-    pid_t got;
-    while ((got = waitpid(d->pid, &status, WNOHANG)) == 0 && now_s() < deadline) sleep_ms(20);
-    if (got == 0) {
-        kill(d->pid, SIGKILL);
-        waitpid(d->pid, &status, 0);
-        d->pid = 0;
-        fail_with_log(d, "the daemon did not exit within %g s of SIGTERM", STOP_TIMEOUT_S);
-    }
-    d->pid = 0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail_with_log(d, "the daemon did not shut down cleanly (status 0x%x)", status);
-    expect_clean_log(d);
-}
-
-/* kill -9 and reap. */
-static void daemon_kill(daemon_t *d) {
-    cr_assert(d->pid > 0);
-    kill(d->pid, SIGKILL);
-    int status = 0;
-    cr_assert_eq(waitpid(d->pid, &status, 0), d->pid);
-    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    d->pid = 0;
+    tu_server_stop(d, STOP_TIMEOUT_S);
 }
 
 /* ------------------------------------------------------------------- HTTP */
 
-typedef struct {
-    long status;
-    char *body; /* NUL-terminated, malloc'd */
-    size_t len;
-    char content_type[128];
-    double seconds; /* wall time of the call */
-} reply_t;
-
-static size_t write_cb(char *p, size_t size, size_t nmemb, void *arg) {
-    reply_t *r = arg;
-    size_t n = size * nmemb;
-    char *b = realloc(r->body, r->len + n + 1);
-    if (!b) return 0;
-    memcpy(b + r->len, p, n);
-    r->body = b;
-    r->len += n;
-    r->body[r->len] = '\0';
-    return n;
-}
-
-/* One request; body may be NULL (GET) and auth is the whole Authorization
- * value or NULL. A transport failure fails the test. Release with reply_free. */
-static void call(const daemon_t *d, const char *method, const char *path, const char *body,
-                 size_t body_len, const char *auth, reply_t *r) {
-    memset(r, 0, sizeof *r);
-    r->body = calloc(1, 1);
-    cr_assert(r->body);
-    CURL *c = curl_easy_init();
-    cr_assert(c);
-    char url[512], err[CURL_ERROR_SIZE] = "", hdr[512];
-    snprintf(url, sizeof url, "%s%s", d->url, path);
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    if (auth) {
-        snprintf(hdr, sizeof hdr, "Authorization: %s", auth);
-        h = curl_slist_append(h, hdr);
-    }
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)HTTP_TIMEOUT_MS);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-    if (body) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-    }
-    double t0 = now_s();
-    CURLcode rc = curl_easy_perform(c);
-    r->seconds = now_s() - t0;
-    const char *ct = NULL;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-    curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
-    snprintf(r->content_type, sizeof r->content_type, "%s", ct ? ct : "");
-    curl_easy_cleanup(c);
-    curl_slist_free_all(h);
-    if (rc != CURLE_OK)
-        fail_with_log(d, "%s %s: %s (%s)", method, path, curl_easy_strerror(rc), err);
-}
-
-static void reply_free(reply_t *r) {
-    free(r->body);
-    r->body = NULL;
-}
-
-/* A JSON request whose reply must have the given status; returns the parsed
- * reply (caller deletes). body is a string or NULL. */
-static cJSON *call_json(const daemon_t *d, const char *method, const char *path, const char *body,
-                        long want_status) {
-    reply_t r;
-    call(d, method, path, body, body ? strlen(body) : 0, NULL, &r);
-    if (r.status != want_status)
-        fail_with_log(d, "%s %s: HTTP %ld, expected %ld: %s", method, path, r.status, want_status,
-                      r.body);
-    cJSON *o = cJSON_Parse(r.body);
-    if (!o) fail_with_log(d, "%s %s: the reply is not JSON: %s", method, path, r.body);
-    reply_free(&r);
-    return o;
-}
-
-static cJSON *get_json(const daemon_t *d, const char *path) {
-    return call_json(d, "GET", path, NULL, 200);
-}
-
 /* POST one spec that must be accepted as new (201); returns its id. */
 static long submit(const daemon_t *d, const char *spec) {
-    cJSON *o = call_json(d, "POST", "/v1/experiments", spec, 201);
-    long id = (long)jnum(o, "id");
+    cJSON *o = tu_http_json(d, "POST", "/v1/experiments", spec, 201);
+    long id = (long)tu_jnum(o, "id");
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(o, "duplicate")));
     cJSON_Delete(o);
     return id;
@@ -366,20 +145,20 @@ static long submit(const daemon_t *d, const char *spec) {
 static void expect_error(const daemon_t *d, const char *method, const char *path, const char *body,
                          size_t len, long want_status, const char *want_code,
                          const char *want_msg) {
-    reply_t r;
-    call(d, method, path, body, len, NULL, &r);
+    tu_reply_t r;
+    tu_http(d, method, path, body, len, NULL, &r);
     cr_expect_eq(r.status, want_status, "%s %s: HTTP %ld, expected %ld: %.300s", method, path,
                  r.status, want_status, r.body);
     cJSON *o = cJSON_Parse(r.body);
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
     cr_expect(cJSON_IsObject(e), "%s %s: no error envelope: %.300s", method, path, r.body);
-    const char *code = jstr(e, "code"), *msg = jstr(e, "message");
+    const char *code = tu_jstr(e, "code"), *msg = tu_jstr(e, "message");
     cr_expect(code && !strcmp(code, want_code), "%s %s: code %s, expected %s", method, path,
               code ? code : "(none)", want_code);
     cr_expect(msg && strstr(msg, want_msg), "%s %s: message '%s' lacks '%s'", method, path,
               msg ? msg : "(none)", want_msg);
     cJSON_Delete(o);
-    reply_free(&r);
+    tu_reply_free(&r);
 }
 
 /* ------------------------------------------------------------ experiments */
@@ -392,26 +171,26 @@ static int is_terminal(const char *status) {
 static cJSON *get_experiment(const daemon_t *d, long id) {
     char path[64];
     snprintf(path, sizeof path, "/v1/experiments/%ld", id);
-    return get_json(d, path);
+    return tu_get_json(d, path);
 }
 
 /* Poll experiment id until its status is want (NULL: any terminal status),
  * at most timeout_s; returns the experiment (caller deletes). Reaching
  * another terminal status, or the deadline, fails the test. */
 static cJSON *wait_for(const daemon_t *d, long id, const char *want, double timeout_s) {
-    double deadline = now_s() + timeout_s;
+    double deadline = tu_now() + timeout_s;
     for (;;) {
         cJSON *e = get_experiment(d, id);
-        const char *st = jstr(e, "status");
+        const char *st = tu_jstr(e, "status");
         if (want ? st && !strcmp(st, want) : is_terminal(st)) return e;
         if (want && is_terminal(st))
-            fail_with_log(d, "experiment %ld ended %s (%s), expected %s", id, st,
-                          jstr(e, "reason") ? jstr(e, "reason") : "no reason", want);
-        if (now_s() > deadline)
-            fail_with_log(d, "experiment %ld still %s after %g s (waiting for %s)", id,
-                          st ? st : "?", timeout_s, want ? want : "an end");
+            tu_server_fail(d, "experiment %ld ended %s (%s), expected %s", id, st,
+                           tu_jstr(e, "reason") ? tu_jstr(e, "reason") : "no reason", want);
+        if (tu_now() > deadline)
+            tu_server_fail(d, "experiment %ld still %s after %g s (waiting for %s)", id,
+                           st ? st : "?", timeout_s, want ? want : "an end");
         cJSON_Delete(e);
-        sleep_ms(50);
+        tu_sleep_ms(50);
     }
 }
 
@@ -437,40 +216,9 @@ static char *stand_in_cmd(void) {
 /* The daemon's database, read-only (it may be running). */
 static sqlite3 *db_open(void) {
     char *path = tu_path("%s/nightshift.db", state);
-    sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
-    cr_assert_eq(rc, SQLITE_OK, "%s: %s", path, db ? sqlite3_errmsg(db) : "out of memory");
-    sqlite3_busy_timeout(db, 5000);
+    sqlite3 *db = tu_db_open(path);
     free(path);
     return db;
-}
-
-/* The first column of the first row of sql with ?1 bound to arg, as an
- * integer (NULL and no row count as -1). */
-static long long sql_int(sqlite3 *db, const char *sql, long long arg) {
-    sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-                 sqlite3_errmsg(db));
-    if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, arg);
-    int rc = sqlite3_step(st);
-    cr_assert(rc == SQLITE_ROW || rc == SQLITE_DONE, "%s: %s", sql, sqlite3_errmsg(db));
-    long long v = rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL
-                      ? sqlite3_column_int64(st, 0)
-                      : -1;
-    sqlite3_finalize(st);
-    return v;
-}
-
-static double sql_double(sqlite3 *db, const char *sql, long long arg) {
-    sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-                 sqlite3_errmsg(db));
-    sqlite3_bind_int64(st, 1, arg);
-    int rc = sqlite3_step(st);
-    cr_assert_eq(rc, SQLITE_ROW, "%s: no row for %lld", sql, arg);
-    double v = sqlite3_column_double(st, 0);
-    sqlite3_finalize(st);
-    return v;
 }
 
 /* The status column of experiment id (compared, not returned, to keep
@@ -509,17 +257,17 @@ Test(daemon, submissions_run_and_rank) {
     expect_error(d, "POST", "/v1/experiments", "{not json", 9, 400, "invalid_json", "JSON");
 
     /* duplicate: same id, 200; a new name does not make it new; force does */
-    cJSON *dup = call_json(d, "POST", "/v1/experiments", a, 200);
+    cJSON *dup = tu_http_json(d, "POST", "/v1/experiments", a, 200);
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(dup, "duplicate")));
-    cr_expect_eq((long)jnum(dup, "id"), id_a);
+    cr_expect_eq((long)tu_jnum(dup, "id"), id_a);
     cJSON_Delete(dup);
     char *a_renamed = spec("a-again", 1, 1, 1, NULL);
-    dup = call_json(d, "POST", "/v1/experiments", a_renamed, 200);
+    dup = tu_http_json(d, "POST", "/v1/experiments", a_renamed, 200);
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(dup, "duplicate")));
-    cr_expect_eq((long)jnum(dup, "id"), id_a);
+    cr_expect_eq((long)tu_jnum(dup, "id"), id_a);
     cJSON_Delete(dup);
-    cJSON *forced = call_json(d, "POST", "/v1/experiments?force=1", a, 201);
-    long id_c = (long)jnum(forced, "id");
+    cJSON *forced = tu_http_json(d, "POST", "/v1/experiments?force=1", a, 201);
+    long id_c = (long)tu_jnum(forced, "id");
     cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(forced, "duplicate")));
     cr_expect(id_c != id_a && id_c != id_b);
     cJSON_Delete(forced);
@@ -546,7 +294,7 @@ Test(daemon, submissions_run_and_rank) {
     expect_error(d, "POST", "/v1/experiments", nodata, strlen(nodata), 400, "invalid_spec",
                  "dataset: no dataset named 'nope'");
 
-    cJSON *list = get_json(d, "/v1/experiments");
+    cJSON *list = tu_get_json(d, "/v1/experiments");
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments")), 3,
                  "only a, b and the forced a are queued");
     cJSON_Delete(list);
@@ -556,26 +304,27 @@ Test(daemon, submissions_run_and_rank) {
     for (int i = 0; i < 3; i++) cJSON_Delete(wait_for(d, ids[i], "succeeded", 60));
 
     /* a duplicate of a finished run reports its status */
-    dup = call_json(d, "POST", "/v1/experiments", a, 200);
-    cr_expect_eq((long)jnum(dup, "id"), id_a);
-    cr_expect(jstr(dup, "status") && !strcmp(jstr(dup, "status"), "succeeded"),
-              "a duplicate of a succeeded run says '%s'", jstr(dup, "status"));
+    dup = tu_http_json(d, "POST", "/v1/experiments", a, 200);
+    cr_expect_eq((long)tu_jnum(dup, "id"), id_a);
+    cr_expect(tu_jstr(dup, "status") && !strcmp(tu_jstr(dup, "status"), "succeeded"),
+              "a duplicate of a succeeded run says '%s'", tu_jstr(dup, "status"));
     cJSON_Delete(dup);
 
     sqlite3 *db = db_open();
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM experiments", 0), 3);
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM experiments WHERE name = 'c'", 0), 0);
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM results", 0), 3);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments", 0), 3);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE name = 'c'", 0), 0);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 3);
     double best_bpb = INFINITY;
     long best_id = 0;
     for (int i = 0; i < 3; i++) {
         long id = ids[i];
         cr_expect(sql_status_is(db, id, "succeeded"));
-        cr_expect_eq(sql_int(db, "SELECT count(*) FROM results WHERE experiment_id = ?1", id), 1);
+        cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results WHERE experiment_id = ?1", id),
+                     1);
         long long n_metrics =
-            sql_int(db, "SELECT count(*) FROM metrics WHERE experiment_id = ?1", id);
+            tu_sql_int(db, "SELECT count(*) FROM metrics WHERE experiment_id = ?1", id);
         cr_expect_gt(n_metrics, 0, "experiment %ld has no metrics rows", id);
-        double bpb = sql_double(db, "SELECT val_bpb FROM results WHERE experiment_id = ?1", id);
+        double bpb = tu_sql_double(db, "SELECT val_bpb FROM results WHERE experiment_id = ?1", id);
         cr_expect(bpb > 0 && bpb < 20, "val_bpb %g", bpb);
         if (bpb < best_bpb) best_bpb = bpb, best_id = id;
 
@@ -583,49 +332,49 @@ Test(daemon, submissions_run_and_rank) {
         const cJSON *result = cJSON_GetObjectItem(e, "result");
         cr_expect(cJSON_IsObject(result), "experiment %ld: no result", id);
         if (cJSON_IsObject(result)) {
-            cr_expect_float_eq(jnum(result, "val_bpb"), bpb, 1e-12);
-            cr_expect_gt(jnum(result, "num_steps"), 0);
+            cr_expect_float_eq(tu_jnum(result, "val_bpb"), bpb, 1e-12);
+            cr_expect_gt(tu_jnum(result, "num_steps"), 0);
         }
         const cJSON *metrics = cJSON_GetObjectItem(e, "metrics");
         cr_expect(cJSON_IsArray(metrics) && cJSON_GetArraySize(metrics) > 0,
                   "experiment %ld: no metrics", id);
-        cr_expect_eq((long long)jnum(e, "metrics_total"), n_metrics);
-        cr_expect_eq((long)jnum(e, "attempt"), 1);
+        cr_expect_eq((long long)tu_jnum(e, "metrics_total"), n_metrics);
+        cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
         cJSON_Delete(e);
     }
     sqlite3_close(db);
 
     /* the leaderboard: all three, best first; /v1/best is its head */
-    cJSON *lb = get_json(d, "/v1/leaderboard");
+    cJSON *lb = tu_get_json(d, "/v1/leaderboard");
     const cJSON *rows = cJSON_GetObjectItem(lb, "leaderboard");
     cr_assert_eq(cJSON_GetArraySize(rows), 3);
     for (int i = 1; i < 3; i++)
-        cr_expect_leq(jnum(cJSON_GetArrayItem(rows, i - 1), "val_bpb"),
-                      jnum(cJSON_GetArrayItem(rows, i), "val_bpb"), "leaderboard out of order");
-    cr_expect_eq((long)jnum(cJSON_GetArrayItem(rows, 0), "id"), best_id);
+        cr_expect_leq(tu_jnum(cJSON_GetArrayItem(rows, i - 1), "val_bpb"),
+                      tu_jnum(cJSON_GetArrayItem(rows, i), "val_bpb"), "leaderboard out of order");
+    cr_expect_eq((long)tu_jnum(cJSON_GetArrayItem(rows, 0), "id"), best_id);
     cJSON_Delete(lb);
     db = db_open();
-    cr_expect_eq(sql_int(db, "SELECT id FROM leaderboard LIMIT 1", 0), best_id);
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM leaderboard", 0), 3);
+    cr_expect_eq(tu_sql_int(db, "SELECT id FROM leaderboard LIMIT 1", 0), best_id);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM leaderboard", 0), 3);
     sqlite3_close(db);
-    cJSON *best = get_json(d, "/v1/best");
+    cJSON *best = tu_get_json(d, "/v1/best");
     const cJSON *bo = cJSON_GetObjectItem(best, "best");
     cr_assert(cJSON_IsObject(bo));
-    cr_expect_eq((long)jnum(bo, "id"), best_id);
-    cr_expect_float_eq(jnum(cJSON_GetObjectItem(bo, "result"), "val_bpb"), best_bpb, 1e-12);
+    cr_expect_eq((long)tu_jnum(bo, "id"), best_id);
+    cr_expect_float_eq(tu_jnum(cJSON_GetObjectItem(bo, "result"), "val_bpb"), best_bpb, 1e-12);
     cr_expect(cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(bo, "spec"), "model")),
               "best has no full spec");
     cJSON_Delete(best);
 
     /* the run's log as text */
-    reply_t r;
+    tu_reply_t r;
     char path[64];
     snprintf(path, sizeof path, "/v1/experiments/%ld/log", id_a);
-    call(d, "GET", path, NULL, 0, NULL, &r);
+    tu_http(d, "GET", path, NULL, 0, NULL, &r);
     cr_expect_eq(r.status, 200);
     cr_expect(!strncmp(r.content_type, "text/plain", 10), "log content type %s", r.content_type);
     cr_expect(strstr(r.body, "val_bpb:"), "the log lacks the summary: %.500s", r.body);
-    reply_free(&r);
+    tu_reply_free(&r);
     expect_error(d, "GET", "/v1/experiments/999", NULL, 0, 404, "not_found", "999");
 
     daemon_stop(d);
@@ -663,54 +412,54 @@ Test(daemon, faults_are_contained) {
         batch = next;
     }
     char *closed = tu_path("%s]", batch);
-    cJSON *sub = call_json(d, "POST", "/v1/experiments", closed, 201);
+    cJSON *sub = tu_http_json(d, "POST", "/v1/experiments", closed, 201);
     free(batch), free(closed);
     const cJSON *items = cJSON_GetObjectItem(sub, "experiments");
     cr_assert_eq(cJSON_GetArraySize(items), N_FAULTS);
     long ids[N_FAULTS];
-    for (int i = 0; i < N_FAULTS; i++) ids[i] = (long)jnum(cJSON_GetArrayItem(items, i), "id");
+    for (int i = 0; i < N_FAULTS; i++) ids[i] = (long)tu_jnum(cJSON_GetArrayItem(items, i), "id");
     cJSON_Delete(sub);
 
     /* Poll until every fault has ended: health and status answer fast each
      * time, and the slow run keeps its slot and keeps making progress. */
-    double deadline = now_s() + 40, worst = 0;
+    double deadline = tu_now() + 40, worst = 0;
     int polls = 0, slow_seen = 0, slow_advanced = 0, done = 0;
     double last_step = -1;
     while (!done) {
-        if (now_s() > deadline) fail_with_log(d, "the faults did not all end within 40 s");
-        reply_t r;
-        call(d, "GET", "/healthz", NULL, 0, NULL, &r);
+        if (tu_now() > deadline) tu_server_fail(d, "the faults did not all end within 40 s");
+        tu_reply_t r;
+        tu_http(d, "GET", "/healthz", NULL, 0, NULL, &r);
         cr_assert_eq(r.status, 200);
         cr_expect(strstr(r.body, "\"ok\":true"));
         worst = fmax(worst, r.seconds);
-        reply_free(&r);
-        call(d, "GET", "/v1/status", NULL, 0, NULL, &r);
+        tu_reply_free(&r);
+        tu_http(d, "GET", "/v1/status", NULL, 0, NULL, &r);
         cr_assert_eq(r.status, 200);
         worst = fmax(worst, r.seconds);
         cJSON *st = cJSON_Parse(r.body);
-        reply_free(&r);
+        tu_reply_free(&r);
         cr_assert(st, "/v1/status is not JSON");
         const cJSON *slot;
         cJSON_ArrayForEach(slot, cJSON_GetObjectItem(st, "slots")) {
             const cJSON *e = cJSON_GetObjectItem(slot, "experiment");
             const cJSON *p = cJSON_GetObjectItem(slot, "progress");
-            if (!cJSON_IsObject(e) || (long)jnum(e, "id") != id_slow) continue;
+            if (!cJSON_IsObject(e) || (long)tu_jnum(e, "id") != id_slow) continue;
             slow_seen++;
-            if (cJSON_IsObject(p) && jnum(p, "step") > last_step) {
+            if (cJSON_IsObject(p) && tu_jnum(p, "step") > last_step) {
                 slow_advanced += last_step >= 0;
-                last_step = jnum(p, "step");
+                last_step = tu_jnum(p, "step");
             }
         }
         cJSON_Delete(st);
-        cJSON *list = get_json(d, "/v1/experiments?limit=100");
+        cJSON *list = tu_get_json(d, "/v1/experiments?limit=100");
         done = 1;
         const cJSON *e;
         cJSON_ArrayForEach(e, cJSON_GetObjectItem(list, "experiments")) {
-            if ((long)jnum(e, "id") != id_slow) done &= is_terminal(jstr(e, "status"));
+            if ((long)tu_jnum(e, "id") != id_slow) done &= is_terminal(tu_jstr(e, "status"));
         }
         cJSON_Delete(list);
         polls++;
-        if (!done) sleep_ms(50);
+        if (!done) tu_sleep_ms(50);
     }
     cr_log_info("faults: %d polls, worst health/status latency %.3f s", polls, worst);
     cr_expect_lt(worst, LATENCY_BOUND_S, "the API took %.3f s to answer during the faults", worst);
@@ -719,7 +468,7 @@ Test(daemon, faults_are_contained) {
     sqlite3 *db = db_open();
     for (int i = 0; i < N_FAULTS; i++) {
         cJSON *e = get_experiment(d, ids[i]);
-        const char *status = jstr(e, "status"), *reason = jstr(e, "reason");
+        const char *status = tu_jstr(e, "status"), *reason = tu_jstr(e, "reason");
         cr_expect(status && !strcmp(status, faults[i].status), "%s: status %s, expected %s (%s)",
                   faults[i].mode, status ? status : "?", faults[i].status,
                   reason ? reason : "no reason");
@@ -727,30 +476,33 @@ Test(daemon, faults_are_contained) {
             cr_expect(reason && strstr(reason, faults[i].reason), "%s: reason '%s' lacks '%s'",
                       faults[i].mode, reason ? reason : "(null)", faults[i].reason);
         int ok = !strcmp(faults[i].status, "succeeded");
-        cr_expect_eq(sql_int(db, "SELECT count(*) FROM results WHERE experiment_id = ?1", ids[i]),
-                     ok, "%s: results rows", faults[i].mode);
+        cr_expect_eq(
+            tu_sql_int(db, "SELECT count(*) FROM results WHERE experiment_id = ?1", ids[i]), ok,
+            "%s: results rows", faults[i].mode);
         cJSON_Delete(e);
     }
-    cr_expect_eq(sql_int(db, "SELECT term_signal FROM experiments WHERE id = ?1", ids[0]), SIGSEGV);
-    cr_expect_eq(sql_int(db, "SELECT exit_code FROM experiments WHERE id = ?1", ids[1]), 1);
-    cr_expect_eq(sql_int(db, "SELECT exit_code FROM experiments WHERE id = ?1", ids[3]), 4);
+    cr_expect_eq(tu_sql_int(db, "SELECT term_signal FROM experiments WHERE id = ?1", ids[0]),
+                 SIGSEGV);
+    cr_expect_eq(tu_sql_int(db, "SELECT exit_code FROM experiments WHERE id = ?1", ids[1]), 1);
+    cr_expect_eq(tu_sql_int(db, "SELECT exit_code FROM experiments WHERE id = ?1", ids[3]), 4);
     cr_expect_float_eq(
-        sql_double(db, "SELECT val_bpb FROM results WHERE experiment_id = ?1", ids[5]), 2.5, 1e-9);
+        tu_sql_double(db, "SELECT val_bpb FROM results WHERE experiment_id = ?1", ids[5]), 2.5,
+        1e-9);
     sqlite3_close(db);
 
     /* the flood was capped in the log, and the log is still served */
-    reply_t r;
+    tu_reply_t r;
     char path[64];
     snprintf(path, sizeof path, "/v1/experiments/%ld/log?tail=4096", ids[4]);
-    call(d, "GET", path, NULL, 0, NULL, &r);
+    tu_http(d, "GET", path, NULL, 0, NULL, &r);
     cr_expect_eq(r.status, 200);
     cr_expect(strstr(r.body, "log capped"), "the flood's log tail: %.300s", r.body);
-    reply_free(&r);
+    tu_reply_free(&r);
 
     /* the slow run was never disturbed: one attempt, all of its budget */
     cJSON *e = wait_for(d, id_slow, "succeeded", 20);
-    cr_expect_eq((long)jnum(e, "attempt"), 1);
-    cr_expect_geq(jnum(e, "metrics_total"), 10, "slow-ok recorded too few steps");
+    cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
+    cr_expect_geq(tu_jnum(e, "metrics_total"), 10, "slow-ok recorded too few steps");
     cr_expect_gt(slow_seen, 0);
     cJSON_Delete(e);
 
@@ -782,37 +534,37 @@ Test(daemon, kill9_restart_requeues) {
     long id = submit(d, s);
 
     /* wait until the run reports training steps */
-    double deadline = now_s() + 30;
+    double deadline = tu_now() + 30;
     for (;;) {
         cJSON *e = get_experiment(d, id);
         const cJSON *p = cJSON_GetObjectItem(e, "progress");
-        int stepping = cJSON_IsObject(p) && jnum(p, "step") >= 1;
-        const char *st = jstr(e, "status");
-        if (is_terminal(st)) fail_with_log(d, "the run ended (%s) before the kill", st);
+        int stepping = cJSON_IsObject(p) && tu_jnum(p, "step") >= 1;
+        const char *st = tu_jstr(e, "status");
+        if (is_terminal(st)) tu_server_fail(d, "the run ended (%s) before the kill", st);
         cJSON_Delete(e);
         if (stepping) break;
-        if (now_s() > deadline) fail_with_log(d, "no training progress within 30 s");
-        sleep_ms(50);
+        if (tu_now() > deadline) tu_server_fail(d, "no training progress within 30 s");
+        tu_sleep_ms(50);
     }
     sqlite3 *db = db_open();
-    pid_t worker = (pid_t)sql_int(db, "SELECT pid FROM experiments WHERE id = ?1", id);
+    pid_t worker = (pid_t)tu_sql_int(db, "SELECT pid FROM experiments WHERE id = ?1", id);
     cr_assert_gt(worker, 0);
     sqlite3_close(db);
 
-    daemon_kill(d);
+    tu_server_kill(d);
     /* the worker dies with the daemon (parent-death signal) */
-    deadline = now_s() + 5;
-    while (!process_gone(worker) && now_s() < deadline) sleep_ms(20);
+    deadline = tu_now() + 5;
+    while (!process_gone(worker) && tu_now() < deadline) tu_sleep_ms(20);
     cr_expect(process_gone(worker), "worker %d outlived the killed daemon", (int)worker);
 
     db = db_open();
     cr_expect(sql_status_is(db, id, "running"), "the killed run is not left running in the db");
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM results", 0), 0);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 0);
     sqlite3_close(db);
 
     daemon_t *d2 = daemon_start(state, NULL);
     cJSON *e = wait_for(d2, id, "succeeded", 60);
-    cr_expect_eq((long)jnum(e, "attempt"), 2);
+    cr_expect_eq((long)tu_jnum(e, "attempt"), 2);
     cr_expect(cJSON_IsObject(cJSON_GetObjectItem(e, "result")));
     cJSON_Delete(e);
     char *log = tu_read(d2->errlog);
@@ -820,14 +572,14 @@ Test(daemon, kill9_restart_requeues) {
     free(log);
 
     db = db_open();
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM experiments", 0), 1);
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM results WHERE experiment_id = ?1", id), 1);
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM results", 0), 1);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments", 0), 1);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results WHERE experiment_id = ?1", id), 1);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 1);
     cr_expect(sql_status_is(db, id, "succeeded"));
-    cr_expect_eq(sql_int(db, "SELECT attempt FROM experiments WHERE id = ?1", id), 2);
+    cr_expect_eq(tu_sql_int(db, "SELECT attempt FROM experiments WHERE id = ?1", id), 2);
     /* metrics start again at step 1 for the new attempt and are not doubled */
-    cr_expect_eq(sql_int(db, "SELECT min(step) FROM metrics WHERE experiment_id = ?1", id), 1);
-    cr_expect_eq(sql_int(db, "SELECT count(*) - count(DISTINCT step) FROM metrics", 0), 0);
+    cr_expect_eq(tu_sql_int(db, "SELECT min(step) FROM metrics WHERE experiment_id = ?1", id), 1);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) - count(DISTINCT step) FROM metrics", 0), 0);
     sqlite3_close(db);
 
     daemon_stop(d2);
@@ -843,26 +595,26 @@ Test(daemon, sigterm_interrupts_and_requeues) {
     daemon_t *d = daemon_start(state, extra);
     char *s = spec("slow-ok", 1, 2, 1, NULL);
     long id = submit(d, s);
-    double deadline = now_s() + 20;
+    double deadline = tu_now() + 20;
     for (;;) {
         cJSON *e = get_experiment(d, id);
         int stepping = cJSON_IsObject(cJSON_GetObjectItem(e, "progress"));
         cJSON_Delete(e);
         if (stepping) break;
-        if (now_s() > deadline) fail_with_log(d, "no progress within 20 s");
-        sleep_ms(20);
+        if (tu_now() > deadline) tu_server_fail(d, "no progress within 20 s");
+        tu_sleep_ms(20);
     }
     daemon_stop(d); /* exit 0 within the limit, clean log */
 
     sqlite3 *db = db_open();
     cr_expect(sql_status_is(db, id, "queued"), "the interrupted run is not queued again");
-    cr_expect_eq(sql_int(db, "SELECT attempt FROM experiments WHERE id = ?1", id), 2);
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM results", 0), 0);
+    cr_expect_eq(tu_sql_int(db, "SELECT attempt FROM experiments WHERE id = ?1", id), 2);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 0);
     sqlite3_close(db);
 
     daemon_t *d2 = daemon_start(state, extra);
     cJSON *e = wait_for(d2, id, "succeeded", 20);
-    cr_expect_eq((long)jnum(e, "attempt"), 2);
+    cr_expect_eq((long)tu_jnum(e, "attempt"), 2);
     cJSON_Delete(e);
     daemon_stop(d2);
     free(s), free(cmd);
@@ -880,25 +632,25 @@ Test(daemon, cancel) {
     cJSON_Delete(wait_for(d, id_run, "running", 20));
     long id_queued = submit(d, ok);
     cJSON *e = get_experiment(d, id_queued);
-    cr_assert_str_eq(jstr(e, "status"), "queued", "the one slot is busy");
+    cr_assert_str_eq(tu_jstr(e, "status"), "queued", "the one slot is busy");
     cJSON_Delete(e);
 
     char path[64];
     snprintf(path, sizeof path, "/v1/experiments/%ld/cancel", id_queued);
-    cJSON *o = call_json(d, "POST", path, "", 200);
-    cr_expect_str_eq(jstr(o, "status"), "cancelled");
+    cJSON *o = tu_http_json(d, "POST", path, "", 200);
+    cr_expect_str_eq(tu_jstr(o, "status"), "cancelled");
     cJSON_Delete(o);
     e = get_experiment(d, id_queued);
-    cr_expect_str_eq(jstr(e, "status"), "cancelled");
+    cr_expect_str_eq(tu_jstr(e, "status"), "cancelled");
     cJSON_Delete(e);
     expect_error(d, "POST", path, "", 0, 409, "not_cancellable", "finished");
 
     snprintf(path, sizeof path, "/v1/experiments/%ld/cancel", id_run);
-    o = call_json(d, "POST", path, "", 200);
-    cr_expect_str_eq(jstr(o, "status"), "cancelling");
+    o = tu_http_json(d, "POST", path, "", 200);
+    cr_expect_str_eq(tu_jstr(o, "status"), "cancelling");
     cJSON_Delete(o);
     e = wait_for(d, id_run, "cancelled", 10);
-    const char *reason = jstr(e, "reason");
+    const char *reason = tu_jstr(e, "reason");
     cr_expect(reason && strstr(reason, "cancelled"), "reason: %s", reason ? reason : "(null)");
     cJSON_Delete(e);
     expect_error(d, "POST", path, "", 0, 409, "not_cancellable", "finished");
@@ -908,8 +660,9 @@ Test(daemon, cancel) {
     char *ok2 = spec("ok", 3, 1, 1, NULL);
     cJSON_Delete(wait_for(d, submit(d, ok2), "succeeded", 20));
     sqlite3 *db = db_open();
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM results WHERE experiment_id = ?1", id_run), 0);
-    cr_expect_eq(sql_int(db, "SELECT count(*) FROM results WHERE experiment_id = ?1", id_queued),
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results WHERE experiment_id = ?1", id_run),
+                 0);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results WHERE experiment_id = ?1", id_queued),
                  0);
     sqlite3_close(db);
 
@@ -943,23 +696,23 @@ Test(daemon, lock_listen_and_token) {
     tu_run_free(&r);
 
     char *s = spec("ok", 1, 1, 1, NULL);
-    reply_t rep;
-    call(d, "POST", "/v1/experiments", s, strlen(s), NULL, &rep);
+    tu_reply_t rep;
+    tu_http(d, "POST", "/v1/experiments", s, strlen(s), NULL, &rep);
     cr_expect_eq(rep.status, 401, "POST without the token: %ld %s", rep.status, rep.body);
     cr_expect(strstr(rep.body, "unauthorized"));
-    reply_free(&rep);
-    call(d, "POST", "/v1/experiments", s, strlen(s), "Bearer wrong", &rep);
+    tu_reply_free(&rep);
+    tu_http(d, "POST", "/v1/experiments", s, strlen(s), "Bearer wrong", &rep);
     cr_expect_eq(rep.status, 401, "POST with a wrong token: %ld", rep.status);
-    reply_free(&rep);
-    call(d, "POST", "/v1/experiments/1/cancel", "", 0, NULL, &rep);
+    tu_reply_free(&rep);
+    tu_http(d, "POST", "/v1/experiments/1/cancel", "", 0, NULL, &rep);
     cr_expect_eq(rep.status, 401, "cancel without the token: %ld", rep.status);
-    reply_free(&rep);
-    call(d, "POST", "/v1/experiments", s, strlen(s), "Bearer s3cret", &rep);
+    tu_reply_free(&rep);
+    tu_http(d, "POST", "/v1/experiments", s, strlen(s), "Bearer s3cret", &rep);
     cr_assert_eq(rep.status, 201, "POST with the token: %ld %s", rep.status, rep.body);
     cJSON *o = cJSON_Parse(rep.body);
-    long id = (long)jnum(o, "id");
+    long id = (long)tu_jnum(o, "id");
     cJSON_Delete(o);
-    reply_free(&rep);
+    tu_reply_free(&rep);
 
     cJSON_Delete(wait_for(d, id, "succeeded", 20));
     char one[64], log[64];
@@ -968,9 +721,9 @@ Test(daemon, lock_listen_and_token) {
     const char *const gets[] = {
         "/healthz", "/v1/status", "/v1/experiments", "/v1/leaderboard", "/v1/best", one, log};
     for (size_t i = 0; i < sizeof gets / sizeof *gets; i++) {
-        call(d, "GET", gets[i], NULL, 0, NULL, &rep);
+        tu_http(d, "GET", gets[i], NULL, 0, NULL, &rep);
         cr_expect_eq(rep.status, 200, "GET %s without the token: %ld", gets[i], rep.status);
-        reply_free(&rep);
+        tu_reply_free(&rep);
     }
     daemon_stop(d);
 

@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <criterion/criterion.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,10 +76,15 @@ const char *tu_src(void) {
     return s;
 }
 
-static double now(void) {
+double tu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void tu_sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
 }
 
 /* Append what fd has to *buf; returns 0 at EOF. */
@@ -114,9 +121,9 @@ void tu_run(tu_run_t *r, char *const argv[], double timeout_s) {
     r->err = calloc(1, 1);
     struct pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     int open_fds = 2;
-    double deadline = now() + timeout_s;
+    double deadline = tu_now() + timeout_s;
     while (open_fds > 0) {
-        int left_ms = (int)((deadline - now()) * 1000);
+        int left_ms = (int)((deadline - tu_now()) * 1000);
         if (left_ms <= 0) {
             r->timed_out = 1;
             kill(pid, SIGKILL);
@@ -137,7 +144,7 @@ void tu_run(tu_run_t *r, char *const argv[], double timeout_s) {
     /* The pipes may close before the child exits: keep to the deadline. */
     int status = 0;
     while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (now() > deadline) {
+        if (tu_now() > deadline) {
             r->timed_out = 1;
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
@@ -153,4 +160,247 @@ void tu_run_free(tu_run_t *r) {
     free(r->out);
     free(r->err);
     r->out = r->err = NULL;
+}
+
+/* ---------------------------------------------------------------- servers */
+
+/* The last ~3000 bytes of the server's stderr (malloc'd, caller frees). */
+static char *log_tail(const tu_server_t *s) {
+    char *text = s->errlog ? tu_read(s->errlog) : NULL;
+    if (!text) return strdup("(no stderr file)");
+    size_t n = strlen(text);
+    if (n > 3000) memmove(text, text + n - 3000, 3001);
+    return text;
+}
+
+void tu_server_fail(const tu_server_t *s, const char *fmt, ...) {
+    va_list ap;
+    char *msg = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&msg, fmt, ap) < 0) msg = NULL;
+    va_end(ap);
+    char *tail = log_tail(s);
+    cr_assert_fail("%s\n--- %s stderr (tail) ---\n%s", msg ? msg : fmt, s->name, tail);
+    abort(); /* not reached */
+}
+
+void tu_server_start(tu_server_t *s, const char *name, char *const argv[], const char *errlog,
+                     double timeout_s) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->errlog = strdup(errlog);
+    cr_assert(s->errlog, "out of memory");
+
+    int out[2];
+    cr_assert(pipe2(out, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+    int errfd = open(errlog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    cr_assert(errfd >= 0, "%s: %s", errlog, strerror(errno));
+    pid_t pid = fork();
+    cr_assert(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) dup2(devnull, 0);
+        dup2(out[1], 1);
+        dup2(errfd, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(out[1]);
+    close(errfd);
+    s->pid = pid;
+
+    /* One line: "listening on http://127.0.0.1:PORT". */
+    char line[256];
+    size_t len = 0;
+    double deadline = tu_now() + timeout_s;
+    while (len < sizeof line - 1 && !memchr(line, '\n', len)) {
+        int left_ms = (int)((deadline - tu_now()) * 1000);
+        struct pollfd p = {out[0], POLLIN, 0};
+        if (left_ms <= 0 || (poll(&p, 1, left_ms) < 0 && errno != EINTR)) break;
+        if (!(p.revents & (POLLIN | POLLHUP))) continue;
+        ssize_t k = read(out[0], line + len, sizeof line - 1 - len);
+        if (k <= 0) break;
+        len += (size_t)k;
+    }
+    close(out[0]);
+    line[len] = '\0';
+    const char *colon = strrchr(line, ':');
+    if (strncmp(line, "listening on http://127.0.0.1:", 30) != 0 || !colon)
+        tu_server_fail(s, "the %s did not print its port (stdout: '%s')", name, line);
+    s->port = atoi(colon + 1);
+    cr_assert(s->port > 0 && s->port < 65536, "bad port line '%s'", line);
+    snprintf(s->url, sizeof s->url, "http://127.0.0.1:%d", s->port);
+}
+
+void tu_server_expect_clean_log(const tu_server_t *s) {
+    char *text = tu_read(s->errlog);
+    cr_assert(text, "%s: cannot read the %s's stderr", s->errlog, s->name);
+    int dirty = strstr(text, "Sanitizer") || strstr(text, "runtime error:");
+    cr_expect(!dirty, "sanitizer report in the %s's stderr:\n%s", s->name, text);
+    free(text);
+}
+
+void tu_server_stop(tu_server_t *s, double timeout_s) {
+    cr_assert(s->pid > 0, "the %s is not running", s->name);
+    kill(s->pid, SIGTERM);
+    int status = 0;
+    double deadline = tu_now() + timeout_s;
+    pid_t got;
+    while ((got = waitpid(s->pid, &status, WNOHANG)) == 0 && tu_now() < deadline) tu_sleep_ms(20);
+    if (got == 0) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, &status, 0);
+        s->pid = 0;
+        tu_server_fail(s, "the %s did not exit within %g s of SIGTERM", s->name, timeout_s);
+    }
+    s->pid = 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        tu_server_fail(s, "the %s did not shut down cleanly (status 0x%x)", s->name, status);
+    tu_server_expect_clean_log(s);
+}
+
+void tu_server_kill(tu_server_t *s) {
+    cr_assert(s->pid > 0, "the %s is not running", s->name);
+    kill(s->pid, SIGKILL);
+    int status = 0;
+    cr_assert_eq(waitpid(s->pid, &status, 0), s->pid);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    s->pid = 0;
+}
+
+void tu_server_release(tu_server_t *s) {
+    if (s->pid > 0) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, NULL, 0);
+        s->pid = 0;
+    }
+    free(s->errlog);
+    s->errlog = NULL;
+}
+
+/* ------------------------------------------------------------------- HTTP */
+
+static size_t reply_write_cb(char *p, size_t size, size_t nmemb, void *arg) {
+    tu_reply_t *r = arg;
+    size_t n = size * nmemb;
+    char *b = realloc(r->body, r->len + n + 1);
+    if (!b) return 0;
+    memcpy(b + r->len, p, n);
+    r->body = b;
+    r->len += n;
+    r->body[r->len] = '\0';
+    return n;
+}
+
+void tu_http(const tu_server_t *s, const char *method, const char *path, const char *body,
+             size_t body_len, const char *auth, tu_reply_t *r) {
+    memset(r, 0, sizeof *r);
+    r->body = calloc(1, 1);
+    cr_assert(r->body, "out of memory");
+    CURL *c = curl_easy_init();
+    cr_assert(c, "curl_easy_init failed");
+    char url[512], err[CURL_ERROR_SIZE] = "", hdr[512];
+    snprintf(url, sizeof url, "%s%s", s->url, path);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    if (auth) {
+        snprintf(hdr, sizeof hdr, "Authorization: %s", auth);
+        h = curl_slist_append(h, hdr);
+    }
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, reply_write_cb);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    }
+    double t0 = tu_now();
+    CURLcode rc = curl_easy_perform(c);
+    r->seconds = tu_now() - t0;
+    const char *ct = NULL;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+    snprintf(r->content_type, sizeof r->content_type, "%s", ct ? ct : "");
+    curl_easy_cleanup(c);
+    curl_slist_free_all(h);
+    if (rc != CURLE_OK)
+        tu_server_fail(s, "%s %s: %s (%s)", method, path, curl_easy_strerror(rc), err);
+}
+
+void tu_reply_free(tu_reply_t *r) {
+    free(r->body);
+    r->body = NULL;
+}
+
+cJSON *tu_http_json(const tu_server_t *s, const char *method, const char *path, const char *body,
+                    long want_status) {
+    tu_reply_t r;
+    tu_http(s, method, path, body, body ? strlen(body) : 0, NULL, &r);
+    if (r.status != want_status)
+        tu_server_fail(s, "%s %s: HTTP %ld, expected %ld: %s", method, path, r.status, want_status,
+                       r.body);
+    cJSON *o = cJSON_Parse(r.body);
+    if (!o) tu_server_fail(s, "%s %s: the reply is not JSON: %s", method, path, r.body);
+    tu_reply_free(&r);
+    return o;
+}
+
+cJSON *tu_get_json(const tu_server_t *s, const char *path) {
+    return tu_http_json(s, "GET", path, NULL, 200);
+}
+
+const char *tu_jstr(const cJSON *o, const char *key) {
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, key));
+}
+
+double tu_jnum(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "no number '%s' in the reply", key);
+    return v->valuedouble;
+}
+
+/* -------------------------------------------------------------------- SQL */
+
+sqlite3 *tu_db_open(const char *path) {
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", path, db ? sqlite3_errmsg(db) : "out of memory");
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+/* Prepare sql, bind ?1 when it has parameters, and step once; returns the
+ * statement (caller finalizes) and whether there is a row. */
+static sqlite3_stmt *sql_first_row(sqlite3 *db, const char *sql, long long arg, int *has_row) {
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, arg);
+    int rc = sqlite3_step(st);
+    cr_assert(rc == SQLITE_ROW || rc == SQLITE_DONE, "%s: %s", sql, sqlite3_errmsg(db));
+    *has_row = rc == SQLITE_ROW;
+    return st;
+}
+
+long long tu_sql_int(sqlite3 *db, const char *sql, long long arg) {
+    int row;
+    sqlite3_stmt *st = sql_first_row(db, sql, arg, &row);
+    long long v =
+        row && sqlite3_column_type(st, 0) != SQLITE_NULL ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    return v;
+}
+
+double tu_sql_double(sqlite3 *db, const char *sql, long long arg) {
+    int row;
+    sqlite3_stmt *st = sql_first_row(db, sql, arg, &row);
+    double v = row ? sqlite3_column_double(st, 0) : 0;
+    sqlite3_finalize(st);
+    cr_assert(row, "%s: no row for %lld", sql, arg);
+    return v;
 }
