@@ -9,5 +9,6 @@ int cost_main(int argc, char **argv);      /* cost.c: parameter, byte and FLOP c
 int prep_main(int argc, char **argv);      /* data.c: text in, tokenizer + dataset out */
 int calibrate_main(int argc, char **argv); /* blas.c: measure the sgemm peak for MFU */
 int train_main(int argc, char **argv);     /* train.c: one experiment in the foreground */
+int sample_main(int argc, char **argv);    /* sample.c: text from a saved checkpoint */
 
 #endif

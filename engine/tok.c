@@ -47,7 +47,7 @@ void tok_ids_free(tok_ids_t *v) {
     v->n = v->cap = 0;
 }
 
-static int ids_push(tok_ids_t *v, int32_t id) {
+int tok_ids_push(tok_ids_t *v, int32_t id) {
     if (grow(&v->ids, &v->cap, v->n + 1, sizeof *v->ids)) return -1;
     v->ids[v->n++] = id;
     return 0;
@@ -466,7 +466,7 @@ static uint64_t heap_pop_u64(uint64_t *h, size_t *n) {
 static int encode_chunk(tok_t *t, const uint8_t *s, size_t n, tok_ids_t *out) {
     if (n == 1 || t->n_merges == 0) {
         for (size_t i = 0; i < n; i++)
-            if (ids_push(out, s[i])) return -1;
+            if (tok_ids_push(out, s[i])) return -1;
         return 0;
     }
     if (n > INT32_MAX / 2) return -1;
@@ -518,7 +518,7 @@ static int encode_chunk(tok_t *t, const uint8_t *s, size_t n, tok_ids_t *out) {
         }
     }
     for (int32_t i = 0; i < ni; i = nx[i])
-        if (ids_push(out, tk[i])) return -1;
+        if (tok_ids_push(out, tk[i])) return -1;
     return 0;
 }
 

@@ -43,6 +43,8 @@ typedef struct {
 } tok_ids_t;
 
 void tok_ids_free(tok_ids_t *v);
+/* Append one id. Returns 0, or -1 on allocation failure (v unchanged). */
+int tok_ids_push(tok_ids_t *v, int32_t id);
 
 /* --- training ----------------------------------------------------------- */
 
