@@ -8,18 +8,12 @@
 
 #include <cJSON.h>
 #include <curl/curl.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "agent.h"
 #include "spec.h"
@@ -29,106 +23,45 @@
 
 /* ------------------------------------------------------ the agent process */
 
-typedef struct {
-    char *dir;
-    char *err_path; /* the agent's stderr */
-    pid_t pid;
-    int out_fd; /* its stdout, kept open until it exits */
-    int port;
-} agent_proc_t;
+#define START_TIMEOUT_S 10.0 /* until the agent prints its address */
+#define STOP_TIMEOUT_S  10.0 /* SIGTERM to exit */
 
-static agent_proc_t A;
+static char *dir;      /* the test's directory */
+static char *err_path; /* the agent's stderr, dir/agent.err */
+static tu_server_t A;  /* the agent, while one runs */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Start the agent (with --state when state is not NULL) and wait for its
- * "listening on" line (10 s at most). */
+/* Start the agent (with --state when state is not NULL); it must print its
+ * address within START_TIMEOUT_S. */
 static void agent_start(const char *state) {
-    int out[2];
     char *baseline = tu_path("%s/experiments/baseline.json", tu_src());
-    cr_assert_eq(pipe(out), 0, "pipe: %s", strerror(errno));
-    A.pid = fork();
-    cr_assert_geq(A.pid, 0, "fork: %s", strerror(errno));
-    if (A.pid == 0) {
-        int err = open(A.err_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        int in = open("/dev/null", O_RDONLY);
-        if (err < 0 || in < 0) _exit(127);
-        dup2(out[1], 1);
-        dup2(err, 2);
-        dup2(in, 0);
-        close(out[0]);
-        close(out[1]);
-        char *argv[] = {(char *)tu_bin(), "agent",    "--listen",
-                        "127.0.0.1:0",    "--secret", SECRET,
-                        "--baseline",     baseline,   state ? "--state" : NULL,
-                        (char *)state,    NULL};
-        execv(argv[0], argv);
-        _exit(127);
-    }
+    char *argv[] = {(char *)tu_bin(), "agent",    "--listen",
+                    "127.0.0.1:0",    "--secret", SECRET,
+                    "--baseline",     baseline,   state ? "--state" : NULL,
+                    (char *)state,    NULL};
+    tu_server_release(&A); /* an earlier run's */
+    tu_server_start(&A, "agent", argv, err_path, START_TIMEOUT_S);
     free(baseline);
-    close(out[1]);
-    A.out_fd = out[0];
-    char buf[512] = "";
-    size_t len = 0;
-    double deadline = now_s() + 10;
-    while (!strchr(buf, '\n')) {
-        struct pollfd p = {A.out_fd, POLLIN, 0};
-        int left = (int)((deadline - now_s()) * 1000);
-        cr_assert_gt(left, 0, "the agent did not print its address in 10 s");
-        if (poll(&p, 1, left) <= 0) continue;
-        ssize_t n = read(A.out_fd, buf + len, sizeof buf - 1 - len);
-        cr_assert_gt(n, 0, "the agent exited before listening (see its stderr)");
-        len += (size_t)n;
-        buf[len] = '\0';
-    }
-    const char *at = strstr(buf, "listening on http://127.0.0.1:");
-    cr_assert_not_null(at, "unexpected first line: %s", buf);
-    A.port = atoi(at + strlen("listening on http://127.0.0.1:"));
-    cr_assert_gt(A.port, 0);
 }
 
-/* SIGTERM, then wait (10 s at most, then SIGKILL). Returns the exit status. */
-static int agent_stop(void) {
-    int status = 0;
-    if (A.pid <= 0) return 0;
-    kill(A.pid, SIGTERM);
-    double deadline = now_s() + 10;
-    while (waitpid(A.pid, &status, WNOHANG) == 0) {
-        if (now_s() > deadline) {
-            kill(A.pid, SIGKILL);
-            waitpid(A.pid, &status, 0);
-            break;
-        }
-        usleep(10000);
-    }
-    A.pid = 0;
-    close(A.out_fd);
-    A.out_fd = -1;
-    /* A sanitizer report in the agent would otherwise go unnoticed. */
-    char *log = tu_read(A.err_path);
-    cr_expect(!log || (!strstr(log, "Sanitizer") && !strstr(log, "runtime error")),
-              "the agent's stderr has a sanitizer report:\n%s", log);
-    free(log);
-    return status;
+/* SIGTERM: the agent must exit 0 within STOP_TIMEOUT_S, with no sanitizer
+ * report in its stderr. */
+static void agent_stop(void) {
+    tu_server_stop(&A, STOP_TIMEOUT_S);
 }
 
 static void setup(void) {
     memset(&A, 0, sizeof A);
-    A.out_fd = -1;
-    A.dir = tu_tmpdir();
-    A.err_path = tu_path("%s/agent.err", A.dir);
+    dir = tu_tmpdir();
+    err_path = tu_path("%s/agent.err", dir);
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
 static void teardown(void) {
-    agent_stop();
-    tu_rmrf(A.dir);
-    free(A.dir);
-    free(A.err_path);
+    if (A.pid > 0) agent_stop();
+    tu_server_release(&A);
+    tu_rmrf(dir);
+    free(dir);
+    free(err_path);
     curl_global_cleanup();
 }
 
@@ -148,54 +81,21 @@ static void sign(const char *secret, const char *id, const char *ts, const char 
     EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)n);
 }
 
-typedef struct {
-    char *p;
-    size_t n;
-} sink_t;
-
-static size_t sink_cb(char *p, size_t size, size_t n, void *user) {
-    sink_t *s = user;
-    s->p = realloc(s->p, s->n + size * n + 1);
-    cr_assert(s->p);
-    memcpy(s->p + s->n, p, size * n);
-    s->n += size * n;
-    s->p[s->n] = '\0';
-    return size * n;
-}
-
-/* POST body with the given headers (NULL: header left out); returns the
- * status, *resp gets the body (caller frees). */
+/* POST body to /hook with the given webhook headers (NULL: header left out);
+ * returns the status, *resp gets the body (caller frees). */
 static long post_raw(const char *id, const char *ts, const char *sig, const char *body,
                      char **resp) {
-    CURL *h = curl_easy_init();
-    cr_assert(h);
-    char url[64], line[512];
-    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    hdrs = curl_slist_append(hdrs, "Expect:");
-    if (id) snprintf(line, sizeof line, "webhook-id: %s", id), hdrs = curl_slist_append(hdrs, line);
-    if (ts)
-        snprintf(line, sizeof line, "webhook-timestamp: %s", ts),
-            hdrs = curl_slist_append(hdrs, line);
-    if (sig)
-        snprintf(line, sizeof line, "webhook-signature: %s", sig),
-            hdrs = curl_slist_append(hdrs, line);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/hook", A.port);
-    sink_t s = {calloc(1, 1), 0};
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
-    CURLcode rc = curl_easy_perform(h);
-    cr_assert_eq(rc, CURLE_OK, "POST: %s", curl_easy_strerror(rc));
-    long code = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    curl_slist_free_all(hdrs);
-    curl_easy_cleanup(h);
-    *resp = s.p;
-    return code;
+    const char *headers[5] = {"Expect:"};
+    int n = 1;
+    if (id) headers[n++] = tu_path("webhook-id: %s", id);
+    if (ts) headers[n++] = tu_path("webhook-timestamp: %s", ts);
+    if (sig) headers[n++] = tu_path("webhook-signature: %s", sig);
+    headers[n] = NULL;
+    tu_reply_t r;
+    tu_http_headers(&A, "POST", "/hook", body, strlen(body), headers, &r);
+    for (int i = 1; i < n; i++) free((char *)headers[i]);
+    *resp = r.body; /* taken: no tu_reply_free */
+    return r.status;
 }
 
 /* A correctly signed delivery at time now + skew seconds. */
@@ -308,8 +208,8 @@ Test(agent, good_signature_gets_the_baseline) {
     cr_expect(has_tag(&p, "agent"));
     spec_free(&p);
     free(resp);
-    cr_expect_eq(agent_stop(), 0, "the agent did not exit 0 on SIGTERM");
-    char *log = tu_read(A.err_path);
+    agent_stop(); /* exit 0 on SIGTERM */
+    char *log = tu_read(err_path);
     cr_expect(log && strstr(log, "proposing the baseline"), "%s", log);
     free(log);
 }
@@ -344,7 +244,7 @@ Test(agent, bad_signatures_are_401) {
     snprintf(several, sizeof several, "v1,bm90IGEgc2lnbmF0dXJl %s", sig);
     cr_expect_eq(post_raw("evt_b", ts, several, QUEUE_EMPTY, &resp), 200, "%s", resp);
     free(resp);
-    char *log = tu_read(A.err_path);
+    char *log = tu_read(err_path);
     cr_expect(log && strstr(log, "refusing a delivery"), "%s", log);
     free(log);
 }
@@ -375,7 +275,7 @@ Test(agent, finished_run_gets_a_mutation_of_it) {
     spec_free(&p);
     free(resp);
     free(body);
-    char *log = tu_read(A.err_path);
+    char *log = tu_read(err_path);
     cr_expect(log && strstr(log, "keeping #5: the first successful run (val_bpb 2.5000)"), "%s",
               log);
     cr_expect(log && strstr(log, "proposing mutation of #5 (val_bpb 2.5000)"), "%s", log);
@@ -406,7 +306,7 @@ Test(agent, not_json_is_400) {
 }
 
 Test(agent, state_survives_a_restart) {
-    char *state = tu_path("%s/agent-state.json", A.dir);
+    char *state = tu_path("%s/agent-state.json", dir);
     agent_start(state);
     char *resp = NULL, *body = finished_body(1, 2.5);
     spec_t p;
@@ -417,8 +317,7 @@ Test(agent, state_survives_a_restart) {
     cr_expect_eq(p.parent, 1);
     spec_free(&p);
     char *first = resp;
-    int status = agent_stop();
-    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit status %d", status);
+    agent_stop();
     char *text = tu_read(state);
     cJSON *st = cJSON_Parse(text);
     cr_expect(cJSON_IsObject(st), "the state is not JSON: %s", text);
@@ -437,26 +336,23 @@ Test(agent, state_survives_a_restart) {
     free(first);
     free(body);
     free(state);
-    char *log = tu_read(A.err_path);
+    char *log = tu_read(err_path);
     cr_expect(log && strstr(log, "resumed from"), "%s", log);
     free(log);
 }
 
 Test(agent, usage) {
-    char *argv[] = {(char *)tu_bin(), "agent", NULL};
     tu_run_t r;
-    tu_run(&r, argv, 10);
+    tu_run_bin(&r, 10, "agent", NULL);
     cr_expect_eq(r.exit_code, 2);
     cr_expect(strstr(r.err, "a secret is required"), "%s", r.err);
     tu_run_free(&r);
-    char *help[] = {(char *)tu_bin(), "agent", "--help", NULL};
-    tu_run(&r, help, 10);
+    tu_run_bin(&r, 10, "agent", "--help", NULL);
     cr_expect_eq(r.exit_code, 0);
     cr_expect(strstr(r.out, "usage: nightshift agent"), "%s", r.out);
     tu_run_free(&r);
-    char *bad[] = {(char *)tu_bin(),    "agent",    "--secret",    "x", "--baseline",
-                   "/nonexistent.json", "--listen", "127.0.0.1:0", NULL};
-    tu_run(&r, bad, 10);
+    tu_run_bin(&r, 10, "agent", "--secret", "x", "--baseline", "/nonexistent.json", "--listen",
+               "127.0.0.1:0", NULL);
     cr_expect_eq(r.exit_code, 1);
     cr_expect(strstr(r.err, "/nonexistent.json"), "%s", r.err);
     tu_run_free(&r);

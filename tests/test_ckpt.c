@@ -15,40 +15,10 @@
 #include "gpt.h"
 #include "rng.h"
 #include "spec.h"
+#include "testutil.h"
 
-static char tmpdir[256];
-
-static void setup(void) {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/nightshift-ckpt-XXXXXX", base && *base ? base : "/tmp");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
-
-/* The directory is flat: remove its files, then it. */
-static void teardown(void) {
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
-}
-
-TestSuite(ckpt, .init = setup, .fini = teardown);
-
-/* tmpdir/name in one of four rotating static buffers (not owned by the caller). */
-static const char *tpath(const char *name) {
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
-    return p[k];
-}
+/* Every test works in its own directory, tu_dir(). */
+TestSuite(ckpt, .init = tu_dir_init, .fini = tu_dir_fini);
 
 /* ---------------------------------------------------------- a toy model */
 
@@ -148,9 +118,9 @@ static long file_size(const char *path) {
     return n;
 }
 
-/* Count of entries in tmpdir whose name contains s. */
+/* Count of entries in tu_dir() whose name contains s. */
 static int count_files(const char *s) {
-    DIR *d = opendir(tmpdir);
+    DIR *d = opendir(tu_dir());
     cr_assert_not_null(d);
     int n = 0;
     struct dirent *e;
@@ -165,7 +135,7 @@ static int count_files(const char *s) {
 Test(ckpt, round_trip_bit_exact) {
     gpt_t *a = toy_new(TOY, N_TOY, 1), *b = toy_new(TOY, N_TOY, 2);
     char err[512] = "";
-    const char *p = tpath("w.safetensors");
+    const char *p = tu_dir_path("w.safetensors");
     cr_assert_eq(ckpt_write(a, a->params, NULL, p, err, sizeof err), 0, "%s", err);
     cr_assert_neq(memcmp(a->params, b->params, a->n_params * 4), 0);
     cr_assert_eq(ckpt_load(b, p, err, sizeof err), 0, "%s", err);
@@ -184,7 +154,7 @@ Test(ckpt, round_trip_bit_exact) {
 Test(ckpt, read_reports_names_shapes_and_data) {
     gpt_t *a = toy_new(TOY, N_TOY, 3);
     char err[512] = "";
-    const char *p = tpath("g.safetensors");
+    const char *p = tu_dir_path("g.safetensors");
     cr_assert_eq(ckpt_write(a, a->grads, NULL, p, err, sizeof err), 0, "%s", err);
     ckpt_file_t f;
     cr_assert_eq(ckpt_read(p, &f, err, sizeof err), 0, "%s", err);
@@ -208,7 +178,7 @@ Test(ckpt, read_reports_names_shapes_and_data) {
 Test(ckpt, metadata_round_trip) {
     gpt_t *a = toy_new(TOY, N_TOY, 4);
     char err[512] = "";
-    const char *p = tpath("m.safetensors");
+    const char *p = tu_dir_path("m.safetensors");
     const char *meta = "{\"step\":\"120\",\"spec\":\"{\\\"depth\\\":2}\",\"note\":\"a b\"}";
     cr_assert_eq(ckpt_write(a, a->params, meta, p, err, sizeof err), 0, "%s", err);
     ckpt_file_t f;
@@ -234,7 +204,7 @@ Test(ckpt, metadata_round_trip) {
 Test(ckpt, write_rejects_bad_metadata) {
     gpt_t *a = toy_new(TOY, N_TOY, 6);
     char err[512] = "";
-    const char *p = tpath("bad.safetensors");
+    const char *p = tu_dir_path("bad.safetensors");
     cr_assert_eq(ckpt_write(a, a->params, "{\"step\":12}", p, err, sizeof err), -1);
     cr_assert_not_null(strstr(err, "step"), "%s", err);
     cr_assert_eq(ckpt_write(a, a->params, "[1,2]", p, err, sizeof err), -1);
@@ -249,7 +219,7 @@ Test(ckpt, write_rejects_bad_metadata) {
 Test(ckpt, atomic_write_leaves_no_temp_file) {
     gpt_t *a = toy_new(TOY, N_TOY, 7), *b = toy_new(TOY, N_TOY, 8);
     char err[512] = "";
-    const char *p = tpath("w.safetensors");
+    const char *p = tu_dir_path("w.safetensors");
     cr_assert_eq(ckpt_write(a, a->params, NULL, p, err, sizeof err), 0, "%s", err);
     /* Overwriting replaces the file whole. */
     cr_assert_eq(ckpt_write(b, b->params, NULL, p, err, sizeof err), 0, "%s", err);
@@ -265,7 +235,7 @@ Test(ckpt, failed_write_removes_temp_file) {
     gpt_t *a = toy_new(TOY, N_TOY, 9);
     char err[512] = "";
     /* The target is a directory: the rename fails after the temp file is written. */
-    const char *p = tpath("adir");
+    const char *p = tu_dir_path("adir");
     cr_assert_eq(mkdir(p, 0755), 0);
     cr_assert_eq(ckpt_write(a, a->params, NULL, p, err, sizeof err), -1);
     cr_assert_not_null(strstr(err, "rename"), "%s", err);
@@ -273,18 +243,19 @@ Test(ckpt, failed_write_removes_temp_file) {
     rmdir(p);
     /* A directory that does not exist: nothing is created. */
     cr_assert_eq(
-        ckpt_write(a, a->params, NULL, tpath("no/such/dir/w.safetensors"), err, sizeof err), -1);
+        ckpt_write(a, a->params, NULL, tu_dir_path("no/such/dir/w.safetensors"), err, sizeof err),
+        -1);
     cr_assert_not_null(strstr(err, "cannot create"), "%s", err);
     toy_free(a);
 }
 
 /* ---------------------------------------------------------- load mismatches */
 
-/* Writes a toy model with the given table; returns its path (a tpath buffer). */
+/* Writes a toy model with the given table; returns its path (a tu_dir_path buffer). */
 static const char *write_toy(const toy_spec_t *spec, int n, const char *name) {
     gpt_t *a = toy_new(spec, n, 10);
     char err[512] = "";
-    const char *p = tpath(name);
+    const char *p = tu_dir_path(name);
     cr_assert_eq(ckpt_write(a, a->params, NULL, p, err, sizeof err), 0, "%s", err);
     toy_free(a);
     return p;
@@ -339,7 +310,7 @@ Test(ckpt, failed_load_leaves_params_unchanged) {
     s[N_TOY - 1].rows = 15;
     expect_load_error(write_toy(s, N_TOY, "late.safetensors"), "lm_head.weight has shape [15,8]");
     /* A file that fails to parse at all. */
-    const char *p = tpath("junk.safetensors");
+    const char *p = tu_dir_path("junk.safetensors");
     write_raw(p, 3, "{{{", NULL, 0);
     expect_load_error(p, "not a valid JSON object");
 }
@@ -347,7 +318,7 @@ Test(ckpt, failed_load_leaves_params_unchanged) {
 /* ---------------------------------------------------------- malformed files */
 
 Test(ckpt, rejects_f16_dtype) {
-    const char *p = tpath("f16.safetensors");
+    const char *p = tu_dir_path("f16.safetensors");
     write_file(p, "{\"x.weight\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4);
     expect_read_error(p, "tensor x.weight has dtype F16, only F32 is supported");
     expect_load_error(p, "dtype F16");
@@ -368,7 +339,7 @@ Test(ckpt, rejects_truncated_file) {
 }
 
 Test(ckpt, rejects_header_length_past_file) {
-    const char *p = tpath("hlen.safetensors");
+    const char *p = tu_dir_path("hlen.safetensors");
     const char *h = "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
     float one = 1;
     write_raw(p, strlen(h) + 5, h, &one, 4); /* claims 5 bytes more than there are */
@@ -380,7 +351,7 @@ Test(ckpt, rejects_header_length_past_file) {
 }
 
 Test(ckpt, rejects_bad_offsets) {
-    const char *p = tpath("off.safetensors");
+    const char *p = tu_dir_path("off.safetensors");
     /* Out of bounds: the data section has 8 bytes. */
     write_file(p,
                "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
@@ -421,7 +392,7 @@ Test(ckpt, rejects_bad_offsets) {
 }
 
 Test(ckpt, rejects_bad_shapes) {
-    const char *p = tpath("shape.safetensors");
+    const char *p = tu_dir_path("shape.safetensors");
     write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4);
     expect_read_error(p, "shape entries must be non-negative integers");
     write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4);
@@ -449,7 +420,7 @@ Test(ckpt, rejects_bad_shapes) {
 }
 
 Test(ckpt, rejects_garbage_json) {
-    const char *p = tpath("json.safetensors");
+    const char *p = tu_dir_path("json.safetensors");
     write_file(p, "this is not json at all", 0);
     expect_read_error(p, "header is not a valid JSON object");
     write_file(p, "[1,2,3]", 0);
@@ -476,7 +447,7 @@ Test(ckpt, rejects_garbage_json) {
                "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
                8);
     expect_read_error(p, "duplicate tensor a");
-    expect_read_error(tpath("does-not-exist"), "cannot open");
+    expect_read_error(tu_dir_path("does-not-exist"), "cannot open");
 }
 
 /* ---------------------------------------------------------- the real model */
@@ -491,7 +462,7 @@ Test(ckpt, gpt_round_trip) {
     gpt_t *b = gpt_new(&s.model, err, sizeof err);
     cr_assert(a && b, "%s", err);
     gpt_init_weights(a, 42);
-    const char *p = tpath("gpt.safetensors");
+    const char *p = tu_dir_path("gpt.safetensors");
     cr_assert_eq(ckpt_write(a, a->params, NULL, p, err, sizeof err), 0, "%s", err);
     ckpt_file_t f;
     cr_assert_eq(ckpt_read(p, &f, err, sizeof err), 0, "%s", err);

@@ -18,7 +18,6 @@
 #include <pthread.h>
 #include <pty.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,20 +199,6 @@ static const seen_t *seen(int i) {
     return &S.seen[i];
 }
 
-/* Run `nightshift ARG...` (NULL-terminated). */
-static void run(tu_run_t *r, const char *arg, ...) {
-    char *argv[32];
-    int n = 0;
-    va_list ap;
-    argv[n++] = (char *)tu_bin();
-    va_start(ap, arg);
-    for (const char *a = arg; a && n < 31; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
-    va_end(ap);
-    argv[n] = NULL;
-    tu_run(r, argv, RUN_TIMEOUT_S);
-    cr_assert_not(r->timed_out, "nightshift %s timed out", arg);
-}
-
 static char *write_file(const char *name, const char *text) {
     char *p = tu_path("%s/%s", S.dir, name);
     tu_write(p, text);
@@ -229,7 +214,7 @@ Test(client, submit_one_spec) {
     route("POST", "/v1/experiments", 201, "{\"id\":5,\"status\":\"queued\",\"duplicate\":false}");
     char *spec = write_file("spec.json", SPEC);
     tu_run_t r;
-    run(&r, "submit", spec, "--url", S.url, "--token", "s3cret", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token", "s3cret", NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "5 queued\n");
     cr_assert_str_eq(r.err, "");
@@ -277,7 +262,7 @@ Test(client, submit_token_from_file_env_or_missing) {
     char *tokfile = write_file("token", "tok-1\n");
     tu_run_t r;
 
-    run(&r, "submit", spec, "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert_str_eq(r.out, "");
     cr_assert(strstr(r.err, "nightshift: unauthorized: this call needs the daemon's token"), "%s",
@@ -285,32 +270,35 @@ Test(client, submit_token_from_file_env_or_missing) {
     cr_assert(strstr(r.err, "--token"), "a hint names the options: %s", r.err);
     tu_run_free(&r);
 
-    run(&r, "submit", spec, "--url", S.url, "--token-file", tokfile, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token-file", tokfile, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "9 queued\n");
     cr_assert_str_eq(seen(1)->auth, "Bearer tok-1");
     tu_run_free(&r);
 
     setenv("NIGHTSHIFT_TOKEN", "tok-1", 1);
-    run(&r, "submit", spec, "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(seen(2)->auth, "Bearer tok-1");
     tu_run_free(&r);
 
-    run(&r, "submit", spec, "--url", S.url, "--token", "wrong", NULL); /* beats the env */
+    /* --token beats the env */
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token", "wrong", NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert_str_eq(seen(3)->auth, "Bearer wrong");
     tu_run_free(&r);
 
     /* Usage errors never reach the server. */
-    run(&r, "submit", spec, "--url", S.url, "--token", "a", "--token-file", tokfile, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token", "a", "--token-file",
+               tokfile, NULL);
     cr_assert_eq(r.exit_code, 2);
     cr_assert(strstr(r.err, "not both"), "%s", r.err);
     tu_run_free(&r);
-    run(&r, "submit", spec, "--url", S.url, "--token-file", "/nonexistent/token", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token-file",
+               "/nonexistent/token", NULL);
     cr_assert_eq(r.exit_code, 2);
     tu_run_free(&r);
-    run(&r, "submit", spec, "--url", S.url, "--token", "two words", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token", "two words", NULL);
     cr_assert_eq(r.exit_code, 2);
     tu_run_free(&r);
     cr_assert_eq(nseen(), 4);
@@ -326,41 +314,41 @@ Test(client, submit_checks_the_file_before_sending) {
     char *huge = write_file("huge.json", huge_text);
     tu_run_t r;
 
-    run(&r, "submit", bad, "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "bad.json: not valid JSON"), "%s", r.err);
     tu_run_free(&r);
-    run(&r, "submit", empty, "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", empty, "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "expected a spec object or an array of specs"), "%s", r.err);
     tu_run_free(&r);
-    run(&r, "submit", nums, "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", nums, "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
     tu_run_free(&r);
-    run(&r, "submit", huge, "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", huge, "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "larger than 1048576 bytes"), "%s", r.err);
     tu_run_free(&r);
-    run(&r, "submit", "/nonexistent/spec.json", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", "/nonexistent/spec.json", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "/nonexistent/spec.json: No such file"), "%s", r.err);
     tu_run_free(&r);
 
-    run(&r, "submit", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 2);
     cr_assert(strstr(r.err, "usage: nightshift submit"), "%s", r.err);
     tu_run_free(&r);
-    run(&r, "submit", bad, empty, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, empty, NULL);
     cr_assert_eq(r.exit_code, 2);
     tu_run_free(&r);
-    run(&r, "submit", bad, "--frobnicate", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, "--frobnicate", NULL);
     cr_assert_eq(r.exit_code, 2);
     cr_assert(strstr(r.err, "unknown option --frobnicate"), "%s", r.err);
     tu_run_free(&r);
-    run(&r, "submit", bad, "--url", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, "--url", NULL);
     cr_assert_eq(r.exit_code, 2);
     tu_run_free(&r);
-    run(&r, "submit", empty, "--url", "127.0.0.1:8080", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", empty, "--url", "127.0.0.1:8080", NULL);
     cr_assert_eq(r.exit_code, 1, "the file is checked before the URL");
     tu_run_free(&r);
     cr_assert_eq(nseen(), 0);
@@ -457,9 +445,8 @@ Test(client, unreachable_daemon_exits_3) {
     const char *cmds[][3] = {{"ls", NULL}, {"submit", spec}, {"watch", "--once"}, {"cancel", "3"}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         tu_run_t r;
-        char *argv[] = {
-            (char *)tu_bin(), (char *)cmds[i][0], "--url", url, (char *)cmds[i][1], NULL};
-        tu_run(&r, argv, RUN_TIMEOUT_S);
+        /* cmds[i][1] NULL: the command without an argument */
+        tu_run_bin(&r, RUN_TIMEOUT_S, cmds[i][0], "--url", url, cmds[i][1], NULL);
         cr_assert_eq(r.exit_code, 3, "%s: exit %d: %s", cmds[i][0], r.exit_code, r.err);
         cr_assert_eq(strncmp(r.err, want, strlen(want)), 0, "%s: %s", cmds[i][0], r.err);
         tu_run_free(&r);
@@ -474,12 +461,12 @@ Test(client, url_from_the_environment) {
     snprintf(url, sizeof url, "%s/", S.url); /* a trailing slash is dropped */
     setenv("NIGHTSHIFT_URL", url, 1);
     tu_run_t r;
-    run(&r, "ls", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "no experiments\n");
     cr_assert_str_eq(seen(0)->path, "/v1/experiments");
     tu_run_free(&r);
-    run(&r, "ls", "--url", "ftp://127.0.0.1/", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", "ftp://127.0.0.1/", NULL);
     cr_assert_eq(r.exit_code, 2);
     tu_run_free(&r);
     cr_assert_eq(nseen(), 1);
@@ -489,19 +476,19 @@ Test(client, reply_size_cap) {
     /* Under the cap a large reply is fine... */
     route_big("GET", "/v1/experiments", 15 * MIB);
     tu_run_t r;
-    run(&r, "ls", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1, "no experiments array in it: %s", r.err);
     cr_assert(strstr(r.err, "unexpected reply"), "%s", r.err);
     tu_run_free(&r);
     /* ...over it, the reply is refused. */
     route_big("GET", "/v1/best", 17 * MIB);
-    run(&r, "best", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "best", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert_str_eq(r.err, "nightshift: the reply to GET /v1/best is larger than 16 MiB\n");
     cr_assert_str_eq(r.out, "");
     tu_run_free(&r);
     route("GET", "/v1/status", 200, "ok, not JSON");
-    run(&r, "watch", "--once", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "watch", "--once", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert_str_eq(r.err, "nightshift: the reply to GET /v1/status is not JSON\n");
     tu_run_free(&r);
@@ -586,7 +573,7 @@ Test(client, request_headers_as_sent) {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", w.port);
     tu_run_t r;
-    run(&r, "submit", spec, "--url", url, "--token", "abc", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", url, "--token", "abc", NULL);
     raw_join(&w);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "77 queued\n");
@@ -609,7 +596,7 @@ Test(client, reply_cap_without_content_length) {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", w.port);
     tu_run_t r;
-    run(&r, "ls", "--url", url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", url, NULL);
     raw_join(&w);
     cr_assert_eq(r.exit_code, 1);
     cr_assert_str_eq(r.err, "nightshift: the reply to GET /v1/experiments is larger than 16 MiB\n");
@@ -631,7 +618,8 @@ Test(client, reply_cap_without_content_length) {
 Test(client, ls_table) {
     route("GET", "/v1/experiments", 200, LIST);
     tu_run_t r;
-    run(&r, "ls", "--url", S.url, "--status", "succeeded", "--limit=3", "--order", "val_bpb", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--status", "succeeded", "--limit=3",
+               "--order", "val_bpb", NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(seen(0)->method, "GET");
     cr_assert_str_eq(seen(0)->query, "status=succeeded&order=val_bpb&limit=3");
@@ -642,16 +630,17 @@ Test(client, ls_table) {
     cr_assert_str_eq(r.err, "more: nightshift ls --after 7\n");
     tu_run_free(&r);
 
-    run(&r, "ls", "--url", S.url, "--json", "--after", "7", "--status", "a b&c", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--json", "--after", "7", "--status",
+               "a b&c", NULL);
     cr_assert_eq(r.exit_code, 0);
     cr_assert_str_eq(r.out, LIST "\n");
     cr_assert_str_eq(seen(1)->query, "status=a%20b%26c&after=7");
     tu_run_free(&r);
 
-    run(&r, "ls", "--url", S.url, "--limit", "0", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--limit", "0", NULL);
     cr_assert_eq(r.exit_code, 2);
     tu_run_free(&r);
-    run(&r, "ls", "--url", S.url, "extra", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "extra", NULL);
     cr_assert_eq(r.exit_code, 2);
     tu_run_free(&r);
     cr_assert_eq(nseen(), 2);
@@ -685,7 +674,7 @@ Test(client, show_summary_json_and_log) {
     route("GET", "/v1/experiments/12", 200, EXPERIMENT);
     route("GET", "/v1/experiments/12/log", 200, "step 1\nstep 2\n");
     tu_run_t r;
-    run(&r, "show", "12", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "12", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(
         r.out, "experiment 12 \"wide\"\n"
@@ -712,12 +701,12 @@ Test(client, show_summary_json_and_log) {
     cr_assert_str_eq(seen(0)->path, "/v1/experiments/12");
     tu_run_free(&r);
 
-    run(&r, "show", "--json", "12", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "--json", "12", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0);
     cr_assert_str_eq(r.out, EXPERIMENT "\n");
     tu_run_free(&r);
 
-    run(&r, "show", "12", "--log", "--tail", "100", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "12", "--log", "--tail", "100", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0);
     cr_assert_str_eq(r.out, "step 1\nstep 2\n");
     cr_assert_str_eq(seen(2)->path, "/v1/experiments/12/log");
@@ -726,9 +715,7 @@ Test(client, show_summary_json_and_log) {
 
     const char *bad[][3] = {{"abc"}, {"0"}, {"12", "13"}, {"12", "--tail", "5"}, {NULL}};
     for (int i = 0; i < 5; i++) {
-        char *argv[] = {(char *)tu_bin(),  "show", (char *)bad[i][0], (char *)bad[i][1],
-                        (char *)bad[i][2], NULL};
-        tu_run(&r, argv, RUN_TIMEOUT_S);
+        tu_run_bin(&r, RUN_TIMEOUT_S, "show", bad[i][0], bad[i][1], bad[i][2], NULL);
         cr_assert_eq(r.exit_code, 2, "case %d: %s", i, r.err);
         tu_run_free(&r);
     }
@@ -747,7 +734,7 @@ Test(client, show_running_with_progress) {
           "{\"id\":8,\"status\":\"crashed\",\"reason\":\"killed by SIGSEGV\","
           "\"term_signal\":11,\"result\":null,\"progress\":null}");
     tu_run_t r;
-    run(&r, "show", "7", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "7", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "experiment 7\n"
                             "  status     running\n"
@@ -757,7 +744,7 @@ Test(client, show_running_with_progress) {
                             "  progress   step 130, 45.2% of the budget, loss 3.214, "
                             "2,810 tok/s, ETA 2m44s\n");
     tu_run_free(&r);
-    run(&r, "show", "8", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "8", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "experiment 8\n"
                             "  status     crashed (killed by SIGSEGV)\n"
@@ -772,7 +759,7 @@ Test(client, best_prints_a_spec_ready_to_resubmit) {
           "{\"best\":{\"id\":12,\"name\":\"wide\",\"val_bpb\":1.2345678,\"spec\":" SPEC_JSON
           ",\"result\":{\"val_bpb\":1.2345678}}}");
     tu_run_t r;
-    run(&r, "best", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "best", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.err, "best: experiment 12 \"wide\" val_bpb 1.234568\n");
     cr_assert_str_eq(r.out, "{\n"
@@ -802,7 +789,7 @@ Test(client, best_prints_a_spec_ready_to_resubmit) {
     cJSON_Delete(want);
     tu_run_free(&r);
 
-    run(&r, "best", "--json", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "best", "--json", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0);
     cr_assert(strncmp(r.out, "{\"best\":{\"id\":12", 16) == 0, "%s", r.out);
     tu_run_free(&r);
@@ -811,7 +798,7 @@ Test(client, best_prints_a_spec_ready_to_resubmit) {
     clear_routes();
     route("GET", "/v1/best", 200,
           "{\"best\":{\"id\":3,\"spec\":{\"seed\":1},\"result\":{\"val_bpb\":0.9}}}");
-    run(&r, "best", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "best", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.err, "best: experiment 3 val_bpb 0.900000\n");
     cr_assert_str_eq(r.out, "{\n  \"seed\": 1\n}\n");
@@ -821,7 +808,7 @@ Test(client, best_prints_a_spec_ready_to_resubmit) {
 Test(client, best_when_nothing_succeeded) {
     route("GET", "/v1/best", 200, "{\"best\":null}");
     tu_run_t r;
-    run(&r, "best", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "best", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "");
     cr_assert_str_eq(r.err, "nothing has succeeded yet\n");
@@ -835,21 +822,21 @@ Test(client, cancel_queued_and_running) {
     route("POST", "/v1/experiments/5/cancel", 200, "{\"id\":5,\"status\":\"cancelled\"}");
     route("POST", "/v1/experiments/6/cancel", 200, "{\"id\":6,\"status\":\"cancelling\"}");
     tu_run_t r;
-    run(&r, "cancel", "5", "--url", S.url, "--token", "t", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "5", "--url", S.url, "--token", "t", NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "5 cancelled\n");
     cr_assert_str_eq(seen(0)->method, "POST");
     cr_assert_str_eq(seen(0)->path, "/v1/experiments/5/cancel");
     cr_assert_str_eq(seen(0)->body, "");
     tu_run_free(&r);
-    run(&r, "cancel", "--token=t", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "--token=t", NULL);
     cr_assert_eq(r.exit_code, 2, "no id");
     tu_run_free(&r);
-    run(&r, "cancel", "6", "--url", S.url, "--token=t", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "6", "--url", S.url, "--token=t", NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "6 cancelling (the worker is being stopped)\n");
     tu_run_free(&r);
-    run(&r, "cancel", "-3", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "-3", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 2);
     tu_run_free(&r);
     cr_assert_eq(nseen(), 2);
@@ -876,21 +863,15 @@ Test(client, cancel_queued_and_running) {
 Test(client, watch_once_plain) {
     route("GET", "/v1/status", 200, STATUS);
     tu_run_t r;
-    run(&r, "watch", "--once", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "watch", "--once", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, STATUS_LINES);
     cr_assert_str_eq(r.err, "");
     cr_assert_str_eq(seen(0)->path, "/v1/status");
     tu_run_free(&r);
-    run(&r, "watch", "--interval", "0.01", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "watch", "--interval", "0.01", NULL);
     cr_assert_eq(r.exit_code, 2);
     tu_run_free(&r);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Append what fd has to buf (at most cap - 1 bytes kept); 0 at EOF. */
@@ -938,10 +919,10 @@ static int watch_until_sigint(int tty, int frames, char *out, size_t cap) {
         _exit(127);
     }
     if (!tty) close(p[1]);
-    double deadline = now_s() + 10;
+    double deadline = tu_now() + 10;
     int sent = 0, status = 0, done = 0, eof = 0;
     out[0] = '\0';
-    while (!done && now_s() < deadline) {
+    while (!done && tu_now() < deadline) {
         if (!sent && count(out, "queue: 3 queued") >= frames) {
             kill(pid, SIGINT);
             sent = 1;
@@ -999,19 +980,19 @@ Test(client, help_for_every_command) {
     const char *cmds[] = {"submit", "ls", "show", "best", "cancel", "watch"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         tu_run_t r;
-        run(&r, cmds[i], "--help", NULL);
+        tu_run_bin(&r, RUN_TIMEOUT_S, cmds[i], "--help", NULL);
         cr_assert_eq(r.exit_code, 0, "%s", cmds[i]);
         char want[64];
         snprintf(want, sizeof want, "usage: nightshift %s ", cmds[i]);
         cr_assert_eq(strncmp(r.out, want, strlen(want)), 0, "%s", r.out);
         cr_assert(strstr(r.out, "--token-file F"), "%s", r.out);
         tu_run_free(&r);
-        run(&r, cmds[i], "--bogus", NULL);
+        tu_run_bin(&r, RUN_TIMEOUT_S, cmds[i], "--bogus", NULL);
         cr_assert_eq(r.exit_code, 2, "%s", cmds[i]);
         tu_run_free(&r);
     }
     tu_run_t r;
-    run(&r, "--help", NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "--help", NULL);
     cr_assert_eq(r.exit_code, 0);
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char want[64];

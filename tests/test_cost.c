@@ -2,43 +2,17 @@
  * `nightshift cost` command, checked against hand counts, scaling laws and
  * gpt_new's tensor table. */
 #include <criterion/criterion.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cost.h"
 #include "gpt.h"
 #include "spec.h"
+#include "testutil.h"
 
-static char tmpdir[256];
-
-static void setup(void) {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/nightshift-cost-XXXXXX", base && *base ? base : "/tmp");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
-}
-
-TestSuite(cost, .init = setup, .fini = teardown);
+/* The command's tests write their specs to tu_dir(). */
+TestSuite(cost, .init = tu_dir_init, .fini = tu_dir_fini);
 
 /* Parses a spec from JSON text; the test fails on a parse error. */
 static void parse(const char *json, spec_t *s) {
@@ -241,60 +215,10 @@ Test(cost, counts_match_gpt_new) {
 
 /* ---------------------------------------------------------- the command */
 
-/* Runs argv with stdout and stderr captured into out (NUL-terminated, at most
- * outlen-1 bytes, both streams interleaved), killing it after timeout_s.
- * Returns the exit code, or -1 if it did not exit normally. */
-static int run(char *const argv[], char *out, size_t outlen, int timeout_s) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/out.txt", tmpdir);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd < 0) _exit(127);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int status = 0;
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid) break;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - t0.tv_sec > timeout_s) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            cr_assert_fail("%s timed out after %d s", argv[0], timeout_s);
-        }
-        usleep(10000);
-    }
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    size_t n = fread(out, 1, outlen - 1, f);
-    out[n] = '\0';
-    fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* The binary under test (from the environment; not owned). */
-static const char *bin(void) {
-    const char *b = getenv("NIGHTSHIFT_BIN");
-    cr_assert_not_null(b, "NIGHTSHIFT_BIN is not set (run through make test)");
-    return b;
-}
-
-/* Writes json to tmpdir/name; returns the path in a static buffer. */
+/* Writes json to tu_dir()/name; returns the path (a tu_dir_path buffer). */
 static const char *write_spec(const char *name, const char *json) {
-    static char p[512];
-    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
-    FILE *f = fopen(p, "w");
-    cr_assert_not_null(f);
-    fputs(json, f);
-    cr_assert_eq(fclose(f), 0);
+    const char *p = tu_dir_path(name);
+    tu_write(p, json);
     return p;
 }
 
@@ -321,49 +245,59 @@ Test(cost, command_prints_the_example) {
     const char *spec =
         write_spec("gpt2.json", "{\"model\":{" GPT2_SMALL "},\"train\":{\"batch_size\":16,"
                                 "\"total_batch_tokens\":16384}}");
-    char out[8192], line[256];
-    char *argv[] = {(char *)bin(), "cost", (char *)spec, NULL};
-    cr_assert_eq(run(argv, out, sizeof out, 30), 0, "%s", out);
-    find_line(out, "token parameters:", line, sizeof line);
+    char line[256];
+    tu_run_t r;
+    tu_run_bin(&r, 30, "cost", spec, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    find_line(r.out, "token parameters:", line, sizeof line);
     cr_assert_not_null(strstr(line, " 38,597,376  (154,389,504 bytes)"), "%s", line);
-    find_line(out, "position parameters:", line, sizeof line);
+    find_line(r.out, "position parameters:", line, sizeof line);
     cr_assert_not_null(strstr(line, " 786,432  (3,145,728 bytes)"), "%s", line);
-    find_line(out, "lm_head parameters:", line, sizeof line);
+    find_line(r.out, "lm_head parameters:", line, sizeof line);
     cr_assert_not_null(strstr(line, " 38,597,376 "), "%s", line);
-    find_line(out, "scalar parameters:", line, sizeof line);
+    find_line(r.out, "scalar parameters:", line, sizeof line);
     cr_assert_not_null(strstr(line, " 24  (96 bytes)"), "%s", line);
-    find_line(out, "forward batch rows (B):", line, sizeof line);
+    find_line(r.out, "forward batch rows (B):", line, sizeof line);
     cr_assert_not_null(strstr(line, " 16"), "%s", line);
     /* 2*B*T*T*D*depth = 2*16*1024*1024*768*12 */
-    find_line(out, "attention-pair MACs:", line, sizeof line);
+    find_line(r.out, "attention-pair MACs:", line, sizeof line);
     cr_assert_not_null(strstr(line, " 309,237,645,312 "), "%s", line);
-    for (const char *k = out; *k; k++) cr_assert(*k != '\t');
+    for (const char *k = r.out; *k; k++) cr_assert(*k != '\t');
+    for (const char *k = r.err; *k; k++) cr_assert(*k != '\t');
+    tu_run_free(&r);
 
     /* --batch overrides train.batch_size. */
-    char *argv2[] = {(char *)bin(), "cost", (char *)spec, "--batch", "2", NULL};
-    cr_assert_eq(run(argv2, out, sizeof out, 30), 0, "%s", out);
-    find_line(out, "attention-pair MACs:", line, sizeof line);
+    tu_run_bin(&r, 30, "cost", spec, "--batch", "2", NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    find_line(r.out, "attention-pair MACs:", line, sizeof line);
     cr_assert_not_null(strstr(line, " 38,654,705,664 "), "%s", line);
+    tu_run_free(&r);
 }
 
 Test(cost, command_errors) {
-    char out[8192];
+    tu_run_t r;
     const char *spec = write_spec("novocab.json", "{\"model\":{\"depth\":2}}");
-    char *argv[] = {(char *)bin(), "cost", (char *)spec, NULL};
-    cr_assert_eq(run(argv, out, sizeof out, 30), 1, "%s", out);
+    tu_run_bin(&r, 30, "cost", spec, NULL);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert_not_null(
-        strstr(out, "cost: model.vocab_size is required (no dataset to take it from)"), "%s", out);
+        strstr(r.err, "cost: model.vocab_size is required (no dataset to take it from)"), "%s",
+        r.err);
+    tu_run_free(&r);
 
     const char *bad = write_spec("bad.json", "{\"model\":{\"vocab_size\":10,\"n_head\":7}}");
-    char *argv2[] = {(char *)bin(), "cost", (char *)bad, NULL};
-    cr_assert_eq(run(argv2, out, sizeof out, 30), 1, "%s", out);
-    cr_assert_not_null(strstr(out, "model.n_head"), "%s", out);
+    tu_run_bin(&r, 30, "cost", bad, NULL);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "model.n_head"), "%s", r.err);
+    tu_run_free(&r);
 
-    char *argv3[] = {(char *)bin(), "cost", (char *)spec, "--batch", "0", NULL};
-    cr_assert_eq(run(argv3, out, sizeof out, 30), 2, "%s", out);
-    char *argv4[] = {(char *)bin(), "cost", NULL};
-    cr_assert_eq(run(argv4, out, sizeof out, 30), 2, "%s", out);
-    char *argv5[] = {(char *)bin(), "cost", "--help", NULL};
-    cr_assert_eq(run(argv5, out, sizeof out, 30), 0, "%s", out);
-    cr_assert_not_null(strstr(out, "usage: nightshift cost"), "%s", out);
+    tu_run_bin(&r, 30, "cost", spec, "--batch", "0", NULL);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
+    tu_run_free(&r);
+    tu_run_bin(&r, 30, "cost", NULL);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
+    tu_run_free(&r);
+    tu_run_bin(&r, 30, "cost", "--help", NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.out, "usage: nightshift cost"), "%s", r.out);
+    tu_run_free(&r);
 }

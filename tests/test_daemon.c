@@ -2,8 +2,8 @@
  * process on 127.0.0.1 port 0 and driven over HTTP (libcurl), its database
  * read with SQL while or after it runs.
  *
- * Each test gets a state directory with a tiny prepared dataset (the corpus
- * of test_train.c), starts one or more daemons on it, and stops them at the
+ * Each test gets a state directory with a tiny prepared dataset (tu_prep_tiny,
+ * as in test_train.c), starts one or more daemons on it, and stops them at the
  * end (SIGTERM, then SIGKILL); the process, HTTP and SQL helpers are in
  * testutil.h. A daemon dies with its test process (PR_SET_PDEATHSIG), so a
  * test killed by its timeout leaves nothing running.
@@ -48,38 +48,15 @@ static int n_daemons;
 
 /* ---------------------------------------------------------------- fixture */
 
-/* Forty short documents with a lot of structure (as in test_train.c). */
-static void make_corpus(const char *path) {
-    static const char *const subjects[] = {"the cat", "a dog", "the bird", "my friend"};
-    static const char *const verbs[] = {"sat on", "ran to", "looked at", "walked past"};
-    static const char *const objects[] = {"the mat", "the park", "a tree", "the house"};
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    for (int d = 0; d < 40; d++) {
-        fputs("{\"text\":\"", f);
-        for (int s = 0; s < 30; s++)
-            fprintf(f, "%s %s %s. ", subjects[(d + s) % 4], verbs[(d * 3 + s) % 4],
-                    objects[(d + 2 * s) % 4]);
-        fputs("\"}\n", f);
-    }
-    cr_assert(fclose(f) == 0);
-}
-
 static void setup(void) {
     /* The tests decide about tokens themselves. */
     unsetenv("NIGHTSHIFT_TOKEN");
-    cr_assert(getenv("NIGHTSHIFT_BAD_WORKER"), "NIGHTSHIFT_BAD_WORKER is not set (make test)");
+    tu_bad_worker(); /* must be set: the stand-in tests need it */
     cr_assert_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
     tmp = tu_tmpdir();
     state = tu_path("%s/state", tmp);
     char *corpus = tu_path("%s/corpus.jsonl", tmp);
-    make_corpus(corpus);
-    tu_run_t r;
-    char *argv[] = {(char *)tu_bin(), "prep", "--dir",   state,  "--name", "tiny", "--vocab", "300",
-                    "--val-fraction", "0.1",  "--quiet", corpus, NULL};
-    tu_run(&r, argv, 30);
-    cr_assert_eq(r.exit_code, 0, "prep failed: %s", r.err);
-    tu_run_free(&r);
+    tu_prep_tiny(corpus, state, "tiny");
     free(corpus);
 }
 
@@ -208,7 +185,7 @@ static char *spec(const char *name, int seed, double budget, int depth,
 
 /* The stand-in worker as the daemon's worker command. Caller frees. */
 static char *stand_in_cmd(void) {
-    return tu_path("%s from-spec", getenv("NIGHTSHIFT_BAD_WORKER"));
+    return tu_path("%s from-spec", tu_bad_worker());
 }
 
 /* ------------------------------------------------------------------- SQL */
@@ -511,20 +488,6 @@ Test(daemon, faults_are_contained) {
     free(cmd);
 }
 
-/* Is pid gone (or a zombie nobody has reaped yet)? */
-static int process_gone(pid_t pid) {
-    if (kill(pid, 0) < 0) return errno == ESRCH;
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
-}
-
 /* kill -9 the daemon while a real training run is in progress; its worker
  * dies with it; restarted on the same directory, the daemon re-queues the
  * run (attempt 2), which completes, with one results row and one experiment. */
@@ -554,8 +517,8 @@ Test(daemon, kill9_restart_requeues) {
     tu_server_kill(d);
     /* the worker dies with the daemon (parent-death signal) */
     deadline = tu_now() + 5;
-    while (!process_gone(worker) && tu_now() < deadline) tu_sleep_ms(20);
-    cr_expect(process_gone(worker), "worker %d outlived the killed daemon", (int)worker);
+    while (!tu_process_gone(worker) && tu_now() < deadline) tu_sleep_ms(20);
+    cr_expect(tu_process_gone(worker), "worker %d outlived the killed daemon", (int)worker);
 
     db = db_open();
     cr_expect(sql_status_is(db, id, "running"), "the killed run is not left running in the db");

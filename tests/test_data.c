@@ -9,78 +9,35 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "data.h"
+#include "testutil.h"
 #include "tok.h"
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-static char *tmpdir_new(void) {
-    const char *base = getenv("TMPDIR");
-    char *p;
-    cr_assert(asprintf(&p, "%s/nightshift-data-XXXXXX", base && *base ? base : "/tmp") > 0);
-    cr_assert_not_null(mkdtemp(p));
-    return p;
-}
-
-static void tmpdir_remove(char *dir) {
-    char *cmd;
-    cr_assert(asprintf(&cmd, "chmod -R u+rwx '%s'; rm -rf '%s'", dir, dir) > 0);
-    cr_assert_eq(system(cmd), 0);
-    free(cmd);
-    free(dir);
-}
-
-static char *pathf(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *p;
-    cr_assert(vasprintf(&p, fmt, ap) > 0);
-    va_end(ap);
-    return p;
-}
-
+/* dir/rel with len bytes of data, creating rel's parent directories. */
 static void write_file(const char *dir, const char *rel, const void *data, size_t len) {
-    char *p = pathf("%s/%s", dir, rel);
-    /* Create parent directories. */
+    char *p = tu_path("%s/%s", dir, rel);
     for (char *s = p + strlen(dir) + 1; *s; s++) {
         if (*s != '/') continue;
         *s = 0;
         mkdir(p, 0777);
         *s = '/';
     }
-    FILE *f = fopen(p, "wb");
-    cr_assert_not_null(f, "%s", p);
-    cr_assert_eq(fwrite(data, 1, len, f), len);
-    fclose(f);
+    tu_write_n(p, data, len);
     free(p);
 }
 
 static void write_str(const char *dir, const char *rel, const char *s) {
     write_file(dir, rel, s, strlen(s));
-}
-
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
-    return buf;
 }
 
 /* Run prep_main with the given arguments (NULL-terminated), stdout discarded
@@ -93,7 +50,7 @@ static int run_prep(const char *work, char **err_out, ...) {
     const char *a;
     while ((a = va_arg(ap, const char *))) argv[argc++] = a;
     va_end(ap);
-    char *errpath = pathf("%s/stderr.txt", work);
+    char *errpath = tu_path("%s/stderr.txt", work);
     fflush(stdout);
     fflush(stderr);
     int saved_out = dup(1), saved_err = dup(2);
@@ -112,7 +69,7 @@ static int run_prep(const char *work, char **err_out, ...) {
     close(fe);
     close(fn);
     size_t len;
-    char *text = read_all(errpath, &len);
+    char *text = tu_read_all(errpath, &len);
     unlink(errpath);
     free(errpath);
     if (err_out)
@@ -140,7 +97,7 @@ static int count_entries(const char *dir, char *first, size_t firstlen) {
 
 static cJSON *load_json(const char *path) {
     size_t len;
-    char *text = read_all(path, &len);
+    char *text = tu_read_all(path, &len);
     cJSON *j = cJSON_Parse(text);
     free(text);
     cr_assert_not_null(j, "%s is not JSON", path);
@@ -183,9 +140,9 @@ static size_t doc_len(int i) {
 }
 
 static char *make_corpus(const char *work) {
-    char *in = pathf("%s/in.d", work);
+    char *in = tu_path("%s/in.d", work);
     for (int i = 0; i < 10; i++) {
-        char *rel = pathf("in.d/%s", docs10[i][0]);
+        char *rel = tu_path("in.d/%s", docs10[i][0]);
         write_file(work, rel, docs10[i][1], doc_len(i));
         free(rel);
     }
@@ -231,9 +188,9 @@ Test(data, name_ok) {
 }
 
 Test(data, prep_end_to_end) {
-    char *work = tmpdir_new();
+    char *work = tu_tmpdir();
     char *in = make_corpus(work);
-    char *state = pathf("%s/state", work);
+    char *state = tu_path("%s/state", work);
     char *err;
     int rc = run_prep(work, &err, "--quiet", "--dir", state, "--name", "ds", "--vocab", "300",
                       "--val-fraction", "0.2", in, NULL);
@@ -241,7 +198,7 @@ Test(data, prep_end_to_end) {
     cr_assert_str_empty(err, "--quiet still printed: %s", err);
     free(err);
 
-    char *dsdir = pathf("%s/datasets", state), only[256] = "";
+    char *dsdir = tu_path("%s/datasets", state), only[256] = "";
     cr_assert_eq(count_entries(dsdir, only, sizeof only), 1);
     cr_assert_str_eq(only, "ds", "left behind: %s", only);
 
@@ -277,7 +234,7 @@ Test(data, prep_end_to_end) {
     for (int id = 0; id < 256; id++) cr_assert_eq(ds.token_bytes[id], 1);
 
     /* Decoding each split gives back its documents, in order. */
-    char *tpath = pathf("%s/tokenizer.json", ds.dir);
+    char *tpath = tu_path("%s/tokenizer.json", ds.dir);
     tok_t *tok = tok_load(tpath, msg, sizeof msg);
     cr_assert_not_null(tok, "%s", msg);
     cr_assert_eq(tok_vocab_size(tok), 304);
@@ -285,7 +242,7 @@ Test(data, prep_end_to_end) {
     check_docs(ds.val, ds.n_val, ds.bos_id, tok, 8, 2);
 
     /* The manifest. */
-    char *mpath = pathf("%s/manifest.json", ds.dir);
+    char *mpath = tu_path("%s/manifest.json", ds.dir);
     cJSON *m = load_json(mpath);
     cr_assert_str_eq(jstr(m, "name"), "ds");
     cr_assert_str_eq(jstr(m, "dtype"), "uint16");
@@ -306,7 +263,7 @@ Test(data, prep_end_to_end) {
     const cJSON *srcs = cJSON_GetObjectItemCaseSensitive(m, "sources");
     cr_assert_eq(cJSON_GetArraySize(srcs), 10, "hidden files must be skipped");
     const cJSON *s0 = cJSON_GetArrayItem(srcs, 0), *s9 = cJSON_GetArrayItem(srcs, 9);
-    char *p0 = pathf("%s/a.txt", in), *p9 = pathf("%s/sub/j.txt", in);
+    char *p0 = tu_path("%s/a.txt", in), *p9 = tu_path("%s/sub/j.txt", in);
     cr_assert_str_eq(jstr(s0, "path"), p0);
     cr_assert_str_eq(jstr(s9, "path"), p9);
     cr_assert_eq(jnum(s0, "bytes"), 6);
@@ -324,14 +281,15 @@ Test(data, prep_end_to_end) {
     free(dsdir);
     free(state);
     free(in);
-    tmpdir_remove(work);
+    tu_rmrf(work);
+    free(work);
 }
 
 Test(data, val_split_pinned) {
     /* The same inputs give the same split and the same bytes, every time. */
-    char *work = tmpdir_new();
+    char *work = tu_tmpdir();
     char *in = make_corpus(work);
-    char *state = pathf("%s/state", work);
+    char *state = tu_path("%s/state", work);
     const char *names[2] = {"one", "two"};
     for (int k = 0; k < 2; k++) {
         char *err;
@@ -342,10 +300,10 @@ Test(data, val_split_pinned) {
     }
     const char *files[] = {"train.bin", "val.bin", "tokenizer.json", "token_bytes.bin"};
     for (int f = 0; f < 4; f++) {
-        char *p1 = pathf("%s/datasets/one/%s", state, files[f]);
-        char *p2 = pathf("%s/datasets/two/%s", state, files[f]);
+        char *p1 = tu_path("%s/datasets/one/%s", state, files[f]);
+        char *p2 = tu_path("%s/datasets/two/%s", state, files[f]);
         size_t l1, l2;
-        char *b1 = read_all(p1, &l1), *b2 = read_all(p2, &l2);
+        char *b1 = tu_read_all(p1, &l1), *b2 = tu_read_all(p2, &l2);
         cr_assert(l1 == l2 && !memcmp(b1, b2, l1), "%s differs between two runs", files[f]);
         free(b1);
         free(b2);
@@ -362,11 +320,12 @@ Test(data, val_split_pinned) {
     data_close(&ds);
     free(state);
     free(in);
-    tmpdir_remove(work);
+    tu_rmrf(work);
+    free(work);
 }
 
 Test(data, val_files_and_jsonl) {
-    char *work = tmpdir_new();
+    char *work = tu_tmpdir();
     /* A JSONL file (blank line skipped, escapes decoded) and a plain file for
      * training; a JSONL file for validation. */
     write_str(work, "train.jsonl",
@@ -377,8 +336,8 @@ Test(data, val_files_and_jsonl) {
               "{\"text\": \"third, no newline at the end\"}");
     write_str(work, "extra.txt", "a plain file is one document\n");
     write_str(work, "val.jsonl", "{\"text\": \"held out one\"}\n{\"text\": \"held out two\"}\n");
-    char *tj = pathf("%s/train.jsonl", work), *ex = pathf("%s/extra.txt", work);
-    char *vj = pathf("%s/val.jsonl", work), *state = pathf("%s/state", work);
+    char *tj = tu_path("%s/train.jsonl", work), *ex = tu_path("%s/extra.txt", work);
+    char *vj = tu_path("%s/val.jsonl", work), *state = tu_path("%s/state", work);
     char *err;
     int rc = run_prep(work, &err, "--quiet", "--dir", state, "--name", "j", "--vocab", "260",
                       "--val", vj, tj, ex, NULL);
@@ -397,7 +356,7 @@ Test(data, val_files_and_jsonl) {
     cr_assert_eq(ds.train_bytes, tb);
     cr_assert_eq(ds.val_bytes, strlen("held out one") + strlen("held out two"));
     /* The last training document, decoded. */
-    char *tpath = pathf("%s/tokenizer.json", ds.dir);
+    char *tpath = tu_path("%s/tokenizer.json", ds.dir);
     tok_t *tok = tok_load(tpath, msg, sizeof msg);
     cr_assert_not_null(tok, "%s", msg);
     size_t last = ds.n_train - 1;
@@ -411,7 +370,7 @@ Test(data, val_files_and_jsonl) {
     cr_assert_str_eq(out, train_text[3]);
     free(out);
 
-    char *mpath = pathf("%s/manifest.json", ds.dir);
+    char *mpath = tu_path("%s/manifest.json", ds.dir);
     cJSON *m = load_json(mpath);
     const cJSON *vs = cJSON_GetObjectItemCaseSensitive(m, "val_split");
     cr_assert_str_eq(jstr(vs, "method"), "files");
@@ -429,11 +388,12 @@ Test(data, val_files_and_jsonl) {
     free(ex);
     free(vj);
     free(state);
-    tmpdir_remove(work);
+    tu_rmrf(work);
+    free(work);
 }
 
 Test(data, refused_inputs_leave_nothing) {
-    char *work = tmpdir_new();
+    char *work = tu_tmpdir();
     char *in = make_corpus(work);
     write_str(work, "empty.txt", "");
     write_str(work, "only-hidden/.x.txt", "hidden\n");
@@ -442,13 +402,14 @@ Test(data, refused_inputs_leave_nothing) {
     write_str(work, "nofield.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"no text here\"}\n");
     write_str(work, "notstring.jsonl", "{\"text\": 42}\n");
     write_str(work, "tiny.txt", "abab abab");
-    char *emptydir = pathf("%s/emptydir", work);
+    char *emptydir = tu_path("%s/emptydir", work);
     mkdir(emptydir, 0777);
-    char *state = pathf("%s/state", work), *dsdir = pathf("%s/datasets", state);
-    char *p_empty = pathf("%s/empty.txt", work), *p_hidden = pathf("%s/only-hidden", work);
-    char *p_one = pathf("%s/one", work), *p_bad = pathf("%s/bad.jsonl", work);
-    char *p_nofield = pathf("%s/nofield.jsonl", work), *p_missing = pathf("%s/missing.txt", work);
-    char *p_notstr = pathf("%s/notstring.jsonl", work), *p_tiny = pathf("%s/tiny.txt", work);
+    char *state = tu_path("%s/state", work), *dsdir = tu_path("%s/datasets", state);
+    char *p_empty = tu_path("%s/empty.txt", work), *p_hidden = tu_path("%s/only-hidden", work);
+    char *p_one = tu_path("%s/one", work), *p_bad = tu_path("%s/bad.jsonl", work);
+    char *p_nofield = tu_path("%s/nofield.jsonl", work),
+         *p_missing = tu_path("%s/missing.txt", work);
+    char *p_notstr = tu_path("%s/notstring.jsonl", work), *p_tiny = tu_path("%s/tiny.txt", work);
     struct {
         const char *vocab, *name, *input, *input2;
         int rc;
@@ -490,7 +451,7 @@ Test(data, refused_inputs_leave_nothing) {
     }
     /* Permission bits do not stop root, so this case needs another user. */
     if (geteuid() != 0) {
-        char *p_locked = pathf("%s/in.d/b.txt", work);
+        char *p_locked = tu_path("%s/in.d/b.txt", work);
         chmod(p_locked, 0);
         char *err;
         int rc = run_prep(work, &err, "--dir", state, "--name", "x", "--vocab", "300", in, NULL);
@@ -535,13 +496,14 @@ Test(data, refused_inputs_leave_nothing) {
     free(state);
     free(dsdir);
     free(in);
-    tmpdir_remove(work);
+    tu_rmrf(work);
+    free(work);
 }
 
 Test(data, existing_dataset_and_force) {
-    char *work = tmpdir_new();
+    char *work = tu_tmpdir();
     char *in = make_corpus(work);
-    char *state = pathf("%s/state", work), *dsdir = pathf("%s/datasets", state);
+    char *state = tu_path("%s/state", work), *dsdir = tu_path("%s/datasets", state);
     char *err;
     cr_assert_eq(
         run_prep(work, &err, "--quiet", "--dir", state, "--name", "d", "--vocab", "270", in, NULL),
@@ -579,13 +541,14 @@ Test(data, existing_dataset_and_force) {
     free(state);
     free(dsdir);
     free(in);
-    tmpdir_remove(work);
+    tu_rmrf(work);
+    free(work);
 }
 
 Test(data, open_rejects_damaged_datasets) {
-    char *work = tmpdir_new();
+    char *work = tu_tmpdir();
     char *in = make_corpus(work);
-    char *state = pathf("%s/state", work);
+    char *state = tu_path("%s/state", work);
     char *err;
     cr_assert_eq(
         run_prep(work, &err, "--quiet", "--dir", state, "--name", "d", "--vocab", "260", in, NULL),
@@ -599,9 +562,9 @@ Test(data, open_rejects_damaged_datasets) {
     cr_assert(strstr(msg, "not a valid name"), "%s", msg);
 
     /* An id past the vocabulary. */
-    char *vpath = pathf("%s/datasets/d/val.bin", state);
+    char *vpath = tu_path("%s/datasets/d/val.bin", state);
     size_t vlen;
-    char *orig = read_all(vpath, &vlen);
+    char *orig = tu_read_all(vpath, &vlen);
     uint16_t bad = 264;
     FILE *f = fopen(vpath, "r+b");
     fseek(f, 2, SEEK_SET);
@@ -628,45 +591,35 @@ Test(data, open_rejects_damaged_datasets) {
     free(vpath);
     free(state);
     free(in);
-    tmpdir_remove(work);
+    tu_rmrf(work);
+    free(work);
 }
 
 Test(data, binary_prep_command, .timeout = 60) {
     const char *bin = getenv("NIGHTSHIFT_BIN");
     if (!bin || access(bin, X_OK)) cr_skip_test("NIGHTSHIFT_BIN is not set to the built binary");
-    char *work = tmpdir_new();
+    char *work = tu_tmpdir();
     char *in = make_corpus(work);
-    char *state = pathf("%s/state", work);
-    char *cmd = pathf("'%s' prep --help > '%s/help.txt'", bin, work);
-    cr_assert_eq(system(cmd), 0);
-    free(cmd);
-    cmd = pathf("'%s' prep --dir '%s' --name b --vocab 70000 '%s' 2> '%s/err.txt'", bin, state, in,
-                work);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
-    free(cmd);
-    char *ep = pathf("%s/err.txt", work);
-    size_t len;
-    char *text = read_all(ep, &len);
-    cr_assert_str_eq(text, "prep: --vocab 70000 plus 4 special tokens exceeds 65536, the most "
-                           "the uint16 token files hold\n");
-    free(text);
-    free(ep);
-    cmd = pathf("'%s' prep --dir '%s' --name b --vocab 280 '%s' 2> '%s/err.txt' > '%s/out.txt'",
-                bin, state, in, work, work);
-    st = system(cmd);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
-    free(cmd);
-    ep = pathf("%s/err.txt", work);
-    text = read_all(ep, &len);
-    cr_assert(strstr(text, "tok: merge 24/24"), "no progress on stderr:\n%s", text);
-    free(text);
-    free(ep);
+    char *state = tu_path("%s/state", work);
+    tu_run_t r;
+    tu_run_bin(&r, 60, "prep", "--help", NULL);
+    cr_assert_eq(r.exit_code, 0, "exit %d", r.exit_code);
+    tu_run_free(&r);
+    tu_run_bin(&r, 60, "prep", "--dir", state, "--name", "b", "--vocab", "70000", in, NULL);
+    cr_assert_eq(r.exit_code, 1, "exit %d", r.exit_code);
+    cr_assert_str_eq(r.err, "prep: --vocab 70000 plus 4 special tokens exceeds 65536, the most "
+                            "the uint16 token files hold\n");
+    tu_run_free(&r);
+    tu_run_bin(&r, 60, "prep", "--dir", state, "--name", "b", "--vocab", "280", in, NULL);
+    cr_assert_eq(r.exit_code, 0, "exit %d", r.exit_code);
+    cr_assert(strstr(r.err, "tok: merge 24/24"), "no progress on stderr:\n%s", r.err);
+    tu_run_free(&r);
     data_set_t ds;
     char msg[512];
     cr_assert_eq(data_open(state, "b", &ds, msg, sizeof msg), 0, "%s", msg);
     data_close(&ds);
     free(state);
     free(in);
-    tmpdir_remove(work);
+    tu_rmrf(work);
+    free(work);
 }

@@ -3,20 +3,16 @@
  * the error paths (bad token file, ids out of range, missing checkpoint). */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
-#include <dirent.h>
-#include <fcntl.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ckpt.h"
 #include "gpt.h"
 #include "spec.h"
+#include "testutil.h"
 
 #define V 32
 #define T 8
@@ -28,28 +24,15 @@ static const char SPEC_JSON[] =
     "\"seq_len\":8,\"window_pattern\":\"SL\",\"ve_gate_channels\":8,\"embed_dropout\":0.5},"
     "\"train\":{\"batch_size\":1,\"total_batch_tokens\":8}}";
 
-static char tmpdir[256];
-static char spec_path[512], ckpt_path[512], tok_path[512], out_path[512];
+/* Four files in the test's directory, tu_dir(). */
+static char *spec_path, *ckpt_path, *tok_path, *out_path;
 
 static void teardown(void) {
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
-}
-
-static void write_bytes(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    if (n) cr_assert_eq(fwrite(data, 1, n, f), n);
-    cr_assert_eq(fclose(f), 0);
+    free(spec_path);
+    free(ckpt_path);
+    free(tok_path);
+    free(out_path);
+    tu_dir_fini();
 }
 
 /* Two rows of T+1 ids; the second row's last target is ignored. */
@@ -74,15 +57,13 @@ static gpt_t *make_model(spec_t *s, uint64_t seed) {
 }
 
 static void setup(void) {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/nightshift-grad-XXXXXX", base && *base ? base : "/tmp");
-    cr_assert_not_null(mkdtemp(tmpdir));
-    snprintf(spec_path, sizeof spec_path, "%s/spec.json", tmpdir);
-    snprintf(ckpt_path, sizeof ckpt_path, "%s/w.safetensors", tmpdir);
-    snprintf(tok_path, sizeof tok_path, "%s/batch.bin", tmpdir);
-    snprintf(out_path, sizeof out_path, "%s/grads.safetensors", tmpdir);
-    write_bytes(spec_path, SPEC_JSON, strlen(SPEC_JSON));
-    write_bytes(tok_path, TOKENS, sizeof TOKENS);
+    tu_dir_init();
+    spec_path = tu_path("%s/spec.json", tu_dir());
+    ckpt_path = tu_path("%s/w.safetensors", tu_dir());
+    tok_path = tu_path("%s/batch.bin", tu_dir());
+    out_path = tu_path("%s/grads.safetensors", tu_dir());
+    tu_write(spec_path, SPEC_JSON);
+    tu_write_n(tok_path, TOKENS, sizeof TOKENS);
     spec_t s;
     gpt_t *m = make_model(&s, 7);
     char err[512] = "";
@@ -93,69 +74,15 @@ static void setup(void) {
 
 TestSuite(grad_cli, .init = setup, .fini = teardown, .timeout = 60);
 
-typedef struct {
-    int code; /* exit status, -1 if killed by a signal */
-    char out[4096], err[4096];
-} result_t;
-
-static void slurp(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    size_t k = fread(buf, 1, n - 1, f);
-    buf[k] = '\0';
-    fclose(f);
-    unlink(path);
-}
-
-/* Runs `$NIGHTSHIFT_BIN grad <args...>` with a hard timeout. */
-static void run_grad(result_t *r, const char *const *args) {
-    const char *bin = getenv("NIGHTSHIFT_BIN");
-    cr_assert_not_null(bin, "NIGHTSHIFT_BIN is not set (run through make test)");
-    char *argv[16];
-    int n = 0;
-    argv[n++] = (char *)bin;
-    argv[n++] = "grad";
-    for (; *args && n < 15; args++) argv[n++] = (char *)*args;
-    argv[n] = NULL;
-    char outp[600], errp[600];
-    snprintf(outp, sizeof outp, "%s/stdout", tmpdir);
-    snprintf(errp, sizeof errp, "%s/stderr", tmpdir);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        int o = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (o < 0 || e < 0) _exit(127);
-        dup2(o, 1);
-        dup2(e, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int status = 0;
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        if (waitpid(pid, &status, WNOHANG) == pid) break;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - t0.tv_sec > 30) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            cr_assert_fail("nightshift grad timed out");
-        }
-        usleep(5000);
-    }
-    r->code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    slurp(outp, r->out, sizeof r->out);
-    slurp(errp, r->err, sizeof r->err);
-}
-
-#define GRAD(r, ...) run_grad(r, (const char *const[]){__VA_ARGS__, NULL})
+/* Runs `nightshift grad ARGS...` into r (a tu_run_t released here first, so
+ * that one r serves several runs; the test frees the last) with a 30 s limit. */
+#define GRAD(r, ...) (tu_run_free(r), tu_run_bin(r, 30, "grad", __VA_ARGS__, NULL))
 
 Test(grad_cli, loss_and_gradients) {
-    result_t r;
+    tu_run_t r = {0};
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path, "--out",
          out_path);
-    cr_assert_eq(r.code, 0, "exit %d, stderr: %s", r.code, r.err);
+    cr_assert_eq(r.exit_code, 0, "exit %d, stderr: %s", r.exit_code, r.err);
     float loss = NAN;
     cr_assert_eq(sscanf(r.out, "loss: %f", &loss), 1, "stdout: %s", r.out);
     cr_assert(isfinite(loss) && fabsf(loss - logf(V)) < 1.0f, "loss %g vs ln V %g", loss, logf(V));
@@ -203,8 +130,9 @@ Test(grad_cli, loss_and_gradients) {
     /* Without --out nothing is written. */
     unlink(out_path);
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path);
-    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
     cr_assert_eq(access(out_path, F_OK), -1);
+    tu_run_free(&r);
 }
 
 /* Value of `key: X` on its own line of out; fails the test when absent. */
@@ -220,9 +148,9 @@ static double output_value(const char *out, const char *key) {
 }
 
 Test(grad_cli, repeat_prints_timings) {
-    result_t r;
+    tu_run_t r = {0};
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path);
-    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
     float once = NAN;
     cr_assert_eq(sscanf(r.out, "loss: %f", &once), 1, "%s", r.out);
     cr_assert_null(strstr(r.out, "_ms_"), "timings without --repeat: %s", r.out);
@@ -232,7 +160,7 @@ Test(grad_cli, repeat_prints_timings) {
      * order after the loss line. */
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path, "--repeat", "5",
          "--out", out_path);
-    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
     float loss = NAN;
     cr_assert_eq(sscanf(r.out, "loss: %f", &loss), 1, "%s", r.out);
     cr_assert_eq(loss, once, "repeat loss %.9g vs single %.9g", loss, once);
@@ -275,60 +203,62 @@ Test(grad_cli, repeat_prints_timings) {
 
     /* --repeat 1 times the single pass (no warm-up) and prints the keys too. */
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path, "--repeat=1");
-    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
     cr_assert_eq(output_value(r.out, "fwd_bwd_ms_min"), output_value(r.out, "fwd_bwd_ms_median"));
 
     const char *bad[] = {"0", "-3", "2x", "", "1000001"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path, "--repeat",
              bad[i]);
-        cr_assert_eq(r.code, 2, "--repeat '%s': exit %d", bad[i], r.code);
+        cr_assert_eq(r.exit_code, 2, "--repeat '%s': exit %d", bad[i], r.exit_code);
         cr_assert_not_null(strstr(r.err, "grad: --repeat"), "%s", r.err);
     }
     GRAD(&r, "--help");
     cr_assert_not_null(strstr(r.out, "--repeat N"), "%s", r.out);
+    tu_run_free(&r);
 }
 
 Test(grad_cli, rejects_bad_token_file_size) {
-    result_t r;
+    tu_run_t r = {0};
     unsigned char junk[4 * (T + 1) + 2] = {0};
-    write_bytes(tok_path, junk, sizeof junk);
+    tu_write_n(tok_path, junk, sizeof junk);
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path);
-    cr_assert_eq(r.code, 1, "%s", r.err);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "grad: "), "%s", r.err);
     cr_assert_not_null(strstr(r.err, "not a positive multiple of 36"), "%s", r.err);
     cr_assert_eq(r.out[0], '\0', "%s", r.out);
-    write_bytes(tok_path, junk, 0);
+    tu_write_n(tok_path, junk, 0);
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path);
-    cr_assert_eq(r.code, 1, "%s", r.err);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "not a positive multiple"), "%s", r.err);
+    tu_run_free(&r);
 }
 
 Test(grad_cli, rejects_token_ids_out_of_range) {
-    result_t r;
+    tu_run_t r = {0};
     int32_t rows[2][T + 1];
     memcpy(rows, TOKENS, sizeof rows);
     rows[1][3] = V; /* one past the vocabulary */
-    write_bytes(tok_path, rows, sizeof rows);
+    tu_write_n(tok_path, rows, sizeof rows);
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path);
-    cr_assert_eq(r.code, 1, "%s", r.err);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "token id 32 at row 1, position 3 is out of range [0, 32)"),
                        "%s", r.err);
     /* -1 is only allowed where it is purely a target (the last position). */
     memcpy(rows, TOKENS, sizeof rows);
     rows[0][2] = -1;
-    write_bytes(tok_path, rows, sizeof rows);
+    tu_write_n(tok_path, rows, sizeof rows);
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path);
-    cr_assert_eq(r.code, 1, "%s", r.err);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "token id -1 at row 0, position 2"), "%s", r.err);
+    tu_run_free(&r);
 }
 
 Test(grad_cli, rejects_missing_or_mismatched_checkpoint) {
-    result_t r;
-    char missing[600];
-    snprintf(missing, sizeof missing, "%s/nope.safetensors", tmpdir);
+    tu_run_t r = {0};
+    const char *missing = tu_dir_path("nope.safetensors");
     GRAD(&r, "--spec", spec_path, "--checkpoint", missing, "--tokens", tok_path);
-    cr_assert_eq(r.code, 1, "%s", r.err);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "grad: ckpt: cannot open"), "%s", r.err);
     cr_assert_not_null(strstr(r.err, "nope.safetensors"), "%s", r.err);
 
@@ -346,26 +276,28 @@ Test(grad_cli, rejects_missing_or_mismatched_checkpoint) {
     gpt_free(m);
     spec_free(&s);
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path);
-    cr_assert_eq(r.code, 1, "%s", r.err);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "has shape [32,32], model expects [32,16]"), "%s", r.err);
+    tu_run_free(&r);
 }
 
 Test(grad_cli, usage_and_spec_errors) {
-    result_t r;
+    tu_run_t r = {0};
     GRAD(&r, "--help");
-    cr_assert_eq(r.code, 0);
+    cr_assert_eq(r.exit_code, 0);
     cr_assert_not_null(strstr(r.out, "usage: nightshift grad"), "%s", r.out);
     GRAD(&r, "--spec", spec_path, "--tokens", tok_path);
-    cr_assert_eq(r.code, 2, "%s", r.err);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path, "--bogus");
-    cr_assert_eq(r.code, 2, "%s", r.err);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "--bogus"), "%s", r.err);
     GRAD(&r, "--spec", spec_path, "--checkpoint");
-    cr_assert_eq(r.code, 2, "%s", r.err);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
 
     const char *novocab = "{\"model\":{\"depth\":2}}";
-    write_bytes(spec_path, novocab, strlen(novocab));
+    tu_write(spec_path, novocab);
     GRAD(&r, "--spec", spec_path, "--checkpoint", ckpt_path, "--tokens", tok_path);
-    cr_assert_eq(r.code, 1, "%s", r.err);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "grad: model.vocab_size is required"), "%s", r.err);
+    tu_run_free(&r);
 }

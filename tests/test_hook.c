@@ -220,10 +220,6 @@ static void req_free(req_t *r) {
     memset(r, 0, sizeof *r);
 }
 
-static const char *jstr(const cJSON *o, const char *key) {
-    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, key));
-}
-
 static const cJSON *jget(const cJSON *o, const char *key) {
     return cJSON_GetObjectItemCaseSensitive(o, key);
 }
@@ -276,9 +272,8 @@ static void fx_init(fx_t *f, const reply_t *script, int n) {
     sqlite3_busy_timeout(f->raw, 2000);
     free(p);
     cr_assert_eq(uv_loop_init(&f->loop), 0);
-    worker_cmd[0] = getenv("NIGHTSHIFT_BAD_WORKER");
+    worker_cmd[0] = (char *)tu_bad_worker();
     worker_cmd[1] = "ok";
-    cr_assert(worker_cmd[0], "NIGHTSHIFT_BAD_WORKER is not set (run the tests through make test)");
     sched_opts_t so = {.state_dir = f->dir,
                        .exe = tu_bin(),
                        .worker_cmd = worker_cmd,
@@ -372,7 +367,7 @@ static int find_request(fx_t *f, const char *type) {
     for (int k = 0; k < n; k++) {
         req_t r;
         req_load(&r, f->rx.dir, k);
-        int match = !strcmp(jstr(r.json, "type"), type);
+        int match = !strcmp(tu_jstr(r.json, "type"), type);
         req_free(&r);
         if (match) return k;
     }
@@ -501,9 +496,9 @@ Test(hook, signs_events_the_standard_webhooks_way) {
     free(msg);
 
     /* the payload */
-    cr_expect_str_eq(jstr(r.json, "id"), r.id);
-    cr_expect_str_eq(jstr(r.json, "type"), "queue.empty");
-    const char *created = jstr(r.json, "created");
+    cr_expect_str_eq(tu_jstr(r.json, "id"), r.id);
+    cr_expect_str_eq(tu_jstr(r.json, "type"), "queue.empty");
+    const char *created = tu_jstr(r.json, "created");
     cr_expect(created && strlen(created) == 24, "created: %s", created);
     cr_expect(cJSON_IsNull(jget(r.json, "experiment")));
     cr_expect(cJSON_IsNull(jget(r.json, "rejected")));
@@ -513,7 +508,7 @@ Test(hook, signs_events_the_standard_webhooks_way) {
     cr_expect_eq(cJSON_GetNumberValue(jget(r.json, "running")), 0);
     const cJSON *model = jget(jget(r.json, "defaults"), "model");
     cr_expect(cJSON_IsNumber(jget(model, "n_embd")), "defaults.model.n_embd is missing");
-    cr_expect_str_eq(jstr(model, "ve_layers"), "alternate");
+    cr_expect_str_eq(tu_jstr(model, "ve_layers"), "alternate");
 
     char *a = attempts_of(&f, r.id);
     cr_expect_str_eq(a, "1:200:-");
@@ -708,16 +703,16 @@ Test(hook, an_invalid_reply_yields_experiment_rejected) {
     req_t r0, r1;
     req_load(&r0, f.rx.dir, 0);
     req_load(&r1, f.rx.dir, 1);
-    cr_expect_str_eq(jstr(r1.json, "type"), "experiment.rejected");
+    cr_expect_str_eq(tu_jstr(r1.json, "type"), "experiment.rejected");
     cr_expect_str_neq(r1.id, r0.id);
     const cJSON *rej = jget(r1.json, "rejected");
-    cr_expect_str_eq(jstr(rej, "proposal"), "this is not json");
-    cr_expect_str_eq(jstr(rej, "error"), "reply is not a spec or an array of specs");
+    cr_expect_str_eq(tu_jstr(rej, "proposal"), "this is not json");
+    cr_expect_str_eq(tu_jstr(rej, "error"), "reply is not a spec or an array of specs");
     cr_expect(cJSON_IsNull(jget(r1.json, "experiment")));
     req_t r2;
     req_load(&r2, f.rx.dir, 2);
-    cr_expect_str_eq(jstr(r2.json, "type"), "experiment.rejected");
-    cr_expect_str_eq(jstr(jget(r2.json, "rejected"), "proposal"), "{\"name\":\"x\"} trailing");
+    cr_expect_str_eq(tu_jstr(r2.json, "type"), "experiment.rejected");
+    cr_expect_str_eq(tu_jstr(jget(r2.json, "rejected"), "proposal"), "{\"name\":\"x\"} trailing");
     req_free(&r2);
     /* the malformed reply was a delivery all the same */
     char *a = attempts_of(&f, r0.id);
@@ -747,9 +742,9 @@ Test(hook, each_invalid_proposal_is_rejected_and_the_valid_ones_queue) {
     for (int k = 1; k < 4; k++) {
         req_t r;
         req_load(&r, f.rx.dir, k);
-        cr_expect_str_eq(jstr(r.json, "type"), "experiment.rejected");
+        cr_expect_str_eq(tu_jstr(r.json, "type"), "experiment.rejected");
         const cJSON *rej = jget(r.json, "rejected"), *prop = jget(rej, "proposal");
-        const char *error = jstr(rej, "error");
+        const char *error = tu_jstr(rej, "error");
         cr_assert_not_null(error);
         if (cJSON_IsNumber(prop)) {
             seen |= 1;
@@ -801,9 +796,10 @@ Test(hook, an_oversized_reply_is_malformed) {
     req_t r;
     req_load(&r, f.rx.dir, 1);
     const cJSON *rej = jget(r.json, "rejected");
-    cr_expect_str_eq(jstr(r.json, "type"), "experiment.rejected");
-    cr_expect(strstr(jstr(rej, "error"), "larger than 1048576"), "error: %s", jstr(rej, "error"));
-    cr_expect_leq(strlen(jstr(rej, "proposal")), 4096);
+    cr_expect_str_eq(tu_jstr(r.json, "type"), "experiment.rejected");
+    cr_expect(strstr(tu_jstr(rej, "error"), "larger than 1048576"), "error: %s",
+              tu_jstr(rej, "error"));
+    cr_expect_leq(strlen(tu_jstr(rej, "proposal")), 4096);
     req_free(&r);
     fx_close(&f, &h, 1);
     free(reply);
@@ -820,7 +816,7 @@ Test(hook, queue_empty_is_resent_while_idle_and_stops_when_work_appears) {
     req_t r0, r1;
     req_load(&r0, f.rx.dir, 0);
     req_load(&r1, f.rx.dir, 1);
-    cr_expect_str_eq(jstr(r1.json, "type"), "queue.empty");
+    cr_expect_str_eq(tu_jstr(r1.json, "type"), "queue.empty");
     cr_expect_str_neq(r0.id, r1.id);
     req_free(&r0);
     req_free(&r1);
@@ -849,9 +845,9 @@ Test(hook, a_finished_experiment_is_reported_with_its_result_and_history) {
     req_load(&r, f.rx.dir, find_request(&f, "experiment.finished"));
     const cJSON *e = jget(r.json, "experiment");
     cr_expect_eq(cJSON_GetNumberValue(jget(e, "id")), (double)id);
-    cr_expect_str_eq(jstr(e, "status"), "succeeded");
+    cr_expect_str_eq(tu_jstr(e, "status"), "succeeded");
     cr_expect(cJSON_IsNull(jget(e, "reason")));
-    cr_expect_str_eq(jstr(jget(e, "spec"), "name"), "first");
+    cr_expect_str_eq(tu_jstr(jget(e, "spec"), "name"), "first");
     cr_expect(fabs(cJSON_GetNumberValue(jget(jget(e, "result"), "val_bpb")) - 1.2345) < 1e-9);
     const cJSON *best = jget(r.json, "best");
     cr_expect_eq(cJSON_GetNumberValue(jget(best, "id")), (double)id);
@@ -861,7 +857,7 @@ Test(hook, a_finished_experiment_is_reported_with_its_result_and_history) {
     cr_expect_eq(cJSON_GetArraySize(recent), 1);
     const cJSON *r0 = cJSON_GetArrayItem(recent, 0);
     cr_expect_eq(cJSON_GetNumberValue(jget(r0, "id")), (double)id);
-    cr_expect_str_eq(jstr(r0, "status"), "succeeded");
+    cr_expect_str_eq(tu_jstr(r0, "status"), "succeeded");
     cr_expect(fabs(cJSON_GetNumberValue(jget(r0, "val_bpb")) - 1.2345) < 1e-9);
     cr_expect(cJSON_IsObject(jget(r0, "spec")));
     cr_expect_eq(cJSON_GetNumberValue(jget(r.json, "queue_depth")), 0);

@@ -17,10 +17,10 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "http.h"
+#include "testutil.h"
 
 /* ----------------------------------------------------------- the server */
 
@@ -144,9 +144,7 @@ typedef struct {
 } resp_t;
 
 static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return tu_now() * 1e3;
 }
 
 /* Connect to 127.0.0.1:port; every read gives up after timeout_ms. */

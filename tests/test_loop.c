@@ -13,15 +13,15 @@
  * hook's deliveries were answered 2xx. The agent's state file must account
  * for every experiment.
  *
- * The corpus is that of test_daemon.c, prepared as the dataset "default"; the
- * baseline is a model small enough for hundreds of steps in its 2 s budget.
- * A run takes about 2.2 s end to end, also under the sanitizers, so the five
- * take about 11 s; the deadline leaves room for a loaded machine. */
+ * The corpus is tu_prep_tiny's (as in test_daemon.c), prepared as the dataset
+ * "default"; the baseline is a model small enough for hundreds of steps in
+ * its 2 s budget. A run takes about 2.2 s end to end, also under the
+ * sanitizers, so the five take about 11 s; the deadline leaves room for a
+ * loaded machine. */
 #include <cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <curl/curl.h>
-#include <errno.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,23 +43,6 @@ static tu_server_t agent, server;
 
 /* ---------------------------------------------------------------- fixture */
 
-/* Forty short documents with a lot of structure (as in test_train.c). */
-static void make_corpus(const char *path) {
-    static const char *const subjects[] = {"the cat", "a dog", "the bird", "my friend"};
-    static const char *const verbs[] = {"sat on", "ran to", "looked at", "walked past"};
-    static const char *const objects[] = {"the mat", "the park", "a tree", "the house"};
-    FILE *f = fopen(path, "w");
-    cr_assert(f, "%s: %s", path, strerror(errno));
-    for (int d = 0; d < 40; d++) {
-        fputs("{\"text\":\"", f);
-        for (int s = 0; s < 30; s++)
-            fprintf(f, "%s %s %s. ", subjects[(d + s) % 4], verbs[(d * 3 + s) % 4],
-                    objects[(d + 2 * s) % 4]);
-        fputs("\"}\n", f);
-    }
-    cr_assert(fclose(f) == 0);
-}
-
 /* The agent's starting point: a model small enough that a 2 s budget means
  * hundreds of steps, one thread, and a fixed peak so no calibration runs. */
 static const char BASELINE[] =
@@ -78,14 +61,7 @@ static void setup(void) {
     agent_state = tu_path("%s/agent-state.json", tmp);
     tu_write(baseline_path, BASELINE);
     char *corpus = tu_path("%s/corpus.jsonl", tmp);
-    make_corpus(corpus);
-    tu_run_t r;
-    char *argv[] = {
-        (char *)tu_bin(), "prep", "--dir",   state,  "--name", "default", "--vocab", "300",
-        "--val-fraction", "0.1",  "--quiet", corpus, NULL};
-    tu_run(&r, argv, 30);
-    cr_assert_eq(r.exit_code, 0, "prep failed: %s", r.err);
-    tu_run_free(&r);
+    tu_prep_tiny(corpus, state, "default");
     free(corpus);
 }
 

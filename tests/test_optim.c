@@ -17,6 +17,7 @@
 
 #include "gpt.h"
 #include "optim.h"
+#include "testutil.h"
 
 /* ------------------------------------------------ a tiny safetensors reader */
 
@@ -32,17 +33,8 @@ static void fixture_open(fixture_t *f, const char *name) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tests/fixtures/optim/%s.safetensors", src ? src : ".", name);
     memset(f, 0, sizeof *f);
-    FILE *fp = fopen(path, "rb");
-    cr_assert_not_null(fp, "cannot open %s (is NIGHTSHIFT_SRC set?)", path);
-    fseek(fp, 0, SEEK_END);
-    long len = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    cr_assert_gt(len, 8, "%s is too short", path);
-    f->len = (size_t)len;
-    f->buf = malloc(f->len);
-    cr_assert_not_null(f->buf);
-    cr_assert_eq(fread(f->buf, 1, f->len, fp), f->len, "short read of %s", path);
-    fclose(fp);
+    f->buf = (unsigned char *)tu_read_all(path, &f->len);
+    cr_assert_gt(f->len, 8, "%s is too short", path);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | f->buf[i];
     cr_assert_leq(hlen, f->len - 8, "%s: header length out of range", path);

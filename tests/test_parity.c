@@ -27,6 +27,7 @@
 #include "ckpt.h"
 #include "gpt.h"
 #include "spec.h"
+#include "testutil.h"
 
 #define LOSS_RTOL   1e-5
 #define GRAD_RTOL   1e-4
@@ -36,9 +37,7 @@
 #define PATH_LEN    2048
 
 static const char *fixture_root(char *buf, size_t len) {
-    const char *src = getenv("NIGHTSHIFT_SRC");
-    cr_assert(src != NULL, "NIGHTSHIFT_SRC is not set (run the tests through make test)");
-    snprintf(buf, len, "%s/tests/fixtures/parity", src);
+    snprintf(buf, len, "%s/tests/fixtures/parity", tu_src());
     return buf;
 }
 
@@ -67,28 +66,11 @@ static int list_configs(const char *root, char **names, int max) {
     return n;
 }
 
-/* Reads a whole file. Returns a malloc'd buffer (caller frees) with a NUL
- * appended, its length in *len; fails the test if it cannot. */
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f != NULL, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    cr_assert(fstat(fileno(f), &st) == 0, "cannot stat %s", path);
-    char *buf = malloc((size_t)st.st_size + 1);
-    cr_assert(buf != NULL);
-    size_t got = fread(buf, 1, (size_t)st.st_size, f);
-    fclose(f);
-    cr_assert(got == (size_t)st.st_size, "short read of %s", path);
-    buf[got] = 0;
-    *len = got;
-    return buf;
-}
-
 static double expected_loss(const char *dir) {
     char path[PATH_LEN];
     size_t len;
     snprintf(path, sizeof path, "%s/expected.json", dir);
-    char *text = read_file(path, &len);
+    char *text = tu_read_all(path, &len);
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     cr_assert(root != NULL, "%s: not valid JSON", path);
@@ -116,7 +98,7 @@ static void check_config(const char *root, const char *name) {
     int T = spec.model.seq_len;
     size_t len;
     snprintf(path, sizeof path, "%s/tokens.bin", dir);
-    char *raw = read_file(path, &len);
+    char *raw = tu_read_all(path, &len);
     size_t row = 4 * ((size_t)T + 1);
     cr_assert(len > 0 && len % row == 0, "%s: %zu bytes is not rows of %d int32", path, len, T + 1);
     int B = (int)(len / row);

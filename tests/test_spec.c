@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "spec.h"
+#include "testutil.h"
 
 /* Parse text that must be valid; the caller frees s. */
 static void parse_ok(const char *json, spec_t *s) {
@@ -605,11 +606,7 @@ Test(spec, canonical_equal_values_print_equal) {
 
 /* NIGHTSHIFT_SRC/experiments/<name>; the caller frees. */
 static char *experiments_path(const char *name) {
-    const char *src = getenv("NIGHTSHIFT_SRC");
-    cr_assert_not_null(src, "NIGHTSHIFT_SRC is not set (make test sets it)");
-    char *p = NULL;
-    cr_assert_neq(asprintf(&p, "%s/experiments%s%s", src, name ? "/" : "", name ? name : ""), -1);
-    return p;
+    return tu_path("%s/experiments%s%s", tu_src(), name ? "/" : "", name ? name : "");
 }
 
 Test(spec, experiments_files_validate) {
@@ -650,34 +647,22 @@ Test(spec, default_json_is_the_defaults) {
 }
 
 Test(spec, load_files) {
-    const char *tmp = getenv("TMPDIR");
-    char dir_tmpl[PATH_MAX];
-    snprintf(dir_tmpl, sizeof dir_tmpl, "%s/nightshift-spec-XXXXXX", tmp ? tmp : "/tmp");
-    char *dir = mkdtemp(dir_tmpl);
-    cr_assert_not_null(dir);
-    char path[PATH_MAX + 32], err[SPEC_ERR_LEN];
+    char *dir = tu_tmpdir(), *path = tu_path("%s/a.json", dir), err[SPEC_ERR_LEN];
     spec_t s;
 
-    snprintf(path, sizeof path, "%s/a.json", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs("{\"name\":\"from file\",\"model\":{\"depth\":2}}\n", f);
-    fclose(f);
+    tu_write(path, "{\"name\":\"from file\",\"model\":{\"depth\":2}}\n");
     cr_expect_eq(spec_load(path, &s, err, sizeof err), 0, "%s", err);
     cr_expect_str_eq(s.name, "from file");
     cr_expect_eq(s.model.depth, 2);
     spec_free(&s);
 
     /* Parse errors are reported as spec_parse reports them. */
-    f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs("{\"model\":{\"n_embd\":128,\"n_head\":7}}", f);
-    fclose(f);
+    tu_write(path, "{\"model\":{\"n_embd\":128,\"n_head\":7}}");
     cr_expect_eq(spec_load(path, &s, err, sizeof err), -1);
     cr_expect_str_eq(err, "model.n_head: 7 does not divide n_embd 128");
 
     /* Too large. */
-    f = fopen(path, "w");
+    FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     fputc('{', f);
     for (int i = 0; i < SPEC_MAX_TEXT; i++) fputc(' ', f);
@@ -694,6 +679,8 @@ Test(spec, load_files) {
     snprintf(want, sizeof want, "%s: No such file or directory", path);
     cr_expect_str_eq(err, want);
     cr_expect_eq(rmdir(dir), 0);
+    free(path);
+    free(dir);
 }
 
 Test(spec, validate_after_changes_by_hand) {

@@ -21,46 +21,20 @@
 
 #include "spec.h"
 #include "store.h"
+#include "testutil.h"
 
-static char tmpdir[256];
 static char err[512];
 
 static void setup(void) {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/nightshift-store-XXXXXX", base && *base ? base : "/tmp");
-    cr_assert_not_null(mkdtemp(tmpdir));
+    tu_dir_init();
     err[0] = '\0';
 }
 
-/* The directory is flat: remove its files, then it. */
-static void teardown(void) {
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
-}
-
-TestSuite(store, .init = setup, .fini = teardown, .timeout = 30);
-
-/* tmpdir/name in one of four rotating static buffers (not owned by the caller). */
-static const char *tpath(const char *name) {
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
-    return p[k];
-}
+TestSuite(store, .init = setup, .fini = tu_dir_fini, .timeout = 30);
 
 static store_t *open_store(void) {
     store_t *s = NULL;
-    int rc = store_open(tpath("nightshift.db"), &s, err, sizeof err);
+    int rc = store_open(tu_dir_path("nightshift.db"), &s, err, sizeof err);
     cr_assert_eq(rc, 0, "store_open: %s", err);
     cr_assert_not_null(s);
     return s;
@@ -69,7 +43,7 @@ static store_t *open_store(void) {
 /* A raw connection to the store's database, as the sqlite3 shell would open it. */
 static sqlite3 *raw_open(const char *name) {
     sqlite3 *db = NULL;
-    cr_assert_eq(sqlite3_open(tpath(name), &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_open(tu_dir_path(name), &db), SQLITE_OK);
     sqlite3_busy_timeout(db, 5000);
     return db;
 }
@@ -258,7 +232,7 @@ Test(store, a_database_from_a_newer_build_is_refused) {
     sqlite3_close(db);
 
     store_t *s = (store_t *)1;
-    cr_assert_eq(store_open(tpath("nightshift.db"), &s, err, sizeof err), -1);
+    cr_assert_eq(store_open(tu_dir_path("nightshift.db"), &s, err, sizeof err), -1);
     cr_expect_null(s);
     snprintf(want, sizeof want,
              "store: nightshift.db has schema version %d, this build knows up to %d",
@@ -272,7 +246,7 @@ Test(store, migrations_run_in_order_once_each_and_a_failing_one_rolls_back) {
         {2, "002_b.sql", "CREATE TABLE b (x INTEGER);\nINSERT INTO b VALUES (2);\n"},
         {5, "005_c.sql", "CREATE TABLE c (x INTEGER);\nINSERT INTO no_such_table VALUES (1);\n"},
     };
-    const char *p = tpath("m.db");
+    const char *p = tu_dir_path("m.db");
     cr_assert_eq(store_migrate(p, m, 1, err, sizeof err), 0, "%s", err);
     cr_assert_eq(store_migrate(p, m, 2, err, sizeof err), 0, "%s", err);
     cr_assert_eq(store_migrate(p, m, 2, err, sizeof err), 0, "%s", err);
@@ -292,10 +266,7 @@ Test(store, migrations_run_in_order_once_each_and_a_failing_one_rolls_back) {
 
 /* The compiled-in table is schema/NNN_*.sql, byte for byte, in file-name order. */
 Test(store, the_compiled_schema_is_the_schema_directory) {
-    const char *src = getenv("NIGHTSHIFT_SRC");
-    cr_assert_not_null(src, "NIGHTSHIFT_SRC is not set");
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/schema", src);
+    char *dir = tu_path("%s/schema", tu_src());
     struct dirent **names = NULL;
     int n = scandir(dir, &names, NULL, alphasort);
     cr_assert_geq(n, 0, "cannot read %s", dir);
@@ -307,55 +278,40 @@ Test(store, the_compiled_schema_is_the_schema_directory) {
             cr_assert_lt(k, store_n_migrations, "%s is not compiled in", f);
             cr_expect_str_eq(store_migrations[k].name, f);
             cr_expect_eq(store_migrations[k].version, atoi(f));
-            char path[1024];
-            snprintf(path, sizeof path, "%s/%s", dir, f);
-            FILE *fp = fopen(path, "rb");
-            cr_assert_not_null(fp);
-            static char text[1 << 20];
-            size_t got = fread(text, 1, sizeof text - 1, fp);
-            fclose(fp);
-            text[got] = '\0';
+            char *path = tu_path("%s/%s", dir, f);
+            char *text = tu_read(path);
+            cr_assert_not_null(text, "cannot read %s", path);
             cr_expect_str_eq(store_migrations[k].sql, text, "%s differs from the compiled copy", f);
+            free(text);
+            free(path);
             k++;
         }
         free(names[i]);
     }
     free(names);
+    free(dir);
     cr_expect_eq(k, store_n_migrations);
     cr_expect_eq(store_migrations[0].version, 1);
 }
 
-/* Run the generator on the given files (names under tmpdir); returns its exit status. */
+/* Run the generator on the given files (names under tu_dir()); returns its exit status. */
 static int embed(const char *files, const char *out) {
-    const char *src = getenv("NIGHTSHIFT_SRC");
-    cr_assert_not_null(src, "NIGHTSHIFT_SRC is not set");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && awk -f '%s/scripts/embed-schema.awk' %s > '%s' 2>/dev/null", tmpdir, src,
-             files, out);
+    char *cmd = tu_path("cd '%s' && awk -f '%s/scripts/embed-schema.awk' %s > '%s' 2>/dev/null",
+                        tu_dir(), tu_src(), files, out);
     int rc = system(cmd);
+    free(cmd);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static void write_file(const char *name, const char *text) {
-    FILE *f = fopen(tpath(name), "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 Test(store, the_generator_escapes_text_and_rejects_bad_names_and_order) {
-    write_file("001_a.sql", "SELECT 'a\"b\\c?\?(';\n");
-    write_file("010_b.sql", "-- tab\there\n");
-    write_file("bad.sql", "x\n");
-    write_file("002_empty.sql", "");
+    tu_write(tu_dir_path("001_a.sql"), "SELECT 'a\"b\\c?\?(';\n");
+    tu_write(tu_dir_path("010_b.sql"), "-- tab\there\n");
+    tu_write(tu_dir_path("bad.sql"), "x\n");
+    tu_write(tu_dir_path("002_empty.sql"), "");
     cr_assert_eq(embed("001_a.sql 010_b.sql", "out.c"), 0);
 
-    FILE *f = fopen(tpath("out.c"), "r");
-    cr_assert_not_null(f);
-    static char text[8192];
-    text[fread(text, 1, sizeof text - 1, f)] = '\0';
-    fclose(f);
+    char *text = tu_read(tu_dir_path("out.c"));
+    cr_assert_not_null(text);
     cr_expect(strstr(text, "{1,\n     \"001_a.sql\",\n     \"SELECT 'a\\\"b\\\\c\\?\\?(';\\n\"\n"),
               "%s", text);
     cr_expect(strstr(text, "{10,\n     \"010_b.sql\",\n     \"-- tab\\there\\n\"\n"), "%s", text);
@@ -364,6 +320,7 @@ Test(store, the_generator_escapes_text_and_rejects_bad_names_and_order) {
     cr_expect_neq(embed("001_a.sql bad.sql", "out2.c"), 0, "a name without NNN_ was accepted");
     cr_expect_neq(embed("010_b.sql 001_a.sql", "out2.c"), 0, "decreasing versions were accepted");
     cr_expect_neq(embed("001_a.sql 002_empty.sql", "out2.c"), 0, "an empty file was accepted");
+    free(text);
 }
 
 /* ------------------------------------------------------------ the queue */

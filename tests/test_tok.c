@@ -15,39 +15,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "rng.h"
+#include "testutil.h"
 #include "tok.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_not_null(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
-    return buf;
-}
-
+/* tests/fixtures/tok/name under $NIGHTSHIFT_SRC, or under the current
+ * directory when it is not set (see the regeneration note above); the caller
+ * frees. */
 static char *fixture_path(const char *name) {
     const char *src = getenv("NIGHTSHIFT_SRC");
-    char *p;
-    cr_assert(asprintf(&p, "%s/tests/fixtures/tok/%s", src ? src : ".", name) > 0);
-    return p;
+    return tu_path("%s/tests/fixtures/tok/%s", src ? src : ".", name);
 }
 
 static char *read_fixture(const char *name, size_t *len) {
     char *p = fixture_path(name);
-    char *buf = read_all(p, len);
+    char *buf = tu_read_all(p, len);
     free(p);
     return buf;
 }
@@ -75,12 +61,6 @@ static void assert_roundtrip(tok_t *t, const void *text, size_t len) {
     cr_assert(!memcmp(out, text, len), "decoded bytes differ");
     free(out);
     tok_ids_free(&ids);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Sanitizer builds are several times slower; speed limits scale with this. */
@@ -449,14 +429,9 @@ Test(tok, golden) {
     tok_t *t = train1(text, len, GOLDEN_VOCAB);
     char *got = golden_text(t);
     char *path = fixture_path("golden_expected.txt");
-    if (getenv("NIGHTSHIFT_REGEN_GOLDEN")) {
-        FILE *f = fopen(path, "w");
-        cr_assert_not_null(f);
-        fputs(got, f);
-        fclose(f);
-    }
+    if (getenv("NIGHTSHIFT_REGEN_GOLDEN")) tu_write(path, got);
     size_t elen;
-    char *want = read_all(path, &elen);
+    char *want = tu_read_all(path, &elen);
     cr_assert_str_eq(got, want, "golden mismatch; got:\n%s", got);
     free(want);
     free(path);
@@ -467,34 +442,17 @@ Test(tok, golden) {
 
 /* ---- persistence --------------------------------------------------------------- */
 
-static char *tmpdir_new(void) {
-    const char *base = getenv("TMPDIR");
-    char *p;
-    cr_assert(asprintf(&p, "%s/nightshift-tok-XXXXXX", base && *base ? base : "/tmp") > 0);
-    cr_assert_not_null(mkdtemp(p));
-    return p;
-}
-
-static void tmpdir_remove(char *dir) {
-    char *cmd;
-    cr_assert(asprintf(&cmd, "rm -rf '%s'", dir) > 0);
-    cr_assert_eq(system(cmd), 0);
-    free(cmd);
-    free(dir);
-}
-
 Test(tok, deterministic_and_save_load) {
     size_t len;
     char *text = read_fixture("golden.txt", &len);
-    char *dir = tmpdir_new();
-    char *p1, *p2;
-    cr_assert(asprintf(&p1, "%s/a.json", dir) > 0 && asprintf(&p2, "%s/b.json", dir) > 0);
+    char *dir = tu_tmpdir();
+    char *p1 = tu_path("%s/a.json", dir), *p2 = tu_path("%s/b.json", dir);
     char err[256] = "";
     tok_t *t1 = train1(text, len, 400), *t2 = train1(text, len, 400);
     cr_assert_eq(tok_save(t1, p1, err, sizeof err), 0, "%s", err);
     cr_assert_eq(tok_save(t2, p2, err, sizeof err), 0, "%s", err);
     size_t l1, l2;
-    char *s1 = read_all(p1, &l1), *s2 = read_all(p2, &l2);
+    char *s1 = tu_read_all(p1, &l1), *s2 = tu_read_all(p2, &l2);
     cr_assert(l1 == l2 && !memcmp(s1, s2, l1), "two trainings gave different tokenizer.json");
     cr_assert(strstr(s1, "\"<|reserved|>\", \"id\": 403"), "%s", s1);
 
@@ -514,7 +472,7 @@ Test(tok, deterministic_and_save_load) {
     /* Saving the loaded tokenizer reproduces the file byte for byte. */
     cr_assert_eq(tok_save(t3, p2, err, sizeof err), 0);
     free(s2);
-    s2 = read_all(p2, &l2);
+    s2 = tu_read_all(p2, &l2);
     cr_assert(l1 == l2 && !memcmp(s1, s2, l1));
 
     tok_ids_free(&i1);
@@ -527,16 +485,13 @@ Test(tok, deterministic_and_save_load) {
     free(p1);
     free(p2);
     free(text);
-    tmpdir_remove(dir);
+    tu_rmrf(dir);
+    free(dir);
 }
 
 Test(tok, load_rejects_bad_files) {
-    char *dir = tmpdir_new();
-    char *p;
-    cr_assert(asprintf(&p, "%s/t.json", dir) > 0);
-    const char *spec = "[{\"name\": \"<|bos|>\", \"id\": %d}, {\"name\": \"<|eos|>\", \"id\": %d}, "
-                       "{\"name\": \"<|pad|>\", \"id\": %d}, {\"name\": \"<|reserved|>\", \"id\": "
-                       "%d}]";
+    char *dir = tu_tmpdir();
+    char *p = tu_path("%s/t.json", dir);
     struct {
         const char *merges;
         int first_special;
@@ -550,15 +505,15 @@ Test(tok, load_rejects_bad_files) {
         {"[[-1, 105]]", 257, "does not exist"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        FILE *f = fopen(p, "w");
-        fprintf(f,
-                "{\"version\": 1, \"pattern\": \"\\\\s+|\\\\S+\", \"n_bytes\": 256, "
-                "\"merges\": %s, \"specials\": ",
-                cases[i].merges);
         int s = cases[i].first_special;
-        fprintf(f, spec, s, s + 1, s + 2, s + 3);
-        fprintf(f, "}\n");
-        fclose(f);
+        char *json = tu_path(
+            "{\"version\": 1, \"pattern\": \"\\\\s+|\\\\S+\", \"n_bytes\": 256, "
+            "\"merges\": %s, \"specials\": "
+            "[{\"name\": \"<|bos|>\", \"id\": %d}, {\"name\": \"<|eos|>\", \"id\": %d}, "
+            "{\"name\": \"<|pad|>\", \"id\": %d}, {\"name\": \"<|reserved|>\", \"id\": %d}]}\n",
+            cases[i].merges, s, s + 1, s + 2, s + 3);
+        tu_write(p, json);
+        free(json);
         char err[256] = "";
         tok_t *t = tok_load(p, err, sizeof err);
         if (!cases[i].expect) {
@@ -571,18 +526,15 @@ Test(tok, load_rejects_bad_files) {
         }
     }
     char err[256] = "";
-    FILE *f = fopen(p, "w");
-    fputs("{\"version\": 2}", f);
-    fclose(f);
+    tu_write(p, "{\"version\": 2}");
     cr_assert_null(tok_load(p, err, sizeof err));
     cr_assert(strstr(err, "version"), "%s", err);
-    f = fopen(p, "w");
-    fputs("not json", f);
-    fclose(f);
+    tu_write(p, "not json");
     cr_assert_null(tok_load(p, err, sizeof err));
     cr_assert_null(tok_load("/nonexistent/tokenizer.json", err, sizeof err));
     free(p);
-    tmpdir_remove(dir);
+    tu_rmrf(dir);
+    free(dir);
 }
 
 /* ---- speed ------------------------------------------------------------------------- */
@@ -607,15 +559,15 @@ Test(tok, training_and_encoding_speed, .timeout = 60) {
                              : rng_below(&r, 20) == 0 ? ",\n"
                                                       : " ");
     }
-    double t0 = now_s();
+    double t0 = tu_now();
     tok_t *t = train1(text, n, 1024);
-    double train_s = now_s() - t0;
+    double train_s = tu_now() - t0;
     cr_assert_lt(train_s, 3.0 * SLOWDOWN, "training 1 MB to vocab 1024 took %.2f s", train_s);
     char err[256];
     tok_ids_t ids = {0};
-    t0 = now_s();
+    t0 = tu_now();
     cr_assert_eq(tok_encode(t, text, n, &ids, err, sizeof err), 0);
-    double enc_s = now_s() - t0;
+    double enc_s = tu_now() - t0;
     cr_assert_lt(enc_s, 2.0 * SLOWDOWN, "encoding 1 MB took %.2f s", enc_s);
     cr_assert_lt(ids.n, n / 2, "%zu tokens for %zu bytes: merges barely help", ids.n, n);
     cr_log_info("tok speed: train %.3f s, encode %.3f s, %zu bytes -> %zu tokens", train_s, enc_s,

@@ -12,33 +12,10 @@
 
 static char *dir; /* state directory with datasets/tiny */
 
-/* Forty short documents with a lot of structure, so a tiny model learns fast. */
-static void make_corpus(const char *path) {
-    static const char *const subjects[] = {"the cat", "a dog", "the bird", "my friend"};
-    static const char *const verbs[] = {"sat on", "ran to", "looked at", "walked past"};
-    static const char *const objects[] = {"the mat", "the park", "a tree", "the house"};
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    for (int d = 0; d < 40; d++) {
-        fputs("{\"text\":\"", f);
-        for (int s = 0; s < 30; s++)
-            fprintf(f, "%s %s %s. ", subjects[(d + s) % 4], verbs[(d * 3 + s) % 4],
-                    objects[(d + 2 * s) % 4]);
-        fputs("\"}\n", f);
-    }
-    cr_assert(fclose(f) == 0);
-}
-
 static void setup(void) {
     dir = tu_tmpdir();
     char *corpus = tu_path("%s/corpus.jsonl", dir);
-    make_corpus(corpus);
-    tu_run_t r;
-    char *argv[] = {(char *)tu_bin(), "prep", "--dir",   dir,    "--name", "tiny", "--vocab", "300",
-                    "--val-fraction", "0.1",  "--quiet", corpus, NULL};
-    tu_run(&r, argv, 30);
-    cr_assert_eq(r.exit_code, 0, "prep failed: %s", r.err);
-    tu_run_free(&r);
+    tu_prep_tiny(corpus, dir, "tiny");
     free(corpus);
 }
 
@@ -211,28 +188,26 @@ Test(train, exploding_loss_is_diverged) {
     free(spec);
 }
 
-Test(train, missing_dataset_fails_clearly) {
-    char *spec = tu_path("%s/nodata.json", dir);
-    tu_write(spec, "{\"dataset\":\"absent\",\"time_budget_s\":1}");
-    char *progress = tu_path("%s/nodata.jsonl", dir);
+/* Train on DIR/<name>.json holding json: it must exit 1 with want in its stderr. */
+static void expect_train_error(const char *name, const char *json, const char *want) {
+    char *spec = tu_path("%s/%s.json", dir, name);
+    tu_write(spec, json);
+    char *progress = tu_path("%s/%s.jsonl", dir, name);
     tu_run_t r;
     train(&r, spec, progress);
     cr_expect_eq(r.exit_code, 1);
-    cr_expect(strstr(r.err, "absent"), "stderr does not name the dataset: %s", r.err);
+    cr_expect(strstr(r.err, want), "stderr lacks \"%s\": %s", want, r.err);
     tu_run_free(&r);
     free(progress);
     free(spec);
 }
 
+Test(train, missing_dataset_fails_clearly) {
+    /* stderr names the dataset */
+    expect_train_error("nodata", "{\"dataset\":\"absent\",\"time_budget_s\":1}", "absent");
+}
+
 Test(train, invalid_spec_names_the_field) {
-    char *spec = tu_path("%s/bad.json", dir);
-    tu_write(spec, "{\"model\":{\"n_embd\":128,\"n_head\":7}}");
-    char *progress = tu_path("%s/bad.jsonl", dir);
-    tu_run_t r;
-    train(&r, spec, progress);
-    cr_expect_eq(r.exit_code, 1);
-    cr_expect(strstr(r.err, "model.n_head: 7 does not divide n_embd 128"), "stderr: %s", r.err);
-    tu_run_free(&r);
-    free(progress);
-    free(spec);
+    expect_train_error("bad", "{\"model\":{\"n_embd\":128,\"n_head\":7}}",
+                       "model.n_head: 7 does not divide n_embd 128");
 }

@@ -8,7 +8,6 @@
 #include <criterion/redirect.h>
 
 #include <cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -21,33 +20,22 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "testutil.h"
 #include "worker.h"
 
-static char tmpdir[256], log_path[512];
+static char *log_path; /* tu_dir()/train.log */
 static const char *shim, *bad;
 
 static void setup(void) {
-    shim = getenv("NIGHTSHIFT_BIN");
-    bad = getenv("NIGHTSHIFT_BAD_WORKER");
-    cr_assert(shim && bad, "NIGHTSHIFT_BIN and NIGHTSHIFT_BAD_WORKER must be set (make test)");
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/nightshift-worker-XXXXXX", base && *base ? base : "/tmp");
-    cr_assert_not_null(mkdtemp(tmpdir));
-    snprintf(log_path, sizeof log_path, "%s/train.log", tmpdir);
+    shim = tu_bin();
+    bad = tu_bad_worker();
+    tu_dir_init();
+    log_path = tu_path("%s/train.log", tu_dir());
 }
 
 static void teardown(void) {
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *e;
-    char p[600];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
+    free(log_path);
+    tu_dir_fini();
 }
 
 TestSuite(worker, .init = setup, .fini = teardown, .timeout = 30);
@@ -123,26 +111,10 @@ static double elapsed(const run_t *r) {
     return (double)(r->t_exit - r->t_start) / 1e9;
 }
 
-/* The whole file, NUL-terminated; *len its size. Caller frees. */
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_not_null(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
 /* Whether the log (binary-safe) contains s. */
 static int log_has(const char *s) {
     size_t n;
-    char *buf = slurp(log_path, &n);
+    char *buf = tu_read_all(log_path, &n);
     int found = memmem(buf, n, s, strlen(s)) != NULL;
     free(buf);
     return found;
@@ -163,25 +135,13 @@ static void expect_status(const run_t *r, worker_status want) {
                  worker_status_name(r->ex.status), worker_status_name(want), r->ex.reason);
 }
 
-/* Dead or a zombie: not running any more. */
-static int process_gone(int pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
-
+/* Whether pid is gone (dead or a zombie) within seconds. */
 static int wait_gone(int pid, double seconds) {
     for (int i = 0; i < (int)(seconds * 100); i++) {
-        if (process_gone(pid)) return 1;
+        if (tu_process_gone(pid)) return 1;
         usleep(10000);
     }
-    return process_gone(pid);
+    return tu_process_gone(pid);
 }
 
 /* --------------------------------------------------------------- endings */
@@ -214,16 +174,13 @@ Test(worker, ok) {
 }
 
 Test(worker, log_is_appended) {
-    FILE *f = fopen(log_path, "w");
-    cr_assert_not_null(f);
-    fputs("an earlier attempt\n", f);
-    fclose(f);
+    tu_write(log_path, "an earlier attempt\n");
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "ok", &o);
     expect_status(&r, WORKER_SUCCEEDED);
     size_t n;
-    char *buf = slurp(log_path, &n);
+    char *buf = tu_read_all(log_path, &n);
     cr_expect(!strncmp(buf, "an earlier attempt\n", 19), "the log was truncated: %.40s", buf);
     cr_expect(memmem(buf, n, "---\n", 4) != NULL);
     free(buf);
@@ -355,8 +312,8 @@ Test(worker, spawn_failure_returns_an_error) {
 Test(worker, unwritable_log_returns_an_error) {
     uv_loop_t loop;
     cr_assert_eq(uv_loop_init(&loop), 0);
-    char *argv[] = {(char *)bad, "ok", NULL}, path[600];
-    snprintf(path, sizeof path, "%s/missing/train.log", tmpdir);
+    char *argv[] = {(char *)bad, "ok", NULL};
+    const char *path = tu_dir_path("missing/train.log");
     worker_opts_t o = {.shim = shim, .argv = argv, .log_path = path};
     worker_callbacks_t cb = {on_progress, on_exit_cb, NULL};
     worker_t *w = NULL;
@@ -465,8 +422,7 @@ Test(worker, two_workers_on_one_loop) {
     uv_loop_t loop;
     cr_assert_eq(uv_loop_init(&loop), 0);
     char *argv_a[] = {(char *)bad, "flood", NULL}, *argv_b[] = {(char *)bad, "crash", NULL};
-    char log_b[600];
-    snprintf(log_b, sizeof log_b, "%s/b.log", tmpdir);
+    const char *log_b = tu_dir_path("b.log");
     worker_opts_t oa = {
         .shim = shim, .argv = argv_a, .log_path = log_path, .max_log_bytes = 1 << 16};
     worker_opts_t ob = {.shim = shim, .argv = argv_b, .log_path = log_b};

@@ -33,6 +33,32 @@ void tu_rmrf(const char *path) {
     if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+static char *test_dir; /* tu_dir(): one per test process */
+
+void tu_dir_init(void) {
+    test_dir = tu_tmpdir();
+}
+
+void tu_dir_fini(void) {
+    tu_rmrf(test_dir);
+    free(test_dir);
+    test_dir = NULL;
+}
+
+const char *tu_dir(void) {
+    cr_assert(test_dir, "no test directory (the suite's init must call tu_dir_init)");
+    return test_dir;
+}
+
+const char *tu_dir_path(const char *name) {
+    static char paths[8][1024];
+    static int k;
+    k = (k + 1) % 8;
+    int n = snprintf(paths[k], sizeof paths[k], "%s/%s", tu_dir(), name);
+    cr_assert(n > 0 && (size_t)n < sizeof paths[k], "path too long: %s/%s", tu_dir(), name);
+    return paths[k];
+}
+
 char *tu_path(const char *fmt, ...) {
     va_list ap;
     char *s = NULL;
@@ -43,13 +69,20 @@ char *tu_path(const char *fmt, ...) {
     return s;
 }
 
-void tu_write(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
+void tu_write_n(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
     cr_assert(f, "%s: %s", path, strerror(errno));
-    cr_assert(fputs(text, f) >= 0 && fclose(f) == 0, "%s: write failed", path);
+    int ok = len == 0 || fwrite(data, 1, len, f) == len;
+    cr_assert(fclose(f) == 0 && ok, "%s: write failed", path);
 }
 
-char *tu_read(const char *path) {
+void tu_write(const char *path, const char *text) {
+    tu_write_n(path, text, strlen(text));
+}
+
+/* The whole file (malloc'd, NUL-terminated) and its size; NULL if it cannot
+ * be opened or read. */
+static char *read_whole(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 4096, n = 0;
@@ -58,9 +91,28 @@ char *tu_read(const char *path) {
         n += got;
         if (n + 1 == cap) buf = realloc(buf, cap *= 2);
     }
+    int failed = ferror(f);
     fclose(f);
     cr_assert(buf, "out of memory");
+    if (failed) {
+        free(buf);
+        return NULL;
+    }
     buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+char *tu_read(const char *path) {
+    size_t len;
+    return read_whole(path, &len);
+}
+
+char *tu_read_all(const char *path, size_t *len) {
+    size_t n = 0;
+    char *buf = read_whole(path, &n);
+    cr_assert(buf, "cannot read %s: %s", path, strerror(errno));
+    *len = n;
     return buf;
 }
 
@@ -76,6 +128,12 @@ const char *tu_src(void) {
     return s;
 }
 
+const char *tu_bad_worker(void) {
+    const char *b = getenv("NIGHTSHIFT_BAD_WORKER");
+    cr_assert(b && *b, "NIGHTSHIFT_BAD_WORKER is not set (run the tests through make test)");
+    return b;
+}
+
 double tu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -85,6 +143,20 @@ double tu_now(void) {
 void tu_sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+int tu_process_gone(pid_t pid) {
+    if (kill(pid, 0) < 0) return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The state follows the command name, which may hold spaces and ')'. */
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
 /* Append what fd has to *buf; returns 0 at EOF. */
@@ -160,6 +232,42 @@ void tu_run_free(tu_run_t *r) {
     free(r->out);
     free(r->err);
     r->out = r->err = NULL;
+}
+
+void tu_run_bin(tu_run_t *r, double timeout_s, const char *arg, ...) {
+    char *argv[32];
+    int n = 0;
+    va_list ap;
+    argv[n++] = (char *)tu_bin();
+    va_start(ap, arg);
+    const char *a = arg;
+    for (; a && n < 31; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
+    va_end(ap);
+    cr_assert(!a, "more than 30 arguments for nightshift %s", arg);
+    argv[n] = NULL;
+    tu_run(r, argv, timeout_s);
+    cr_assert_not(r->timed_out, "nightshift %s timed out after %g s", arg, timeout_s);
+}
+
+void tu_prep_tiny(const char *corpus, const char *dir, const char *name) {
+    static const char *const subjects[] = {"the cat", "a dog", "the bird", "my friend"};
+    static const char *const verbs[] = {"sat on", "ran to", "looked at", "walked past"};
+    static const char *const objects[] = {"the mat", "the park", "a tree", "the house"};
+    FILE *f = fopen(corpus, "w");
+    cr_assert(f, "%s: %s", corpus, strerror(errno));
+    for (int d = 0; d < 40; d++) {
+        fputs("{\"text\":\"", f);
+        for (int s = 0; s < 30; s++)
+            fprintf(f, "%s %s %s. ", subjects[(d + s) % 4], verbs[(d * 3 + s) % 4],
+                    objects[(d + 2 * s) % 4]);
+        fputs("\"}\n", f);
+    }
+    cr_assert(fclose(f) == 0, "%s: write failed", corpus);
+    tu_run_t r;
+    tu_run_bin(&r, 30, "prep", "--dir", dir, "--name", name, "--vocab", "300", "--val-fraction",
+               "0.1", "--quiet", corpus, NULL);
+    cr_assert_eq(r.exit_code, 0, "prep failed: %s", r.err);
+    tu_run_free(&r);
 }
 
 /* ---------------------------------------------------------------- servers */
@@ -295,18 +403,23 @@ static size_t reply_write_cb(char *p, size_t size, size_t nmemb, void *arg) {
 
 void tu_http(const tu_server_t *s, const char *method, const char *path, const char *body,
              size_t body_len, const char *auth, tu_reply_t *r) {
+    char hdr[512];
+    const char *headers[] = {hdr, NULL};
+    if (auth) snprintf(hdr, sizeof hdr, "Authorization: %s", auth);
+    tu_http_headers(s, method, path, body, body_len, auth ? headers : headers + 1, r);
+}
+
+void tu_http_headers(const tu_server_t *s, const char *method, const char *path, const char *body,
+                     size_t body_len, const char *const headers[], tu_reply_t *r) {
     memset(r, 0, sizeof *r);
     r->body = calloc(1, 1);
     cr_assert(r->body, "out of memory");
     CURL *c = curl_easy_init();
     cr_assert(c, "curl_easy_init failed");
-    char url[512], err[CURL_ERROR_SIZE] = "", hdr[512];
+    char url[512], err[CURL_ERROR_SIZE] = "";
     snprintf(url, sizeof url, "%s%s", s->url, path);
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    if (auth) {
-        snprintf(hdr, sizeof hdr, "Authorization: %s", auth);
-        h = curl_slist_append(h, hdr);
-    }
+    for (int i = 0; headers[i]; i++) h = curl_slist_append(h, headers[i]);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);

@@ -1,8 +1,9 @@
 /* testutil.h - helpers shared by the tests: temp directories, files, running
- * the built binary with a hard timeout, servers (`nightshift serve`, `nightshift
- * agent`) as child processes on a loopback port, HTTP calls to them with
- * libcurl, and read-only SQL on a daemon's database. Every function aborts the
- * current test (cr_assert) on failure, so callers need no error paths. */
+ * the built binary with a hard timeout, a tiny prepared dataset, servers
+ * (`nightshift serve`, `nightshift agent`) as child processes on a loopback
+ * port, HTTP calls to them with libcurl, and read-only SQL on a daemon's
+ * database. Every function aborts the current test (cr_assert) on failure, so
+ * callers need no error paths. */
 #ifndef NIGHTSHIFT_TESTUTIL_H
 #define NIGHTSHIFT_TESTUTIL_H
 
@@ -16,16 +17,34 @@
 char *tu_tmpdir(void);
 void tu_rmrf(const char *path);
 
+/* One fresh temporary directory per test, for suites whose tests all want
+ * one: TestSuite(x, .init = tu_dir_init, .fini = tu_dir_fini), or both called
+ * from the suite's own init and fini. tu_dir() is the directory (owned here,
+ * valid until tu_dir_fini); tu_dir_path(name) is tu_dir()/name in one of
+ * eight rotating static buffers (valid for the next seven calls). */
+void tu_dir_init(void);
+void tu_dir_fini(void);
+const char *tu_dir(void);
+const char *tu_dir_path(const char *name);
+
 /* malloc'd printf. */
 char *tu_path(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Create or truncate path and write text (tu_write) or len bytes of data. */
 void tu_write(const char *path, const char *text);
+void tu_write_n(const char *path, const void *data, size_t len);
 /* Whole file, NUL-terminated, malloc'd (caller frees); NULL if it cannot be read. */
 char *tu_read(const char *path);
+/* The same for a file that must exist and may hold NULs: *len gets its size
+ * (the NUL is not counted); a file that cannot be read fails the test. */
+char *tu_read_all(const char *path, size_t *len);
 
-/* The built nightshift binary ($NIGHTSHIFT_BIN) and the source tree ($NIGHTSHIFT_SRC). */
+/* The built nightshift binary ($NIGHTSHIFT_BIN), the source tree
+ * ($NIGHTSHIFT_SRC) and the stand-in worker ($NIGHTSHIFT_BAD_WORKER,
+ * tests/bad_worker.c). */
 const char *tu_bin(void);
 const char *tu_src(void);
+const char *tu_bad_worker(void);
 
 typedef struct {
     int exit_code; /* -1 when killed by a signal */
@@ -39,9 +58,21 @@ typedef struct {
 void tu_run(tu_run_t *r, char *const argv[], double timeout_s);
 void tu_run_free(tu_run_t *r);
 
+/* tu_run of `$NIGHTSHIFT_BIN ARG...` (the arguments NULL-terminated, at most
+ * 30); a run that times out fails the test. Release r with tu_run_free. */
+void tu_run_bin(tu_run_t *r, double timeout_s, const char *arg, ...);
+
 /* CLOCK_MONOTONIC seconds, and a sleep. */
 double tu_now(void);
 void tu_sleep_ms(int ms);
+
+/* Whether pid has exited (gone, or a zombie nobody has reaped yet). */
+int tu_process_gone(pid_t pid);
+
+/* Write a JSONL corpus of forty short, very regular documents to corpus (a
+ * tiny model learns it in seconds) and prepare it with `nightshift prep` as
+ * dataset name under dir (vocab 300, 10% validation). */
+void tu_prep_tiny(const char *corpus, const char *dir, const char *name);
 
 /* ---------------------------------------------------------------- servers */
 
@@ -98,6 +129,11 @@ typedef struct {
  * (with the server's stderr). Release with tu_reply_free. */
 void tu_http(const tu_server_t *s, const char *method, const char *path, const char *body,
              size_t body_len, const char *auth, tu_reply_t *r);
+/* The same with headers, a NULL-terminated list of whole header lines
+ * ("Name: value"; "Name:" drops a header libcurl would send), after
+ * "Content-Type: application/json". */
+void tu_http_headers(const tu_server_t *s, const char *method, const char *path, const char *body,
+                     size_t body_len, const char *const headers[], tu_reply_t *r);
 void tu_reply_free(tu_reply_t *r);
 
 /* A JSON request (body a string or NULL) whose reply must have want_status
