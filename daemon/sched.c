@@ -17,6 +17,7 @@
 
 #define METRICS_BATCH          256  /* rows buffered per slot before a forced flush */
 #define METRICS_FLUSH_MS       1000 /* and at least this often */
+#define RETRY_START_MS         5000 /* after a start failed for want of resources */
 #define DEFAULT_DEADLINE_SLACK 120.0
 #define DEFAULT_KILL_GRACE     5.0
 /* DIR/runs/<id> and the files in it; DIR itself is at most PATH_MAX. */
@@ -45,6 +46,8 @@ struct sched {
     char exe[PATH_MAX];
     slot_t *slots;
     uv_timer_t flush_timer;
+    uv_timer_t retry_timer;   /* re-kick after a start that failed for system reasons */
+    int open_handles;         /* timers not yet closed; the last close frees s */
     int queue_empty_notified; /* on_queue_empty already said so since the last start */
     int shutting_down;
     void (*shutdown_done)(void *arg);
@@ -176,20 +179,28 @@ static int make_run_dir(sched_t *s, const store_experiment_t *e, char run_dir[RU
     return util_write_file_atomic(path, e->spec_json, strlen(e->spec_json), err, errlen);
 }
 
-/* Claim the next experiment and start it in sl. Returns 1 started, 0 queue
- * empty, -1 a failure that was recorded against the experiment. */
+/* What start_one did. */
+enum { START_FAILED_RUN = -1, START_EMPTY = 0, START_OK = 1, START_RETRY_LATER = -2 };
+
+/* Claim the next experiment and start it in sl. START_FAILED_RUN: the
+ * experiment itself could not start (bad spec, run directory) and is
+ * recorded as failed; START_RETRY_LATER: the store or the system failed
+ * (nothing is charged to the experiment beyond an attempt; try again later). */
 static int start_one(sched_t *s, slot_t *sl) {
     store_experiment_t e = {0};
     spec_t spec;
-    char err[512], run_dir[RUN_DIR_MAX], spec_path[RUN_PATH_MAX], log_path[RUN_PATH_MAX];
+    char err[512], serr[256], run_dir[RUN_DIR_MAX], spec_path[RUN_PATH_MAX], log_path[RUN_PATH_MAX];
     int rc = store_claim_next(s->store, &e, err, sizeof err);
-    if (rc <= 0) {
-        if (rc < 0) log_error("queue: %s", err);
-        return rc;
+    if (rc < 0) {
+        log_error("queue: %s", err);
+        return START_RETRY_LATER;
     }
-    if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0 ||
-        make_run_dir(s, &e, run_dir, err, sizeof err) < 0)
-        goto fail;
+    if (rc == 0) return START_EMPTY;
+    if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0) goto fail_run;
+    if (make_run_dir(s, &e, run_dir, err, sizeof err) < 0) {
+        spec_free(&spec);
+        goto retry_later;
+    }
     snprintf(spec_path, sizeof spec_path, "%s/spec.json", run_dir);
     snprintf(log_path, sizeof log_path, "%s/train.log", run_dir);
 
@@ -230,7 +241,7 @@ static int start_one(sched_t *s, slot_t *sl) {
     spec_free(&spec);
     if (worker_start(s->loop, &wo, &cb, &sl->worker, err, sizeof err) < 0) {
         release_slot(sl);
-        goto fail_parsed;
+        goto retry_later;
     }
     if (store_set_pid(s->store, e.id, worker_pid(sl->worker), err, sizeof err) < 0)
         log_warn("experiment %lld: pid not recorded: %s", (long long)e.id, err);
@@ -240,17 +251,27 @@ static int start_one(sched_t *s, slot_t *sl) {
              sl->budget_s);
     s->queue_empty_notified = 0;
     store_experiment_clear(&e);
-    return 1;
+    return START_OK;
 
-fail:
-    spec_free(&spec);
-fail_parsed:
+retry_later:
+    /* Not the experiment's fault (disk, process limits): queue it again, at
+     * the cost of one attempt, and try later rather than fail the queue. */
+    log_error("experiment %lld could not start: %s; re-queued, retrying in %d s", (long long)e.id,
+              err, RETRY_START_MS / 1000);
+    if (store_interrupt(s->store, e.id, s->o.max_attempts, serr, sizeof serr) < 0)
+        log_error("experiment %lld: %s", (long long)e.id, serr);
+    store_experiment_clear(&e);
+    return START_RETRY_LATER;
+fail_run:
     log_error("experiment %lld could not start: %s", (long long)e.id, err);
-    char serr[256];
     if (store_finish(s->store, e.id, STORE_FAILED, err, -1, 0, NULL, serr, sizeof serr) < 0)
         log_error("experiment %lld: %s", (long long)e.id, serr);
     store_experiment_clear(&e);
-    return -1;
+    return START_FAILED_RUN;
+}
+
+static void retry_timer_cb(uv_timer_t *t) {
+    sched_kick(t->data);
 }
 
 /* --------------------------------------------------------------- public */
@@ -261,9 +282,13 @@ void sched_kick(sched_t *s) {
         slot_t *sl = &s->slots[i];
         if (sl->worker) continue;
         int rc;
-        while ((rc = start_one(s, sl)) < 0) {
+        while ((rc = start_one(s, sl)) == START_FAILED_RUN) {
         } /* a failed start is recorded; try the next */
-        if (rc == 0) {
+        if (rc == START_RETRY_LATER) {
+            uv_timer_start(&s->retry_timer, retry_timer_cb, RETRY_START_MS, 0);
+            return;
+        }
+        if (rc == START_EMPTY) {
             if (!s->queue_empty_notified && s->o.on_queue_empty) {
                 s->queue_empty_notified = 1;
                 s->o.on_queue_empty(s->o.user);
@@ -392,7 +417,9 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
         assign_cpus(&s->slots[i], i, o->slots, o->threads_per_slot);
     }
     uv_timer_init(loop, &s->flush_timer);
-    s->flush_timer.data = s;
+    uv_timer_init(loop, &s->retry_timer);
+    s->flush_timer.data = s->retry_timer.data = s;
+    s->open_handles = 2;
     uv_timer_start(&s->flush_timer, flush_timer_cb, METRICS_FLUSH_MS, METRICS_FLUSH_MS);
     uv_unref((uv_handle_t *)&s->flush_timer);
     return s;
@@ -416,6 +443,7 @@ void sched_shutdown(sched_t *s, void (*done)(void *arg), void *arg) {
 
 static void free_after_close(uv_handle_t *h) {
     sched_t *s = h->data;
+    if (--s->open_handles > 0) return;
     free(s->slots);
     free(s);
 }
@@ -424,4 +452,5 @@ void sched_free(sched_t *s) {
     if (!s) return;
     for (int i = 0; i < s->o.slots; i++) release_slot(&s->slots[i]);
     uv_close((uv_handle_t *)&s->flush_timer, free_after_close);
+    uv_close((uv_handle_t *)&s->retry_timer, free_after_close);
 }
