@@ -215,7 +215,9 @@ static void serve_usage(FILE *out) {
             "                        [--max-attempts N] [--deadline-slack S] [--kill-grace S]\n"
             "                        [--agent-url URL (--agent-secret S | --agent-secret-file F)]\n"
             "Runs the daemon: a queue of experiments in DIR/nightshift.db, workers in\n"
-            "DIR/runs/<id>/, and the HTTP API (default 127.0.0.1:8080; port 0 picks a free\n"
+            "DIR/runs/<id>/ under a memory limit (a spec's resources.memory_mb, else\n"
+            "--memory-mb; default 75%% of RAM shared among the slots; 0 = none), and\n"
+            "the HTTP API (default 127.0.0.1:8080; port 0 picks a free\n"
             "port and prints it). The token (also $NIGHTSHIFT_TOKEN) guards every POST; a\n"
             "non-loopback --listen needs one. --config is a JSON object with these options\n"
             "as keys; command-line options override it. With --agent-url, every finished\n"
@@ -391,8 +393,11 @@ static int run_daemon(daemon_t *d) {
     uv_signal_start(&d->sigint, signal_cb, SIGINT);
     uv_signal_start(&d->sigterm, signal_cb, SIGTERM);
 
-    log_info("nightshift daemon: state %s, %d slot%s, %s", d->o.dir, d->o.slots,
-             d->o.slots == 1 ? "" : "s", d->o.token[0] ? "token required for POST" : "no token");
+    char mem[48] = "no memory limit";
+    if (d->o.memory_mb > 0) snprintf(mem, sizeof mem, "%d MiB per worker", d->o.memory_mb);
+    log_info("nightshift daemon: state %s, %d slot%s, %s, %s", d->o.dir, d->o.slots,
+             d->o.slots == 1 ? "" : "s", mem,
+             d->o.token[0] ? "token required for POST" : "no token");
     /* The one line on stdout: scripts and tests read the bound port from it. */
     printf("listening on http://%s%s%s:%d\n", strchr(d->o.host, ':') ? "[" : "", d->o.host,
            strchr(d->o.host, ':') ? "]" : "", port);
@@ -430,6 +435,7 @@ int serve_main(int argc, char **argv) {
     snprintf(o->host, sizeof o->host, "127.0.0.1");
     o->port = 8080;
     o->slots = 1;
+    o->memory_mb = -1; /* the default below, once the slot count is known */
     o->max_attempts = 3;
     int rc = parse_args(argc, argv, o, err, sizeof err);
     if (rc != 0) {
@@ -437,6 +443,13 @@ int serve_main(int argc, char **argv) {
         serve_usage(rc == 1 ? stdout : stderr);
         free(d);
         return rc == 1 ? 0 : 2;
+    }
+    if (o->memory_mb < 0) {
+        /* Three quarters of the machine, shared among the slots, so that one
+         * runaway worker cannot push the others (or the daemon) into swap. */
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        double mb = pages > 0 && page > 0 ? (double)pages * page / (1 << 20) : 0;
+        o->memory_mb = (int)(0.75 * mb / o->slots);
     }
     if (!http_host_is_loopback(o->host) && !o->token[0]) {
         fprintf(stderr,

@@ -195,9 +195,9 @@ Test(loop, agent_drives_the_daemon) {
                           "--seed",         "1",          NULL};
     tu_server_start(&agent, "agent", agent_argv, agent_err, START_TIMEOUT_S);
     char *hook_url = tu_path("%s/hook", agent.url);
-    char *serve_argv[] = {(char *)tu_bin(), "serve",   "--dir", state,         "--listen",
-                          "127.0.0.1:0",    "--slots", "1",     "--agent-url", hook_url,
-                          "--agent-secret", SECRET,    NULL};
+    char *serve_argv[] = {(char *)tu_bin(), "serve",   "--dir",       state,         "--listen",
+                          "127.0.0.1:0",    "--slots", "1",           "--agent-url", hook_url,
+                          "--agent-secret", SECRET,    "--memory-mb", "0",           NULL};
     tu_server_start(&server, "daemon", serve_argv, daemon_err, START_TIMEOUT_S);
 
     /* Watch, never submit. */
