@@ -63,7 +63,7 @@ static int grow(void *p, size_t *cap, size_t need, size_t sz) {
 
 bool data_name_ok(const char *name) {
     size_t n = strlen(name);
-    if (n == 0 || n > 255 || name[0] == '.') return false;
+    if (n == 0 || n > 63 || name[0] == '.') return false; /* spec.h: dataset[64] */
     for (size_t i = 0; i < n; i++) {
         char c = name[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

@@ -37,7 +37,7 @@ typedef struct {
     size_t train_map_len, val_map_len;
 } data_set_t;
 
-/* A dataset name is 1-255 of [A-Za-z0-9_.-], not starting with '.'. */
+/* A dataset name is 1-63 of [A-Za-z0-9_.-], not starting with '.' (as the spec requires). */
 bool data_name_ok(const char *name);
 
 /* Open STATE_DIR/datasets/NAME: read manifest.json and token_bytes.bin, map

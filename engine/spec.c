@@ -655,6 +655,22 @@ static int check_unit(double v, bool open, const char *path, char *err, size_t e
     return 0;
 }
 
+/* Does layer i of L carry a value embedding under the named pattern kind? */
+static bool ve_named_has(int kind, int i, int L) {
+    switch (kind) {
+    case VE_ALTERNATE:
+        return i % 2 == (L - 1) % 2;
+    case VE_ALL:
+        return true;
+    case VE_NONE:
+        return false;
+    case VE_FIRST_HALF:
+        return i < L / 2;
+    default:
+        return i >= L / 2; /* VE_LAST_HALF */
+    }
+}
+
 /* Expand m->ve_layers into has_ve[0..depth). */
 static int derive_ve(spec_model_t *m, char *err, size_t errlen) {
     const char *v = m->ve_layers;
@@ -664,25 +680,7 @@ static int derive_ve(spec_model_t *m, char *err, size_t errlen) {
         if (!strcmp(v, ve_names[k])) kind = k;
     memset(m->has_ve, 0, sizeof m->has_ve);
     if (kind != VE_LIST) {
-        for (int i = 0; i < L; i++) {
-            switch (kind) {
-            case VE_ALTERNATE:
-                m->has_ve[i] = i % 2 == (L - 1) % 2;
-                break;
-            case VE_ALL:
-                m->has_ve[i] = true;
-                break;
-            case VE_NONE:
-                m->has_ve[i] = false;
-                break;
-            case VE_FIRST_HALF:
-                m->has_ve[i] = i < L / 2;
-                break;
-            default:
-                m->has_ve[i] = i >= L / 2;
-                break;
-            }
-        }
+        for (int i = 0; i < L; i++) m->has_ve[i] = ve_named_has(kind, i, L);
         return 0;
     }
     /* "[a,b,...]" as spec_parse writes it. */
@@ -831,7 +829,7 @@ static int validate_train(spec_train_t *t, const spec_model_t *m, char *err, siz
     return 0;
 }
 
-/* Letters, digits, '_', '.', '-'; not "." or "..". */
+/* Letters, digits, '_', '.', '-'; not starting with '.' (data_name_ok agrees). */
 static int check_dataset(const char *d, char *err, size_t errlen) {
     size_t n = strnlen(d, 64);
     if (n == 0) return fail(err, errlen, "dataset", "must not be empty");
@@ -844,8 +842,8 @@ static int check_dataset(const char *d, char *err, size_t errlen) {
             return fail(err, errlen, "dataset",
                         "\"%.63s\" is not a plain name (letters, digits, _ . - only)", d);
     }
-    if (!strcmp(d, ".") || !strcmp(d, ".."))
-        return fail(err, errlen, "dataset", "\"%s\" is not a dataset name", d);
+    /* Names starting with '.' are prep's temporary directories. */
+    if (d[0] == '.') return fail(err, errlen, "dataset", "\"%s\" must not start with '.'", d);
     return 0;
 }
 
@@ -935,9 +933,19 @@ static bool sort_keys(cJSON *node) {
     return true;
 }
 
-/* ve_layers as JSON: the name, or the list as sorted integers. */
-static cJSON *ve_layers_json(const char *v) {
+/* ve_layers as JSON: the name, or the list as sorted integers. A list that
+ * selects the same layers as a name is printed as that name ([] as "none",
+ * [1,3] at depth 4 as "alternate"), so equal models have equal canonical
+ * specs (and the daemon's dedup sees them as one). */
+static cJSON *ve_layers_json(const spec_model_t *m) {
+    const char *v = m->ve_layers;
     if (v[0] != '[') return cJSON_CreateString(v);
+    for (int k = 0; k < VE_LIST; k++) {
+        bool same = true;
+        for (int i = 0; i < m->depth && same; i++)
+            same = ve_named_has(k, i, m->depth) == m->has_ve[i];
+        if (same) return cJSON_CreateString(ve_names[k]);
+    }
     bool seen[SPEC_MAX_DEPTH] = {false};
     const char *p = v + 1;
     while (*p && *p != ']') {
@@ -1003,7 +1011,7 @@ char *spec_canonical_json(const spec_t *s) {
     ok &= add_double(model, "embed_dropout", m->embed_dropout);
     ok &= add_double(model, "softcap", m->softcap);
     ok &= cJSON_AddStringToObject(model, "window_pattern", m->window_pattern) != NULL;
-    ok &= (ve = ve_layers_json(m->ve_layers)) != NULL;
+    ok &= (ve = ve_layers_json(m)) != NULL;
     if (!ok) goto fail;
     if (!cJSON_AddItemToObject(model, "ve_layers", ve)) {
         cJSON_Delete(ve);

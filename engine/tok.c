@@ -26,6 +26,9 @@
 #include <string.h>
 #include <time.h>
 
+#define TOK_MAX_TOKEN_BYTES (1 << 16)         /* longer tokens come only from malformed files */
+#define TOK_MAX_TOTAL_BYTES ((size_t)1 << 30) /* all token bytes together */
+
 static const char *const special_names[TOK_N_SPECIAL] = {"<|bos|>", "<|eos|>", "<|pad|>",
                                                          "<|reserved|>"};
 
@@ -407,7 +410,15 @@ static tok_t *tok_build(const char *pattern, const int32_t (*merges)[2], int n_m
     for (int i = 0; i <= TOK_N_BYTES; i++) t->toff[i] = (size_t)i;
     for (int r = 0; r < n_merges; r++) {
         int32_t a = merges[r][0], b = merges[r][1];
-        total += (t->toff[a + 1] - t->toff[a]) + (t->toff[b + 1] - t->toff[b]);
+        size_t len = (t->toff[a + 1] - t->toff[a]) + (t->toff[b + 1] - t->toff[b]);
+        /* A merge chain can double a token's length at every step: a
+         * hand-made file could ask for exabytes, or wrap the sum. */
+        if (len > TOK_MAX_TOKEN_BYTES || total > TOK_MAX_TOTAL_BYTES - len) {
+            util_errorf(err, errlen, "merge %d: tokens longer than %d bytes", r,
+                        TOK_MAX_TOKEN_BYTES);
+            goto fail;
+        }
+        total += len;
         t->toff[TOK_N_BYTES + r + 1] = total;
     }
     t->tbytes = malloc(total);

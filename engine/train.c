@@ -332,16 +332,18 @@ static int train_run(const train_opts_t *o) {
         for (int micro = 0; micro < r.accum; micro++) {
             next_train_batch(&r);
             float loss = gpt_forward(r.model, r.inputs, r.targets, r.B, r.T, GPT_TRAIN);
+            /* Any one bad micro-batch fails the run: averaged over the
+             * accumulation it could look harmless. */
+            if (!isfinite(loss) || loss > DIVERGED_LOSS) {
+                code = fail_run(&r, EXIT_DIVERGED, "diverged",
+                                "diverged: loss %g at step %d (micro-batch %d)", loss, step + 1,
+                                micro + 1);
+                goto done;
+            }
             loss_sum += loss;
-            if (!isfinite(loss) || loss > DIVERGED_LOSS) break;
             gpt_backward(r.model, 1.0f / (float)r.accum);
         }
         double loss = loss_sum / r.accum;
-        if (!isfinite(loss) || loss > DIVERGED_LOSS) {
-            code =
-                fail_run(&r, EXIT_DIVERGED, "diverged", "diverged: loss %g at step %d", loss, step);
-            goto done;
-        }
         double progress = fmin(training_time / budget, 1.0);
         double lrm =
             optim_lr_multiplier(progress, tr->warmup_ratio, tr->warmdown_ratio, tr->final_lr_frac);

@@ -244,8 +244,9 @@ Test(spec, range_messages) {
         {"{\"parent\":0}", "parent: must be a positive id or null, got 0"},
         {"{\"dataset\":\"a/b\"}",
          "dataset: \"a/b\" is not a plain name (letters, digits, _ . - only)"},
-        {"{\"dataset\":\"..\"}", "dataset: \"..\" is not a dataset name"},
-        {"{\"dataset\":\".\"}", "dataset: \".\" is not a dataset name"},
+        {"{\"dataset\":\"..\"}", "dataset: \"..\" must not start with '.'"},
+        {"{\"dataset\":\".\"}", "dataset: \".\" must not start with '.'"},
+        {"{\"dataset\":\".x.tmp.1\"}", "dataset: \".x.tmp.1\" must not start with '.'"},
         {"{\"dataset\":\"\"}", "dataset: must not be empty"},
         {"{\"dataset\":\"0123456789012345678901234567890123456789012345678901234567890123\"}",
          "dataset: longer than 63 characters"},
@@ -598,9 +599,18 @@ Test(spec, canonical_equal_values_print_equal) {
     cr_expect_not_null(strstr(b, "\"matrix_lr\":0.10000000000000002,"));
     free(a);
     free(b);
-    a = canonical_of("{\"model\":{\"ve_layers\":[3,1]},\"seed\":9007199254740991}");
-    cr_expect_not_null(strstr(a, "\"ve_layers\":[1,3]"));
+    a = canonical_of("{\"model\":{\"ve_layers\":[2,0]},\"seed\":9007199254740991}");
+    cr_expect_not_null(strstr(a, "\"ve_layers\":[0,2]"));
     cr_expect_not_null(strstr(a, "\"seed\":9007199254740991"));
+    free(a);
+    /* A list that selects what a name selects prints as the name. */
+    a = canonical_of("{\"model\":{\"ve_layers\":[3,1]}}");
+    b = canonical_of("{\"model\":{\"ve_layers\":\"alternate\"}}");
+    cr_expect_str_eq(a, b);
+    free(a);
+    free(b);
+    a = canonical_of("{\"model\":{\"ve_layers\":[]}}");
+    cr_expect_not_null(strstr(a, "\"ve_layers\":\"none\""));
     free(a);
 }
 

@@ -603,7 +603,7 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     int64_t mid = succeed(s, "mid", 1.50, "\"depth\":2,\"n_embd\":64,\"n_head\":2,\"n_kv_head\":1");
     int64_t best = succeed(s, "best", 1.20,
                            "\"depth\":3,\"n_embd\":96,\"n_head\":3,\"mlp\":\"swiglu\","
-                           "\"ve_layers\":[0,2],\"window_pattern\":\"L\",\"tie_embeddings\":true");
+                           "\"ve_layers\":[0,1],\"window_pattern\":\"L\",\"tie_embeddings\":true");
     int64_t worst = succeed(s, "worst", 1.90, NULL);
     int64_t failed = insert(s, "failed", 0);
     claim_expect(s, failed);
@@ -645,7 +645,7 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     cr_expect_eq(sqlite3_column_int(st, 4), 96);
     cr_expect_eq(sqlite3_column_int(st, 5), 3);
     cr_expect_eq(sqlite3_column_int(st, 6), 3, "n_kv_head defaults to n_head");
-    cr_expect_str_eq((const char *)sqlite3_column_text(st, 7), "[0,2]");
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 7), "[0,1]");
     cr_expect_eq(sqlite3_column_int(st, 8), 32);
     cr_expect_str_eq((const char *)sqlite3_column_text(st, 9), "swiglu");
     cr_expect_str_eq((const char *)sqlite3_column_text(st, 10), "L");

@@ -492,6 +492,12 @@ Test(tok, deterministic_and_save_load) {
 Test(tok, load_rejects_bad_files) {
     char *dir = tu_tmpdir();
     char *p = tu_path("%s/t.json", dir);
+    /* 64 merges that each double a token: 2^64 bytes, a wrapped size_t */
+    char doubling[64 * 16] = "[[0, 0]";
+    for (int r = 1; r < 64; r++)
+        snprintf(doubling + strlen(doubling), sizeof doubling - strlen(doubling), ", [%d, %d]",
+                 255 + r, 255 + r);
+    strcat(doubling, "]");
     struct {
         const char *merges;
         int first_special;
@@ -503,6 +509,7 @@ Test(tok, load_rejects_bad_files) {
         {"[[104]]", 257, "not a pair"},
         {"[[104, 105]]", 256, "special 0"},
         {"[[-1, 105]]", 257, "does not exist"},
+        {doubling, 256 + 64, "tokens longer than"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int s = cases[i].first_special;
