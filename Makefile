@@ -15,10 +15,12 @@ STATE    ?= state
 PKGS     := openblas libcjson libpcre2-8 libcrypto libuv sqlite3 libcurl
 TEST_PKGS := criterion
 
+# CFLAGS is the user's to set (make CFLAGS="-O0 -g"); what the code needs to
+# build at all is in BASE_CFLAGS.
 OPT      ?= -O2 -march=native
 CFLAGS   ?= $(OPT) -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
-            -MMD -MP -iquote engine -iquote daemon
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
+               -MMD -MP -iquote engine -iquote daemon
 LDLIBS   += -lhttp_parser -lm
 
 # Resolved lazily so `make clean` and `make setup` work before the packages exist.
@@ -35,8 +37,8 @@ TEST_SRC   := $(filter-out tests/bad_worker.c,$(wildcard tests/*.c))
 # Sanitizer builds go to their own tree so objects never mix.
 ifeq ($(SAN),1)
   override BUILD := $(BUILD)/asan
-  CFLAGS  := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
-             -fno-sanitize-recover=undefined $(filter-out -O2 -O3 -g,$(CFLAGS))
+  override CFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+             -fno-sanitize-recover=undefined $(filter-out -O0 -O1 -O2 -O3 -g,$(CFLAGS))
   LDLIBS  += -fsanitize=address,undefined
 endif
 
@@ -60,7 +62,7 @@ setup:
 
 $(BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
 
 # The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
 # the store_migrations table (daemon/store.h).
@@ -69,7 +71,7 @@ $(BUILD)/schema_sql.c: $(SCHEMA_SQL) scripts/embed-schema.awk
 	@mkdir -p $(@D)
 	awk -f scripts/embed-schema.awk $(SCHEMA_SQL) > $@.tmp && mv -f $@.tmp $@
 $(BUILD)/schema_sql.o: $(BUILD)/schema_sql.c | $(SETUP_STAMP)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
 $(BIN): $(BUILD)/daemon/main.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -170,7 +171,7 @@ static int authorized(const api_t *a, const http_request_t *req) {
     if (!a->token) return 1;
     const char *h = req->authorization;
     size_t n = strlen(a->token);
-    if (!h || strncmp(h, "Bearer ", 7) != 0 || strlen(h + 7) != n) return 0;
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0 || strlen(h + 7) != n) return 0;
     return CRYPTO_memcmp(h + 7, a->token, n) == 0; /* constant time */
 }
 
@@ -277,13 +278,27 @@ static void get_experiments(api_t *a, const http_request_t *req, http_response_t
     if (query_int(req, res, "limit", 1, 1000, 100, &limit) < 0 ||
         query_int(req, res, "after", 0, INT64_MAX, 0, &after) < 0)
         return;
-    int has_status = http_query_get(req->query, "status", status, sizeof status) == 1 && status[0];
-    int has_order = http_query_get(req->query, "order", order, sizeof order) == 1 && order[0];
+    int got_status = http_query_get(req->query, "status", status, sizeof status);
+    int got_order = http_query_get(req->query, "order", order, sizeof order);
+    int has_status = got_status == 1 && status[0], has_order = got_order == 1 && order[0];
+    static const char *const statuses[] = {
+        STORE_QUEUED,  STORE_RUNNING, STORE_SUCCEEDED, STORE_FAILED,    STORE_CRASHED,
+        STORE_TIMEOUT, STORE_OOM,     STORE_DIVERGED,  STORE_CANCELLED, STORE_INTERRUPTED};
+    int status_ok = !has_status;
+    for (size_t i = 0; i < sizeof statuses / sizeof *statuses; i++)
+        status_ok |= !strcmp(status, statuses[i]);
+    if (got_status < 0 || !status_ok) {
+        http_error(res, 400, "invalid_query",
+                   "status: expected one of queued, running, "
+                   "succeeded, failed, crashed, timeout, oom, "
+                   "diverged, cancelled, interrupted");
+        return;
+    }
     static const char *const orders[] = {"id", "-id", "val_bpb", "created"};
     int order_ok = !has_order;
     for (size_t i = 0; i < sizeof orders / sizeof *orders; i++)
         order_ok |= !strcmp(order, orders[i]);
-    if (!order_ok) {
+    if (got_order < 0 || !order_ok) {
         http_error(res, 400, "invalid_query", "order: expected id, -id, val_bpb or created");
         return;
     }

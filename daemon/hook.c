@@ -735,13 +735,21 @@ static int idle(hook_t *h) {
     return depth == 0 && (!s || sched_running(s) < sched_slots(s));
 }
 
+/* Is an experiment.finished event still being delivered? */
+static int finished_pending(const hook_t *h) {
+    for (const event_t *ev = h->events; ev; ev = ev->next)
+        if (!strcmp(ev->type, EV_FINISHED)) return 1;
+    return 0;
+}
+
 static void idle_cb(uv_timer_t *t) {
     hook_t *h = t->data;
     if (!idle(h)) {
         uv_timer_stop(t);
         return;
     }
-    if (h->empty_pending) return; /* the last one is still being delivered */
+    /* the last one, or a finished run's event, is still being delivered */
+    if (h->empty_pending || finished_pending(h)) return;
     log_info("hook: still idle: asking the agent again");
     event_new(h, EV_EMPTY, NULL, NULL);
 }
@@ -853,13 +861,6 @@ void hook_experiment_finished(hook_t *h, int64_t id) {
         return;
     }
     event_new(h, EV_FINISHED, e, NULL);
-}
-
-/* Is an experiment.finished event still being delivered? */
-static int finished_pending(const hook_t *h) {
-    for (const event_t *ev = h->events; ev; ev = ev->next)
-        if (!strcmp(ev->type, EV_FINISHED)) return 1;
-    return 0;
 }
 
 void hook_queue_empty(hook_t *h) {

@@ -461,7 +461,9 @@ static int on_headers_complete(http_parser *p) {
         buf_reserve(&c->body, (size_t)p->content_length))
         return conn_reject(c, 503, "out of memory");
     /* A client that waits for "100 Continue" gets it only when a body fits. */
-    int has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
+    /* Without a Content-Length, http-parser leaves content_length at ULLONG_MAX. */
+    int has_body =
+        (p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > 0);
     if (has_body && c->expect.len && !strcasecmp(c->expect.p, "100-continue") &&
         (p->http_major > 1 || (p->http_major == 1 && p->http_minor >= 1)))
         conn_send(c, 100, NULL, NULL, 0, 0, 0);

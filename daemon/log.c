@@ -20,6 +20,10 @@ void log_write(log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    /* Names and reasons come from specs and workers: no control characters
+     * may forge a line or reach a terminal that tails the log. */
+    for (char *p = line; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     /* One fprintf per line keeps lines whole when several processes share stderr. */
     fprintf(stderr, "%s.%03dZ %s %s\n", stamp, (int)(tv.tv_usec / 1000), names[level], line);
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,19 @@ typedef struct {
     cJSON *progress; /* the last step line, or NULL */
     store_metric_t pending[METRICS_BATCH];
     size_t n_pending;
+    struct ending *unrecorded; /* an ending the store refused so far; retried */
 } slot_t;
+
+/* How a worker ended, as the store records it. */
+typedef struct ending {
+    worker_status status;
+    char reason[1024];
+    int exit_code, term_signal;
+    int has_result;
+    store_result_t r;
+    char peak_source[32]; /* r.peak_source points here */
+    double wall_seconds;
+} ending_t;
 
 struct sched {
     uv_loop_t *loop;
@@ -56,12 +69,21 @@ struct sched {
 
 /* ---------------------------------------------------------------- metrics */
 
+/* Write the slot's buffered metrics. On failure they stay buffered for the
+ * next flush, unless the buffer is full: then this batch is dropped (and
+ * logged) so that progress keeps flowing. */
 static void flush_metrics(slot_t *sl) {
     if (sl->n_pending == 0) return;
     char err[256];
-    if (store_add_metrics(sl->s->store, sl->id, sl->pending, sl->n_pending, err, sizeof err) < 0)
-        log_error("experiment %lld: metrics not recorded: %s", (long long)sl->id, err);
-    sl->n_pending = 0;
+    if (store_add_metrics(sl->s->store, sl->id, sl->pending, sl->n_pending, err, sizeof err) == 0) {
+        sl->n_pending = 0;
+        return;
+    }
+    log_error("experiment %lld: metrics not recorded yet: %s", (long long)sl->id, err);
+    if (sl->n_pending == METRICS_BATCH) {
+        log_error("experiment %lld: %d metrics rows dropped", (long long)sl->id, METRICS_BATCH);
+        sl->n_pending = 0;
+    }
 }
 
 static void flush_timer_cb(uv_timer_t *t) {
@@ -71,7 +93,13 @@ static void flush_timer_cb(uv_timer_t *t) {
 
 static double jnum(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : 0.0;
+}
+
+/* An integer from a worker's JSON, clamped: the worker is not trusted. */
+static int64_t jint(const cJSON *o, const char *key) {
+    double d = jnum(o, key);
+    return d <= -9e18 ? INT64_MIN + 1 : d >= 9e18 ? INT64_MAX : (int64_t)d;
 }
 
 /* --------------------------------------------------------------- workers */
@@ -84,7 +112,7 @@ static void on_progress(worker_t *w, const cJSON *line, void *user) {
     cJSON_Delete(sl->progress);
     sl->progress = cJSON_Duplicate(line, 1);
     store_metric_t *m = &sl->pending[sl->n_pending++];
-    m->step = (int64_t)jnum(line, "step");
+    m->step = jint(line, "step");
     m->time_s = jnum(line, "training_seconds");
     m->loss = jnum(line, "loss");
     m->lr_mult = jnum(line, "lrm");
@@ -97,20 +125,20 @@ static void result_from_json(const cJSON *r, store_result_t *out) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "params");
     memset(out, 0, sizeof *out);
     out->val_bpb = jnum(r, "val_bpb");
-    out->params_total = (int64_t)jnum(p, "total");
-    out->params_wte = (int64_t)jnum(p, "wte");
-    out->params_wpe = (int64_t)jnum(p, "wpe");
-    out->params_value_embeds = (int64_t)jnum(p, "value_embeds");
-    out->params_lm_head = (int64_t)jnum(p, "lm_head");
-    out->params_blocks = (int64_t)jnum(p, "transformer_matrices");
-    out->params_scalars = (int64_t)jnum(p, "scalars");
+    out->params_total = jint(p, "total");
+    out->params_wte = jint(p, "wte");
+    out->params_wpe = jint(p, "wpe");
+    out->params_value_embeds = jint(p, "value_embeds");
+    out->params_lm_head = jint(p, "lm_head");
+    out->params_blocks = jint(p, "transformer_matrices");
+    out->params_scalars = jint(p, "scalars");
     out->flops_per_token = jnum(r, "flops_per_token");
     out->mfu_percent = jnum(r, "mfu_percent");
     out->peak_gflops = jnum(r, "peak_gflops");
     out->peak_source = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "peak_source"));
     out->tokens_per_second = jnum(r, "tokens_per_second");
     out->total_tokens = jnum(r, "total_tokens");
-    out->num_steps = (int64_t)jnum(r, "num_steps");
+    out->num_steps = jint(r, "num_steps");
     out->training_seconds = jnum(r, "training_seconds");
     out->total_seconds = jnum(r, "total_seconds");
     out->startup_seconds = jnum(r, "startup_seconds");
@@ -127,36 +155,63 @@ static void release_slot(slot_t *sl) {
     sl->progress = NULL;
 }
 
-static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
-    slot_t *sl = user;
+static void arm_retry(sched_t *s);
+
+/* Record sl's ending in the store. On success: log it, free the slot, tell
+ * the hook, and return 0. On failure (e.g. the database is locked by a long
+ * reader) the ending is kept in the slot, which stays busy, and retried from
+ * the retry timer: nothing that finished is ever lost. */
+static int record_ending(slot_t *sl, const ending_t *e) {
     sched_t *s = sl->s;
     char err[256];
     int64_t id = sl->id;
-    (void)w;
+    worker_status st = e->status; /* e may be sl->unrecorded, freed below */
+    const char *status = worker_status_name(st);
     flush_metrics(sl);
-    const char *status = worker_status_name(ex->status);
-    int rc;
-    if (ex->status == WORKER_INTERRUPTED) {
-        rc = store_interrupt(s->store, id, s->o.max_attempts, err, sizeof err);
-    } else {
-        store_result_t r, *rp = NULL;
-        if (ex->status == WORKER_SUCCEEDED && ex->result) {
-            result_from_json(ex->result, &r);
-            rp = &r;
+    int rc = e->status == WORKER_INTERRUPTED
+                 ? store_interrupt(s->store, id, s->o.max_attempts, err, sizeof err)
+                 : store_finish(s->store, id, status, e->reason[0] ? e->reason : NULL, e->exit_code,
+                                e->term_signal, e->has_result ? &e->r : NULL, err, sizeof err);
+    if (rc < 0) {
+        log_error("experiment %lld %s, but the store refused it (%s); retrying", (long long)id,
+                  status, err);
+        if (!sl->unrecorded && (sl->unrecorded = malloc(sizeof *sl->unrecorded))) {
+            *sl->unrecorded = *e;
+            sl->unrecorded->r.peak_source = sl->unrecorded->peak_source;
         }
-        rc = store_finish(s->store, id, status, ex->reason[0] ? ex->reason : NULL, ex->exit_code,
-                          ex->term_signal, rp, err, sizeof err);
+        arm_retry(s);
+        return -1;
     }
-    if (rc < 0) log_error("experiment %lld: could not record its end: %s", (long long)id, err);
-    if (ex->status == WORKER_SUCCEEDED)
+    if (e->status == WORKER_SUCCEEDED)
         log_info("experiment %lld succeeded: val_bpb %.6f (slot %d, %.1f s)", (long long)id,
-                 jnum(ex->result, "val_bpb"), sl->index, ex->wall_seconds);
+                 e->r.val_bpb, sl->index, e->wall_seconds);
     else
-        log_warn("experiment %lld %s: %s (slot %d, %.1f s)", (long long)id, status, ex->reason,
-                 sl->index, ex->wall_seconds);
+        log_warn("experiment %lld %s: %s (slot %d, %.1f s)", (long long)id, status, e->reason,
+                 sl->index, e->wall_seconds);
+    free(sl->unrecorded);
+    sl->unrecorded = NULL;
     release_slot(sl);
-    if (s->o.on_finished && ex->status != WORKER_INTERRUPTED)
-        s->o.on_finished(s->o.user, id, status);
+    if (s->o.on_finished && st != WORKER_INTERRUPTED) s->o.on_finished(s->o.user, id, status);
+    return 0;
+}
+
+static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
+    slot_t *sl = user;
+    sched_t *s = sl->s;
+    ending_t e = {.status = ex->status,
+                  .exit_code = ex->exit_code,
+                  .term_signal = ex->term_signal,
+                  .wall_seconds = ex->wall_seconds};
+    (void)w;
+    snprintf(e.reason, sizeof e.reason, "%s", ex->reason);
+    if (ex->status == WORKER_SUCCEEDED && ex->result) {
+        result_from_json(ex->result, &e.r);
+        snprintf(e.peak_source, sizeof e.peak_source, "%s", e.r.peak_source ? e.r.peak_source : "");
+        e.r.peak_source = e.peak_source;
+        e.has_result = 1;
+    }
+    sl->worker = NULL; /* the process is gone; the slot stays busy until recorded */
+    record_ending(sl, &e);
 
     if (s->shutting_down) {
         if (sched_running(s) == 0 && s->shutdown_done) {
@@ -188,6 +243,12 @@ static int make_run_dir(sched_t *s, const store_experiment_t *e, char run_dir[RU
 
 /* What start_one did. */
 enum { START_FAILED_RUN = -1, START_EMPTY = 0, START_OK = 1, START_RETRY_LATER = -2 };
+
+/* A spec may ask for less memory than the daemon's limit, never more. */
+static int memory_limit(int spec_mb, int daemon_mb) {
+    if (spec_mb <= 0) return daemon_mb;
+    return daemon_mb > 0 && daemon_mb < spec_mb ? daemon_mb : spec_mb;
+}
 
 /* Claim the next experiment and start it in sl. START_FAILED_RUN: the
  * experiment itself could not start (bad spec, run directory) and is
@@ -237,7 +298,7 @@ static int start_one(sched_t *s, slot_t *sl) {
         .log_path = log_path,
         .cpus = sl->cpus,
         .threads = threads,
-        .memory_mb = spec.resources.memory_mb > 0 ? spec.resources.memory_mb : s->o.memory_mb,
+        .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
         .deadline_s = spec.time_budget_s * 1.25 + s->o.deadline_slack_s,
         .kill_grace_s = s->o.kill_grace_s,
     };
@@ -281,18 +342,25 @@ static void retry_timer_cb(uv_timer_t *t) {
     sched_kick(t->data);
 }
 
+/* Kick again in RETRY_START_MS (a start or a record that failed for system reasons). */
+static void arm_retry(sched_t *s) {
+    if (!uv_is_active((uv_handle_t *)&s->retry_timer))
+        uv_timer_start(&s->retry_timer, retry_timer_cb, RETRY_START_MS, 0);
+}
+
 /* --------------------------------------------------------------- public */
 
 void sched_kick(sched_t *s) {
     if (s->shutting_down) return;
     for (int i = 0; i < s->o.slots; i++) {
         slot_t *sl = &s->slots[i];
+        if (sl->unrecorded && record_ending(sl, sl->unrecorded) < 0) continue;
         if (sl->worker) continue;
         int rc;
         while ((rc = start_one(s, sl)) == START_FAILED_RUN) {
         } /* a failed start is recorded; try the next */
         if (rc == START_RETRY_LATER) {
-            uv_timer_start(&s->retry_timer, retry_timer_cb, RETRY_START_MS, 0);
+            arm_retry(s);
             return;
         }
         if (rc == START_EMPTY) {
@@ -457,7 +525,14 @@ static void free_after_close(uv_handle_t *h) {
 
 void sched_free(sched_t *s) {
     if (!s) return;
-    for (int i = 0; i < s->o.slots; i++) release_slot(&s->slots[i]);
+    for (int i = 0; i < s->o.slots; i++) {
+        if (s->slots[i].unrecorded)
+            log_error("experiment %lld: its end was never recorded; it will be re-queued at the "
+                      "next start",
+                      (long long)s->slots[i].id);
+        free(s->slots[i].unrecorded);
+        release_slot(&s->slots[i]);
+    }
     uv_close((uv_handle_t *)&s->flush_timer, free_after_close);
     uv_close((uv_handle_t *)&s->retry_timer, free_after_close);
 }

@@ -20,7 +20,10 @@
 #include <string.h>
 #include <time.h>
 
-#define BUSY_TIMEOUT_MS 5000
+/* Short: the store runs on the daemon's loop, so a lock held by an outside
+ * writer (a sqlite3 shell) must not stall it for long. A refused write is
+ * retried by the scheduler (endings) or kept for the next batch (metrics). */
+#define BUSY_TIMEOUT_MS 200
 #define LIST_MAX        1000
 
 /* ---------------------------------------------------------------- statements */

@@ -26,13 +26,15 @@ if [[ ! -s $secret ]]; then
 fi
 
 pids=()
+# stop [STATUS]: stop everything started so far and exit with STATUS (0: a
+# requested stop; non-zero: something failed to start or died).
 stop() {
     trap - INT TERM
     echo
     echo "run: stopping (the daemon re-queues a running experiment)"
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     wait "${pids[@]}" 2>/dev/null || true
-    exit 0
+    exit "${1:-0}"
 }
 trap stop INT TERM
 
@@ -40,6 +42,7 @@ trap stop INT TERM
 start() {
     local name=$1 log=$2
     shift 2
+    rm -f "$log.out" # so an old "listening on" line cannot count for this start
     "$@" >"$log.out" 2>>"$log" &
     pids+=($!)
     for _ in $(seq 100); do
@@ -47,12 +50,12 @@ start() {
         if ! kill -0 "${pids[-1]}" 2>/dev/null; then
             echo "run: $name did not start:" >&2
             tail -n 20 "$log" >&2
-            stop
+            stop 1
         fi
         sleep 0.1
     done
     echo "run: $name did not report its address in 10 s" >&2
-    stop
+    stop 1
 }
 
 start agent "$state/agent.log" "$bin" agent --listen "127.0.0.1:$agent_port" \
@@ -78,4 +81,4 @@ pids+=($!)
 # Should either end by itself, stop the other too.
 wait -n "${pids[0]}" "${pids[1]}" || true
 echo "run: the agent or the daemon exited; see $state/agent.log and $state/daemon.log" >&2
-stop
+stop 1
