@@ -3,6 +3,7 @@
 #include "api.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -206,7 +207,7 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
         cJSON_Delete(body);
         return;
     }
-    /* Validate every spec before queueing any, so a batch is all or nothing. */
+    /* Validate every spec before queueing any: one invalid spec queues nothing. */
     for (int i = 0; i < n; i++) {
         spec_t s;
         int bad =
@@ -228,7 +229,9 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
         int dup = 0;
         if (api_submit(a, is_array ? cJSON_GetArrayItem(body, i) : body, source, force, &id, &dup,
                        err, sizeof err) < 0) {
-            /* validated above: only the store can fail here */
+            /* validated above: only the store can fail here; what was
+             * queued before the failure still runs */
+            if (created) sched_kick(a->sched);
             cJSON_Delete(items);
             cJSON_Delete(body);
             http_error(res, 500, "store_error", "%s", err);
@@ -346,26 +349,29 @@ static void get_log(api_t *a, const http_request_t *req, int64_t id, http_respon
     char path[PATH_MAX];
     if (query_int(req, res, "tail", 1, LOG_TAIL_MAX, LOG_TAIL_DEFAULT, &tail) < 0) return;
     snprintf(path, sizeof path, "%s/runs/%lld/train.log", a->state_dir, (long long)id);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    /* Only a regular file: a FIFO or a link planted in the run directory must
+     * not block the loop or lead elsewhere. */
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0) close(fd);
         http_error(res, 404, "not_found", "experiment %lld has no log", (long long)id);
         return;
     }
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    long from = size > tail ? size - tail : 0;
-    fseek(f, from, SEEK_SET);
-    char *buf = malloc((size_t)(size - from) + 1);
-    size_t got = buf ? fread(buf, 1, (size_t)(size - from), f) : 0;
-    fclose(f);
-    if (!buf) {
-        http_error(res, 500, "internal", "out of memory");
+    off_t from = st.st_size > tail ? st.st_size - tail : 0;
+    size_t want = (size_t)(st.st_size - from);
+    char *buf = malloc(want + 1);
+    ssize_t got = buf ? pread(fd, buf, want, from) : -1;
+    close(fd);
+    if (!buf || got < 0) {
+        free(buf);
+        http_error(res, 500, "internal", "cannot read the log");
         return;
     }
     res->status = 200;
     res->content_type = "text/plain; charset=utf-8";
     res->body = buf;
-    res->body_len = got;
+    res->body_len = (size_t)got;
 }
 
 static void post_cancel(api_t *a, int64_t id, http_response_t *res) {

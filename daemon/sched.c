@@ -28,7 +28,7 @@
 typedef struct {
     sched_t *s;
     int index;
-    char cpus[32];
+    char cpus[256]; /* CPU list for the shim, e.g. "0-3" or "0,2,4" */
     int threads;
     worker_t *worker; /* NULL when the slot is free */
     int64_t id;
@@ -451,10 +451,19 @@ static void assign_cpus(slot_t *sl, int i, int slots, int threads_per_slot) {
     if (n == 0) cpus[n++] = 0;
     int per = n / slots > 0 ? n / slots : 1;
     int first = (i * per) % n, last = first + per - 1;
-    if (per == 1)
-        snprintf(sl->cpus, sizeof sl->cpus, "%d", cpus[first]);
-    else
-        snprintf(sl->cpus, sizeof sl->cpus, "%d-%d", cpus[first], cpus[last]);
+    /* The allowed CPUs need not be contiguous (taskset -c 0,2,4,6): list
+     * them, with runs of consecutive numbers as ranges. */
+    size_t len = 0;
+    sl->cpus[0] = '\0';
+    for (int j = first; j <= last && len < sizeof sl->cpus - 24; j++) {
+        int run_end = j;
+        while (run_end < last && cpus[run_end + 1] == cpus[run_end] + 1) run_end++;
+        len += (size_t)snprintf(sl->cpus + len, sizeof sl->cpus - len, "%s%d", len ? "," : "",
+                                cpus[j]);
+        if (run_end > j)
+            len += (size_t)snprintf(sl->cpus + len, sizeof sl->cpus - len, "-%d", cpus[run_end]);
+        j = run_end;
+    }
     sl->threads = threads_per_slot > 0 ? threads_per_slot : per;
     if (n / slots == 0)
         log_warn("slot %d shares cpu %d: %d slots on %d cpus", i, cpus[first], slots, n);
