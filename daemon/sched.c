@@ -16,9 +16,10 @@
 #include "util.h"
 #include "worker.h"
 
-#define METRICS_BATCH          256  /* rows buffered per slot before a forced flush */
-#define METRICS_FLUSH_MS       1000 /* and at least this often */
-#define RETRY_START_MS         5000 /* after a start failed for want of resources */
+#define METRICS_BATCH          256    /* rows buffered per slot before a forced flush */
+#define METRICS_FLUSH_MS       1000   /* and at least this often */
+#define RETRY_START_MS         5000   /* after a start failed for want of resources */
+#define MAX_METRICS_PER_RUN    100000 /* metrics rows per run; a 5-minute run has hundreds */
 #define DEFAULT_DEADLINE_SLACK 120.0
 #define DEFAULT_KILL_GRACE     5.0
 /* DIR/runs/<id> and the files in it; DIR itself is at most PATH_MAX. */
@@ -37,6 +38,7 @@ typedef struct {
     cJSON *progress; /* the last step line, or NULL */
     store_metric_t pending[METRICS_BATCH];
     size_t n_pending;
+    int64_t n_metrics;         /* rows taken from this run so far (capped) */
     struct ending *unrecorded; /* an ending the store refused so far; retried */
 } slot_t;
 
@@ -111,6 +113,11 @@ static void on_progress(worker_t *w, const cJSON *line, void *user) {
     if (!ev || strcmp(ev, "step") != 0) return;
     cJSON_Delete(sl->progress);
     sl->progress = cJSON_Duplicate(line, 1);
+    /* A worker that floods step lines must not grow the table without end. */
+    if (sl->n_metrics++ == MAX_METRICS_PER_RUN)
+        log_warn("experiment %lld: more than %d step lines; recording no more metrics",
+                 (long long)sl->id, MAX_METRICS_PER_RUN);
+    if (sl->n_metrics > MAX_METRICS_PER_RUN) return;
     store_metric_t *m = &sl->pending[sl->n_pending++];
     m->step = jint(line, "step");
     m->time_s = jnum(line, "training_seconds");
@@ -304,6 +311,7 @@ static int start_one(sched_t *s, slot_t *sl) {
     };
     worker_callbacks_t cb = {.on_progress = on_progress, .on_exit = on_exit_cb, .user = sl};
     sl->id = e.id;
+    sl->n_metrics = 0;
     sl->name = e.name ? strdup(e.name) : NULL;
     sl->budget_s = spec.time_budget_s;
     spec_free(&spec);
