@@ -261,14 +261,11 @@ static int set_secret(agent_opts_t *o, const char *text, size_t len, const char 
 static int read_secret_file(agent_opts_t *o, const char *path, char *err, size_t errlen) {
     size_t len;
     char e2[256];
-    char *text = util_read_file(path, MAX_SECRET + 2, &len, e2, sizeof e2);
+    char *text = util_read_secret(path, MAX_SECRET + 2, &len, e2, sizeof e2);
     if (!text) {
         snprintf(err, errlen, "--secret-file %s", e2);
         return -1;
     }
-    /* Trailing newlines and spaces are dropped, as the daemon does. */
-    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
-        len--;
     int rc = set_secret(o, text, len, path, err, errlen);
     free(text);
     return rc;

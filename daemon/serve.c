@@ -64,10 +64,8 @@ typedef struct {
 static int read_secret_file(const char *path, const char *what, char *out, int max, char *err,
                             size_t errlen) {
     size_t len;
-    char *text = util_read_file(path, 4096, &len, err, errlen);
+    char *text = util_read_secret(path, 4096, &len, err, errlen);
     if (!text) return -1;
-    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
-        text[--len] = '\0';
     int rc = 0;
     if (len == 0 || len > (size_t)max) {
         snprintf(err, errlen, "%s: the %s must be 1 to %d characters", path, what, max);

@@ -33,7 +33,9 @@
 #error "the dataset files are little-endian and are mapped as they are"
 #endif
 
-#define MAX_DEPTH 64 /* directory nesting, which also stops symlink loops */
+/* One input document or dataset file read whole; prep holds its input in memory. */
+#define DATA_MAX_FILE_BYTES ((size_t)1 << 34)
+#define MAX_DEPTH           64 /* directory nesting, which also stops symlink loops */
 
 /* Progress lines for long loops: at most one every PROGRESS_S seconds. */
 #define PROGRESS_S 2.0
@@ -117,37 +119,6 @@ static int add_doc(corpus_t *c, const char *s, size_t n) {
     return 0;
 }
 
-static char *read_file(const char *path, size_t *len, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    if (fd < 0) {
-        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    for (;;) {
-        if (grow(&buf, &cap, n + 65536, 1)) {
-            util_errorf(err, errlen, "%s: out of memory", path);
-            goto fail;
-        }
-        ssize_t got = read(fd, buf + n, cap - n);
-        if (got < 0) {
-            if (errno == EINTR) continue;
-            util_errorf(err, errlen, "%s: %s", path, strerror(errno));
-            goto fail;
-        }
-        if (got == 0) break;
-        n += (size_t)got;
-    }
-    close(fd);
-    *len = n;
-    return buf;
-fail:
-    close(fd);
-    free(buf);
-    return NULL;
-}
-
 static bool has_suffix(const char *s, const char *suf) {
     size_t n = strlen(s), m = strlen(suf);
     return n >= m && !strcmp(s + n - m, suf);
@@ -192,7 +163,7 @@ static int add_jsonl(corpus_t *c, const char *path, const char *buf, size_t len,
 /* Read one file: record it as a source and add its documents. */
 static int add_file(corpus_t *c, const char *path, int val, char *err, size_t errlen) {
     size_t len;
-    char *buf = read_file(path, &len, err, errlen);
+    char *buf = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen);
     if (!buf) return -1;
     if (grow(&c->src, &c->capsrc, c->nsrc + 1, sizeof *c->src)) goto oom;
     source_t *s = &c->src[c->nsrc];
@@ -892,7 +863,7 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
     snprintf(ds->name, sizeof ds->name, "%s", name);
     snprintf(path, sizeof path, "%s/manifest.json", ds->dir);
     size_t len;
-    if (!(text = read_file(path, &len, err, errlen))) goto fail;
+    if (!(text = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen))) goto fail;
     m = cJSON_ParseWithLength(text, len);
     if (!cJSON_IsObject(m)) {
         util_errorf(err, errlen, "%s: not a JSON object", path);
@@ -932,7 +903,8 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
 
     size_t tl;
     snprintf(path, sizeof path, "%s/token_bytes.bin", ds->dir);
-    if (!(ds->token_bytes = (int32_t *)read_file(path, &tl, err, errlen))) goto fail;
+    if (!(ds->token_bytes = (int32_t *)util_read_file(path, DATA_MAX_FILE_BYTES, &tl, err, errlen)))
+        goto fail;
     if (tl != (size_t)ds->vocab_size * sizeof(int32_t)) {
         util_errorf(err, errlen, "%s: %zu bytes, expected %d int32 values", path, tl,
                     ds->vocab_size);

@@ -974,37 +974,6 @@ int tok_save(const tok_t *t, const char *path, char *err, size_t errlen) {
     return 0;
 }
 
-static char *read_whole(const char *path, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    if (!f) {
-        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    for (;;) {
-        if (grow(&buf, &cap, n + 65536 + 1, 1)) {
-            util_errorf(err, errlen, "%s: out of memory", path);
-            goto fail;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        util_errorf(err, errlen, "%s: read failed", path);
-        goto fail;
-    }
-    fclose(f);
-    buf[n] = 0;
-    *len = n;
-    return buf;
-fail:
-    fclose(f);
-    free(buf);
-    return NULL;
-}
-
 static bool json_int(const cJSON *v, int *out) {
     if (!cJSON_IsNumber(v)) return false;
     double d = v->valuedouble;
@@ -1015,7 +984,7 @@ static bool json_int(const cJSON *v, int *out) {
 
 tok_t *tok_load(const char *path, char *err, size_t errlen) {
     size_t len;
-    char *text = read_whole(path, &len, err, errlen);
+    char *text = util_read_file(path, (size_t)1 << 30, &len, err, errlen);
     if (!text) return NULL;
     cJSON *root = cJSON_ParseWithLength(text, len);
     int32_t(*merges)[2] = NULL;

@@ -28,7 +28,7 @@ void util_errorf(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 char *util_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen(path, "rbe");
     char *buf = NULL;
     if (!f) {
         util_errorf(err, errlen, "%s: %s", path, strerror(errno));
@@ -61,6 +61,16 @@ fail:
     free(buf);
     fclose(f);
     return NULL;
+}
+
+char *util_read_secret(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen) {
+    size_t n;
+    char *text = util_read_file(path, max_bytes, &n, err, errlen);
+    if (!text) return NULL;
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' '))
+        text[--n] = '\0';
+    *len = n;
+    return text;
 }
 
 int util_write_file_atomic(const char *path, const void *data, size_t len, char *err,

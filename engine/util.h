@@ -16,6 +16,10 @@ void util_errorf(char *err, size_t errlen, const char *fmt, ...)
  * be NULL when the caller only cares whether it worked). */
 char *util_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen);
 
+/* A token or secret kept in a file: util_read_file, then trailing newlines
+ * and spaces dropped (editors add them). Same ownership as util_read_file. */
+char *util_read_secret(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen);
+
 /* Write data to path atomically: a temp file beside it, fsync, rename, fsync
  * of the directory. Returns 0 or -1 with err; never leaves the temp file. */
 int util_write_file_atomic(const char *path, const void *data, size_t len, char *err,
