@@ -5,6 +5,8 @@
 #   make test       build and run every test
 #   make asan       the same tests under AddressSanitizer + UBSan
 #   make bench      engine benchmarks side by side with the PyTorch reference
+#   make bench-sampler / bench-noise   val_bpb by row sampler; seed-to-seed noise
+#                   (long: five-minute runs on the default corpus; BENCH_ARGS adds options)
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
 #   make format / format-check, make clean
 
@@ -50,6 +52,7 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan bench fixtures format format-check clean
+.PHONY: bench-sampler bench-noise
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -123,6 +126,13 @@ run: $(BIN) $(DEFAULT_DATASET)
 
 bench: $(BIN)
 	bash tests/bench/run.sh $(BIN)
+
+# Sequential walk vs random rows on the genre-ordered default corpus, and the
+# seed noise of experiments/baseline.json (tests/bench/sampler.sh, noise.sh).
+bench-sampler: $(BIN) $(DEFAULT_DATASET)
+	bash tests/bench/sampler.sh $(BIN) $(STATE) $(BENCH_ARGS)
+bench-noise: $(BIN) $(DEFAULT_DATASET)
+	bash tests/bench/noise.sh $(BIN) $(STATE) $(BENCH_ARGS)
 
 fixtures: $(BIN)
 	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures
