@@ -7,8 +7,8 @@
  * (time_budget_s) or training tokens (token_budget); the learning-rate and
  * weight-decay schedules follow progress through that budget, so with a token
  * budget no clock enters the arithmetic and a run is bit-identical for a seed
- * and thread count. This is exactly what a daemon
- * worker runs, so its outputs are a contract:
+ * and thread count. This is exactly what a daemon worker runs, so its outputs
+ * are a contract:
  *
  *   stdout    the summary, `key: value` lines after a `---` line
  *   stderr    human progress (redrawn in place on a terminal, a line every
@@ -305,7 +305,7 @@ static int train_run(const train_opts_t *o) {
     }
     const spec_t *s = &r.spec;
     const spec_train_t *tr = &s->train;
-    /* One of the two is nonzero (spec_validate); a token budget wins. */
+    /* Exactly one of the two budgets is nonzero (spec_validate). */
     double budget = s->time_budget_s, tokens_per_step = (double)tr->total_batch_tokens;
     double token_budget = (double)s->token_budget, n_train = (double)r.data.n_train;
 
