@@ -332,6 +332,11 @@ static int start_one(sched_t *s, slot_t *sl) {
     }
     if (rc == 0) return START_EMPTY;
     if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0) goto fail_run;
+    if (store_scope_of_spec(e.spec_json, &sl->scope) < 0) {
+        snprintf(err, sizeof err, "the stored spec is not a JSON object");
+        spec_free(&spec);
+        goto fail_run;
+    }
     if (make_run_dir(s, &e, run_dir, err, sizeof err) < 0) {
         spec_free(&spec);
         goto retry_later;
@@ -366,19 +371,13 @@ static int start_one(sched_t *s, slot_t *sl) {
         .cpus = sl->cpus,
         .threads = threads,
         .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
-        .deadline_s = 0,
+        /* A token budget has no wall-clock length: its deadline is the limit. */
+        .deadline_s = !strcmp(sl->scope.budget_kind, "tokens")
+                          ? s->o.token_run_limit_s
+                          : spec.time_budget_s * 1.25 + s->o.deadline_slack_s,
         .kill_grace_s = s->o.kill_grace_s,
     };
     worker_callbacks_t cb = {.on_progress = on_progress, .on_exit = on_exit_cb, .user = sl};
-    if (store_scope_of_spec(e.spec_json, &sl->scope) < 0) {
-        snprintf(err, sizeof err, "the stored spec is not a JSON object");
-        spec_free(&spec);
-        goto fail_run;
-    }
-    /* A token budget has no wall-clock length: its deadline is the limit. */
-    wo.deadline_s = !strcmp(sl->scope.budget_kind, "tokens")
-                        ? s->o.token_run_limit_s
-                        : spec.time_budget_s * 1.25 + s->o.deadline_slack_s;
     sl->prunable = s->o.prune == SCHED_PRUNE_MEDIAN && spec.prune;
     sl->last_prune_check = 0;
     sl->id = e.id;

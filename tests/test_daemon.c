@@ -804,6 +804,25 @@ Test(daemon, cli) {
     cr_expect_eq(r.exit_code, 1, "cancel of a finished run: exit %d", r.exit_code);
     tu_run_free(&r);
 
+    /* --repeats 3: seed 1 is the run above, seeds 2 and 3 are new */
+    char *argv[] = {(char *)tu_bin(), "submit", ok_path, "--repeats", "3", "--url", d->url, NULL};
+    tu_run(&r, argv, 15);
+    cr_expect_eq(r.exit_code, 0, "submit --repeats: %s", r.err);
+    char *line2 = strchr(r.out, '\n');
+    cr_assert(line2 && strstr(r.out, "duplicate (already succeeded)") && strstr(line2, "queued"),
+              "submit --repeats printed:\n%s", r.out);
+    char *line3 = strchr(line2 + 1, '\n');
+    cr_assert(line3, "submit --repeats 3 printed:\n%s", r.out);
+    long id_r3 = strtol(line3 + 1, NULL, 10);
+    tu_run_free(&r);
+    cJSON_Delete(wait_for(d, id_r3, "succeeded", 20));
+    cli(&r, d, "leaderboard", NULL, NULL);
+    cr_expect_eq(r.exit_code, 0, "leaderboard: %s", r.err);
+    cr_expect(strstr(r.out, "dataset tiny, budget time 1") && strstr(r.out, "MEAN_BPB") &&
+                  strstr(r.out, "1.234500") && strstr(r.out, "      3  ok"),
+              "leaderboard printed:\n%s", r.out);
+    tu_run_free(&r);
+
     daemon_stop(d);
     free(ok_path), free(hang_path), free(bad_path), free(ok), free(hang), free(cmd);
 }
