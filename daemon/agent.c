@@ -171,6 +171,14 @@ static void status_reply(agent_t *a, http_response_t *res) {
     cJSON_AddStringToObject(o, "agent", "nightshift reference agent");
     cJSON_AddNumberToObject(o, "proposals", strategy_n_proposals(a->strategy));
     cJSON_AddNumberToObject(o, "pending_reruns", strategy_n_pending(a->strategy));
+    int df = 0;
+    double sd = strategy_noise(a->strategy, &df);
+    cJSON *noise = cJSON_AddObjectToObject(o, "noise");
+    if (noise && isnan(sd))
+        cJSON_AddNullToObject(noise, "sd");
+    else if (noise)
+        cJSON_AddNumberToObject(noise, "sd", sd);
+    if (noise) cJSON_AddNumberToObject(noise, "df", df);
     if (strategy_best(a->strategy, &id, &v, NULL) && (best = cJSON_AddObjectToObject(o, "best"))) {
         cJSON_AddNumberToObject(best, "id", (double)id);
         cJSON_AddNumberToObject(best, "val_bpb", v);

@@ -2,9 +2,11 @@
  *
  * Three parts: the mutation axes (each a small table of candidate moves, tried
  * in a random order until one validates and changes the spec's identity), the
- * keep/discard judge with its near-tie re-runs, and the state (best, seen
- * identities, judged ids, pending re-runs, RNG) with its JSON form for
- * --state. Every decision is one log line saying what and why. */
+ * judge (configurations with the mean and spread of their seeds, the pooled
+ * noise, adopt past two standard errors or re-run), and the state (best,
+ * configurations, seen identities, judged ids, RNG) with its JSON form for
+ * --state. Every decision is one log line saying what and why, with the
+ * numbers behind it. */
 #include "strategy.h"
 
 #include <errno.h>
