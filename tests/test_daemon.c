@@ -968,6 +968,23 @@ Test(daemon, a_lagging_run_is_pruned_and_a_good_one_finishes) {
     long ids[4];
     for (int i = 0; i < 4; i++) ids[i] = (long)tu_jnum(cJSON_GetArrayItem(items, i), "id");
     cJSON_Delete(r);
+    /* "prune" is not part of a spec's identity: the x100 run again with
+     * "prune": false is the queued one; with another seed, it is exempt */
+    char *exempt = lr_spec("exempt", 1, 100);
+    exempt[strlen(exempt) - 1] = '\0';
+    char *exempt1 = tu_path("%s,\"prune\":false}", exempt);
+    r = tu_http_json(d, "POST", "/v1/experiments", exempt1, 200);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r, "duplicate")));
+    cr_expect_eq((long)tu_jnum(r, "id"), ids[2]);
+    cJSON_Delete(r);
+    free(exempt);
+    exempt = lr_spec("exempt", 3, 100);
+    exempt[strlen(exempt) - 1] = '\0';
+    char *exempt3 = tu_path("%s,\"prune\":false}", exempt);
+    r = tu_http_json(d, "POST", "/v1/experiments", exempt3, 201);
+    long id_exempt = (long)tu_jnum(r, "id");
+    cJSON_Delete(r);
+    free(exempt);
     cJSON_Delete(wait_for(d, ids[0], "succeeded", 30));
     cJSON_Delete(wait_for(d, ids[1], "succeeded", 30)); /* one to compare with: too few */
     cJSON *e = wait_for(d, ids[2], "pruned", 30);
@@ -979,6 +996,7 @@ Test(daemon, a_lagging_run_is_pruned_and_a_good_one_finishes) {
     cr_expect_gt(tu_jnum(e, "metrics_total"), 0, "a pruned run keeps its metrics");
     cJSON_Delete(e);
     cJSON_Delete(wait_for(d, ids[3], "succeeded", 30));
+    cJSON_Delete(wait_for(d, id_exempt, "succeeded", 30));
 
     sqlite3 *db = db_open();
     cr_expect(sql_status_is(db, ids[2], "pruned"));
@@ -994,5 +1012,5 @@ Test(daemon, a_lagging_run_is_pruned_and_a_good_one_finishes) {
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(lst, "experiments")), 1);
     cJSON_Delete(lst);
     daemon_stop(d);
-    free(good1), free(mid), free(bad), free(good2), free(batch);
+    free(good1), free(mid), free(bad), free(good2), free(batch), free(exempt1), free(exempt3);
 }
