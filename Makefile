@@ -49,7 +49,7 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run dataset test asan bench fixtures format format-check clean
+.PHONY: all setup run dataset test asan bench bench-store fixtures format format-check clean
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -123,6 +123,12 @@ run: $(BIN) $(DEFAULT_DATASET)
 
 bench: $(BIN)
 	bash tests/bench/run.sh $(BIN)
+
+# The scoped store queries (leaderboard, best, noise) on 100,000 experiments.
+$(BUILD)/store-bench: $(BUILD)/tests/bench/store_bench.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
+bench-store: $(BUILD)/store-bench
+	$(BUILD)/store-bench 100000 20
 
 fixtures: $(BIN)
 	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures

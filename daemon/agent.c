@@ -43,7 +43,8 @@ typedef struct {
     char state[PATH_MAX]; /* "" = no persistence */
     uint64_t seed;
     int max_proposals;
-    double noise_floor;
+    double noise_floor; /* 0 = adopt past two measured standard errors */
+    int noise_seeds, max_seeds, queue_target;
 } agent_opts_t;
 
 typedef struct {
@@ -170,6 +171,14 @@ static void status_reply(agent_t *a, http_response_t *res) {
     cJSON_AddStringToObject(o, "agent", "nightshift reference agent");
     cJSON_AddNumberToObject(o, "proposals", strategy_n_proposals(a->strategy));
     cJSON_AddNumberToObject(o, "pending_reruns", strategy_n_pending(a->strategy));
+    int df = 0;
+    double sd = strategy_noise(a->strategy, &df);
+    cJSON *noise = cJSON_AddObjectToObject(o, "noise");
+    if (noise && isnan(sd))
+        cJSON_AddNullToObject(noise, "sd");
+    else if (noise)
+        cJSON_AddNumberToObject(noise, "sd", sd);
+    if (noise) cJSON_AddNumberToObject(noise, "df", df);
     if (strategy_best(a->strategy, &id, &v, NULL) && (best = cJSON_AddObjectToObject(o, "best"))) {
         cJSON_AddNumberToObject(best, "id", (double)id);
         cJSON_AddNumberToObject(best, "val_bpb", v);
@@ -288,19 +297,38 @@ static void agent_usage(FILE *out) {
             "usage: nightshift agent --secret S | --secret-file F [--listen HOST:PORT]\n"
             "                        [--baseline FILE] [--state FILE] [--seed N]\n"
             "                        [--max-proposals N] [--noise-floor BPB]\n"
+            "                        [--noise-seeds K] [--max-seeds K] [--queue N]\n"
             "The reference search agent: point the daemon's hook at POST /hook on this\n"
             "address (default 127.0.0.1:%d; port 0 picks a free port and prints it). Every\n"
             "delivery must carry a valid webhook signature made with the shared secret (also\n"
-            "$NIGHTSHIFT_AGENT_SECRET). It starts from the baseline spec (default %s),\n"
-            "mutates the best run one or two axes at a time, keeps a run only if it beats the\n"
-            "best by more than the noise floor (default 0.005 bpb; closer wins are re-run\n"
-            "with seed + 1 first), and saves its state to --state after every decision.\n",
+            "$NIGHTSHIFT_AGENT_SECRET). It runs the baseline spec (default %s) with\n"
+            "--noise-seeds seeds (default 3) to measure the seed-to-seed noise, mutates the\n"
+            "best configuration one or two axes at a time, and adopts a variant only when\n"
+            "its mean val_bpb beats the best mean by more than two standard errors,\n"
+            "2 * s * sqrt(1/n_best + 1/n_variant) with s the pooled standard deviation of\n"
+            "configurations run with several seeds; a variant that is better but not by that\n"
+            "much is re-run with new seeds, up to --max-seeds (default 4). --noise-floor BPB\n"
+            "replaces the two standard errors by a fixed gain. It keeps --queue proposals\n"
+            "queued (default: one per experiment it has seen running at once) and saves its\n"
+            "state to --state after every decision.\n",
             DEFAULT_PORT, DEFAULT_BASE);
 }
 
 /* Returns 0, 1 for --help, 2 for a usage error, -1 with err. */
 static int parse_args(int argc, char **argv, agent_opts_t *o, char *err, size_t errlen) {
-    enum { O_LISTEN = 1, O_SECRET, O_SECRET_FILE, O_BASELINE, O_STATE, O_SEED, O_MAX, O_FLOOR };
+    enum {
+        O_LISTEN = 1,
+        O_SECRET,
+        O_SECRET_FILE,
+        O_BASELINE,
+        O_STATE,
+        O_SEED,
+        O_MAX,
+        O_FLOOR,
+        O_NOISE_SEEDS,
+        O_MAX_SEEDS,
+        O_QUEUE
+    };
     static const struct option opts[] = {{"listen", required_argument, 0, O_LISTEN},
                                          {"secret", required_argument, 0, O_SECRET},
                                          {"secret-file", required_argument, 0, O_SECRET_FILE},
@@ -309,6 +337,9 @@ static int parse_args(int argc, char **argv, agent_opts_t *o, char *err, size_t 
                                          {"seed", required_argument, 0, O_SEED},
                                          {"max-proposals", required_argument, 0, O_MAX},
                                          {"noise-floor", required_argument, 0, O_FLOOR},
+                                         {"noise-seeds", required_argument, 0, O_NOISE_SEEDS},
+                                         {"max-seeds", required_argument, 0, O_MAX_SEEDS},
+                                         {"queue", required_argument, 0, O_QUEUE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
@@ -349,6 +380,22 @@ static int parse_args(int argc, char **argv, agent_opts_t *o, char *err, size_t 
         case O_FLOOR:
             if (parse_number("noise-floor", optarg, 0, 1e6, &d, err, errlen) < 0) return -1;
             o->noise_floor = d;
+            break;
+        case O_NOISE_SEEDS:
+        case O_MAX_SEEDS:
+            if (parse_number(ch == O_NOISE_SEEDS ? "noise-seeds" : "max-seeds", optarg, 1, 64, &d,
+                             err, errlen) < 0)
+                return -1;
+            if (d != floor(d)) {
+                snprintf(err, errlen, "--%s: expected an integer, got '%s'",
+                         ch == O_NOISE_SEEDS ? "noise-seeds" : "max-seeds", optarg);
+                return -1;
+            }
+            *(ch == O_NOISE_SEEDS ? &o->noise_seeds : &o->max_seeds) = (int)d;
+            break;
+        case O_QUEUE:
+            if (parse_number("queue", optarg, 0, 1024, &d, err, errlen) < 0) return -1;
+            o->queue_target = (int)d;
             break;
         default:
             return 2;
@@ -393,6 +440,9 @@ static int run_agent(agent_t *a) {
     strategy_opts_t so;
     strategy_opts_default(&so);
     so.noise_floor = a->o.noise_floor;
+    so.noise_seeds = a->o.noise_seeds;
+    so.max_seeds = a->o.max_seeds;
+    so.queue_target = a->o.queue_target;
     so.seed = a->o.seed;
     so.max_proposals = a->o.max_proposals;
     so.log = strategy_log_cb;
@@ -428,8 +478,10 @@ static int run_agent(agent_t *a) {
     a->sigint.data = a->sigterm.data = a;
     uv_signal_start(&a->sigint, signal_cb, SIGINT);
     uv_signal_start(&a->sigterm, signal_cb, SIGTERM);
-    log_info("nightshift agent: baseline %s, noise floor %g, state %s", a->o.baseline,
-             a->o.noise_floor, a->o.state[0] ? a->o.state : "not kept");
+    char rule[64] = "2 standard errors";
+    if (a->o.noise_floor > 0) snprintf(rule, sizeof rule, "noise floor %g", a->o.noise_floor);
+    log_info("nightshift agent: baseline %s (%d seeds), adopting past %s, state %s", a->o.baseline,
+             a->o.noise_seeds, rule, a->o.state[0] ? a->o.state : "not kept");
     /* The one line on stdout: scripts and tests read the bound port from it. */
     printf("listening on http://%s%s%s:%d\n", strchr(a->o.host, ':') ? "[" : "", a->o.host,
            strchr(a->o.host, ':') ? "]" : "", port);
@@ -455,7 +507,9 @@ int agent_main(int argc, char **argv) {
     o->port = DEFAULT_PORT;
     snprintf(o->baseline, sizeof o->baseline, "%s", DEFAULT_BASE);
     o->seed = 1;
-    o->noise_floor = 0.005;
+    o->noise_floor = 0;
+    o->noise_seeds = 3;
+    o->max_seeds = 4;
     int rc = parse_args(argc, argv, o, err, sizeof err);
     if (rc != 0) {
         if (rc < 0) fprintf(stderr, "agent: %s\n", err);

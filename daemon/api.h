@@ -1,13 +1,18 @@
 /* api.h - the JSON HTTP API under /v1 (routes onto the store and the scheduler).
  *
- *   POST /v1/experiments               one spec or an array; 201 / 200 (duplicates)
- *   GET  /v1/experiments               ?status=&order=&limit=&after=
+ *   POST /v1/experiments               one spec or an array; 201 / 200 (duplicates);
+ *                                      ?repeats=k queues seeds seed .. seed + k - 1 of each
+ *   GET  /v1/experiments               ?status=&dataset=&order=&limit=&after=
  *   GET  /v1/experiments/{id}          spec, status, reason, result, metrics, progress
  *   GET  /v1/experiments/{id}/log      ?tail=BYTES, text/plain
  *   POST /v1/experiments/{id}/cancel
- *   GET  /v1/leaderboard               ?limit=
- *   GET  /v1/best
- *   GET  /v1/status
+ *   GET  /v1/leaderboard               ?dataset=&budget=&limit= (one row per configuration)
+ *   GET  /v1/best                      ?dataset=&budget=
+ *   GET  /v1/noise                     ?dataset=&budget= (pooled seed-to-seed sd)
+ *   GET  /v1/status                    ?dataset=&budget= (for its noise)
+ *
+ * dataset defaults to the daemon's (serve --dataset; "default"), budget ("time:300",
+ * "tokens:N") to the budget with the most succeeded runs on it, else 300 s.
  *   GET  /healthz
  *
  * Errors are {"error":{"code":...,"message":...}}. With a token configured,
@@ -27,8 +32,9 @@ typedef struct {
     store_t *store;
     sched_t *sched;
     const char *state_dir;
-    const char *token; /* NULL = no token required */
-    double started_at; /* util_now() at startup */
+    const char *token;           /* NULL = no token required */
+    const char *default_dataset; /* of the scoped queries; NULL = STORE_DEFAULT_DATASET */
+    double started_at;           /* util_now() at startup */
 } api_t;
 
 /* The http_handler_fn of the daemon; user is an api_t. */

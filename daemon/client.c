@@ -681,15 +681,19 @@ static void unexpected(const char *what) {
     fprintf(stderr, "nightshift: unexpected reply from the daemon (%s)\n", what);
 }
 
+static void query_add(line_t *q, const char *key, const char *value);
+
 /* ----------------------------------------------------------------- submit */
 
 static const help_t submit_help = {
-    "submit", "FILE|- [--force]",
+    "submit", "FILE|- [--force] [--repeats K]",
     "Queue the spec in FILE (or on stdin with -): one spec object, or an array\n"
     "of specs (at most 1 MiB). Prints one line per experiment, e.g. `5 queued`\n"
     "or `5 duplicate (already queued)`. The daemon validates the specs; an\n"
     "invalid one is reported with its field path and nothing is queued.\n\n"
-    "  --force           queue even when an identical spec and seed exists\n"};
+    "  --force           queue even when an identical spec and seed exists\n"
+    "  --repeats K       queue K runs of each spec, seeds seed .. seed + K - 1\n"
+    "                    (the leaderboard shows them as one row: mean, sd, seeds)\n"};
 
 static int print_submitted(const cJSON *item) {
     const cJSON *id = jget(item, "id"), *dup = jget(item, "duplicate");
@@ -715,14 +719,15 @@ int submit_main(int argc, char **argv) {
     const help_t *h = &submit_help;
     conn_opts_t o = {0};
     conn_t c = {0};
-    const char *file = NULL;
+    const char *file = NULL, *repeats = NULL;
     int force = 0, rc;
     char *text = NULL, err[512];
     size_t len = 0;
     cJSON *spec = NULL, *reply = NULL;
 
     for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0)
+        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
+            (!rc && (rc = opt_value(argc, argv, &i, "--repeats", &repeats)) < 0))
             return usage_error(h, "%s needs a value", argv[i]);
         if (rc) continue;
         if (!strcmp(argv[i], "--force"))
@@ -739,6 +744,11 @@ int submit_main(int argc, char **argv) {
         return 0;
     }
     if (!file) return usage_error(h, "no FILE given (- reads stdin)");
+    if (repeats && parse_positive(repeats) < 0)
+        return usage_error(h, "--repeats: expected a positive integer, got '%s'", repeats);
+    line_t path = {"/v1/experiments", 15};
+    if (force) query_add(&path, "force", "1");
+    if (repeats) query_add(&path, "repeats", repeats);
 
     /* Read and check the JSON shape here, so a typo never costs a round trip;
      * the spec itself is validated by the daemon (one validator). */
@@ -764,10 +774,9 @@ int submit_main(int argc, char **argv) {
         goto fail;
     }
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
-    rc = conn_json(&c, "POST", force ? "/v1/experiments?force=1" : "/v1/experiments", text, len,
-                   &reply);
+    rc = conn_json(&c, "POST", path.s, text, len, &reply);
     if (rc) goto fail;
-    if (cJSON_IsArray(spec)) {
+    if (cJSON_IsArray(spec) || cJSON_IsArray(jget(reply, "experiments"))) {
         const cJSON *items = jget(reply, "experiments");
         if (!cJSON_IsArray(items)) {
             unexpected("no experiments array");
@@ -791,12 +800,15 @@ fail:
 /* --------------------------------------------------------------------- ls */
 
 static const help_t ls_help = {
-    "ls", "[--status S] [--limit N] [--order O] [--after ID] [--json]",
+    "ls", "[--status S] [--dataset D] [--limit N] [--order O] [--after ID] [--json]",
     "List experiments as a table: id, status, val_bpb, name and creation time\n"
     "(local). When more rows exist than --limit, the next page's --after is\n"
     "printed on stderr.\n\n"
     "  --status S        only this status: queued, running, succeeded, failed,\n"
-    "                    crashed, timeout, oom, diverged, cancelled, interrupted\n"
+    "                    crashed, timeout, oom, diverged, cancelled, interrupted,\n"
+    "                    pruned\n"
+    "  --dataset D       only experiments on dataset D (val_bpb compares only\n"
+    "                    within one dataset and budget: see `nightshift best`)\n"
     "  --limit N         at most N rows (the daemon's default is 100, at most 1000)\n"
     "  --order O         id, -id (newest first, the default), val_bpb or created\n"
     "  --after ID        the page after the row with id ID\n"
@@ -864,7 +876,7 @@ int ls_main(int argc, char **argv) {
     const help_t *h = &ls_help;
     conn_opts_t o = {0};
     conn_t c = {0};
-    const char *status = NULL, *limit = NULL, *order = NULL, *after = NULL;
+    const char *status = NULL, *limit = NULL, *order = NULL, *after = NULL, *dataset = NULL;
     int json = 0, rc;
     cJSON *list = NULL;
     line_t path = {"/v1/experiments", 15};
@@ -874,6 +886,7 @@ int ls_main(int argc, char **argv) {
             (!rc && ((rc = opt_value(argc, argv, &i, "--status", &status)) < 0 ||
                      (!rc && (rc = opt_value(argc, argv, &i, "--limit", &limit)) < 0) ||
                      (!rc && (rc = opt_value(argc, argv, &i, "--order", &order)) < 0) ||
+                     (!rc && (rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0) ||
                      (!rc && (rc = opt_value(argc, argv, &i, "--after", &after)) < 0))))
             return usage_error(h, "%s needs a value", argv[i]);
         if (rc) continue;
@@ -894,7 +907,9 @@ int ls_main(int argc, char **argv) {
         return usage_error(h, "--after: expected an experiment id, got '%s'", after);
     if ((status && strlen(status) > 32) || (order && strlen(order) > 32))
         return usage_error(h, "--status and --order take a single word");
+    if (dataset && strlen(dataset) > 63) return usage_error(h, "--dataset: at most 63 characters");
     if (status) query_add(&path, "status", status);
+    if (dataset) query_add(&path, "dataset", dataset);
     if (order) query_add(&path, "order", order);
     if (limit) query_add(&path, "limit", limit);
     if (after) query_add(&path, "after", after);
@@ -1132,12 +1147,22 @@ fail:
 /* ------------------------------------------------------------------- best */
 
 static const help_t best_help = {
-    "best", "[--json]",
-    "The best succeeded experiment (lowest val_bpb). Its id and val_bpb go to\n"
-    "stderr and its spec to stdout as indented JSON, ready to edit and resubmit:\n"
+    "best", "[--dataset D] [--budget B] [--json]",
+    "The best configuration (lowest mean val_bpb over its seeds) on one dataset\n"
+    "and budget. Its id, mean val_bpb and seeds go to stderr and its spec to\n"
+    "stdout as indented JSON, ready to edit and resubmit:\n"
     "  nightshift best > next.json\n"
-    "Says `nothing has succeeded yet` (exit 0) when no run has succeeded.\n\n"
+    "Says `nothing has succeeded yet` (exit 0) when no run has succeeded there.\n\n"
+    "  --dataset D       the dataset (default: the default dataset)\n"
+    "  --budget B        time:SECONDS or tokens:N (default: the budget most runs\n"
+    "                    on the dataset used)\n"
     "  --json            the daemon's JSON as is\n"};
+
+/* "?dataset=D&budget=B" for the scoped queries. */
+static void scope_query(line_t *path, const char *dataset, const char *budget) {
+    if (dataset) query_add(path, "dataset", dataset);
+    if (budget) query_add(path, "budget", budget);
+}
 
 int best_main(int argc, char **argv) {
     const help_t *h = &best_help;
@@ -1145,9 +1170,13 @@ int best_main(int argc, char **argv) {
     conn_t c = {0};
     int json = 0, rc;
     cJSON *reply = NULL;
+    const char *dataset = NULL, *budget = NULL;
+    line_t path = {"/v1/best", 8};
 
     for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0)
+        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
+            (!rc && ((rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0 ||
+                     (!rc && (rc = opt_value(argc, argv, &i, "--budget", &budget)) < 0))))
             return usage_error(h, "%s needs a value", argv[i]);
         if (rc) continue;
         if (!strcmp(argv[i], "--json"))
@@ -1162,7 +1191,8 @@ int best_main(int argc, char **argv) {
         return 0;
     }
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
-    if ((rc = conn_get_raw(&c, "/v1/best", json, &reply)) != 0 || json) goto fail;
+    scope_query(&path, dataset, budget);
+    if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;
     const cJSON *best = jget(reply, "best"), *spec = jget(best, "spec");
     rc = CLIENT_EXIT_API;
     if (cJSON_IsNull(best)) {
@@ -1182,7 +1212,9 @@ int best_main(int argc, char **argv) {
     }
     /* val_bpb sits beside the id, or only in the result. */
     double bpb = jnum(best, "val_bpb", jnum(best, "result.val_bpb", NAN));
+    double sd = jnum(best, "val_bpb_sd", NAN), n = jnum(best, "n_seeds", 1);
     if (isfinite(bpb)) fprintf(stderr, " val_bpb %.6f", bpb);
+    if (isfinite(bpb) && isfinite(sd)) fprintf(stderr, " +- %.6f (sd of %.0f seeds)", sd, n);
     fputc('\n', stderr);
     fflush(stderr);
     if (print_json(stdout, spec, 0) < 0) {
@@ -1191,6 +1223,81 @@ int best_main(int argc, char **argv) {
     }
     fputc('\n', stdout);
     rc = 0;
+fail:
+    cJSON_Delete(reply);
+    conn_close(&c);
+    return rc;
+}
+
+/* ------------------------------------------------------------ leaderboard */
+
+static const help_t leaderboard_help = {
+    "leaderboard", "[--dataset D] [--budget B] [--limit N] [--json]",
+    "The leaderboard of one dataset and budget: one row per configuration (its\n"
+    "repeats with different seeds together), best mean val_bpb first, with the\n"
+    "standard deviation and number of seeds, and the measured noise.\n\n"
+    "  --dataset D       the dataset (default: the default dataset)\n"
+    "  --budget B        time:SECONDS or tokens:N (default: the budget most runs\n"
+    "                    on the dataset used)\n"
+    "  --limit N         at most N rows (default 20)\n"
+    "  --json            the daemon's JSON as is\n"};
+
+int leaderboard_main(int argc, char **argv) {
+    const help_t *h = &leaderboard_help;
+    conn_opts_t o = {0};
+    conn_t c = {0};
+    int json = 0, rc;
+    cJSON *reply = NULL;
+    const char *dataset = NULL, *budget = NULL, *limit = NULL;
+    line_t path = {"/v1/leaderboard", 15};
+
+    for (int i = 1; i < argc; i++) {
+        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
+            (!rc && ((rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0 ||
+                     (!rc && (rc = opt_value(argc, argv, &i, "--budget", &budget)) < 0) ||
+                     (!rc && (rc = opt_value(argc, argv, &i, "--limit", &limit)) < 0))))
+            return usage_error(h, "%s needs a value", argv[i]);
+        if (rc) continue;
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (argv[i][0] == '-')
+            return usage_error(h, "unknown option %s", argv[i]);
+        else
+            return usage_error(h, "unexpected argument '%s'", argv[i]);
+    }
+    if (o.help) {
+        print_usage(stdout, h);
+        return 0;
+    }
+    if (limit && parse_positive(limit) < 0)
+        return usage_error(h, "--limit: expected a positive integer, got '%s'", limit);
+    scope_query(&path, dataset, budget);
+    if (limit) query_add(&path, "limit", limit);
+    if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
+    if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;
+    const cJSON *rows = jget(reply, "leaderboard");
+    if (!cJSON_IsArray(rows)) {
+        unexpected("no leaderboard array");
+        rc = CLIENT_EXIT_API;
+        goto fail;
+    }
+    char scope[128];
+    clean_copy(scope, sizeof scope, jstr(reply, "dataset") ? jstr(reply, "dataset") : "?", 40);
+    printf("dataset %s, budget %s %g\n", scope,
+           jstr(reply, "budget_kind") ? jstr(reply, "budget_kind") : "?", jnum(reply, "budget", 0));
+    if (!rows->child) {
+        puts("nothing has succeeded yet");
+        goto fail;
+    }
+    printf("%6s  %9s  %9s  %5s  %s\n", "ID", "MEAN_BPB", "SD", "SEEDS", "NAME");
+    for (const cJSON *r = rows->child; r; r = r->next) {
+        char name[NAME_WIDTH * 4 + 8], sd[32] = "-";
+        double v = jnum(r, "val_bpb_sd", NAN);
+        if (isfinite(v)) snprintf(sd, sizeof sd, "%.6f", v);
+        clean_copy(name, sizeof name, jstr(r, "name") ? jstr(r, "name") : "-", NAME_WIDTH);
+        printf("%6" PRId64 "  %9.6f  %9s  %5.0f  %s\n", (int64_t)jnum(r, "id", 0),
+               jnum(r, "val_bpb", NAN), sd, jnum(r, "n_seeds", 0), name);
+    }
 fail:
     cJSON_Delete(reply);
     conn_close(&c);

@@ -19,7 +19,8 @@ int submit_main(int argc, char **argv); /* POST a spec or an array of specs */
 int ls_main(int argc, char **argv);     /* list experiments as a table */
 int show_main(int argc, char **argv);   /* one experiment: status, spec, result, metrics, log */
 int best_main(int argc, char **argv);   /* the best succeeded spec, ready to resubmit */
-int cancel_main(int argc, char **argv); /* cancel a queued or running experiment */
-int watch_main(int argc, char **argv);  /* live progress of every slot */
+int leaderboard_main(int argc, char **argv); /* one row per configuration: mean, sd, seeds */
+int cancel_main(int argc, char **argv);      /* cancel a queued or running experiment */
+int watch_main(int argc, char **argv);       /* live progress of every slot */
 
 #endif

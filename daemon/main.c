@@ -27,6 +27,7 @@ static const command_t commands[] = {
     {"ls", ls_main, "list the daemon's experiments"},
     {"show", show_main, "one experiment: status, spec, result, metrics or its log"},
     {"best", best_main, "the best config so far, as a spec ready to resubmit"},
+    {"leaderboard", leaderboard_main, "configurations by mean val_bpb over seeds, with sd"},
     {"cancel", cancel_main, "cancel a queued or running experiment"},
     {"watch", watch_main, "live progress of the daemon's slots"},
     {"agent", agent_main, "the reference search agent behind the webhook"},

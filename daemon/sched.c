@@ -22,6 +22,11 @@
 #define MAX_METRICS_PER_RUN    100000 /* metrics rows per run; a 5-minute run has hundreds */
 #define DEFAULT_DEADLINE_SLACK 120.0
 #define DEFAULT_KILL_GRACE     5.0
+#define DEFAULT_PRUNE_STARTUP  5
+#define DEFAULT_PRUNE_WARMUP   0.3
+#define DEFAULT_TOKEN_LIMIT    3600.0
+#define PRUNE_CHECK_S          1.0 /* at most one pruning check per slot per second */
+#define PRUNE_MAX_RUNS         100 /* the median is over the last this many finished runs */
 /* DIR/runs/<id> and the files in it; DIR itself is at most PATH_MAX. */
 #define RUN_DIR_MAX  (PATH_MAX + 32)
 #define RUN_PATH_MAX (RUN_DIR_MAX + 32)
@@ -39,12 +44,17 @@ typedef struct {
     store_metric_t pending[METRICS_BATCH];
     size_t n_pending;
     int64_t n_metrics;         /* rows taken from this run so far (capped) */
+    store_scope_t scope;       /* the run's dataset and budget */
+    int prunable;              /* pruning is on and the spec allows it */
+    double last_prune_check;   /* util_now() of the last check */
+    char *pruned;              /* the reason, once the run is being stopped as pruned */
     struct ending *unrecorded; /* an ending the store refused so far; retried */
 } slot_t;
 
 /* How a worker ended, as the store records it. */
 typedef struct ending {
     worker_status status;
+    int pruned; /* recorded as STORE_PRUNED instead of status */
     char reason[1024];
     int exit_code, term_signal;
     int has_result;
@@ -104,6 +114,46 @@ static int64_t jint(const cJSON *o, const char *key) {
     return d <= -9e18 ? INT64_MIN + 1 : d >= 9e18 ? INT64_MAX : (int64_t)d;
 }
 
+/* --------------------------------------------------------------- pruning */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median rule (sched.h) for the run in sl at progress p. */
+static void maybe_prune(slot_t *sl, double p) {
+    sched_t *s = sl->s;
+    double now = util_now(), *v = NULL, loss = 0;
+    int64_t rows = 0;
+    size_t n = 0;
+    char err[256];
+    if (now - sl->last_prune_check < PRUNE_CHECK_S) return;
+    sl->last_prune_check = now;
+    flush_metrics(sl); /* the run's own rows up to now */
+    if (store_prune_losses(s->store, &sl->scope, p, SCHED_PRUNE_WINDOW, PRUNE_MAX_RUNS, &v, &n, err,
+                           sizeof err) < 0 ||
+        store_run_loss(s->store, sl->id, p, SCHED_PRUNE_WINDOW, &loss, &rows, err, sizeof err) <
+            0) {
+        log_warn("experiment %lld: pruning check skipped: %s", (long long)sl->id, err);
+        goto done;
+    }
+    if (n < (size_t)s->o.prune_startup || rows == 0) goto done;
+    qsort(v, n, sizeof *v, cmp_double);
+    double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    if (!(loss > median)) goto done;
+    char reason[256];
+    snprintf(reason, sizeof reason,
+             "pruned at progress %.3f: training loss %.4f is worse than the median %.4f of %zu "
+             "finished runs at that progress",
+             p, loss, median, n);
+    if (!(sl->pruned = strdup(reason))) goto done;
+    log_info("experiment %lld: %s", (long long)sl->id, reason);
+    worker_stop(sl->worker, WORKER_CANCELLED);
+done:
+    free(v);
+}
+
 /* --------------------------------------------------------------- workers */
 
 static void on_progress(worker_t *w, const cJSON *line, void *user) {
@@ -124,7 +174,11 @@ static void on_progress(worker_t *w, const cJSON *line, void *user) {
     m->loss = jnum(line, "loss");
     m->lr_mult = jnum(line, "lrm");
     m->tok_s = jnum(line, "tok_s");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(line, "progress");
+    m->progress = cJSON_IsNumber(p) && isfinite(p->valuedouble) ? p->valuedouble : -1;
     if (sl->n_pending == METRICS_BATCH) flush_metrics(sl);
+    if (sl->prunable && !sl->pruned && m->progress >= sl->s->o.prune_warmup)
+        maybe_prune(sl, m->progress);
 }
 
 /* The numbers of a succeeded run, from the worker's final result line. */
@@ -156,6 +210,8 @@ static void result_from_json(const cJSON *r, store_result_t *out) {
 static void release_slot(slot_t *sl) {
     sl->worker = NULL;
     sl->id = 0;
+    free(sl->pruned);
+    sl->pruned = NULL;
     free(sl->name);
     sl->name = NULL;
     cJSON_Delete(sl->progress);
@@ -173,7 +229,7 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     char err[256];
     int64_t id = sl->id;
     worker_status st = e->status; /* e may be sl->unrecorded, freed below */
-    const char *status = worker_status_name(st);
+    const char *status = e->pruned ? STORE_PRUNED : worker_status_name(st);
     flush_metrics(sl);
     int rc = e->status == WORKER_INTERRUPTED
                  ? store_interrupt(s->store, id, s->o.max_attempts, err, sizeof err)
@@ -211,6 +267,10 @@ static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
                   .wall_seconds = ex->wall_seconds};
     (void)w;
     snprintf(e.reason, sizeof e.reason, "%s", ex->reason);
+    if (sl->pruned && ex->status == WORKER_CANCELLED) {
+        e.pruned = 1;
+        snprintf(e.reason, sizeof e.reason, "%s", sl->pruned);
+    }
     if (ex->status == WORKER_SUCCEEDED && ex->result) {
         result_from_json(ex->result, &e.r);
         snprintf(e.peak_source, sizeof e.peak_source, "%s", e.r.peak_source ? e.r.peak_source : "");
@@ -272,6 +332,11 @@ static int start_one(sched_t *s, slot_t *sl) {
     }
     if (rc == 0) return START_EMPTY;
     if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0) goto fail_run;
+    if (store_scope_of_spec(e.spec_json, &sl->scope) < 0) {
+        snprintf(err, sizeof err, "the stored spec is not a JSON object");
+        spec_free(&spec);
+        goto fail_run;
+    }
     if (make_run_dir(s, &e, run_dir, err, sizeof err) < 0) {
         spec_free(&spec);
         goto retry_later;
@@ -306,10 +371,15 @@ static int start_one(sched_t *s, slot_t *sl) {
         .cpus = sl->cpus,
         .threads = threads,
         .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
-        .deadline_s = spec.time_budget_s * 1.25 + s->o.deadline_slack_s,
+        /* A token budget has no wall-clock length: its deadline is the limit. */
+        .deadline_s = !strcmp(sl->scope.budget_kind, "tokens")
+                          ? s->o.token_run_limit_s
+                          : spec.time_budget_s * 1.25 + s->o.deadline_slack_s,
         .kill_grace_s = s->o.kill_grace_s,
     };
     worker_callbacks_t cb = {.on_progress = on_progress, .on_exit = on_exit_cb, .user = sl};
+    sl->prunable = s->o.prune == SCHED_PRUNE_MEDIAN && spec.prune;
+    sl->last_prune_check = 0;
     sl->id = e.id;
     sl->n_metrics = 0;
     sl->name = e.name ? strdup(e.name) : NULL;
@@ -491,6 +561,9 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
     if (s->o.deadline_slack_s <= 0) s->o.deadline_slack_s = DEFAULT_DEADLINE_SLACK;
     if (s->o.kill_grace_s <= 0) s->o.kill_grace_s = DEFAULT_KILL_GRACE;
     if (s->o.max_attempts < 1) s->o.max_attempts = 1;
+    if (s->o.prune_startup < 1) s->o.prune_startup = DEFAULT_PRUNE_STARTUP;
+    if (!(s->o.prune_warmup > 0)) s->o.prune_warmup = DEFAULT_PRUNE_WARMUP;
+    if (!(s->o.token_run_limit_s > 0)) s->o.token_run_limit_s = DEFAULT_TOKEN_LIMIT;
     /* Workers run in their run directory: every path they get is absolute. */
     if (!realpath(o->state_dir, s->state_dir) || !realpath(o->exe, s->exe)) {
         snprintf(err, errlen, "sched: %s: %s", o->state_dir, strerror(errno));

@@ -36,6 +36,10 @@ typedef struct {
     int port;
     int slots, threads_per_slot, memory_mb, max_attempts;
     double deadline_slack_s, kill_grace_s;
+    int prune, prune_startup; /* SCHED_PRUNE_*; runs to compare against first */
+    double prune_warmup;      /* progress before pruning */
+    double token_run_limit_s; /* deadline of a token-budgeted run */
+    char dataset[64];         /* the default scope of leaderboard, best and noise */
     char token[MAX_TOKEN + 1];
     char *worker_cmd[33]; /* test hook: a stand-in worker program and its arguments */
     char worker_cmd_buf[1024];
@@ -97,8 +101,10 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
     long v = 0;
     double d = 0;
     int is_int = !strcmp(key, "slots") || !strcmp(key, "threads-per-slot") ||
-                 !strcmp(key, "memory-mb") || !strcmp(key, "max-attempts");
-    int is_num = !strcmp(key, "deadline-slack") || !strcmp(key, "kill-grace");
+                 !strcmp(key, "memory-mb") || !strcmp(key, "max-attempts") ||
+                 !strcmp(key, "prune-startup");
+    int is_num = !strcmp(key, "deadline-slack") || !strcmp(key, "kill-grace") ||
+                 !strcmp(key, "prune-warmup") || !strcmp(key, "token-run-limit");
     if (is_int) {
         v = strtol(val, &end, 10);
         if (*end || end == val || v < 0 || v > 1 << 20) {
@@ -132,6 +138,32 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
         o->deadline_slack_s = d;
     } else if (!strcmp(key, "kill-grace")) {
         o->kill_grace_s = d;
+    } else if (!strcmp(key, "prune")) {
+        if (strcmp(val, "median") && strcmp(val, "off")) {
+            snprintf(err, errlen, "prune: expected median or off, got '%s'", val);
+            return -1;
+        }
+        o->prune = !strcmp(val, "median") ? SCHED_PRUNE_MEDIAN : SCHED_PRUNE_OFF;
+    } else if (!strcmp(key, "prune-startup")) {
+        if (v < 1) {
+            snprintf(err, errlen, "prune-startup: at least 1");
+            return -1;
+        }
+        o->prune_startup = (int)v;
+    } else if (!strcmp(key, "prune-warmup")) {
+        if (d >= 1) {
+            snprintf(err, errlen, "prune-warmup: a fraction of the budget, below 1");
+            return -1;
+        }
+        o->prune_warmup = d;
+    } else if (!strcmp(key, "dataset")) {
+        if (!*val || strlen(val) >= sizeof o->dataset) {
+            snprintf(err, errlen, "dataset: 1 to %zu characters", sizeof o->dataset - 1);
+            return -1;
+        }
+        snprintf(o->dataset, sizeof o->dataset, "%s", val);
+    } else if (!strcmp(key, "token-run-limit")) {
+        o->token_run_limit_s = d;
     } else if (!strcmp(key, "token")) {
         if (!*val || strlen(val) > MAX_TOKEN) {
             snprintf(err, errlen, "token: 1 to %d characters", MAX_TOKEN);
@@ -212,6 +244,8 @@ static void serve_usage(FILE *out) {
             "                        [--token T | --token-file F] [--config FILE]\n"
             "                        [--max-attempts N] [--deadline-slack S] [--kill-grace S]\n"
             "                        [--agent-url URL (--agent-secret S | --agent-secret-file F)]\n"
+            "                        [--prune median|off] [--prune-startup N] [--prune-warmup F]\n"
+            "                        [--token-run-limit S] [--dataset NAME]\n"
             "Runs the daemon: a queue of experiments in DIR/nightshift.db, workers in\n"
             "DIR/runs/<id>/ under a memory limit (a spec's resources.memory_mb, else\n"
             "--memory-mb; default 75%% of RAM shared among the slots; 0 = none), and\n"
@@ -220,7 +254,15 @@ static void serve_usage(FILE *out) {
             "non-loopback --listen needs one. --config is a JSON object with these options\n"
             "as keys; command-line options override it. With --agent-url, every finished\n"
             "experiment and an empty queue are POSTed to the agent, signed with the secret\n"
-            "(HMAC-SHA256, Standard Webhooks headers); its reply may propose the next specs.\n");
+            "(HMAC-SHA256, Standard Webhooks headers); its reply may propose the next specs.\n"
+            "--prune median stops a run whose training loss, after --prune-warmup of its\n"
+            "budget (default 0.3), is worse than the median of finished runs on the same\n"
+            "dataset and budget at the same progress, once --prune-startup of them (default\n"
+            "5) have finished; it is recorded as pruned (a spec with \"prune\": false never\n"
+            "is). A token-budgeted run is killed as a timeout after --token-run-limit\n"
+            "seconds (default 3600). val_bpb is ranked within one dataset and budget: the\n"
+            "leaderboard, best and noise default to --dataset (default \"default\") and the\n"
+            "budget most of its runs used.\n");
 }
 
 static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t errlen) {
@@ -238,6 +280,11 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
                                          {"agent-url", required_argument, 0, 0},
                                          {"agent-secret", required_argument, 0, 0},
                                          {"agent-secret-file", required_argument, 0, 0},
+                                         {"prune", required_argument, 0, 0},
+                                         {"prune-startup", required_argument, 0, 0},
+                                         {"prune-warmup", required_argument, 0, 0},
+                                         {"token-run-limit", required_argument, 0, 0},
+                                         {"dataset", required_argument, 0, 0},
                                          {"config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -365,6 +412,10 @@ static int run_daemon(daemon_t *d) {
                        .deadline_slack_s = d->o.deadline_slack_s,
                        .kill_grace_s = d->o.kill_grace_s,
                        .max_attempts = d->o.max_attempts,
+                       .prune = d->o.prune,
+                       .prune_startup = d->o.prune_startup,
+                       .prune_warmup = d->o.prune_warmup,
+                       .token_run_limit_s = d->o.token_run_limit_s,
                        .on_finished = finished_cb,
                        .on_queue_empty = queue_empty_cb,
                        .user = d};
@@ -374,6 +425,7 @@ static int run_daemon(daemon_t *d) {
                      .sched = d->sched,
                      .state_dir = d->o.dir,
                      .token = d->o.token[0] ? d->o.token : NULL,
+                     .default_dataset = d->o.dataset[0] ? d->o.dataset : NULL,
                      .started_at = util_now()};
     if (d->o.agent_url[0]) {
         hook_opts_t ho = {.url = d->o.agent_url, .secret = d->o.agent_secret, .api = &d->api};

@@ -66,6 +66,7 @@ void spec_defaults(spec_t *s) {
     s->parent = 0;
     strcpy(s->dataset, "default");
     s->time_budget_s = 300;
+    s->prune = true;
 
     spec_model_t *m = &s->model;
     m->vocab_size = 0;
@@ -449,9 +450,9 @@ static int parse_resources(const cJSON *obj, spec_resources_t *r, char *err, siz
     return 0;
 }
 
-static const char *const top_keys[] = {"name",   "tags",     "seed",          "priority",
-                                       "parent", "dataset",  "time_budget_s", "model",
-                                       "train",  "resources"};
+static const char *const top_keys[] = {"name",   "tags",      "seed",          "priority",
+                                       "parent", "dataset",   "time_budget_s", "model",
+                                       "train",  "resources", "prune"};
 
 /* Fill s (already defaulted) from the root object. Strings s takes are owned
  * by s even on failure; the caller frees them. */
@@ -512,6 +513,7 @@ static int parse_root(const cJSON *root, spec_t *s, char *err, size_t errlen) {
     if ((it = FIELD(root, "time_budget_s")) &&
         get_number(it, "time_budget_s", &s->time_budget_s, err, errlen))
         return -1;
+    if ((it = FIELD(root, "prune")) && get_bool(it, "prune", &s->prune, err, errlen)) return -1;
     if ((it = FIELD(root, "model")) && parse_model(it, &s->model, err, errlen)) return -1;
     if ((it = FIELD(root, "train")) && parse_train(it, &s->train, err, errlen)) return -1;
     if ((it = FIELD(root, "resources")) && parse_resources(it, &s->resources, err, errlen))
@@ -992,6 +994,7 @@ char *spec_canonical_json(const spec_t *s) {
                      : cJSON_AddNullToObject(root, "parent") != NULL);
     ok &= cJSON_AddStringToObject(root, "dataset", s->dataset) != NULL;
     ok &= add_double(root, "time_budget_s", s->time_budget_s);
+    ok &= cJSON_AddBoolToObject(root, "prune", s->prune) != NULL;
     if (!ok) goto fail;
 
     const spec_model_t *m = &s->model;

@@ -85,6 +85,7 @@ typedef struct {
     int64_t parent; /* 0 = none; ids are positive */
     char dataset[64];
     double time_budget_s;
+    bool prune; /* the daemon may prune this run (serve --prune); default true */
     spec_model_t model;
     spec_train_t train;
     spec_resources_t resources;
