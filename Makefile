@@ -42,7 +42,7 @@ ifeq ($(SAN),1)
   LDLIBS  += -fsanitize=address,undefined
 endif
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/schema_sql.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/schema_sql.o $(BUILD)/web_assets.o
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BIN      := $(BUILD)/nightshift
 TEST_BIN := $(BUILD)/nightshift-tests
@@ -72,6 +72,22 @@ $(BUILD)/schema_sql.c: $(SCHEMA_SQL) scripts/embed-schema.awk
 	awk -f scripts/embed-schema.awk $(SCHEMA_SQL) > $@.tmp && mv -f $@.tmp $@
 $(BUILD)/schema_sql.o: $(BUILD)/schema_sql.c | $(SETUP_STAMP)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+
+# The dashboard is compiled in too: daemon/web/* and uPlot's built files,
+# fetched pinned from npm into build/vendor (never committed), become the
+# web_assets table (daemon/web.h).
+UPLOT_DIR   := build/vendor/uplot
+UPLOT_STAMP := $(UPLOT_DIR)/.fetched
+WEB_FILES   := $(sort $(wildcard daemon/web/*)) $(UPLOT_DIR)/uPlot.iife.min.js \
+               $(UPLOT_DIR)/uPlot.min.css
+$(UPLOT_STAMP): scripts/fetch-uplot.sh | $(SETUP_STAMP)
+	bash scripts/fetch-uplot.sh $(UPLOT_DIR)
+	@touch $@
+$(BUILD)/web_assets.c: $(UPLOT_STAMP) $(sort $(wildcard daemon/web/*)) scripts/embed-web.sh
+	@mkdir -p $(@D)
+	bash scripts/embed-web.sh $(WEB_FILES) > $@.tmp && mv -f $@.tmp $@
+$(BUILD)/web_assets.o: $(BUILD)/web_assets.c | $(SETUP_STAMP)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BIN): $(BUILD)/daemon/main.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)

@@ -9,6 +9,10 @@
  *   GET  /v1/best
  *   GET  /v1/status
  *   GET  /healthz
+ *   GET  /v1/events                    ?after=N&limit= the event log (events.h)
+ *   GET  /v1/events/stream             the same as Server-Sent Events
+ *   GET  /v1/leaderboard?format=csv    the leaderboard as CSV
+ *   GET  /  and /ui/...                the dashboard (daemon/web, compiled in)
  *
  * Errors are {"error":{"code":...,"message":...}}. With a token configured,
  * every POST needs `Authorization: Bearer TOKEN` (401 otherwise). */
@@ -27,8 +31,9 @@ typedef struct {
     store_t *store;
     sched_t *sched;
     const char *state_dir;
-    const char *token; /* NULL = no token required */
-    double started_at; /* util_now() at startup */
+    const char *token;         /* NULL = no token required */
+    double started_at;         /* util_now() at startup */
+    struct events_hub *events; /* the SSE hub (events.h); NULL = no stream */
 } api_t;
 
 /* The http_handler_fn of the daemon; user is an api_t. */
