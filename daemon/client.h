@@ -1,5 +1,5 @@
 /* client.h - the command-line client of the daemon's HTTP API (libcurl):
- * `nightshift submit`, `ls`, `show`, `best`, `cancel` and `watch`.
+ * `nightshift submit`, `ls`, `show`, `best`, `cancel`, `watch`, `export` and `diff`.
  *
  * Every command talks to one daemon: --url, else $NIGHTSHIFT_URL, else
  * http://127.0.0.1:8080. It sends the bearer token when one is given (--token,
@@ -21,5 +21,7 @@ int show_main(int argc, char **argv);   /* one experiment: status, spec, result,
 int best_main(int argc, char **argv);   /* the best succeeded spec, ready to resubmit */
 int cancel_main(int argc, char **argv); /* cancel a queued or running experiment */
 int watch_main(int argc, char **argv);  /* live progress of every slot */
+int export_main(int argc, char **argv); /* every experiment as CSV, TSV, JSONL or results.tsv */
+int diff_main(int argc, char **argv);   /* two experiments' spec differences and results */
 
 #endif
