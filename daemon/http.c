@@ -136,17 +136,8 @@ struct http_server {
 };
 
 /* Which request header the parser is in the middle of. */
-enum {
-    HDR_OTHER,
-    HDR_AUTH,
-    HDR_CTYPE,
-    HDR_EXPECT,
-    HDR_SOURCE,
-    HDR_WH_ID,
-    HDR_WH_TS,
-    HDR_WH_SIG,
-    HDR_LAST_ID
-};
+enum { HDR_OTHER, HDR_AUTH, HDR_CTYPE, HDR_EXPECT, HDR_SOURCE, HDR_WH_ID, HDR_WH_TS, HDR_WH_SIG };
+enum { HDR_LAST_ID = HDR_WH_SIG + 1 }; /* Last-Event-ID, for streams */
 
 typedef struct conn {
     uv_tcp_t tcp;
@@ -410,17 +401,15 @@ static int header_kind(const conn_t *c) {
     static const struct {
         const char *name;
         int kind;
-    } known[] = {{"authorization", HDR_AUTH},
-                 {"content-type", HDR_CTYPE},
-                 {"expect", HDR_EXPECT},
-                 {"x-nightshift-source", HDR_SOURCE},
-                 {"webhook-id", HDR_WH_ID},
-                 {"webhook-timestamp", HDR_WH_TS},
-                 {"webhook-signature", HDR_WH_SIG},
-                 {"last-event-id", HDR_LAST_ID}};
+    } known[] = {{"authorization", HDR_AUTH},      {"content-type", HDR_CTYPE},
+                 {"expect", HDR_EXPECT},           {"x-nightshift-source", HDR_SOURCE},
+                 {"webhook-id", HDR_WH_ID},        {"webhook-timestamp", HDR_WH_TS},
+                 {"webhook-signature", HDR_WH_SIG}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (c->field_len == strlen(known[i].name) && !memcmp(c->field, known[i].name, c->field_len))
             return known[i].kind;
+    if (c->field_len == strlen("last-event-id") && !memcmp(c->field, "last-event-id", c->field_len))
+        return HDR_LAST_ID;
     return HDR_OTHER;
 }
 
@@ -436,15 +425,15 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
             c->hdr_seen |= 1u << c->hdr;
         }
     }
-    buf_t *dst = c->hdr == HDR_AUTH      ? &c->auth
-                 : c->hdr == HDR_CTYPE   ? &c->ctype
-                 : c->hdr == HDR_EXPECT  ? &c->expect
-                 : c->hdr == HDR_SOURCE  ? &c->source
-                 : c->hdr == HDR_WH_ID   ? &c->wh_id
-                 : c->hdr == HDR_WH_TS   ? &c->wh_ts
-                 : c->hdr == HDR_WH_SIG  ? &c->wh_sig
-                 : c->hdr == HDR_LAST_ID ? &c->last_id
-                                         : NULL;
+    buf_t *dst = c->hdr == HDR_AUTH     ? &c->auth
+                 : c->hdr == HDR_CTYPE  ? &c->ctype
+                 : c->hdr == HDR_EXPECT ? &c->expect
+                 : c->hdr == HDR_SOURCE ? &c->source
+                 : c->hdr == HDR_WH_ID  ? &c->wh_id
+                 : c->hdr == HDR_WH_TS  ? &c->wh_ts
+                 : c->hdr == HDR_WH_SIG ? &c->wh_sig
+                                        : NULL;
+    if (c->hdr == HDR_LAST_ID) dst = &c->last_id;
     if (dst && buf_append(dst, at, n, SIZE_MAX - 1)) return conn_reject(c, 503, "out of memory");
     return 0;
 }

@@ -511,8 +511,23 @@
 
   /* ------------------------------------------------------------- the feed */
 
+  /* One stream per visible tab: a hidden tab closes its stream (browsers
+   * allow six connections per host, and a stream holds one), and on becoming
+   * visible again reconnects and reloads the lists. */
+  var es = null;
+  function visibility() {
+    if (document.hidden && es) {
+      es.close();
+      es = null;
+      state.connected = false;
+    } else if (!document.hidden && !es) {
+      connect();
+      refresh();
+    }
+  }
+
   function connect() {
-    var es = new EventSource("/v1/events/stream?status=1");
+    es = new EventSource("/v1/events/stream?status=1");
     es.onopen = function () { state.connected = true; renderSummary(); };
     es.onerror = function () { state.connected = false; renderSummary(); };
     es.addEventListener("status", function (m) {
@@ -680,10 +695,11 @@
       clearTimeout(resizeTimer);
       resizeTimer = setTimeout(function () { if (!$("home").hidden) renderChart(); }, 150);
     });
+    document.addEventListener("visibilitychange", visibility);
     route();
     refresh();
     loadNoise();
-    connect();
+    if (!document.hidden) connect();
   }
 
   init();

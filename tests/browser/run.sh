@@ -3,19 +3,23 @@
 # headless, driven by playwright-core (pinned in tests/browser/package-lock.json,
 # installed into build/browser, never committed), against a real daemon.
 #
-#   tests/browser/run.sh BIN OUTDIR
+#   tests/browser/run.sh BIN OUTDIR [SCRIPT]
+#
+# SCRIPT is dashboard.test.js (the test, the default) or bench.js (the
+# daemon's CPU share with ten dashboards open during training).
 #
 # Installs what is missing first (scripts/setup.sh --browser: chromium and
 # Node.js). Fails, with the reason, when chromium cannot start: the test never
 # passes without a browser.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if (($# != 2)); then
-    echo "usage: tests/browser/run.sh BIN OUTDIR" >&2
+if (($# < 2 || $# > 3)); then
+    echo "usage: tests/browser/run.sh BIN OUTDIR [SCRIPT]" >&2
     exit 2
 fi
 bin=$(realpath "$1")
 out=$2
+script=${3:-dashboard.test.js}
 
 bash scripts/setup.sh --browser
 deps=build/browser
@@ -27,4 +31,4 @@ if ! cmp -s tests/browser/package-lock.json "$deps/package-lock.json" ||
 fi
 mkdir -p "$out"
 NODE_PATH=$(realpath "$deps/node_modules") NIGHTSHIFT_BIN=$bin NIGHTSHIFT_BROWSER_OUT=$(realpath "$out") \
-    timeout -k 10 600 node tests/browser/dashboard.test.js
+    timeout -k 10 600 node "tests/browser/$script"
