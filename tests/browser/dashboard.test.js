@@ -70,6 +70,21 @@ async function main() {
                                { timeout: 15000 });
     check(true, `the chart has one point per finished experiment (${finished})`);
 
+    // hover: the second run to finish ("wider", a child of "small") shows its
+    // name and what its spec changed
+    const box = await page.$eval("#chart .u-over", (o) => {
+      const r = o.getBoundingClientRect();
+      return { x: r.left, y: r.top, w: r.width, h: r.height };
+    });
+    await page.mouse.move(box.x + box.w * (1.5 / finished), box.y + box.h / 2);
+    await page.waitForFunction(() => /n_embd: 32 -> 64/.test(document.getElementById("tip").textContent),
+                               null, { timeout: 10000 });
+    const tip = await page.textContent("#tip");
+    check(/wider/.test(tip), "hovering a point shows its name and its spec's difference from its " +
+          "parent: " + tip.replace(/\s+/g, " ").slice(0, 120));
+    await page.screenshot({ path: path.join(OUT, "hover.png") });
+    await page.mouse.move(0, 0);
+
     // the leaderboard: the first row is the best val_bpb
     const lb = (await L.api(d, "GET", "/v1/leaderboard")).json.leaderboard;
     await page.waitForSelector("#leaderboard tbody tr[data-id]", { timeout: 10000 });

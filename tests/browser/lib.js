@@ -114,8 +114,10 @@ async function experiment(d, id) {
   return (await api(d, "GET", "/v1/experiments/" + id)).json;
 }
 
-// Debian's chromium binary (the /usr/bin wrapper only adds flags we set ourselves).
+// Debian's chromium binary (the /usr/bin wrapper only adds flags we set
+// ourselves), or $NIGHTSHIFT_CHROMIUM.
 function chromiumPath() {
+  if (process.env.NIGHTSHIFT_CHROMIUM) return process.env.NIGHTSHIFT_CHROMIUM;
   for (const p of ["/usr/lib/chromium/chromium", "/usr/bin/chromium"])
     if (fs.existsSync(p)) return p;
   return null;
