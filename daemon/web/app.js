@@ -290,6 +290,7 @@
         var last = x.length ? x[x.length - 1] : -1;
         pts.x.forEach(function (t, i) { if (t > last) { x.push(t); y.push(pts.y[i]); } });
         pts.x = x; pts.y = y; pts.loading = false;
+        if (!$("home").hidden && state.status) renderSlots();
       });
     }
     if (typeof p.training_seconds === "number" && typeof p.loss === "number" &&

@@ -160,6 +160,26 @@ async function main() {
     await pp.waitForTimeout(500);
     await pp.screenshot({ path: path.join(OUT, "dashboard-phone.png"), fullPage: true });
 
+    // what a later API may add is shown when present: a noise band from
+    // /v1/noise, grouped leaderboard rows with mean, sd and n (stand-ins here)
+    const later = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    await later.route("**/v1/noise", (r) => r.fulfill({ contentType: "application/json",
+                                                        body: JSON.stringify({ sd: 0.002 }) }));
+    await later.route("**/v1/leaderboard?*", (r) => r.fulfill({
+      contentType: "application/json",
+      body: JSON.stringify({ leaderboard: lb.map((row) => Object.assign({}, row, {
+        val_bpb_mean: row.val_bpb, val_bpb_sd: 0.001, n: 3, group: "x", dataset: "tiny" })) }) }));
+    const lp = await later.newPage();
+    await lp.goto(d.url + "/");
+    await lp.waitForFunction(() => /best \+ noise/.test(document.querySelector("#chart").textContent),
+                             null, { timeout: 10000 });
+    check(true, "a noise band is drawn when /v1/noise answers");
+    await lp.waitForFunction(() => /\u00b1.*n=3/.test(document.querySelector("#leaderboard tbody").textContent),
+                             null, { timeout: 10000 });
+    check(true, "grouped leaderboard rows show mean \u00b1 sd (n)");
+    await lp.screenshot({ path: path.join(OUT, "later-api.png") });
+    await later.close();
+
     check(foreign.length === 0, "no request left the machine" +
           (foreign.length ? ": " + foreign.join(", ") : ""));
     check(consoleErrors.length === 0, "no script errors" +
