@@ -86,15 +86,17 @@ static cJSON *column_json(sqlite3_stmt *st, int i) {
     return j;
 }
 
-cJSON *events_pending(store_t *s, int64_t after, int limit, char *err, size_t errlen) {
+cJSON *events_pending(store_t *s, int64_t after, int64_t experiment_id, int limit, char *err,
+                      size_t errlen) {
     sqlite3_stmt *st = prepare(s,
                                "SELECT id, type, webhook_id, coalesce(experiment_id, 0), payload,"
                                " body, attempts FROM events WHERE state = 'pending' AND id > ?1"
-                               " ORDER BY id LIMIT ?2",
+                               " AND (?3 = 0 OR experiment_id = ?3) ORDER BY id LIMIT ?2",
                                "pending", err, errlen);
     if (!st) return NULL;
     sqlite3_bind_int64(st, 1, after);
     sqlite3_bind_int(st, 2, limit);
+    sqlite3_bind_int64(st, 3, experiment_id);
     cJSON *arr = cJSON_CreateArray();
     int rc;
     while (arr && (rc = sqlite3_step(st)) == SQLITE_ROW) {

@@ -45,10 +45,12 @@ int events_add(store_t *s, const char *type, int64_t experiment_id, const char *
  * experiment some other way). Returns 1 if it was added, 0 if it existed. */
 int events_ensure_finished(store_t *s, int64_t experiment_id, char *err, size_t errlen);
 
-/* The hook's outbox: pending events with id > after, oldest first, at most
- * limit: [{"id", "type", "webhook_id", "experiment_id" (0 = none), "payload"
+/* The hook's outbox: pending events with id > after (and, when
+ * experiment_id > 0, about that experiment), oldest first, at most limit:
+ * [{"id", "type", "webhook_id", "experiment_id" (0 = none), "payload"
  * (object), "body" (the stored webhook body text, or null), "attempts"}]. */
-cJSON *events_pending(store_t *s, int64_t after, int limit, char *err, size_t errlen);
+cJSON *events_pending(store_t *s, int64_t after, int64_t experiment_id, int limit, char *err,
+                      size_t errlen);
 
 /* Store the webhook body built for event id (kept for every later attempt). */
 int events_set_body(store_t *s, int64_t id, const char *body, char *err, size_t errlen);

@@ -13,10 +13,11 @@
  * The outbox: every event is a row of the events table (events.h) before it
  * is sent: experiment.finished rows are written by the store's trigger with
  * the final status, queue.empty and experiment.rejected rows here. The hook
- * loads pending rows it has not loaded yet (at start: every pending row, so
- * events left undelivered by the last run are redelivered with their
- * webhook-id), builds the body once and stores it, counts attempts in the
- * row and marks it delivered or failed. At shutdown pending rows stay pending.
+ * loads the rows it is told about (an experiment's, or the one it wrote) and,
+ * at start, every pending row, so events left undelivered by the last run are
+ * redelivered with their webhook-id. It builds a body once and stores it,
+ * counts attempts in the row and marks it delivered or failed. At shutdown
+ * pending rows stay pending.
  *
  * Events wait in a FIFO for one of MAX_IN_FLIGHT transfers; a failed attempt
  * that may be retried waits on its own uv_timer (full jitter: a uniform delay
@@ -110,7 +111,6 @@ struct hook {
     sock_t *socks;
     int in_flight;
     int empty_pending;                      /* live queue.empty events */
-    int64_t loaded;                         /* the last outbox row loaded */
     uint64_t rejected_at[REJECTED_PER_MIN]; /* uv_now (ms) of the last sends, a ring */
     int rejected_next, rejected_count;
     int closing, cleaning;
@@ -350,17 +350,26 @@ static void event_load(hook_t *h, const cJSON *row) {
     wait_push(h, ev);
 }
 
-/* Load the outbox rows not loaded yet and start sending them. Returns how
- * many were loaded. */
-static int outbox_load(hook_t *h) {
+/* Is outbox row id being delivered already? */
+static int row_live(const hook_t *h, int64_t id) {
+    for (const event_t *ev = h->events; ev; ev = ev->next)
+        if (ev->row == id) return 1;
+    return 0;
+}
+
+/* Load pending outbox rows with id > after (and about experiment_id, when
+ * > 0; at most limit) that are not live yet, and start sending them. Returns
+ * how many rows matched; *last (may be NULL) gets the last one's id. */
+static int outbox_load(hook_t *h, int64_t after, int64_t experiment_id, int limit, int64_t *last) {
     char err[256];
     int n = 0;
     if (h->closing) return 0;
-    cJSON *rows = events_pending(h->api->store, h->loaded, OUTBOX_LOAD, err, sizeof err);
+    cJSON *rows = events_pending(h->api->store, after, experiment_id, limit, err, sizeof err);
     if (!rows) log_error("hook: outbox: %s", err);
     for (const cJSON *r = rows ? rows->child : NULL; r; r = r->next, n++) {
-        h->loaded = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "id"));
-        event_load(h, r);
+        int64_t id = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "id"));
+        if (last) *last = id;
+        if (!row_live(h, id)) event_load(h, r);
     }
     cJSON_Delete(rows);
     start_transfers(h);
@@ -372,13 +381,14 @@ static int outbox_load(hook_t *h) {
 static void outbox_add(hook_t *h, const char *type, cJSON *payload) {
     char err[256];
     char *text = payload ? cJSON_PrintUnformatted(payload) : NULL;
+    int64_t id = 0;
     cJSON_Delete(payload);
     if (payload && !text)
         log_error("hook: %s: out of memory; event dropped", type);
-    else if (events_add(h->api->store, type, 0, text, NULL, err, sizeof err) < 0)
+    else if (events_add(h->api->store, type, 0, text, &id, err, sizeof err) < 0)
         log_error("hook: %s: %s; event dropped", type, err);
     cJSON_free(text);
-    outbox_load(h);
+    if (id > 0) outbox_load(h, id - 1, 0, 1, NULL);
 }
 
 /* At most REJECTED_PER_MIN experiment.rejected events per minute: an agent
@@ -909,7 +919,13 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
     h->open_handles = 2;
     log_info("hook: events go to %s (at most %d attempts, %.0f s timeout)", h->url, h->max_attempts,
              h->timeout_s);
-    int pending = outbox_load(h);
+    /* What the last run left undelivered goes first. */
+    int pending = 0, got;
+    int64_t after = 0;
+    while ((got = outbox_load(h, after, 0, OUTBOX_LOAD, &after)) > 0) {
+        pending += got;
+        if (got < OUTBOX_LOAD) break;
+    }
     if (pending)
         log_info("hook: %d event%s left undelivered by the last run: sending %s again", pending,
                  pending == 1 ? "" : "s", pending == 1 ? "it" : "them");
@@ -937,12 +953,11 @@ void hook_experiment_finished(hook_t *h, int64_t id) {
      * experiment announced without one gets it now. */
     if (events_ensure_finished(h->api->store, id, err, sizeof err) < 0)
         log_error("hook: experiment.finished for %lld: %s", (long long)id, err);
-    outbox_load(h);
+    outbox_load(h, 0, id, OUTBOX_LOAD, NULL);
 }
 
 void hook_queue_empty(hook_t *h) {
     if (!h || h->closing) return;
-    outbox_load(h); /* events the store wrote meanwhile (a run that ended) */
     /* A run that just finished on a dry queue is already announced, with the
      * queue depth, by its experiment.finished event, which the agent answers
      * with the next variant: a queue.empty now would ask twice. The idle
