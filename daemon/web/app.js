@@ -326,7 +326,9 @@
     { key: "window_pattern", label: "windows", narrow: true },
     { key: "ve_layers", label: "ve layers", narrow: true },
     { key: "seq_len", label: "seq", num: true, narrow: true },
-    { key: "seed", label: "seed", num: true, narrow: true }
+    { key: "seed", label: "seed", num: true, narrow: true },
+    { key: "dataset", label: "dataset", narrow: true },
+    { key: "time_budget_s", label: "budget s", num: true, narrow: true }
   ];
 
   /* A grouped row (repeats of one spec) shows mean ± sd (n); tolerant of names. */
