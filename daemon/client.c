@@ -1526,3 +1526,176 @@ int watch_main(int argc, char **argv) {
     conn_close(&c);
     return rc;
 }
+
+/* ----------------------------------------------------------------- export */
+
+static const help_t export_help = {
+    "export", "--format csv|tsv|jsonl|results-tsv",
+    "Every experiment with its key spec fields and result, oldest first, to\n"
+    "stdout: CSV (RFC 4180), TSV, JSON lines, or autoresearch's results.tsv\n"
+    "(commit val_bpb memory_gb status description; commit is the experiment id,\n"
+    "status keep / discard / crash).\n"};
+
+int export_main(int argc, char **argv) {
+    const help_t *h = &export_help;
+    conn_opts_t o = {0};
+    conn_t c = {0};
+    const char *format = NULL;
+    int rc;
+    reply_t r = {0};
+    line_t path = {0};
+
+    for (int i = 1; i < argc; i++) {
+        if ((rc = common_option(argc, argv, &i, &o)) < 0)
+            return usage_error(h, "%s needs a value", argv[i]);
+        if (rc) continue;
+        if ((rc = opt_value(argc, argv, &i, "--format", &format)) < 0)
+            return usage_error(h, "--format needs a value");
+        if (rc) continue;
+        if (argv[i][0] == '-') return usage_error(h, "unknown option %s", argv[i]);
+        return usage_error(h, "unexpected argument '%s'", argv[i]);
+    }
+    if (o.help) {
+        print_usage(stdout, h);
+        return 0;
+    }
+    if (!format) return usage_error(h, "--format is required");
+    if (strcmp(format, "csv") && strcmp(format, "tsv") && strcmp(format, "jsonl") &&
+        strcmp(format, "results-tsv"))
+        return usage_error(h, "--format: expected csv, tsv, jsonl or results-tsv, got '%s'",
+                           format);
+    if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
+    line_add(&path, "/v1/export?format=%s", format);
+    if ((rc = conn_request(&c, "GET", path.s, NULL, 0, &r)) != 0) goto fail;
+    fwrite(r.body, 1, r.len, stdout);
+    rc = fflush(stdout) == 0 ? 0 : CLIENT_EXIT_API;
+fail:
+    reply_free(&r);
+    conn_close(&c);
+    return rc;
+}
+
+/* ------------------------------------------------------------------- diff */
+
+static const help_t diff_help = {
+    "diff", "ID ID",
+    "Compare two experiments: every spec field that differs (`model.depth: 4 -> 6`),\n"
+    "then both results and loss summaries side by side.\n"};
+
+/* Print every leaf of a and b that differs, as "path: A -> B" (absent fields
+ * show as -). Returns how many. */
+static int spec_diff(const cJSON *a, const cJSON *b, const char *prefix) {
+    int n = 0;
+    char path[256], ta[128], tb[128];
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *from = pass ? b : a, *other = pass ? a : b;
+        for (const cJSON *k = from ? from->child : NULL; k; k = k->next) {
+            const cJSON *o = cJSON_GetObjectItemCaseSensitive(other, k->string);
+            if (pass && o) continue; /* seen in the first pass */
+            snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", k->string);
+            if (cJSON_IsObject(k) && cJSON_IsObject(o)) {
+                n += pass ? spec_diff(o, k, path) : spec_diff(k, o, path);
+                continue;
+            }
+            if (o && cJSON_Compare(k, o, 1)) continue;
+            const cJSON *va = pass ? o : k, *vb = pass ? k : o;
+            if (!va || jtext(va, ta, sizeof ta) < 0) snprintf(ta, sizeof ta, "-");
+            if (!vb || jtext(vb, tb, sizeof tb) < 0) snprintf(tb, sizeof tb, "-");
+            printf("  %s: ", path);
+            put_clean(stdout, ta);
+            fputs(" -> ", stdout);
+            put_clean(stdout, tb);
+            fputc('\n', stdout);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* The last and the lowest loss of an experiment's metrics (NAN when none). */
+static void loss_summary(const cJSON *e, double *last, double *min) {
+    *last = *min = NAN;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, jget(e, "metrics")) {
+        double l = jnum(m, "loss", NAN);
+        if (!isfinite(l)) continue;
+        *last = l;
+        if (!isfinite(*min) || l < *min) *min = l;
+    }
+}
+
+int diff_main(int argc, char **argv) {
+    const help_t *h = &diff_help;
+    conn_opts_t o = {0};
+    conn_t c = {0};
+    const char *ids[2] = {NULL, NULL};
+    int rc, n = 0;
+    cJSON *e[2] = {NULL, NULL};
+
+    for (int i = 1; i < argc; i++) {
+        if ((rc = common_option(argc, argv, &i, &o)) < 0)
+            return usage_error(h, "%s needs a value", argv[i]);
+        if (rc) continue;
+        if (argv[i][0] == '-') return usage_error(h, "unknown option %s", argv[i]);
+        if (n == 2) return usage_error(h, "two IDs, not more");
+        ids[n++] = argv[i];
+    }
+    if (o.help) {
+        print_usage(stdout, h);
+        return 0;
+    }
+    if (n != 2) return usage_error(h, "two experiment IDs are needed");
+    long long id[2];
+    for (int k = 0; k < 2; k++)
+        if ((id[k] = parse_positive(ids[k])) < 0)
+            return usage_error(h, "expected an experiment id, got '%s'", ids[k]);
+    if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
+    for (int k = 0; k < 2; k++) {
+        line_t path = {0};
+        line_add(&path, "/v1/experiments/%lld", id[k]);
+        if ((rc = conn_json(&c, "GET", path.s, NULL, 0, &e[k])) != 0) goto fail;
+    }
+    printf("spec differences, %lld -> %lld:\n", id[0], id[1]);
+    if (spec_diff(jget(e[0], "spec"), jget(e[1], "spec"), "") == 0) printf("  (none)\n");
+    static const struct {
+        const char *label, *path, *fmt;
+    } rows[] = {
+        {"val_bpb", "result.val_bpb", "%.6f"},     {"params", "result.params_total", "%.0f"},
+        {"mfu %", "result.mfu_percent", "%.2f"},   {"tok/s", "result.tokens_per_second", "%.0f"},
+        {"steps", "result.num_steps", "%.0f"},     {"train s", "result.training_seconds", "%.1f"},
+        {"peak MB", "result.peak_rss_mb", "%.0f"},
+    };
+    char a[64], b[64];
+    printf("\n  %-12s %14lld %14lld\n", "", id[0], id[1]);
+    for (int k = 0; k < 2; k++)
+        clean_copy(k ? b : a, sizeof a, jstr(e[k], "status") ? jstr(e[k], "status") : "?", 14);
+    printf("  %-12s %14s %14s\n", "status", a, b);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        for (int k = 0; k < 2; k++) {
+            double v = jnum(e[k], rows[i].path, NAN);
+            if (isfinite(v))
+                snprintf(k ? b : a, sizeof a, rows[i].fmt, v);
+            else
+                snprintf(k ? b : a, sizeof a, "-");
+        }
+        printf("  %-12s %14s %14s\n", rows[i].label, a, b);
+    }
+    double last[2], min[2];
+    for (int k = 0; k < 2; k++) loss_summary(e[k], &last[k], &min[k]);
+    for (int row = 0; row < 2; row++) {
+        for (int k = 0; k < 2; k++) {
+            double v = row ? min[k] : last[k];
+            if (isfinite(v))
+                snprintf(k ? b : a, sizeof a, "%.4f", v);
+            else
+                snprintf(k ? b : a, sizeof a, "-");
+        }
+        printf("  %-12s %14s %14s\n", row ? "lowest loss" : "final loss", a, b);
+    }
+    rc = 0;
+fail:
+    cJSON_Delete(e[0]);
+    cJSON_Delete(e[1]);
+    conn_close(&c);
+    return rc;
+}

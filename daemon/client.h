@@ -1,5 +1,5 @@
 /* client.h - the command-line client of the daemon's HTTP API (libcurl):
- * `nightshift submit`, `ls`, `show`, `best`, `cancel` and `watch`.
+ * `nightshift submit`, `ls`, `show`, `best`, `cancel`, `watch`, `export` and `diff`.
  *
  * Every command talks to one daemon: --url, else $NIGHTSHIFT_URL, else
  * http://127.0.0.1:8080. It sends the bearer token when one is given (--token,
@@ -22,5 +22,7 @@ int best_main(int argc, char **argv);   /* the best succeeded spec, ready to res
 int leaderboard_main(int argc, char **argv); /* one row per configuration: mean, sd, seeds */
 int cancel_main(int argc, char **argv);      /* cancel a queued or running experiment */
 int watch_main(int argc, char **argv);       /* live progress of every slot */
+int export_main(int argc, char **argv);      /* every experiment as CSV, TSV, JSONL or results.tsv */
+int diff_main(int argc, char **argv);        /* two experiments' spec differences and results */
 
 #endif

@@ -30,6 +30,8 @@ static const command_t commands[] = {
     {"leaderboard", leaderboard_main, "configurations by mean val_bpb over seeds, with sd"},
     {"cancel", cancel_main, "cancel a queued or running experiment"},
     {"watch", watch_main, "live progress of the daemon's slots"},
+    {"export", export_main, "every experiment as CSV, TSV, JSON lines or results.tsv"},
+    {"diff", diff_main, "two experiments: spec differences and results side by side"},
     {"agent", agent_main, "the reference search agent behind the webhook"},
 };
 

@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "api.h"
+#include "events.h"
 #include "hook.h"
 #include "http.h"
 #include "log.h"
@@ -55,7 +56,8 @@ typedef struct {
     sched_t *sched;
     http_server_t *http;
     api_t api;
-    hook_t *hook; /* NULL without --agent-url, and once closed */
+    hook_t *hook;         /* NULL without --agent-url, and once closed */
+    events_hub_t *events; /* the SSE streams of GET /v1/events/stream */
     uv_signal_t sigint, sigterm;
     int lock_fd;
     int stopping;
@@ -360,6 +362,8 @@ static void signal_cb(uv_signal_t *h, int signum) {
     d->stopping = 1;
     log_info("%s: shutting down (running workers are interrupted and re-queued)",
              signum == SIGINT ? "SIGINT" : "SIGTERM");
+    events_hub_close(d->events);
+    d->events = d->api.events = NULL;
     http_server_close(d->http, NULL, NULL);
     d->http = NULL;
     hook_close(d->hook, NULL, NULL);
@@ -427,6 +431,10 @@ static int run_daemon(daemon_t *d) {
                      .token = d->o.token[0] ? d->o.token : NULL,
                      .default_dataset = d->o.dataset[0] ? d->o.dataset : NULL,
                      .started_at = util_now()};
+    if (!(d->events = d->api.events = events_hub_new(&d->loop, d->store, d->sched))) {
+        snprintf(err, sizeof err, "out of memory");
+        goto out_sched;
+    }
     if (d->o.agent_url[0]) {
         hook_opts_t ho = {.url = d->o.agent_url, .secret = d->o.agent_secret, .api = &d->api};
         if (!(d->hook = hook_new(&d->loop, &ho, err, sizeof err))) goto out_sched;
@@ -463,6 +471,8 @@ out_hook:
     hook_close(d->hook, NULL, NULL);
     d->hook = NULL;
 out_sched:
+    events_hub_close(d->events);
+    d->events = d->api.events = NULL;
     sched_free(d->sched);
     d->sched = NULL;
 out_loop:

@@ -549,6 +549,10 @@ fail:
     return -1;
 }
 
+struct sqlite3 *store_db(store_t *s) {
+    return s->db;
+}
+
 void store_close(store_t *s) {
     if (!s) return;
     for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);

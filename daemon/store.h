@@ -117,6 +117,10 @@ void store_format_time(int64_t unix_ms, char *buf, size_t len);
 int store_open(const char *path, store_t **out, char *err, size_t errlen);
 void store_close(store_t *s);
 
+/* The store's connection, for modules that own tables of their own (the
+ * events table, daemon/events.c); borrowed, valid until store_close. */
+struct sqlite3 *store_db(store_t *s);
+
 /* Insert a queued experiment; *id gets its id. A parent that does not exist
  * is an error ("parent: experiment 17 does not exist"). */
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,

@@ -68,6 +68,7 @@ start daemon "$state/daemon.log" "$bin" serve --dir "$state" --listen "127.0.0.1
 cat <<EOF
 
 nightshift is running: the daemon at $url, the reference agent at 127.0.0.1:$agent_port.
+  dashboard:       $url/
   live progress:   $bin watch --url $url
   experiments:     $bin ls --url $url          (or curl $url/v1/experiments)
   the best config: $bin best --url $url        (or curl $url/v1/best)

