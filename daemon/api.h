@@ -29,6 +29,7 @@ typedef struct {
     const char *state_dir;
     const char *token; /* NULL = no token required */
     double started_at; /* util_now() at startup */
+    int memory_mb;     /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */
 } api_t;
 
 /* The http_handler_fn of the daemon; user is an api_t. */

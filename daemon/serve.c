@@ -374,7 +374,8 @@ static int run_daemon(daemon_t *d) {
                      .sched = d->sched,
                      .state_dir = d->o.dir,
                      .token = d->o.token[0] ? d->o.token : NULL,
-                     .started_at = util_now()};
+                     .started_at = util_now(),
+                     .memory_mb = d->o.memory_mb};
     if (d->o.agent_url[0]) {
         hook_opts_t ho = {.url = d->o.agent_url, .secret = d->o.agent_secret, .api = &d->api};
         if (!(d->hook = hook_new(&d->loop, &ho, err, sizeof err))) goto out_sched;
