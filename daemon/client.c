@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util.h"
+
 #define DEFAULT_URL        "http://127.0.0.1:8080"
 #define CONNECT_TIMEOUT_MS 5000L
 #define TOTAL_TIMEOUT_MS   30000L
@@ -371,6 +373,9 @@ typedef struct {
     volatile sig_atomic_t *stop;       /* watch: abort the transfer when set; or NULL */
     int inited;                        /* curl_global_init ran: conn_close undoes it */
     char errbuf[CURL_ERROR_SIZE];      /* curl's detail for the last failure */
+    int quiet;                         /* watch: failures go to said, not stderr */
+    long http_status;                  /* of the last request; 0 = no HTTP reply */
+    char said[512];                    /* the last failure's message when quiet */
 } conn_t;
 
 /* A reply body: NUL-terminated, malloc'd, freed with reply_free. */
@@ -535,31 +540,31 @@ oom:
     return CLIENT_EXIT_API;
 }
 
-/* The daemon's error envelope {"error":{"code","message"}} on stderr, or the
+/* The daemon's error envelope {"error":{"code","message"}} on errf, or the
  * bare HTTP status when the body is not one. */
-static void print_api_error(const conn_t *c, const char *method, const char *path,
+static void print_api_error(FILE *errf, const conn_t *c, const char *method, const char *path,
                             const reply_t *r) {
     cJSON *j = cJSON_ParseWithLength(r->body, r->len);
     const char *code = jstr(j, "error.code"), *msg = jstr(j, "error.message");
     if (code && msg) {
-        fputs("nightshift: ", stderr);
-        put_clean(stderr, code);
-        fputs(": ", stderr);
-        put_clean(stderr, msg);
+        fputs("nightshift: ", errf);
+        put_clean(errf, code);
+        fputs(": ", errf);
+        put_clean(errf, msg);
         if (r->status == 401 && !c->has_token)
-            fputs(" (give --token, --token-file or set NIGHTSHIFT_TOKEN)", stderr);
-        fputc('\n', stderr);
+            fputs(" (give --token, --token-file or set NIGHTSHIFT_TOKEN)", errf);
+        fputc('\n', errf);
     } else {
-        fprintf(stderr, "nightshift: HTTP %ld from %s %s%s", r->status, method, c->base, path);
+        fprintf(errf, "nightshift: HTTP %ld from %s %s%s", r->status, method, c->base, path);
         if (r->len) {
             char first[200];
             size_t n = strcspn(r->body, "\r\n");
             snprintf(first, sizeof first, "%.*s", (int)(n < sizeof first ? n : sizeof first - 1),
                      r->body);
-            fputs(": ", stderr);
-            put_clean(stderr, first);
+            fputs(": ", errf);
+            put_clean(errf, first);
         }
-        fputc('\n', stderr);
+        fputc('\n', errf);
     }
     cJSON_Delete(j);
 }
@@ -574,10 +579,12 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
                         size_t body_len, reply_t *r) {
     CURL *k = c->curl;
     int rc = CLIENT_EXIT_API;
+    FILE *errf = c->quiet ? fmemopen(c->said, sizeof c->said, "w") : stderr;
+    if (!errf) errf = stderr;
     char *url = malloc(strlen(c->base) + strlen(path) + 1);
     memset(r, 0, sizeof *r);
     if (!url || !(r->body = calloc(1, 1))) {
-        fprintf(stderr, "nightshift: out of memory\n");
+        fprintf(errf, "nightshift: out of memory\n");
         goto fail;
     }
     r->cap = 1;
@@ -596,17 +603,20 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
     }
     c->errbuf[0] = '\0';
     CURLcode cr = curl_easy_perform(k);
+    c->http_status = 0;
     const char *detail = c->errbuf[0] ? c->errbuf : curl_easy_strerror(cr);
     curl_off_t connect_us = 0;
     curl_easy_getinfo(k, CURLINFO_CONNECT_TIME_T, &connect_us);
     switch (cr) {
     case CURLE_OK:
         curl_easy_getinfo(k, CURLINFO_RESPONSE_CODE, &r->status);
+        c->http_status = r->status;
         if (r->status >= 200 && r->status < 300) {
+            if (errf != stderr) fclose(errf);
             free(url);
             return 0;
         }
-        print_api_error(c, method, path, r);
+        print_api_error(errf, c, method, path, r);
         goto fail;
     case CURLE_ABORTED_BY_CALLBACK:
         rc = CONN_STOPPED;
@@ -614,10 +624,10 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
     case CURLE_WRITE_ERROR:
     case CURLE_FILESIZE_EXCEEDED:
         if (cr == CURLE_FILESIZE_EXCEEDED || r->too_big)
-            fprintf(stderr, "nightshift: the reply to %s %s is larger than %zu MiB\n", method, path,
+            fprintf(errf, "nightshift: the reply to %s %s is larger than %zu MiB\n", method, path,
                     MAX_REPLY_BYTES >> 20);
         else
-            fprintf(stderr, "nightshift: out of memory reading the reply to %s %s\n", method, path);
+            fprintf(errf, "nightshift: out of memory reading the reply to %s %s\n", method, path);
         goto fail;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
@@ -625,22 +635,23 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_PEER_FAILED_VERIFICATION:
         rc = CLIENT_EXIT_UNREACHABLE;
-        fprintf(stderr, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
+        fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
         goto fail;
     case CURLE_OPERATION_TIMEDOUT:
         if (connect_us == 0) {
             rc = CLIENT_EXIT_UNREACHABLE;
-            fprintf(stderr, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
+            fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
         } else {
-            fprintf(stderr, "nightshift: no complete reply to %s %s within %ld s: %s\n", method,
-                    path, TOTAL_TIMEOUT_MS / 1000, detail);
+            fprintf(errf, "nightshift: no complete reply to %s %s within %ld s: %s\n", method, path,
+                    TOTAL_TIMEOUT_MS / 1000, detail);
         }
         goto fail;
     default:
-        fprintf(stderr, "nightshift: %s %s%s failed: %s\n", method, c->base, path, detail);
+        fprintf(errf, "nightshift: %s %s%s failed: %s\n", method, c->base, path, detail);
         goto fail;
     }
 fail:
+    if (errf != stderr) fclose(errf);
     free(url);
     reply_free(r);
     return rc;
@@ -1256,9 +1267,13 @@ fail:
 static const help_t watch_help = {
     "watch", "[--interval S] [--once]",
     "Live progress of every slot: a bar of the time budget, the experiment, its\n"
-    "step, loss, tokens/s and time left, then the queue depth. On a terminal the\n"
+    "step, loss, tokens/s and time left, or `evaluating` once its budget is spent\n"
+    "and it is scoring the validation split. Below: the last finished experiment\n"
+    "and its verdict (a new best for its dataset, or how far behind the best),\n"
+    "the best so far on each dataset, and the queue depth. On a terminal the\n"
     "lines are redrawn in place; otherwise a snapshot is printed every interval.\n"
-    "Ctrl-C stops (exit 0).\n\n"
+    "When the daemon goes away (a restart), watch says `reconnecting` and carries\n"
+    "on when it is back. Ctrl-C stops (exit 0).\n\n"
     "  --interval S      seconds between polls (default 2, at least 0.1)\n"
     "  --once            print one snapshot and exit\n"};
 
@@ -1269,7 +1284,8 @@ static void watch_signal_cb(int sig) {
     watch_stop = 1;
 }
 
-/* slot 0 [#########...........]  45.2% exp 12 "name" step 130 loss 3.214 2,810 tok/s ETA 2m44s */
+/* slot 0 [#########...........]  45.2% exp 12 "name" step 130 loss 3.214 2,810 tok/s ETA 2m44s
+ * slot 0 [####################] evaluating exp 12 "name" step 400 loss 2.914 */
 static void slot_line(const cJSON *slot, line_t *l) {
     const cJSON *exp = jget(slot, "experiment"), *p = jget(slot, "progress");
     char a[64];
@@ -1279,11 +1295,17 @@ static void slot_line(const cJSON *slot, line_t *l) {
         return;
     }
     double pct = cJSON_IsObject(p) ? jnum(p, "percent", 0) : 0;
+    /* The worker's last step line says 100% exactly when the budget is spent;
+     * evaluation follows, before the result. */
+    int evaluating = pct >= 100;
     pct = pct < 0 ? 0 : pct > 100 ? 100 : pct;
     int fill = (int)lround(pct / 100 * BAR_WIDTH);
     line_add(l, "[");
     for (int i = 0; i < BAR_WIDTH; i++) line_add(l, "%c", i < fill ? '#' : '.');
-    line_add(l, "] %5.1f%% exp %" PRId64, pct, (int64_t)jnum(exp, "id", 0));
+    if (evaluating)
+        line_add(l, "] evaluating exp %" PRId64, (int64_t)jnum(exp, "id", 0));
+    else
+        line_add(l, "] %5.1f%% exp %" PRId64, pct, (int64_t)jnum(exp, "id", 0));
     if (jstr(exp, "name")) {
         line_add(l, " \"");
         line_add_clean(l, jstr(exp, "name"), NAME_WIDTH);
@@ -1295,22 +1317,121 @@ static void slot_line(const cJSON *slot, line_t *l) {
     }
     if (cJSON_IsNumber(jget(p, "step"))) line_add(l, " step %" PRId64, (int64_t)jnum(p, "step", 0));
     if (cJSON_IsNumber(jget(p, "loss"))) line_add(l, " loss %.3f", jnum(p, "loss", 0));
+    if (evaluating) return;
     if (cJSON_IsNumber(jget(p, "tok_s")))
         line_add(l, " %s tok/s", commas(jnum(p, "tok_s", 0), a, sizeof a));
     if (cJSON_IsNumber(jget(p, "eta_s")))
         line_add(l, " ETA %s", duration(jnum(p, "eta_s", 0), a, sizeof a));
 }
 
-/* The snapshot's lines: one per slot, then the queue. *out is malloc'd (the
- * caller frees it); returns the count, or -1 when the reply is unusable. */
-static int status_lines(const cJSON *st, line_t **out) {
+/* The best succeeded experiment of each dataset, from the leaderboard (best
+ * first, so the first row of a dataset is its best). */
+#define MAX_DATASETS_SHOWN 8
+typedef struct {
+    char dataset[64];
+    int64_t id;
+    double val_bpb;
+} best_t;
+
+/* Fill best[] (at most MAX_DATASETS_SHOWN) from a leaderboard reply; returns the count. */
+static int bests_from(const cJSON *board, best_t *best) {
+    const cJSON *rows = jget(board, "leaderboard");
+    int n = 0;
+    for (const cJSON *r = cJSON_IsArray(rows) ? rows->child : NULL; r; r = r->next) {
+        const char *ds = jstr(r, "dataset");
+        if (!ds || !cJSON_IsNumber(jget(r, "val_bpb"))) continue;
+        int k = 0;
+        while (k < n && strcmp(best[k].dataset, ds)) k++;
+        if (k < n || n == MAX_DATASETS_SHOWN) continue;
+        clean_copy(best[n].dataset, sizeof best[n].dataset, ds, 24);
+        best[n].id = (int64_t)jnum(r, "id", 0);
+        best[n].val_bpb = jnum(r, "val_bpb", 0);
+        n++;
+    }
+    return n;
+}
+
+static const best_t *best_of(const best_t *best, int n, const char *dataset) {
+    char clean[64];
+    clean_copy(clean, sizeof clean, dataset ? dataset : "", 24);
+    for (int k = 0; k < n; k++)
+        if (!strcmp(best[k].dataset, clean)) return &best[k];
+    return NULL;
+}
+
+/* How a finished experiment e did: "new best" / "best" when it leads its
+ * dataset, "+0.0123 vs 5" behind the best, else "" (not succeeded). */
+static void verdict(const cJSON *e, const best_t *best, int n, int newest, char *buf, size_t len) {
+    buf[0] = '\0';
+    if (!jstr(e, "status") || strcmp(jstr(e, "status"), "succeeded") ||
+        !cJSON_IsNumber(jget(e, "val_bpb")))
+        return;
+    const best_t *b = best_of(best, n, jstr(e, "dataset"));
+    if (!b) return;
+    if (b->id == (int64_t)jnum(e, "id", 0))
+        snprintf(buf, len, "%s", newest ? "new best" : "best");
+    else
+        snprintf(buf, len, "%+.4f vs %" PRId64, jnum(e, "val_bpb", 0) - b->val_bpb, b->id);
+}
+
+/* "last: exp 11 "name" succeeded 1.8342, new best on book" or the status and
+ * reason of a run that did not succeed. */
+static void last_line(const cJSON *list, const best_t *best, int nbest, line_t *l) {
+    const cJSON *items = jget(list, "experiments"), *e = NULL;
+    for (const cJSON *it = cJSON_IsArray(items) ? items->child : NULL; it; it = it->next) {
+        const char *st = jstr(it, "status");
+        if (st && strcmp(st, "queued") && strcmp(st, "running")) {
+            e = it;
+            break;
+        }
+    }
+    if (!e) return;
+    line_add(l, "last: exp %" PRId64, (int64_t)jnum(e, "id", 0));
+    if (jstr(e, "name")) {
+        line_add(l, " \"");
+        line_add_clean(l, jstr(e, "name"), 20);
+        line_add(l, "\"");
+    }
+    line_add(l, " ");
+    line_add_clean(l, jstr(e, "status"), 16);
+    if (cJSON_IsNumber(jget(e, "val_bpb"))) {
+        char v[64];
+        verdict(e, best, nbest, 1, v, sizeof v);
+        line_add(l, " val_bpb %.4f", jnum(e, "val_bpb", 0));
+        if (v[0]) {
+            line_add(l, ", %s", v);
+            if (jstr(e, "dataset")) {
+                line_add(l, " on ");
+                line_add_clean(l, jstr(e, "dataset"), 24);
+            }
+        }
+    } else if (jstr(e, "reason")) {
+        line_add(l, ": ");
+        line_add_clean(l, jstr(e, "reason"), 80);
+    }
+}
+
+/* The snapshot's lines: one per slot, the last result and the best of each
+ * dataset (when list and board are given), then the queue. *out is malloc'd
+ * (the caller frees it); returns the count, or -1 when the reply is unusable. */
+static int status_lines(const cJSON *st, const cJSON *list, const cJSON *board, line_t **out) {
     const cJSON *slots = jget(st, "slots");
     *out = NULL;
     if (!cJSON_IsArray(slots) || !cJSON_IsNumber(jget(st, "queue_depth"))) return -1;
     int n = cJSON_GetArraySize(slots), i = 0;
-    line_t *lines = calloc((size_t)n + 1, sizeof *lines);
+    line_t *lines = calloc((size_t)n + 3, sizeof *lines);
     if (!lines) return -1;
     for (const cJSON *s = slots->child; s && i < n; s = s->next) slot_line(s, &lines[i++]);
+    best_t best[MAX_DATASETS_SHOWN];
+    int nbest = board ? bests_from(board, best) : 0;
+    if (list) {
+        last_line(list, best, nbest, &lines[i]);
+        if (lines[i].n) i++;
+    }
+    for (int k = 0; k < nbest; k++)
+        line_add(&lines[i], "%s%s %.4f (exp %" PRId64 ")", k ? ", " : "best: ", best[k].dataset,
+                 best[k].val_bpb, best[k].id);
+    if (nbest) i++;
     line_add(&lines[i++], "queue: %" PRId64 " queued", (int64_t)jnum(st, "queue_depth", 0));
     *out = lines;
     return i;
@@ -1328,12 +1449,37 @@ static void fit_width(line_t *l, int cols) {
         }
 }
 
+/* One snapshot: /v1/status, then (best effort, quietly) the latest
+ * experiments and the leaderboard. Returns 0 with the lines and their
+ * count set, or the status request's exit code. */
+static int watch_poll(conn_t *c, line_t **lines, int *n) {
+    cJSON *st = NULL, *list = NULL, *board = NULL;
+    int rc = conn_json(c, "GET", "/v1/status", NULL, 0, &st);
+    if (rc) return rc;
+    int quiet = c->quiet;
+    c->quiet = 1;
+    if (conn_json(c, "GET", "/v1/experiments?order=-id&limit=20", NULL, 0, &list) != 0) list = NULL;
+    if (!watch_stop && conn_json(c, "GET", "/v1/leaderboard?limit=1000", NULL, 0, &board) != 0)
+        board = NULL;
+    c->quiet = quiet;
+    c->said[0] = '\0';
+    *n = status_lines(st, list, board, lines);
+    cJSON_Delete(st);
+    cJSON_Delete(list);
+    cJSON_Delete(board);
+    if (*n < 0) {
+        unexpected("no slots or queue_depth in /v1/status");
+        return CLIENT_EXIT_API;
+    }
+    return 0;
+}
+
 int watch_main(int argc, char **argv) {
     const help_t *h = &watch_help;
     conn_opts_t o = {0};
     conn_t c = {0};
     const char *interval_arg = NULL;
-    double interval = 2;
+    double interval = 2, lost_at = 0;
     int once = 0, rc, tty = isatty(STDOUT_FILENO), shown = 0;
     struct sigaction sa, old_int, old_term;
 
@@ -1376,16 +1522,28 @@ int watch_main(int argc, char **argv) {
     if (tty && !once) fputs("\x1b[?25l", stdout); /* hide the cursor while redrawing */
 
     while (!watch_stop) {
-        cJSON *st = NULL;
         line_t *lines = NULL;
-        rc = conn_json(&c, "GET", "/v1/status", NULL, 0, &st);
-        if (rc) break;
-        int n = status_lines(st, &lines);
-        cJSON_Delete(st);
-        if (n < 0) {
-            unexpected("no slots or queue_depth in /v1/status");
-            rc = CLIENT_EXIT_API;
+        int n = 0;
+        /* Losing the daemon (a restart, a crash, not started yet) is not
+         * the end: say so and keep asking. Only --once gives up; an HTTP
+         * error (a bad token, a broken reply) ends the watch either way. */
+        c.quiet = !once;
+        rc = watch_poll(&c, &lines, &n);
+        if (rc && rc != CONN_STOPPED && !once && c.http_status == 0) {
+            if (lost_at == 0) lost_at = util_now();
+            free(lines);
+            lines = calloc(1, sizeof *lines);
+            if (!lines) break;
+            char d[32];
+            line_add(&lines[0], "reconnecting to %s (no answer for %s)", c.base,
+                     duration(util_now() - lost_at, d, sizeof d));
+            n = 1;
+            rc = 0;
+        } else if (rc) {
+            if (rc != CONN_STOPPED && c.said[0]) fputs(c.said, stderr);
             break;
+        } else {
+            lost_at = 0;
         }
         if (tty) {
             struct winsize ws;
@@ -1395,7 +1553,7 @@ int watch_main(int argc, char **argv) {
                 fit_width(&lines[i], cols);
                 printf("\r\x1b[2K%s\n", lines[i].s);
             }
-            if (n < shown) fputs("\x1b[J", stdout); /* fewer slots than before */
+            if (n < shown) fputs("\x1b[J", stdout); /* fewer lines than before */
             shown = n;
         } else {
             for (int i = 0; i < n; i++) puts(lines[i].s);

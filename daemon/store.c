@@ -68,7 +68,8 @@ enum {
     " e.reason AS reason, e.source AS source, e.priority AS priority, e.parent AS parent,"         \
     " e.seed AS seed, e.attempt AS attempt, e.created AS created, e.started AS started,"           \
     " e.finished AS finished,"                                                                     \
-    " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb"                              \
+    " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"                             \
+    " json_extract(e.spec, '$.dataset') AS dataset, r.params_total AS params_total"                \
     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id)"                           \
     " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND "
 
