@@ -257,7 +257,8 @@ static void print_usage(FILE *f, const help_t *h) {
     fprintf(f,
             "usage: nightshift %s %s [--url URL] [--token T | --token-file F]\n\n%s\n"
             "common options:\n"
-            "  --url URL         the daemon (default $NIGHTSHIFT_URL, else " DEFAULT_URL ")\n"
+            "  --url URL         the daemon (default $NIGHTSHIFT_URL, else port\n"
+            "                    $NIGHTSHIFT_PORT on 127.0.0.1, else " DEFAULT_URL ")\n"
             "  --token T         bearer token for the daemon (default $NIGHTSHIFT_TOKEN)\n"
             "  --token-file F    read the token from the file F\n"
             "  --help            this text\n\n"
@@ -482,7 +483,7 @@ static int add_header(conn_t *c, const char *line, int post_only) {
 /* Set up c for the daemon named by o. Returns 0, or an exit code after
  * printing why (2 for a bad URL or token). conn_close releases c either way. */
 static int conn_open(conn_t *c, const conn_opts_t *o, const help_t *h) {
-    char token[MAX_TOKEN_BYTES + 1], hdr[MAX_TOKEN_BYTES + 64], noproxy[1024];
+    char token[MAX_TOKEN_BYTES + 1], hdr[MAX_TOKEN_BYTES + 64], noproxy[1024], port_url[64];
     const char *url = o->url;
     memset(c, 0, sizeof *c);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -493,6 +494,13 @@ static int conn_open(conn_t *c, const conn_opts_t *o, const help_t *h) {
     int rc = resolve_token(o, h, token, sizeof token);
     if (rc) return rc;
     if (!url || !*url) url = getenv("NIGHTSHIFT_URL");
+    if (!url || !*url) { /* the port run.sh and serve were given, on loopback */
+        const char *port = getenv("NIGHTSHIFT_PORT");
+        if (port && parse_positive(port) > 0 && parse_positive(port) < 65536) {
+            snprintf(port_url, sizeof port_url, "http://127.0.0.1:%s", port);
+            url = port_url;
+        }
+    }
     if (!url || !*url) url = DEFAULT_URL;
     if (strncasecmp(url, "http://", 7) && strncasecmp(url, "https://", 8))
         return usage_error(h, "--url: expected http://HOST:PORT or https://..., got '%s'", url);
@@ -1574,6 +1582,73 @@ int watch_main(int argc, char **argv) {
     fflush(stdout);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    conn_close(&c);
+    return rc;
+}
+
+/* ----------------------------------------------------------- agent status */
+
+static const help_t agent_status_help = {
+    "agent status", "",
+    "What the running reference agent is doing: its best so far, the last event\n"
+    "the daemon sent it and the decision it took, and what it is waiting for.\n"
+    "The agent acts only when the daemon calls it: when a run ends or the queue\n"
+    "runs dry; between those it is silent. --url is the agent's address\n"
+    "(default http://127.0.0.1:$NIGHTSHIFT_AGENT_PORT, else port 8090).\n"};
+
+int agent_status_main(int argc, char **argv) {
+    const help_t *h = &agent_status_help;
+    conn_opts_t o = {0};
+    conn_t c = {0};
+    int rc;
+    cJSON *st = NULL;
+    char url[128], a[32];
+    for (int i = 1; i < argc; i++) {
+        if ((rc = common_option(argc, argv, &i, &o)) < 0)
+            return usage_error(h, "%s needs a value", argv[i]);
+        if (rc) continue;
+        return usage_error(h, "unexpected argument '%s'", argv[i]);
+    }
+    if (o.help) {
+        print_usage(stdout, h);
+        return 0;
+    }
+    if (!o.url) {
+        const char *port = getenv("NIGHTSHIFT_AGENT_PORT");
+        snprintf(url, sizeof url, "http://127.0.0.1:%s",
+                 port && parse_positive(port) > 0 ? port : "8090");
+        o.url = url;
+    }
+    if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
+    if ((rc = conn_json(&c, "GET", "/", NULL, 0, &st)) != 0) goto fail;
+    printf("agent at %s: %" PRId64 " proposals so far, %" PRId64 " near ties awaiting a re-run\n",
+           c.base, (int64_t)jnum(st, "proposals", 0), (int64_t)jnum(st, "pending_reruns", 0));
+    const cJSON *best = jget(st, "best"), *ev = jget(st, "last_event");
+    if (cJSON_IsObject(best))
+        printf("  best:          exp %" PRId64 ", val_bpb %.4f\n", (int64_t)jnum(best, "id", 0),
+               jnum(best, "val_bpb", 0));
+    else
+        printf("  best:          none yet\n");
+    if (cJSON_IsObject(ev)) {
+        fputs("  last event:    ", stdout);
+        put_clean(stdout, jstr(ev, "type") ? jstr(ev, "type") : "?");
+        printf(", %s ago, %" PRId64 " spec(s) proposed in reply\n",
+               duration(jnum(ev, "seconds_ago", 0), a, sizeof a), (int64_t)jnum(ev, "proposed", 0));
+    } else {
+        printf("  last event:    none since it started\n");
+    }
+    if (jstr(st, "last_decision")) {
+        fputs("  last decision: ", stdout);
+        put_clean(stdout, jstr(st, "last_decision"));
+        fputc('\n', stdout);
+    }
+    if (jstr(st, "waiting_for")) {
+        fputs("  waiting for:   ", stdout);
+        put_clean(stdout, jstr(st, "waiting_for"));
+        fputc('\n', stdout);
+    }
+fail:
+    cJSON_Delete(st);
     conn_close(&c);
     return rc;
 }

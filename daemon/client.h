@@ -1,7 +1,8 @@
 /* client.h - the command-line client of the daemon's HTTP API (libcurl):
  * `nightshift submit`, `ls`, `show`, `best`, `cancel` and `watch`.
  *
- * Every command talks to one daemon: --url, else $NIGHTSHIFT_URL, else
+ * Every command talks to one daemon: --url, else $NIGHTSHIFT_URL, else port
+ * $NIGHTSHIFT_PORT on 127.0.0.1, else
  * http://127.0.0.1:8080. It sends the bearer token when one is given (--token,
  * --token-file, else $NIGHTSHIFT_TOKEN), waits at most 5 s for the connection
  * and 30 s for the whole reply, and refuses replies over 16 MiB. Each *_main
@@ -21,5 +22,7 @@ int show_main(int argc, char **argv);   /* one experiment: status, spec, result,
 int best_main(int argc, char **argv);   /* the best succeeded spec, ready to resubmit */
 int cancel_main(int argc, char **argv); /* cancel a queued or running experiment */
 int watch_main(int argc, char **argv);  /* live progress of every slot */
+/* `nightshift agent status`: what a running agent (GET on its port) is doing. */
+int agent_status_main(int argc, char **argv);
 
 #endif
