@@ -36,6 +36,7 @@
 #define NAME_WIDTH         32    /* characters of a name shown in tables and progress lines */
 #define BAR_WIDTH          20
 #define METRICS_SHOWN      5 /* last metrics rows in show */
+#define MAX_DATASETS_SHOWN 8 /* datasets whose best watch and ls know */
 
 /* ------------------------------------------------------------ text helpers */
 
@@ -811,9 +812,10 @@ fail:
 
 static const help_t ls_help = {
     "ls", "[--status S] [--limit N] [--order O] [--after ID] [--json]",
-    "List experiments as a table: id, status, val_bpb, name and creation time\n"
-    "(local). When more rows exist than --limit, the next page's --after is\n"
-    "printed on stderr.\n\n"
+    "List experiments as a table: id, status, val_bpb, its verdict (`best` when\n"
+    "it leads its dataset, else how far behind the best), dataset, parameters,\n"
+    "the parent it varies, name and creation time (local). When more rows exist\n"
+    "than --limit, the next page's --after is printed on stderr.\n\n"
     "  --status S        only this status: queued, running, succeeded, failed,\n"
     "                    crashed, timeout, oom, diverged, cancelled, interrupted\n"
     "  --limit N         at most N rows (the daemon's default is 100, at most 1000)\n"
@@ -835,7 +837,8 @@ static void query_add(line_t *q, const char *key, const char *value) {
 
 typedef struct {
     char id[24], status[64], bpb[32], name[NAME_WIDTH * 4 + 8], created[32];
-    size_t name_chars;
+    char verdict[48], dataset[100], params[24], parent[24];
+    size_t name_chars, dataset_chars;
 } ls_row_t;
 
 static void print_padded(const char *s, size_t chars, size_t width) {
@@ -843,14 +846,41 @@ static void print_padded(const char *s, size_t chars, size_t width) {
     for (size_t i = chars; i < width; i++) fputc(' ', stdout);
 }
 
-static void ls_table(const cJSON *items) {
+/* "38.6M", "412K", "900". */
+static const char *short_count(double v, char *buf, size_t len) {
+    if (v >= 1e9)
+        snprintf(buf, len, "%.1fB", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(buf, len, "%.1fM", v / 1e6);
+    else if (v >= 1e4)
+        snprintf(buf, len, "%.0fK", v / 1e3);
+    else
+        snprintf(buf, len, "%.0f", v);
+    return buf;
+}
+
+/* The best succeeded experiment of a dataset (watch and ls, from the
+ * leaderboard). */
+typedef struct {
+    char dataset[64];
+    int64_t id;
+    double val_bpb;
+} best_t;
+static int bests_from(const cJSON *board, best_t *best);
+static void verdict(const cJSON *e, const best_t *best, int n, int newest, char *buf, size_t len);
+
+static void ls_table(const cJSON *items, const cJSON *board) {
     int n = cJSON_GetArraySize(items), i = 0;
-    size_t w_id = 2, w_st = 6, w_bpb = 7, w_name = 4;
+    size_t w_id = 2, w_st = 6, w_bpb = 7, w_name = 4, w_v = 7, w_ds = 7, w_p = 6, w_par = 6;
     ls_row_t *rows = calloc(n > 0 ? (size_t)n : 1, sizeof *rows);
-    if (!rows) {
+    best_t *bests = calloc(MAX_DATASETS_SHOWN, sizeof *bests);
+    if (!rows || !bests) {
         fprintf(stderr, "nightshift: out of memory\n");
+        free(rows);
+        free(bests);
         return;
     }
+    int nbest = board ? bests_from(board, bests) : 0;
     for (const cJSON *e = items->child; e && i < n; e = e->next, i++) {
         ls_row_t *r = &rows[i];
         const cJSON *bpb = jget(e, "val_bpb"), *name = jget(e, "name");
@@ -863,20 +893,40 @@ static void ls_table(const cJSON *items) {
         r->name_chars = clean_copy(r->name, sizeof r->name,
                                    cJSON_IsString(name) ? name->valuestring : "-", NAME_WIDTH);
         local_time(jstr(e, "created"), r->created, sizeof r->created);
+        verdict(e, bests, nbest, 0, r->verdict, sizeof r->verdict);
+        if (!r->verdict[0]) snprintf(r->verdict, sizeof r->verdict, "-");
+        r->dataset_chars = clean_copy(r->dataset, sizeof r->dataset,
+                                      jstr(e, "dataset") ? jstr(e, "dataset") : "-", 24);
+        if (cJSON_IsNumber(jget(e, "params_total")))
+            short_count(jnum(e, "params_total", 0), r->params, sizeof r->params);
+        else
+            snprintf(r->params, sizeof r->params, "-");
+        if (cJSON_IsNumber(jget(e, "parent")))
+            snprintf(r->parent, sizeof r->parent, "%" PRId64, (int64_t)jnum(e, "parent", 0));
+        else
+            snprintf(r->parent, sizeof r->parent, "-");
+        if (strlen(r->verdict) > w_v) w_v = strlen(r->verdict);
+        if (r->dataset_chars > w_ds) w_ds = r->dataset_chars;
+        if (strlen(r->params) > w_p) w_p = strlen(r->params);
+        if (strlen(r->parent) > w_par) w_par = strlen(r->parent);
         if (strlen(r->id) > w_id) w_id = strlen(r->id);
         if (strlen(r->status) > w_st) w_st = strlen(r->status);
         if (strlen(r->bpb) > w_bpb) w_bpb = strlen(r->bpb);
         if (r->name_chars > w_name) w_name = r->name_chars;
     }
-    printf("%*s  %-*s  %*s  %-*s  %s\n", (int)w_id, "ID", (int)w_st, "STATUS", (int)w_bpb,
-           "VAL_BPB", (int)w_name, "NAME", "CREATED");
+    printf("%*s  %-*s  %*s  %-*s  %-*s  %*s  %*s  %-*s  %s\n", (int)w_id, "ID", (int)w_st, "STATUS",
+           (int)w_bpb, "VAL_BPB", (int)w_v, "VERDICT", (int)w_ds, "DATASET", (int)w_p, "PARAMS",
+           (int)w_par, "PARENT", (int)w_name, "NAME", "CREATED");
     for (i = 0; i < n; i++) {
-        printf("%*s  %-*s  %*s  ", (int)w_id, rows[i].id, (int)w_st, rows[i].status, (int)w_bpb,
-               rows[i].bpb);
+        printf("%*s  %-*s  %*s  %-*s  ", (int)w_id, rows[i].id, (int)w_st, rows[i].status,
+               (int)w_bpb, rows[i].bpb, (int)w_v, rows[i].verdict);
+        print_padded(rows[i].dataset, rows[i].dataset_chars, w_ds);
+        printf("  %*s  %*s  ", (int)w_p, rows[i].params, (int)w_par, rows[i].parent);
         print_padded(rows[i].name, rows[i].name_chars, w_name);
         printf("  %s\n", rows[i].created);
     }
     free(rows);
+    free(bests);
 }
 
 int ls_main(int argc, char **argv) {
@@ -926,10 +976,16 @@ int ls_main(int argc, char **argv) {
         rc = CLIENT_EXIT_API;
         goto fail;
     }
-    if (!items->child)
+    if (!items->child) {
         puts("no experiments");
-    else
-        ls_table(items);
+    } else {
+        /* The verdicts need the best of each dataset: best effort. */
+        cJSON *board = NULL;
+        c.quiet = 1;
+        if (conn_json(&c, "GET", "/v1/leaderboard?limit=1000", NULL, 0, &board) != 0) board = NULL;
+        ls_table(items, board);
+        cJSON_Delete(board);
+    }
     if (cJSON_IsNumber(next))
         fprintf(stderr, "more: nightshift ls --after %" PRId64 "\n", (int64_t)next->valuedouble);
 fail:
@@ -977,7 +1033,6 @@ static void show_summary(const cJSON *e) {
                                           "model.ve_layers",
                                           "model.ve_gate_channels",
                                           "model.tie_embeddings",
-                                          "model.vocab_size",
                                           NULL};
     static const char *const train_f[] = {"train.batch_size",     "train.total_batch_tokens",
                                           "train.matrix_lr",      "train.embedding_lr",
@@ -1033,6 +1088,15 @@ static void show_summary(const cJSON *e) {
     show_row("spec", &l);
     l.n = 0;
     add_fields(&l, spec, model_f);
+    /* vocab_size 0 in a spec means the dataset's; a finished run tells which. */
+    double vocab = jnum(spec, "model.vocab_size", 0), embd = jnum(spec, "model.n_embd", 0);
+    if (vocab > 0)
+        line_add(&l, "%svocab_size %.0f", l.n ? ", " : "", vocab);
+    else if (cJSON_IsNumber(jget(res, "params_wte")) && embd > 0)
+        line_add(&l, "%svocab_size %.0f (the dataset's)", l.n ? ", " : "",
+                 jnum(res, "params_wte", 0) / embd);
+    else
+        line_add(&l, "%svocab_size from the dataset", l.n ? ", " : "");
     show_row("model", &l);
     l.n = 0;
     add_fields(&l, spec, train_f);
@@ -1332,14 +1396,8 @@ static void slot_line(const cJSON *slot, line_t *l) {
         line_add(l, " ETA %s", duration(jnum(p, "eta_s", 0), a, sizeof a));
 }
 
-/* The best succeeded experiment of each dataset, from the leaderboard (best
- * first, so the first row of a dataset is its best). */
-#define MAX_DATASETS_SHOWN 8
-typedef struct {
-    char dataset[64];
-    int64_t id;
-    double val_bpb;
-} best_t;
+/* The best of each dataset: the leaderboard is ordered best first, so the
+ * first row of a dataset is its best. */
 
 /* Fill best[] (at most MAX_DATASETS_SHOWN) from a leaderboard reply; returns the count. */
 static int bests_from(const cJSON *board, best_t *best) {
