@@ -504,6 +504,9 @@ static void get_status(api_t *a, http_response_t *res) {
     cJSON_AddNumberToObject(o, "uptime_s", util_now() - a->started_at);
     cJSON_AddNumberToObject(o, "queue_depth", (double)depth);
     cJSON_AddNumberToObject(o, "running", sched_running(a->sched));
+    /* Where runs and datasets live, for tools on this machine (`sample ID --url`). */
+    char dir[PATH_MAX];
+    cJSON_AddStringToObject(o, "state_dir", realpath(a->state_dir, dir) ? dir : a->state_dir);
     cJSON_AddItemToObject(o, "slots", sched_status(a->sched));
     reply_json(res, 200, o);
 }

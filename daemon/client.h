@@ -24,5 +24,8 @@ int cancel_main(int argc, char **argv); /* cancel a queued or running experiment
 int watch_main(int argc, char **argv);  /* live progress of every slot */
 /* `nightshift agent status`: what a running agent (GET on its port) is doing. */
 int agent_status_main(int argc, char **argv);
+/* `nightshift sample`: with --url, the daemon's state directory as --dir for
+ * sample_main (engine/sample.c); otherwise sample_main as it is. */
+int client_sample_main(int argc, char **argv);
 
 #endif
