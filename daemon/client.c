@@ -773,7 +773,14 @@ int submit_main(int argc, char **argv) {
     if (!spec) {
         const char *at = cJSON_GetErrorPtr();
         size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : 0;
-        fprintf(stderr, "nightshift submit: %s: not valid JSON (near byte %zu)\n", shown, off);
+        size_t line = 1, col = 1;
+        for (size_t i = 0; i < off; i++) {
+            if (text[i] == '\n')
+                line++, col = 1;
+            else if ((text[i] & 0xc0) != 0x80)
+                col++;
+        }
+        fprintf(stderr, "nightshift submit: %s:%zu:%zu: not valid JSON\n", shown, line, col);
         goto fail;
     }
     int ok = cJSON_IsObject(spec) || (cJSON_IsArray(spec) && spec->child);
