@@ -1098,7 +1098,9 @@ static void show_summary(const cJSON *e) {
     add_fields(&l, spec, model_f);
     /* vocab_size 0 in a spec means the dataset's; a finished run tells which. */
     double vocab = jnum(spec, "model.vocab_size", 0), embd = jnum(spec, "model.n_embd", 0);
-    if (vocab > 0)
+    if (!cJSON_IsObject(jget(spec, "model")))
+        ;
+    else if (vocab > 0)
         line_add(&l, "%svocab_size %.0f", l.n ? ", " : "", vocab);
     else if (cJSON_IsNumber(jget(res, "params_wte")) && embd > 0)
         line_add(&l, "%svocab_size %.0f (the dataset's)", l.n ? ", " : "",
