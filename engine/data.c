@@ -862,10 +862,17 @@ split_done:
     if (install(tmp, final, a.force, err, sizeof err)) goto fail;
     made_tmp = false;
 
-    printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (%zu docs), val %zu tokens "
-           "(%zu docs), %.1f s\n",
-           a.name, final, nv, st_train.tokens, st_train.docs, st_val.tokens, st_val.docs,
-           util_now() - t0);
+    if (split.cut)
+        printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (the first %zu bytes), val "
+               "%zu tokens (the last %zu bytes), %.1f s\n",
+               a.name, final, nv, st_train.tokens, split.cut, st_val.tokens, c.len - split.cut,
+               util_now() - t0);
+    else
+        printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (%zu docs), val %zu tokens "
+               "(%zu docs), %.1f s\n",
+               a.name, final, nv, st_train.tokens, st_train.docs, st_val.tokens, st_val.docs,
+               util_now() - t0);
+    printf("prep: a spec trains on it with \"dataset\": \"%s\"\n", a.name);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "prep: %s\n", err);
