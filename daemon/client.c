@@ -1366,8 +1366,9 @@ static void watch_signal_cb(int sig) {
     watch_stop = 1;
 }
 
-/* slot 0 [#########...........]  45.2% exp 12 "name" step 130 loss 3.214 2,810 tok/s ETA 2m44s
- * slot 0 [####################] evaluating exp 12 "name" step 400 loss 2.914 */
+/* slot 0 [#########...........]  45.2% ETA 2m44s exp 12 step 130 loss 3.214 2,810 tok/s "name"
+ * slot 0 [####################] evaluating exp 12 step 400 loss 2.914 "name"
+ * The name goes last: on a narrow terminal it is what gets cut. */
 static void slot_line(const cJSON *slot, line_t *l) {
     const cJSON *exp = jget(slot, "experiment"), *p = jget(slot, "progress");
     char a[64];
@@ -1385,25 +1386,26 @@ static void slot_line(const cJSON *slot, line_t *l) {
     line_add(l, "[");
     for (int i = 0; i < BAR_WIDTH; i++) line_add(l, "%c", i < fill ? '#' : '.');
     if (evaluating)
-        line_add(l, "] evaluating exp %" PRId64, (int64_t)jnum(exp, "id", 0));
+        line_add(l, "] evaluating");
     else
-        line_add(l, "] %5.1f%% exp %" PRId64, pct, (int64_t)jnum(exp, "id", 0));
+        line_add(l, "] %5.1f%%", pct);
+    if (!evaluating && cJSON_IsObject(p) && cJSON_IsNumber(jget(p, "eta_s")))
+        line_add(l, " ETA %s", duration(jnum(p, "eta_s", 0), a, sizeof a));
+    line_add(l, " exp %" PRId64, (int64_t)jnum(exp, "id", 0));
+    if (!cJSON_IsObject(p)) {
+        line_add(l, " starting");
+    } else {
+        if (cJSON_IsNumber(jget(p, "step")))
+            line_add(l, " step %" PRId64, (int64_t)jnum(p, "step", 0));
+        if (cJSON_IsNumber(jget(p, "loss"))) line_add(l, " loss %.3f", jnum(p, "loss", 0));
+        if (!evaluating && cJSON_IsNumber(jget(p, "tok_s")))
+            line_add(l, " %s tok/s", commas(jnum(p, "tok_s", 0), a, sizeof a));
+    }
     if (jstr(exp, "name")) {
         line_add(l, " \"");
         line_add_clean(l, jstr(exp, "name"), NAME_WIDTH);
         line_add(l, "\"");
     }
-    if (!cJSON_IsObject(p)) {
-        line_add(l, " starting");
-        return;
-    }
-    if (cJSON_IsNumber(jget(p, "step"))) line_add(l, " step %" PRId64, (int64_t)jnum(p, "step", 0));
-    if (cJSON_IsNumber(jget(p, "loss"))) line_add(l, " loss %.3f", jnum(p, "loss", 0));
-    if (evaluating) return;
-    if (cJSON_IsNumber(jget(p, "tok_s")))
-        line_add(l, " %s tok/s", commas(jnum(p, "tok_s", 0), a, sizeof a));
-    if (cJSON_IsNumber(jget(p, "eta_s")))
-        line_add(l, " ETA %s", duration(jnum(p, "eta_s", 0), a, sizeof a));
 }
 
 /* The best of each dataset: the leaderboard is ordered best first, so the
