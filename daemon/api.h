@@ -40,6 +40,7 @@ typedef struct {
     const char *default_dataset; /* of the scoped queries; NULL = STORE_DEFAULT_DATASET */
     double started_at;           /* util_now() at startup */
     struct events_hub *events;   /* the SSE hub (events.h); NULL = no stream */
+    int memory_mb; /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */
 } api_t;
 
 /* The http_handler_fn of the daemon; user is an api_t. */

@@ -21,7 +21,7 @@ static const command_t commands[] = {
     {"grad", grad_main, "loss and every gradient of one batch (checks against other engines)"},
     {"serve", serve_main, "run the daemon: queue, workers, results store and HTTP API"},
     {"prep", prep_main, "train a BPE tokenizer and write a dataset from text, JSONL or dirs"},
-    {"sample", sample_main, "generate text from a saved checkpoint"},
+    {"sample", client_sample_main, "generate text from an experiment's (or any saved) checkpoint"},
     {"train", train_main, "train one spec for its time budget and print the summary"},
     {"submit", submit_main, "queue a spec (or an array of specs) with the daemon"},
     {"ls", ls_main, "list the daemon's experiments"},

@@ -430,7 +430,8 @@ static int run_daemon(daemon_t *d) {
                      .state_dir = d->o.dir,
                      .token = d->o.token[0] ? d->o.token : NULL,
                      .default_dataset = d->o.dataset[0] ? d->o.dataset : NULL,
-                     .started_at = util_now()};
+                     .started_at = util_now(),
+                     .memory_mb = d->o.memory_mb};
     if (!(d->events = d->api.events = events_hub_new(&d->loop, d->store, d->sched))) {
         snprintf(err, sizeof err, "out of memory");
         goto out_sched;

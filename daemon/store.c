@@ -76,7 +76,8 @@ enum {
     " e.seed AS seed, e.attempt AS attempt, e.created AS created, e.started AS started,"           \
     " e.finished AS finished, e.dataset AS dataset, e.budget_kind AS budget_kind,"                 \
     " e.budget AS budget,"                                                                         \
-    " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb"                              \
+    " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"                             \
+    " r.params_total AS params_total"                                                              \
     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id)"                           \
     " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND (?4 IS NULL OR dataset = ?4) AND "
 

@@ -47,4 +47,15 @@ bool data_name_ok(const char *name);
 int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err, size_t errlen);
 void data_close(data_set_t *ds);
 
+/* What a dataset's manifest says, without opening its token files: for
+ * sizing a run before it starts (cost, the daemon's submit check). */
+typedef struct {
+    int vocab_size; /* incl. specials */
+    double train_tokens, val_tokens;
+} data_info_t;
+
+/* Read STATE_DIR/datasets/NAME/manifest.json into *info. Returns 0, or -1
+ * with err naming the file. */
+int data_info(const char *state_dir, const char *name, data_info_t *info, char *err, size_t errlen);
+
 #endif

@@ -178,6 +178,24 @@ static long utf8_length(const char *str) {
 
 /* -------------------------------------------------------------- parsing -- */
 
+/* Edit distance between a and b (insertions, deletions, substitutions),
+ * capped: anything above 3 is 4. For "did you mean". */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 40 || lb > 40) return 4;
+    int d[41][41];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb] > 3 ? 4 : d[la][lb];
+}
+
 /* Every key of obj must be one of names[], at most once. */
 static int check_keys(const cJSON *obj, const char *prefix, const char *const *names, size_t n,
                       char *err, size_t errlen) {
@@ -187,7 +205,19 @@ static int check_keys(const cJSON *obj, const char *prefix, const char *const *n
         snprintf(path, sizeof path, "%s%s", prefix, key);
         size_t k = 0;
         while (k < n && strcmp(names[k], key)) k++;
-        if (k == n) return fail(err, errlen, path, "unknown field");
+        if (k == n) {
+            /* The closest known name, when it is close enough to be a typo. */
+            size_t best = n;
+            int best_d = 4;
+            for (size_t j = 0; j < n; j++) {
+                int d = edit_distance(key, names[j]);
+                if (d < best_d) best = j, best_d = d;
+            }
+            if (best < n && best_d <= (strlen(names[best]) > 4 ? 2 : 1))
+                return fail(err, errlen, path, "unknown field (did you mean %s%s?)", prefix,
+                            names[best]);
+            return fail(err, errlen, path, "unknown field");
+        }
         for (const cJSON *later = it->next; later; later = later->next)
             if (later->string && !strcmp(later->string, key))
                 return fail(err, errlen, path, "duplicate field");

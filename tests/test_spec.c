@@ -297,11 +297,13 @@ Test(spec, range_messages) {
 Test(spec, unknown_fields) {
     static const error_case cases[] = {
         {"{\"bogus\":1}", "bogus: unknown field"},
-        {"{\"Name\":\"x\"}", "Name: unknown field"},
-        {"{\"model\":{\"n_embed\":128}}", "model.n_embed: unknown field"},
+        {"{\"Name\":\"x\"}", "Name: unknown field (did you mean name?)"},
+        {"{\"model\":{\"n_embed\":128}}",
+         "model.n_embed: unknown field (did you mean model.n_embd?)"},
         {"{\"model\":{\"depth\":4,\"layers\":{\"x\":1}}}", "model.layers: unknown field"},
         {"{\"train\":{\"lr\":0.1}}", "train.lr: unknown field"},
-        {"{\"train\":{\"adam_beta1\":0.9}}", "train.adam_beta1: unknown field"},
+        {"{\"train\":{\"adam_beta1\":0.9}}",
+         "train.adam_beta1: unknown field (did you mean train.adam_betas?)"},
         {"{\"resources\":{\"gpus\":1}}", "resources.gpus: unknown field"},
         {"{\"model\":{\"window\":[1]}}", "model.window: unknown field"},
         {"{\"model\":{\"head_dim\":64}}", "model.head_dim: unknown field"},
