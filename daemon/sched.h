@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "executor.h"
 #include "store.h"
 
 typedef struct sched sched_t;
@@ -33,6 +34,8 @@ typedef struct {
     double deadline_slack_s; /* deadline = budget * 1.25 + slack; default 120 */
     double kill_grace_s;     /* SIGTERM -> SIGKILL; default 5 */
     int max_attempts;        /* interrupted runs are retried up to this many attempts */
+    executor_t *executor;    /* where runs execute (executor.h); NULL = a local one of its
+                                own. Borrowed: free it after sched_free. */
     /* Events for the agent hook (may be NULL). */
     void (*on_finished)(void *user, int64_t id, const char *status);
     void (*on_queue_empty)(void *user); /* a slot is free and nothing is queued */
@@ -42,6 +45,14 @@ typedef struct {
 /* Create the scheduler (does not start anything yet). Returns NULL with err. */
 sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char *err,
                    size_t errlen);
+
+/* At startup, in place of store_recover for an executor that re-attaches:
+ * every experiment a previous daemon left running on this executor is handed
+ * to the executor's attach while slots are free (a Slurm job that is still
+ * running is watched again, not submitted again); every other one is
+ * recorded as interrupted and re-queued (store_interrupt). Counts go to
+ * *attached and *requeued. */
+int sched_reattach(sched_t *s, int *attached, int *requeued, char *err, size_t errlen);
 
 /* Start queued experiments while slots are free. Call after submissions; the
  * scheduler calls it itself whenever a worker ends. */
