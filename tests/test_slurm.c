@@ -1,0 +1,229 @@
+/* test_slurm.c - the Slurm executor's pure parts: the state map, the --time
+ * backstop, the job script (run for real under /bin/sh) and the sbatch line;
+ * and the store's executor columns (migration 007). The executor against a
+ * real one-node Slurm is tests/slurm/run.sh (`make test-slurm`). */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "slurm.h"
+#include "store.h"
+#include "testutil.h"
+
+TestSuite(slurm, .init = tu_dir_init, .fini = tu_dir_fini, .timeout = 30);
+
+Test(slurm, states_map_one_to_one) {
+    static const struct {
+        const char *state;
+        slurm_phase phase;
+        worker_status status;
+    } cases[] = {
+        {"PENDING", SLURM_QUEUED, 0},
+        {"RUNNING", SLURM_RUNNING, 0},
+        {"COMPLETING", SLURM_RUNNING, 0},
+        {"COMPLETED", SLURM_ENDED, WORKER_SUCCEEDED},
+        {"TIMEOUT", SLURM_ENDED, WORKER_TIMEOUT},
+        {"OUT_OF_MEMORY", SLURM_ENDED, WORKER_OOM},
+        {"FAILED", SLURM_ENDED, WORKER_FAILED},
+        {"NODE_FAIL", SLURM_ENDED, WORKER_FAILED},
+        {"CANCELLED", SLURM_ENDED, WORKER_CANCELLED},
+        {"PREEMPTED", SLURM_ENDED, WORKER_INTERRUPTED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        worker_status st = (worker_status)-1;
+        slurm_phase ph = slurm_state_map(cases[i].state, &st);
+        cr_expect_eq(ph, cases[i].phase, "%s: phase %d, want %d", cases[i].state, ph,
+                     cases[i].phase);
+        if (cases[i].phase == SLURM_ENDED)
+            cr_expect_eq(st, cases[i].status, "%s: %s, want %s", cases[i].state,
+                         worker_status_name(st), worker_status_name(cases[i].status));
+        else
+            cr_expect_eq((int)st, -1, "%s: a live state set a status", cases[i].state);
+    }
+    worker_status st;
+    cr_expect_eq(slurm_state_map("WHATEVER", &st), SLURM_UNKNOWN);
+    cr_expect_eq(slurm_state_map("", &st), SLURM_UNKNOWN);
+    cr_expect_eq(slurm_state_map("completed", &st), SLURM_UNKNOWN, "states are upper case");
+    cr_expect_eq(slurm_state_map(NULL, &st), SLURM_UNKNOWN);
+}
+
+Test(slurm, time_limit_is_whole_minutes_above_budget_and_slack) {
+    cr_expect_eq(slurm_time_minutes(300, 120), 7);  /* 420 s */
+    cr_expect_eq(slurm_time_minutes(300, 121), 8);  /* 421 s rounds up */
+    cr_expect_eq(slurm_time_minutes(2, 1), 1);      /* the smallest Slurm limit */
+    cr_expect_eq(slurm_time_minutes(60, 0), 1);     /* exactly one minute */
+    cr_expect_eq(slurm_time_minutes(59.5, 0.6), 2); /* 60.1 s */
+    cr_expect_eq(slurm_time_minutes(0, 0), 1);
+    cr_expect_eq(slurm_time_minutes(-5, -5), 1);
+    cr_expect_eq(slurm_time_minutes(1e12, 0), 1000000, "clamped");
+}
+
+static executor_run_t run_for(const char *run_dir, char *const *argv, int memory_mb) {
+    return (executor_run_t){.id = 42,
+                            .shim = "/opt/ns/nightshift",
+                            .argv = argv,
+                            .run_dir = run_dir,
+                            .log_path = "/shared/state/runs/42/train.log",
+                            .threads = 2,
+                            .memory_mb = memory_mb,
+                            .budget_s = 300,
+                            .slack_s = 120};
+}
+
+Test(slurm, job_script_quotes_and_limits) {
+    char *argv[] = {"/opt/ns/nightshift", "train", "--dir", "/shared/state", "--progress-fd", "3",
+                    "it's.json", NULL};
+    executor_run_t r = run_for("/shared/state/runs/42", argv, 512);
+    char *s = slurm_job_script(&r);
+    cr_assert(s);
+    cr_expect(!strncmp(s, "#!/bin/sh\n", 10), "%s", s);
+    cr_expect(strstr(s, "cd '/shared/state/runs/42' || exit 1\n"), "%s", s);
+    cr_expect(strstr(s, "'/opt/ns/nightshift' exec-limited --memory-mb 512 -- '/opt/ns/nightshift' "
+                        "'train' '--dir' '/shared/state' '--progress-fd' '3' 'it'\\''s.json' "
+                        "3>>progress.jsonl\n"),
+              "%s", s);
+    cr_expect(strstr(s, "mv -f exit_code.tmp exit_code\n"), "%s", s);
+    free(s);
+
+    r.memory_mb = 0; /* no limit: no shim */
+    s = slurm_job_script(&r);
+    cr_assert(s);
+    cr_expect(!strstr(s, "exec-limited"), "%s", s);
+    cr_expect(strstr(s, "\n'/opt/ns/nightshift' 'train'"), "%s", s);
+    free(s);
+}
+
+/* The script as Slurm would run it: progress on fd 3 lands in the file, the
+ * exit code in exit_code, and a quote in the directory name does no harm. */
+Test(slurm, job_script_runs_under_sh) {
+    const char *dir = tu_dir_path("run 'x'");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    char *argv[] = {"/bin/sh", "-c", "echo '{\"event\":\"step\",\"step\":1}' >&3; echo out; exit 3",
+                    NULL};
+    executor_run_t r = run_for(dir, argv, 0);
+    char *s = slurm_job_script(&r);
+    cr_assert(s);
+    char *script = tu_path("%s/job.sh", dir);
+    tu_write(script, s);
+    free(s);
+    char *sh[] = {"/bin/sh", script, NULL};
+    tu_run_t out;
+    tu_run(&out, sh, 10);
+    cr_expect_eq(out.exit_code, 3, "exit %d: %s", out.exit_code, out.err);
+    cr_expect(strstr(out.out, "out"));
+    tu_run_free(&out);
+    char *progress = tu_read(tu_dir_path("run 'x'/progress.jsonl"));
+    char *code = tu_read(tu_dir_path("run 'x'/exit_code"));
+    cr_assert(progress && code);
+    cr_expect_str_eq(progress, "{\"event\":\"step\",\"step\":1}\n");
+    cr_expect_str_eq(code, "3\n");
+    free(progress);
+    free(code);
+    free(script);
+}
+
+Test(slurm, sbatch_line_carries_the_resources) {
+    char *argv_run[] = {"nightshift", "train", NULL};
+    executor_run_t r = run_for("/shared/state/runs/42", argv_run, 512);
+    char *extra[] = {"--qos=night", "--gres=gpu:0", NULL};
+    slurm_opts_t o = {.partition = "cpu", .account = "lab", .sbatch_args = extra};
+    char *argv[64], buf[4096];
+    int n = slurm_sbatch_argv(&o, &r, "/shared/state/runs/42/job.sh", argv, 64, buf, sizeof buf);
+    cr_assert_gt(n, 0);
+    cr_expect_null(argv[n]);
+    cr_expect_str_eq(argv[0], "sbatch");
+    cr_expect_str_eq(argv[n - 1], "/shared/state/runs/42/job.sh", "the script comes last");
+    const char *want[] = {"--parsable",
+                          "--job-name=nightshift-42",
+                          "--chdir=/shared/state/runs/42",
+                          "--output=/shared/state/runs/42/train.log",
+                          "--open-mode=append",
+                          "--cpus-per-task=2",
+                          "--mem=512M",
+                          "--time=7",
+                          "--partition=cpu",
+                          "--account=lab",
+                          "--qos=night",
+                          "--gres=gpu:0"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int found = 0;
+        for (int k = 0; k < n; k++) found |= !strcmp(argv[k], want[i]);
+        cr_expect(found, "sbatch line lacks %s", want[i]);
+    }
+
+    /* No memory limit, no partition or account: none of those options. */
+    slurm_opts_t bare = {.job_prefix = "lab1"};
+    r.memory_mb = 0;
+    r.threads = 0;
+    n = slurm_sbatch_argv(&bare, &r, "job.sh", argv, 64, buf, sizeof buf);
+    cr_assert_gt(n, 0);
+    for (int k = 0; k < n; k++) {
+        cr_expect(strncmp(argv[k], "--mem", 5) && strncmp(argv[k], "--partition", 11) &&
+                      strncmp(argv[k], "--account", 9),
+                  "unexpected %s", argv[k]);
+    }
+    int named = 0, cpus = 0;
+    for (int k = 0; k < n; k++) {
+        named |= !strcmp(argv[k], "--job-name=lab1-42");
+        cpus |= !strcmp(argv[k], "--cpus-per-task=1");
+    }
+    cr_expect(named, "the prefix names the job");
+    cr_expect(cpus, "at least one CPU");
+
+    /* Too little room is an error, not a cut line. */
+    cr_expect_eq(slurm_sbatch_argv(&o, &r, "job.sh", argv, 5, buf, sizeof buf), -1);
+    cr_expect_eq(slurm_sbatch_argv(&o, &r, "job.sh", argv, 64, buf, 40), -1);
+}
+
+/* Migration 007: the executor and the Slurm job id of a running experiment,
+ * and the list a restarted daemon re-attaches from. */
+Test(slurm, store_records_executor_and_job) {
+    store_t *s;
+    char err[256];
+    cr_assert_eq(store_open(tu_dir_path("ns.db"), &s, err, sizeof err), 0, "%s", err);
+    store_new_experiment_t ne = {.name = "a",
+                                 .spec_json = "{\"time_budget_s\":5}",
+                                 .spec_hash = "h1",
+                                 .seed = 1,
+                                 .source = "api"};
+    int64_t a, b;
+    cr_assert_eq(store_insert(s, &ne, &a, err, sizeof err), 0, "%s", err);
+    ne.name = NULL;
+    ne.spec_hash = "h2";
+    cr_assert_eq(store_insert(s, &ne, &b, err, sizeof err), 0, "%s", err);
+    store_experiment_t x;
+    cr_assert_eq(store_claim_next(s, &x, err, sizeof err), 1, "%s", err);
+    store_experiment_clear(&x);
+    cr_assert_eq(store_claim_next(s, &x, err, sizeof err), 1, "%s", err);
+    store_experiment_clear(&x);
+    cr_expect_eq(store_set_executor(s, a, "slurm", 0, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(store_set_executor(s, a, "slurm", 1234, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(store_set_executor(s, b, "local", 0, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(store_set_executor(s, 99, "slurm", 1, err, sizeof err), -1);
+
+    store_job_t *jobs;
+    size_t n;
+    cr_assert_eq(store_running_jobs(s, &jobs, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 2);
+    cr_expect_eq(jobs[0].e.id, a);
+    cr_expect_str_eq(jobs[0].e.name, "a");
+    cr_expect_str_eq(jobs[0].executor, "slurm");
+    cr_expect_eq(jobs[0].slurm_job_id, 1234);
+    cr_expect_str_eq(jobs[0].e.spec_json, "{\"time_budget_s\":5}");
+    cr_expect_eq(jobs[1].e.id, b);
+    cr_expect_null(jobs[1].e.name);
+    cr_expect_str_eq(jobs[1].executor, "local");
+    cr_expect_eq(jobs[1].slurm_job_id, 0);
+    store_jobs_free(jobs, n);
+
+    /* Finished experiments are not running any more. */
+    cr_assert_eq(store_finish(s, a, STORE_SUCCEEDED, NULL, 0, 0, NULL, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(store_running_jobs(s, &jobs, &n, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(n, 1);
+    store_jobs_free(jobs, n);
+    store_close(s);
+}
