@@ -4,7 +4,8 @@
  *
  * Shutdown (SIGTERM or SIGINT): stop accepting connections, stop the workers
  * (SIGTERM, SIGKILL after the grace), record them as interrupted and queue them
- * again, flush, close every handle, exit 0. */
+ * again, flush, close every handle, exit 0. With --executor slurm the batch
+ * jobs keep running instead, and the next daemon re-attaches to them. */
 #include <cJSON.h>
 #include <ctype.h>
 #include <errno.h>
@@ -29,8 +30,9 @@
 #include "store.h"
 #include "util.h"
 
-#define MAX_TOKEN  256
-#define MAX_SECRET 1024 /* bytes of the agent hook's HMAC key */
+#define MAX_TOKEN             256
+#define MAX_SECRET            1024 /* bytes of the agent hook's HMAC key */
+#define SLURM_DEFAULT_THREADS 2    /* cpus-per-task when neither spec nor option says */
 
 typedef struct {
     char dir[PATH_MAX];
@@ -277,7 +279,8 @@ static void serve_usage(FILE *out) {
             "--executor slurm submits every run as a Slurm batch job (sbatch, squeue and\n"
             "scancel from PATH; DIR must be shared with the compute nodes): --slots jobs at\n"
             "once, named NAME-<id> (default nightshift), states polled every S seconds\n"
-            "(default 10), no memory limit unless given; a restarted daemon re-attaches to\n"
+            "(default 10), 2 CPUs and no memory limit unless given; a restarted daemon\n"
+            "re-attaches to "
             "the jobs still running.\n");
 }
 
@@ -377,8 +380,9 @@ static void signal_cb(uv_signal_t *h, int signum) {
         return;
     }
     d->stopping = 1;
-    log_info("%s: shutting down (running workers are interrupted and re-queued)",
-             signum == SIGINT ? "SIGINT" : "SIGTERM");
+    log_info("%s: shutting down (%s)", signum == SIGINT ? "SIGINT" : "SIGTERM",
+             d->o.slurm ? "slurm jobs keep running; the next daemon re-attaches to them"
+                        : "running workers are interrupted and re-queued");
     http_server_close(d->http, NULL, NULL);
     d->http = NULL;
     hook_close(d->hook, NULL, NULL);
@@ -529,7 +533,10 @@ int serve_main(int argc, char **argv) {
         free(d);
         return rc == 1 ? 0 : 2;
     }
-    if (o->memory_mb < 0 && o->slurm) o->memory_mb = 0; /* the cluster's default */
+    if (o->slurm) { /* the login node's CPUs and memory say nothing about the jobs' */
+        if (o->memory_mb < 0) o->memory_mb = 0; /* the partition's default */
+        if (o->threads_per_slot == 0) o->threads_per_slot = SLURM_DEFAULT_THREADS;
+    }
     if (o->memory_mb < 0) {
         /* Three quarters of the machine, shared among the slots, so that one
          * runaway worker cannot push the others (or the daemon) into swap. */

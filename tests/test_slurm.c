@@ -74,8 +74,8 @@ static executor_run_t run_for(const char *run_dir, char *const *argv, int memory
 }
 
 Test(slurm, job_script_quotes_and_limits) {
-    char *argv[] = {"/opt/ns/nightshift", "train", "--dir", "/shared/state", "--progress-fd", "3",
-                    "it's.json", NULL};
+    char *argv[] = {"/opt/ns/nightshift", "train", "--dir",     "/shared/state",
+                    "--progress-fd",      "3",     "it's.json", NULL};
     executor_run_t r = run_for("/shared/state/runs/42", argv, 512);
     char *s = slurm_job_script(&r);
     cr_assert(s);
