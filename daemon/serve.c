@@ -433,7 +433,9 @@ static int run_daemon(daemon_t *d) {
                             .account = d->o.slurm_account[0] ? d->o.slurm_account : NULL,
                             .sbatch_args = d->o.sbatch_args[0] ? d->o.sbatch_args : NULL,
                             .job_prefix = d->o.slurm_job_prefix,
-                            .poll_s = d->o.slurm_poll_s};
+                            .poll_s = d->o.slurm_poll_s,
+                            /* progress as often as states, when that is more often */
+                            .tail_s = d->o.slurm_poll_s < 1 ? d->o.slurm_poll_s : 0};
         if (!(d->executor = slurm_executor_new(&d->loop, &slo, err, sizeof err))) goto out_loop;
     }
     sched_opts_t so = {.state_dir = d->o.dir,

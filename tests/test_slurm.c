@@ -1,8 +1,14 @@
 /* test_slurm.c - the Slurm executor's pure parts: the state map, the --time
  * backstop, the job script (run for real under /bin/sh) and the sbatch line;
- * and the store's executor columns (migration 007). The executor against a
- * real one-node Slurm is tests/slurm/run.sh (`make test-slurm`). */
+ * the store's executor columns (migration 007); and a real daemon with the
+ * Slurm executor against stand-in Slurm commands (tests/slurm/fake). The
+ * executor against a real one-node Slurm is tests/slurm/run.sh (`make
+ * test-slurm`). */
 #include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -226,4 +232,201 @@ Test(slurm, store_records_executor_and_job) {
     cr_expect_eq(n, 1);
     store_jobs_free(jobs, n);
     store_close(s);
+}
+
+/* ------------------------------------------------- the daemon, faked Slurm */
+
+/* The executor in a real daemon, with sbatch, squeue and scancel replaced by
+ * the shell stand-ins in tests/slurm/fake (jobs run at once on this machine)
+ * and the stand-in worker (tests/bad_worker.c) as the worker command: what
+ * the quick suite and the sanitizers can check without a cluster. */
+
+static char *fake_dir; /* the fake Slurm's state: job ids, pids, exit codes */
+static char *state;
+static tu_server_t daemons[3];
+static int n_daemons;
+
+static void fake_setup(void) {
+    tu_dir_init();
+    unsetenv("NIGHTSHIFT_TOKEN");
+    tu_bad_worker();
+    cr_assert_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
+    fake_dir = tu_path("%s/fake", tu_dir());
+    state = tu_path("%s/state", tu_dir());
+    cr_assert_eq(mkdir(fake_dir, 0755), 0);
+    char *path = tu_path("%s/tests/slurm/fake:%s", tu_src(), getenv("PATH"));
+    setenv("PATH", path, 1);
+    setenv("FAKE_SLURM_DIR", fake_dir, 1);
+    free(path);
+    char *corpus = tu_path("%s/corpus.jsonl", tu_dir());
+    tu_prep_tiny(corpus, state, "tiny");
+    free(corpus);
+}
+
+/* Stop the daemons, then every fake job still running (their sessions). */
+static void fake_teardown(void) {
+    for (int i = 0; i < n_daemons; i++) tu_server_release(&daemons[i]);
+    char *next = tu_read(tu_dir_path("fake/next"));
+    for (int n = 1; next && n <= atoi(next); n++) {
+        char *pidfile = tu_path("%s/%d.pid", fake_dir, n);
+        char *pid = tu_read(pidfile);
+        if (pid && atoi(pid) > 0) kill(-atoi(pid), SIGKILL);
+        free(pid);
+        free(pidfile);
+    }
+    free(next);
+    free(fake_dir);
+    free(state);
+    curl_global_cleanup();
+    tu_dir_fini();
+}
+
+TestSuite(slurm_fake, .init = fake_setup, .fini = fake_teardown, .timeout = 90);
+
+static tu_server_t *fake_daemon(void) {
+    cr_assert(n_daemons < 3);
+    tu_server_t *d = &daemons[n_daemons];
+    char *cmd = tu_path("%s from-spec", tu_bad_worker());
+    char *errlog = tu_path("%s/daemon-%d.err", tu_dir(), n_daemons);
+    char *argv[] = {(char *)tu_bin(),
+                    "serve",
+                    "--dir",
+                    state,
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--executor",
+                    "slurm",
+                    "--slots",
+                    "2",
+                    "--memory-mb",
+                    "0",
+                    "--slurm-poll",
+                    "0.1",
+                    "--worker-cmd",
+                    cmd,
+                    "--slurm-job-prefix",
+                    "nsfake",
+                    NULL};
+    n_daemons++;
+    tu_server_start(d, "daemon", argv, errlog, 20);
+    free(cmd);
+    free(errlog);
+    return d;
+}
+
+static long fake_submit(const tu_server_t *d, const char *name, int seed, double budget) {
+    char *spec = tu_path("{\"name\":\"%s\",\"dataset\":\"tiny\",\"seed\":%d,\"time_budget_s\":%g,"
+                         "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
+                         "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128},"
+                         "\"resources\":{\"threads\":1,\"peak_gflops\":10}}",
+                         name, seed, budget);
+    cJSON *o = tu_http_json(d, "POST", "/v1/experiments", spec, 201);
+    long id = (long)tu_jnum(o, "id");
+    cJSON_Delete(o);
+    free(spec);
+    return id;
+}
+
+/* Poll until experiment id is no longer queued or running (or, with
+ * slurm_state, until its slot shows that Slurm state); returns the
+ * experiment or the slot's experiment object (caller deletes). */
+static cJSON *fake_wait(const tu_server_t *d, long id, const char *slurm_state, double timeout_s) {
+    double deadline = tu_now() + timeout_s;
+    char path[64];
+    snprintf(path, sizeof path, "/v1/experiments/%ld", id);
+    for (;;) {
+        if (slurm_state) {
+            cJSON *st = tu_get_json(d, "/v1/status"), *slot;
+            cJSON_ArrayForEach(slot, cJSON_GetObjectItem(st, "slots")) {
+                cJSON *e = cJSON_GetObjectItem(slot, "experiment");
+                if (cJSON_IsObject(e) && (long)tu_jnum(e, "id") == id &&
+                    tu_jstr(e, "slurm_state") && !strcmp(tu_jstr(e, "slurm_state"), slurm_state)) {
+                    cJSON *copy = cJSON_Duplicate(e, 1);
+                    cJSON_Delete(st);
+                    return copy;
+                }
+            }
+            cJSON_Delete(st);
+        } else {
+            cJSON *e = tu_get_json(d, path);
+            const char *s = tu_jstr(e, "status");
+            if (s && strcmp(s, "queued") && strcmp(s, "running")) return e;
+            cJSON_Delete(e);
+        }
+        if (tu_now() > deadline)
+            tu_server_fail(d, "experiment %ld: no %s within %g s", id,
+                           slurm_state ? slurm_state : "end", timeout_s);
+        tu_sleep_ms(50);
+    }
+}
+
+static void expect_status(const cJSON *e, const char *status, const char *reason_part) {
+    const char *s = tu_jstr(e, "status"), *r = tu_jstr(e, "reason");
+    cr_expect(s && !strcmp(s, status), "status %s (%s), want %s", s, r ? r : "no reason", status);
+    if (reason_part)
+        cr_expect(r && strstr(r, reason_part), "reason '%s' lacks '%s'", r, reason_part);
+}
+
+/* Runs end as their job ends: a result, the engine's exit codes, a cancel, a
+ * refused submission; the store records the executor and the job ids. */
+Test(slurm_fake, jobs_end_as_slurm_says) {
+    tu_server_t *d = fake_daemon();
+    long ok = fake_submit(d, "slow-ok", 1, 1), div = fake_submit(d, "diverge", 2, 1);
+    cJSON *e = fake_wait(d, ok, NULL, 30);
+    expect_status(e, "succeeded", NULL);
+    cr_expect(cJSON_IsObject(cJSON_GetObjectItem(e, "result")));
+    cJSON_Delete(e);
+    e = fake_wait(d, div, NULL, 30);
+    expect_status(e, "diverged", "FAILED, exit 3");
+    cJSON_Delete(e);
+
+    long hang = fake_submit(d, "hang", 3, 60);
+    cJSON_Delete(fake_wait(d, hang, "RUNNING", 30));
+    char cancel[64];
+    snprintf(cancel, sizeof cancel, "/v1/experiments/%ld/cancel", hang);
+    cJSON_Delete(tu_http_json(d, "POST", cancel, NULL, 200));
+    e = fake_wait(d, hang, NULL, 30);
+    expect_status(e, "cancelled", "scancel");
+    cJSON_Delete(e);
+
+    tu_write(tu_dir_path("fake/refuse"), "Invalid partition name specified");
+    long refused = fake_submit(d, "ok", 4, 1);
+    e = fake_wait(d, refused, NULL, 30);
+    expect_status(e, "failed", "not submitted: sbatch: sbatch: error: Invalid partition");
+    cJSON_Delete(e);
+    tu_server_stop(d, 20);
+
+    sqlite3 *db = tu_db_open(tu_dir_path("state/nightshift.db"));
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE executor = 'slurm'", 0), 4);
+    cr_expect_eq(tu_sql_int(db, "SELECT slurm_job_id FROM experiments WHERE id = ?1", ok) > 0, 1);
+    cr_expect_eq(tu_sql_int(db, "SELECT slurm_job_id FROM experiments WHERE id = ?1", refused), -1);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 1);
+    cr_expect_gt(tu_sql_int(db, "SELECT count(*) FROM metrics WHERE experiment_id = ?1", ok), 0,
+                 "progress from the job's file");
+    sqlite3_close(db);
+}
+
+/* A stopped daemon leaves its job running; the next one re-attaches to it
+ * (no second sbatch) and sees it end. */
+Test(slurm_fake, restart_reattaches) {
+    tu_server_t *d = fake_daemon();
+    long id = fake_submit(d, "slow-ok", 1, 4);
+    cJSON_Delete(fake_wait(d, id, "RUNNING", 30));
+    tu_server_stop(d, 20);
+    sqlite3 *db = tu_db_open(tu_dir_path("state/nightshift.db"));
+    cr_expect_eq(tu_sql_int(db, "SELECT attempt FROM experiments WHERE id = ?1", id), 1);
+    sqlite3_close(db);
+
+    tu_server_t *d2 = fake_daemon();
+    cJSON *e = fake_wait(d2, id, NULL, 30);
+    expect_status(e, "succeeded", NULL);
+    cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
+    cJSON_Delete(e);
+    tu_server_stop(d2, 20);
+    char *next = tu_read(tu_dir_path("fake/next"));
+    cr_expect_str_eq(next, "1\n", "submitted again");
+    free(next);
+    db = tu_db_open(tu_dir_path("state/nightshift.db"));
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 1);
+    sqlite3_close(db);
 }
