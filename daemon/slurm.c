@@ -17,10 +17,12 @@
 #include "slurm.h"
 
 #include <ctype.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,11 +202,50 @@ int slurm_sbatch_argv(const slurm_opts_t *o, const executor_run_t *r, const char
 #undef ARG
 }
 
+cJSON *slurm_rest_job(const slurm_opts_t *o, const executor_run_t *r, const char *script,
+                      char *const *env) {
+    char name[256];
+    cJSON *root = cJSON_CreateObject(), *job = cJSON_AddObjectToObject(root, "job");
+    cJSON *e = cJSON_AddObjectToObject(job, "environment");
+    snprintf(name, sizeof name, "%s-%lld",
+             o->job_prefix && *o->job_prefix ? o->job_prefix : DEFAULT_PREFIX, (long long)r->id);
+    cJSON_AddStringToObject(root, "script", script);
+    cJSON_AddStringToObject(job, "name", name);
+    cJSON_AddStringToObject(job, "current_working_directory", r->run_dir);
+    cJSON_AddStringToObject(job, "standard_output", r->log_path);
+    cJSON_AddStringToObject(job, "standard_error", r->log_path);
+    cJSON_AddStringToObject(job, "open_mode", "append");
+    cJSON_AddNumberToObject(job, "tasks", 1);
+    cJSON_AddNumberToObject(job, "cpus_per_task", r->threads > 0 ? r->threads : 1);
+    if (r->memory_mb > 0) cJSON_AddNumberToObject(job, "memory_per_node", r->memory_mb);
+    cJSON_AddNumberToObject(job, "time_limit", slurm_time_minutes(r->budget_s, r->slack_s));
+    if (o->partition && *o->partition) cJSON_AddStringToObject(job, "partition", o->partition);
+    if (o->account && *o->account) cJSON_AddStringToObject(job, "account", o->account);
+    /* sbatch's --export=ALL: the daemon's environment, less its secrets */
+    for (int i = 0; env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        char key[256];
+        if (!eq || eq == env[i] || (size_t)(eq - env[i]) >= sizeof key) continue;
+        memcpy(key, env[i], (size_t)(eq - env[i]));
+        key[eq - env[i]] = '\0';
+        if (!strcmp(key, "NIGHTSHIFT_TOKEN") || !strcmp(key, "SLURM_JWT")) continue;
+        cJSON_AddStringToObject(e, key, eq + 1);
+    }
+    if (!cJSON_GetObjectItemCaseSensitive(e, "PATH"))
+        cJSON_AddStringToObject(e, "PATH", "/usr/local/bin:/usr/bin:/bin");
+    if (!job || !e || cJSON_GetArraySize(job) < 9) { /* an allocation failed */
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
 /* ------------------------------------------------------------- executor */
 
 typedef struct slurm slurm_t;
 typedef struct cmd cmd_t;
 typedef struct slurm_job slurm_job_t;
+typedef struct rest_req rest_req_t;
 
 typedef void (*cmd_done_fn)(slurm_t *sx, cmd_t *c, void *arg);
 
@@ -267,6 +308,15 @@ struct slurm {
     double last_poll_s; /* uv_now seconds of the last squeue start */
     slurm_job_t *jobs;
     cmd_t *cmds;
+    /* slurmrestd (o.rest_url set): libcurl multi on the loop; NULL = commands */
+    CURLM *multi;
+    uv_timer_t curl_timer;
+    int curl_cleaning, curl_inited;
+    rest_req_t *reqs;
+    char *rest_base;   /* "http://host:port", or "http://localhost" on a socket */
+    char *rest_socket; /* the UNIX socket's path, or NULL */
+    char *rest_user;   /* the jobs' user: listing filter, X-SLURM-USER-NAME with a token */
+    char *rest_token;  /* X-SLURM-USER-TOKEN, or NULL */
 };
 
 static double now_s(const slurm_t *sx) {
@@ -274,6 +324,7 @@ static double now_s(const slurm_t *sx) {
 }
 
 static void maybe_free_executor(slurm_t *sx);
+static void send_cancel(slurm_job_t *j);
 
 /* --------------------------------------------------------------- commands */
 
@@ -641,7 +692,7 @@ static void job_finish(slurm_job_t *j, const char *state) {
         case WORKER_CANCELLED:
             snprintf(ex.reason, sizeof ex.reason, "slurm job %lld cancelled %s",
                      (long long)j->job_id,
-                     j->stop_req == WORKER_CANCELLED ? "while running (scancel)"
+                     j->stop_req == WORKER_CANCELLED ? "by the daemon while it ran"
                                                      : "in Slurm, not by the daemon");
             break;
         default:
@@ -692,92 +743,258 @@ static void queue_detach(slurm_job_t *j) {
     uv_timer_start(&j->sx->soon, soon_cb, 0, 0);
 }
 
-static void scancel_done(slurm_t *sx, cmd_t *c, void *arg) {
-    int64_t job_id = (int64_t)(intptr_t)arg;
-    (void)sx;
-    if (!cmd_ok(c)) {
-        char why[512];
-        cmd_failure(c, why, sizeof why);
-        log_error("slurm job %lld: cancel failed: %s", (long long)job_id, why);
+/* ------------------------------------------------------- slurmrestd client */
+
+/* libcurl multi on the loop, as daemon/hook.c drives it: curl says which
+ * sockets to watch (rest_socket_cb: one uv_poll each) and when to wake it
+ * (rest_timer_cb: one uv_timer); the loop calls curl_multi_socket_action and
+ * finished transfers are collected with curl_multi_info_read. */
+
+typedef void (*rest_done_fn)(slurm_t *sx, const cJSON *reply, const char *error, void *arg);
+
+struct rest_req {
+    slurm_t *sx;
+    rest_req_t *next;
+    CURL *easy;
+    struct curl_slist *headers;
+    char *body;
+    char *reply; /* NUL-terminated, up to MAX_STDOUT */
+    size_t reply_len;
+    int overflow;
+    rest_done_fn done;
+    void *arg;
+    char what[64]; /* "POST job/submit" */
+    char curl_err[CURL_ERROR_SIZE];
+};
+
+typedef struct rest_sock {
+    uv_poll_t poll;
+    curl_socket_t fd;
+    slurm_t *sx;
+} rest_sock_t;
+
+static size_t rest_write_cb(char *data, size_t size, size_t nmemb, void *user) {
+    rest_req_t *q = user;
+    size_t n = size * nmemb;
+    if (q->reply_len + n > MAX_STDOUT) {
+        q->overflow = 1;
+        return 0; /* curl aborts the transfer */
     }
+    char *p = realloc(q->reply, q->reply_len + n + 1);
+    if (!p) return 0;
+    memcpy(p + q->reply_len, data, n);
+    q->reply = p;
+    q->reply_len += n;
+    q->reply[q->reply_len] = '\0';
+    return n;
 }
 
-static void send_scancel(slurm_job_t *j) {
-    char id[32], err[256];
-    if (j->scancel_sent || !j->job_id) return;
-    j->scancel_sent = 1;
-    snprintf(id, sizeof id, "%lld", (long long)j->job_id);
-    char *argv[] = {"scancel", id, NULL};
-    if (cmd_run(j->sx, argv, scancel_done, (void *)(intptr_t)j->job_id, err, sizeof err) < 0)
-        log_error("slurm job %lld: %s", (long long)j->job_id, err);
-    j->sx->last_poll_s = 0; /* ask squeue at the next tick */
+static void rest_req_free(rest_req_t *q) {
+    curl_slist_free_all(q->headers);
+    free(q->body);
+    free(q->reply);
+    free(q);
 }
 
-static void sbatch_done(slurm_t *sx, cmd_t *c, void *arg) {
-    slurm_job_t *j = arg;
-    char *end = NULL;
-    long long id = cmd_ok(c) ? strtoll(c->stdout_buf, &end, 10) : 0;
-    (void)sx;
-    j->submitting = 0;
-    if (id <= 0 || !end || (*end && *end != ';' && !isspace((unsigned char)*end))) {
-        worker_exit_t ex;
-        memset(&ex, 0, sizeof ex);
-        char why[512];
-        cmd_failure(c, why, sizeof why);
-        ex.status = j->stop_req == WORKER_CANCELLED ? WORKER_CANCELLED : WORKER_FAILED;
-        ex.exit_code = -1;
-        snprintf(ex.reason, sizeof ex.reason, "not submitted: %s", why);
-        job_unlink(j);
-        if (j->cb.on_exit) j->cb.on_exit(NULL, &ex, j->cb.user);
-        job_free(j);
+/* The error of a finished request, or "" when it succeeded (2xx, JSON, no
+ * "errors"); *reply gets the parsed body (the caller deletes it). */
+static void rest_outcome(rest_req_t *q, CURLcode rc, cJSON **reply, char *err, size_t errlen) {
+    long status = 0;
+    err[0] = '\0';
+    *reply = NULL;
+    curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK) {
+        snprintf(err, errlen, "slurmrestd %s: %s", q->what,
+                 q->overflow      ? "reply too large"
+                 : q->curl_err[0] ? q->curl_err
+                                  : curl_easy_strerror(rc));
         return;
     }
-    j->job_id = id;
-    j->unseen = 0;
-    if (j->cb.on_started) j->cb.on_started(0, j->job_id, j->cb.user);
-    if (j->stop_req == WORKER_CANCELLED) send_scancel(j);
-    if (j->stop_req == WORKER_INTERRUPTED) queue_detach(j);
+    *reply = q->reply ? cJSON_Parse(q->reply) : NULL;
+    const cJSON *errors = cJSON_GetObjectItemCaseSensitive(*reply, "errors");
+    const cJSON *e0 = cJSON_GetArrayItem(errors, 0);
+    if (e0) {
+        const char *d = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e0, "description"));
+        const char *e = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e0, "error"));
+        snprintf(err, errlen, "slurmrestd %s: %s", q->what, d && *d ? d : e ? e : "error");
+    } else if (status < 200 || status > 299) {
+        snprintf(err, errlen, "slurmrestd %s: HTTP %ld", q->what, status);
+    } else if (!cJSON_IsObject(*reply)) {
+        snprintf(err, errlen, "slurmrestd %s: the reply is not a JSON object", q->what);
+    }
 }
 
-/* One squeue line, "ID|STATE|NAME": 0 with the fields, -1 if malformed. */
-static int parse_squeue_line(char *line, int64_t *id, char **state, char **name) {
-    char *end;
-    long long v = strtoll(line, &end, 10);
-    if (end == line || *end != '|' || v <= 0) return -1;
-    *id = v;
-    *state = end + 1;
-    char *bar = strchr(*state, '|');
-    if (!bar) return -1;
-    *bar = '\0';
-    *name = bar + 1;
+static void rest_check_done(slurm_t *sx) {
+    CURLMsg *msg;
+    int left;
+    while (sx->multi && (msg = curl_multi_info_read(sx->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE) continue;
+        rest_req_t *q = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&q);
+        CURLcode rc = msg->data.result;
+        char err[512];
+        cJSON *reply;
+        rest_outcome(q, rc, &reply, err, sizeof err);
+        curl_multi_remove_handle(sx->multi, q->easy);
+        curl_easy_cleanup(q->easy);
+        for (rest_req_t **p = &sx->reqs; *p; p = &(*p)->next)
+            if (*p == q) {
+                *p = q->next;
+                break;
+            }
+        if (q->done) q->done(sx, reply, err[0] ? err : NULL, q->arg);
+        cJSON_Delete(reply);
+        rest_req_free(q);
+        if (sx->closing) return;
+    }
+}
+
+static void rest_timeout_cb(uv_timer_t *t) {
+    slurm_t *sx = t->data;
+    int running;
+    curl_multi_socket_action(sx->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    rest_check_done(sx);
+}
+
+/* CURLMOPT_TIMERFUNCTION: only (re)arms the uv timer. */
+static int rest_timer_cb(CURLM *multi, long timeout_ms, void *user) {
+    slurm_t *sx = user;
+    (void)multi;
+    if (timeout_ms < 0)
+        uv_timer_stop(&sx->curl_timer);
+    else if (!sx->closing)
+        uv_timer_start(&sx->curl_timer, rest_timeout_cb, (uint64_t)timeout_ms, 0);
     return 0;
 }
 
-static void squeue_done(slurm_t *sx, cmd_t *c, void *arg) {
-    (void)arg;
-    sx->polling = 0;
-    if (!cmd_ok(c)) {
-        char why[512];
-        cmd_failure(c, why, sizeof why);
-        log_warn("slurm: %s (job states unchanged; asking again)", why);
-        return;
+static void rest_poll_cb(uv_poll_t *p, int status, int events) {
+    rest_sock_t *sk = p->data;
+    slurm_t *sx = sk->sx;
+    int flags = 0, running;
+    if (status < 0)
+        flags = CURL_CSELECT_ERR;
+    else {
+        if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
+        if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
     }
+    curl_multi_socket_action(sx->multi, sk->fd, flags, &running);
+    rest_check_done(sx);
+}
+
+static void rest_sock_closed_cb(uv_handle_t *h) {
+    rest_sock_t *sk = h->data;
+    slurm_t *sx = sk->sx;
+    free(sk);
+    sx->open_handles--;
+    maybe_free_executor(sx);
+}
+
+/* CURLMOPT_SOCKETFUNCTION: watch fd for what curl wants, or stop watching it. */
+static int rest_socket_cb(CURL *easy, curl_socket_t fd, int what, void *user, void *sockp) {
+    slurm_t *sx = user;
+    rest_sock_t *sk = sockp;
+    (void)easy;
+    if (what == CURL_POLL_REMOVE) {
+        if (sk) {
+            uv_close((uv_handle_t *)&sk->poll, rest_sock_closed_cb);
+            if (!sx->curl_cleaning) curl_multi_assign(sx->multi, fd, NULL);
+        }
+        return 0;
+    }
+    if (!sk) {
+        sk = calloc(1, sizeof *sk);
+        if (!sk) return -1;
+        if (uv_poll_init_socket(sx->loop, &sk->poll, fd) < 0) {
+            free(sk);
+            return -1;
+        }
+        sk->poll.data = sk;
+        sk->fd = fd;
+        sk->sx = sx;
+        sx->open_handles++;
+        curl_multi_assign(sx->multi, fd, sk);
+    }
+    int events = 0;
+    if (what & CURL_POLL_IN) events |= UV_READABLE;
+    if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
+    uv_poll_start(&sk->poll, events, rest_poll_cb);
+    return 0;
+}
+
+/* Start METHOD BASE/slurm/v0.0.38/PATH with body (JSON text, borrowed; may be
+ * NULL); done runs once with the parsed reply or the error. */
+static int rest_start(slurm_t *sx, const char *method, const char *path, const char *body,
+                      rest_done_fn done, void *arg, char *err, size_t errlen) {
+    char url[2048], hdr[4400];
+    rest_req_t *q = calloc(1, sizeof *q);
+    if (!q || !(q->easy = curl_easy_init()) || (body && !(q->body = strdup(body)))) {
+        if (q && q->easy) curl_easy_cleanup(q->easy);
+        if (q) free(q->body);
+        free(q);
+        snprintf(err, errlen, "slurm: out of memory");
+        return UV_ENOMEM;
+    }
+    q->sx = sx;
+    q->done = done;
+    q->arg = arg;
+    snprintf(q->what, sizeof q->what, "%s %.50s", method, path);
+    snprintf(url, sizeof url, "%s/slurm/v0.0.38/%s", sx->rest_base, path);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    if (h && sx->rest_user) {
+        snprintf(hdr, sizeof hdr, "X-SLURM-USER-NAME: %s", sx->rest_user);
+        h = curl_slist_append(h, hdr);
+    }
+    if (h && sx->rest_token) {
+        snprintf(hdr, sizeof hdr, "X-SLURM-USER-TOKEN: %s", sx->rest_token);
+        h = curl_slist_append(h, hdr);
+    }
+    q->headers = h;
+    CURL *e = q->easy;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    if (sx->rest_socket) curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, sx->rest_socket);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, q->headers);
+    if (q->body) curl_easy_setopt(e, CURLOPT_POSTFIELDS, q->body);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, rest_write_cb);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, q);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)q);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, q->curl_err);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(sx->o.command_timeout_s * 1000.0));
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    if (!h || curl_multi_add_handle(sx->multi, e) != CURLM_OK) {
+        curl_easy_cleanup(e);
+        rest_req_free(q);
+        snprintf(err, errlen, "slurmrestd: cannot start a request");
+        return UV_ENOMEM;
+    }
+    q->next = sx->reqs;
+    sx->reqs = q;
+    return 0;
+}
+
+/* ------------------------------------------------------------ transports */
+
+/* What squeue or slurmrestd's job list says about one job. */
+typedef struct {
+    int64_t id;
+    char state[32];
+    char name[128];
+} listing_t;
+
+/* A state listing of the cluster's jobs (ours among them) arrived: update
+ * every job, then end those that ended or are gone. */
+static void apply_listing(slurm_t *sx, const listing_t *rows, size_t n) {
     for (slurm_job_t *j = sx->jobs; j; j = j->next) j->unseen++;
-    /* Attached by name: the newest job of that name wins. */
-    for (char *line = c->stdout_buf, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
-        int64_t id;
-        char *state, *name;
-        if (parse_squeue_line(line, &id, &state, &name) < 0) continue;
+    for (size_t i = 0; i < n; i++) {
         for (slurm_job_t *j = sx->jobs; j; j = j->next) {
             if (j->submitting) continue;
-            if (j->by_name && !strcmp(name, j->name) && id > j->job_id) {
-                j->job_id = id;
-            }
-            if (j->job_id != id) continue;
+            /* Attached by name: the newest job of that name wins. */
+            if (j->by_name && !strcmp(rows[i].name, j->name) && rows[i].id > j->job_id)
+                j->job_id = rows[i].id;
+            if (j->job_id != rows[i].id) continue;
             j->unseen = 0;
-            snprintf(j->state, sizeof j->state, "%s", state);
+            snprintf(j->state, sizeof j->state, "%s", rows[i].state);
         }
     }
     /* An ending may shut the daemon down (the executor closes): stop then. */
@@ -802,11 +1019,172 @@ static void squeue_done(slurm_t *sx, cmd_t *c, void *arg) {
     }
 }
 
+/* sbatch or slurmrestd answered a submission: id > 0, or why it failed. */
+static void job_submitted(slurm_job_t *j, int64_t id, const char *why) {
+    j->submitting = 0;
+    if (id <= 0) {
+        worker_exit_t ex;
+        memset(&ex, 0, sizeof ex);
+        ex.status = j->stop_req == WORKER_CANCELLED ? WORKER_CANCELLED : WORKER_FAILED;
+        ex.exit_code = -1;
+        snprintf(ex.reason, sizeof ex.reason, "not submitted: %s", why);
+        job_unlink(j);
+        if (j->cb.on_exit) j->cb.on_exit(NULL, &ex, j->cb.user);
+        job_free(j);
+        return;
+    }
+    j->job_id = id;
+    j->unseen = 0;
+    if (j->cb.on_started) j->cb.on_started(0, j->job_id, j->cb.user);
+    if (j->stop_req == WORKER_CANCELLED) send_cancel(j);
+    if (j->stop_req == WORKER_INTERRUPTED) queue_detach(j);
+}
+
+/* --- the commands */
+
+static void scancel_done(slurm_t *sx, cmd_t *c, void *arg) {
+    int64_t job_id = (int64_t)(intptr_t)arg;
+    (void)sx;
+    if (!cmd_ok(c)) {
+        char why[512];
+        cmd_failure(c, why, sizeof why);
+        log_error("slurm job %lld: cancel failed: %s", (long long)job_id, why);
+    }
+}
+
+static void sbatch_done(slurm_t *sx, cmd_t *c, void *arg) {
+    char *end = NULL, why[512] = "";
+    long long id = cmd_ok(c) ? strtoll(c->stdout_buf, &end, 10) : 0;
+    (void)sx;
+    if (id <= 0 || !end || (*end && *end != ';' && !isspace((unsigned char)*end))) {
+        id = 0;
+        cmd_failure(c, why, sizeof why);
+    }
+    job_submitted(arg, id, why);
+}
+
+/* One squeue line, "ID|STATE|NAME": 0 with the row, -1 if malformed. */
+static int parse_squeue_line(const char *line, listing_t *row) {
+    char *end;
+    long long v = strtoll(line, &end, 10);
+    if (end == line || *end != '|' || v <= 0) return -1;
+    const char *state = end + 1, *bar = strchr(state, '|');
+    if (!bar || (size_t)(bar - state) >= sizeof row->state) return -1;
+    row->id = v;
+    memcpy(row->state, state, (size_t)(bar - state));
+    row->state[bar - state] = '\0';
+    snprintf(row->name, sizeof row->name, "%s", bar + 1);
+    return 0;
+}
+
+static void squeue_done(slurm_t *sx, cmd_t *c, void *arg) {
+    (void)arg;
+    sx->polling = 0;
+    if (!cmd_ok(c)) {
+        char why[512];
+        cmd_failure(c, why, sizeof why);
+        log_warn("slurm: %s (job states unchanged; asking again)", why);
+        return;
+    }
+    size_t n = 0, cap = 0;
+    listing_t *rows = NULL;
+    for (char *line = c->stdout_buf, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        listing_t row;
+        if (parse_squeue_line(line, &row) < 0) continue;
+        if (n == cap) {
+            listing_t *more = realloc(rows, (cap = cap ? 2 * cap : 64) * sizeof *rows);
+            if (!more) {
+                log_error("slurm: out of memory reading squeue");
+                free(rows);
+                return;
+            }
+            rows = more;
+        }
+        rows[n++] = row;
+    }
+    apply_listing(sx, rows, n);
+    free(rows);
+}
+
+/* --- slurmrestd */
+
+static void rest_cancel_done(slurm_t *sx, const cJSON *reply, const char *error, void *arg) {
+    (void)sx, (void)reply;
+    if (error) log_error("slurm job %lld: cancel failed: %s", (long long)(intptr_t)arg, error);
+}
+
+static void rest_submit_done(slurm_t *sx, const cJSON *reply, const char *error, void *arg) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(reply, "job_id");
+    (void)sx;
+    if (!error && (!cJSON_IsNumber(id) || id->valuedouble < 1))
+        error = "slurmrestd job/submit: no job_id in the reply";
+    job_submitted(arg, error ? 0 : (int64_t)id->valuedouble, error);
+}
+
+static void rest_jobs_done(slurm_t *sx, const cJSON *reply, const char *error, void *arg) {
+    (void)arg;
+    sx->polling = 0;
+    if (error) {
+        log_warn("slurm: %s (job states unchanged; asking again)", error);
+        return;
+    }
+    const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(reply, "jobs"), *o;
+    size_t n = 0, cap = (size_t)cJSON_GetArraySize(jobs);
+    listing_t *rows = cap ? calloc(cap, sizeof *rows) : NULL;
+    if (cap && !rows) {
+        log_error("slurm: out of memory reading the job list");
+        return;
+    }
+    cJSON_ArrayForEach(o, jobs) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "job_id");
+        const char *state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "job_state"));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "name"));
+        const char *user = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "user_name"));
+        if (!cJSON_IsNumber(id) || id->valuedouble < 1 || !state || !name) continue;
+        if (sx->rest_user && user && strcmp(user, sx->rest_user) != 0) continue; /* as --me */
+        rows[n].id = (int64_t)id->valuedouble;
+        snprintf(rows[n].state, sizeof rows[n].state, "%s", state);
+        snprintf(rows[n].name, sizeof rows[n].name, "%s", name);
+        n++;
+    }
+    apply_listing(sx, rows, n);
+    free(rows);
+}
+
+/* --- either */
+
+static void send_cancel(slurm_job_t *j) {
+    char id[32], err[256];
+    if (j->scancel_sent || !j->job_id) return;
+    j->scancel_sent = 1;
+    snprintf(id, sizeof id, "%lld", (long long)j->job_id);
+    int rc;
+    if (j->sx->multi) {
+        char path[48];
+        snprintf(path, sizeof path, "job/%s", id);
+        rc = rest_start(j->sx, "DELETE", path, NULL, rest_cancel_done, (void *)(intptr_t)j->job_id,
+                        err, sizeof err);
+    } else {
+        char *argv[] = {"scancel", id, NULL};
+        rc = cmd_run(j->sx, argv, scancel_done, (void *)(intptr_t)j->job_id, err, sizeof err);
+    }
+    if (rc < 0) log_error("slurm job %lld: %s", (long long)j->job_id, err);
+    j->sx->last_poll_s = 0; /* ask for the states at the next tick */
+}
+
 static void poll_jobs(slurm_t *sx) {
     char err[256];
-    char *argv[] = {"squeue", "--me", "--noheader", "--states=all", "--format=%i|%T|%j", NULL};
+    int rc;
     sx->last_poll_s = now_s(sx);
-    if (cmd_run(sx, argv, squeue_done, NULL, err, sizeof err) < 0) {
+    if (sx->multi) {
+        rc = rest_start(sx, "GET", "jobs", NULL, rest_jobs_done, NULL, err, sizeof err);
+    } else {
+        char *argv[] = {"squeue", "--me", "--noheader", "--states=all", "--format=%i|%T|%j", NULL};
+        rc = cmd_run(sx, argv, squeue_done, NULL, err, sizeof err);
+    }
+    if (rc < 0) {
         log_warn("slurm: %s", err);
         return;
     }
@@ -868,18 +1246,35 @@ static int slurm_start(executor_t *x, const executor_run_t *r, const executor_ca
     unlink(j->exit_path);
     snprintf(script_path, sizeof script_path, "%s/job.sh", r->run_dir);
     int rc = util_write_file_atomic(script_path, script, strlen(script), err, errlen);
-    free(script);
     if (rc < 0) goto fail;
-    if (slurm_sbatch_argv(&sx->o, r, script_path, argv, 96, buf, sizeof buf) < 0) {
-        snprintf(err, errlen, "slurm: too many sbatch options");
-        rc = UV_E2BIG;
-        goto fail;
+    if (sx->multi) {
+        char **env = command_env();
+        cJSON *body = env ? slurm_rest_job(&sx->o, r, script, env) : NULL;
+        char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+        cJSON_Delete(body);
+        free(env);
+        if (!text) {
+            snprintf(err, errlen, "slurm: out of memory");
+            rc = UV_ENOMEM;
+            goto fail;
+        }
+        rc = rest_start(sx, "POST", "job/submit", text, rest_submit_done, j, err, errlen);
+        free(text);
+        if (rc < 0) goto fail;
+    } else {
+        if (slurm_sbatch_argv(&sx->o, r, script_path, argv, 96, buf, sizeof buf) < 0) {
+            snprintf(err, errlen, "slurm: too many sbatch options");
+            rc = UV_E2BIG;
+            goto fail;
+        }
+        if ((rc = cmd_run(sx, argv, sbatch_done, j, err, errlen)) < 0) goto fail;
     }
-    if ((rc = cmd_run(sx, argv, sbatch_done, j, err, errlen)) < 0) goto fail;
+    free(script);
     j->submitting = 1;
     *out = (executor_job_t *)j;
     return 0;
 fail:
+    free(script);
     job_unlink(j);
     job_free(j);
     return rc < 0 ? rc : -1;
@@ -909,7 +1304,7 @@ static void slurm_stop(executor_job_t *job, worker_status why) {
     if (j->stop_req == WORKER_INTERRUPTED)
         queue_detach(j);
     else if (j->job_id)
-        send_scancel(j);
+        send_cancel(j);
     /* by name without an id yet: the next squeue finds it, or finds nothing */
 }
 
@@ -937,6 +1332,11 @@ static void maybe_free_executor(slurm_t *sx) {
     if (sx->sbatch_args)
         for (int i = 0; sx->sbatch_args[i]; i++) free(sx->sbatch_args[i]);
     free(sx->sbatch_args);
+    free(sx->rest_base);
+    free(sx->rest_socket);
+    free(sx->rest_user);
+    free(sx->rest_token);
+    if (sx->curl_inited) curl_global_cleanup();
     free(sx);
 }
 
@@ -957,8 +1357,66 @@ static void slurm_free(executor_t *x) {
         if (!c->exited) uv_process_kill(&c->proc, SIGKILL);
         cmd_close(c);
     }
+    if (sx->multi) {
+        while (sx->reqs) {
+            rest_req_t *q = sx->reqs;
+            sx->reqs = q->next;
+            curl_multi_remove_handle(sx->multi, q->easy);
+            curl_easy_cleanup(q->easy);
+            rest_req_free(q);
+        }
+        sx->curl_cleaning = 1; /* sockets it still closes need no curl_multi_assign */
+        curl_multi_cleanup(sx->multi);
+        sx->multi = NULL;
+        uv_close((uv_handle_t *)&sx->curl_timer, timer_close_cb);
+    }
     uv_close((uv_handle_t *)&sx->tick, timer_close_cb);
     uv_close((uv_handle_t *)&sx->soon, timer_close_cb);
+}
+
+/* slurmrestd: "unix:/path" or "http(s)://host:port[/]" into the base URL and
+ * the socket path; the user (for the listing and, with a token, the header). */
+static int rest_init(slurm_t *sx, const slurm_opts_t *o, char *err, size_t errlen) {
+    const char *url = o->rest_url;
+    if (!strncmp(url, "unix:", 5)) {
+        if (url[5] != '/') {
+            snprintf(err, errlen, "slurm-rest: want unix:/absolute/path or http://host:port");
+            return -1;
+        }
+        sx->rest_socket = strdup(url + 5);
+        sx->rest_base = strdup("http://localhost");
+        if (!sx->rest_socket || !sx->rest_base) goto oom;
+    } else if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) {
+        size_t n = strlen(url);
+        while (n > 0 && url[n - 1] == '/') n--;
+        if (!(sx->rest_base = strndup(url, n))) goto oom;
+    } else {
+        snprintf(err, errlen, "slurm-rest: want unix:/absolute/path or http://host:port, not '%s'",
+                 url);
+        return -1;
+    }
+    const char *user = o->rest_user;
+    struct passwd *pw = user ? NULL : getpwuid(geteuid());
+    if (!user && pw) user = pw->pw_name;
+    if (user && !(sx->rest_user = strdup(user))) goto oom;
+    if (o->rest_token && *o->rest_token && !(sx->rest_token = strdup(o->rest_token))) goto oom;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        snprintf(err, errlen, "slurm: curl_global_init failed");
+        return -1;
+    }
+    sx->curl_inited = 1;
+    if (!(sx->multi = curl_multi_init())) goto oom;
+    curl_multi_setopt(sx->multi, CURLMOPT_SOCKETFUNCTION, rest_socket_cb);
+    curl_multi_setopt(sx->multi, CURLMOPT_SOCKETDATA, sx);
+    curl_multi_setopt(sx->multi, CURLMOPT_TIMERFUNCTION, rest_timer_cb);
+    curl_multi_setopt(sx->multi, CURLMOPT_TIMERDATA, sx);
+    uv_timer_init(sx->loop, &sx->curl_timer);
+    sx->curl_timer.data = sx;
+    sx->open_handles++;
+    return 0;
+oom:
+    snprintf(err, errlen, "slurm: out of memory");
+    return -1;
 }
 
 executor_t *slurm_executor_new(uv_loop_t *loop, const slurm_opts_t *o, char *err, size_t errlen) {
@@ -975,15 +1433,29 @@ executor_t *slurm_executor_new(uv_loop_t *loop, const slurm_opts_t *o, char *err
     int bad = !sx->prefix || !sx->sbatch_args || (o->partition && !sx->partition) ||
               (o->account && !sx->account);
     for (size_t i = 0; !bad && i < n; i++) bad = !(sx->sbatch_args[i] = strdup(o->sbatch_args[i]));
+    if (bad) snprintf(err, errlen, "slurm: out of memory");
+    if (!bad && o->rest_url && n > 0) {
+        snprintf(err, errlen, "sbatch options need the commands, not slurmrestd");
+        bad = 1;
+    }
+    if (!bad && o->rest_url && rest_init(sx, o, err, errlen) < 0) bad = 1;
     if (bad) {
-        sx->closing = 1;
-        maybe_free_executor(sx);
-        goto oom;
+        if (sx->multi) curl_multi_cleanup(sx->multi);
+        sx->multi = NULL;
+        if (sx->open_handles) { /* the curl timer */
+            sx->closing = 1;
+            uv_close((uv_handle_t *)&sx->curl_timer, timer_close_cb);
+        } else {
+            sx->closing = 1;
+            maybe_free_executor(sx);
+        }
+        return NULL;
     }
     sx->o.partition = sx->partition;
     sx->o.account = sx->account;
     sx->o.job_prefix = sx->prefix;
     sx->o.sbatch_args = sx->sbatch_args;
+    sx->o.rest_url = sx->o.rest_user = sx->o.rest_token = NULL; /* kept in sx->rest_* */
     if (!(sx->o.poll_s > 0)) sx->o.poll_s = DEFAULT_POLL_S;
     if (!(sx->o.tail_s > 0)) sx->o.tail_s = DEFAULT_TAIL_S;
     if (!(sx->o.command_timeout_s > 0)) sx->o.command_timeout_s = DEFAULT_CMD_TIMEOUT;
@@ -996,7 +1468,7 @@ executor_t *slurm_executor_new(uv_loop_t *loop, const slurm_opts_t *o, char *err
     uv_timer_init(loop, &sx->tick);
     uv_timer_init(loop, &sx->soon);
     sx->tick.data = sx->soon.data = sx;
-    sx->open_handles = 2;
+    sx->open_handles += 2;
     uint64_t ms = (uint64_t)(sx->o.tail_s * 1000.0);
     uv_timer_start(&sx->tick, tick_cb, ms ? ms : 1, ms ? ms : 1);
     return &sx->x;

@@ -29,12 +29,16 @@
  * daemon re-attaches to them (sched_reattach) by the job id in the store, or,
  * when the daemon died before sbatch answered, by the job name.
  *
- * Every command (sbatch, squeue, scancel, from PATH; SLURM_CONF from the
- * environment) runs asynchronously under uv_spawn with a timeout; one squeue
- * per poll interval covers every job. */
+ * Two ways to talk to Slurm, both asynchronous on the loop: slurmrestd
+ * (rest_url; POST job/submit, GET jobs, DELETE job/<id> of openapi/v0.0.38,
+ * JSON through libcurl multi driven by the loop as in hook.c), or else the
+ * commands sbatch, squeue and scancel (from PATH; SLURM_CONF from the
+ * environment) under uv_spawn with a timeout. One listing per poll interval
+ * covers every job. */
 #ifndef NIGHTSHIFT_SLURM_H
 #define NIGHTSHIFT_SLURM_H
 
+#include <cJSON.h>
 #include <stddef.h>
 #include <uv.h>
 
@@ -47,7 +51,12 @@ typedef struct {
     const char *job_prefix;   /* job names are PREFIX-<id>; default "nightshift" */
     double poll_s;            /* squeue interval; default 10 */
     double tail_s;            /* progress file read interval; default 1 */
-    double command_timeout_s; /* a Slurm command running longer is killed; default 60 */
+    double command_timeout_s; /* a Slurm command or request taking longer fails; default 60 */
+    /* slurmrestd instead of the commands (openapi/v0.0.38, JSON over libcurl):
+     * "http://host:port" or "unix:/path/to/socket"; NULL = the commands. */
+    const char *rest_url;
+    const char *rest_user;  /* the jobs' user; default the daemon's (getpwuid) */
+    const char *rest_token; /* a JWT (X-SLURM-USER-TOKEN); NULL = none (local auth) */
 } slurm_opts_t;
 
 /* The executor (strings are copied). NULL with err when out of memory. */
@@ -82,5 +91,14 @@ char *slurm_job_script(const executor_run_t *r);
  * number of entries, or -1 when argv or buf is too small. */
 int slurm_sbatch_argv(const slurm_opts_t *o, const executor_run_t *r, const char *script,
                       char **argv, int max, char *buf, size_t len);
+
+/* slurmrestd's job/submit body for run r: {"script": script, "job": {name,
+ * current_working_directory, standard_output, standard_error, tasks,
+ * cpus_per_task, memory_per_node, time_limit, partition, account,
+ * environment}} with the resources of slurm_sbatch_argv and env (KEY=VALUE
+ * strings, NULL-terminated; NIGHTSHIFT_TOKEN and SLURM_JWT left out) as the
+ * job's environment. A new tree, or NULL when out of memory. */
+cJSON *slurm_rest_job(const slurm_opts_t *o, const executor_run_t *r, const char *script,
+                      char *const *env);
 
 #endif

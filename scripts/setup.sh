@@ -7,8 +7,9 @@
 #                             webhook signatures with its hmac module)
 #   scripts/setup.sh --torch  also python3-torch, used only to regenerate fixtures
 #                             and for `make bench` comparisons
-#   scripts/setup.sh --slurm  also Slurm and munge, for the one-node cluster of
-#                             `make test-slurm` (tests/slurm/run.sh)
+#   scripts/setup.sh --slurm  also Slurm (with slurmrestd and its JWT plugin) and
+#                             munge, for the one-node cluster of `make test-slurm`
+#                             (tests/slurm/run.sh)
 set -euo pipefail
 
 packages=(
@@ -20,7 +21,7 @@ packages=(
 for arg in "$@"; do
     case "$arg" in
     --torch) packages+=(python3-torch python3-numpy) ;;
-    --slurm) packages+=(slurm-wlm munge) ;;
+    --slurm) packages+=(slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge curl) ;;
     *)
         echo "setup: unknown option $arg" >&2
         exit 2

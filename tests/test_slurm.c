@@ -184,6 +184,56 @@ Test(slurm, sbatch_line_carries_the_resources) {
     cr_expect_eq(slurm_sbatch_argv(&o, &r, "job.sh", argv, 64, buf, 40), -1);
 }
 
+Test(slurm, rest_job_carries_the_resources) {
+    char *argv_run[] = {"nightshift", "train", NULL};
+    executor_run_t r = run_for("/shared/state/runs/42", argv_run, 512);
+    slurm_opts_t o = {.partition = "cpu", .account = "lab"};
+    char *env[] = {"PATH=/opt/bin:/usr/bin",
+                   "NIGHTSHIFT_TOKEN=secret",
+                   "SLURM_JWT=secret",
+                   "SLURM_CONF=/etc/x.conf",
+                   "A=b=c",
+                   "=nokey",
+                   "noequals",
+                   NULL};
+    cJSON *j = slurm_rest_job(&o, &r, "#!/bin/sh\ntrue\n", env);
+    cr_assert(j);
+    cr_expect_str_eq(tu_jstr(j, "script"), "#!/bin/sh\ntrue\n");
+    cJSON *job = cJSON_GetObjectItem(j, "job");
+    cr_assert(cJSON_IsObject(job));
+    cr_expect_str_eq(tu_jstr(job, "name"), "nightshift-42");
+    cr_expect_str_eq(tu_jstr(job, "current_working_directory"), "/shared/state/runs/42");
+    cr_expect_str_eq(tu_jstr(job, "standard_output"), "/shared/state/runs/42/train.log");
+    cr_expect_str_eq(tu_jstr(job, "standard_error"), "/shared/state/runs/42/train.log");
+    cr_expect_str_eq(tu_jstr(job, "open_mode"), "append");
+    cr_expect_str_eq(tu_jstr(job, "partition"), "cpu");
+    cr_expect_str_eq(tu_jstr(job, "account"), "lab");
+    cr_expect_eq(tu_jnum(job, "cpus_per_task"), 2);
+    cr_expect_eq(tu_jnum(job, "memory_per_node"), 512);
+    cr_expect_eq(tu_jnum(job, "time_limit"), 7);
+    cr_expect_eq(tu_jnum(job, "tasks"), 1);
+    cJSON *e = cJSON_GetObjectItem(job, "environment");
+    cr_expect_str_eq(tu_jstr(e, "PATH"), "/opt/bin:/usr/bin");
+    cr_expect_str_eq(tu_jstr(e, "SLURM_CONF"), "/etc/x.conf");
+    cr_expect_str_eq(tu_jstr(e, "A"), "b=c");
+    cr_expect_null(cJSON_GetObjectItem(e, "NIGHTSHIFT_TOKEN"), "the daemon's token went to a job");
+    cr_expect_null(cJSON_GetObjectItem(e, "SLURM_JWT"), "the JWT went to a job");
+    cr_expect_eq(cJSON_GetArraySize(e), 3);
+    cJSON_Delete(j);
+
+    slurm_opts_t bare = {0};
+    r.memory_mb = 0;
+    char *none[] = {NULL};
+    j = slurm_rest_job(&bare, &r, "x", none);
+    cr_assert(j);
+    job = cJSON_GetObjectItem(j, "job");
+    cr_expect_null(cJSON_GetObjectItem(job, "memory_per_node"));
+    cr_expect_null(cJSON_GetObjectItem(job, "partition"));
+    cr_expect_null(cJSON_GetObjectItem(job, "account"));
+    cr_expect(tu_jstr(cJSON_GetObjectItem(job, "environment"), "PATH"), "a PATH is always set");
+    cJSON_Delete(j);
+}
+
 /* Migration 007: the executor and the Slurm job id of a running experiment,
  * and the list a restarted daemon re-attaches from. */
 Test(slurm, store_records_executor_and_job) {
@@ -386,7 +436,7 @@ Test(slurm_fake, jobs_end_as_slurm_says) {
     snprintf(cancel, sizeof cancel, "/v1/experiments/%ld/cancel", hang);
     cJSON_Delete(tu_http_json(d, "POST", cancel, NULL, 200));
     e = fake_wait(d, hang, NULL, 30);
-    expect_status(e, "cancelled", "scancel");
+    expect_status(e, "cancelled", "by the daemon");
     cJSON_Delete(e);
 
     tu_write(tu_dir_path("fake/refuse"), "Invalid partition name specified");

@@ -2,13 +2,16 @@
 # tests/slurm/run.sh - the Slurm executor against a real one-node Slurm cluster
 # on localhost (`make test-slurm`).
 #
-#   tests/slurm/run.sh NIGHTSHIFT_BIN BAD_WORKER_BIN [--quick]
+#   tests/slurm/run.sh NIGHTSHIFT_BIN BAD_WORKER_BIN [--quick] [--rest]
 #
-# As root on a Debian 12 machine: installs slurm-wlm and munge (scripts/setup.sh
-# --slurm, idempotent), writes a one-node slurm.conf into a temporary directory
-# (used through SLURM_CONF; a system Slurm configuration is never read or
-# touched), starts its own munged, slurmctld and slurmd on free ports, and runs
-# `nightshift serve --executor slurm --slots 3` on a tiny dataset. Checks:
+# As root on a Debian 12 machine: installs slurm-wlm, slurmrestd, its JWT
+# plugin and munge (scripts/setup.sh --slurm, idempotent), writes a one-node
+# slurm.conf into a temporary directory (used through SLURM_CONF; a system
+# Slurm configuration is never read or touched), starts its own munged,
+# slurmctld and slurmd on free ports, and runs `nightshift serve --executor
+# slurm --slots 3` on a tiny dataset: through the commands (sbatch, squeue,
+# scancel), or with --rest through its own slurmrestd (openapi/v0.0.38 on a
+# loopback port, JWT auth, running as nobody). Checks:
 #
 #   1. two experiments succeed through Slurm, with their results in the database
 #   2. one cancelled while its job runs ends `cancelled`
@@ -24,12 +27,23 @@ set -euo pipefail
 
 BIN=$(readlink -f "${1:?usage: run.sh NIGHTSHIFT_BIN BAD_WORKER_BIN [--quick]}")
 BAD=$(readlink -f "${2:?usage: run.sh NIGHTSHIFT_BIN BAD_WORKER_BIN [--quick]}")
-QUICK=0
-[[ "${3:-}" == "--quick" ]] && QUICK=1
+QUICK=0 REST=0
+for arg in "${@:3}"; do
+    case "$arg" in
+    --quick) QUICK=1 ;;
+    --rest) REST=1 ;;
+    *)
+        echo "run.sh: unknown option $arg" >&2
+        exit 2
+        ;;
+    esac
+done
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 T0=$(date +%s)
 
-say() { echo "== slurm test [$(($(date +%s) - T0)) s]: $*"; }
+MODE=commands
+((REST)) && MODE=slurmrestd
+say() { echo "== slurm test ($MODE) [$(($(date +%s) - T0)) s]: $*"; }
 fail() {
     echo "FAIL: $*" >&2
     exit 1
@@ -37,7 +51,7 @@ fail() {
 
 [[ $(id -u) -eq 0 ]] || fail "needs root (it starts slurmctld and slurmd)"
 bash "$SRC/scripts/setup.sh" --slurm || fail "could not install slurm-wlm and munge"
-for c in munged mungekey slurmctld slurmd sbatch squeue scancel sinfo sqlite3; do
+for c in munged mungekey slurmctld slurmd slurmrestd sbatch squeue scancel sinfo scontrol sqlite3; do
     command -v "$c" >/dev/null || fail "$c is not installed"
 done
 
@@ -103,7 +117,13 @@ HOST=$(hostname -s)
 CPUS=$(nproc)
 CTLD_PORT=$(free_port)
 SLURMD_PORT=$(free_port)
+REST_PORT=$(free_port)
 [[ "$SLURMD_PORT" != "$CTLD_PORT" ]] || SLURMD_PORT=$((CTLD_PORT + 1))
+[[ "$REST_PORT" != "$CTLD_PORT" && "$REST_PORT" != "$SLURMD_PORT" ]] ||
+    REST_PORT=$((SLURMD_PORT + 1))
+# The controller's key for the JSON web tokens slurmrestd's clients present.
+dd if=/dev/urandom of="$TMP/jwt.key" bs=32 count=1 2>/dev/null
+chmod 600 "$TMP/jwt.key"
 
 mungekey --create --keyfile="$TMP/munge.key" 2>"$TMP/log/mungekey.log" ||
     fail "mungekey: $(cat "$TMP/log/mungekey.log")"
@@ -120,6 +140,8 @@ SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 AuthType=auth/munge
 AuthInfo=socket=$TMP/munge.sock
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$TMP/jwt.key
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -159,6 +181,31 @@ for ((i = 0; ; i++)); do
 done
 say "one-node Slurm up ($(sinfo -V), $CPUS CPUs, ports $CTLD_PORT/$SLURMD_PORT)"
 
+REST_ARGS=()
+if ((REST)); then
+    # slurmrestd refuses to run as root or SlurmUser: it serves as nobody and
+    # speaks to the controller with the callers' tokens only (SLURM_JWT=daemon).
+    SLURM_JWT=daemon slurmrestd -u nobody -g nogroup -a rest_auth/jwt -s openapi/v0.0.38 \
+        "127.0.0.1:$REST_PORT" >"$TMP/log/slurmrestd.log" 2>&1 &
+    echo $! >"$TMP/slurmrestd.pid"
+    PIDS_OF+=("$TMP/slurmrestd.pid")
+    token=$(scontrol token username="$(id -un)" lifespan=3600) ||
+        fail "scontrol token: $token"
+    echo "${token#SLURM_JWT=}" >"$TMP/jwt"
+    for ((i = 0; ; i++)); do
+        code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-SLURM-USER-NAME: $(id -un)" \
+            -H "X-SLURM-USER-TOKEN: $(cat "$TMP/jwt")" \
+            "http://127.0.0.1:$REST_PORT/slurm/v0.0.38/ping" || true)
+        [[ "$code" == 200 ]] && break
+        kill -0 "$(cat "$TMP/slurmrestd.pid")" 2>/dev/null ||
+            fail "slurmrestd exited: $(tail -n 5 "$TMP/log/slurmrestd.log")"
+        ((i < 100)) || fail "slurmrestd did not answer within 20 s (HTTP ${code:-none})"
+        sleep 0.2
+    done
+    say "slurmrestd up on port $REST_PORT (JWT)"
+    REST_ARGS=(--slurm-rest "http://127.0.0.1:$REST_PORT" --slurm-token-file "$TMP/jwt")
+fi
+
 # ------------------------------------------------------------ the daemon
 
 STATE="$TMP/state"
@@ -192,7 +239,7 @@ URL=""
 start_daemon() { # start_daemon N: serve --executor slurm; sets DAEMON_PID and URL
     "$BIN" serve --dir "$STATE" --listen 127.0.0.1:0 --executor slurm --slots 3 \
         --memory-mb 512 --deadline-slack 20 --slurm-poll 1 --slurm-job-prefix nstest \
-        --worker-cmd "$TMP/worker.sh" >"$TMP/serve$1.out" 2>"$TMP/serve$1.err" &
+        --worker-cmd "$TMP/worker.sh" "${REST_ARGS[@]}" >"$TMP/serve$1.out" 2>"$TMP/serve$1.err" &
     DAEMON_PID=$!
     for ((i = 0; i < 100; i++)); do
         URL=$(sed -n 's/^listening on //p' "$TMP/serve$1.out")
@@ -257,7 +304,7 @@ wait_for 120 "experiment $CAN's job runs and reports progress" \
 "$BIN" cancel "$CAN" --url "$URL" >/dev/null
 T_CAN=$(date +%s)
 wait_for 60 "experiment $CAN ends" eval "! status_is $CAN running"
-[[ "$(final "$CAN")" == "cancelled|"*scancel* ]] || fail "cancelled run: $(final "$CAN")"
+[[ "$(final "$CAN")" == "cancelled|"*"by the daemon"* ]] || fail "cancelled run: $(final "$CAN")"
 say "cancelled: experiment $CAN in $(($(date +%s) - T_CAN)) s: $(final "$CAN")"
 
 for id in $OK1 $OK2; do
