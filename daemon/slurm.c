@@ -246,6 +246,7 @@ typedef struct slurm slurm_t;
 typedef struct cmd cmd_t;
 typedef struct slurm_job slurm_job_t;
 typedef struct rest_req rest_req_t;
+typedef struct rest_sock rest_sock_t;
 
 typedef void (*cmd_done_fn)(slurm_t *sx, cmd_t *c, void *arg);
 
@@ -313,10 +314,11 @@ struct slurm {
     uv_timer_t curl_timer;
     int curl_cleaning, curl_inited;
     rest_req_t *reqs;
-    char *rest_base;   /* "http://host:port", or "http://localhost" on a socket */
-    char *rest_socket; /* the UNIX socket's path, or NULL */
-    char *rest_user;   /* the jobs' user: listing filter, X-SLURM-USER-NAME with a token */
-    char *rest_token;  /* X-SLURM-USER-TOKEN, or NULL */
+    rest_sock_t *socks; /* watched sockets, each an open uv_poll */
+    char *rest_base;    /* "http://host:port", or "http://localhost" on a socket */
+    char *rest_socket;  /* the UNIX socket's path, or NULL */
+    char *rest_user;    /* the jobs' user: listing filter, X-SLURM-USER-NAME with a token */
+    char *rest_token;   /* X-SLURM-USER-TOKEN, or NULL */
 };
 
 static double now_s(const slurm_t *sx) {
@@ -767,11 +769,12 @@ struct rest_req {
     char curl_err[CURL_ERROR_SIZE];
 };
 
-typedef struct rest_sock {
+struct rest_sock {
     uv_poll_t poll;
     curl_socket_t fd;
     slurm_t *sx;
-} rest_sock_t;
+    rest_sock_t *next;
+};
 
 static size_t rest_write_cb(char *data, size_t size, size_t nmemb, void *user) {
     rest_req_t *q = user;
@@ -889,6 +892,15 @@ static void rest_sock_closed_cb(uv_handle_t *h) {
     maybe_free_executor(sx);
 }
 
+static void rest_sock_close(slurm_t *sx, rest_sock_t *sk) {
+    for (rest_sock_t **p = &sx->socks; *p; p = &(*p)->next)
+        if (*p == sk) {
+            *p = sk->next;
+            break;
+        }
+    uv_close((uv_handle_t *)&sk->poll, rest_sock_closed_cb);
+}
+
 /* CURLMOPT_SOCKETFUNCTION: watch fd for what curl wants, or stop watching it. */
 static int rest_socket_cb(CURL *easy, curl_socket_t fd, int what, void *user, void *sockp) {
     slurm_t *sx = user;
@@ -896,7 +908,7 @@ static int rest_socket_cb(CURL *easy, curl_socket_t fd, int what, void *user, vo
     (void)easy;
     if (what == CURL_POLL_REMOVE) {
         if (sk) {
-            uv_close((uv_handle_t *)&sk->poll, rest_sock_closed_cb);
+            rest_sock_close(sx, sk);
             if (!sx->curl_cleaning) curl_multi_assign(sx->multi, fd, NULL);
         }
         return 0;
@@ -911,6 +923,8 @@ static int rest_socket_cb(CURL *easy, curl_socket_t fd, int what, void *user, vo
         sk->poll.data = sk;
         sk->fd = fd;
         sk->sx = sx;
+        sk->next = sx->socks;
+        sx->socks = sk;
         sx->open_handles++;
         curl_multi_assign(sx->multi, fd, sk);
     }
@@ -940,7 +954,7 @@ static int rest_start(slurm_t *sx, const char *method, const char *path, const c
     snprintf(q->what, sizeof q->what, "%s %.50s", method, path);
     snprintf(url, sizeof url, "%s/slurm/v0.0.38/%s", sx->rest_base, path);
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    if (h && sx->rest_user) {
+    if (h && sx->rest_user && sx->rest_token) { /* JWT: who the token is for */
         snprintf(hdr, sizeof hdr, "X-SLURM-USER-NAME: %s", sx->rest_user);
         h = curl_slist_append(h, hdr);
     }
@@ -1368,6 +1382,7 @@ static void slurm_free(executor_t *x) {
         sx->curl_cleaning = 1; /* sockets it still closes need no curl_multi_assign */
         curl_multi_cleanup(sx->multi);
         sx->multi = NULL;
+        while (sx->socks) rest_sock_close(sx, sx->socks); /* those curl did not remove */
         uv_close((uv_handle_t *)&sx->curl_timer, timer_close_cb);
     }
     uv_close((uv_handle_t *)&sx->tick, timer_close_cb);
