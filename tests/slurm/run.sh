@@ -10,8 +10,9 @@
 # Slurm configuration is never read or touched), starts its own munged,
 # slurmctld and slurmd on free ports, and runs `nightshift serve --executor
 # slurm --slots 3` on a tiny dataset: through the commands (sbatch, squeue,
-# scancel), or with --rest through its own slurmrestd (openapi/v0.0.38 on a
-# loopback port, JWT auth, running as nobody). Checks:
+# scancel), or with --rest through its own slurmrestd (openapi/v0.0.38, JWT
+# auth, running as nobody; the first daemon on a loopback port, the second on
+# a UNIX socket). Checks:
 #
 #   1. two experiments succeed through Slurm, with their results in the database
 #   2. one cancelled while its job runs ends `cancelled`
@@ -185,8 +186,10 @@ REST_ARGS=()
 if ((REST)); then
     # slurmrestd refuses to run as root or SlurmUser: it serves as nobody and
     # speaks to the controller with the callers' tokens only (SLURM_JWT=daemon).
+    mkdir -p "$TMP/rest"
+    chown nobody:nogroup "$TMP/rest"
     SLURM_JWT=daemon slurmrestd -u nobody -g nogroup -a rest_auth/jwt -s openapi/v0.0.38 \
-        "127.0.0.1:$REST_PORT" >"$TMP/log/slurmrestd.log" 2>&1 &
+        "127.0.0.1:$REST_PORT" "unix:$TMP/rest/slurmrestd.sock" >"$TMP/log/slurmrestd.log" 2>&1 &
     echo $! >"$TMP/slurmrestd.pid"
     PIDS_OF+=("$TMP/slurmrestd.pid")
     token=$(scontrol token username="$(id -un)" lifespan=3600) ||
@@ -202,7 +205,8 @@ if ((REST)); then
         ((i < 100)) || fail "slurmrestd did not answer within 20 s (HTTP ${code:-none})"
         sleep 0.2
     done
-    say "slurmrestd up on port $REST_PORT (JWT)"
+    [[ -S "$TMP/rest/slurmrestd.sock" ]] || fail "slurmrestd made no socket"
+    say "slurmrestd up on port $REST_PORT and a UNIX socket (JWT)"
     REST_ARGS=(--slurm-rest "http://127.0.0.1:$REST_PORT" --slurm-token-file "$TMP/jwt")
 fi
 
@@ -330,6 +334,8 @@ job_state_is "$RE" RUNNING || fail "slurm job $RE_JOB did not outlive the daemon
 [[ "$(sql "select status || ' ' || attempt from experiments where id = $RE")" == "running 1" ]] ||
     fail "after the stop: $(sql "select status, attempt, reason from experiments where id = $RE")"
 say "daemon 1 stopped; slurm job $RE_JOB (experiment $RE) keeps running"
+# The second daemon reaches slurmrestd through its UNIX socket.
+((REST)) && REST_ARGS=(--slurm-rest "unix:$TMP/rest/slurmrestd.sock" --slurm-token-file "$TMP/jwt")
 start_daemon 2
 say "daemon 2 (pid $DAEMON_PID) at $URL"
 grep -q "experiment $RE re-attached" "$TMP/serve2.err" || fail "daemon 2 did not re-attach"
