@@ -457,26 +457,42 @@ Test(slurm_fake, jobs_end_as_slurm_says) {
 }
 
 /* A stopped daemon leaves its job running; the next one re-attaches to it
- * (no second sbatch) and sees it end. */
+ * (no second sbatch). A killed daemon's job is re-attached too, and when the
+ * store lacks its job id (the daemon died before sbatch answered) the job is
+ * found by its name. */
 Test(slurm_fake, restart_reattaches) {
     tu_server_t *d = fake_daemon();
-    long id = fake_submit(d, "slow-ok", 1, 4);
+    long id = fake_submit(d, "slow-ok", 1, 6);
     cJSON_Delete(fake_wait(d, id, "RUNNING", 30));
     tu_server_stop(d, 20);
     sqlite3 *db = tu_db_open(tu_dir_path("state/nightshift.db"));
     cr_expect_eq(tu_sql_int(db, "SELECT attempt FROM experiments WHERE id = ?1", id), 1);
+    cr_expect(tu_sql_int(db, "SELECT status = 'running' FROM experiments WHERE id = ?1", id) == 1,
+              "a detached run is still running");
     sqlite3_close(db);
 
     tu_server_t *d2 = fake_daemon();
-    cJSON *e = fake_wait(d2, id, NULL, 30);
+    cJSON_Delete(fake_wait(d2, id, "RUNNING", 30));
+    tu_server_kill(d2);
+    sqlite3 *rw;
+    cr_assert_eq(sqlite3_open(tu_dir_path("state/nightshift.db"), &rw), SQLITE_OK);
+    sqlite3_busy_timeout(rw, 2000);
+    cr_assert_eq(sqlite3_exec(rw, "UPDATE experiments SET slurm_job_id = NULL", NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(rw));
+    sqlite3_close(rw);
+
+    tu_server_t *d3 = fake_daemon();
+    cJSON *e = fake_wait(d3, id, NULL, 30);
     expect_status(e, "succeeded", NULL);
     cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
     cJSON_Delete(e);
-    tu_server_stop(d2, 20);
+    tu_server_stop(d3, 20);
     char *next = tu_read(tu_dir_path("fake/next"));
     cr_expect_str_eq(next, "1\n", "submitted again");
     free(next);
     db = tu_db_open(tu_dir_path("state/nightshift.db"));
     cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 1);
+    cr_expect_eq(tu_sql_int(db, "SELECT slurm_job_id FROM experiments WHERE id = ?1", id), 1,
+                 "the job found by its name is recorded");
     sqlite3_close(db);
 }
