@@ -253,8 +253,6 @@ static void on_started_cb(int pid, int64_t slurm_job_id, void *user) {
                  slurm_job_id > 0 ? "slurm job id" : "pid", err);
     if (slurm_job_id > 0)
         log_info("experiment %lld is slurm job %lld", (long long)sl->id, (long long)slurm_job_id);
-    else
-        log_info("experiment %lld is pid %d", (long long)sl->id, pid);
 }
 
 /* Write DIR/runs/<id>/spec.json; run_dir gets the directory. */
