@@ -1021,6 +1021,7 @@ static void apply_listing(slurm_t *sx, const listing_t *rows, size_t n) {
             if (j->job_id) {
                 log_info("%s is slurm job %lld", j->name, (long long)j->job_id);
                 if (j->cb.on_started) j->cb.on_started(0, j->job_id, j->cb.user);
+                if (j->stop_req == WORKER_CANCELLED) send_cancel(j); /* asked for meanwhile */
             } else {
                 j->unseen = UNSEEN_LIMIT; /* never submitted: nothing to wait for */
             }
