@@ -241,6 +241,7 @@ chmod +x "$TMP/worker.sh"
 
 URL=""
 start_daemon() { # start_daemon N: serve --executor slurm; sets DAEMON_PID and URL
+    : >"$TMP/serve$1.out" # before the daemon: it may open it later than we read it
     "$BIN" serve --dir "$STATE" --listen 127.0.0.1:0 --executor slurm --slots 3 \
         --memory-mb 512 --deadline-slack 20 --slurm-poll 1 --slurm-job-prefix nstest \
         --worker-cmd "$TMP/worker.sh" "${REST_ARGS[@]}" >"$TMP/serve$1.out" 2>"$TMP/serve$1.err" &
