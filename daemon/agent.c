@@ -21,6 +21,7 @@
 #include <time.h>
 #include <uv.h>
 
+#include "client.h"
 #include "http.h"
 #include "log.h"
 #include "spec.h"
@@ -43,7 +44,8 @@ typedef struct {
     char state[PATH_MAX]; /* "" = no persistence */
     uint64_t seed;
     int max_proposals;
-    double noise_floor;
+    double noise_floor; /* 0 = adopt past two measured standard errors */
+    int noise_seeds, max_seeds, queue_target;
 } agent_opts_t;
 
 typedef struct {
@@ -60,6 +62,11 @@ typedef struct {
     delivery_t seen[REPLAY_SLOTS]; /* a ring, oldest overwritten */
     int next;
     int stopping;
+    /* What GET reports about the agent's activity (status_activity). */
+    char last_event[32];     /* the type of the last hook event decided on; "" = none yet */
+    double last_event_at;    /* util_now() then */
+    char last_decision[256]; /* the strategy's last log line */
+    int last_proposed;       /* specs in the last reply */
 } agent_t;
 
 /* ------------------------------------------------------------ signatures */
@@ -132,7 +139,8 @@ int agent_verify(const char *secret, size_t secret_len, const char *id, const ch
 /* ---------------------------------------------------------------- server */
 
 static void strategy_log_cb(void *user, const char *line) {
-    (void)user;
+    agent_t *a = user;
+    if (a) snprintf(a->last_decision, sizeof a->last_decision, "%s", line);
     log_info("%s", line);
 }
 
@@ -160,6 +168,34 @@ static void respond(http_response_t *res, char *body) {
     res->body_len = strlen(body);
 }
 
+/* The agent's activity for GET: the last event and decision, and what it is
+ * waiting for. The agent only acts when the daemon calls: when a run ends
+ * (experiment.finished) or the queue runs dry (queue.empty). */
+static void status_activity(const agent_t *a, cJSON *o) {
+    if (a->last_event[0]) {
+        cJSON *ev = cJSON_AddObjectToObject(o, "last_event");
+        cJSON_AddStringToObject(ev, "type", a->last_event);
+        cJSON_AddNumberToObject(ev, "seconds_ago", util_now() - a->last_event_at);
+        cJSON_AddNumberToObject(ev, "proposed", a->last_proposed);
+    } else {
+        cJSON_AddNullToObject(o, "last_event");
+    }
+    if (a->last_decision[0])
+        cJSON_AddStringToObject(o, "last_decision", a->last_decision);
+    else
+        cJSON_AddNullToObject(o, "last_decision");
+    const char *waiting;
+    if (!a->last_event[0])
+        waiting = "the daemon's first event (it calls when a run ends or the queue is empty)";
+    else if (strategy_n_pending(a->strategy) > 0)
+        waiting = "the re-run of a near tie, to confirm it before adopting it";
+    else if (a->last_proposed > 0)
+        waiting = "the result of what it proposed (the daemon calls when a run ends)";
+    else
+        waiting = "the next run to finish or the queue to empty (nothing to propose now)";
+    cJSON_AddStringToObject(o, "waiting_for", waiting);
+}
+
 /* GET: who we are and where the search stands. */
 static void status_reply(agent_t *a, http_response_t *res) {
     int64_t id;
@@ -170,12 +206,21 @@ static void status_reply(agent_t *a, http_response_t *res) {
     cJSON_AddStringToObject(o, "agent", "nightshift reference agent");
     cJSON_AddNumberToObject(o, "proposals", strategy_n_proposals(a->strategy));
     cJSON_AddNumberToObject(o, "pending_reruns", strategy_n_pending(a->strategy));
+    int df = 0;
+    double sd = strategy_noise(a->strategy, &df);
+    cJSON *noise = cJSON_AddObjectToObject(o, "noise");
+    if (noise && isnan(sd))
+        cJSON_AddNullToObject(noise, "sd");
+    else if (noise)
+        cJSON_AddNumberToObject(noise, "sd", sd);
+    if (noise) cJSON_AddNumberToObject(noise, "df", df);
     if (strategy_best(a->strategy, &id, &v, NULL) && (best = cJSON_AddObjectToObject(o, "best"))) {
         cJSON_AddNumberToObject(best, "id", (double)id);
         cJSON_AddNumberToObject(best, "val_bpb", v);
     } else {
         cJSON_AddNullToObject(o, "best");
     }
+    status_activity(a, o);
     text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text) goto oom;
@@ -225,6 +270,10 @@ static void hook_handler(const http_request_t *req, http_response_t *res, void *
         http_error(res, 400, "invalid_event", "%s", err);
         return;
     }
+    snprintf(a->last_event, sizeof a->last_event, "%s",
+             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ev, "type")));
+    a->last_event_at = util_now();
+    a->last_proposed = cJSON_GetArraySize(reply);
     cJSON_Delete(ev);
     /* One proposal goes out as an object, several (or none) as an array. */
     char *text = cJSON_PrintUnformatted(cJSON_GetArraySize(reply) == 1 ? reply->child : reply);
@@ -288,19 +337,39 @@ static void agent_usage(FILE *out) {
             "usage: nightshift agent --secret S | --secret-file F [--listen HOST:PORT]\n"
             "                        [--baseline FILE] [--state FILE] [--seed N]\n"
             "                        [--max-proposals N] [--noise-floor BPB]\n"
+            "                        [--noise-seeds K] [--max-seeds K] [--queue N]\n"
+            "       nightshift agent status [--url URL]   (what a running agent is doing)\n"
             "The reference search agent: point the daemon's hook at POST /hook on this\n"
             "address (default 127.0.0.1:%d; port 0 picks a free port and prints it). Every\n"
             "delivery must carry a valid webhook signature made with the shared secret (also\n"
-            "$NIGHTSHIFT_AGENT_SECRET). It starts from the baseline spec (default %s),\n"
-            "mutates the best run one or two axes at a time, keeps a run only if it beats the\n"
-            "best by more than the noise floor (default 0.005 bpb; closer wins are re-run\n"
-            "with seed + 1 first), and saves its state to --state after every decision.\n",
+            "$NIGHTSHIFT_AGENT_SECRET). It runs the baseline spec (default %s) with\n"
+            "--noise-seeds seeds (default 3) to measure the seed-to-seed noise, mutates the\n"
+            "best configuration one or two axes at a time, and adopts a variant only when\n"
+            "its mean val_bpb beats the best mean by more than two standard errors,\n"
+            "2 * s * sqrt(1/n_best + 1/n_variant) with s the pooled standard deviation of\n"
+            "configurations run with several seeds; a variant that is better but not by that\n"
+            "much is re-run with new seeds, up to --max-seeds (default 4). --noise-floor BPB\n"
+            "replaces the two standard errors by a fixed gain. It keeps --queue proposals\n"
+            "queued (default: one per experiment it has seen running at once) and saves its\n"
+            "state to --state after every decision.\n",
             DEFAULT_PORT, DEFAULT_BASE);
 }
 
 /* Returns 0, 1 for --help, 2 for a usage error, -1 with err. */
 static int parse_args(int argc, char **argv, agent_opts_t *o, char *err, size_t errlen) {
-    enum { O_LISTEN = 1, O_SECRET, O_SECRET_FILE, O_BASELINE, O_STATE, O_SEED, O_MAX, O_FLOOR };
+    enum {
+        O_LISTEN = 1,
+        O_SECRET,
+        O_SECRET_FILE,
+        O_BASELINE,
+        O_STATE,
+        O_SEED,
+        O_MAX,
+        O_FLOOR,
+        O_NOISE_SEEDS,
+        O_MAX_SEEDS,
+        O_QUEUE
+    };
     static const struct option opts[] = {{"listen", required_argument, 0, O_LISTEN},
                                          {"secret", required_argument, 0, O_SECRET},
                                          {"secret-file", required_argument, 0, O_SECRET_FILE},
@@ -309,6 +378,9 @@ static int parse_args(int argc, char **argv, agent_opts_t *o, char *err, size_t 
                                          {"seed", required_argument, 0, O_SEED},
                                          {"max-proposals", required_argument, 0, O_MAX},
                                          {"noise-floor", required_argument, 0, O_FLOOR},
+                                         {"noise-seeds", required_argument, 0, O_NOISE_SEEDS},
+                                         {"max-seeds", required_argument, 0, O_MAX_SEEDS},
+                                         {"queue", required_argument, 0, O_QUEUE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
@@ -349,6 +421,22 @@ static int parse_args(int argc, char **argv, agent_opts_t *o, char *err, size_t 
         case O_FLOOR:
             if (parse_number("noise-floor", optarg, 0, 1e6, &d, err, errlen) < 0) return -1;
             o->noise_floor = d;
+            break;
+        case O_NOISE_SEEDS:
+        case O_MAX_SEEDS:
+            if (parse_number(ch == O_NOISE_SEEDS ? "noise-seeds" : "max-seeds", optarg, 1, 64, &d,
+                             err, errlen) < 0)
+                return -1;
+            if (d != floor(d)) {
+                snprintf(err, errlen, "--%s: expected an integer, got '%s'",
+                         ch == O_NOISE_SEEDS ? "noise-seeds" : "max-seeds", optarg);
+                return -1;
+            }
+            *(ch == O_NOISE_SEEDS ? &o->noise_seeds : &o->max_seeds) = (int)d;
+            break;
+        case O_QUEUE:
+            if (parse_number("queue", optarg, 0, 1024, &d, err, errlen) < 0) return -1;
+            o->queue_target = (int)d;
             break;
         default:
             return 2;
@@ -393,9 +481,13 @@ static int run_agent(agent_t *a) {
     strategy_opts_t so;
     strategy_opts_default(&so);
     so.noise_floor = a->o.noise_floor;
+    so.noise_seeds = a->o.noise_seeds;
+    so.max_seeds = a->o.max_seeds;
+    so.queue_target = a->o.queue_target;
     so.seed = a->o.seed;
     so.max_proposals = a->o.max_proposals;
     so.log = strategy_log_cb;
+    so.log_user = a;
     a->strategy = strategy_new(&base, &so, err, sizeof err);
     spec_free(&base);
     if (!a->strategy) goto out;
@@ -428,8 +520,10 @@ static int run_agent(agent_t *a) {
     a->sigint.data = a->sigterm.data = a;
     uv_signal_start(&a->sigint, signal_cb, SIGINT);
     uv_signal_start(&a->sigterm, signal_cb, SIGTERM);
-    log_info("nightshift agent: baseline %s, noise floor %g, state %s", a->o.baseline,
-             a->o.noise_floor, a->o.state[0] ? a->o.state : "not kept");
+    char rule[64] = "2 standard errors";
+    if (a->o.noise_floor > 0) snprintf(rule, sizeof rule, "noise floor %g", a->o.noise_floor);
+    log_info("nightshift agent: baseline %s (%d seeds), adopting past %s, state %s", a->o.baseline,
+             a->o.noise_seeds, rule, a->o.state[0] ? a->o.state : "not kept");
     /* The one line on stdout: scripts and tests read the bound port from it. */
     printf("listening on http://%s%s%s:%d\n", strchr(a->o.host, ':') ? "[" : "", a->o.host,
            strchr(a->o.host, ':') ? "]" : "", port);
@@ -447,6 +541,7 @@ out:
 }
 
 int agent_main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "status")) return agent_status_main(argc - 1, argv + 1);
     agent_t *a = calloc(1, sizeof *a);
     char err[512];
     if (!a) return 1;
@@ -455,7 +550,9 @@ int agent_main(int argc, char **argv) {
     o->port = DEFAULT_PORT;
     snprintf(o->baseline, sizeof o->baseline, "%s", DEFAULT_BASE);
     o->seed = 1;
-    o->noise_floor = 0.005;
+    o->noise_floor = 0;
+    o->noise_seeds = 3;
+    o->max_seeds = 4;
     int rc = parse_args(argc, argv, o, err, sizeof err);
     if (rc != 0) {
         if (rc < 0) fprintf(stderr, "agent: %s\n", err);

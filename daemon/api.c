@@ -14,15 +14,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cost.h"
+#include "data.h"
+#include "events.h"
+#include "export.h"
 #include "log.h"
 #include "spec.h"
 #include "util.h"
+#include "web.h"
 
 #define NIGHTSHIFT_VERSION "0.1.0"
 #define MAX_METRICS_SHOWN  5000       /* metrics rows in GET /v1/experiments/{id} */
 #define LOG_TAIL_DEFAULT   (64 << 10) /* bytes of train.log returned by default */
 #define LOG_TAIL_MAX       (1 << 20)
 #define MAX_BATCH          256 /* specs in one POST */
+#define MAX_REPEATS        64  /* ?repeats=k: seeds seed .. seed + k - 1 of each spec */
 
 /* ---------------------------------------------------------------- replies */
 
@@ -62,6 +68,7 @@ static int spec_identity_hash(const spec_t *s, char out[65]) {
     bare.n_tags = 0;
     bare.priority = 0;
     bare.parent = 0;
+    bare.prune = true; /* whether a run may be pruned does not change what it is */
     char *canon = spec_canonical_json(&bare);
     int rc = canon ? sha256_hex(canon, out) : -1;
     free(canon);
@@ -76,8 +83,55 @@ static int dataset_exists(const api_t *a, const char *name) {
     return stat(path, &st) == 0;
 }
 
+/* bytes as "41 GB" or "350 MB" into buf. */
+static const char *human_bytes(double bytes, char *buf, size_t len) {
+    if (bytes >= 1e9)
+        snprintf(buf, len, "%.*f GB", bytes >= 1e10 ? 0 : 1, bytes / 1e9);
+    else
+        snprintf(buf, len, "%.0f MB", bytes / 1e6);
+    return buf;
+}
+
+/* Whether s can run at all: its estimated memory (cost_memory, from the
+ * dataset's vocabulary and size) against what one worker may use (the spec's
+ * resources.memory_mb capped by the daemon's limit, as sched.c applies it;
+ * with no limit, the machine's RAM). Returns 0, or -1 with the numbers in err.
+ * A dataset whose manifest cannot be read is left to the worker to report. */
+static int check_fits(const api_t *a, const spec_t *s, char *err, size_t errlen) {
+    data_info_t info;
+    char derr[256], need[32], may[32], state_b[32], acts_b[32];
+    if (data_info(a->state_dir, s->dataset, &info, derr, sizeof derr) < 0) return 0;
+    spec_model_t m = s->model;
+    if (m.vocab_size <= 0) m.vocab_size = info.vocab_size;
+    cost_mem_t mem;
+    cost_memory(&m, s->train.batch_size, info.train_tokens + info.val_tokens, &mem);
+    int spec_mb = s->resources.memory_mb, limit_mb = a->memory_mb;
+    if (spec_mb > 0 && (limit_mb <= 0 || spec_mb < limit_mb)) limit_mb = spec_mb;
+    const char *source = spec_mb > 0 && limit_mb == spec_mb ? "resources.memory_mb"
+                         : limit_mb > 0                     ? "the daemon's limit per worker"
+                                                            : "this machine's RAM";
+    double limit = (double)limit_mb * 1024 * 1024;
+    if (limit_mb <= 0) {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        limit = pages > 0 && page > 0 ? (double)pages * page : 0;
+    }
+    if (limit <= 0 || mem.total <= limit) return 0;
+    snprintf(err, errlen,
+             "needs ~%s, a worker may use %s (%s): %.*f %s parameters; weights, gradients and "
+             "optimizer state %s, activations for batch_size %d x seq_len %d %s; see "
+             "`nightshift cost`",
+             human_bytes(mem.total, need, sizeof need), human_bytes(limit, may, sizeof may), source,
+             mem.weights / 4 >= 1e9 ? 1 : 0,
+             mem.weights / 4 >= 1e9 ? mem.weights / 4e9 : mem.weights / 4e6,
+             mem.weights / 4 >= 1e9 ? "billion" : "million",
+             human_bytes(mem.weights + mem.grads + mem.optimizer, state_b, sizeof state_b),
+             s->train.batch_size, m.seq_len, human_bytes(mem.activations, acts_b, sizeof acts_b));
+    return -1;
+}
+
 /* Parse and check one submitted spec: the spec parser's rules, plus what
- * only the daemon knows (the dataset and the parent exist). On success s holds
+ * only the daemon knows (the dataset and the parent exist, and the run fits
+ * in a worker's memory: -2 when it does not). On success s holds
  * the parsed spec (release with spec_free). */
 static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, size_t errlen) {
     if (!cJSON_IsObject(spec_json)) {
@@ -110,6 +164,10 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, si
                 snprintf(err, errlen, "store: %s", serr);
             goto fail;
         }
+    }
+    if (check_fits(a, s, err, errlen) < 0) {
+        spec_free(s);
+        return -2;
     }
     return 0;
 fail:
@@ -191,10 +249,37 @@ static cJSON *submission_item(api_t *a, int64_t id, int duplicate) {
     return o;
 }
 
+static int query_int(const http_request_t *req, http_response_t *res, const char *key, long long lo,
+                     long long hi, long long def, long long *out);
+
+/* A copy of spec (a validated object) whose seed is its seed (default 42 when
+ * absent) plus k: the k-th of its repeats. NULL when out of memory. */
+static cJSON *with_seed_offset(const cJSON *spec, int k) {
+    spec_t s;
+    char err[SPEC_ERR_LEN];
+    char *text = cJSON_PrintUnformatted(spec);
+    if (!text) return NULL;
+    int rc = spec_parse(text, strlen(text), &s, err, sizeof err);
+    free(text);
+    if (rc < 0) return NULL;
+    double seed = (double)s.seed + k;
+    spec_free(&s);
+    cJSON *copy = cJSON_Duplicate(spec, 1);
+    if (!copy) return NULL;
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "seed");
+    if (!cJSON_AddNumberToObject(copy, "seed", seed)) {
+        cJSON_Delete(copy);
+        return NULL;
+    }
+    return copy;
+}
+
 static void post_experiments(api_t *a, const http_request_t *req, http_response_t *res) {
     char flag[16] = "", source[16] = "api", err[512];
     int force = http_query_get(req->query, "force", flag, sizeof flag) == 1 &&
                 (!flag[0] || !strcmp(flag, "1") || !strcmp(flag, "true"));
+    long long repeats;
+    if (query_int(req, res, "repeats", 1, MAX_REPEATS, 1, &repeats) < 0) return;
     if (req->source && !strcmp(req->source, "cli")) snprintf(source, sizeof source, "cli");
     cJSON *body = cJSON_ParseWithLength(req->body, req->body_len);
     if (!body) {
@@ -202,6 +287,12 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
         return;
     }
     int is_array = cJSON_IsArray(body), n = is_array ? cJSON_GetArraySize(body) : 1;
+    if (is_array && n * repeats > MAX_BATCH) {
+        http_error(res, 400, "invalid_spec",
+                   "expected at most %d runs, got %d specs x %lld repeats", MAX_BATCH, n, repeats);
+        cJSON_Delete(body);
+        return;
+    }
     if (is_array && (n == 0 || n > MAX_BATCH)) {
         http_error(res, 400, "invalid_spec", "expected 1 to %d specs, got %d", MAX_BATCH, n);
         cJSON_Delete(body);
@@ -210,9 +301,24 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
     /* Validate every spec before queueing any: one invalid spec queues nothing. */
     for (int i = 0; i < n; i++) {
         spec_t s;
-        int bad =
-            check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, err, sizeof err) < 0;
-        if (!bad) spec_free(&s);
+        int rc = check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, err, sizeof err);
+        if (rc == 0 && (double)s.seed + (double)(repeats - 1) > 9007199254740991.0) {
+            snprintf(err, sizeof err, "seed: %llu + %lld repeats passes 2^53 - 1",
+                     (unsigned long long)s.seed, repeats - 1);
+            spec_free(&s);
+            rc = -1;
+        } else if (rc == 0) {
+            spec_free(&s);
+        }
+        int bad = rc < 0;
+        if (rc == -2) {
+            if (is_array)
+                http_error(res, 422, "does_not_fit", "[%d]: %s", i, err);
+            else
+                http_error(res, 422, "does_not_fit", "%s", err);
+            cJSON_Delete(body);
+            return;
+        }
         if (bad) {
             if (is_array)
                 http_error(res, 400, "invalid_spec", "[%d].%s", i, err);
@@ -224,11 +330,20 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
     }
     cJSON *items = cJSON_CreateArray();
     int created = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n * repeats; i++) {
         int64_t id = 0;
         int dup = 0;
-        if (api_submit(a, is_array ? cJSON_GetArrayItem(body, i) : body, source, force, &id, &dup,
-                       err, sizeof err) < 0) {
+        cJSON *one = is_array ? cJSON_GetArrayItem(body, i / (int)repeats) : body;
+        if (repeats > 1 && !(one = with_seed_offset(one, i % (int)repeats))) {
+            if (created) sched_kick(a->sched);
+            cJSON_Delete(items);
+            cJSON_Delete(body);
+            http_error(res, 500, "internal", "out of memory");
+            return;
+        }
+        int rc = api_submit(a, one, source, force, &id, &dup, err, sizeof err);
+        if (repeats > 1) cJSON_Delete(one);
+        if (rc < 0) {
             /* validated above: only the store can fail here; what was
              * queued before the failure still runs */
             if (created) sched_kick(a->sched);
@@ -242,7 +357,7 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
     }
     cJSON_Delete(body);
     if (created) sched_kick(a->sched);
-    if (is_array) {
+    if (is_array || repeats > 1) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToObject(o, "experiments", items);
         reply_json(res, created ? 201 : 200, o);
@@ -276,7 +391,7 @@ static int query_int(const http_request_t *req, http_response_t *res, const char
 }
 
 static void get_experiments(api_t *a, const http_request_t *req, http_response_t *res) {
-    char status[32] = "", order[16] = "", err[256];
+    char status[32] = "", order[16] = "", dataset[64] = "", err[256];
     long long limit, after;
     if (query_int(req, res, "limit", 1, 1000, 100, &limit) < 0 ||
         query_int(req, res, "after", 0, INT64_MAX, 0, &after) < 0)
@@ -284,9 +399,10 @@ static void get_experiments(api_t *a, const http_request_t *req, http_response_t
     int got_status = http_query_get(req->query, "status", status, sizeof status);
     int got_order = http_query_get(req->query, "order", order, sizeof order);
     int has_status = got_status == 1 && status[0], has_order = got_order == 1 && order[0];
-    static const char *const statuses[] = {
-        STORE_QUEUED,  STORE_RUNNING, STORE_SUCCEEDED, STORE_FAILED,    STORE_CRASHED,
-        STORE_TIMEOUT, STORE_OOM,     STORE_DIVERGED,  STORE_CANCELLED, STORE_INTERRUPTED};
+    static const char *const statuses[] = {STORE_QUEUED,      STORE_RUNNING,  STORE_SUCCEEDED,
+                                           STORE_FAILED,      STORE_CRASHED,  STORE_TIMEOUT,
+                                           STORE_OOM,         STORE_DIVERGED, STORE_CANCELLED,
+                                           STORE_INTERRUPTED, STORE_PRUNED};
     int status_ok = !has_status;
     for (size_t i = 0; i < sizeof statuses / sizeof *statuses; i++)
         status_ok |= !strcmp(status, statuses[i]);
@@ -294,7 +410,12 @@ static void get_experiments(api_t *a, const http_request_t *req, http_response_t
         http_error(res, 400, "invalid_query",
                    "status: expected one of queued, running, "
                    "succeeded, failed, crashed, timeout, oom, "
-                   "diverged, cancelled, interrupted");
+                   "diverged, cancelled, interrupted, pruned");
+        return;
+    }
+    if (http_query_get(req->query, "dataset", dataset, sizeof dataset) < 0) {
+        http_error(res, 400, "invalid_query", "dataset: at most %zu characters",
+                   sizeof dataset - 1);
         return;
     }
     static const char *const orders[] = {"id", "-id", "val_bpb", "created"};
@@ -305,8 +426,8 @@ static void get_experiments(api_t *a, const http_request_t *req, http_response_t
         http_error(res, 400, "invalid_query", "order: expected id, -id, val_bpb or created");
         return;
     }
-    cJSON *list = store_list(a->store, has_status ? status : NULL, has_order ? order : NULL,
-                             (int)limit, (int64_t)after, err, sizeof err);
+    cJSON *list = store_list(a->store, has_status ? status : NULL, dataset,
+                             has_order ? order : NULL, (int)limit, (int64_t)after, err, sizeof err);
     if (!list) {
         reply_store_error(res, err);
         return;
@@ -401,40 +522,135 @@ static void post_cancel(api_t *a, int64_t id, http_response_t *res) {
                    (long long)id);
 }
 
+/* The scope of a leaderboard, best or noise query: ?dataset= (default: the
+ * daemon's default dataset, serve --dataset) and ?budget= ("time:300", "300", "300s" or
+ * "tokens:5000000"; default: the budget with the most succeeded runs on the
+ * dataset, else 300 s). -1 = invalid (res set). */
+static int query_scope(api_t *a, const http_request_t *req, http_response_t *res,
+                       store_scope_t *sc) {
+    char dataset[64] = "", budget[64] = "", err[256], *end;
+    int got_ds = http_query_get(req->query, "dataset", dataset, sizeof dataset);
+    int got_b = http_query_get(req->query, "budget", budget, sizeof budget);
+    if (got_ds < 0) {
+        http_error(res, 400, "invalid_query", "dataset: at most %zu characters",
+                   sizeof dataset - 1);
+        return -1;
+    }
+    if (store_default_scope(a->store, dataset[0] ? dataset : a->default_dataset, sc, err,
+                            sizeof err) < 0) {
+        reply_store_error(res, err);
+        return -1;
+    }
+    if (got_b == 0 || !budget[0]) return 0;
+    const char *num = budget, *kind = "time";
+    if (!strncmp(budget, "time:", 5)) {
+        num = budget + 5;
+    } else if (!strncmp(budget, "tokens:", 7)) {
+        num = budget + 7;
+        kind = "tokens";
+    }
+    errno = 0;
+    double v = got_b == 1 ? strtod(num, &end) : 0;
+    if (got_b == 1 && end != num && !strcmp(kind, "time") && *end == 's') end++;
+    if (got_b < 0 || errno || end == num || *end || !(v > 0) || v > 1e15) {
+        http_error(res, 400, "invalid_query",
+                   "budget: expected time:SECONDS (or SECONDS, or SECONDSs) or tokens:N");
+        return -1;
+    }
+    snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s", kind);
+    sc->budget = v;
+    return 0;
+}
+
+/* The scope as {dataset, budget_kind, budget} added to o. */
+static void add_scope(cJSON *o, const store_scope_t *sc) {
+    cJSON_AddStringToObject(o, "dataset", sc->dataset);
+    cJSON_AddStringToObject(o, "budget_kind", sc->budget_kind);
+    cJSON_AddNumberToObject(o, "budget", sc->budget);
+}
+
+/* res = text (taken) as content_type; NULL text is out of memory. */
+static void reply_text(http_response_t *res, char *text, const char *content_type) {
+    if (!text) {
+        http_error(res, 500, "internal", "out of memory");
+        return;
+    }
+    res->status = 200;
+    res->content_type = content_type;
+    res->body = text;
+    res->body_len = strlen(text);
+}
+
 static void get_leaderboard(api_t *a, const http_request_t *req, http_response_t *res) {
     long long limit;
-    char err[256];
+    char err[256], format[16] = "";
+    store_scope_t sc;
     if (query_int(req, res, "limit", 1, 1000, 20, &limit) < 0) return;
-    cJSON *rows = store_leaderboard(a->store, (int)limit, err, sizeof err);
+    if (query_scope(a, req, res, &sc) < 0) return;
+    int got_format = http_query_get(req->query, "format", format, sizeof format);
+    if (got_format < 0 || (got_format == 1 && strcmp(format, "json") && strcmp(format, "csv"))) {
+        http_error(res, 400, "invalid_query", "format: expected json or csv");
+        return;
+    }
+    cJSON *rows = store_leaderboard(a->store, &sc, (int)limit, err, sizeof err);
+    if (rows && !strcmp(format, "csv")) {
+        reply_text(res, export_table(rows, ','), "text/csv; charset=utf-8");
+        cJSON_Delete(rows);
+        return;
+    }
     if (!rows) {
         reply_store_error(res, err);
         return;
     }
     cJSON *o = cJSON_CreateObject();
+    add_scope(o, &sc);
     cJSON_AddItemToObject(o, "leaderboard", rows);
     reply_json(res, 200, o);
 }
 
-static void get_best(api_t *a, http_response_t *res) {
+static void get_best(api_t *a, const http_request_t *req, http_response_t *res) {
     char err[256];
-    cJSON *best = store_best(a->store, err, sizeof err);
+    store_scope_t sc;
+    if (query_scope(a, req, res, &sc) < 0) return;
+    cJSON *best = store_best_in(a->store, &sc, err, sizeof err);
     if (!best) {
         reply_store_error(res, err);
         return;
     }
-    /* The headline number next to the id, as in the leaderboard. */
-    const cJSON *bpb = cJSON_GetObjectItem(cJSON_GetObjectItem(best, "result"), "val_bpb");
+    /* The headline number next to the id, as in the leaderboard: the mean
+     * over the configuration's seeds. */
+    const cJSON *bpb = cJSON_GetObjectItem(best, "mean_val_bpb");
     if (cJSON_IsObject(best) && cJSON_IsNumber(bpb))
         cJSON_AddNumberToObject(best, "val_bpb", bpb->valuedouble);
     cJSON *o = cJSON_CreateObject();
+    add_scope(o, &sc);
     cJSON_AddItemToObject(o, "best", best);
     reply_json(res, 200, o);
 }
 
-static void get_status(api_t *a, http_response_t *res) {
+static void get_noise(api_t *a, const http_request_t *req, http_response_t *res) {
     char err[256];
+    store_scope_t sc;
+    if (query_scope(a, req, res, &sc) < 0) return;
+    cJSON *o = store_noise(a->store, &sc, err, sizeof err);
+    if (!o) {
+        reply_store_error(res, err);
+        return;
+    }
+    reply_json(res, 200, o);
+}
+
+static void get_status(api_t *a, const http_request_t *req, http_response_t *res) {
+    char err[256];
+    store_scope_t sc;
     int64_t depth = store_queue_depth(a->store, err, sizeof err);
     if (depth < 0) {
+        reply_store_error(res, err);
+        return;
+    }
+    if (query_scope(a, req, res, &sc) < 0) return;
+    cJSON *noise = store_noise(a->store, &sc, err, sizeof err);
+    if (!noise) {
         reply_store_error(res, err);
         return;
     }
@@ -443,8 +659,74 @@ static void get_status(api_t *a, http_response_t *res) {
     cJSON_AddNumberToObject(o, "uptime_s", util_now() - a->started_at);
     cJSON_AddNumberToObject(o, "queue_depth", (double)depth);
     cJSON_AddNumberToObject(o, "running", sched_running(a->sched));
+    /* Where runs and datasets live, for tools on this machine (`sample ID --url`). */
+    char dir[PATH_MAX];
+    cJSON_AddStringToObject(o, "state_dir", realpath(a->state_dir, dir) ? dir : a->state_dir);
     cJSON_AddItemToObject(o, "slots", sched_status(a->sched));
+    cJSON_AddItemToObject(o, "noise", noise);
     reply_json(res, 200, o);
+}
+
+/* GET /v1/events?after=N&limit=: {"events": [...], "last_id": the newest id}. */
+static void get_events(api_t *a, const http_request_t *req, http_response_t *res) {
+    long long after, limit;
+    char err[256];
+    if (query_int(req, res, "after", 0, INT64_MAX, 0, &after) < 0 ||
+        query_int(req, res, "limit", 1, 1000, 100, &limit) < 0)
+        return;
+    int64_t last = events_last_id(a->store, err, sizeof err);
+    cJSON *list = last < 0 ? NULL : events_list(a->store, after, (int)limit, err, sizeof err);
+    if (!list) {
+        reply_store_error(res, err);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "events", list);
+    cJSON_AddNumberToObject(o, "last_id", (double)last);
+    reply_json(res, 200, o);
+}
+
+/* GET /v1/export?format=csv|tsv|jsonl|results-tsv: every experiment. */
+static void get_export(api_t *a, const http_request_t *req, http_response_t *res) {
+    char format[16] = "", err[256];
+    int got = http_query_get(req->query, "format", format, sizeof format);
+    int csv = !strcmp(format, "csv"), tsv = !strcmp(format, "tsv"),
+        jsonl = !strcmp(format, "jsonl"), results = !strcmp(format, "results-tsv");
+    if (got != 1 || !(csv || tsv || jsonl || results)) {
+        http_error(res, 400, "invalid_query", "format: expected csv, tsv, jsonl or results-tsv");
+        return;
+    }
+    cJSON *rows = export_rows(a->store, err, sizeof err);
+    if (!rows) {
+        reply_store_error(res, err);
+        return;
+    }
+    if (csv) reply_text(res, export_table(rows, ','), "text/csv; charset=utf-8");
+    if (tsv) reply_text(res, export_table(rows, '\t'), "text/tab-separated-values; charset=utf-8");
+    if (jsonl) reply_text(res, export_jsonl(rows), "application/x-ndjson");
+    if (results)
+        reply_text(res, export_results_tsv(rows), "text/tab-separated-values; charset=utf-8");
+    cJSON_Delete(rows);
+}
+
+/* The dashboard's compiled-in files. */
+static void get_asset(const http_request_t *req, http_response_t *res) {
+    const char *ctype = NULL;
+    const web_asset_t *w = web_find(req->path, &ctype);
+    char *copy = w ? malloc(w->len + 1) : NULL;
+    if (!w) {
+        http_error(res, 404, "not_found", "no route for GET %s", req->path);
+        return;
+    }
+    if (!copy) {
+        http_error(res, 500, "internal", "out of memory");
+        return;
+    }
+    memcpy(copy, w->data, w->len + 1);
+    res->status = 200;
+    res->content_type = ctype;
+    res->body = copy;
+    res->body_len = w->len;
 }
 
 /* ----------------------------------------------------------------- routing */
@@ -478,7 +760,7 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         cJSON_AddBoolToObject(o, "ok", 1);
         reply_json(res, 200, o);
     } else if (!strcmp(req->path, "/v1/status") && get) {
-        get_status(a, res);
+        get_status(a, req, res);
     } else if (!strcmp(req->path, "/v1/experiments") && post) {
         post_experiments(a, req, res);
     } else if (!strcmp(req->path, "/v1/experiments") && get) {
@@ -486,13 +768,23 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
     } else if (!strcmp(req->path, "/v1/leaderboard") && get) {
         get_leaderboard(a, req, res);
     } else if (!strcmp(req->path, "/v1/best") && get) {
-        get_best(a, res);
+        get_best(a, req, res);
+    } else if (!strcmp(req->path, "/v1/noise") && get) {
+        get_noise(a, req, res);
     } else if (parse_experiment_path(req->path, &id, &rest) && !*rest && get) {
         get_experiment(a, id, res);
     } else if (parse_experiment_path(req->path, &id, &rest) && !strcmp(rest, "/log") && get) {
         get_log(a, req, id, res);
     } else if (parse_experiment_path(req->path, &id, &rest) && !strcmp(rest, "/cancel") && post) {
         post_cancel(a, id, res);
+    } else if (!strcmp(req->path, "/v1/events") && get) {
+        get_events(a, req, res);
+    } else if (!strcmp(req->path, "/v1/events/stream") && get) {
+        events_hub_stream(a->events, req, res);
+    } else if (!strcmp(req->path, "/v1/export") && get) {
+        get_export(a, req, res);
+    } else if (get && (!strcmp(req->path, "/") || !strncmp(req->path, "/ui/", 4))) {
+        get_asset(req, res);
     } else {
         http_error(res, 404, "not_found", "no route for %s %s", m, req->path);
     }

@@ -1,14 +1,23 @@
 /* api.h - the JSON HTTP API under /v1 (routes onto the store and the scheduler).
  *
- *   POST /v1/experiments               one spec or an array; 201 / 200 (duplicates)
- *   GET  /v1/experiments               ?status=&order=&limit=&after=
+ *   POST /v1/experiments               one spec or an array; 201 / 200 (duplicates);
+ *                                      ?repeats=k queues seeds seed .. seed + k - 1 of each
+ *   GET  /v1/experiments               ?status=&dataset=&order=&limit=&after=
  *   GET  /v1/experiments/{id}          spec, status, reason, result, metrics, progress
  *   GET  /v1/experiments/{id}/log      ?tail=BYTES, text/plain
  *   POST /v1/experiments/{id}/cancel
- *   GET  /v1/leaderboard               ?limit=
- *   GET  /v1/best
- *   GET  /v1/status
+ *   GET  /v1/leaderboard               ?dataset=&budget=&limit= (one row per configuration)
+ *   GET  /v1/best                      ?dataset=&budget=
+ *   GET  /v1/noise                     ?dataset=&budget= (pooled seed-to-seed sd)
+ *   GET  /v1/status                    ?dataset=&budget= (for its noise)
+ *
+ * dataset defaults to the daemon's (serve --dataset; "default"), budget ("time:300",
+ * "tokens:N") to the budget with the most succeeded runs on it, else 300 s.
  *   GET  /healthz
+ *   GET  /v1/events                    ?after=N&limit= the event log (events.h)
+ *   GET  /v1/events/stream             the same as Server-Sent Events
+ *   GET  /v1/leaderboard?format=csv    the leaderboard as CSV
+ *   GET  /  and /ui/...                the dashboard (daemon/web, compiled in)
  *
  * Errors are {"error":{"code":...,"message":...}}. With a token configured,
  * every POST needs `Authorization: Bearer TOKEN` (401 otherwise). */
@@ -27,8 +36,11 @@ typedef struct {
     store_t *store;
     sched_t *sched;
     const char *state_dir;
-    const char *token; /* NULL = no token required */
-    double started_at; /* util_now() at startup */
+    const char *token;           /* NULL = no token required */
+    const char *default_dataset; /* of the scoped queries; NULL = STORE_DEFAULT_DATASET */
+    double started_at;           /* util_now() at startup */
+    struct events_hub *events;   /* the SSE hub (events.h); NULL = no stream */
+    int memory_mb; /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */
 } api_t;
 
 /* The http_handler_fn of the daemon; user is an api_t. */

@@ -24,6 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
+#include "util.h"
+
 #define DEFAULT_URL        "http://127.0.0.1:8080"
 #define CONNECT_TIMEOUT_MS 5000L
 #define TOTAL_TIMEOUT_MS   30000L
@@ -34,6 +37,7 @@
 #define NAME_WIDTH         32    /* characters of a name shown in tables and progress lines */
 #define BAR_WIDTH          20
 #define METRICS_SHOWN      5 /* last metrics rows in show */
+#define MAX_DATASETS_SHOWN 8 /* datasets whose best watch and ls know */
 
 /* ------------------------------------------------------------ text helpers */
 
@@ -255,7 +259,8 @@ static void print_usage(FILE *f, const help_t *h) {
     fprintf(f,
             "usage: nightshift %s %s [--url URL] [--token T | --token-file F]\n\n%s\n"
             "common options:\n"
-            "  --url URL         the daemon (default $NIGHTSHIFT_URL, else " DEFAULT_URL ")\n"
+            "  --url URL         the daemon (default $NIGHTSHIFT_URL, else port\n"
+            "                    $NIGHTSHIFT_PORT on 127.0.0.1, else " DEFAULT_URL ")\n"
             "  --token T         bearer token for the daemon (default $NIGHTSHIFT_TOKEN)\n"
             "  --token-file F    read the token from the file F\n"
             "  --help            this text\n\n"
@@ -371,6 +376,9 @@ typedef struct {
     volatile sig_atomic_t *stop;       /* watch: abort the transfer when set; or NULL */
     int inited;                        /* curl_global_init ran: conn_close undoes it */
     char errbuf[CURL_ERROR_SIZE];      /* curl's detail for the last failure */
+    int quiet;                         /* watch: failures go to said, not stderr */
+    long http_status;                  /* of the last request; 0 = no HTTP reply */
+    char said[512];                    /* the last failure's message when quiet */
 } conn_t;
 
 /* A reply body: NUL-terminated, malloc'd, freed with reply_free. */
@@ -477,7 +485,7 @@ static int add_header(conn_t *c, const char *line, int post_only) {
 /* Set up c for the daemon named by o. Returns 0, or an exit code after
  * printing why (2 for a bad URL or token). conn_close releases c either way. */
 static int conn_open(conn_t *c, const conn_opts_t *o, const help_t *h) {
-    char token[MAX_TOKEN_BYTES + 1], hdr[MAX_TOKEN_BYTES + 64], noproxy[1024];
+    char token[MAX_TOKEN_BYTES + 1], hdr[MAX_TOKEN_BYTES + 64], noproxy[1024], port_url[64];
     const char *url = o->url;
     memset(c, 0, sizeof *c);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -488,6 +496,13 @@ static int conn_open(conn_t *c, const conn_opts_t *o, const help_t *h) {
     int rc = resolve_token(o, h, token, sizeof token);
     if (rc) return rc;
     if (!url || !*url) url = getenv("NIGHTSHIFT_URL");
+    if (!url || !*url) { /* the port run.sh and serve were given, on loopback */
+        const char *port = getenv("NIGHTSHIFT_PORT");
+        if (port && parse_positive(port) > 0 && parse_positive(port) < 65536) {
+            snprintf(port_url, sizeof port_url, "http://127.0.0.1:%s", port);
+            url = port_url;
+        }
+    }
     if (!url || !*url) url = DEFAULT_URL;
     if (strncasecmp(url, "http://", 7) && strncasecmp(url, "https://", 8))
         return usage_error(h, "--url: expected http://HOST:PORT or https://..., got '%s'", url);
@@ -535,31 +550,31 @@ oom:
     return CLIENT_EXIT_API;
 }
 
-/* The daemon's error envelope {"error":{"code","message"}} on stderr, or the
+/* The daemon's error envelope {"error":{"code","message"}} on errf, or the
  * bare HTTP status when the body is not one. */
-static void print_api_error(const conn_t *c, const char *method, const char *path,
+static void print_api_error(FILE *errf, const conn_t *c, const char *method, const char *path,
                             const reply_t *r) {
     cJSON *j = cJSON_ParseWithLength(r->body, r->len);
     const char *code = jstr(j, "error.code"), *msg = jstr(j, "error.message");
     if (code && msg) {
-        fputs("nightshift: ", stderr);
-        put_clean(stderr, code);
-        fputs(": ", stderr);
-        put_clean(stderr, msg);
+        fputs("nightshift: ", errf);
+        put_clean(errf, code);
+        fputs(": ", errf);
+        put_clean(errf, msg);
         if (r->status == 401 && !c->has_token)
-            fputs(" (give --token, --token-file or set NIGHTSHIFT_TOKEN)", stderr);
-        fputc('\n', stderr);
+            fputs(" (give --token, --token-file or set NIGHTSHIFT_TOKEN)", errf);
+        fputc('\n', errf);
     } else {
-        fprintf(stderr, "nightshift: HTTP %ld from %s %s%s", r->status, method, c->base, path);
+        fprintf(errf, "nightshift: HTTP %ld from %s %s%s", r->status, method, c->base, path);
         if (r->len) {
             char first[200];
             size_t n = strcspn(r->body, "\r\n");
             snprintf(first, sizeof first, "%.*s", (int)(n < sizeof first ? n : sizeof first - 1),
                      r->body);
-            fputs(": ", stderr);
-            put_clean(stderr, first);
+            fputs(": ", errf);
+            put_clean(errf, first);
         }
-        fputc('\n', stderr);
+        fputc('\n', errf);
     }
     cJSON_Delete(j);
 }
@@ -574,10 +589,12 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
                         size_t body_len, reply_t *r) {
     CURL *k = c->curl;
     int rc = CLIENT_EXIT_API;
+    FILE *errf = c->quiet ? fmemopen(c->said, sizeof c->said, "w") : stderr;
+    if (!errf) errf = stderr;
     char *url = malloc(strlen(c->base) + strlen(path) + 1);
     memset(r, 0, sizeof *r);
     if (!url || !(r->body = calloc(1, 1))) {
-        fprintf(stderr, "nightshift: out of memory\n");
+        fprintf(errf, "nightshift: out of memory\n");
         goto fail;
     }
     r->cap = 1;
@@ -596,17 +613,20 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
     }
     c->errbuf[0] = '\0';
     CURLcode cr = curl_easy_perform(k);
+    c->http_status = 0;
     const char *detail = c->errbuf[0] ? c->errbuf : curl_easy_strerror(cr);
     curl_off_t connect_us = 0;
     curl_easy_getinfo(k, CURLINFO_CONNECT_TIME_T, &connect_us);
     switch (cr) {
     case CURLE_OK:
         curl_easy_getinfo(k, CURLINFO_RESPONSE_CODE, &r->status);
+        c->http_status = r->status;
         if (r->status >= 200 && r->status < 300) {
+            if (errf != stderr) fclose(errf);
             free(url);
             return 0;
         }
-        print_api_error(c, method, path, r);
+        print_api_error(errf, c, method, path, r);
         goto fail;
     case CURLE_ABORTED_BY_CALLBACK:
         rc = CONN_STOPPED;
@@ -614,10 +634,10 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
     case CURLE_WRITE_ERROR:
     case CURLE_FILESIZE_EXCEEDED:
         if (cr == CURLE_FILESIZE_EXCEEDED || r->too_big)
-            fprintf(stderr, "nightshift: the reply to %s %s is larger than %zu MiB\n", method, path,
+            fprintf(errf, "nightshift: the reply to %s %s is larger than %zu MiB\n", method, path,
                     MAX_REPLY_BYTES >> 20);
         else
-            fprintf(stderr, "nightshift: out of memory reading the reply to %s %s\n", method, path);
+            fprintf(errf, "nightshift: out of memory reading the reply to %s %s\n", method, path);
         goto fail;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
@@ -625,22 +645,23 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_PEER_FAILED_VERIFICATION:
         rc = CLIENT_EXIT_UNREACHABLE;
-        fprintf(stderr, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
+        fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
         goto fail;
     case CURLE_OPERATION_TIMEDOUT:
         if (connect_us == 0) {
             rc = CLIENT_EXIT_UNREACHABLE;
-            fprintf(stderr, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
+            fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
         } else {
-            fprintf(stderr, "nightshift: no complete reply to %s %s within %ld s: %s\n", method,
-                    path, TOTAL_TIMEOUT_MS / 1000, detail);
+            fprintf(errf, "nightshift: no complete reply to %s %s within %ld s: %s\n", method, path,
+                    TOTAL_TIMEOUT_MS / 1000, detail);
         }
         goto fail;
     default:
-        fprintf(stderr, "nightshift: %s %s%s failed: %s\n", method, c->base, path, detail);
+        fprintf(errf, "nightshift: %s %s%s failed: %s\n", method, c->base, path, detail);
         goto fail;
     }
 fail:
+    if (errf != stderr) fclose(errf);
     free(url);
     reply_free(r);
     return rc;
@@ -681,15 +702,19 @@ static void unexpected(const char *what) {
     fprintf(stderr, "nightshift: unexpected reply from the daemon (%s)\n", what);
 }
 
+static void query_add(line_t *q, const char *key, const char *value);
+
 /* ----------------------------------------------------------------- submit */
 
 static const help_t submit_help = {
-    "submit", "FILE|- [--force]",
+    "submit", "FILE|- [--force] [--repeats K]",
     "Queue the spec in FILE (or on stdin with -): one spec object, or an array\n"
     "of specs (at most 1 MiB). Prints one line per experiment, e.g. `5 queued`\n"
     "or `5 duplicate (already queued)`. The daemon validates the specs; an\n"
     "invalid one is reported with its field path and nothing is queued.\n\n"
-    "  --force           queue even when an identical spec and seed exists\n"};
+    "  --force           queue even when an identical spec and seed exists\n"
+    "  --repeats K       queue K runs of each spec, seeds seed .. seed + K - 1\n"
+    "                    (the leaderboard shows them as one row: mean, sd, seeds)\n"};
 
 static int print_submitted(const cJSON *item) {
     const cJSON *id = jget(item, "id"), *dup = jget(item, "duplicate");
@@ -715,14 +740,15 @@ int submit_main(int argc, char **argv) {
     const help_t *h = &submit_help;
     conn_opts_t o = {0};
     conn_t c = {0};
-    const char *file = NULL;
+    const char *file = NULL, *repeats = NULL;
     int force = 0, rc;
     char *text = NULL, err[512];
     size_t len = 0;
     cJSON *spec = NULL, *reply = NULL;
 
     for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0)
+        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
+            (!rc && (rc = opt_value(argc, argv, &i, "--repeats", &repeats)) < 0))
             return usage_error(h, "%s needs a value", argv[i]);
         if (rc) continue;
         if (!strcmp(argv[i], "--force"))
@@ -739,6 +765,11 @@ int submit_main(int argc, char **argv) {
         return 0;
     }
     if (!file) return usage_error(h, "no FILE given (- reads stdin)");
+    if (repeats && parse_positive(repeats) < 0)
+        return usage_error(h, "--repeats: expected a positive integer, got '%s'", repeats);
+    line_t path = {"/v1/experiments", 15};
+    if (force) query_add(&path, "force", "1");
+    if (repeats) query_add(&path, "repeats", repeats);
 
     /* Read and check the JSON shape here, so a typo never costs a round trip;
      * the spec itself is validated by the daemon (one validator). */
@@ -752,7 +783,14 @@ int submit_main(int argc, char **argv) {
     if (!spec) {
         const char *at = cJSON_GetErrorPtr();
         size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : 0;
-        fprintf(stderr, "nightshift submit: %s: not valid JSON (near byte %zu)\n", shown, off);
+        size_t line = 1, col = 1;
+        for (size_t i = 0; i < off; i++) {
+            if (text[i] == '\n')
+                line++, col = 1;
+            else if ((text[i] & 0xc0) != 0x80)
+                col++;
+        }
+        fprintf(stderr, "nightshift submit: %s:%zu:%zu: not valid JSON\n", shown, line, col);
         goto fail;
     }
     int ok = cJSON_IsObject(spec) || (cJSON_IsArray(spec) && spec->child);
@@ -764,10 +802,9 @@ int submit_main(int argc, char **argv) {
         goto fail;
     }
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
-    rc = conn_json(&c, "POST", force ? "/v1/experiments?force=1" : "/v1/experiments", text, len,
-                   &reply);
+    rc = conn_json(&c, "POST", path.s, text, len, &reply);
     if (rc) goto fail;
-    if (cJSON_IsArray(spec)) {
+    if (cJSON_IsArray(spec) || cJSON_IsArray(jget(reply, "experiments"))) {
         const cJSON *items = jget(reply, "experiments");
         if (!cJSON_IsArray(items)) {
             unexpected("no experiments array");
@@ -791,12 +828,16 @@ fail:
 /* --------------------------------------------------------------------- ls */
 
 static const help_t ls_help = {
-    "ls", "[--status S] [--limit N] [--order O] [--after ID] [--json]",
-    "List experiments as a table: id, status, val_bpb, name and creation time\n"
-    "(local). When more rows exist than --limit, the next page's --after is\n"
-    "printed on stderr.\n\n"
+    "ls", "[--status S] [--dataset D] [--limit N] [--order O] [--after ID] [--json]",
+    "List experiments as a table: id, status, val_bpb, its verdict (`best` when\n"
+    "it leads its dataset, else how far behind the best), dataset, parameters,\n"
+    "the parent it varies, name and creation time (local). When more rows exist\n"
+    "than --limit, the next page's --after is printed on stderr.\n\n"
     "  --status S        only this status: queued, running, succeeded, failed,\n"
-    "                    crashed, timeout, oom, diverged, cancelled, interrupted\n"
+    "                    crashed, timeout, oom, diverged, cancelled, interrupted,\n"
+    "                    pruned\n"
+    "  --dataset D       only experiments on dataset D (val_bpb compares only\n"
+    "                    within one dataset and budget: see `nightshift best`)\n"
     "  --limit N         at most N rows (the daemon's default is 100, at most 1000)\n"
     "  --order O         id, -id (newest first, the default), val_bpb or created\n"
     "  --after ID        the page after the row with id ID\n"
@@ -816,7 +857,8 @@ static void query_add(line_t *q, const char *key, const char *value) {
 
 typedef struct {
     char id[24], status[64], bpb[32], name[NAME_WIDTH * 4 + 8], created[32];
-    size_t name_chars;
+    char verdict[48], dataset[100], params[24], parent[24];
+    size_t name_chars, dataset_chars;
 } ls_row_t;
 
 static void print_padded(const char *s, size_t chars, size_t width) {
@@ -824,14 +866,41 @@ static void print_padded(const char *s, size_t chars, size_t width) {
     for (size_t i = chars; i < width; i++) fputc(' ', stdout);
 }
 
-static void ls_table(const cJSON *items) {
+/* "38.6M", "412K", "900". */
+static const char *short_count(double v, char *buf, size_t len) {
+    if (v >= 1e9)
+        snprintf(buf, len, "%.1fB", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(buf, len, "%.1fM", v / 1e6);
+    else if (v >= 1e4)
+        snprintf(buf, len, "%.0fK", v / 1e3);
+    else
+        snprintf(buf, len, "%.0f", v);
+    return buf;
+}
+
+/* The best succeeded experiment of a dataset (watch and ls, from the
+ * leaderboard). */
+typedef struct {
+    char dataset[64];
+    int64_t id;
+    double val_bpb;
+} best_t;
+static int bests_from(const cJSON *board, best_t *best);
+static void verdict(const cJSON *e, const best_t *best, int n, int newest, char *buf, size_t len);
+
+static void ls_table(const cJSON *items, const cJSON *board) {
     int n = cJSON_GetArraySize(items), i = 0;
-    size_t w_id = 2, w_st = 6, w_bpb = 7, w_name = 4;
+    size_t w_id = 2, w_st = 6, w_bpb = 7, w_name = 4, w_v = 7, w_ds = 7, w_p = 6, w_par = 6;
     ls_row_t *rows = calloc(n > 0 ? (size_t)n : 1, sizeof *rows);
-    if (!rows) {
+    best_t *bests = calloc(MAX_DATASETS_SHOWN, sizeof *bests);
+    if (!rows || !bests) {
         fprintf(stderr, "nightshift: out of memory\n");
+        free(rows);
+        free(bests);
         return;
     }
+    int nbest = board ? bests_from(board, bests) : 0;
     for (const cJSON *e = items->child; e && i < n; e = e->next, i++) {
         ls_row_t *r = &rows[i];
         const cJSON *bpb = jget(e, "val_bpb"), *name = jget(e, "name");
@@ -844,27 +913,47 @@ static void ls_table(const cJSON *items) {
         r->name_chars = clean_copy(r->name, sizeof r->name,
                                    cJSON_IsString(name) ? name->valuestring : "-", NAME_WIDTH);
         local_time(jstr(e, "created"), r->created, sizeof r->created);
+        verdict(e, bests, nbest, 0, r->verdict, sizeof r->verdict);
+        if (!r->verdict[0]) snprintf(r->verdict, sizeof r->verdict, "-");
+        r->dataset_chars = clean_copy(r->dataset, sizeof r->dataset,
+                                      jstr(e, "dataset") ? jstr(e, "dataset") : "-", 24);
+        if (cJSON_IsNumber(jget(e, "params_total")))
+            short_count(jnum(e, "params_total", 0), r->params, sizeof r->params);
+        else
+            snprintf(r->params, sizeof r->params, "-");
+        if (cJSON_IsNumber(jget(e, "parent")))
+            snprintf(r->parent, sizeof r->parent, "%" PRId64, (int64_t)jnum(e, "parent", 0));
+        else
+            snprintf(r->parent, sizeof r->parent, "-");
+        if (strlen(r->verdict) > w_v) w_v = strlen(r->verdict);
+        if (r->dataset_chars > w_ds) w_ds = r->dataset_chars;
+        if (strlen(r->params) > w_p) w_p = strlen(r->params);
+        if (strlen(r->parent) > w_par) w_par = strlen(r->parent);
         if (strlen(r->id) > w_id) w_id = strlen(r->id);
         if (strlen(r->status) > w_st) w_st = strlen(r->status);
         if (strlen(r->bpb) > w_bpb) w_bpb = strlen(r->bpb);
         if (r->name_chars > w_name) w_name = r->name_chars;
     }
-    printf("%*s  %-*s  %*s  %-*s  %s\n", (int)w_id, "ID", (int)w_st, "STATUS", (int)w_bpb,
-           "VAL_BPB", (int)w_name, "NAME", "CREATED");
+    printf("%*s  %-*s  %*s  %-*s  %-*s  %*s  %*s  %-*s  %s\n", (int)w_id, "ID", (int)w_st, "STATUS",
+           (int)w_bpb, "VAL_BPB", (int)w_v, "VERDICT", (int)w_ds, "DATASET", (int)w_p, "PARAMS",
+           (int)w_par, "PARENT", (int)w_name, "NAME", "CREATED");
     for (i = 0; i < n; i++) {
-        printf("%*s  %-*s  %*s  ", (int)w_id, rows[i].id, (int)w_st, rows[i].status, (int)w_bpb,
-               rows[i].bpb);
+        printf("%*s  %-*s  %*s  %-*s  ", (int)w_id, rows[i].id, (int)w_st, rows[i].status,
+               (int)w_bpb, rows[i].bpb, (int)w_v, rows[i].verdict);
+        print_padded(rows[i].dataset, rows[i].dataset_chars, w_ds);
+        printf("  %*s  %*s  ", (int)w_p, rows[i].params, (int)w_par, rows[i].parent);
         print_padded(rows[i].name, rows[i].name_chars, w_name);
         printf("  %s\n", rows[i].created);
     }
     free(rows);
+    free(bests);
 }
 
 int ls_main(int argc, char **argv) {
     const help_t *h = &ls_help;
     conn_opts_t o = {0};
     conn_t c = {0};
-    const char *status = NULL, *limit = NULL, *order = NULL, *after = NULL;
+    const char *status = NULL, *limit = NULL, *order = NULL, *after = NULL, *dataset = NULL;
     int json = 0, rc;
     cJSON *list = NULL;
     line_t path = {"/v1/experiments", 15};
@@ -874,6 +963,7 @@ int ls_main(int argc, char **argv) {
             (!rc && ((rc = opt_value(argc, argv, &i, "--status", &status)) < 0 ||
                      (!rc && (rc = opt_value(argc, argv, &i, "--limit", &limit)) < 0) ||
                      (!rc && (rc = opt_value(argc, argv, &i, "--order", &order)) < 0) ||
+                     (!rc && (rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0) ||
                      (!rc && (rc = opt_value(argc, argv, &i, "--after", &after)) < 0))))
             return usage_error(h, "%s needs a value", argv[i]);
         if (rc) continue;
@@ -894,7 +984,9 @@ int ls_main(int argc, char **argv) {
         return usage_error(h, "--after: expected an experiment id, got '%s'", after);
     if ((status && strlen(status) > 32) || (order && strlen(order) > 32))
         return usage_error(h, "--status and --order take a single word");
+    if (dataset && strlen(dataset) > 63) return usage_error(h, "--dataset: at most 63 characters");
     if (status) query_add(&path, "status", status);
+    if (dataset) query_add(&path, "dataset", dataset);
     if (order) query_add(&path, "order", order);
     if (limit) query_add(&path, "limit", limit);
     if (after) query_add(&path, "after", after);
@@ -907,10 +999,16 @@ int ls_main(int argc, char **argv) {
         rc = CLIENT_EXIT_API;
         goto fail;
     }
-    if (!items->child)
+    if (!items->child) {
         puts("no experiments");
-    else
-        ls_table(items);
+    } else {
+        /* The verdicts need the best of each dataset: best effort. */
+        cJSON *board = NULL;
+        c.quiet = 1;
+        if (conn_json(&c, "GET", "/v1/leaderboard?limit=1000", NULL, 0, &board) != 0) board = NULL;
+        ls_table(items, board);
+        cJSON_Delete(board);
+    }
     if (cJSON_IsNumber(next))
         fprintf(stderr, "more: nightshift ls --after %" PRId64 "\n", (int64_t)next->valuedouble);
 fail:
@@ -958,7 +1056,6 @@ static void show_summary(const cJSON *e) {
                                           "model.ve_layers",
                                           "model.ve_gate_channels",
                                           "model.tie_embeddings",
-                                          "model.vocab_size",
                                           NULL};
     static const char *const train_f[] = {"train.batch_size",     "train.total_batch_tokens",
                                           "train.matrix_lr",      "train.embedding_lr",
@@ -1014,6 +1111,17 @@ static void show_summary(const cJSON *e) {
     show_row("spec", &l);
     l.n = 0;
     add_fields(&l, spec, model_f);
+    /* vocab_size 0 in a spec means the dataset's; a finished run tells which. */
+    double vocab = jnum(spec, "model.vocab_size", 0), embd = jnum(spec, "model.n_embd", 0);
+    if (!cJSON_IsObject(jget(spec, "model")))
+        ;
+    else if (vocab > 0)
+        line_add(&l, "%svocab_size %.0f", l.n ? ", " : "", vocab);
+    else if (cJSON_IsNumber(jget(res, "params_wte")) && embd > 0)
+        line_add(&l, "%svocab_size %.0f (the dataset's)", l.n ? ", " : "",
+                 jnum(res, "params_wte", 0) / embd);
+    else
+        line_add(&l, "%svocab_size from the dataset", l.n ? ", " : "");
     show_row("model", &l);
     l.n = 0;
     add_fields(&l, spec, train_f);
@@ -1132,12 +1240,22 @@ fail:
 /* ------------------------------------------------------------------- best */
 
 static const help_t best_help = {
-    "best", "[--json]",
-    "The best succeeded experiment (lowest val_bpb). Its id and val_bpb go to\n"
-    "stderr and its spec to stdout as indented JSON, ready to edit and resubmit:\n"
+    "best", "[--dataset D] [--budget B] [--json]",
+    "The best configuration (lowest mean val_bpb over its seeds) on one dataset\n"
+    "and budget. Its id, mean val_bpb and seeds go to stderr and its spec to\n"
+    "stdout as indented JSON, ready to edit and resubmit:\n"
     "  nightshift best > next.json\n"
-    "Says `nothing has succeeded yet` (exit 0) when no run has succeeded.\n\n"
+    "Says `nothing has succeeded yet` (exit 0) when no run has succeeded there.\n\n"
+    "  --dataset D       the dataset (default: the default dataset)\n"
+    "  --budget B        time:SECONDS or tokens:N (default: the budget most runs\n"
+    "                    on the dataset used)\n"
     "  --json            the daemon's JSON as is\n"};
+
+/* "?dataset=D&budget=B" for the scoped queries. */
+static void scope_query(line_t *path, const char *dataset, const char *budget) {
+    if (dataset) query_add(path, "dataset", dataset);
+    if (budget) query_add(path, "budget", budget);
+}
 
 int best_main(int argc, char **argv) {
     const help_t *h = &best_help;
@@ -1145,9 +1263,13 @@ int best_main(int argc, char **argv) {
     conn_t c = {0};
     int json = 0, rc;
     cJSON *reply = NULL;
+    const char *dataset = NULL, *budget = NULL;
+    line_t path = {"/v1/best", 8};
 
     for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0)
+        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
+            (!rc && ((rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0 ||
+                     (!rc && (rc = opt_value(argc, argv, &i, "--budget", &budget)) < 0))))
             return usage_error(h, "%s needs a value", argv[i]);
         if (rc) continue;
         if (!strcmp(argv[i], "--json"))
@@ -1162,7 +1284,8 @@ int best_main(int argc, char **argv) {
         return 0;
     }
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
-    if ((rc = conn_get_raw(&c, "/v1/best", json, &reply)) != 0 || json) goto fail;
+    scope_query(&path, dataset, budget);
+    if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;
     const cJSON *best = jget(reply, "best"), *spec = jget(best, "spec");
     rc = CLIENT_EXIT_API;
     if (cJSON_IsNull(best)) {
@@ -1182,7 +1305,9 @@ int best_main(int argc, char **argv) {
     }
     /* val_bpb sits beside the id, or only in the result. */
     double bpb = jnum(best, "val_bpb", jnum(best, "result.val_bpb", NAN));
+    double sd = jnum(best, "val_bpb_sd", NAN), n = jnum(best, "n_seeds", 1);
     if (isfinite(bpb)) fprintf(stderr, " val_bpb %.6f", bpb);
+    if (isfinite(bpb) && isfinite(sd)) fprintf(stderr, " +- %.6f (sd of %.0f seeds)", sd, n);
     fputc('\n', stderr);
     fflush(stderr);
     if (print_json(stdout, spec, 0) < 0) {
@@ -1191,6 +1316,81 @@ int best_main(int argc, char **argv) {
     }
     fputc('\n', stdout);
     rc = 0;
+fail:
+    cJSON_Delete(reply);
+    conn_close(&c);
+    return rc;
+}
+
+/* ------------------------------------------------------------ leaderboard */
+
+static const help_t leaderboard_help = {
+    "leaderboard", "[--dataset D] [--budget B] [--limit N] [--json]",
+    "The leaderboard of one dataset and budget: one row per configuration (its\n"
+    "repeats with different seeds together), best mean val_bpb first, with the\n"
+    "standard deviation and number of seeds, and the measured noise.\n\n"
+    "  --dataset D       the dataset (default: the default dataset)\n"
+    "  --budget B        time:SECONDS or tokens:N (default: the budget most runs\n"
+    "                    on the dataset used)\n"
+    "  --limit N         at most N rows (default 20)\n"
+    "  --json            the daemon's JSON as is\n"};
+
+int leaderboard_main(int argc, char **argv) {
+    const help_t *h = &leaderboard_help;
+    conn_opts_t o = {0};
+    conn_t c = {0};
+    int json = 0, rc;
+    cJSON *reply = NULL;
+    const char *dataset = NULL, *budget = NULL, *limit = NULL;
+    line_t path = {"/v1/leaderboard", 15};
+
+    for (int i = 1; i < argc; i++) {
+        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
+            (!rc && ((rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0 ||
+                     (!rc && (rc = opt_value(argc, argv, &i, "--budget", &budget)) < 0) ||
+                     (!rc && (rc = opt_value(argc, argv, &i, "--limit", &limit)) < 0))))
+            return usage_error(h, "%s needs a value", argv[i]);
+        if (rc) continue;
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (argv[i][0] == '-')
+            return usage_error(h, "unknown option %s", argv[i]);
+        else
+            return usage_error(h, "unexpected argument '%s'", argv[i]);
+    }
+    if (o.help) {
+        print_usage(stdout, h);
+        return 0;
+    }
+    if (limit && parse_positive(limit) < 0)
+        return usage_error(h, "--limit: expected a positive integer, got '%s'", limit);
+    scope_query(&path, dataset, budget);
+    if (limit) query_add(&path, "limit", limit);
+    if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
+    if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;
+    const cJSON *rows = jget(reply, "leaderboard");
+    if (!cJSON_IsArray(rows)) {
+        unexpected("no leaderboard array");
+        rc = CLIENT_EXIT_API;
+        goto fail;
+    }
+    char scope[128];
+    clean_copy(scope, sizeof scope, jstr(reply, "dataset") ? jstr(reply, "dataset") : "?", 40);
+    printf("dataset %s, budget %s %g\n", scope,
+           jstr(reply, "budget_kind") ? jstr(reply, "budget_kind") : "?", jnum(reply, "budget", 0));
+    if (!rows->child) {
+        puts("nothing has succeeded yet");
+        goto fail;
+    }
+    printf("%6s  %9s  %9s  %5s  %s\n", "ID", "MEAN_BPB", "SD", "SEEDS", "NAME");
+    for (const cJSON *r = rows->child; r; r = r->next) {
+        char name[NAME_WIDTH * 4 + 8], sd[32] = "-";
+        double v = jnum(r, "val_bpb_sd", NAN);
+        if (isfinite(v)) snprintf(sd, sizeof sd, "%.6f", v);
+        clean_copy(name, sizeof name, jstr(r, "name") ? jstr(r, "name") : "-", NAME_WIDTH);
+        printf("%6" PRId64 "  %9.6f  %9s  %5.0f  %s\n", (int64_t)jnum(r, "id", 0),
+               jnum(r, "val_bpb", NAN), sd, jnum(r, "n_seeds", 0), name);
+    }
 fail:
     cJSON_Delete(reply);
     conn_close(&c);
@@ -1256,9 +1456,13 @@ fail:
 static const help_t watch_help = {
     "watch", "[--interval S] [--once]",
     "Live progress of every slot: a bar of the time budget, the experiment, its\n"
-    "step, loss, tokens/s and time left, then the queue depth. On a terminal the\n"
+    "step, loss, tokens/s and time left, or `evaluating` once its budget is spent\n"
+    "and it is scoring the validation split. Below: the last finished experiment\n"
+    "and its verdict (a new best for its dataset, or how far behind the best),\n"
+    "the best so far on each dataset, and the queue depth. On a terminal the\n"
     "lines are redrawn in place; otherwise a snapshot is printed every interval.\n"
-    "Ctrl-C stops (exit 0).\n\n"
+    "When the daemon goes away (a restart), watch says `reconnecting` and carries\n"
+    "on when it is back. Ctrl-C stops (exit 0).\n\n"
     "  --interval S      seconds between polls (default 2, at least 0.1)\n"
     "  --once            print one snapshot and exit\n"};
 
@@ -1269,7 +1473,9 @@ static void watch_signal_cb(int sig) {
     watch_stop = 1;
 }
 
-/* slot 0 [#########...........]  45.2% exp 12 "name" step 130 loss 3.214 2,810 tok/s ETA 2m44s */
+/* slot 0 [#########...........]  45.2% ETA 2m44s exp 12 step 130 loss 3.214 2,810 tok/s "name"
+ * slot 0 [####################] evaluating exp 12 step 400 loss 2.914 "name"
+ * The name goes last: on a narrow terminal it is what gets cut. */
 static void slot_line(const cJSON *slot, line_t *l) {
     const cJSON *exp = jget(slot, "experiment"), *p = jget(slot, "progress");
     char a[64];
@@ -1279,38 +1485,138 @@ static void slot_line(const cJSON *slot, line_t *l) {
         return;
     }
     double pct = cJSON_IsObject(p) ? jnum(p, "percent", 0) : 0;
+    /* The worker's last step line says 100% exactly when the budget is spent;
+     * evaluation follows, before the result. */
+    int evaluating = pct >= 100;
     pct = pct < 0 ? 0 : pct > 100 ? 100 : pct;
     int fill = (int)lround(pct / 100 * BAR_WIDTH);
     line_add(l, "[");
     for (int i = 0; i < BAR_WIDTH; i++) line_add(l, "%c", i < fill ? '#' : '.');
-    line_add(l, "] %5.1f%% exp %" PRId64, pct, (int64_t)jnum(exp, "id", 0));
+    if (evaluating)
+        line_add(l, "] evaluating");
+    else
+        line_add(l, "] %5.1f%%", pct);
+    if (!evaluating && cJSON_IsObject(p) && cJSON_IsNumber(jget(p, "eta_s")))
+        line_add(l, " ETA %s", duration(jnum(p, "eta_s", 0), a, sizeof a));
+    line_add(l, " exp %" PRId64, (int64_t)jnum(exp, "id", 0));
+    if (!cJSON_IsObject(p)) {
+        line_add(l, " starting");
+    } else {
+        if (cJSON_IsNumber(jget(p, "step")))
+            line_add(l, " step %" PRId64, (int64_t)jnum(p, "step", 0));
+        if (cJSON_IsNumber(jget(p, "loss"))) line_add(l, " loss %.3f", jnum(p, "loss", 0));
+        if (!evaluating && cJSON_IsNumber(jget(p, "tok_s")))
+            line_add(l, " %s tok/s", commas(jnum(p, "tok_s", 0), a, sizeof a));
+    }
     if (jstr(exp, "name")) {
         line_add(l, " \"");
         line_add_clean(l, jstr(exp, "name"), NAME_WIDTH);
         line_add(l, "\"");
     }
-    if (!cJSON_IsObject(p)) {
-        line_add(l, " starting");
-        return;
-    }
-    if (cJSON_IsNumber(jget(p, "step"))) line_add(l, " step %" PRId64, (int64_t)jnum(p, "step", 0));
-    if (cJSON_IsNumber(jget(p, "loss"))) line_add(l, " loss %.3f", jnum(p, "loss", 0));
-    if (cJSON_IsNumber(jget(p, "tok_s")))
-        line_add(l, " %s tok/s", commas(jnum(p, "tok_s", 0), a, sizeof a));
-    if (cJSON_IsNumber(jget(p, "eta_s")))
-        line_add(l, " ETA %s", duration(jnum(p, "eta_s", 0), a, sizeof a));
 }
 
-/* The snapshot's lines: one per slot, then the queue. *out is malloc'd (the
- * caller frees it); returns the count, or -1 when the reply is unusable. */
-static int status_lines(const cJSON *st, line_t **out) {
+/* The best of each dataset: the leaderboard is ordered best first, so the
+ * first row of a dataset is its best. */
+
+/* Fill best[] (at most MAX_DATASETS_SHOWN) from a leaderboard reply; returns the count. */
+static int bests_from(const cJSON *board, best_t *best) {
+    const cJSON *rows = jget(board, "leaderboard");
+    int n = 0;
+    for (const cJSON *r = cJSON_IsArray(rows) ? rows->child : NULL; r; r = r->next) {
+        const char *ds = jstr(r, "dataset");
+        if (!ds || !cJSON_IsNumber(jget(r, "val_bpb"))) continue;
+        int k = 0;
+        while (k < n && strcmp(best[k].dataset, ds)) k++;
+        if (k < n || n == MAX_DATASETS_SHOWN) continue;
+        clean_copy(best[n].dataset, sizeof best[n].dataset, ds, 24);
+        best[n].id = (int64_t)jnum(r, "id", 0);
+        best[n].val_bpb = jnum(r, "val_bpb", 0);
+        n++;
+    }
+    return n;
+}
+
+static const best_t *best_of(const best_t *best, int n, const char *dataset) {
+    char clean[64];
+    clean_copy(clean, sizeof clean, dataset ? dataset : "", 24);
+    for (int k = 0; k < n; k++)
+        if (!strcmp(best[k].dataset, clean)) return &best[k];
+    return NULL;
+}
+
+/* How a finished experiment e did: "new best" / "best" when it leads its
+ * dataset, "+0.0123 vs 5" behind the best, else "" (not succeeded). */
+static void verdict(const cJSON *e, const best_t *best, int n, int newest, char *buf, size_t len) {
+    buf[0] = '\0';
+    if (!jstr(e, "status") || strcmp(jstr(e, "status"), "succeeded") ||
+        !cJSON_IsNumber(jget(e, "val_bpb")))
+        return;
+    const best_t *b = best_of(best, n, jstr(e, "dataset"));
+    if (!b) return;
+    if (b->id == (int64_t)jnum(e, "id", 0))
+        snprintf(buf, len, "%s", newest ? "new best" : "best");
+    else
+        snprintf(buf, len, "%+.4f vs %" PRId64, jnum(e, "val_bpb", 0) - b->val_bpb, b->id);
+}
+
+/* "last: exp 11 "name" succeeded 1.8342, new best on book" or the status and
+ * reason of a run that did not succeed. */
+static void last_line(const cJSON *list, const best_t *best, int nbest, line_t *l) {
+    const cJSON *items = jget(list, "experiments"), *e = NULL;
+    for (const cJSON *it = cJSON_IsArray(items) ? items->child : NULL; it; it = it->next) {
+        const char *st = jstr(it, "status");
+        if (st && strcmp(st, "queued") && strcmp(st, "running")) {
+            e = it;
+            break;
+        }
+    }
+    if (!e) return;
+    line_add(l, "last: exp %" PRId64, (int64_t)jnum(e, "id", 0));
+    if (jstr(e, "name")) {
+        line_add(l, " \"");
+        line_add_clean(l, jstr(e, "name"), 20);
+        line_add(l, "\"");
+    }
+    line_add(l, " ");
+    line_add_clean(l, jstr(e, "status"), 16);
+    if (cJSON_IsNumber(jget(e, "val_bpb"))) {
+        char v[64];
+        verdict(e, best, nbest, 1, v, sizeof v);
+        line_add(l, " val_bpb %.4f", jnum(e, "val_bpb", 0));
+        if (v[0]) {
+            line_add(l, ", %s", v);
+            if (jstr(e, "dataset")) {
+                line_add(l, " on ");
+                line_add_clean(l, jstr(e, "dataset"), 24);
+            }
+        }
+    } else if (jstr(e, "reason")) {
+        line_add(l, ": ");
+        line_add_clean(l, jstr(e, "reason"), 80);
+    }
+}
+
+/* The snapshot's lines: one per slot, the last result and the best of each
+ * dataset (when list and board are given), then the queue. *out is malloc'd
+ * (the caller frees it); returns the count, or -1 when the reply is unusable. */
+static int status_lines(const cJSON *st, const cJSON *list, const cJSON *board, line_t **out) {
     const cJSON *slots = jget(st, "slots");
     *out = NULL;
     if (!cJSON_IsArray(slots) || !cJSON_IsNumber(jget(st, "queue_depth"))) return -1;
     int n = cJSON_GetArraySize(slots), i = 0;
-    line_t *lines = calloc((size_t)n + 1, sizeof *lines);
+    line_t *lines = calloc((size_t)n + 3, sizeof *lines);
     if (!lines) return -1;
     for (const cJSON *s = slots->child; s && i < n; s = s->next) slot_line(s, &lines[i++]);
+    best_t best[MAX_DATASETS_SHOWN];
+    int nbest = board ? bests_from(board, best) : 0;
+    if (list) {
+        last_line(list, best, nbest, &lines[i]);
+        if (lines[i].n) i++;
+    }
+    for (int k = 0; k < nbest; k++)
+        line_add(&lines[i], "%s%s %.4f (exp %" PRId64 ")", k ? ", " : "best: ", best[k].dataset,
+                 best[k].val_bpb, best[k].id);
+    if (nbest) i++;
     line_add(&lines[i++], "queue: %" PRId64 " queued", (int64_t)jnum(st, "queue_depth", 0));
     *out = lines;
     return i;
@@ -1328,12 +1634,37 @@ static void fit_width(line_t *l, int cols) {
         }
 }
 
+/* One snapshot: /v1/status, then (best effort, quietly) the latest
+ * experiments and the leaderboard. Returns 0 with the lines and their
+ * count set, or the status request's exit code. */
+static int watch_poll(conn_t *c, line_t **lines, int *n) {
+    cJSON *st = NULL, *list = NULL, *board = NULL;
+    int rc = conn_json(c, "GET", "/v1/status", NULL, 0, &st);
+    if (rc) return rc;
+    int quiet = c->quiet;
+    c->quiet = 1;
+    if (conn_json(c, "GET", "/v1/experiments?order=-id&limit=20", NULL, 0, &list) != 0) list = NULL;
+    if (!watch_stop && conn_json(c, "GET", "/v1/leaderboard?limit=1000", NULL, 0, &board) != 0)
+        board = NULL;
+    c->quiet = quiet;
+    c->said[0] = '\0';
+    *n = status_lines(st, list, board, lines);
+    cJSON_Delete(st);
+    cJSON_Delete(list);
+    cJSON_Delete(board);
+    if (*n < 0) {
+        unexpected("no slots or queue_depth in /v1/status");
+        return CLIENT_EXIT_API;
+    }
+    return 0;
+}
+
 int watch_main(int argc, char **argv) {
     const help_t *h = &watch_help;
     conn_opts_t o = {0};
     conn_t c = {0};
     const char *interval_arg = NULL;
-    double interval = 2;
+    double interval = 2, lost_at = 0;
     int once = 0, rc, tty = isatty(STDOUT_FILENO), shown = 0;
     struct sigaction sa, old_int, old_term;
 
@@ -1376,16 +1707,28 @@ int watch_main(int argc, char **argv) {
     if (tty && !once) fputs("\x1b[?25l", stdout); /* hide the cursor while redrawing */
 
     while (!watch_stop) {
-        cJSON *st = NULL;
         line_t *lines = NULL;
-        rc = conn_json(&c, "GET", "/v1/status", NULL, 0, &st);
-        if (rc) break;
-        int n = status_lines(st, &lines);
-        cJSON_Delete(st);
-        if (n < 0) {
-            unexpected("no slots or queue_depth in /v1/status");
-            rc = CLIENT_EXIT_API;
+        int n = 0;
+        /* Losing the daemon (a restart, a crash, not started yet) is not
+         * the end: say so and keep asking. Only --once gives up; an HTTP
+         * error (a bad token, a broken reply) ends the watch either way. */
+        c.quiet = !once;
+        rc = watch_poll(&c, &lines, &n);
+        if (rc && rc != CONN_STOPPED && !once && c.http_status == 0) {
+            if (lost_at == 0) lost_at = util_now();
+            free(lines);
+            lines = calloc(1, sizeof *lines);
+            if (!lines) break;
+            char d[32];
+            line_add(&lines[0], "reconnecting to %s (no answer for %s)", c.base,
+                     duration(util_now() - lost_at, d, sizeof d));
+            n = 1;
+            rc = 0;
+        } else if (rc) {
+            if (rc != CONN_STOPPED && c.said[0]) fputs(c.said, stderr);
             break;
+        } else {
+            lost_at = 0;
         }
         if (tty) {
             struct winsize ws;
@@ -1395,7 +1738,7 @@ int watch_main(int argc, char **argv) {
                 fit_width(&lines[i], cols);
                 printf("\r\x1b[2K%s\n", lines[i].s);
             }
-            if (n < shown) fputs("\x1b[J", stdout); /* fewer slots than before */
+            if (n < shown) fputs("\x1b[J", stdout); /* fewer lines than before */
             shown = n;
         } else {
             for (int i = 0; i < n; i++) puts(lines[i].s);
@@ -1417,5 +1760,297 @@ int watch_main(int argc, char **argv) {
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     conn_close(&c);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- export */
+
+static const help_t export_help = {
+    "export", "--format csv|tsv|jsonl|results-tsv",
+    "Every experiment with its key spec fields and result, oldest first, to\n"
+    "stdout: CSV (RFC 4180), TSV, JSON lines, or autoresearch's results.tsv\n"
+    "(commit val_bpb memory_gb status description; commit is the experiment id,\n"
+    "status keep / discard / crash).\n"};
+
+int export_main(int argc, char **argv) {
+    const help_t *h = &export_help;
+    conn_opts_t o = {0};
+    conn_t c = {0};
+    const char *format = NULL;
+    int rc;
+    reply_t r = {0};
+    line_t path = {0};
+
+    for (int i = 1; i < argc; i++) {
+        if ((rc = common_option(argc, argv, &i, &o)) < 0)
+            return usage_error(h, "%s needs a value", argv[i]);
+        if (rc) continue;
+        if ((rc = opt_value(argc, argv, &i, "--format", &format)) < 0)
+            return usage_error(h, "--format needs a value");
+        if (rc) continue;
+        if (argv[i][0] == '-') return usage_error(h, "unknown option %s", argv[i]);
+        return usage_error(h, "unexpected argument '%s'", argv[i]);
+    }
+    if (o.help) {
+        print_usage(stdout, h);
+        return 0;
+    }
+    if (!format) return usage_error(h, "--format is required");
+    if (strcmp(format, "csv") && strcmp(format, "tsv") && strcmp(format, "jsonl") &&
+        strcmp(format, "results-tsv"))
+        return usage_error(h, "--format: expected csv, tsv, jsonl or results-tsv, got '%s'",
+                           format);
+    if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
+    line_add(&path, "/v1/export?format=%s", format);
+    if ((rc = conn_request(&c, "GET", path.s, NULL, 0, &r)) != 0) goto fail;
+    fwrite(r.body, 1, r.len, stdout);
+    rc = fflush(stdout) == 0 ? 0 : CLIENT_EXIT_API;
+fail:
+    reply_free(&r);
+    conn_close(&c);
+    return rc;
+}
+
+/* ------------------------------------------------------------------- diff */
+
+static const help_t diff_help = {
+    "diff", "ID ID",
+    "Compare two experiments: every spec field that differs (`model.depth: 4 -> 6`),\n"
+    "then both results and loss summaries side by side.\n"};
+
+/* Print every leaf of a and b that differs, as "path: A -> B" (absent fields
+ * show as -). Returns how many. */
+static int spec_diff(const cJSON *a, const cJSON *b, const char *prefix) {
+    int n = 0;
+    char path[256], ta[128], tb[128];
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *from = pass ? b : a, *other = pass ? a : b;
+        for (const cJSON *k = from ? from->child : NULL; k; k = k->next) {
+            const cJSON *o = cJSON_GetObjectItemCaseSensitive(other, k->string);
+            if (pass && o) continue; /* seen in the first pass */
+            snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", k->string);
+            if (cJSON_IsObject(k) && cJSON_IsObject(o)) {
+                n += pass ? spec_diff(o, k, path) : spec_diff(k, o, path);
+                continue;
+            }
+            if (o && cJSON_Compare(k, o, 1)) continue;
+            const cJSON *va = pass ? o : k, *vb = pass ? k : o;
+            if (!va || jtext(va, ta, sizeof ta) < 0) snprintf(ta, sizeof ta, "-");
+            if (!vb || jtext(vb, tb, sizeof tb) < 0) snprintf(tb, sizeof tb, "-");
+            printf("  %s: ", path);
+            put_clean(stdout, ta);
+            fputs(" -> ", stdout);
+            put_clean(stdout, tb);
+            fputc('\n', stdout);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* The last and the lowest loss of an experiment's metrics (NAN when none). */
+static void loss_summary(const cJSON *e, double *last, double *min) {
+    *last = *min = NAN;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, jget(e, "metrics")) {
+        double l = jnum(m, "loss", NAN);
+        if (!isfinite(l)) continue;
+        *last = l;
+        if (!isfinite(*min) || l < *min) *min = l;
+    }
+}
+
+int diff_main(int argc, char **argv) {
+    const help_t *h = &diff_help;
+    conn_opts_t o = {0};
+    conn_t c = {0};
+    const char *ids[2] = {NULL, NULL};
+    int rc, n = 0;
+    cJSON *e[2] = {NULL, NULL};
+
+    for (int i = 1; i < argc; i++) {
+        if ((rc = common_option(argc, argv, &i, &o)) < 0)
+            return usage_error(h, "%s needs a value", argv[i]);
+        if (rc) continue;
+        if (argv[i][0] == '-') return usage_error(h, "unknown option %s", argv[i]);
+        if (n == 2) return usage_error(h, "two IDs, not more");
+        ids[n++] = argv[i];
+    }
+    if (o.help) {
+        print_usage(stdout, h);
+        return 0;
+    }
+    if (n != 2) return usage_error(h, "two experiment IDs are needed");
+    long long id[2];
+    for (int k = 0; k < 2; k++)
+        if ((id[k] = parse_positive(ids[k])) < 0)
+            return usage_error(h, "expected an experiment id, got '%s'", ids[k]);
+    if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
+    for (int k = 0; k < 2; k++) {
+        line_t path = {0};
+        line_add(&path, "/v1/experiments/%lld", id[k]);
+        if ((rc = conn_json(&c, "GET", path.s, NULL, 0, &e[k])) != 0) goto fail;
+    }
+    printf("spec differences, %lld -> %lld:\n", id[0], id[1]);
+    if (spec_diff(jget(e[0], "spec"), jget(e[1], "spec"), "") == 0) printf("  (none)\n");
+    static const struct {
+        const char *label, *path, *fmt;
+    } rows[] = {
+        {"val_bpb", "result.val_bpb", "%.6f"},     {"params", "result.params_total", "%.0f"},
+        {"mfu %", "result.mfu_percent", "%.2f"},   {"tok/s", "result.tokens_per_second", "%.0f"},
+        {"steps", "result.num_steps", "%.0f"},     {"train s", "result.training_seconds", "%.1f"},
+        {"peak MB", "result.peak_rss_mb", "%.0f"},
+    };
+    char a[64], b[64];
+    printf("\n  %-12s %14lld %14lld\n", "", id[0], id[1]);
+    for (int k = 0; k < 2; k++)
+        clean_copy(k ? b : a, sizeof a, jstr(e[k], "status") ? jstr(e[k], "status") : "?", 14);
+    printf("  %-12s %14s %14s\n", "status", a, b);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        for (int k = 0; k < 2; k++) {
+            double v = jnum(e[k], rows[i].path, NAN);
+            if (isfinite(v))
+                snprintf(k ? b : a, sizeof a, rows[i].fmt, v);
+            else
+                snprintf(k ? b : a, sizeof a, "-");
+        }
+        printf("  %-12s %14s %14s\n", rows[i].label, a, b);
+    }
+    double last[2], min[2];
+    for (int k = 0; k < 2; k++) loss_summary(e[k], &last[k], &min[k]);
+    for (int row = 0; row < 2; row++) {
+        for (int k = 0; k < 2; k++) {
+            double v = row ? min[k] : last[k];
+            if (isfinite(v))
+                snprintf(k ? b : a, sizeof a, "%.4f", v);
+            else
+                snprintf(k ? b : a, sizeof a, "-");
+        }
+        printf("  %-12s %14s %14s\n", row ? "lowest loss" : "final loss", a, b);
+    }
+    rc = 0;
+fail:
+    cJSON_Delete(e[0]);
+    cJSON_Delete(e[1]);
+    conn_close(&c);
+    return rc;
+}
+
+/* ----------------------------------------------------------- agent status */
+
+static const help_t agent_status_help = {
+    "agent status", "",
+    "What the running reference agent is doing: its best so far, the last event\n"
+    "the daemon sent it and the decision it took, and what it is waiting for.\n"
+    "The agent acts only when the daemon calls it: when a run ends or the queue\n"
+    "runs dry; between those it is silent. --url is the agent's address\n"
+    "(default http://127.0.0.1:$NIGHTSHIFT_AGENT_PORT, else port 8090).\n"};
+
+int agent_status_main(int argc, char **argv) {
+    const help_t *h = &agent_status_help;
+    conn_opts_t o = {0};
+    conn_t c = {0};
+    int rc;
+    cJSON *st = NULL;
+    char url[128], a[32];
+    for (int i = 1; i < argc; i++) {
+        if ((rc = common_option(argc, argv, &i, &o)) < 0)
+            return usage_error(h, "%s needs a value", argv[i]);
+        if (rc) continue;
+        return usage_error(h, "unexpected argument '%s'", argv[i]);
+    }
+    if (o.help) {
+        print_usage(stdout, h);
+        return 0;
+    }
+    if (!o.url) {
+        const char *port = getenv("NIGHTSHIFT_AGENT_PORT");
+        snprintf(url, sizeof url, "http://127.0.0.1:%s",
+                 port && parse_positive(port) > 0 ? port : "8090");
+        o.url = url;
+    }
+    if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
+    if ((rc = conn_json(&c, "GET", "/", NULL, 0, &st)) != 0) goto fail;
+    printf("agent at %s: %" PRId64 " proposals so far, %" PRId64 " near ties awaiting a re-run\n",
+           c.base, (int64_t)jnum(st, "proposals", 0), (int64_t)jnum(st, "pending_reruns", 0));
+    const cJSON *best = jget(st, "best"), *ev = jget(st, "last_event");
+    if (cJSON_IsObject(best))
+        printf("  best:          exp %" PRId64 ", val_bpb %.4f\n", (int64_t)jnum(best, "id", 0),
+               jnum(best, "val_bpb", 0));
+    else
+        printf("  best:          none yet\n");
+    if (cJSON_IsObject(ev)) {
+        fputs("  last event:    ", stdout);
+        put_clean(stdout, jstr(ev, "type") ? jstr(ev, "type") : "?");
+        printf(", %s ago, %" PRId64 " spec(s) proposed in reply\n",
+               duration(jnum(ev, "seconds_ago", 0), a, sizeof a), (int64_t)jnum(ev, "proposed", 0));
+    } else {
+        printf("  last event:    none since it started\n");
+    }
+    if (jstr(st, "last_decision")) {
+        fputs("  last decision: ", stdout);
+        put_clean(stdout, jstr(st, "last_decision"));
+        fputc('\n', stdout);
+    }
+    if (jstr(st, "waiting_for")) {
+        fputs("  waiting for:   ", stdout);
+        put_clean(stdout, jstr(st, "waiting_for"));
+        fputc('\n', stdout);
+    }
+fail:
+    cJSON_Delete(st);
+    conn_close(&c);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- sample */
+
+static const help_t sample_help = {"sample", "ID --url URL [sample options]",
+                                   "`nightshift sample ID --url URL`: asks the daemon for its "
+                                   "state directory, then\nsamples from experiment ID's "
+                                   "checkpoint there (see `nightshift sample --help`).\n"};
+
+int client_sample_main(int argc, char **argv) {
+    const char *url = NULL;
+    int at = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int r = opt_value(argc, argv, &i, "--url", &v);
+        if (r < 0) return usage_error(&sample_help, "--url needs a value");
+        if (r > 0) {
+            url = v;
+            at = i;
+        }
+    }
+    if (!url) return sample_main(argc, argv);
+
+    conn_opts_t o = {.url = url};
+    conn_t c = {0};
+    cJSON *st = NULL;
+    char **args = calloc((size_t)argc + 2, sizeof *args);
+    char *dir = NULL;
+    int rc = CLIENT_EXIT_API, n = 0;
+    if (!args) goto fail;
+    if ((rc = conn_open(&c, &o, &sample_help)) != 0 ||
+        (rc = conn_json(&c, "GET", "/v1/status", NULL, 0, &st)) != 0)
+        goto fail;
+    if (!jstr(st, "state_dir") || !(dir = strdup(jstr(st, "state_dir")))) {
+        unexpected("no state_dir in /v1/status");
+        rc = CLIENT_EXIT_API;
+        goto fail;
+    }
+    /* argv without --url (one or two entries ending at index at), plus --dir. */
+    int url_first = strchr(argv[at], '=') ? at : at - 1;
+    for (int i = 0; i < argc; i++)
+        if (i < url_first || i > at) args[n++] = argv[i];
+    args[n++] = "--dir";
+    args[n++] = dir;
+    conn_close(&c);
+    rc = sample_main(n, args);
+fail:
+    cJSON_Delete(st);
+    conn_close(&c);
+    free(dir);
+    free(args);
     return rc;
 }

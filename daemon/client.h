@@ -1,7 +1,8 @@
 /* client.h - the command-line client of the daemon's HTTP API (libcurl):
- * `nightshift submit`, `ls`, `show`, `best`, `cancel` and `watch`.
+ * `nightshift submit`, `ls`, `show`, `best`, `cancel`, `watch`, `export` and `diff`.
  *
- * Every command talks to one daemon: --url, else $NIGHTSHIFT_URL, else
+ * Every command talks to one daemon: --url, else $NIGHTSHIFT_URL, else port
+ * $NIGHTSHIFT_PORT on 127.0.0.1, else
  * http://127.0.0.1:8080. It sends the bearer token when one is given (--token,
  * --token-file, else $NIGHTSHIFT_TOKEN), waits at most 5 s for the connection
  * and 30 s for the whole reply, and refuses replies over 16 MiB. Each *_main
@@ -19,7 +20,15 @@ int submit_main(int argc, char **argv); /* POST a spec or an array of specs */
 int ls_main(int argc, char **argv);     /* list experiments as a table */
 int show_main(int argc, char **argv);   /* one experiment: status, spec, result, metrics, log */
 int best_main(int argc, char **argv);   /* the best succeeded spec, ready to resubmit */
-int cancel_main(int argc, char **argv); /* cancel a queued or running experiment */
-int watch_main(int argc, char **argv);  /* live progress of every slot */
+int leaderboard_main(int argc, char **argv); /* one row per configuration: mean, sd, seeds */
+int cancel_main(int argc, char **argv);      /* cancel a queued or running experiment */
+int watch_main(int argc, char **argv);       /* live progress of every slot */
+int export_main(int argc, char **argv); /* every experiment as CSV, TSV, JSONL or results.tsv */
+int diff_main(int argc, char **argv);   /* two experiments' spec differences and results */
+/* `nightshift agent status`: what a running agent (GET on its port) is doing. */
+int agent_status_main(int argc, char **argv);
+/* `nightshift sample`: with --url, the daemon's state directory as --dir for
+ * sample_main (engine/sample.c); otherwise sample_main as it is. */
+int client_sample_main(int argc, char **argv);
 
 #endif

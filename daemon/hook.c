@@ -10,6 +10,15 @@
  * curl_multi_info_read after each call. Nothing here blocks the loop: name
  * resolution is curl's threaded resolver, and every wait is a libuv handle.
  *
+ * The outbox: every event is a row of the events table (events.h) before it
+ * is sent: experiment.finished rows are written by the store's trigger with
+ * the final status, queue.empty and experiment.rejected rows here. The hook
+ * loads the rows it is told about (an experiment's, or the one it wrote) and,
+ * at start, every pending row, so events left undelivered by the last run are
+ * redelivered with their webhook-id. It builds a body once and stores it,
+ * counts attempts in the row and marks it delivered or failed. At shutdown
+ * pending rows stay pending.
+ *
  * Events wait in a FIFO for one of MAX_IN_FLIGHT transfers; a failed attempt
  * that may be retried waits on its own uv_timer (full jitter: a uniform delay
  * in [0, min(60 s, base * 2^(attempt-1))]) and then joins the FIFO again.
@@ -31,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "events.h"
 #include "log.h"
 #include "sched.h"
 #include "spec.h"
@@ -44,21 +54,24 @@
 #define ECHO_MAX         4096 /* bytes of a malformed reply echoed back in experiment.rejected */
 #define ERROR_SNIPPET    200  /* bytes of a failed reply's body kept in the error */
 #define EVENT_ID_LEN     37   /* "evt_" + 32 hex + NUL */
+#define EVENT_TYPE_LEN   48
+#define OUTBOX_LOAD      1000 /* pending rows loaded at once */
 
-#define EV_FINISHED "experiment.finished"
-#define EV_EMPTY    "queue.empty"
-#define EV_REJECTED "experiment.rejected"
+#define EV_FINISHED EVENTS_FINISHED
+#define EV_EMPTY    EVENTS_EMPTY
+#define EV_REJECTED EVENTS_REJECTED
 
 typedef enum { EV_WAITING, EV_SENDING, EV_BACKOFF } event_state;
 
 typedef struct event event_t;
 struct event {
     hook_t *h;
+    int64_t row; /* its id in the events table */
     char id[EVENT_ID_LEN];
-    const char *type; /* one of the EV_* strings */
-    char *body;       /* the JSON payload, the same bytes on every attempt */
+    char type[EVENT_TYPE_LEN]; /* EV_* */
+    char *body;                /* the JSON payload, the same bytes on every attempt */
     size_t body_len;
-    int attempt; /* attempts started so far */
+    int attempt; /* attempts started so far (also by earlier runs of the daemon) */
     event_state state;
     uint64_t sent_ns; /* uv_hrtime at the start of the current attempt */
     /* the current transfer (EV_SENDING only) */
@@ -121,15 +134,6 @@ static double random_unit(void) {
     uint32_t r = 0;
     if (RAND_bytes((unsigned char *)&r, sizeof r) != 1) r = (uint32_t)rand();
     return r / 4294967296.0;
-}
-
-/* "evt_" + 32 lowercase hex digits. */
-static int new_event_id(char out[EVENT_ID_LEN]) {
-    unsigned char b[16];
-    if (RAND_bytes(b, sizeof b) != 1) return -1;
-    memcpy(out, "evt_", 4);
-    for (int i = 0; i < 16; i++) snprintf(out + 4 + 2 * i, 3, "%02x", b[i]);
-    return 0;
 }
 
 /* Copy at most max bytes of text into a new string, cut back to a UTF-8
@@ -293,21 +297,44 @@ static void wait_push(hook_t *h, event_t *ev) {
     h->wait_tail = ev;
 }
 
-/* Build an event and queue it for delivery. experiment and rejected are taken. */
-static void event_new(hook_t *h, const char *type, cJSON *experiment, cJSON *rejected) {
+/* An event from an outbox row ({id, type, webhook_id, experiment_id,
+ * payload, body, attempts}: events_pending), queued for delivery. A row
+ * without a body gets one, stored for every later attempt. */
+static void event_load(hook_t *h, const cJSON *row) {
+    char err[256];
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(row, "type"));
+    const char *wid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(row, "webhook_id"));
+    const char *body = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(row, "body"));
+    int64_t rowid = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(row, "id"));
+    int64_t exp_id =
+        (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(row, "experiment_id"));
     event_t *ev = calloc(1, sizeof *ev);
-    if (!ev || new_event_id(ev->id) < 0) {
-        log_error("hook: %s: out of memory or no randomness; event dropped", type);
-        cJSON_Delete(experiment);
-        cJSON_Delete(rejected);
+    if (!ev || !type || !wid) {
+        log_error("hook: event %lld: out of memory; it stays in the outbox", (long long)rowid);
         free(ev);
         return;
     }
     ev->h = h;
-    ev->type = type;
-    ev->body = build_payload(h, ev->id, type, experiment, rejected);
+    ev->row = rowid;
+    snprintf(ev->id, sizeof ev->id, "%s", wid);
+    snprintf(ev->type, sizeof ev->type, "%s", type);
+    ev->attempt = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(row, "attempts"));
+    if (body) {
+        ev->body = strdup(body);
+    } else {
+        cJSON *experiment = NULL, *rejected = NULL;
+        if (!strcmp(type, EV_FINISHED) && exp_id > 0) experiment = experiment_json(h, exp_id);
+        if (!strcmp(type, EV_REJECTED))
+            rejected =
+                cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(
+                                    cJSON_GetObjectItemCaseSensitive(row, "payload"), "rejected"),
+                                1);
+        ev->body = build_payload(h, ev->id, type, experiment, rejected);
+        if (ev->body && events_set_body(h->api->store, rowid, ev->body, err, sizeof err) < 0)
+            log_error("hook: %s: %s", ev->id, err);
+    }
     if (!ev->body) {
-        log_error("hook: %s: out of memory; event dropped", type);
+        log_error("hook: %s: out of memory; it stays in the outbox", type);
         free(ev);
         return;
     }
@@ -321,7 +348,47 @@ static void event_new(hook_t *h, const char *type, cJSON *experiment, cJSON *rej
     if (!strcmp(type, EV_EMPTY)) h->empty_pending++;
     log_debug("hook: %s %s queued (%zu bytes)", type, ev->id, ev->body_len);
     wait_push(h, ev);
+}
+
+/* Is outbox row id being delivered already? */
+static int row_live(const hook_t *h, int64_t id) {
+    for (const event_t *ev = h->events; ev; ev = ev->next)
+        if (ev->row == id) return 1;
+    return 0;
+}
+
+/* Load pending outbox rows with id > after (and about experiment_id, when
+ * > 0; at most limit) that are not live yet, and start sending them. Returns
+ * how many rows matched; *last (may be NULL) gets the last one's id. */
+static int outbox_load(hook_t *h, int64_t after, int64_t experiment_id, int limit, int64_t *last) {
+    char err[256];
+    int n = 0;
+    if (h->closing) return 0;
+    cJSON *rows = events_pending(h->api->store, after, experiment_id, limit, err, sizeof err);
+    if (!rows) log_error("hook: outbox: %s", err);
+    for (const cJSON *r = rows ? rows->child : NULL; r; r = r->next, n++) {
+        int64_t id = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "id"));
+        if (last) *last = id;
+        if (!row_live(h, id)) event_load(h, r);
+    }
+    cJSON_Delete(rows);
     start_transfers(h);
+    return n;
+}
+
+/* Write an event of type with payload (taken; NULL = {}) to the outbox, then
+ * send it. */
+static void outbox_add(hook_t *h, const char *type, cJSON *payload) {
+    char err[256];
+    char *text = payload ? cJSON_PrintUnformatted(payload) : NULL;
+    int64_t id = 0;
+    cJSON_Delete(payload);
+    if (payload && !text)
+        log_error("hook: %s: out of memory; event dropped", type);
+    else if (events_add(h->api->store, type, 0, text, &id, err, sizeof err) < 0)
+        log_error("hook: %s: %s; event dropped", type, err);
+    cJSON_free(text);
+    if (id > 0) outbox_load(h, id - 1, 0, 1, NULL);
 }
 
 /* At most REJECTED_PER_MIN experiment.rejected events per minute: an agent
@@ -353,7 +420,14 @@ static void send_rejected(hook_t *h, cJSON *proposal, const char *error) {
         return;
     }
     cJSON_AddStringToObject(r, "error", error);
-    event_new(h, EV_REJECTED, NULL, r);
+    cJSON *payload = cJSON_CreateObject();
+    if (!payload || !cJSON_AddItemToObject(payload, "rejected", r)) {
+        cJSON_Delete(r);
+        cJSON_Delete(payload);
+        log_error("hook: out of memory; experiment.rejected dropped");
+        return;
+    }
+    outbox_add(h, EV_REJECTED, payload);
 }
 
 /* -------------------------------------------------------------- the reply */
@@ -504,7 +578,10 @@ fail:
 
 /* Start the next attempt of ev. Returns 0, or -1 (nothing started). */
 static int send_attempt(hook_t *h, event_t *ev) {
+    char err[256];
     ev->attempt++;
+    if (events_attempted(h->api->store, ev->row, err, sizeof err) < 0)
+        log_error("hook: %s: %s", ev->id, err);
     ev->sent_ns = uv_hrtime();
     ev->reply_len = 0;
     ev->reply_too_big = 0;
@@ -570,6 +647,9 @@ static void retry_or_give_up(hook_t *h, event_t *ev, int retryable, const char *
     }
     log_error("hook: %s %s not delivered: %s (attempt %d%s)", ev->type, ev->id, error, ev->attempt,
               retryable ? ", the last allowed" : ", not retried");
+    char err[256];
+    if (!h->closing && events_mark(h->api->store, ev->row, "failed", err, sizeof err) < 0)
+        log_error("hook: %s: %s", ev->id, err);
     event_finish(ev);
 }
 
@@ -591,6 +671,9 @@ static void transfer_done(hook_t *h, event_t *ev, CURLcode res) {
         log_info("hook: %s %s delivered (attempt %d, HTTP %ld, %zu-byte reply, %llu ms)", ev->type,
                  ev->id, ev->attempt, status, ev->reply_len,
                  (unsigned long long)((uv_hrtime() - ev->sent_ns) / 1000000));
+        char err[256];
+        if (events_mark(h->api->store, ev->row, "delivered", err, sizeof err) < 0)
+            log_error("hook: %s: %s", ev->id, err);
         handle_reply(h, ev);
         event_finish(ev);
         return;
@@ -751,7 +834,7 @@ static void idle_cb(uv_timer_t *t) {
     /* the last one, or a finished run's event, is still being delivered */
     if (h->empty_pending || finished_pending(h)) return;
     log_info("hook: still idle: asking the agent again");
-    event_new(h, EV_EMPTY, NULL, NULL);
+    outbox_add(h, EV_EMPTY, NULL);
 }
 
 /* The agent's URL: http or https, parsed by curl itself. */
@@ -836,6 +919,16 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
     h->open_handles = 2;
     log_info("hook: events go to %s (at most %d attempts, %.0f s timeout)", h->url, h->max_attempts,
              h->timeout_s);
+    /* What the last run left undelivered goes first. */
+    int pending = 0, got;
+    int64_t after = 0;
+    while ((got = outbox_load(h, after, 0, OUTBOX_LOAD, &after)) > 0) {
+        pending += got;
+        if (got < OUTBOX_LOAD) break;
+    }
+    if (pending)
+        log_info("hook: %d event%s left undelivered by the last run: sending %s again", pending,
+                 pending == 1 ? "" : "s", pending == 1 ? "it" : "them");
     return h;
 
 oom:
@@ -854,13 +947,13 @@ fail_global:
 }
 
 void hook_experiment_finished(hook_t *h, int64_t id) {
+    char err[256];
     if (!h || h->closing) return;
-    cJSON *e = experiment_json(h, id);
-    if (!e) {
-        log_error("hook: experiment.finished for %lld dropped", (long long)id);
-        return;
-    }
-    event_new(h, EV_FINISHED, e, NULL);
+    /* The store's trigger wrote the event with the final status; an
+     * experiment announced without one gets it now. */
+    if (events_ensure_finished(h->api->store, id, err, sizeof err) < 0)
+        log_error("hook: experiment.finished for %lld: %s", (long long)id, err);
+    outbox_load(h, 0, id, OUTBOX_LOAD, NULL);
 }
 
 void hook_queue_empty(hook_t *h) {
@@ -869,7 +962,7 @@ void hook_queue_empty(hook_t *h) {
      * queue depth, by its experiment.finished event, which the agent answers
      * with the next variant: a queue.empty now would ask twice. The idle
      * timer below still asks again if that answer queues nothing. */
-    if (!h->empty_pending && !finished_pending(h)) event_new(h, EV_EMPTY, NULL, NULL);
+    if (!h->empty_pending && !finished_pending(h)) outbox_add(h, EV_EMPTY, NULL);
     uint64_t every = (uint64_t)(h->idle_resend_s * 1000);
     uv_timer_start(&h->idle_timer, idle_cb, every, every);
 }
@@ -884,7 +977,7 @@ void hook_close(hook_t *h, void (*done)(void *arg), void *arg) {
     h->done = done;
     h->done_arg = arg;
     uv_timer_stop(&h->idle_timer);
-    int dropped = 0;
+    int pending = 0;
     while (h->events) {
         event_t *ev = h->events;
         if (ev->state == EV_SENDING) {
@@ -896,13 +989,14 @@ void hook_close(hook_t *h, void (*done)(void *arg), void *arg) {
             ev->headers = NULL;
             h->in_flight--;
         }
-        dropped++;
+        pending++;
         event_finish(ev);
     }
     h->wait_head = h->wait_tail = NULL;
-    if (dropped)
-        log_warn("hook: shutting down: %d undelivered event%s dropped", dropped,
-                 dropped == 1 ? "" : "s");
+    if (pending)
+        log_warn("hook: shutting down: %d undelivered event%s stay%s in the outbox and will be "
+                 "sent at the next start",
+                 pending, pending == 1 ? "" : "s", pending == 1 ? "s" : "");
     h->cleaning = 1;
     curl_multi_cleanup(h->multi);
     h->multi = NULL;

@@ -22,6 +22,13 @@
  * max_attempts; other statuses are not retried. Every attempt is a row in
  * hook_deliveries (event id, type, attempt, HTTP status, latency, error).
  *
+ * Outbox: every event is first a row of the events table (events.h), in the
+ * same transaction as the final status for experiment.finished. The hook
+ * sends pending rows and marks them delivered or failed; the body is stored
+ * at the first attempt. Rows still pending when the daemon stops (in flight,
+ * waiting or backing off) are sent again at the next start with the same
+ * webhook-id and body: delivery is at least once, across restarts too.
+ *
  * A 2xx reply may carry one spec (an object), an array of specs, or nothing
  * (empty body, null, {} or []). Each proposal is queued through api_submit with
  * source "agent" (validation and dedup as for any submission); a proposal that
@@ -58,12 +65,15 @@ typedef struct {
 /* Returns NULL with err on failure (bad URL, no secret, libcurl init). */
 hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen);
 
-/* Queue events for delivery (they are sent in the background). */
+/* Queue events for delivery (they are sent in the background). An
+ * experiment's event is normally already in the outbox (the store's trigger
+ * wrote it); one that is not gets written first. */
 void hook_experiment_finished(hook_t *h, int64_t id);
 void hook_queue_empty(hook_t *h);
 
-/* Stop: cancel pending retries and transfers (recorded as such), close every
- * handle; done is called when all are closed and the hook is freed. */
+/* Stop: cancel pending retries and transfers (recorded as such; the events
+ * stay pending in the outbox for the next start), close every handle; done is
+ * called when all are closed and the hook is freed. */
 void hook_close(hook_t *h, void (*done)(void *arg), void *arg);
 
 #endif

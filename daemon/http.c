@@ -137,6 +137,7 @@ struct http_server {
 
 /* Which request header the parser is in the middle of. */
 enum { HDR_OTHER, HDR_AUTH, HDR_CTYPE, HDR_EXPECT, HDR_SOURCE, HDR_WH_ID, HDR_WH_TS, HDR_WH_SIG };
+enum { HDR_LAST_ID = HDR_WH_SIG + 1 }; /* Last-Event-ID, for streams */
 
 typedef struct conn {
     uv_tcp_t tcp;
@@ -173,6 +174,11 @@ typedef struct conn {
     unsigned last : 1;       /* close after the response being written */
     unsigned lingering : 1;  /* write side shut down, discarding input */
     unsigned closing : 1;
+
+    /* A streaming response (see "streaming responses" below). */
+    buf_t last_id;              /* the Last-Event-ID header */
+    struct http_stream *stream; /* set by http_stream_open; freed with the connection */
+    unsigned streaming : 1;     /* the head is sent: no more requests, no idle deadline */
 } conn_t;
 
 /* A queued write: the formatted head, and the body taken from the response. */
@@ -186,6 +192,8 @@ typedef struct {
 
 static void conn_close(conn_t *c);
 static void conn_process(conn_t *c);
+static void stream_begin(conn_t *c);
+static void stream_closed(conn_t *c);
 
 /* ------------------------------------------------------- small helpers */
 
@@ -206,6 +214,7 @@ static void conn_timer_cb(uv_timer_t *t);
 
 /* Arm the connection's single timer; 0 ms means no deadline. */
 static void conn_timer(conn_t *c, uint64_t ms) {
+    if (c->streaming) ms = 0; /* streams (SSE) are exempt from every deadline */
     if (ms == 0)
         uv_timer_stop(&c->timer);
     else
@@ -347,7 +356,7 @@ static int count_header_bytes(conn_t *c, size_t n) {
 static int on_message_begin(http_parser *p) {
     conn_t *c = p->data;
     c->url.len = c->auth.len = c->ctype.len = c->expect.len = c->source.len = c->body.len = 0;
-    c->wh_id.len = c->wh_ts.len = c->wh_sig.len = 0;
+    c->wh_id.len = c->wh_ts.len = c->wh_sig.len = c->last_id.len = 0;
     if (c->body.cap > 65536) buf_free(&c->body); /* a large body is not kept for the next */
     c->field_len = 0;
     c->in_value = 0;
@@ -399,6 +408,8 @@ static int header_kind(const conn_t *c) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (c->field_len == strlen(known[i].name) && !memcmp(c->field, known[i].name, c->field_len))
             return known[i].kind;
+    if (c->field_len == strlen("last-event-id") && !memcmp(c->field, "last-event-id", c->field_len))
+        return HDR_LAST_ID;
     return HDR_OTHER;
 }
 
@@ -422,6 +433,7 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
                  : c->hdr == HDR_WH_TS  ? &c->wh_ts
                  : c->hdr == HDR_WH_SIG ? &c->wh_sig
                                         : NULL;
+    if (c->hdr == HDR_LAST_ID) dst = &c->last_id;
     if (dst && buf_append(dst, at, n, SIZE_MAX - 1)) return conn_reject(c, 503, "out of memory");
     return 0;
 }
@@ -496,12 +508,20 @@ static int on_message_complete(http_parser *p) {
         .webhook_timestamp = c->hdr_seen & (1u << HDR_WH_TS) ? buf_str(&c->wh_ts) : NULL,
         .webhook_signature = c->hdr_seen & (1u << HDR_WH_SIG) ? buf_str(&c->wh_sig) : NULL,
         .peer = c->peer,
+        .last_event_id = c->hdr_seen & (1u << HDR_LAST_ID) ? buf_str(&c->last_id) : NULL,
+        .conn = c,
     };
     http_response_t res = {0};
     s->handler(&req, &res, s->user);
     /* The handler may have closed the server (and with it this connection). */
     if (c->closing) {
         free(res.body);
+        http_parser_pause(p, 1);
+        return 0;
+    }
+    if (c->stream) {
+        free(res.body);
+        stream_begin(c);
         http_parser_pause(p, 1);
         return 0;
     }
@@ -588,7 +608,7 @@ static void conn_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
         conn_close(c);
         return;
     }
-    if (c->lingering || nread == 0) return; /* discard */
+    if (c->lingering || c->streaming || nread == 0) return; /* discard */
     c->in.len += (size_t)nread;
     conn_process(c);
 }
@@ -629,6 +649,8 @@ static void conn_close_cb(uv_handle_t *h) {
     buf_free(&c->wh_ts);
     buf_free(&c->wh_sig);
     buf_free(&c->body);
+    buf_free(&c->last_id);
+    free(c->stream);
     free(c->path);
     free(c);
     server_release(s);
@@ -646,6 +668,7 @@ static void conn_close(conn_t *c) {
         s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     c->prev = c->next = NULL;
+    stream_closed(c);
     if (c->counted)
         s->nconns--;
     else
@@ -726,6 +749,123 @@ static void server_connection_cb(uv_stream_t *ls, int status) {
     c->parser.data = c;
     conn_timer(c, s->lim.idle_timeout_ms);
     conn_read_start(c);
+}
+
+/* ------------------------------------------------- streaming responses */
+
+/* A stream belongs to its connection: it is allocated by http_stream_open,
+ * told to its owner by closed() in conn_close and freed in the connection's
+ * close callback. Stream writes carry their own bytes and never touch the
+ * request/response state above (the parser stays paused for good). */
+struct http_stream {
+    conn_t *conn; /* NULL once closed */
+    http_stream_closed_fn closed;
+    void *arg;
+    const char *content_type; /* static string */
+    char *initial;            /* sent after the head */
+    size_t initial_len;
+    size_t queued; /* bytes handed to uv_write and not yet written */
+};
+
+typedef struct {
+    uv_write_t req;
+    http_stream_t *st;
+    size_t len;
+    char data[];
+} swrite_t;
+
+static void stream_write_cb(uv_write_t *req, int status) {
+    swrite_t *w = (swrite_t *)req;
+    http_stream_t *st = w->st;
+    st->queued -= w->len;
+    free(w);
+    if (status < 0 && st->conn) conn_close(st->conn);
+}
+
+static int stream_queue(conn_t *c, const char *data, size_t len) {
+    http_stream_t *st = c->stream;
+    if (c->closing || !st || st->queued + len > HTTP_STREAM_MAX_QUEUED) return -1;
+    swrite_t *w = malloc(sizeof *w + len);
+    if (!w) return -1;
+    memcpy(w->data, data, len);
+    w->st = st;
+    w->len = len;
+    uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, stream_write_cb) < 0) {
+        free(w);
+        return -1;
+    }
+    st->queued += len;
+    return 0;
+}
+
+http_stream_t *http_stream_open(const http_request_t *req, http_response_t *res,
+                                const char *content_type, const char *initial, size_t len,
+                                http_stream_closed_fn closed, void *arg) {
+    conn_t *c = req->conn;
+    http_stream_t *st = calloc(1, sizeof *st);
+    char *head = malloc(len + 1);
+    if (!st || !head || c->stream) {
+        free(st);
+        free(head);
+        http_error(res, 503, "unavailable", "out of memory");
+        return NULL;
+    }
+    if (len) memcpy(head, initial, len);
+    st->initial = head;
+    st->initial_len = len;
+    st->content_type = content_type;
+    st->conn = c;
+    st->closed = closed;
+    st->arg = arg;
+    res->status = 200;
+    res->content_type = content_type;
+    c->stream = st;
+    return st;
+}
+
+/* After the handler opened a stream: send the head and the initial bytes. */
+static void stream_begin(conn_t *c) {
+    http_stream_t *st = c->stream;
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 200 OK\r\n"
+                     "Content-Type: %s\r\n"
+                     "Cache-Control: no-store\r\n"
+                     "Connection: close\r\n"
+                     "X-Accel-Buffering: no\r\n\r\n",
+                     st->content_type);
+    c->streaming = 1;
+    c->last = 1;
+    conn_timer(c, 0);
+    int rc = n > 0 && n < (int)sizeof head ? stream_queue(c, head, (size_t)n) : -1;
+    if (rc == 0 && st->initial_len) rc = stream_queue(c, st->initial, st->initial_len);
+    free(st->initial);
+    st->initial = NULL;
+    if (rc < 0) {
+        conn_close(c);
+        return;
+    }
+    conn_read_start(c); /* only to notice the peer going away; input is discarded */
+}
+
+/* From conn_close: tell the stream's owner, once. */
+static void stream_closed(conn_t *c) {
+    http_stream_t *st = c->stream;
+    if (!st || !st->conn) return;
+    st->conn = NULL;
+    free(st->initial);
+    st->initial = NULL;
+    if (st->closed) st->closed(st, st->arg);
+}
+
+int http_stream_write(http_stream_t *st, const char *data, size_t len) {
+    if (!st->conn || !st->conn->streaming) return -1;
+    return stream_queue(st->conn, data, len);
+}
+
+void http_stream_end(http_stream_t *st) {
+    if (st->conn) conn_close(st->conn);
 }
 
 /* --------------------------------------------------------------- server */

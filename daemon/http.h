@@ -40,7 +40,9 @@ typedef struct {
     const char *webhook_id;
     const char *webhook_timestamp;
     const char *webhook_signature;
-    const char *peer; /* "127.0.0.1:54321" */
+    const char *peer;          /* "127.0.0.1:54321" */
+    const char *last_event_id; /* the Last-Event-ID header (SSE reconnects), or NULL */
+    void *conn;                /* the server's connection, for http_stream_open only */
 } http_request_t;
 
 /* The handler's answer. body is malloc'd by the handler and freed by the server. */
@@ -87,6 +89,37 @@ int http_query_get(const char *query, const char *key, char *buf, size_t buflen)
  * Returns 0, or -1 with "--listen: ..." in err. */
 int http_parse_listen(const char *s, char *host, size_t hostlen, int *port, char *err,
                       size_t errlen);
+
+/* ------------------------------------------------ streaming responses
+ *
+ * A long-lived response (Server-Sent Events): the handler calls
+ * http_stream_open instead of filling res with a body. The server then writes
+ * the head (200, the content type, no Content-Length, Connection: close) and
+ * the initial bytes, and the connection stays open with no idle deadline; it
+ * reads no further requests. Writes are queued with uv_write and never block:
+ * a client that does not read lets its queue grow to HTTP_STREAM_MAX_QUEUED
+ * bytes, after which http_stream_write refuses (the caller ends the stream).
+ * closed(st, arg) is called exactly once when the stream ends for any reason
+ * (http_stream_end, the peer closing, an error, http_server_close); st is
+ * invalid after it returns. */
+typedef struct http_stream http_stream_t;
+typedef void (*http_stream_closed_fn)(http_stream_t *st, void *arg);
+
+#define HTTP_STREAM_MAX_QUEUED (1 << 20)
+
+/* From inside the handler of req: answer with a stream. initial (may be NULL)
+ * is copied and sent right after the head. Returns the stream (owned by the
+ * server), or NULL when out of memory (res then carries a 503). */
+http_stream_t *http_stream_open(const http_request_t *req, http_response_t *res,
+                                const char *content_type, const char *initial, size_t len,
+                                http_stream_closed_fn closed, void *arg);
+
+/* Queue len bytes (copied). Returns 0, or -1 when the client's queue is over
+ * HTTP_STREAM_MAX_QUEUED or out of memory (nothing queued). */
+int http_stream_write(http_stream_t *st, const char *data, size_t len);
+
+/* End the stream: close the connection (closed is called before this returns). */
+void http_stream_end(http_stream_t *st);
 
 /* Is host a loopback address (127.0.0.0/8, ::1, "localhost")? */
 int http_host_is_loopback(const char *host);

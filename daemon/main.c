@@ -21,14 +21,17 @@ static const command_t commands[] = {
     {"grad", grad_main, "loss and every gradient of one batch (checks against other engines)"},
     {"serve", serve_main, "run the daemon: queue, workers, results store and HTTP API"},
     {"prep", prep_main, "train a BPE tokenizer and write a dataset from text, JSONL or dirs"},
-    {"sample", sample_main, "generate text from a saved checkpoint"},
+    {"sample", client_sample_main, "generate text from an experiment's (or any saved) checkpoint"},
     {"train", train_main, "train one spec for its time budget and print the summary"},
     {"submit", submit_main, "queue a spec (or an array of specs) with the daemon"},
     {"ls", ls_main, "list the daemon's experiments"},
     {"show", show_main, "one experiment: status, spec, result, metrics or its log"},
     {"best", best_main, "the best config so far, as a spec ready to resubmit"},
+    {"leaderboard", leaderboard_main, "configurations by mean val_bpb over seeds, with sd"},
     {"cancel", cancel_main, "cancel a queued or running experiment"},
     {"watch", watch_main, "live progress of the daemon's slots"},
+    {"export", export_main, "every experiment as CSV, TSV, JSON lines or results.tsv"},
+    {"diff", diff_main, "two experiments: spec differences and results side by side"},
     {"agent", agent_main, "the reference search agent behind the webhook"},
 };
 

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "executor.h"
 #include "log.h"
 #include "spec.h"
 #include "util.h"
@@ -22,6 +23,11 @@
 #define MAX_METRICS_PER_RUN    100000 /* metrics rows per run; a 5-minute run has hundreds */
 #define DEFAULT_DEADLINE_SLACK 120.0
 #define DEFAULT_KILL_GRACE     5.0
+#define DEFAULT_PRUNE_STARTUP  5
+#define DEFAULT_PRUNE_WARMUP   0.3
+#define DEFAULT_TOKEN_LIMIT    3600.0
+#define PRUNE_CHECK_S          1.0 /* at most one pruning check per slot per second */
+#define PRUNE_MAX_RUNS         100 /* the median is over the last this many finished runs */
 /* DIR/runs/<id> and the files in it; DIR itself is at most PATH_MAX. */
 #define RUN_DIR_MAX  (PATH_MAX + 32)
 #define RUN_PATH_MAX (RUN_DIR_MAX + 32)
@@ -31,7 +37,7 @@ typedef struct {
     int index;
     char cpus[256]; /* CPU list for the shim, e.g. "0-3" or "0,2,4" */
     int threads;
-    worker_t *worker; /* NULL when the slot is free */
+    executor_job_t *worker; /* the run; NULL when the slot is free */
     int64_t id;
     char *name;
     double budget_s;
@@ -39,12 +45,17 @@ typedef struct {
     store_metric_t pending[METRICS_BATCH];
     size_t n_pending;
     int64_t n_metrics;         /* rows taken from this run so far (capped) */
+    store_scope_t scope;       /* the run's dataset and budget */
+    int prunable;              /* pruning is on and the spec allows it */
+    double last_prune_check;   /* util_now() of the last check */
+    char *pruned;              /* the reason, once the run is being stopped as pruned */
     struct ending *unrecorded; /* an ending the store refused so far; retried */
 } slot_t;
 
 /* How a worker ended, as the store records it. */
 typedef struct ending {
     worker_status status;
+    int pruned; /* recorded as STORE_PRUNED instead of status */
     char reason[1024];
     int exit_code, term_signal;
     int has_result;
@@ -57,6 +68,8 @@ struct sched {
     uv_loop_t *loop;
     store_t *store;
     sched_opts_t o;
+    executor_t *x; /* o.executor, or a local one of its own (own_x) */
+    int own_x;
     char state_dir[PATH_MAX];
     char exe[PATH_MAX];
     slot_t *slots;
@@ -104,6 +117,46 @@ static int64_t jint(const cJSON *o, const char *key) {
     return d <= -9e18 ? INT64_MIN + 1 : d >= 9e18 ? INT64_MAX : (int64_t)d;
 }
 
+/* --------------------------------------------------------------- pruning */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median rule (sched.h) for the run in sl at progress p. */
+static void maybe_prune(slot_t *sl, double p) {
+    sched_t *s = sl->s;
+    double now = util_now(), *v = NULL, loss = 0;
+    int64_t rows = 0;
+    size_t n = 0;
+    char err[256];
+    if (now - sl->last_prune_check < PRUNE_CHECK_S) return;
+    sl->last_prune_check = now;
+    flush_metrics(sl); /* the run's own rows up to now */
+    if (store_prune_losses(s->store, &sl->scope, p, SCHED_PRUNE_WINDOW, PRUNE_MAX_RUNS, &v, &n, err,
+                           sizeof err) < 0 ||
+        store_run_loss(s->store, sl->id, p, SCHED_PRUNE_WINDOW, &loss, &rows, err, sizeof err) <
+            0) {
+        log_warn("experiment %lld: pruning check skipped: %s", (long long)sl->id, err);
+        goto done;
+    }
+    if (n < (size_t)s->o.prune_startup || rows == 0) goto done;
+    qsort(v, n, sizeof *v, cmp_double);
+    double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    if (!(loss > median)) goto done;
+    char reason[256];
+    snprintf(reason, sizeof reason,
+             "pruned at progress %.3f: training loss %.4f is worse than the median %.4f of %zu "
+             "finished runs at that progress",
+             p, loss, median, n);
+    if (!(sl->pruned = strdup(reason))) goto done;
+    log_info("experiment %lld: %s", (long long)sl->id, reason);
+    sl->s->x->stop(sl->worker, WORKER_CANCELLED);
+done:
+    free(v);
+}
+
 /* --------------------------------------------------------------- workers */
 
 static void on_progress(worker_t *w, const cJSON *line, void *user) {
@@ -124,7 +177,11 @@ static void on_progress(worker_t *w, const cJSON *line, void *user) {
     m->loss = jnum(line, "loss");
     m->lr_mult = jnum(line, "lrm");
     m->tok_s = jnum(line, "tok_s");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(line, "progress");
+    m->progress = cJSON_IsNumber(p) && isfinite(p->valuedouble) ? p->valuedouble : -1;
     if (sl->n_pending == METRICS_BATCH) flush_metrics(sl);
+    if (sl->prunable && !sl->pruned && m->progress >= sl->s->o.prune_warmup)
+        maybe_prune(sl, m->progress);
 }
 
 /* The numbers of a succeeded run, from the worker's final result line. */
@@ -159,6 +216,8 @@ static void result_from_json(const cJSON *r, store_result_t *out) {
 static void release_slot(slot_t *sl) {
     sl->worker = NULL;
     sl->id = 0;
+    free(sl->pruned);
+    sl->pruned = NULL;
     free(sl->name);
     sl->name = NULL;
     cJSON_Delete(sl->progress);
@@ -176,7 +235,7 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     char err[256];
     int64_t id = sl->id;
     worker_status st = e->status; /* e may be sl->unrecorded, freed below */
-    const char *status = worker_status_name(st);
+    const char *status = e->pruned ? STORE_PRUNED : worker_status_name(st);
     flush_metrics(sl);
     int rc = e->status == WORKER_INTERRUPTED
                  ? store_interrupt(s->store, id, s->o.max_attempts, err, sizeof err)
@@ -214,6 +273,10 @@ static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
                   .wall_seconds = ex->wall_seconds};
     (void)w;
     snprintf(e.reason, sizeof e.reason, "%s", ex->reason);
+    if (sl->pruned && ex->status == WORKER_CANCELLED) {
+        e.pruned = 1;
+        snprintf(e.reason, sizeof e.reason, "%s", sl->pruned);
+    }
     if (ex->status == WORKER_SUCCEEDED && ex->result) {
         result_from_json(ex->result, &e.r);
         snprintf(e.peak_source, sizeof e.peak_source, "%s", e.r.peak_source ? e.r.peak_source : "");
@@ -221,7 +284,13 @@ static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
         e.has_result = 1;
     }
     sl->worker = NULL; /* the process is gone; the slot stays busy until recorded */
-    record_ending(sl, &e);
+    if (ex->detached) {
+        log_info("experiment %lld left running (%s); a restarted daemon re-attaches to it",
+                 (long long)sl->id, ex->reason);
+        release_slot(sl);
+    } else {
+        record_ending(sl, &e);
+    }
 
     if (s->shutting_down) {
         if (sched_running(s) == 0 && s->shutdown_done) {
@@ -232,6 +301,21 @@ static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
         return;
     }
     sched_kick(s);
+}
+
+/* The run's handle outside the daemon, for the store (a restarted daemon
+ * finds a Slurm job through it). */
+static void on_started_cb(int pid, int64_t slurm_job_id, void *user) {
+    slot_t *sl = user;
+    char err[256];
+    int rc = slurm_job_id > 0 ? store_set_executor(sl->s->store, sl->id, sl->s->x->name,
+                                                   slurm_job_id, err, sizeof err)
+                              : store_set_pid(sl->s->store, sl->id, pid, err, sizeof err);
+    if (rc < 0)
+        log_warn("experiment %lld: %s not recorded: %s", (long long)sl->id,
+                 slurm_job_id > 0 ? "slurm job id" : "pid", err);
+    if (slurm_job_id > 0)
+        log_info("experiment %lld is slurm job %lld", (long long)sl->id, (long long)slurm_job_id);
 }
 
 /* Write DIR/runs/<id>/spec.json; run_dir gets the directory. */
@@ -275,6 +359,11 @@ static int start_one(sched_t *s, slot_t *sl) {
     }
     if (rc == 0) return START_EMPTY;
     if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0) goto fail_run;
+    if (store_scope_of_spec(e.spec_json, &sl->scope) < 0) {
+        snprintf(err, sizeof err, "the stored spec is not a JSON object");
+        spec_free(&spec);
+        goto fail_run;
+    }
     if (make_run_dir(s, &e, run_dir, err, sizeof err) < 0) {
         spec_free(&spec);
         goto retry_later;
@@ -301,33 +390,41 @@ static int start_one(sched_t *s, slot_t *sl) {
     argv[n] = NULL;
 
     int threads = spec.resources.threads > 0 ? spec.resources.threads : sl->threads;
-    worker_opts_t wo = {
+    int by_tokens = !strcmp(sl->scope.budget_kind, "tokens");
+    executor_run_t run = {
+        .id = e.id,
         .shim = s->exe,
         .argv = argv,
-        .cwd = run_dir,
+        .run_dir = run_dir,
         .log_path = log_path,
         .cpus = sl->cpus,
         .threads = threads,
         .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
-        .deadline_s = spec.time_budget_s * 1.25 + s->o.deadline_slack_s,
+        /* A token budget has no wall-clock length: its limit stands in for it. */
+        .budget_s = by_tokens ? s->o.token_run_limit_s : spec.time_budget_s,
+        .slack_s = s->o.deadline_slack_s,
+        .deadline_s =
+            by_tokens ? s->o.token_run_limit_s : spec.time_budget_s * 1.25 + s->o.deadline_slack_s,
         .kill_grace_s = s->o.kill_grace_s,
     };
-    worker_callbacks_t cb = {.on_progress = on_progress, .on_exit = on_exit_cb, .user = sl};
+    executor_callbacks_t cb = {
+        .on_progress = on_progress, .on_exit = on_exit_cb, .on_started = on_started_cb, .user = sl};
+    sl->prunable = s->o.prune == SCHED_PRUNE_MEDIAN && spec.prune;
+    sl->last_prune_check = 0;
     sl->id = e.id;
     sl->n_metrics = 0;
     sl->name = e.name ? strdup(e.name) : NULL;
     sl->budget_s = spec.time_budget_s;
     spec_free(&spec);
-    if (worker_start(s->loop, &wo, &cb, &sl->worker, err, sizeof err) < 0) {
+    if (store_set_executor(s->store, e.id, s->x->name, 0, serr, sizeof serr) < 0)
+        log_warn("experiment %lld: executor not recorded: %s", (long long)e.id, serr);
+    if (s->x->start(s->x, &run, &cb, &sl->worker, err, sizeof err) < 0) {
         release_slot(sl);
         goto retry_later;
     }
-    if (store_set_pid(s->store, e.id, worker_pid(sl->worker), err, sizeof err) < 0)
-        log_warn("experiment %lld: pid not recorded: %s", (long long)e.id, err);
-    log_info("experiment %lld started (attempt %d, slot %d, cpus %s, %d threads, pid %d, "
+    log_info("experiment %lld started (attempt %d, slot %d, %s, cpus %s, %d threads, "
              "budget %.0f s)",
-             (long long)e.id, e.attempt, sl->index, sl->cpus, threads, worker_pid(sl->worker),
-             sl->budget_s);
+             (long long)e.id, e.attempt, sl->index, s->x->name, sl->cpus, threads, sl->budget_s);
     s->queue_empty_notified = 0;
     store_experiment_clear(&e);
     return START_OK;
@@ -387,7 +484,7 @@ void sched_kick(sched_t *s) {
 int sched_cancel(sched_t *s, int64_t id) {
     for (int i = 0; i < s->o.slots; i++)
         if (s->slots[i].worker && s->slots[i].id == id) {
-            worker_stop(s->slots[i].worker, WORKER_CANCELLED);
+            s->x->stop(s->slots[i].worker, WORKER_CANCELLED);
             return 1;
         }
     return 0;
@@ -439,7 +536,7 @@ cJSON *sched_status(sched_t *s) {
                 cJSON_AddStringToObject(e, "name", sl->name);
             else
                 cJSON_AddNullToObject(e, "name");
-            cJSON_AddNumberToObject(e, "pid", worker_pid(sl->worker));
+            s->x->describe(sl->worker, e);
         } else {
             cJSON_AddNullToObject(o, "experiment");
         }
@@ -450,6 +547,66 @@ cJSON *sched_status(sched_t *s) {
         cJSON_AddItemToArray(arr, o);
     }
     return arr;
+}
+
+/* Hand experiment j, which a previous daemon left running, to the
+ * executor's attach in slot sl. */
+static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, size_t errlen) {
+    spec_t spec;
+    char run_dir[RUN_DIR_MAX], log_path[RUN_PATH_MAX];
+    if (spec_parse(j->e.spec_json, strlen(j->e.spec_json), &spec, err, errlen) < 0) return -1;
+    snprintf(run_dir, sizeof run_dir, "%s/runs/%lld", s->state_dir, (long long)j->e.id);
+    snprintf(log_path, sizeof log_path, "%s/train.log", run_dir);
+    executor_run_t run = {.id = j->e.id,
+                          .shim = s->exe,
+                          .run_dir = run_dir,
+                          .log_path = log_path,
+                          .budget_s = spec.time_budget_s,
+                          .slack_s = s->o.deadline_slack_s};
+    spec_free(&spec);
+    executor_callbacks_t cb = {
+        .on_progress = on_progress, .on_exit = on_exit_cb, .on_started = on_started_cb, .user = sl};
+    sl->id = j->e.id;
+    sl->n_metrics = 0;
+    sl->name = j->e.name ? strdup(j->e.name) : NULL;
+    sl->budget_s = run.budget_s;
+    if (s->x->attach(s->x, &run, j->slurm_job_id, &cb, &sl->worker, err, errlen) < 0) {
+        release_slot(sl);
+        return -1;
+    }
+    log_info("experiment %lld re-attached (slot %d, %s job %lld)", (long long)j->e.id, sl->index,
+             s->x->name, (long long)j->slurm_job_id);
+    return 0;
+}
+
+int sched_reattach(sched_t *s, int *attached, int *requeued, char *err, size_t errlen) {
+    store_job_t *jobs;
+    size_t n;
+    int slot = 0;
+    *attached = *requeued = 0;
+    if (store_running_jobs(s->store, &jobs, &n, err, errlen) < 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        const store_job_t *j = &jobs[i];
+        char e2[512];
+        while (slot < s->o.slots && s->slots[slot].worker) slot++;
+        if (s->x->attach && !strcmp(j->executor, s->x->name)) {
+            if (slot == s->o.slots)
+                log_warn("experiment %lld (%s job %lld): no free slot to re-attach it; "
+                         "re-queued (cancel the old job by hand)",
+                         (long long)j->e.id, s->x->name, (long long)j->slurm_job_id);
+            else if (attach_one(s, &s->slots[slot], j, e2, sizeof e2) == 0) {
+                (*attached)++;
+                continue;
+            } else
+                log_warn("experiment %lld: cannot re-attach: %s", (long long)j->e.id, e2);
+        }
+        if (store_interrupt(s->store, j->e.id, s->o.max_attempts, e2, sizeof e2) < 0)
+            log_error("experiment %lld: %s", (long long)j->e.id, e2);
+        else
+            (*requeued)++;
+    }
+    store_jobs_free(jobs, n);
+    return 0;
 }
 
 /* Give slot i an even share of the CPUs this process may use. */
@@ -494,6 +651,9 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
     if (s->o.deadline_slack_s <= 0) s->o.deadline_slack_s = DEFAULT_DEADLINE_SLACK;
     if (s->o.kill_grace_s <= 0) s->o.kill_grace_s = DEFAULT_KILL_GRACE;
     if (s->o.max_attempts < 1) s->o.max_attempts = 1;
+    if (s->o.prune_startup < 1) s->o.prune_startup = DEFAULT_PRUNE_STARTUP;
+    if (!(s->o.prune_warmup > 0)) s->o.prune_warmup = DEFAULT_PRUNE_WARMUP;
+    if (!(s->o.token_run_limit_s > 0)) s->o.token_run_limit_s = DEFAULT_TOKEN_LIMIT;
     /* Workers run in their run directory: every path they get is absolute. */
     if (!realpath(o->state_dir, s->state_dir) || !realpath(o->exe, s->exe)) {
         snprintf(err, errlen, "sched: %s: %s", o->state_dir, strerror(errno));
@@ -501,8 +661,11 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
         return NULL;
     }
     s->slots = calloc((size_t)o->slots, sizeof *s->slots);
-    if (!s->slots) {
+    s->x = o->executor;
+    s->own_x = !o->executor;
+    if (!s->slots || (!s->x && !(s->x = executor_local_new(loop)))) {
         snprintf(err, errlen, "sched: out of memory");
+        free(s->slots);
         free(s);
         return NULL;
     }
@@ -527,7 +690,7 @@ void sched_shutdown(sched_t *s, void (*done)(void *arg), void *arg) {
     int running = 0;
     for (int i = 0; i < s->o.slots; i++)
         if (s->slots[i].worker) {
-            worker_stop(s->slots[i].worker, WORKER_INTERRUPTED);
+            s->x->stop(s->slots[i].worker, WORKER_INTERRUPTED);
             running++;
         }
     if (running == 0 && done) {
@@ -553,6 +716,7 @@ void sched_free(sched_t *s) {
         free(s->slots[i].unrecorded);
         release_slot(&s->slots[i]);
     }
+    if (s->own_x) s->x->free(s->x);
     uv_close((uv_handle_t *)&s->flush_timer, free_after_close);
     uv_close((uv_handle_t *)&s->retry_timer, free_after_close);
 }

@@ -10,6 +10,21 @@
  * are written to the metrics table in batches (one transaction per batch);
  * the exit is classified by the worker and recorded with store_finish.
  *
+ * Pruning (opt-in, prune = SCHED_PRUNE_MEDIAN): at most once a second per
+ * slot, once a run's progress (the worker's fraction of its budget) reaches
+ * prune_warmup, its training loss at that progress is compared with the
+ * median over the finished (succeeded) runs of its scope (dataset, budget)
+ * at the same progress; with at least prune_startup of them to compare
+ * against, a run whose loss is worse than the median is stopped and recorded
+ * as `pruned`, with the progress, its loss and the median in its reason. The
+ * loss of a run at progress p is the mean of its recorded training losses with
+ * progress in [p - SCHED_PRUNE_WINDOW, p] (store_prune_losses). A spec with
+ * "prune": false is never pruned.
+ *
+ * Deadlines: a time-budgeted run is killed as a timeout at budget * 1.25 +
+ * deadline_slack_s; a token-budgeted run, which has no wall-clock budget, at
+ * token_run_limit_s.
+ *
  * Everything runs on the loop thread. */
 #ifndef NIGHTSHIFT_SCHED_H
 #define NIGHTSHIFT_SCHED_H
@@ -18,21 +33,31 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "executor.h"
 #include "store.h"
 
 typedef struct sched sched_t;
 
+enum { SCHED_PRUNE_OFF = 0, SCHED_PRUNE_MEDIAN = 1 };
+#define SCHED_PRUNE_WINDOW 0.05 /* of progress: the loss at p averages [p - 0.05, p] */
+
 typedef struct {
-    const char *state_dir;   /* DIR: datasets/, runs/ */
-    const char *exe;         /* the nightshift binary (the exec shim and `train`) */
-    char *const *worker_cmd; /* NULL = `exe train`; tests put a stand-in program here
-                                (NULL-terminated; the spec path and options are appended) */
-    int slots;               /* concurrent workers, >= 1 */
-    int threads_per_slot;    /* 0 = the slot's share of the CPUs */
-    int memory_mb;           /* default per-worker limit when the spec has none; 0 = none */
-    double deadline_slack_s; /* deadline = budget * 1.25 + slack; default 120 */
-    double kill_grace_s;     /* SIGTERM -> SIGKILL; default 5 */
-    int max_attempts;        /* interrupted runs are retried up to this many attempts */
+    const char *state_dir;    /* DIR: datasets/, runs/ */
+    const char *exe;          /* the nightshift binary (the exec shim and `train`) */
+    char *const *worker_cmd;  /* NULL = `exe train`; tests put a stand-in program here
+                                 (NULL-terminated; the spec path and options are appended) */
+    int slots;                /* concurrent workers, >= 1 */
+    int threads_per_slot;     /* 0 = the slot's share of the CPUs */
+    int memory_mb;            /* default per-worker limit when the spec has none; 0 = none */
+    double deadline_slack_s;  /* deadline = budget * 1.25 + slack; default 120 */
+    double kill_grace_s;      /* SIGTERM -> SIGKILL; default 5 */
+    int max_attempts;         /* interrupted runs are retried up to this many attempts */
+    int prune;                /* SCHED_PRUNE_OFF (default) or SCHED_PRUNE_MEDIAN */
+    int prune_startup;        /* finished runs to compare against first; default 5 */
+    double prune_warmup;      /* progress before a run may be pruned; default 0.3 */
+    double token_run_limit_s; /* wall-clock deadline of a token-budgeted run; default 3600 */
+    executor_t *executor;     /* where runs execute (executor.h); NULL = a local one of its
+                                 own. Borrowed: free it after sched_free. */
     /* Events for the agent hook (may be NULL). */
     void (*on_finished)(void *user, int64_t id, const char *status);
     void (*on_queue_empty)(void *user); /* a slot is free and nothing is queued */
@@ -42,6 +67,14 @@ typedef struct {
 /* Create the scheduler (does not start anything yet). Returns NULL with err. */
 sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char *err,
                    size_t errlen);
+
+/* At startup, in place of store_recover for an executor that re-attaches:
+ * every experiment a previous daemon left running on this executor is handed
+ * to the executor's attach while slots are free (a Slurm job that is still
+ * running is watched again, not submitted again); every other one is
+ * recorded as interrupted and re-queued (store_interrupt). Counts go to
+ * *attached and *requeued. */
+int sched_reattach(sched_t *s, int *attached, int *requeued, char *err, size_t errlen);
 
 /* Start queued experiments while slots are free. Call after submissions; the
  * scheduler calls it itself whenever a worker ends. */

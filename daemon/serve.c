@@ -4,8 +4,10 @@
  *
  * Shutdown (SIGTERM or SIGINT): stop accepting connections, stop the workers
  * (SIGTERM, SIGKILL after the grace), record them as interrupted and queue them
- * again, flush, close every handle, exit 0. */
+ * again, flush, close every handle, exit 0. With --executor slurm the batch
+ * jobs keep running instead, and the next daemon re-attaches to them. */
 #include <cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -19,16 +21,20 @@
 #include <uv.h>
 
 #include "api.h"
+#include "events.h"
 #include "hook.h"
 #include "http.h"
 #include "log.h"
 #include "sched.h"
 #include "serve.h"
+#include "slurm.h"
 #include "store.h"
 #include "util.h"
 
-#define MAX_TOKEN  256
-#define MAX_SECRET 1024 /* bytes of the agent hook's HMAC key */
+#define MAX_TOKEN             256
+#define MAX_SECRET            1024 /* bytes of the agent hook's HMAC key */
+#define MAX_JWT               4096 /* bytes of a slurmrestd token */
+#define SLURM_DEFAULT_THREADS 2    /* cpus-per-task when neither spec nor option says */
 
 typedef struct {
     char dir[PATH_MAX];
@@ -36,12 +42,24 @@ typedef struct {
     int port;
     int slots, threads_per_slot, memory_mb, max_attempts;
     double deadline_slack_s, kill_grace_s;
+    int prune, prune_startup; /* SCHED_PRUNE_*; runs to compare against first */
+    double prune_warmup;      /* progress before pruning */
+    double token_run_limit_s; /* deadline of a token-budgeted run */
+    char dataset[64];         /* the default scope of leaderboard, best and noise */
     char token[MAX_TOKEN + 1];
     char *worker_cmd[33]; /* test hook: a stand-in worker program and its arguments */
     char worker_cmd_buf[1024];
     size_t max_body_bytes;
     char agent_url[1024]; /* "" = no agent hook */
     char agent_secret[MAX_SECRET + 1];
+    /* --executor slurm: where and how runs become batch jobs (slurm.h) */
+    int slurm;
+    char slurm_partition[128], slurm_account[128], slurm_job_prefix[64];
+    char *sbatch_args[33];
+    char sbatch_args_buf[1024];
+    double slurm_poll_s;
+    char slurm_rest[1024], slurm_user[64];
+    char slurm_token[MAX_JWT + 1];
 } serve_opts_t;
 
 typedef struct {
@@ -51,7 +69,9 @@ typedef struct {
     sched_t *sched;
     http_server_t *http;
     api_t api;
-    hook_t *hook; /* NULL without --agent-url, and once closed */
+    hook_t *hook;         /* NULL without --agent-url, and once closed */
+    events_hub_t *events; /* the SSE streams of GET /v1/events/stream */
+    executor_t *executor; /* --executor slurm; NULL = the scheduler's local one */
     uv_signal_t sigint, sigterm;
     int lock_fd;
     int stopping;
@@ -77,17 +97,35 @@ static int read_secret_file(const char *path, const char *what, char *out, int m
     return rc;
 }
 
-static int set_worker_cmd(serve_opts_t *o, const char *cmd, char *err, size_t errlen) {
-    snprintf(o->worker_cmd_buf, sizeof o->worker_cmd_buf, "%s", cmd);
+/* Split cmd at spaces into words (at most 32, NULL-terminated) kept in buf. */
+static int split_words(const char *what, const char *cmd, char *buf, size_t len, char **words,
+                       char *err, size_t errlen) {
+    snprintf(buf, len, "%s", cmd);
     int n = 0;
-    for (char *tok = strtok(o->worker_cmd_buf, " "); tok; tok = strtok(NULL, " ")) {
+    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
         if (n == 32) {
-            snprintf(err, errlen, "--worker-cmd: too many words");
+            snprintf(err, errlen, "--%s: too many words", what);
             return -1;
         }
-        o->worker_cmd[n++] = tok;
+        words[n++] = tok;
     }
-    o->worker_cmd[n] = NULL;
+    words[n] = NULL;
+    return 0;
+}
+
+static int set_worker_cmd(serve_opts_t *o, const char *cmd, char *err, size_t errlen) {
+    return split_words("worker-cmd", cmd, o->worker_cmd_buf, sizeof o->worker_cmd_buf,
+                       o->worker_cmd, err, errlen);
+}
+
+/* A short string option into out (size len): 1 to len-1 characters. */
+static int set_string(const char *key, const char *val, char *out, size_t len, char *err,
+                      size_t errlen) {
+    if (!*val || strlen(val) >= len) {
+        snprintf(err, errlen, "%s: 1 to %zu characters", key, len - 1);
+        return -1;
+    }
+    snprintf(out, len, "%s", val);
     return 0;
 }
 
@@ -97,8 +135,11 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
     long v = 0;
     double d = 0;
     int is_int = !strcmp(key, "slots") || !strcmp(key, "threads-per-slot") ||
-                 !strcmp(key, "memory-mb") || !strcmp(key, "max-attempts");
-    int is_num = !strcmp(key, "deadline-slack") || !strcmp(key, "kill-grace");
+                 !strcmp(key, "memory-mb") || !strcmp(key, "max-attempts") ||
+                 !strcmp(key, "prune-startup");
+    int is_num = !strcmp(key, "deadline-slack") || !strcmp(key, "kill-grace") ||
+                 !strcmp(key, "prune-warmup") || !strcmp(key, "token-run-limit") ||
+                 !strcmp(key, "slurm-poll");
     if (is_int) {
         v = strtol(val, &end, 10);
         if (*end || end == val || v < 0 || v > 1 << 20) {
@@ -132,6 +173,32 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
         o->deadline_slack_s = d;
     } else if (!strcmp(key, "kill-grace")) {
         o->kill_grace_s = d;
+    } else if (!strcmp(key, "prune")) {
+        if (strcmp(val, "median") && strcmp(val, "off")) {
+            snprintf(err, errlen, "prune: expected median or off, got '%s'", val);
+            return -1;
+        }
+        o->prune = !strcmp(val, "median") ? SCHED_PRUNE_MEDIAN : SCHED_PRUNE_OFF;
+    } else if (!strcmp(key, "prune-startup")) {
+        if (v < 1) {
+            snprintf(err, errlen, "prune-startup: at least 1");
+            return -1;
+        }
+        o->prune_startup = (int)v;
+    } else if (!strcmp(key, "prune-warmup")) {
+        if (d >= 1) {
+            snprintf(err, errlen, "prune-warmup: a fraction of the budget, below 1");
+            return -1;
+        }
+        o->prune_warmup = d;
+    } else if (!strcmp(key, "dataset")) {
+        if (!*val || strlen(val) >= sizeof o->dataset) {
+            snprintf(err, errlen, "dataset: 1 to %zu characters", sizeof o->dataset - 1);
+            return -1;
+        }
+        snprintf(o->dataset, sizeof o->dataset, "%s", val);
+    } else if (!strcmp(key, "token-run-limit")) {
+        o->token_run_limit_s = d;
     } else if (!strcmp(key, "token")) {
         if (!*val || strlen(val) > MAX_TOKEN) {
             snprintf(err, errlen, "token: 1 to %d characters", MAX_TOKEN);
@@ -156,6 +223,34 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
         return read_secret_file(val, "agent secret", o->agent_secret, MAX_SECRET, err, errlen);
     } else if (!strcmp(key, "worker-cmd")) {
         return set_worker_cmd(o, val, err, errlen);
+    } else if (!strcmp(key, "executor")) {
+        if (strcmp(val, "local") != 0 && strcmp(val, "slurm") != 0) {
+            snprintf(err, errlen, "executor: local or slurm, not '%s'", val);
+            return -1;
+        }
+        o->slurm = !strcmp(val, "slurm");
+    } else if (!strcmp(key, "slurm-partition")) {
+        return set_string(key, val, o->slurm_partition, sizeof o->slurm_partition, err, errlen);
+    } else if (!strcmp(key, "slurm-account")) {
+        return set_string(key, val, o->slurm_account, sizeof o->slurm_account, err, errlen);
+    } else if (!strcmp(key, "slurm-job-prefix")) {
+        for (const char *p = val; *p; p++)
+            if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') {
+                snprintf(err, errlen, "slurm-job-prefix: letters, digits, '-', '_', '.' only");
+                return -1;
+            }
+        return set_string(key, val, o->slurm_job_prefix, sizeof o->slurm_job_prefix, err, errlen);
+    } else if (!strcmp(key, "sbatch-args")) {
+        return split_words("sbatch-args", val, o->sbatch_args_buf, sizeof o->sbatch_args_buf,
+                           o->sbatch_args, err, errlen);
+    } else if (!strcmp(key, "slurm-poll")) {
+        o->slurm_poll_s = d;
+    } else if (!strcmp(key, "slurm-rest")) {
+        return set_string(key, val, o->slurm_rest, sizeof o->slurm_rest, err, errlen);
+    } else if (!strcmp(key, "slurm-user")) {
+        return set_string(key, val, o->slurm_user, sizeof o->slurm_user, err, errlen);
+    } else if (!strcmp(key, "slurm-token-file")) {
+        return read_secret_file(val, "slurmrestd token", o->slurm_token, MAX_JWT, err, errlen);
     } else {
         snprintf(err, errlen, "unknown option '%s'", key);
         return -1;
@@ -212,6 +307,12 @@ static void serve_usage(FILE *out) {
             "                        [--token T | --token-file F] [--config FILE]\n"
             "                        [--max-attempts N] [--deadline-slack S] [--kill-grace S]\n"
             "                        [--agent-url URL (--agent-secret S | --agent-secret-file F)]\n"
+            "                        [--prune median|off] [--prune-startup N] [--prune-warmup F]\n"
+            "                        [--token-run-limit S] [--dataset NAME]\n"
+            "                        [--executor local|slurm] [--slurm-partition P]\n"
+            "                        [--slurm-account A] [--sbatch-args 'OPT ...']\n"
+            "                        [--slurm-job-prefix NAME] [--slurm-poll S]\n"
+            "                        [--slurm-rest URL [--slurm-user U] [--slurm-token-file F]]\n"
             "Runs the daemon: a queue of experiments in DIR/nightshift.db, workers in\n"
             "DIR/runs/<id>/ under a memory limit (a spec's resources.memory_mb, else\n"
             "--memory-mb; default 75%% of RAM shared among the slots; 0 = none), and\n"
@@ -220,7 +321,22 @@ static void serve_usage(FILE *out) {
             "non-loopback --listen needs one. --config is a JSON object with these options\n"
             "as keys; command-line options override it. With --agent-url, every finished\n"
             "experiment and an empty queue are POSTed to the agent, signed with the secret\n"
-            "(HMAC-SHA256, Standard Webhooks headers); its reply may propose the next specs.\n");
+            "(HMAC-SHA256, Standard Webhooks headers); its reply may propose the next specs.\n"
+            "--prune median stops a run whose training loss, after --prune-warmup of its\n"
+            "budget (default 0.3), is worse than the median of finished runs on the same\n"
+            "dataset and budget at the same progress, once --prune-startup of them (default\n"
+            "5) have finished; it is recorded as pruned (a spec with \"prune\": false never\n"
+            "is). A token-budgeted run is killed as a timeout after --token-run-limit\n"
+            "seconds (default 3600). val_bpb is ranked within one dataset and budget: the\n"
+            "leaderboard, best and noise default to --dataset (default \"default\") and the\n"
+            "budget most of its runs used.\n"
+            "--executor slurm submits every run as a Slurm batch job (sbatch, squeue and\n"
+            "scancel from PATH; DIR must be shared with the compute nodes): --slots jobs at\n"
+            "once, named NAME-<id> (default nightshift), states polled every S seconds\n"
+            "(default 10), 2 CPUs and no memory limit unless given; a restarted daemon\n"
+            "re-attaches to the jobs still running. With --slurm-rest (http://HOST:PORT or\n"
+            "unix:/PATH) it talks to slurmrestd (openapi/v0.0.38) instead of the commands,\n"
+            "as user U (default: this one) with the JWT in F (default $SLURM_JWT).\n");
 }
 
 static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t errlen) {
@@ -238,6 +354,20 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
                                          {"agent-url", required_argument, 0, 0},
                                          {"agent-secret", required_argument, 0, 0},
                                          {"agent-secret-file", required_argument, 0, 0},
+                                         {"prune", required_argument, 0, 0},
+                                         {"prune-startup", required_argument, 0, 0},
+                                         {"prune-warmup", required_argument, 0, 0},
+                                         {"token-run-limit", required_argument, 0, 0},
+                                         {"dataset", required_argument, 0, 0},
+                                         {"executor", required_argument, 0, 0},
+                                         {"slurm-partition", required_argument, 0, 0},
+                                         {"slurm-account", required_argument, 0, 0},
+                                         {"slurm-job-prefix", required_argument, 0, 0},
+                                         {"sbatch-args", required_argument, 0, 0},
+                                         {"slurm-poll", required_argument, 0, 0},
+                                         {"slurm-rest", required_argument, 0, 0},
+                                         {"slurm-user", required_argument, 0, 0},
+                                         {"slurm-token-file", required_argument, 0, 0},
                                          {"config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -257,6 +387,10 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
     if (optind != argc) return 2;
     const char *env = getenv("NIGHTSHIFT_TOKEN");
     if (!o->token[0] && env && *env && set_option(o, "token", env, err, errlen) < 0) return -1;
+    const char *jwt = getenv("SLURM_JWT");
+    if (o->slurm_rest[0] && !o->slurm_token[0] && jwt && *jwt &&
+        set_string("SLURM_JWT", jwt, o->slurm_token, sizeof o->slurm_token, err, errlen) < 0)
+        return -1;
     if (o->agent_url[0] && !o->agent_secret[0]) {
         snprintf(err, errlen, "--agent-url needs --agent-secret or --agent-secret-file");
         return -1;
@@ -299,6 +433,8 @@ static void workers_stopped_cb(void *arg) {
     log_info("all workers stopped");
     sched_free(d->sched);
     d->sched = NULL;
+    if (d->executor) d->executor->free(d->executor);
+    d->executor = NULL;
     uv_close((uv_handle_t *)&d->sigint, close_signal_cb);
     uv_close((uv_handle_t *)&d->sigterm, close_signal_cb);
 }
@@ -311,8 +447,11 @@ static void signal_cb(uv_signal_t *h, int signum) {
         return;
     }
     d->stopping = 1;
-    log_info("%s: shutting down (running workers are interrupted and re-queued)",
-             signum == SIGINT ? "SIGINT" : "SIGTERM");
+    log_info("%s: shutting down (%s)", signum == SIGINT ? "SIGINT" : "SIGTERM",
+             d->o.slurm ? "slurm jobs keep running; the next daemon re-attaches to them"
+                        : "running workers are interrupted and re-queued");
+    events_hub_close(d->events);
+    d->events = d->api.events = NULL;
     http_server_close(d->http, NULL, NULL);
     d->http = NULL;
     hook_close(d->hook, NULL, NULL);
@@ -341,7 +480,9 @@ static int run_daemon(daemon_t *d) {
     snprintf(path, sizeof path, "%s/nightshift.db", d->o.dir);
     if (store_open(path, &d->store, err, sizeof err) < 0) goto out;
     int requeued = 0, abandoned = 0;
-    if (store_recover(d->store, d->o.max_attempts, &requeued, &abandoned, err, sizeof err) < 0)
+    /* Slurm jobs outlive the daemon: the scheduler re-attaches to them below. */
+    if (!d->o.slurm &&
+        store_recover(d->store, d->o.max_attempts, &requeued, &abandoned, err, sizeof err) < 0)
         goto out;
     if (requeued || abandoned)
         log_warn("recovered from an unclean stop: %d interrupted experiment%s re-queued, %d given "
@@ -356,6 +497,19 @@ static int run_daemon(daemon_t *d) {
         goto out_loop;
     }
     exe[n] = '\0';
+    if (d->o.slurm) {
+        slurm_opts_t slo = {.partition = d->o.slurm_partition[0] ? d->o.slurm_partition : NULL,
+                            .account = d->o.slurm_account[0] ? d->o.slurm_account : NULL,
+                            .sbatch_args = d->o.sbatch_args[0] ? d->o.sbatch_args : NULL,
+                            .job_prefix = d->o.slurm_job_prefix,
+                            .poll_s = d->o.slurm_poll_s,
+                            .rest_url = d->o.slurm_rest[0] ? d->o.slurm_rest : NULL,
+                            .rest_user = d->o.slurm_user[0] ? d->o.slurm_user : NULL,
+                            .rest_token = d->o.slurm_token[0] ? d->o.slurm_token : NULL,
+                            /* progress as often as states, when that is more often */
+                            .tail_s = d->o.slurm_poll_s < 1 ? d->o.slurm_poll_s : 0};
+        if (!(d->executor = slurm_executor_new(&d->loop, &slo, err, sizeof err))) goto out_loop;
+    }
     sched_opts_t so = {.state_dir = d->o.dir,
                        .exe = exe,
                        .worker_cmd = d->o.worker_cmd[0] ? d->o.worker_cmd : NULL,
@@ -365,16 +519,35 @@ static int run_daemon(daemon_t *d) {
                        .deadline_slack_s = d->o.deadline_slack_s,
                        .kill_grace_s = d->o.kill_grace_s,
                        .max_attempts = d->o.max_attempts,
+                       .prune = d->o.prune,
+                       .prune_startup = d->o.prune_startup,
+                       .prune_warmup = d->o.prune_warmup,
+                       .token_run_limit_s = d->o.token_run_limit_s,
+                       .executor = d->executor,
                        .on_finished = finished_cb,
                        .on_queue_empty = queue_empty_cb,
                        .user = d};
     d->sched = sched_new(&d->loop, d->store, &so, err, sizeof err);
     if (!d->sched) goto out_loop;
+    if (d->o.slurm) {
+        int attached = 0;
+        if (sched_reattach(d->sched, &attached, &requeued, err, sizeof err) < 0) goto out_sched;
+        if (attached || requeued)
+            log_warn("recovered from the previous daemon: %d slurm job%s re-attached, %d "
+                     "experiment%s interrupted",
+                     attached, attached == 1 ? "" : "s", requeued, requeued == 1 ? "" : "s");
+    }
     d->api = (api_t){.store = d->store,
                      .sched = d->sched,
                      .state_dir = d->o.dir,
                      .token = d->o.token[0] ? d->o.token : NULL,
-                     .started_at = util_now()};
+                     .default_dataset = d->o.dataset[0] ? d->o.dataset : NULL,
+                     .started_at = util_now(),
+                     .memory_mb = d->o.memory_mb};
+    if (!(d->events = d->api.events = events_hub_new(&d->loop, d->store, d->sched))) {
+        snprintf(err, sizeof err, "out of memory");
+        goto out_sched;
+    }
     if (d->o.agent_url[0]) {
         hook_opts_t ho = {.url = d->o.agent_url, .secret = d->o.agent_secret, .api = &d->api};
         if (!(d->hook = hook_new(&d->loop, &ho, err, sizeof err))) goto out_sched;
@@ -393,8 +566,8 @@ static int run_daemon(daemon_t *d) {
 
     char mem[48] = "no memory limit";
     if (d->o.memory_mb > 0) snprintf(mem, sizeof mem, "%d MiB per worker", d->o.memory_mb);
-    log_info("nightshift daemon: state %s, %d slot%s, %s, %s", d->o.dir, d->o.slots,
-             d->o.slots == 1 ? "" : "s", mem,
+    log_info("nightshift daemon: state %s, %d %s slot%s, %s, %s", d->o.dir, d->o.slots,
+             d->o.slurm ? "slurm" : "local", d->o.slots == 1 ? "" : "s", mem,
              d->o.token[0] ? "token required for POST" : "no token");
     /* The one line on stdout: scripts and tests read the bound port from it. */
     printf("listening on http://%s%s%s:%d\n", strchr(d->o.host, ':') ? "[" : "", d->o.host,
@@ -411,9 +584,13 @@ out_hook:
     hook_close(d->hook, NULL, NULL);
     d->hook = NULL;
 out_sched:
+    events_hub_close(d->events);
+    d->events = d->api.events = NULL;
     sched_free(d->sched);
     d->sched = NULL;
 out_loop:
+    if (d->executor) d->executor->free(d->executor);
+    d->executor = NULL;
     uv_run(&d->loop, UV_RUN_NOWAIT); /* let close callbacks run */
     if (uv_loop_close(&d->loop) != 0) log_warn("some handles were still open at exit");
 out:
@@ -441,6 +618,10 @@ int serve_main(int argc, char **argv) {
         serve_usage(rc == 1 ? stdout : stderr);
         free(d);
         return rc == 1 ? 0 : 2;
+    }
+    if (o->slurm) { /* the login node's CPUs and memory say nothing about the jobs' */
+        if (o->memory_mb < 0) o->memory_mb = 0; /* the partition's default */
+        if (o->threads_per_slot == 0) o->threads_per_slot = SLURM_DEFAULT_THREADS;
     }
     if (o->memory_mb < 0) {
         /* Three quarters of the machine, shared among the slots, so that one

@@ -12,6 +12,8 @@
  * are its JSON keys, so the shape of each answer is visible in its SQL. */
 #include "store.h"
 
+#include <math.h>
+#include <openssl/evp.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -52,10 +54,17 @@ enum {
     ST_GET,
     ST_GET_RESULT,
     ST_GET_METRICS,
-    ST_LEADERBOARD,
-    ST_BEST,
     ST_RECENT,
     ST_INSERT_DELIVERY,
+    ST_LEADERBOARD_IN,
+    ST_BEST_IN,
+    ST_LAST_SCOPE,
+    ST_COMMON_BUDGET,
+    ST_NOISE,
+    ST_PRUNE_LOSSES,
+    ST_RUN_LOSS,
+    ST_SET_EXECUTOR,
+    ST_RUNNING,
     ST_COUNT
 };
 
@@ -67,10 +76,12 @@ enum {
     "WITH x AS (SELECT e.id AS id, e.name AS name, e.tags AS tags, e.status AS status,"            \
     " e.reason AS reason, e.source AS source, e.priority AS priority, e.parent AS parent,"         \
     " e.seed AS seed, e.attempt AS attempt, e.created AS created, e.started AS started,"           \
-    " e.finished AS finished,"                                                                     \
-    " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb"                              \
+    " e.finished AS finished, e.dataset AS dataset, e.budget_kind AS budget_kind,"                 \
+    " e.budget AS budget,"                                                                         \
+    " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"                             \
+    " r.params_total AS params_total"                                                              \
     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id)"                           \
-    " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND "
+    " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND (?4 IS NULL OR dataset = ?4) AND "
 
 /* The running experiments to requeue or give up on: ?2 one id (0 = every
  * running one). ?1 is max_attempts; ?3 the finished time of those given up. */
@@ -81,7 +92,9 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, spec_hash, seed, parent, source,"
-                  " priority, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                  " priority, created, config_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+                  " nightshift_sha256(json_remove(?3, '$.seed', '$.name', '$.tags',"
+                  " '$.priority', '$.parent', '$.prune')))",
     /* The one the user most likely wants back: a result first, then a live one. */
     [ST_FIND_DUP] = "SELECT id FROM experiments WHERE spec_hash = ?1 AND seed = ?2"
                     " AND status IN ('succeeded', 'running', 'queued')"
@@ -104,8 +117,8 @@ static const char *const stmt_sql[ST_COUNT] = {
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
         " ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
     [ST_STATUS_OF] = "SELECT status FROM experiments WHERE id = ?1",
-    [ST_INSERT_METRIC] = "INSERT INTO metrics (experiment_id, step, time_s, loss, lr_mult, tok_s)"
-                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    [ST_INSERT_METRIC] = "INSERT INTO metrics (experiment_id, step, time_s, loss, lr_mult, tok_s,"
+                         " progress) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
                          " ON CONFLICT (experiment_id, step) DO NOTHING",
     [ST_CANCEL] = "UPDATE experiments SET status = 'cancelled', reason = 'cancelled while queued',"
                   " finished = ?2 WHERE id = ?1 AND status = 'queued'",
@@ -140,8 +153,6 @@ static const char *const stmt_sql[ST_COUNT] = {
                        " row_number() OVER (ORDER BY step) AS rn, count(*) OVER () AS n"
                        " FROM metrics WHERE experiment_id = ?1)"
                        " WHERE (n - rn) % ((n + ?2 - 1) / ?2) = 0 ORDER BY step",
-    [ST_LEADERBOARD] = "SELECT * FROM leaderboard LIMIT ?1",
-    [ST_BEST] = "SELECT id FROM leaderboard LIMIT 1",
     /* The agent hook's history: finished runs, the most recent first. */
     [ST_RECENT] = "SELECT e.id AS id, e.name AS name, e.status AS status, e.reason AS reason,"
                   " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"
@@ -152,6 +163,46 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_INSERT_DELIVERY] = "INSERT INTO hook_deliveries (event_id, event_type, attempt,"
                            " http_status, latency_ms, error, created)"
                            " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    /* One scope: ?1 dataset, ?2 budget_kind, ?3 budget. */
+    [ST_LEADERBOARD_IN] = "SELECT * FROM leaderboard WHERE dataset = ?1 AND budget_kind = ?2"
+                          " AND budget = ?3 LIMIT ?4",
+    [ST_BEST_IN] = "SELECT id, val_bpb, val_bpb_sd, n_seeds, seeds FROM leaderboard"
+                   " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3 LIMIT 1",
+    /* The scope the last finished experiment ran in (the hook's best). */
+    [ST_LAST_SCOPE] = "SELECT dataset, budget_kind, budget FROM experiments"
+                      " WHERE status NOT IN ('queued', 'running')"
+                      " ORDER BY finished DESC, id DESC LIMIT 1",
+    /* The budget of dataset ?1 with the most succeeded runs, then the most
+     * runs, then the most recent. */
+    [ST_COMMON_BUDGET] = "SELECT budget_kind, budget FROM experiments WHERE dataset = ?1"
+                         " GROUP BY budget_kind, budget ORDER BY sum(status = 'succeeded') DESC,"
+                         " count(*) DESC, max(id) DESC LIMIT 1",
+    /* Pooled within-configuration variance: over configurations with at least
+     * two succeeded seeds, the sum of squared deviations from each one's mean
+     * and the degrees of freedom (sum of n - 1). */
+    [ST_NOISE] = "WITH runs AS (SELECT e.config_hash AS c, r.val_bpb AS v FROM experiments e"
+                 " JOIN results r ON r.experiment_id = e.id WHERE e.dataset = ?1"
+                 " AND e.budget_kind = ?2 AND e.budget = ?3 AND e.status = 'succeeded'"
+                 " AND r.val_bpb IS NOT NULL),"
+                 " g AS (SELECT c, avg(v) AS m, count(*) AS n FROM runs GROUP BY c"
+                 " HAVING count(*) >= 2)"
+                 " SELECT count(*), ifnull(sum(n), 0), ifnull(sum(n - 1), 0),"
+                 " (SELECT ifnull(sum((v - m) * (v - m)), 0) FROM runs JOIN g USING (c))"
+                 " FROM g",
+    /* For pruning: the mean training loss of each of the last ?6 succeeded
+     * runs in the scope over the progress window [?4 - ?5, ?4], best first. */
+    [ST_PRUNE_LOSSES] = "SELECT avg(m.loss) AS loss FROM metrics m WHERE m.experiment_id IN"
+                        " (SELECT id FROM experiments WHERE dataset = ?1 AND budget_kind = ?2"
+                        " AND budget = ?3 AND status = 'succeeded' ORDER BY id DESC LIMIT ?6)"
+                        " AND m.progress BETWEEN ?4 - ?5 AND ?4 AND m.loss IS NOT NULL"
+                        " GROUP BY m.experiment_id ORDER BY loss",
+    /* The same window of one run: mean loss and rows. */
+    [ST_RUN_LOSS] = "SELECT avg(loss), count(loss) FROM metrics WHERE experiment_id = ?1"
+                    " AND progress BETWEEN ?2 - ?3 AND ?2",
+    [ST_SET_EXECUTOR] = "UPDATE experiments SET executor = ?2, slurm_job_id = ?3"
+                        " WHERE id = ?1 AND status = 'running'",
+    [ST_RUNNING] = "SELECT id, name, spec, attempt, executor, slurm_job_id FROM experiments"
+                   " WHERE status = 'running' ORDER BY id",
 };
 
 struct store {
@@ -161,8 +212,8 @@ struct store {
 
 /* The live statuses first; from index 2 on, the final ones. */
 static const char *const statuses[] = {
-    STORE_QUEUED,  STORE_RUNNING, STORE_SUCCEEDED, STORE_FAILED,    STORE_CRASHED,
-    STORE_TIMEOUT, STORE_OOM,     STORE_DIVERGED,  STORE_CANCELLED, STORE_INTERRUPTED,
+    STORE_QUEUED, STORE_RUNNING,  STORE_SUCCEEDED, STORE_FAILED,      STORE_CRASHED, STORE_TIMEOUT,
+    STORE_OOM,    STORE_DIVERGED, STORE_CANCELLED, STORE_INTERRUPTED, STORE_PRUNED,
 };
 #define N_STATUSES (sizeof statuses / sizeof statuses[0])
 
@@ -260,7 +311,8 @@ static void now_iso(char buf[STORE_TIME_LEN]) {
 
 /* Columns holding JSON text that is returned parsed. */
 static bool is_json_column(const char *name) {
-    return !strcmp(name, "tags") || !strcmp(name, "spec") || !strcmp(name, "ve_layers");
+    return !strcmp(name, "tags") || !strcmp(name, "spec") || !strcmp(name, "ve_layers") ||
+           !strcmp(name, "seeds");
 }
 
 /* Column i of the current row as a new cJSON value (the caller owns it), or
@@ -360,6 +412,21 @@ static int exec_sql(sqlite3 *db, const char *sql, const char *op, char *err, siz
     return -1;
 }
 
+/* PRAGMA foreign_key_check finds nothing: 0, else -1 with err. */
+static int foreign_keys_intact(sqlite3 *db, const char *op, char *err, size_t errlen) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "PRAGMA foreign_key_check", -1, &st, NULL) != SQLITE_OK)
+        return fail_db(db, err, errlen, op);
+    int rc = sqlite3_step(st), out = 0;
+    if (rc == SQLITE_ROW)
+        out = fail(err, errlen, "store: %s: a row of %s breaks a foreign key", op,
+                   (const char *)sqlite3_column_text(st, 0));
+    else if (rc != SQLITE_DONE)
+        out = fail_db(db, err, errlen, op);
+    sqlite3_finalize(st);
+    return out;
+}
+
 /* Bring db up to m[n-1].version. Each pending migration runs in its own
  * IMMEDIATE transaction that re-reads user_version first, so two processes
  * opening the same new file never apply one twice. */
@@ -377,19 +444,46 @@ static int migrate(sqlite3 *db, const char *path, const store_migration_t *m, si
         char op[128], set[64];
         snprintf(op, sizeof op, "migration %s", m[i].name);
         snprintf(set, sizeof set, "PRAGMA user_version = %d", m[i].version);
-        if (exec_sql(db, "BEGIN IMMEDIATE", op, err, errlen) < 0) return -1;
+        /* Foreign keys off while a migration rebuilds a table (SQLite's
+         * documented procedure; the pragma is a no-op inside a transaction),
+         * and checked before the commit. */
+        if (exec_sql(db, "PRAGMA foreign_keys = OFF", op, err, errlen) < 0) return -1;
+        if (exec_sql(db, "BEGIN IMMEDIATE", op, err, errlen) < 0) goto fail;
         if (user_version(db, &have, err, errlen) < 0) goto fail;
         if (have < m[i].version) {
             if (exec_sql(db, m[i].sql, op, err, errlen) < 0) goto fail;
+            if (foreign_keys_intact(db, op, err, errlen) < 0) goto fail;
             if (exec_sql(db, set, op, err, errlen) < 0) goto fail;
             have = m[i].version;
         }
         if (exec_sql(db, "COMMIT", op, err, errlen) < 0) goto fail;
+        if (exec_sql(db, "PRAGMA foreign_keys = ON", op, err, errlen) < 0) return -1;
     }
     return 0;
 fail:
     if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL);
     return -1;
+}
+
+/* nightshift_sha256(text): the hex SHA-256 of its argument (NULL for NULL).
+ * The schema uses it for experiments.config_hash. */
+static void sha256_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    (void)argc;
+    const unsigned char *t = sqlite3_value_text(argv[0]);
+    if (!t) {
+        sqlite3_result_null(ctx);
+        return;
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    if (!EVP_Digest(t, (size_t)sqlite3_value_bytes(argv[0]), md, &n, EVP_sha256(), NULL)) {
+        sqlite3_result_error(ctx, "nightshift_sha256: digest failed", -1);
+        return;
+    }
+    for (unsigned int i = 0; i < n; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    sqlite3_result_text(ctx, hex, (int)(2 * n), SQLITE_TRANSIENT);
 }
 
 /* Open path and configure the connection. *out is set even on failure (it may
@@ -404,6 +498,11 @@ static int open_db(const char *path, sqlite3 **out, char *err, size_t errlen) {
         return fail(err, errlen, "store: opening %s: %s", base_name(path), sqlite3_errmsg(db));
     }
     sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
+    if (sqlite3_create_function(db, "nightshift_sha256", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
+                                NULL, sha256_fn, NULL, NULL) != SQLITE_OK) {
+        fail_db(db, err, errlen, "registering nightshift_sha256");
+        goto fail;
+    }
 
     if (sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK ||
         sqlite3_step(st) != SQLITE_ROW) {
@@ -456,6 +555,10 @@ int store_open(const char *path, store_t **out, char *err, size_t errlen) {
 fail:
     store_close(s);
     return -1;
+}
+
+struct sqlite3 *store_db(store_t *s) {
+    return s->db;
 }
 
 void store_close(store_t *s) {
@@ -670,6 +773,8 @@ int store_add_metrics(store_t *s, int64_t id, const store_metric_t *m, size_t n,
         b |= sqlite3_bind_double(st, 4, m[i].loss);
         b |= sqlite3_bind_double(st, 5, m[i].lr_mult);
         b |= sqlite3_bind_double(st, 6, m[i].tok_s);
+        b |= m[i].progress >= 0 ? sqlite3_bind_double(st, 7, m[i].progress)
+                                : sqlite3_bind_null(st, 7);
         if (b) {
             reset(st);
             fail_db(s->db, err, errlen, "metrics");
@@ -757,8 +862,8 @@ int64_t store_queue_depth(store_t *s, char *err, size_t errlen) {
 
 /* ---------------------------------------------------------------- queries */
 
-cJSON *store_list(store_t *s, const char *status, const char *order, int limit, int64_t after,
-                  char *err, size_t errlen) {
+cJSON *store_list(store_t *s, const char *status, const char *dataset, const char *order, int limit,
+                  int64_t after, char *err, size_t errlen) {
     int which;
     if (!order || !strcmp(order, "-id"))
         which = ST_LIST_ID_DESC;
@@ -775,7 +880,7 @@ cJSON *store_list(store_t *s, const char *status, const char *order, int limit, 
     if (status && !is_status(status)) {
         fail(err, errlen,
              "status: must be one of queued, running, succeeded, failed, crashed, timeout, "
-             "oom, diverged, cancelled, interrupted");
+             "oom, diverged, cancelled, interrupted, pruned");
         return NULL;
     }
     if (limit < 1 || limit > LIST_MAX) {
@@ -788,7 +893,7 @@ cJSON *store_list(store_t *s, const char *status, const char *order, int limit, 
     }
     sqlite3_stmt *st = s->st[which];
     if (bind_text(st, 1, status) || sqlite3_bind_int64(st, 2, after) ||
-        sqlite3_bind_int(st, 3, limit)) {
+        sqlite3_bind_int(st, 3, limit) || bind_text(st, 4, dataset && *dataset ? dataset : NULL)) {
         reset(st);
         fail_db(s->db, err, errlen, "list");
         return NULL;
@@ -881,28 +986,208 @@ cJSON *store_get(store_t *s, int64_t id, int max_metrics, int *not_found, char *
     return o;
 }
 
-cJSON *store_leaderboard(store_t *s, int limit, char *err, size_t errlen) {
+static int bind_scope(sqlite3_stmt *st, const store_scope_t *sc) {
+    int b = bind_text(st, 1, sc->dataset);
+    b |= bind_text(st, 2, sc->budget_kind);
+    b |= sqlite3_bind_double(st, 3, sc->budget);
+    return b;
+}
+
+int store_scope_of_spec(const char *spec_json, store_scope_t *out) {
+    cJSON *j = spec_json ? cJSON_Parse(spec_json) : NULL;
+    const char *ds = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "dataset"));
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(j, "token_budget");
+    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(j, "time_budget_s");
+    int rc = -1;
+    memset(out, 0, sizeof *out);
+    if (cJSON_IsObject(j)) {
+        snprintf(out->dataset, sizeof out->dataset, "%s", ds ? ds : STORE_DEFAULT_DATASET);
+        if (cJSON_IsNumber(tok) && tok->valuedouble > 0) {
+            snprintf(out->budget_kind, sizeof out->budget_kind, "tokens");
+            out->budget = tok->valuedouble;
+        } else {
+            snprintf(out->budget_kind, sizeof out->budget_kind, "time");
+            out->budget = cJSON_IsNumber(sec) ? sec->valuedouble : STORE_DEFAULT_BUDGET_S;
+        }
+        rc = 0;
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+int store_default_scope(store_t *s, const char *dataset, store_scope_t *sc, char *err,
+                        size_t errlen) {
+    memset(sc, 0, sizeof *sc);
+    snprintf(sc->dataset, sizeof sc->dataset, "%s",
+             dataset && *dataset ? dataset : STORE_DEFAULT_DATASET);
+    snprintf(sc->budget_kind, sizeof sc->budget_kind, "time");
+    sc->budget = STORE_DEFAULT_BUDGET_S;
+    sqlite3_stmt *st = s->st[ST_COMMON_BUDGET];
+    bind_text(st, 1, sc->dataset);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0)) {
+        snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s",
+                 (const char *)sqlite3_column_text(st, 0));
+        sc->budget = sqlite3_column_double(st, 1);
+    }
+    reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "scope");
+    return 0;
+}
+
+cJSON *store_leaderboard(store_t *s, const store_scope_t *sc, int limit, char *err, size_t errlen) {
     if (limit < 1 || limit > LIST_MAX) {
         fail(err, errlen, "limit: must be 1..%d", LIST_MAX);
         return NULL;
     }
-    sqlite3_stmt *st = s->st[ST_LEADERBOARD];
-    sqlite3_bind_int(st, 1, limit);
+    sqlite3_stmt *st = s->st[ST_LEADERBOARD_IN];
+    if (bind_scope(st, sc) || sqlite3_bind_int(st, 4, limit)) {
+        reset(st);
+        fail_db(s->db, err, errlen, "leaderboard");
+        return NULL;
+    }
     return rows_array(s, st, "leaderboard", err, errlen);
 }
 
-cJSON *store_best(store_t *s, char *err, size_t errlen) {
-    sqlite3_stmt *st = s->st[ST_BEST];
+cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_BEST_IN];
+    cJSON *stats = NULL;
+    int64_t id = 0;
+    bind_scope(st, sc);
     int rc = sqlite3_step(st);
-    int64_t id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail_db(s->db, err, errlen, "best");
+    if (rc == SQLITE_ROW) {
+        id = sqlite3_column_int64(st, 0);
+        stats = row_object(st, 1, 5);
+    } else if (rc != SQLITE_DONE) {
+        fail_db(s->db, err, errlen, "best");
+    }
     reset(st);
     if (rc == SQLITE_DONE) {
         cJSON *null = cJSON_CreateNull();
         if (!null) fail(err, errlen, "store: best: out of memory");
         return null;
     }
-    return rc == SQLITE_ROW ? experiment_object(s, id, NULL, err, errlen) : NULL;
+    if (rc != SQLITE_ROW) return NULL;
+    if (!stats) {
+        fail(err, errlen, "store: best: out of memory");
+        return NULL;
+    }
+    cJSON *o = experiment_object(s, id, NULL, err, errlen);
+    if (o) {
+        /* the leaderboard's val_bpb is the mean: here it is mean_val_bpb */
+        cJSON *mean = cJSON_DetachItemFromObjectCaseSensitive(stats, "val_bpb");
+        cJSON_AddItemToObject(o, "mean_val_bpb", mean ? mean : cJSON_CreateNull());
+        for (cJSON *it = stats->child; it; it = stats->child)
+            cJSON_AddItemToObject(o, it->string, cJSON_DetachItemViaPointer(stats, it));
+    }
+    cJSON_Delete(stats);
+    return o;
+}
+
+cJSON *store_best(store_t *s, char *err, size_t errlen) {
+    store_scope_t sc;
+    sqlite3_stmt *st = s->st[ST_LAST_SCOPE];
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0) && sqlite3_column_text(st, 1)) {
+        memset(&sc, 0, sizeof sc);
+        snprintf(sc.dataset, sizeof sc.dataset, "%s", (const char *)sqlite3_column_text(st, 0));
+        snprintf(sc.budget_kind, sizeof sc.budget_kind, "%s",
+                 (const char *)sqlite3_column_text(st, 1));
+        sc.budget = sqlite3_column_double(st, 2);
+        reset(st);
+    } else {
+        reset(st);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+            fail_db(s->db, err, errlen, "best");
+            return NULL;
+        }
+        if (store_default_scope(s, NULL, &sc, err, errlen) < 0) return NULL;
+    }
+    return store_best_in(s, &sc, err, errlen);
+}
+
+cJSON *store_noise(store_t *s, const store_scope_t *sc, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_NOISE];
+    bind_scope(st, sc);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        fail_db(s->db, err, errlen, "noise");
+        reset(st);
+        return NULL;
+    }
+    int64_t configs = sqlite3_column_int64(st, 0), runs = sqlite3_column_int64(st, 1);
+    int64_t df = sqlite3_column_int64(st, 2);
+    double ss = sqlite3_column_double(st, 3);
+    reset(st);
+    cJSON *o = cJSON_CreateObject();
+    int ok = o && cJSON_AddStringToObject(o, "dataset", sc->dataset) &&
+             cJSON_AddStringToObject(o, "budget_kind", sc->budget_kind) &&
+             cJSON_AddNumberToObject(o, "budget", sc->budget) &&
+             (df > 0 ? cJSON_AddNumberToObject(o, "sd", sqrt(ss / (double)df)) != NULL
+                     : cJSON_AddNullToObject(o, "sd") != NULL) &&
+             cJSON_AddNumberToObject(o, "configurations", (double)configs) &&
+             cJSON_AddNumberToObject(o, "runs", (double)runs) &&
+             cJSON_AddNumberToObject(o, "df", (double)df);
+    if (!ok) {
+        cJSON_Delete(o);
+        fail(err, errlen, "store: noise: out of memory");
+        return NULL;
+    }
+    return o;
+}
+
+int store_prune_losses(store_t *s, const store_scope_t *sc, double p, double window, int max_runs,
+                       double **out, size_t *n, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_PRUNE_LOSSES];
+    double *v = NULL;
+    size_t len = 0, cap = 0;
+    int rc;
+    *out = NULL;
+    *n = 0;
+    int b = bind_scope(st, sc);
+    b |= sqlite3_bind_double(st, 4, p);
+    b |= sqlite3_bind_double(st, 5, window);
+    b |= sqlite3_bind_int(st, 6, max_runs);
+    if (b) {
+        reset(st);
+        return fail_db(s->db, err, errlen, "prune");
+    }
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            cap = cap ? 2 * cap : 16;
+            double *q = realloc(v, cap * sizeof *q);
+            if (!q) {
+                free(v);
+                reset(st);
+                return fail(err, errlen, "store: prune: out of memory");
+            }
+            v = q;
+        }
+        v[len++] = sqlite3_column_double(st, 0);
+    }
+    reset(st);
+    if (rc != SQLITE_DONE) {
+        free(v);
+        return fail_db(s->db, err, errlen, "prune");
+    }
+    *out = v;
+    *n = len;
+    return 0;
+}
+
+int store_run_loss(store_t *s, int64_t id, double p, double window, double *loss, int64_t *n,
+                   char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_RUN_LOSS];
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_double(st, 2, p);
+    sqlite3_bind_double(st, 3, window);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *loss = sqlite3_column_double(st, 0);
+        *n = sqlite3_column_int64(st, 1);
+    }
+    reset(st);
+    return rc == SQLITE_ROW ? 0 : fail_db(s->db, err, errlen, "run loss");
 }
 
 cJSON *store_recent(store_t *s, int n, char *err, size_t errlen) {
@@ -931,4 +1216,75 @@ int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *er
         return fail_db(s->db, err, errlen, "hook delivery");
     }
     return run(s, ST_INSERT_DELIVERY, "hook delivery", err, errlen);
+}
+
+/* ------------------------------------------------------------- executors */
+
+int store_set_executor(store_t *s, int64_t id, const char *executor, int64_t slurm_job_id,
+                       char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_SET_EXECUTOR];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, executor);
+    if (slurm_job_id > 0)
+        sqlite3_bind_int64(st, 3, slurm_job_id);
+    else
+        sqlite3_bind_null(st, 3);
+    if (run(s, ST_SET_EXECUTOR, "set executor", err, errlen) < 0) return -1;
+    if (sqlite3_changes(s->db) != 1) return explain_status(s, id, STORE_RUNNING, err, errlen);
+    return 0;
+}
+
+static char *column_dup(sqlite3_stmt *st, int i) {
+    const char *t = (const char *)sqlite3_column_text(st, i);
+    return t ? strdup(t) : NULL;
+}
+
+int store_running_jobs(store_t *s, store_job_t **out, size_t *n, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_RUNNING];
+    store_job_t *jobs = NULL;
+    size_t count = 0, cap = 0;
+    int rc;
+    *out = NULL;
+    *n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (count == cap) {
+            cap = cap ? 2 * cap : 8;
+            store_job_t *more = realloc(jobs, cap * sizeof *jobs);
+            if (!more) {
+                fail(err, errlen, "store: out of memory");
+                goto fail;
+            }
+            jobs = more;
+        }
+        store_job_t *j = &jobs[count++];
+        memset(j, 0, sizeof *j);
+        j->e.id = sqlite3_column_int64(st, 0);
+        j->e.name = column_dup(st, 1);
+        j->e.spec_json = column_dup(st, 2);
+        j->e.attempt = sqlite3_column_int(st, 3);
+        const char *x = (const char *)sqlite3_column_text(st, 4);
+        snprintf(j->executor, sizeof j->executor, "%s", x ? x : "");
+        j->slurm_job_id = sqlite3_column_int64(st, 5);
+        if (!j->e.spec_json) {
+            fail(err, errlen, "store: out of memory");
+            goto fail;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        fail_db(s->db, err, errlen, "running experiments");
+        goto fail;
+    }
+    reset(st);
+    *out = jobs;
+    *n = count;
+    return 0;
+fail:
+    reset(st);
+    store_jobs_free(jobs, count);
+    return -1;
+}
+
+void store_jobs_free(store_job_t *jobs, size_t n) {
+    for (size_t i = 0; i < n; i++) store_experiment_clear(&jobs[i].e);
+    free(jobs);
 }

@@ -31,6 +31,7 @@ typedef struct store store_t;
 #define STORE_DIVERGED    "diverged"
 #define STORE_CANCELLED   "cancelled"
 #define STORE_INTERRUPTED "interrupted"
+#define STORE_PRUNED      "pruned" /* stopped: its loss lagged the median (sched.h) */
 
 /* A new experiment. Strings are borrowed for the call. */
 typedef struct {
@@ -73,7 +74,23 @@ typedef struct {
     int64_t step;
     double time_s; /* training seconds at this step */
     double loss, lr_mult, tok_s;
+    double progress; /* fraction of the budget, 0..1; < 0 = not reported (NULL) */
 } store_metric_t;
+
+/* Where val_bpb values are comparable: one dataset and one budget. */
+typedef struct {
+    char dataset[64];
+    char budget_kind[8]; /* "time" or "tokens" */
+    double budget;       /* seconds (time) or training tokens */
+} store_scope_t;
+
+#define STORE_DEFAULT_DATASET  "default" /* the spec's default dataset */
+#define STORE_DEFAULT_BUDGET_S 300.0     /* the spec's default time budget */
+
+/* The scope of a canonical spec (JSON text): its dataset, and a token budget
+ * when "token_budget" > 0, else the time budget time_budget_s. Returns 0, or
+ * -1 when the text is not a spec object. */
+int store_scope_of_spec(const char *spec_json, store_scope_t *out);
 
 /* The schema: one entry per schema/NNN_name.sql in version order, generated
  * into the build as schema_sql.c by scripts/embed-schema.awk (static data). */
@@ -104,6 +121,10 @@ void store_format_time(int64_t unix_ms, char *buf, size_t len);
 int store_open(const char *path, store_t **out, char *err, size_t errlen);
 void store_close(store_t *s);
 
+/* The store's connection, for modules that own tables of their own (the
+ * events table, daemon/events.c); borrowed, valid until store_close. */
+struct sqlite3 *store_db(store_t *s);
+
 /* Insert a queued experiment; *id gets its id. A parent that does not exist
  * is an error ("parent: experiment 17 does not exist"). */
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
@@ -123,6 +144,24 @@ void store_experiment_clear(store_experiment_t *e);
 
 /* Record the worker's pid once spawned. */
 int store_set_pid(store_t *s, int64_t id, int pid, char *err, size_t errlen);
+
+/* Record which executor runs a running experiment ("local" or "slurm") and
+ * its Slurm job id (0 = none yet; stored as NULL). */
+int store_set_executor(store_t *s, int64_t id, const char *executor, int64_t slurm_job_id,
+                       char *err, size_t errlen);
+
+/* A running experiment with the executor that runs it (store_running_jobs). */
+typedef struct {
+    store_experiment_t e;
+    char executor[8];     /* "local", "slurm", or "" when not recorded */
+    int64_t slurm_job_id; /* 0 = none recorded */
+} store_job_t;
+
+/* Every running experiment, by id, into a new array *out of *n entries (the
+ * caller frees it with store_jobs_free). At startup these are the runs the
+ * previous daemon left behind: a Slurm executor re-attaches to their jobs. */
+int store_running_jobs(store_t *s, store_job_t **out, size_t *n, char *err, size_t errlen);
+void store_jobs_free(store_job_t *jobs, size_t n);
 
 /* Finish a running experiment in one transaction: status (a terminal STORE_*),
  * reason (may be NULL), exit code or signal (-1 when not applicable; stored as
@@ -160,16 +199,15 @@ int64_t store_queue_depth(store_t *s, char *err, size_t errlen);
 
 /* --- queries for the API (each returns a new cJSON tree, or NULL with err) --- */
 
-/* List: status filter (NULL = any), order "id" | "-id" | "val_bpb" |
- * "created" (NULL = "-id"), limit 1..1000, after = id cursor (0 = none): the
- * id of the last item of the previous page, in any order (for val_bpb and
- * created an unknown id gives an empty page). val_bpb order is best first,
- * runs without a result last. Each item: id, name, tags, status, reason,
- * source, priority, parent, seed, attempt, created/started/finished (ISO-8601
- * UTC), val_bpb (null unless succeeded). A bad argument is an error whose
- * message names it ("order: must be one of id, -id, val_bpb, created"). */
-cJSON *store_list(store_t *s, const char *status, const char *order, int limit, int64_t after,
-                  char *err, size_t errlen);
+/* List: status filter (NULL = any), dataset filter (NULL or "" = any), order "id" | "-id" |
+ * "val_bpb" | "created" (NULL = "-id"), limit 1..1000, after = id cursor (0 = none): the id of the
+ * last item of the previous page, in any order (for val_bpb and created an unknown id gives an
+ * empty page). val_bpb order is best first, runs without a result last. Each item: id, name, tags,
+ * status, reason, source, priority, parent, seed, attempt, created/started/finished (ISO-8601 UTC),
+ * val_bpb (null unless succeeded). A bad argument is an error whose message names it ("order: must
+ * be one of id, -id, val_bpb, created"). */
+cJSON *store_list(store_t *s, const char *status, const char *dataset, const char *order, int limit,
+                  int64_t after, char *err, size_t errlen);
 
 /* One experiment with its spec (parsed JSON), result object (or null) and, up
  * to max_metrics rows, its metrics ("metrics": [{step, time_s, loss, lr_mult,
@@ -178,14 +216,48 @@ cJSON *store_list(store_t *s, const char *status, const char *order, int limit, 
  * found" for an unknown id (*not_found set to 1). */
 cJSON *store_get(store_t *s, int64_t id, int max_metrics, int *not_found, char *err, size_t errlen);
 
-/* The leaderboard view: succeeded experiments by val_bpb ascending, limit
- * 1..1000, one object per row keyed by the view's columns (ve_layers a name or
- * an array, tie_embeddings a boolean). */
-cJSON *store_leaderboard(store_t *s, int limit, char *err, size_t errlen);
+/* Fill sc for dataset (NULL or "" = STORE_DEFAULT_DATASET) with the budget
+ * of that dataset with the most succeeded runs (then the most runs, then the
+ * most recent), or a time budget of STORE_DEFAULT_BUDGET_S when it has none. */
+int store_default_scope(store_t *s, const char *dataset, store_scope_t *sc, char *err,
+                        size_t errlen);
 
-/* The best succeeded experiment (store_get's object without metrics) with its
- * full spec and result; a JSON null when nothing has succeeded yet. */
+/* The leaderboard view within one scope: one row per configuration (the
+ * repeats of a spec with different seeds are one row), best mean val_bpb
+ * first, limit 1..1000; each object is keyed by the view's columns: id (the
+ * configuration's first run), val_bpb (the mean), val_bpb_sd (sample standard
+ * deviation, null with one seed), n_seeds, seeds, best_val_bpb, dataset,
+ * budget_kind, budget, the spec columns (ve_layers a name or an array,
+ * tie_embeddings a boolean), config_hash, ... */
+cJSON *store_leaderboard(store_t *s, const store_scope_t *sc, int limit, char *err, size_t errlen);
+
+/* The best configuration of a scope: store_get's object (without metrics) of
+ * its first run, with its full spec and result, plus mean_val_bpb,
+ * val_bpb_sd, n_seeds and seeds; a JSON null when nothing in the scope has
+ * succeeded yet. */
+cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errlen);
+
+/* store_best_in for the scope of the most recently finished experiment (the
+ * scope an agent is working in; the default scope when nothing finished). */
 cJSON *store_best(store_t *s, char *err, size_t errlen);
+
+/* The measured seed-to-seed noise of a scope: the pooled within-configuration
+ * sample standard deviation of val_bpb over the configurations with at least
+ * two succeeded seeds, s = sqrt(sum_c sum_i (v_ci - mean_c)^2 / sum_c (n_c - 1)).
+ * A new object {dataset, budget_kind, budget, sd (null when no configuration
+ * has two seeds), configurations, runs, df}. */
+cJSON *store_noise(store_t *s, const store_scope_t *sc, char *err, size_t errlen);
+
+/* Pruning. The loss of a run at progress p is the mean of its recorded
+ * training losses with progress in [p - window, p]. store_prune_losses gives
+ * that loss for each of the last max_runs succeeded runs of the scope that
+ * have rows in the window, ascending, as a malloc'd array (*out, caller frees;
+ * NULL when *n is 0). store_run_loss gives it for one run (*n rows; *loss is
+ * meaningful only when *n > 0). */
+int store_prune_losses(store_t *s, const store_scope_t *sc, double p, double window, int max_runs,
+                       double **out, size_t *n, char *err, size_t errlen);
+int store_run_loss(store_t *s, int64_t id, double p, double window, double *loss, int64_t *n,
+                   char *err, size_t errlen);
 
 /* --- the agent hook (daemon/hook.c) --- */
 

@@ -2,9 +2,11 @@
  *
  * Three parts: the mutation axes (each a small table of candidate moves, tried
  * in a random order until one validates and changes the spec's identity), the
- * keep/discard judge with its near-tie re-runs, and the state (best, seen
- * identities, judged ids, pending re-runs, RNG) with its JSON form for
- * --state. Every decision is one log line saying what and why. */
+ * judge (configurations with the mean and spread of their seeds, the pooled
+ * noise, adopt past two standard errors or re-run), and the state (best,
+ * configurations, seen identities, judged ids, RNG) with its JSON form for
+ * --state. Every decision is one log line saying what and why, with the
+ * numbers behind it. */
 #include "strategy.h"
 
 #include <errno.h>
@@ -20,9 +22,9 @@
 
 #include "util.h"
 
-#define STATE_VERSION  1
+#define STATE_VERSION  2     /* 1: before configurations (its pending re-runs are dropped) */
 #define MAX_DRAWS      200   /* mutation attempts before giving up for this event */
-#define MAX_RERUN_SEED 8     /* seed + 1 .. seed + 8 are tried for a re-run */
+#define MAX_RERUN_SEED 64    /* seeds past the highest known one tried for a re-run */
 #define MAX_WIDTH      1024  /* n_embd the agent proposes at most */
 #define MAX_DEPTH      16    /* depth likewise */
 #define MAX_HEADS      16    /* n_head likewise */
@@ -35,14 +37,17 @@ typedef struct {
     char hex[65];
 } ident_t;
 
-/* A near tie waiting for its confirming re-run. */
+/* One configuration (a spec identity without its seed) in the agent's scope,
+ * with the val_bpb of its succeeded seeds as a running mean and sum of
+ * squared deviations (Welford). */
 typedef struct {
-    int64_t id;          /* the near-tie experiment */
-    double val_bpb;      /* its result */
-    uint64_t rerun_seed; /* the seed of the re-run */
-    ident_t rerun;       /* identity of the re-run spec: how its result is recognised */
-    spec_t spec;         /* the near-tie spec as it ran (owned) */
-} pending_t;
+    ident_t config;
+    int64_t first_id;  /* its first succeeded run: the id the daemon ranks it by */
+    int n;             /* succeeded seeds */
+    double mean, m2;   /* of their val_bpb; m2 = sum of squared deviations */
+    uint64_t max_seed; /* the highest seed run or proposed */
+    int outstanding;   /* re-runs proposed and not judged yet */
+} config_t;
 
 struct strategy {
     strategy_opts_t o;
@@ -50,14 +55,17 @@ struct strategy {
     rng_t rng;
     bool have_best;
     int64_t best_id; /* 0 when the daemon does not know it (proposals get no parent) */
-    double best_val;
+    double best_val; /* the mean over the best configuration's seeds */
     spec_t best;
-    ident_t *seen; /* sorted */
+    ident_t best_config;
+    char scope[128]; /* the baseline's dataset and budget: only these results rank */
+    ident_t *seen;   /* sorted */
     size_t n_seen, cap_seen;
     int64_t *judged; /* ids whose experiment.finished was decided, in arrival order */
     size_t n_judged, cap_judged;
-    pending_t *pending;
-    size_t n_pending, cap_pending;
+    config_t *configs;
+    size_t n_configs, cap_configs;
+    int max_running;       /* the most experiments the payloads said were running */
     int n_proposals;       /* every spec proposed */
     int n_mutations;       /* mutations proposed: the N of "mut#N" */
     int rejections_in_row; /* reset by a finished experiment */
@@ -73,9 +81,10 @@ const char *strategy_axis_name(strategy_axis a) {
 
 void strategy_opts_default(strategy_opts_t *o) {
     memset(o, 0, sizeof *o);
-    o->noise_floor = 0.005;
     o->seed = 1;
     o->max_rejections = 5;
+    o->noise_seeds = 3;
+    o->max_seeds = 4;
 }
 
 static void say(strategy_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -183,23 +192,85 @@ static int judged_add(strategy_t *s, int64_t id) {
     return 0;
 }
 
-/* Takes ownership of p->spec on success. */
-static int pending_add(strategy_t *s, pending_t *p) {
-    if (s->n_pending == s->cap_pending) {
-        size_t cap = s->cap_pending ? 2 * s->cap_pending : 4;
-        pending_t *q = realloc(s->pending, cap * sizeof *q);
-        if (!q) return -1;
-        s->pending = q;
-        s->cap_pending = cap;
-    }
-    s->pending[s->n_pending++] = *p;
+/* The identity of sp's configuration: its identity with seed 0. */
+static int config_identity(const spec_t *sp, char out[65]) {
+    spec_t bare = *sp; /* shallow: strategy_identity prints, never frees */
+    bare.seed = 0;
+    return strategy_identity(&bare, out);
+}
+
+/* sp's dataset and budget as "dataset|time|300" or "dataset|tokens|N" (a
+ * spec whose canonical JSON has "token_budget" > 0 is token-budgeted).
+ * Returns 0, or -1 when out of memory. */
+static int scope_of(const spec_t *sp, char *out, size_t n) {
+    char *canon = spec_canonical_json(sp);
+    cJSON *j = canon ? cJSON_Parse(canon) : NULL;
+    free(canon);
+    if (!j) return -1;
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(j, "token_budget");
+    if (cJSON_IsNumber(tok) && tok->valuedouble > 0)
+        snprintf(out, n, "%s|tokens|%.17g", sp->dataset, tok->valuedouble);
+    else
+        snprintf(out, n, "%s|time|%.17g", sp->dataset, sp->time_budget_s);
+    cJSON_Delete(j);
     return 0;
 }
 
-static void pending_remove(strategy_t *s, size_t i) {
-    spec_free(&s->pending[i].spec);
-    memmove(s->pending + i, s->pending + i + 1, (s->n_pending - i - 1) * sizeof *s->pending);
-    s->n_pending--;
+static config_t *config_find(strategy_t *s, const char *hex) {
+    for (size_t i = 0; i < s->n_configs; i++)
+        if (!strcmp(s->configs[i].config.hex, hex)) return &s->configs[i];
+    return NULL;
+}
+
+/* The configuration hex, added (empty) when new. NULL when out of memory. */
+static config_t *config_get(strategy_t *s, const char *hex) {
+    config_t *c = config_find(s, hex);
+    if (c) return c;
+    if (s->n_configs == s->cap_configs) {
+        size_t cap = s->cap_configs ? 2 * s->cap_configs : 16;
+        config_t *q = realloc(s->configs, cap * sizeof *q);
+        if (!q) return NULL;
+        s->configs = q;
+        s->cap_configs = cap;
+    }
+    c = &s->configs[s->n_configs++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->config.hex, sizeof c->config.hex, "%s", hex);
+    return c;
+}
+
+static void config_add_value(config_t *c, double v) {
+    c->n++;
+    double d = v - c->mean;
+    c->mean += d / c->n;
+    c->m2 += d * (v - c->mean);
+}
+
+/* The pooled within-configuration sample standard deviation over the
+ * configurations with at least two seeds, sqrt(sum m2 / sum (n - 1)); NAN
+ * when there is none. *df gets sum (n - 1). */
+static double pooled_sd(const strategy_t *s, int *df) {
+    double m2 = 0;
+    int d = 0;
+    for (size_t i = 0; i < s->n_configs; i++)
+        if (s->configs[i].n >= 2) {
+            m2 += s->configs[i].m2;
+            d += s->configs[i].n - 1;
+        }
+    if (df) *df = d;
+    return d > 0 ? sqrt(m2 / d) : NAN;
+}
+
+strategy_verdict strategy_compare(const strategy_compare_t *c, double *threshold) {
+    double gain = c->best_mean - c->cand_mean, t = NAN;
+    if (c->noise_floor > 0)
+        t = c->noise_floor;
+    else if (c->sd >= 0 && c->best_n > 0 && c->cand_n > 0)
+        t = 2.0 * c->sd * sqrt(1.0 / c->best_n + 1.0 / c->cand_n);
+    if (threshold) *threshold = t;
+    if (!isnan(t) && gain > t) return STRATEGY_ADOPT;
+    if (gain > 0 && c->cand_n < c->max_seeds) return STRATEGY_RERUN;
+    return STRATEGY_DISCARD;
 }
 
 /* ----------------------------------------------------------------- axes */
@@ -538,9 +609,20 @@ static void propose_baseline(strategy_t *s, cJSON *reply, const char *why) {
     }
     if (!has_agent && n < SPEC_MAX_TAGS) tags[n++] = "agent";
     b.parent = 0;
-    if (set_label(&b, s->baseline.name ? s->baseline.name : "baseline", tags, n) == 0 &&
-        propose(s, &b, reply) == 0)
+    /* Its noise first: noise_seeds runs, seeds seed .. seed + k - 1. */
+    int k = s->o.noise_seeds > 0 ? s->o.noise_seeds : 1, proposed = 0;
+    if (set_label(&b, s->baseline.name ? s->baseline.name : "baseline", tags, n) == 0)
+        for (int i = 0; i < k && (double)(s->baseline.seed + i) <= JSON_MAX_SAFE; i++) {
+            b.seed = s->baseline.seed + (uint64_t)i;
+            if (propose(s, &b, reply) < 0) break;
+            proposed++;
+        }
+    if (proposed == 1)
         say(s, "proposing the baseline \"%s\": %s", b.name, why);
+    else if (proposed > 1)
+        say(s, "proposing the baseline \"%s\" with seeds %llu..%llu to measure the noise: %s",
+            b.name, (unsigned long long)s->baseline.seed,
+            (unsigned long long)(s->baseline.seed + (uint64_t)proposed - 1), why);
     spec_free(&b);
 }
 
@@ -597,48 +679,46 @@ static void propose_next(strategy_t *s, cJSON *reply) {
     propose_mutation(s, reply);
 }
 
-/* A near tie: propose sp again with the next unseen seed, and remember to
- * judge the pair when its result arrives. */
-static void propose_rerun(strategy_t *s, int64_t id, double v, const spec_t *sp, cJSON *reply) {
-    if (!proposals_left(s)) return;
+/* A promising configuration: propose sp again with the next unseen seed (its
+ * result joins the configuration's mean when it is judged). Returns 0 when
+ * proposed. */
+static int propose_rerun(strategy_t *s, config_t *c, int64_t id, const spec_t *sp, cJSON *reply) {
+    char hex[65];
+    if (!proposals_left(s)) return -1;
+    uint64_t from = c->max_seed > sp->seed ? c->max_seed : sp->seed;
     for (uint64_t d = 1; d <= MAX_RERUN_SEED; d++) {
-        if ((double)(sp->seed + d) > JSON_MAX_SAFE) break;
-        pending_t p = {.id = id, .val_bpb = v, .rerun_seed = sp->seed + d};
+        if ((double)(from + d) > JSON_MAX_SAFE) break;
         spec_t r;
         if (spec_copy(&r, sp) < 0) break;
-        r.seed = p.rerun_seed;
-        if (strategy_identity(&r, p.rerun.hex) < 0 || seen_has(s, p.rerun.hex)) {
+        r.seed = from + d;
+        if (strategy_identity(&r, hex) < 0 || seen_has(s, hex)) {
             spec_free(&r);
             continue;
         }
         char name[SPEC_MAX_NAME];
         const char *tags[2] = {"agent", "rerun"};
-        snprintf(name, sizeof name, "rerun of #%lld seed=%llu", (long long)id,
-                 (unsigned long long)p.rerun_seed);
+        snprintf(name, sizeof name, "rerun of #%lld seed=%llu", (long long)c->first_id,
+                 (unsigned long long)r.seed);
         r.parent = id;
         r.priority = 0;
         int rc = set_label(&r, name, tags, 2);
         if (rc == 0) rc = propose(s, &r, reply);
-        spec_free(&r);
-        if (rc < 0) return;
-        if (spec_copy(&p.spec, sp) < 0 || pending_add(s, &p) < 0) {
-            spec_free(&p.spec);
-            say(s, "out of memory while recording a re-run");
-            return;
+        if (rc == 0) {
+            c->max_seed = r.seed;
+            c->outstanding++;
         }
-        say(s, "near tie #%lld %.4f vs best %.4f: re-running with seed %llu before adopting",
-            (long long)id, v, s->best_val, (unsigned long long)p.rerun_seed);
-        return;
+        spec_free(&r);
+        return rc;
     }
-    say(s, "near tie #%lld %.4f vs best %.4f: every re-run seed was already run; discarding",
-        (long long)id, v, s->best_val);
+    say(s, "every re-run seed of #%lld was already run", (long long)c->first_id);
+    return -1;
 }
 
 /* ---------------------------------------------------------------- judge */
 
 static int adopt(strategy_t *s, int64_t id, double v, const spec_t *sp) {
     spec_t c;
-    if (spec_copy(&c, sp) < 0) return -1;
+    if (spec_copy(&c, sp) < 0 || config_identity(sp, s->best_config.hex) < 0) return -1;
     spec_free(&s->best);
     s->best = c;
     s->have_best = true;
@@ -699,11 +779,24 @@ static void see(strategy_t *s, const cJSON *spec_json) {
     spec_free(&sp);
 }
 
+/* "2 SE 0.0123 (pooled sd 0.0050 over 4 df; SE = sd * sqrt(1/3 + 1/2))", or
+ * the noise floor when one is set, into buf. */
+static void describe_threshold(const strategy_t *s, double t, double sd, int df, int nb, int nc,
+                               char *buf, size_t n) {
+    if (s->o.noise_floor > 0)
+        snprintf(buf, n, "the noise floor %g", s->o.noise_floor);
+    else if (isnan(t))
+        snprintf(buf, n, "2 SE (noise not measured yet: no configuration has two seeds)");
+    else
+        snprintf(buf, n, "2 SE %.4f (pooled sd %.4f over %d df; SE = sd * sqrt(1/%d + 1/%d))", t,
+                 sd, df, nb, nc);
+}
+
 static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
     int64_t id = payload_id(exp);
     const char *status = payload_string(exp, "status", "unknown");
     const char *reason = payload_string(exp, "reason", NULL);
-    char err[SPEC_ERR_LEN], hex[65];
+    char err[SPEC_ERR_LEN], hex[65], cfg[65], scope[128], why[256];
     spec_t sp;
     double v = 0;
     if (id && judged_has(s, id)) {
@@ -716,71 +809,93 @@ static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
         say(s, "discarding #%lld: its spec does not parse (%s)", (long long)id, err);
         return;
     }
-    if (strategy_identity(&sp, hex) < 0 || seen_add(s, hex) < 0) {
+    if (strategy_identity(&sp, hex) < 0 || seen_add(s, hex) < 0 || config_identity(&sp, cfg) < 0 ||
+        scope_of(&sp, scope, sizeof scope) < 0) {
         say(s, "out of memory while judging #%lld", (long long)id);
         goto done;
     }
-    size_t pi = 0;
-    while (pi < s->n_pending && strcmp(s->pending[pi].rerun.hex, hex)) pi++;
-    bool ok = !strcmp(status, "succeeded") && payload_val_bpb(exp, &v);
-
-    if (pi < s->n_pending) { /* the confirming re-run of a near tie */
-        pending_t *p = &s->pending[pi];
-        if (!ok) {
-            say(s, "re-run #%lld of #%lld ended %s%s%s: not adopting #%lld", (long long)id,
-                (long long)p->id, status, reason ? ": " : "", reason ? reason : "",
-                (long long)p->id);
-        } else {
-            double mean = (p->val_bpb + v) / 2;
-            if (!s->have_best || mean < s->best_val) {
-                double old = s->best_val;
-                int64_t old_id = s->best_id;
-                bool had = s->have_best;
-                if (adopt(s, p->id, mean, &p->spec) < 0)
-                    say(s, "out of memory while adopting #%lld", (long long)p->id);
-                else if (had)
-                    say(s,
-                        "confirmed #%lld: mean val_bpb %.4f over seeds %llu and %llu beats best "
-                        "%.4f (#%lld): adopting #%lld",
-                        (long long)p->id, mean, (unsigned long long)p->spec.seed,
-                        (unsigned long long)p->rerun_seed, old, (long long)old_id,
-                        (long long)p->id);
-                else
-                    say(s, "confirmed #%lld: mean val_bpb %.4f over seeds %llu and %llu",
-                        (long long)p->id, mean, (unsigned long long)p->spec.seed,
-                        (unsigned long long)p->rerun_seed);
-            } else {
-                say(s,
-                    "not confirmed #%lld: mean val_bpb %.4f over seeds %llu and %llu does not "
-                    "beat best %.4f (#%lld): keeping #%lld",
-                    (long long)p->id, mean, (unsigned long long)p->spec.seed,
-                    (unsigned long long)p->rerun_seed, s->best_val, (long long)s->best_id,
-                    (long long)s->best_id);
-            }
-        }
-        pending_remove(s, pi);
-        goto done;
-    }
-    if (!ok) {
+    config_t *c = config_find(s, cfg);
+    if (c && c->outstanding > 0) c->outstanding--;
+    if (strcmp(status, "succeeded") || !payload_val_bpb(exp, &v)) {
+        /* failed, crashed, pruned, ...: nothing to rank */
         say(s, "discarding #%lld: %s%s%s", (long long)id, status, reason ? ": " : "",
             reason ? reason : "");
-    } else if (!s->have_best) {
-        if (adopt(s, id, v, &sp) < 0)
+        goto done;
+    }
+    if (strcmp(scope, s->scope)) {
+        say(s, "not ranking #%lld: it ran on %s, the agent compares only %s", (long long)id, scope,
+            s->scope);
+        goto done;
+    }
+    if (!(c = config_get(s, cfg))) {
+        say(s, "out of memory while judging #%lld", (long long)id);
+        goto done;
+    }
+    if (!c->first_id) c->first_id = id;
+    if (sp.seed > c->max_seed) c->max_seed = sp.seed;
+    config_add_value(c, v);
+    int df = 0;
+    double sd = pooled_sd(s, &df);
+
+    if (!s->have_best) {
+        if (adopt(s, c->first_id, c->mean, &sp) < 0)
             say(s, "out of memory while adopting #%lld", (long long)id);
         else
             say(s, "keeping #%lld: the first successful run (val_bpb %.4f)", (long long)id, v);
-    } else if (v < s->best_val - s->o.noise_floor) {
+        goto done;
+    }
+    if (!strcmp(cfg, s->best_config.hex)) {
+        s->best_val = c->mean;
+        say(s,
+            "#%lld is seed %llu of the best #%lld: val_bpb %.4f, best mean now %.4f over %d "
+            "seeds; measured noise: sd %.4f over %d df",
+            (long long)id, (unsigned long long)sp.seed, (long long)s->best_id, v, c->mean, c->n, sd,
+            df);
+        goto done;
+    }
+    const config_t *b = config_find(s, s->best_config.hex);
+    int nb = b && b->n > 0 ? b->n : 1;
+    strategy_compare_t in = {.best_mean = s->best_val,
+                             .best_n = nb,
+                             .cand_mean = c->mean,
+                             .cand_n = c->n,
+                             .sd = isnan(sd) ? -1 : sd,
+                             .noise_floor = s->o.noise_floor,
+                             .max_seeds = s->o.max_seeds};
+    double t;
+    strategy_verdict verdict = strategy_compare(&in, &t);
+    describe_threshold(s, t, sd, df, nb, c->n, why, sizeof why);
+    double gain = s->best_val - c->mean;
+    if (verdict == STRATEGY_ADOPT) {
         double old = s->best_val;
-        if (adopt(s, id, v, &sp) < 0)
-            say(s, "out of memory while adopting #%lld", (long long)id);
+        int64_t old_id = s->best_id;
+        if (adopt(s, c->first_id, c->mean, &sp) < 0)
+            say(s, "out of memory while adopting #%lld", (long long)c->first_id);
         else
-            say(s, "keeping #%lld: val_bpb %.4f beats best %.4f by %.4f > noise floor %g",
-                (long long)id, v, old, old - v, s->o.noise_floor);
-    } else if (v < s->best_val) {
-        propose_rerun(s, id, v, &sp, reply);
+            say(s,
+                "keeping #%lld: mean val_bpb %.4f over %d seed%s beats best %.4f over %d (#%lld) "
+                "by %.4f > %s",
+                (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", old, nb,
+                (long long)old_id, gain, why);
+    } else if (verdict == STRATEGY_RERUN && c->outstanding == 0) {
+        if (propose_rerun(s, c, id, &sp, reply) == 0)
+            say(s,
+                "promising #%lld: mean val_bpb %.4f over %d seed%s vs best %.4f over %d (#%lld): "
+                "gain %.4f is within %s; re-running with seed %llu before adopting",
+                (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val, nb,
+                (long long)s->best_id, gain, why, (unsigned long long)c->max_seed);
+    } else if (verdict == STRATEGY_RERUN) {
+        say(s, "promising #%lld: mean val_bpb %.4f over %d seeds; its re-run is still queued",
+            (long long)c->first_id, c->mean, c->n);
+    } else if (gain > 0) {
+        say(s,
+            "discarding #%lld: mean val_bpb %.4f over %d seeds beats best %.4f over %d (#%lld) "
+            "by only %.4f, not more than %s, after %d seeds",
+            (long long)c->first_id, c->mean, c->n, s->best_val, nb, (long long)s->best_id, gain,
+            why, c->n);
     } else {
-        say(s, "discarding #%lld: val_bpb %.4f does not beat best %.4f (#%lld)", (long long)id, v,
-            s->best_val, (long long)s->best_id);
+        say(s, "discarding #%lld: val_bpb %.4f (mean %.4f over %d) does not beat best %.4f (#%lld)",
+            (long long)id, v, c->mean, c->n, s->best_val, (long long)s->best_id);
     }
 done:
     spec_free(&sp);
@@ -789,20 +904,17 @@ done:
 static void note_rejection(strategy_t *s, const cJSON *rej) {
     const cJSON *prop = cJSON_GetObjectItemCaseSensitive(rej, "proposal");
     const char *why = payload_string(rej, "error", "no reason given");
-    char err[SPEC_ERR_LEN], hex[65];
+    char err[SPEC_ERR_LEN], hex[65], cfg[65];
     spec_t sp;
     s->rejections_in_row++;
     say(s, "the daemon rejected a proposal: %s", why);
     if (cJSON_IsObject(prop) && payload_spec(prop, &sp, err, sizeof err) == 0) {
-        if (strategy_identity(&sp, hex) == 0) {
-            if (seen_add(s, hex) < 0) say(s, "out of memory while recording a rejected spec");
-            for (size_t i = 0; i < s->n_pending; i++) {
-                if (strcmp(s->pending[i].rerun.hex, hex)) continue;
-                say(s, "the re-run of #%lld was rejected: not adopting it",
-                    (long long)s->pending[i].id);
-                pending_remove(s, i);
-                break;
-            }
+        if (strategy_identity(&sp, hex) == 0 && seen_add(s, hex) < 0)
+            say(s, "out of memory while recording a rejected spec");
+        config_t *c = config_identity(&sp, cfg) == 0 ? config_find(s, cfg) : NULL;
+        if (c && c->outstanding > 0) {
+            c->outstanding--;
+            say(s, "the re-run of #%lld was rejected", (long long)c->first_id);
         }
         if (!strncmp(why, "parent:", 7) && s->have_best && s->best_id && sp.parent == s->best_id) {
             say(s, "the daemon does not know #%lld: proposing without a parent from now on",
@@ -840,35 +952,53 @@ int strategy_decide(strategy_t *s, const cJSON *ev, cJSON **reply, char *err, si
         payload_val_bpb(best, &v)) {
         spec_t sp;
         char e2[SPEC_ERR_LEN];
+        char scope[128];
         if (payload_spec(cJSON_GetObjectItemCaseSensitive(best, "spec"), &sp, e2, sizeof e2) == 0) {
-            if (adopt(s, bid, v, &sp) == 0)
+            if (scope_of(&sp, scope, sizeof scope) == 0 && strcmp(scope, s->scope))
+                say(s, "not starting from the daemon's best #%lld: it ran on %s, not %s",
+                    (long long)bid, scope, s->scope);
+            else if (adopt(s, bid, v, &sp) == 0)
                 say(s, "starting from the daemon's best #%lld (val_bpb %.4f)", (long long)bid, v);
             spec_free(&sp);
         }
     }
 
+    /* Keep `target` proposals queued: a slot that frees up starts the next
+     * one at once instead of waiting for this agent's answer. */
     const cJSON *depth = cJSON_GetObjectItemCaseSensitive(ev, "queue_depth");
-    bool queue_dry = !cJSON_IsNumber(depth) || depth->valuedouble <= 0;
+    const cJSON *running = cJSON_GetObjectItemCaseSensitive(ev, "running");
+    int queued = cJSON_IsNumber(depth) && depth->valuedouble > 0 ? (int)depth->valuedouble : 0;
+    if (cJSON_IsNumber(running) && running->valuedouble > s->max_running &&
+        running->valuedouble < 1e6)
+        s->max_running = (int)running->valuedouble;
+    int target = s->o.queue_target > 0 ? s->o.queue_target
+                 : s->max_running > 1  ? s->max_running
+                                       : 1;
+    bool fill = true;
     if (!strcmp(type, "experiment.finished")) {
-        if (!cJSON_IsObject(exp)) {
+        if (!cJSON_IsObject(exp))
             say(s, "experiment.finished without an experiment: ignoring it");
-        } else {
+        else
             judge(s, exp, out);
-            if (cJSON_GetArraySize(out) == 0 && queue_dry) propose_next(s, out);
-        }
     } else if (!strcmp(type, "queue.empty")) {
-        propose_next(s, out);
+        if (target < 1) target = 1;
     } else if (!strcmp(type, "experiment.rejected")) {
         note_rejection(s, cJSON_GetObjectItemCaseSensitive(ev, "rejected"));
-        if (s->o.max_rejections > 0 && s->rejections_in_row >= s->o.max_rejections)
+        if (s->o.max_rejections > 0 && s->rejections_in_row >= s->o.max_rejections) {
             say(s,
                 "%d proposals in a row were rejected: proposing nothing until an experiment "
                 "finishes",
                 s->rejections_in_row);
-        else
-            propose_next(s, out);
+            fill = false;
+        }
     } else {
+        fill = false;
         say(s, "ignoring an event of type \"%.64s\"", type);
+    }
+    while (fill && queued + cJSON_GetArraySize(out) < target) {
+        int before = cJSON_GetArraySize(out);
+        propose_next(s, out);
+        if (cJSON_GetArraySize(out) == before) break;
     }
     *reply = out;
     return 0;
@@ -882,8 +1012,11 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
     strategy_t *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->o = *o;
-    if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0) {
-        snprintf(err, errlen, "the noise floor must be >= 0 and max_proposals >= 0");
+    if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0 ||
+        o->noise_seeds < 1 || o->max_seeds < 1 || o->queue_target < 0) {
+        snprintf(err, errlen,
+                 "the noise floor must be >= 0, max_proposals and queue_target >= 0, "
+                 "noise_seeds and max_seeds >= 1");
         free(s);
         return NULL;
     }
@@ -896,6 +1029,10 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
         strategy_free(s);
         return NULL;
     }
+    if (scope_of(&s->baseline, s->scope, sizeof s->scope) < 0) {
+        strategy_free(s);
+        goto oom;
+    }
     rng_seed(&s->rng, o->seed);
     return s;
 oom:
@@ -907,8 +1044,7 @@ void strategy_free(strategy_t *s) {
     if (!s) return;
     spec_free(&s->baseline);
     spec_free(&s->best);
-    for (size_t i = 0; i < s->n_pending; i++) spec_free(&s->pending[i].spec);
-    free(s->pending);
+    free(s->configs);
     free(s->seen);
     free(s->judged);
     free(s);
@@ -923,7 +1059,25 @@ int strategy_best(const strategy_t *s, int64_t *id, double *val_bpb, const spec_
 }
 
 int strategy_n_pending(const strategy_t *s) {
-    return (int)s->n_pending;
+    int n = 0;
+    for (size_t i = 0; i < s->n_configs; i++) n += s->configs[i].outstanding;
+    return n;
+}
+
+double strategy_noise(const strategy_t *s, int *df) {
+    return pooled_sd(s, df);
+}
+
+int strategy_config(const strategy_t *s, const spec_t *sp, int *n, double *mean) {
+    char hex[65];
+    if (config_identity(sp, hex) < 0) return 0;
+    for (size_t i = 0; i < s->n_configs; i++)
+        if (!strcmp(s->configs[i].config.hex, hex) && s->configs[i].n > 0) {
+            if (n) *n = s->configs[i].n;
+            if (mean) *mean = s->configs[i].mean;
+            return 1;
+        }
+    return 0;
 }
 
 int strategy_n_proposals(const strategy_t *s) {
@@ -959,18 +1113,22 @@ cJSON *strategy_state_json(const strategy_t *s) {
         if (!(obj = cJSON_AddObjectToObject(root, "best")) ||
             !cJSON_AddNumberToObject(obj, "id", (double)s->best_id) ||
             !cJSON_AddNumberToObject(obj, "val_bpb", s->best_val) ||
+            !cJSON_AddStringToObject(obj, "config", s->best_config.hex) ||
             !cJSON_AddItemToObject(obj, "spec", spec_tree(&s->best)))
             goto fail;
     }
-    if (!(arr = cJSON_AddArrayToObject(root, "pending"))) goto fail;
-    for (size_t i = 0; i < s->n_pending; i++) {
-        const pending_t *p = &s->pending[i];
+    if (!cJSON_AddNumberToObject(root, "max_running", s->max_running)) goto fail;
+    if (!(arr = cJSON_AddArrayToObject(root, "configs"))) goto fail;
+    for (size_t i = 0; i < s->n_configs; i++) {
+        const config_t *c = &s->configs[i];
         if (!(obj = cJSON_CreateObject()) || !cJSON_AddItemToArray(arr, obj) ||
-            !cJSON_AddNumberToObject(obj, "id", (double)p->id) ||
-            !cJSON_AddNumberToObject(obj, "val_bpb", p->val_bpb) ||
-            !cJSON_AddNumberToObject(obj, "rerun_seed", (double)p->rerun_seed) ||
-            !cJSON_AddStringToObject(obj, "rerun", p->rerun.hex) ||
-            !cJSON_AddItemToObject(obj, "spec", spec_tree(&p->spec)))
+            !cJSON_AddStringToObject(obj, "config", c->config.hex) ||
+            !cJSON_AddNumberToObject(obj, "first_id", (double)c->first_id) ||
+            !cJSON_AddNumberToObject(obj, "n", c->n) ||
+            !cJSON_AddNumberToObject(obj, "mean", c->mean) ||
+            !cJSON_AddNumberToObject(obj, "m2", c->m2) ||
+            !cJSON_AddNumberToObject(obj, "max_seed", (double)c->max_seed) ||
+            !cJSON_AddNumberToObject(obj, "outstanding", c->outstanding))
             goto fail;
     }
     if (!(arr = cJSON_AddArrayToObject(root, "judged"))) goto fail;
@@ -1010,8 +1168,9 @@ int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen)
     char e2[SPEC_ERR_LEN];
     const char *what = "not a JSON object";
     if (!cJSON_IsObject(st)) goto fail;
-    what = "version: expected 1";
-    if (!get_count(st, "version", 0, &d) || d != STATE_VERSION) goto fail;
+    what = "version: expected 1 or 2";
+    if (!get_count(st, "version", 0, &d) || d < 1 || d > STATE_VERSION) goto fail;
+    int version = (int)d;
     what = "rng: expected 4 hex strings";
     arr = cJSON_GetObjectItemCaseSensitive(st, "rng");
     if (cJSON_GetArraySize(arr) != 4) goto fail;
@@ -1043,29 +1202,46 @@ int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen)
             goto fail_quiet;
         }
         t.have_best = true;
-    }
-    what = "pending: expected [{id, val_bpb, rerun_seed, rerun, spec}]";
-    arr = cJSON_GetObjectItemCaseSensitive(st, "pending");
-    if (!cJSON_IsArray(arr)) goto fail;
-    cJSON_ArrayForEach(it, arr) {
-        pending_t p = {0};
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(it, "rerun");
-        if (!get_count(it, "id", 1, &d)) goto fail;
-        p.id = (int64_t)d;
-        if (!payload_val_bpb(it, &p.val_bpb) || !get_count(it, "rerun_seed", 0, &d)) goto fail;
-        p.rerun_seed = (uint64_t)d;
-        if (!cJSON_IsString(h) || !is_hex64(h->valuestring)) goto fail;
-        snprintf(p.rerun.hex, sizeof p.rerun.hex, "%s", h->valuestring);
-        if (payload_spec(cJSON_GetObjectItemCaseSensitive(it, "spec"), &p.spec, e2, sizeof e2) <
-            0) {
-            snprintf(err, errlen, "pending.spec: %s", e2);
-            goto fail_quiet;
-        }
-        if (pending_add(&t, &p) < 0) {
-            spec_free(&p.spec);
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(best, "config");
+        if (cJSON_IsString(h) && is_hex64(h->valuestring))
+            snprintf(t.best_config.hex, sizeof t.best_config.hex, "%s", h->valuestring);
+        else if (config_identity(&t.best, t.best_config.hex) < 0)
             goto oom;
-        }
     }
+    what = "max_running: expected a count";
+    if (cJSON_GetObjectItemCaseSensitive(st, "max_running")) {
+        if (!get_count(st, "max_running", 0, &d) || d > INT32_MAX) goto fail;
+        t.max_running = (int)d;
+    }
+    what = "configs: expected [{config, first_id, n, mean, m2, max_seed, outstanding}]";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "configs");
+    if (version >= 2 && !cJSON_IsArray(arr)) goto fail;
+    cJSON_ArrayForEach(it, arr) {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(it, "config");
+        const cJSON *mean = cJSON_GetObjectItemCaseSensitive(it, "mean");
+        const cJSON *m2 = cJSON_GetObjectItemCaseSensitive(it, "m2");
+        double fid, n, ms, out;
+        if (!cJSON_IsString(h) || !is_hex64(h->valuestring) ||
+            !get_count(it, "first_id", 0, &fid) || !get_count(it, "n", 0, &n) || n > INT32_MAX ||
+            !cJSON_IsNumber(mean) || !isfinite(mean->valuedouble) || !cJSON_IsNumber(m2) ||
+            !(m2->valuedouble >= 0) || !isfinite(m2->valuedouble) ||
+            !get_count(it, "max_seed", 0, &ms) || !get_count(it, "outstanding", 0, &out) ||
+            out > INT32_MAX)
+            goto fail;
+        config_t *c = config_get(&t, h->valuestring);
+        if (!c) goto oom;
+        c->first_id = (int64_t)fid;
+        c->n = (int)n;
+        c->mean = mean->valuedouble;
+        c->m2 = m2->valuedouble;
+        c->max_seed = (uint64_t)ms;
+        c->outstanding = (int)out;
+    }
+    /* Version 1 kept near ties waiting for a re-run; they are dropped (the
+     * near tie is judged again if it is ever re-run). */
+    what = "pending: expected an array";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "pending");
+    if (version == 1 && !cJSON_IsArray(arr)) goto fail;
     what = "judged: expected an array of ids";
     arr = cJSON_GetObjectItemCaseSensitive(st, "judged");
     if (!cJSON_IsArray(arr)) goto fail;
@@ -1083,12 +1259,12 @@ int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen)
     }
     /* Swap: t takes the old state and frees it; the baseline stays. */
     t.baseline = s->baseline;
+    snprintf(t.scope, sizeof t.scope, "%s", s->scope);
     strategy_t old = *s;
     *s = t;
     old.baseline = (spec_t){0};
     spec_free(&old.best);
-    for (size_t k = 0; k < old.n_pending; k++) spec_free(&old.pending[k].spec);
-    free(old.pending);
+    free(old.configs);
     free(old.seen);
     free(old.judged);
     return 0;
@@ -1098,8 +1274,7 @@ fail:
     snprintf(err, errlen, "%s", what);
 fail_quiet:
     spec_free(&t.best);
-    for (size_t k = 0; k < t.n_pending; k++) spec_free(&t.pending[k].spec);
-    free(t.pending);
+    free(t.configs);
     free(t.seen);
     free(t.judged);
     return -1;

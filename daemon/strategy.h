@@ -1,23 +1,36 @@
 /* strategy.h - the reference agent's search strategy: what to run next.
  *
- * A hill climb over spec mutations with autoresearch's keep/discard rule. The
- * state is the current best (id, val_bpb, spec), the identities of every spec
- * already proposed or seen (so nothing is proposed twice), the near ties
- * waiting for a confirming re-run, and the mutation RNG. Each hook event goes
- * through strategy_decide, which logs one line per decision and returns the
+ * A hill climb over spec mutations that adopts a variant only when it beats
+ * the best by more than the measured seed-to-seed noise. The state is the
+ * current best (id, mean val_bpb, spec, configuration), every configuration
+ * seen in the agent's scope with the mean and spread of its seeds, the
+ * identities of every spec already proposed or seen (so nothing is proposed
+ * twice), and the mutation RNG. Each hook event goes through strategy_decide,
+ * which logs one line per decision with the numbers behind it and returns the
  * specs to propose. Everything here is synchronous and does no I/O except
  * strategy_save/strategy_load, so the agent's server (agent.c) and the tests
  * drive it the same way; replacing the strategy means replacing this file.
  *
+ * Like with like: only succeeded runs on the baseline's dataset and budget
+ * are ranked (others are logged and ignored); mutations never change a spec's
+ * dataset or budget. A configuration is a spec identity without its seed.
+ *
  * Decisions, in order:
- *   - no success yet and the baseline has not been run: propose the baseline;
- *   - a finished run that beats the best by more than the noise floor is kept;
- *   - one that beats it by less (a near tie) is re-run with seed + 1 and
- *     adopted only if the mean of the two runs beats the best;
- *   - anything else is discarded;
- *   - otherwise propose a mutation of the best (the baseline until something
- *     succeeds) along one or two axes, validated with spec_parse and never a
- *     spec whose identity was already seen.
+ *   - no success yet and the baseline has not been run: propose the baseline
+ *     with noise_seeds seeds (seed .. seed + k - 1) to measure the noise;
+ *   - a run that did not succeed (failed, diverged, pruned, ...) is discarded;
+ *   - a run of the best configuration updates the best mean;
+ *   - otherwise its configuration's mean (over its n_c seeds) is compared with
+ *     the best mean (over n_b) by strategy_compare: adopted when it is lower by
+ *     more than two standard errors of the difference, 2 * s * sqrt(1/n_b +
+ *     1/n_c), s the pooled within-configuration sample standard deviation over
+ *     every configuration with two or more seeds (or by more than a noise floor
+ *     given by hand); re-run with a new seed while it is lower but not by that
+ *     much and has fewer than max_seeds seeds; discarded otherwise;
+ *   - then, while fewer than queue_target proposals are queued (the payload's
+ *     queue_depth), propose a mutation of the best (the baseline until
+ *     something succeeds) along one or two axes, validated with spec_parse and
+ *     never a spec whose identity was already seen.
  *
  * Identity: the canonical spec without name, tags, priority and parent (the
  * daemon's dedup key) with the per-layer choices written out, so that
@@ -65,7 +78,11 @@ typedef struct {
 typedef void (*strategy_log_fn)(void *user, const char *line);
 
 typedef struct {
-    double noise_floor;  /* val_bpb gain needed to adopt outright; default 0.005 */
+    double noise_floor;  /* > 0: a fixed val_bpb gain to adopt instead of 2 SE; default 0 */
+    int noise_seeds;     /* seeds of the baseline run first to measure the noise; default 3 */
+    int max_seeds;       /* seeds a promising variant gets before it is discarded; default 4 */
+    int queue_target;    /* proposals kept queued; 0 = the most experiments seen running
+                            at once (at least 1), i.e. one for every busy slot */
     uint64_t seed;       /* seeds the mutation RNG (a loaded state keeps its own) */
     int max_proposals;   /* stop proposing after this many; 0 = no limit */
     int max_rejections;  /* rejected proposals in a row before pausing; default 5 */
@@ -86,6 +103,32 @@ void strategy_free(strategy_t *s);
  * is not a hook event (no type). */
 int strategy_decide(strategy_t *s, const cJSON *event, cJSON **reply, char *err, size_t errlen);
 
+/* The adoption rule (see above), without state, for the tests and the log. */
+typedef enum { STRATEGY_ADOPT, STRATEGY_RERUN, STRATEGY_DISCARD } strategy_verdict;
+typedef struct {
+    double best_mean;   /* the best configuration's mean val_bpb */
+    int best_n;         /* over this many seeds */
+    double cand_mean;   /* the candidate's */
+    int cand_n;         /* over this many seeds */
+    double sd;          /* the pooled sample standard deviation; < 0 = not measured */
+    double noise_floor; /* > 0: adopt past this gain instead of 2 SE */
+    int max_seeds;      /* re-run only while cand_n < max_seeds */
+} strategy_compare_t;
+
+/* ADOPT when best_mean - cand_mean > the threshold (*threshold: noise_floor,
+ * or 2 * sd * sqrt(1/best_n + 1/cand_n), or NAN when sd is not measured),
+ * RERUN when the candidate is lower but not by that much and has fewer than
+ * max_seeds seeds, DISCARD otherwise. */
+strategy_verdict strategy_compare(const strategy_compare_t *c, double *threshold);
+
+/* The pooled within-configuration standard deviation the strategy measured
+ * (NAN before any configuration has two seeds); *df = sum (n - 1). */
+double strategy_noise(const strategy_t *s, int *df);
+
+/* The configuration of sp as the strategy knows it: 1 with its number of
+ * succeeded seeds and mean, or 0 when it has none. */
+int strategy_config(const strategy_t *s, const spec_t *sp, int *n, double *mean);
+
 /* Mutate sp (a validated spec) in place along axis, with a move drawn from
  * rng: on success sp is validated again, differs in identity from what it
  * was, and ch says how; name, tags, seed and parent are untouched. Returns 0,
@@ -103,7 +146,7 @@ int strategy_has_seen(const strategy_t *s, const spec_t *sp);
  * spec stays owned by the strategy), or 0 when nothing has been adopted. */
 int strategy_best(const strategy_t *s, int64_t *id, double *val_bpb, const spec_t **spec);
 
-int strategy_n_pending(const strategy_t *s);   /* near ties awaiting their re-run */
+int strategy_n_pending(const strategy_t *s);   /* re-runs proposed and not yet judged */
 int strategy_n_proposals(const strategy_t *s); /* specs proposed so far */
 
 /* The whole state as JSON (a new tree the caller frees), and back. Load

@@ -35,6 +35,8 @@
 
 #include "worker.h"
 
+#include "executor.h"
+
 extern char **environ;
 
 #define READ_CHUNK       (64 * 1024) /* bytes per pipe read */
@@ -721,6 +723,61 @@ fail:
     for (int i = 0; i < 3; i++) close_handle(w, (uv_handle_t *)timers[i]);
     if (proc_init) close_handle(w, (uv_handle_t *)&w->proc);
     return rc;
+}
+
+/* --------------------------------------------------------- local executor */
+
+/* The local executor (executor.h) is this module as a table: a job is a
+ * worker_t, and the callbacks are the worker's. */
+
+typedef struct {
+    executor_t x; /* first: the table the scheduler sees */
+    uv_loop_t *loop;
+} local_executor_t;
+
+static int local_start(executor_t *x, const executor_run_t *r, const executor_callbacks_t *cb,
+                       executor_job_t **job, char *err, size_t errlen) {
+    worker_opts_t wo = {.shim = r->shim,
+                        .argv = r->argv,
+                        .cwd = r->run_dir,
+                        .log_path = r->log_path,
+                        .cpus = r->cpus,
+                        .threads = r->threads,
+                        .memory_mb = r->memory_mb,
+                        .deadline_s = r->deadline_s,
+                        .kill_grace_s = r->kill_grace_s};
+    worker_callbacks_t wcb = {
+        .on_progress = cb->on_progress, .on_exit = cb->on_exit, .user = cb->user};
+    worker_t *w;
+    int rc = worker_start(((local_executor_t *)x)->loop, &wo, &wcb, &w, err, errlen);
+    if (rc < 0) return rc;
+    *job = (executor_job_t *)w;
+    if (cb->on_started) cb->on_started(w->pid, 0, cb->user);
+    return 0;
+}
+
+static void local_stop(executor_job_t *job, worker_status why) {
+    worker_stop((worker_t *)job, why);
+}
+
+static void local_describe(const executor_job_t *job, cJSON *o) {
+    cJSON_AddNumberToObject(o, "pid", worker_pid((const worker_t *)job));
+}
+
+static void local_free(executor_t *x) {
+    free(x);
+}
+
+executor_t *executor_local_new(uv_loop_t *loop) {
+    local_executor_t *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    l->x = (executor_t){.name = "local",
+                        .start = local_start,
+                        .stop = local_stop,
+                        .describe = local_describe,
+                        .free = local_free};
+    l->loop = loop;
+    return &l->x;
 }
 
 /* ------------------------------------------------------------ the exec shim */

@@ -55,6 +55,7 @@ typedef struct {
     cJSON *result;       /* the last "result" event line, or NULL; borrowed for the callback */
     double wall_seconds; /* spawn to exit */
     uint64_t garbage_lines;
+    int detached; /* an executor left the run going (executor.h); always 0 here */
 } worker_exit_t;
 
 typedef struct {

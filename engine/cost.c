@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "data.h"
 #include "spec.h"
 
 void cost_compute(const spec_model_t *m, int B, cost_t *out) {
@@ -61,6 +62,67 @@ void cost_compute(const spec_model_t *m, int B, cost_t *out) {
     out->mac_lm_head = rows * (double)D * (double)V;
 }
 
+/* Muon's per-matrix state (momentum + NorMuon second moment, optim.c) and the
+ * scratch of its polar-express step for a rows x cols matrix, in floats. */
+static double muon_state(double rows, double cols) {
+    return rows * cols + (rows > cols ? rows : cols);
+}
+static double muon_work(double rows, double cols) {
+    double s = rows < cols ? rows : cols, l = rows < cols ? cols : rows;
+    return rows * cols + 2 * s * s + rows * cols + l;
+}
+
+void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *out) {
+    cost_t c;
+    cost_compute(m, B, &c);
+    const double V = m->vocab_size, D = m->n_embd, T = m->seq_len, N = (double)B * T;
+    const double H = m->n_head, Hkv = m->n_kv_head;
+    const double qd = H * m->head_dim, kvd = Hkv * m->head_dim, hidden = m->mlp_hidden;
+    const int gated = m->mlp == MLP_SWIGLU || m->mlp == MLP_GEGLU;
+    const double fc = gated ? 2 * hidden : hidden;
+
+    memset(out, 0, sizeof *out);
+    out->weights = 4.0 * (double)c.total;
+    out->grads = 4.0 * (double)c.total;
+
+    /* AdamW: two moments for everything that is not a block matrix. Muon:
+     * per block matrix, and scratch sized for the largest one. */
+    double adam = (double)(c.total - c.blocks), muon = 0, work = 0;
+    const double shapes[4][2] = {{qd, D}, {kvd, D}, {D, qd}, {fc, D}};
+    for (int i = 0; i < 4; i++) {
+        double w = muon_work(shapes[i][0], shapes[i][1]);
+        if (w > work) work = w;
+    }
+    double mlp_proj = muon_work(D, hidden);
+    if (mlp_proj > work) work = mlp_proj;
+    for (int l = 0; l < m->depth; l++) {
+        muon += muon_state(qd, D) + 2 * muon_state(kvd, D) + muon_state(D, qd) + muon_state(fc, D) +
+                muon_state(D, hidden);
+        if (m->has_ve[l]) muon += muon_state(Hkv, m->ve_gate_channels);
+    }
+    out->optimizer = 4.0 * (2 * adam + muon + work);
+
+    /* gpt.c's layout_acts, array by array, plus the token id arrays. */
+    double acts = N * D * (3 + (m->embed_dropout > 0)) + N; /* emb, drop, x0, res[0]; rstd0 */
+    for (int l = 0; l < m->depth; l++) {
+        acts += N * D                                      /* res[l + 1] */
+                + 2 * (N * D + N)                          /* xn1, xn2 and their rstd */
+                + 2 * N * qd + 2 * N * kvd + N * (H + Hkv) /* q, y; k, v; rstd_q, rstd_k */
+                + (m->has_ve[l] ? N * Hkv : 0)             /* gate */
+                + (double)B * H * T * T                    /* attention probabilities */
+                + N * fc + N * hidden;                     /* MLP */
+    }
+    acts += N * D + 3 * N + N * V; /* xf, rstdf, lse, losses, logits */
+    acts += 3 * N * D + 2 * N * qd + 2 * N * kvd + N * fc + N * hidden + N * Hkv + N * V +
+            T * T;                               /* backward scratch */
+    out->activations = 4.0 * acts + 4.0 * 4 * N; /* + ids/targets in gpt.c and train.c */
+
+    out->data = 2.0 * data_tokens;
+    out->overhead = COST_OVERHEAD_BYTES;
+    out->total =
+        out->weights + out->grads + out->optimizer + out->activations + out->data + out->overhead;
+}
+
 /* ---------------------------------------------------------------- command */
 
 /* v with thousands separators ("38,597,376") into buf; returns buf. */
@@ -88,22 +150,40 @@ static void print_count(const char *label, double v) {
     printf("%-28s %20s  (%.3e)\n", label, commas(v, a, sizeof a), v);
 }
 
+static void print_mib(const char *label, double bytes) {
+    char a[64];
+    printf("%-28s %16s MiB\n", label, commas(bytes / (1024.0 * 1024.0), a, sizeof a));
+}
+
 static void usage(FILE *out) {
-    fprintf(out, "usage: nightshift cost SPEC.json [--batch B]\n"
+    fprintf(out, "usage: nightshift cost SPEC.json [--dir DIR] [--batch B]\n"
                  "\n"
                  "Prints the parameter counts (and fp32 bytes) of the spec's model, its\n"
-                 "training FLOPs per token, and the leading MAC counts of one forward pass\n"
-                 "over B rows of seq_len tokens (B defaults to train.batch_size).\n"
-                 "The spec must give model.vocab_size.\n");
+                 "training FLOPs per token, the leading MAC counts of one forward pass over\n"
+                 "B rows of seq_len tokens (B defaults to train.batch_size), and the memory a\n"
+                 "worker training it needs (an estimate of its peak RSS; the daemon refuses\n"
+                 "a spec whose estimate exceeds a worker's memory limit).\n"
+                 "\n"
+                 "  --dir DIR   the state directory holding the spec's dataset (default\n"
+                 "              state): model.vocab_size comes from the dataset unless the\n"
+                 "              spec gives it, and its token files count towards memory\n"
+                 "  --batch B   rows per forward pass for the MAC counts and the memory\n");
 }
 
 int cost_main(int argc, char **argv) {
-    const char *spec_path = NULL;
+    const char *spec_path = NULL, *dir = NULL;
     long batch = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(argv[i], "--dir") || !strncmp(argv[i], "--dir=", 6)) {
+            dir = argv[i][5] == '=' ? argv[i] + 6 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!dir || !*dir) {
+                fprintf(stderr, "cost: --dir needs a directory\n");
+                usage(stderr);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--batch") || !strncmp(argv[i], "--batch=", 8)) {
             const char *v = argv[i][7] == '=' ? argv[i] + 8 : (i + 1 < argc ? argv[++i] : NULL);
             char *end = NULL;
@@ -141,15 +221,40 @@ int cost_main(int argc, char **argv) {
             fprintf(stderr, "cost: %s: %s\n", spec_path, err);
         return 1;
     }
-    const spec_model_t *m = &spec.model;
-    if (m->vocab_size <= 0) {
-        fprintf(stderr, "cost: model.vocab_size is required (no dataset to take it from)\n");
+    spec_model_t *m = &spec.model;
+    /* The dataset: the vocabulary when the spec leaves it out, and the token
+     * files' size. Without --dir a missing dataset only matters when the spec
+     * has no vocab_size. */
+    data_info_t info;
+    char derr[512];
+    const char *state = dir ? dir : "state";
+    int have_data = data_info(state, spec.dataset, &info, derr, sizeof derr) == 0;
+    if (!have_data && (dir || m->vocab_size <= 0)) {
+        fprintf(stderr, "cost: %s\n", derr);
+        if (m->vocab_size <= 0)
+            fprintf(stderr,
+                    "cost: model.vocab_size comes from the dataset '%s': give --dir with "
+                    "the state directory that holds it, or set model.vocab_size\n",
+                    spec.dataset);
         spec_free(&spec);
         return 1;
+    }
+    if (have_data && m->vocab_size > 0 && m->vocab_size != info.vocab_size) {
+        fprintf(stderr, "cost: model.vocab_size: %d differs from dataset %s's vocab %d\n",
+                m->vocab_size, spec.dataset, info.vocab_size);
+        spec_free(&spec);
+        return 1;
+    }
+    if (m->vocab_size <= 0) {
+        m->vocab_size = info.vocab_size;
+        printf("%-28s %20d  (from dataset '%s' in %s)\n", "vocab_size:", m->vocab_size,
+               spec.dataset, state);
     }
     int B = batch ? (int)batch : spec.train.batch_size;
     cost_t c;
     cost_compute(m, B, &c);
+    cost_mem_t mem;
+    cost_memory(m, B, have_data ? info.train_tokens + info.val_tokens : 0, &mem);
 
     char a[64];
     print_params("token parameters:", c.wte, "");
@@ -167,6 +272,13 @@ int cost_main(int argc, char **argv) {
     print_count("attention-pair MACs:", c.mac_attn);
     print_count("lm_head MACs:", c.mac_lm_head);
     print_count("forward MACs (sum):", c.mac_proj_ffn + c.mac_attn + c.mac_lm_head);
+    print_mib("memory, weights:", mem.weights);
+    print_mib("memory, gradients:", mem.grads);
+    print_mib("memory, optimizer:", mem.optimizer);
+    print_mib("memory, activations:", mem.activations);
+    print_mib("memory, dataset:", mem.data);
+    print_mib("memory, process:", mem.overhead);
+    print_mib("memory needed (estimate):", mem.total);
     spec_free(&spec);
     return 0;
 }

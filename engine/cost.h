@@ -32,4 +32,27 @@ typedef struct {
 /* Fill out for model m (validated, vocab_size > 0) and batch rows B. */
 void cost_compute(const spec_model_t *m, int B, cost_t *out);
 
+/* The memory one training worker needs, in bytes, by what holds it: the
+ * engine's allocations in closed form (gpt.c's parameter, gradient and
+ * activation tables, optim.c's state and Muon scratch), the mapped dataset
+ * (every page is read once at open), and a fixed process overhead (code,
+ * libraries, OpenBLAS's per-thread buffers) measured on the reference
+ * machine. An estimate of peak RSS, checked against measured runs in
+ * tests/test_cost.c. */
+typedef struct {
+    double weights;     /* fp32 parameters */
+    double grads;       /* one gradient per parameter */
+    double optimizer;   /* AdamW moments, Muon momentum + second moments + scratch */
+    double activations; /* forward activations and backward scratch for B x seq_len */
+    double data;        /* the dataset's token files, 2 bytes per token */
+    double overhead;    /* COST_OVERHEAD_BYTES */
+    double total;
+} cost_mem_t;
+
+#define COST_OVERHEAD_BYTES (16.0 * 1024 * 1024)
+
+/* Fill out for model m (validated, vocab_size > 0), B rows per micro-batch
+ * and data_tokens tokens in the dataset (0 when unknown). */
+void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *out);
+
 #endif

@@ -388,8 +388,13 @@ static int write_text(const char *text, const char *path, char *err, size_t errl
 
 /* ---- prep ------------------------------------------------------------------------- */
 
+#define PREP_DEFAULT_DIR          "state"
+#define PREP_DEFAULT_VOCAB        4092
+#define PREP_DEFAULT_VAL_FRACTION 0.1
+
 typedef struct {
     const char *dir, *name;
+    char name_buf[64]; /* the default name, when --name is not given */
     long vocab;
     double val_fraction;
     bool has_fraction, force, quiet;
@@ -399,35 +404,68 @@ typedef struct {
 
 static void prep_usage(FILE *out) {
     fprintf(out,
-            "usage: nightshift prep --dir DIR --name NAME --vocab N\n"
+            "usage: nightshift prep [--dir DIR] [--name NAME] [--vocab N]\n"
             "                       [--val-fraction F | --val PATH ...] [--force] [--quiet]\n"
             "                       INPUT...\n"
             "\n"
             "Trains a byte-level BPE tokenizer on the training documents and writes the\n"
             "dataset DIR/datasets/NAME (tokenizer.json, token_bytes.bin, train.bin, val.bin,\n"
-            "manifest.json).\n"
+            "manifest.json). A spec trains on it with \"dataset\": \"NAME\".\n"
             "\n"
             "  INPUT            a text file (one document), a .jsonl file (one document per\n"
             "                   line, from its \"text\" field), or a directory of them (read\n"
             "                   recursively in sorted order, hidden entries skipped)\n"
-            "  --dir DIR        the state directory (created if missing)\n"
-            "  --name NAME      dataset name: [A-Za-z0-9_.-], not starting with '.'\n"
+            "  --dir DIR        the state directory (default %s, the daemon's default --dir;\n"
+            "                   created if missing)\n"
+            "  --name NAME      dataset name: [A-Za-z0-9_.-], not starting with '.' (default:\n"
+            "                   the first INPUT's file name without its extension)\n"
             "  --vocab N        byte tokens (256) plus merges; 256 = bytes only. Four special\n"
-            "                   tokens follow, so N + 4 <= %d\n"
-            "  --val-fraction F the last fraction F of the documents, in input order, is the\n"
-            "                   validation split (default 0.1; at least one document each side)\n"
+            "                   tokens follow, so N + 4 <= %d. Default %d: with the specials\n"
+            "                   the vocabulary is 4096, a round size for the embedding and\n"
+            "                   lm_head matrices, and large enough to shorten English text\n"
+            "                   to about 3.5 bytes per token\n"
+            "  --val-fraction F the validation split (default %g): the last fraction F of\n"
+            "                   the documents, in input order; when the input is a single\n"
+            "                   document (one text file), the last fraction F of its bytes,\n"
+            "                   cut at the line break nearest that point\n"
             "  --val PATH       validation documents from PATH instead (repeatable); the\n"
             "                   INPUTs are then all training documents\n"
             "  --force          replace an existing dataset of that name\n"
             "  --quiet          no progress on stderr\n",
-            DATA_MAX_TOKENS);
+            PREP_DEFAULT_DIR, DATA_MAX_TOKENS, PREP_DEFAULT_VOCAB, PREP_DEFAULT_VAL_FRACTION);
+}
+
+/* The default dataset name from an input path: its last component without
+ * the extension, characters a name may not hold replaced by '_', into buf
+ * (size > 63). */
+static void default_name(const char *input, char *buf, size_t len) {
+    size_t n = strlen(input);
+    while (n > 1 && input[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && input[b - 1] != '/') b--;
+    size_t e = n;
+    for (size_t i = n; i > b + 1; i--)
+        if (input[i - 1] == '.') {
+            e = i - 1;
+            break;
+        }
+    size_t o = 0;
+    for (size_t i = b; i < e && o + 1 < len && o < 63; i++) {
+        char c = input[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == '-';
+        buf[o++] = ok ? c : '_';
+    }
+    buf[o] = 0;
+    if (!o || buf[0] == '.') snprintf(buf, len, "text");
 }
 
 /* Returns 0, 1 after --help, or 2 on a usage error (printed). */
 static int prep_parse(int argc, char **argv, prep_args_t *a) {
     memset(a, 0, sizeof *a);
-    a->vocab = -1;
-    a->val_fraction = 0.1;
+    a->vocab = PREP_DEFAULT_VOCAB;
+    a->dir = PREP_DEFAULT_DIR;
+    a->val_fraction = PREP_DEFAULT_VAL_FRACTION;
     a->inputs = calloc((size_t)argc, sizeof *a->inputs);
     a->vals = calloc((size_t)argc, sizeof *a->vals);
     if (!a->inputs || !a->vals) {
@@ -502,16 +540,14 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
         prep_usage(stderr);
         return 2;
     }
-    const char *missing = !a->dir ? "--dir" : !a->name ? "--name" : a->vocab < 0 ? "--vocab" : NULL;
-    if (missing) {
-        fprintf(stderr, "prep: %s is required\n", missing);
-        prep_usage(stderr);
-        return 2;
-    }
     if (!a->n_inputs) {
         fprintf(stderr, "prep: no INPUT given\n");
         prep_usage(stderr);
         return 2;
+    }
+    if (!a->name) {
+        default_name(a->inputs[0], a->name_buf, sizeof a->name_buf);
+        a->name = a->name_buf;
     }
     if (a->has_fraction && a->n_vals) {
         fprintf(stderr, "prep: --val-fraction and --val exclude each other\n");
@@ -520,9 +556,62 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
     return 0;
 }
 
+/* How a single document was split: the validation text is bytes [cut, len). */
+typedef struct {
+    size_t cut; /* 0 = not split by bytes */
+} byte_split_t;
+
+/* Split c's only document in two: the last `fraction` of its bytes become a
+ * second (validation) document. The cut goes just after a line break: the one
+ * nearest the target point with at least one byte of text on each side. A
+ * text without such a line break cannot be split (an error naming the
+ * alternatives). */
+static int split_one(corpus_t *c, double fraction, byte_split_t *out, char *err, size_t errlen) {
+    const char *t = c->text;
+    size_t len = c->len;
+    double want = (1.0 - fraction) * (double)len;
+    size_t target = want < 1 ? 1 : want > (double)(len - 1) ? len - 1 : (size_t)want;
+    size_t best = 0, best_dist = SIZE_MAX;
+    /* A cut at k means text [0, k) trains and [k, len) validates; k follows a '\n'. */
+    for (size_t k = target; k > 0; k--)
+        if (t[k - 1] == '\n') {
+            best = k, best_dist = target - k;
+            break;
+        }
+    for (size_t k = target + 1; k < len && k - target < best_dist; k++)
+        if (t[k - 1] == '\n') {
+            best = k;
+            break;
+        }
+    if (best == 0 || best >= len) {
+        util_errorf(err, errlen,
+                    "the input is one document of %zu bytes without a line break to split it "
+                    "at; give --val with validation text, or more text",
+                    len);
+        return -1;
+    }
+    c->dlen[0] = best;
+    if (c->n + 1 > c->capd) {
+        size_t cap = c->capd;
+        if (grow(&c->off, &cap, c->n + 1, sizeof *c->off)) goto oom;
+        cap = c->capd;
+        if (grow(&c->dlen, &cap, c->n + 1, sizeof *c->dlen)) goto oom;
+        c->capd = cap;
+    }
+    c->off[1] = best;
+    c->dlen[1] = len - best;
+    c->n = 2;
+    out->cut = best;
+    return 0;
+oom:
+    util_errorf(err, errlen, "out of memory");
+    return -1;
+}
+
 static cJSON *manifest_json(const prep_args_t *a, const tok_t *tok, const corpus_t *c,
-                            const split_stats_t *tr, const split_stats_t *va,
-                            const char *split_desc, double tok_s, double total_s) {
+                            const byte_split_t *split, const split_stats_t *tr,
+                            const split_stats_t *va, const char *split_desc, double tok_s,
+                            double total_s) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "name", a->name);
     cJSON_AddNumberToObject(m, "format", 1);
@@ -543,6 +632,12 @@ static cJSON *manifest_json(const prep_args_t *a, const tok_t *tok, const corpus
         cJSON *paths = cJSON_AddArrayToObject(vs, "paths");
         for (size_t i = 0; i < a->n_vals; i++)
             cJSON_AddItemToArray(paths, cJSON_CreateString(a->vals[i]));
+    } else if (split->cut) {
+        cJSON_AddStringToObject(vs, "method", "byte_fraction");
+        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
+        cJSON_AddNumberToObject(vs, "cut_byte", (double)split->cut);
+        cJSON_AddNumberToObject(vs, "train_text_bytes", (double)split->cut);
+        cJSON_AddNumberToObject(vs, "val_text_bytes", (double)(c->len - split->cut));
     } else {
         cJSON_AddStringToObject(vs, "method", "fraction");
         cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
@@ -624,6 +719,7 @@ int prep_main(int argc, char **argv) {
     char err[1024] = "";
     char dsdir[4096], tmp[4400], final[4400], path[4500], desc[256];
     bool made_tmp = false;
+    byte_split_t split = {0};
     int rc = prep_parse(argc, argv, &a);
     if (rc) {
         free(a.inputs);
@@ -685,11 +781,14 @@ int prep_main(int argc, char **argv) {
     if (a.n_vals) {
         snprintf(desc, sizeof desc, "the %zu documents of the --val paths", c.n - n_train);
     } else {
-        if (c.n < 2) {
-            util_errorf(err, sizeof err,
-                        "found %zu document; a validation split needs at least 2 (or give --val)",
-                        c.n);
-            goto fail;
+        if (c.n == 1) {
+            if (split_one(&c, a.val_fraction, &split, err, sizeof err)) goto fail;
+            snprintf(desc, sizeof desc,
+                     "the last %zu of %zu bytes of the one document (fraction %g, cut after a "
+                     "line break at byte %zu)",
+                     c.len - split.cut, c.len, a.val_fraction, split.cut);
+            n_train = 1;
+            goto split_done;
         }
         double want = round(a.val_fraction * (double)c.n);
         size_t nv = want < 1 ? 1 : want > (double)(c.n - 1) ? c.n - 1 : (size_t)want;
@@ -697,6 +796,7 @@ int prep_main(int argc, char **argv) {
         snprintf(desc, sizeof desc, "the last %zu of %zu documents in input order (fraction %g)",
                  nv, c.n, a.val_fraction);
     }
+split_done:
 
     /* Train the tokenizer on the training documents only. */
     double tt = util_now();
@@ -752,7 +852,7 @@ int prep_main(int argc, char **argv) {
     if (write_token_bytes(tb, nv, path, err, sizeof err)) goto fail;
     snprintf(path, sizeof path, "%s/tokenizer.json", tmp);
     if (tok_save(tok, path, err, sizeof err)) goto fail;
-    manifest = manifest_json(&a, tok, &c, &st_train, &st_val, desc, tok_s, util_now() - t0);
+    manifest = manifest_json(&a, tok, &c, &split, &st_train, &st_val, desc, tok_s, util_now() - t0);
     if (!manifest || !(mtext = cJSON_Print(manifest))) {
         util_errorf(err, sizeof err, "out of memory");
         goto fail;
@@ -762,10 +862,17 @@ int prep_main(int argc, char **argv) {
     if (install(tmp, final, a.force, err, sizeof err)) goto fail;
     made_tmp = false;
 
-    printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (%zu docs), val %zu tokens "
-           "(%zu docs), %.1f s\n",
-           a.name, final, nv, st_train.tokens, st_train.docs, st_val.tokens, st_val.docs,
-           util_now() - t0);
+    if (split.cut)
+        printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (the first %zu bytes), val "
+               "%zu tokens (the last %zu bytes), %.1f s\n",
+               a.name, final, nv, st_train.tokens, split.cut, st_val.tokens, c.len - split.cut,
+               util_now() - t0);
+    else
+        printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (%zu docs), val %zu tokens "
+               "(%zu docs), %.1f s\n",
+               a.name, final, nv, st_train.tokens, st_train.docs, st_val.tokens, st_val.docs,
+               util_now() - t0);
+    printf("prep: a spec trains on it with \"dataset\": \"%s\"\n", a.name);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "prep: %s\n", err);
@@ -934,6 +1041,37 @@ fail:
     free(text);
     data_close(ds);
     return -1;
+}
+
+int data_info(const char *state_dir, const char *name, data_info_t *info, char *err,
+              size_t errlen) {
+    char path[4400];
+    size_t len;
+    int rc = -1;
+    memset(info, 0, sizeof *info);
+    if (!data_name_ok(name)) {
+        util_errorf(err, errlen, "dataset name '%s' is not a valid name", name);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/datasets/%s/manifest.json", state_dir, name);
+    char *text = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen);
+    if (!text) return -1;
+    cJSON *m = cJSON_ParseWithLength(text, len);
+    double v[3];
+    static const char *const keys[3] = {"vocab_size", "train_tokens", "val_tokens"};
+    for (int k = 0; k < 3; k++)
+        if (!manifest_count(m, keys[k], k == 0 ? DATA_MAX_TOKENS : 9007199254740992.0, &v[k])) {
+            util_errorf(err, errlen, "%s: \"%s\" missing or not a count", path, keys[k]);
+            goto done;
+        }
+    info->vocab_size = (int)v[0];
+    info->train_tokens = v[1];
+    info->val_tokens = v[2];
+    rc = 0;
+done:
+    cJSON_Delete(m);
+    free(text);
+    return rc;
 }
 
 void data_close(data_set_t *ds) {

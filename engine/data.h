@@ -72,5 +72,15 @@ typedef struct {
 void data_sampler_init(data_sampler_t *s, data_sample_kind kind, size_t n, size_t T, uint64_t seed);
 /* The offset of the next row: it covers tokens [offset, offset + T]. */
 size_t data_sampler_next(data_sampler_t *s);
+/* What a dataset's manifest says, without opening its token files: for
+ * sizing a run before it starts (cost, the daemon's submit check). */
+typedef struct {
+    int vocab_size; /* incl. specials */
+    double train_tokens, val_tokens;
+} data_info_t;
+
+/* Read STATE_DIR/datasets/NAME/manifest.json into *info. Returns 0, or -1
+ * with err naming the file. */
+int data_info(const char *state_dir, const char *name, data_info_t *info, char *err, size_t errlen);
 
 #endif

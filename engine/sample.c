@@ -8,12 +8,14 @@
  * last seq_len tokens for every new token: simple, and fast enough for the
  * few hundred tokens a person reads. */
 #include <cJSON.h>
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "cli.h"
@@ -64,7 +66,7 @@ static int draw(const float *logits, int V, double temperature, int top_k, rng_t
 }
 
 static int sample_run(const sample_opts_t *o) {
-    char err[512], path[PATH_MAX + 64];
+    char err[512], path[PATH_MAX + 256];
     ckpt_file_t f = {0};
     spec_t spec;
     int have_spec = 0, rc = 1;
@@ -79,7 +81,7 @@ static int sample_run(const sample_opts_t *o) {
     const char *spec_json = cJSON_GetStringValue(cJSON_GetObjectItem(meta, "nightshift_spec"));
     if (!spec_json) {
         snprintf(err, sizeof err,
-                 "%s: no nightshift_spec in its metadata (save it with train --save)",
+                 "%.300s: no nightshift_spec in its metadata (save it with train --save)",
                  o->checkpoint);
         goto fail;
     }
@@ -146,13 +148,33 @@ fail:
 }
 
 static void sample_usage(FILE *out) {
-    fprintf(out,
-            "usage: nightshift sample --checkpoint CKPT.safetensors [--dir DIR] [--prompt TEXT]\n"
-            "                         [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
-            "Generates text from a checkpoint saved by `train --save` (the daemon keeps one\n"
-            "per run: DIR/runs/<id>/model.safetensors). The tokenizer comes from the run's\n"
-            "dataset under DIR (default state). Defaults: 200 tokens, temperature 0.8,\n"
-            "top-k 40 (0 = all); temperature 0 is greedy.\n");
+    fprintf(out, "usage: nightshift sample ID [--dir DIR | --url URL] [--prompt TEXT]\n"
+                 "       nightshift sample --checkpoint CKPT.safetensors [--dir DIR] [...]\n"
+                 "                         [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+                 "Generates text from experiment ID's checkpoint (the daemon keeps one per run:\n"
+                 "DIR/runs/ID/model.safetensors), or from any checkpoint saved by `train --save`.\n"
+                 "The tokenizer comes from the run's dataset under DIR: the state directory\n"
+                 "(default: the one holding the checkpoint when its path is .../runs/ID/...,\n"
+                 "else state); --url asks a running daemon where its state directory is.\n"
+                 "Defaults: 200 tokens, temperature 0.8, top-k 40 (0 = all); temperature 0 is\n"
+                 "greedy.\n");
+}
+
+/* The state directory of a checkpoint at DIR/runs/ID/FILE: DIR into buf
+ * ("." when the path is just runs/ID/FILE). Returns 0, or -1 when the path
+ * does not have that shape. */
+static int dir_of_checkpoint(const char *ckpt, char *buf, size_t len) {
+    const char *slash[3] = {NULL, NULL, NULL}; /* the last three '/' */
+    for (const char *p = ckpt; *p; p++)
+        if (*p == '/') slash[0] = slash[1], slash[1] = slash[2], slash[2] = p;
+    if (!slash[1] || !slash[2]) return -1;
+    const char *runs = slash[0] ? slash[0] + 1 : ckpt;
+    if (strncmp(runs, "runs/", 5) != 0 || runs + 4 != slash[1]) return -1;
+    if (!slash[0])
+        snprintf(buf, len, ".");
+    else
+        snprintf(buf, len, "%.*s", (int)(slash[0] - ckpt), ckpt);
+    return buf[0] ? 0 : -1;
 }
 
 int sample_main(int argc, char **argv) {
@@ -167,13 +189,14 @@ int sample_main(int argc, char **argv) {
                                          {"seed", required_argument, 0, 's'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    int ch;
-    char *end = NULL;
+    int ch, dir_given = 0;
+    char *end = NULL, ckpt_buf[PATH_MAX + 64], dir_buf[PATH_MAX];
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
         case 'd':
             o.dir = optarg;
+            dir_given = 1;
             break;
         case 'c':
             o.checkpoint = optarg;
@@ -205,6 +228,27 @@ int sample_main(int argc, char **argv) {
             return 2;
         }
         end = NULL;
+    }
+    /* One positional argument: an experiment id, whose checkpoint the daemon keeps. */
+    if (optind + 1 == argc && !o.checkpoint) {
+        const char *id = argv[optind++];
+        long long v = strtoll(id, &end, 10);
+        if (!*id || *end || v <= 0) {
+            fprintf(stderr, "sample: expected an experiment id, got '%s'\n", id);
+            return 2;
+        }
+        snprintf(ckpt_buf, sizeof ckpt_buf, "%s/runs/%lld/model.safetensors", o.dir, v);
+        o.checkpoint = ckpt_buf;
+        if (access(ckpt_buf, R_OK) != 0) {
+            fprintf(stderr,
+                    "sample: no checkpoint for experiment %lld in %s/runs (%s); give --dir with "
+                    "the daemon's state directory, or --url with its address\n",
+                    v, o.dir, strerror(errno));
+            return 1;
+        }
+    } else if (o.checkpoint && !dir_given &&
+               dir_of_checkpoint(o.checkpoint, dir_buf, sizeof dir_buf) == 0) {
+        o.dir = dir_buf;
     }
     if (optind != argc || !o.checkpoint || o.tokens < 0 || o.tokens > 100000 || o.top_k < 0 ||
         !(o.temperature >= 0)) {

@@ -72,6 +72,7 @@ void spec_defaults(spec_t *s) {
     strcpy(s->dataset, "default");
     s->time_budget_s = 300;
     s->token_budget = 0;
+    s->prune = true;
 
     spec_model_t *m = &s->model;
     m->vocab_size = 0;
@@ -184,6 +185,24 @@ static long utf8_length(const char *str) {
 
 /* -------------------------------------------------------------- parsing -- */
 
+/* Edit distance between a and b (insertions, deletions, substitutions),
+ * capped: anything above 3 is 4. For "did you mean". */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 40 || lb > 40) return 4;
+    int d[41][41];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb] > 3 ? 4 : d[la][lb];
+}
+
 /* Every key of obj must be one of names[], at most once. */
 static int check_keys(const cJSON *obj, const char *prefix, const char *const *names, size_t n,
                       char *err, size_t errlen) {
@@ -193,7 +212,19 @@ static int check_keys(const cJSON *obj, const char *prefix, const char *const *n
         snprintf(path, sizeof path, "%s%s", prefix, key);
         size_t k = 0;
         while (k < n && strcmp(names[k], key)) k++;
-        if (k == n) return fail(err, errlen, path, "unknown field");
+        if (k == n) {
+            /* The closest known name, when it is close enough to be a typo. */
+            size_t best = n;
+            int best_d = 4;
+            for (size_t j = 0; j < n; j++) {
+                int d = edit_distance(key, names[j]);
+                if (d < best_d) best = j, best_d = d;
+            }
+            if (best < n && best_d <= (strlen(names[best]) > 4 ? 2 : 1))
+                return fail(err, errlen, path, "unknown field (did you mean %s%s?)", prefix,
+                            names[best]);
+            return fail(err, errlen, path, "unknown field");
+        }
         for (const cJSON *later = it->next; later; later = later->next)
             if (later->string && !strcmp(later->string, key))
                 return fail(err, errlen, path, "duplicate field");
@@ -475,7 +506,7 @@ static int parse_resources(const cJSON *obj, spec_resources_t *r, char *err, siz
 
 static const char *const top_keys[] = {"name",   "tags",      "seed",          "priority",
                                        "parent", "dataset",   "time_budget_s", "model",
-                                       "train",  "resources", "token_budget"};
+                                       "train",  "resources", "prune",         "token_budget"};
 
 /* Fill s (already defaulted) from the root object. Strings s takes are owned
  * by s even on failure; the caller frees them. */
@@ -546,6 +577,7 @@ static int parse_root(const cJSON *root, spec_t *s, char *err, size_t errlen) {
          * explicitly as well is left for spec_validate to refuse. */
         if (s->token_budget > 0 && !FIELD(root, "time_budget_s")) s->time_budget_s = 0;
     }
+    if ((it = FIELD(root, "prune")) && get_bool(it, "prune", &s->prune, err, errlen)) return -1;
     if ((it = FIELD(root, "model")) && parse_model(it, &s->model, err, errlen)) return -1;
     if ((it = FIELD(root, "train")) && parse_train(it, &s->train, err, errlen)) return -1;
     if ((it = FIELD(root, "resources")) && parse_resources(it, &s->resources, err, errlen))
@@ -1044,6 +1076,7 @@ char *spec_canonical_json(const spec_t *s) {
     ok &= cJSON_AddStringToObject(root, "dataset", s->dataset) != NULL;
     ok &= add_double(root, "time_budget_s", s->time_budget_s);
     ok &= add_int(root, "token_budget", (long long)s->token_budget);
+    ok &= cJSON_AddBoolToObject(root, "prune", s->prune) != NULL;
     if (!ok) goto fail;
 
     const spec_model_t *m = &s->model;

@@ -94,6 +94,7 @@ typedef struct {
      * token_budget and leaves time_budget_s out gets time_budget_s 0. */
     double time_budget_s; /* training wall-clock seconds, at most a week */
     int64_t token_budget; /* training tokens; the run stops after the step reaching it */
+    bool prune;           /* the daemon may prune this run (serve --prune); default true */
     spec_model_t model;
     spec_train_t train;
     spec_resources_t resources;

@@ -18,6 +18,14 @@ slots=${NIGHTSHIFT_SLOTS:-1}
 baseline=${NIGHTSHIFT_BASELINE:-experiments/baseline.json}
 url=http://127.0.0.1:$port
 
+# Already running (a second `make run`)? Say where, rather than fail on the port.
+if "$bin" watch --once --url "$url" >/dev/null 2>&1; then
+    echo "nightshift is already running at $url"
+    echo "  live progress:   $bin watch --url $url"
+    echo "  the agent:       $bin agent status --url http://127.0.0.1:$agent_port"
+    exit 0
+fi
+
 mkdir -p "$state"
 # The hook's shared secret: made once, readable by this user only.
 secret=$state/agent.secret
@@ -25,23 +33,31 @@ if [[ ! -s $secret ]]; then
     (umask 077 && head -c 32 /dev/urandom | base64 >"$secret")
 fi
 
+# Each background job in its own process group: the terminal's Ctrl-C
+# reaches only this script, which stops the others once (one SIGTERM each).
+set -m
 pids=()
 # stop [STATUS]: stop everything started so far and exit with STATUS (0: a
 # requested stop; non-zero: something failed to start or died).
 stop() {
-    trap - INT TERM
+    trap - INT TERM HUP
     echo
     echo "run: stopping (the daemon re-queues a running experiment)"
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     wait "${pids[@]}" 2>/dev/null || true
     exit "${1:-0}"
 }
-trap stop INT TERM
+trap stop INT TERM HUP
+
+# The byte just past the end of a log (1 for none), for `tail -c +N`: what
+# this run wrote, not what earlier runs left.
+log_end() { echo $(($(stat -c %s "$1" 2>/dev/null || echo 0) + 1)); }
 
 # Start one process in the background and wait for its "listening on" line.
 start() {
-    local name=$1 log=$2
+    local name=$1 log=$2 from
     shift 2
+    from=$(log_end "$log")
     rm -f "$log.out" # so an old "listening on" line cannot count for this start
     "$@" >"$log.out" 2>>"$log" &
     pids+=($!)
@@ -49,7 +65,7 @@ start() {
         if grep -q "listening on" "$log.out" 2>/dev/null; then return 0; fi
         if ! kill -0 "${pids[-1]}" 2>/dev/null; then
             echo "run: $name did not start:" >&2
-            tail -n 20 "$log" >&2
+            tail -c "+$from" "$log" | tail -n 20 >&2
             stop 1
         fi
         sleep 0.1
@@ -60,24 +76,39 @@ start() {
 
 start agent "$state/agent.log" "$bin" agent --listen "127.0.0.1:$agent_port" \
     --secret-file "$secret" --baseline "$baseline" --state "$state/agent-state.json"
+daemon_from=$(log_end "$state/daemon.log")
 start daemon "$state/daemon.log" "$bin" serve --dir "$state" --listen "127.0.0.1:$port" \
     --slots "$slots" --agent-url "http://127.0.0.1:$agent_port/hook" --agent-secret-file "$secret"
 
-"$bin" submit "$baseline" --url "$url" || true
+# Follow the daemon's log from its start, so this pane shows the baseline start.
+tail -c "+$daemon_from" -F "$state/daemon.log" 2>/dev/null &
+pids+=($!)
+
+# The agent may have queued the baseline already (it proposes it on the
+# daemon's first queue.empty); then the submission is a duplicate.
+if reply=$("$bin" submit "$baseline" --url "$url" 2>&1); then
+    if [[ $reply =~ ^([0-9]+)\ duplicate\ \(already\ (.*)\)$ ]]; then
+        echo "run: the baseline is experiment ${BASH_REMATCH[1]} (${BASH_REMATCH[2]})"
+    else
+        echo "run: the baseline is experiment ${reply%% *} (queued)"
+    fi
+else
+    echo "run: submitting the baseline failed: $reply" >&2
+fi
 
 cat <<EOF
 
 nightshift is running: the daemon at $url, the reference agent at 127.0.0.1:$agent_port.
+  dashboard:       $url/
   live progress:   $bin watch --url $url
+  the agent:       $bin agent status --url http://127.0.0.1:$agent_port
   experiments:     $bin ls --url $url          (or curl $url/v1/experiments)
   the best config: $bin best --url $url        (or curl $url/v1/best)
-  from SQL:        sqlite3 $state/nightshift.db "select * from leaderboard limit 5"
+  from SQL:        sqlite3 -header -column $state/nightshift.db "select id, name, round(val_bpb, 4) as val_bpb, dataset from leaderboard limit 5"
   logs:            $state/daemon.log, $state/agent.log, $state/runs/<id>/train.log
 Ctrl-C stops both; run it again to resume.
 
 EOF
-tail -n 0 -F "$state/daemon.log" &
-pids+=($!)
 # Should either end by itself, stop the other too.
 wait -n "${pids[0]}" "${pids[1]}" || true
 echo "run: the agent or the daemon exited; see $state/agent.log and $state/daemon.log" >&2

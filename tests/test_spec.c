@@ -310,11 +310,13 @@ Test(spec, range_messages) {
 Test(spec, unknown_fields) {
     static const error_case cases[] = {
         {"{\"bogus\":1}", "bogus: unknown field"},
-        {"{\"Name\":\"x\"}", "Name: unknown field"},
-        {"{\"model\":{\"n_embed\":128}}", "model.n_embed: unknown field"},
+        {"{\"Name\":\"x\"}", "Name: unknown field (did you mean name?)"},
+        {"{\"model\":{\"n_embed\":128}}",
+         "model.n_embed: unknown field (did you mean model.n_embd?)"},
         {"{\"model\":{\"depth\":4,\"layers\":{\"x\":1}}}", "model.layers: unknown field"},
         {"{\"train\":{\"lr\":0.1}}", "train.lr: unknown field"},
-        {"{\"train\":{\"adam_beta1\":0.9}}", "train.adam_beta1: unknown field"},
+        {"{\"train\":{\"adam_beta1\":0.9}}",
+         "train.adam_beta1: unknown field (did you mean train.adam_betas?)"},
         {"{\"resources\":{\"gpus\":1}}", "resources.gpus: unknown field"},
         {"{\"model\":{\"window\":[1]}}", "model.window: unknown field"},
         {"{\"model\":{\"head_dim\":64}}", "model.head_dim: unknown field"},
@@ -535,20 +537,19 @@ static void expect_sorted(const cJSON *node, const char *where) {
 Test(spec, canonical_default_golden) {
     char *c = canonical_of("{}");
     cr_expect_str_eq(
-        c, "{\"dataset\":\"default\",\"model\":{\"depth\":4,\"embed_dropout\":0,\"max_pos\":256,"
-           "\"mlp\":\"relu2\",\"mlp_ratio\":4,\"n_embd\":128,\"n_head\":2,\"n_kv_head\":2,"
-           "\"pos\":\"rope\",\"seq_len\":256,\"softcap\":15,\"tie_embeddings\":false,"
-           "\"ve_gate_channels\":32,\"ve_layers\":\"alternate\",\"vocab_size\":0,"
-           "\"window_pattern\":\"SSSL\"},\"name\":null,\"parent\":null,\"priority\":0,"
-           "\"resources\":{\"memory_mb\":0,\"peak_gflops\":0,\"threads\":0},\"seed\":42,"
-           "\"tags\":[],\"time_budget_s\":300,\"token_budget\":0,"
-           "\"train\":{\"adam_betas\":[0.8,0.95],"
-           "\"batch_size\":16,\"embedding_lr\":0.6,\"final_lr_frac\":0,\"matrix_lr\":0.04,"
-           "\"muon_beta2\":0.95,\"muon_momentum_end\":0.95,\"muon_momentum_start\":0.85,"
-           "\"muon_momentum_steps\":300,\"ns_steps\":5,\"sampler\":\"random\","
-           "\"scalar_lr\":0.5,\"total_batch_tokens\":4096,\"unembedding_lr\":0.004,\"value_"
-           "embedding_lr\":0.6,"
-           "\"warmdown_ratio\":0.5,\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}");
+        c,
+        "{\"dataset\":\"default\",\"model\":{\"depth\":4,\"embed_dropout\":0,\"max_pos\":256,"
+        "\"mlp\":\"relu2\",\"mlp_ratio\":4,\"n_embd\":128,\"n_head\":2,\"n_kv_head\":2,"
+        "\"pos\":\"rope\",\"seq_len\":256,\"softcap\":15,\"tie_embeddings\":false,"
+        "\"ve_gate_channels\":32,\"ve_layers\":\"alternate\",\"vocab_size\":0,"
+        "\"window_pattern\":\"SSSL\"},\"name\":null,\"parent\":null,\"priority\":0,\"prune\":true,"
+        "\"resources\":{\"memory_mb\":0,\"peak_gflops\":0,\"threads\":0},\"seed\":42,"
+        "\"tags\":[],\"time_budget_s\":300,\"token_budget\":0,\"train\":{\"adam_betas\":[0.8,0.95],"
+        "\"batch_size\":16,\"embedding_lr\":0.6,\"final_lr_frac\":0,\"matrix_lr\":0.04,"
+        "\"muon_beta2\":0.95,\"muon_momentum_end\":0.95,\"muon_momentum_start\":0.85,"
+        "\"muon_momentum_steps\":300,\"ns_steps\":5,\"sampler\":\"random\",\"scalar_lr\":0.5,"
+        "\"total_batch_tokens\":4096,\"unembedding_lr\":0.004,\"value_embedding_lr\":0.6,"
+        "\"warmdown_ratio\":0.5,\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}");
     free(c);
 }
 
@@ -582,7 +583,7 @@ Test(spec, canonical_round_trip) {
         cJSON *root = cJSON_Parse(c1);
         cr_assert_not_null(root);
         expect_sorted(root, "root");
-        cr_expect_eq(cJSON_GetArraySize(root), 11);
+        cr_expect_eq(cJSON_GetArraySize(root), 12);
         cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "model")), 16);
         cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "train")), 19);
         cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "resources")), 3);

@@ -618,7 +618,7 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     claim_expect(s, late);
     store_result_t r = result_with(0.5);
     cr_assert_eq(store_finish(s, late, STORE_TIMEOUT, "deadline", -1, 9, &r, err, sizeof err), 0);
-    cJSON *l = store_list(s, STORE_TIMEOUT, NULL, 10, 0, err, sizeof err);
+    cJSON *l = store_list(s, STORE_TIMEOUT, NULL, NULL, 10, 0, err, sizeof err);
     cr_assert_not_null(l, "%s", err);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(l, 0), "val_bpb")));
     cJSON_Delete(l);
@@ -663,7 +663,9 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     sqlite3_close(db);
 
     /* The API's copy. */
-    cJSON *lb = store_leaderboard(s, 2, err, sizeof err);
+    store_scope_t sc;
+    cr_assert_eq(store_default_scope(s, NULL, &sc, err, sizeof err), 0, "%s", err);
+    cJSON *lb = store_leaderboard(s, &sc, 2, err, sizeof err);
     cr_assert_not_null(lb, "%s", err);
     cr_assert_eq(cJSON_GetArraySize(lb), 2);
     cJSON *top = cJSON_GetArrayItem(lb, 0);
@@ -681,7 +683,7 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(second, "tie_embeddings")));
     cJSON_Delete(lb);
 
-    cr_expect_null(store_leaderboard(s, 0, err, sizeof err));
+    cr_expect_null(store_leaderboard(s, &sc, 0, err, sizeof err));
     cr_expect_str_eq(err, "limit: must be 1..1000");
     store_close(s);
 }
@@ -772,7 +774,7 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
 /* The ids of a list answer, in order, into ids; returns how many. */
 static int list_ids(store_t *s, const char *status, const char *order, int limit, int64_t after,
                     int64_t *ids) {
-    cJSON *l = store_list(s, status, order, limit, after, err, sizeof err);
+    cJSON *l = store_list(s, status, NULL, order, limit, after, err, sizeof err);
     cr_assert_not_null(l, "list %s %s: %s", status ? status : "-", order ? order : "-", err);
     int n = 0;
     cJSON *it;
@@ -830,7 +832,7 @@ Test(store, list_filters_orders_limits_and_pages) {
     cr_expect(ids[0] == d && ids[1] == e);
 
     /* The item shape. */
-    cJSON *l = store_list(s, STORE_SUCCEEDED, "id", 1, 0, err, sizeof err);
+    cJSON *l = store_list(s, STORE_SUCCEEDED, NULL, "id", 1, 0, err, sizeof err);
     cr_assert_not_null(l, "%s", err);
     cJSON *it = cJSON_GetArrayItem(l, 0);
     const char *keys[] = {"id",     "name", "tags",    "status",  "reason",  "source",   "priority",
@@ -841,12 +843,13 @@ Test(store, list_filters_orders_limits_and_pages) {
     cr_expect(cJSON_IsArray(cJSON_GetObjectItem(it, "tags")));
     cJSON_Delete(l);
 
-    cr_expect_null(store_list(s, NULL, "name; DROP TABLE experiments", 10, 0, err, sizeof err));
+    cr_expect_null(
+        store_list(s, NULL, NULL, "name; DROP TABLE experiments", 10, 0, err, sizeof err));
     cr_expect_str_eq(err, "order: must be one of id, -id, val_bpb, created");
-    cr_expect_null(store_list(s, "bogus", NULL, 10, 0, err, sizeof err));
+    cr_expect_null(store_list(s, "bogus", NULL, NULL, 10, 0, err, sizeof err));
     cr_expect(strncmp(err, "status: must be one of", 22) == 0, "%s", err);
-    cr_expect_null(store_list(s, NULL, NULL, 0, 0, err, sizeof err));
-    cr_expect_null(store_list(s, NULL, NULL, 1001, 0, err, sizeof err));
+    cr_expect_null(store_list(s, NULL, NULL, NULL, 0, 0, err, sizeof err));
+    cr_expect_null(store_list(s, NULL, NULL, NULL, 1001, 0, err, sizeof err));
     cr_expect_str_eq(err, "limit: must be 1..1000");
     store_close(s);
 }
@@ -880,4 +883,242 @@ Test(store, a_second_connection_reads_while_the_store_writes) {
     sqlite3_finalize(st);
     sqlite3_close(db);
     store_close(s);
+}
+
+/* ---------------------------------------------- scopes, repeats and noise */
+
+/* Insert, claim and finish a succeeded run of the spec {top_json} (top-level
+ * fields, e.g. "\"dataset\":\"b\",\"seed\":3") with val_bpb. */
+static int64_t succeed_top(store_t *s, const char *name, const char *top_json, double val_bpb) {
+    char text[1024], perr[SPEC_ERR_LEN] = "";
+    snprintf(text, sizeof text, "{%s}", top_json);
+    spec_t sp;
+    cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s: %s", text, perr);
+    char *spec = spec_canonical_json(&sp);
+    char hash[32];
+    snprintf(hash, sizeof hash, "h%llu", (unsigned long long)sp.seed);
+    store_new_experiment_t e = {.name = name,
+                                .spec_json = spec,
+                                .spec_hash = hash,
+                                .seed = (int64_t)sp.seed,
+                                .source = "api",
+                                .priority = 1000};
+    spec_free(&sp);
+    int64_t id = 0;
+    cr_assert_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
+    free(spec);
+    claim_expect(s, id);
+    store_result_t r = result_with(val_bpb);
+    cr_assert_eq(store_finish(s, id, STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), 0, "%s",
+                 err);
+    return id;
+}
+
+static store_scope_t scope(const char *dataset, const char *kind, double budget) {
+    store_scope_t sc = {.budget = budget};
+    snprintf(sc.dataset, sizeof sc.dataset, "%s", dataset);
+    snprintf(sc.budget_kind, sizeof sc.budget_kind, "%s", kind);
+    return sc;
+}
+
+static double mean_of(const double *v, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m += v[i];
+    return m / n;
+}
+
+static double ss_of(const double *v, int n) { /* sum of squared deviations */
+    double m = mean_of(v, n), ss = 0;
+    for (int i = 0; i < n; i++) ss += (v[i] - m) * (v[i] - m);
+    return ss;
+}
+
+Test(store, repeats_are_one_leaderboard_row_with_mean_sd_and_seeds) {
+    store_t *s = open_store();
+    /* Configuration A: depth 2, three seeds; B: depth 3, two seeds; C: one. */
+    const double a[] = {1.31, 1.27, 1.35}, b[] = {1.25, 1.34}, c = 1.40;
+    int64_t a0 = 0, b0 = 0;
+    for (int i = 0; i < 3; i++) {
+        char top[128];
+        snprintf(top, sizeof top, "\"seed\":%d,\"model\":{\"depth\":2}", 10 + i);
+        int64_t id = succeed_top(s, i ? "a again" : "a", top, a[i]);
+        if (!i) a0 = id;
+    }
+    for (int i = 0; i < 2; i++) {
+        char top[128];
+        snprintf(top, sizeof top, "\"seed\":%d,\"model\":{\"depth\":3},\"prune\":false", 20 + i);
+        int64_t id = succeed_top(s, "b", top, b[i]);
+        if (!i) b0 = id;
+    }
+    succeed_top(s, "c", "\"seed\":30,\"model\":{\"depth\":1}", c);
+
+    /* In SQL, against an independent computation. */
+    sqlite3 *db = raw_open("nightshift.db");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM leaderboard"), 3, "one row per configuration");
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(
+        sqlite3_prepare_v2(db,
+                           "SELECT id, val_bpb, val_bpb_sd, n_seeds, seeds FROM leaderboard"
+                           " WHERE dataset = 'default' AND budget_kind = 'time'"
+                           " AND budget = 300",
+                           -1, &st, NULL),
+        SQLITE_OK, "%s", sqlite3_errmsg(db));
+    /* means: A 1.31, B 1.295, C 1.40: B first */
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_expect_eq(sqlite3_column_int64(st, 0), b0);
+    cr_expect_float_eq(sqlite3_column_double(st, 1), mean_of(b, 2), 1e-12);
+    cr_expect_float_eq(sqlite3_column_double(st, 2), sqrt(ss_of(b, 2) / 1), 1e-9);
+    cr_expect_eq(sqlite3_column_int(st, 3), 2);
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 4), "[20,21]");
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_expect_eq(sqlite3_column_int64(st, 0), a0);
+    cr_expect_float_eq(sqlite3_column_double(st, 1), mean_of(a, 3), 1e-12);
+    cr_expect_float_eq(sqlite3_column_double(st, 2), sqrt(ss_of(a, 3) / 2), 1e-9);
+    cr_expect_eq(sqlite3_column_int(st, 3), 3);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_expect_float_eq(sqlite3_column_double(st, 1), c, 1e-12);
+    cr_expect_eq(sqlite3_column_type(st, 2), SQLITE_NULL, "no sd from one seed");
+    cr_expect_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+
+    /* The API's copy, and the best configuration. */
+    store_scope_t sc = scope("default", "time", 300);
+    cJSON *lb = store_leaderboard(s, &sc, 10, err, sizeof err);
+    cr_assert_not_null(lb, "%s", err);
+    cJSON *top = cJSON_GetArrayItem(lb, 0);
+    cr_expect_float_eq(cJSON_GetObjectItem(top, "val_bpb")->valuedouble, mean_of(b, 2), 1e-12);
+    cr_expect_eq(cJSON_GetObjectItem(top, "n_seeds")->valuedouble, 2);
+    cr_expect(cJSON_IsArray(cJSON_GetObjectItem(top, "seeds")));
+    cJSON_Delete(lb);
+    cJSON *best = store_best_in(s, &sc, err, sizeof err);
+    cr_assert_not_null(best, "%s", err);
+    cr_expect_eq(cJSON_GetObjectItem(best, "id")->valuedouble, b0);
+    cr_expect_float_eq(cJSON_GetObjectItem(best, "mean_val_bpb")->valuedouble, mean_of(b, 2),
+                       1e-12);
+    cr_expect_eq(cJSON_GetObjectItem(best, "n_seeds")->valuedouble, 2);
+    cJSON_Delete(best);
+
+    /* The noise: pooled over A and B (C has one seed). */
+    cJSON *nz = store_noise(s, &sc, err, sizeof err);
+    cr_assert_not_null(nz, "%s", err);
+    double want = sqrt((ss_of(a, 3) + ss_of(b, 2)) / (2 + 1));
+    cr_expect_float_eq(cJSON_GetObjectItem(nz, "sd")->valuedouble, want, 1e-12);
+    cr_expect_eq(cJSON_GetObjectItem(nz, "configurations")->valuedouble, 2);
+    cr_expect_eq(cJSON_GetObjectItem(nz, "runs")->valuedouble, 5);
+    cr_expect_eq(cJSON_GetObjectItem(nz, "df")->valuedouble, 3);
+    cJSON_Delete(nz);
+    store_close(s);
+}
+
+Test(store, leaderboard_best_and_noise_never_mix_datasets_or_budgets) {
+    store_t *s = open_store();
+    int64_t a = succeed_top(s, "a", "\"dataset\":\"alpha\",\"seed\":1", 2.0);
+    succeed_top(s, "a2", "\"dataset\":\"alpha\",\"seed\":2", 2.2);
+    int64_t b = succeed_top(s, "b", "\"dataset\":\"beta\",\"seed\":1", 1.0); /* easier data */
+    int64_t t = succeed_top(s, "t", "\"dataset\":\"alpha\",\"seed\":1,\"time_budget_s\":60", 2.5);
+    store_scope_t sa = scope("alpha", "time", 300), sb = scope("beta", "time", 300);
+    store_scope_t st = scope("alpha", "time", 60);
+
+    cJSON *best = store_best_in(s, &sa, err, sizeof err);
+    cr_assert_not_null(best, "%s", err);
+    cr_expect_eq(cJSON_GetObjectItem(best, "id")->valuedouble, a, "beta's 1.0 leaked into alpha");
+    cr_expect_float_eq(cJSON_GetObjectItem(best, "mean_val_bpb")->valuedouble, 2.1, 1e-12);
+    cJSON_Delete(best);
+    best = store_best_in(s, &sb, err, sizeof err);
+    cr_expect_eq(cJSON_GetObjectItem(best, "id")->valuedouble, b);
+    cJSON_Delete(best);
+    best = store_best_in(s, &st, err, sizeof err);
+    cr_expect_eq(cJSON_GetObjectItem(best, "id")->valuedouble, t);
+    cJSON_Delete(best);
+    sqlite3 *db = raw_open("nightshift.db");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM leaderboard WHERE dataset = 'alpha'"
+                             " AND budget_kind = 'time' AND budget = 300"),
+                 1);
+    sqlite3_close(db);
+    cJSON *lb = store_leaderboard(s, &sb, 10, err, sizeof err);
+    cr_expect_eq(cJSON_GetArraySize(lb), 1);
+    cJSON_Delete(lb);
+    cJSON *nz = store_noise(s, &sb, err, sizeof err);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(nz, "sd")), "beta has no repeats");
+    cJSON_Delete(nz);
+
+    /* The default scope of a dataset is its most used budget. */
+    store_scope_t d;
+    cr_assert_eq(store_default_scope(s, "alpha", &d, err, sizeof err), 0, "%s", err);
+    cr_expect_str_eq(d.budget_kind, "time");
+    cr_expect_eq(d.budget, 300);
+    cr_assert_eq(store_default_scope(s, "nothing", &d, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(d.budget, STORE_DEFAULT_BUDGET_S);
+    /* A spec's scope: a token budget once the spec has one. */
+    cr_assert_eq(store_scope_of_spec("{\"dataset\":\"x\",\"time_budget_s\":0,"
+                                     "\"token_budget\":1000000}",
+                                     &d),
+                 0);
+    cr_expect_str_eq(d.budget_kind, "tokens");
+    cr_expect_eq(d.budget, 1e6);
+    store_close(s);
+}
+
+Test(store, prune_losses_are_window_means_of_finished_runs_in_the_scope) {
+    store_t *s = open_store();
+    /* Two finished runs with losses by progress, one in another dataset. */
+    int64_t r1 = succeed_top(s, "r1", "\"seed\":1", 2.0);
+    int64_t r2 = succeed_top(s, "r2", "\"seed\":2", 2.0);
+    int64_t other = succeed_top(s, "o", "\"dataset\":\"o\",\"seed\":1", 2.0);
+    store_metric_t m[3];
+    for (int i = 0; i < 3; i++) m[i] = (store_metric_t){.step = i + 1, .progress = 0.38 + 0.01 * i};
+    m[0].loss = 5, m[1].loss = 4, m[2].loss = 3; /* r1: mean 4 over [0.35, 0.40] */
+    cr_assert_eq(store_add_metrics(s, r1, m, 3, err, sizeof err), 0, "%s", err);
+    m[0].loss = 7, m[1].loss = 6, m[2].loss = 5; /* r2: mean 6 */
+    cr_assert_eq(store_add_metrics(s, r2, m, 3, err, sizeof err), 0, "%s", err);
+    m[0].loss = m[1].loss = m[2].loss = 1;
+    cr_assert_eq(store_add_metrics(s, other, m, 3, err, sizeof err), 0, "%s", err);
+    store_scope_t sc = scope("default", "time", 300);
+    double *v = NULL;
+    size_t n = 0;
+    cr_assert_eq(store_prune_losses(s, &sc, 0.40, 0.05, 100, &v, &n, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(n, 2);
+    cr_expect_float_eq(v[0], 4.0, 1e-12);
+    cr_expect_float_eq(v[1], 6.0, 1e-12);
+    free(v);
+    double loss = 0;
+    int64_t rows = 0;
+    cr_assert_eq(store_run_loss(s, r2, 0.39, 0.05, &loss, &rows, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(rows, 2);
+    cr_expect_float_eq(loss, 6.5, 1e-12);
+    store_close(s);
+}
+
+Test(store, migration_004_rebuilds_experiments_and_backfills_scope_columns) {
+    const char *p = tu_dir_path("old.db");
+    cr_assert_eq(store_migrate(p, store_migrations, 2, err, sizeof err), 0, "%s", err);
+    sqlite3 *db = raw_open("old.db");
+    cr_expect_eq(raw_int(db, "PRAGMA user_version"), 2);
+    raw_exec(db, "INSERT INTO experiments (id, spec, spec_hash, seed, source, status)"
+                 " VALUES (1, '{\"dataset\":\"d\",\"seed\":1,\"time_budget_s\":60}', 'x', 1,"
+                 " 'api', 'succeeded'),"
+                 " (2, '{\"dataset\":\"d\",\"seed\":2,\"time_budget_s\":60}', 'y', 2, 'api',"
+                 " 'succeeded');"
+                 "INSERT INTO results (experiment_id, val_bpb) VALUES (1, 1.5), (2, 1.7);"
+                 "INSERT INTO metrics (experiment_id, step, loss) VALUES (1, 1, 3.0);");
+    sqlite3_close(db);
+    store_t *s = NULL;
+    cr_assert_eq(store_open(p, &s, err, sizeof err), 0, "%s", err);
+    store_close(s);
+    db = raw_open("old.db");
+    cr_expect_eq(raw_int(db, "PRAGMA user_version"), last_version());
+    cr_expect_str_eq(raw_text(db, "SELECT dataset || '/' || budget_kind || '/' || budget"
+                                  " FROM experiments WHERE id = 1"),
+                     "d/time/60.0");
+    cr_expect_eq(raw_int(db, "SELECT count(DISTINCT config_hash) FROM experiments"), 1,
+                 "two seeds of one spec are one configuration");
+    cr_expect_eq(raw_int(db, "SELECT n_seeds FROM leaderboard"), 2);
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM metrics"), 1, "metrics kept");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    raw_exec(db, "UPDATE experiments SET status = 'pruned' WHERE id = 2");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'experiments_scope'"),
+                 1);
+    sqlite3_close(db);
 }

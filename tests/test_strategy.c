@@ -53,6 +53,10 @@ static strategy_t *new_strategy(log_t *l, int max_proposals) {
     strategy_opts_default(&o);
     o.seed = 7;
     o.max_proposals = max_proposals;
+    /* The older cases: one baseline run and a fixed noise floor (the manual
+     * override); the measured-noise rule has its own tests below. */
+    o.noise_seeds = 1;
+    o.noise_floor = 0.005;
     o.log = log_cb;
     o.log_user = l;
     load_example("baseline.json", &base);
@@ -205,8 +209,8 @@ Test(strategy, keep_and_discard_with_the_noise_floor) {
     cr_expect_eq(id, 2);
     cr_expect_eq(v, 2.49);
     cr_expect_eq(p.parent, 2);
-    cr_expect(logged(&l, "keeping #2: val_bpb 2.4900 beats best 2.5000 by 0.0100 > noise floor "
-                         "0.005"));
+    cr_expect(logged(&l, "keeping #2: mean val_bpb 2.4900 over 1 seed beats best 2.5000 over 1 "
+                         "(#1) by 0.0100 > the noise floor 0.005"));
     cr_expect(logged(&l, "proposing mutation of #2 (val_bpb 2.4900)"));
     spec_free(&p);
 
@@ -217,8 +221,11 @@ Test(strategy, keep_and_discard_with_the_noise_floor) {
     spec_free(&p);
     cr_assert(strategy_best(s, &id, &v, NULL));
     cr_expect_eq(id, 2);
-    cr_expect(logged(&l, "discarding #3: val_bpb 2.4900 does not beat best 2.4900 (#2)"));
-    cr_expect(logged(&l, "discarding #4: val_bpb 2.7000 does not beat best 2.4900 (#2)"));
+    /* #3 and #4 are more seeds of #1's configuration: mean 2.495, then 2.5633 */
+    cr_expect(logged(&l, "discarding #3: val_bpb 2.4900 (mean 2.4950 over 2) does not beat best "
+                         "2.4900 (#2)"));
+    cr_expect(logged(&l, "discarding #4: val_bpb 2.7000 (mean 2.5633 over 3) does not beat best "
+                         "2.4900 (#2)"));
 
     /* A failure is discarded with its reason. */
     only_proposal(decide(s, finished(5, "failed", spec_json(&base), NAN, 0)), &p);
@@ -242,7 +249,7 @@ Test(strategy, keep_and_discard_with_the_noise_floor) {
     free(l.text);
 }
 
-Test(strategy, near_tie_rerun_adopted_by_mean) {
+Test(strategy, promising_variant_is_rerun_then_adopted_by_its_mean) {
     log_t l = {0};
     spec_t base, p, v2;
     strategy_t *s = with_best(&l, 2.5, &base);
@@ -250,10 +257,11 @@ Test(strategy, near_tie_rerun_adopted_by_mean) {
     v2.model.mlp = MLP_SWIGLU;
     cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
 
-    /* 0.003 better: within the floor, so re-run with seed + 1 first. */
+    /* 0.003 better: within the floor, so re-run with a new seed first. */
     only_proposal(decide(s, finished(2, "succeeded", spec_json(&v2), 2.497, 0)), &p);
-    cr_expect(logged(&l, "near tie #2 2.4970 vs best 2.5000: re-running with seed 43 before "
-                         "adopting"));
+    cr_expect(logged(&l, "promising #2: mean val_bpb 2.4970 over 1 seed vs best 2.5000 over 1 "
+                         "(#1): gain 0.0030 is within the noise floor 0.005; re-running with "
+                         "seed 43 before adopting"));
     cr_expect_eq(p.seed, v2.seed + 1);
     cr_expect_eq(p.parent, 2);
     cr_expect(has_tag(&p, "rerun"));
@@ -262,18 +270,18 @@ Test(strategy, near_tie_rerun_adopted_by_mean) {
     int64_t id;
     double v;
     cr_assert(strategy_best(s, &id, &v, NULL));
-    cr_expect_eq(id, 1, "a near tie was adopted before its re-run");
+    cr_expect_eq(id, 1, "a promising variant was adopted before its re-run");
 
-    /* The re-run gives 2.499: mean 2.498 beats 2.5, so #2 is adopted. */
+    /* The re-run gives 2.489: mean 2.493 over two seeds beats 2.5 by 0.007. */
     spec_t q;
-    only_proposal(decide(s, finished(3, "succeeded", spec_json(&p), 2.499, 0)), &q);
+    only_proposal(decide(s, finished(3, "succeeded", spec_json(&p), 2.489, 0)), &q);
     cr_assert(strategy_best(s, &id, &v, NULL));
-    cr_expect_eq(id, 2);
-    cr_expect(fabs(v - 2.498) < 1e-12, "best val_bpb %g", v);
+    cr_expect_eq(id, 2, "the configuration is known by its first run");
+    cr_expect(fabs(v - 2.493) < 1e-12, "best val_bpb %g", v);
     cr_expect_eq(strategy_n_pending(s), 0);
     cr_expect_eq(q.parent, 2);
-    cr_expect(logged(&l, "confirmed #2: mean val_bpb 2.4980 over seeds 42 and 43 beats best "
-                         "2.5000 (#1): adopting #2"));
+    cr_expect(logged(&l, "keeping #2: mean val_bpb 2.4930 over 2 seeds beats best 2.5000 over 1 "
+                         "(#1) by 0.0070 > the noise floor 0.005"));
     spec_free(&q);
     spec_free(&p);
     spec_free(&v2);
@@ -282,7 +290,7 @@ Test(strategy, near_tie_rerun_adopted_by_mean) {
     free(l.text);
 }
 
-Test(strategy, near_tie_rerun_not_confirmed) {
+Test(strategy, promising_variant_not_confirmed) {
     log_t l = {0};
     spec_t base, p, v2, q;
     strategy_t *s = with_best(&l, 2.5, &base);
@@ -296,11 +304,12 @@ Test(strategy, near_tie_rerun_not_confirmed) {
     cr_assert(strategy_best(s, &id, NULL, NULL));
     cr_expect_eq(id, 1);
     cr_expect_eq(q.parent, 1);
-    cr_expect(logged(&l, "not confirmed #2: mean val_bpb 2.5040"));
+    cr_expect(logged(&l, "discarding #3: val_bpb 2.5100 (mean 2.5040 over 2) does not beat best "
+                         "2.5000 (#1)"));
     spec_free(&q);
     spec_free(&p);
 
-    /* A near tie whose re-run fails is not adopted either. */
+    /* A promising variant whose re-run fails is not adopted either. */
     spec_t v4;
     spec_copy(&v4, &base);
     v4.model.depth = 3;
@@ -311,10 +320,156 @@ Test(strategy, near_tie_rerun_not_confirmed) {
     cr_expect_eq(strategy_n_pending(s), 0);
     cr_assert(strategy_best(s, &id, NULL, NULL));
     cr_expect_eq(id, 1);
-    cr_expect(logged(&l, "re-run #5 of #4 ended crashed: not adopting #4"));
+    cr_expect(logged(&l, "discarding #5: crashed"));
     spec_free(&q);
     spec_free(&p);
+
+    /* A pruned run is discarded like any run that did not succeed. */
+    only_proposal(decide(s, finished(6, "pruned", spec_json(&v4), NAN, 0)), &q);
+    cr_expect(logged(&l, "discarding #6: pruned"));
+    spec_free(&q);
     spec_free(&v4);
+    spec_free(&v2);
+    spec_free(&base);
+    strategy_free(s);
+    free(l.text);
+}
+
+/* The adoption rule itself: adopt past two standard errors of the
+ * difference of means, 2 * sd * sqrt(1/n_best + 1/n_cand). */
+Test(strategy, adopts_only_past_two_standard_errors) {
+    static const struct {
+        double best_mean;
+        int best_n;
+        double cand_mean;
+        int cand_n;
+        double sd, floor;
+        strategy_verdict want;
+        double threshold; /* NAN = not measured */
+    } cases[] = {
+        /* 2 SE = 0.04 * sqrt(1/3 + 1) = 0.046188 */
+        {2.50, 3, 2.45, 1, 0.02, 0, STRATEGY_ADOPT, 0.0461880215},
+        {2.50, 3, 2.46, 1, 0.02, 0, STRATEGY_RERUN, 0.0461880215},
+        /* more seeds, a smaller SE: 0.04 * sqrt(1/3 + 1/4) = 0.030551 */
+        {2.50, 3, 2.46, 4, 0.02, 0, STRATEGY_ADOPT, 0.0305505046},
+        {2.50, 3, 2.48, 4, 0.02, 0, STRATEGY_DISCARD, 0.0305505046},
+        {2.50, 3, 2.48, 3, 0.02, 0, STRATEGY_RERUN, 0.0326598632},
+        /* worse or equal: never */
+        {2.50, 3, 2.51, 1, 0.02, 0, STRATEGY_DISCARD, 0.0461880215},
+        {2.50, 3, 2.50, 1, 0.02, 0, STRATEGY_DISCARD, 0.0461880215},
+        /* no measured noise yet: re-run, never adopt */
+        {2.50, 1, 2.00, 1, -1, 0, STRATEGY_RERUN, NAN},
+        {2.50, 1, 2.00, 4, -1, 0, STRATEGY_DISCARD, NAN},
+        /* identical seeds (sd 0): any gain */
+        {2.50, 2, 2.4999, 1, 0, 0, STRATEGY_ADOPT, 0},
+        /* the manual noise floor replaces 2 SE */
+        {2.50, 1, 2.494, 1, 0.02, 0.005, STRATEGY_ADOPT, 0.005},
+        {2.50, 1, 2.496, 1, 0.02, 0.005, STRATEGY_RERUN, 0.005},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        strategy_compare_t in = {.best_mean = cases[i].best_mean,
+                                 .best_n = cases[i].best_n,
+                                 .cand_mean = cases[i].cand_mean,
+                                 .cand_n = cases[i].cand_n,
+                                 .sd = cases[i].sd,
+                                 .noise_floor = cases[i].floor,
+                                 .max_seeds = 4};
+        double t = 0;
+        strategy_verdict got = strategy_compare(&in, &t);
+        cr_expect_eq(got, cases[i].want, "case %zu: verdict %d, want %d", i, got, cases[i].want);
+        if (isnan(cases[i].threshold))
+            cr_expect(isnan(t), "case %zu: threshold %g, want none", i, t);
+        else
+            cr_expect(fabs(t - cases[i].threshold) < 1e-9, "case %zu: threshold %.10f, want %.10f",
+                      i, t, cases[i].threshold);
+    }
+}
+
+/* The whole flow with measured noise: three seeds of the baseline, a variant
+ * re-run until its mean is past two standard errors, the numbers logged. */
+Test(strategy, measures_the_baseline_noise_then_adopts_past_two_standard_errors) {
+    log_t l = {0};
+    strategy_opts_t o;
+    spec_t base, p, v2;
+    char err[256];
+    strategy_opts_default(&o);
+    o.seed = 7;
+    o.log = log_cb;
+    o.log_user = &l;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+
+    cJSON *r = decide(s, queue_empty());
+    cr_assert_eq(cJSON_GetArraySize(r), 3, "the baseline with three seeds");
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(r, i), "seed")->valuedouble,
+                     base.seed + i);
+    cJSON_Delete(r);
+    const double seeds[] = {2.50, 2.52, 2.48};
+    for (int i = 0; i < 3; i++) {
+        spec_t b;
+        spec_copy(&b, &base);
+        b.seed = base.seed + i;
+        r = decide(s, finished(1 + i, "succeeded", spec_json(&b), seeds[i], 5));
+        cr_expect_eq(cJSON_GetArraySize(r), 0, "the queue is full: nothing new");
+        cJSON_Delete(r);
+        spec_free(&b);
+    }
+    int64_t id;
+    double v;
+    int df;
+    cr_assert(strategy_best(s, &id, &v, NULL));
+    cr_expect_eq(id, 1);
+    cr_expect(fabs(v - 2.50) < 1e-12, "best mean %g", v);
+    cr_expect(fabs(strategy_noise(s, &df) - 0.02) < 1e-12);
+    cr_expect_eq(df, 2);
+    cr_expect(logged(&l, "#3 is seed 44 of the best #1: val_bpb 2.4800, best mean now 2.5000 over "
+                         "3 seeds; measured noise: sd 0.0200 over 2 df"));
+
+    /* 0.03 better over one seed: 2 SE is 0.0462, so re-run. */
+    spec_copy(&v2, &base);
+    v2.model.mlp = MLP_GELU;
+    cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
+    only_proposal(decide(s, finished(4, "succeeded", spec_json(&v2), 2.47, 5)), &p);
+    cr_expect(has_tag(&p, "rerun"));
+    cr_expect(logged(&l, "gain 0.0300 is within 2 SE 0.0462 (pooled sd 0.0200 over 2 df; SE = "
+                         "sd * sqrt(1/3 + 1/1))"));
+    /* its re-run gives 2.45: mean 2.46 over two seeds, pooled sd
+     * sqrt((0.0008 + 0.0002) / 3) = 0.018257, 2 SE = 0.0333 < 0.04: adopted */
+    r = decide(s, finished(5, "succeeded", spec_json(&p), 2.45, 5));
+    cJSON_Delete(r);
+    cr_assert(strategy_best(s, &id, &v, NULL));
+    cr_expect_eq(id, 4);
+    cr_expect(fabs(v - 2.46) < 1e-12, "best mean %g", v);
+    cr_expect(logged(&l, "keeping #4: mean val_bpb 2.4600 over 2 seeds beats best 2.5000 over 3 "
+                         "(#1) by 0.0400 > 2 SE 0.0333 (pooled sd 0.0183 over 3 df; SE = sd * "
+                         "sqrt(1/3 + 1/2))"));
+    int n;
+    double mean;
+    cr_assert(strategy_config(s, &v2, &n, &mean));
+    cr_expect_eq(n, 2);
+
+    /* Queue keeping: with two experiments running and nothing queued, two
+     * proposals; with two queued, none. */
+    r = decide(s, cJSON_Parse("{\"type\":\"queue.empty\",\"queue_depth\":0,\"running\":2}"));
+    cr_expect_eq(cJSON_GetArraySize(r), 2);
+    cJSON_Delete(r);
+    r = decide(s, cJSON_Parse("{\"type\":\"queue.empty\",\"queue_depth\":2,\"running\":2}"));
+    cr_expect_eq(cJSON_GetArraySize(r), 0);
+    cJSON_Delete(r);
+
+    /* Another dataset never ranks. */
+    spec_t other;
+    spec_copy(&other, &base);
+    snprintf(other.dataset, sizeof other.dataset, "elsewhere");
+    r = decide(s, finished(9, "succeeded", spec_json(&other), 1.0, 5));
+    cJSON_Delete(r);
+    cr_assert(strategy_best(s, &id, NULL, NULL));
+    cr_expect_eq(id, 4);
+    cr_expect(logged(&l, "not ranking #9: it ran on elsewhere|time|"));
+    spec_free(&other);
+    spec_free(&p);
     spec_free(&v2);
     spec_free(&base);
     strategy_free(s);

@@ -1,0 +1,160 @@
+/* store_bench.c - how fast the scoped queries are on a big store.
+ *
+ *   make bench-store                  (build/store-bench N REPEATS)
+ *
+ * Fills a fresh store with N experiments (default 100,000) in 8 scopes (4
+ * datasets x 2 time budgets), each scope 5 seeds of N/40 configurations, 90%
+ * succeeded with a result, then times store_leaderboard (limit 20),
+ * store_best_in and store_noise in one scope, REPEATS times each (default
+ * 20), and prints the median and the slowest, and the query plan of the
+ * leaderboard ("keep" as a third argument keeps the database and prints its
+ * path). Rows are written through a second connection in one
+ * transaction (the store's own inserts are one transaction each). */
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void check(int rc, sqlite3 *db, const char *what) {
+    if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW) return;
+    fprintf(stderr, "store-bench: %s: %s\n", what, sqlite3_errmsg(db));
+    exit(1);
+}
+
+static double cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The median and max wall-clock milliseconds and the median CPU
+ * milliseconds of reps runs (on a loaded machine the wall clock also counts
+ * waiting for a core). */
+static void report(const char *label, double *wall, double *cpu, int reps) {
+    qsort(wall, (size_t)reps, sizeof *wall, cmp);
+    qsort(cpu, (size_t)reps, sizeof *cpu, cmp);
+    printf("%-24s wall median %7.2f ms, max %7.2f ms; cpu median %7.2f ms (%d runs)\n", label,
+           wall[reps / 2], wall[reps - 1], cpu[reps / 2], reps);
+}
+
+/* Time expr (a new cJSON tree) reps times. */
+#define TIME(label, reps, expr)                                                                    \
+    do {                                                                                           \
+        double w_[1000], c_[1000];                                                                 \
+        for (int i_ = 0; i_ < (reps); i_++) {                                                      \
+            double w0_ = now_ms(), c0_ = cpu_ms();                                                 \
+            cJSON *j_ = (expr);                                                                    \
+            w_[i_] = now_ms() - w0_;                                                               \
+            c_[i_] = cpu_ms() - c0_;                                                               \
+            if (!j_) {                                                                             \
+                fprintf(stderr, "store-bench: %s: %s\n", label, err);                              \
+                exit(1);                                                                           \
+            }                                                                                      \
+            cJSON_Delete(j_);                                                                      \
+        }                                                                                          \
+        report(label, w_, c_, reps);                                                               \
+    } while (0)
+
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 100000;
+    int reps = argc > 2 ? atoi(argv[2]) : 20;
+    if (n < 40 || reps < 1 || reps > 1000) {
+        fprintf(stderr, "usage: store-bench [N >= 40] [REPEATS 1..1000]\n");
+        return 2;
+    }
+    char dir[] = "/tmp/store-bench-XXXXXX", path[64], err[512];
+    if (!mkdtemp(dir)) return 1;
+    snprintf(path, sizeof path, "%s/nightshift.db", dir);
+    store_t *s = NULL;
+    if (store_open(path, &s, err, sizeof err) < 0) {
+        fprintf(stderr, "store-bench: %s\n", err);
+        return 1;
+    }
+    sqlite3 *db;
+    check(sqlite3_open(path, &db), db, "open");
+    double t0 = now_ms();
+    check(sqlite3_exec(db, "BEGIN", NULL, NULL, NULL), db, "begin");
+    sqlite3_stmt *ins, *res;
+    check(sqlite3_prepare_v2(db,
+                             "INSERT INTO experiments (id, spec, spec_hash, seed, source, status,"
+                             " config_hash, finished) VALUES (?1, ?2, ?3, ?4, 'api', ?5, ?6,"
+                             " strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+                             -1, &ins, NULL),
+          db, "prepare");
+    check(sqlite3_prepare_v2(db, "INSERT INTO results (experiment_id, val_bpb) VALUES (?1, ?2)", -1,
+                             &res, NULL),
+          db, "prepare");
+    long configs = n / 40; /* per scope, 5 seeds each */
+    srand(1);
+    for (long id = 1; id <= n; id++) {
+        long k = id - 1, scope = k % 8, cfg = (k / 8) % configs, seed = k / (8 * configs);
+        char spec[256], hash[64], chash[64];
+        snprintf(spec, sizeof spec,
+                 "{\"dataset\":\"d%ld\",\"model\":{\"depth\":%ld,\"n_embd\":%ld},\"seed\":%ld,"
+                 "\"time_budget_s\":%d}",
+                 scope / 2, 1 + cfg % 8, 32 * (1 + cfg % 16), seed, scope % 2 ? 300 : 60);
+        snprintf(hash, sizeof hash, "h%ld", id);
+        snprintf(chash, sizeof chash, "c%ld-%ld", scope, cfg);
+        int ok = rand() % 10 != 0;
+        sqlite3_bind_int64(ins, 1, id);
+        sqlite3_bind_text(ins, 2, spec, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(ins, 3, hash, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(ins, 4, seed);
+        sqlite3_bind_text(ins, 5, ok ? "succeeded" : "failed", -1, SQLITE_STATIC);
+        sqlite3_bind_text(ins, 6, chash, -1, SQLITE_TRANSIENT);
+        check(sqlite3_step(ins), db, "insert");
+        sqlite3_reset(ins);
+        if (ok) {
+            sqlite3_bind_int64(res, 1, id);
+            sqlite3_bind_double(res, 2, 1.0 + (cfg % 997) / 1000.0 + (rand() % 100) / 1e5);
+            check(sqlite3_step(res), db, "result");
+            sqlite3_reset(res);
+        }
+    }
+    sqlite3_finalize(ins);
+    sqlite3_finalize(res);
+    check(sqlite3_exec(db, "COMMIT; ANALYZE", NULL, NULL, NULL), db, "commit");
+    printf("loaded %ld experiments (%ld configurations x 5 seeds in 8 scopes) in %.1f s\n", n,
+           configs, (now_ms() - t0) / 1e3);
+
+    sqlite3_stmt *plan;
+    check(sqlite3_prepare_v2(db,
+                             "EXPLAIN QUERY PLAN SELECT * FROM leaderboard WHERE dataset = 'd1'"
+                             " AND budget_kind = 'time' AND budget = 300 LIMIT 20",
+                             -1, &plan, NULL),
+          db, "plan");
+    printf("leaderboard query plan:\n");
+    while (sqlite3_step(plan) == SQLITE_ROW)
+        printf("  %s\n", (const char *)sqlite3_column_text(plan, 3));
+    sqlite3_finalize(plan);
+    sqlite3_close(db);
+
+    store_scope_t sc = {.budget = 300};
+    snprintf(sc.dataset, sizeof sc.dataset, "d1");
+    snprintf(sc.budget_kind, sizeof sc.budget_kind, "time");
+    TIME("leaderboard (limit 20)", reps, store_leaderboard(s, &sc, 20, err, sizeof err));
+    TIME("best", reps, store_best_in(s, &sc, err, sizeof err));
+    TIME("noise", reps, store_noise(s, &sc, err, sizeof err));
+    store_close(s);
+    if (argc > 3 && !strcmp(argv[3], "keep")) {
+        printf("kept %s\n", path);
+        return 0;
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : 1;
+}

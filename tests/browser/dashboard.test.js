@@ -1,0 +1,205 @@
+// dashboard.test.js - the dashboard end to end in headless chromium against a
+// real daemon: three finished experiments (tiny specs, ~1.5 s budgets), one
+// running and one queued. Checks that the chart has one point per finished
+// experiment, the leaderboard's first row is the best val_bpb, the running
+// slot's progress advances between two reads, a cancel without the token is
+// refused and with it cancels, and that the page talks to nobody but the
+// daemon. Writes screenshots and measurements (page bytes, first paint) to
+// $NIGHTSHIFT_BROWSER_OUT. Exit 0 only when every check passed.
+"use strict";
+
+const fs = require("fs");
+const path = require("path");
+const L = require("./lib");
+
+const OUT = process.env.NIGHTSHIFT_BROWSER_OUT || "build/browser-out";
+
+function check(cond, msg) {
+  if (!cond) L.fail(msg);
+  console.log("ok - " + msg);
+}
+
+async function main() {
+  fs.mkdirSync(OUT, { recursive: true });
+  const { dir, state } = L.prepState();
+  let d = null, browser = null;
+  try {
+    d = await L.startDaemon(state);
+    const small = await L.submit(d, L.spec("small", 1, 1.5));
+    const done = [
+      small,
+      await L.submit(d, Object.assign(L.spec("wider", 2, 1.5, { n_embd: 64 }), { parent: small })),
+      await L.submit(d, Object.assign(L.spec("deeper", 3, 1.5, { depth: 2 }), { parent: small })),
+      await L.submit(d, Object.assign(L.spec("hot", 6, 1.5), { parent: small,
+        train: { batch_size: 4, total_batch_tokens: 128, embedding_lr: 1e9, unembedding_lr: 1e9,
+                 matrix_lr: 1e9 } })),
+    ];
+    for (const id of done)
+      await L.waitFor(`experiment ${id} to finish`, async () => {
+        const e = await L.experiment(d, id);
+        return e && e.status !== "queued" && e.status !== "running";
+      }, 90000);
+    const running = await L.submit(d, L.spec("long", 4, 20));
+    const queued = await L.submit(d, L.spec("waiting", 5, 1.5));
+    await L.waitFor("the long run to start", async () =>
+      (await L.experiment(d, running)).status === "running", 30000);
+
+    browser = await L.launchBrowser();
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    const foreign = [];
+    page.on("request", (r) => { if (!r.url().startsWith(d.url)) foreign.push(r.url()); });
+    const consoleErrors = [];
+    page.on("pageerror", (e) => consoleErrors.push(String(e)));
+    // HTTP errors the page expects (401 on a cancel without the token, 404
+    // from /v1/noise before the daemon measures noise) are not script errors.
+    page.on("console", (m) => {
+      if (m.type() === "error" && !/^Failed to load resource/.test(m.text()))
+        consoleErrors.push(m.text());
+    });
+
+    await page.goto(d.url + "/", { waitUntil: "load" });
+
+    // the chart: one point per finished experiment
+    const list = (await L.api(d, "GET", "/v1/experiments?limit=1000")).json.experiments;
+    const finished = list.filter((e) => !["queued", "running", "cancelled"].includes(e.status)).length;
+    check(finished === done.length, `the daemon reports ${finished} finished experiments (` +
+          list.filter((e) => done.includes(e.id)).map((e) => e.status).join(", ") + ")");
+    await page.waitForFunction((n) => document.getElementById("chart").dataset.points === String(n)
+                                      && document.querySelector("#chart .u-over"), finished,
+                               { timeout: 15000 });
+    check(true, `the chart has one point per finished experiment (${finished})`);
+
+    // hover: the second run to finish ("wider", a child of "small") shows its
+    // name and what its spec changed
+    const box = await page.$eval("#chart .u-over", (o) => {
+      const r = o.getBoundingClientRect();
+      return { x: r.left, y: r.top, w: r.width, h: r.height };
+    });
+    await page.mouse.move(box.x + box.w * (1.5 / finished), box.y + box.h / 2);
+    await page.waitForFunction(() => /n_embd: 32 -> 64/.test(document.getElementById("tip").textContent),
+                               null, { timeout: 10000 });
+    const tip = await page.textContent("#tip");
+    check(/wider/.test(tip), "hovering a point shows its name and its spec's difference from its " +
+          "parent: " + tip.replace(/\s+/g, " ").slice(0, 120));
+    await page.screenshot({ path: path.join(OUT, "hover.png") });
+    await page.mouse.move(0, 0);
+
+    // the leaderboard: the first row is the best val_bpb
+    const lb = (await L.api(d, "GET", "/v1/leaderboard")).json.leaderboard;
+    await page.waitForSelector("#leaderboard tbody tr[data-id]", { timeout: 10000 });
+    const firstId = await page.$eval("#leaderboard tbody tr[data-id]", (r) => r.dataset.id);
+    check(Number(firstId) === lb[0].id,
+          `the leaderboard's first row is #${firstId}, the best val_bpb (${lb[0].val_bpb})`);
+    const bpbs = await page.$$eval("#leaderboard tbody tr[data-id] td[data-key=val_bpb]",
+                                   (tds) => tds.map((t) => parseFloat(t.textContent)));
+    check(bpbs.every((v, i) => i === 0 || v >= bpbs[i - 1]), "the leaderboard is sorted by val_bpb");
+
+    // the running slot: its progress advances
+    const sel = `#slots .slot[data-id="${running}"]`;
+    await page.waitForSelector(sel, { timeout: 10000 });
+    const p1 = parseFloat(await page.$eval(sel, (e) => e.dataset.percent));
+    await L.sleep(2500);
+    const p2 = parseFloat(await page.$eval(sel, (e) => e.dataset.percent));
+    check(p2 > p1, `the running slot's progress advanced from ${p1}% to ${p2}%`);
+    await page.waitForSelector(`${sel} .u-over`, { timeout: 10000 });
+    check(true, "the running slot shows a live loss curve");
+
+    // cancel: refused without the token, done with it
+    const btn = `#queue button[data-cancel="${queued}"]`;
+    await page.waitForSelector(btn, { timeout: 10000 });
+    await page.click(btn);
+    await page.waitForFunction(() => /401/.test(document.getElementById("msg").textContent),
+                               null, { timeout: 10000 });
+    check((await L.experiment(d, queued)).status === "queued",
+          "a cancel click without the token is refused (401) and the run stays queued");
+    await page.fill("#token", L.TOKEN);
+    await page.click(btn);
+    await L.waitFor("the queued run to be cancelled", async () =>
+      (await L.experiment(d, queued)).status === "cancelled", 10000);
+    check(true, "with the token the click cancels it");
+
+    // measurements: the page's bytes and its first paint on loopback
+    const perf = await page.evaluate(() => {
+      const nav = performance.getEntriesByType("navigation")[0];
+      const res = performance.getEntriesByType("resource");
+      const paint = {};
+      performance.getEntriesByType("paint").forEach((p) => { paint[p.name] = p.startTime; });
+      const files = [{ name: location.pathname, bytes: nav.decodedBodySize }].concat(
+        res.filter((r) => r.name.indexOf("/ui/") >= 0)
+           .map((r) => ({ name: new URL(r.name).pathname, bytes: r.decodedBodySize })));
+      return { files, paint, dom_content_loaded_ms: nav.domContentLoadedEventEnd,
+               load_ms: nav.loadEventEnd };
+    });
+    perf.page_bytes = perf.files.reduce((a, f) => a + f.bytes, 0);
+    await page.waitForTimeout(500);
+    await page.screenshot({ path: path.join(OUT, "dashboard-1280.png"), fullPage: true });
+
+    // the experiment page of the best run, and the compare view
+    await page.goto(d.url + "/#/e/" + lb[0].id);
+    await page.waitForSelector("#detail-chart .u-over", { timeout: 10000 });
+    const title = await page.textContent("#detail-title");
+    check(title.indexOf("#" + lb[0].id) === 0, `the experiment page shows #${lb[0].id}`);
+    await page.screenshot({ path: path.join(OUT, "experiment.png"), fullPage: true });
+    await page.goto(d.url + `/#/c/${lb[0].id}/${lb[lb.length - 1].id}`);
+    await page.waitForSelector("#detail-diff li", { timeout: 10000 });
+    const diff = await page.$$eval("#detail-diff li", (li) => li.map((x) => x.textContent));
+    check(diff.some((x) => /^(seed|model\.)/.test(x)), "the compare view lists spec differences: " +
+          diff.slice(0, 3).join("; "));
+    await page.waitForSelector("#detail-chart .u-over", { timeout: 10000 });
+
+    // phone width
+    const phone = await browser.newContext({ viewport: { width: 390, height: 844 },
+                                             deviceScaleFactor: 2 });
+    const pp = await phone.newPage();
+    pp.on("request", (r) => { if (!r.url().startsWith(d.url)) foreign.push(r.url()); });
+    await pp.goto(d.url + "/");
+    await pp.waitForSelector("#chart .u-over", { timeout: 15000 });
+    const overflow = await pp.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    check(overflow <= 0, `nothing overflows the page at phone width (${overflow} px)`);
+    await pp.waitForTimeout(500);
+    await pp.screenshot({ path: path.join(OUT, "dashboard-phone.png"), fullPage: true });
+
+    // what a later API may add is shown when present: a noise band from
+    // /v1/noise, grouped leaderboard rows with mean, sd and n (stand-ins here)
+    const later = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    await later.route("**/v1/noise", (r) => r.fulfill({ contentType: "application/json",
+                                                        body: JSON.stringify({ sd: 0.002 }) }));
+    await later.route("**/v1/leaderboard?*", (r) => r.fulfill({
+      contentType: "application/json",
+      body: JSON.stringify({ leaderboard: lb.map((row) => Object.assign({}, row, {
+        val_bpb_mean: row.val_bpb, val_bpb_sd: 0.001, n: 3, group: "x", dataset: "tiny" })) }) }));
+    const lp = await later.newPage();
+    await lp.goto(d.url + "/");
+    await lp.waitForFunction(() => /best \+ noise/.test(document.querySelector("#chart").textContent),
+                             null, { timeout: 10000 });
+    check(true, "a noise band is drawn when /v1/noise answers");
+    await lp.waitForFunction(() => /\u00b1.*n=3/.test(document.querySelector("#leaderboard tbody").textContent),
+                             null, { timeout: 10000 });
+    check(true, "grouped leaderboard rows show mean \u00b1 sd (n)");
+    await lp.screenshot({ path: path.join(OUT, "later-api.png") });
+    await later.close();
+
+    check(foreign.length === 0, "no request left the machine" +
+          (foreign.length ? ": " + foreign.join(", ") : ""));
+    check(consoleErrors.length === 0, "no script errors" +
+          (consoleErrors.length ? ": " + consoleErrors.join("; ") : ""));
+
+    fs.writeFileSync(path.join(OUT, "measurements.json"), JSON.stringify(perf, null, 2) + "\n");
+    console.log(`page: ${perf.page_bytes} bytes (${perf.files.map((f) => f.name + " " + f.bytes).join(", ")})`);
+    console.log(`first paint ${perf.paint["first-paint"]} ms, first contentful paint ` +
+                `${perf.paint["first-contentful-paint"]} ms, load ${perf.load_ms} ms`);
+    console.log("screenshots in " + OUT);
+  } finally {
+    if (browser) await browser.close().catch(() => {});
+    await L.stopDaemon(d);
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().then(() => {
+  if (!process.exitCode) console.log("PASS: dashboard");
+}).catch((e) => {
+  if (!process.exitCode) console.error("FAIL: " + (e && e.stack ? e.stack : e));
+  process.exitCode = 1;
+});
