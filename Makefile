@@ -8,6 +8,8 @@
 #   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
 #   make test-slurm the Slurm executor on a one-node Slurm on localhost (root; ~2 min)
 #   make bench      engine benchmarks side by side with the PyTorch reference
+#   make bench-sampler / bench-noise   val_bpb by row sampler; seed-to-seed noise
+#                   (long: five-minute runs on the default corpus; BENCH_ARGS adds options)
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
 #   make format / format-check, make clean
 
@@ -53,6 +55,7 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
+.PHONY: bench-sampler bench-noise
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -166,6 +169,13 @@ $(BUILD)/store-bench: $(BUILD)/tests/bench/store_bench.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-store: $(BUILD)/store-bench
 	$(BUILD)/store-bench 100000 20
+
+# Sequential walk vs random rows on the genre-ordered default corpus, and the
+# seed noise of experiments/baseline.json (tests/bench/sampler.sh, noise.sh).
+bench-sampler: $(BIN) $(DEFAULT_DATASET)
+	bash tests/bench/sampler.sh $(BIN) $(STATE) $(BENCH_ARGS)
+bench-noise: $(BIN) $(DEFAULT_DATASET)
+	bash tests/bench/noise.sh $(BIN) $(STATE) $(BENCH_ARGS)
 
 fixtures: $(BIN)
 	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures

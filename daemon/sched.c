@@ -208,6 +208,9 @@ static void result_from_json(const cJSON *r, store_result_t *out) {
     out->startup_seconds = jnum(r, "startup_seconds");
     out->eval_seconds = jnum(r, "eval_seconds");
     out->peak_rss_mb = jnum(r, "peak_rss_mb");
+    out->time_budget_s = jnum(r, "time_budget_s");
+    out->token_budget = jint(r, "token_budget");
+    out->epochs = jnum(r, "epochs");
 }
 
 static void release_slot(slot_t *sl) {

@@ -112,9 +112,10 @@ static const char *const stmt_sql[ST_COUNT] = {
         "INSERT INTO results (experiment_id, val_bpb, params_total, params_wte, params_wpe,"
         " params_value_embeds, params_lm_head, params_blocks, params_scalars, flops_per_token,"
         " mfu_percent, peak_gflops, peak_source, tokens_per_second, total_tokens, num_steps,"
-        " training_seconds, total_seconds, startup_seconds, eval_seconds, peak_rss_mb)"
+        " training_seconds, total_seconds, startup_seconds, eval_seconds, peak_rss_mb,"
+        " time_budget_s, token_budget, epochs)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-        " ?18, ?19, ?20, ?21)",
+        " ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
     [ST_STATUS_OF] = "SELECT status FROM experiments WHERE id = ?1",
     [ST_INSERT_METRIC] = "INSERT INTO metrics (experiment_id, step, time_s, loss, lr_mult, tok_s,"
                          " progress) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
@@ -712,6 +713,9 @@ static int bind_result(sqlite3_stmt *st, int64_t id, const store_result_t *r) {
     b |= sqlite3_bind_double(st, 19, r->startup_seconds);
     b |= sqlite3_bind_double(st, 20, r->eval_seconds);
     b |= sqlite3_bind_double(st, 21, r->peak_rss_mb);
+    b |= sqlite3_bind_double(st, 22, r->time_budget_s);
+    b |= sqlite3_bind_int64(st, 23, r->token_budget);
+    b |= sqlite3_bind_double(st, 24, r->epochs);
     return b;
 }
 

@@ -64,6 +64,10 @@ typedef struct {
     double tokens_per_second, total_tokens;
     int64_t num_steps;
     double training_seconds, total_seconds, startup_seconds, eval_seconds, peak_rss_mb;
+    /* The run's budget (one of the two is 0) and tokens seen / training tokens. */
+    double time_budget_s;
+    int64_t token_budget;
+    double epochs;
 } store_result_t;
 
 typedef struct {

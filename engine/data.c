@@ -1080,3 +1080,33 @@ void data_close(data_set_t *ds) {
     free(ds->token_bytes);
     memset(ds, 0, sizeof *ds);
 }
+
+/* ---------------------------------------------------------------- sampling */
+
+/* Uniform window offsets rather than autoresearch's per-epoch document
+ * shuffle packed from BOS boundaries: they need no document index, work the
+ * same on a stream of one huge document as on many small ones, make every
+ * row an independent draw (so a run's rows do not depend on how long it ran
+ * or where an epoch boundary fell), and are what the measured fix used.
+ * Windows may span a document boundary, as the sequential walk's always did:
+ * the BOS token between them marks it. The cost is sampling with replacement:
+ * within one epoch's worth of rows some windows repeat and some tokens are
+ * missed (about 1/e of them per epoch of draws). */
+void data_sampler_init(data_sampler_t *s, data_sample_kind kind, size_t n, size_t T,
+                       uint64_t seed) {
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->n = n;
+    s->T = T;
+    /* The sequential start is the one training has always used for a seed. */
+    rng_seed(&s->rng, seed ^ 0x9e3779b97f4a7c15ULL);
+    if (kind == DATA_SAMPLE_SEQUENTIAL) s->cursor = rng_below(&s->rng, n - T);
+}
+
+size_t data_sampler_next(data_sampler_t *s) {
+    if (s->kind == DATA_SAMPLE_RANDOM) return rng_below(&s->rng, s->n - s->T);
+    if (s->cursor + s->T + 1 > s->n) s->cursor = 0;
+    size_t off = s->cursor;
+    s->cursor += s->T;
+    return off;
+}

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rng.h"
+
 #define DATA_MAX_TOKENS 65536 /* vocabulary incl. specials: ids must fit uint16 */
 
 typedef struct {
@@ -47,6 +49,29 @@ bool data_name_ok(const char *name);
 int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err, size_t errlen);
 void data_close(data_set_t *ds);
 
+/* Where training rows come from. A row is T+1 consecutive tokens of the
+ * training stream (T inputs, their T next-token targets).
+ *   random      every row starts at an independent uniform offset in
+ *               [0, n - T - 1]: rows come from the whole stream from the
+ *               first step on, whatever order the corpus was written in
+ *   sequential  rows are consecutive (stride T) from one seeded starting
+ *               point, wrapping to 0 at the end (the old behaviour; a short
+ *               run then sees one region of an ordered corpus)
+ * Both are a pure function of the seed: no clock, no thread count. */
+typedef enum { DATA_SAMPLE_RANDOM, DATA_SAMPLE_SEQUENTIAL } data_sample_kind;
+
+typedef struct {
+    data_sample_kind kind;
+    size_t n;      /* tokens in the stream, at least T + 1 */
+    size_t T;      /* row length minus one */
+    size_t cursor; /* sequential: the next row's offset */
+    rng_t rng;     /* random: the offsets' generator */
+} data_sampler_t;
+
+/* Start a sampler over a stream of n tokens (n >= T + 1) for rows of T + 1. */
+void data_sampler_init(data_sampler_t *s, data_sample_kind kind, size_t n, size_t T, uint64_t seed);
+/* The offset of the next row: it covers tokens [offset, offset + T]. */
+size_t data_sampler_next(data_sampler_t *s);
 /* What a dataset's manifest says, without opening its token files: for
  * sizing a run before it starts (cost, the daemon's submit check). */
 typedef struct {

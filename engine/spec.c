@@ -34,6 +34,7 @@
 
 static const char *const mlp_names[] = {"relu2", "gelu", "swiglu", "geglu"};
 static const char *const pos_names[] = {"rope", "learned"};
+static const char *const sampler_names[] = {"random", "sequential"};
 static const char *const ve_names[] = {"alternate", "all", "none", "first_half", "last_half"};
 enum { VE_ALTERNATE, VE_ALL, VE_NONE, VE_FIRST_HALF, VE_LAST_HALF, VE_LIST };
 
@@ -59,6 +60,10 @@ const char *spec_pos_name(spec_pos_kind k) {
     return (unsigned)k < N_OF(pos_names) ? pos_names[k] : "?";
 }
 
+const char *spec_sampler_name(spec_sampler_kind k) {
+    return (unsigned)k < N_OF(sampler_names) ? sampler_names[k] : "?";
+}
+
 void spec_defaults(spec_t *s) {
     memset(s, 0, sizeof *s);
     s->seed = 42;
@@ -66,6 +71,7 @@ void spec_defaults(spec_t *s) {
     s->parent = 0;
     strcpy(s->dataset, "default");
     s->time_budget_s = 300;
+    s->token_budget = 0;
     s->prune = true;
 
     spec_model_t *m = &s->model;
@@ -108,6 +114,7 @@ void spec_defaults(spec_t *s) {
     t->muon_momentum_steps = 300;
     t->ns_steps = 5;
     t->muon_beta2 = 0.95;
+    t->sampler = SAMPLER_RANDOM;
 
     s->resources.threads = 0;
     s->resources.memory_mb = 0;
@@ -400,15 +407,25 @@ static int parse_model(const cJSON *obj, spec_model_t *m, char *err, size_t errl
     return 0;
 }
 
-static const char *const train_keys[] = {"batch_size",         "total_batch_tokens",
-                                         "matrix_lr",          "embedding_lr",
-                                         "value_embedding_lr", "unembedding_lr",
-                                         "scalar_lr",          "weight_decay",
-                                         "adam_betas",         "x0_beta1",
-                                         "warmup_ratio",       "warmdown_ratio",
-                                         "final_lr_frac",      "muon_momentum_start",
-                                         "muon_momentum_end",  "muon_momentum_steps",
-                                         "ns_steps",           "muon_beta2"};
+static const char *const train_keys[] = {"batch_size",
+                                         "total_batch_tokens",
+                                         "matrix_lr",
+                                         "embedding_lr",
+                                         "value_embedding_lr",
+                                         "unembedding_lr",
+                                         "scalar_lr",
+                                         "weight_decay",
+                                         "adam_betas",
+                                         "x0_beta1",
+                                         "warmup_ratio",
+                                         "warmdown_ratio",
+                                         "final_lr_frac",
+                                         "muon_momentum_start",
+                                         "muon_momentum_end",
+                                         "muon_momentum_steps",
+                                         "ns_steps",
+                                         "muon_beta2",
+                                         "sampler"};
 
 static int parse_train(const cJSON *obj, spec_train_t *t, char *err, size_t errlen) {
     const cJSON *it;
@@ -460,6 +477,13 @@ static int parse_train(const cJSON *obj, spec_train_t *t, char *err, size_t errl
         return -1;
     if ((it = FIELD(obj, "ns_steps")) && get_int(it, "train.ns_steps", &t->ns_steps, err, errlen))
         return -1;
+    if ((it = FIELD(obj, "sampler"))) {
+        int k = 0;
+        if (get_enum(it, "train.sampler", sampler_names, N_OF(sampler_names),
+                     "random or sequential", &k, err, errlen))
+            return -1;
+        t->sampler = (spec_sampler_kind)k;
+    }
     return 0;
 }
 
@@ -482,7 +506,7 @@ static int parse_resources(const cJSON *obj, spec_resources_t *r, char *err, siz
 
 static const char *const top_keys[] = {"name",   "tags",      "seed",          "priority",
                                        "parent", "dataset",   "time_budget_s", "model",
-                                       "train",  "resources", "prune"};
+                                       "train",  "resources", "prune",         "token_budget"};
 
 /* Fill s (already defaulted) from the root object. Strings s takes are owned
  * by s even on failure; the caller frees them. */
@@ -543,6 +567,16 @@ static int parse_root(const cJSON *root, spec_t *s, char *err, size_t errlen) {
     if ((it = FIELD(root, "time_budget_s")) &&
         get_number(it, "time_budget_s", &s->time_budget_s, err, errlen))
         return -1;
+    if ((it = FIELD(root, "token_budget"))) {
+        if (get_integer(it, "token_budget", -HUGE_VAL, HUGE_VAL, &d, err, errlen)) return -1;
+        if (d < 0 || d > SPEC_MAX_TOKEN_BUDGET)
+            return fail(err, errlen, "token_budget", "must be in [0, %.0f], got %.15g",
+                        SPEC_MAX_TOKEN_BUDGET, d);
+        s->token_budget = (int64_t)d;
+        /* A token budget replaces the default time budget; one given
+         * explicitly as well is left for spec_validate to refuse. */
+        if (s->token_budget > 0 && !FIELD(root, "time_budget_s")) s->time_budget_s = 0;
+    }
     if ((it = FIELD(root, "prune")) && get_bool(it, "prune", &s->prune, err, errlen)) return -1;
     if ((it = FIELD(root, "model")) && parse_model(it, &s->model, err, errlen)) return -1;
     if ((it = FIELD(root, "train")) && parse_train(it, &s->train, err, errlen)) return -1;
@@ -879,6 +913,24 @@ static int check_dataset(const char *d, char *err, size_t errlen) {
     return 0;
 }
 
+/* Exactly one of time_budget_s and token_budget is nonzero. */
+static int validate_budget(const spec_t *s, char *err, size_t errlen) {
+    if (!(s->time_budget_s >= 0 && s->time_budget_s <= SPEC_MAX_TIME_BUDGET_S))
+        return fail(err, errlen, "time_budget_s", "must be in [0, %.0f] (a week), got %g",
+                    SPEC_MAX_TIME_BUDGET_S, s->time_budget_s);
+    if (s->token_budget < 0 || (double)s->token_budget > SPEC_MAX_TOKEN_BUDGET)
+        return fail(err, errlen, "token_budget", "must be in [0, %.0f], got %lld",
+                    SPEC_MAX_TOKEN_BUDGET, (long long)s->token_budget);
+    if (s->time_budget_s > 0 && s->token_budget > 0)
+        return fail(err, errlen, "time_budget_s",
+                    "%g and token_budget %lld are both set; a run has one budget "
+                    "(leave time_budget_s out or set it to 0)",
+                    s->time_budget_s, (long long)s->token_budget);
+    if (s->time_budget_s == 0 && s->token_budget == 0)
+        return fail(err, errlen, "time_budget_s", "0 and token_budget 0: one of them must be > 0");
+    return 0;
+}
+
 int spec_validate(spec_t *s, char *err, size_t errlen) {
     char path[32];
     if (s->name) {
@@ -904,8 +956,7 @@ int spec_validate(spec_t *s, char *err, size_t errlen) {
     if (s->parent < 0 || (double)s->parent > JSON_MAX_SAFE_INT)
         return fail(err, errlen, "parent", "must be a positive id or null, got %lld",
                     (long long)s->parent);
-    if (check_dataset(s->dataset, err, errlen) ||
-        check_positive(s->time_budget_s, "time_budget_s", err, errlen) ||
+    if (check_dataset(s->dataset, err, errlen) || validate_budget(s, err, errlen) ||
         validate_model(&s->model, err, errlen) || validate_train(&s->train, &s->model, err, errlen))
         return -1;
     const spec_resources_t *r = &s->resources;
@@ -1024,6 +1075,7 @@ char *spec_canonical_json(const spec_t *s) {
                      : cJSON_AddNullToObject(root, "parent") != NULL);
     ok &= cJSON_AddStringToObject(root, "dataset", s->dataset) != NULL;
     ok &= add_double(root, "time_budget_s", s->time_budget_s);
+    ok &= add_int(root, "token_budget", (long long)s->token_budget);
     ok &= cJSON_AddBoolToObject(root, "prune", s->prune) != NULL;
     if (!ok) goto fail;
 
@@ -1083,6 +1135,7 @@ char *spec_canonical_json(const spec_t *s) {
     ok &= add_int(train, "muon_momentum_steps", t->muon_momentum_steps);
     ok &= add_int(train, "ns_steps", t->ns_steps);
     ok &= add_double(train, "muon_beta2", t->muon_beta2);
+    ok &= cJSON_AddStringToObject(train, "sampler", spec_sampler_name(t->sampler)) != NULL;
 
     ok &= (res = cJSON_AddObjectToObject(root, "resources")) != NULL;
     if (!ok) goto fail;

@@ -26,6 +26,11 @@
 
 typedef enum { MLP_RELU2, MLP_GELU, MLP_SWIGLU, MLP_GEGLU } spec_mlp_kind;
 typedef enum { POS_ROPE, POS_LEARNED } spec_pos_kind;
+/* How training rows are drawn (data.h, data_sampler_t). */
+typedef enum { SAMPLER_RANDOM, SAMPLER_SEQUENTIAL } spec_sampler_kind;
+
+#define SPEC_MAX_TIME_BUDGET_S 604800.0 /* a week */
+#define SPEC_MAX_TOKEN_BUDGET  1e12
 
 /* The `model` section, resolved: per-layer choices are expanded to arrays. */
 typedef struct {
@@ -68,6 +73,7 @@ typedef struct {
     int muon_momentum_steps;
     int ns_steps;
     double muon_beta2;
+    spec_sampler_kind sampler; /* random (default) or sequential */
 } spec_train_t;
 
 typedef struct {
@@ -84,8 +90,11 @@ typedef struct {
     int priority;
     int64_t parent; /* 0 = none; ids are positive */
     char dataset[64];
-    double time_budget_s;
-    bool prune; /* the daemon may prune this run (serve --prune); default true */
+    /* The budget: exactly one of the two is nonzero. A spec that sets
+     * token_budget and leaves time_budget_s out gets time_budget_s 0. */
+    double time_budget_s; /* training wall-clock seconds, at most a week */
+    int64_t token_budget; /* training tokens; the run stops after the step reaching it */
+    bool prune;           /* the daemon may prune this run (serve --prune); default true */
     spec_model_t model;
     spec_train_t train;
     spec_resources_t resources;
@@ -121,5 +130,6 @@ void spec_free(spec_t *s);
 /* The spec's spelling of an enum value ("relu2", "rope", ...); static strings. */
 const char *spec_mlp_name(spec_mlp_kind k);
 const char *spec_pos_name(spec_pos_kind k);
+const char *spec_sampler_name(spec_sampler_kind k);
 
 #endif

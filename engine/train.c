@@ -1,10 +1,14 @@
 /* train.c - `nightshift train`: one experiment in the foreground.
  *
  * Load the spec and its dataset, build and initialise the model, then train
- * until the measured training wall time reaches the spec's budget (the step in
- * flight completes), evaluate val_bpb on the dataset's pinned validation
- * tokens and print autoresearch's summary block. This is exactly what a daemon
- * worker runs, so its outputs are a contract:
+ * until the spec's budget is spent (the step in flight completes), evaluate
+ * val_bpb on the dataset's pinned validation tokens and print autoresearch's
+ * summary block. The budget is either measured training wall time
+ * (time_budget_s) or training tokens (token_budget); the learning-rate and
+ * weight-decay schedules follow progress through that budget, so with a token
+ * budget no clock enters the arithmetic and a run is bit-identical for a seed
+ * and thread count. This is exactly what a daemon worker runs, so its outputs
+ * are a contract:
  *
  *   stdout    the summary, `key: value` lines after a `---` line
  *   stderr    human progress (redrawn in place on a terminal, a line every
@@ -17,13 +21,15 @@
  *             4 out of memory (any allocation failure, e.g. under RLIMIT_AS)
  *
  * Timing: startup (loading, building) and evaluation are reported but are not
- * part of the budget; only optimiser steps are. */
+ * part of the budget; only optimiser steps are. Rows are drawn by the spec's
+ * train.sampler (data.h); epochs are tokens seen / training tokens. */
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +42,6 @@
 #include "data.h"
 #include "gpt.h"
 #include "optim.h"
-#include "rng.h"
 #include "spec.h"
 #include "util.h"
 
@@ -65,8 +70,7 @@ typedef struct {
     FILE *progress; /* JSON lines, or NULL */
     int *inputs, *targets;
     int B, T, accum;
-    size_t train_cursor;
-    int epoch;
+    data_sampler_t sampler;
     int threads;
     double peak_gflops;
     const char *peak_source;
@@ -123,20 +127,15 @@ static int fail_run(run_t *r, int code, const char *status, const char *fmt, ...
 /* --------------------------------------------------------------- batches */
 
 /* Fill r->inputs/targets with B rows of T+1 consecutive training tokens,
- * walking the packed stream from a seeded offset and wrapping at the end. */
+ * each row where the sampler says. */
 static void next_train_batch(run_t *r) {
-    size_t n = r->data.n_train, T = (size_t)r->T;
+    size_t T = (size_t)r->T;
     for (int b = 0; b < r->B; b++) {
-        if (r->train_cursor + T + 1 > n) {
-            r->train_cursor = 0;
-            r->epoch++;
-        }
-        const uint16_t *src = r->data.train + r->train_cursor;
+        const uint16_t *src = r->data.train + data_sampler_next(&r->sampler);
         for (size_t t = 0; t < T; t++) {
             r->inputs[b * T + t] = src[t];
             r->targets[b * T + t] = src[t + 1];
         }
-        r->train_cursor += T;
     }
 }
 
@@ -250,9 +249,10 @@ static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
         return -1;
     }
     cost_compute(mc, r->B, &r->cost);
-    rng_t rng;
-    rng_seed(&rng, r->spec.seed ^ 0x9e3779b97f4a7c15ULL);
-    r->train_cursor = rng_below(&rng, r->data.n_train - (size_t)r->T);
+    data_sampler_init(&r->sampler,
+                      r->spec.train.sampler == SAMPLER_SEQUENTIAL ? DATA_SAMPLE_SEQUENTIAL
+                                                                  : DATA_SAMPLE_RANDOM,
+                      r->data.n_train, (size_t)r->T, r->spec.seed);
     choose_peak(r, o);
     return 0;
 }
@@ -270,7 +270,7 @@ static void run_close(run_t *r) {
 /* --------------------------------------------------------------- progress */
 
 static void print_progress(run_t *r, int step, double pct, double loss, double lrm, double dt,
-                           double tok_s, double mfu, double remaining, int final) {
+                           double tok_s, double mfu, double epochs, double remaining, int final) {
     static double last_print;
     double now = util_now();
     if (!final && !r->tty && now - last_print < 5.0) return;
@@ -278,8 +278,8 @@ static void print_progress(run_t *r, int step, double pct, double loss, double l
     last_print = now;
     fprintf(stderr,
             "%sstep %05d (%5.1f%%) | loss: %.6f | lrm: %.2f | dt: %.0fms | tok/sec: %.0f | "
-            "mfu: %.1f%% | epoch: %d | remaining: %.0fs   %s",
-            r->tty ? "\r" : "", step, pct, loss, lrm, dt * 1000.0, tok_s, mfu, r->epoch, remaining,
+            "mfu: %.1f%% | epoch: %.2f | remaining: %.0fs   %s",
+            r->tty ? "\r" : "", step, pct, loss, lrm, dt * 1000.0, tok_s, mfu, epochs, remaining,
             r->tty ? "" : "\n");
 }
 
@@ -305,14 +305,18 @@ static int train_run(const train_opts_t *o) {
     }
     const spec_t *s = &r.spec;
     const spec_train_t *tr = &s->train;
+    /* Exactly one of the two budgets is nonzero (spec_validate). */
     double budget = s->time_budget_s, tokens_per_step = (double)tr->total_batch_tokens;
+    double token_budget = (double)s->token_budget, n_train = (double)r.data.n_train;
 
     fprintf(stderr,
             "train: %s | dataset %s (%zu train / %zu val tokens, vocab %d) | %.2fM params | "
-            "%d threads | peak %.1f GFLOP/s (%s) | budget %.0fs | %d x %d x %d tokens/step\n",
+            "%d threads | peak %.1f GFLOP/s (%s) | budget %.0f%s | %s sampler | "
+            "%d x %d x %d tokens/step\n",
             s->name ? s->name : "(unnamed)", s->dataset, r.data.n_train, r.data.n_val,
             s->model.vocab_size, r.cost.total / 1e6, r.threads, r.peak_gflops, r.peak_source,
-            budget, r.accum, r.B, r.T);
+            token_budget > 0 ? token_budget : budget, token_budget > 0 ? " tokens" : "s",
+            spec_sampler_name(tr->sampler), r.accum, r.B, r.T);
     cJSON *start = event("start");
     cJSON_AddNumberToObject(start, "pid", getpid());
     add_params(start, &r.cost);
@@ -321,6 +325,7 @@ static int train_run(const train_opts_t *o) {
     cJSON_AddStringToObject(start, "peak_source", r.peak_source);
     cJSON_AddNumberToObject(start, "threads", r.threads);
     cJSON_AddNumberToObject(start, "time_budget_s", budget);
+    cJSON_AddNumberToObject(start, "token_budget", token_budget);
     cJSON_AddNumberToObject(start, "tokens_per_step", tokens_per_step);
     cJSON_AddNumberToObject(start, "vocab_size", s->model.vocab_size);
     emit(&r, start);
@@ -344,7 +349,9 @@ static int train_run(const train_opts_t *o) {
             gpt_backward(r.model, 1.0f / (float)r.accum);
         }
         double loss = loss_sum / r.accum;
-        double progress = fmin(training_time / budget, 1.0);
+        /* Progress before this step's update, as autoresearch computes it. */
+        double progress = token_budget > 0 ? fmin(step * tokens_per_step / token_budget, 1.0)
+                                           : fmin(training_time / budget, 1.0);
         double lrm =
             optim_lr_multiplier(progress, tr->warmup_ratio, tr->warmdown_ratio, tr->final_lr_frac);
         double momentum = optim_muon_momentum(step, tr->muon_momentum_start, tr->muon_momentum_end,
@@ -360,9 +367,18 @@ static int train_run(const train_opts_t *o) {
         double smooth_loss = smooth / (1.0 - pow(0.9, step));
         double tok_s = tokens_per_step / dt;
         double mfu = 100.0 * r.cost.flops_per_token * tok_s / (r.peak_gflops * 1e9);
-        double remaining = fmax(0.0, budget - training_time);
-        double pct = 100.0 * fmin(training_time / budget, 1.0);
-        print_progress(&r, step, pct, smooth_loss, lrm, dt, tok_s, mfu, remaining, 0);
+        /* After this step: the fraction of the chosen budget spent, and the
+         * seconds left (for a token budget, estimated at the mean rate). */
+        double done = step * tokens_per_step, epochs = done / n_train, remaining, pct;
+        if (token_budget > 0) {
+            pct = 100.0 * fmin(done / token_budget, 1.0);
+            remaining = fmax(0.0, token_budget - done) * training_time / done;
+        } else {
+            pct = 100.0 * fmin(training_time / budget, 1.0);
+            remaining = fmax(0.0, budget - training_time);
+        }
+        bool spent = token_budget > 0 ? done >= token_budget : training_time >= budget;
+        print_progress(&r, step, pct, smooth_loss, lrm, dt, tok_s, mfu, epochs, remaining, 0);
         cJSON *e = event("step");
         cJSON_AddNumberToObject(e, "step", step);
         cJSON_AddNumberToObject(e, "progress", pct / 100.0);
@@ -374,10 +390,10 @@ static int train_run(const train_opts_t *o) {
         cJSON_AddNumberToObject(e, "tok_s", tok_s);
         cJSON_AddNumberToObject(e, "mfu", mfu);
         cJSON_AddNumberToObject(e, "remaining_s", remaining);
-        cJSON_AddNumberToObject(e, "epoch", r.epoch);
+        cJSON_AddNumberToObject(e, "epoch", epochs);
         emit(&r, e);
-        if (training_time >= budget) {
-            print_progress(&r, step, pct, smooth_loss, lrm, dt, tok_s, mfu, remaining, 1);
+        if (spent) {
+            print_progress(&r, step, pct, smooth_loss, lrm, dt, tok_s, mfu, epochs, remaining, 1);
             break;
         }
     }
@@ -413,6 +429,7 @@ static int train_run(const train_opts_t *o) {
     }
 
     double total = util_now() - r.t_start, tokens = tokens_per_step * step;
+    double epochs = tokens / n_train;
     double mfu = 100.0 * r.cost.flops_per_token * tokens / training_time / (r.peak_gflops * 1e9);
     double rss = util_peak_rss_mb();
     printf("---\n");
@@ -439,6 +456,9 @@ static int train_run(const train_opts_t *o) {
     printf("params_total:       %lld\n", (long long)r.cost.total);
     printf("flops_per_token:    %.6g\n", r.cost.flops_per_token);
     printf("eval_tokens:        %zu\n", eval_tokens);
+    printf("time_budget_s:      %g\n", budget);
+    printf("token_budget:       %.0f\n", token_budget);
+    printf("epochs:             %.4f\n", epochs);
     fflush(stdout);
 
     cJSON *res = event("result");
@@ -457,6 +477,9 @@ static int train_run(const train_opts_t *o) {
     cJSON_AddNumberToObject(res, "num_steps", step);
     cJSON_AddNumberToObject(res, "flops_per_token", r.cost.flops_per_token);
     cJSON_AddNumberToObject(res, "eval_tokens", (double)eval_tokens);
+    cJSON_AddNumberToObject(res, "time_budget_s", budget);
+    cJSON_AddNumberToObject(res, "token_budget", token_budget);
+    cJSON_AddNumberToObject(res, "epochs", epochs);
     add_params(res, &r.cost);
     emit(&r, res);
     code = EXIT_OK;
@@ -469,7 +492,8 @@ static void train_usage(FILE *out) {
     fprintf(out, "usage: nightshift train [--dir DIR] [--progress PATH | --progress-fd N]\n"
                  "                        [--save CKPT.safetensors] [--peak-gflops G] SPEC.json\n"
                  "Trains SPEC's model on DIR/datasets/<spec.dataset> (DIR default: state) for\n"
-                 "spec.time_budget_s seconds of training, then prints val_bpb and the summary.\n"
+                 "spec.time_budget_s seconds or spec.token_budget tokens of training, then\n"
+                 "prints val_bpb and the summary.\n"
                  "Exit: 0 succeeded, 1 failed, 2 usage, 3 diverged, 4 out of memory.\n");
 }
 

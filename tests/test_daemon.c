@@ -309,6 +309,13 @@ Test(daemon, submissions_run_and_rank) {
         cr_expect_gt(n_metrics, 0, "experiment %ld has no metrics rows", id);
         double bpb = tu_sql_double(db, "SELECT val_bpb FROM results WHERE experiment_id = ?1", id);
         cr_expect(bpb > 0 && bpb < 20, "val_bpb %g", bpb);
+        /* the budget the run had, and its passes over the training tokens */
+        cr_expect_eq(
+            tu_sql_double(db, "SELECT time_budget_s FROM results WHERE experiment_id = ?1", id), 1);
+        cr_expect_eq(
+            tu_sql_int(db, "SELECT token_budget FROM results WHERE experiment_id = ?1", id), 0);
+        cr_expect_gt(tu_sql_double(db, "SELECT epochs FROM results WHERE experiment_id = ?1", id),
+                     0);
         if (bpb < best_bpb) best_bpb = bpb, best_id = id;
 
         cJSON *e = get_experiment(d, id);

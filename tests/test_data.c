@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -617,6 +618,101 @@ Test(data, binary_prep_command, .timeout = 60) {
     data_close(&ds);
     free(state);
     free(in);
+    tu_rmrf(work);
+    free(work);
+}
+
+/* ---- the training-row sampler ------------------------------------------------------ */
+
+/* A dataset whose training stream is two different texts, one after the other:
+ * ten documents of lowercase letters, then ten of uppercase and digits (plus
+ * two validation documents). Returns the state directory (caller frees); the
+ * dataset is "halves", pure bytes. */
+static char *make_halves(const char *work) {
+    char text[1601], *in = tu_path("%s/halves", work);
+    for (int d = 0; d < 22; d++) {
+        const char *alphabet = d < 10 ? "abcdefghijklm " : "NOPQRSTUVWXYZ0123456789";
+        size_t k = strlen(alphabet);
+        for (size_t i = 0; i < sizeof text - 1; i++) text[i] = alphabet[(i * 7 + (size_t)d) % k];
+        text[sizeof text - 1] = 0;
+        char *rel = tu_path("halves/%02d.txt", d);
+        write_str(work, rel, text);
+        free(rel);
+    }
+    char *state = tu_path("%s/state", work), *err;
+    int rc = run_prep(work, &err, "--quiet", "--dir", state, "--name", "halves", "--vocab", "256",
+                      "--val-fraction", "0.09", in, NULL);
+    cr_assert_eq(rc, 0, "prep failed: %s", err);
+    free(err);
+    free(in);
+    return state;
+}
+
+/* The half a row at off comes from: 0 or 1 by the first token that only one
+ * half uses (seen[] marks them: bit 0 first half, bit 1 second half). */
+static int row_half(const data_set_t *ds, const unsigned char *seen, size_t off, size_t T) {
+    for (size_t t = 0; t <= T; t++) {
+        unsigned char s = seen[ds->train[off + t]];
+        if (s == 1 || s == 2) return s - 1;
+    }
+    cr_assert_fail("row at %zu holds no token of either half", off);
+    return -1;
+}
+
+Test(data, random_rows_cover_both_halves) {
+    char *work = tu_tmpdir(), *state = make_halves(work), msg[512];
+    data_set_t ds;
+    cr_assert_eq(data_open(state, "halves", &ds, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ds.train_docs, 20);
+
+    /* The texts differ: no token except BOS occurs in both halves. */
+    size_t boundary = 0, bos = 0;
+    while (boundary < ds.n_train && !(ds.train[boundary] == ds.bos_id && ++bos == 11)) boundary++;
+    cr_assert_lt(boundary, ds.n_train);
+    unsigned char seen[DATA_MAX_TOKENS] = {0};
+    for (size_t i = 0; i < ds.n_train; i++)
+        if (ds.train[i] != ds.bos_id) seen[ds.train[i]] |= i < boundary ? 1 : 2;
+    for (int id = 0; id < ds.vocab_size; id++) cr_assert_neq(seen[id], 3, "token %d in both", id);
+    double first_share = (double)boundary / (double)ds.n_train; /* about 1/2 */
+
+    /* A short run: 16 steps of 16 rows of 33 tokens, about a fifth of the
+     * stream. Every seed's rows come from both halves in proportion. */
+    const size_t T = 32, rows = 256;
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        data_sampler_t s, again;
+        data_sampler_init(&s, DATA_SAMPLE_RANDOM, ds.n_train, T, seed);
+        data_sampler_init(&again, DATA_SAMPLE_RANDOM, ds.n_train, T, seed);
+        size_t in_first = 0;
+        for (size_t r = 0; r < rows; r++) {
+            size_t off = data_sampler_next(&s);
+            cr_assert_leq(off + T, ds.n_train - 1, "row at %zu runs past the stream", off);
+            cr_assert_eq(data_sampler_next(&again), off, "seed %lu: not reproducible",
+                         (unsigned long)seed);
+            in_first += row_half(&ds, seen, off, T) == 0;
+        }
+        double share = (double)in_first / rows;
+        cr_expect(fabs(share - first_share) < 0.1,
+                  "seed %lu: %.2f of the rows from the first half, which is %.2f of the stream",
+                  (unsigned long)seed, share, first_share);
+    }
+
+    /* The sequential walk still walks: consecutive rows T apart from a seeded
+     * start, wrapping to 0, staying in one region for a short run. */
+    data_sampler_t s;
+    data_sampler_init(&s, DATA_SAMPLE_SEQUENTIAL, ds.n_train, T, 1);
+    size_t prev = data_sampler_next(&s), wraps = 0;
+    for (size_t r = 1; r < 2 * ds.n_train / T; r++) {
+        size_t off = data_sampler_next(&s);
+        cr_assert_leq(off + T, ds.n_train - 1);
+        if (off == 0 && prev + 2 * T + 1 > ds.n_train)
+            wraps++;
+        else
+            cr_assert_eq(off, prev + T, "row %zu at %zu after %zu", r, off, prev);
+        prev = off;
+    }
+    cr_expect(wraps >= 1 && wraps <= 2, "%zu wraps over two passes", wraps);
+    data_close(&ds);
+    free(state);
     tu_rmrf(work);
     free(work);
 }

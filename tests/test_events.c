@@ -522,8 +522,7 @@ Test(events, the_leaderboard_as_csv_and_results_tsv_as_autoresearch_writes_it) {
 
     tu_reply_t r;
     /* both "ok" runs are one configuration (seeds 1 and 3) in dataset tiny, 5 s */
-    tu_http(&d, "GET", "/v1/leaderboard?format=csv&dataset=tiny&budget=time:5", NULL, 0, NULL,
-            &r);
+    tu_http(&d, "GET", "/v1/leaderboard?format=csv&dataset=tiny&budget=time:5", NULL, 0, NULL, &r);
     cr_assert_eq(r.status, 200);
     cr_expect(strstr(r.content_type, "text/csv"), "%s", r.content_type);
     char *file = tu_path("%s/lb.csv", tmp);

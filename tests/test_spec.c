@@ -54,6 +54,8 @@ Test(spec, defaults) {
     cr_expect_eq(s.parent, 0);
     cr_expect_str_eq(s.dataset, "default");
     cr_expect_eq(s.time_budget_s, 300);
+    cr_expect_eq(s.token_budget, 0);
+    cr_expect_eq(s.train.sampler, SAMPLER_RANDOM);
 
     const spec_model_t *m = &s.model;
     cr_expect_eq(m->vocab_size, 0);
@@ -235,8 +237,19 @@ Test(spec, range_messages) {
          "23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,"
          "51,52,53,54,55,56,57,58,59,60,61,62,63,0]}}",
          "model.ve_layers: more than 64 layers listed"},
-        {"{\"time_budget_s\":0}", "time_budget_s: must be > 0, got 0"},
-        {"{\"time_budget_s\":-5}", "time_budget_s: must be > 0, got -5"},
+        {"{\"time_budget_s\":0}", "time_budget_s: 0 and token_budget 0: one of them must be > 0"},
+        {"{\"time_budget_s\":-5}", "time_budget_s: must be in [0, 604800] (a week), got -5"},
+        {"{\"time_budget_s\":604801}",
+         "time_budget_s: must be in [0, 604800] (a week), got 604801"},
+        {"{\"token_budget\":0,\"time_budget_s\":0}",
+         "time_budget_s: 0 and token_budget 0: one of them must be > 0"},
+        {"{\"token_budget\":-1}", "token_budget: must be in [0, 1000000000000], got -1"},
+        {"{\"token_budget\":1000000000001}",
+         "token_budget: must be in [0, 1000000000000], got 1000000000001"},
+        {"{\"token_budget\":1e300}", "token_budget: must be in [0, 1000000000000], got 1e+300"},
+        {"{\"token_budget\":4096,\"time_budget_s\":300}",
+         "time_budget_s: 300 and token_budget 4096 are both set; a run has one budget (leave "
+         "time_budget_s out or set it to 0)"},
         {"{\"seed\":-1}", "seed: must be in [0, 9007199254740991], got -1"},
         {"{\"seed\":9007199254740992}",
          "seed: must be in [0, 9007199254740991], got 9007199254740992"},
@@ -328,6 +341,11 @@ Test(spec, type_errors) {
         {"{\"dataset\":7}", "dataset: expected a string"},
         {"{\"time_budget_s\":\"300\"}", "time_budget_s: expected a number"},
         {"{\"time_budget_s\":1e999}", "time_budget_s: number out of range"},
+        {"{\"token_budget\":\"4096\"}", "token_budget: expected an integer"},
+        {"{\"token_budget\":4096.5}", "token_budget: expected an integer"},
+        {"{\"train\":{\"sampler\":\"shuffled\"}}",
+         "train.sampler: unknown value \"shuffled\" (expected random or sequential)"},
+        {"{\"train\":{\"sampler\":1}}", "train.sampler: expected a string"},
         {"{\"model\":[]}", "model: expected an object"},
         {"{\"model\":null}", "model: expected an object"},
         {"{\"train\":1}", "train: expected an object"},
@@ -526,10 +544,10 @@ Test(spec, canonical_default_golden) {
         "\"ve_gate_channels\":32,\"ve_layers\":\"alternate\",\"vocab_size\":0,"
         "\"window_pattern\":\"SSSL\"},\"name\":null,\"parent\":null,\"priority\":0,\"prune\":true,"
         "\"resources\":{\"memory_mb\":0,\"peak_gflops\":0,\"threads\":0},\"seed\":42,"
-        "\"tags\":[],\"time_budget_s\":300,\"train\":{\"adam_betas\":[0.8,0.95],"
+        "\"tags\":[],\"time_budget_s\":300,\"token_budget\":0,\"train\":{\"adam_betas\":[0.8,0.95],"
         "\"batch_size\":16,\"embedding_lr\":0.6,\"final_lr_frac\":0,\"matrix_lr\":0.04,"
         "\"muon_beta2\":0.95,\"muon_momentum_end\":0.95,\"muon_momentum_start\":0.85,"
-        "\"muon_momentum_steps\":300,\"ns_steps\":5,\"scalar_lr\":0.5,"
+        "\"muon_momentum_steps\":300,\"ns_steps\":5,\"sampler\":\"random\",\"scalar_lr\":0.5,"
         "\"total_batch_tokens\":4096,\"unembedding_lr\":0.004,\"value_embedding_lr\":0.6,"
         "\"warmdown_ratio\":0.5,\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}");
     free(c);
@@ -552,7 +570,8 @@ Test(spec, canonical_round_trip) {
         "\"muon_momentum_end\":0.99,\"muon_momentum_steps\":0,\"ns_steps\":1,"
         "\"muon_beta2\":0},\"resources\":{\"threads\":2,\"memory_mb\":4096,"
         "\"peak_gflops\":123.456}}",
-        "{\"seed\":9007199254740991,\"time_budget_s\":1e300,\"model\":{\"ve_layers\":[]}}",
+        "{\"seed\":9007199254740991,\"time_budget_s\":604800,\"model\":{\"ve_layers\":[]}}",
+        "{\"token_budget\":1000000000000,\"train\":{\"sampler\":\"sequential\"}}",
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         char *c1 = canonical_of(specs[i]);
@@ -564,9 +583,9 @@ Test(spec, canonical_round_trip) {
         cJSON *root = cJSON_Parse(c1);
         cr_assert_not_null(root);
         expect_sorted(root, "root");
-        cr_expect_eq(cJSON_GetArraySize(root), 11);
+        cr_expect_eq(cJSON_GetArraySize(root), 12);
         cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "model")), 16);
-        cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "train")), 18);
+        cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "train")), 19);
         cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "resources")), 3);
         cr_expect_null(strchr(c1, '\n'));
         cJSON_Delete(root);
@@ -764,4 +783,47 @@ Test(spec, copy_free_and_names) {
     cr_expect_str_eq(spec_mlp_name(MLP_GEGLU), "geglu");
     cr_expect_str_eq(spec_pos_name(POS_ROPE), "rope");
     cr_expect_str_eq(spec_pos_name(POS_LEARNED), "learned");
+}
+
+/* One budget in the canonical form: a token budget without time_budget_s
+ * makes time_budget_s 0; an explicit 0 beside it is the same spec. */
+Test(spec, budget_canonical_form) {
+    spec_t s;
+    parse_ok("{\"token_budget\":5000}", &s);
+    cr_expect_eq(s.time_budget_s, 0);
+    cr_expect_eq(s.token_budget, 5000);
+    spec_free(&s);
+
+    char *a = canonical_of("{\"token_budget\":5000}");
+    char *b = canonical_of("{\"time_budget_s\":0,\"token_budget\":5000}");
+    char *c = canonical_of("{\"token_budget\":5e3,\"time_budget_s\":0.0}");
+    cr_expect_str_eq(a, b);
+    cr_expect_str_eq(a, c);
+    cr_expect(strstr(a, "\"time_budget_s\":0,\"token_budget\":5000,"), "%s", a);
+
+    /* A time budget: token_budget 0 given or not is the same spec. */
+    char *d = canonical_of("{\"time_budget_s\":60}");
+    char *e = canonical_of("{\"time_budget_s\":60,\"token_budget\":0}");
+    cr_expect_str_eq(d, e);
+    cr_expect(strstr(d, "\"time_budget_s\":60,\"token_budget\":0,"), "%s", d);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    free(e);
+
+    /* The sampler prints by name. */
+    char *f = canonical_of("{\"train\":{\"sampler\":\"sequential\"}}");
+    cr_expect(strstr(f, "\"sampler\":\"sequential\""), "%s", f);
+    free(f);
+
+    /* Changed by hand, the rules are the same. */
+    char err[SPEC_ERR_LEN];
+    parse_ok("{}", &s);
+    s.token_budget = 100;
+    cr_expect_eq(spec_validate(&s, err, sizeof err), -1);
+    cr_expect(strstr(err, "time_budget_s") && strstr(err, "token_budget"), "%s", err);
+    s.time_budget_s = 0;
+    cr_expect_eq(spec_validate(&s, err, sizeof err), 0, "%s", err);
+    spec_free(&s);
 }

@@ -152,7 +152,10 @@ static store_result_t result_with(double val_bpb) {
                         .total_seconds = 320,
                         .startup_seconds = 5,
                         .eval_seconds = 15,
-                        .peak_rss_mb = 512};
+                        .peak_rss_mb = 512,
+                        .time_budget_s = 0,
+                        .token_budget = 1500000,
+                        .epochs = 0.75};
     return r;
 }
 
@@ -744,6 +747,9 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
     cr_expect_float_eq(cJSON_GetObjectItem(res, "val_bpb")->valuedouble, 1.11, 1e-12);
     cr_expect_eq(cJSON_GetObjectItem(res, "params_blocks")->valuedouble, 590);
     cr_expect_float_eq(cJSON_GetObjectItem(res, "total_tokens")->valuedouble, 1.5e6, 1e-6);
+    cr_expect_eq(cJSON_GetObjectItem(res, "time_budget_s")->valuedouble, 0);
+    cr_expect_eq(cJSON_GetObjectItem(res, "token_budget")->valuedouble, 1500000);
+    cr_expect_float_eq(cJSON_GetObjectItem(res, "epochs")->valuedouble, 0.75, 1e-12);
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(res, "peak_source")), "calibration");
     cJSON *arr = cJSON_GetObjectItem(o, "metrics");
     cr_assert_eq(cJSON_GetArraySize(arr), 2);

@@ -27,17 +27,26 @@ static void teardown(void) {
 
 TestSuite(train, .init = setup, .fini = teardown, .timeout = 60);
 
-/* A tiny model; the extras are spliced into the model and train objects. */
-static char *write_spec(const char *name, double budget, const char *model_extra,
-                        const char *train_extra) {
+/* A tiny model; budget is the budget's JSON member(s), the extras are
+ * spliced into the model and train objects. */
+static char *write_spec_budget(const char *name, const char *budget, const char *model_extra,
+                               const char *train_extra) {
     char *path = tu_path("%s/%s.json", dir, name);
-    char *json = tu_path("{\"name\":\"%s\",\"dataset\":\"tiny\",\"time_budget_s\":%g,"
+    char *json = tu_path("{\"name\":\"%s\",\"dataset\":\"tiny\",%s,"
                          "\"model\":{\"depth\":2,\"n_embd\":32,\"n_head\":2,\"seq_len\":32%s},"
                          "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128%s},"
                          "\"resources\":{\"threads\":1,\"peak_gflops\":10}}",
                          name, budget, model_extra, train_extra);
     tu_write(path, json);
     free(json);
+    return path;
+}
+
+static char *write_spec(const char *name, double budget, const char *model_extra,
+                        const char *train_extra) {
+    char *member = tu_path("\"time_budget_s\":%g", budget);
+    char *path = write_spec_budget(name, member, model_extra, train_extra);
+    free(member);
     return path;
 }
 
@@ -101,6 +110,9 @@ Test(train, three_second_budget_end_to_end) {
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         cr_expect(!isnan(summary(r.out, keys[i])), "summary lacks %s:\n%s", keys[i], r.out);
     cr_expect_eq(summary(r.out, "depth"), 2);
+    cr_expect_eq(summary(r.out, "time_budget_s"), budget);
+    cr_expect_eq(summary(r.out, "token_budget"), 0);
+    cr_expect_gt(summary(r.out, "epochs"), 0);
 
     cJSON *lines = read_progress(progress);
     int n = cJSON_GetArraySize(lines);
@@ -110,6 +122,9 @@ Test(train, three_second_budget_end_to_end) {
     cr_assert_str_eq(event_of(result), "result");
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(result, "status")), "succeeded");
     cr_expect_float_eq(num(result, "val_bpb"), summary(r.out, "val_bpb"), 1e-6);
+    cr_expect_eq(num(result, "time_budget_s"), budget);
+    cr_expect_eq(num(result, "token_budget"), 0);
+    cr_expect_float_eq(num(result, "epochs"), summary(r.out, "epochs"), 1e-4);
 
     /* one step line per optimiser step; the budget is met within one step */
     int steps = 0;
@@ -141,6 +156,70 @@ Test(train, three_second_budget_end_to_end) {
     tu_run_free(&r);
     free(progress);
     free(spec);
+}
+
+/* The step lines of a progress file: loss, progress and epoch per step. */
+typedef struct {
+    int n;
+    double loss[256], progress[256], epoch[256];
+} steps_t;
+
+static void read_steps(const cJSON *lines, steps_t *st) {
+    const cJSON *line;
+    st->n = 0;
+    cJSON_ArrayForEach(line, lines) {
+        if (strcmp(event_of(line), "step")) continue;
+        cr_assert(st->n < 256, "more steps than the budget allows");
+        st->loss[st->n] = num(line, "loss");
+        st->progress[st->n] = num(line, "progress");
+        st->epoch[st->n] = num(line, "epoch");
+        st->n++;
+    }
+}
+
+/* A token budget: the run stops after the step that reaches it (5000 tokens
+ * at 128 a step: 40 steps), progress is the fraction of it, and the summary
+ * records it. No clock enters the arithmetic, so two runs with one seed give
+ * bit-identical losses and val_bpb, with the default warmdown and weight
+ * decay (which follow progress) on, with either sampler. */
+Test(train, token_budget_is_bit_identical) {
+    static const char *const samplers[] = {"", ",\"sampler\":\"sequential\""};
+    for (int k = 0; k < 2; k++) {
+        char *spec = write_spec_budget("tokens", "\"token_budget\":5000", "", samplers[k]);
+        steps_t runs[2];
+        double bpb[2];
+        for (int run = 0; run < 2; run++) {
+            char *progress = tu_path("%s/tokens%d.jsonl", dir, run);
+            tu_run_t r;
+            train(&r, spec, progress);
+            cr_assert_eq(r.exit_code, 0, "train failed (%d): %s", r.exit_code, r.err);
+            cr_expect_eq(summary(r.out, "num_steps"), 40, "%s", r.out);
+            cr_expect_eq(summary(r.out, "token_budget"), 5000);
+            cr_expect_eq(summary(r.out, "time_budget_s"), 0);
+            cJSON *lines = read_progress(progress);
+            read_steps(lines, &runs[run]);
+            const cJSON *result = cJSON_GetArrayItem(lines, cJSON_GetArraySize(lines) - 1);
+            cr_assert_str_eq(event_of(result), "result");
+            bpb[run] = num(result, "val_bpb");
+            cr_expect_eq(num(result, "token_budget"), 5000);
+            cr_expect_eq(num(result, "time_budget_s"), 0);
+            cr_expect_eq(num(result, "total_tokens"), 40 * 128);
+            cr_expect_float_eq(num(result, "epochs"), runs[run].epoch[runs[run].n - 1], 1e-12);
+            cJSON_Delete(lines);
+            tu_run_free(&r);
+            free(progress);
+        }
+        cr_assert_eq(runs[0].n, 40);
+        cr_assert_eq(runs[1].n, 40);
+        for (int i = 0; i < 40; i++) {
+            cr_assert(runs[0].loss[i] == runs[1].loss[i], "sampler %d step %d: loss %.17g vs %.17g",
+                      k, i + 1, runs[0].loss[i], runs[1].loss[i]);
+            cr_expect_float_eq(runs[0].progress[i], fmin((i + 1) * 128 / 5000.0, 1.0), 1e-12);
+            cr_expect_float_eq(runs[0].epoch[i], (i + 1) / 40.0 * runs[0].epoch[39], 1e-12);
+        }
+        cr_expect(bpb[0] == bpb[1], "sampler %d: val_bpb %.17g vs %.17g", k, bpb[0], bpb[1]);
+        free(spec);
+    }
 }
 
 /* Bit-for-bit: with a schedule that does not depend on wall time (no
