@@ -11,7 +11,8 @@
  *   GET  /healthz
  *
  * Errors are {"error":{"code":...,"message":...}}. With a token configured,
- * every POST needs `Authorization: Bearer TOKEN` (401 otherwise). */
+ * every POST needs `Authorization: Bearer TOKEN` (401 otherwise), and with
+ * guard_reads (a daemon listening off loopback) every GET but /healthz too. */
 #ifndef NIGHTSHIFT_API_H
 #define NIGHTSHIFT_API_H
 
@@ -28,11 +29,16 @@ typedef struct {
     sched_t *sched;
     const char *state_dir;
     const char *token; /* NULL = no token required */
+    int guard_reads;   /* the token guards GETs too (all but /healthz) */
     double started_at; /* util_now() at startup */
 } api_t;
 
 /* The http_handler_fn of the daemon; user is an api_t. */
 void api_handle(const http_request_t *req, http_response_t *res, void *user);
+
+/* The http_authorize_fn of the daemon (the token check, run as soon as a
+ * request's headers are in): 0 when req may proceed. */
+int api_authorize(const http_request_t *req, void *user);
 
 /* Validate one spec (a JSON object) and queue it as `source` ("api", "cli" or
  * "agent"), with dedup unless force. Returns 0 with *id and *duplicate set, or

@@ -27,6 +27,12 @@
  * source "agent" (validation and dedup as for any submission); a proposal that
  * fails validation, or a reply that is not JSON, is recorded and answered with
  * an experiment.rejected event. A malformed reply never stops the loop.
+ * Replies are parsed strictly (http_json_parse: one value, no raw control
+ * characters or \u0000 in strings). Accepted proposals (queued as new, not
+ * duplicates) are rate-limited by a token bucket of proposals_per_min tokens
+ * refilled at proposals_per_min per minute; a proposal beyond it is not
+ * queued and is answered with experiment.rejected ("rate limited: ..."), so
+ * an agent that re-proposes in a loop cannot flood the queue.
  *
  * queue.empty is not sent while an experiment.finished event is still being
  * delivered: that event already carries the queue depth, and an agent answers
@@ -41,18 +47,21 @@
 
 #include "api.h"
 
-#define HOOK_RECENT 20
+#define HOOK_RECENT            20
+#define HOOK_PROPOSALS_PER_MIN 30
 
 typedef struct hook hook_t;
 
 typedef struct {
-    const char *url;       /* the agent's endpoint */
-    const char *secret;    /* HMAC key */
-    int max_attempts;      /* default 8 */
-    double timeout_s;      /* per attempt; default 30 */
-    double idle_resend_s;  /* default 60 */
-    double backoff_base_s; /* the first retry's delay bound, doubling; default 1 (tests: less) */
-    api_t *api;            /* for submissions and the store */
+    const char *url;          /* the agent's endpoint */
+    const char *secret;       /* HMAC key */
+    int max_attempts;         /* default 8 */
+    double timeout_s;         /* per attempt; default 30 */
+    double idle_resend_s;     /* default 60 */
+    double backoff_base_s;    /* the first retry's delay bound, doubling; default 1 (tests: less) */
+    double proposals_per_min; /* accepted proposals per minute (and burst); default
+                                 HOOK_PROPOSALS_PER_MIN; < 0: no limit */
+    api_t *api;               /* for submissions and the store */
 } hook_opts_t;
 
 /* Returns NULL with err on failure (bad URL, no secret, libcurl init). */

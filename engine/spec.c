@@ -638,6 +638,20 @@ static int check_int(int v, int lo, int hi, const char *path, char *err, size_t 
     return 0;
 }
 
+/* Upper bounds of the fields that have no natural one: a spec must not be
+ * able to ask for centuries of training or an overflowing deadline. */
+#define MAX_BUDGET_S    604800.0 /* time_budget_s: one week */
+#define MAX_LR          100.0    /* every learning rate and weight_decay */
+#define MAX_SOFTCAP     1e6
+#define MAX_MLP_RATIO   64.0
+#define MAX_PEAK_GFLOPS 1e9 /* an exaflop machine */
+
+/* v <= hi, for a value already known to be a finite number in range below. */
+static int check_max(double v, double hi, const char *path, char *err, size_t errlen) {
+    if (v > hi) return fail(err, errlen, path, "must be at most %g, got %g", hi, v);
+    return 0;
+}
+
 static int check_positive(double v, const char *path, char *err, size_t errlen) {
     if (!(v > 0) || !isfinite(v)) return fail(err, errlen, path, "must be > 0, got %g", v);
     return 0;
@@ -730,7 +744,8 @@ static int validate_model(spec_model_t *m, char *err, size_t errlen) {
         check_int(m->n_embd, 1, MAX_WIDTH, "model.n_embd", err, errlen) ||
         check_int(m->n_head, 1, MAX_WIDTH, "model.n_head", err, errlen) ||
         check_int(m->n_kv_head, 1, MAX_WIDTH, "model.n_kv_head", err, errlen) ||
-        check_positive(m->mlp_ratio, "model.mlp_ratio", err, errlen))
+        check_positive(m->mlp_ratio, "model.mlp_ratio", err, errlen) ||
+        check_max(m->mlp_ratio, MAX_MLP_RATIO, "model.mlp_ratio", err, errlen))
         return -1;
     if ((unsigned)m->mlp >= N_OF(mlp_names))
         return fail(err, errlen, "model.mlp", "unknown kind %d", (int)m->mlp);
@@ -739,7 +754,8 @@ static int validate_model(spec_model_t *m, char *err, size_t errlen) {
         return fail(err, errlen, "model.pos", "unknown kind %d", (int)m->pos);
     if (check_int(m->max_pos, 1, MAX_SEQ, "model.max_pos", err, errlen) ||
         check_unit(m->embed_dropout, true, "model.embed_dropout", err, errlen) ||
-        check_nonneg(m->softcap, "model.softcap", err, errlen))
+        check_nonneg(m->softcap, "model.softcap", err, errlen) ||
+        check_max(m->softcap, MAX_SOFTCAP, "model.softcap", err, errlen))
         return -1;
 
     size_t n = strnlen(m->window_pattern, sizeof m->window_pattern);
@@ -814,7 +830,13 @@ static int validate_train(spec_train_t *t, const spec_model_t *m, char *err, siz
         check_unit(t->x0_beta1, true, "train.x0_beta1", err, errlen) ||
         check_unit(t->warmup_ratio, false, "train.warmup_ratio", err, errlen) ||
         check_unit(t->warmdown_ratio, false, "train.warmdown_ratio", err, errlen) ||
-        check_unit(t->final_lr_frac, false, "train.final_lr_frac", err, errlen))
+        check_unit(t->final_lr_frac, false, "train.final_lr_frac", err, errlen) ||
+        check_max(t->matrix_lr, MAX_LR, "train.matrix_lr", err, errlen) ||
+        check_max(t->embedding_lr, MAX_LR, "train.embedding_lr", err, errlen) ||
+        check_max(t->value_embedding_lr, MAX_LR, "train.value_embedding_lr", err, errlen) ||
+        check_max(t->unembedding_lr, MAX_LR, "train.unembedding_lr", err, errlen) ||
+        check_max(t->scalar_lr, MAX_LR, "train.scalar_lr", err, errlen) ||
+        check_max(t->weight_decay, MAX_LR, "train.weight_decay", err, errlen))
         return -1;
     if (t->warmup_ratio + t->warmdown_ratio > 1)
         return fail(err, errlen, "train.warmdown_ratio",
@@ -874,12 +896,14 @@ int spec_validate(spec_t *s, char *err, size_t errlen) {
                     (long long)s->parent);
     if (check_dataset(s->dataset, err, errlen) ||
         check_positive(s->time_budget_s, "time_budget_s", err, errlen) ||
+        check_max(s->time_budget_s, MAX_BUDGET_S, "time_budget_s", err, errlen) ||
         validate_model(&s->model, err, errlen) || validate_train(&s->train, &s->model, err, errlen))
         return -1;
     const spec_resources_t *r = &s->resources;
     if (check_int(r->threads, 0, MAX_THREADS, "resources.threads", err, errlen) ||
         check_int(r->memory_mb, 0, INT_MAX, "resources.memory_mb", err, errlen) ||
-        check_nonneg(r->peak_gflops, "resources.peak_gflops", err, errlen))
+        check_nonneg(r->peak_gflops, "resources.peak_gflops", err, errlen) ||
+        check_max(r->peak_gflops, MAX_PEAK_GFLOPS, "resources.peak_gflops", err, errlen))
         return -1;
     return 0;
 }
