@@ -385,8 +385,12 @@ static void handle_reply(hook_t *h, event_t *ev) {
     size_t i = 0;
     while (i < len && text[i] && strchr(" \t\r\n", text[i])) i++;
     if (i == len) return; /* nothing proposed */
-    root = http_json_parse(text, len, err, sizeof err);
-    if (!root) goto malformed;
+    char why[256];
+    root = http_json_parse(text, len, why, sizeof why);
+    if (!root) {
+        snprintf(err, sizeof err, "reply is not a spec or an array of specs: %s", why);
+        goto malformed;
+    }
     if (cJSON_IsNull(root) || ((cJSON_IsObject(root) || cJSON_IsArray(root)) && !root->child)) {
         cJSON_Delete(root);
         return; /* null, {} or []: nothing proposed */

@@ -549,7 +549,7 @@ Test(spec, canonical_round_trip) {
         "\"muon_momentum_end\":0.99,\"muon_momentum_steps\":0,\"ns_steps\":1,"
         "\"muon_beta2\":0},\"resources\":{\"threads\":2,\"memory_mb\":4096,"
         "\"peak_gflops\":123.456}}",
-        "{\"seed\":9007199254740991,\"time_budget_s\":1e300,\"model\":{\"ve_layers\":[]}}",
+        "{\"seed\":9007199254740991,\"time_budget_s\":604800,\"model\":{\"ve_layers\":[]}}",
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         char *c1 = canonical_of(specs[i]);
@@ -761,4 +761,31 @@ Test(spec, copy_free_and_names) {
     cr_expect_str_eq(spec_mlp_name(MLP_GEGLU), "geglu");
     cr_expect_str_eq(spec_pos_name(POS_ROPE), "rope");
     cr_expect_str_eq(spec_pos_name(POS_LEARNED), "learned");
+}
+
+/* Fields without a natural bound have one: a budget of 1e17 s overflowed the
+ * worker's deadline, and an agent re-proposing it ran 37 experiments in 2 s. */
+Test(spec, upper_bounds) {
+    static const error_case cases[] = {
+        {"{\"time_budget_s\":1e17}", "time_budget_s: must be at most 604800, got 1e+17"},
+        {"{\"time_budget_s\":604801}", "time_budget_s: must be at most 604800, got 604801"},
+        {"{\"train\":{\"matrix_lr\":1e300}}", "train.matrix_lr: must be at most 1e+06, got 1e+300"},
+        {"{\"train\":{\"embedding_lr\":2e6}}",
+         "train.embedding_lr: must be at most 1e+06, got 2e+06"},
+        {"{\"train\":{\"value_embedding_lr\":2e6}}",
+         "train.value_embedding_lr: must be at most 1e+06, got 2e+06"},
+        {"{\"train\":{\"unembedding_lr\":2e6}}",
+         "train.unembedding_lr: must be at most 1e+06, got 2e+06"},
+        {"{\"train\":{\"scalar_lr\":2e6}}", "train.scalar_lr: must be at most 1e+06, got 2e+06"},
+        {"{\"train\":{\"weight_decay\":2e6}}",
+         "train.weight_decay: must be at most 1e+06, got 2e+06"},
+        {"{\"model\":{\"softcap\":1e7}}", "model.softcap: must be at most 1e+06, got 1e+07"},
+        {"{\"resources\":{\"peak_gflops\":1e10}}",
+         "resources.peak_gflops: must be at most 1e+09, got 1e+10"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+    spec_t s;
+    parse_ok("{\"time_budget_s\":604800}", &s);
+    cr_expect_eq(s.time_budget_s, 604800);
+    spec_free(&s);
 }
