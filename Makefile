@@ -5,6 +5,9 @@
 #   make test       build and run every test
 #   make asan       the same tests under AddressSanitizer + UBSan
 #   make bench      engine benchmarks side by side with the PyTorch reference
+#   make fuzz       every libFuzzer target for FUZZ_SECONDS (default 60) each
+#   make soak       the fault-injection soak for MINUTES (default 10)
+#   make load       HTTP load on the daemon with wrk (tests/bench/load.sh)
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
 #   make format / format-check, make clean
 
@@ -49,7 +52,7 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run dataset test asan bench fixtures format format-check clean
+.PHONY: all setup run dataset test asan bench fixtures format format-check clean fuzz soak load
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -124,10 +127,41 @@ run: $(BIN) $(DEFAULT_DATASET)
 bench: $(BIN)
 	bash tests/bench/run.sh $(BIN)
 
+# Fuzzing: libFuzzer targets (tests/fuzz/fuzz_NAME.c) built with clang and
+# ASan+UBSan, their objects in their own tree. Each runs FUZZ_SECONDS from its
+# committed seeds (tests/fuzz/corpus/NAME); new inputs go to
+# build/fuzz/corpus/NAME, crashes to build/fuzz/crashes/.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build/fuzz
+FUZZ_FLAGS   := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+                -fno-sanitize-recover=undefined
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/schema_sql.o
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+$(FUZZ_BUILD)/%.o: %.c | $(SETUP_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/schema_sql.o: build/schema_sql.c | $(SETUP_STAMP)
+	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
+	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) $< $(FUZZ_LIB_OBJ) \
+	  -o $@ $(PKG_LIBS) $(LDLIBS)
+.SECONDARY: $(FUZZ_LIB_OBJ)
+fuzz: $(FUZZ_BINS)
+	bash tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The fault-injection soak and the HTTP load test: benchmarks, not tests.
+MINUTES ?= 10
+soak: $(BIN) $(BAD_WORKER)
+	bash tests/soak/soak.sh $(BIN) $(MINUTES)
+load: $(BIN)
+	bash tests/bench/load.sh $(BIN)
+
 fixtures: $(BIN)
 	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures
 
-FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] tests/*.[ch])
+FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] tests/*.[ch] tests/fuzz/*.[ch])
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:

@@ -371,6 +371,30 @@ static void send_rejected(hook_t *h, cJSON *proposal, const char *error) {
 
 /* -------------------------------------------------------------- the reply */
 
+int hook_parse_reply(const char *text, size_t len, cJSON **proposals, char *err, size_t errlen) {
+    char why[256];
+    size_t i = 0;
+    *proposals = NULL;
+    while (i < len && text[i] && strchr(" \t\r\n", text[i])) i++;
+    if (i == len) return 0; /* nothing proposed */
+    cJSON *root = http_json_parse(text, len, why, sizeof why);
+    if (!root) {
+        snprintf(err, errlen, "reply is not a spec or an array of specs: %s", why);
+        return -1;
+    }
+    if (cJSON_IsNull(root) || ((cJSON_IsObject(root) || cJSON_IsArray(root)) && !root->child)) {
+        cJSON_Delete(root);
+        return 0; /* null, {} or []: nothing proposed */
+    }
+    if (!cJSON_IsObject(root) && !cJSON_IsArray(root)) {
+        cJSON_Delete(root);
+        snprintf(err, errlen, "reply is not a spec or an array of specs");
+        return -1;
+    }
+    *proposals = root;
+    return 1;
+}
+
 /* Queue each proposal of a 2xx reply (hook.h); answer bad ones. */
 static void handle_reply(hook_t *h, event_t *ev) {
     const char *text = ev->reply ? ev->reply : "";
@@ -382,23 +406,9 @@ static void handle_reply(hook_t *h, event_t *ev) {
         snprintf(err, sizeof err, "reply is larger than %d bytes", MAX_REPLY_BYTES);
         goto malformed;
     }
-    size_t i = 0;
-    while (i < len && text[i] && strchr(" \t\r\n", text[i])) i++;
-    if (i == len) return; /* nothing proposed */
-    char why[256];
-    root = http_json_parse(text, len, why, sizeof why);
-    if (!root) {
-        snprintf(err, sizeof err, "reply is not a spec or an array of specs: %s", why);
-        goto malformed;
-    }
-    if (cJSON_IsNull(root) || ((cJSON_IsObject(root) || cJSON_IsArray(root)) && !root->child)) {
-        cJSON_Delete(root);
-        return; /* null, {} or []: nothing proposed */
-    }
-    if (!cJSON_IsObject(root) && !cJSON_IsArray(root)) {
-        snprintf(err, sizeof err, "reply is not a spec or an array of specs");
-        goto malformed;
-    }
+    int rc = hook_parse_reply(text, len, &root, err, sizeof err);
+    if (rc == 0) return;
+    if (rc < 0) goto malformed;
     int n = cJSON_IsArray(root) ? cJSON_GetArraySize(root) : 1;
     if (n > MAX_PROPOSALS) {
         snprintf(err, sizeof err, "reply has %d specs; at most %d are accepted at once", n,

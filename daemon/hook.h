@@ -64,6 +64,12 @@ typedef struct {
     api_t *api;               /* for submissions and the store */
 } hook_opts_t;
 
+/* Parse the body of a 2xx reply. Returns 0 when nothing is proposed (an
+ * empty body, null, {} or []), 1 with *proposals set to an object or a
+ * non-empty array (caller deletes; the items are not validated yet), or -1
+ * with err when the reply is malformed. */
+int hook_parse_reply(const char *text, size_t len, cJSON **proposals, char *err, size_t errlen);
+
 /* Returns NULL with err on failure (bad URL, no secret, libcurl init). */
 hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen);
 
