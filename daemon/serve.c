@@ -176,10 +176,10 @@ static int load_config(const char *path, serve_opts_t *o, char *err, size_t errl
         snprintf(err, errlen, "--config %s", e2);
         return -1;
     }
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root = http_json_parse(text, len, e2, sizeof e2);
     free(text);
     if (!cJSON_IsObject(root)) {
-        snprintf(err, errlen, "%s: not a JSON object", path);
+        snprintf(err, errlen, "%s: %s", path, root ? "not a JSON object" : e2);
         cJSON_Delete(root);
         return -1;
     }
