@@ -153,7 +153,7 @@ fuzz: $(FUZZ_BINS)
 
 # The fault-injection soak and the HTTP load test: benchmarks, not tests.
 MINUTES ?= 10
-soak: $(BIN) $(BAD_WORKER)
+soak: $(BIN)
 	bash tests/soak/soak.sh $(BIN) $(MINUTES)
 load: $(BIN)
 	bash tests/bench/load.sh $(BIN)
