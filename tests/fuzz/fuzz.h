@@ -7,6 +7,7 @@
 #ifndef NIGHTSHIFT_FUZZ_H
 #define NIGHTSHIFT_FUZZ_H
 
+#include <ftw.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,17 +15,32 @@
 #include <string.h>
 #include <unistd.h>
 
+static char fuzz_dir_path[64];
+
+static inline int fuzz_remove_cb(const char *path, const struct stat *st, int flag,
+                                 struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static inline void fuzz_dir_remove(void) {
+    nftw(fuzz_dir_path, fuzz_remove_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 /* A fresh directory for this process (on /dev/shm when there is one: the
- * loaders write and read a file per input). The string is static. */
+ * loaders write and read a file per input), removed at exit. The string is
+ * static. */
 static inline const char *fuzz_dir(void) {
-    static char dir[64];
+    char *dir = fuzz_dir_path;
     if (dir[0]) return dir;
-    snprintf(dir, sizeof dir, "%s/nightshift-fuzz-XXXXXX",
+    snprintf(dir, sizeof fuzz_dir_path, "%s/nightshift-fuzz-XXXXXX",
              access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
     if (!mkdtemp(dir)) {
         perror("fuzz: mkdtemp");
         abort();
     }
+    atexit(fuzz_dir_remove);
     return dir;
 }
 
