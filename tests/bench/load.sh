@@ -137,6 +137,12 @@ run() { # run NAME PATH [SCRIPT]
     non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' <<<"$out")
     sock=$(awk '/Socket errors:/ {print $0}' <<<"$out" | sed 's/ *Socket errors: //')
     results+=("$(printf '%-22s %10s %10s %10s %10s  %s' "$name" "$rps" "$p50" "$p99" "${non2xx:-0}" "${sock:-none}")")
+    # Requests wrk left behind (a slow endpoint's backlog) must not spill
+    # into the next run: wait until /healthz answers at once again.
+    for _ in $(seq 100); do
+        [[ $(curl -s -o /dev/null -m 5 -w '%{time_total}' "$url/healthz") < 0.05 ]] && break
+        sleep 0.2
+    done
 }
 run status /v1/status
 run leaderboard "/v1/leaderboard?limit=20"
