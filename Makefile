@@ -10,6 +10,9 @@
 #   make bench      engine benchmarks side by side with the PyTorch reference
 #   make bench-sampler / bench-noise   val_bpb by row sampler; seed-to-seed noise
 #                   (long: five-minute runs on the default corpus; BENCH_ARGS adds options)
+#   make fuzz       every libFuzzer target for FUZZ_SECONDS (default 60) each
+#   make soak       the fault-injection soak for MINUTES (default 10)
+#   make load       HTTP load on the daemon with wrk (tests/bench/load.sh)
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
 #   make format / format-check, make clean
 
@@ -55,7 +58,7 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
-.PHONY: bench-sampler bench-noise
+.PHONY: bench-sampler bench-noise fuzz soak load
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -176,11 +179,41 @@ bench-sampler: $(BIN) $(DEFAULT_DATASET)
 	bash tests/bench/sampler.sh $(BIN) $(STATE) $(BENCH_ARGS)
 bench-noise: $(BIN) $(DEFAULT_DATASET)
 	bash tests/bench/noise.sh $(BIN) $(STATE) $(BENCH_ARGS)
+# Fuzzing: libFuzzer targets (tests/fuzz/fuzz_NAME.c) built with clang and
+# ASan+UBSan, their objects in their own tree. Each runs FUZZ_SECONDS from its
+# committed seeds (tests/fuzz/corpus/NAME); new inputs go to
+# build/fuzz/corpus/NAME, crashes to build/fuzz/crashes/.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build/fuzz
+FUZZ_FLAGS   := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+                -fno-sanitize-recover=undefined
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/schema_sql.o
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+$(FUZZ_BUILD)/%.o: %.c | $(SETUP_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/schema_sql.o: build/schema_sql.c | $(SETUP_STAMP)
+	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
+	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) $< $(FUZZ_LIB_OBJ) \
+	  -o $@ $(PKG_LIBS) $(LDLIBS)
+.SECONDARY: $(FUZZ_LIB_OBJ)
+fuzz: $(FUZZ_BINS)
+	bash tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The fault-injection soak and the HTTP load test: benchmarks, not tests.
+MINUTES ?= 10
+soak: $(BIN)
+	bash tests/soak/soak.sh $(BIN) $(MINUTES)
+load: $(BIN)
+	bash tests/bench/load.sh $(BIN)
 
 fixtures: $(BIN)
 	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures
 
-FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] tests/*.[ch])
+FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] tests/*.[ch] tests/fuzz/*.[ch])
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:

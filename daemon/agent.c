@@ -259,10 +259,11 @@ static void hook_handler(const http_request_t *req, http_response_t *res, void *
         respond(res, copy);
         return;
     }
-    cJSON *ev = cJSON_ParseWithLength(req->body, req->body_len), *reply = NULL;
+    cJSON *ev = http_json_parse(req->body, req->body_len, err, sizeof err), *reply = NULL;
     if (!cJSON_IsObject(ev)) {
+        if (ev) snprintf(err, sizeof err, "not a JSON object");
         cJSON_Delete(ev);
-        http_error(res, 400, "invalid_json", "the body is not a JSON object");
+        http_error(res, 400, "invalid_json", "the body is %s", err);
         return;
     }
     if (strategy_decide(a->strategy, ev, &reply, err, sizeof err) < 0) {

@@ -281,9 +281,9 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
     long long repeats;
     if (query_int(req, res, "repeats", 1, MAX_REPEATS, 1, &repeats) < 0) return;
     if (req->source && !strcmp(req->source, "cli")) snprintf(source, sizeof source, "cli");
-    cJSON *body = cJSON_ParseWithLength(req->body, req->body_len);
+    cJSON *body = http_json_parse(req->body, req->body_len, err, sizeof err);
     if (!body) {
-        http_error(res, 400, "invalid_json", "the body is not valid JSON");
+        http_error(res, 400, "invalid_json", "the body is not valid JSON: %s", err);
         return;
     }
     int is_array = cJSON_IsArray(body), n = is_array ? cJSON_GetArraySize(body) : 1;
@@ -744,12 +744,19 @@ static int parse_experiment_path(const char *path, int64_t *id, const char **res
     return 1;
 }
 
+int api_authorize(const http_request_t *req, void *user) {
+    const api_t *a = user;
+    int guarded =
+        !strcmp(req->method, "POST") || (a->guard_reads && strcmp(req->path, "/healthz") != 0);
+    return guarded && !authorized(a, req) ? -1 : 0;
+}
+
 void api_handle(const http_request_t *req, http_response_t *res, void *user) {
     api_t *a = user;
     const char *m = req->method, *rest = "";
     int get = !strcmp(m, "GET"), post = !strcmp(m, "POST");
     int64_t id = 0;
-    if (post && !authorized(a, req)) {
+    if (api_authorize(req, user)) {
         http_error(res, 401, "unauthorized",
                    "this call needs the daemon's token "
                    "(Authorization: Bearer TOKEN)");

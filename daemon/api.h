@@ -20,7 +20,8 @@
  *   GET  /  and /ui/...                the dashboard (daemon/web, compiled in)
  *
  * Errors are {"error":{"code":...,"message":...}}. With a token configured,
- * every POST needs `Authorization: Bearer TOKEN` (401 otherwise). */
+ * every POST needs `Authorization: Bearer TOKEN` (401 otherwise), and with
+ * guard_reads (a daemon listening off loopback) every GET but /healthz too. */
 #ifndef NIGHTSHIFT_API_H
 #define NIGHTSHIFT_API_H
 
@@ -37,6 +38,7 @@ typedef struct {
     sched_t *sched;
     const char *state_dir;
     const char *token;           /* NULL = no token required */
+    int guard_reads;             /* the token guards GETs too (all but /healthz) */
     const char *default_dataset; /* of the scoped queries; NULL = STORE_DEFAULT_DATASET */
     double started_at;           /* util_now() at startup */
     struct events_hub *events;   /* the SSE hub (events.h); NULL = no stream */
@@ -45,6 +47,10 @@ typedef struct {
 
 /* The http_handler_fn of the daemon; user is an api_t. */
 void api_handle(const http_request_t *req, http_response_t *res, void *user);
+
+/* The http_authorize_fn of the daemon (the token check, run as soon as a
+ * request's headers are in): 0 when req may proceed. */
+int api_authorize(const http_request_t *req, void *user);
 
 /* Validate one spec (a JSON object) and queue it as `source` ("api", "cli" or
  * "agent"), with dedup unless force. Returns 0 with *id and *duplicate set, or

@@ -113,6 +113,9 @@ struct hook {
     int empty_pending;                      /* live queue.empty events */
     uint64_t rejected_at[REJECTED_PER_MIN]; /* uv_now (ms) of the last sends, a ring */
     int rejected_next, rejected_count;
+    double proposals_per_min;    /* the bucket's size and refill rate; <= 0: no limit */
+    double proposal_tokens;      /* proposals that may be accepted now */
+    uint64_t proposal_refill_ms; /* uv_now at the last refill */
     int closing, cleaning;
     int open_handles; /* initialised handles whose close callback has not run */
     void (*done)(void *arg);
@@ -403,6 +406,16 @@ static int rejected_allowed(hook_t *h) {
     return 1;
 }
 
+/* May one more proposal be queued now (token bucket)? Refills first. */
+static int proposal_allowed(hook_t *h) {
+    if (h->proposals_per_min <= 0) return 1;
+    uint64_t now = uv_now(h->loop);
+    h->proposal_tokens += (double)(now - h->proposal_refill_ms) / 60000.0 * h->proposals_per_min;
+    if (h->proposal_tokens > h->proposals_per_min) h->proposal_tokens = h->proposals_per_min;
+    h->proposal_refill_ms = now;
+    return h->proposal_tokens >= 1;
+}
+
 /* Answer a bad proposal with experiment.rejected; proposal is taken. */
 static void send_rejected(hook_t *h, cJSON *proposal, const char *error) {
     if (!rejected_allowed(h)) {
@@ -432,11 +445,34 @@ static void send_rejected(hook_t *h, cJSON *proposal, const char *error) {
 
 /* -------------------------------------------------------------- the reply */
 
+int hook_parse_reply(const char *text, size_t len, cJSON **proposals, char *err, size_t errlen) {
+    char why[256];
+    size_t i = 0;
+    *proposals = NULL;
+    while (i < len && text[i] && strchr(" \t\r\n", text[i])) i++;
+    if (i == len) return 0; /* nothing proposed */
+    cJSON *root = http_json_parse(text, len, why, sizeof why);
+    if (!root) {
+        snprintf(err, errlen, "reply is not a spec or an array of specs: %s", why);
+        return -1;
+    }
+    if (cJSON_IsNull(root) || ((cJSON_IsObject(root) || cJSON_IsArray(root)) && !root->child)) {
+        cJSON_Delete(root);
+        return 0; /* null, {} or []: nothing proposed */
+    }
+    if (!cJSON_IsObject(root) && !cJSON_IsArray(root)) {
+        cJSON_Delete(root);
+        snprintf(err, errlen, "reply is not a spec or an array of specs");
+        return -1;
+    }
+    *proposals = root;
+    return 1;
+}
+
 /* Queue each proposal of a 2xx reply (hook.h); answer bad ones. */
 static void handle_reply(hook_t *h, event_t *ev) {
     const char *text = ev->reply ? ev->reply : "";
     size_t len = ev->reply_len;
-    const char *end = NULL;
     cJSON *root = NULL;
     char err[512];
 
@@ -444,25 +480,9 @@ static void handle_reply(hook_t *h, event_t *ev) {
         snprintf(err, sizeof err, "reply is larger than %d bytes", MAX_REPLY_BYTES);
         goto malformed;
     }
-    size_t i = 0;
-    while (i < len && strchr(" \t\r\n", text[i])) i++;
-    if (i == len) return; /* nothing proposed */
-    root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (root)
-        for (; end < text + len; end++)
-            if (!strchr(" \t\r\n", *end)) {
-                cJSON_Delete(root);
-                root = NULL;
-                break;
-            }
-    if (cJSON_IsNull(root) || ((cJSON_IsObject(root) || cJSON_IsArray(root)) && !root->child)) {
-        cJSON_Delete(root);
-        return; /* null, {} or []: nothing proposed */
-    }
-    if (!cJSON_IsObject(root) && !cJSON_IsArray(root)) {
-        snprintf(err, sizeof err, "reply is not a spec or an array of specs");
-        goto malformed;
-    }
+    int rc = hook_parse_reply(text, len, &root, err, sizeof err);
+    if (rc == 0) return;
+    if (rc < 0) goto malformed;
     int n = cJSON_IsArray(root) ? cJSON_GetArraySize(root) : 1;
     if (n > MAX_PROPOSALS) {
         snprintf(err, sizeof err, "reply has %d specs; at most %d are accepted at once", n,
@@ -476,7 +496,14 @@ static void handle_reply(hook_t *h, event_t *ev) {
         const cJSON *spec = cJSON_IsArray(root) ? cJSON_GetArrayItem(root, k) : root;
         int64_t id = 0;
         int dup = 0;
-        if (api_submit(h->api, spec, "agent", 0, &id, &dup, err, sizeof err) < 0) {
+        if (!proposal_allowed(h)) {
+            snprintf(err, sizeof err,
+                     "rate limited: at most %g proposals per minute are queued; not queued, "
+                     "propose it again later",
+                     h->proposals_per_min);
+            log_warn("hook: %s: proposal %d/%d rejected: %s", ev->id, k + 1, n, err);
+            send_rejected(h, cJSON_Duplicate(spec, 1), err);
+        } else if (api_submit(h->api, spec, "agent", 0, &id, &dup, err, sizeof err) < 0) {
             log_warn("hook: %s: proposal %d/%d rejected: %s", ev->id, k + 1, n, err);
             send_rejected(h, cJSON_Duplicate(spec, 1), err);
         } else if (dup) {
@@ -486,6 +513,7 @@ static void handle_reply(hook_t *h, event_t *ev) {
             log_info("hook: %s: proposal %d/%d queued as experiment %lld", ev->id, k + 1, n,
                      (long long)id);
             queued++;
+            h->proposal_tokens -= 1;
         }
     }
     cJSON_Delete(root);
@@ -897,6 +925,10 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
     h->timeout_s = o->timeout_s > 0 ? o->timeout_s : 30;
     h->idle_resend_s = o->idle_resend_s > 0 ? o->idle_resend_s : 60;
     h->backoff_base_s = o->backoff_base_s > 0 ? o->backoff_base_s : 1;
+    h->proposals_per_min =
+        o->proposals_per_min == 0 ? HOOK_PROPOSALS_PER_MIN : o->proposals_per_min;
+    h->proposal_tokens = h->proposals_per_min;
+    h->proposal_refill_ms = uv_now(loop);
     /* Loopback never goes through a proxy; the user's no_proxy list still applies. */
     const char *np = getenv("no_proxy");
     if (!np || !*np) np = getenv("NO_PROXY");

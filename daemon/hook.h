@@ -34,6 +34,12 @@
  * source "agent" (validation and dedup as for any submission); a proposal that
  * fails validation, or a reply that is not JSON, is recorded and answered with
  * an experiment.rejected event. A malformed reply never stops the loop.
+ * Replies are parsed strictly (http_json_parse: one value, no raw control
+ * characters or \u0000 in strings). Accepted proposals (queued as new, not
+ * duplicates) are rate-limited by a token bucket of proposals_per_min tokens
+ * refilled at proposals_per_min per minute; a proposal beyond it is not
+ * queued and is answered with experiment.rejected ("rate limited: ..."), so
+ * an agent that re-proposes in a loop cannot flood the queue.
  *
  * queue.empty is not sent while an experiment.finished event is still being
  * delivered: that event already carries the queue depth, and an agent answers
@@ -48,19 +54,28 @@
 
 #include "api.h"
 
-#define HOOK_RECENT 20
+#define HOOK_RECENT            20
+#define HOOK_PROPOSALS_PER_MIN 30
 
 typedef struct hook hook_t;
 
 typedef struct {
-    const char *url;       /* the agent's endpoint */
-    const char *secret;    /* HMAC key */
-    int max_attempts;      /* default 8 */
-    double timeout_s;      /* per attempt; default 30 */
-    double idle_resend_s;  /* default 60 */
-    double backoff_base_s; /* the first retry's delay bound, doubling; default 1 (tests: less) */
-    api_t *api;            /* for submissions and the store */
+    const char *url;          /* the agent's endpoint */
+    const char *secret;       /* HMAC key */
+    int max_attempts;         /* default 8 */
+    double timeout_s;         /* per attempt; default 30 */
+    double idle_resend_s;     /* default 60 */
+    double backoff_base_s;    /* the first retry's delay bound, doubling; default 1 (tests: less) */
+    double proposals_per_min; /* accepted proposals per minute (and burst); default
+                                 HOOK_PROPOSALS_PER_MIN; < 0: no limit */
+    api_t *api;               /* for submissions and the store */
 } hook_opts_t;
+
+/* Parse the body of a 2xx reply. Returns 0 when nothing is proposed (an
+ * empty body, null, {} or []), 1 with *proposals set to an object or a
+ * non-empty array (caller deletes; the items are not validated yet), or -1
+ * with err when the reply is malformed. */
+int hook_parse_reply(const char *text, size_t len, cJSON **proposals, char *err, size_t errlen);
 
 /* Returns NULL with err on failure (bad URL, no secret, libcurl init). */
 hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen);

@@ -1,15 +1,23 @@
 /* http.c - the HTTP/1.1 server: a libuv TCP listener, one http-parser per
  * connection, limits, keep-alive, pipelining, and the JSON error envelope.
  *
- * Life of a connection. Accepted connections wait for a request under the
- * idle timer. The first byte of a request (http-parser's message_begin)
- * starts the request timer; URL, the few headers a handler sees and the body
- * accumulate in per-connection buffers under the header and body caps. When a
+ * Life of a connection. Accepted connections wait for their first byte under
+ * the first-byte timer, and for each later request under the idle timer. The first byte of a
+ * request (http-parser's message_begin) starts the request timer; URL, the few headers a handler
+ * sees and the body accumulate in per-connection buffers under the header and body caps. When a
  * request is complete the handler answers synchronously, the response is
  * queued with uv_write, the parser is paused and reading stops until the write
  * finishes, so pipelined requests are answered one at a time, in order, and a
  * client that never reads cannot make the server buffer without bound. Then
  * the connection either parses what is already buffered or waits again.
+ *
+ * Connection caps. At most max_connections are served, and at most
+ * max_per_client from one peer address. At either cap the oldest idle
+ * connection (waiting for a request, nothing half-received) within that cap
+ * is closed silently to make room, as its idle timer would have; when none is
+ * idle the newcomer gets 503. So sockets that are opened and left silent can
+ * hold the server only for the first-byte timeout, and never lock out a
+ * client that has a request to make.
  *
  * A connection that must end after its response (Connection: close, HTTP/1.0,
  * an error answered by the server itself) shuts its write side down and
@@ -133,6 +141,7 @@ struct http_server {
     int closing;
     void (*done)(void *arg);
     void *done_arg;
+    http_authorize_fn authorize; /* or NULL */
 };
 
 /* Which request header the parser is in the middle of. */
@@ -145,8 +154,11 @@ typedef struct conn {
     uv_shutdown_t shutdown;
     http_server_t *srv;
     struct conn *prev, *next;
-    int open_handles; /* handles whose close callback has not run yet */
-    char peer[64];    /* "127.0.0.1:54321" or "[::1]:54321" */
+    int open_handles;    /* handles whose close callback has not run yet */
+    char peer[64];       /* "127.0.0.1:54321" or "[::1]:54321" */
+    char addr[48];       /* the peer's address alone: what max_per_client counts */
+    uint64_t idle_since; /* uv_now (ms) when it last started waiting for a request */
+    buf_t *raw_out;      /* http_feed_raw: responses go here, no socket, no timers */
 
     http_parser parser;
     buf_t in; /* received bytes; [in_off, in.len) not yet parsed */
@@ -203,6 +215,8 @@ void http_limits_default(http_limits_t *lim) {
     lim->idle_timeout_ms = 30000;
     lim->request_timeout_ms = 10000;
     lim->max_connections = 256;
+    lim->max_per_client = 64;
+    lim->first_byte_timeout_ms = 5000;
 }
 
 static const char *reason_phrase(int status) {
@@ -214,6 +228,7 @@ static void conn_timer_cb(uv_timer_t *t);
 
 /* Arm the connection's single timer; 0 ms means no deadline. */
 static void conn_timer(conn_t *c, uint64_t ms) {
+    if (c->raw_out) return;   /* fed without a loop (http_feed_raw): no timers */
     if (c->streaming) ms = 0; /* streams (SSE) are exempt from every deadline */
     if (ms == 0)
         uv_timer_stop(&c->timer);
@@ -225,7 +240,7 @@ static void conn_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *out);
 static void conn_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b);
 
 static void conn_read_start(conn_t *c) {
-    if (c->reading || c->closing) return;
+    if (c->reading || c->closing || c->raw_out) return;
     if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc_cb, conn_read_cb) < 0) {
         conn_close(c);
         return;
@@ -252,6 +267,7 @@ static void conn_linger(conn_t *c) {
     uint64_t ms = c->srv->lim.idle_timeout_ms;
     if (ms == 0 || ms > LINGER_MS) ms = LINGER_MS;
     c->lingering = 1;
+    if (c->raw_out) return;
     c->shutdown.data = c;
     if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, conn_shutdown_cb) < 0) {
         conn_close(c);
@@ -279,6 +295,7 @@ static void conn_write_cb(uv_write_t *req, int status) {
         return;
     }
     conn_timer(c, c->srv->lim.idle_timeout_ms); /* idle from here, unless a request follows */
+    c->idle_since = uv_now(c->srv->loop);
     conn_process(c);
 }
 
@@ -308,6 +325,14 @@ static void conn_send(conn_t *c, int status, const char *ctype, char *body, size
         snprintf(w->head, (size_t)n + 1, fmt, status, reason, ctype, body_len, conn_hdr);
     else
         snprintf(w->head, (size_t)n + 1, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
+    if (c->raw_out) { /* http_feed_raw: the bytes are the result, and "written" at once */
+        buf_append(c->raw_out, w->head, (size_t)n, SIZE_MAX - 1);
+        if (body && !head_only) buf_append(c->raw_out, body, body_len, SIZE_MAX - 1);
+        free(w);
+        free(body);
+        if (final && c->last) conn_linger(c);
+        return;
+    }
     w->conn = c;
     w->final = final;
     w->body = body;
@@ -463,10 +488,37 @@ static int parse_target(conn_t *c) {
     return 0;
 }
 
+/* The request as the handler sees it; the body is whatever arrived so far. */
+static http_request_t conn_request(const conn_t *c) {
+    const http_parser *p = &c->parser;
+    return (http_request_t){
+        .method = http_method_str((enum http_method)p->method),
+        .path = c->path ? c->path : "/",
+        .query = c->query,
+        .body = buf_str(&c->body),
+        .body_len = c->body.len,
+        .authorization = c->hdr_seen & (1u << HDR_AUTH) ? buf_str(&c->auth) : NULL,
+        .content_type = c->hdr_seen & (1u << HDR_CTYPE) ? buf_str(&c->ctype) : NULL,
+        .source = c->hdr_seen & (1u << HDR_SOURCE) ? buf_str(&c->source) : NULL,
+        .webhook_id = c->hdr_seen & (1u << HDR_WH_ID) ? buf_str(&c->wh_id) : NULL,
+        .webhook_timestamp = c->hdr_seen & (1u << HDR_WH_TS) ? buf_str(&c->wh_ts) : NULL,
+        .webhook_signature = c->hdr_seen & (1u << HDR_WH_SIG) ? buf_str(&c->wh_sig) : NULL,
+        .peer = c->peer,
+        .last_event_id = c->hdr_seen & (1u << HDR_LAST_ID) ? buf_str(&c->last_id) : NULL,
+        .conn = (void *)c,
+    };
+}
+
 static int on_headers_complete(http_parser *p) {
     conn_t *c = p->data;
     const http_limits_t *lim = &c->srv->lim;
     if (parse_target(c)) return -1;
+    if (c->srv->authorize) { /* before a byte of the body is read or buffered */
+        http_request_t req = conn_request(c);
+        if (c->srv->authorize(&req, c->srv->user))
+            return conn_reject(c, 401,
+                               "this call needs the daemon's token (Authorization: Bearer TOKEN)");
+    }
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > lim->max_body_bytes)
         return conn_reject(c, 413, "request body is larger than the limit");
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > 0 &&
@@ -494,23 +546,8 @@ static int on_message_complete(http_parser *p) {
     conn_t *c = p->data;
     http_server_t *s = c->srv;
     c->in_request = 0;
-    uv_timer_stop(&c->timer);
-    http_request_t req = {
-        .method = http_method_str((enum http_method)p->method),
-        .path = c->path ? c->path : "/",
-        .query = c->query,
-        .body = buf_str(&c->body),
-        .body_len = c->body.len,
-        .authorization = c->hdr_seen & (1u << HDR_AUTH) ? buf_str(&c->auth) : NULL,
-        .content_type = c->hdr_seen & (1u << HDR_CTYPE) ? buf_str(&c->ctype) : NULL,
-        .source = c->hdr_seen & (1u << HDR_SOURCE) ? buf_str(&c->source) : NULL,
-        .webhook_id = c->hdr_seen & (1u << HDR_WH_ID) ? buf_str(&c->wh_id) : NULL,
-        .webhook_timestamp = c->hdr_seen & (1u << HDR_WH_TS) ? buf_str(&c->wh_ts) : NULL,
-        .webhook_signature = c->hdr_seen & (1u << HDR_WH_SIG) ? buf_str(&c->wh_sig) : NULL,
-        .peer = c->peer,
-        .last_event_id = c->hdr_seen & (1u << HDR_LAST_ID) ? buf_str(&c->last_id) : NULL,
-        .conn = c,
-    };
+    conn_timer(c, 0);
+    http_request_t req = conn_request(c);
     http_response_t res = {0};
     s->handler(&req, &res, s->user);
     /* The handler may have closed the server (and with it this connection). */
@@ -568,6 +605,8 @@ static void conn_process(conn_t *c) {
                 conn_send_error(c, 431, "headers_too_large", "request headers are too large");
             else if (c->reject == 503)
                 conn_send_error(c, 503, "unavailable", c->reject_msg);
+            else if (c->reject == 401)
+                conn_send_error(c, 401, "unauthorized", c->reject_msg);
             else if (c->reject)
                 conn_send_error(c, c->reject, "bad_request", c->reject_msg);
             else
@@ -662,6 +701,7 @@ static void conn_close(conn_t *c) {
     http_server_t *s = c->srv;
     c->closing = 1;
     c->reading = 0;
+    if (c->raw_out) return; /* http_feed_raw frees it */
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -689,12 +729,50 @@ static void format_peer(conn_t *c) {
         uv_ip4_name(a, ip, sizeof ip);
         port = ntohs(a->sin_port);
         snprintf(c->peer, sizeof c->peer, "%s:%d", ip, port);
+        snprintf(c->addr, sizeof c->addr, "%s", ip);
     } else if (ss.ss_family == AF_INET6) {
         const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
         uv_ip6_name(a, ip, sizeof ip);
         port = ntohs(a->sin6_port);
         snprintf(c->peer, sizeof c->peer, "[%s]:%d", ip, port);
+        snprintf(c->addr, sizeof c->addr, "%s", ip);
     }
+}
+
+/* Waiting for a request with nothing of one received? */
+static int conn_is_idle(const conn_t *c) {
+    return c->counted && !c->closing && !c->in_request && !c->writing && !c->lingering &&
+           c->in.len == 0;
+}
+
+/* The oldest idle connection, of address addr only when addr is given. */
+static conn_t *oldest_idle(http_server_t *s, const char *addr) {
+    conn_t *best = NULL;
+    for (conn_t *o = s->conns; o; o = o->next)
+        if (conn_is_idle(o) && (!addr || !strcmp(o->addr, addr)) &&
+            (!best || o->idle_since <= best->idle_since))
+            best = o;
+    return best;
+}
+
+/* May c be served under the caps? Closes idle connections to make room. */
+static int conn_admit(http_server_t *s, conn_t *c) {
+    int per = s->lim.max_per_client, lim = s->lim.max_connections;
+    if (per > 0) {
+        int mine = 0;
+        for (conn_t *o = s->conns; o; o = o->next) mine += o->counted && !strcmp(o->addr, c->addr);
+        if (mine >= per) {
+            conn_t *victim = oldest_idle(s, c->addr);
+            if (!victim) return 0;
+            conn_close(victim);
+        }
+    }
+    if (lim > 0 && s->nconns >= lim) {
+        conn_t *victim = oldest_idle(s, NULL);
+        if (!victim) return 0;
+        conn_close(victim);
+    }
+    return 1;
 }
 
 static void server_connection_cb(uv_stream_t *ls, int status) {
@@ -725,29 +803,34 @@ static void server_connection_cb(uv_stream_t *ls, int status) {
     if (s->conns) s->conns->prev = c;
     s->conns = c;
     int lim = s->lim.max_connections;
-    c->counted = lim <= 0 || s->nconns < lim;
-    if (c->counted)
-        s->nconns++;
-    else
-        s->nrejecting++;
+    s->nrejecting++; /* until admitted below */
     if (uv_accept(ls, (uv_stream_t *)&c->tcp) < 0) {
         conn_close(c);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
     format_peer(c);
-    if (!c->counted) {
+    c->counted = conn_admit(s, c);
+    if (c->counted) {
+        s->nrejecting--;
+        s->nconns++;
+    } else {
         /* Answer 503 while the rejected ones are few; beyond that just close. */
         if (s->nrejecting > (lim > 16 ? lim : 16)) {
             conn_close(c);
             return;
         }
-        conn_send_error(c, 503, "too_many_connections", "the server has too many connections");
+        conn_send_error(c, 503, "too_many_connections",
+                        "the server has too many connections (from this address or in all)");
         return;
     }
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
-    conn_timer(c, s->lim.idle_timeout_ms);
+    /* The first request must start within the first-byte timeout (or the
+     * idle timeout, when that is shorter). */
+    uint64_t first = s->lim.first_byte_timeout_ms, idle = s->lim.idle_timeout_ms;
+    conn_timer(c, first && (!idle || first < idle) ? first : idle);
+    c->idle_since = uv_now(s->loop);
     conn_read_start(c);
 }
 
@@ -942,6 +1025,10 @@ static void listener_close_cb(uv_handle_t *h) {
     server_release(h->data);
 }
 
+void http_server_set_authorize(http_server_t *s, http_authorize_fn fn) {
+    s->authorize = fn;
+}
+
 void http_server_close(http_server_t *s, void (*done)(void *arg), void *arg) {
     if (!s) {
         if (done) done(arg);
@@ -1075,4 +1162,106 @@ int http_host_is_loopback(const char *host) {
     if (inet_pton(AF_INET6, host, &a6) != 1) return 0;
     if (IN6_IS_ADDR_LOOPBACK(&a6)) return 1;
     return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+/* ----------------------------------------------------------------- JSON */
+
+/* "line L, column C" (1-based) of offset pos in text. */
+static void json_position(const char *text, size_t pos, char *buf, size_t n) {
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < pos; i++) {
+        if (text[i] == '\n')
+            line++, col = 1;
+        else
+            col++;
+    }
+    snprintf(buf, n, "line %zu, column %zu", line, col);
+}
+
+/* What cJSON lets through: raw control characters and \u0000 inside strings.
+ * Returns the offset of the first such byte and sets *why, or len if none. */
+static size_t json_lenient_bytes(const char *text, size_t len, const char **why) {
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        if (!in_string) {
+            if (ch == '"') in_string = 1;
+            continue;
+        }
+        if (ch == '"') {
+            in_string = 0;
+        } else if (ch < 0x20) {
+            *why = "a control character inside a string must be escaped";
+            return i;
+        } else if (ch == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len && !memcmp(text + i + 2, "0000", 4)) {
+                *why = "\\u0000 is not allowed in a string";
+                return i;
+            }
+            i++; /* the escaped character, whatever it is (cJSON checks the rest) */
+        }
+    }
+    return len;
+}
+
+cJSON *http_json_parse(const char *text, size_t len, char *err, size_t errlen) {
+    char where[64];
+    const char *why = NULL, *end = NULL;
+    size_t bad = json_lenient_bytes(text, len, &why);
+    cJSON *root = NULL;
+    if (bad < len) goto fail;
+    root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        why = "not valid JSON";
+        bad = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        goto fail;
+    }
+    while (end < text + len && strchr(" \t\r\n", *end) && *end) end++;
+    if (end != text + len) {
+        why = "unexpected text after the JSON value";
+        bad = (size_t)(end - text);
+        goto fail;
+    }
+    return root;
+fail:
+    cJSON_Delete(root);
+    json_position(text, bad, where, sizeof where);
+    snprintf(err, errlen, "invalid JSON at %s: %s", where, why);
+    return NULL;
+}
+
+/* ------------------------------------------------------- raw requests */
+
+void http_feed_raw(const char *data, size_t len, http_handler_fn handler,
+                   http_authorize_fn authorize, void *user, char **out, size_t *out_len) {
+    http_server_t srv = {.handler = handler, .user = user, .authorize = authorize};
+    buf_t result = {0};
+    conn_t *c = calloc(1, sizeof *c);
+    *out = NULL;
+    *out_len = 0;
+    if (!c) return;
+    http_limits_default(&srv.lim);
+    c->srv = &srv;
+    c->raw_out = &result;
+    c->counted = 1;
+    c->query = "";
+    snprintf(c->peer, sizeof c->peer, "127.0.0.1:1");
+    snprintf(c->addr, sizeof c->addr, "127.0.0.1");
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    if (buf_append(&c->in, data, len, SIZE_MAX - 1) == 0) conn_process(c);
+    buf_free(&c->in);
+    buf_free(&c->url);
+    buf_free(&c->auth);
+    buf_free(&c->ctype);
+    buf_free(&c->expect);
+    buf_free(&c->source);
+    buf_free(&c->wh_id);
+    buf_free(&c->wh_ts);
+    buf_free(&c->wh_sig);
+    buf_free(&c->body);
+    free(c->path);
+    free(c);
+    *out = result.p;
+    *out_len = result.len;
 }

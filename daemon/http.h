@@ -1,10 +1,14 @@
 /* http.h - a small HTTP/1.1 server on a libuv loop (parsing by http-parser).
  *
  * Accepts connections, parses requests with keep-alive, enforces limits (header
- * bytes, body bytes, idle time between requests, time to receive a whole
- * request, concurrent connections), and hands each complete request to one
- * handler callback that answers synchronously. Limit violations and malformed
- * requests are answered by the server itself with the JSON error envelope
+ * bytes, body bytes, idle time between requests, time to the first byte of a
+ * new connection, time to receive a whole request, concurrent connections in
+ * all and per peer address), and hands each complete request to one handler
+ * callback that answers synchronously. At the connection cap the oldest idle
+ * connection (one waiting for a request) is closed to make room; only when
+ * none is idle does a new connection get 503. An optional authorize callback
+ * sees each request once its headers are in, before its body is read. Limit violations and
+ * malformed requests are answered by the server itself with the JSON error envelope
  * {"error":{"code":...,"message":...}} (400, 408, 413, 431, 503) and the
  * connection is closed.
  *
@@ -19,12 +23,14 @@
 typedef struct http_server http_server_t;
 
 typedef struct {
-    size_t max_header_bytes;     /* all header lines together; default 16 KiB */
-    size_t max_body_bytes;       /* default 1 MiB */
-    uint64_t idle_timeout_ms;    /* keep-alive connection with no request; default 30 s */
-    uint64_t request_timeout_ms; /* first byte to complete request; default 10 s */
-    int max_connections;         /* default 256; beyond it new connections get 503 */
-} http_limits_t; /* a timeout of 0 disables it; max_connections <= 0 means no limit */
+    size_t max_header_bytes;        /* all header lines together; default 16 KiB */
+    size_t max_body_bytes;          /* default 1 MiB */
+    uint64_t idle_timeout_ms;       /* keep-alive connection with no request; default 30 s */
+    uint64_t request_timeout_ms;    /* first byte to complete request; default 10 s */
+    int max_connections;            /* default 256; beyond it new connections get 503 */
+    int max_per_client;             /* connections from one peer address; default 64 */
+    uint64_t first_byte_timeout_ms; /* a new connection that starts no request; default 5 s */
+} http_limits_t;                    /* a timeout of 0 disables it; a cap <= 0 means no limit */
 
 /* A parsed request. Everything is borrowed for the duration of the handler. */
 typedef struct {
@@ -55,6 +61,11 @@ typedef struct {
 
 typedef void (*http_handler_fn)(const http_request_t *req, http_response_t *res, void *user);
 
+/* Called when a request's headers are complete, before its body is read;
+ * req->body is "" then. Returns 0 to go on, or non-zero to have the server
+ * answer 401 (code "unauthorized") and close the connection. */
+typedef int (*http_authorize_fn)(const http_request_t *req, void *user);
+
 /* Fill lim with the defaults above. */
 void http_limits_default(http_limits_t *lim);
 
@@ -66,6 +77,10 @@ void http_limits_default(http_limits_t *lim);
 int http_server_start(uv_loop_t *loop, const char *host, int port, const http_limits_t *lim,
                       http_handler_fn handler, void *user, http_server_t **out, int *bound_port,
                       char *err, size_t errlen);
+
+/* Check every request's headers with fn (NULL: none) before its body is read;
+ * fn gets the server's user pointer. */
+void http_server_set_authorize(http_server_t *s, http_authorize_fn fn);
 
 /* Stop listening and close every connection (responses in flight are
  * dropped). The memory is freed once libuv has closed every handle; done (may
@@ -120,6 +135,20 @@ int http_stream_write(http_stream_t *st, const char *data, size_t len);
 
 /* End the stream: close the connection (closed is called before this returns). */
 void http_stream_end(http_stream_t *st);
+/* Parse a whole JSON text strictly: exactly one value with only whitespace
+ * around it, no raw control characters (below 0x20) inside strings and no
+ * \u0000 escape (a string with a NUL in it cannot be stored faithfully).
+ * Returns the value (caller deletes), or NULL with "invalid JSON at line L,
+ * column C: why" in err. Every JSON body the daemon and the agent accept goes
+ * through this. */
+struct cJSON *http_json_parse(const char *text, size_t len, char *err, size_t errlen);
+
+/* Run one request given as raw bytes through the parser, the limits and
+ * handler (with authorize, when given) as a connection would, without a
+ * socket or a loop; out gets everything the server would have written
+ * (malloc'd, caller frees; *out_len bytes). For the fuzz targets. */
+void http_feed_raw(const char *data, size_t len, http_handler_fn handler,
+                   http_authorize_fn authorize, void *user, char **out, size_t *out_len);
 
 /* Is host a loopback address (127.0.0.0/8, ::1, "localhost")? */
 int http_host_is_loopback(const char *host);

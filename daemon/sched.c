@@ -44,6 +44,7 @@ typedef struct {
     cJSON *progress; /* the last step line, or NULL */
     store_metric_t pending[METRICS_BATCH];
     size_t n_pending;
+    int64_t pending_id;        /* the experiment the pending rows belong to */
     int64_t n_metrics;         /* rows taken from this run so far (capped) */
     store_scope_t scope;       /* the run's dataset and budget */
     int prunable;              /* pruning is on and the spec allows it */
@@ -84,21 +85,33 @@ struct sched {
 
 /* ---------------------------------------------------------------- metrics */
 
-/* Write the slot's buffered metrics. On failure they stay buffered for the
- * next flush, unless the buffer is full: then this batch is dropped (and
- * logged) so that progress keeps flowing. */
+/* Write the slot's buffered metrics, under the experiment they came from
+ * (pending_id). On failure they stay buffered for the next flush, unless the
+ * buffer is full: then this batch is dropped (and logged) so that progress
+ * keeps flowing. */
 static void flush_metrics(slot_t *sl) {
     if (sl->n_pending == 0) return;
     char err[256];
-    if (store_add_metrics(sl->s->store, sl->id, sl->pending, sl->n_pending, err, sizeof err) == 0) {
+    if (store_add_metrics(sl->s->store, sl->pending_id, sl->pending, sl->n_pending, err,
+                          sizeof err) == 0) {
         sl->n_pending = 0;
         return;
     }
-    log_error("experiment %lld: metrics not recorded yet: %s", (long long)sl->id, err);
+    log_error("experiment %lld: metrics not recorded yet: %s", (long long)sl->pending_id, err);
     if (sl->n_pending == METRICS_BATCH) {
-        log_error("experiment %lld: %d metrics rows dropped", (long long)sl->id, METRICS_BATCH);
+        log_error("experiment %lld: %d metrics rows dropped", (long long)sl->pending_id,
+                  METRICS_BATCH);
         sl->n_pending = 0;
     }
+}
+
+/* Rows still buffered when their run leaves the slot are dropped, never
+ * written under another experiment (or none). */
+static void drop_pending_metrics(slot_t *sl) {
+    if (sl->n_pending == 0) return;
+    log_error("experiment %lld: %zu metrics rows could not be recorded; dropped",
+              (long long)sl->pending_id, sl->n_pending);
+    sl->n_pending = 0;
 }
 
 static void flush_timer_cb(uv_timer_t *t) {
@@ -171,6 +184,8 @@ static void on_progress(worker_t *w, const cJSON *line, void *user) {
         log_warn("experiment %lld: more than %d step lines; recording no more metrics",
                  (long long)sl->id, MAX_METRICS_PER_RUN);
     if (sl->n_metrics > MAX_METRICS_PER_RUN) return;
+    if (sl->n_pending > 0 && sl->pending_id != sl->id) drop_pending_metrics(sl);
+    sl->pending_id = sl->id;
     store_metric_t *m = &sl->pending[sl->n_pending++];
     m->step = jint(line, "step");
     m->time_s = jnum(line, "training_seconds");
@@ -214,6 +229,7 @@ static void result_from_json(const cJSON *r, store_result_t *out) {
 }
 
 static void release_slot(slot_t *sl) {
+    drop_pending_metrics(sl);
     sl->worker = NULL;
     sl->id = 0;
     free(sl->pruned);

@@ -60,6 +60,7 @@ typedef struct {
     double slurm_poll_s;
     char slurm_rest[1024], slurm_user[64];
     char slurm_token[MAX_JWT + 1];
+    int agent_rate; /* accepted agent proposals per minute; 0 = no limit, -1 = default */
 } serve_opts_t;
 
 typedef struct {
@@ -136,7 +137,7 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
     double d = 0;
     int is_int = !strcmp(key, "slots") || !strcmp(key, "threads-per-slot") ||
                  !strcmp(key, "memory-mb") || !strcmp(key, "max-attempts") ||
-                 !strcmp(key, "prune-startup");
+                 !strcmp(key, "prune-startup") || !strcmp(key, "agent-rate");
     int is_num = !strcmp(key, "deadline-slack") || !strcmp(key, "kill-grace") ||
                  !strcmp(key, "prune-warmup") || !strcmp(key, "token-run-limit") ||
                  !strcmp(key, "slurm-poll");
@@ -221,6 +222,8 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
         snprintf(o->agent_secret, sizeof o->agent_secret, "%s", val);
     } else if (!strcmp(key, "agent-secret-file")) {
         return read_secret_file(val, "agent secret", o->agent_secret, MAX_SECRET, err, errlen);
+    } else if (!strcmp(key, "agent-rate")) {
+        o->agent_rate = (int)v;
     } else if (!strcmp(key, "worker-cmd")) {
         return set_worker_cmd(o, val, err, errlen);
     } else if (!strcmp(key, "executor")) {
@@ -267,10 +270,10 @@ static int load_config(const char *path, serve_opts_t *o, char *err, size_t errl
         snprintf(err, errlen, "--config %s", e2);
         return -1;
     }
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root = http_json_parse(text, len, e2, sizeof e2);
     free(text);
     if (!cJSON_IsObject(root)) {
-        snprintf(err, errlen, "%s: not a JSON object", path);
+        snprintf(err, errlen, "%s: %s", path, root ? "not a JSON object" : e2);
         cJSON_Delete(root);
         return -1;
     }
@@ -306,7 +309,7 @@ static void serve_usage(FILE *out) {
             "                        [--threads-per-slot N] [--memory-mb N]\n"
             "                        [--token T | --token-file F] [--config FILE]\n"
             "                        [--max-attempts N] [--deadline-slack S] [--kill-grace S]\n"
-            "                        [--agent-url URL (--agent-secret S | --agent-secret-file F)]\n"
+            "                        [--agent-url URL --agent-secret-file F] [--agent-rate N]\n"
             "                        [--prune median|off] [--prune-startup N] [--prune-warmup F]\n"
             "                        [--token-run-limit S] [--dataset NAME]\n"
             "                        [--executor local|slurm] [--slurm-partition P]\n"
@@ -317,11 +320,15 @@ static void serve_usage(FILE *out) {
             "DIR/runs/<id>/ under a memory limit (a spec's resources.memory_mb, else\n"
             "--memory-mb; default 75%% of RAM shared among the slots; 0 = none), and\n"
             "the HTTP API (default 127.0.0.1:8080; port 0 picks a free\n"
-            "port and prints it). The token (also $NIGHTSHIFT_TOKEN) guards every POST; a\n"
-            "non-loopback --listen needs one. --config is a JSON object with these options\n"
-            "as keys; command-line options override it. With --agent-url, every finished\n"
-            "experiment and an empty queue are POSTed to the agent, signed with the secret\n"
-            "(HMAC-SHA256, Standard Webhooks headers); its reply may propose the next specs.\n"
+            "port and prints it). The token (--token-file F or $NIGHTSHIFT_TOKEN) guards\n"
+            "every POST; a non-loopback --listen needs one, and there it guards every GET\n"
+            "but /healthz too. --config is a JSON object with these options as keys;\n"
+            "command-line options override it. With --agent-url, every finished experiment\n"
+            "and an empty queue are POSTed to the agent, signed with the secret\n"
+            "(--agent-secret-file F or $NIGHTSHIFT_AGENT_SECRET; HMAC-SHA256, Standard\n"
+            "Webhooks headers); its reply may propose the next specs, at most N a minute\n"
+            "(--agent-rate, default 30; 0 = no limit). --token T and --agent-secret S still\n"
+            "work but show the secret to every user of the machine (ps).\n"
             "--prune median stops a run whose training loss, after --prune-warmup of its\n"
             "budget (default 0.3), is worse than the median of finished runs on the same\n"
             "dataset and budget at the same progress, once --prune-startup of them (default\n"
@@ -368,6 +375,7 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
                                          {"slurm-rest", required_argument, 0, 0},
                                          {"slurm-user", required_argument, 0, 0},
                                          {"slurm-token-file", required_argument, 0, 0},
+                                         {"agent-rate", required_argument, 0, 0},
                                          {"config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -383,16 +391,27 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
         if (ch == 'h') return 1;
         if (ch == '?') return 2;
         if (ch == 0 && set_option(o, opts[idx].name, optarg, err, errlen) < 0) return -1;
+        if (ch == 0 &&
+            (!strcmp(opts[idx].name, "token") || !strcmp(opts[idx].name, "agent-secret")))
+            log_warn("--%s puts the secret on the command line, where every user sees it (ps); "
+                     "use --%s-file or $%s",
+                     opts[idx].name, opts[idx].name,
+                     strcmp(opts[idx].name, "token") ? "NIGHTSHIFT_AGENT_SECRET"
+                                                     : "NIGHTSHIFT_TOKEN");
     }
     if (optind != argc) return 2;
     const char *env = getenv("NIGHTSHIFT_TOKEN");
     if (!o->token[0] && env && *env && set_option(o, "token", env, err, errlen) < 0) return -1;
+    env = getenv("NIGHTSHIFT_AGENT_SECRET");
+    if (!o->agent_secret[0] && env && *env && set_option(o, "agent-secret", env, err, errlen) < 0)
+        return -1;
     const char *jwt = getenv("SLURM_JWT");
     if (o->slurm_rest[0] && !o->slurm_token[0] && jwt && *jwt &&
         set_string("SLURM_JWT", jwt, o->slurm_token, sizeof o->slurm_token, err, errlen) < 0)
         return -1;
     if (o->agent_url[0] && !o->agent_secret[0]) {
-        snprintf(err, errlen, "--agent-url needs --agent-secret or --agent-secret-file");
+        snprintf(err, errlen,
+                 "--agent-url needs --agent-secret-file (or $NIGHTSHIFT_AGENT_SECRET)");
         return -1;
     }
     return 0;
@@ -541,6 +560,7 @@ static int run_daemon(daemon_t *d) {
                      .sched = d->sched,
                      .state_dir = d->o.dir,
                      .token = d->o.token[0] ? d->o.token : NULL,
+                     .guard_reads = !http_host_is_loopback(d->o.host),
                      .default_dataset = d->o.dataset[0] ? d->o.dataset : NULL,
                      .started_at = util_now(),
                      .memory_mb = d->o.memory_mb};
@@ -549,7 +569,12 @@ static int run_daemon(daemon_t *d) {
         goto out_sched;
     }
     if (d->o.agent_url[0]) {
-        hook_opts_t ho = {.url = d->o.agent_url, .secret = d->o.agent_secret, .api = &d->api};
+        hook_opts_t ho = {.url = d->o.agent_url,
+                          .secret = d->o.agent_secret,
+                          .api = &d->api,
+                          .proposals_per_min = d->o.agent_rate == 0  ? -1
+                                               : d->o.agent_rate > 0 ? d->o.agent_rate
+                                                                     : 0};
         if (!(d->hook = hook_new(&d->loop, &ho, err, sizeof err))) goto out_sched;
     }
     http_limits_t lim;
@@ -558,6 +583,7 @@ static int run_daemon(daemon_t *d) {
     if (http_server_start(&d->loop, d->o.host, d->o.port, &lim, api_handle, &d->api, &d->http,
                           &port, err, sizeof err) < 0)
         goto out_hook;
+    http_server_set_authorize(d->http, api_authorize);
     uv_signal_init(&d->loop, &d->sigint);
     uv_signal_init(&d->loop, &d->sigterm);
     d->sigint.data = d->sigterm.data = d;
@@ -612,6 +638,7 @@ int serve_main(int argc, char **argv) {
     o->slots = 1;
     o->memory_mb = -1; /* the default below, once the slot count is known */
     o->max_attempts = 3;
+    o->agent_rate = -1;
     int rc = parse_args(argc, argv, o, err, sizeof err);
     if (rc != 0) {
         if (rc < 0) fprintf(stderr, "serve: %s\n", err);

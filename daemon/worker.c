@@ -523,8 +523,12 @@ static void kill_cb(uv_timer_t *t) {
     signal_group(w, SIGKILL);
 }
 
+/* Seconds to milliseconds, saturating (a NaN is 0): no double too large for
+ * uint64_t is ever converted. 2^62 ms is longer than any deadline means. */
 static uint64_t to_ms(double s) {
-    return s <= 0 ? 0 : (uint64_t)(s * 1000.0 + 0.5);
+    if (!(s > 0)) return 0;
+    if (s >= 4611686018427387.0) return (uint64_t)1 << 62;
+    return (uint64_t)(s * 1000.0 + 0.5);
 }
 
 /* SIGTERM now, SIGKILL after the grace; idempotent. */

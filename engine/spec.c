@@ -704,6 +704,18 @@ static int check_int(int v, int lo, int hi, const char *path, char *err, size_t 
     return 0;
 }
 
+/* Upper bounds of the fields that have no natural one: a spec must not be
+ * able to ask for centuries of training or an overflowing deadline. */
+#define MAX_LR          1e6 /* every learning rate and weight_decay (beyond: only NaN) */
+#define MAX_SOFTCAP     1e6
+#define MAX_PEAK_GFLOPS 1e9 /* an exaflop machine */
+
+/* v <= hi, for a value already known to be a finite number in range below. */
+static int check_max(double v, double hi, const char *path, char *err, size_t errlen) {
+    if (v > hi) return fail(err, errlen, path, "must be at most %g, got %g", hi, v);
+    return 0;
+}
+
 static int check_positive(double v, const char *path, char *err, size_t errlen) {
     if (!(v > 0) || !isfinite(v)) return fail(err, errlen, path, "must be > 0, got %g", v);
     return 0;
@@ -805,7 +817,8 @@ static int validate_model(spec_model_t *m, char *err, size_t errlen) {
         return fail(err, errlen, "model.pos", "unknown kind %d", (int)m->pos);
     if (check_int(m->max_pos, 1, MAX_SEQ, "model.max_pos", err, errlen) ||
         check_unit(m->embed_dropout, true, "model.embed_dropout", err, errlen) ||
-        check_nonneg(m->softcap, "model.softcap", err, errlen))
+        check_nonneg(m->softcap, "model.softcap", err, errlen) ||
+        check_max(m->softcap, MAX_SOFTCAP, "model.softcap", err, errlen))
         return -1;
 
     size_t n = strnlen(m->window_pattern, sizeof m->window_pattern);
@@ -880,7 +893,13 @@ static int validate_train(spec_train_t *t, const spec_model_t *m, char *err, siz
         check_unit(t->x0_beta1, true, "train.x0_beta1", err, errlen) ||
         check_unit(t->warmup_ratio, false, "train.warmup_ratio", err, errlen) ||
         check_unit(t->warmdown_ratio, false, "train.warmdown_ratio", err, errlen) ||
-        check_unit(t->final_lr_frac, false, "train.final_lr_frac", err, errlen))
+        check_unit(t->final_lr_frac, false, "train.final_lr_frac", err, errlen) ||
+        check_max(t->matrix_lr, MAX_LR, "train.matrix_lr", err, errlen) ||
+        check_max(t->embedding_lr, MAX_LR, "train.embedding_lr", err, errlen) ||
+        check_max(t->value_embedding_lr, MAX_LR, "train.value_embedding_lr", err, errlen) ||
+        check_max(t->unembedding_lr, MAX_LR, "train.unembedding_lr", err, errlen) ||
+        check_max(t->scalar_lr, MAX_LR, "train.scalar_lr", err, errlen) ||
+        check_max(t->weight_decay, MAX_LR, "train.weight_decay", err, errlen))
         return -1;
     if (t->warmup_ratio + t->warmdown_ratio > 1)
         return fail(err, errlen, "train.warmdown_ratio",
@@ -962,7 +981,8 @@ int spec_validate(spec_t *s, char *err, size_t errlen) {
     const spec_resources_t *r = &s->resources;
     if (check_int(r->threads, 0, MAX_THREADS, "resources.threads", err, errlen) ||
         check_int(r->memory_mb, 0, INT_MAX, "resources.memory_mb", err, errlen) ||
-        check_nonneg(r->peak_gflops, "resources.peak_gflops", err, errlen))
+        check_nonneg(r->peak_gflops, "resources.peak_gflops", err, errlen) ||
+        check_max(r->peak_gflops, MAX_PEAK_GFLOPS, "resources.peak_gflops", err, errlen))
         return -1;
     return 0;
 }

@@ -4,7 +4,8 @@
 # something is missing. Needs root (or sudo) only when it has to install.
 #
 #   scripts/setup.sh          build + test + run dependencies (python3: a test checks
-#                             webhook signatures with its hmac module)
+#                             webhook signatures with its hmac module; clang and its
+#                             runtime: the libFuzzer targets; wrk: `make load`)
 #   scripts/setup.sh --torch  also python3-torch, used only to regenerate fixtures
 #                             and for `make bench` comparisons
 #   scripts/setup.sh --browser  also chromium and Node.js, for the dashboard's
@@ -18,7 +19,7 @@ packages=(
     build-essential pkg-config clang-format
     libopenblas-pthread-dev libcjson-dev libcriterion-dev libpcre2-dev
     libuv1-dev libsqlite3-dev sqlite3 libcurl4-openssl-dev libhttp-parser-dev
-    libssl-dev uuid-dev python3
+    libssl-dev uuid-dev python3 clang libclang-rt-14-dev wrk
 )
 browser=0
 for arg in "$@"; do

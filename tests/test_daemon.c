@@ -1021,3 +1021,162 @@ Test(daemon, a_lagging_run_is_pruned_and_a_good_one_finishes) {
     daemon_stop(d);
     free(good1), free(mid), free(bad), free(good2), free(batch), free(exempt1), free(exempt3);
 }
+
+/* ============================================== hostile input and faults */
+
+/* Finding: when the end-of-run metrics flush failed (disk full) but the
+ * finish write succeeded, the rows stayed in the slot's buffer, were retried
+ * as experiment 0 while idle, and the next run on the slot got them under its
+ * own id (its own rows at those steps then dropped as conflicts). A trigger
+ * refuses experiment 1's metrics rows, as a full disk would; experiment 2
+ * (the stand-in's "ok": steps 1 and 2, losses 4.5 and 4.25) must get exactly
+ * its own rows, and experiment 1's are dropped with a log line. */
+Test(daemon, pending_metrics_stay_with_their_run) {
+    char *cmd = stand_in_cmd();
+    const char *extra[] = {"--worker-cmd", cmd, NULL};
+    daemon_t *d = daemon_start(state, extra);
+    char *path = tu_path("%s/nightshift.db", state);
+    sqlite3 *rw = NULL;
+    cr_assert_eq(sqlite3_open(path, &rw), SQLITE_OK);
+    sqlite3_busy_timeout(rw, 10000);
+    cr_assert_eq(sqlite3_exec(rw,
+                              "CREATE TRIGGER full_disk BEFORE INSERT ON metrics"
+                              " WHEN NEW.experiment_id = 1"
+                              " BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+                              NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(rw));
+    sqlite3_close(rw);
+
+    char *a = spec("slow-ok", 1, 1, 1, NULL);
+    long id_a = submit(d, a);
+    cr_assert_eq(id_a, 1);
+    cJSON_Delete(wait_for(d, id_a, "succeeded", 20));
+    tu_sleep_ms(1500); /* idle: the flush timer runs at least once */
+    char *b = spec("ok", 2, 1, 1, NULL);
+    long id_b = submit(d, b);
+    cJSON_Delete(wait_for(d, id_b, "succeeded", 20));
+    daemon_stop(d);
+
+    sqlite3 *db = db_open();
+    const char *count = "SELECT count(*) FROM metrics WHERE experiment_id = ?1";
+    cr_expect_eq(tu_sql_int(db, count, id_a), 0);
+    cr_expect_eq(tu_sql_int(db, count, id_b), 2, "experiment %ld got rows of another run", id_b);
+    cr_expect_eq(
+        tu_sql_double(db, "SELECT loss FROM metrics WHERE experiment_id = ?1 AND step = 1", id_b),
+        4.5);
+    cr_expect_eq(tu_sql_int(db,
+                            "SELECT count(*) FROM metrics WHERE experiment_id NOT IN"
+                            " (SELECT id FROM experiments)",
+                            0),
+                 0);
+    sqlite3_close(db);
+    char *log = tu_read(d->errlog);
+    cr_assert_not_null(log);
+    cr_expect(strstr(log, "experiment 1: ") && strstr(log, "could not be recorded; dropped"),
+              "no log line for the dropped rows:\n%s", log);
+    cr_expect(!strstr(log, "experiment 0"), "rows retried as experiment 0:\n%s", log);
+    free(log), free(a), free(b), free(path), free(cmd);
+}
+
+/* Finding: time_budget_s had no upper bound; 1e17 s overflowed the deadline's
+ * millisecond conversion and the worker was killed after 1 ms. */
+Test(daemon, huge_time_budget_is_refused) {
+    char *cmd = stand_in_cmd();
+    const char *extra[] = {"--worker-cmd", cmd, NULL};
+    daemon_t *d = daemon_start(state, extra);
+    char *s = spec("ok", 1, 1e17, 1, NULL);
+    expect_error(d, "POST", "/v1/experiments", s, strlen(s), 400, "invalid_spec",
+                 "time_budget_s: must be in [0, 604800]");
+    free(s);
+    /* a week is accepted */
+    s = spec("ok", 1, 604800, 1, NULL);
+    long id = submit(d, s);
+    cJSON_Delete(wait_for(d, id, "succeeded", 20));
+    daemon_stop(d);
+    free(s), free(cmd);
+}
+
+/* Finding: {A}{B} queued A and dropped B; raw control bytes in strings were
+ * accepted; "a\u0000b" was stored as "a". Each is a 400 naming the place,
+ * and nothing is queued. */
+Test(daemon, json_bodies_are_strict) {
+    daemon_t *d = daemon_start(state, NULL);
+    char *a = spec("a", 1, 1, 1, NULL), *b = spec("b", 2, 1, 1, NULL);
+    char *two = tu_path("%s%s", a, b);
+    expect_error(d, "POST", "/v1/experiments", two, strlen(two), 400, "invalid_json",
+                 "unexpected text after the JSON value");
+    char msg[64];
+    snprintf(msg, sizeof msg, "line 1, column %zu", strlen(a) + 1);
+    expect_error(d, "POST", "/v1/experiments", two, strlen(two), 400, "invalid_json", msg);
+    const char nul[] = "{\"name\":\"a\\u0000b\",\"dataset\":\"tiny\"}";
+    expect_error(d, "POST", "/v1/experiments", nul, sizeof nul - 1, 400, "invalid_json",
+                 "\\u0000 is not allowed");
+    const char ctl[] = "{\"name\":\"a\x01z\",\"dataset\":\"tiny\"}";
+    expect_error(d, "POST", "/v1/experiments", ctl, sizeof ctl - 1, 400, "invalid_json",
+                 "line 1, column 11: a control character");
+    const char raw_nul[] = "{\"name\":\"a\0z\",\"dataset\":\"tiny\"}";
+    expect_error(d, "POST", "/v1/experiments", raw_nul, sizeof raw_nul - 1, 400, "invalid_json",
+                 "control character");
+    cJSON *list = tu_get_json(d, "/v1/experiments");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments")), 0,
+                 "something was queued");
+    cJSON_Delete(list);
+    daemon_stop(d);
+    free(a), free(b), free(two);
+}
+
+/* Finding: --token and --agent-secret were visible in ps. The token comes
+ * from a file or the environment (the flag still works, with a warning), and
+ * off loopback it guards every GET but /healthz too. */
+Test(daemon, secrets_from_files_and_reads_guarded_off_loopback) {
+    char *token_file = tu_path("%s/token", tmp);
+    tu_write(token_file, "fil3-token\n");
+    const char *extra[] = {"--listen", "0.0.0.0:0", "--token-file", token_file, NULL};
+    daemon_t *d = daemon_start(state, extra);
+    tu_reply_t r;
+    const char *const gets[] = {"/v1/status", "/v1/experiments", "/v1/leaderboard",
+                                "/v1/experiments/1"};
+    for (size_t i = 0; i < sizeof gets / sizeof *gets; i++) {
+        tu_http(d, "GET", gets[i], NULL, 0, NULL, &r);
+        cr_expect_eq(r.status, 401, "GET %s without the token off loopback: %ld", gets[i],
+                     r.status);
+        tu_reply_free(&r);
+    }
+    tu_http(d, "GET", "/healthz", NULL, 0, NULL, &r);
+    cr_expect_eq(r.status, 200, "/healthz needs no token: %ld", r.status);
+    tu_reply_free(&r);
+    tu_http(d, "GET", "/v1/status", NULL, 0, "Bearer fil3-token", &r);
+    cr_expect_eq(r.status, 200, "GET with the token: %ld %s", r.status, r.body);
+    tu_reply_free(&r);
+    daemon_stop(d);
+    char *log = tu_read(d->errlog);
+    cr_expect(log && !strstr(log, "command line"), "a warning for a token file:\n%s", log);
+    free(log);
+
+    /* The environment, on loopback: reads are open, POSTs are guarded. */
+    setenv("NIGHTSHIFT_TOKEN", "env-token", 1);
+    d = daemon_start(state, NULL);
+    unsetenv("NIGHTSHIFT_TOKEN");
+    tu_http(d, "GET", "/v1/status", NULL, 0, NULL, &r);
+    cr_expect_eq(r.status, 200, "GET on loopback: %ld", r.status);
+    tu_reply_free(&r);
+    tu_http(d, "POST", "/v1/experiments", "{}", 2, NULL, &r);
+    cr_expect_eq(r.status, 401, "POST without the token: %ld", r.status);
+    tu_reply_free(&r);
+    tu_http(d, "POST", "/v1/experiments", "{", 1, "Bearer env-token", &r);
+    cr_expect_eq(r.status, 400, "POST with the token from the environment: %ld", r.status);
+    tu_reply_free(&r);
+    daemon_stop(d);
+
+    /* --token still works, with a warning. */
+    const char *flag[] = {"--token", "flag-token", NULL};
+    d = daemon_start(state, flag);
+    tu_http(d, "POST", "/v1/experiments", "{", 1, "Bearer flag-token", &r);
+    cr_expect_eq(r.status, 400, "POST with the token from the flag: %ld", r.status);
+    tu_reply_free(&r);
+    daemon_stop(d);
+    log = tu_read(d->errlog);
+    cr_expect(log && strstr(log, "--token puts the secret on the command line"),
+              "no warning for --token:\n%s", log);
+    free(log), free(token_file);
+}

@@ -689,6 +689,67 @@ Test(hook, a_reply_with_two_specs_queues_two) {
     fx_close(&f, &h, 1);
 }
 
+/* The rejected events among the saved requests whose error contains what;
+ * returns how many. */
+static int count_rejected(fx_t *f, const char *what) {
+    int n = count_requests(f->rx.dir), found = 0;
+    for (int k = 0; k < n; k++) {
+        req_t r;
+        req_load(&r, f->rx.dir, k);
+        const char *error = tu_jstr(jget(r.json, "rejected"), "error");
+        if (!strcmp(tu_jstr(r.json, "type"), "experiment.rejected") && error && strstr(error, what))
+            found++;
+        req_free(&r);
+    }
+    return found;
+}
+
+static int has_rate_limited(fx_t *f, long n) {
+    return count_rejected(f, "rate limited") >= n;
+}
+
+/* An agent that answers with more proposals than the bucket holds gets the
+ * rest back as experiment.rejected, and they are not queued. */
+Test(hook, accepted_proposals_are_rate_limited) {
+    fx_t f;
+    reply_t script[] = {{200, "[{\"name\":\"r1\",\"seed\":1},{\"name\":\"r2\",\"seed\":2},"
+                              "{\"name\":\"r3\",\"seed\":3},{\"name\":\"r4\",\"seed\":4},"
+                              "{\"name\":\"r5\",\"seed\":5}]"},
+                        {200, ""}};
+    fx_init(&f, script, 2);
+    hook_t *h = fx_hook(&f, f.rx.port, (hook_opts_t){.proposals_per_min = 3});
+    hook_queue_empty(h);
+    cr_assert(run_until(&f, has_rate_limited, 2, 5), "no rate-limited experiment.rejected came");
+    run_until(&f, NULL, 0, 0.1);
+    cr_expect_eq(raw_int(&f, "SELECT count(*) FROM experiments WHERE source = 'agent'"), 3,
+                 "the rate limit of 3 was not applied");
+    cr_expect_eq(raw_int(&f, "SELECT count(*) FROM experiments WHERE name IN ('r4', 'r5')"), 0);
+    cr_expect_eq(count_rejected(&f, "rate limited"), 2);
+    fx_close(&f, &h, 1);
+}
+
+static int has_two_rejected(fx_t *f, long unused) {
+    (void)unused;
+    return count_rejected(f, "invalid JSON") >= 2;
+}
+
+/* A NUL (escaped) or a raw control byte inside a string makes the reply
+ * malformed rather than silently truncated or accepted. */
+Test(hook, a_reply_with_a_nul_or_control_byte_is_malformed) {
+    fx_t f;
+    reply_t script[] = {{200, "{\"name\":\"a\\u0000b\",\"seed\":5}"},
+                        {200, "{\"name\":\"a\x01z\",\"seed\":6}"},
+                        {200, ""}};
+    fx_init(&f, script, 3);
+    hook_t *h = fx_hook(&f, f.rx.port, (hook_opts_t){0});
+    hook_queue_empty(h);
+    cr_assert(run_until(&f, has_two_rejected, 0, 5), "the malformed replies were not rejected");
+    cr_expect_eq(count_rejected(&f, "\\u0000 is not allowed"), 1);
+    cr_expect_eq(count_rejected(&f, "control character"), 1);
+    cr_expect_eq(raw_int(&f, "SELECT count(*) FROM experiments"), 0);
+    fx_close(&f, &h, 1);
+}
+
 Test(hook, an_invalid_reply_yields_experiment_rejected) {
     fx_t f;
     /* the rejected event's own reply is handled like any other: JSON with
@@ -708,7 +769,8 @@ Test(hook, an_invalid_reply_yields_experiment_rejected) {
     cr_expect_str_neq(r1.id, r0.id);
     const cJSON *rej = jget(r1.json, "rejected");
     cr_expect_str_eq(tu_jstr(rej, "proposal"), "this is not json");
-    cr_expect_str_eq(tu_jstr(rej, "error"), "reply is not a spec or an array of specs");
+    cr_expect_str_eq(tu_jstr(rej, "error"), "reply is not a spec or an array of specs: "
+                                            "invalid JSON at line 1, column 1: not valid JSON");
     cr_expect(cJSON_IsNull(jget(r1.json, "experiment")));
     req_t r2;
     req_load(&r2, f.rx.dir, 2);

@@ -713,13 +713,17 @@ Test(http, too_many_connections_503) {
     srv_start(&lim);
     client_t *a = cli_open(F.port[0]), *b = cli_open(F.port[0]);
     resp_t r;
-    /* A request on each proves both were accepted before the third. */
+    /* A request on each proves both were accepted before the third; the
+     * next one each has begun keeps them busy (an idle one would make room). */
     cli_send(a, "GET / HTTP/1.1\r\n\r\n");
     cli_expect(a, &r, 200);
     resp_free(&r);
     cli_send(b, "GET / HTTP/1.1\r\n\r\n");
     cli_expect(b, &r, 200);
     resp_free(&r);
+    cli_send(a, "GET /next HTTP/1.1\r\n");
+    cli_send(b, "GET /next HTTP/1.1\r\n");
+    usleep(50 * 1000);
     client_t *c = cli_open(F.port[0]);
     cli_expect(c, &r, 503);
     cr_assert_str_eq(error_code(r.body), "too_many_connections");
@@ -740,6 +744,127 @@ Test(http, too_many_connections_503) {
     }
     cr_assert(ok, "no connection served after one closed");
     cli_close(b);
+    srv_stop();
+}
+
+/* Silent sockets at the cap: the oldest idle one is closed to make room, so
+ * a client with a request is served (finding: 260 idle sockets answered every
+ * other client, /healthz included, 503 for 30 s). */
+Test(http, idle_connections_are_evicted_at_the_cap) {
+    http_limits_t lim;
+    http_limits_default(&lim);
+    lim.max_connections = 4;
+    lim.max_per_client = 0;
+    srv_start(&lim);
+    client_t *idle[4];
+    for (int i = 0; i < 4; i++) {
+        idle[i] = cli_open(F.port[0]);
+        usleep(20 * 1000); /* distinct idle times: idle[0] is the oldest */
+    }
+    client_t *c = cli_open(F.port[0]);
+    cli_send(c, "GET /healthz HTTP/1.1\r\n\r\n");
+    resp_t r;
+    cli_expect(c, &r, 200);
+    resp_free(&r);
+    cr_assert(cli_closed(idle[0]), "the oldest idle connection was not the one closed");
+    cli_send(idle[1], "GET /still HTTP/1.1\r\n\r\n");
+    cli_expect(idle[1], &r, 200);
+    resp_free(&r);
+    for (int i = 0; i < 4; i++) cli_close(idle[i]);
+    cli_close(c);
+    srv_stop();
+}
+
+/* One address may hold at most max_per_client connections; when none of its
+ * own is idle the next gets 503, while other limits are far away. */
+Test(http, per_client_connection_cap) {
+    http_limits_t lim;
+    http_limits_default(&lim);
+    lim.max_per_client = 3;
+    srv_start(&lim);
+    client_t *busy[3];
+    for (int i = 0; i < 3; i++) {
+        busy[i] = cli_open(F.port[0]);
+        cli_send(busy[i], "GET /busy HTTP/1.1\r\n"); /* a request begun, never finished */
+    }
+    usleep(50 * 1000);
+    client_t *c = cli_open(F.port[0]);
+    resp_t r;
+    cli_expect(c, &r, 503);
+    cr_assert_str_eq(error_code(r.body), "too_many_connections");
+    resp_free(&r);
+    cli_close(c);
+    /* An idle connection of the same client is replaced rather than refused. */
+    cli_send(busy[0], "\r\n");
+    resp_t done;
+    cli_expect(busy[0], &done, 200);
+    resp_free(&done);
+    usleep(50 * 1000);
+    c = cli_open(F.port[0]);
+    cli_send(c, "GET / HTTP/1.1\r\n\r\n");
+    cli_expect(c, &r, 200);
+    resp_free(&r);
+    cr_assert(cli_closed(busy[0]), "the client's idle connection was kept");
+    for (int i = 0; i < 3; i++) cli_close(busy[i]);
+    cli_close(c);
+    srv_stop();
+}
+
+/* A connection that starts no request is closed after the first-byte
+ * timeout, long before the keep-alive idle time. */
+Test(http, first_byte_timeout) {
+    http_limits_t lim;
+    http_limits_default(&lim);
+    lim.first_byte_timeout_ms = 200;
+    lim.idle_timeout_ms = 30000;
+    srv_start(&lim);
+    client_t *c = cli_open(F.port[0]);
+    double t0 = now_ms();
+    cr_assert(cli_closed(c), "a silent connection got data or was not closed");
+    double dt = now_ms() - t0;
+    cr_assert(dt > 150 && dt < 3000, "closed after %.0f ms", dt);
+    cli_close(c);
+    /* After a request, the idle timeout applies instead. */
+    c = cli_open(F.port[0]);
+    resp_t r;
+    cli_send(c, "GET / HTTP/1.1\r\n\r\n");
+    cli_expect(c, &r, 200);
+    resp_free(&r);
+    usleep(400 * 1000);
+    cli_send(c, "GET /b HTTP/1.1\r\n\r\n");
+    cli_expect(c, &r, 200);
+    resp_free(&r);
+    cli_close(c);
+    srv_stop();
+}
+
+static int deny_posts(const http_request_t *req, void *user) {
+    (void)user;
+    return !strcmp(req->method, "POST") &&
+           (!req->authorization || strcmp(req->authorization, "Bearer ok") != 0);
+}
+
+/* The authorize callback answers 401 once the headers are in: a client that
+ * announces a body is refused before sending it. */
+Test(http, authorize_runs_before_the_body) {
+    srv_start(NULL);
+    http_server_set_authorize(F.srv[0], deny_posts);
+    client_t *c = cli_open(F.port[0]);
+    cli_send(c, "POST /x HTTP/1.1\r\nContent-Length: 500000\r\n\r\n");
+    resp_t r;
+    cli_expect(c, &r, 401);
+    cr_assert_str_eq(error_code(r.body), "unauthorized");
+    resp_free(&r);
+    cli_close(c);
+    c = cli_open(F.port[0]);
+    cli_send(c, "POST /x HTTP/1.1\r\nAuthorization: Bearer ok\r\nContent-Length: 2\r\n\r\nhi");
+    cli_expect(c, &r, 201);
+    cr_assert_str_eq(json_str(r.body, "body"), "hi");
+    resp_free(&r);
+    cli_send(c, "GET /y HTTP/1.1\r\n\r\n");
+    cli_expect(c, &r, 200);
+    resp_free(&r);
+    cli_close(c);
     srv_stop();
 }
 
@@ -1098,4 +1223,74 @@ Test(http, loopback_cases) {
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
         cr_assert(!http_host_is_loopback(no[i]), "%s", no[i]);
     cr_assert(!http_host_is_loopback(NULL));
+}
+
+/* --------------------------------------------------------- strict JSON */
+
+static void expect_json_error(const char *text, size_t len, const char *want) {
+    char err[256];
+    cJSON *v = http_json_parse(text, len, err, sizeof err);
+    cr_expect_null(v, "accepted: %.*s", (int)len, text);
+    cJSON_Delete(v);
+    if (!v) cr_expect_str_eq(err, want, "for %.*s", (int)len, text);
+}
+
+/* Findings: {A}{B} queued A and dropped B; raw control bytes were accepted
+ * inside strings; "a\u0000b" was stored as "a". */
+Test(http, json_parse_is_strict) {
+    expect_json_error("{\"a\":1}{\"b\":2}", 14,
+                      "invalid JSON at line 1, column 8: unexpected text after the JSON value");
+    expect_json_error("{\"a\":1}\n x", 10,
+                      "invalid JSON at line 2, column 2: unexpected text after the JSON value");
+    expect_json_error("{\"a\":\"x\ty\"}", 11,
+                      "invalid JSON at line 1, column 8: a control character inside a string "
+                      "must be escaped");
+    expect_json_error("{\"a\":\"x\0y\"}", 11,
+                      "invalid JSON at line 1, column 8: a control character inside a string "
+                      "must be escaped");
+    expect_json_error("{\"a\":\"a\\u0000b\"}", 16,
+                      "invalid JSON at line 1, column 8: \\u0000 is not allowed in a string");
+    expect_json_error("{\"a\":1}\0", 8,
+                      "invalid JSON at line 1, column 8: unexpected text after the JSON value");
+    expect_json_error("{\n  \"a\": ,\n}", 13, "invalid JSON at line 2, column 8: not valid JSON");
+    expect_json_error("", 0, "invalid JSON at line 1, column 1: not valid JSON");
+
+    char err[256];
+    const char *ok = " {\"a\":\"tab\\there \\u00e9 \\\\u0000\", \"b\":[1,2]}\r\n";
+    cJSON *v = http_json_parse(ok, strlen(ok), err, sizeof err);
+    cr_assert_not_null(v, "%s", err);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(v, "a")),
+                     "tab\there \xc3\xa9 \\u0000");
+    cJSON_Delete(v);
+}
+
+static void raw_handler(const http_request_t *req, http_response_t *res, void *user) {
+    (void)user;
+    res->status = 200;
+    res->body = strdup(req->path);
+    res->body_len = strlen(req->path);
+    res->content_type = "text/plain";
+}
+
+/* http_feed_raw (the fuzz targets' entry) answers pipelined requests in
+ * order and the server's own errors as a socket would see them. */
+Test(http, feed_raw_matches_the_socket_path) {
+    char *out;
+    size_t len;
+    const char two[] = "GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\nConnection: close\r\n\r\n";
+    http_feed_raw(two, sizeof two - 1, raw_handler, NULL, NULL, &out, &len);
+    cr_assert_not_null(out);
+    char *a = strstr(out, "\r\n\r\n/a"), *b = strstr(out, "\r\n\r\n/b");
+    cr_expect(a && b && a < b, "%s", out);
+    cr_expect(strstr(out, "Connection: close"));
+    free(out);
+    http_feed_raw("garbage\r\n\r\n", 11, raw_handler, NULL, NULL, &out, &len);
+    cr_assert_not_null(out);
+    cr_expect(!strncmp(out, "HTTP/1.1 400", 12), "%s", out);
+    free(out);
+    const char post[] = "POST /p HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
+    http_feed_raw(post, sizeof post - 1, raw_handler, deny_posts, NULL, &out, &len);
+    cr_assert_not_null(out);
+    cr_expect(!strncmp(out, "HTTP/1.1 401", 12), "%s", out);
+    free(out);
 }

@@ -827,3 +827,31 @@ Test(spec, budget_canonical_form) {
     cr_expect_eq(spec_validate(&s, err, sizeof err), 0, "%s", err);
     spec_free(&s);
 }
+
+/* Fields without a natural bound have one: a budget of 1e17 s overflowed the
+ * worker's deadline, and an agent re-proposing it ran 37 experiments in 2 s. */
+Test(spec, upper_bounds) {
+    static const error_case cases[] = {
+        {"{\"time_budget_s\":1e17}", "time_budget_s: must be in [0, 604800] (a week), got 1e+17"},
+        {"{\"time_budget_s\":604801}",
+         "time_budget_s: must be in [0, 604800] (a week), got 604801"},
+        {"{\"train\":{\"matrix_lr\":1e300}}", "train.matrix_lr: must be at most 1e+06, got 1e+300"},
+        {"{\"train\":{\"embedding_lr\":2e6}}",
+         "train.embedding_lr: must be at most 1e+06, got 2e+06"},
+        {"{\"train\":{\"value_embedding_lr\":2e6}}",
+         "train.value_embedding_lr: must be at most 1e+06, got 2e+06"},
+        {"{\"train\":{\"unembedding_lr\":2e6}}",
+         "train.unembedding_lr: must be at most 1e+06, got 2e+06"},
+        {"{\"train\":{\"scalar_lr\":2e6}}", "train.scalar_lr: must be at most 1e+06, got 2e+06"},
+        {"{\"train\":{\"weight_decay\":2e6}}",
+         "train.weight_decay: must be at most 1e+06, got 2e+06"},
+        {"{\"model\":{\"softcap\":1e7}}", "model.softcap: must be at most 1e+06, got 1e+07"},
+        {"{\"resources\":{\"peak_gflops\":1e10}}",
+         "resources.peak_gflops: must be at most 1e+09, got 1e+10"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+    spec_t s;
+    parse_ok("{\"time_budget_s\":604800}", &s);
+    cr_expect_eq(s.time_budget_s, 604800);
+    spec_free(&s);
+}

@@ -334,7 +334,10 @@ void tu_server_start(tu_server_t *s, const char *name, char *const argv[], const
     close(out[0]);
     line[len] = '\0';
     const char *colon = strrchr(line, ':');
-    if (strncmp(line, "listening on http://127.0.0.1:", 30) != 0 || !colon)
+    /* A daemon listening on every address (0.0.0.0) is reached on loopback. */
+    if ((strncmp(line, "listening on http://127.0.0.1:", 30) != 0 &&
+         strncmp(line, "listening on http://0.0.0.0:", 28) != 0) ||
+        !colon)
         tu_server_fail(s, "the %s did not print its port (stdout: '%s')", name, line);
     s->port = atoi(colon + 1);
     cr_assert(s->port > 0 && s->port < 65536, "bad port line '%s'", line);
