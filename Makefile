@@ -188,13 +188,16 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUILD   := build/fuzz
 FUZZ_FLAGS   := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
                 -fno-sanitize-recover=undefined
-FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/schema_sql.o
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/schema_sql.o \
+                $(FUZZ_BUILD)/web_assets.o
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 $(FUZZ_BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/schema_sql.o: build/schema_sql.c | $(SETUP_STAMP)
+	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/web_assets.o: build/web_assets.c | $(SETUP_STAMP)
 	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) $< $(FUZZ_LIB_OBJ) \

@@ -674,10 +674,8 @@ static void server_release(http_server_t *s) {
     if (done) done(arg);
 }
 
-static void conn_close_cb(uv_handle_t *h) {
-    conn_t *c = h->data;
-    if (--c->open_handles > 0) return;
-    http_server_t *s = c->srv;
+/* Free a connection and everything it owns (its handles are closed). */
+static void conn_free(conn_t *c) {
     buf_free(&c->in);
     buf_free(&c->url);
     buf_free(&c->auth);
@@ -692,6 +690,13 @@ static void conn_close_cb(uv_handle_t *h) {
     free(c->stream);
     free(c->path);
     free(c);
+}
+
+static void conn_close_cb(uv_handle_t *h) {
+    conn_t *c = h->data;
+    if (--c->open_handles > 0) return;
+    http_server_t *s = c->srv;
+    conn_free(c);
     server_release(s);
 }
 
@@ -1250,18 +1255,7 @@ void http_feed_raw(const char *data, size_t len, http_handler_fn handler,
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     if (buf_append(&c->in, data, len, SIZE_MAX - 1) == 0) conn_process(c);
-    buf_free(&c->in);
-    buf_free(&c->url);
-    buf_free(&c->auth);
-    buf_free(&c->ctype);
-    buf_free(&c->expect);
-    buf_free(&c->source);
-    buf_free(&c->wh_id);
-    buf_free(&c->wh_ts);
-    buf_free(&c->wh_sig);
-    buf_free(&c->body);
-    free(c->path);
-    free(c);
+    conn_free(c);
     *out = result.p;
     *out_len = result.len;
 }

@@ -796,7 +796,7 @@ int prep_main(int argc, char **argv) {
         snprintf(desc, sizeof desc, "the last %zu of %zu documents in input order (fraction %g)",
                  nv, c.n, a.val_fraction);
     }
-split_done:
+split_done:; /* a declaration follows: C11 needs a statement after a label */
 
     /* Train the tokenizer on the training documents only. */
     double tt = util_now();
