@@ -15,6 +15,7 @@ typedef struct {
 } command_t;
 
 static const command_t commands[] = {
+    {"bench", bench_main, "time full training steps of a spec on a random batch"},
     {"calibrate", calibrate_main, "measure the machine's sgemm peak (the MFU denominator)"},
     {"cost", cost_main, "parameter counts, bytes and FLOPs of a spec, without training"},
     {"exec-limited", worker_exec_main, "internal: run a worker under its slot's limits"},

@@ -10,5 +10,6 @@ int prep_main(int argc, char **argv);      /* data.c: text in, tokenizer + datas
 int calibrate_main(int argc, char **argv); /* blas.c: measure the sgemm peak for MFU */
 int train_main(int argc, char **argv);     /* train.c: one experiment in the foreground */
 int sample_main(int argc, char **argv);    /* sample.c: text from a saved checkpoint */
+int bench_main(int argc, char **argv);     /* bench.c: time full training steps */
 
 #endif

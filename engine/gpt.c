@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "prof.h"
 #include "rng.h"
 
 /* ------------------------------------------------------------ tensor table */
@@ -427,7 +428,9 @@ float gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T,
         }
         ops_rmsnorm_forward(s->q, s->rstd_q, s->q, N * H, hd);
         ops_rmsnorm_forward(s->k, s->rstd_k, s->k, N * Hkv, hd);
+        double t_att = prof_begin();
         ops_attention_forward(s->y, s->P, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l]);
+        prof_end(PROF_ATTENTION, t_att);
         /* x += y Wo^T (a->dxn is free during the forward: use it as scratch) */
         ops_linear_forward(a->dxn, s->y, H * hd, w->c_proj, N, H * hd, D);
         for (size_t i = 0; i < (size_t)N * D; i++) x[i] += a->dxn[i];
@@ -518,8 +521,10 @@ void gpt_backward(gpt_t *m, float scale) {
         /* attention: x_mid = x_in + y Wo^T */
         ops_linear_backward(a->dy, H * hd, 0.0f, gw->c_proj, a->dres, s->y, w->c_proj, N, H * hd,
                             D);
+        double t_att = prof_begin();
         ops_attention_backward(a->dq, a->dk, a->dv, a->dy, s->P, s->q, s->k, s->v, B, T, H, Hkv, hd,
                                c->window[l], a->dscores);
+        prof_end(PROF_ATTENTION, t_att);
         /* q/k norms (the forward kept their outputs in s->q, s->k), then rope */
         memset(a->dy, 0, (size_t)N * H * hd * sizeof(float));
         ops_rmsnorm_backward_acc(a->dy, a->dq, s->q, s->rstd_q, N * H, hd);

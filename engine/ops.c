@@ -9,6 +9,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "prof.h"
+
 /* ---------------------------------------------------------------- embedding */
 
 void ops_embedding_forward(float *out, const float *table, const int *ids, int n, int D) {
@@ -53,12 +55,15 @@ void ops_rmsnorm_backward_acc(float *dx, const float *dout, const float *out, co
 /* ------------------------------------------------------------------- linear */
 
 void ops_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out) {
+    double t0 = prof_begin();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, ldx, W, in, 0.0f, y,
                 out);
+    prof_end(PROF_MATMUL, t0);
 }
 
 void ops_linear_backward(float *dx, int ldx, float beta, float *dW, const float *dy, const float *x,
                          const float *W, int N, int in, int out) {
+    double t0 = prof_begin();
     /* dW (out, in) += dy^T (out, N) x (N, in) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0f, dy, out, x, ldx, 1.0f,
                 dW, in);
@@ -66,6 +71,7 @@ void ops_linear_backward(float *dx, int ldx, float beta, float *dW, const float 
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f, dy, out, W, in,
                     beta, dx, ldx);
+    prof_end(PROF_MATMUL, t0);
 }
 
 /* --------------------------------------------------------------------- rope */
