@@ -20,12 +20,18 @@ TEST_PKGS := criterion
 OPT      ?= -O2 -march=native
 CFLAGS   ?= $(OPT) -g
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
-               -MMD -MP -iquote engine -iquote daemon
-LDLIBS   += -lhttp_parser -lm
+               -MMD -MP -iquote engine -iquote daemon -fopenmp
+LDLIBS   += -lhttp_parser -lm -fopenmp
 
+# OpenBLAS is Debian's OpenMP build (libopenblas-openmp-dev): its threads are
+# the engine's OpenMP team, so BLAS and the element-wise loops share one pool.
+# It is found through its own pkg-config directory and loaded through an
+# rpath, whichever OpenBLAS variant the system's alternatives point at.
+OPENBLAS_PC := /usr/lib/$(shell $(CC) -print-multiarch)/openblas-openmp/pkgconfig
 # Resolved lazily so `make clean` and `make setup` work before the packages exist.
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
+PKG_CFLAGS = $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags $(PKGS))
+PKG_LIBS   = $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --libs $(PKGS)) \
+             -Wl,-rpath,$(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --variable=libdir openblas)
 TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS))
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS))
 

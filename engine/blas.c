@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
+#include <omp.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,8 @@ int blas_set_threads(int n) {
     cpu_set_t set;
     if (n <= 0 && sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
     if (n <= 0) n = 1;
+    /* One pool: OpenBLAS's OpenMP build runs on the engine's OpenMP team. */
+    omp_set_num_threads(n);
     openblas_set_num_threads(n);
     return openblas_get_num_threads();
 }

@@ -365,6 +365,7 @@ static void value_embed_forward(float *v, float *gate, const float *xn, const fl
                                 const float *ve, const int *ids, int N, int D, int C, int Hkv,
                                 int hd) {
     ops_linear_forward(gate, xn, D, Wg, N, C, Hkv);
+#pragma omp parallel for schedule(static) if ((size_t)N * Hkv * hd >= 16384)
     for (int i = 0; i < N; i++) {
         const float *e = ve + (size_t)ids[i] * Hkv * hd;
         float *vi = v + (size_t)i * Hkv * hd;
@@ -412,7 +413,7 @@ float gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T,
         layer_acts_t *s = &a->l[l];
         float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
         float *x = a->res[l + 1]; /* the block works in place on the next residual slot */
-        for (size_t i = 0; i < (size_t)N * D; i++) x[i] = rl * a->res[l][i] + xl * a->x0[i];
+        ops_mix_forward(x, a->res[l], a->x0, rl, xl, (size_t)N * D);
 
         /* attention */
         ops_rmsnorm_forward(s->xn1, s->rstd1, x, N, D);
@@ -433,14 +434,14 @@ float gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T,
         prof_end(PROF_ATTENTION, t_att);
         /* x += y Wo^T (a->dxn is free during the forward: use it as scratch) */
         ops_linear_forward(a->dxn, s->y, H * hd, w->c_proj, N, H * hd, D);
-        for (size_t i = 0; i < (size_t)N * D; i++) x[i] += a->dxn[i];
+        ops_add(x, a->dxn, (size_t)N * D);
 
         /* mlp */
         ops_rmsnorm_forward(s->xn2, s->rstd2, x, N, D);
         ops_linear_forward(s->h, s->xn2, D, w->fc, N, D, fc_rows(c));
         ops_mlp_act_forward(s->a, s->h, N, c->mlp_hidden, c->mlp);
         ops_linear_forward(a->dxn, s->a, c->mlp_hidden, w->mlp_proj, N, c->mlp_hidden, D);
-        for (size_t i = 0; i < (size_t)N * D; i++) x[i] += a->dxn[i];
+        ops_add(x, a->dxn, (size_t)N * D);
     }
 
     ops_rmsnorm_forward(a->xf, a->rstdf, a->res[L], N, D);
@@ -471,19 +472,29 @@ static void value_embed_backward(float *dxn, float *dWg, float *dve, float *dgat
                                  const float *gate, const float *xn, const float *Wg,
                                  const float *ve, const int *ids, int N, int D, int C, int Hkv,
                                  int hd) {
+    int kvd = Hkv * hd;
+#pragma omp parallel for schedule(static) if ((size_t)N * kvd >= 16384)
     for (int i = 0; i < N; i++) {
-        const float *e = ve + (size_t)ids[i] * Hkv * hd;
-        float *de = dve + (size_t)ids[i] * Hkv * hd;
-        const float *dvi = dv + (size_t)i * Hkv * hd;
+        const float *e = ve + (size_t)ids[i] * kvd;
+        const float *dvi = dv + (size_t)i * kvd;
         for (int g = 0; g < Hkv; g++) {
             float s = gate[(size_t)i * Hkv + g]; /* 2 sigmoid(z) */
             double dot = 0.0;
-            for (int j = 0; j < hd; j++) {
-                dot += (double)dvi[g * hd + j] * e[g * hd + j];
-                de[g * hd + j] += s * dvi[g * hd + j];
-            }
+            for (int j = 0; j < hd; j++) dot += (double)dvi[g * hd + j] * e[g * hd + j];
             /* d(2 sigmoid(z))/dz = 2 sig (1 - sig) = s (1 - s/2) */
             dgate[(size_t)i * Hkv + g] = (float)dot * s * (1.0f - 0.5f * s);
+        }
+    }
+    /* dve rows are scattered by ids (repeats sum): threads own column slices. */
+    int slices = kvd >= 64 ? kvd / 16 : 1;
+#pragma omp parallel for schedule(static) if ((size_t)N * kvd >= 16384)
+    for (int sl = 0; sl < slices; sl++) {
+        int j0 = (int)((long)kvd * sl / slices), j1 = (int)((long)kvd * (sl + 1) / slices);
+        for (int i = 0; i < N; i++) {
+            float *de = dve + (size_t)ids[i] * kvd;
+            const float *dvi = dv + (size_t)i * kvd;
+            const float *gi = gate + (size_t)i * Hkv;
+            for (int j = j0; j < j1; j++) de[j] += gi[j / hd] * dvi[j];
         }
     }
     ops_linear_backward(dxn, D, 1.0f, dWg, dgate, xn, Wg, N, C, Hkv);
@@ -546,19 +557,14 @@ void gpt_backward(gpt_t *m, float scale) {
 
         /* mix: x_in = rl * res[l] + xl * x0 */
         float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
-        double drl = 0.0, dxl = 0.0;
-        for (size_t i = 0; i < ND; i++) {
-            drl += (double)a->dres[i] * a->res[l][i];
-            dxl += (double)a->dres[i] * a->x0[i];
-            a->dx0[i] += xl * a->dres[i];
-            a->dres[i] *= rl;
-        }
+        double drl, dxl;
+        ops_mix_backward(a->dres, a->dx0, a->res[l], a->x0, rl, xl, ND, &drl, &dxl);
         m->g.resid_lambdas[l] += (float)drl;
         m->g.x0_lambdas[l] += (float)dxl;
     }
 
     /* res[0] is x0 itself: both paths meet, then the embedding norm */
-    for (size_t i = 0; i < ND; i++) a->dx0[i] += a->dres[i];
+    ops_add(a->dx0, a->dres, ND);
     memset(a->dres, 0, ND * sizeof(float));
     ops_rmsnorm_backward_acc(a->dres, a->dx0, a->x0, a->rstd0, N, D);
     if (a->dropout_on)

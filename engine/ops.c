@@ -11,24 +11,71 @@
 
 #include "prof.h"
 
+/* Loops over fewer floats than this stay on one thread: waking the team costs
+ * more than it saves. */
+#define OPS_PAR(floats) ((floats) >= 16384)
+
 /* ---------------------------------------------------------------- embedding */
 
 void ops_embedding_forward(float *out, const float *table, const int *ids, int n, int D) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)n * D))
     for (int i = 0; i < n; i++)
         memcpy(out + (size_t)i * D, table + (size_t)ids[i] * D, D * sizeof(float));
 }
 
 void ops_embedding_backward(float *dtable, const float *dout, const int *ids, int n, int D) {
-    for (int i = 0; i < n; i++) {
-        float *row = dtable + (size_t)ids[i] * D;
-        const float *d = dout + (size_t)i * D;
-        for (int j = 0; j < D; j++) row[j] += d[j];
+    /* Threads own column slices, so repeated ids never race; each column
+     * still sums its rows in order. */
+    int slices = D >= 64 ? D / 16 : 1;
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)n * D))
+    for (int sl = 0; sl < slices; sl++) {
+        int j0 = (int)((long)D * sl / slices), j1 = (int)((long)D * (sl + 1) / slices);
+        for (int i = 0; i < n; i++) {
+            float *row = dtable + (size_t)ids[i] * D;
+            const float *d = dout + (size_t)i * D;
+            for (int j = j0; j < j1; j++) row[j] += d[j];
+        }
+    }
+}
+
+/* --------------------------------------------------------- residual stream */
+
+void ops_mix_forward(float *x, const float *res, const float *x0, float rl, float xl, size_t n) {
+#pragma omp parallel for schedule(static) if (OPS_PAR(n))
+    for (size_t i = 0; i < n; i++) x[i] = rl * res[i] + xl * x0[i];
+}
+
+void ops_add(float *x, const float *d, size_t n) {
+#pragma omp parallel for schedule(static) if (OPS_PAR(n))
+    for (size_t i = 0; i < n; i++) x[i] += d[i];
+}
+
+void ops_mix_backward(float *dres, float *dx0, const float *res, const float *x0, float rl,
+                      float xl, size_t n, double *drl, double *dxl) {
+    double pr[OPS_CHUNKS], px[OPS_CHUNKS];
+#pragma omp parallel for schedule(static) if (OPS_PAR(n))
+    for (int c = 0; c < OPS_CHUNKS; c++) {
+        double a = 0.0, b = 0.0;
+        for (size_t i = n * c / OPS_CHUNKS; i < n * (c + 1) / OPS_CHUNKS; i++) {
+            a += (double)dres[i] * res[i];
+            b += (double)dres[i] * x0[i];
+            dx0[i] += xl * dres[i];
+            dres[i] *= rl;
+        }
+        pr[c] = a;
+        px[c] = b;
+    }
+    *drl = *dxl = 0.0;
+    for (int c = 0; c < OPS_CHUNKS; c++) {
+        *drl += pr[c];
+        *dxl += px[c];
     }
 }
 
 /* ------------------------------------------------------------------ rmsnorm */
 
 void ops_rmsnorm_forward(float *out, float *rstd, const float *x, int N, int D) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * D))
     for (int i = 0; i < N; i++) {
         const float *xi = x + (size_t)i * D;
         float *oi = out + (size_t)i * D;
@@ -42,6 +89,7 @@ void ops_rmsnorm_forward(float *out, float *rstd, const float *x, int N, int D) 
 
 void ops_rmsnorm_backward_acc(float *dx, const float *dout, const float *out, const float *rstd,
                               int N, int D) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * D))
     for (int i = 0; i < N; i++) {
         const float *dy = dout + (size_t)i * D, *y = out + (size_t)i * D;
         float *dxi = dx + (size_t)i * D;
@@ -80,6 +128,7 @@ void ops_linear_backward(float *dx, int ldx, float beta, float *dW, const float 
  * y1 = x1*cos + x2*sin, y2 = x2*cos - x1*sin. */
 void ops_rope_forward(float *x, const float *cos, const float *sin, int N, int T, int nh, int hd) {
     int half = hd / 2;
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * nh * hd))
     for (int i = 0; i < N; i++) {
         const float *c = cos + (size_t)(i % T) * half, *s = sin + (size_t)(i % T) * half;
         for (int h = 0; h < nh; h++) {
@@ -96,6 +145,7 @@ void ops_rope_forward(float *x, const float *cos, const float *sin, int N, int T
 void ops_rope_backward(float *dx, const float *cos, const float *sin, int N, int T, int nh,
                        int hd) {
     int half = hd / 2;
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * nh * hd))
     for (int i = 0; i < N; i++) {
         const float *c = cos + (size_t)(i % T) * half, *s = sin + (size_t)(i % T) * half;
         for (int h = 0; h < nh; h++) {
@@ -206,6 +256,7 @@ static inline float sigmoid(float x) {
 }
 
 void ops_mlp_act_forward(float *a, const float *h, int N, int hidden, spec_mlp_kind kind) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * hidden))
     for (int i = 0; i < N; i++) {
         float *ai = a + (size_t)i * hidden;
         switch (kind) {
@@ -234,6 +285,7 @@ void ops_mlp_act_forward(float *a, const float *h, int N, int hidden, spec_mlp_k
 
 void ops_mlp_act_backward(float *dh, const float *da, const float *h, int N, int hidden,
                           spec_mlp_kind kind) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * hidden))
     for (int i = 0; i < N; i++) {
         const float *dai = da + (size_t)i * hidden;
         switch (kind) {
@@ -274,11 +326,12 @@ void ops_mlp_act_backward(float *dh, const float *da, const float *h, int N, int
 
 /* ---------------------------------------------------- softcap + cross-entropy */
 
-double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const int *targets, int N,
-                              int V, float softcap, int *count) {
+/* Rows [i0, i1) of ops_softcap_ce_forward; returns their summed loss and
+ * adds their counted rows to *n. */
+static double softcap_ce_rows(float *logits, float *lse, float *losses, const int *targets, int i0,
+                              int i1, int V, float softcap, int *n) {
     double total = 0.0;
-    int n = 0;
-    for (int i = 0; i < N; i++) {
+    for (int i = i0; i < i1; i++) {
         float *z = logits + (size_t)i * V;
         if (softcap > 0.0f)
             for (int j = 0; j < V; j++) z[j] = softcap * tanhf(z[j] / softcap);
@@ -294,8 +347,29 @@ double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const in
             double li = l - z[targets[i]];
             losses[i] = (float)li;
             total += li;
-            n++;
+            (*n)++;
         }
+    }
+    return total;
+}
+
+double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const int *targets, int N,
+                              int V, float softcap, int *count) {
+    /* A fixed number of row chunks whatever the thread count, summed in
+     * order: the loss does not depend on how many threads ran. */
+    double part[OPS_CHUNKS];
+    int cnt[OPS_CHUNKS];
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * V))
+    for (int c = 0; c < OPS_CHUNKS; c++) {
+        cnt[c] = 0;
+        part[c] = softcap_ce_rows(logits, lse, losses, targets, (int)((long)N * c / OPS_CHUNKS),
+                                  (int)((long)N * (c + 1) / OPS_CHUNKS), V, softcap, &cnt[c]);
+    }
+    double total = 0.0;
+    int n = 0;
+    for (int c = 0; c < OPS_CHUNKS; c++) {
+        total += part[c];
+        n += cnt[c];
     }
     if (count) *count = n;
     return total;
@@ -303,6 +377,7 @@ double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const in
 
 void ops_softcap_ce_backward(float *dlogits, const float *logits, const float *lse,
                              const int *targets, int N, int V, float softcap, float scale) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * V))
     for (int i = 0; i < N; i++) {
         float *d = dlogits + (size_t)i * V;
         const float *z = logits + (size_t)i * V;

@@ -12,10 +12,23 @@
 
 #include "spec.h"
 
+/* Reductions are split into this many fixed chunks, summed in order, so
+ * results do not depend on the thread count. */
+#define OPS_CHUNKS 64
+
 /* out (n, D) = table[ids[i]] rows. */
 void ops_embedding_forward(float *out, const float *table, const int *ids, int n, int D);
 /* dtable (V, D) += dout rows scattered by ids; repeated ids sum. */
 void ops_embedding_backward(float *dtable, const float *dout, const int *ids, int n, int D);
+
+/* x (n) = rl * res + xl * x0: the block's input mix. */
+void ops_mix_forward(float *x, const float *res, const float *x0, float rl, float xl, size_t n);
+/* x (n) += d. */
+void ops_add(float *x, const float *d, size_t n);
+/* Through the mix: *drl = sum dres*res, *dxl = sum dres*x0 (in double, in a
+ * fixed order), then dx0 += xl * dres and dres *= rl. */
+void ops_mix_backward(float *dres, float *dx0, const float *res, const float *x0, float rl,
+                      float xl, size_t n, double *drl, double *dxl);
 
 /* out (N, D) = x / sqrt(mean(x^2) + eps), eps = FLT_EPSILON; rstd (N) keeps
  * 1/sqrt(...). out may alias x. */
