@@ -66,9 +66,13 @@ setup:
 	@bash scripts/setup.sh
 	@mkdir -p build && touch $(SETUP_STAMP)
 
+# The compute kernels' inner loops run over a head dimension or a row length
+# only known at run time: let the vectoriser add remainder loops for them.
+$(BUILD)/engine/attn.o: KERNEL_CFLAGS := -fvect-cost-model=dynamic
+
 $(BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(KERNEL_CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
 
 # The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
 # the store_migrations table (daemon/store.h).

@@ -12,11 +12,13 @@
 #include "gpt.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "ops.h"
 #include "prof.h"
 #include "rng.h"
@@ -154,13 +156,14 @@ typedef struct {
     float *q, *k, *rstd_q,
         *rstd_k;        /* normalised (roped) q (N, H*hd), k (N, Hkv*hd); 1/rms per head */
     float *v, *gate;    /* v after the value embedding (N, Hkv*hd); 2 sigmoid (N, Hkv) */
-    float *P, *y;       /* attention probabilities (B, H, T, T); output (N, H*hd) */
+    float *lse, *y;     /* attention log-sum-exp per row and head (B, H, T); output (N, H*hd) */
     float *xn2, *rstd2; /* norm(x_mid) */
     float *h, *a;       /* c_fc output (N, fc_rows); activation (N, hidden) */
 } layer_acts_t;
 
 struct gpt_acts {
     int B, T;        /* the shape these pointers are laid out for */
+    int threads;     /* attention scratch is sized for this many threads */
     size_t capacity; /* floats in buf */
     float *buf;
     int *ids;     /* (N) inputs of the last forward */
@@ -174,7 +177,7 @@ struct gpt_acts {
     layer_acts_t l[SPEC_MAX_DEPTH];
     float *xf, *rstdf, *logits, *lse, *losses;
     /* backward scratch */
-    float *dres, *dx0, *dxn, *dq, *dk, *dv, *dy, *dh, *da, *dgate, *dlogits, *dscores;
+    float *dres, *dx0, *dxn, *dq, *dk, *dv, *dy, *dh, *da, *dgate, *dlogits, *attn_work;
 };
 
 void gpt_free(gpt_t *m) {
@@ -297,7 +300,7 @@ static size_t layout_acts(gpt_acts_t *a, const spec_model_t *c, int B, int T, fl
         TAKE(a->l[l].rstd_q, N * c->n_head);
         TAKE(a->l[l].rstd_k, N * c->n_kv_head);
         TAKE(a->l[l].gate, c->has_ve[l] ? N * c->n_kv_head : 0);
-        TAKE(a->l[l].P, (size_t)B * c->n_head * T * T);
+        TAKE(a->l[l].lse, (size_t)B * c->n_head * T);
         TAKE(a->l[l].y, N * qd);
         TAKE(a->l[l].xn2, N * D);
         TAKE(a->l[l].rstd2, N);
@@ -320,7 +323,7 @@ static size_t layout_acts(gpt_acts_t *a, const spec_model_t *c, int B, int T, fl
     TAKE(a->da, N * hidden);
     TAKE(a->dgate, N * c->n_kv_head);
     TAKE(a->dlogits, N * V);
-    TAKE(a->dscores, (size_t)T * T);
+    TAKE(a->attn_work, attn_work_floats(c->head_dim, T, a->threads));
 #undef TAKE
     return used;
 }
@@ -331,7 +334,9 @@ static gpt_acts_t *ensure_acts(gpt_t *m, int B, int T) {
         a = m->acts = calloc(1, sizeof *a);
         if (!a) return NULL;
     }
-    if (a->B == B && a->T == T) return a;
+    int threads = omp_get_max_threads();
+    if (a->B == B && a->T == T && a->threads >= threads) return a;
+    a->threads = threads;
     size_t need = layout_acts(a, &m->cfg, B, T, NULL), N = (size_t)B * T;
     a->B = a->T = 0; /* invalid until laid out: a failed realloc may have moved buf */
     if (need > a->capacity) {
@@ -359,6 +364,13 @@ int gpt_reserve(gpt_t *m, int B, int T, char *err, size_t errlen) {
 }
 
 /* ------------------------------------------------------------------ forward */
+
+/* Threads the attention may use: the team's size, within what its scratch
+ * was laid out for. */
+static int attn_threads(const gpt_acts_t *a) {
+    int n = omp_get_max_threads();
+    return n < a->threads ? n : a->threads;
+}
 
 /* v (N, Hkv*hd) += gate * ve[ids]; gate (N, Hkv) = 2 sigmoid(xn[:, :C] Wg^T). */
 static void value_embed_forward(float *v, float *gate, const float *xn, const float *Wg,
@@ -430,7 +442,8 @@ float gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T,
         ops_rmsnorm_forward(s->q, s->rstd_q, s->q, N * H, hd);
         ops_rmsnorm_forward(s->k, s->rstd_k, s->k, N * Hkv, hd);
         double t_att = prof_begin();
-        ops_attention_forward(s->y, s->P, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l]);
+        attn_forward(s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l], a->attn_work,
+                     attn_threads(a));
         prof_end(PROF_ATTENTION, t_att);
         /* x += y Wo^T (a->dxn is free during the forward: use it as scratch) */
         ops_linear_forward(a->dxn, s->y, H * hd, w->c_proj, N, H * hd, D);
@@ -533,8 +546,8 @@ void gpt_backward(gpt_t *m, float scale) {
         ops_linear_backward(a->dy, H * hd, 0.0f, gw->c_proj, a->dres, s->y, w->c_proj, N, H * hd,
                             D);
         double t_att = prof_begin();
-        ops_attention_backward(a->dq, a->dk, a->dv, a->dy, s->P, s->q, s->k, s->v, B, T, H, Hkv, hd,
-                               c->window[l], a->dscores);
+        attn_backward(a->dq, a->dk, a->dv, a->dy, s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd,
+                      c->window[l], a->attn_work, attn_threads(a));
         prof_end(PROF_ATTENTION, t_att);
         /* q/k norms (the forward kept their outputs in s->q, s->k), then rope */
         memset(a->dy, 0, (size_t)N * H * hd * sizeof(float));

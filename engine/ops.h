@@ -51,6 +51,7 @@ void ops_rope_forward(float *x, const float *cos, const float *sin, int N, int T
 void ops_rope_backward(float *dx, const float *cos, const float *sin, int N, int T, int nh, int hd);
 
 /* Causal attention with a window: key j visible from query i iff i-w <= j <= i.
+ * The plain reference of attn.h's fused kernels (the model runs those).
  * q (N, H*hd), k and v (N, Hkv*hd), y (N, H*hd); query head h reads kv head
  * h / (H/Hkv). P (B, H, T, T) keeps the probabilities (zero outside the window). */
 void ops_attention_forward(float *y, float *P, const float *q, const float *k, const float *v,
