@@ -68,7 +68,8 @@ setup:
 
 # The compute kernels' inner loops run over a head dimension or a row length
 # only known at run time: let the vectoriser add remainder loops for them.
-$(BUILD)/engine/attn.o: KERNEL_CFLAGS := -fvect-cost-model=dynamic
+$(BUILD)/engine/attn.o $(BUILD)/engine/ops.o $(BUILD)/engine/gpt.o $(BUILD)/engine/optim.o: \
+  KERNEL_CFLAGS := -fvect-cost-model=dynamic
 
 $(BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
