@@ -9,14 +9,15 @@
  * dq, dk, dv from four sgemms per tile. Inside the OpenMP team every sgemm
  * runs single-threaded on its caller (OpenBLAS's OpenMP build does so in a
  * parallel region), so one call keeps both cores busy with no hand-offs.
- * exp is a polynomial (fast_expf) the compiler vectorises; its relative
- * error is a few float ulps. */
+ * exp is fastmath.h's, which the compiler vectorises. */
 #include "attn.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+
+#include "fastmath.h"
 
 #define BQ 64
 
@@ -29,26 +30,6 @@ static size_t thread_floats(int hd, int T) {
 
 size_t attn_work_floats(int hd, int T, int threads) {
     return (size_t)(threads > 0 ? threads : 1) * thread_floats(hd, T);
-}
-
-/* e^x for x <= 0 (a score minus its row's maximum or log-sum-exp); inputs
- * below -87 give e^-87. Cephes' expf: x = n ln2 + r, e^r by a degree-6
- * polynomial, times 2^n from the exponent bits. */
-static inline float fast_expf(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2) */
-    float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int bits = ((int)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
 }
 
 static inline int imax(int a, int b) {

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fastmath.h"
 #include "prof.h"
 
 /* Loops over fewer floats than this stay on one thread: waking the team costs
@@ -333,13 +334,15 @@ static double softcap_ce_rows(float *logits, float *lse, float *losses, const in
     double total = 0.0;
     for (int i = i0; i < i1; i++) {
         float *z = logits + (size_t)i * V;
-        if (softcap > 0.0f)
-            for (int j = 0; j < V; j++) z[j] = softcap * tanhf(z[j] / softcap);
+        if (softcap > 0.0f) {
+            const float inv = 1.0f / softcap;
+            for (int j = 0; j < V; j++) z[j] = softcap * fast_tanhf(z[j] * inv);
+        }
         float mx = -INFINITY;
         for (int j = 0; j < V; j++) mx = z[j] > mx ? z[j] : mx;
         /* float exponentials (z - mx <= 0 cannot overflow), double sum */
         double sum = 0.0;
-        for (int j = 0; j < V; j++) sum += expf(z[j] - mx);
+        for (int j = 0; j < V; j++) sum += fast_expf(z[j] - mx);
         double l = mx + log(sum);
         lse[i] = (float)l;
         losses[i] = 0.0f;
@@ -385,7 +388,7 @@ void ops_softcap_ce_backward(float *dlogits, const float *logits, const float *l
             memset(d, 0, V * sizeof(float));
             continue;
         }
-        for (int j = 0; j < V; j++) d[j] = scale * expf(z[j] - lse[i]);
+        for (int j = 0; j < V; j++) d[j] = scale * fast_expf(z[j] - lse[i]);
         d[targets[i]] -= scale;
         /* z = c tanh(l/c)  =>  dz/dl = 1 - (z/c)^2 */
         if (softcap > 0.0f)

@@ -1,0 +1,51 @@
+/* fastmath.h - exp and tanh written so the compiler can vectorise loops that
+ * call them (libm's expf and tanhf are scalar calls). Both are within a few
+ * float ulps of libm over the ranges the kernels use (tests/test_ops.c). */
+#ifndef NIGHTSHIFT_FASTMATH_H
+#define NIGHTSHIFT_FASTMATH_H
+
+#include <string.h>
+
+/* e^x for x <= ~88; inputs below -87 give e^-87 (callers pass a score minus
+ * its row's maximum or log-sum-exp, where that is 0 to float precision).
+ * Cephes' expf: x = n ln2 + r, e^r by a degree-6 polynomial, times 2^n built
+ * from the exponent bits. */
+static inline float fast_expf(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2) */
+    float r = x - n * 0.693359375f - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int bits = ((int)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* tanh(x): Eigen's rational approximation (odd degree 13 over even degree
+ * 6), clamped where float tanh is +-1. */
+static inline float fast_tanhf(float x) {
+    const float c = 7.90531110763549805f;
+    x = x > c ? c : x < -c ? -c : x;
+    const float x2 = x * x;
+    float p = -2.76076847742355e-16f;
+    p = p * x2 + 2.00018790482477e-13f;
+    p = p * x2 + -8.60467152213735e-11f;
+    p = p * x2 + 5.12229709037114e-08f;
+    p = p * x2 + 1.48572235717979e-05f;
+    p = p * x2 + 6.37261928875436e-04f;
+    p = p * x2 + 4.89352455891786e-03f;
+    p = p * x;
+    float q = 1.19825839466702e-06f;
+    q = q * x2 + 1.18534705686654e-04f;
+    q = q * x2 + 2.26843463243900e-03f;
+    q = q * x2 + 4.89352518554385e-03f;
+    return p / q;
+}
+
+#endif
