@@ -525,8 +525,7 @@ void gpt_backward(gpt_t *m, float scale) {
     ops_softcap_ce_backward(a->dlogits, a->logits, a->lse, a->targets, N, V, (float)c->softcap,
                             scale / (float)a->loss_count);
     ops_linear_backward(a->dxn, D, 0.0f, m->g.lm_head, a->dlogits, a->xf, m->p.lm_head, N, D, V);
-    memset(a->dres, 0, ND * sizeof(float));
-    ops_rmsnorm_backward_acc(a->dres, a->dxn, a->xf, a->rstdf, N, D);
+    ops_rmsnorm_backward(a->dres, a->dxn, a->xf, a->rstdf, N, D);
     memset(a->dx0, 0, ND * sizeof(float));
 
     /* a->dres holds d/d(res[l+1]); after the layer it holds d/d(res[l]) */
@@ -550,11 +549,9 @@ void gpt_backward(gpt_t *m, float scale) {
                       c->window[l], a->attn_work, attn_threads(a));
         prof_end(PROF_ATTENTION, t_att);
         /* q/k norms (the forward kept their outputs in s->q, s->k), then rope */
-        memset(a->dy, 0, (size_t)N * H * hd * sizeof(float));
-        ops_rmsnorm_backward_acc(a->dy, a->dq, s->q, s->rstd_q, N * H, hd);
+        ops_rmsnorm_backward(a->dy, a->dq, s->q, s->rstd_q, N * H, hd);
         float *dq = a->dy; /* d/d(rope(q)) now in dy; dq is free again */
-        memset(a->dq, 0, (size_t)N * Hkv * hd * sizeof(float));
-        ops_rmsnorm_backward_acc(a->dq, a->dk, s->k, s->rstd_k, N * Hkv, hd);
+        ops_rmsnorm_backward(a->dq, a->dk, s->k, s->rstd_k, N * Hkv, hd);
         float *dk = a->dq;
         if (c->pos == POS_ROPE) {
             ops_rope_backward(dq, m->rope_cos, m->rope_sin, N, T, H, hd);
@@ -578,8 +575,7 @@ void gpt_backward(gpt_t *m, float scale) {
 
     /* res[0] is x0 itself: both paths meet, then the embedding norm */
     ops_add(a->dx0, a->dres, ND);
-    memset(a->dres, 0, ND * sizeof(float));
-    ops_rmsnorm_backward_acc(a->dres, a->dx0, a->x0, a->rstd0, N, D);
+    ops_rmsnorm_backward(a->dres, a->dx0, a->x0, a->rstd0, N, D);
     if (a->dropout_on)
         for (size_t i = 0; i < ND; i++) a->dres[i] *= a->drop_mask[i];
     ops_embedding_backward(m->g.wte, a->dres, a->ids, N, D);

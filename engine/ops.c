@@ -88,8 +88,9 @@ void ops_rmsnorm_forward(float *out, float *rstd, const float *x, int N, int D) 
     }
 }
 
-void ops_rmsnorm_backward_acc(float *dx, const float *dout, const float *out, const float *rstd,
-                              int N, int D) {
+/* dx = (acc ? dx : 0) + rstd * (dout - out * mean(dout * out)). */
+static void rmsnorm_backward(float *dx, const float *dout, const float *out, const float *rstd,
+                             int N, int D, int acc) {
 #pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * D))
     for (int i = 0; i < N; i++) {
         const float *dy = dout + (size_t)i * D, *y = out + (size_t)i * D;
@@ -97,8 +98,21 @@ void ops_rmsnorm_backward_acc(float *dx, const float *dout, const float *out, co
         double dot = 0.0;
         for (int j = 0; j < D; j++) dot += (double)dy[j] * y[j];
         float mean = (float)(dot / D), r = rstd[i];
-        for (int j = 0; j < D; j++) dxi[j] += r * (dy[j] - y[j] * mean);
+        if (acc)
+            for (int j = 0; j < D; j++) dxi[j] += r * (dy[j] - y[j] * mean);
+        else
+            for (int j = 0; j < D; j++) dxi[j] = r * (dy[j] - y[j] * mean);
     }
+}
+
+void ops_rmsnorm_backward_acc(float *dx, const float *dout, const float *out, const float *rstd,
+                              int N, int D) {
+    rmsnorm_backward(dx, dout, out, rstd, N, D, 1);
+}
+
+void ops_rmsnorm_backward(float *dx, const float *dout, const float *out, const float *rstd, int N,
+                          int D) {
+    rmsnorm_backward(dx, dout, out, rstd, N, D, 0);
 }
 
 /* ------------------------------------------------------------------- linear */

@@ -36,6 +36,9 @@ void ops_rmsnorm_forward(float *out, float *rstd, const float *x, int N, int D);
 /* dx (N, D) += rstd * (dout - out * mean(dout * out)), from the forward's out. */
 void ops_rmsnorm_backward_acc(float *dx, const float *dout, const float *out, const float *rstd,
                               int N, int D);
+/* The same, overwriting dx. */
+void ops_rmsnorm_backward(float *dx, const float *dout, const float *out, const float *rstd, int N,
+                          int D);
 
 /* y (N, out) = x (N, in) W^T with W (out, in); x has row stride ldx >= in. */
 void ops_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out);
