@@ -59,6 +59,8 @@ static void build_table(gpt_t *m) {
     if (c->pos == POS_LEARNED)
         add_tensor(m, GPT_WPE, -1, 2, c->max_pos, D, "transformer.wpe.weight");
     for (int l = 0; l < c->depth; l++) {
+        /* c_q, c_k, c_v stay consecutive: the forward and backward treat them
+         * as one (n_head + 2 n_kv_head) * hd by D matrix. */
         add_tensor(m, GPT_ATTN_Q, l, 2, c->n_head * hd, D, "transformer.h.%d.attn.c_q.weight", l);
         add_tensor(m, GPT_ATTN_K, l, 2, kv, D, "transformer.h.%d.attn.c_k.weight", l);
         add_tensor(m, GPT_ATTN_V, l, 2, kv, D, "transformer.h.%d.attn.c_v.weight", l);
@@ -178,6 +180,7 @@ struct gpt_acts {
     float *xf, *rstdf, *logits, *lse, *losses;
     /* backward scratch */
     float *dres, *dx0, *dxn, *dq, *dk, *dv, *dy, *dh, *da, *dgate, *dlogits, *attn_work;
+    float *qkv; /* (N, qd + 2 kvd): the fused q, k, v projection, or its gradient */
 };
 
 void gpt_free(gpt_t *m) {
@@ -319,6 +322,7 @@ static size_t layout_acts(gpt_acts_t *a, const spec_model_t *c, int B, int T, fl
     TAKE(a->dk, N * kvd);
     TAKE(a->dv, N * kvd);
     TAKE(a->dy, N * qd);
+    TAKE(a->qkv, N * (qd + 2 * kvd));
     TAKE(a->dh, N * fc);
     TAKE(a->da, N * hidden);
     TAKE(a->dgate, N * c->n_kv_head);
@@ -364,6 +368,26 @@ int gpt_reserve(gpt_t *m, int B, int T, char *err, size_t errlen) {
 }
 
 /* ------------------------------------------------------------------ forward */
+
+/* Between the fused projection's rows qkv (N, qd + 2 kvd) and q (N, qd),
+ * k, v (N, kvd): split (join = 0) or join (join = 1). */
+static void qkv_rows(float *qkv, float *q, float *k, float *v, int N, int qd, int kvd, int join) {
+    const size_t w = (size_t)qd + 2 * (size_t)kvd;
+#pragma omp parallel for schedule(static) if ((size_t)N * w >= 16384)
+    for (int i = 0; i < N; i++) {
+        float *row = qkv + (size_t)i * w;
+        float *qi = q + (size_t)i * qd, *ki = k + (size_t)i * kvd, *vi = v + (size_t)i * kvd;
+        if (join) {
+            memcpy(row, qi, (size_t)qd * sizeof *row);
+            memcpy(row + qd, ki, (size_t)kvd * sizeof *row);
+            memcpy(row + qd + kvd, vi, (size_t)kvd * sizeof *row);
+        } else {
+            memcpy(qi, row, (size_t)qd * sizeof *row);
+            memcpy(ki, row + qd, (size_t)kvd * sizeof *row);
+            memcpy(vi, row + qd + kvd, (size_t)kvd * sizeof *row);
+        }
+    }
+}
 
 /* Threads the attention may use: the team's size, within what its scratch
  * was laid out for. */
@@ -429,9 +453,9 @@ float gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T,
 
         /* attention */
         ops_rmsnorm_forward(s->xn1, s->rstd1, x, N, D);
-        ops_linear_forward(s->q, s->xn1, D, w->c_q, N, D, H * hd);
-        ops_linear_forward(s->k, s->xn1, D, w->c_k, N, D, Hkv * hd);
-        ops_linear_forward(s->v, s->xn1, D, w->c_v, N, D, Hkv * hd);
+        /* c_q, c_k, c_v are consecutive in params (build_table): one product */
+        ops_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, (H + 2 * Hkv) * hd);
+        qkv_rows(a->qkv, s->q, s->k, s->v, N, H * hd, Hkv * hd, 0);
         if (c->has_ve[l])
             value_embed_forward(s->v, s->gate, s->xn1, w->ve_gate, w->ve, inputs, N, D,
                                 c->ve_gate_channels, Hkv, hd);
@@ -557,9 +581,9 @@ void gpt_backward(gpt_t *m, float scale) {
             ops_rope_backward(dq, m->rope_cos, m->rope_sin, N, T, H, hd);
             ops_rope_backward(dk, m->rope_cos, m->rope_sin, N, T, Hkv, hd);
         }
-        ops_linear_backward(a->dxn, D, 0.0f, gw->c_q, dq, s->xn1, w->c_q, N, D, H * hd);
-        ops_linear_backward(a->dxn, D, 1.0f, gw->c_k, dk, s->xn1, w->c_k, N, D, Hkv * hd);
-        ops_linear_backward(a->dxn, D, 1.0f, gw->c_v, a->dv, s->xn1, w->c_v, N, D, Hkv * hd);
+        qkv_rows(a->qkv, dq, dk, a->dv, N, H * hd, Hkv * hd, 1);
+        ops_linear_backward(a->dxn, D, 0.0f, gw->c_q, a->qkv, s->xn1, w->c_q, N, D,
+                            (H + 2 * Hkv) * hd);
         if (c->has_ve[l])
             value_embed_backward(a->dxn, gw->ve_gate, gw->ve, a->dgate, a->dv, s->gate, s->xn1,
                                  w->ve_gate, w->ve, a->ids, N, D, c->ve_gate_channels, Hkv, hd);
