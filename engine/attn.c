@@ -141,9 +141,7 @@ void attn_backward(float *dq, float *dk, float *dv, const float *dy, const float
                             ks, 0.0f, dS, nk);
                 for (int i = 0; i < nq; i++) {
                     const float *gi = dO + (size_t)i * qs, *yi = y + qo + (size_t)(i0 + i) * qs;
-                    float dot = 0.0f;
-                    for (int d = 0; d < hd; d++) dot += gi[d] * yi[d];
-                    Dr[i] = dot;
+                    Dr[i] = (float)dot_f64(gi, yi, hd);
                 }
                 for (int i = 0; i < nq; i++) {
                     const float *restrict p = P + (size_t)i * nk;

@@ -1,6 +1,7 @@
 /* fastmath.h - exp and tanh written so the compiler can vectorise loops that
  * call them (libm's expf and tanhf are scalar calls). Both are within a few
- * float ulps of libm over the ranges the kernels use (tests/test_ops.c). */
+ * float ulps of libm over the ranges the kernels use (tests/test_ops.c).
+ * Also double-precision sums in a vectorisable lane order. */
 #ifndef NIGHTSHIFT_FASTMATH_H
 #define NIGHTSHIFT_FASTMATH_H
 
@@ -46,6 +47,28 @@ static inline float fast_tanhf(float x) {
     q = q * x2 + 2.26843463243900e-03f;
     q = q * x2 + 4.89352518554385e-03f;
     return p / q;
+}
+
+/* sum a[j] * b[j] over j < n in double. Eight lanes, added in a fixed order,
+ * so the loop vectorises (a plain double sum is a serial chain the compiler
+ * may not reorder) and the result does not depend on anything but the data. */
+static inline double dot_f64(const float *a, const float *b, int n) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail = 0.0;
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) acc[k] += (double)a[j + k] * b[j + k];
+    for (; j < n; j++) tail += (double)a[j] * b[j];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
+/* sum of fast_expf(z[j] - mx) over j < n in double, in the lanes of dot_f64. */
+static inline double sum_exp_f64(const float *z, float mx, int n) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail = 0.0;
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) acc[k] += (double)fast_expf(z[j + k] - mx);
+    for (; j < n; j++) tail += (double)fast_expf(z[j] - mx);
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
 }
 
 #endif

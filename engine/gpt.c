@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "fastmath.h"
 #include "ops.h"
 #include "prof.h"
 #include "rng.h"
@@ -516,8 +517,7 @@ static void value_embed_backward(float *dxn, float *dWg, float *dve, float *dgat
         const float *dvi = dv + (size_t)i * kvd;
         for (int g = 0; g < Hkv; g++) {
             float s = gate[(size_t)i * Hkv + g]; /* 2 sigmoid(z) */
-            double dot = 0.0;
-            for (int j = 0; j < hd; j++) dot += (double)dvi[g * hd + j] * e[g * hd + j];
+            double dot = dot_f64(dvi + g * hd, e + g * hd, hd);
             /* d(2 sigmoid(z))/dz = 2 sig (1 - sig) = s (1 - s/2) */
             dgate[(size_t)i * Hkv + g] = (float)dot * s * (1.0f - 0.5f * s);
         }

@@ -80,8 +80,7 @@ void ops_rmsnorm_forward(float *out, float *rstd, const float *x, int N, int D) 
     for (int i = 0; i < N; i++) {
         const float *xi = x + (size_t)i * D;
         float *oi = out + (size_t)i * D;
-        double ss = 0.0;
-        for (int j = 0; j < D; j++) ss += (double)xi[j] * xi[j];
+        double ss = dot_f64(xi, xi, D);
         float r = (float)(1.0 / sqrt(ss / D + FLT_EPSILON));
         for (int j = 0; j < D; j++) oi[j] = xi[j] * r;
         rstd[i] = r;
@@ -95,8 +94,7 @@ static void rmsnorm_backward(float *dx, const float *dout, const float *out, con
     for (int i = 0; i < N; i++) {
         const float *dy = dout + (size_t)i * D, *y = out + (size_t)i * D;
         float *dxi = dx + (size_t)i * D;
-        double dot = 0.0;
-        for (int j = 0; j < D; j++) dot += (double)dy[j] * y[j];
+        double dot = dot_f64(dy, y, D);
         float mean = (float)(dot / D), r = rstd[i];
         if (acc)
             for (int j = 0; j < D; j++) dxi[j] += r * (dy[j] - y[j] * mean);
@@ -355,8 +353,7 @@ static double softcap_ce_rows(float *logits, float *lse, float *losses, const in
         float mx = -INFINITY;
         for (int j = 0; j < V; j++) mx = z[j] > mx ? z[j] : mx;
         /* float exponentials (z - mx <= 0 cannot overflow), double sum */
-        double sum = 0.0;
-        for (int j = 0; j < V; j++) sum += fast_expf(z[j] - mx);
+        double sum = sum_exp_f64(z, mx, V);
         double l = mx + log(sum);
         lse[i] = (float)l;
         losses[i] = 0.0f;
