@@ -68,15 +68,9 @@ static void tile_probs(float *S, float *Qs, const float *q, const float *k, int 
             for (int j = 0; j < nk; j++) s[j] = j >= jl && j <= jh ? fast_expf(s[j] - L) : 0.0f;
             continue;
         }
-        float mx = -INFINITY;
-        for (int j = jl; j <= jh; j++) mx = s[j] > mx ? s[j] : mx;
-        float sum = 0.0f;
-        for (int j = 0; j < nk; j++) {
-            const float e = j >= jl && j <= jh ? fast_expf(s[j] - mx) : 0.0f;
-            s[j] = e;
-            sum += e;
-        }
-        const float inv = 1.0f / sum;
+        const float mx = max_f32(s + jl, jh - jl + 1);
+        for (int j = 0; j < nk; j++) s[j] = j >= jl && j <= jh ? fast_expf(s[j] - mx) : 0.0f;
+        const float sum = (float)sum_f64(s, nk), inv = 1.0f / sum;
         for (int j = 0; j < nk; j++) s[j] *= inv;
         lse_out[row] = mx + logf(sum);
     }

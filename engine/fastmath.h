@@ -5,6 +5,7 @@
 #ifndef NIGHTSHIFT_FASTMATH_H
 #define NIGHTSHIFT_FASTMATH_H
 
+#include <math.h>
 #include <string.h>
 
 /* e^x for x <= ~88; inputs below -87 give e^-87 (callers pass a score minus
@@ -59,6 +60,29 @@ static inline double dot_f64(const float *a, const float *b, int n) {
         for (int k = 0; k < 8; k++) acc[k] += (double)a[j + k] * b[j + k];
     for (; j < n; j++) tail += (double)a[j] * b[j];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
+/* sum of x[j] over j < n in double, in the lanes of dot_f64. */
+static inline double sum_f64(const float *x, int n) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail = 0.0;
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) acc[k] += (double)x[j + k];
+    for (; j < n; j++) tail += (double)x[j];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
+/* max of x[j] over j < n (-INFINITY when n <= 0), in 16 lanes. */
+static inline float max_f32(const float *x, int n) {
+    float acc[16];
+    for (int k = 0; k < 16; k++) acc[k] = -INFINITY;
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) acc[k] = x[j + k] > acc[k] ? x[j + k] : acc[k];
+    for (; j < n; j++) acc[0] = x[j] > acc[0] ? x[j] : acc[0];
+    float m = acc[0];
+    for (int k = 1; k < 16; k++) m = acc[k] > m ? acc[k] : m;
+    return m;
 }
 
 /* sum of fast_expf(z[j] - mx) over j < n in double, in the lanes of dot_f64. */

@@ -350,8 +350,7 @@ static double softcap_ce_rows(float *logits, float *lse, float *losses, const in
             const float inv = 1.0f / softcap;
             for (int j = 0; j < V; j++) z[j] = softcap * fast_tanhf(z[j] * inv);
         }
-        float mx = -INFINITY;
-        for (int j = 0; j < V; j++) mx = z[j] > mx ? z[j] : mx;
+        float mx = max_f32(z, V);
         /* float exponentials (z - mx <= 0 cannot overflow), double sum */
         double sum = sum_exp_f64(z, mx, V);
         double l = mx + log(sum);
