@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    /* Commands that run the engine's OpenMP team (engine/blas.h). */
+    /* Commands that run the engine's OpenMP team (engine/cli.h, blas_passive_wait). */
     static const char *const engine_commands[] = {"bench", "calibrate", "grad", "sample", "train"};
     for (size_t i = 0; i < sizeof engine_commands / sizeof engine_commands[0]; i++)
         if (!strcmp(argv[1], engine_commands[i])) blas_passive_wait(argv);
