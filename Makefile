@@ -28,12 +28,18 @@ TEST_PKGS := criterion
 OPT      ?= -O2 -march=native
 CFLAGS   ?= $(OPT) -g
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
-               -MMD -MP -iquote engine -iquote daemon
-LDLIBS   += -lhttp_parser -lm
+               -MMD -MP -iquote engine -iquote daemon -fopenmp
+LDLIBS   += -lhttp_parser -lm -fopenmp
 
+# OpenBLAS is Debian's OpenMP build (libopenblas-openmp-dev): its threads are
+# the engine's OpenMP team, so BLAS and the element-wise loops share one pool.
+# It is found through its own pkg-config directory and loaded through an
+# rpath, whichever OpenBLAS variant the system's alternatives point at.
+OPENBLAS_PC := /usr/lib/$(shell $(CC) -print-multiarch)/openblas-openmp/pkgconfig
 # Resolved lazily so `make clean` and `make setup` work before the packages exist.
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
+PKG_CFLAGS = $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags $(PKGS))
+PKG_LIBS   = $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --libs $(PKGS)) \
+             -Wl,-rpath,$(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --variable=libdir openblas)
 TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS))
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS))
 
@@ -69,9 +75,14 @@ setup:
 	@bash scripts/setup.sh
 	@mkdir -p build && touch $(SETUP_STAMP)
 
+# The compute kernels' inner loops run over a head dimension or a row length
+# only known at run time: let the vectoriser add remainder loops for them.
+$(BUILD)/engine/attn.o $(BUILD)/engine/ops.o $(BUILD)/engine/gpt.o $(BUILD)/engine/optim.o: \
+  KERNEL_CFLAGS := -fvect-cost-model=dynamic
+
 $(BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(KERNEL_CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
 
 # The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
 # the store_migrations table (daemon/store.h).

@@ -15,6 +15,7 @@ typedef struct {
 } command_t;
 
 static const command_t commands[] = {
+    {"bench", bench_main, "time full training steps of a spec on a random batch"},
     {"calibrate", calibrate_main, "measure the machine's sgemm peak (the MFU denominator)"},
     {"cost", cost_main, "parameter counts, bytes and FLOPs of a spec, without training"},
     {"exec-limited", worker_exec_main, "internal: run a worker under its slot's limits"},
@@ -51,6 +52,10 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    /* Commands that run the engine's OpenMP team (engine/cli.h, blas_passive_wait). */
+    static const char *const engine_commands[] = {"bench", "calibrate", "grad", "sample", "train"};
+    for (size_t i = 0; i < sizeof engine_commands / sizeof engine_commands[0]; i++)
+        if (!strcmp(argv[1], engine_commands[i])) blas_passive_wait(argv);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "nightshift: unknown command '%s'\n", argv[1]);

@@ -9,7 +9,8 @@
 
 #include <stddef.h>
 
-/* Set the BLAS thread count; n <= 0 means every CPU this process may run on
+/* Set the thread count of BLAS and of the engine's OpenMP loops (one pool:
+ * OpenBLAS's OpenMP build); n <= 0 means every CPU this process may run on
  * (its affinity mask). Returns the count set. */
 int blas_set_threads(int n);
 

@@ -12,12 +12,16 @@
 #include "gpt.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
+#include "fastmath.h"
 #include "ops.h"
+#include "prof.h"
 #include "rng.h"
 
 /* ------------------------------------------------------------ tensor table */
@@ -56,6 +60,8 @@ static void build_table(gpt_t *m) {
     if (c->pos == POS_LEARNED)
         add_tensor(m, GPT_WPE, -1, 2, c->max_pos, D, "transformer.wpe.weight");
     for (int l = 0; l < c->depth; l++) {
+        /* c_q, c_k, c_v stay consecutive: the forward and backward treat them
+         * as one (n_head + 2 n_kv_head) * hd by D matrix. */
         add_tensor(m, GPT_ATTN_Q, l, 2, c->n_head * hd, D, "transformer.h.%d.attn.c_q.weight", l);
         add_tensor(m, GPT_ATTN_K, l, 2, kv, D, "transformer.h.%d.attn.c_k.weight", l);
         add_tensor(m, GPT_ATTN_V, l, 2, kv, D, "transformer.h.%d.attn.c_v.weight", l);
@@ -153,13 +159,14 @@ typedef struct {
     float *q, *k, *rstd_q,
         *rstd_k;        /* normalised (roped) q (N, H*hd), k (N, Hkv*hd); 1/rms per head */
     float *v, *gate;    /* v after the value embedding (N, Hkv*hd); 2 sigmoid (N, Hkv) */
-    float *P, *y;       /* attention probabilities (B, H, T, T); output (N, H*hd) */
+    float *lse, *y;     /* attention log-sum-exp per row and head (B, H, T); output (N, H*hd) */
     float *xn2, *rstd2; /* norm(x_mid) */
     float *h, *a;       /* c_fc output (N, fc_rows); activation (N, hidden) */
 } layer_acts_t;
 
 struct gpt_acts {
     int B, T;        /* the shape these pointers are laid out for */
+    int threads;     /* attention scratch is sized for this many threads */
     size_t capacity; /* floats in buf */
     float *buf;
     int *ids;     /* (N) inputs of the last forward */
@@ -173,7 +180,8 @@ struct gpt_acts {
     layer_acts_t l[SPEC_MAX_DEPTH];
     float *xf, *rstdf, *logits, *lse, *losses;
     /* backward scratch */
-    float *dres, *dx0, *dxn, *dq, *dk, *dv, *dy, *dh, *da, *dgate, *dlogits, *dscores;
+    float *dres, *dx0, *dxn, *dq, *dk, *dv, *dy, *dh, *da, *dgate, *dlogits, *attn_work;
+    float *qkv; /* (N, qd + 2 kvd): the fused q, k, v projection, or its gradient */
 };
 
 void gpt_free(gpt_t *m) {
@@ -296,7 +304,7 @@ static size_t layout_acts(gpt_acts_t *a, const spec_model_t *c, int B, int T, fl
         TAKE(a->l[l].rstd_q, N * c->n_head);
         TAKE(a->l[l].rstd_k, N * c->n_kv_head);
         TAKE(a->l[l].gate, c->has_ve[l] ? N * c->n_kv_head : 0);
-        TAKE(a->l[l].P, (size_t)B * c->n_head * T * T);
+        TAKE(a->l[l].lse, (size_t)B * c->n_head * T);
         TAKE(a->l[l].y, N * qd);
         TAKE(a->l[l].xn2, N * D);
         TAKE(a->l[l].rstd2, N);
@@ -315,11 +323,12 @@ static size_t layout_acts(gpt_acts_t *a, const spec_model_t *c, int B, int T, fl
     TAKE(a->dk, N * kvd);
     TAKE(a->dv, N * kvd);
     TAKE(a->dy, N * qd);
+    TAKE(a->qkv, N * (qd + 2 * kvd));
     TAKE(a->dh, N * fc);
     TAKE(a->da, N * hidden);
     TAKE(a->dgate, N * c->n_kv_head);
     TAKE(a->dlogits, N * V);
-    TAKE(a->dscores, (size_t)T * T);
+    TAKE(a->attn_work, attn_work_floats(c->head_dim, T, a->threads));
 #undef TAKE
     return used;
 }
@@ -330,7 +339,9 @@ static gpt_acts_t *ensure_acts(gpt_t *m, int B, int T) {
         a = m->acts = calloc(1, sizeof *a);
         if (!a) return NULL;
     }
-    if (a->B == B && a->T == T) return a;
+    int threads = omp_get_max_threads();
+    if (a->B == B && a->T == T && a->threads >= threads) return a;
+    a->threads = threads;
     size_t need = layout_acts(a, &m->cfg, B, T, NULL), N = (size_t)B * T;
     a->B = a->T = 0; /* invalid until laid out: a failed realloc may have moved buf */
     if (need > a->capacity) {
@@ -359,11 +370,39 @@ int gpt_reserve(gpt_t *m, int B, int T, char *err, size_t errlen) {
 
 /* ------------------------------------------------------------------ forward */
 
+/* Between the fused projection's rows qkv (N, qd + 2 kvd) and q (N, qd),
+ * k, v (N, kvd): split (join = 0) or join (join = 1). */
+static void qkv_rows(float *qkv, float *q, float *k, float *v, int N, int qd, int kvd, int join) {
+    const size_t w = (size_t)qd + 2 * (size_t)kvd;
+#pragma omp parallel for schedule(static) if ((size_t)N * w >= 16384)
+    for (int i = 0; i < N; i++) {
+        float *row = qkv + (size_t)i * w;
+        float *qi = q + (size_t)i * qd, *ki = k + (size_t)i * kvd, *vi = v + (size_t)i * kvd;
+        if (join) {
+            memcpy(row, qi, (size_t)qd * sizeof *row);
+            memcpy(row + qd, ki, (size_t)kvd * sizeof *row);
+            memcpy(row + qd + kvd, vi, (size_t)kvd * sizeof *row);
+        } else {
+            memcpy(qi, row, (size_t)qd * sizeof *row);
+            memcpy(ki, row + qd, (size_t)kvd * sizeof *row);
+            memcpy(vi, row + qd + kvd, (size_t)kvd * sizeof *row);
+        }
+    }
+}
+
+/* Threads the attention may use: the team's size, within what its scratch
+ * was laid out for. */
+static int attn_threads(const gpt_acts_t *a) {
+    int n = omp_get_max_threads();
+    return n < a->threads ? n : a->threads;
+}
+
 /* v (N, Hkv*hd) += gate * ve[ids]; gate (N, Hkv) = 2 sigmoid(xn[:, :C] Wg^T). */
 static void value_embed_forward(float *v, float *gate, const float *xn, const float *Wg,
                                 const float *ve, const int *ids, int N, int D, int C, int Hkv,
                                 int hd) {
     ops_linear_forward(gate, xn, D, Wg, N, C, Hkv);
+#pragma omp parallel for schedule(static) if ((size_t)N * Hkv * hd >= 16384)
     for (int i = 0; i < N; i++) {
         const float *e = ve + (size_t)ids[i] * Hkv * hd;
         float *vi = v + (size_t)i * Hkv * hd;
@@ -411,13 +450,13 @@ float gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T,
         layer_acts_t *s = &a->l[l];
         float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
         float *x = a->res[l + 1]; /* the block works in place on the next residual slot */
-        for (size_t i = 0; i < (size_t)N * D; i++) x[i] = rl * a->res[l][i] + xl * a->x0[i];
+        ops_mix_forward(x, a->res[l], a->x0, rl, xl, (size_t)N * D);
 
         /* attention */
         ops_rmsnorm_forward(s->xn1, s->rstd1, x, N, D);
-        ops_linear_forward(s->q, s->xn1, D, w->c_q, N, D, H * hd);
-        ops_linear_forward(s->k, s->xn1, D, w->c_k, N, D, Hkv * hd);
-        ops_linear_forward(s->v, s->xn1, D, w->c_v, N, D, Hkv * hd);
+        /* c_q, c_k, c_v are consecutive in params (build_table): one product */
+        ops_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, (H + 2 * Hkv) * hd);
+        qkv_rows(a->qkv, s->q, s->k, s->v, N, H * hd, Hkv * hd, 0);
         if (c->has_ve[l])
             value_embed_forward(s->v, s->gate, s->xn1, w->ve_gate, w->ve, inputs, N, D,
                                 c->ve_gate_channels, Hkv, hd);
@@ -427,17 +466,20 @@ float gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T,
         }
         ops_rmsnorm_forward(s->q, s->rstd_q, s->q, N * H, hd);
         ops_rmsnorm_forward(s->k, s->rstd_k, s->k, N * Hkv, hd);
-        ops_attention_forward(s->y, s->P, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l]);
+        double t_att = prof_begin();
+        attn_forward(s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l], a->attn_work,
+                     attn_threads(a));
+        prof_end(PROF_ATTENTION, t_att);
         /* x += y Wo^T (a->dxn is free during the forward: use it as scratch) */
         ops_linear_forward(a->dxn, s->y, H * hd, w->c_proj, N, H * hd, D);
-        for (size_t i = 0; i < (size_t)N * D; i++) x[i] += a->dxn[i];
+        ops_add(x, a->dxn, (size_t)N * D);
 
         /* mlp */
         ops_rmsnorm_forward(s->xn2, s->rstd2, x, N, D);
         ops_linear_forward(s->h, s->xn2, D, w->fc, N, D, fc_rows(c));
         ops_mlp_act_forward(s->a, s->h, N, c->mlp_hidden, c->mlp);
         ops_linear_forward(a->dxn, s->a, c->mlp_hidden, w->mlp_proj, N, c->mlp_hidden, D);
-        for (size_t i = 0; i < (size_t)N * D; i++) x[i] += a->dxn[i];
+        ops_add(x, a->dxn, (size_t)N * D);
     }
 
     ops_rmsnorm_forward(a->xf, a->rstdf, a->res[L], N, D);
@@ -468,19 +510,28 @@ static void value_embed_backward(float *dxn, float *dWg, float *dve, float *dgat
                                  const float *gate, const float *xn, const float *Wg,
                                  const float *ve, const int *ids, int N, int D, int C, int Hkv,
                                  int hd) {
+    int kvd = Hkv * hd;
+#pragma omp parallel for schedule(static) if ((size_t)N * kvd >= 16384)
     for (int i = 0; i < N; i++) {
-        const float *e = ve + (size_t)ids[i] * Hkv * hd;
-        float *de = dve + (size_t)ids[i] * Hkv * hd;
-        const float *dvi = dv + (size_t)i * Hkv * hd;
+        const float *e = ve + (size_t)ids[i] * kvd;
+        const float *dvi = dv + (size_t)i * kvd;
         for (int g = 0; g < Hkv; g++) {
             float s = gate[(size_t)i * Hkv + g]; /* 2 sigmoid(z) */
-            double dot = 0.0;
-            for (int j = 0; j < hd; j++) {
-                dot += (double)dvi[g * hd + j] * e[g * hd + j];
-                de[g * hd + j] += s * dvi[g * hd + j];
-            }
+            double dot = dot_f64(dvi + g * hd, e + g * hd, hd);
             /* d(2 sigmoid(z))/dz = 2 sig (1 - sig) = s (1 - s/2) */
             dgate[(size_t)i * Hkv + g] = (float)dot * s * (1.0f - 0.5f * s);
+        }
+    }
+    /* dve rows are scattered by ids (repeats sum): threads own column slices. */
+    int slices = kvd >= 64 ? kvd / 16 : 1;
+#pragma omp parallel for schedule(static) if ((size_t)N * kvd >= 16384)
+    for (int sl = 0; sl < slices; sl++) {
+        int j0 = (int)((long)kvd * sl / slices), j1 = (int)((long)kvd * (sl + 1) / slices);
+        for (int i = 0; i < N; i++) {
+            float *de = dve + (size_t)ids[i] * kvd;
+            const float *dvi = dv + (size_t)i * kvd;
+            const float *gi = gate + (size_t)i * Hkv;
+            for (int j = j0; j < j1; j++) de[j] += gi[j / hd] * dvi[j];
         }
     }
     ops_linear_backward(dxn, D, 1.0f, dWg, dgate, xn, Wg, N, C, Hkv);
@@ -498,8 +549,7 @@ void gpt_backward(gpt_t *m, float scale) {
     ops_softcap_ce_backward(a->dlogits, a->logits, a->lse, a->targets, N, V, (float)c->softcap,
                             scale / (float)a->loss_count);
     ops_linear_backward(a->dxn, D, 0.0f, m->g.lm_head, a->dlogits, a->xf, m->p.lm_head, N, D, V);
-    memset(a->dres, 0, ND * sizeof(float));
-    ops_rmsnorm_backward_acc(a->dres, a->dxn, a->xf, a->rstdf, N, D);
+    ops_rmsnorm_backward(a->dres, a->dxn, a->xf, a->rstdf, N, D);
     memset(a->dx0, 0, ND * sizeof(float));
 
     /* a->dres holds d/d(res[l+1]); after the layer it holds d/d(res[l]) */
@@ -518,22 +568,22 @@ void gpt_backward(gpt_t *m, float scale) {
         /* attention: x_mid = x_in + y Wo^T */
         ops_linear_backward(a->dy, H * hd, 0.0f, gw->c_proj, a->dres, s->y, w->c_proj, N, H * hd,
                             D);
-        ops_attention_backward(a->dq, a->dk, a->dv, a->dy, s->P, s->q, s->k, s->v, B, T, H, Hkv, hd,
-                               c->window[l], a->dscores);
+        double t_att = prof_begin();
+        attn_backward(a->dq, a->dk, a->dv, a->dy, s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd,
+                      c->window[l], a->attn_work, attn_threads(a));
+        prof_end(PROF_ATTENTION, t_att);
         /* q/k norms (the forward kept their outputs in s->q, s->k), then rope */
-        memset(a->dy, 0, (size_t)N * H * hd * sizeof(float));
-        ops_rmsnorm_backward_acc(a->dy, a->dq, s->q, s->rstd_q, N * H, hd);
+        ops_rmsnorm_backward(a->dy, a->dq, s->q, s->rstd_q, N * H, hd);
         float *dq = a->dy; /* d/d(rope(q)) now in dy; dq is free again */
-        memset(a->dq, 0, (size_t)N * Hkv * hd * sizeof(float));
-        ops_rmsnorm_backward_acc(a->dq, a->dk, s->k, s->rstd_k, N * Hkv, hd);
+        ops_rmsnorm_backward(a->dq, a->dk, s->k, s->rstd_k, N * Hkv, hd);
         float *dk = a->dq;
         if (c->pos == POS_ROPE) {
             ops_rope_backward(dq, m->rope_cos, m->rope_sin, N, T, H, hd);
             ops_rope_backward(dk, m->rope_cos, m->rope_sin, N, T, Hkv, hd);
         }
-        ops_linear_backward(a->dxn, D, 0.0f, gw->c_q, dq, s->xn1, w->c_q, N, D, H * hd);
-        ops_linear_backward(a->dxn, D, 1.0f, gw->c_k, dk, s->xn1, w->c_k, N, D, Hkv * hd);
-        ops_linear_backward(a->dxn, D, 1.0f, gw->c_v, a->dv, s->xn1, w->c_v, N, D, Hkv * hd);
+        qkv_rows(a->qkv, dq, dk, a->dv, N, H * hd, Hkv * hd, 1);
+        ops_linear_backward(a->dxn, D, 0.0f, gw->c_q, a->qkv, s->xn1, w->c_q, N, D,
+                            (H + 2 * Hkv) * hd);
         if (c->has_ve[l])
             value_embed_backward(a->dxn, gw->ve_gate, gw->ve, a->dgate, a->dv, s->gate, s->xn1,
                                  w->ve_gate, w->ve, a->ids, N, D, c->ve_gate_channels, Hkv, hd);
@@ -541,21 +591,15 @@ void gpt_backward(gpt_t *m, float scale) {
 
         /* mix: x_in = rl * res[l] + xl * x0 */
         float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
-        double drl = 0.0, dxl = 0.0;
-        for (size_t i = 0; i < ND; i++) {
-            drl += (double)a->dres[i] * a->res[l][i];
-            dxl += (double)a->dres[i] * a->x0[i];
-            a->dx0[i] += xl * a->dres[i];
-            a->dres[i] *= rl;
-        }
+        double drl, dxl;
+        ops_mix_backward(a->dres, a->dx0, a->res[l], a->x0, rl, xl, ND, &drl, &dxl);
         m->g.resid_lambdas[l] += (float)drl;
         m->g.x0_lambdas[l] += (float)dxl;
     }
 
     /* res[0] is x0 itself: both paths meet, then the embedding norm */
-    for (size_t i = 0; i < ND; i++) a->dx0[i] += a->dres[i];
-    memset(a->dres, 0, ND * sizeof(float));
-    ops_rmsnorm_backward_acc(a->dres, a->dx0, a->x0, a->rstd0, N, D);
+    ops_add(a->dx0, a->dres, ND);
+    ops_rmsnorm_backward(a->dres, a->dx0, a->x0, a->rstd0, N, D);
     if (a->dropout_on)
         for (size_t i = 0; i < ND; i++) a->dres[i] *= a->drop_mask[i];
     ops_embedding_backward(m->g.wte, a->dres, a->ids, N, D);

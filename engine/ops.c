@@ -9,56 +9,122 @@
 #include <math.h>
 #include <string.h>
 
+#include "fastmath.h"
+#include "prof.h"
+
+/* Loops over fewer floats than this stay on one thread: waking the team costs
+ * more than it saves. */
+#define OPS_PAR(floats) ((floats) >= 16384)
+
 /* ---------------------------------------------------------------- embedding */
 
 void ops_embedding_forward(float *out, const float *table, const int *ids, int n, int D) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)n * D))
     for (int i = 0; i < n; i++)
         memcpy(out + (size_t)i * D, table + (size_t)ids[i] * D, D * sizeof(float));
 }
 
 void ops_embedding_backward(float *dtable, const float *dout, const int *ids, int n, int D) {
-    for (int i = 0; i < n; i++) {
-        float *row = dtable + (size_t)ids[i] * D;
-        const float *d = dout + (size_t)i * D;
-        for (int j = 0; j < D; j++) row[j] += d[j];
+    /* Threads own column slices, so repeated ids never race; each column
+     * still sums its rows in order. */
+    int slices = D >= 64 ? D / 16 : 1;
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)n * D))
+    for (int sl = 0; sl < slices; sl++) {
+        int j0 = (int)((long)D * sl / slices), j1 = (int)((long)D * (sl + 1) / slices);
+        for (int i = 0; i < n; i++) {
+            float *row = dtable + (size_t)ids[i] * D;
+            const float *d = dout + (size_t)i * D;
+            for (int j = j0; j < j1; j++) row[j] += d[j];
+        }
+    }
+}
+
+/* --------------------------------------------------------- residual stream */
+
+void ops_mix_forward(float *x, const float *res, const float *x0, float rl, float xl, size_t n) {
+#pragma omp parallel for schedule(static) if (OPS_PAR(n))
+    for (size_t i = 0; i < n; i++) x[i] = rl * res[i] + xl * x0[i];
+}
+
+void ops_add(float *x, const float *d, size_t n) {
+#pragma omp parallel for schedule(static) if (OPS_PAR(n))
+    for (size_t i = 0; i < n; i++) x[i] += d[i];
+}
+
+void ops_mix_backward(float *dres, float *dx0, const float *res, const float *x0, float rl,
+                      float xl, size_t n, double *drl, double *dxl) {
+    double pr[OPS_CHUNKS], px[OPS_CHUNKS];
+#pragma omp parallel for schedule(static) if (OPS_PAR(n))
+    for (int c = 0; c < OPS_CHUNKS; c++) {
+        double a = 0.0, b = 0.0;
+        for (size_t i = n * c / OPS_CHUNKS; i < n * (c + 1) / OPS_CHUNKS; i++) {
+            a += (double)dres[i] * res[i];
+            b += (double)dres[i] * x0[i];
+            dx0[i] += xl * dres[i];
+            dres[i] *= rl;
+        }
+        pr[c] = a;
+        px[c] = b;
+    }
+    *drl = *dxl = 0.0;
+    for (int c = 0; c < OPS_CHUNKS; c++) {
+        *drl += pr[c];
+        *dxl += px[c];
     }
 }
 
 /* ------------------------------------------------------------------ rmsnorm */
 
 void ops_rmsnorm_forward(float *out, float *rstd, const float *x, int N, int D) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * D))
     for (int i = 0; i < N; i++) {
         const float *xi = x + (size_t)i * D;
         float *oi = out + (size_t)i * D;
-        double ss = 0.0;
-        for (int j = 0; j < D; j++) ss += (double)xi[j] * xi[j];
+        double ss = dot_f64(xi, xi, D);
         float r = (float)(1.0 / sqrt(ss / D + FLT_EPSILON));
         for (int j = 0; j < D; j++) oi[j] = xi[j] * r;
         rstd[i] = r;
     }
 }
 
-void ops_rmsnorm_backward_acc(float *dx, const float *dout, const float *out, const float *rstd,
-                              int N, int D) {
+/* dx = (acc ? dx : 0) + rstd * (dout - out * mean(dout * out)). */
+static void rmsnorm_backward(float *dx, const float *dout, const float *out, const float *rstd,
+                             int N, int D, int acc) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * D))
     for (int i = 0; i < N; i++) {
         const float *dy = dout + (size_t)i * D, *y = out + (size_t)i * D;
         float *dxi = dx + (size_t)i * D;
-        double dot = 0.0;
-        for (int j = 0; j < D; j++) dot += (double)dy[j] * y[j];
+        double dot = dot_f64(dy, y, D);
         float mean = (float)(dot / D), r = rstd[i];
-        for (int j = 0; j < D; j++) dxi[j] += r * (dy[j] - y[j] * mean);
+        if (acc)
+            for (int j = 0; j < D; j++) dxi[j] += r * (dy[j] - y[j] * mean);
+        else
+            for (int j = 0; j < D; j++) dxi[j] = r * (dy[j] - y[j] * mean);
     }
+}
+
+void ops_rmsnorm_backward_acc(float *dx, const float *dout, const float *out, const float *rstd,
+                              int N, int D) {
+    rmsnorm_backward(dx, dout, out, rstd, N, D, 1);
+}
+
+void ops_rmsnorm_backward(float *dx, const float *dout, const float *out, const float *rstd, int N,
+                          int D) {
+    rmsnorm_backward(dx, dout, out, rstd, N, D, 0);
 }
 
 /* ------------------------------------------------------------------- linear */
 
 void ops_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out) {
+    double t0 = prof_begin();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, ldx, W, in, 0.0f, y,
                 out);
+    prof_end(PROF_MATMUL, t0);
 }
 
 void ops_linear_backward(float *dx, int ldx, float beta, float *dW, const float *dy, const float *x,
                          const float *W, int N, int in, int out) {
+    double t0 = prof_begin();
     /* dW (out, in) += dy^T (out, N) x (N, in) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0f, dy, out, x, ldx, 1.0f,
                 dW, in);
@@ -66,6 +132,7 @@ void ops_linear_backward(float *dx, int ldx, float beta, float *dW, const float 
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f, dy, out, W, in,
                     beta, dx, ldx);
+    prof_end(PROF_MATMUL, t0);
 }
 
 /* --------------------------------------------------------------------- rope */
@@ -74,6 +141,7 @@ void ops_linear_backward(float *dx, int ldx, float beta, float *dW, const float 
  * y1 = x1*cos + x2*sin, y2 = x2*cos - x1*sin. */
 void ops_rope_forward(float *x, const float *cos, const float *sin, int N, int T, int nh, int hd) {
     int half = hd / 2;
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * nh * hd))
     for (int i = 0; i < N; i++) {
         const float *c = cos + (size_t)(i % T) * half, *s = sin + (size_t)(i % T) * half;
         for (int h = 0; h < nh; h++) {
@@ -90,6 +158,7 @@ void ops_rope_forward(float *x, const float *cos, const float *sin, int N, int T
 void ops_rope_backward(float *dx, const float *cos, const float *sin, int N, int T, int nh,
                        int hd) {
     int half = hd / 2;
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * nh * hd))
     for (int i = 0; i < N; i++) {
         const float *c = cos + (size_t)(i % T) * half, *s = sin + (size_t)(i % T) * half;
         for (int h = 0; h < nh; h++) {
@@ -200,6 +269,7 @@ static inline float sigmoid(float x) {
 }
 
 void ops_mlp_act_forward(float *a, const float *h, int N, int hidden, spec_mlp_kind kind) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * hidden))
     for (int i = 0; i < N; i++) {
         float *ai = a + (size_t)i * hidden;
         switch (kind) {
@@ -228,6 +298,7 @@ void ops_mlp_act_forward(float *a, const float *h, int N, int hidden, spec_mlp_k
 
 void ops_mlp_act_backward(float *dh, const float *da, const float *h, int N, int hidden,
                           spec_mlp_kind kind) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * hidden))
     for (int i = 0; i < N; i++) {
         const float *dai = da + (size_t)i * hidden;
         switch (kind) {
@@ -268,19 +339,20 @@ void ops_mlp_act_backward(float *dh, const float *da, const float *h, int N, int
 
 /* ---------------------------------------------------- softcap + cross-entropy */
 
-double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const int *targets, int N,
-                              int V, float softcap, int *count) {
+/* Rows [i0, i1) of ops_softcap_ce_forward; returns their summed loss and
+ * adds their counted rows to *n. */
+static double softcap_ce_rows(float *logits, float *lse, float *losses, const int *targets, int i0,
+                              int i1, int V, float softcap, int *n) {
     double total = 0.0;
-    int n = 0;
-    for (int i = 0; i < N; i++) {
+    for (int i = i0; i < i1; i++) {
         float *z = logits + (size_t)i * V;
-        if (softcap > 0.0f)
-            for (int j = 0; j < V; j++) z[j] = softcap * tanhf(z[j] / softcap);
-        float mx = -INFINITY;
-        for (int j = 0; j < V; j++) mx = z[j] > mx ? z[j] : mx;
+        if (softcap > 0.0f) {
+            const float inv = 1.0f / softcap;
+            for (int j = 0; j < V; j++) z[j] = softcap * fast_tanhf(z[j] * inv);
+        }
+        float mx = max_f32(z, V);
         /* float exponentials (z - mx <= 0 cannot overflow), double sum */
-        double sum = 0.0;
-        for (int j = 0; j < V; j++) sum += expf(z[j] - mx);
+        double sum = sum_exp_f64(z, mx, V);
         double l = mx + log(sum);
         lse[i] = (float)l;
         losses[i] = 0.0f;
@@ -288,8 +360,29 @@ double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const in
             double li = l - z[targets[i]];
             losses[i] = (float)li;
             total += li;
-            n++;
+            (*n)++;
         }
+    }
+    return total;
+}
+
+double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const int *targets, int N,
+                              int V, float softcap, int *count) {
+    /* A fixed number of row chunks whatever the thread count, summed in
+     * order: the loss does not depend on how many threads ran. */
+    double part[OPS_CHUNKS];
+    int cnt[OPS_CHUNKS];
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * V))
+    for (int c = 0; c < OPS_CHUNKS; c++) {
+        cnt[c] = 0;
+        part[c] = softcap_ce_rows(logits, lse, losses, targets, (int)((long)N * c / OPS_CHUNKS),
+                                  (int)((long)N * (c + 1) / OPS_CHUNKS), V, softcap, &cnt[c]);
+    }
+    double total = 0.0;
+    int n = 0;
+    for (int c = 0; c < OPS_CHUNKS; c++) {
+        total += part[c];
+        n += cnt[c];
     }
     if (count) *count = n;
     return total;
@@ -297,6 +390,7 @@ double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const in
 
 void ops_softcap_ce_backward(float *dlogits, const float *logits, const float *lse,
                              const int *targets, int N, int V, float softcap, float scale) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * V))
     for (int i = 0; i < N; i++) {
         float *d = dlogits + (size_t)i * V;
         const float *z = logits + (size_t)i * V;
@@ -304,7 +398,7 @@ void ops_softcap_ce_backward(float *dlogits, const float *logits, const float *l
             memset(d, 0, V * sizeof(float));
             continue;
         }
-        for (int j = 0; j < V; j++) d[j] = scale * expf(z[j] - lse[i]);
+        for (int j = 0; j < V; j++) d[j] = scale * fast_expf(z[j] - lse[i]);
         d[targets[i]] -= scale;
         /* z = c tanh(l/c)  =>  dz/dl = 1 - (z/c)^2 */
         if (softcap > 0.0f)

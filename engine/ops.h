@@ -12,10 +12,23 @@
 
 #include "spec.h"
 
+/* Reductions are split into this many fixed chunks, summed in order, so
+ * results do not depend on the thread count. */
+#define OPS_CHUNKS 64
+
 /* out (n, D) = table[ids[i]] rows. */
 void ops_embedding_forward(float *out, const float *table, const int *ids, int n, int D);
 /* dtable (V, D) += dout rows scattered by ids; repeated ids sum. */
 void ops_embedding_backward(float *dtable, const float *dout, const int *ids, int n, int D);
+
+/* x (n) = rl * res + xl * x0: the block's input mix. */
+void ops_mix_forward(float *x, const float *res, const float *x0, float rl, float xl, size_t n);
+/* x (n) += d. */
+void ops_add(float *x, const float *d, size_t n);
+/* Through the mix: *drl = sum dres*res, *dxl = sum dres*x0 (in double, in a
+ * fixed order), then dx0 += xl * dres and dres *= rl. */
+void ops_mix_backward(float *dres, float *dx0, const float *res, const float *x0, float rl,
+                      float xl, size_t n, double *drl, double *dxl);
 
 /* out (N, D) = x / sqrt(mean(x^2) + eps), eps = FLT_EPSILON; rstd (N) keeps
  * 1/sqrt(...). out may alias x. */
@@ -23,6 +36,9 @@ void ops_rmsnorm_forward(float *out, float *rstd, const float *x, int N, int D);
 /* dx (N, D) += rstd * (dout - out * mean(dout * out)), from the forward's out. */
 void ops_rmsnorm_backward_acc(float *dx, const float *dout, const float *out, const float *rstd,
                               int N, int D);
+/* The same, overwriting dx. */
+void ops_rmsnorm_backward(float *dx, const float *dout, const float *out, const float *rstd, int N,
+                          int D);
 
 /* y (N, out) = x (N, in) W^T with W (out, in); x has row stride ldx >= in. */
 void ops_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out);
@@ -38,6 +54,7 @@ void ops_rope_forward(float *x, const float *cos, const float *sin, int N, int T
 void ops_rope_backward(float *dx, const float *cos, const float *sin, int N, int T, int nh, int hd);
 
 /* Causal attention with a window: key j visible from query i iff i-w <= j <= i.
+ * The plain reference of attn.h's fused kernels (the model runs those).
  * q (N, H*hd), k and v (N, Hkv*hd), y (N, H*hd); query head h reads kv head
  * h / (H/Hkv). P (B, H, T, T) keeps the probabilities (zero outside the window). */
 void ops_attention_forward(float *y, float *P, const float *q, const float *k, const float *v,

@@ -28,6 +28,12 @@ static const float polar_express_coeffs[5][3] = {
 };
 #define OPTIM_MAX_NS_STEPS 5
 
+/* Element-wise loops over fewer floats stay on one thread. Reductions are
+ * split into OPTIM_CHUNKS fixed chunks summed in order, so results do not
+ * depend on the thread count. */
+#define OPTIM_PAR(n) ((n) >= 32768)
+#define OPTIM_CHUNKS 64
+
 /* AdamW epsilon of every group (autoresearch's setup_optimizer). */
 #define OPTIM_ADAM_EPS 1e-10
 
@@ -45,6 +51,7 @@ void optim_adamw_step(float *p, const float *g, float *m, float *v, size_t n, in
     const float bias2 = 1.0f - powf(beta2, (float)step);
     const float step_size = lr / bias1;
     const float decay = 1.0f - lr * wd;
+#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
     for (size_t i = 0; i < n; i++) {
         const float gi = g[i];
         const float pi = p[i] * decay;
@@ -85,10 +92,12 @@ static void polar_express(float *x, int rows, int cols, int ns_steps, float *wor
         else /* A = X X^T, (rows, rows) */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, cols, 1.0f, X, cols, X, cols,
                         0.0f, A, s);
-        /* B = b*A + c*(A @ A) */
+            /* B = b*A + c*(A @ A) */
+#pragma omp parallel for schedule(static) if (OPTIM_PAR((size_t)s * s))
         for (size_t i = 0; i < (size_t)s * s; i++) B[i] = b * A[i];
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, c, A, s, A, s, 1.0f, B, s);
         /* Y = a*X + X @ B (tall) or a*X + B @ X (wide or square) */
+#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
         for (size_t i = 0; i < n; i++) Y[i] = a * X[i];
         if (tall)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, cols, 1.0f, X, cols,
@@ -109,17 +118,24 @@ int optim_muon_step(float *p, float *g, float *momentum_buf, float *second_buf, 
     const size_t n = (size_t)rows * cols;
     const size_t s = (size_t)(rows < cols ? rows : cols);
 
-    /* Nesterov momentum: buf = lerp(buf, g, 1-mu); g = lerp(g, buf, mu). */
+    /* Nesterov momentum: buf = lerp(buf, g, 1-mu); g = lerp(g, buf, mu); in
+     * the same pass the sum of squares for X = g / (||g||_F * 1.02 + 1e-6). */
     const float wm = 1.0f - momentum;
-    for (size_t i = 0; i < n; i++) {
-        momentum_buf[i] = lerpf(momentum_buf[i], g[i], wm);
-        g[i] = lerpf(g[i], momentum_buf[i], momentum);
+    double part[OPTIM_CHUNKS];
+#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
+    for (int c = 0; c < OPTIM_CHUNKS; c++) {
+        double acc = 0.0;
+        for (size_t i = n * c / OPTIM_CHUNKS; i < n * (c + 1) / OPTIM_CHUNKS; i++) {
+            momentum_buf[i] = lerpf(momentum_buf[i], g[i], wm);
+            g[i] = lerpf(g[i], momentum_buf[i], momentum);
+            acc += (double)g[i] * g[i];
+        }
+        part[c] = acc;
     }
-
-    /* X = g / (||g||_F * 1.02 + 1e-6) */
     double ss = 0.0;
-    for (size_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
+    for (int c = 0; c < OPTIM_CHUNKS; c++) ss += part[c];
     const float denom = sqrtf((float)ss) * 1.02f + 1e-6f;
+#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
     for (size_t i = 0; i < n; i++) g[i] /= denom;
 
     polar_express(g, rows, cols, ns_steps, work);
@@ -132,6 +148,7 @@ int optim_muon_step(float *p, float *g, float *momentum_buf, float *second_buf, 
     const int red = per_row ? cols : rows;
     float *fs = work + 2 * s * s + n; /* v_mean, then the final scale */
     if (per_row) {
+#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
         for (int r = 0; r < rows; r++) {
             double acc = 0.0;
             for (int c = 0; c < cols; c++)
@@ -139,6 +156,7 @@ int optim_muon_step(float *p, float *g, float *momentum_buf, float *second_buf, 
             fs[r] = (float)(acc / red);
         }
     } else {
+#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
         for (int c = 0; c < cols; c++) {
             double acc = 0.0;
             for (int r = 0; r < rows; r++)
@@ -162,6 +180,7 @@ int optim_muon_step(float *p, float *g, float *momentum_buf, float *second_buf, 
     const float v_norm_new = sqrtf((float)scaled_sum);
     const float ratio = v_norm / fmaxf(v_norm_new, 1e-10f);
     for (int j = 0; j < nv; j++) fs[j] *= ratio;
+#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
     for (int r = 0; r < rows; r++) {
         float *gr = g + (size_t)r * cols;
         if (per_row)
@@ -173,6 +192,7 @@ int optim_muon_step(float *p, float *g, float *momentum_buf, float *second_buf, 
     /* Cautious weight decay: decay only where the update and the parameter
      * agree in sign. p -= lr*u + lr*wd*p*(u*p >= 0). */
     const float lr_wd = lr * wd;
+#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
     for (size_t i = 0; i < n; i++) {
         float d = lr * g[i];
         if (g[i] * p[i] >= 0.0f) d += lr_wd * p[i];

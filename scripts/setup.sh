@@ -17,7 +17,7 @@ set -euo pipefail
 
 packages=(
     build-essential pkg-config clang-format
-    libopenblas-pthread-dev libcjson-dev libcriterion-dev libpcre2-dev
+    libopenblas-openmp-dev libcjson-dev libcriterion-dev libpcre2-dev
     libuv1-dev libsqlite3-dev sqlite3 libcurl4-openssl-dev libhttp-parser-dev
     libssl-dev uuid-dev python3 clang libclang-rt-14-dev wrk
 )

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fastmath.h"
 #include "ops.h"
 
 /* Gradients into a row that several ids look up are summed. */
@@ -78,4 +79,23 @@ Test(ops, softcap_ce_ignores_negative_targets) {
     ops_softcap_ce_backward(d, logits, lse, targets, 2, 3, 15.0f, 1.0f);
     for (int j = 0; j < 3; j++) cr_expect_eq(d[3 + j], 0.0f);
     cr_expect_float_eq(d[1], 1.0f / 3 - 1.0f, 1e-6);
+}
+
+/* fastmath.h against libm (the reference) over the ranges the kernels use:
+ * exp of non-positive arguments, tanh of logits over the softcap. */
+Test(ops, fast_exp_and_tanh_match_libm) {
+    double worst_exp = 0.0, worst_tanh = 0.0;
+    for (float x = -80.0f; x <= 0.5f; x += 1e-3f) {
+        double want = exp((double)x);
+        worst_exp = fmax(worst_exp, fabs(fast_expf(x) - want) / want);
+    }
+    for (float x = -12.0f; x <= 12.0f; x += 1e-3f) {
+        double want = tanh((double)x);
+        worst_tanh = fmax(worst_tanh, fabs(fast_tanhf(x) - want) / fmax(fabs(want), 1e-30));
+    }
+    cr_expect(worst_exp < 5e-7, "fast_expf worst relative error %g", worst_exp);
+    cr_expect(worst_tanh < 1e-6, "fast_tanhf worst relative error %g", worst_tanh);
+    cr_expect_eq(fast_tanhf(0.0f), 0.0f);
+    cr_expect_float_eq(fast_tanhf(100.0f), 1.0f, 1e-7);
+    cr_expect_float_eq(fast_tanhf(-100.0f), -1.0f, 1e-7);
 }

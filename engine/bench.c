@@ -1,0 +1,189 @@
+/* bench.c - `nightshift bench`: the speed of full training steps.
+ *
+ *     nightshift bench --spec SPEC.json [--steps N] [--warmup W] [--seed S]
+ *
+ * Builds the spec's model (vocab_size must be given) with the training
+ * initialisation and its optimiser, draws one batch of train.batch_size rows
+ * of random token ids, and runs W untimed then N timed training steps on it:
+ * zero_grad, forward (training mode), backward, optimiser step, exactly what
+ * `train` does per micro-step without the data loader. Prints `key: value`
+ * lines: the median and fastest step in ms, tokens per second at the median,
+ * the training FLOPs per token (`cost`), each phase's share of the timed steps
+ * from the engine's timers (prof.h: attention, matmul, elementwise = the rest
+ * of forward and backward, optim), and the process's peak RSS in MiB.
+ * tests/bench/bench.py runs it beside the PyTorch reference. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "blas.h"
+#include "cli.h"
+#include "cost.h"
+#include "gpt.h"
+#include "optim.h"
+#include "prof.h"
+#include "rng.h"
+#include "spec.h"
+#include "util.h"
+
+#define BENCH_MAX_STEPS 100000
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: nightshift bench --spec SPEC.json [--steps N] [--warmup W] [--seed S]\n"
+                 "Times N full training steps (forward, backward, optimiser; default 10) of the\n"
+                 "spec's model on one random batch of train.batch_size rows, after W untimed\n"
+                 "steps (default 2), and prints step_ms_median, tokens_per_second, the share\n"
+                 "of each phase and peak_rss_mb. model.vocab_size is required.\n");
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int parse_count(const char *text, int lo, int *out) {
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(text, &end, 10);
+    if (errno || end == text || *end != '\0' || n < lo || n > BENCH_MAX_STEPS) return -1;
+    *out = (int)n;
+    return 0;
+}
+
+int bench_main(int argc, char **argv) {
+    const char *spec_path = NULL;
+    int steps = 10, warmup = 2, seed = 1;
+    static const struct option opts[] = {
+        {"spec", required_argument, 0, 'p'},   {"steps", required_argument, 0, 'n'},
+        {"warmup", required_argument, 0, 'w'}, {"seed", required_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (ch) {
+        case 'p':
+            spec_path = optarg;
+            break;
+        case 'n':
+            bad = parse_count(optarg, 1, &steps);
+            break;
+        case 'w':
+            bad = parse_count(optarg, 0, &warmup);
+            break;
+        case 's':
+            bad = parse_count(optarg, 0, &seed);
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            bad = 1;
+        }
+        if (bad) {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc || !spec_path) {
+        usage(stderr);
+        return 2;
+    }
+
+    char err[512];
+    spec_t spec;
+    gpt_t *m = NULL;
+    optim_t *o = NULL;
+    int *in = NULL, *tg = NULL;
+    double *step_s = NULL;
+    if (spec_load(spec_path, &spec, err, sizeof err) != 0) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    const spec_model_t *cfg = &spec.model;
+    const int B = spec.train.batch_size, T = cfg->seq_len, V = cfg->vocab_size;
+    if (V <= 0) {
+        fprintf(stderr, "bench: model.vocab_size is required (no dataset to take it from)\n");
+        goto fail;
+    }
+    int threads = blas_set_threads(spec.resources.threads);
+    in = malloc((size_t)B * T * sizeof *in);
+    tg = malloc((size_t)B * T * sizeof *tg);
+    step_s = malloc((size_t)steps * sizeof *step_s);
+    m = gpt_new(cfg, err, sizeof err);
+    if (!in || !tg || !step_s || !m) {
+        fprintf(stderr, "bench: %s\n", m ? "out of memory" : err);
+        goto fail;
+    }
+    gpt_init_weights(m, (uint64_t)seed);
+    o = optim_new(m, &spec.train, err, sizeof err);
+    if (!o || gpt_reserve(m, B, T, err, sizeof err) != 0) {
+        fprintf(stderr, "bench: %s\n", err);
+        goto fail;
+    }
+    rng_t r;
+    rng_seed(&r, (uint64_t)seed + 1);
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (int)rng_below(&r, (uint64_t)V);
+        tg[i] = (int)rng_below(&r, (uint64_t)V);
+    }
+
+    float loss = 0.0f;
+    double total = 0.0;
+    for (int s = -warmup; s < steps; s++) {
+        if (s == 0) prof_reset();
+        double t0 = util_now();
+        gpt_zero_grad(m);
+        loss = gpt_forward(m, in, tg, B, T, GPT_TRAIN);
+        if (isnan(loss)) {
+            fprintf(stderr, "bench: forward pass gave NaN at step %d\n", s);
+            goto fail;
+        }
+        gpt_backward(m, 1.0f);
+        double t1 = util_now();
+        optim_step(o, m, 1.0, spec.train.muon_momentum_end, spec.train.weight_decay);
+        prof_seconds[PROF_OPTIM] += util_now() - t1;
+        if (s >= 0) {
+            step_s[s] = util_now() - t0;
+            total += step_s[s];
+        }
+    }
+    cost_t cost;
+    cost_compute(cfg, B, &cost);
+    qsort(step_s, (size_t)steps, sizeof *step_s, cmp_double);
+    double med = steps % 2 ? step_s[steps / 2] : 0.5 * (step_s[steps / 2 - 1] + step_s[steps / 2]);
+    double other = total;
+    for (int p = 0; p < PROF_PHASES; p++) other -= prof_seconds[p];
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("threads: %d\n", threads);
+    printf("loss: %.6f\n", loss);
+    printf("step_ms_median: %.3f\n", 1e3 * med);
+    printf("step_ms_min: %.3f\n", 1e3 * step_s[0]);
+    printf("tokens_per_second: %.1f\n", (double)B * T / med);
+    printf("flops_per_token: %.0f\n", cost.flops_per_token);
+    printf("attention_share: %.4f\n", prof_seconds[PROF_ATTENTION] / total);
+    printf("matmul_share: %.4f\n", prof_seconds[PROF_MATMUL] / total);
+    printf("elementwise_share: %.4f\n", other / total);
+    printf("optim_share: %.4f\n", prof_seconds[PROF_OPTIM] / total);
+    printf("peak_rss_mb: %.1f\n", ru.ru_maxrss / 1024.0);
+    optim_free(o);
+    gpt_free(m);
+    free(in);
+    free(tg);
+    free(step_s);
+    spec_free(&spec);
+    return 0;
+fail:
+    optim_free(o);
+    gpt_free(m);
+    free(in);
+    free(tg);
+    free(step_s);
+    spec_free(&spec);
+    return 1;
+}

@@ -1,0 +1,84 @@
+/* test_attn.c - the fused attention (attn.c) against the plain reference
+ * (ops_attention_forward/backward): windows, GQA, T below a tile and across
+ * tiles, odd head sizes, one and several threads. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "attn.h"
+#include "ops.h"
+#include "rng.h"
+
+typedef struct {
+    int B, T, H, Hkv, hd, window, threads;
+} shape_t;
+
+static float max_abs(const float *x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+/* Largest |a - b| over max |b| (or over 1 when b is all zero). */
+static float rel_err(const float *a, const float *b, size_t n) {
+    float e = 0.0f;
+    for (size_t i = 0; i < n; i++) e = fmaxf(e, fabsf(a[i] - b[i]));
+    float s = max_abs(b, n);
+    return e / (s > 0.0f ? s : 1.0f);
+}
+
+static void check(shape_t s) {
+    const size_t N = (size_t)s.B * s.T, qn = N * s.H * s.hd, kn = N * s.Hkv * s.hd;
+    float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *dy = malloc(qn * 4);
+    float *y_ref = malloc(qn * 4), *y = malloc(qn * 4);
+    float *P = malloc((size_t)s.B * s.H * s.T * s.T * 4), *scratch = malloc((size_t)s.T * s.T * 4);
+    float *lse = malloc((size_t)s.B * s.H * s.T * 4);
+    float *dq_ref = malloc(qn * 4), *dk_ref = malloc(kn * 4), *dv_ref = malloc(kn * 4);
+    float *dq = malloc(qn * 4), *dk = malloc(kn * 4), *dv = malloc(kn * 4);
+    float *work = malloc(attn_work_floats(s.hd, s.T, s.threads) * 4);
+    cr_assert(q && k && v && dy && y_ref && y && P && scratch && lse && dq_ref && dk_ref &&
+              dv_ref && dq && dk && dv && work);
+    rng_t r;
+    rng_seed(&r, (uint64_t)(s.T * 131 + s.hd * 7 + s.window));
+    /* q, k of unit RMS per head as the model's QK-norm makes them, scaled up
+     * so the softmax is far from uniform. */
+    for (size_t i = 0; i < qn; i++) q[i] = 2.0f * rng_normal(&r);
+    for (size_t i = 0; i < kn; i++) k[i] = 2.0f * rng_normal(&r);
+    for (size_t i = 0; i < kn; i++) v[i] = rng_normal(&r);
+    for (size_t i = 0; i < qn; i++) dy[i] = rng_normal(&r);
+    /* garbage in the outputs: everything must be overwritten */
+    for (size_t i = 0; i < qn; i++) y[i] = dq[i] = NAN;
+    for (size_t i = 0; i < kn; i++) dk[i] = dv[i] = NAN;
+
+    ops_attention_forward(y_ref, P, q, k, v, s.B, s.T, s.H, s.Hkv, s.hd, s.window);
+    ops_attention_backward(dq_ref, dk_ref, dv_ref, dy, P, q, k, v, s.B, s.T, s.H, s.Hkv, s.hd,
+                           s.window, scratch);
+    attn_forward(y, lse, q, k, v, s.B, s.T, s.H, s.Hkv, s.hd, s.window, work, s.threads);
+    attn_backward(dq, dk, dv, dy, y, lse, q, k, v, s.B, s.T, s.H, s.Hkv, s.hd, s.window, work,
+                  s.threads);
+
+    const char *what[4] = {"y", "dq", "dk", "dv"};
+    const float *got[4] = {y, dq, dk, dv}, *want[4] = {y_ref, dq_ref, dk_ref, dv_ref};
+    const size_t n[4] = {qn, qn, kn, kn};
+    for (int t = 0; t < 4; t++) {
+        float e = rel_err(got[t], want[t], n[t]);
+        cr_expect(e <= 2e-5f, "B %d T %d H %d Hkv %d hd %d window %d threads %d: %s rel err %g",
+                  s.B, s.T, s.H, s.Hkv, s.hd, s.window, s.threads, what[t], e);
+    }
+    free(q), free(k), free(v), free(dy), free(y_ref), free(y), free(P), free(scratch), free(lse);
+    free(dq_ref), free(dk_ref), free(dv_ref), free(dq), free(dk), free(dv), free(work);
+}
+
+Test(attn, matches_reference_small_and_odd) {
+    check((shape_t){1, 1, 1, 1, 4, 1, 1});   /* one token */
+    check((shape_t){2, 5, 2, 1, 3, 2, 1});   /* odd head size, GQA, short window */
+    check((shape_t){3, 17, 3, 3, 5, 17, 2}); /* full window, T below a tile */
+    check((shape_t){2, 9, 4, 2, 6, 0, 2});   /* window 0: each query sees itself */
+}
+
+Test(attn, matches_reference_across_tiles) {
+    check((shape_t){2, 130, 4, 2, 8, 130, 2}); /* causal, three query tiles */
+    check((shape_t){1, 200, 2, 1, 16, 70, 2}); /* sliding window skips whole tiles */
+    check((shape_t){2, 128, 2, 2, 32, 64, 1}); /* tile-aligned, half window */
+    check((shape_t){1, 96, 6, 2, 12, 31, 3});  /* more threads than cores */
+}
