@@ -7,7 +7,8 @@
 #   scripts/run.sh BIN STATE
 #
 # Environment: NIGHTSHIFT_PORT (default 8080) and NIGHTSHIFT_AGENT_PORT (8090),
-# NIGHTSHIFT_SLOTS (1), NIGHTSHIFT_BASELINE (experiments/baseline.json).
+# NIGHTSHIFT_SLOTS (1), NIGHTSHIFT_BASELINE (experiments/baseline.json),
+# NIGHTSHIFT_PRUNE (off; "median" stops runs that lag the median, see serve --help).
 set -euo pipefail
 
 bin=$1
@@ -16,6 +17,7 @@ port=${NIGHTSHIFT_PORT:-8080}
 agent_port=${NIGHTSHIFT_AGENT_PORT:-8090}
 slots=${NIGHTSHIFT_SLOTS:-1}
 baseline=${NIGHTSHIFT_BASELINE:-experiments/baseline.json}
+prune=${NIGHTSHIFT_PRUNE:-off}
 url=http://127.0.0.1:$port
 
 # Already running (a second `make run`)? Say where, rather than fail on the port.
@@ -78,7 +80,8 @@ start agent "$state/agent.log" "$bin" agent --listen "127.0.0.1:$agent_port" \
     --secret-file "$secret" --baseline "$baseline" --state "$state/agent-state.json"
 daemon_from=$(log_end "$state/daemon.log")
 start daemon "$state/daemon.log" "$bin" serve --dir "$state" --listen "127.0.0.1:$port" \
-    --slots "$slots" --agent-url "http://127.0.0.1:$agent_port/hook" --agent-secret-file "$secret"
+    --slots "$slots" --prune "$prune" --agent-url "http://127.0.0.1:$agent_port/hook" \
+    --agent-secret-file "$secret"
 
 # Follow the daemon's log from its start, so this pane shows the baseline start.
 tail -c "+$daemon_from" -F "$state/daemon.log" 2>/dev/null &
