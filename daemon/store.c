@@ -179,16 +179,10 @@ static const char *const stmt_sql[ST_COUNT] = {
                          " count(*) DESC, max(id) DESC LIMIT 1",
     /* Pooled within-configuration variance: over configurations with at least
      * two succeeded seeds, the sum of squared deviations from each one's mean
-     * and the degrees of freedom (sum of n - 1). */
-    [ST_NOISE] = "WITH runs AS (SELECT e.config_hash AS c, r.val_bpb AS v FROM experiments e"
-                 " JOIN results r ON r.experiment_id = e.id WHERE e.dataset = ?1"
-                 " AND e.budget_kind = ?2 AND e.budget = ?3 AND e.status = 'succeeded'"
-                 " AND r.val_bpb IS NOT NULL),"
-                 " g AS (SELECT c, avg(v) AS m, count(*) AS n FROM runs GROUP BY c"
-                 " HAVING count(*) >= 2)"
-                 " SELECT count(*), ifnull(sum(n), 0), ifnull(sum(n - 1), 0),"
-                 " (SELECT ifnull(sum((v - m) * (v - m)), 0) FROM runs JOIN g USING (c))"
-                 " FROM g",
+     * (from configs' sums, schema 008) and the degrees of freedom (sum of n - 1). */
+    [ST_NOISE] = "SELECT count(*), ifnull(sum(n), 0), ifnull(sum(n - 1), 0),"
+                 " ifnull(sum(max(0.0, sumsq - sum * sum / n)), 0) FROM configs"
+                 " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3 AND n >= 2",
     /* For pruning: the mean training loss of each of the last ?6 succeeded
      * runs in the scope over the progress window [?4 - ?5, ?4], best first. */
     [ST_PRUNE_LOSSES] = "SELECT avg(m.loss) AS loss FROM metrics m WHERE m.experiment_id IN"

@@ -1122,3 +1122,63 @@ Test(store, migration_004_rebuilds_experiments_and_backfills_scope_columns) {
                  1);
     sqlite3_close(db);
 }
+
+/* The configs summary (schema 008) that the leaderboard, best and noise read
+ * is kept by triggers: after many runs in several scopes, some failed, every
+ * row equals a regrouping of experiments and results from scratch. */
+Test(store, the_config_summary_equals_a_regrouping_from_scratch) {
+    store_t *s = open_store();
+    unsigned x = 12345;
+    for (int i = 0; i < 60; i++) {
+        x = x * 1103515245u + 12345u;
+        const char *dataset = (x >> 8) % 2 ? "default" : "other";
+        int depth = 1 + (int)((x >> 12) % 3);
+        char top[160];
+        snprintf(top, sizeof top, "\"dataset\":\"%s\",\"seed\":%d,\"model\":{\"depth\":%d}",
+                 dataset, 100 + i, depth);
+        if ((x >> 20) % 5 == 0) { /* a failed run: no result, never counted */
+            char text[256], perr[SPEC_ERR_LEN] = "";
+            snprintf(text, sizeof text, "{%s}", top);
+            spec_t sp;
+            cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s", perr);
+            char *spec = spec_canonical_json(&sp);
+            char hash[32];
+            snprintf(hash, sizeof hash, "f%d", i);
+            store_new_experiment_t e = {.name = "failed",
+                                        .spec_json = spec,
+                                        .spec_hash = hash,
+                                        .seed = (int64_t)sp.seed,
+                                        .source = "api",
+                                        .priority = 1000};
+            spec_free(&sp);
+            int64_t id = 0;
+            cr_assert_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
+            free(spec);
+            claim_expect(s, id);
+            cr_assert_eq(store_finish(s, id, STORE_FAILED, "x", 1, -1, NULL, err, sizeof err), 0,
+                         "%s", err);
+            continue;
+        }
+        succeed_top(s, "run", top, 1.0 + (double)((x >> 4) % 1000) / 997.0);
+    }
+    store_close(s);
+
+    sqlite3 *db = raw_open("nightshift.db");
+    const char *regroup =
+        "WITH g AS (SELECT e.dataset AS d, e.budget_kind AS k, e.budget AS b,"
+        " e.config_hash AS h, min(e.id) AS first_id, count(*) AS n, avg(r.val_bpb) AS mean,"
+        " min(r.val_bpb) AS best, sum((r.val_bpb) * (r.val_bpb)) AS sumsq"
+        " FROM experiments e JOIN results r ON r.experiment_id = e.id"
+        " WHERE e.status = 'succeeded' GROUP BY 1, 2, 3, 4)"
+        " SELECT count(*) FROM g LEFT JOIN configs c ON c.dataset = g.d AND c.budget_kind = g.k"
+        " AND c.budget = g.b AND c.config_hash = g.h"
+        " WHERE c.n IS NOT g.n OR c.first_id IS NOT g.first_id OR abs(c.mean - g.mean) > 1e-12"
+        " OR c.best IS NOT g.best OR abs(c.sumsq - g.sumsq) > 1e-9";
+    cr_expect_eq(raw_int(db, regroup), 0, "configs rows that differ from a regrouping");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM configs"),
+                 raw_int(db, "SELECT count(DISTINCT dataset || config_hash) FROM experiments"
+                             " WHERE status = 'succeeded'"),
+                 "one configs row per succeeded configuration");
+    cr_expect_gt(raw_int(db, "SELECT count(*) FROM experiments WHERE status = 'failed'"), 0);
+    sqlite3_close(db);
+}
