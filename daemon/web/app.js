@@ -328,7 +328,7 @@
     { key: "window_pattern", label: "windows", narrow: true },
     { key: "ve_layers", label: "ve layers", narrow: true },
     { key: "seq_len", label: "seq", num: true, narrow: true },
-    { key: "seed", label: "seed", num: true, narrow: true },
+    { key: "n_seeds", label: "seeds", num: true, narrow: true },
     { key: "dataset", label: "dataset", narrow: true },
     { key: "time_budget_s", label: "budget s", num: true, narrow: true }
   ];
