@@ -60,6 +60,7 @@ enum {
     ST_BEST_IN,
     ST_LAST_SCOPE,
     ST_COMMON_BUDGET,
+    ST_COMMON_BUDGET_ANY,
     ST_NOISE,
     ST_PRUNE_LOSSES,
     ST_RUN_LOSS,
@@ -174,15 +175,19 @@ static const char *const stmt_sql[ST_COUNT] = {
                       " ORDER BY finished DESC, id DESC LIMIT 1",
     /* The budget of dataset ?1 with the most succeeded runs, then the most
      * runs, then the most recent. */
-    [ST_COMMON_BUDGET] = "SELECT budget_kind, budget FROM experiments WHERE dataset = ?1"
-                         " GROUP BY budget_kind, budget ORDER BY sum(status = 'succeeded') DESC,"
-                         " count(*) DESC, max(id) DESC LIMIT 1",
-    /* Pooled within-configuration variance: over configurations with at least
-     * two succeeded seeds, the sum of squared deviations from each one's mean
-     * (from configs' sums, schema 008) and the degrees of freedom (sum of n - 1). */
-    [ST_NOISE] = "SELECT count(*), ifnull(sum(n), 0), ifnull(sum(n - 1), 0),"
-                 " ifnull(sum(max(0.0, sumsq - sum * sum / n)), 0) FROM configs"
-                 " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3 AND n >= 2",
+    [ST_COMMON_BUDGET] = "SELECT budget_kind, budget FROM scopes WHERE dataset = ?1"
+                         " ORDER BY succeeded DESC, last_finished DESC LIMIT 1",
+    /* Dataset ?1 without a succeeded run: the budget with the most runs, then
+     * the most recent. */
+    [ST_COMMON_BUDGET_ANY] = "SELECT budget_kind, budget FROM experiments WHERE dataset = ?1"
+                             " GROUP BY budget_kind, budget ORDER BY count(*) DESC, max(id) DESC"
+                             " LIMIT 1",
+    /* Pooled within-configuration variance over the configurations with at
+     * least two succeeded seeds, kept per scope (schema 008): their count,
+     * runs, degrees of freedom (sum of n - 1) and squared deviations from
+     * their means. */
+    [ST_NOISE] = "SELECT configs2, runs2, df, ss FROM scopes"
+                 " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3",
     /* For pruning: the mean training loss of each of the last ?6 succeeded
      * runs in the scope over the progress window [?4 - ?5, ?4], best first. */
     [ST_PRUNE_LOSSES] = "SELECT avg(m.loss) AS loss FROM metrics m WHERE m.experiment_id IN"
@@ -1016,16 +1021,22 @@ int store_default_scope(store_t *s, const char *dataset, store_scope_t *sc, char
              dataset && *dataset ? dataset : STORE_DEFAULT_DATASET);
     snprintf(sc->budget_kind, sizeof sc->budget_kind, "time");
     sc->budget = STORE_DEFAULT_BUDGET_S;
-    sqlite3_stmt *st = s->st[ST_COMMON_BUDGET];
-    bind_text(st, 1, sc->dataset);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0)) {
-        snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s",
-                 (const char *)sqlite3_column_text(st, 0));
-        sc->budget = sqlite3_column_double(st, 1);
+    /* the budget with the most succeeded runs (one row of scopes), else, while
+     * nothing has succeeded on the dataset, the one with the most runs */
+    for (int k = ST_COMMON_BUDGET; k <= ST_COMMON_BUDGET_ANY; k++) {
+        sqlite3_stmt *st = s->st[k];
+        bind_text(st, 1, sc->dataset);
+        int rc = sqlite3_step(st);
+        int found = rc == SQLITE_ROW && sqlite3_column_text(st, 0);
+        if (found) {
+            snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s",
+                     (const char *)sqlite3_column_text(st, 0));
+            sc->budget = sqlite3_column_double(st, 1);
+        }
+        reset(st);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "scope");
+        if (found) break;
     }
-    reset(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "scope");
     return 0;
 }
 
@@ -1104,14 +1115,16 @@ cJSON *store_noise(store_t *s, const store_scope_t *sc, char *err, size_t errlen
     sqlite3_stmt *st = s->st[ST_NOISE];
     bind_scope(st, sc);
     int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
         fail_db(s->db, err, errlen, "noise");
         reset(st);
         return NULL;
     }
-    int64_t configs = sqlite3_column_int64(st, 0), runs = sqlite3_column_int64(st, 1);
-    int64_t df = sqlite3_column_int64(st, 2);
-    double ss = sqlite3_column_double(st, 3);
+    /* no row: nothing has succeeded in the scope yet */
+    int64_t configs = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    int64_t runs = rc == SQLITE_ROW ? sqlite3_column_int64(st, 1) : 0;
+    int64_t df = rc == SQLITE_ROW ? sqlite3_column_int64(st, 2) : 0;
+    double ss = rc == SQLITE_ROW ? sqlite3_column_double(st, 3) : 0;
     reset(st);
     cJSON *o = cJSON_CreateObject();
     int ok = o && cJSON_AddStringToObject(o, "dataset", sc->dataset) &&

@@ -1180,5 +1180,21 @@ Test(store, the_config_summary_equals_a_regrouping_from_scratch) {
                              " WHERE status = 'succeeded'"),
                  "one configs row per succeeded configuration");
     cr_expect_gt(raw_int(db, "SELECT count(*) FROM experiments WHERE status = 'failed'"), 0);
+    /* and scopes, the per-scope sums behind the default budget and the noise */
+    const char *rescope =
+        "WITH g AS (SELECT e.dataset AS d, e.budget_kind AS k, e.budget AS b, count(*) AS n,"
+        " sum(r.val_bpb) AS s, sum(r.val_bpb * r.val_bpb) AS q"
+        " FROM experiments e JOIN results r ON r.experiment_id = e.id"
+        " WHERE e.status = 'succeeded' GROUP BY e.dataset, e.budget_kind, e.budget,"
+        " e.config_hash),"
+        " h AS (SELECT d, k, b, sum(n) AS succeeded, sum(n >= 2) AS configs2,"
+        " sum(CASE WHEN n >= 2 THEN n ELSE 0 END) AS runs2,"
+        " sum(CASE WHEN n >= 2 THEN n - 1 ELSE 0 END) AS df,"
+        " sum(CASE WHEN n >= 2 THEN q - s * s / n ELSE 0 END) AS ss FROM g GROUP BY d, k, b)"
+        " SELECT count(*) FROM h LEFT JOIN scopes c ON c.dataset = h.d AND c.budget_kind = h.k"
+        " AND c.budget = h.b WHERE c.succeeded IS NOT h.succeeded OR c.configs2 IS NOT h.configs2"
+        " OR c.runs2 IS NOT h.runs2 OR c.df IS NOT h.df OR abs(c.ss - h.ss) > 1e-9";
+    cr_expect_eq(raw_int(db, rescope), 0, "scopes rows that differ from a regrouping");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM scopes"), 2);
     sqlite3_close(db);
 }
