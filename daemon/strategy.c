@@ -110,6 +110,7 @@ int strategy_identity(const spec_t *sp, char out[65]) {
     bare.n_tags = 0;
     bare.priority = 0;
     bare.parent = 0;
+    bare.prune = true; /* whether the daemon may prune a run is not part of what it is */
     size_t len = 0;
     m->ve_layers[len++] = '[';
     for (int i = 0, first = 1; i < m->depth; i++) {
@@ -609,6 +610,9 @@ static void propose_baseline(strategy_t *s, cJSON *reply, const char *why) {
     }
     if (!has_agent && n < SPEC_MAX_TAGS) tags[n++] = "agent";
     b.parent = 0;
+    /* Runs that measure noise are never pruned: a prune on one early loss
+     * reading would drop the very spread they are there to measure. */
+    b.prune = false;
     /* Its noise first: noise_seeds runs, seeds seed .. seed + k - 1. */
     int k = s->o.noise_seeds > 0 ? s->o.noise_seeds : 1, proposed = 0;
     if (set_label(&b, s->baseline.name ? s->baseline.name : "baseline", tags, n) == 0)
@@ -701,6 +705,7 @@ static int propose_rerun(strategy_t *s, config_t *c, int64_t id, const spec_t *s
                  (unsigned long long)r.seed);
         r.parent = id;
         r.priority = 0;
+        r.prune = false; /* it measures the configuration's seed noise (see propose_baseline) */
         int rc = set_label(&r, name, tags, 2);
         if (rc == 0) rc = propose(s, &r, reply);
         if (rc == 0) {
