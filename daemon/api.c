@@ -131,7 +131,8 @@ static int check_fits(const api_t *a, const spec_t *s, char *err, size_t errlen)
 
 /* Parse and check one submitted spec: the spec parser's rules, plus what
  * only the daemon knows (the dataset and the parent exist, and the run fits
- * in a worker's memory: -2 when it does not). On success s holds
+ * in a worker's memory: NS_ERR_DOES_NOT_FIT when it does not; -1 for any
+ * other failure). On success s holds
  * the parsed spec (release with spec_free). */
 static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, size_t errlen) {
     if (!cJSON_IsObject(spec_json)) {
@@ -152,12 +153,12 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, si
         goto fail;
     }
     if (s->parent > 0) {
-        int not_found = 0;
         char serr[256];
-        cJSON *p = store_get(a->store, s->parent, 0, &not_found, serr, sizeof serr);
+        cJSON *p = NULL;
+        rc = store_get(a->store, s->parent, 0, &p, serr, sizeof serr);
         cJSON_Delete(p);
-        if (!p) {
-            if (not_found)
+        if (rc < 0) {
+            if (rc == NS_ERR_NOT_FOUND)
                 snprintf(err, errlen, "parent: experiment %lld does not exist",
                          (long long)s->parent);
             else
@@ -167,7 +168,7 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, si
     }
     if (check_fits(a, s, err, errlen) < 0) {
         spec_free(s);
-        return -2;
+        return NS_ERR_DOES_NOT_FIT;
     }
     return 0;
 fail:
@@ -239,8 +240,7 @@ static int authorized(const api_t *a, const http_request_t *req) {
 static cJSON *submission_item(api_t *a, int64_t id, int duplicate) {
     cJSON *o = cJSON_CreateObject(), *existing = NULL;
     char err[256];
-    int not_found = 0;
-    if (duplicate) existing = store_get(a->store, id, 0, &not_found, err, sizeof err);
+    if (duplicate) store_get(a->store, id, 0, &existing, err, sizeof err);
     const char *status = cJSON_GetStringValue(cJSON_GetObjectItem(existing, "status"));
     cJSON_AddNumberToObject(o, "id", (double)id);
     cJSON_AddStringToObject(o, "status", status ? status : "queued");
@@ -311,7 +311,7 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
             spec_free(&s);
         }
         int bad = rc < 0;
-        if (rc == -2) {
+        if (rc == NS_ERR_DOES_NOT_FIT) {
             if (is_array)
                 http_error(res, 422, "does_not_fit", "[%d]: %s", i, err);
             else
@@ -446,10 +446,10 @@ static void get_experiments(api_t *a, const http_request_t *req, http_response_t
 
 static void get_experiment(api_t *a, int64_t id, http_response_t *res) {
     char err[256];
-    int not_found = 0;
-    cJSON *o = store_get(a->store, id, MAX_METRICS_SHOWN, &not_found, err, sizeof err);
-    if (!o) {
-        if (not_found)
+    cJSON *o = NULL;
+    int rc = store_get(a->store, id, MAX_METRICS_SHOWN, &o, err, sizeof err);
+    if (rc < 0) {
+        if (rc == NS_ERR_NOT_FOUND)
             http_error(res, 404, "not_found", "no experiment %lld", (long long)id);
         else
             reply_store_error(res, err);
@@ -513,7 +513,7 @@ static void post_cancel(api_t *a, int64_t id, http_response_t *res) {
         return;
     }
     cJSON_Delete(o);
-    if (rc < 0 && strstr(err, "not found"))
+    if (rc == NS_ERR_NOT_FOUND)
         http_error(res, 404, "not_found", "no experiment %lld", (long long)id);
     else if (rc < 0)
         reply_store_error(res, err);

@@ -203,8 +203,8 @@ static cJSON *best_json(hook_t *h) {
 static cJSON *experiment_json(hook_t *h, int64_t id) {
     static const char *const keys[] = {"id", "name", "status", "reason", "spec", "result", NULL};
     char err[256];
-    cJSON *e = store_get(h->api->store, id, 0, NULL, err, sizeof err);
-    if (!e) {
+    cJSON *e = NULL;
+    if (store_get(h->api->store, id, 0, &e, err, sizeof err) < 0) {
         log_error("hook: experiment %lld: %s", (long long)id, err);
         return NULL;
     }

@@ -667,6 +667,7 @@ fail:
 int spec_load(const char *path, spec_t *s, char *err, size_t errlen) {
     char *buf = NULL;
     FILE *f = NULL;
+    int code = NS_ERR_IO;
     spec_defaults(s);
     if (!(f = fopen(path, "rb"))) {
         fail(err, errlen, path, "%s", strerror(errno));
@@ -675,6 +676,7 @@ int spec_load(const char *path, spec_t *s, char *err, size_t errlen) {
     /* One byte more than the limit tells "too large" from "exactly at it". */
     if (!(buf = malloc(SPEC_MAX_TEXT + 1))) {
         fail(err, errlen, path, "out of memory");
+        code = NS_ERR_NOMEM;
         goto fail;
     }
     size_t n = fread(buf, 1, SPEC_MAX_TEXT + 1, f);
@@ -694,7 +696,7 @@ int spec_load(const char *path, spec_t *s, char *err, size_t errlen) {
 fail:
     if (f) fclose(f);
     free(buf);
-    return -1;
+    return code;
 }
 
 /* ----------------------------------------------------------- validation -- */

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util.h"
+
 #define SPEC_MAX_DEPTH   64
 #define SPEC_MAX_TAGS    32
 #define SPEC_ERR_LEN     256
@@ -108,7 +110,10 @@ void spec_defaults(spec_t *s);
  * divide n_embd 128"). On failure s holds nothing that needs freeing. */
 int spec_parse(const char *json, size_t len, spec_t *s, char *err, size_t errlen);
 
-/* Read and parse a spec file. Same contract as spec_parse. */
+/* Read and parse a spec file. Same contract as spec_parse, except when the
+ * file itself cannot be read (missing, unreadable, larger than
+ * SPEC_MAX_TEXT): then NS_ERR_IO (NS_ERR_NOMEM when out of memory) with
+ * "file: reason" in err. */
 int spec_load(const char *path, spec_t *s, char *err, size_t errlen);
 
 /* Validate cross-field rules and derive window/has_ve/head_dim/mlp_hidden.

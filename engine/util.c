@@ -13,6 +13,26 @@
 #include <time.h>
 #include <unistd.h>
 
+const char *ns_strerror(int code) {
+    switch ((ns_err_t)code) {
+    case NS_OK:
+        return "ok";
+    case NS_ERR_INVALID:
+        return "invalid";
+    case NS_ERR_NOT_FOUND:
+        return "not found";
+    case NS_ERR_NOMEM:
+        return "out of memory";
+    case NS_ERR_IO:
+        return "i/o error";
+    case NS_ERR_CONFLICT:
+        return "conflict";
+    case NS_ERR_DOES_NOT_FIT:
+        return "does not fit";
+    }
+    return "unknown error";
+}
+
 double util_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -4,6 +4,23 @@
 
 #include <stddef.h>
 
+/* The error codes a function returns beside the message it writes into its
+ * caller's buffer. Callers decide (an HTTP status, an exit code, a retry) by
+ * the code, never by the message's text. 0 and -1 keep their old meaning:
+ * success, and a failure without a more specific kind. */
+typedef enum {
+    NS_OK = 0,
+    NS_ERR_INVALID = -1,     /* bad input or any failure without its own code */
+    NS_ERR_NOT_FOUND = -2,   /* the named thing does not exist */
+    NS_ERR_NOMEM = -3,       /* an allocation failed */
+    NS_ERR_IO = -4,          /* a file, socket or database operation failed */
+    NS_ERR_CONFLICT = -5,    /* the request clashes with what exists */
+    NS_ERR_DOES_NOT_FIT = -6 /* the work needs more than the machine has */
+} ns_err_t;
+
+/* A short fixed description of code ("not found"); never NULL. */
+const char *ns_strerror(int code);
+
 /* Monotonic seconds. */
 double util_now(void);
 
