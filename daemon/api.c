@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,33 +47,6 @@ static void reply_store_error(http_response_t *res, const char *err) {
 }
 
 /* -------------------------------------------------------------- submission */
-
-static int sha256_hex(const char *text, char out[65]) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    if (!EVP_Digest(text, strlen(text), md, &len, EVP_sha256(), NULL)) return -1;
-    for (unsigned int i = 0; i < len; i++) sprintf(out + 2 * i, "%02x", md[i]);
-    return 0;
-}
-
-/* The identity of an experiment for dedup: its canonical spec without the
- * fields that describe it rather than define it (name, tags, priority, parent). */
-static int spec_identity_hash(const spec_t *s, char out[65]) {
-    spec_t bare;
-    if (spec_copy(&bare, s) < 0) return -1;
-    free(bare.name);
-    bare.name = NULL;
-    for (int i = 0; i < bare.n_tags; i++) free(bare.tags[i]);
-    bare.n_tags = 0;
-    bare.priority = 0;
-    bare.parent = 0;
-    bare.prune = true; /* whether a run may be pruned does not change what it is */
-    char *canon = spec_canonical_json(&bare);
-    int rc = canon ? sha256_hex(canon, out) : -1;
-    free(canon);
-    spec_free(&bare);
-    return rc;
-}
 
 static int dataset_exists(const api_t *a, const char *name) {
     char path[PATH_MAX];
@@ -135,17 +107,7 @@ static int check_fits(const api_t *a, const spec_t *s, char *err, size_t errlen)
  * other failure). On success s holds
  * the parsed spec (release with spec_free). */
 static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, size_t errlen) {
-    if (!cJSON_IsObject(spec_json)) {
-        snprintf(err, errlen, "spec: expected a JSON object");
-        return -1;
-    }
-    char *text = cJSON_PrintUnformatted(spec_json);
-    if (!text) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = spec_parse(text, strlen(text), s, err, errlen);
-    free(text);
+    int rc = spec_from_json(spec_json, s, err, errlen);
     if (rc < 0) return -1;
     if (!dataset_exists(a, s->dataset)) {
         snprintf(err, errlen, "dataset: no dataset named '%s' (prepare it with nightshift prep)",
@@ -179,7 +141,7 @@ fail:
 int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, int64_t *id,
                int *duplicate, char *err, size_t errlen) {
     spec_t s;
-    char hash[65], serr[256];
+    char hash[SPEC_HASH_HEX], serr[256];
     char *canon = NULL, *tags = NULL;
     int rc = -1;
     if (check_spec(a, spec_json, &s, err, errlen) < 0) return -1;
@@ -188,7 +150,7 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     for (int i = 0; i < s.n_tags; i++) cJSON_AddItemToArray(tag_arr, cJSON_CreateString(s.tags[i]));
     tags = cJSON_PrintUnformatted(tag_arr);
     cJSON_Delete(tag_arr);
-    if (!canon || !tags || spec_identity_hash(&s, hash) < 0) {
+    if (!canon || !tags || spec_identity(&s, hash) < 0) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
@@ -257,11 +219,7 @@ static int query_int(const http_request_t *req, http_response_t *res, const char
 static cJSON *with_seed_offset(const cJSON *spec, int k) {
     spec_t s;
     char err[SPEC_ERR_LEN];
-    char *text = cJSON_PrintUnformatted(spec);
-    if (!text) return NULL;
-    int rc = spec_parse(text, strlen(text), &s, err, sizeof err);
-    free(text);
-    if (rc < 0) return NULL;
+    if (spec_from_json(spec, &s, err, sizeof err) < 0) return NULL;
     double seed = (double)s.seed + k;
     spec_free(&s);
     cJSON *copy = cJSON_Duplicate(spec, 1);

@@ -32,8 +32,6 @@
 
 #include <cJSON.h>
 #include <curl/curl.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +43,8 @@
 #include "sched.h"
 #include "spec.h"
 #include "store.h"
+#include "util.h"
+#include "webhook.h"
 
 #define MAX_IN_FLIGHT    4         /* concurrent transfers; more events wait in the FIFO */
 #define MAX_REPLY_BYTES  (1 << 20) /* a bigger 2xx reply is malformed */
@@ -148,11 +148,7 @@ static char *printable_prefix(const char *text, size_t len, size_t max) {
         while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
     char *out = malloc(n + 1);
     if (!out) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)text[i];
-        out[i] = (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f ? '?' : (char)c;
-    }
-    out[n] = '\0';
+    util_clean_text(out, text, n, UTIL_CTRL_KEEP_WS);
     return out;
 }
 
@@ -565,24 +561,10 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *user) {
 
 /* The headers of one attempt: the signature covers this attempt's timestamp. */
 static struct curl_slist *signed_headers(hook_t *h, event_t *ev) {
-    char ts[32], line[160];
-    unsigned char mac[EVP_MAX_MD_SIZE], b64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
-    unsigned int mac_len = 0;
+    char ts[32], line[160], sig[WEBHOOK_SIG_LEN + 1];
     snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
-    size_t id_len = strlen(ev->id), ts_len = strlen(ts);
-    size_t msg_len = id_len + 1 + ts_len + 1 + ev->body_len;
-    unsigned char *msg = malloc(msg_len);
-    if (!msg) return NULL;
-    memcpy(msg, ev->id, id_len);
-    msg[id_len] = '.';
-    memcpy(msg + id_len + 1, ts, ts_len);
-    msg[id_len + 1 + ts_len] = '.';
-    memcpy(msg + id_len + ts_len + 2, ev->body, ev->body_len);
-    int ok =
-        HMAC(EVP_sha256(), h->secret, (int)strlen(h->secret), msg, msg_len, mac, &mac_len) != NULL;
-    free(msg);
-    if (!ok) return NULL;
-    EVP_EncodeBlock(b64, mac, (int)mac_len);
+    if (webhook_sign(h->secret, strlen(h->secret), ev->id, ts, ev->body, ev->body_len, sig) < 0)
+        return NULL;
 
     struct curl_slist *list = NULL, *t;
     const char *fixed[] = {"Content-Type: application/json", "Expect:", NULL};
@@ -596,7 +578,7 @@ static struct curl_slist *signed_headers(hook_t *h, event_t *ev) {
     snprintf(line, sizeof line, "webhook-timestamp: %s", ts);
     if (!(t = curl_slist_append(list, line))) goto fail;
     list = t;
-    snprintf(line, sizeof line, "webhook-signature: v1,%s", (const char *)b64);
+    snprintf(line, sizeof line, "webhook-signature: %s", sig);
     if (!(t = curl_slist_append(list, line))) goto fail;
     return t;
 fail:

@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -123,15 +122,7 @@ int strategy_identity(const spec_t *sp, char out[65]) {
     m->window_pattern[m->depth] = '\0';
     if (m->pos == POS_ROPE) m->max_pos = m->seq_len; /* unused without a position table */
 
-    char *canon = spec_canonical_json(&bare);
-    if (!canon) return -1;
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    int ok = EVP_Digest(canon, strlen(canon), md, &n, EVP_sha256(), NULL);
-    free(canon);
-    if (!ok || n != 32) return -1;
-    for (unsigned int i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
-    return 0;
+    return spec_hash(&bare, out) < 0 ? -1 : 0;
 }
 
 static int ident_cmp(const void *a, const void *b) {
@@ -736,14 +727,7 @@ static int payload_spec(const cJSON *j, spec_t *out, char *err, size_t errlen) {
         snprintf(err, errlen, "spec: not a JSON object");
         return -1;
     }
-    char *text = cJSON_PrintUnformatted(j);
-    if (!text) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = spec_parse(text, strlen(text), out, err, errlen);
-    free(text);
-    return rc;
+    return spec_from_json(j, out, err, errlen);
 }
 
 static int64_t payload_id(const cJSON *obj) {

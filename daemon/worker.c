@@ -36,6 +36,7 @@
 #include "worker.h"
 
 #include "executor.h"
+#include "util.h"
 
 extern char **environ;
 
@@ -370,7 +371,7 @@ static void stderr_excerpt(const worker_t *w, char *out, size_t outlen) {
         if (*p == '\n') {
             piece = " | ";
             while (i + len < n && isspace((unsigned char)t[i + len])) len++;
-        } else if (*p < 0x20 || *p == 0x7f) {
+        } else if (util_is_control(p, 1, 0)) {
             piece = *p == '\t' || *p == '\r' ? " " : "?";
         } else if ((len = utf8_len(p, n - i)) == 0) {
             piece = "?";

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1170,4 +1171,45 @@ char *spec_canonical_json(const spec_t *s) {
 fail:
     cJSON_Delete(root);
     return out;
+}
+
+/* ------------------------------------------------------------- identity -- */
+
+int spec_from_json(const cJSON *j, spec_t *s, char *err, size_t errlen) {
+    if (!cJSON_IsObject(j)) {
+        spec_defaults(s);
+        return fail(err, errlen, "spec", "expected a JSON object");
+    }
+    char *text = cJSON_PrintUnformatted(j);
+    if (!text) {
+        spec_defaults(s);
+        fail(err, errlen, "spec", "out of memory");
+        return NS_ERR_NOMEM;
+    }
+    int rc = spec_parse(text, strlen(text), s, err, errlen);
+    free(text);
+    return rc;
+}
+
+int spec_hash(const spec_t *s, char out[SPEC_HASH_HEX]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    char *canon = spec_canonical_json(s);
+    if (!canon) return NS_ERR_NOMEM;
+    int ok = EVP_Digest(canon, strlen(canon), md, &n, EVP_sha256(), NULL);
+    free(canon);
+    if (!ok || n != 32) return -1;
+    for (unsigned int i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+    return 0;
+}
+
+int spec_identity(const spec_t *s, char out[SPEC_HASH_HEX]) {
+    /* A shallow copy: spec_hash only prints it. */
+    spec_t bare = *s;
+    bare.name = NULL;
+    bare.n_tags = 0;
+    bare.priority = 0;
+    bare.parent = 0;
+    bare.prune = true; /* whether a run may be pruned does not change what it is */
+    return spec_hash(&bare, out);
 }

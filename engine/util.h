@@ -48,4 +48,19 @@ int util_mkdirs(const char *path, char *err, size_t errlen);
 /* Peak resident set size of this process, MiB. */
 double util_peak_rss_mb(void);
 
+/* What util_is_control counts besides C0 controls and DEL. */
+#define UTIL_CTRL_KEEP_WS 1u /* \t \n \r are not control characters */
+#define UTIL_CTRL_C1      2u /* U+0080..U+009F (UTF-8 c2 80..c2 9f) are */
+
+/* The one rule for text from outside (specs, workers, replies) before it
+ * reaches a log line or a terminal: is the character at p, a UTF-8 sequence
+ * of len bytes (1 for a lone byte), a control character? */
+int util_is_control(const unsigned char *p, size_t len, unsigned flags);
+
+/* Copy len bytes of src into dst (at least len + 1 bytes; dst may be src),
+ * NUL-terminated, with each control character (util_is_control with flags)
+ * made '?': byte by byte, except that with UTIL_CTRL_C1 a C1 character's two
+ * bytes become one '?'. Returns the bytes written before the NUL. */
+size_t util_clean_text(char *dst, const char *src, size_t len, unsigned flags);
+
 #endif
