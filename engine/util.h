@@ -1,4 +1,5 @@
-/* util.h - small file and clock helpers shared by the engine's commands. */
+/* util.h - small helpers shared by every program in the binary: error
+ * codes, files, the clock, and the control-character rule. */
 #ifndef NIGHTSHIFT_UTIL_H
 #define NIGHTSHIFT_UTIL_H
 
