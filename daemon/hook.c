@@ -2,13 +2,10 @@
  * signed, POSTed with libcurl multi on the daemon's libuv loop, retried with
  * backoff, every attempt recorded; the agent's reply queued as proposals.
  *
- * libcurl runs in its multi-socket mode, the pattern of curl's multi-uv.c
- * example: curl says which sockets to watch (socket_cb: one uv_poll per
- * socket) and when to wake it (timer_cb: one uv_timer). curl_multi_socket_action
- * is called from the poll and timer callbacks of libuv, never from inside
- * curl's own callbacks, and finished transfers are collected with
- * curl_multi_info_read after each call. Nothing here blocks the loop: name
- * resolution is curl's threaded resolver, and every wait is a libuv handle.
+ * libcurl runs in its multi-socket mode on the loop (curl_uv.h); finished
+ * transfers are collected with curl_multi_info_read after each socket action.
+ * Nothing here blocks the loop: name resolution is curl's threaded resolver,
+ * and every wait is a libuv handle.
  *
  * The outbox: every event is a row of the events table (events.h) before it
  * is sent: experiment.finished rows are written by the store's trigger with
@@ -25,8 +22,8 @@
  *
  * Ownership: the hook owns its events. An event owns its payload, its easy
  * handle and header list while a transfer runs, its reply buffer and its
- * retry timer; it is freed only in that timer's close callback. A socket's
- * poll handle is freed in its close callback. hook_close closes everything
+ * retry timer; it is freed only in that timer's close callback. hook_close
+ * closes everything
  * and frees the hook when the last of its handles has closed. */
 #include "hook.h"
 
@@ -38,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "curl_uv.h"
 #include "events.h"
 #include "log.h"
 #include "sched.h"
@@ -86,15 +84,6 @@ struct event {
     event_t *prev, *next; /* every live event */
 };
 
-/* One socket curl asked us to watch; freed in its poll handle's close callback. */
-typedef struct sock sock_t;
-struct sock {
-    uv_poll_t poll;
-    curl_socket_t fd;
-    hook_t *h;
-    sock_t *prev, *next;
-};
-
 struct hook {
     uv_loop_t *loop;
     api_t *api;
@@ -103,12 +92,11 @@ struct hook {
     double timeout_s, idle_resend_s, backoff_base_s;
     CURLM *multi;
     int curl_inited;
-    uv_timer_t curl_timer; /* curl's wake-up (CURLMOPT_TIMERFUNCTION) */
+    curl_uv_t *curl;       /* the multi on the loop; multi is its handle */
     uv_timer_t idle_timer; /* queue.empty re-sends while idle */
     cJSON *defaults;       /* the spec with every default, sent in each payload */
     event_t *events;       /* every live event */
     event_t *wait_head, *wait_tail;
-    sock_t *socks;
     int in_flight;
     int empty_pending;                      /* live queue.empty events */
     uint64_t rejected_at[REJECTED_PER_MIN]; /* uv_now (ms) of the last sends, a ring */
@@ -116,7 +104,7 @@ struct hook {
     double proposals_per_min;    /* the bucket's size and refill rate; <= 0: no limit */
     double proposal_tokens;      /* proposals that may be accepted now */
     uint64_t proposal_refill_ms; /* uv_now at the last refill */
-    int closing, cleaning;
+    int closing;
     int open_handles; /* initialised handles whose close callback has not run */
     void (*done)(void *arg);
     void *done_arg;
@@ -263,6 +251,10 @@ static void hook_release(hook_t *h) {
 
 static void timer_closed_cb(uv_handle_t *handle) {
     hook_release(handle->data);
+}
+
+static void curl_closed(void *arg) {
+    hook_release(arg);
 }
 
 static void event_closed_cb(uv_handle_t *handle) {
@@ -721,7 +713,9 @@ static void start_transfers(hook_t *h) {
 
 /* ------------------------------------------------------- curl on the loop */
 
-static void check_multi_info(hook_t *h) {
+/* curl_uv's progress callback. */
+static void check_multi_info(void *arg) {
+    hook_t *h = arg;
     CURLMsg *msg;
     int left;
     while ((msg = curl_multi_info_read(h->multi, &left))) {
@@ -732,89 +726,6 @@ static void check_multi_info(hook_t *h) {
         transfer_done(h, (event_t *)priv, res);
     }
     start_transfers(h);
-}
-
-static void curl_timeout_cb(uv_timer_t *t) {
-    hook_t *h = t->data;
-    int running;
-    curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    check_multi_info(h);
-}
-
-/* CURLMOPT_TIMERFUNCTION: only (re)arms the uv timer. */
-static int timer_cb(CURLM *multi, long timeout_ms, void *user) {
-    hook_t *h = user;
-    (void)multi;
-    if (timeout_ms < 0)
-        uv_timer_stop(&h->curl_timer);
-    else if (!h->closing)
-        uv_timer_start(&h->curl_timer, curl_timeout_cb, (uint64_t)timeout_ms, 0);
-    return 0;
-}
-
-static void poll_cb(uv_poll_t *p, int status, int events) {
-    sock_t *sk = p->data;
-    hook_t *h = sk->h;
-    int flags = 0, running;
-    if (status < 0)
-        flags = CURL_CSELECT_ERR;
-    else {
-        if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
-        if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
-    }
-    curl_multi_socket_action(h->multi, sk->fd, flags, &running);
-    check_multi_info(h);
-}
-
-static void sock_closed_cb(uv_handle_t *handle) {
-    sock_t *sk = handle->data;
-    hook_t *h = sk->h;
-    free(sk);
-    hook_release(h);
-}
-
-static void sock_close(hook_t *h, sock_t *sk) {
-    if (sk->prev)
-        sk->prev->next = sk->next;
-    else
-        h->socks = sk->next;
-    if (sk->next) sk->next->prev = sk->prev;
-    uv_close((uv_handle_t *)&sk->poll, sock_closed_cb);
-}
-
-/* CURLMOPT_SOCKETFUNCTION: watch fd for what curl wants, or stop watching it. */
-static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *user, void *sockp) {
-    hook_t *h = user;
-    sock_t *sk = sockp;
-    (void)easy;
-    if (what == CURL_POLL_REMOVE) {
-        if (sk) {
-            sock_close(h, sk);
-            if (!h->cleaning) curl_multi_assign(h->multi, fd, NULL);
-        }
-        return 0;
-    }
-    if (!sk) {
-        sk = calloc(1, sizeof *sk);
-        if (!sk) return -1;
-        if (uv_poll_init_socket(h->loop, &sk->poll, fd) < 0) {
-            free(sk);
-            return -1;
-        }
-        sk->poll.data = sk;
-        sk->fd = fd;
-        sk->h = h;
-        sk->next = h->socks;
-        if (h->socks) h->socks->prev = sk;
-        h->socks = sk;
-        h->open_handles++;
-        curl_multi_assign(h->multi, fd, sk);
-    }
-    int events = 0;
-    if (what & CURL_POLL_IN) events |= UV_READABLE;
-    if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
-    uv_poll_start(&sk->poll, events, poll_cb);
-    return 0;
 }
 
 /* ------------------------------------------------------------------ public */
@@ -921,16 +832,12 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
     h->url = strdup(o->url);
     h->secret = strdup(o->secret);
     h->defaults = spec_defaults_json();
-    h->multi = curl_multi_init();
-    if (!h->url || !h->secret || !h->defaults || !h->multi) goto oom;
-    curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
-    curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
-    curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-    curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
-    uv_timer_init(loop, &h->curl_timer);
+    if (!h->url || !h->secret || !h->defaults) goto oom;
+    if (!(h->curl = curl_uv_new(loop, check_multi_info, h))) goto oom;
+    h->multi = curl_uv_multi(h->curl);
     uv_timer_init(loop, &h->idle_timer);
-    h->curl_timer.data = h->idle_timer.data = h;
-    h->open_handles = 2;
+    h->idle_timer.data = h;
+    h->open_handles = 2; /* the idle timer and the curl_uv */
     log_info("hook: events go to %s (at most %d attempts, %.0f s timeout)", h->url, h->max_attempts,
              h->timeout_s);
     /* What the last run left undelivered goes first. */
@@ -948,7 +855,6 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
 oom:
     snprintf(err, errlen, "hook: out of memory");
     if (h) {
-        if (h->multi) curl_multi_cleanup(h->multi);
         cJSON_Delete(h->defaults);
         free(h->url);
         free(h->secret);
@@ -1011,10 +917,8 @@ void hook_close(hook_t *h, void (*done)(void *arg), void *arg) {
         log_warn("hook: shutting down: %d undelivered event%s stay%s in the outbox and will be "
                  "sent at the next start",
                  pending, pending == 1 ? "" : "s", pending == 1 ? "s" : "");
-    h->cleaning = 1;
-    curl_multi_cleanup(h->multi);
+    curl_uv_close(h->curl, curl_closed, h);
+    h->curl = NULL;
     h->multi = NULL;
-    while (h->socks) sock_close(h, h->socks);
-    uv_close((uv_handle_t *)&h->curl_timer, timer_closed_cb);
     uv_close((uv_handle_t *)&h->idle_timer, timer_closed_cb);
 }
