@@ -800,9 +800,10 @@ int store_cancel_queued(store_t *s, int64_t id, char *err, size_t errlen) {
     st = s->st[ST_STATUS_OF];
     sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st), out = 0;
-    if (rc == SQLITE_DONE)
-        out = fail(err, errlen, "store: experiment %lld not found", (long long)id);
-    else if (rc != SQLITE_ROW)
+    if (rc == SQLITE_DONE) {
+        fail(err, errlen, "store: experiment %lld not found", (long long)id);
+        out = NS_ERR_NOT_FOUND;
+    } else if (rc != SQLITE_ROW)
         out = fail_db(s->db, err, errlen, "cancel");
     reset(st);
     return out;
@@ -900,16 +901,18 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const cha
     return rows_array(s, st, "list", err, errlen);
 }
 
-/* The experiment row with its spec and result (or null); the caller owns it.
- * NULL with err (and *not_found = 1 for an unknown id) on failure. */
-static cJSON *experiment_object(store_t *s, int64_t id, int *not_found, char *err, size_t errlen) {
+/* The experiment row with its spec and result (or null) into *out; the
+ * caller owns it. Returns 0 or a store_get error code with err. */
+static int experiment_object(store_t *s, int64_t id, cJSON **out, char *err, size_t errlen) {
     cJSON *o = NULL, *res = NULL;
+    int code = NS_ERR_IO;
     sqlite3_stmt *st = s->st[ST_GET];
+    *out = NULL;
     sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_DONE) {
-        if (not_found) *not_found = 1;
         fail(err, errlen, "experiment %lld not found", (long long)id);
+        code = NS_ERR_NOT_FOUND;
         goto fail;
     }
     if (rc != SQLITE_ROW) goto db_error;
@@ -927,25 +930,28 @@ static cJSON *experiment_object(store_t *s, int64_t id, int *not_found, char *er
         goto db_error;
     if (!res || !cJSON_AddItemToObject(o, "result", res)) goto oom;
     reset(st);
-    return o;
+    *out = o;
+    return 0;
 oom:
     cJSON_Delete(res);
     fail(err, errlen, "store: get: out of memory");
+    code = NS_ERR_NOMEM;
     goto fail;
 db_error:
     fail_db(s->db, err, errlen, "get");
 fail:
     reset(st);
     cJSON_Delete(o);
-    return NULL;
+    return code;
 }
 
-/* metrics_total and up to max rows of metrics (max <= 0: none) into o. */
+/* metrics_total and up to max rows of metrics (max <= 0: none) into o.
+ * Returns 0, NS_ERR_IO or NS_ERR_NOMEM with err. */
 static int add_metrics(store_t *s, cJSON *o, int64_t id, int max, char *err, size_t errlen) {
     sqlite3_stmt *st = s->st[ST_GET_METRICS];
     cJSON *arr = cJSON_CreateArray();
     int64_t total = 0;
-    int rc;
+    int rc, code = NS_ERR_NOMEM;
     if (!arr) goto oom;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int(st, 2, max > 0 ? max : 1);
@@ -960,6 +966,7 @@ static int add_metrics(store_t *s, cJSON *o, int64_t id, int max, char *err, siz
     }
     if (rc != SQLITE_DONE) {
         fail_db(s->db, err, errlen, "metrics");
+        code = NS_ERR_IO;
         goto fail;
     }
     reset(st);
@@ -971,18 +978,16 @@ oom:
 fail:
     reset(st);
     cJSON_Delete(arr);
-    return -1;
+    return code;
 }
 
-cJSON *store_get(store_t *s, int64_t id, int max_metrics, int *not_found, char *err,
-                 size_t errlen) {
-    if (not_found) *not_found = 0;
-    cJSON *o = experiment_object(s, id, not_found, err, errlen);
-    if (o && add_metrics(s, o, id, max_metrics, err, errlen) < 0) {
-        cJSON_Delete(o);
-        return NULL;
+int store_get(store_t *s, int64_t id, int max_metrics, cJSON **out, char *err, size_t errlen) {
+    int rc = experiment_object(s, id, out, err, errlen);
+    if (rc == 0 && (rc = add_metrics(s, *out, id, max_metrics, err, errlen)) < 0) {
+        cJSON_Delete(*out);
+        *out = NULL;
     }
-    return o;
+    return rc;
 }
 
 static int bind_scope(sqlite3_stmt *st, const store_scope_t *sc) {
@@ -1077,8 +1082,8 @@ cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errl
         fail(err, errlen, "store: best: out of memory");
         return NULL;
     }
-    cJSON *o = experiment_object(s, id, NULL, err, errlen);
-    if (o) {
+    cJSON *o = NULL;
+    if (experiment_object(s, id, &o, err, errlen) == 0) {
         /* the leaderboard's val_bpb is the mean: here it is mean_val_bpb */
         cJSON *mean = cJSON_DetachItemFromObjectCaseSensitive(stats, "val_bpb");
         cJSON_AddItemToObject(o, "mean_val_bpb", mean ? mean : cJSON_CreateNull());

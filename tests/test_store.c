@@ -169,10 +169,16 @@ static int64_t succeed(store_t *s, const char *name, double val_bpb, const char 
     return id;
 }
 
+/* store_get's object, or NULL (err set). */
+static cJSON *get(store_t *s, int64_t id, int max_metrics) {
+    cJSON *o = NULL;
+    store_get(s, id, max_metrics, &o, err, sizeof err);
+    return o;
+}
+
 static const char *get_status(store_t *s, int64_t id) {
     static char buf[32];
-    int nf = 0;
-    cJSON *o = store_get(s, id, 0, &nf, err, sizeof err);
+    cJSON *o = get(s, id, 0);
     cr_assert_not_null(o, "get %lld: %s", (long long)id, err);
     snprintf(buf, sizeof buf, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")));
     cJSON_Delete(o);
@@ -367,7 +373,7 @@ Test(store, insert_checks_source_and_parent) {
     cr_expect_str_eq(err, "parent: experiment 99 does not exist");
     e.parent = a;
     cr_expect_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
-    cJSON *o = store_get(s, id, 0, NULL, err, sizeof err);
+    cJSON *o = get(s, id, 0);
     cr_assert_not_null(o, "%s", err);
     cr_expect_eq(cJSON_GetObjectItem(o, "parent")->valuedouble, (double)a);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "name")));
@@ -470,7 +476,7 @@ Test(store, cancel_only_cancels_queued_experiments) {
     cr_expect_eq(store_cancel_queued(s, a, err, sizeof err), 0, "already cancelled");
     cr_expect_eq(store_cancel_queued(s, b, err, sizeof err), 0, "running: the caller stops it");
     cr_expect_str_eq(get_status(s, b), "running");
-    cr_expect_eq(store_cancel_queued(s, 77, err, sizeof err), -1);
+    cr_expect_eq(store_cancel_queued(s, 77, err, sizeof err), NS_ERR_NOT_FOUND);
     cr_expect_str_eq(err, "store: experiment 77 not found");
     cr_expect_eq(store_queue_depth(s, err, sizeof err), 0);
     store_experiment_t x;
@@ -500,7 +506,7 @@ Test(store, metrics_batches_replay_without_duplicates) {
     sqlite3_close(db);
 
     /* All of them, then at most 4 evenly spaced ending with the last step. */
-    cJSON *o = store_get(s, a, 100, NULL, err, sizeof err);
+    cJSON *o = get(s, a, 100);
     cr_assert_not_null(o, "%s", err);
     cJSON *arr = cJSON_GetObjectItem(o, "metrics");
     cr_assert_eq(cJSON_GetArraySize(arr), 10);
@@ -512,7 +518,7 @@ Test(store, metrics_batches_replay_without_duplicates) {
     cr_expect_eq(cJSON_GetObjectItem(o, "metrics_total")->valuedouble, 10);
     cJSON_Delete(o);
 
-    o = store_get(s, a, 4, NULL, err, sizeof err);
+    o = get(s, a, 4);
     cr_assert_not_null(o, "%s", err);
     arr = cJSON_GetObjectItem(o, "metrics");
     cr_assert_eq(cJSON_GetArraySize(arr), 4);
@@ -522,7 +528,7 @@ Test(store, metrics_batches_replay_without_duplicates) {
     cr_expect_eq(cJSON_GetObjectItem(o, "metrics_total")->valuedouble, 10);
     cJSON_Delete(o);
 
-    o = store_get(s, a, 0, NULL, err, sizeof err);
+    o = get(s, a, 0);
     cr_assert_not_null(o, "%s", err);
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "metrics")), 0);
     cr_expect_eq(cJSON_GetObjectItem(o, "metrics_total")->valuedouble, 10);
@@ -562,8 +568,7 @@ Test(store, recover_requeues_interrupted_runs_up_to_the_retry_limit) {
     cr_assert_eq(store_recover(s, 2, &requeued, &abandoned, err, sizeof err), 0, "%s", err);
     cr_expect_eq(requeued, 0);
     cr_expect_eq(abandoned, 1);
-    int nf = 0;
-    cJSON *o = store_get(s, a, 0, &nf, err, sizeof err);
+    cJSON *o = get(s, a, 0);
     cr_assert_not_null(o, "%s", err);
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "interrupted");
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "reason")),
@@ -586,7 +591,7 @@ Test(store, interrupt_requeues_one_running_experiment) {
     cr_expect_eq(store_interrupt(s, b, 3, err, sizeof err), -1);
     cr_expect_str_eq(err, "store: experiment 2 is not running (it is queued)");
     cr_assert_eq(store_interrupt(s, a, 3, err, sizeof err), 0, "%s", err);
-    cJSON *o = store_get(s, a, 0, NULL, err, sizeof err);
+    cJSON *o = get(s, a, 0);
     cr_assert_not_null(o, "%s", err);
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "queued");
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "reason")),
@@ -724,10 +729,9 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
     store_metric_t m[2] = {{.step = 1, .time_s = 0.5, .loss = 4.5, .lr_mult = 1, .tok_s = 900},
                            {.step = 2, .time_s = 1.0, .loss = 4.25, .lr_mult = 0.5, .tok_s = 950}};
     cr_assert_eq(store_add_metrics(s, a, m, 2, err, sizeof err), 0, "%s", err);
-    int nf = -1;
-    cJSON *o = store_get(s, a, 10, &nf, err, sizeof err);
-    cr_assert_not_null(o, "%s", err);
-    cr_expect_eq(nf, 0);
+    cJSON *o = NULL;
+    cr_assert_eq(store_get(s, a, 10, &o, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(o);
     cr_expect_eq(cJSON_GetObjectItem(o, "id")->valuedouble, a);
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "succeeded");
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "tags"), 0)),
@@ -759,14 +763,14 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
     cJSON_Delete(o);
 
     int64_t q = insert(s, "q", 0);
-    o = store_get(s, q, 10, &nf, err, sizeof err);
+    o = get(s, q, 10);
     cr_assert_not_null(o, "%s", err);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "result")));
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "started")));
     cJSON_Delete(o);
 
-    cr_expect_null(store_get(s, 12345, 10, &nf, err, sizeof err));
-    cr_expect_eq(nf, 1);
+    cr_expect_eq(store_get(s, 12345, 10, &o, err, sizeof err), NS_ERR_NOT_FOUND);
+    cr_expect_null(o);
     cr_expect_str_eq(err, "experiment 12345 not found");
     store_close(s);
 }

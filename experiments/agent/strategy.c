@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -124,15 +123,7 @@ int strategy_identity(const spec_t *sp, char out[65]) {
     m->window_pattern[m->depth] = '\0';
     if (m->pos == POS_ROPE) m->max_pos = m->seq_len; /* unused without a position table */
 
-    char *canon = spec_canonical_json(&bare);
-    if (!canon) return -1;
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    int ok = EVP_Digest(canon, strlen(canon), md, &n, EVP_sha256(), NULL);
-    free(canon);
-    if (!ok || n != 32) return -1;
-    for (unsigned int i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
-    return 0;
+    return spec_hash(&bare, out) < 0 ? -1 : 0;
 }
 
 static int ident_cmp(const void *a, const void *b) {
@@ -298,31 +289,6 @@ static int head_pairs(int pairs[][2]) {
     return n;
 }
 
-static int axis_options(strategy_axis a) {
-    switch (a) {
-    case STRATEGY_VE_LAYERS:
-        return N_VE_OPTIONS;
-    case STRATEGY_VE_GATE:
-        return N_OF(gate_choices);
-    case STRATEGY_N_EMBD:
-        return N_OF(width_factors);
-    case STRATEGY_DEPTH:
-        return N_OF(depth_steps);
-    case STRATEGY_HEADS:
-        return head_pairs(NULL);
-    case STRATEGY_MLP:
-        return 4;
-    case STRATEGY_WINDOW:
-        return N_OF(window_patterns);
-    case STRATEGY_LR:
-        return 2 * N_OF(lr_names);
-    case STRATEGY_BATCH:
-        return 4;
-    default:
-        return 0;
-    }
-}
-
 /* The layers a named ve_layers choice selects at depth L (spec.c's rule). */
 static void ve_named_mask(int kind, int L, bool *mask) {
     for (int i = 0; i < L; i++) {
@@ -406,116 +372,158 @@ static void desc_append(strategy_change_t *ch, const char *fmt, ...) {
 #define DESC(...)  snprintf(ch->desc, sizeof ch->desc, __VA_ARGS__)
 #define LABEL(...) snprintf(ch->label, sizeof ch->label, __VA_ARGS__)
 
-/* Move k of axis a from p into t (a copy of p). Returns -1 when move k does
- * not apply to p; t is validated by the caller. */
-static int apply_move(strategy_axis a, int k, const spec_t *p, spec_t *t, rng_t *rng,
-                      strategy_change_t *ch) {
+/* Each axis is a row of the axes table below: its number of candidate moves
+ * and the function that applies move k (0 <= k < options) of it from p into
+ * t (a copy of p), describing the change in ch. A move returns -1 when it
+ * does not apply to p; t is validated by the caller. */
+typedef int (*move_fn)(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch);
+
+static int move_ve_layers(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
     const spec_model_t *pm = &p->model;
     spec_model_t *tm = &t->model;
-    switch (a) {
-    case STRATEGY_VE_LAYERS:
-        if (k < N_OF(ve_names)) {
-            if (!strcmp(pm->ve_layers, ve_names[k])) return -1;
-            strcpy(tm->ve_layers, ve_names[k]);
-        } else if (ve_explicit(pm, tm, rng) < 0) {
-            return -1;
-        }
-        DESC("ve_layers %.80s -> %.80s", pm->ve_layers, tm->ve_layers);
-        LABEL("ve_layers=%.80s", tm->ve_layers);
-        return 0;
-    case STRATEGY_VE_GATE:
-        if (gate_choices[k] == pm->ve_gate_channels || gate_choices[k] > pm->n_embd) return -1;
-        tm->ve_gate_channels = gate_choices[k];
-        DESC("ve_gate_channels %d -> %d", pm->ve_gate_channels, tm->ve_gate_channels);
-        LABEL("ve_gate_channels=%d", tm->ve_gate_channels);
-        return 0;
-    case STRATEGY_N_EMBD: {
-        int unit = pm->n_head * 8; /* head_dim a multiple of 8: even, and >= 16 below */
-        int v = (int)lround(pm->n_embd * width_factors[k] / unit) * unit;
-        if (v == pm->n_embd || v < pm->n_head * 16 || v > MAX_WIDTH) return -1;
-        tm->n_embd = v;
-        DESC("n_embd %d -> %d", pm->n_embd, v);
-        if (tm->ve_gate_channels > v) {
-            tm->ve_gate_channels = v;
-            desc_append(ch, " (ve_gate_channels %d -> %d)", pm->ve_gate_channels, v);
-        }
-        LABEL("n_embd=%d", v);
-        return 0;
-    }
-    case STRATEGY_DEPTH: {
-        int d = pm->depth + depth_steps[k];
-        if (d < 1 || d > MAX_DEPTH) return -1;
-        tm->depth = d;
-        ve_fit_depth(pm, tm);
-        DESC("depth %d -> %d", pm->depth, d);
-        if (strcmp(pm->ve_layers, tm->ve_layers))
-            desc_append(ch, " (ve_layers %.60s -> %.60s)", pm->ve_layers, tm->ve_layers);
-        LABEL("depth=%d", d);
-        return 0;
-    }
-    case STRATEGY_HEADS: {
-        int pairs[64][2];
-        head_pairs(pairs);
-        int h = pairs[k][0], kv = pairs[k][1];
-        if (h == pm->n_head && kv == pm->n_kv_head) return -1;
-        if (pm->n_embd % h || (pm->n_embd / h) % 2 || pm->n_embd / h < 16) return -1;
-        tm->n_head = h;
-        tm->n_kv_head = kv;
-        DESC("n_head/n_kv_head %d/%d -> %d/%d", pm->n_head, pm->n_kv_head, h, kv);
-        LABEL("heads=%d/%d", h, kv);
-        return 0;
-    }
-    case STRATEGY_MLP:
-        if ((int)pm->mlp == k) return -1;
-        tm->mlp = (spec_mlp_kind)k;
-        DESC("mlp %s -> %s", spec_mlp_name(pm->mlp), spec_mlp_name(tm->mlp));
-        LABEL("mlp=%s", spec_mlp_name(tm->mlp));
-        return 0;
-    case STRATEGY_WINDOW:
-        if (!strcmp(pm->window_pattern, window_patterns[k])) return -1;
-        strcpy(tm->window_pattern, window_patterns[k]);
-        DESC("window_pattern %s -> %s", pm->window_pattern, tm->window_pattern);
-        LABEL("window=%s", tm->window_pattern);
-        return 0;
-    case STRATEGY_LR: {
-        const double *from = (const double *)((const char *)&p->train + lr_offsets[k / 2]);
-        double *to = (double *)((char *)&t->train + lr_offsets[k / 2]);
-        *to = *from * (k % 2 ? 2.0 : 0.5); /* powers of two: exact, so x2 then x0.5 returns */
-        if (!(*to > 0) || !isfinite(*to)) return -1;
-        DESC("%s %g -> %g", lr_names[k / 2], *from, *to);
-        LABEL("%s=%g", lr_names[k / 2], *to);
-        return 0;
-    }
-    case STRATEGY_BATCH: {
-        const spec_train_t *pt = &p->train;
-        spec_train_t *tt = &t->train;
-        long long T = pm->seq_len;
-        if (k < 2) { /* batch_size; total_batch_tokens rounded up to a multiple if needed */
-            if (k == 1 && pt->batch_size % 2) return -1;
-            int b = k == 0 ? pt->batch_size * 2 : pt->batch_size / 2;
-            if (b < 1 || b > MAX_BATCH) return -1;
-            long long row = b * T;
-            long long total = (pt->total_batch_tokens + row - 1) / row * row;
-            if (total > MAX_TOTAL) return -1;
-            tt->batch_size = b;
-            tt->total_batch_tokens = (int)total;
-            DESC("batch_size %d -> %d", pt->batch_size, b);
-            if (total != pt->total_batch_tokens)
-                desc_append(ch, " (total_batch_tokens %d -> %lld)", pt->total_batch_tokens, total);
-            LABEL("batch_size=%d", b);
-        } else { /* total_batch_tokens, a multiple of batch_size*seq_len */
-            long long row = pt->batch_size * T;
-            long long total = k == 2 ? 2LL * pt->total_batch_tokens : pt->total_batch_tokens / 2;
-            if (total < row || total % row || total > MAX_TOTAL) return -1;
-            tt->total_batch_tokens = (int)total;
-            DESC("total_batch_tokens %d -> %lld", pt->total_batch_tokens, total);
-            LABEL("total_batch_tokens=%lld", total);
-        }
-        return 0;
-    }
-    default:
+    if (k < N_OF(ve_names)) {
+        if (!strcmp(pm->ve_layers, ve_names[k])) return -1;
+        strcpy(tm->ve_layers, ve_names[k]);
+    } else if (ve_explicit(pm, tm, rng) < 0) {
         return -1;
     }
+    DESC("ve_layers %.80s -> %.80s", pm->ve_layers, tm->ve_layers);
+    LABEL("ve_layers=%.80s", tm->ve_layers);
+    return 0;
+}
+
+static int move_ve_gate(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    if (gate_choices[k] == pm->ve_gate_channels || gate_choices[k] > pm->n_embd) return -1;
+    tm->ve_gate_channels = gate_choices[k];
+    DESC("ve_gate_channels %d -> %d", pm->ve_gate_channels, tm->ve_gate_channels);
+    LABEL("ve_gate_channels=%d", tm->ve_gate_channels);
+    return 0;
+}
+
+static int move_n_embd(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    int unit = pm->n_head * 8; /* head_dim a multiple of 8: even, and >= 16 below */
+    int v = (int)lround(pm->n_embd * width_factors[k] / unit) * unit;
+    if (v == pm->n_embd || v < pm->n_head * 16 || v > MAX_WIDTH) return -1;
+    tm->n_embd = v;
+    DESC("n_embd %d -> %d", pm->n_embd, v);
+    if (tm->ve_gate_channels > v) {
+        tm->ve_gate_channels = v;
+        desc_append(ch, " (ve_gate_channels %d -> %d)", pm->ve_gate_channels, v);
+    }
+    LABEL("n_embd=%d", v);
+    return 0;
+}
+
+static int move_depth(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    int d = pm->depth + depth_steps[k];
+    if (d < 1 || d > MAX_DEPTH) return -1;
+    tm->depth = d;
+    ve_fit_depth(pm, tm);
+    DESC("depth %d -> %d", pm->depth, d);
+    if (strcmp(pm->ve_layers, tm->ve_layers))
+        desc_append(ch, " (ve_layers %.60s -> %.60s)", pm->ve_layers, tm->ve_layers);
+    LABEL("depth=%d", d);
+    return 0;
+}
+
+static int move_heads(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    int pairs[64][2];
+    head_pairs(pairs);
+    int h = pairs[k][0], kv = pairs[k][1];
+    if (h == pm->n_head && kv == pm->n_kv_head) return -1;
+    if (pm->n_embd % h || (pm->n_embd / h) % 2 || pm->n_embd / h < 16) return -1;
+    tm->n_head = h;
+    tm->n_kv_head = kv;
+    DESC("n_head/n_kv_head %d/%d -> %d/%d", pm->n_head, pm->n_kv_head, h, kv);
+    LABEL("heads=%d/%d", h, kv);
+    return 0;
+}
+
+static int move_mlp(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    if ((int)pm->mlp == k) return -1;
+    tm->mlp = (spec_mlp_kind)k;
+    DESC("mlp %s -> %s", spec_mlp_name(pm->mlp), spec_mlp_name(tm->mlp));
+    LABEL("mlp=%s", spec_mlp_name(tm->mlp));
+    return 0;
+}
+
+static int move_window(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    if (!strcmp(pm->window_pattern, window_patterns[k])) return -1;
+    strcpy(tm->window_pattern, window_patterns[k]);
+    DESC("window_pattern %s -> %s", pm->window_pattern, tm->window_pattern);
+    LABEL("window=%s", tm->window_pattern);
+    return 0;
+}
+
+static int move_lr(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const double *from = (const double *)((const char *)&p->train + lr_offsets[k / 2]);
+    double *to = (double *)((char *)&t->train + lr_offsets[k / 2]);
+    *to = *from * (k % 2 ? 2.0 : 0.5); /* powers of two: exact, so x2 then x0.5 returns */
+    if (!(*to > 0) || !isfinite(*to)) return -1;
+    DESC("%s %g -> %g", lr_names[k / 2], *from, *to);
+    LABEL("%s=%g", lr_names[k / 2], *to);
+    return 0;
+}
+
+static int move_batch(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_train_t *pt = &p->train;
+    spec_train_t *tt = &t->train;
+    long long T = p->model.seq_len;
+    if (k < 2) { /* batch_size; total_batch_tokens rounded up to a multiple if needed */
+        if (k == 1 && pt->batch_size % 2) return -1;
+        int b = k == 0 ? pt->batch_size * 2 : pt->batch_size / 2;
+        if (b < 1 || b > MAX_BATCH) return -1;
+        long long row = b * T;
+        long long total = (pt->total_batch_tokens + row - 1) / row * row;
+        if (total > MAX_TOTAL) return -1;
+        tt->batch_size = b;
+        tt->total_batch_tokens = (int)total;
+        DESC("batch_size %d -> %d", pt->batch_size, b);
+        if (total != pt->total_batch_tokens)
+            desc_append(ch, " (total_batch_tokens %d -> %lld)", pt->total_batch_tokens, total);
+        LABEL("batch_size=%d", b);
+    } else { /* total_batch_tokens, a multiple of batch_size*seq_len */
+        long long row = pt->batch_size * T;
+        long long total = k == 2 ? 2LL * pt->total_batch_tokens : pt->total_batch_tokens / 2;
+        if (total < row || total % row || total > MAX_TOTAL) return -1;
+        tt->total_batch_tokens = (int)total;
+        DESC("total_batch_tokens %d -> %lld", pt->total_batch_tokens, total);
+        LABEL("total_batch_tokens=%lld", total);
+    }
+    return 0;
+}
+
+/* The axes: how many moves each has (its table's rows), and the move. */
+static const struct {
+    int options;
+    move_fn move;
+} axis_table[STRATEGY_N_AXES] = {
+    [STRATEGY_VE_LAYERS] = {N_VE_OPTIONS, move_ve_layers},
+    [STRATEGY_VE_GATE] = {N_OF(gate_choices), move_ve_gate},
+    [STRATEGY_N_EMBD] = {N_OF(width_factors), move_n_embd},
+    [STRATEGY_DEPTH] = {N_OF(depth_steps), move_depth},
+    [STRATEGY_HEADS] = {-1, move_heads}, /* head_pairs(NULL), counted at run time */
+    [STRATEGY_MLP] = {4, move_mlp},
+    [STRATEGY_WINDOW] = {N_OF(window_patterns), move_window},
+    [STRATEGY_LR] = {2 * N_OF(lr_names), move_lr},
+    [STRATEGY_BATCH] = {4, move_batch},
+};
+
+static int axis_options(strategy_axis a) {
+    if ((unsigned)a >= STRATEGY_N_AXES) return 0;
+    return a == STRATEGY_HEADS ? head_pairs(NULL) : axis_table[a].options;
 }
 
 int strategy_mutate(spec_t *sp, strategy_axis axis, rng_t *rng, strategy_change_t *ch) {
@@ -531,7 +539,7 @@ int strategy_mutate(spec_t *sp, strategy_axis axis, rng_t *rng, strategy_change_
     for (int i = 0; i < n; i++) {
         spec_t t = *sp; /* shallow: moves change no name, tag or other pointer */
         strategy_change_t c = {{0}, {0}};
-        if (apply_move(axis, order[i], sp, &t, rng, &c) < 0) continue;
+        if (axis_table[axis].move(order[i], sp, &t, rng, &c) < 0) continue;
         if (spec_validate(&t, err, sizeof err) < 0) continue;
         if (strategy_identity(&t, after) < 0) return -1;
         if (!strcmp(before, after)) continue;
@@ -741,14 +749,7 @@ static int payload_spec(const cJSON *j, spec_t *out, char *err, size_t errlen) {
         snprintf(err, errlen, "spec: not a JSON object");
         return -1;
     }
-    char *text = cJSON_PrintUnformatted(j);
-    if (!text) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = spec_parse(text, strlen(text), out, err, errlen);
-    free(text);
-    return rc;
+    return spec_from_json(j, out, err, errlen);
 }
 
 static int64_t payload_id(const cJSON *obj) {

@@ -1,5 +1,5 @@
 /* agent.c - `nightshift agent`: options, the webhook server, signature
- * checks, replay of repeated deliveries, and state persistence around the
+ * checks (webhook.c), replay of repeated deliveries, and state persistence around the
  * strategy (strategy.c), all on one libuv loop.
  *
  * One delivery: verify (401 on failure) -> a webhook-id answered before gets
@@ -11,9 +11,6 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,11 +24,11 @@
 #include "spec.h"
 #include "strategy.h"
 #include "util.h"
+#include "webhook.h"
 
 #define MAX_SECRET   4096
 #define REPLAY_SLOTS 64  /* deliveries whose replies are kept for repeats */
 #define MAX_EVENT_ID 128 /* longest webhook-id kept for replay */
-#define SIG_B64_LEN  44  /* base64 of 32 bytes */
 #define DEFAULT_PORT 8090
 #define DEFAULT_BASE "experiments/baseline.json"
 
@@ -68,73 +65,6 @@ typedef struct {
     char last_decision[256]; /* the strategy's last log line */
     int last_proposed;       /* specs in the last reply */
 } agent_t;
-
-/* ------------------------------------------------------------ signatures */
-
-int agent_verify(const char *secret, size_t secret_len, const char *id, const char *timestamp,
-                 const char *signatures, const char *body, size_t body_len, int64_t now, char *err,
-                 size_t errlen) {
-    unsigned char mac[EVP_MAX_MD_SIZE], want[SIG_B64_LEN + 1];
-    unsigned int mac_len = 0;
-    unsigned char *msg = NULL;
-    if (!id || !*id) {
-        snprintf(err, errlen, "missing webhook-id");
-        return -1;
-    }
-    if (!timestamp || !*timestamp) {
-        snprintf(err, errlen, "missing webhook-timestamp");
-        return -1;
-    }
-    if (!signatures || !*signatures) {
-        snprintf(err, errlen, "missing webhook-signature");
-        return -1;
-    }
-    int64_t ts = 0;
-    for (const char *p = timestamp; *p; p++) {
-        if (*p < '0' || *p > '9' || p - timestamp >= 15) {
-            snprintf(err, errlen, "webhook-timestamp: not unix seconds");
-            return -1;
-        }
-        ts = ts * 10 + (*p - '0');
-    }
-    if (ts < now - AGENT_TOLERANCE_S || ts > now + AGENT_TOLERANCE_S) {
-        snprintf(err, errlen, "webhook-timestamp %lld is %lld s from now (tolerance %d s)",
-                 (long long)ts, (long long)(ts > now ? ts - now : now - ts), AGENT_TOLERANCE_S);
-        return -1;
-    }
-    size_t id_len = strlen(id), ts_len = strlen(timestamp);
-    size_t len = id_len + 1 + ts_len + 1 + body_len;
-    if (!(msg = malloc(len))) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    memcpy(msg, id, id_len);
-    msg[id_len] = '.';
-    memcpy(msg + id_len + 1, timestamp, ts_len);
-    msg[id_len + 1 + ts_len] = '.';
-    if (body_len) memcpy(msg + id_len + ts_len + 2, body, body_len);
-    int ok = secret_len <= INT_MAX &&
-             HMAC(EVP_sha256(), secret, (int)secret_len, msg, len, mac, &mac_len) != NULL &&
-             mac_len == 32;
-    free(msg);
-    if (!ok) {
-        snprintf(err, errlen, "HMAC-SHA256 failed");
-        return -1;
-    }
-    EVP_EncodeBlock(want, mac, (int)mac_len);
-    /* Space-separated "v1,<base64>" entries; other versions are skipped. */
-    for (const char *p = signatures; *p;) {
-        while (*p == ' ') p++;
-        const char *end = p;
-        while (*end && *end != ' ') end++;
-        if (end - p == 3 + SIG_B64_LEN && !strncmp(p, "v1,", 3) &&
-            CRYPTO_memcmp(p + 3, want, SIG_B64_LEN) == 0)
-            return 0;
-        p = end;
-    }
-    snprintf(err, errlen, "no valid v1 signature in webhook-signature");
-    return -1;
-}
 
 /* ---------------------------------------------------------------- server */
 
@@ -241,9 +171,9 @@ static void hook_handler(const http_request_t *req, http_response_t *res, void *
         http_error(res, 405, "method_not_allowed", "POST a hook event (GET for the status)");
         return;
     }
-    if (agent_verify(a->o.secret, a->o.secret_len, req->webhook_id, req->webhook_timestamp,
-                     req->webhook_signature, req->body, req->body_len, (int64_t)time(NULL), err,
-                     sizeof err) < 0) {
+    if (webhook_verify(a->o.secret, a->o.secret_len, req->webhook_id, req->webhook_timestamp,
+                       req->webhook_signature, req->body, req->body_len, (int64_t)time(NULL), err,
+                       sizeof err) < 0) {
         log_warn("refusing a delivery from %s: %s", req->peer, err);
         http_error(res, 401, "unauthorized", "%s", err);
         return;

@@ -69,7 +69,7 @@ static size_t clean_copy(char *dst, size_t dstlen, const char *s, size_t max_cha
         if (*p >= 0xc0) /* a UTF-8 lead byte: take its continuation bytes with it */
             while ((p[len] & 0xc0) == 0x80 && len < 4) len++;
         if (n + len + 4 > dstlen) break;
-        if (*p < 0x20 || *p == 0x7f || (*p == 0xc2 && len == 2 && p[1] < 0xa0)) {
+        if (util_is_control(p, len, UTIL_CTRL_C1)) {
             dst[n++] = '?';
         } else {
             memcpy(dst + n, p, len);
