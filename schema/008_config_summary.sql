@@ -5,9 +5,10 @@
 -- configs keeps one row per configuration and scope instead: the number of
 -- succeeded seeds, the sum and sum of squares of their val_bpb (so the mean
 -- and the sample standard deviation need no scan), the best, the first run's
--- id (the row the leaderboard shows) and the last finish time. Triggers add a
--- run when it has both its 'succeeded' status and its result, whichever is
--- written second (the store writes the status first), so a run counts once.
+-- id (the row the leaderboard shows) and the last finish time. A trigger adds
+-- a run when its result is written: the store writes a run's 'succeeded'
+-- status and then its result in one transaction (store_finish), so a run
+-- counts once (tests/test_store.c regroups from scratch to check it).
 -- The leaderboard and best read it through an index on (scope, mean); the
 -- default budget and the noise read the per-scope sums in scopes (below).
 
@@ -52,27 +53,6 @@ BEGIN
            NEW.val_bpb * NEW.val_bpb, NEW.val_bpb, NEW.val_bpb, json_array(e.seed), e.finished
     FROM experiments e WHERE e.id = NEW.experiment_id AND e.dataset IS NOT NULL
                             AND e.budget IS NOT NULL AND e.config_hash IS NOT NULL
-    ON CONFLICT (dataset, budget_kind, budget, config_hash) DO UPDATE SET
-        first_id = min(first_id, excluded.first_id),
-        n = n + 1,
-        sum = sum + excluded.sum,
-        sumsq = sumsq + excluded.sumsq,
-        mean = (sum + excluded.sum) / (n + 1),
-        best = min(best, excluded.best),
-        seeds = json_insert(seeds, '$[#]', json_extract(excluded.seeds, '$[0]')),
-        finished = max(ifnull(finished, ''), ifnull(excluded.finished, ''));
-END;
-
-CREATE TRIGGER configs_add_on_status AFTER UPDATE OF status ON experiments
-WHEN NEW.status = 'succeeded' AND OLD.status IS NOT 'succeeded' AND NEW.dataset IS NOT NULL
-     AND NEW.budget IS NOT NULL AND NEW.config_hash IS NOT NULL
-     AND (SELECT val_bpb FROM results WHERE experiment_id = NEW.id) IS NOT NULL
-BEGIN
-    INSERT INTO configs (dataset, budget_kind, budget, config_hash, first_id, n, sum, sumsq,
-                         mean, best, seeds, finished)
-    SELECT NEW.dataset, NEW.budget_kind, NEW.budget, NEW.config_hash, NEW.id, 1, r.val_bpb,
-           r.val_bpb * r.val_bpb, r.val_bpb, r.val_bpb, json_array(NEW.seed), NEW.finished
-    FROM results r WHERE r.experiment_id = NEW.id
     ON CONFLICT (dataset, budget_kind, budget, config_hash) DO UPDATE SET
         first_id = min(first_id, excluded.first_id),
         n = n + 1,

@@ -891,9 +891,9 @@ Test(store, a_second_connection_reads_while_the_store_writes) {
 
 /* ---------------------------------------------- scopes, repeats and noise */
 
-/* Insert, claim and finish a succeeded run of the spec {top_json} (top-level
- * fields, e.g. "\"dataset\":\"b\",\"seed\":3") with val_bpb. */
-static int64_t succeed_top(store_t *s, const char *name, const char *top_json, double val_bpb) {
+/* Insert and claim a run of the spec {top_json} (top-level fields, e.g.
+ * "\"dataset\":\"b\",\"seed\":3"); returns its id. */
+static int64_t start_top(store_t *s, const char *name, const char *top_json) {
     char text[1024], perr[SPEC_ERR_LEN] = "";
     snprintf(text, sizeof text, "{%s}", top_json);
     spec_t sp;
@@ -912,6 +912,12 @@ static int64_t succeed_top(store_t *s, const char *name, const char *top_json, d
     cr_assert_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
     free(spec);
     claim_expect(s, id);
+    return id;
+}
+
+/* Insert, claim and finish a succeeded run of the spec {top_json} with val_bpb. */
+static int64_t succeed_top(store_t *s, const char *name, const char *top_json, double val_bpb) {
+    int64_t id = start_top(s, name, top_json);
     store_result_t r = result_with(val_bpb);
     cr_assert_eq(store_finish(s, id, STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), 0, "%s",
                  err);
@@ -1141,24 +1147,7 @@ Test(store, the_config_summary_equals_a_regrouping_from_scratch) {
         snprintf(top, sizeof top, "\"dataset\":\"%s\",\"seed\":%d,\"model\":{\"depth\":%d}",
                  dataset, 100 + i, depth);
         if ((x >> 20) % 5 == 0) { /* a failed run: no result, never counted */
-            char text[256], perr[SPEC_ERR_LEN] = "";
-            snprintf(text, sizeof text, "{%s}", top);
-            spec_t sp;
-            cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s", perr);
-            char *spec = spec_canonical_json(&sp);
-            char hash[32];
-            snprintf(hash, sizeof hash, "f%d", i);
-            store_new_experiment_t e = {.name = "failed",
-                                        .spec_json = spec,
-                                        .spec_hash = hash,
-                                        .seed = (int64_t)sp.seed,
-                                        .source = "api",
-                                        .priority = 1000};
-            spec_free(&sp);
-            int64_t id = 0;
-            cr_assert_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
-            free(spec);
-            claim_expect(s, id);
+            int64_t id = start_top(s, "failed", top);
             cr_assert_eq(store_finish(s, id, STORE_FAILED, "x", 1, -1, NULL, err, sizeof err), 0,
                          "%s", err);
             continue;
