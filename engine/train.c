@@ -42,6 +42,7 @@
 #include "data.h"
 #include "gpt.h"
 #include "optim.h"
+#include "result_fields.h"
 #include "spec.h"
 #include "util.h"
 
@@ -98,15 +99,56 @@ static cJSON *event(const char *name) {
     return o;
 }
 
-static void add_params(cJSON *o, const cost_t *c) {
-    cJSON *p = cJSON_AddObjectToObject(o, "params");
-    cJSON_AddNumberToObject(p, "wte", (double)c->wte);
-    cJSON_AddNumberToObject(p, "wpe", (double)c->wpe);
-    cJSON_AddNumberToObject(p, "value_embeds", (double)c->value_embeds);
-    cJSON_AddNumberToObject(p, "lm_head", (double)c->lm_head);
-    cJSON_AddNumberToObject(p, "transformer_matrices", (double)c->blocks);
-    cJSON_AddNumberToObject(p, "scalars", (double)c->scalars);
-    cJSON_AddNumberToObject(p, "total", (double)c->total);
+/* The parameter counts of the result fields (result_fields.h), from the cost model. */
+static void params_from_cost(result_values_t *v, const cost_t *c) {
+    v->params_wte = c->wte;
+    v->params_wpe = c->wpe;
+    v->params_value_embeds = c->value_embeds;
+    v->params_lm_head = c->lm_head;
+    v->params_blocks = c->blocks;
+    v->params_scalars = c->scalars;
+    v->params_total = c->total;
+}
+
+/* Adds the result fields of the line (result_fields.h) to o in the table's
+ * order: the top-level ones, or (params) those of the "params" object. */
+static void add_result_fields(cJSON *o, const result_values_t *v, int params) {
+    for (int i = 0; i < RESULT_N_FIELDS; i++) {
+        const result_field_t *f = &result_fields[i];
+        const char *p = (const char *)v + f->offset;
+        if (f->where == RESULT_SUMMARY || (f->where == RESULT_PARAMS) != params) continue;
+        if (f->type == RESULT_REAL)
+            cJSON_AddNumberToObject(o, f->key, *(const double *)p);
+        else if (f->type == RESULT_INTEGER)
+            cJSON_AddNumberToObject(o, f->key, (double)*(const int64_t *)p);
+        else
+            cJSON_AddStringToObject(o, f->key, *(const char *const *)p);
+    }
+}
+
+static void add_params(cJSON *o, const result_values_t *v) {
+    add_result_fields(cJSON_AddObjectToObject(o, "params"), v, 1);
+}
+
+/* autoresearch's summary block on stdout: `---`, then `label: value` lines,
+ * the labels padded to 20 columns. */
+static void print_summary(const result_values_t *v) {
+    printf("---\n");
+    for (int i = 0; i < RESULT_N_FIELDS; i++) {
+        const result_field_t *f = &result_fields[i];
+        const char *p = (const char *)v + f->offset;
+        char label[64];
+        snprintf(label, sizeof label, "%s:", f->label);
+        printf("%-19s ", label);
+        if (f->type == RESULT_REAL)
+            printf(f->fmt, *(const double *)p / f->div);
+        else if (f->type == RESULT_INTEGER)
+            printf(f->fmt, (long long)*(const int64_t *)p);
+        else
+            printf(f->fmt, *(const char *const *)p);
+        putchar('\n');
+    }
+    fflush(stdout);
 }
 
 /* A failure after the progress stream is open: report it there and on stderr. */
@@ -319,7 +361,9 @@ static int train_run(const train_opts_t *o) {
             spec_sampler_name(tr->sampler), r.accum, r.B, r.T);
     cJSON *start = event("start");
     cJSON_AddNumberToObject(start, "pid", getpid());
-    add_params(start, &r.cost);
+    result_values_t counts = {0};
+    params_from_cost(&counts, &r.cost);
+    add_params(start, &counts);
     cJSON_AddNumberToObject(start, "flops_per_token", r.cost.flops_per_token);
     cJSON_AddNumberToObject(start, "peak_gflops", r.peak_gflops);
     cJSON_AddStringToObject(start, "peak_source", r.peak_source);
@@ -428,59 +472,36 @@ static int train_run(const train_opts_t *o) {
         }
     }
 
-    double total = util_now() - r.t_start, tokens = tokens_per_step * step;
-    double epochs = tokens / n_train;
-    double mfu = 100.0 * r.cost.flops_per_token * tokens / training_time / (r.peak_gflops * 1e9);
-    double rss = util_peak_rss_mb();
-    printf("---\n");
-    printf("val_bpb:            %.6f\n", val_bpb);
-    printf("training_seconds:   %.1f\n", training_time);
-    printf("total_seconds:      %.1f\n", total);
-    printf("startup_seconds:    %.1f\n", startup);
-    printf("eval_seconds:       %.1f\n", eval_seconds);
-    printf("peak_rss_mb:        %.1f\n", rss);
-    printf("mfu_percent:        %.2f\n", mfu);
-    printf("peak_gflops:        %.1f\n", r.peak_gflops);
-    printf("peak_source:        %s\n", r.peak_source);
-    printf("total_tokens_M:     %.1f\n", tokens / 1e6);
-    printf("tokens_per_second:  %.0f\n", tokens / training_time);
-    printf("num_steps:          %d\n", step);
-    printf("num_params_M:       %.1f\n", r.cost.total / 1e6);
-    printf("depth:              %d\n", s->model.depth);
-    printf("params_wte:         %lld\n", (long long)r.cost.wte);
-    printf("params_wpe:         %lld\n", (long long)r.cost.wpe);
-    printf("params_value_embeds: %lld\n", (long long)r.cost.value_embeds);
-    printf("params_lm_head:     %lld\n", (long long)r.cost.lm_head);
-    printf("params_transformer_matrices: %lld\n", (long long)r.cost.blocks);
-    printf("params_scalars:     %lld\n", (long long)r.cost.scalars);
-    printf("params_total:       %lld\n", (long long)r.cost.total);
-    printf("flops_per_token:    %.6g\n", r.cost.flops_per_token);
-    printf("eval_tokens:        %zu\n", eval_tokens);
-    printf("time_budget_s:      %g\n", budget);
-    printf("token_budget:       %.0f\n", token_budget);
-    printf("epochs:             %.4f\n", epochs);
-    fflush(stdout);
+    double tokens = tokens_per_step * step;
+    result_values_t v = {
+        .val_bpb = val_bpb,
+        .training_seconds = training_time,
+        .total_seconds = util_now() - r.t_start,
+        .startup_seconds = startup,
+        .eval_seconds = eval_seconds,
+        .peak_rss_mb = util_peak_rss_mb(),
+        .mfu_percent =
+            100.0 * r.cost.flops_per_token * tokens / training_time / (r.peak_gflops * 1e9),
+        .peak_gflops = r.peak_gflops,
+        .peak_source = r.peak_source,
+        .total_tokens = tokens,
+        .tokens_per_second = tokens / training_time,
+        .num_steps = step,
+        .num_params = (double)r.cost.total,
+        .depth = s->model.depth,
+        .flops_per_token = r.cost.flops_per_token,
+        .eval_tokens = (int64_t)eval_tokens,
+        .time_budget_s = budget,
+        .token_budget = s->token_budget,
+        .epochs = tokens / n_train,
+    };
+    params_from_cost(&v, &r.cost);
+    print_summary(&v);
 
     cJSON *res = event("result");
     cJSON_AddStringToObject(res, "status", "succeeded");
-    cJSON_AddNumberToObject(res, "val_bpb", val_bpb);
-    cJSON_AddNumberToObject(res, "training_seconds", training_time);
-    cJSON_AddNumberToObject(res, "total_seconds", total);
-    cJSON_AddNumberToObject(res, "startup_seconds", startup);
-    cJSON_AddNumberToObject(res, "eval_seconds", eval_seconds);
-    cJSON_AddNumberToObject(res, "peak_rss_mb", rss);
-    cJSON_AddNumberToObject(res, "mfu_percent", mfu);
-    cJSON_AddNumberToObject(res, "peak_gflops", r.peak_gflops);
-    cJSON_AddStringToObject(res, "peak_source", r.peak_source);
-    cJSON_AddNumberToObject(res, "total_tokens", tokens);
-    cJSON_AddNumberToObject(res, "tokens_per_second", tokens / training_time);
-    cJSON_AddNumberToObject(res, "num_steps", step);
-    cJSON_AddNumberToObject(res, "flops_per_token", r.cost.flops_per_token);
-    cJSON_AddNumberToObject(res, "eval_tokens", (double)eval_tokens);
-    cJSON_AddNumberToObject(res, "time_budget_s", budget);
-    cJSON_AddNumberToObject(res, "token_budget", token_budget);
-    cJSON_AddNumberToObject(res, "epochs", epochs);
-    add_params(res, &r.cost);
+    add_result_fields(res, &v, 0);
+    add_params(res, &v);
     emit(&r, res);
     code = EXIT_OK;
 done:
