@@ -35,7 +35,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "blas.h"
+#include "calibrate.h"
+#include "threads.h"
 #include "ckpt.h"
 #include "cli.h"
 #include "cost.h"
@@ -239,15 +240,15 @@ static void choose_peak(run_t *r, const train_opts_t *o) {
     } else if (r->spec.resources.peak_gflops > 0) {
         r->peak_gflops = r->spec.resources.peak_gflops;
         r->peak_source = "spec";
-    } else if (blas_cached_peak(o->dir, r->threads, &r->peak_gflops) == 0) {
+    } else if (calibrate_cached_peak(o->dir, r->threads, &r->peak_gflops) == 0) {
         r->peak_source = "calibration";
     } else {
         char err[256];
         fprintf(stderr, "train: no calibrated peak for %d threads; measuring sgemm (1 s)\n",
                 r->threads);
-        r->peak_gflops = blas_measure_peak_gflops(1024, 1.0);
+        r->peak_gflops = calibrate_measure_peak_gflops(1024, 1.0);
         r->peak_source = "measured";
-        if (blas_store_peak(o->dir, r->threads, r->peak_gflops, err, sizeof err) < 0)
+        if (calibrate_store_peak(o->dir, r->threads, r->peak_gflops, err, sizeof err) < 0)
             fprintf(stderr, "train: could not cache the peak: %s\n", err);
     }
 }
@@ -277,7 +278,7 @@ static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
                  r->spec.dataset, r->data.n_val, r->T + 1);
         return -1;
     }
-    r->threads = blas_set_threads(r->spec.resources.threads);
+    r->threads = threads_set(r->spec.resources.threads);
     r->model = gpt_new(mc, err, errlen);
     if (!r->model) return -1;
     gpt_init_weights(r->model, r->spec.seed);
