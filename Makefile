@@ -30,7 +30,8 @@ TEST_PKGS := criterion
 OPT      ?= -O2 -march=native
 CFLAGS   ?= $(OPT) -g
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
-               -MMD -MP -iquote engine -iquote daemon -fopenmp
+               -MMD -MP -iquote engine -iquote daemon -iquote daemon/client \
+               -iquote experiments/agent -fopenmp
 LDLIBS   += -lhttp_parser -lm -fopenmp
 
 # OpenBLAS is Debian's OpenMP build (libopenblas-openmp-dev): its threads are
@@ -45,9 +46,16 @@ PKG_LIBS   = $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --libs $(PKGS)) \
 TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS))
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS))
 
+# One binary, three programs besides the engine's commands: the daemon
+# (daemon/), the CLI client (daemon/client/: it includes nothing of the daemon
+# and reaches it only over HTTP) and the reference agent (experiments/agent/:
+# the daemon reaches it only through the webhook, it reaches the daemon through
+# the client). daemon/main.c dispatches the subcommands of all of them.
 ENGINE_SRC := $(wildcard engine/*.c)
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
-LIB_SRC    := $(ENGINE_SRC) $(DAEMON_SRC)
+CLIENT_SRC := $(wildcard daemon/client/*.c)
+AGENT_SRC  := $(wildcard experiments/agent/*.c)
+LIB_SRC    := $(ENGINE_SRC) $(DAEMON_SRC) $(CLIENT_SRC) $(AGENT_SRC)
 TEST_SRC   := $(filter-out tests/bad_worker.c,$(wildcard tests/*.c))
 
 # Sanitizer builds go to their own tree so objects never mix.
@@ -249,7 +257,8 @@ load: $(BIN)
 fixtures: $(BIN)
 	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures
 
-FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] tests/*.[ch] tests/fuzz/*.[ch])
+FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] daemon/client/*.[ch] experiments/agent/*.[ch] \
+               tests/*.[ch] tests/fuzz/*.[ch])
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:

@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,33 +47,6 @@ static void reply_store_error(http_response_t *res, const char *err) {
 }
 
 /* -------------------------------------------------------------- submission */
-
-static int sha256_hex(const char *text, char out[65]) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    if (!EVP_Digest(text, strlen(text), md, &len, EVP_sha256(), NULL)) return -1;
-    for (unsigned int i = 0; i < len; i++) sprintf(out + 2 * i, "%02x", md[i]);
-    return 0;
-}
-
-/* The identity of an experiment for dedup: its canonical spec without the
- * fields that describe it rather than define it (name, tags, priority, parent). */
-static int spec_identity_hash(const spec_t *s, char out[65]) {
-    spec_t bare;
-    if (spec_copy(&bare, s) < 0) return -1;
-    free(bare.name);
-    bare.name = NULL;
-    for (int i = 0; i < bare.n_tags; i++) free(bare.tags[i]);
-    bare.n_tags = 0;
-    bare.priority = 0;
-    bare.parent = 0;
-    bare.prune = true; /* whether a run may be pruned does not change what it is */
-    char *canon = spec_canonical_json(&bare);
-    int rc = canon ? sha256_hex(canon, out) : -1;
-    free(canon);
-    spec_free(&bare);
-    return rc;
-}
 
 static int dataset_exists(const api_t *a, const char *name) {
     char path[PATH_MAX];
@@ -131,20 +103,11 @@ static int check_fits(const api_t *a, const spec_t *s, char *err, size_t errlen)
 
 /* Parse and check one submitted spec: the spec parser's rules, plus what
  * only the daemon knows (the dataset and the parent exist, and the run fits
- * in a worker's memory: -2 when it does not). On success s holds
+ * in a worker's memory: NS_ERR_DOES_NOT_FIT when it does not; -1 for any
+ * other failure). On success s holds
  * the parsed spec (release with spec_free). */
 static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, size_t errlen) {
-    if (!cJSON_IsObject(spec_json)) {
-        snprintf(err, errlen, "spec: expected a JSON object");
-        return -1;
-    }
-    char *text = cJSON_PrintUnformatted(spec_json);
-    if (!text) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = spec_parse(text, strlen(text), s, err, errlen);
-    free(text);
+    int rc = spec_from_json(spec_json, s, err, errlen);
     if (rc < 0) return -1;
     if (!dataset_exists(a, s->dataset)) {
         snprintf(err, errlen, "dataset: no dataset named '%s' (prepare it with nightshift prep)",
@@ -152,12 +115,12 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, si
         goto fail;
     }
     if (s->parent > 0) {
-        int not_found = 0;
         char serr[256];
-        cJSON *p = store_get(a->store, s->parent, 0, &not_found, serr, sizeof serr);
+        cJSON *p = NULL;
+        rc = store_get(a->store, s->parent, 0, &p, serr, sizeof serr);
         cJSON_Delete(p);
-        if (!p) {
-            if (not_found)
+        if (rc < 0) {
+            if (rc == NS_ERR_NOT_FOUND)
                 snprintf(err, errlen, "parent: experiment %lld does not exist",
                          (long long)s->parent);
             else
@@ -167,7 +130,7 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, si
     }
     if (check_fits(a, s, err, errlen) < 0) {
         spec_free(s);
-        return -2;
+        return NS_ERR_DOES_NOT_FIT;
     }
     return 0;
 fail:
@@ -178,7 +141,7 @@ fail:
 int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, int64_t *id,
                int *duplicate, char *err, size_t errlen) {
     spec_t s;
-    char hash[65], serr[256];
+    char hash[SPEC_HASH_HEX], serr[256];
     char *canon = NULL, *tags = NULL;
     int rc = -1;
     if (check_spec(a, spec_json, &s, err, errlen) < 0) return -1;
@@ -187,7 +150,7 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     for (int i = 0; i < s.n_tags; i++) cJSON_AddItemToArray(tag_arr, cJSON_CreateString(s.tags[i]));
     tags = cJSON_PrintUnformatted(tag_arr);
     cJSON_Delete(tag_arr);
-    if (!canon || !tags || spec_identity_hash(&s, hash) < 0) {
+    if (!canon || !tags || spec_identity(&s, hash) < 0) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
@@ -239,8 +202,7 @@ static int authorized(const api_t *a, const http_request_t *req) {
 static cJSON *submission_item(api_t *a, int64_t id, int duplicate) {
     cJSON *o = cJSON_CreateObject(), *existing = NULL;
     char err[256];
-    int not_found = 0;
-    if (duplicate) existing = store_get(a->store, id, 0, &not_found, err, sizeof err);
+    if (duplicate) store_get(a->store, id, 0, &existing, err, sizeof err);
     const char *status = cJSON_GetStringValue(cJSON_GetObjectItem(existing, "status"));
     cJSON_AddNumberToObject(o, "id", (double)id);
     cJSON_AddStringToObject(o, "status", status ? status : "queued");
@@ -257,11 +219,7 @@ static int query_int(const http_request_t *req, http_response_t *res, const char
 static cJSON *with_seed_offset(const cJSON *spec, int k) {
     spec_t s;
     char err[SPEC_ERR_LEN];
-    char *text = cJSON_PrintUnformatted(spec);
-    if (!text) return NULL;
-    int rc = spec_parse(text, strlen(text), &s, err, sizeof err);
-    free(text);
-    if (rc < 0) return NULL;
+    if (spec_from_json(spec, &s, err, sizeof err) < 0) return NULL;
     double seed = (double)s.seed + k;
     spec_free(&s);
     cJSON *copy = cJSON_Duplicate(spec, 1);
@@ -311,7 +269,7 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
             spec_free(&s);
         }
         int bad = rc < 0;
-        if (rc == -2) {
+        if (rc == NS_ERR_DOES_NOT_FIT) {
             if (is_array)
                 http_error(res, 422, "does_not_fit", "[%d]: %s", i, err);
             else
@@ -446,10 +404,10 @@ static void get_experiments(api_t *a, const http_request_t *req, http_response_t
 
 static void get_experiment(api_t *a, int64_t id, http_response_t *res) {
     char err[256];
-    int not_found = 0;
-    cJSON *o = store_get(a->store, id, MAX_METRICS_SHOWN, &not_found, err, sizeof err);
-    if (!o) {
-        if (not_found)
+    cJSON *o = NULL;
+    int rc = store_get(a->store, id, MAX_METRICS_SHOWN, &o, err, sizeof err);
+    if (rc < 0) {
+        if (rc == NS_ERR_NOT_FOUND)
             http_error(res, 404, "not_found", "no experiment %lld", (long long)id);
         else
             reply_store_error(res, err);
@@ -513,7 +471,7 @@ static void post_cancel(api_t *a, int64_t id, http_response_t *res) {
         return;
     }
     cJSON_Delete(o);
-    if (rc < 0 && strstr(err, "not found"))
+    if (rc == NS_ERR_NOT_FOUND)
         http_error(res, 404, "not_found", "no experiment %lld", (long long)id);
     else if (rc < 0)
         reply_store_error(res, err);

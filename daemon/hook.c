@@ -2,13 +2,10 @@
  * signed, POSTed with libcurl multi on the daemon's libuv loop, retried with
  * backoff, every attempt recorded; the agent's reply queued as proposals.
  *
- * libcurl runs in its multi-socket mode, the pattern of curl's multi-uv.c
- * example: curl says which sockets to watch (socket_cb: one uv_poll per
- * socket) and when to wake it (timer_cb: one uv_timer). curl_multi_socket_action
- * is called from the poll and timer callbacks of libuv, never from inside
- * curl's own callbacks, and finished transfers are collected with
- * curl_multi_info_read after each call. Nothing here blocks the loop: name
- * resolution is curl's threaded resolver, and every wait is a libuv handle.
+ * libcurl runs in its multi-socket mode on the loop (curl_uv.h); finished
+ * transfers are collected with curl_multi_info_read after each socket action.
+ * Nothing here blocks the loop: name resolution is curl's threaded resolver,
+ * and every wait is a libuv handle.
  *
  * The outbox: every event is a row of the events table (events.h) before it
  * is sent: experiment.finished rows are written by the store's trigger with
@@ -25,26 +22,27 @@
  *
  * Ownership: the hook owns its events. An event owns its payload, its easy
  * handle and header list while a transfer runs, its reply buffer and its
- * retry timer; it is freed only in that timer's close callback. A socket's
- * poll handle is freed in its close callback. hook_close closes everything
+ * retry timer; it is freed only in that timer's close callback. hook_close
+ * closes everything
  * and frees the hook when the last of its handles has closed. */
 #include "hook.h"
 
 #include <cJSON.h>
 #include <curl/curl.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "curl_uv.h"
 #include "events.h"
 #include "log.h"
 #include "sched.h"
 #include "spec.h"
 #include "store.h"
+#include "util.h"
+#include "webhook.h"
 
 #define MAX_IN_FLIGHT    4         /* concurrent transfers; more events wait in the FIFO */
 #define MAX_REPLY_BYTES  (1 << 20) /* a bigger 2xx reply is malformed */
@@ -86,15 +84,6 @@ struct event {
     event_t *prev, *next; /* every live event */
 };
 
-/* One socket curl asked us to watch; freed in its poll handle's close callback. */
-typedef struct sock sock_t;
-struct sock {
-    uv_poll_t poll;
-    curl_socket_t fd;
-    hook_t *h;
-    sock_t *prev, *next;
-};
-
 struct hook {
     uv_loop_t *loop;
     api_t *api;
@@ -103,12 +92,11 @@ struct hook {
     double timeout_s, idle_resend_s, backoff_base_s;
     CURLM *multi;
     int curl_inited;
-    uv_timer_t curl_timer; /* curl's wake-up (CURLMOPT_TIMERFUNCTION) */
+    curl_uv_t *curl;       /* the multi on the loop; multi is its handle */
     uv_timer_t idle_timer; /* queue.empty re-sends while idle */
     cJSON *defaults;       /* the spec with every default, sent in each payload */
     event_t *events;       /* every live event */
     event_t *wait_head, *wait_tail;
-    sock_t *socks;
     int in_flight;
     int empty_pending;                      /* live queue.empty events */
     uint64_t rejected_at[REJECTED_PER_MIN]; /* uv_now (ms) of the last sends, a ring */
@@ -116,7 +104,7 @@ struct hook {
     double proposals_per_min;    /* the bucket's size and refill rate; <= 0: no limit */
     double proposal_tokens;      /* proposals that may be accepted now */
     uint64_t proposal_refill_ms; /* uv_now at the last refill */
-    int closing, cleaning;
+    int closing;
     int open_handles; /* initialised handles whose close callback has not run */
     void (*done)(void *arg);
     void *done_arg;
@@ -148,11 +136,7 @@ static char *printable_prefix(const char *text, size_t len, size_t max) {
         while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
     char *out = malloc(n + 1);
     if (!out) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)text[i];
-        out[i] = (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f ? '?' : (char)c;
-    }
-    out[n] = '\0';
+    util_clean_text(out, text, n, UTIL_CTRL_KEEP_WS);
     return out;
 }
 
@@ -203,8 +187,8 @@ static cJSON *best_json(hook_t *h) {
 static cJSON *experiment_json(hook_t *h, int64_t id) {
     static const char *const keys[] = {"id", "name", "status", "reason", "spec", "result", NULL};
     char err[256];
-    cJSON *e = store_get(h->api->store, id, 0, NULL, err, sizeof err);
-    if (!e) {
+    cJSON *e = NULL;
+    if (store_get(h->api->store, id, 0, &e, err, sizeof err) < 0) {
         log_error("hook: experiment %lld: %s", (long long)id, err);
         return NULL;
     }
@@ -267,6 +251,10 @@ static void hook_release(hook_t *h) {
 
 static void timer_closed_cb(uv_handle_t *handle) {
     hook_release(handle->data);
+}
+
+static void curl_closed(void *arg) {
+    hook_release(arg);
 }
 
 static void event_closed_cb(uv_handle_t *handle) {
@@ -565,24 +553,10 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *user) {
 
 /* The headers of one attempt: the signature covers this attempt's timestamp. */
 static struct curl_slist *signed_headers(hook_t *h, event_t *ev) {
-    char ts[32], line[160];
-    unsigned char mac[EVP_MAX_MD_SIZE], b64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
-    unsigned int mac_len = 0;
+    char ts[32], line[160], sig[WEBHOOK_SIG_LEN + 1];
     snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
-    size_t id_len = strlen(ev->id), ts_len = strlen(ts);
-    size_t msg_len = id_len + 1 + ts_len + 1 + ev->body_len;
-    unsigned char *msg = malloc(msg_len);
-    if (!msg) return NULL;
-    memcpy(msg, ev->id, id_len);
-    msg[id_len] = '.';
-    memcpy(msg + id_len + 1, ts, ts_len);
-    msg[id_len + 1 + ts_len] = '.';
-    memcpy(msg + id_len + ts_len + 2, ev->body, ev->body_len);
-    int ok =
-        HMAC(EVP_sha256(), h->secret, (int)strlen(h->secret), msg, msg_len, mac, &mac_len) != NULL;
-    free(msg);
-    if (!ok) return NULL;
-    EVP_EncodeBlock(b64, mac, (int)mac_len);
+    if (webhook_sign(h->secret, strlen(h->secret), ev->id, ts, ev->body, ev->body_len, sig) < 0)
+        return NULL;
 
     struct curl_slist *list = NULL, *t;
     const char *fixed[] = {"Content-Type: application/json", "Expect:", NULL};
@@ -596,7 +570,7 @@ static struct curl_slist *signed_headers(hook_t *h, event_t *ev) {
     snprintf(line, sizeof line, "webhook-timestamp: %s", ts);
     if (!(t = curl_slist_append(list, line))) goto fail;
     list = t;
-    snprintf(line, sizeof line, "webhook-signature: v1,%s", (const char *)b64);
+    snprintf(line, sizeof line, "webhook-signature: %s", sig);
     if (!(t = curl_slist_append(list, line))) goto fail;
     return t;
 fail:
@@ -739,7 +713,9 @@ static void start_transfers(hook_t *h) {
 
 /* ------------------------------------------------------- curl on the loop */
 
-static void check_multi_info(hook_t *h) {
+/* curl_uv's progress callback. */
+static void check_multi_info(void *arg) {
+    hook_t *h = arg;
     CURLMsg *msg;
     int left;
     while ((msg = curl_multi_info_read(h->multi, &left))) {
@@ -750,89 +726,6 @@ static void check_multi_info(hook_t *h) {
         transfer_done(h, (event_t *)priv, res);
     }
     start_transfers(h);
-}
-
-static void curl_timeout_cb(uv_timer_t *t) {
-    hook_t *h = t->data;
-    int running;
-    curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    check_multi_info(h);
-}
-
-/* CURLMOPT_TIMERFUNCTION: only (re)arms the uv timer. */
-static int timer_cb(CURLM *multi, long timeout_ms, void *user) {
-    hook_t *h = user;
-    (void)multi;
-    if (timeout_ms < 0)
-        uv_timer_stop(&h->curl_timer);
-    else if (!h->closing)
-        uv_timer_start(&h->curl_timer, curl_timeout_cb, (uint64_t)timeout_ms, 0);
-    return 0;
-}
-
-static void poll_cb(uv_poll_t *p, int status, int events) {
-    sock_t *sk = p->data;
-    hook_t *h = sk->h;
-    int flags = 0, running;
-    if (status < 0)
-        flags = CURL_CSELECT_ERR;
-    else {
-        if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
-        if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
-    }
-    curl_multi_socket_action(h->multi, sk->fd, flags, &running);
-    check_multi_info(h);
-}
-
-static void sock_closed_cb(uv_handle_t *handle) {
-    sock_t *sk = handle->data;
-    hook_t *h = sk->h;
-    free(sk);
-    hook_release(h);
-}
-
-static void sock_close(hook_t *h, sock_t *sk) {
-    if (sk->prev)
-        sk->prev->next = sk->next;
-    else
-        h->socks = sk->next;
-    if (sk->next) sk->next->prev = sk->prev;
-    uv_close((uv_handle_t *)&sk->poll, sock_closed_cb);
-}
-
-/* CURLMOPT_SOCKETFUNCTION: watch fd for what curl wants, or stop watching it. */
-static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *user, void *sockp) {
-    hook_t *h = user;
-    sock_t *sk = sockp;
-    (void)easy;
-    if (what == CURL_POLL_REMOVE) {
-        if (sk) {
-            sock_close(h, sk);
-            if (!h->cleaning) curl_multi_assign(h->multi, fd, NULL);
-        }
-        return 0;
-    }
-    if (!sk) {
-        sk = calloc(1, sizeof *sk);
-        if (!sk) return -1;
-        if (uv_poll_init_socket(h->loop, &sk->poll, fd) < 0) {
-            free(sk);
-            return -1;
-        }
-        sk->poll.data = sk;
-        sk->fd = fd;
-        sk->h = h;
-        sk->next = h->socks;
-        if (h->socks) h->socks->prev = sk;
-        h->socks = sk;
-        h->open_handles++;
-        curl_multi_assign(h->multi, fd, sk);
-    }
-    int events = 0;
-    if (what & CURL_POLL_IN) events |= UV_READABLE;
-    if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
-    uv_poll_start(&sk->poll, events, poll_cb);
-    return 0;
 }
 
 /* ------------------------------------------------------------------ public */
@@ -939,16 +832,12 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
     h->url = strdup(o->url);
     h->secret = strdup(o->secret);
     h->defaults = spec_defaults_json();
-    h->multi = curl_multi_init();
-    if (!h->url || !h->secret || !h->defaults || !h->multi) goto oom;
-    curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
-    curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
-    curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-    curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
-    uv_timer_init(loop, &h->curl_timer);
+    if (!h->url || !h->secret || !h->defaults) goto oom;
+    if (!(h->curl = curl_uv_new(loop, check_multi_info, h))) goto oom;
+    h->multi = curl_uv_multi(h->curl);
     uv_timer_init(loop, &h->idle_timer);
-    h->curl_timer.data = h->idle_timer.data = h;
-    h->open_handles = 2;
+    h->idle_timer.data = h;
+    h->open_handles = 2; /* the idle timer and the curl_uv */
     log_info("hook: events go to %s (at most %d attempts, %.0f s timeout)", h->url, h->max_attempts,
              h->timeout_s);
     /* What the last run left undelivered goes first. */
@@ -966,7 +855,6 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
 oom:
     snprintf(err, errlen, "hook: out of memory");
     if (h) {
-        if (h->multi) curl_multi_cleanup(h->multi);
         cJSON_Delete(h->defaults);
         free(h->url);
         free(h->secret);
@@ -1029,10 +917,8 @@ void hook_close(hook_t *h, void (*done)(void *arg), void *arg) {
         log_warn("hook: shutting down: %d undelivered event%s stay%s in the outbox and will be "
                  "sent at the next start",
                  pending, pending == 1 ? "" : "s", pending == 1 ? "s" : "");
-    h->cleaning = 1;
-    curl_multi_cleanup(h->multi);
+    curl_uv_close(h->curl, curl_closed, h);
+    h->curl = NULL;
     h->multi = NULL;
-    while (h->socks) sock_close(h, h->socks);
-    uv_close((uv_handle_t *)&h->curl_timer, timer_closed_cb);
     uv_close((uv_handle_t *)&h->idle_timer, timer_closed_cb);
 }

@@ -3,8 +3,11 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/time.h>
 #include <time.h>
+
+#include "util.h"
 
 log_level log_threshold = LOG_INFO;
 
@@ -22,8 +25,7 @@ void log_write(log_level level, const char *fmt, ...) {
     va_end(ap);
     /* Names and reasons come from specs and workers: no control characters
      * may forge a line or reach a terminal that tails the log. */
-    for (char *p = line; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    util_clean_text(line, line, strlen(line), 0);
     /* One fprintf per line keeps lines whole when several processes share stderr. */
     fprintf(stderr, "%s.%03dZ %s %s\n", stamp, (int)(tv.tv_usec / 1000), names[level], line);
 }

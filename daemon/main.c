@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "client.h"
 #include "serve.h"
+#include "exec.h"
 #include "worker.h"
 
 typedef struct {
@@ -18,7 +19,7 @@ static const command_t commands[] = {
     {"bench", bench_main, "time full training steps of a spec on a random batch"},
     {"calibrate", calibrate_main, "measure the machine's sgemm peak (the MFU denominator)"},
     {"cost", cost_main, "parameter counts, bytes and FLOPs of a spec, without training"},
-    {"exec-limited", worker_exec_main, "internal: run a worker under its slot's limits"},
+    {"exec-limited", exec_limited_main, "internal: run a worker under its slot's limits"},
     {"grad", grad_main, "loss and every gradient of one batch (checks against other engines)"},
     {"serve", serve_main, "run the daemon: queue, workers, results store and HTTP API"},
     {"prep", prep_main, "train a BPE tokenizer and write a dataset from text, JSONL or dirs"},

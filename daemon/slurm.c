@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "curl_uv.h"
 #include "log.h"
 #include "util.h"
 
@@ -246,7 +247,6 @@ typedef struct slurm slurm_t;
 typedef struct cmd cmd_t;
 typedef struct slurm_job slurm_job_t;
 typedef struct rest_req rest_req_t;
-typedef struct rest_sock rest_sock_t;
 
 typedef void (*cmd_done_fn)(slurm_t *sx, cmd_t *c, void *arg);
 
@@ -310,15 +310,14 @@ struct slurm {
     slurm_job_t *jobs;
     cmd_t *cmds;
     /* slurmrestd (o.rest_url set): libcurl multi on the loop; NULL = commands */
-    CURLM *multi;
-    uv_timer_t curl_timer;
-    int curl_cleaning, curl_inited;
+    curl_uv_t *curl;
+    CURLM *multi; /* curl's multi */
+    int curl_inited;
     rest_req_t *reqs;
-    rest_sock_t *socks; /* watched sockets, each an open uv_poll */
-    char *rest_base;    /* "http://host:port", or "http://localhost" on a socket */
-    char *rest_socket;  /* the UNIX socket's path, or NULL */
-    char *rest_user;    /* the jobs' user: listing filter, X-SLURM-USER-NAME with a token */
-    char *rest_token;   /* X-SLURM-USER-TOKEN, or NULL */
+    char *rest_base;   /* "http://host:port", or "http://localhost" on a socket */
+    char *rest_socket; /* the UNIX socket's path, or NULL */
+    char *rest_user;   /* the jobs' user: listing filter, X-SLURM-USER-NAME with a token */
+    char *rest_token;  /* X-SLURM-USER-TOKEN, or NULL */
 };
 
 static double now_s(const slurm_t *sx) {
@@ -747,10 +746,8 @@ static void queue_detach(slurm_job_t *j) {
 
 /* ------------------------------------------------------- slurmrestd client */
 
-/* libcurl multi on the loop, as daemon/hook.c drives it: curl says which
- * sockets to watch (rest_socket_cb: one uv_poll each) and when to wake it
- * (rest_timer_cb: one uv_timer); the loop calls curl_multi_socket_action and
- * finished transfers are collected with curl_multi_info_read. */
+/* libcurl multi on the loop (curl_uv.h), as the hook drives it: finished
+ * transfers are collected with curl_multi_info_read (rest_check_done). */
 
 typedef void (*rest_done_fn)(slurm_t *sx, const cJSON *reply, const char *error, void *arg);
 
@@ -767,13 +764,6 @@ struct rest_req {
     void *arg;
     char what[64]; /* "POST job/submit" */
     char curl_err[CURL_ERROR_SIZE];
-};
-
-struct rest_sock {
-    uv_poll_t poll;
-    curl_socket_t fd;
-    slurm_t *sx;
-    rest_sock_t *next;
 };
 
 static size_t rest_write_cb(char *data, size_t size, size_t nmemb, void *user) {
@@ -827,7 +817,9 @@ static void rest_outcome(rest_req_t *q, CURLcode rc, cJSON **reply, char *err, s
     }
 }
 
-static void rest_check_done(slurm_t *sx) {
+/* curl_uv's progress callback. */
+static void rest_check_done(void *arg) {
+    slurm_t *sx = arg;
     CURLMsg *msg;
     int left;
     while (sx->multi && (msg = curl_multi_info_read(sx->multi, &left))) {
@@ -850,89 +842,6 @@ static void rest_check_done(slurm_t *sx) {
         rest_req_free(q);
         if (sx->closing) return;
     }
-}
-
-static void rest_timeout_cb(uv_timer_t *t) {
-    slurm_t *sx = t->data;
-    int running;
-    curl_multi_socket_action(sx->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    rest_check_done(sx);
-}
-
-/* CURLMOPT_TIMERFUNCTION: only (re)arms the uv timer. */
-static int rest_timer_cb(CURLM *multi, long timeout_ms, void *user) {
-    slurm_t *sx = user;
-    (void)multi;
-    if (timeout_ms < 0)
-        uv_timer_stop(&sx->curl_timer);
-    else if (!sx->closing)
-        uv_timer_start(&sx->curl_timer, rest_timeout_cb, (uint64_t)timeout_ms, 0);
-    return 0;
-}
-
-static void rest_poll_cb(uv_poll_t *p, int status, int events) {
-    rest_sock_t *sk = p->data;
-    slurm_t *sx = sk->sx;
-    int flags = 0, running;
-    if (status < 0)
-        flags = CURL_CSELECT_ERR;
-    else {
-        if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
-        if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
-    }
-    curl_multi_socket_action(sx->multi, sk->fd, flags, &running);
-    rest_check_done(sx);
-}
-
-static void rest_sock_closed_cb(uv_handle_t *h) {
-    rest_sock_t *sk = h->data;
-    slurm_t *sx = sk->sx;
-    free(sk);
-    sx->open_handles--;
-    maybe_free_executor(sx);
-}
-
-static void rest_sock_close(slurm_t *sx, rest_sock_t *sk) {
-    for (rest_sock_t **p = &sx->socks; *p; p = &(*p)->next)
-        if (*p == sk) {
-            *p = sk->next;
-            break;
-        }
-    uv_close((uv_handle_t *)&sk->poll, rest_sock_closed_cb);
-}
-
-/* CURLMOPT_SOCKETFUNCTION: watch fd for what curl wants, or stop watching it. */
-static int rest_socket_cb(CURL *easy, curl_socket_t fd, int what, void *user, void *sockp) {
-    slurm_t *sx = user;
-    rest_sock_t *sk = sockp;
-    (void)easy;
-    if (what == CURL_POLL_REMOVE) {
-        if (sk) {
-            rest_sock_close(sx, sk);
-            if (!sx->curl_cleaning) curl_multi_assign(sx->multi, fd, NULL);
-        }
-        return 0;
-    }
-    if (!sk) {
-        sk = calloc(1, sizeof *sk);
-        if (!sk) return -1;
-        if (uv_poll_init_socket(sx->loop, &sk->poll, fd) < 0) {
-            free(sk);
-            return -1;
-        }
-        sk->poll.data = sk;
-        sk->fd = fd;
-        sk->sx = sx;
-        sk->next = sx->socks;
-        sx->socks = sk;
-        sx->open_handles++;
-        curl_multi_assign(sx->multi, fd, sk);
-    }
-    int events = 0;
-    if (what & CURL_POLL_IN) events |= UV_READABLE;
-    if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
-    uv_poll_start(&sk->poll, events, rest_poll_cb);
-    return 0;
 }
 
 /* Start METHOD BASE/slurm/v0.0.38/PATH with body (JSON text, borrowed; may be
@@ -1355,6 +1264,12 @@ static void maybe_free_executor(slurm_t *sx) {
     free(sx);
 }
 
+static void curl_closed(void *arg) {
+    slurm_t *sx = arg;
+    sx->open_handles--;
+    maybe_free_executor(sx);
+}
+
 static void timer_close_cb(uv_handle_t *h) {
     slurm_t *sx = h->data;
     sx->open_handles--;
@@ -1380,11 +1295,9 @@ static void slurm_free(executor_t *x) {
             curl_easy_cleanup(q->easy);
             rest_req_free(q);
         }
-        sx->curl_cleaning = 1; /* sockets it still closes need no curl_multi_assign */
-        curl_multi_cleanup(sx->multi);
+        curl_uv_close(sx->curl, curl_closed, sx);
+        sx->curl = NULL;
         sx->multi = NULL;
-        while (sx->socks) rest_sock_close(sx, sx->socks); /* those curl did not remove */
-        uv_close((uv_handle_t *)&sx->curl_timer, timer_close_cb);
     }
     uv_close((uv_handle_t *)&sx->tick, timer_close_cb);
     uv_close((uv_handle_t *)&sx->soon, timer_close_cb);
@@ -1421,13 +1334,8 @@ static int rest_init(slurm_t *sx, const slurm_opts_t *o, char *err, size_t errle
         return -1;
     }
     sx->curl_inited = 1;
-    if (!(sx->multi = curl_multi_init())) goto oom;
-    curl_multi_setopt(sx->multi, CURLMOPT_SOCKETFUNCTION, rest_socket_cb);
-    curl_multi_setopt(sx->multi, CURLMOPT_SOCKETDATA, sx);
-    curl_multi_setopt(sx->multi, CURLMOPT_TIMERFUNCTION, rest_timer_cb);
-    curl_multi_setopt(sx->multi, CURLMOPT_TIMERDATA, sx);
-    uv_timer_init(sx->loop, &sx->curl_timer);
-    sx->curl_timer.data = sx;
+    if (!(sx->curl = curl_uv_new(sx->loop, rest_check_done, sx))) goto oom;
+    sx->multi = curl_uv_multi(sx->curl);
     sx->open_handles++;
     return 0;
 oom:
@@ -1456,11 +1364,11 @@ executor_t *slurm_executor_new(uv_loop_t *loop, const slurm_opts_t *o, char *err
     }
     if (!bad && o->rest_url && rest_init(sx, o, err, errlen) < 0) bad = 1;
     if (bad) {
-        if (sx->multi) curl_multi_cleanup(sx->multi);
-        sx->multi = NULL;
-        if (sx->open_handles) { /* the curl timer */
+        if (sx->curl) {
             sx->closing = 1;
-            uv_close((uv_handle_t *)&sx->curl_timer, timer_close_cb);
+            curl_uv_close(sx->curl, curl_closed, sx);
+            sx->curl = NULL;
+            sx->multi = NULL;
         } else {
             sx->closing = 1;
             maybe_free_executor(sx);

@@ -60,6 +60,7 @@ enum {
     ST_BEST_IN,
     ST_LAST_SCOPE,
     ST_COMMON_BUDGET,
+    ST_COMMON_BUDGET_ANY,
     ST_NOISE,
     ST_PRUNE_LOSSES,
     ST_RUN_LOSS,
@@ -168,21 +169,19 @@ static const char *const stmt_sql[ST_COUNT] = {
                       " ORDER BY finished DESC, id DESC LIMIT 1",
     /* The budget of dataset ?1 with the most succeeded runs, then the most
      * runs, then the most recent. */
-    [ST_COMMON_BUDGET] = "SELECT budget_kind, budget FROM experiments WHERE dataset = ?1"
-                         " GROUP BY budget_kind, budget ORDER BY sum(status = 'succeeded') DESC,"
-                         " count(*) DESC, max(id) DESC LIMIT 1",
-    /* Pooled within-configuration variance: over configurations with at least
-     * two succeeded seeds, the sum of squared deviations from each one's mean
-     * and the degrees of freedom (sum of n - 1). */
-    [ST_NOISE] = "WITH runs AS (SELECT e.config_hash AS c, r.val_bpb AS v FROM experiments e"
-                 " JOIN results r ON r.experiment_id = e.id WHERE e.dataset = ?1"
-                 " AND e.budget_kind = ?2 AND e.budget = ?3 AND e.status = 'succeeded'"
-                 " AND r.val_bpb IS NOT NULL),"
-                 " g AS (SELECT c, avg(v) AS m, count(*) AS n FROM runs GROUP BY c"
-                 " HAVING count(*) >= 2)"
-                 " SELECT count(*), ifnull(sum(n), 0), ifnull(sum(n - 1), 0),"
-                 " (SELECT ifnull(sum((v - m) * (v - m)), 0) FROM runs JOIN g USING (c))"
-                 " FROM g",
+    [ST_COMMON_BUDGET] = "SELECT budget_kind, budget FROM scopes WHERE dataset = ?1"
+                         " ORDER BY succeeded DESC, last_finished DESC LIMIT 1",
+    /* Dataset ?1 without a succeeded run: the budget with the most runs, then
+     * the most recent. */
+    [ST_COMMON_BUDGET_ANY] = "SELECT budget_kind, budget FROM experiments WHERE dataset = ?1"
+                             " GROUP BY budget_kind, budget ORDER BY count(*) DESC, max(id) DESC"
+                             " LIMIT 1",
+    /* Pooled within-configuration variance over the configurations with at
+     * least two succeeded seeds, kept per scope (schema 008): their count,
+     * runs, degrees of freedom (sum of n - 1) and squared deviations from
+     * their means. */
+    [ST_NOISE] = "SELECT configs2, runs2, df, ss FROM scopes"
+                 " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3",
     /* For pruning: the mean training loss of each of the last ?6 succeeded
      * runs in the scope over the progress window [?4 - ?5, ?4], best first. */
     [ST_PRUNE_LOSSES] = "SELECT avg(m.loss) AS loss FROM metrics m WHERE m.experiment_id IN"
@@ -785,9 +784,10 @@ int store_cancel_queued(store_t *s, int64_t id, char *err, size_t errlen) {
     st = s->st[ST_STATUS_OF];
     sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st), out = 0;
-    if (rc == SQLITE_DONE)
-        out = fail(err, errlen, "store: experiment %lld not found", (long long)id);
-    else if (rc != SQLITE_ROW)
+    if (rc == SQLITE_DONE) {
+        fail(err, errlen, "store: experiment %lld not found", (long long)id);
+        out = NS_ERR_NOT_FOUND;
+    } else if (rc != SQLITE_ROW)
         out = fail_db(s->db, err, errlen, "cancel");
     reset(st);
     return out;
@@ -885,16 +885,18 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const cha
     return rows_array(s, st, "list", err, errlen);
 }
 
-/* The experiment row with its spec and result (or null); the caller owns it.
- * NULL with err (and *not_found = 1 for an unknown id) on failure. */
-static cJSON *experiment_object(store_t *s, int64_t id, int *not_found, char *err, size_t errlen) {
+/* The experiment row with its spec and result (or null) into *out; the
+ * caller owns it. Returns 0 or a store_get error code with err. */
+static int experiment_object(store_t *s, int64_t id, cJSON **out, char *err, size_t errlen) {
     cJSON *o = NULL, *res = NULL;
+    int code = NS_ERR_IO;
     sqlite3_stmt *st = s->st[ST_GET];
+    *out = NULL;
     sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_DONE) {
-        if (not_found) *not_found = 1;
         fail(err, errlen, "experiment %lld not found", (long long)id);
+        code = NS_ERR_NOT_FOUND;
         goto fail;
     }
     if (rc != SQLITE_ROW) goto db_error;
@@ -912,25 +914,28 @@ static cJSON *experiment_object(store_t *s, int64_t id, int *not_found, char *er
         goto db_error;
     if (!res || !cJSON_AddItemToObject(o, "result", res)) goto oom;
     reset(st);
-    return o;
+    *out = o;
+    return 0;
 oom:
     cJSON_Delete(res);
     fail(err, errlen, "store: get: out of memory");
+    code = NS_ERR_NOMEM;
     goto fail;
 db_error:
     fail_db(s->db, err, errlen, "get");
 fail:
     reset(st);
     cJSON_Delete(o);
-    return NULL;
+    return code;
 }
 
-/* metrics_total and up to max rows of metrics (max <= 0: none) into o. */
+/* metrics_total and up to max rows of metrics (max <= 0: none) into o.
+ * Returns 0, NS_ERR_IO or NS_ERR_NOMEM with err. */
 static int add_metrics(store_t *s, cJSON *o, int64_t id, int max, char *err, size_t errlen) {
     sqlite3_stmt *st = s->st[ST_GET_METRICS];
     cJSON *arr = cJSON_CreateArray();
     int64_t total = 0;
-    int rc;
+    int rc, code = NS_ERR_NOMEM;
     if (!arr) goto oom;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int(st, 2, max > 0 ? max : 1);
@@ -945,6 +950,7 @@ static int add_metrics(store_t *s, cJSON *o, int64_t id, int max, char *err, siz
     }
     if (rc != SQLITE_DONE) {
         fail_db(s->db, err, errlen, "metrics");
+        code = NS_ERR_IO;
         goto fail;
     }
     reset(st);
@@ -956,18 +962,16 @@ oom:
 fail:
     reset(st);
     cJSON_Delete(arr);
-    return -1;
+    return code;
 }
 
-cJSON *store_get(store_t *s, int64_t id, int max_metrics, int *not_found, char *err,
-                 size_t errlen) {
-    if (not_found) *not_found = 0;
-    cJSON *o = experiment_object(s, id, not_found, err, errlen);
-    if (o && add_metrics(s, o, id, max_metrics, err, errlen) < 0) {
-        cJSON_Delete(o);
-        return NULL;
+int store_get(store_t *s, int64_t id, int max_metrics, cJSON **out, char *err, size_t errlen) {
+    int rc = experiment_object(s, id, out, err, errlen);
+    if (rc == 0 && (rc = add_metrics(s, *out, id, max_metrics, err, errlen)) < 0) {
+        cJSON_Delete(*out);
+        *out = NULL;
     }
-    return o;
+    return rc;
 }
 
 static int bind_scope(sqlite3_stmt *st, const store_scope_t *sc) {
@@ -1006,16 +1010,22 @@ int store_default_scope(store_t *s, const char *dataset, store_scope_t *sc, char
              dataset && *dataset ? dataset : STORE_DEFAULT_DATASET);
     snprintf(sc->budget_kind, sizeof sc->budget_kind, "time");
     sc->budget = STORE_DEFAULT_BUDGET_S;
-    sqlite3_stmt *st = s->st[ST_COMMON_BUDGET];
-    bind_text(st, 1, sc->dataset);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0)) {
-        snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s",
-                 (const char *)sqlite3_column_text(st, 0));
-        sc->budget = sqlite3_column_double(st, 1);
+    /* the budget with the most succeeded runs (one row of scopes), else, while
+     * nothing has succeeded on the dataset, the one with the most runs */
+    for (int k = ST_COMMON_BUDGET; k <= ST_COMMON_BUDGET_ANY; k++) {
+        sqlite3_stmt *st = s->st[k];
+        bind_text(st, 1, sc->dataset);
+        int rc = sqlite3_step(st);
+        int found = rc == SQLITE_ROW && sqlite3_column_text(st, 0);
+        if (found) {
+            snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s",
+                     (const char *)sqlite3_column_text(st, 0));
+            sc->budget = sqlite3_column_double(st, 1);
+        }
+        reset(st);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "scope");
+        if (found) break;
     }
-    reset(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "scope");
     return 0;
 }
 
@@ -1056,8 +1066,8 @@ cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errl
         fail(err, errlen, "store: best: out of memory");
         return NULL;
     }
-    cJSON *o = experiment_object(s, id, NULL, err, errlen);
-    if (o) {
+    cJSON *o = NULL;
+    if (experiment_object(s, id, &o, err, errlen) == 0) {
         /* the leaderboard's val_bpb is the mean: here it is mean_val_bpb */
         cJSON *mean = cJSON_DetachItemFromObjectCaseSensitive(stats, "val_bpb");
         cJSON_AddItemToObject(o, "mean_val_bpb", mean ? mean : cJSON_CreateNull());
@@ -1094,14 +1104,16 @@ cJSON *store_noise(store_t *s, const store_scope_t *sc, char *err, size_t errlen
     sqlite3_stmt *st = s->st[ST_NOISE];
     bind_scope(st, sc);
     int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
         fail_db(s->db, err, errlen, "noise");
         reset(st);
         return NULL;
     }
-    int64_t configs = sqlite3_column_int64(st, 0), runs = sqlite3_column_int64(st, 1);
-    int64_t df = sqlite3_column_int64(st, 2);
-    double ss = sqlite3_column_double(st, 3);
+    /* no row: nothing has succeeded in the scope yet */
+    int64_t configs = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    int64_t runs = rc == SQLITE_ROW ? sqlite3_column_int64(st, 1) : 0;
+    int64_t df = rc == SQLITE_ROW ? sqlite3_column_int64(st, 2) : 0;
+    double ss = rc == SQLITE_ROW ? sqlite3_column_double(st, 3) : 0;
     reset(st);
     cJSON *o = cJSON_CreateObject();
     int ok = o && cJSON_AddStringToObject(o, "dataset", sc->dataset) &&

@@ -19,6 +19,7 @@
 #include <cJSON.h>
 
 #include "result_fields.h"
+#include "util.h"
 
 typedef struct store store_t;
 
@@ -168,7 +169,8 @@ int store_add_metrics(store_t *s, int64_t id, const store_metric_t *m, size_t n,
 
 /* Cancel a queued experiment: returns 1 if it was queued (now cancelled), 0
  * if it is not queued (the caller cancels a running one through its worker),
- * -1 on error or unknown id (err says which). */
+ * NS_ERR_NOT_FOUND for an unknown id, -1 on a database error (err says
+ * which). */
 int store_cancel_queued(store_t *s, int64_t id, char *err, size_t errlen);
 
 /* At startup: every experiment still `running` was interrupted by a daemon
@@ -202,9 +204,10 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const cha
 /* One experiment with its spec (parsed JSON), result object (or null) and, up
  * to max_metrics rows, its metrics ("metrics": [{step, time_s, loss, lr_mult,
  * tok_s}], evenly spaced over the run and always ending with the last step;
- * "metrics_total": how many are stored). NULL with err "experiment 12 not
- * found" for an unknown id (*not_found set to 1). */
-cJSON *store_get(store_t *s, int64_t id, int max_metrics, int *not_found, char *err, size_t errlen);
+ * "metrics_total": how many are stored) into *out, which the caller owns.
+ * Returns 0, or with *out NULL and err set: NS_ERR_NOT_FOUND for an unknown
+ * id, NS_ERR_NOMEM, or NS_ERR_IO for a database error. */
+int store_get(store_t *s, int64_t id, int max_metrics, cJSON **out, char *err, size_t errlen);
 
 /* Fill sc for dataset (NULL or "" = STORE_DEFAULT_DATASET) with the budget
  * of that dataset with the most succeeded runs (then the most runs, then the

@@ -93,8 +93,4 @@ void worker_stop(worker_t *w, worker_status why);
 
 int worker_pid(const worker_t *w);
 
-/* `nightshift exec-limited [--cpus LIST] [--memory-mb N] -- PROGRAM ARGS...`:
- * set the limits on itself, then execvp. */
-int worker_exec_main(int argc, char **argv);
-
 #endif

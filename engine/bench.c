@@ -138,7 +138,10 @@ int bench_main(int argc, char **argv) {
         if (s == 0) prof_reset();
         double t0 = util_now();
         gpt_zero_grad(m);
-        loss = gpt_forward(m, in, tg, B, T, GPT_TRAIN);
+        if (gpt_forward(m, in, tg, B, T, GPT_TRAIN, &loss) < 0) {
+            fprintf(stderr, "bench: out of memory in the forward pass at step %d\n", s);
+            goto fail;
+        }
         if (isnan(loss)) {
             fprintf(stderr, "bench: forward pass gave NaN at step %d\n", s);
             goto fail;

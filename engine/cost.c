@@ -213,9 +213,10 @@ int cost_main(int argc, char **argv) {
 
     spec_t spec;
     char err[SPEC_ERR_LEN];
-    if (spec_load(spec_path, &spec, err, sizeof err) != 0) {
+    int spec_rc = spec_load(spec_path, &spec, err, sizeof err);
+    if (spec_rc != 0) {
         /* spec_load names the file itself when it cannot read it. */
-        if (!strncmp(err, spec_path, strlen(spec_path)))
+        if (spec_rc != NS_ERR_INVALID)
             fprintf(stderr, "cost: %s\n", err);
         else
             fprintf(stderr, "cost: %s: %s\n", spec_path, err);

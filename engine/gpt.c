@@ -365,7 +365,7 @@ static gpt_acts_t *ensure_acts(gpt_t *m, int B, int T) {
 int gpt_reserve(gpt_t *m, int B, int T, char *err, size_t errlen) {
     if (ensure_acts(m, B, T) && (m->cfg.pos != POS_ROPE || ensure_rope(m, T) == 0)) return 0;
     snprintf(err, errlen, "out of memory allocating activations for %d x %d tokens", B, T);
-    return -1;
+    return NS_ERR_NOMEM;
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -414,12 +414,13 @@ static void value_embed_forward(float *v, float *gate, const float *xn, const fl
     }
 }
 
-float gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, gpt_mode mode) {
+int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, gpt_mode mode,
+                float *loss) {
     const spec_model_t *c = &m->cfg;
     int N = B * T, D = c->n_embd, H = c->n_head, Hkv = c->n_kv_head, hd = c->head_dim;
     int V = c->vocab_size, L = c->depth;
     gpt_acts_t *a = ensure_acts(m, B, T);
-    if (!a || (c->pos == POS_ROPE && ensure_rope(m, T) < 0)) return NAN;
+    if (!a || (c->pos == POS_ROPE && ensure_rope(m, T) < 0)) return NS_ERR_NOMEM;
     memcpy(a->ids, inputs, (size_t)N * sizeof(int));
     a->has_targets = targets != NULL;
     if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int));
@@ -488,8 +489,8 @@ float gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T,
     double total = ops_softcap_ce_forward(a->logits, a->lse, a->losses, targets, N, V,
                                           (float)c->softcap, &count);
     a->loss_count = count;
-    if (!targets) return 0.0f;
-    return count > 0 ? (float)(total / count) : 0.0f;
+    if (loss) *loss = targets && count > 0 ? (float)(total / count) : 0.0f;
+    return 0;
 }
 
 const float *gpt_token_losses(const gpt_t *m) {

@@ -6,7 +6,7 @@
  * forward pass live in a third allocation sized for (B, T) and grown on demand.
  *
  * Layout of one training micro-step:
- *     gpt_forward(m, in, tg, B, T, GPT_TRAIN)  -> mean loss, activations kept
+ *     gpt_forward(m, in, tg, B, T, GPT_TRAIN, &loss)  -> mean loss, activations kept
  *     gpt_backward(m, scale)                   -> grads += scale * dloss/dparam
  * Gradients accumulate until gpt_zero_grad, which is how gradient accumulation
  * works: call backward with scale = 1/accum_steps for each micro-batch.
@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "spec.h"
+#include "util.h"
 
 /* What a tensor is, for optimiser grouping and cost accounting. */
 typedef enum {
@@ -79,7 +80,7 @@ typedef enum { GPT_EVAL = 0, GPT_TRAIN = 1 } gpt_mode;
 
 /* Build the tensor table and allocate zeroed params and grads. cfg must have
  * passed spec_validate and have vocab_size > 0. Returns NULL with a reason in
- * err on allocation failure. */
+ * err on allocation failure, its only failure. */
 gpt_t *gpt_new(const spec_model_t *cfg, char *err, size_t errlen);
 void gpt_free(gpt_t *m);
 
@@ -91,14 +92,17 @@ const gpt_tensor_t *gpt_find_tensor(const gpt_t *m, const char *name);
 
 /* Allocate the activations for batches of up to B rows of T tokens now, so
  * that an out-of-memory shows at startup rather than mid-run. Returns 0, or
- * -1 with err on allocation failure. */
+ * NS_ERR_NOMEM with err. */
 int gpt_reserve(gpt_t *m, int B, int T, char *err, size_t errlen);
 
 /* Forward over inputs (B, T) token ids. With targets (B, T), ids < 0 ignored,
- * returns the mean cross-entropy over non-ignored targets and keeps what
- * backward needs; without targets returns 0. In GPT_TRAIN mode embedding
- * dropout is applied. Returns NAN on allocation failure. */
-float gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, gpt_mode mode);
+ * sets *loss (when loss is not NULL) to the mean cross-entropy over
+ * non-ignored targets and keeps what backward needs; without targets *loss is
+ * 0. In GPT_TRAIN mode embedding dropout is applied. Returns 0, or
+ * NS_ERR_NOMEM when the activations for (B, T) cannot be allocated (none are
+ * needed after a gpt_reserve of the same B and T). */
+int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, gpt_mode mode,
+                float *loss);
 
 /* Accumulate scale * d(mean loss)/d(param) into m->grads, for the last
  * forward pass (which must have had targets). */

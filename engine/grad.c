@@ -179,22 +179,23 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* One zero_grad + forward + backward over (B, T). Stores the forward's and
- * the whole pass's wall-clock seconds in *fwd_s and *pass_s when they are not
- * NULL. Returns the loss (NAN when the forward failed; no backward then). */
-static float grad_pass(gpt_t *m, const int *in, const int *tg, int B, int T, double *fwd_s,
-                       double *pass_s) {
+/* One zero_grad + forward + backward over (B, T), the loss into *loss.
+ * Stores the forward's and the whole pass's wall-clock seconds in *fwd_s and
+ * *pass_s when they are not NULL. Returns 0, or NS_ERR_NOMEM when the forward
+ * could not allocate (no backward then). */
+static int grad_pass(gpt_t *m, const int *in, const int *tg, int B, int T, double *fwd_s,
+                     double *pass_s, float *loss) {
     double t0 = util_now();
     gpt_zero_grad(m);
     double t1 = util_now();
-    float loss = gpt_forward(m, in, tg, B, T, GPT_EVAL);
+    int rc = gpt_forward(m, in, tg, B, T, GPT_EVAL, loss);
     double t2 = util_now();
-    if (isnan(loss)) return loss;
+    if (rc < 0) return rc;
     gpt_backward(m, 1.0f);
     double t3 = util_now();
     if (fwd_s) *fwd_s = t2 - t1;
     if (pass_s) *pass_s = t3 - t0;
-    return loss;
+    return 0;
 }
 
 int grad_main(int argc, char **argv) {
@@ -243,9 +244,10 @@ int grad_main(int argc, char **argv) {
     double *fwd_s = NULL, *pass_s = NULL; /* seconds per timed pass, `repeat` each */
     int spec_loaded = 0, B = 0;
 
-    if (spec_load(spec_path, &spec, err, sizeof err) != 0) {
+    int spec_rc = spec_load(spec_path, &spec, err, sizeof err);
+    if (spec_rc != 0) {
         /* spec_load names the file itself when it cannot read it. */
-        if (!strncmp(err, spec_path, strlen(spec_path)))
+        if (spec_rc != NS_ERR_INVALID)
             fprintf(stderr, "grad: %s\n", err);
         else
             fprintf(stderr, "grad: %s: %s\n", spec_path, err);
@@ -282,11 +284,17 @@ int grad_main(int argc, char **argv) {
         }
     }
     /* The warm-up lets BLAS start its threads and the allocator settle. */
-    float loss = repeat > 1 ? grad_pass(m, in, tg, B, T, NULL, NULL) : 0.0f;
-    for (int r = 0; r < repeat && !isnan(loss); r++)
-        loss = grad_pass(m, in, tg, B, T, fwd_s ? &fwd_s[r] : NULL, pass_s ? &pass_s[r] : NULL);
+    float loss = 0.0f;
+    int pass_rc = repeat > 1 ? grad_pass(m, in, tg, B, T, NULL, NULL, &loss) : 0;
+    for (int r = 0; r < repeat && pass_rc == 0 && !isnan(loss); r++)
+        pass_rc =
+            grad_pass(m, in, tg, B, T, fwd_s ? &fwd_s[r] : NULL, pass_s ? &pass_s[r] : NULL, &loss);
+    if (pass_rc < 0) {
+        fprintf(stderr, "grad: out of memory in the forward pass\n");
+        goto fail;
+    }
     if (isnan(loss)) {
-        fprintf(stderr, "grad: forward pass gave NaN (out of memory, or non-finite weights)\n");
+        fprintf(stderr, "grad: forward pass gave NaN (non-finite weights)\n");
         goto fail;
     }
     printf("loss: %.9g\n", loss);

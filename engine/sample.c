@@ -111,7 +111,7 @@ static int sample_run(const sample_opts_t *o) {
     for (int n = 0; n < o->tokens; n++) {
         size_t len = ids.n < (size_t)T ? ids.n : (size_t)T;
         for (size_t i = 0; i < len; i++) window[i] = ids.ids[ids.n - len + i];
-        if (isnan(gpt_forward(m, window, NULL, 1, (int)len, GPT_EVAL))) {
+        if (gpt_forward(m, window, NULL, 1, (int)len, GPT_EVAL, NULL) < 0) {
             free(window);
             snprintf(err, sizeof err, "out of memory");
             goto fail;

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -667,6 +668,7 @@ fail:
 int spec_load(const char *path, spec_t *s, char *err, size_t errlen) {
     char *buf = NULL;
     FILE *f = NULL;
+    int code = NS_ERR_IO;
     spec_defaults(s);
     if (!(f = fopen(path, "rb"))) {
         fail(err, errlen, path, "%s", strerror(errno));
@@ -675,6 +677,7 @@ int spec_load(const char *path, spec_t *s, char *err, size_t errlen) {
     /* One byte more than the limit tells "too large" from "exactly at it". */
     if (!(buf = malloc(SPEC_MAX_TEXT + 1))) {
         fail(err, errlen, path, "out of memory");
+        code = NS_ERR_NOMEM;
         goto fail;
     }
     size_t n = fread(buf, 1, SPEC_MAX_TEXT + 1, f);
@@ -694,7 +697,7 @@ int spec_load(const char *path, spec_t *s, char *err, size_t errlen) {
 fail:
     if (f) fclose(f);
     free(buf);
-    return -1;
+    return code;
 }
 
 /* ----------------------------------------------------------- validation -- */
@@ -1168,4 +1171,45 @@ char *spec_canonical_json(const spec_t *s) {
 fail:
     cJSON_Delete(root);
     return out;
+}
+
+/* ------------------------------------------------------------- identity -- */
+
+int spec_from_json(const cJSON *j, spec_t *s, char *err, size_t errlen) {
+    if (!cJSON_IsObject(j)) {
+        spec_defaults(s);
+        return fail(err, errlen, "spec", "expected a JSON object");
+    }
+    char *text = cJSON_PrintUnformatted(j);
+    if (!text) {
+        spec_defaults(s);
+        fail(err, errlen, "spec", "out of memory");
+        return NS_ERR_NOMEM;
+    }
+    int rc = spec_parse(text, strlen(text), s, err, errlen);
+    free(text);
+    return rc;
+}
+
+int spec_hash(const spec_t *s, char out[SPEC_HASH_HEX]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    char *canon = spec_canonical_json(s);
+    if (!canon) return NS_ERR_NOMEM;
+    int ok = EVP_Digest(canon, strlen(canon), md, &n, EVP_sha256(), NULL);
+    free(canon);
+    if (!ok || n != 32) return -1;
+    for (unsigned int i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+    return 0;
+}
+
+int spec_identity(const spec_t *s, char out[SPEC_HASH_HEX]) {
+    /* A shallow copy: spec_hash only prints it. */
+    spec_t bare = *s;
+    bare.name = NULL;
+    bare.n_tags = 0;
+    bare.priority = 0;
+    bare.parent = 0;
+    bare.prune = true; /* whether a run may be pruned does not change what it is */
+    return spec_hash(&bare, out);
 }

@@ -16,6 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util.h"
+
+struct cJSON;
+
 #define SPEC_MAX_DEPTH   64
 #define SPEC_MAX_TAGS    32
 #define SPEC_ERR_LEN     256
@@ -108,7 +112,10 @@ void spec_defaults(spec_t *s);
  * divide n_embd 128"). On failure s holds nothing that needs freeing. */
 int spec_parse(const char *json, size_t len, spec_t *s, char *err, size_t errlen);
 
-/* Read and parse a spec file. Same contract as spec_parse. */
+/* Read and parse a spec file. Same contract as spec_parse, except when the
+ * file itself cannot be read (missing, unreadable, larger than
+ * SPEC_MAX_TEXT): then NS_ERR_IO (NS_ERR_NOMEM when out of memory) with
+ * "file: reason" in err. */
 int spec_load(const char *path, spec_t *s, char *err, size_t errlen);
 
 /* Validate cross-field rules and derive window/has_ve/head_dim/mlp_hidden.
@@ -119,6 +126,22 @@ int spec_validate(spec_t *s, char *err, size_t errlen);
  * whitespace. Two specs that mean the same thing give the same string.
  * Returns a malloc'd string (caller frees) or NULL on allocation failure. */
 char *spec_canonical_json(const spec_t *s);
+
+/* Parse a JSON value as a spec: spec_parse of its text (anything but an
+ * object is "spec: expected a JSON object"). Same contract as spec_parse;
+ * NS_ERR_NOMEM when the text cannot be printed. */
+int spec_from_json(const struct cJSON *j, spec_t *s, char *err, size_t errlen);
+
+#define SPEC_HASH_HEX 65 /* bytes of a hex SHA-256 with its NUL */
+
+/* Lowercase hex SHA-256 of s's canonical JSON into out. Returns 0, or
+ * NS_ERR_NOMEM or -1 (the digest failed). */
+int spec_hash(const spec_t *s, char out[SPEC_HASH_HEX]);
+
+/* The identity of an experiment, what the daemon deduplicates submissions
+ * on: spec_hash of s without the fields that describe an experiment rather
+ * than define it (name, tags, priority, parent, prune). Same returns. */
+int spec_identity(const spec_t *s, char out[SPEC_HASH_HEX]);
 
 /* Deep copy of src into dst (dst is overwritten, not freed first). Returns 0,
  * or -1 on allocation failure, when dst holds nothing that needs freeing. */

@@ -184,7 +184,8 @@ static void next_train_batch(run_t *r) {
 
 /* val_bpb over every full (T+1)-token window of the validation stream (stride
  * T): summed nats / (ln 2 * summed bytes) over targets that are not special
- * tokens (token_bytes 0), as autoresearch's evaluate_bpb. */
+ * tokens (token_bytes 0), as autoresearch's evaluate_bpb. NAN when the
+ * activations cannot be allocated. */
 static double evaluate_bpb(run_t *r, size_t *tokens_out) {
     size_t n = r->data.n_val, T = (size_t)r->T, rows = n > T ? (n - 1) / T : 0;
     double nats = 0.0, bytes = 0.0;
@@ -199,7 +200,7 @@ static double evaluate_bpb(run_t *r, size_t *tokens_out) {
                 r->targets[b * T + t] = r->data.token_bytes[tg] > 0 ? tg : -1;
             }
         }
-        gpt_forward(r->model, r->inputs, r->targets, B, r->T, GPT_EVAL);
+        if (gpt_forward(r->model, r->inputs, r->targets, B, r->T, GPT_EVAL, NULL) < 0) return NAN;
         const float *loss = gpt_token_losses(r->model);
         for (size_t i = 0; i < (size_t)B * T; i++) {
             if (r->targets[i] < 0) continue;
@@ -253,9 +254,13 @@ static void choose_peak(run_t *r, const train_opts_t *o) {
     }
 }
 
+/* Load the spec and the dataset, build the model and the optimizer. Returns
+ * 0, NS_ERR_NOMEM with err when an allocation fails, or another negative code
+ * with err. */
 static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
     spec_model_t *mc = &r->spec.model;
-    if (spec_load(o->spec_path, &r->spec, err, errlen) < 0) return -1;
+    int rc = spec_load(o->spec_path, &r->spec, err, errlen);
+    if (rc < 0) return rc;
     if (data_open(o->dir, r->spec.dataset, &r->data, err, errlen) < 0) return -1;
     r->data_open = 1;
     if (mc->vocab_size == 0) {
@@ -280,16 +285,18 @@ static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
     }
     r->threads = threads_set(r->spec.resources.threads);
     r->model = gpt_new(mc, err, errlen);
-    if (!r->model) return -1;
+    if (!r->model) return NS_ERR_NOMEM;
     gpt_init_weights(r->model, r->spec.seed);
+    /* spec_validate has checked the settings optim_new checks: what is left
+     * is allocation. */
     r->opt = optim_new(r->model, &r->spec.train, err, errlen);
-    if (!r->opt) return -1;
-    if (gpt_reserve(r->model, r->B, r->T, err, errlen) < 0) return -1;
+    if (!r->opt) return NS_ERR_NOMEM;
+    if ((rc = gpt_reserve(r->model, r->B, r->T, err, errlen)) < 0) return rc;
     r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
     r->targets = malloc((size_t)r->B * r->T * sizeof(int));
     if (!r->inputs || !r->targets) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return NS_ERR_NOMEM;
     }
     cost_compute(mc, r->B, &r->cost);
     data_sampler_init(&r->sampler,
@@ -369,13 +376,16 @@ static void announce(run_t *r, const loop_t *l) {
 /* One optimiser step: accum micro-batches forward and backward, then the
  * update at the schedules' values for the progress before this step (as
  * autoresearch computes it). Sets the mean loss and the lr multiplier used;
- * returns EXIT_OK, or EXIT_DIVERGED after reporting a diverged micro-batch. */
+ * returns EXIT_OK, or EXIT_DIVERGED or EXIT_OOM after reporting a diverged
+ * micro-batch or a failed allocation. */
 static int train_step(run_t *r, const loop_t *l, double *loss_out, double *lrm_out) {
     const spec_train_t *tr = &r->spec.train;
     double loss_sum = 0.0;
     for (int micro = 0; micro < r->accum; micro++) {
         next_train_batch(r);
-        float loss = gpt_forward(r->model, r->inputs, r->targets, r->B, r->T, GPT_TRAIN);
+        float loss;
+        if (gpt_forward(r->model, r->inputs, r->targets, r->B, r->T, GPT_TRAIN, &loss) < 0)
+            return fail_run(r, EXIT_OOM, "oom", "out of memory at step %d", l->step + 1);
         /* Any one bad micro-batch fails the run: averaged over the
          * accumulation it could look harmless. */
         if (!isfinite(loss) || loss > DIVERGED_LOSS)
@@ -437,7 +447,7 @@ static bool report_step(run_t *r, const loop_t *l, double loss, double smooth_lo
 }
 
 /* Steps until the budget is spent (the step in flight completes). Returns
- * EXIT_OK, or EXIT_DIVERGED (already reported). */
+ * EXIT_OK, or EXIT_DIVERGED or EXIT_OOM (already reported). */
 static int train_loop(run_t *r, loop_t *l) {
     double smooth = 0.0;
     for (;;) {
@@ -530,9 +540,9 @@ static int train_run(const train_opts_t *o) {
         fprintf(stderr, "train: %s\n", err);
         goto done;
     }
-    if (setup(&r, o, err, sizeof err) < 0) {
-        /* Every allocator on the setup path says "out of memory" when it fails. */
-        if (strstr(err, "out of memory"))
+    int setup_rc = setup(&r, o, err, sizeof err);
+    if (setup_rc < 0) {
+        if (setup_rc == NS_ERR_NOMEM)
             code = fail_run(&r, EXIT_OOM, "oom", "%s", err);
         else
             code = fail_run(&r, EXIT_FAILED, "failed", "%s", err);

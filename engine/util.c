@@ -13,6 +13,26 @@
 #include <time.h>
 #include <unistd.h>
 
+const char *ns_strerror(int code) {
+    switch ((ns_err_t)code) {
+    case NS_OK:
+        return "ok";
+    case NS_ERR_INVALID:
+        return "invalid";
+    case NS_ERR_NOT_FOUND:
+        return "not found";
+    case NS_ERR_NOMEM:
+        return "out of memory";
+    case NS_ERR_IO:
+        return "i/o error";
+    case NS_ERR_CONFLICT:
+        return "conflict";
+    case NS_ERR_DOES_NOT_FIT:
+        return "does not fit";
+    }
+    return "unknown error";
+}
+
 double util_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -136,4 +156,30 @@ double util_peak_rss_mb(void) {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) < 0) return 0.0;
     return ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+}
+
+int util_is_control(const unsigned char *p, size_t len, unsigned flags) {
+    if ((flags & UTIL_CTRL_KEEP_WS) && len == 1 && (*p == '\t' || *p == '\n' || *p == '\r'))
+        return 0;
+    if (*p < 0x20 || *p == 0x7f) return 1;
+    return (flags & UTIL_CTRL_C1) && len == 2 && p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0;
+}
+
+size_t util_clean_text(char *dst, const char *src, size_t len, unsigned flags) {
+    const unsigned char *p = (const unsigned char *)src;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t n =
+            (flags & UTIL_CTRL_C1) && i + 1 < len && p[i] == 0xc2 && (p[i + 1] & 0xc0) == 0x80 ? 2
+                                                                                               : 1;
+        if (util_is_control(p + i, n, flags)) {
+            dst[o++] = '?';
+        } else {
+            memmove(dst + o, p + i, n);
+            o += n;
+        }
+        i += n;
+    }
+    dst[o] = '\0';
+    return o;
 }

@@ -1,8 +1,26 @@
-/* util.h - small file and clock helpers shared by the engine's commands. */
+/* util.h - small helpers shared by every program in the binary: error
+ * codes, files, the clock, and the control-character rule. */
 #ifndef NIGHTSHIFT_UTIL_H
 #define NIGHTSHIFT_UTIL_H
 
 #include <stddef.h>
+
+/* The error codes a function returns beside the message it writes into its
+ * caller's buffer. Callers decide (an HTTP status, an exit code, a retry) by
+ * the code, never by the message's text. 0 and -1 keep their old meaning:
+ * success, and a failure without a more specific kind. */
+typedef enum {
+    NS_OK = 0,
+    NS_ERR_INVALID = -1,     /* bad input or any failure without its own code */
+    NS_ERR_NOT_FOUND = -2,   /* the named thing does not exist */
+    NS_ERR_NOMEM = -3,       /* an allocation failed */
+    NS_ERR_IO = -4,          /* a file, socket or database operation failed */
+    NS_ERR_CONFLICT = -5,    /* the request clashes with what exists */
+    NS_ERR_DOES_NOT_FIT = -6 /* the work needs more than the machine has */
+} ns_err_t;
+
+/* A short fixed description of code ("not found"); never NULL. */
+const char *ns_strerror(int code);
 
 /* Monotonic seconds. */
 double util_now(void);
@@ -30,5 +48,20 @@ int util_mkdirs(const char *path, char *err, size_t errlen);
 
 /* Peak resident set size of this process, MiB. */
 double util_peak_rss_mb(void);
+
+/* What util_is_control counts besides C0 controls and DEL. */
+#define UTIL_CTRL_KEEP_WS 1u /* \t \n \r are not control characters */
+#define UTIL_CTRL_C1      2u /* U+0080..U+009F (UTF-8 c2 80..c2 9f) are */
+
+/* The one rule for text from outside (specs, workers, replies) before it
+ * reaches a log line or a terminal: is the character at p, a UTF-8 sequence
+ * of len bytes (1 for a lone byte), a control character? */
+int util_is_control(const unsigned char *p, size_t len, unsigned flags);
+
+/* Copy len bytes of src into dst (at least len + 1 bytes; dst may be src),
+ * NUL-terminated, with each control character (util_is_control with flags)
+ * made '?': byte by byte, except that with UTIL_CTRL_C1 a C1 character's two
+ * bytes become one '?'. Returns the bytes written before the NUL. */
+size_t util_clean_text(char *dst, const char *src, size_t len, unsigned flags);
 
 #endif

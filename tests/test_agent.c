@@ -2,7 +2,7 @@
  * with signed webhook deliveries over libcurl: the signature and timestamp
  * checks (401), the baseline first, a mutation whose parent is the finished
  * run, repeated deliveries, the state across a restart, and a clean exit on
- * SIGTERM. agent_verify is also checked directly against signatures computed
+ * SIGTERM. webhook_verify is also checked directly against signatures computed
  * with Python's hmac module (the constants below). */
 #include <criterion/criterion.h>
 
@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "agent.h"
+#include "webhook.h"
 #include "spec.h"
 #include "testutil.h"
 
@@ -145,54 +146,54 @@ Test(agent, verify_against_independent_signatures) {
     char err[256];
     const char *body = "{\"type\":\"queue.empty\"}";
     const char *good = "v1,94rk4BagNdNizfhtNyq1QHxSjzJDptNnO6EcleZVr20=";
-    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000", good, body, strlen(body), 1700000000,
-                              err, sizeof err),
+    cr_expect_eq(webhook_verify("S", 1, "evt_1", "1700000000", good, body, strlen(body), 1700000000,
+                                err, sizeof err),
                  0, "%s", err);
     /* One of several signatures is enough; other versions are skipped. */
-    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000",
-                              "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= v2,xyz "
-                              "v1,94rk4BagNdNizfhtNyq1QHxSjzJDptNnO6EcleZVr20=",
-                              body, strlen(body), 1700000100, err, sizeof err),
+    cr_expect_eq(webhook_verify("S", 1, "evt_1", "1700000000",
+                                "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= v2,xyz "
+                                "v1,94rk4BagNdNizfhtNyq1QHxSjzJDptNnO6EcleZVr20=",
+                                body, strlen(body), 1700000100, err, sizeof err),
                  0, "%s", err);
     /* An empty body. */
-    cr_expect_eq(agent_verify("another secret", 14, "msg_2", "1700000123",
-                              "v1,b7zc3UysSt9Icie1DtWfIk5wCrqNi2bkRK9D0vM4KKQ=", "", 0, 1700000123,
-                              err, sizeof err),
+    cr_expect_eq(webhook_verify("another secret", 14, "msg_2", "1700000123",
+                                "v1,b7zc3UysSt9Icie1DtWfIk5wCrqNi2bkRK9D0vM4KKQ=", "", 0,
+                                1700000123, err, sizeof err),
                  0, "%s", err);
     /* Anything changed fails: body, id, timestamp, secret, prefix. */
     cr_expect_eq(
-        agent_verify("S", 1, "evt_1", "1700000000", good, "{}", 2, 1700000000, err, sizeof err),
+        webhook_verify("S", 1, "evt_1", "1700000000", good, "{}", 2, 1700000000, err, sizeof err),
         -1);
     cr_expect_str_eq(err, "no valid v1 signature in webhook-signature");
-    cr_expect_eq(agent_verify("S", 1, "evt_2", "1700000000", good, body, strlen(body), 1700000000,
-                              err, sizeof err),
+    cr_expect_eq(webhook_verify("S", 1, "evt_2", "1700000000", good, body, strlen(body), 1700000000,
+                                err, sizeof err),
                  -1);
-    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000001", good, body, strlen(body), 1700000000,
-                              err, sizeof err),
+    cr_expect_eq(webhook_verify("S", 1, "evt_1", "1700000001", good, body, strlen(body), 1700000000,
+                                err, sizeof err),
                  -1);
-    cr_expect_eq(agent_verify("T", 1, "evt_1", "1700000000", good, body, strlen(body), 1700000000,
-                              err, sizeof err),
+    cr_expect_eq(webhook_verify("T", 1, "evt_1", "1700000000", good, body, strlen(body), 1700000000,
+                                err, sizeof err),
                  -1);
-    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000", good + 3, body, strlen(body),
-                              1700000000, err, sizeof err),
+    cr_expect_eq(webhook_verify("S", 1, "evt_1", "1700000000", good + 3, body, strlen(body),
+                                1700000000, err, sizeof err),
                  -1);
     /* Timestamps: five minutes either way, and only digits. */
-    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000", good, body, strlen(body),
-                              1700000000 + 301, err, sizeof err),
+    cr_expect_eq(webhook_verify("S", 1, "evt_1", "1700000000", good, body, strlen(body),
+                                1700000000 + 301, err, sizeof err),
                  -1);
     cr_expect_str_eq(err, "webhook-timestamp 1700000000 is 301 s from now (tolerance 300 s)");
-    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000", good, body, strlen(body),
-                              1700000000 - 301, err, sizeof err),
+    cr_expect_eq(webhook_verify("S", 1, "evt_1", "1700000000", good, body, strlen(body),
+                                1700000000 - 301, err, sizeof err),
                  -1);
-    cr_expect_eq(agent_verify("S", 1, "evt_1", "17e8", good, body, strlen(body), 1700000000, err,
-                              sizeof err),
+    cr_expect_eq(webhook_verify("S", 1, "evt_1", "17e8", good, body, strlen(body), 1700000000, err,
+                                sizeof err),
                  -1);
-    cr_expect_eq(agent_verify("S", 1, NULL, "1700000000", good, body, strlen(body), 1700000000, err,
-                              sizeof err),
+    cr_expect_eq(webhook_verify("S", 1, NULL, "1700000000", good, body, strlen(body), 1700000000,
+                                err, sizeof err),
                  -1);
     cr_expect_str_eq(err, "missing webhook-id");
-    cr_expect_eq(agent_verify("S", 1, "evt_1", "1700000000", NULL, body, strlen(body), 1700000000,
-                              err, sizeof err),
+    cr_expect_eq(webhook_verify("S", 1, "evt_1", "1700000000", NULL, body, strlen(body), 1700000000,
+                                err, sizeof err),
                  -1);
     cr_expect_str_eq(err, "missing webhook-signature");
 }

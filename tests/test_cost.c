@@ -243,7 +243,9 @@ static void find_line(const char *out, const char *key, char *line, size_t linel
 
 Test(cost, command_prints_the_example) {
     const char *spec =
-        write_spec("gpt2.json", "{\"model\":{" GPT2_SMALL "},\"train\":{\"batch_size\":16,"
+        /* a dataset no state directory has: its vocab_size stands, wherever this runs */
+        write_spec("gpt2.json", "{\"dataset\":\"gpt2-example\",\"model\":{" GPT2_SMALL
+                                "},\"train\":{\"batch_size\":16,"
                                 "\"total_batch_tokens\":16384}}");
     char line[256];
     tu_run_t r;

@@ -220,40 +220,16 @@ static int sql_status_is(sqlite3 *db, long long id, const char *want) {
 
 /* ================================================================= tests */
 
-/* Valid, invalid, duplicate, forced, oversized and batch submissions; the
- * valid ones train for real in two slots, and their results and metrics show
- * up in the database, the experiment view, the leaderboard and /v1/best. */
-Test(daemon, submissions_run_and_rank) {
-    const char *extra[] = {"--slots", "2", NULL};
-    daemon_t *d = daemon_start(state, extra);
-
-    char *a = spec("a", 1, 1, 1, NULL), *b = spec("b", 1, 1, 2, NULL);
-    long id_a = submit(d, a), id_b = submit(d, b);
-    cr_expect_neq(id_a, id_b);
-
-    /* invalid: the field path and the reason, nothing queued */
+/* Invalid, malformed, oversized and partly invalid batch submissions are
+ * refused with the field path and the reason, and queue nothing. */
+Test(daemon, invalid_submissions_queue_nothing) {
+    daemon_t *d = daemon_start(state, NULL);
     const char *bad = "{\"dataset\":\"tiny\",\"model\":{\"n_embd\":128,\"n_head\":7}}";
     expect_error(d, "POST", "/v1/experiments", bad, strlen(bad), 400, "invalid_spec",
                  "model.n_head: 7 does not divide n_embd 128");
     const char *typo = "{\"dataset\":\"tiny\",\"modle\":{}}";
     expect_error(d, "POST", "/v1/experiments", typo, strlen(typo), 400, "invalid_spec", "modle");
     expect_error(d, "POST", "/v1/experiments", "{not json", 9, 400, "invalid_json", "JSON");
-
-    /* duplicate: same id, 200; a new name does not make it new; force does */
-    cJSON *dup = tu_http_json(d, "POST", "/v1/experiments", a, 200);
-    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(dup, "duplicate")));
-    cr_expect_eq((long)tu_jnum(dup, "id"), id_a);
-    cJSON_Delete(dup);
-    char *a_renamed = spec("a-again", 1, 1, 1, NULL);
-    dup = tu_http_json(d, "POST", "/v1/experiments", a_renamed, 200);
-    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(dup, "duplicate")));
-    cr_expect_eq((long)tu_jnum(dup, "id"), id_a);
-    cJSON_Delete(dup);
-    cJSON *forced = tu_http_json(d, "POST", "/v1/experiments?force=1", a, 201);
-    long id_c = (long)tu_jnum(forced, "id");
-    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(forced, "duplicate")));
-    cr_expect(id_c != id_a && id_c != id_b);
-    cJSON_Delete(forced);
 
     /* oversized: a body over the 1 MiB limit */
     size_t big_len = MIB + 64;
@@ -278,24 +254,65 @@ Test(daemon, submissions_run_and_rank) {
                  "dataset: no dataset named 'nope'");
 
     cJSON *list = tu_get_json(d, "/v1/experiments");
-    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments")), 3,
-                 "only a, b and the forced a are queued");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments")), 0,
+                 "nothing is queued");
     cJSON_Delete(list);
+    daemon_stop(d);
+    free(c), free(batch);
+}
 
-    /* the three run for real */
-    long ids[3] = {id_a, id_b, id_c};
-    for (int i = 0; i < 3; i++) cJSON_Delete(wait_for(d, ids[i], "succeeded", 60));
+/* A resubmitted spec is answered with the first submission's id and its
+ * current status (a new name does not make it new); ?force=1 queues it again. */
+Test(daemon, duplicates_answer_with_the_first) {
+    daemon_t *d = daemon_start(state, NULL);
+    char *a = spec("a", 1, 1, 1, NULL);
+    long id_a = submit(d, a);
+    cJSON *dup = tu_http_json(d, "POST", "/v1/experiments", a, 200);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(dup, "duplicate")));
+    cr_expect_eq((long)tu_jnum(dup, "id"), id_a);
+    cJSON_Delete(dup);
+    char *a_renamed = spec("a-again", 1, 1, 1, NULL);
+    dup = tu_http_json(d, "POST", "/v1/experiments", a_renamed, 200);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(dup, "duplicate")));
+    cr_expect_eq((long)tu_jnum(dup, "id"), id_a);
+    cJSON_Delete(dup);
+    cJSON *forced = tu_http_json(d, "POST", "/v1/experiments?force=1", a, 201);
+    long id_c = (long)tu_jnum(forced, "id");
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(forced, "duplicate")));
+    cr_expect_neq(id_c, id_a);
+    cJSON_Delete(forced);
 
     /* a duplicate of a finished run reports its status */
+    cJSON_Delete(wait_for(d, id_a, "succeeded", 60));
     dup = tu_http_json(d, "POST", "/v1/experiments", a, 200);
     cr_expect_eq((long)tu_jnum(dup, "id"), id_a);
     cr_expect(tu_jstr(dup, "status") && !strcmp(tu_jstr(dup, "status"), "succeeded"),
               "a duplicate of a succeeded run says '%s'", tu_jstr(dup, "status"));
     cJSON_Delete(dup);
+    daemon_stop(d);
+    free(a), free(a_renamed);
+}
+
+/* Specs train for real in two slots, and their results and metrics show up
+ * in the database, the experiment view, the leaderboard and /v1/best; two
+ * seeds of one configuration rank as their mean. */
+Test(daemon, runs_record_results_and_rank) {
+    const char *extra[] = {"--slots", "2", NULL};
+    daemon_t *d = daemon_start(state, extra);
+
+    char *a = spec("a", 1, 1, 1, NULL), *b = spec("b", 1, 1, 2, NULL);
+    long id_a = submit(d, a), id_b = submit(d, b);
+    cr_expect_neq(id_a, id_b);
+    cJSON *forced = tu_http_json(d, "POST", "/v1/experiments?force=1", a, 201);
+    long id_c = (long)tu_jnum(forced, "id");
+    cJSON_Delete(forced);
+
+    /* the three run for real */
+    long ids[3] = {id_a, id_b, id_c};
+    for (int i = 0; i < 3; i++) cJSON_Delete(wait_for(d, ids[i], "succeeded", 60));
 
     sqlite3 *db = db_open();
     cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments", 0), 3);
-    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE name = 'c'", 0), 0);
     cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 3);
     double best_bpb = INFINITY;
     long best_id = 0;
@@ -378,7 +395,7 @@ Test(daemon, submissions_run_and_rank) {
     expect_error(d, "GET", "/v1/experiments/999", NULL, 0, 404, "not_found", "999");
 
     daemon_stop(d);
-    free(a), free(b), free(a_renamed), free(c), free(batch);
+    free(a), free(b);
 }
 
 /* The stand-in crashes, fails, hangs, runs out of memory, floods stdout and

@@ -151,7 +151,10 @@ static void perturb(gpt_t *m, uint64_t seed) {
 
 static double loss_at(const gc_case_t *k) {
     k->m->dropout_seed = k->dropout_seed;
-    return (double)gpt_forward(k->m, k->inputs, k->targets, k->c->B, k->c->T, k->c->mode);
+    float loss = NAN;
+    if (gpt_forward(k->m, k->inputs, k->targets, k->c->B, k->c->T, k->c->mode, &loss) < 0)
+        return NAN;
+    return (double)loss;
 }
 
 static void case_init(gc_case_t *k, const gc_config_t *c, uint64_t seed) {

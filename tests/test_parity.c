@@ -117,7 +117,8 @@ static void check_config(const char *root, const char *name) {
 
     double ref = expected_loss(dir);
     gpt_zero_grad(m);
-    float loss = gpt_forward(m, inputs, targets, B, T, GPT_EVAL);
+    float loss;
+    cr_assert_eq(gpt_forward(m, inputs, targets, B, T, GPT_EVAL, &loss), 0, "%s: forward", name);
     gpt_backward(m, 1.0f);
     double loss_err = fabs((double)loss - ref);
     cr_expect(loss_err <= LOSS_RTOL * fabs(ref),

@@ -690,7 +690,7 @@ Test(spec, load_files) {
 
     /* Parse errors are reported as spec_parse reports them. */
     tu_write(path, "{\"model\":{\"n_embd\":128,\"n_head\":7}}");
-    cr_expect_eq(spec_load(path, &s, err, sizeof err), -1);
+    cr_expect_eq(spec_load(path, &s, err, sizeof err), NS_ERR_INVALID);
     cr_expect_str_eq(err, "model.n_head: 7 does not divide n_embd 128");
 
     /* Too large. */
@@ -700,14 +700,14 @@ Test(spec, load_files) {
     for (int i = 0; i < SPEC_MAX_TEXT; i++) fputc(' ', f);
     fputc('}', f);
     fclose(f);
-    cr_expect_eq(spec_load(path, &s, err, sizeof err), -1);
+    cr_expect_eq(spec_load(path, &s, err, sizeof err), NS_ERR_IO);
     char want[PATH_MAX + 64];
     snprintf(want, sizeof want, "%s: larger than 1048576 bytes", path);
     cr_expect_str_eq(err, want);
     unlink(path);
 
     /* Missing. */
-    cr_expect_eq(spec_load(path, &s, err, sizeof err), -1);
+    cr_expect_eq(spec_load(path, &s, err, sizeof err), NS_ERR_IO);
     snprintf(want, sizeof want, "%s: No such file or directory", path);
     cr_expect_str_eq(err, want);
     cr_expect_eq(rmdir(dir), 0);

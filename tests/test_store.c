@@ -169,10 +169,16 @@ static int64_t succeed(store_t *s, const char *name, double val_bpb, const char 
     return id;
 }
 
+/* store_get's object, or NULL (err set). */
+static cJSON *get(store_t *s, int64_t id, int max_metrics) {
+    cJSON *o = NULL;
+    store_get(s, id, max_metrics, &o, err, sizeof err);
+    return o;
+}
+
 static const char *get_status(store_t *s, int64_t id) {
     static char buf[32];
-    int nf = 0;
-    cJSON *o = store_get(s, id, 0, &nf, err, sizeof err);
+    cJSON *o = get(s, id, 0);
     cr_assert_not_null(o, "get %lld: %s", (long long)id, err);
     snprintf(buf, sizeof buf, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")));
     cJSON_Delete(o);
@@ -367,7 +373,7 @@ Test(store, insert_checks_source_and_parent) {
     cr_expect_str_eq(err, "parent: experiment 99 does not exist");
     e.parent = a;
     cr_expect_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
-    cJSON *o = store_get(s, id, 0, NULL, err, sizeof err);
+    cJSON *o = get(s, id, 0);
     cr_assert_not_null(o, "%s", err);
     cr_expect_eq(cJSON_GetObjectItem(o, "parent")->valuedouble, (double)a);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "name")));
@@ -470,7 +476,7 @@ Test(store, cancel_only_cancels_queued_experiments) {
     cr_expect_eq(store_cancel_queued(s, a, err, sizeof err), 0, "already cancelled");
     cr_expect_eq(store_cancel_queued(s, b, err, sizeof err), 0, "running: the caller stops it");
     cr_expect_str_eq(get_status(s, b), "running");
-    cr_expect_eq(store_cancel_queued(s, 77, err, sizeof err), -1);
+    cr_expect_eq(store_cancel_queued(s, 77, err, sizeof err), NS_ERR_NOT_FOUND);
     cr_expect_str_eq(err, "store: experiment 77 not found");
     cr_expect_eq(store_queue_depth(s, err, sizeof err), 0);
     store_experiment_t x;
@@ -500,7 +506,7 @@ Test(store, metrics_batches_replay_without_duplicates) {
     sqlite3_close(db);
 
     /* All of them, then at most 4 evenly spaced ending with the last step. */
-    cJSON *o = store_get(s, a, 100, NULL, err, sizeof err);
+    cJSON *o = get(s, a, 100);
     cr_assert_not_null(o, "%s", err);
     cJSON *arr = cJSON_GetObjectItem(o, "metrics");
     cr_assert_eq(cJSON_GetArraySize(arr), 10);
@@ -512,7 +518,7 @@ Test(store, metrics_batches_replay_without_duplicates) {
     cr_expect_eq(cJSON_GetObjectItem(o, "metrics_total")->valuedouble, 10);
     cJSON_Delete(o);
 
-    o = store_get(s, a, 4, NULL, err, sizeof err);
+    o = get(s, a, 4);
     cr_assert_not_null(o, "%s", err);
     arr = cJSON_GetObjectItem(o, "metrics");
     cr_assert_eq(cJSON_GetArraySize(arr), 4);
@@ -522,7 +528,7 @@ Test(store, metrics_batches_replay_without_duplicates) {
     cr_expect_eq(cJSON_GetObjectItem(o, "metrics_total")->valuedouble, 10);
     cJSON_Delete(o);
 
-    o = store_get(s, a, 0, NULL, err, sizeof err);
+    o = get(s, a, 0);
     cr_assert_not_null(o, "%s", err);
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "metrics")), 0);
     cr_expect_eq(cJSON_GetObjectItem(o, "metrics_total")->valuedouble, 10);
@@ -562,8 +568,7 @@ Test(store, recover_requeues_interrupted_runs_up_to_the_retry_limit) {
     cr_assert_eq(store_recover(s, 2, &requeued, &abandoned, err, sizeof err), 0, "%s", err);
     cr_expect_eq(requeued, 0);
     cr_expect_eq(abandoned, 1);
-    int nf = 0;
-    cJSON *o = store_get(s, a, 0, &nf, err, sizeof err);
+    cJSON *o = get(s, a, 0);
     cr_assert_not_null(o, "%s", err);
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "interrupted");
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "reason")),
@@ -586,7 +591,7 @@ Test(store, interrupt_requeues_one_running_experiment) {
     cr_expect_eq(store_interrupt(s, b, 3, err, sizeof err), -1);
     cr_expect_str_eq(err, "store: experiment 2 is not running (it is queued)");
     cr_assert_eq(store_interrupt(s, a, 3, err, sizeof err), 0, "%s", err);
-    cJSON *o = store_get(s, a, 0, NULL, err, sizeof err);
+    cJSON *o = get(s, a, 0);
     cr_assert_not_null(o, "%s", err);
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "queued");
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "reason")),
@@ -724,10 +729,9 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
     store_metric_t m[2] = {{.step = 1, .time_s = 0.5, .loss = 4.5, .lr_mult = 1, .tok_s = 900},
                            {.step = 2, .time_s = 1.0, .loss = 4.25, .lr_mult = 0.5, .tok_s = 950}};
     cr_assert_eq(store_add_metrics(s, a, m, 2, err, sizeof err), 0, "%s", err);
-    int nf = -1;
-    cJSON *o = store_get(s, a, 10, &nf, err, sizeof err);
-    cr_assert_not_null(o, "%s", err);
-    cr_expect_eq(nf, 0);
+    cJSON *o = NULL;
+    cr_assert_eq(store_get(s, a, 10, &o, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(o);
     cr_expect_eq(cJSON_GetObjectItem(o, "id")->valuedouble, a);
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "succeeded");
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "tags"), 0)),
@@ -759,14 +763,14 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
     cJSON_Delete(o);
 
     int64_t q = insert(s, "q", 0);
-    o = store_get(s, q, 10, &nf, err, sizeof err);
+    o = get(s, q, 10);
     cr_assert_not_null(o, "%s", err);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "result")));
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "started")));
     cJSON_Delete(o);
 
-    cr_expect_null(store_get(s, 12345, 10, &nf, err, sizeof err));
-    cr_expect_eq(nf, 1);
+    cr_expect_eq(store_get(s, 12345, 10, &o, err, sizeof err), NS_ERR_NOT_FOUND);
+    cr_expect_null(o);
     cr_expect_str_eq(err, "experiment 12345 not found");
     store_close(s);
 }
@@ -1120,5 +1124,81 @@ Test(store, migration_004_rebuilds_experiments_and_backfills_scope_columns) {
     raw_exec(db, "UPDATE experiments SET status = 'pruned' WHERE id = 2");
     cr_expect_eq(raw_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'experiments_scope'"),
                  1);
+    sqlite3_close(db);
+}
+
+/* The configs summary (schema 008) that the leaderboard, best and noise read
+ * is kept by triggers: after many runs in several scopes, some failed, every
+ * row equals a regrouping of experiments and results from scratch. */
+Test(store, the_config_summary_equals_a_regrouping_from_scratch) {
+    store_t *s = open_store();
+    unsigned x = 12345;
+    for (int i = 0; i < 60; i++) {
+        x = x * 1103515245u + 12345u;
+        const char *dataset = (x >> 8) % 2 ? "default" : "other";
+        int depth = 1 + (int)((x >> 12) % 3);
+        char top[160];
+        snprintf(top, sizeof top, "\"dataset\":\"%s\",\"seed\":%d,\"model\":{\"depth\":%d}",
+                 dataset, 100 + i, depth);
+        if ((x >> 20) % 5 == 0) { /* a failed run: no result, never counted */
+            char text[256], perr[SPEC_ERR_LEN] = "";
+            snprintf(text, sizeof text, "{%s}", top);
+            spec_t sp;
+            cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s", perr);
+            char *spec = spec_canonical_json(&sp);
+            char hash[32];
+            snprintf(hash, sizeof hash, "f%d", i);
+            store_new_experiment_t e = {.name = "failed",
+                                        .spec_json = spec,
+                                        .spec_hash = hash,
+                                        .seed = (int64_t)sp.seed,
+                                        .source = "api",
+                                        .priority = 1000};
+            spec_free(&sp);
+            int64_t id = 0;
+            cr_assert_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
+            free(spec);
+            claim_expect(s, id);
+            cr_assert_eq(store_finish(s, id, STORE_FAILED, "x", 1, -1, NULL, err, sizeof err), 0,
+                         "%s", err);
+            continue;
+        }
+        succeed_top(s, "run", top, 1.0 + (double)((x >> 4) % 1000) / 997.0);
+    }
+    store_close(s);
+
+    sqlite3 *db = raw_open("nightshift.db");
+    const char *regroup =
+        "WITH g AS (SELECT e.dataset AS d, e.budget_kind AS k, e.budget AS b,"
+        " e.config_hash AS h, min(e.id) AS first_id, count(*) AS n, avg(r.val_bpb) AS mean,"
+        " min(r.val_bpb) AS best, sum((r.val_bpb) * (r.val_bpb)) AS sumsq"
+        " FROM experiments e JOIN results r ON r.experiment_id = e.id"
+        " WHERE e.status = 'succeeded' GROUP BY 1, 2, 3, 4)"
+        " SELECT count(*) FROM g LEFT JOIN configs c ON c.dataset = g.d AND c.budget_kind = g.k"
+        " AND c.budget = g.b AND c.config_hash = g.h"
+        " WHERE c.n IS NOT g.n OR c.first_id IS NOT g.first_id OR abs(c.mean - g.mean) > 1e-12"
+        " OR c.best IS NOT g.best OR abs(c.sumsq - g.sumsq) > 1e-9";
+    cr_expect_eq(raw_int(db, regroup), 0, "configs rows that differ from a regrouping");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM configs"),
+                 raw_int(db, "SELECT count(DISTINCT dataset || config_hash) FROM experiments"
+                             " WHERE status = 'succeeded'"),
+                 "one configs row per succeeded configuration");
+    cr_expect_gt(raw_int(db, "SELECT count(*) FROM experiments WHERE status = 'failed'"), 0);
+    /* and scopes, the per-scope sums behind the default budget and the noise */
+    const char *rescope =
+        "WITH g AS (SELECT e.dataset AS d, e.budget_kind AS k, e.budget AS b, count(*) AS n,"
+        " sum(r.val_bpb) AS s, sum(r.val_bpb * r.val_bpb) AS q"
+        " FROM experiments e JOIN results r ON r.experiment_id = e.id"
+        " WHERE e.status = 'succeeded' GROUP BY e.dataset, e.budget_kind, e.budget,"
+        " e.config_hash),"
+        " h AS (SELECT d, k, b, sum(n) AS succeeded, sum(n >= 2) AS configs2,"
+        " sum(CASE WHEN n >= 2 THEN n ELSE 0 END) AS runs2,"
+        " sum(CASE WHEN n >= 2 THEN n - 1 ELSE 0 END) AS df,"
+        " sum(CASE WHEN n >= 2 THEN q - s * s / n ELSE 0 END) AS ss FROM g GROUP BY d, k, b)"
+        " SELECT count(*) FROM h LEFT JOIN scopes c ON c.dataset = h.d AND c.budget_kind = h.k"
+        " AND c.budget = h.b WHERE c.succeeded IS NOT h.succeeded OR c.configs2 IS NOT h.configs2"
+        " OR c.runs2 IS NOT h.runs2 OR c.df IS NOT h.df OR abs(c.ss - h.ss) > 1e-9";
+    cr_expect_eq(raw_int(db, rescope), 0, "scopes rows that differ from a regrouping");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM scopes"), 2);
     sqlite3_close(db);
 }

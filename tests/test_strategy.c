@@ -265,6 +265,7 @@ Test(strategy, promising_variant_is_rerun_then_adopted_by_its_mean) {
     cr_expect_eq(p.seed, v2.seed + 1);
     cr_expect_eq(p.parent, 2);
     cr_expect(has_tag(&p, "rerun"));
+    cr_expect(!p.prune, "a re-run measures noise: the daemon must not prune it");
     cr_expect_eq(p.model.mlp, MLP_SWIGLU);
     cr_expect_eq(strategy_n_pending(s), 1);
     int64_t id;
@@ -402,9 +403,12 @@ Test(strategy, measures_the_baseline_noise_then_adopts_past_two_standard_errors)
 
     cJSON *r = decide(s, queue_empty());
     cr_assert_eq(cJSON_GetArraySize(r), 3, "the baseline with three seeds");
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
         cr_expect_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(r, i), "seed")->valuedouble,
                      base.seed + i);
+        cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetArrayItem(r, i), "prune")),
+                  "the noise runs are never pruned");
+    }
     cJSON_Delete(r);
     const double seeds[] = {2.50, 2.52, 2.48};
     for (int i = 0; i < 3; i++) {

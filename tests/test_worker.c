@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "testutil.h"
+#include "exec.h"
 #include "worker.h"
 
 static char *log_path; /* tu_dir()/train.log */
@@ -555,7 +556,7 @@ static int exec_main(const char *const *args) {
         argc++;
     }
     argv[argc] = NULL;
-    return worker_exec_main(argc, argv);
+    return exec_limited_main(argc, argv);
 }
 
 Test(worker, exec_shim_rejects_bad_arguments) {

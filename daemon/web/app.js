@@ -4,9 +4,10 @@
  * Everything comes from the daemon's own API on the same origin; live updates
  * arrive over one Server-Sent Events stream (/v1/events/stream?status=1): a
  * status snapshot every second and an event whenever an experiment ends, on
- * which the lists are fetched again (once, debounced). Fields the API may add
- * later (grouped leaderboard rows with mean and sd, a pruned status, the seed
- * noise at /v1/noise) are shown when present and ignored otherwise.
+ * which the lists are fetched again (once, debounced). The leaderboard and
+ * the seed noise (/v1/noise) are one scope's (dataset and budget: val_bpb
+ * compares only within one), picked in #scope; a configuration run with
+ * several seeds shows its mean ± sd (n), and the noise draws a band.
  *
  * Text from the daemon is only ever set with textContent, never as HTML. */
 (function () {
@@ -20,6 +21,7 @@
     leaderboard: [],
     status: null,       /* the last status snapshot */
     noise: null,        /* /v1/noise's answer, when it has one */
+    scope: null,        /* the picked "dataset|kind:budget", or null: the latest */
     cache: {},          /* id -> full experiment (spec, metrics) */
     live: {},           /* running id -> {x: [], y: []} loss points */
     liveCharts: {},     /* running id -> uPlot */
@@ -326,26 +328,21 @@
     { key: "window_pattern", label: "windows", narrow: true },
     { key: "ve_layers", label: "ve layers", narrow: true },
     { key: "seq_len", label: "seq", num: true, narrow: true },
-    { key: "seed", label: "seed", num: true, narrow: true },
+    { key: "n_seeds", label: "seeds", num: true, narrow: true },
     { key: "dataset", label: "dataset", narrow: true },
     { key: "time_budget_s", label: "budget s", num: true, narrow: true }
   ];
 
-  /* A grouped row (repeats of one spec) shows mean ± sd (n); tolerant of names. */
+  /* A configuration run with several seeds shows its mean ± sd (n seeds). */
   function bpbText(r) {
-    var mean = r.val_bpb_mean !== undefined ? r.val_bpb_mean : r.mean;
-    var sd = r.val_bpb_sd !== undefined ? r.val_bpb_sd : r.sd;
-    var n = r.n !== undefined ? r.n : r.runs;
-    if (typeof mean === "number" && typeof n === "number" && n > 1)
-      return mean.toFixed(6) + " \u00b1 " + (typeof sd === "number" ? sd.toFixed(6) : "?") + " (n=" + n + ")";
-    return typeof r.val_bpb === "number" ? r.val_bpb.toFixed(6) : fmt(r.val_bpb);
+    if (typeof r.val_bpb !== "number") return fmt(r.val_bpb);
+    if (typeof r.n_seeds === "number" && r.n_seeds > 1)
+      return r.val_bpb.toFixed(6) + " \u00b1 " +
+        (typeof r.val_bpb_sd === "number" ? r.val_bpb_sd.toFixed(6) : "?") + " (n=" + r.n_seeds + ")";
+    return r.val_bpb.toFixed(6);
   }
 
   function sortValue(r, key) {
-    if (key === "val_bpb" && typeof r.val_bpb !== "number") {
-      var m = r.val_bpb_mean !== undefined ? r.val_bpb_mean : r.mean;
-      if (typeof m === "number") return m;
-    }
     return r[key];
   }
 
@@ -464,16 +461,65 @@
     return page(0, 0);
   }
 
+  /* ------------------------------------------------------------- scopes */
+
+  /* val_bpb compares only within one (dataset, budget): the leaderboard and
+   * the noise are asked for one scope, the one picked in #scope, else the
+   * scope of the most recent succeeded run. */
+  function scopeKey(e) {
+    return e.dataset + "|" + e.budget_kind + ":" + e.budget;
+  }
+
+  function scopesOf(exps) {
+    var seen = {}, out = [];
+    exps.filter(function (e) { return e.status === "succeeded" && e.dataset; })
+      .sort(function (a, b) { return (b.finished || "").localeCompare(a.finished || ""); })
+      .forEach(function (e) {
+        var k = scopeKey(e);
+        if (!seen[k]) { seen[k] = true; out.push(e); }
+      });
+    return out;
+  }
+
+  function currentScope() {
+    var all = scopesOf(state.experiments);
+    var picked = all.filter(function (e) { return scopeKey(e) === state.scope; })[0];
+    return picked || all[0] || null;
+  }
+
+  function scopeQuery() {
+    var sc = currentScope();
+    if (!sc) return "";
+    return "dataset=" + encodeURIComponent(sc.dataset) + "&budget=" +
+      encodeURIComponent(sc.budget_kind + ":" + sc.budget);
+  }
+
+  function renderScopes() {
+    var sel = $("scope"), cur = currentScope();
+    sel.textContent = "";
+    scopesOf(state.experiments).forEach(function (e) {
+      var label = e.dataset + ", " + (e.budget_kind === "tokens" ? e.budget + " tokens"
+                                                                 : e.budget + " s");
+      var o = el("option", { text: label });
+      o.value = scopeKey(e);
+      if (cur && scopeKey(cur) === o.value) o.selected = true;
+      sel.appendChild(o);
+    });
+  }
+
   var refreshing = null, again = false;
   function refresh() {
     if (refreshing) { again = true; return refreshing; }
-    refreshing = Promise.all([
-      loadExperiments(),
-      api("/v1/leaderboard?limit=200"),
-      api("/v1/experiments?status=queued&order=id&limit=200")
-    ]).then(function (res) {
-      state.experiments = res[0];
+    refreshing = loadExperiments().then(function (exps) {
+      state.experiments = exps;
+      return Promise.all([
+        exps,
+        api("/v1/leaderboard?limit=200&" + scopeQuery()),
+        api("/v1/experiments?status=queued&order=id&limit=200")
+      ]);
+    }).then(function (res) {
       if (res[1].ok) state.leaderboard = res[1].body.leaderboard || [];
+      renderScopes();
       renderChart();
       renderLeaderboard();
       renderQueue(res[2].ok ? res[2].body.experiments || [] : []);
@@ -507,7 +553,7 @@
   }
 
   function loadNoise() {
-    api("/v1/noise").then(function (r) {
+    api("/v1/noise?" + scopeQuery()).then(function (r) {
       if (r.ok && r.body && typeof r.body === "object") { state.noise = r.body; renderChart(); }
     }).catch(function () {});
   }
@@ -699,9 +745,13 @@
       resizeTimer = setTimeout(function () { if (!$("home").hidden) renderChart(); }, 150);
     });
     document.addEventListener("visibilitychange", visibility);
+    $("scope").addEventListener("change", function () {
+      state.scope = $("scope").value;
+      refresh();
+      loadNoise();
+    });
     route();
-    refresh();
-    loadNoise();
+    refresh().then(loadNoise);
     if (!document.hidden) connect();
   }
 

@@ -1,0 +1,502 @@
+/* agent.c - `nightshift agent`: options, the webhook server, signature
+ * checks (webhook.c), replay of repeated deliveries, and state persistence around the
+ * strategy (strategy.c), all on one libuv loop.
+ *
+ * One delivery: verify (401 on failure) -> a webhook-id answered before gets
+ * the same reply -> parse the event (400 if it is not one) -> strategy_decide
+ * -> save the state -> 200 with one spec, an array, or []. */
+#include "agent.h"
+
+#include <cJSON.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <uv.h>
+
+#include "client.h"
+#include "http.h"
+#include "log.h"
+#include "spec.h"
+#include "strategy.h"
+#include "util.h"
+#include "webhook.h"
+
+#define MAX_SECRET   4096
+#define REPLAY_SLOTS 64  /* deliveries whose replies are kept for repeats */
+#define MAX_EVENT_ID 128 /* longest webhook-id kept for replay */
+#define DEFAULT_PORT 8090
+#define DEFAULT_BASE "experiments/baseline.json"
+
+typedef struct {
+    char host[256];
+    int port;
+    char *secret; /* malloc'd */
+    size_t secret_len;
+    char baseline[PATH_MAX];
+    char state[PATH_MAX]; /* "" = no persistence */
+    uint64_t seed;
+    int max_proposals;
+    double noise_floor; /* 0 = adopt past two measured standard errors */
+    int noise_seeds, max_seeds, queue_target;
+} agent_opts_t;
+
+typedef struct {
+    char id[MAX_EVENT_ID]; /* "" = free slot */
+    char *reply;           /* malloc'd body sent the first time */
+} delivery_t;
+
+typedef struct {
+    uv_loop_t loop;
+    agent_opts_t o;
+    strategy_t *strategy;
+    http_server_t *http;
+    uv_signal_t sigint, sigterm;
+    delivery_t seen[REPLAY_SLOTS]; /* a ring, oldest overwritten */
+    int next;
+    int stopping;
+    /* What GET reports about the agent's activity (status_activity). */
+    char last_event[32];     /* the type of the last hook event decided on; "" = none yet */
+    double last_event_at;    /* util_now() then */
+    char last_decision[256]; /* the strategy's last log line */
+    int last_proposed;       /* specs in the last reply */
+} agent_t;
+
+/* ---------------------------------------------------------------- server */
+
+static void strategy_log_cb(void *user, const char *line) {
+    agent_t *a = user;
+    if (a) snprintf(a->last_decision, sizeof a->last_decision, "%s", line);
+    log_info("%s", line);
+}
+
+static const char *replay(agent_t *a, const char *id) {
+    for (int i = 0; i < REPLAY_SLOTS; i++)
+        if (a->seen[i].id[0] && !strcmp(a->seen[i].id, id)) return a->seen[i].reply;
+    return NULL;
+}
+
+static void remember(agent_t *a, const char *id, const char *reply) {
+    if (strlen(id) >= MAX_EVENT_ID) return;
+    char *copy = strdup(reply);
+    if (!copy) return;
+    delivery_t *d = &a->seen[a->next];
+    a->next = (a->next + 1) % REPLAY_SLOTS;
+    free(d->reply);
+    snprintf(d->id, sizeof d->id, "%s", id);
+    d->reply = copy;
+}
+
+static void respond(http_response_t *res, char *body) {
+    res->status = 200;
+    res->content_type = "application/json";
+    res->body = body;
+    res->body_len = strlen(body);
+}
+
+/* The agent's activity for GET: the last event and decision, and what it is
+ * waiting for. The agent only acts when the daemon calls: when a run ends
+ * (experiment.finished) or the queue runs dry (queue.empty). */
+static void status_activity(const agent_t *a, cJSON *o) {
+    if (a->last_event[0]) {
+        cJSON *ev = cJSON_AddObjectToObject(o, "last_event");
+        cJSON_AddStringToObject(ev, "type", a->last_event);
+        cJSON_AddNumberToObject(ev, "seconds_ago", util_now() - a->last_event_at);
+        cJSON_AddNumberToObject(ev, "proposed", a->last_proposed);
+    } else {
+        cJSON_AddNullToObject(o, "last_event");
+    }
+    if (a->last_decision[0])
+        cJSON_AddStringToObject(o, "last_decision", a->last_decision);
+    else
+        cJSON_AddNullToObject(o, "last_decision");
+    const char *waiting;
+    if (!a->last_event[0])
+        waiting = "the daemon's first event (it calls when a run ends or the queue is empty)";
+    else if (strategy_n_pending(a->strategy) > 0)
+        waiting = "the re-run of a near tie, to confirm it before adopting it";
+    else if (a->last_proposed > 0)
+        waiting = "the result of what it proposed (the daemon calls when a run ends)";
+    else
+        waiting = "the next run to finish or the queue to empty (nothing to propose now)";
+    cJSON_AddStringToObject(o, "waiting_for", waiting);
+}
+
+/* GET: who we are and where the search stands. */
+static void status_reply(agent_t *a, http_response_t *res) {
+    int64_t id;
+    double v;
+    cJSON *o = cJSON_CreateObject(), *best;
+    char *text = NULL;
+    if (!o) goto oom;
+    cJSON_AddStringToObject(o, "agent", "nightshift reference agent");
+    cJSON_AddNumberToObject(o, "proposals", strategy_n_proposals(a->strategy));
+    cJSON_AddNumberToObject(o, "pending_reruns", strategy_n_pending(a->strategy));
+    int df = 0;
+    double sd = strategy_noise(a->strategy, &df);
+    cJSON *noise = cJSON_AddObjectToObject(o, "noise");
+    if (noise && isnan(sd))
+        cJSON_AddNullToObject(noise, "sd");
+    else if (noise)
+        cJSON_AddNumberToObject(noise, "sd", sd);
+    if (noise) cJSON_AddNumberToObject(noise, "df", df);
+    if (strategy_best(a->strategy, &id, &v, NULL) && (best = cJSON_AddObjectToObject(o, "best"))) {
+        cJSON_AddNumberToObject(best, "id", (double)id);
+        cJSON_AddNumberToObject(best, "val_bpb", v);
+    } else {
+        cJSON_AddNullToObject(o, "best");
+    }
+    status_activity(a, o);
+    text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) goto oom;
+    respond(res, text);
+    return;
+oom:
+    http_error(res, 503, "out_of_memory", "out of memory");
+}
+
+static void hook_handler(const http_request_t *req, http_response_t *res, void *user) {
+    agent_t *a = user;
+    char err[512];
+    if (!strcmp(req->method, "GET")) {
+        status_reply(a, res);
+        return;
+    }
+    if (strcmp(req->method, "POST")) {
+        http_error(res, 405, "method_not_allowed", "POST a hook event (GET for the status)");
+        return;
+    }
+    if (webhook_verify(a->o.secret, a->o.secret_len, req->webhook_id, req->webhook_timestamp,
+                       req->webhook_signature, req->body, req->body_len, (int64_t)time(NULL), err,
+                       sizeof err) < 0) {
+        log_warn("refusing a delivery from %s: %s", req->peer, err);
+        http_error(res, 401, "unauthorized", "%s", err);
+        return;
+    }
+    const char *again = replay(a, req->webhook_id);
+    if (again) {
+        char *copy = strdup(again);
+        if (!copy) {
+            http_error(res, 503, "out_of_memory", "out of memory");
+            return;
+        }
+        log_info("delivery %s again: answering as the first time", req->webhook_id);
+        respond(res, copy);
+        return;
+    }
+    cJSON *ev = http_json_parse(req->body, req->body_len, err, sizeof err), *reply = NULL;
+    if (!cJSON_IsObject(ev)) {
+        if (ev) snprintf(err, sizeof err, "not a JSON object");
+        cJSON_Delete(ev);
+        http_error(res, 400, "invalid_json", "the body is %s", err);
+        return;
+    }
+    if (strategy_decide(a->strategy, ev, &reply, err, sizeof err) < 0) {
+        cJSON_Delete(ev);
+        http_error(res, 400, "invalid_event", "%s", err);
+        return;
+    }
+    snprintf(a->last_event, sizeof a->last_event, "%s",
+             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ev, "type")));
+    a->last_event_at = util_now();
+    a->last_proposed = cJSON_GetArraySize(reply);
+    cJSON_Delete(ev);
+    /* One proposal goes out as an object, several (or none) as an array. */
+    char *text = cJSON_PrintUnformatted(cJSON_GetArraySize(reply) == 1 ? reply->child : reply);
+    cJSON_Delete(reply);
+    if (!text) {
+        http_error(res, 503, "out_of_memory", "out of memory");
+        return;
+    }
+    if (a->o.state[0] && strategy_save(a->strategy, a->o.state, err, sizeof err) < 0)
+        log_error("saving the state: %s", err);
+    remember(a, req->webhook_id, text);
+    respond(res, text);
+}
+
+/* --------------------------------------------------------------- options */
+
+static int set_secret(agent_opts_t *o, const char *text, size_t len, const char *what, char *err,
+                      size_t errlen) {
+    if (len == 0 || len > MAX_SECRET) {
+        snprintf(err, errlen, "%s: the secret must be 1 to %d bytes", what, MAX_SECRET);
+        return -1;
+    }
+    free(o->secret);
+    if (!(o->secret = malloc(len + 1))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(o->secret, text, len);
+    o->secret[len] = '\0';
+    o->secret_len = len;
+    return 0;
+}
+
+static int read_secret_file(agent_opts_t *o, const char *path, char *err, size_t errlen) {
+    size_t len;
+    char e2[256];
+    char *text = util_read_secret(path, MAX_SECRET + 2, &len, e2, sizeof e2);
+    if (!text) {
+        snprintf(err, errlen, "--secret-file %s", e2);
+        return -1;
+    }
+    int rc = set_secret(o, text, len, path, err, errlen);
+    free(text);
+    return rc;
+}
+
+static int parse_number(const char *opt, const char *val, double lo, double hi, double *out,
+                        char *err, size_t errlen) {
+    char *end;
+    double d = strtod(val, &end);
+    if (*end || end == val || !(d >= lo && d <= hi)) {
+        snprintf(err, errlen, "--%s: expected a number in [%g, %g], got '%s'", opt, lo, hi, val);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+static void agent_usage(FILE *out) {
+    fprintf(out,
+            "usage: nightshift agent --secret S | --secret-file F [--listen HOST:PORT]\n"
+            "                        [--baseline FILE] [--state FILE] [--seed N]\n"
+            "                        [--max-proposals N] [--noise-floor BPB]\n"
+            "                        [--noise-seeds K] [--max-seeds K] [--queue N]\n"
+            "       nightshift agent status [--url URL]   (what a running agent is doing)\n"
+            "The reference search agent: point the daemon's hook at POST /hook on this\n"
+            "address (default 127.0.0.1:%d; port 0 picks a free port and prints it). Every\n"
+            "delivery must carry a valid webhook signature made with the shared secret (also\n"
+            "$NIGHTSHIFT_AGENT_SECRET). It runs the baseline spec (default %s) with\n"
+            "--noise-seeds seeds (default 3) to measure the seed-to-seed noise, mutates the\n"
+            "best configuration one or two axes at a time, and adopts a variant only when\n"
+            "its mean val_bpb beats the best mean by more than two standard errors,\n"
+            "2 * s * sqrt(1/n_best + 1/n_variant) with s the pooled standard deviation of\n"
+            "configurations run with several seeds; a variant that is better but not by that\n"
+            "much is re-run with new seeds, up to --max-seeds (default 4). --noise-floor BPB\n"
+            "replaces the two standard errors by a fixed gain. It keeps --queue proposals\n"
+            "queued (default: one per experiment it has seen running at once) and saves its\n"
+            "state to --state after every decision.\n",
+            DEFAULT_PORT, DEFAULT_BASE);
+}
+
+/* Returns 0, 1 for --help, 2 for a usage error, -1 with err. */
+static int parse_args(int argc, char **argv, agent_opts_t *o, char *err, size_t errlen) {
+    enum {
+        O_LISTEN = 1,
+        O_SECRET,
+        O_SECRET_FILE,
+        O_BASELINE,
+        O_STATE,
+        O_SEED,
+        O_MAX,
+        O_FLOOR,
+        O_NOISE_SEEDS,
+        O_MAX_SEEDS,
+        O_QUEUE
+    };
+    static const struct option opts[] = {{"listen", required_argument, 0, O_LISTEN},
+                                         {"secret", required_argument, 0, O_SECRET},
+                                         {"secret-file", required_argument, 0, O_SECRET_FILE},
+                                         {"baseline", required_argument, 0, O_BASELINE},
+                                         {"state", required_argument, 0, O_STATE},
+                                         {"seed", required_argument, 0, O_SEED},
+                                         {"max-proposals", required_argument, 0, O_MAX},
+                                         {"noise-floor", required_argument, 0, O_FLOOR},
+                                         {"noise-seeds", required_argument, 0, O_NOISE_SEEDS},
+                                         {"max-seeds", required_argument, 0, O_MAX_SEEDS},
+                                         {"queue", required_argument, 0, O_QUEUE},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int ch;
+    double d;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'h':
+            return 1;
+        case O_LISTEN:
+            if (http_parse_listen(optarg, o->host, sizeof o->host, &o->port, err, errlen) < 0)
+                return -1;
+            break;
+        case O_SECRET:
+            if (set_secret(o, optarg, strlen(optarg), "--secret", err, errlen) < 0) return -1;
+            break;
+        case O_SECRET_FILE:
+            if (read_secret_file(o, optarg, err, errlen) < 0) return -1;
+            break;
+        case O_BASELINE:
+            snprintf(o->baseline, sizeof o->baseline, "%s", optarg);
+            break;
+        case O_STATE:
+            snprintf(o->state, sizeof o->state, "%s", optarg);
+            break;
+        case O_SEED:
+            if (parse_number("seed", optarg, 0, 9007199254740991.0, &d, err, errlen) < 0) return -1;
+            if (d != floor(d)) {
+                snprintf(err, errlen, "--seed: expected an integer, got '%s'", optarg);
+                return -1;
+            }
+            o->seed = (uint64_t)d;
+            break;
+        case O_MAX:
+            if (parse_number("max-proposals", optarg, 0, INT_MAX, &d, err, errlen) < 0) return -1;
+            o->max_proposals = (int)d;
+            break;
+        case O_FLOOR:
+            if (parse_number("noise-floor", optarg, 0, 1e6, &d, err, errlen) < 0) return -1;
+            o->noise_floor = d;
+            break;
+        case O_NOISE_SEEDS:
+        case O_MAX_SEEDS:
+            if (parse_number(ch == O_NOISE_SEEDS ? "noise-seeds" : "max-seeds", optarg, 1, 64, &d,
+                             err, errlen) < 0)
+                return -1;
+            if (d != floor(d)) {
+                snprintf(err, errlen, "--%s: expected an integer, got '%s'",
+                         ch == O_NOISE_SEEDS ? "noise-seeds" : "max-seeds", optarg);
+                return -1;
+            }
+            *(ch == O_NOISE_SEEDS ? &o->noise_seeds : &o->max_seeds) = (int)d;
+            break;
+        case O_QUEUE:
+            if (parse_number("queue", optarg, 0, 1024, &d, err, errlen) < 0) return -1;
+            o->queue_target = (int)d;
+            break;
+        default:
+            return 2;
+        }
+    }
+    if (optind != argc) return 2;
+    const char *env = getenv("NIGHTSHIFT_AGENT_SECRET");
+    if (!o->secret && env && *env &&
+        set_secret(o, env, strlen(env), "NIGHTSHIFT_AGENT_SECRET", err, errlen) < 0)
+        return -1;
+    if (!o->secret) {
+        snprintf(err, errlen,
+                 "a secret is required (--secret, --secret-file or "
+                 "NIGHTSHIFT_AGENT_SECRET)");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ run */
+
+static void close_signal_cb(uv_handle_t *h) {
+    (void)h;
+}
+
+static void signal_cb(uv_signal_t *h, int signum) {
+    agent_t *a = h->data;
+    if (a->stopping) return;
+    a->stopping = 1;
+    log_info("%s: stopping the agent", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    http_server_close(a->http, NULL, NULL);
+    a->http = NULL;
+    uv_close((uv_handle_t *)&a->sigint, close_signal_cb);
+    uv_close((uv_handle_t *)&a->sigterm, close_signal_cb);
+}
+
+static int run_agent(agent_t *a) {
+    char err[512];
+    spec_t base;
+    int rc = 1, loop_ready = 0;
+    if (spec_load(a->o.baseline, &base, err, sizeof err) < 0) goto out;
+    strategy_opts_t so;
+    strategy_opts_default(&so);
+    so.noise_floor = a->o.noise_floor;
+    so.noise_seeds = a->o.noise_seeds;
+    so.max_seeds = a->o.max_seeds;
+    so.queue_target = a->o.queue_target;
+    so.seed = a->o.seed;
+    so.max_proposals = a->o.max_proposals;
+    so.log = strategy_log_cb;
+    so.log_user = a;
+    a->strategy = strategy_new(&base, &so, err, sizeof err);
+    spec_free(&base);
+    if (!a->strategy) goto out;
+    if (a->o.state[0]) {
+        int loaded = strategy_load(a->strategy, a->o.state, err, sizeof err);
+        if (loaded < 0) goto out;
+        int64_t id;
+        double v;
+        if (loaded == 1)
+            log_info("no state in %s yet: starting from the baseline", a->o.state);
+        else if (strategy_best(a->strategy, &id, &v, NULL))
+            log_info("resumed from %s: best #%lld (val_bpb %.4f), %d proposals so far", a->o.state,
+                     (long long)id, v, strategy_n_proposals(a->strategy));
+        else
+            log_info("resumed from %s: nothing adopted yet, %d proposals so far", a->o.state,
+                     strategy_n_proposals(a->strategy));
+    }
+
+    uv_loop_init(&a->loop);
+    loop_ready = 1;
+    http_limits_t lim;
+    http_limits_default(&lim);
+    lim.max_body_bytes = 16 << 20; /* a payload carries many full specs */
+    int port = 0;
+    if (http_server_start(&a->loop, a->o.host, a->o.port, &lim, hook_handler, a, &a->http, &port,
+                          err, sizeof err) < 0)
+        goto out;
+    uv_signal_init(&a->loop, &a->sigint);
+    uv_signal_init(&a->loop, &a->sigterm);
+    a->sigint.data = a->sigterm.data = a;
+    uv_signal_start(&a->sigint, signal_cb, SIGINT);
+    uv_signal_start(&a->sigterm, signal_cb, SIGTERM);
+    char rule[64] = "2 standard errors";
+    if (a->o.noise_floor > 0) snprintf(rule, sizeof rule, "noise floor %g", a->o.noise_floor);
+    log_info("nightshift agent: baseline %s (%d seeds), adopting past %s, state %s", a->o.baseline,
+             a->o.noise_seeds, rule, a->o.state[0] ? a->o.state : "not kept");
+    /* The one line on stdout: scripts and tests read the bound port from it. */
+    printf("listening on http://%s%s%s:%d\n", strchr(a->o.host, ':') ? "[" : "", a->o.host,
+           strchr(a->o.host, ':') ? "]" : "", port);
+    fflush(stdout);
+    uv_run(&a->loop, UV_RUN_DEFAULT);
+    log_info("stopped");
+    rc = 0;
+out:
+    if (rc) log_error("agent: %s", err);
+    if (loop_ready) {
+        uv_run(&a->loop, UV_RUN_NOWAIT); /* let close callbacks run */
+        if (uv_loop_close(&a->loop) != 0) log_warn("some handles were still open at exit");
+    }
+    return rc;
+}
+
+int agent_main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "status")) return agent_status_main(argc - 1, argv + 1);
+    agent_t *a = calloc(1, sizeof *a);
+    char err[512];
+    if (!a) return 1;
+    agent_opts_t *o = &a->o;
+    snprintf(o->host, sizeof o->host, "127.0.0.1");
+    o->port = DEFAULT_PORT;
+    snprintf(o->baseline, sizeof o->baseline, "%s", DEFAULT_BASE);
+    o->seed = 1;
+    o->noise_floor = 0;
+    o->noise_seeds = 3;
+    o->max_seeds = 4;
+    int rc = parse_args(argc, argv, o, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0) fprintf(stderr, "agent: %s\n", err);
+        agent_usage(rc == 1 ? stdout : stderr);
+        free(o->secret);
+        free(a);
+        return rc == 1 ? 0 : 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    rc = run_agent(a);
+    strategy_free(a->strategy);
+    for (int i = 0; i < REPLAY_SLOTS; i++) free(a->seen[i].reply);
+    free(o->secret);
+    free(a);
+    return rc;
+}

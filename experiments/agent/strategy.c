@@ -1,0 +1,1318 @@
+/* strategy.c - the reference agent's search strategy (see strategy.h).
+ *
+ * Three parts: the mutation axes (each a small table of candidate moves, tried
+ * in a random order until one validates and changes the spec's identity), the
+ * judge (configurations with the mean and spread of their seeds, the pooled
+ * noise, adopt past two standard errors or re-run), and the state (best,
+ * configurations, seen identities, judged ids, RNG) with its JSON form for
+ * --state. Every decision is one log line saying what and why, with the
+ * numbers behind it. */
+#include "strategy.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+#define STATE_VERSION  2     /* 1: before configurations (its pending re-runs are dropped) */
+#define MAX_DRAWS      200   /* mutation attempts before giving up for this event */
+#define MAX_RERUN_SEED 64    /* seeds past the highest known one tried for a re-run */
+#define MAX_WIDTH      1024  /* n_embd the agent proposes at most */
+#define MAX_DEPTH      16    /* depth likewise */
+#define MAX_HEADS      16    /* n_head likewise */
+#define MAX_BATCH      128   /* batch_size likewise */
+#define MAX_TOTAL      65536 /* total_batch_tokens likewise */
+#define MAX_STATE      (64 << 20)
+#define JSON_MAX_SAFE  9007199254740991.0
+
+typedef struct {
+    char hex[65];
+} ident_t;
+
+/* One configuration (a spec identity without its seed) in the agent's scope,
+ * with the val_bpb of its succeeded seeds as a running mean and sum of
+ * squared deviations (Welford). */
+typedef struct {
+    ident_t config;
+    int64_t first_id;  /* its first succeeded run: the id the daemon ranks it by */
+    int n;             /* succeeded seeds */
+    double mean, m2;   /* of their val_bpb; m2 = sum of squared deviations */
+    uint64_t max_seed; /* the highest seed run or proposed */
+    int outstanding;   /* re-runs proposed and not judged yet */
+} config_t;
+
+struct strategy {
+    strategy_opts_t o;
+    spec_t baseline;
+    rng_t rng;
+    bool have_best;
+    int64_t best_id; /* 0 when the daemon does not know it (proposals get no parent) */
+    double best_val; /* the mean over the best configuration's seeds */
+    spec_t best;
+    ident_t best_config;
+    char scope[128]; /* the baseline's dataset and budget: only these results rank */
+    ident_t *seen;   /* sorted */
+    size_t n_seen, cap_seen;
+    int64_t *judged; /* ids whose experiment.finished was decided, in arrival order */
+    size_t n_judged, cap_judged;
+    config_t *configs;
+    size_t n_configs, cap_configs;
+    int max_running;       /* the most experiments the payloads said were running */
+    int n_proposals;       /* every spec proposed */
+    int n_mutations;       /* mutations proposed: the N of "mut#N" */
+    int rejections_in_row; /* reset by a finished experiment */
+};
+
+static const char *const axis_names[STRATEGY_N_AXES] = {
+    "ve_layers", "ve_gate_channels", "n_embd", "depth", "heads",
+    "mlp",       "window_pattern",   "lr",     "batch"};
+
+const char *strategy_axis_name(strategy_axis a) {
+    return (unsigned)a < STRATEGY_N_AXES ? axis_names[a] : "?";
+}
+
+void strategy_opts_default(strategy_opts_t *o) {
+    memset(o, 0, sizeof *o);
+    o->seed = 1;
+    o->max_rejections = 5;
+    o->noise_seeds = 3;
+    o->max_seeds = 4;
+}
+
+static void say(strategy_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(strategy_t *s, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (s->o.log)
+        s->o.log(s->o.log_user, line);
+    else
+        fprintf(stderr, "%s\n", line);
+}
+
+/* ------------------------------------------------------------- identity */
+
+int strategy_identity(const spec_t *sp, char out[65]) {
+    /* A shallow copy: only fields spec_canonical_json prints are changed. */
+    spec_t bare = *sp;
+    spec_model_t *m = &bare.model;
+    bare.name = NULL;
+    bare.n_tags = 0;
+    bare.priority = 0;
+    bare.parent = 0;
+    bare.prune = true; /* whether the daemon may prune a run is not part of what it is */
+    size_t len = 0;
+    m->ve_layers[len++] = '[';
+    for (int i = 0, first = 1; i < m->depth; i++) {
+        if (!m->has_ve[i]) continue;
+        len += (size_t)snprintf(m->ve_layers + len, sizeof m->ve_layers - len, "%s%d",
+                                first ? "" : ",", i);
+        first = 0;
+    }
+    snprintf(m->ve_layers + len, sizeof m->ve_layers - len, "]");
+    for (int i = 0; i < m->depth; i++) m->window_pattern[i] = m->window[i] < m->seq_len ? 'S' : 'L';
+    m->window_pattern[m->depth] = '\0';
+    if (m->pos == POS_ROPE) m->max_pos = m->seq_len; /* unused without a position table */
+
+    return spec_hash(&bare, out) < 0 ? -1 : 0;
+}
+
+static int ident_cmp(const void *a, const void *b) {
+    return strcmp(((const ident_t *)a)->hex, ((const ident_t *)b)->hex);
+}
+
+static bool seen_has(const strategy_t *s, const char *hex) {
+    ident_t key;
+    snprintf(key.hex, sizeof key.hex, "%s", hex);
+    return s->n_seen && bsearch(&key, s->seen, s->n_seen, sizeof key, ident_cmp);
+}
+
+/* Insert hex into the sorted set. Returns 0 (also when present) or -1 (OOM). */
+static int seen_add(strategy_t *s, const char *hex) {
+    size_t lo = 0, hi = s->n_seen;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(s->seen[mid].hex, hex);
+        if (c == 0) return 0;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (s->n_seen == s->cap_seen) {
+        size_t cap = s->cap_seen ? 2 * s->cap_seen : 64;
+        ident_t *p = realloc(s->seen, cap * sizeof *p);
+        if (!p) return -1;
+        s->seen = p;
+        s->cap_seen = cap;
+    }
+    memmove(s->seen + lo + 1, s->seen + lo, (s->n_seen - lo) * sizeof *s->seen);
+    snprintf(s->seen[lo].hex, sizeof s->seen[lo].hex, "%s", hex);
+    s->n_seen++;
+    return 0;
+}
+
+int strategy_has_seen(const strategy_t *s, const spec_t *sp) {
+    char hex[65];
+    return strategy_identity(sp, hex) == 0 && seen_has(s, hex);
+}
+
+static bool judged_has(const strategy_t *s, int64_t id) {
+    for (size_t i = 0; i < s->n_judged; i++)
+        if (s->judged[i] == id) return true;
+    return false;
+}
+
+static int judged_add(strategy_t *s, int64_t id) {
+    if (s->n_judged == s->cap_judged) {
+        size_t cap = s->cap_judged ? 2 * s->cap_judged : 64;
+        int64_t *p = realloc(s->judged, cap * sizeof *p);
+        if (!p) return -1;
+        s->judged = p;
+        s->cap_judged = cap;
+    }
+    s->judged[s->n_judged++] = id;
+    return 0;
+}
+
+/* The identity of sp's configuration: its identity with seed 0. */
+static int config_identity(const spec_t *sp, char out[65]) {
+    spec_t bare = *sp; /* shallow: strategy_identity prints, never frees */
+    bare.seed = 0;
+    return strategy_identity(&bare, out);
+}
+
+/* sp's dataset and budget as "dataset|time|300" or "dataset|tokens|N" (a
+ * spec whose canonical JSON has "token_budget" > 0 is token-budgeted).
+ * Returns 0, or -1 when out of memory. */
+static int scope_of(const spec_t *sp, char *out, size_t n) {
+    char *canon = spec_canonical_json(sp);
+    cJSON *j = canon ? cJSON_Parse(canon) : NULL;
+    free(canon);
+    if (!j) return -1;
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(j, "token_budget");
+    if (cJSON_IsNumber(tok) && tok->valuedouble > 0)
+        snprintf(out, n, "%s|tokens|%.17g", sp->dataset, tok->valuedouble);
+    else
+        snprintf(out, n, "%s|time|%.17g", sp->dataset, sp->time_budget_s);
+    cJSON_Delete(j);
+    return 0;
+}
+
+static config_t *config_find(strategy_t *s, const char *hex) {
+    for (size_t i = 0; i < s->n_configs; i++)
+        if (!strcmp(s->configs[i].config.hex, hex)) return &s->configs[i];
+    return NULL;
+}
+
+/* The configuration hex, added (empty) when new. NULL when out of memory. */
+static config_t *config_get(strategy_t *s, const char *hex) {
+    config_t *c = config_find(s, hex);
+    if (c) return c;
+    if (s->n_configs == s->cap_configs) {
+        size_t cap = s->cap_configs ? 2 * s->cap_configs : 16;
+        config_t *q = realloc(s->configs, cap * sizeof *q);
+        if (!q) return NULL;
+        s->configs = q;
+        s->cap_configs = cap;
+    }
+    c = &s->configs[s->n_configs++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->config.hex, sizeof c->config.hex, "%s", hex);
+    return c;
+}
+
+static void config_add_value(config_t *c, double v) {
+    c->n++;
+    double d = v - c->mean;
+    c->mean += d / c->n;
+    c->m2 += d * (v - c->mean);
+}
+
+/* The pooled within-configuration sample standard deviation over the
+ * configurations with at least two seeds, sqrt(sum m2 / sum (n - 1)); NAN
+ * when there is none. *df gets sum (n - 1). */
+static double pooled_sd(const strategy_t *s, int *df) {
+    double m2 = 0;
+    int d = 0;
+    for (size_t i = 0; i < s->n_configs; i++)
+        if (s->configs[i].n >= 2) {
+            m2 += s->configs[i].m2;
+            d += s->configs[i].n - 1;
+        }
+    if (df) *df = d;
+    return d > 0 ? sqrt(m2 / d) : NAN;
+}
+
+strategy_verdict strategy_compare(const strategy_compare_t *c, double *threshold) {
+    double gain = c->best_mean - c->cand_mean, t = NAN;
+    if (c->noise_floor > 0)
+        t = c->noise_floor;
+    else if (c->sd >= 0 && c->best_n > 0 && c->cand_n > 0)
+        t = 2.0 * c->sd * sqrt(1.0 / c->best_n + 1.0 / c->cand_n);
+    if (threshold) *threshold = t;
+    if (!isnan(t) && gain > t) return STRATEGY_ADOPT;
+    if (gain > 0 && c->cand_n < c->max_seeds) return STRATEGY_RERUN;
+    return STRATEGY_DISCARD;
+}
+
+/* ----------------------------------------------------------------- axes */
+
+static const char *const ve_names[] = {"alternate", "all", "none", "first_half", "last_half"};
+static const int gate_choices[] = {8, 16, 32, 64, 128};
+static const double width_factors[] = {0.5, 0.75, 1.25, 1.5, 2.0};
+static const int depth_steps[] = {-2, -1, 1, 2};
+static const char *const window_patterns[] = {"L", "SL", "LS", "SSL", "SSSL", "SLL", "SSLL"};
+static const char *const lr_names[] = {"matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr"};
+
+#define N_OF(a)      (int)(sizeof(a) / sizeof((a)[0]))
+#define N_VE_OPTIONS (N_OF(ve_names) + 1) /* the names, then an explicit list */
+
+/* The (n_head, n_kv_head) pairs with n_kv_head dividing n_head <= MAX_HEADS. */
+static int head_pairs(int pairs[][2]) {
+    int n = 0;
+    for (int h = 1; h <= MAX_HEADS; h++)
+        for (int kv = 1; kv <= h; kv++)
+            if (h % kv == 0) {
+                if (pairs) pairs[n][0] = h, pairs[n][1] = kv;
+                n++;
+            }
+    return n;
+}
+
+/* The layers a named ve_layers choice selects at depth L (spec.c's rule). */
+static void ve_named_mask(int kind, int L, bool *mask) {
+    for (int i = 0; i < L; i++) {
+        switch (kind) {
+        case 0:
+            mask[i] = i % 2 == (L - 1) % 2;
+            break;
+        case 1:
+            mask[i] = true;
+            break;
+        case 2:
+            mask[i] = false;
+            break;
+        case 3:
+            mask[i] = i < L / 2;
+            break;
+        default:
+            mask[i] = i >= L / 2;
+            break;
+        }
+    }
+}
+
+/* "[0,2,3]" from a mask of L layers. */
+static void ve_list_string(const bool *mask, int L, char *buf, size_t n) {
+    size_t len = (size_t)snprintf(buf, n, "[");
+    for (int i = 0, first = 1; i < L && len < n; i++) {
+        if (!mask[i]) continue;
+        len += (size_t)snprintf(buf + len, n - len, "%s%d", first ? "" : ",", i);
+        first = 0;
+    }
+    if (len < n) snprintf(buf + len, n - len, "]");
+}
+
+/* A random explicit layer set that no name already spells. */
+static int ve_explicit(const spec_model_t *p, spec_model_t *t, rng_t *rng) {
+    int L = p->depth;
+    bool mask[SPEC_MAX_DEPTH], named[SPEC_MAX_DEPTH];
+    for (int tries = 0; tries < 8; tries++) {
+        for (int i = 0; i < L; i++) mask[i] = rng_below(rng, 2);
+        bool clash = !memcmp(mask, p->has_ve, (size_t)L * sizeof *mask);
+        for (int k = 0; k < N_OF(ve_names) && !clash; k++) {
+            ve_named_mask(k, L, named);
+            clash = !memcmp(mask, named, (size_t)L * sizeof *mask);
+        }
+        if (clash) continue;
+        ve_list_string(mask, L, t->ve_layers, sizeof t->ve_layers);
+        return 0;
+    }
+    return -1;
+}
+
+/* Rebuild an explicit ve_layers list for a new depth: layers beyond it go;
+ * an empty set falls back to the default "alternate". */
+static void ve_fit_depth(const spec_model_t *p, spec_model_t *t) {
+    if (p->ve_layers[0] != '[') return;
+    bool any = false;
+    for (int i = 0; i < t->depth && i < p->depth; i++) any |= p->has_ve[i];
+    if (!any) {
+        strcpy(t->ve_layers, "alternate");
+        return;
+    }
+    ve_list_string(p->has_ve, t->depth < p->depth ? t->depth : p->depth, t->ve_layers,
+                   sizeof t->ve_layers);
+}
+
+static const size_t lr_offsets[] = {
+    offsetof(spec_train_t, matrix_lr), offsetof(spec_train_t, embedding_lr),
+    offsetof(spec_train_t, unembedding_lr), offsetof(spec_train_t, scalar_lr)};
+
+static void desc_append(strategy_change_t *ch, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void desc_append(strategy_change_t *ch, const char *fmt, ...) {
+    size_t n = strlen(ch->desc);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ch->desc + n, sizeof ch->desc - n, fmt, ap);
+    va_end(ap);
+}
+
+#define DESC(...)  snprintf(ch->desc, sizeof ch->desc, __VA_ARGS__)
+#define LABEL(...) snprintf(ch->label, sizeof ch->label, __VA_ARGS__)
+
+/* Each axis is a row of the axes table below: its number of candidate moves
+ * and the function that applies move k (0 <= k < options) of it from p into
+ * t (a copy of p), describing the change in ch. A move returns -1 when it
+ * does not apply to p; t is validated by the caller. */
+typedef int (*move_fn)(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch);
+
+static int move_ve_layers(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    if (k < N_OF(ve_names)) {
+        if (!strcmp(pm->ve_layers, ve_names[k])) return -1;
+        strcpy(tm->ve_layers, ve_names[k]);
+    } else if (ve_explicit(pm, tm, rng) < 0) {
+        return -1;
+    }
+    DESC("ve_layers %.80s -> %.80s", pm->ve_layers, tm->ve_layers);
+    LABEL("ve_layers=%.80s", tm->ve_layers);
+    return 0;
+}
+
+static int move_ve_gate(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    if (gate_choices[k] == pm->ve_gate_channels || gate_choices[k] > pm->n_embd) return -1;
+    tm->ve_gate_channels = gate_choices[k];
+    DESC("ve_gate_channels %d -> %d", pm->ve_gate_channels, tm->ve_gate_channels);
+    LABEL("ve_gate_channels=%d", tm->ve_gate_channels);
+    return 0;
+}
+
+static int move_n_embd(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    int unit = pm->n_head * 8; /* head_dim a multiple of 8: even, and >= 16 below */
+    int v = (int)lround(pm->n_embd * width_factors[k] / unit) * unit;
+    if (v == pm->n_embd || v < pm->n_head * 16 || v > MAX_WIDTH) return -1;
+    tm->n_embd = v;
+    DESC("n_embd %d -> %d", pm->n_embd, v);
+    if (tm->ve_gate_channels > v) {
+        tm->ve_gate_channels = v;
+        desc_append(ch, " (ve_gate_channels %d -> %d)", pm->ve_gate_channels, v);
+    }
+    LABEL("n_embd=%d", v);
+    return 0;
+}
+
+static int move_depth(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    int d = pm->depth + depth_steps[k];
+    if (d < 1 || d > MAX_DEPTH) return -1;
+    tm->depth = d;
+    ve_fit_depth(pm, tm);
+    DESC("depth %d -> %d", pm->depth, d);
+    if (strcmp(pm->ve_layers, tm->ve_layers))
+        desc_append(ch, " (ve_layers %.60s -> %.60s)", pm->ve_layers, tm->ve_layers);
+    LABEL("depth=%d", d);
+    return 0;
+}
+
+static int move_heads(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    int pairs[64][2];
+    head_pairs(pairs);
+    int h = pairs[k][0], kv = pairs[k][1];
+    if (h == pm->n_head && kv == pm->n_kv_head) return -1;
+    if (pm->n_embd % h || (pm->n_embd / h) % 2 || pm->n_embd / h < 16) return -1;
+    tm->n_head = h;
+    tm->n_kv_head = kv;
+    DESC("n_head/n_kv_head %d/%d -> %d/%d", pm->n_head, pm->n_kv_head, h, kv);
+    LABEL("heads=%d/%d", h, kv);
+    return 0;
+}
+
+static int move_mlp(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    if ((int)pm->mlp == k) return -1;
+    tm->mlp = (spec_mlp_kind)k;
+    DESC("mlp %s -> %s", spec_mlp_name(pm->mlp), spec_mlp_name(tm->mlp));
+    LABEL("mlp=%s", spec_mlp_name(tm->mlp));
+    return 0;
+}
+
+static int move_window(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_model_t *pm = &p->model;
+    spec_model_t *tm = &t->model;
+    if (!strcmp(pm->window_pattern, window_patterns[k])) return -1;
+    strcpy(tm->window_pattern, window_patterns[k]);
+    DESC("window_pattern %s -> %s", pm->window_pattern, tm->window_pattern);
+    LABEL("window=%s", tm->window_pattern);
+    return 0;
+}
+
+static int move_lr(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const double *from = (const double *)((const char *)&p->train + lr_offsets[k / 2]);
+    double *to = (double *)((char *)&t->train + lr_offsets[k / 2]);
+    *to = *from * (k % 2 ? 2.0 : 0.5); /* powers of two: exact, so x2 then x0.5 returns */
+    if (!(*to > 0) || !isfinite(*to)) return -1;
+    DESC("%s %g -> %g", lr_names[k / 2], *from, *to);
+    LABEL("%s=%g", lr_names[k / 2], *to);
+    return 0;
+}
+
+static int move_batch(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
+    const spec_train_t *pt = &p->train;
+    spec_train_t *tt = &t->train;
+    long long T = p->model.seq_len;
+    if (k < 2) { /* batch_size; total_batch_tokens rounded up to a multiple if needed */
+        if (k == 1 && pt->batch_size % 2) return -1;
+        int b = k == 0 ? pt->batch_size * 2 : pt->batch_size / 2;
+        if (b < 1 || b > MAX_BATCH) return -1;
+        long long row = b * T;
+        long long total = (pt->total_batch_tokens + row - 1) / row * row;
+        if (total > MAX_TOTAL) return -1;
+        tt->batch_size = b;
+        tt->total_batch_tokens = (int)total;
+        DESC("batch_size %d -> %d", pt->batch_size, b);
+        if (total != pt->total_batch_tokens)
+            desc_append(ch, " (total_batch_tokens %d -> %lld)", pt->total_batch_tokens, total);
+        LABEL("batch_size=%d", b);
+    } else { /* total_batch_tokens, a multiple of batch_size*seq_len */
+        long long row = pt->batch_size * T;
+        long long total = k == 2 ? 2LL * pt->total_batch_tokens : pt->total_batch_tokens / 2;
+        if (total < row || total % row || total > MAX_TOTAL) return -1;
+        tt->total_batch_tokens = (int)total;
+        DESC("total_batch_tokens %d -> %lld", pt->total_batch_tokens, total);
+        LABEL("total_batch_tokens=%lld", total);
+    }
+    return 0;
+}
+
+/* The axes: how many moves each has (its table's rows), and the move. */
+static const struct {
+    int options;
+    move_fn move;
+} axis_table[STRATEGY_N_AXES] = {
+    [STRATEGY_VE_LAYERS] = {N_VE_OPTIONS, move_ve_layers},
+    [STRATEGY_VE_GATE] = {N_OF(gate_choices), move_ve_gate},
+    [STRATEGY_N_EMBD] = {N_OF(width_factors), move_n_embd},
+    [STRATEGY_DEPTH] = {N_OF(depth_steps), move_depth},
+    [STRATEGY_HEADS] = {-1, move_heads}, /* head_pairs(NULL), counted at run time */
+    [STRATEGY_MLP] = {4, move_mlp},
+    [STRATEGY_WINDOW] = {N_OF(window_patterns), move_window},
+    [STRATEGY_LR] = {2 * N_OF(lr_names), move_lr},
+    [STRATEGY_BATCH] = {4, move_batch},
+};
+
+static int axis_options(strategy_axis a) {
+    if ((unsigned)a >= STRATEGY_N_AXES) return 0;
+    return a == STRATEGY_HEADS ? head_pairs(NULL) : axis_table[a].options;
+}
+
+int strategy_mutate(spec_t *sp, strategy_axis axis, rng_t *rng, strategy_change_t *ch) {
+    int n = axis_options(axis), order[64];
+    char before[65], after[65], err[SPEC_ERR_LEN];
+    if (n <= 0 || n > 64 || strategy_identity(sp, before) < 0) return -1;
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = n - 1; i > 0; i--) { /* Fisher-Yates */
+        int j = (int)rng_below(rng, (uint64_t)i + 1), tmp = order[i];
+        order[i] = order[j];
+        order[j] = tmp;
+    }
+    for (int i = 0; i < n; i++) {
+        spec_t t = *sp; /* shallow: moves change no name, tag or other pointer */
+        strategy_change_t c = {{0}, {0}};
+        if (axis_table[axis].move(order[i], sp, &t, rng, &c) < 0) continue;
+        if (spec_validate(&t, err, sizeof err) < 0) continue;
+        if (strategy_identity(&t, after) < 0) return -1;
+        if (!strcmp(before, after)) continue;
+        *sp = t;
+        *ch = c;
+        return 0;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------ proposals */
+
+/* Replace sp's name and tags (sp owns its strings). */
+static int set_label(spec_t *sp, const char *name, const char *const *tags, int n_tags) {
+    free(sp->name);
+    sp->name = NULL;
+    for (int i = 0; i < sp->n_tags; i++) {
+        free(sp->tags[i]);
+        sp->tags[i] = NULL;
+    }
+    sp->n_tags = 0;
+    if (name && !(sp->name = strdup(name))) return -1;
+    for (int i = 0; i < n_tags && i < SPEC_MAX_TAGS; i++) {
+        if (!(sp->tags[i] = strdup(tags[i]))) return -1;
+        sp->n_tags = i + 1;
+    }
+    return 0;
+}
+
+/* Validate sp through spec_parse of its canonical JSON, record its identity
+ * and append the JSON to reply. Returns 0, or -1 (logged) when it does not
+ * validate or memory runs out. */
+static int propose(strategy_t *s, const spec_t *sp, cJSON *reply) {
+    char err[SPEC_ERR_LEN], hex[65];
+    spec_t check;
+    char *canon = spec_canonical_json(sp);
+    if (!canon) goto oom;
+    if (spec_parse(canon, strlen(canon), &check, err, sizeof err) < 0) {
+        say(s, "internal error: a candidate failed validation (%s); not proposing it", err);
+        free(canon);
+        return -1;
+    }
+    int rc = strategy_identity(&check, hex);
+    spec_free(&check);
+    cJSON *obj = rc == 0 ? cJSON_Parse(canon) : NULL;
+    free(canon);
+    if (!obj || seen_add(s, hex) < 0 || !cJSON_AddItemToArray(reply, obj)) {
+        cJSON_Delete(obj);
+        goto oom;
+    }
+    s->n_proposals++;
+    return 0;
+oom:
+    say(s, "out of memory while building a proposal");
+    return -1;
+}
+
+static bool proposals_left(strategy_t *s) {
+    if (!s->o.max_proposals || s->n_proposals < s->o.max_proposals) return true;
+    say(s, "reached --max-proposals %d: proposing nothing", s->o.max_proposals);
+    return false;
+}
+
+static void propose_baseline(strategy_t *s, cJSON *reply, const char *why) {
+    spec_t b;
+    const char *tags[SPEC_MAX_TAGS];
+    int n = 0;
+    if (spec_copy(&b, &s->baseline) < 0) {
+        say(s, "out of memory while building a proposal");
+        return;
+    }
+    bool has_agent = false;
+    for (int i = 0; i < b.n_tags && n < SPEC_MAX_TAGS; i++) {
+        tags[n++] = s->baseline.tags[i];
+        has_agent |= !strcmp(s->baseline.tags[i], "agent");
+    }
+    if (!has_agent && n < SPEC_MAX_TAGS) tags[n++] = "agent";
+    b.parent = 0;
+    /* Runs that measure noise are never pruned: a prune on one early loss
+     * reading would drop the very spread they are there to measure. */
+    b.prune = false;
+    /* Its noise first: noise_seeds runs, seeds seed .. seed + k - 1. */
+    int k = s->o.noise_seeds > 0 ? s->o.noise_seeds : 1, proposed = 0;
+    if (set_label(&b, s->baseline.name ? s->baseline.name : "baseline", tags, n) == 0)
+        for (int i = 0; i < k && (double)(s->baseline.seed + i) <= JSON_MAX_SAFE; i++) {
+            b.seed = s->baseline.seed + (uint64_t)i;
+            if (propose(s, &b, reply) < 0) break;
+            proposed++;
+        }
+    if (proposed == 1)
+        say(s, "proposing the baseline \"%s\": %s", b.name, why);
+    else if (proposed > 1)
+        say(s, "proposing the baseline \"%s\" with seeds %llu..%llu to measure the noise: %s",
+            b.name, (unsigned long long)s->baseline.seed,
+            (unsigned long long)(s->baseline.seed + (uint64_t)proposed - 1), why);
+    spec_free(&b);
+}
+
+static void propose_mutation(strategy_t *s, cJSON *reply) {
+    const spec_t *ref = s->have_best ? &s->best : &s->baseline;
+    char about[96], hex[65];
+    if (s->have_best)
+        snprintf(about, sizeof about, "#%lld (val_bpb %.4f)", (long long)s->best_id, s->best_val);
+    else
+        snprintf(about, sizeof about, "the baseline (nothing has succeeded yet)");
+    for (int attempt = 0; attempt < MAX_DRAWS; attempt++) {
+        spec_t c;
+        if (spec_copy(&c, ref) < 0) break;
+        int n_axes = rng_below(&s->rng, 10) < 7 ? 1 : 2;
+        strategy_axis axes[2];
+        strategy_change_t ch[2];
+        axes[0] = (strategy_axis)rng_below(&s->rng, STRATEGY_N_AXES);
+        axes[1] = (strategy_axis)((axes[0] + 1 + rng_below(&s->rng, STRATEGY_N_AXES - 1)) %
+                                  STRATEGY_N_AXES);
+        bool ok = true;
+        for (int j = 0; j < n_axes && ok; j++)
+            ok = strategy_mutate(&c, axes[j], &s->rng, &ch[j]) == 0;
+        if (!ok || strategy_identity(&c, hex) < 0 || seen_has(s, hex)) {
+            spec_free(&c);
+            continue;
+        }
+        char name[256]; /* at most 4 + 11 + 2 + 2 * 90 characters: under SPEC_MAX_NAME */
+        const char *tags[3] = {"agent", axis_names[axes[0]], axis_names[axes[1]]};
+        snprintf(name, sizeof name, "mut#%d %.90s%s%.90s", s->n_mutations + 1, ch[0].label,
+                 n_axes == 2 ? " " : "", n_axes == 2 ? ch[1].label : "");
+        c.parent = s->have_best ? s->best_id : 0;
+        c.priority = 0;
+        int rc = set_label(&c, name, tags, 1 + n_axes);
+        if (rc == 0) rc = propose(s, &c, reply);
+        spec_free(&c);
+        if (rc < 0) return;
+        s->n_mutations++;
+        say(s, "proposing mutation of %s: %s%s%s", about, ch[0].desc, n_axes == 2 ? ", " : "",
+            n_axes == 2 ? ch[1].desc : "");
+        return;
+    }
+    say(s, "no new valid variant of %s in %d draws: proposing nothing", about, MAX_DRAWS);
+}
+
+static void propose_next(strategy_t *s, cJSON *reply) {
+    if (!proposals_left(s)) return;
+    if (!s->have_best) {
+        char hex[65];
+        if (strategy_identity(&s->baseline, hex) == 0 && !seen_has(s, hex)) {
+            propose_baseline(s, reply, "nothing has run yet");
+            return;
+        }
+    }
+    propose_mutation(s, reply);
+}
+
+/* A promising configuration: propose sp again with the next unseen seed (its
+ * result joins the configuration's mean when it is judged). Returns 0 when
+ * proposed. */
+static int propose_rerun(strategy_t *s, config_t *c, int64_t id, const spec_t *sp, cJSON *reply) {
+    char hex[65];
+    if (!proposals_left(s)) return -1;
+    uint64_t from = c->max_seed > sp->seed ? c->max_seed : sp->seed;
+    for (uint64_t d = 1; d <= MAX_RERUN_SEED; d++) {
+        if ((double)(from + d) > JSON_MAX_SAFE) break;
+        spec_t r;
+        if (spec_copy(&r, sp) < 0) break;
+        r.seed = from + d;
+        if (strategy_identity(&r, hex) < 0 || seen_has(s, hex)) {
+            spec_free(&r);
+            continue;
+        }
+        char name[SPEC_MAX_NAME];
+        const char *tags[2] = {"agent", "rerun"};
+        snprintf(name, sizeof name, "rerun of #%lld seed=%llu", (long long)c->first_id,
+                 (unsigned long long)r.seed);
+        r.parent = id;
+        r.priority = 0;
+        r.prune = false; /* it measures the configuration's seed noise (see propose_baseline) */
+        int rc = set_label(&r, name, tags, 2);
+        if (rc == 0) rc = propose(s, &r, reply);
+        if (rc == 0) {
+            c->max_seed = r.seed;
+            c->outstanding++;
+        }
+        spec_free(&r);
+        return rc;
+    }
+    say(s, "every re-run seed of #%lld was already run", (long long)c->first_id);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- judge */
+
+static int adopt(strategy_t *s, int64_t id, double v, const spec_t *sp) {
+    spec_t c;
+    if (spec_copy(&c, sp) < 0 || config_identity(sp, s->best_config.hex) < 0) return -1;
+    spec_free(&s->best);
+    s->best = c;
+    s->have_best = true;
+    s->best_id = id;
+    s->best_val = v;
+    return 0;
+}
+
+/* A spec in a payload: an object, or a string holding one. Returns 0 with
+ * out parsed (release with spec_free), or -1. */
+static int payload_spec(const cJSON *j, spec_t *out, char *err, size_t errlen) {
+    if (cJSON_IsString(j) && j->valuestring)
+        return spec_parse(j->valuestring, strlen(j->valuestring), out, err, errlen);
+    if (!cJSON_IsObject(j)) {
+        snprintf(err, errlen, "spec: not a JSON object");
+        return -1;
+    }
+    return spec_from_json(j, out, err, errlen);
+}
+
+static int64_t payload_id(const cJSON *obj) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(obj, "id");
+    if (!cJSON_IsNumber(id) || !(id->valuedouble >= 1) || id->valuedouble > JSON_MAX_SAFE ||
+        id->valuedouble != floor(id->valuedouble))
+        return 0;
+    return (int64_t)id->valuedouble;
+}
+
+/* val_bpb of an experiment object: result.val_bpb, else a top-level val_bpb. */
+static bool payload_val_bpb(const cJSON *obj, double *v) {
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(obj, "result");
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(res, "val_bpb");
+    if (!cJSON_IsNumber(x)) x = cJSON_GetObjectItemCaseSensitive(obj, "val_bpb");
+    if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble <= 0) return false;
+    *v = x->valuedouble;
+    return true;
+}
+
+static const char *payload_string(const cJSON *obj, const char *key, const char *dflt) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(x) && x->valuestring ? x->valuestring : dflt;
+}
+
+/* Record the identity of obj's spec, if it has a valid one. */
+static void see(strategy_t *s, const cJSON *spec_json) {
+    spec_t sp;
+    char err[SPEC_ERR_LEN], hex[65];
+    if (!spec_json || payload_spec(spec_json, &sp, err, sizeof err) < 0) return;
+    if (strategy_identity(&sp, hex) == 0 && seen_add(s, hex) < 0)
+        say(s, "out of memory while recording a seen spec");
+    spec_free(&sp);
+}
+
+/* "2 SE 0.0123 (pooled sd 0.0050 over 4 df; SE = sd * sqrt(1/3 + 1/2))", or
+ * the noise floor when one is set, into buf. */
+static void describe_threshold(const strategy_t *s, double t, double sd, int df, int nb, int nc,
+                               char *buf, size_t n) {
+    if (s->o.noise_floor > 0)
+        snprintf(buf, n, "the noise floor %g", s->o.noise_floor);
+    else if (isnan(t))
+        snprintf(buf, n, "2 SE (noise not measured yet: no configuration has two seeds)");
+    else
+        snprintf(buf, n, "2 SE %.4f (pooled sd %.4f over %d df; SE = sd * sqrt(1/%d + 1/%d))", t,
+                 sd, df, nb, nc);
+}
+
+static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
+    int64_t id = payload_id(exp);
+    const char *status = payload_string(exp, "status", "unknown");
+    const char *reason = payload_string(exp, "reason", NULL);
+    char err[SPEC_ERR_LEN], hex[65], cfg[65], scope[128], why[256];
+    spec_t sp;
+    double v = 0;
+    if (id && judged_has(s, id)) {
+        say(s, "#%lld was already judged: ignoring the repeated event", (long long)id);
+        return;
+    }
+    if (id && judged_add(s, id) < 0) say(s, "out of memory while recording #%lld", (long long)id);
+    s->rejections_in_row = 0;
+    if (payload_spec(cJSON_GetObjectItemCaseSensitive(exp, "spec"), &sp, err, sizeof err) < 0) {
+        say(s, "discarding #%lld: its spec does not parse (%s)", (long long)id, err);
+        return;
+    }
+    if (strategy_identity(&sp, hex) < 0 || seen_add(s, hex) < 0 || config_identity(&sp, cfg) < 0 ||
+        scope_of(&sp, scope, sizeof scope) < 0) {
+        say(s, "out of memory while judging #%lld", (long long)id);
+        goto done;
+    }
+    config_t *c = config_find(s, cfg);
+    if (c && c->outstanding > 0) c->outstanding--;
+    if (strcmp(status, "succeeded") || !payload_val_bpb(exp, &v)) {
+        /* failed, crashed, pruned, ...: nothing to rank */
+        say(s, "discarding #%lld: %s%s%s", (long long)id, status, reason ? ": " : "",
+            reason ? reason : "");
+        goto done;
+    }
+    if (strcmp(scope, s->scope)) {
+        say(s, "not ranking #%lld: it ran on %s, the agent compares only %s", (long long)id, scope,
+            s->scope);
+        goto done;
+    }
+    if (!(c = config_get(s, cfg))) {
+        say(s, "out of memory while judging #%lld", (long long)id);
+        goto done;
+    }
+    if (!c->first_id) c->first_id = id;
+    if (sp.seed > c->max_seed) c->max_seed = sp.seed;
+    config_add_value(c, v);
+    int df = 0;
+    double sd = pooled_sd(s, &df);
+
+    if (!s->have_best) {
+        if (adopt(s, c->first_id, c->mean, &sp) < 0)
+            say(s, "out of memory while adopting #%lld", (long long)id);
+        else
+            say(s, "keeping #%lld: the first successful run (val_bpb %.4f)", (long long)id, v);
+        goto done;
+    }
+    if (!strcmp(cfg, s->best_config.hex)) {
+        s->best_val = c->mean;
+        say(s,
+            "#%lld is seed %llu of the best #%lld: val_bpb %.4f, best mean now %.4f over %d "
+            "seeds; measured noise: sd %.4f over %d df",
+            (long long)id, (unsigned long long)sp.seed, (long long)s->best_id, v, c->mean, c->n, sd,
+            df);
+        goto done;
+    }
+    const config_t *b = config_find(s, s->best_config.hex);
+    int nb = b && b->n > 0 ? b->n : 1;
+    strategy_compare_t in = {.best_mean = s->best_val,
+                             .best_n = nb,
+                             .cand_mean = c->mean,
+                             .cand_n = c->n,
+                             .sd = isnan(sd) ? -1 : sd,
+                             .noise_floor = s->o.noise_floor,
+                             .max_seeds = s->o.max_seeds};
+    double t;
+    strategy_verdict verdict = strategy_compare(&in, &t);
+    describe_threshold(s, t, sd, df, nb, c->n, why, sizeof why);
+    double gain = s->best_val - c->mean;
+    if (verdict == STRATEGY_ADOPT) {
+        double old = s->best_val;
+        int64_t old_id = s->best_id;
+        if (adopt(s, c->first_id, c->mean, &sp) < 0)
+            say(s, "out of memory while adopting #%lld", (long long)c->first_id);
+        else
+            say(s,
+                "keeping #%lld: mean val_bpb %.4f over %d seed%s beats best %.4f over %d (#%lld) "
+                "by %.4f > %s",
+                (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", old, nb,
+                (long long)old_id, gain, why);
+    } else if (verdict == STRATEGY_RERUN && c->outstanding == 0) {
+        if (propose_rerun(s, c, id, &sp, reply) == 0)
+            say(s,
+                "promising #%lld: mean val_bpb %.4f over %d seed%s vs best %.4f over %d (#%lld): "
+                "gain %.4f is within %s; re-running with seed %llu before adopting",
+                (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val, nb,
+                (long long)s->best_id, gain, why, (unsigned long long)c->max_seed);
+    } else if (verdict == STRATEGY_RERUN) {
+        say(s, "promising #%lld: mean val_bpb %.4f over %d seeds; its re-run is still queued",
+            (long long)c->first_id, c->mean, c->n);
+    } else if (gain > 0) {
+        say(s,
+            "discarding #%lld: mean val_bpb %.4f over %d seeds beats best %.4f over %d (#%lld) "
+            "by only %.4f, not more than %s, after %d seeds",
+            (long long)c->first_id, c->mean, c->n, s->best_val, nb, (long long)s->best_id, gain,
+            why, c->n);
+    } else {
+        say(s, "discarding #%lld: val_bpb %.4f (mean %.4f over %d) does not beat best %.4f (#%lld)",
+            (long long)id, v, c->mean, c->n, s->best_val, (long long)s->best_id);
+    }
+done:
+    spec_free(&sp);
+}
+
+static void note_rejection(strategy_t *s, const cJSON *rej) {
+    const cJSON *prop = cJSON_GetObjectItemCaseSensitive(rej, "proposal");
+    const char *why = payload_string(rej, "error", "no reason given");
+    char err[SPEC_ERR_LEN], hex[65], cfg[65];
+    spec_t sp;
+    s->rejections_in_row++;
+    say(s, "the daemon rejected a proposal: %s", why);
+    if (cJSON_IsObject(prop) && payload_spec(prop, &sp, err, sizeof err) == 0) {
+        if (strategy_identity(&sp, hex) == 0 && seen_add(s, hex) < 0)
+            say(s, "out of memory while recording a rejected spec");
+        config_t *c = config_identity(&sp, cfg) == 0 ? config_find(s, cfg) : NULL;
+        if (c && c->outstanding > 0) {
+            c->outstanding--;
+            say(s, "the re-run of #%lld was rejected", (long long)c->first_id);
+        }
+        if (!strncmp(why, "parent:", 7) && s->have_best && s->best_id && sp.parent == s->best_id) {
+            say(s, "the daemon does not know #%lld: proposing without a parent from now on",
+                (long long)s->best_id);
+            s->best_id = 0;
+        }
+        spec_free(&sp);
+    }
+}
+
+int strategy_decide(strategy_t *s, const cJSON *ev, cJSON **reply, char *err, size_t errlen) {
+    const char *type = payload_string(ev, "type", NULL);
+    *reply = NULL;
+    if (!cJSON_IsObject(ev) || !type) {
+        snprintf(err, errlen, "not a hook event: no \"type\"");
+        return -1;
+    }
+    cJSON *out = cJSON_CreateArray();
+    if (!out) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* Everything the payload shows has been run (or is queued): never again. */
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(ev, "best");
+    const cJSON *exp = cJSON_GetObjectItemCaseSensitive(ev, "experiment");
+    const cJSON *item;
+    see(s, cJSON_GetObjectItemCaseSensitive(best, "spec"));
+    cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(ev, "recent")) {
+        see(s, cJSON_GetObjectItemCaseSensitive(item, "spec"));
+    }
+    /* A fresh agent on a daemon with history starts from the daemon's best. */
+    double v;
+    int64_t bid = payload_id(best);
+    if (!s->have_best && bid && bid != payload_id(exp) && !judged_has(s, bid) &&
+        payload_val_bpb(best, &v)) {
+        spec_t sp;
+        char e2[SPEC_ERR_LEN];
+        char scope[128];
+        if (payload_spec(cJSON_GetObjectItemCaseSensitive(best, "spec"), &sp, e2, sizeof e2) == 0) {
+            if (scope_of(&sp, scope, sizeof scope) == 0 && strcmp(scope, s->scope))
+                say(s, "not starting from the daemon's best #%lld: it ran on %s, not %s",
+                    (long long)bid, scope, s->scope);
+            else if (adopt(s, bid, v, &sp) == 0)
+                say(s, "starting from the daemon's best #%lld (val_bpb %.4f)", (long long)bid, v);
+            spec_free(&sp);
+        }
+    }
+
+    /* Keep `target` proposals queued: a slot that frees up starts the next
+     * one at once instead of waiting for this agent's answer. */
+    const cJSON *depth = cJSON_GetObjectItemCaseSensitive(ev, "queue_depth");
+    const cJSON *running = cJSON_GetObjectItemCaseSensitive(ev, "running");
+    int queued = cJSON_IsNumber(depth) && depth->valuedouble > 0 ? (int)depth->valuedouble : 0;
+    if (cJSON_IsNumber(running) && running->valuedouble > s->max_running &&
+        running->valuedouble < 1e6)
+        s->max_running = (int)running->valuedouble;
+    int target = s->o.queue_target > 0 ? s->o.queue_target
+                 : s->max_running > 1  ? s->max_running
+                                       : 1;
+    bool fill = true;
+    if (!strcmp(type, "experiment.finished")) {
+        if (!cJSON_IsObject(exp))
+            say(s, "experiment.finished without an experiment: ignoring it");
+        else
+            judge(s, exp, out);
+    } else if (!strcmp(type, "queue.empty")) {
+        if (target < 1) target = 1;
+    } else if (!strcmp(type, "experiment.rejected")) {
+        note_rejection(s, cJSON_GetObjectItemCaseSensitive(ev, "rejected"));
+        if (s->o.max_rejections > 0 && s->rejections_in_row >= s->o.max_rejections) {
+            say(s,
+                "%d proposals in a row were rejected: proposing nothing until an experiment "
+                "finishes",
+                s->rejections_in_row);
+            fill = false;
+        }
+    } else {
+        fill = false;
+        say(s, "ignoring an event of type \"%.64s\"", type);
+    }
+    while (fill && queued + cJSON_GetArraySize(out) < target) {
+        int before = cJSON_GetArraySize(out);
+        propose_next(s, out);
+        if (cJSON_GetArraySize(out) == before) break;
+    }
+    *reply = out;
+    return 0;
+}
+
+/* ------------------------------------------------------------- lifetime */
+
+strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char *err,
+                         size_t errlen) {
+    char e2[SPEC_ERR_LEN];
+    strategy_t *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->o = *o;
+    if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0 ||
+        o->noise_seeds < 1 || o->max_seeds < 1 || o->queue_target < 0) {
+        snprintf(err, errlen,
+                 "the noise floor must be >= 0, max_proposals and queue_target >= 0, "
+                 "noise_seeds and max_seeds >= 1");
+        free(s);
+        return NULL;
+    }
+    if (spec_copy(&s->baseline, baseline) < 0) {
+        free(s);
+        goto oom;
+    }
+    if (spec_validate(&s->baseline, e2, sizeof e2) < 0) {
+        snprintf(err, errlen, "baseline: %s", e2);
+        strategy_free(s);
+        return NULL;
+    }
+    if (scope_of(&s->baseline, s->scope, sizeof s->scope) < 0) {
+        strategy_free(s);
+        goto oom;
+    }
+    rng_seed(&s->rng, o->seed);
+    return s;
+oom:
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+}
+
+void strategy_free(strategy_t *s) {
+    if (!s) return;
+    spec_free(&s->baseline);
+    spec_free(&s->best);
+    free(s->configs);
+    free(s->seen);
+    free(s->judged);
+    free(s);
+}
+
+int strategy_best(const strategy_t *s, int64_t *id, double *val_bpb, const spec_t **spec) {
+    if (!s->have_best) return 0;
+    if (id) *id = s->best_id;
+    if (val_bpb) *val_bpb = s->best_val;
+    if (spec) *spec = &s->best;
+    return 1;
+}
+
+int strategy_n_pending(const strategy_t *s) {
+    int n = 0;
+    for (size_t i = 0; i < s->n_configs; i++) n += s->configs[i].outstanding;
+    return n;
+}
+
+double strategy_noise(const strategy_t *s, int *df) {
+    return pooled_sd(s, df);
+}
+
+int strategy_config(const strategy_t *s, const spec_t *sp, int *n, double *mean) {
+    char hex[65];
+    if (config_identity(sp, hex) < 0) return 0;
+    for (size_t i = 0; i < s->n_configs; i++)
+        if (!strcmp(s->configs[i].config.hex, hex) && s->configs[i].n > 0) {
+            if (n) *n = s->configs[i].n;
+            if (mean) *mean = s->configs[i].mean;
+            return 1;
+        }
+    return 0;
+}
+
+int strategy_n_proposals(const strategy_t *s) {
+    return s->n_proposals;
+}
+
+/* ---------------------------------------------------------------- state */
+
+/* A spec as a JSON tree (its canonical form), or NULL. */
+static cJSON *spec_tree(const spec_t *sp) {
+    char *canon = spec_canonical_json(sp);
+    cJSON *j = canon ? cJSON_Parse(canon) : NULL;
+    free(canon);
+    return j;
+}
+
+cJSON *strategy_state_json(const strategy_t *s) {
+    cJSON *root = cJSON_CreateObject(), *arr, *obj;
+    char buf[24];
+    if (!root || !cJSON_AddNumberToObject(root, "version", STATE_VERSION)) goto fail;
+    if (!(arr = cJSON_AddArrayToObject(root, "rng"))) goto fail;
+    for (int i = 0; i < 4; i++) {
+        snprintf(buf, sizeof buf, "%016llx", (unsigned long long)s->rng.s[i]);
+        if (!cJSON_AddItemToArray(arr, cJSON_CreateString(buf))) goto fail;
+    }
+    if (!cJSON_AddNumberToObject(root, "proposals", s->n_proposals) ||
+        !cJSON_AddNumberToObject(root, "mutations", s->n_mutations) ||
+        !cJSON_AddNumberToObject(root, "rejections_in_row", s->rejections_in_row))
+        goto fail;
+    if (!s->have_best) {
+        if (!cJSON_AddNullToObject(root, "best")) goto fail;
+    } else {
+        if (!(obj = cJSON_AddObjectToObject(root, "best")) ||
+            !cJSON_AddNumberToObject(obj, "id", (double)s->best_id) ||
+            !cJSON_AddNumberToObject(obj, "val_bpb", s->best_val) ||
+            !cJSON_AddStringToObject(obj, "config", s->best_config.hex) ||
+            !cJSON_AddItemToObject(obj, "spec", spec_tree(&s->best)))
+            goto fail;
+    }
+    if (!cJSON_AddNumberToObject(root, "max_running", s->max_running)) goto fail;
+    if (!(arr = cJSON_AddArrayToObject(root, "configs"))) goto fail;
+    for (size_t i = 0; i < s->n_configs; i++) {
+        const config_t *c = &s->configs[i];
+        if (!(obj = cJSON_CreateObject()) || !cJSON_AddItemToArray(arr, obj) ||
+            !cJSON_AddStringToObject(obj, "config", c->config.hex) ||
+            !cJSON_AddNumberToObject(obj, "first_id", (double)c->first_id) ||
+            !cJSON_AddNumberToObject(obj, "n", c->n) ||
+            !cJSON_AddNumberToObject(obj, "mean", c->mean) ||
+            !cJSON_AddNumberToObject(obj, "m2", c->m2) ||
+            !cJSON_AddNumberToObject(obj, "max_seed", (double)c->max_seed) ||
+            !cJSON_AddNumberToObject(obj, "outstanding", c->outstanding))
+            goto fail;
+    }
+    if (!(arr = cJSON_AddArrayToObject(root, "judged"))) goto fail;
+    for (size_t i = 0; i < s->n_judged; i++)
+        if (!cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)s->judged[i]))) goto fail;
+    if (!(arr = cJSON_AddArrayToObject(root, "seen"))) goto fail;
+    for (size_t i = 0; i < s->n_seen; i++)
+        if (!cJSON_AddItemToArray(arr, cJSON_CreateString(s->seen[i].hex))) goto fail;
+    return root;
+fail:
+    cJSON_Delete(root);
+    return NULL;
+}
+
+static bool is_hex64(const char *h) {
+    if (!h || strlen(h) != 64) return false;
+    for (const char *p = h; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
+    return true;
+}
+
+/* A whole number in [lo, JSON_MAX_SAFE]. */
+static bool get_count(const cJSON *obj, const char *key, double lo, double *out) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(x) || x->valuedouble < lo || x->valuedouble > JSON_MAX_SAFE ||
+        x->valuedouble != floor(x->valuedouble))
+        return false;
+    *out = x->valuedouble;
+    return true;
+}
+
+int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen) {
+    /* Build the new state in t, then swap it in, so a failure changes nothing. */
+    strategy_t t = {.o = s->o};
+    const cJSON *arr, *it, *best;
+    double d;
+    char e2[SPEC_ERR_LEN];
+    const char *what = "not a JSON object";
+    if (!cJSON_IsObject(st)) goto fail;
+    what = "version: expected 1 or 2";
+    if (!get_count(st, "version", 0, &d) || d < 1 || d > STATE_VERSION) goto fail;
+    int version = (int)d;
+    what = "rng: expected 4 hex strings";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "rng");
+    if (cJSON_GetArraySize(arr) != 4) goto fail;
+    int i = 0;
+    cJSON_ArrayForEach(it, arr) {
+        char *end;
+        if (!cJSON_IsString(it) || !it->valuestring[0]) goto fail;
+        t.rng.s[i++] = strtoull(it->valuestring, &end, 16);
+        if (*end) goto fail;
+    }
+    what = "proposals, mutations, rejections_in_row: expected counts";
+    if (!get_count(st, "proposals", 0, &d) || d > INT32_MAX) goto fail;
+    t.n_proposals = (int)d;
+    if (!get_count(st, "mutations", 0, &d) || d > INT32_MAX) goto fail;
+    t.n_mutations = (int)d;
+    if (!get_count(st, "rejections_in_row", 0, &d) || d > INT32_MAX) goto fail;
+    t.rejections_in_row = (int)d;
+
+    best = cJSON_GetObjectItemCaseSensitive(st, "best");
+    what = "best: expected null or {id, val_bpb, spec}";
+    if (!cJSON_IsNull(best)) {
+        if (!cJSON_IsObject(best) || !get_count(best, "id", 0, &d) ||
+            !payload_val_bpb(best, &t.best_val))
+            goto fail;
+        t.best_id = (int64_t)d;
+        if (payload_spec(cJSON_GetObjectItemCaseSensitive(best, "spec"), &t.best, e2, sizeof e2) <
+            0) {
+            snprintf(err, errlen, "best.spec: %s", e2);
+            goto fail_quiet;
+        }
+        t.have_best = true;
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(best, "config");
+        if (cJSON_IsString(h) && is_hex64(h->valuestring))
+            snprintf(t.best_config.hex, sizeof t.best_config.hex, "%s", h->valuestring);
+        else if (config_identity(&t.best, t.best_config.hex) < 0)
+            goto oom;
+    }
+    what = "max_running: expected a count";
+    if (cJSON_GetObjectItemCaseSensitive(st, "max_running")) {
+        if (!get_count(st, "max_running", 0, &d) || d > INT32_MAX) goto fail;
+        t.max_running = (int)d;
+    }
+    what = "configs: expected [{config, first_id, n, mean, m2, max_seed, outstanding}]";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "configs");
+    if (version >= 2 && !cJSON_IsArray(arr)) goto fail;
+    cJSON_ArrayForEach(it, arr) {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(it, "config");
+        const cJSON *mean = cJSON_GetObjectItemCaseSensitive(it, "mean");
+        const cJSON *m2 = cJSON_GetObjectItemCaseSensitive(it, "m2");
+        double fid, n, ms, out;
+        if (!cJSON_IsString(h) || !is_hex64(h->valuestring) ||
+            !get_count(it, "first_id", 0, &fid) || !get_count(it, "n", 0, &n) || n > INT32_MAX ||
+            !cJSON_IsNumber(mean) || !isfinite(mean->valuedouble) || !cJSON_IsNumber(m2) ||
+            !(m2->valuedouble >= 0) || !isfinite(m2->valuedouble) ||
+            !get_count(it, "max_seed", 0, &ms) || !get_count(it, "outstanding", 0, &out) ||
+            out > INT32_MAX)
+            goto fail;
+        config_t *c = config_get(&t, h->valuestring);
+        if (!c) goto oom;
+        c->first_id = (int64_t)fid;
+        c->n = (int)n;
+        c->mean = mean->valuedouble;
+        c->m2 = m2->valuedouble;
+        c->max_seed = (uint64_t)ms;
+        c->outstanding = (int)out;
+    }
+    /* Version 1 kept near ties waiting for a re-run; they are dropped (the
+     * near tie is judged again if it is ever re-run). */
+    what = "pending: expected an array";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "pending");
+    if (version == 1 && !cJSON_IsArray(arr)) goto fail;
+    what = "judged: expected an array of ids";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "judged");
+    if (!cJSON_IsArray(arr)) goto fail;
+    cJSON_ArrayForEach(it, arr) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > JSON_MAX_SAFE)
+            goto fail;
+        if (judged_add(&t, (int64_t)it->valuedouble) < 0) goto oom;
+    }
+    what = "seen: expected an array of 64-digit hex identities";
+    arr = cJSON_GetObjectItemCaseSensitive(st, "seen");
+    if (!cJSON_IsArray(arr)) goto fail;
+    cJSON_ArrayForEach(it, arr) {
+        if (!cJSON_IsString(it) || !is_hex64(it->valuestring)) goto fail;
+        if (seen_add(&t, it->valuestring) < 0) goto oom;
+    }
+    /* Swap: t takes the old state and frees it; the baseline stays. */
+    t.baseline = s->baseline;
+    snprintf(t.scope, sizeof t.scope, "%s", s->scope);
+    strategy_t old = *s;
+    *s = t;
+    old.baseline = (spec_t){0};
+    spec_free(&old.best);
+    free(old.configs);
+    free(old.seen);
+    free(old.judged);
+    return 0;
+oom:
+    what = "out of memory";
+fail:
+    snprintf(err, errlen, "%s", what);
+fail_quiet:
+    spec_free(&t.best);
+    free(t.configs);
+    free(t.seen);
+    free(t.judged);
+    return -1;
+}
+
+int strategy_save(const strategy_t *s, const char *path, char *err, size_t errlen) {
+    cJSON *st = strategy_state_json(s);
+    char *text = st ? cJSON_Print(st) : NULL;
+    cJSON_Delete(st);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = util_write_file_atomic(path, text, strlen(text), err, errlen);
+    free(text);
+    return rc;
+}
+
+int strategy_load(strategy_t *s, const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    char e2[256];
+    size_t len;
+    if (stat(path, &sb) < 0 && errno == ENOENT) return 1;
+    char *text = util_read_file(path, MAX_STATE, &len, e2, sizeof e2);
+    if (!text) {
+        snprintf(err, errlen, "%s", e2);
+        return -1;
+    }
+    cJSON *st = cJSON_ParseWithLength(text, len);
+    free(text);
+    int rc = strategy_load_json(s, st, e2, sizeof e2);
+    if (rc < 0) snprintf(err, errlen, "%s: %s", path, e2);
+    cJSON_Delete(st);
+    return rc;
+}

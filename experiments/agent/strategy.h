@@ -1,0 +1,165 @@
+/* strategy.h - the reference agent's search strategy: what to run next.
+ *
+ * A hill climb over spec mutations that adopts a variant only when it beats
+ * the best by more than the measured seed-to-seed noise. The state is the
+ * current best (id, mean val_bpb, spec, configuration), every configuration
+ * seen in the agent's scope with the mean and spread of its seeds, the
+ * identities of every spec already proposed or seen (so nothing is proposed
+ * twice), and the mutation RNG. Each hook event goes through strategy_decide,
+ * which logs one line per decision with the numbers behind it and returns the
+ * specs to propose. Everything here is synchronous and does no I/O except
+ * strategy_save/strategy_load, so the agent's server (agent.c) and the tests
+ * drive it the same way; replacing the strategy means replacing this file.
+ *
+ * Like with like: only succeeded runs on the baseline's dataset and budget
+ * are ranked (others are logged and ignored); mutations never change a spec's
+ * dataset or budget. A configuration is a spec identity without its seed.
+ *
+ * Decisions, in order:
+ *   - no success yet and the baseline has not been run: propose the baseline
+ *     with noise_seeds seeds (seed .. seed + k - 1) to measure the noise;
+ *   - a run that did not succeed (failed, diverged, pruned, ...) is discarded;
+ *   - a run of the best configuration updates the best mean;
+ *   - otherwise its configuration's mean (over its n_c seeds) is compared with
+ *     the best mean (over n_b) by strategy_compare: adopted when it is lower by
+ *     more than two standard errors of the difference, 2 * s * sqrt(1/n_b +
+ *     1/n_c), s the pooled within-configuration sample standard deviation over
+ *     every configuration with two or more seeds (or by more than a noise floor
+ *     given by hand); re-run with a new seed while it is lower but not by that
+ *     much and has fewer than max_seeds seeds; discarded otherwise;
+ *   - then, while fewer than queue_target proposals are queued (the payload's
+ *     queue_depth), propose a mutation of the best (the baseline until
+ *     something succeeds) along one or two axes, validated with spec_parse and
+ *     never a spec whose identity was already seen.
+ *
+ * Identity: the canonical spec without name, tags, priority and parent (the
+ * daemon's dedup key) with the per-layer choices written out, so that
+ * ve_layers "alternate" and [1,3] at depth 4 are the same spec.
+ *
+ * Ownership: strategy_new returns a strategy the caller frees with
+ * strategy_free; it copies the baseline. strategy_decide returns a new cJSON
+ * array the caller frees with cJSON_Delete. */
+#ifndef NIGHTSHIFT_STRATEGY_H
+#define NIGHTSHIFT_STRATEGY_H
+
+#include <cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rng.h"
+#include "spec.h"
+
+typedef struct strategy strategy_t;
+
+/* The mutation axes. Each names the tag its proposals carry. */
+typedef enum {
+    STRATEGY_VE_LAYERS, /* alternate/all/none/first_half/last_half or a list */
+    STRATEGY_VE_GATE,   /* ve_gate_channels in 8..128, <= n_embd */
+    STRATEGY_N_EMBD,    /* width x0.5..x2, head_dim a multiple of 8 and >= 16 */
+    STRATEGY_DEPTH,     /* depth -2..+2 */
+    STRATEGY_HEADS,     /* n_head / n_kv_head, valid splits only */
+    STRATEGY_MLP,       /* relu2, gelu, swiglu, geglu */
+    STRATEGY_WINDOW,    /* window_pattern */
+    STRATEGY_LR,        /* one of matrix/embedding/unembedding/scalar lr, x0.5 or x2 */
+    STRATEGY_BATCH,     /* batch_size or total_batch_tokens, x0.5 or x2 */
+    STRATEGY_N_AXES
+} strategy_axis;
+
+/* "ve_layers", "ve_gate_channels", "n_embd", ...; static strings. */
+const char *strategy_axis_name(strategy_axis a);
+
+/* What one mutation changed, for the log and the proposal's name. */
+typedef struct {
+    char desc[192]; /* "n_embd 128 -> 192 (ve_gate_channels 32 -> 16)" */
+    char label[96]; /* "n_embd=192" */
+} strategy_change_t;
+
+/* One line per decision; line has no trailing newline. */
+typedef void (*strategy_log_fn)(void *user, const char *line);
+
+typedef struct {
+    double noise_floor;  /* > 0: a fixed val_bpb gain to adopt instead of 2 SE; default 0 */
+    int noise_seeds;     /* seeds of the baseline run first to measure the noise; default 3 */
+    int max_seeds;       /* seeds a promising variant gets before it is discarded; default 4 */
+    int queue_target;    /* proposals kept queued; 0 = the most experiments seen running
+                            at once (at least 1), i.e. one for every busy slot */
+    uint64_t seed;       /* seeds the mutation RNG (a loaded state keeps its own) */
+    int max_proposals;   /* stop proposing after this many; 0 = no limit */
+    int max_rejections;  /* rejected proposals in a row before pausing; default 5 */
+    strategy_log_fn log; /* NULL = stderr */
+    void *log_user;
+} strategy_opts_t;
+
+void strategy_opts_default(strategy_opts_t *o);
+
+/* baseline must be a validated spec (spec_parse/spec_load). Returns NULL with
+ * err on allocation failure or an invalid option. */
+strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char *err,
+                         size_t errlen);
+void strategy_free(strategy_t *s);
+
+/* Decide on one hook event (hook.h's payload). Returns 0 with *reply a new
+ * JSON array of zero or more specs to propose, or -1 with err when the event
+ * is not a hook event (no type). */
+int strategy_decide(strategy_t *s, const cJSON *event, cJSON **reply, char *err, size_t errlen);
+
+/* The adoption rule (see above), without state, for the tests and the log. */
+typedef enum { STRATEGY_ADOPT, STRATEGY_RERUN, STRATEGY_DISCARD } strategy_verdict;
+typedef struct {
+    double best_mean;   /* the best configuration's mean val_bpb */
+    int best_n;         /* over this many seeds */
+    double cand_mean;   /* the candidate's */
+    int cand_n;         /* over this many seeds */
+    double sd;          /* the pooled sample standard deviation; < 0 = not measured */
+    double noise_floor; /* > 0: adopt past this gain instead of 2 SE */
+    int max_seeds;      /* re-run only while cand_n < max_seeds */
+} strategy_compare_t;
+
+/* ADOPT when best_mean - cand_mean > the threshold (*threshold: noise_floor,
+ * or 2 * sd * sqrt(1/best_n + 1/cand_n), or NAN when sd is not measured),
+ * RERUN when the candidate is lower but not by that much and has fewer than
+ * max_seeds seeds, DISCARD otherwise. */
+strategy_verdict strategy_compare(const strategy_compare_t *c, double *threshold);
+
+/* The pooled within-configuration standard deviation the strategy measured
+ * (NAN before any configuration has two seeds); *df = sum (n - 1). */
+double strategy_noise(const strategy_t *s, int *df);
+
+/* The configuration of sp as the strategy knows it: 1 with its number of
+ * succeeded seeds and mean, or 0 when it has none. */
+int strategy_config(const strategy_t *s, const spec_t *sp, int *n, double *mean);
+
+/* Mutate sp (a validated spec) in place along axis, with a move drawn from
+ * rng: on success sp is validated again, differs in identity from what it
+ * was, and ch says how; name, tags, seed and parent are untouched. Returns 0,
+ * or -1 when the axis has no valid move from sp (sp is unchanged). */
+int strategy_mutate(spec_t *sp, strategy_axis axis, rng_t *rng, strategy_change_t *ch);
+
+/* The agent's identity of a validated spec: spec_hash (spec.h) without
+ * name, tags, priority and parent, after spelling the derived fields
+ * (ve_layers, window_pattern, max_pos) from what they derive, so two specs
+ * that train the same model have one identity. Unlike spec_identity it keeps
+ * prune. Hex SHA-256, 64 characters + NUL. Returns 0, or -1 on failure. */
+int strategy_identity(const spec_t *sp, char out[65]);
+
+/* Has a spec with this identity been proposed or seen? */
+int strategy_has_seen(const strategy_t *s, const spec_t *sp);
+
+/* The current best: returns 1 and fills whichever pointers are not NULL (the
+ * spec stays owned by the strategy), or 0 when nothing has been adopted. */
+int strategy_best(const strategy_t *s, int64_t *id, double *val_bpb, const spec_t **spec);
+
+int strategy_n_pending(const strategy_t *s);   /* re-runs proposed and not yet judged */
+int strategy_n_proposals(const strategy_t *s); /* specs proposed so far */
+
+/* The whole state as JSON (a new tree the caller frees), and back. Load
+ * replaces the state of s; on failure s is unchanged. */
+cJSON *strategy_state_json(const strategy_t *s);
+int strategy_load_json(strategy_t *s, const cJSON *state, char *err, size_t errlen);
+
+/* The state in a file, written atomically. strategy_load returns 0 when
+ * loaded, 1 when the file does not exist (s unchanged), -1 with err. */
+int strategy_save(const strategy_t *s, const char *path, char *err, size_t errlen);
+int strategy_load(strategy_t *s, const char *path, char *err, size_t errlen);
+
+#endif
