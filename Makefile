@@ -3,11 +3,13 @@
 #   make            build build/nightshift (installs missing Debian packages first)
 #   make run        prepare the default corpus if needed and start the main job
 #   make test       build and run every test
+#   make test-unit / test-integration  only the unit / integration suites
 #   make asan       the same tests under AddressSanitizer + UBSan
 #   make test-browser  the dashboard end to end in headless chromium
 #   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
 #   make test-slurm the Slurm executor on a one-node Slurm on localhost (root; ~2 min)
 #   make bench      engine benchmarks side by side with the PyTorch reference
+#   make bench-tok  tokenizer training and encoding speed, with its limits
 #   make bench-sampler / bench-noise   val_bpb by row sampler; seed-to-seed noise
 #                   (long: five-minute runs on the default corpus; BENCH_ARGS adds options)
 #   make fuzz       every libFuzzer target for FUZZ_SECONDS (default 60) each
@@ -72,7 +74,7 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
-.PHONY: bench-sampler bench-noise fuzz soak load
+.PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -153,6 +155,20 @@ endif
 asan:
 	$(MAKE) SAN=1 test
 
+# The suites by kind (Criterion --filter over suite names; a new suite goes in
+# one list). Unit: the engine's and the store's functions in process.
+# Integration: the nightshift binary, the daemon, servers and workers.
+UNIT_SUITES := attn ckpt gradcheck http ops optim parity spec store strategy tok
+INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook loop newuser slurm \
+                      slurm_fake train worker
+EMPTY :=
+SPACE := $(EMPTY) $(EMPTY)
+suite_filter = --filter '@($(subst $(SPACE),|,$(strip $(1))))/*'
+test-unit:
+	$(MAKE) test TEST_ARGS="$(call suite_filter,$(UNIT_SUITES))"
+test-integration:
+	$(MAKE) test TEST_ARGS="$(call suite_filter,$(INTEGRATION_SUITES))"
+
 # The dashboard in a real browser (Debian's chromium, headless, driven by
 # playwright-core): a daemon with finished and running experiments; the
 # screenshots and measurements land in build/browser-out.
@@ -191,6 +207,12 @@ $(BUILD)/store-bench: $(BUILD)/tests/bench/store_bench.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-store: $(BUILD)/store-bench
 	$(BUILD)/store-bench 100000 20
+
+# The tokenizer on 1 MB of synthetic prose, 5 repeats (tests/bench/tok_bench.c).
+$(BUILD)/tok-bench: $(BUILD)/tests/bench/tok_bench.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
+bench-tok: $(BUILD)/tok-bench
+	$(BUILD)/tok-bench 5
 
 # Sequential walk vs random rows on the genre-ordered default corpus, and the
 # seed noise of experiments/baseline.json (tests/bench/sampler.sh, noise.sh).

@@ -53,10 +53,10 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    /* Commands that run the engine's OpenMP team (engine/cli.h, blas_passive_wait). */
+    /* Commands that run the engine's OpenMP team (engine/cli.h, threads_passive_wait). */
     static const char *const engine_commands[] = {"bench", "calibrate", "grad", "sample", "train"};
     for (size_t i = 0; i < sizeof engine_commands / sizeof engine_commands[0]; i++)
-        if (!strcmp(argv[1], engine_commands[i])) blas_passive_wait(argv);
+        if (!strcmp(argv[1], engine_commands[i])) threads_passive_wait(argv);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "nightshift: unknown command '%s'\n", argv[1]);

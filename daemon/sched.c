@@ -199,33 +199,23 @@ static void on_progress(worker_t *w, const cJSON *line, void *user) {
         maybe_prune(sl, m->progress);
 }
 
-/* The numbers of a succeeded run, from the worker's final result line. */
+/* The numbers of a succeeded run, from the worker's final result line: the
+ * stored fields of result_fields.h. out's text points into r. */
 static void result_from_json(const cJSON *r, store_result_t *out) {
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "params");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(r, "params");
     memset(out, 0, sizeof *out);
-    out->val_bpb = jnum(r, "val_bpb");
-    out->params_total = jint(p, "total");
-    out->params_wte = jint(p, "wte");
-    out->params_wpe = jint(p, "wpe");
-    out->params_value_embeds = jint(p, "value_embeds");
-    out->params_lm_head = jint(p, "lm_head");
-    out->params_blocks = jint(p, "transformer_matrices");
-    out->params_scalars = jint(p, "scalars");
-    out->flops_per_token = jnum(r, "flops_per_token");
-    out->mfu_percent = jnum(r, "mfu_percent");
-    out->peak_gflops = jnum(r, "peak_gflops");
-    out->peak_source = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "peak_source"));
-    out->tokens_per_second = jnum(r, "tokens_per_second");
-    out->total_tokens = jnum(r, "total_tokens");
-    out->num_steps = jint(r, "num_steps");
-    out->training_seconds = jnum(r, "training_seconds");
-    out->total_seconds = jnum(r, "total_seconds");
-    out->startup_seconds = jnum(r, "startup_seconds");
-    out->eval_seconds = jnum(r, "eval_seconds");
-    out->peak_rss_mb = jnum(r, "peak_rss_mb");
-    out->time_budget_s = jnum(r, "time_budget_s");
-    out->token_budget = jint(r, "token_budget");
-    out->epochs = jnum(r, "epochs");
+    for (int i = 0; i < RESULT_N_FIELDS; i++) {
+        const result_field_t *f = &result_fields[i];
+        if (!result_is_stored(f)) continue;
+        const cJSON *o = f->where == RESULT_PARAMS ? params : r;
+        char *p = (char *)out + f->offset;
+        if (f->type == RESULT_REAL)
+            *(double *)p = jnum(o, f->key);
+        else if (f->type == RESULT_INTEGER)
+            *(int64_t *)p = jint(o, f->key);
+        else
+            *(const char **)p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, f->key));
+    }
 }
 
 static void release_slot(slot_t *sl) {

@@ -109,14 +109,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_SET_PID] = "UPDATE experiments SET pid = ?2 WHERE id = ?1 AND status = 'running'",
     [ST_FINISH] = "UPDATE experiments SET status = ?2, reason = ?3, exit_code = ?4,"
                   " term_signal = ?5, finished = ?6 WHERE id = ?1 AND status = 'running'",
-    [ST_INSERT_RESULT] =
-        "INSERT INTO results (experiment_id, val_bpb, params_total, params_wte, params_wpe,"
-        " params_value_embeds, params_lm_head, params_blocks, params_scalars, flops_per_token,"
-        " mfu_percent, peak_gflops, peak_source, tokens_per_second, total_tokens, num_steps,"
-        " training_seconds, total_seconds, startup_seconds, eval_seconds, peak_rss_mb,"
-        " time_budget_s, token_budget, epochs)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-        " ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+    [ST_INSERT_RESULT] = "INSERT INTO results (experiment_id" RESULT_SQL_COLUMNS
+                         ") VALUES (?" RESULT_SQL_PLACEHOLDERS ")",
     [ST_STATUS_OF] = "SELECT status FROM experiments WHERE id = ?1",
     [ST_INSERT_METRIC] = "INSERT INTO metrics (experiment_id, step, time_s, loss, lr_mult, tok_s,"
                          " progress) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
@@ -690,31 +684,21 @@ int store_set_pid(store_t *s, int64_t id, int pid, char *err, size_t errlen) {
     return 0;
 }
 
+/* Binds the experiment id, then the stored fields of result_fields.h in the
+ * table's order (ST_INSERT_RESULT's columns). */
 static int bind_result(sqlite3_stmt *st, int64_t id, const store_result_t *r) {
-    int b = sqlite3_bind_int64(st, 1, id);
-    b |= sqlite3_bind_double(st, 2, r->val_bpb);
-    b |= sqlite3_bind_int64(st, 3, r->params_total);
-    b |= sqlite3_bind_int64(st, 4, r->params_wte);
-    b |= sqlite3_bind_int64(st, 5, r->params_wpe);
-    b |= sqlite3_bind_int64(st, 6, r->params_value_embeds);
-    b |= sqlite3_bind_int64(st, 7, r->params_lm_head);
-    b |= sqlite3_bind_int64(st, 8, r->params_blocks);
-    b |= sqlite3_bind_int64(st, 9, r->params_scalars);
-    b |= sqlite3_bind_double(st, 10, r->flops_per_token);
-    b |= sqlite3_bind_double(st, 11, r->mfu_percent);
-    b |= sqlite3_bind_double(st, 12, r->peak_gflops);
-    b |= bind_text(st, 13, r->peak_source);
-    b |= sqlite3_bind_double(st, 14, r->tokens_per_second);
-    b |= sqlite3_bind_double(st, 15, r->total_tokens);
-    b |= sqlite3_bind_int64(st, 16, r->num_steps);
-    b |= sqlite3_bind_double(st, 17, r->training_seconds);
-    b |= sqlite3_bind_double(st, 18, r->total_seconds);
-    b |= sqlite3_bind_double(st, 19, r->startup_seconds);
-    b |= sqlite3_bind_double(st, 20, r->eval_seconds);
-    b |= sqlite3_bind_double(st, 21, r->peak_rss_mb);
-    b |= sqlite3_bind_double(st, 22, r->time_budget_s);
-    b |= sqlite3_bind_int64(st, 23, r->token_budget);
-    b |= sqlite3_bind_double(st, 24, r->epochs);
+    int b = sqlite3_bind_int64(st, 1, id), col = 2;
+    for (int i = 0; i < RESULT_N_FIELDS; i++) {
+        const result_field_t *f = &result_fields[i];
+        if (!result_is_stored(f)) continue;
+        const char *p = (const char *)r + f->offset;
+        if (f->type == RESULT_REAL)
+            b |= sqlite3_bind_double(st, col++, *(const double *)p);
+        else if (f->type == RESULT_INTEGER)
+            b |= sqlite3_bind_int64(st, col++, *(const int64_t *)p);
+        else
+            b |= bind_text(st, col++, *(const char *const *)p);
+    }
     return b;
 }
 

@@ -18,6 +18,7 @@
 
 #include <cJSON.h>
 
+#include "result_fields.h"
 #include "util.h"
 
 typedef struct store store_t;
@@ -56,21 +57,9 @@ typedef struct {
     int attempt; /* 1 for the first run; incremented on each requeue */
 } store_experiment_t;
 
-/* The final numbers of a succeeded run (from the worker's result line). */
-typedef struct {
-    double val_bpb;
-    int64_t params_total, params_wte, params_wpe, params_value_embeds, params_lm_head,
-        params_blocks, params_scalars;
-    double flops_per_token, mfu_percent, peak_gflops;
-    const char *peak_source;
-    double tokens_per_second, total_tokens;
-    int64_t num_steps;
-    double training_seconds, total_seconds, startup_seconds, eval_seconds, peak_rss_mb;
-    /* The run's budget (one of the two is 0) and tokens seen / training tokens. */
-    double time_budget_s;
-    int64_t token_budget;
-    double epochs;
-} store_result_t;
+/* The final numbers of a succeeded run (from the worker's result line): the
+ * fields of engine/result_fields.h; the store keeps the STORED and PARAMS ones. */
+typedef result_values_t store_result_t;
 
 typedef struct {
     int64_t step;

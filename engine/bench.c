@@ -20,7 +20,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "blas.h"
+#include "threads.h"
 #include "cli.h"
 #include "cost.h"
 #include "gpt.h"
@@ -110,7 +110,7 @@ int bench_main(int argc, char **argv) {
         fprintf(stderr, "bench: model.vocab_size is required (no dataset to take it from)\n");
         goto fail;
     }
-    int threads = blas_set_threads(spec.resources.threads);
+    int threads = threads_set(spec.resources.threads);
     in = malloc((size_t)B * T * sizeof *in);
     tg = malloc((size_t)B * T * sizeof *tg);
     step_s = malloc((size_t)steps * sizeof *step_s);

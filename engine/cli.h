@@ -6,13 +6,13 @@
 
 int grad_main(int argc, char **argv);      /* grad.c: loss and gradients of one batch */
 int cost_main(int argc, char **argv);      /* cost.c: parameter, byte and FLOP counts */
-int prep_main(int argc, char **argv);      /* data.c: text in, tokenizer + dataset out */
-int calibrate_main(int argc, char **argv); /* blas.c: measure the sgemm peak for MFU */
+int prep_main(int argc, char **argv);      /* prep.c: text in, tokenizer + dataset out */
+int calibrate_main(int argc, char **argv); /* calibrate.c: measure the sgemm peak for MFU */
 int train_main(int argc, char **argv);     /* train.c: one experiment in the foreground */
 int sample_main(int argc, char **argv);    /* sample.c: text from a saved checkpoint */
 int bench_main(int argc, char **argv);     /* bench.c: time full training steps */
 
-/* blas.c; main.c calls it before an engine command. The engine's OpenMP
+/* threads.c; main.c calls it before an engine command. The engine's OpenMP
  * team (BLAS included) should sleep, not spin, between parallel regions: the
  * machine is shared (daemon slots, other work), and a thread spinning for a
  * descheduled partner costs a time slice per region (steps 5-10x slower
@@ -21,6 +21,6 @@ int bench_main(int argc, char **argv);     /* bench.c: time full training steps 
  * sets it to PASSIVE and re-execs the program with the same argv. It returns
  * only when the variable was already set (the caller's choice stands) or the
  * exec failed. */
-void blas_passive_wait(char **argv);
+void threads_passive_wait(char **argv);
 
 #endif

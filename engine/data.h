@@ -22,6 +22,8 @@
 #include "rng.h"
 
 #define DATA_MAX_TOKENS 65536 /* vocabulary incl. specials: ids must fit uint16 */
+/* One input document or dataset file read whole; prep holds its input in memory. */
+#define DATA_MAX_FILE_BYTES ((size_t)1 << 34)
 
 typedef struct {
     char dir[4096]; /* the dataset directory */

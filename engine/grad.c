@@ -28,7 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "blas.h"
+#include "threads.h"
 #include "ckpt.h"
 #include "cli.h"
 #include "gpt.h"
@@ -265,7 +265,7 @@ int grad_main(int argc, char **argv) {
         fprintf(stderr, "grad: %s\n", err);
         goto fail;
     }
-    blas_set_threads(spec.resources.threads); /* as `train` does: 0 = every CPU */
+    threads_set(spec.resources.threads); /* as `train` does: 0 = every CPU */
     m = gpt_new(cfg, err, sizeof err);
     if (!m) {
         fprintf(stderr, "grad: %s\n", err);

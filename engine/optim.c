@@ -14,6 +14,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,18 +243,68 @@ struct optim {
     float muon_beta2;
 };
 
-static int is_muon_kind(gpt_tensor_kind k) {
-    switch (k) {
-    case GPT_ATTN_Q:
-    case GPT_ATTN_K:
-    case GPT_ATTN_V:
-    case GPT_ATTN_PROJ:
-    case GPT_VE_GATE:
-    case GPT_MLP_FC:
-    case GPT_MLP_PROJ:
-        return 1;
+/* DESIGN's optimizer groups (see optim_new in optim.h): each tensor kind's
+ * update, the spec_train_t member holding its base learning rate, and how
+ * that rate is scaled. */
+typedef enum {
+    LR_AS_IS,     /* the spec's rate */
+    LR_WIDTH,     /* x (n_embd/768)^-0.5: AdamW rates tuned at width 768 */
+    LR_HUNDREDTH, /* x 0.01 */
+    LR_ASPECT,    /* x max(1, rows/cols)^0.5 (Muon) */
+} lr_scale_t;
+
+#define TRAIN_FIELD(f) offsetof(spec_train_t, f)
+
+typedef struct {
+    gpt_tensor_kind kind;
+    optim_kind update;
+    size_t lr; /* offset of the base learning rate (a double) in spec_train_t */
+    lr_scale_t scale;
+    size_t beta1; /* offset of AdamW's beta1 in spec_train_t (unused by Muon) */
+} optim_group_t;
+
+static const optim_group_t optim_groups[] = {
+    {GPT_ATTN_Q, OPTIM_MUON, TRAIN_FIELD(matrix_lr), LR_ASPECT, 0},
+    {GPT_ATTN_K, OPTIM_MUON, TRAIN_FIELD(matrix_lr), LR_ASPECT, 0},
+    {GPT_ATTN_V, OPTIM_MUON, TRAIN_FIELD(matrix_lr), LR_ASPECT, 0},
+    {GPT_ATTN_PROJ, OPTIM_MUON, TRAIN_FIELD(matrix_lr), LR_ASPECT, 0},
+    {GPT_VE_GATE, OPTIM_MUON, TRAIN_FIELD(matrix_lr), LR_ASPECT, 0},
+    {GPT_MLP_FC, OPTIM_MUON, TRAIN_FIELD(matrix_lr), LR_ASPECT, 0},
+    {GPT_MLP_PROJ, OPTIM_MUON, TRAIN_FIELD(matrix_lr), LR_ASPECT, 0},
+    {GPT_LM_HEAD, OPTIM_ADAMW, TRAIN_FIELD(unembedding_lr), LR_WIDTH, TRAIN_FIELD(adam_beta1)},
+    /* When tied (no lm_head tensor) the table is also the output layer, the
+     * use where the rate matters for stability: it takes unembedding_lr. */
+    {GPT_WTE, OPTIM_ADAMW, TRAIN_FIELD(embedding_lr), LR_WIDTH, TRAIN_FIELD(adam_beta1)},
+    {GPT_WPE, OPTIM_ADAMW, TRAIN_FIELD(embedding_lr), LR_WIDTH, TRAIN_FIELD(adam_beta1)},
+    {GPT_VE, OPTIM_ADAMW, TRAIN_FIELD(value_embedding_lr), LR_WIDTH, TRAIN_FIELD(adam_beta1)},
+    {GPT_RESID, OPTIM_ADAMW, TRAIN_FIELD(scalar_lr), LR_HUNDREDTH, TRAIN_FIELD(adam_beta1)},
+    {GPT_X0, OPTIM_ADAMW, TRAIN_FIELD(scalar_lr), LR_AS_IS, TRAIN_FIELD(x0_beta1)},
+};
+
+static const optim_group_t *group_of(gpt_tensor_kind k) {
+    for (size_t i = 0; i < sizeof optim_groups / sizeof optim_groups[0]; i++)
+        if (optim_groups[i].kind == k) return &optim_groups[i];
+    return NULL;
+}
+
+static double train_double(const spec_train_t *tr, size_t offset) {
+    return *(const double *)((const char *)tr + offset);
+}
+
+/* The base learning rate of tensor t in group g; width_scale is
+ * (n_embd/768)^-0.5, tied whether the model has no lm_head tensor. */
+static double group_lr(const optim_group_t *g, const gpt_tensor_t *t, const spec_train_t *tr,
+                       double width_scale, int tied) {
+    double lr = g->kind == GPT_WTE && tied ? tr->unembedding_lr : train_double(tr, g->lr);
+    switch (g->scale) {
+    case LR_WIDTH:
+        return lr * width_scale;
+    case LR_HUNDREDTH:
+        return lr * 0.01;
+    case LR_ASPECT:
+        return lr * sqrt(fmax(1.0, (double)t->rows / t->cols));
     default:
-        return 0;
+        return lr;
     }
 }
 
@@ -294,8 +345,9 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
         check_beta("x0_beta1", tr->x0_beta1, err, errlen) ||
         check_beta("muon_beta2", tr->muon_beta2, err, errlen))
         goto fail;
-    if (tr->ns_steps < 0 || tr->ns_steps > OPTIM_MAX_NS_STEPS) {
-        snprintf(err, errlen, "train.ns_steps: %d is not in 0..%d", tr->ns_steps,
+    /* The spec's rule (spec_validate): at least one polar-express step. */
+    if (tr->ns_steps < 1 || tr->ns_steps > OPTIM_MAX_NS_STEPS) {
+        snprintf(err, errlen, "train.ns_steps: %d is not in 1..%d", tr->ns_steps,
                  OPTIM_MAX_NS_STEPS);
         goto fail;
     }
@@ -309,7 +361,6 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
     o->state_off = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->state_off);
     if (!o->params || !o->state_off) goto oom;
 
-    /* Learning rates of the AdamW groups, tuned at width 768. */
     const double scale = pow(m->cfg.n_embd / 768.0, -0.5);
     int tied = 1;
     for (int i = 0; i < m->n_tensors; i++)
@@ -317,56 +368,34 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
 
     for (int i = 0; i < m->n_tensors; i++) {
         const gpt_tensor_t *t = &m->tensors[i];
+        const optim_group_t *g = group_of(t->kind);
+        if (!g) {
+            snprintf(err, errlen, "optim: %s has no optimizer group (kind %d)", t->name,
+                     (int)t->kind);
+            goto fail;
+        }
+        if (g->update == OPTIM_MUON && (t->ndim != 2 || t->rows <= 0 || t->cols <= 0 ||
+                                        (size_t)t->rows * t->cols != t->numel)) {
+            snprintf(err, errlen, "optim: %s is not a (rows, cols) matrix", t->name);
+            goto fail;
+        }
         optim_param_t *q = &o->params[i];
-        q->beta1 = tr->adam_beta1;
-        q->beta2 = tr->adam_beta2;
-        q->eps = OPTIM_ADAM_EPS;
+        q->kind = g->update;
+        q->lr = group_lr(g, t, tr, scale, tied);
         q->wd = 0.0;
         o->state_off[i] = o->state_floats;
-        if (is_muon_kind(t->kind)) {
-            if (t->ndim != 2 || t->rows <= 0 || t->cols <= 0 ||
-                (size_t)t->rows * t->cols != t->numel) {
-                snprintf(err, errlen, "optim: %s is not a (rows, cols) matrix", t->name);
-                goto fail;
-            }
-            q->kind = OPTIM_MUON;
-            q->lr = tr->matrix_lr * sqrt(fmax(1.0, (double)t->rows / t->cols));
+        if (g->update == OPTIM_MUON) {
             q->beta2 = tr->muon_beta2;
             q->beta1 = q->eps = 0.0;
             o->state_floats += t->numel + muon_second_floats(t->rows, t->cols);
             const size_t w = t->numel + optim_muon_work_floats(t->rows, t->cols);
             if (w > o->work_floats) o->work_floats = w;
-            continue;
+        } else {
+            q->beta1 = train_double(tr, g->beta1);
+            q->beta2 = tr->adam_beta2;
+            q->eps = OPTIM_ADAM_EPS;
+            o->state_floats += 2 * t->numel;
         }
-        q->kind = OPTIM_ADAMW;
-        switch (t->kind) {
-        case GPT_LM_HEAD:
-            q->lr = tr->unembedding_lr * scale;
-            break;
-        case GPT_WTE:
-            /* Tied: the one table is also the output layer, the use where the
-             * learning rate matters for stability, so it takes lm_head's. */
-            q->lr = (tied ? tr->unembedding_lr : tr->embedding_lr) * scale;
-            break;
-        case GPT_WPE:
-            q->lr = tr->embedding_lr * scale;
-            break;
-        case GPT_VE:
-            q->lr = tr->value_embedding_lr * scale;
-            break;
-        case GPT_RESID:
-            q->lr = tr->scalar_lr * 0.01;
-            break;
-        case GPT_X0:
-            q->lr = tr->scalar_lr;
-            q->beta1 = tr->x0_beta1;
-            break;
-        default:
-            snprintf(err, errlen, "optim: %s has no optimizer group (kind %d)", t->name,
-                     (int)t->kind);
-            goto fail;
-        }
-        o->state_floats += 2 * t->numel;
     }
 
     if (o->state_floats) {

@@ -98,7 +98,8 @@ typedef struct optim optim_t;
  *   x0_lambdas            AdamW  scalar_lr, betas (x0_beta1, adam_beta2)
  *   2-D block matrices    Muon   matrix_lr * max(1, rows/cols)^0.5
  * AdamW: betas (adam_beta1, adam_beta2) unless noted, eps 1e-10, no weight decay.
- * Returns NULL with a reason in err on bad hyper-parameters or allocation
+ * (The table is optim_groups in optim.c.) tr->ns_steps must be in 1..5, as
+ * spec_validate requires. Returns NULL with a reason in err on bad hyper-parameters or allocation
  * failure. The caller frees the result with optim_free. */
 optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t errlen);
 

@@ -808,6 +808,89 @@ static void state_free(trainer_state_t *st) {
     free(st->touched);
 }
 
+/* The words of st: each distinct chunk of tr as its bytes, weighted by its
+ * count. Frees tr's chunk text. Returns 0, or -1 when out of memory. */
+static int state_load_words(trainer_state_t *st, tok_trainer_t *tr) {
+    st->nwords = tr->chunks.n;
+    size_t nw = st->nwords ? st->nwords : 1;
+    st->woff = malloc(nw * sizeof *st->woff);
+    st->wlen = malloc(nw * sizeof *st->wlen);
+    st->wcnt = malloc(nw * sizeof *st->wcnt);
+    st->wstamp = calloc(nw, sizeof *st->wstamp);
+    st->ids = malloc((tr->chunks.nbytes ? tr->chunks.nbytes : 1) * sizeof *st->ids);
+    if (!st->woff || !st->wlen || !st->wcnt || !st->wstamp || !st->ids) return -1;
+    for (size_t w = 0, off = 0; w < st->nwords; w++) {
+        const bent_t *e = &tr->chunks.ents[w];
+        st->woff[w] = off;
+        st->wlen[w] = e->len;
+        st->wcnt[w] = e->val;
+        for (uint32_t k = 0; k < e->len; k++) st->ids[off + k] = tr->chunks.bytes[e->off + k];
+        off += e->len;
+    }
+    /* The chunk text is no longer needed: free it before the pair tables grow. */
+    bmap_free(&tr->chunks);
+    return 0;
+}
+
+/* Every adjacent pair of every word, counted, and the heap over them.
+ * Returns 0, or -1 when out of memory. */
+static int state_count_pairs(trainer_state_t *st) {
+    st->stamp = 1;
+    for (size_t w = 0; w < st->nwords; w++) {
+        const int32_t *ids = st->ids + st->woff[w];
+        for (uint32_t k = 0; k + 1 < st->wlen[w]; k++)
+            if (pair_add(st, ids[k], ids[k + 1], (int64_t)st->wcnt[w], (uint32_t)w)) return -1;
+    }
+    for (size_t p = 0; p < st->npairs; p++)
+        if (hpush(st, (hent_t){st->pairs[p].count, (uint32_t)p})) return -1;
+    return 0;
+}
+
+/* The most frequent pair (ties: smallest ids) into *pi, UINT32_MAX when no
+ * pair is left. Stale heap entries are dropped or pushed again at their
+ * current count. Returns 0, or -1 when out of memory. */
+static int pop_best_pair(trainer_state_t *st, uint32_t *pi) {
+    *pi = UINT32_MAX;
+    while (st->nheap) {
+        hent_t e = hpop(st);
+        int64_t cur = st->pairs[e.pair].count;
+        if (cur == e.count && cur > 0) {
+            *pi = e.pair;
+            return 0;
+        }
+        if (cur > 0 && hpush(st, (hent_t){cur, e.pair})) return -1;
+    }
+    return 0;
+}
+
+/* Merge pair pi into the new id c in every word that holds it (merge number
+ * r, 0-based), then push the pairs whose count rose. Returns 0, or -1 when
+ * out of memory. */
+static int apply_merge(trainer_state_t *st, uint32_t pi, int32_t c, int r) {
+    int32_t a = st->pairs[pi].a, b = st->pairs[pi].b;
+    /* Detach the word list: pair_add may move the pairs array. */
+    uint32_t *wl = st->pairs[pi].words, nwl = st->pairs[pi].nw;
+    st->pairs[pi].words = NULL;
+    st->pairs[pi].nw = st->pairs[pi].capw = 0;
+    st->stamp = (uint32_t)r + 2;
+    st->ntouched = 0;
+    for (uint32_t k = 0; k < nwl; k++) {
+        uint32_t w = wl[k];
+        if (st->wstamp[w] == st->stamp) continue;
+        st->wstamp[w] = st->stamp;
+        if (merge_word(st, w, a, b, c)) {
+            free(wl);
+            return -1;
+        }
+    }
+    free(wl);
+    for (size_t k = 0; k < st->ntouched; k++) {
+        uint32_t p = st->touched[k];
+        if (st->pairs[p].count > 0 && hpush(st, (hent_t){st->pairs[p].count, p})) return -1;
+    }
+    return 0;
+}
+
 tok_t *tok_trainer_finish(tok_trainer_t *tr, int n_vocab, FILE *log, char *err, size_t errlen) {
     trainer_state_t st = {0};
     int32_t(*merges)[2] = NULL;
@@ -826,51 +909,16 @@ tok_t *tok_trainer_finish(tok_trainer_t *tr, int n_vocab, FILE *log, char *err, 
     int want = n_vocab - TOK_N_BYTES;
     merges = malloc((size_t)(want ? want : 1) * sizeof *merges);
     if (!merges) goto oom;
-
-    /* Words: each distinct chunk as its bytes, weighted by its count. */
-    st.nwords = tr->chunks.n;
-    size_t nw = st.nwords ? st.nwords : 1;
-    st.woff = malloc(nw * sizeof *st.woff);
-    st.wlen = malloc(nw * sizeof *st.wlen);
-    st.wcnt = malloc(nw * sizeof *st.wcnt);
-    st.wstamp = calloc(nw, sizeof *st.wstamp);
-    st.ids = malloc((tr->chunks.nbytes ? tr->chunks.nbytes : 1) * sizeof *st.ids);
-    if (!st.woff || !st.wlen || !st.wcnt || !st.wstamp || !st.ids) goto oom;
-    for (size_t w = 0, off = 0; w < st.nwords; w++) {
-        const bent_t *e = &tr->chunks.ents[w];
-        st.woff[w] = off;
-        st.wlen[w] = e->len;
-        st.wcnt[w] = e->val;
-        for (uint32_t k = 0; k < e->len; k++) st.ids[off + k] = tr->chunks.bytes[e->off + k];
-        off += e->len;
-    }
-    /* The chunk text is no longer needed: free it before the pair tables grow. */
-    bmap_free(&tr->chunks);
-
-    st.stamp = 1;
-    for (size_t w = 0; w < st.nwords; w++) {
-        const int32_t *ids = st.ids + st.woff[w];
-        for (uint32_t k = 0; k + 1 < st.wlen[w]; k++)
-            if (pair_add(&st, ids[k], ids[k + 1], (int64_t)st.wcnt[w], (uint32_t)w)) goto oom;
-    }
-    for (size_t p = 0; p < st.npairs; p++)
-        if (hpush(&st, (hent_t){st.pairs[p].count, (uint32_t)p})) goto oom;
+    if (state_load_words(&st, tr) < 0 || state_count_pairs(&st) < 0) goto oom;
     if (log)
         fprintf(log, "tok: %zu distinct chunks, %zu pairs; %d merges to learn\n", st.nwords,
                 st.npairs, want);
 
+    /* BPE: merge the most frequent pair into a new id, want times. */
     int every = want >= 10 ? want / 10 : 1;
     for (int r = 0; r < want; r++) {
-        uint32_t pi = UINT32_MAX;
-        while (st.nheap) {
-            hent_t e = hpop(&st);
-            int64_t cur = st.pairs[e.pair].count;
-            if (cur == e.count && cur > 0) {
-                pi = e.pair;
-                break;
-            }
-            if (cur > 0 && hpush(&st, (hent_t){cur, e.pair})) goto oom;
-        }
+        uint32_t pi;
+        if (pop_best_pair(&st, &pi) < 0) goto oom;
         if (pi == UINT32_MAX) {
             util_errorf(
                 err, errlen,
@@ -883,26 +931,7 @@ tok_t *tok_trainer_finish(tok_trainer_t *tr, int n_vocab, FILE *log, char *err, 
         int64_t best = st.pairs[pi].count;
         merges[r][0] = a;
         merges[r][1] = b;
-        /* Detach the word list: pair_add may move the pairs array. */
-        uint32_t *wl = st.pairs[pi].words, nwl = st.pairs[pi].nw;
-        st.pairs[pi].words = NULL;
-        st.pairs[pi].nw = st.pairs[pi].capw = 0;
-        st.stamp = (uint32_t)r + 2;
-        st.ntouched = 0;
-        for (uint32_t k = 0; k < nwl; k++) {
-            uint32_t w = wl[k];
-            if (st.wstamp[w] == st.stamp) continue;
-            st.wstamp[w] = st.stamp;
-            if (merge_word(&st, w, a, b, c)) {
-                free(wl);
-                goto oom;
-            }
-        }
-        free(wl);
-        for (size_t k = 0; k < st.ntouched; k++) {
-            uint32_t p = st.touched[k];
-            if (st.pairs[p].count > 0 && hpush(&st, (hent_t){st.pairs[p].count, p})) goto oom;
-        }
+        if (apply_merge(&st, pi, c, r) < 0) goto oom;
         if (log && ((r + 1) % every == 0 || r + 1 == want))
             fprintf(log, "tok: merge %d/%d: [%d,%d] -> %d (count %lld), %.2f s\n", r + 1, want,
                     (int)a, (int)b, (int)c, (long long)best, util_now() - t0);

@@ -35,13 +35,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "blas.h"
+#include "calibrate.h"
+#include "threads.h"
 #include "ckpt.h"
 #include "cli.h"
 #include "cost.h"
 #include "data.h"
 #include "gpt.h"
 #include "optim.h"
+#include "result_fields.h"
 #include "spec.h"
 #include "util.h"
 
@@ -98,15 +100,56 @@ static cJSON *event(const char *name) {
     return o;
 }
 
-static void add_params(cJSON *o, const cost_t *c) {
-    cJSON *p = cJSON_AddObjectToObject(o, "params");
-    cJSON_AddNumberToObject(p, "wte", (double)c->wte);
-    cJSON_AddNumberToObject(p, "wpe", (double)c->wpe);
-    cJSON_AddNumberToObject(p, "value_embeds", (double)c->value_embeds);
-    cJSON_AddNumberToObject(p, "lm_head", (double)c->lm_head);
-    cJSON_AddNumberToObject(p, "transformer_matrices", (double)c->blocks);
-    cJSON_AddNumberToObject(p, "scalars", (double)c->scalars);
-    cJSON_AddNumberToObject(p, "total", (double)c->total);
+/* The parameter counts of the result fields (result_fields.h), from the cost model. */
+static void params_from_cost(result_values_t *v, const cost_t *c) {
+    v->params_wte = c->wte;
+    v->params_wpe = c->wpe;
+    v->params_value_embeds = c->value_embeds;
+    v->params_lm_head = c->lm_head;
+    v->params_blocks = c->blocks;
+    v->params_scalars = c->scalars;
+    v->params_total = c->total;
+}
+
+/* Adds the result fields of the line (result_fields.h) to o in the table's
+ * order: the top-level ones, or (params) those of the "params" object. */
+static void add_result_fields(cJSON *o, const result_values_t *v, int params) {
+    for (int i = 0; i < RESULT_N_FIELDS; i++) {
+        const result_field_t *f = &result_fields[i];
+        const char *p = (const char *)v + f->offset;
+        if (f->where == RESULT_SUMMARY || (f->where == RESULT_PARAMS) != params) continue;
+        if (f->type == RESULT_REAL)
+            cJSON_AddNumberToObject(o, f->key, *(const double *)p);
+        else if (f->type == RESULT_INTEGER)
+            cJSON_AddNumberToObject(o, f->key, (double)*(const int64_t *)p);
+        else
+            cJSON_AddStringToObject(o, f->key, *(const char *const *)p);
+    }
+}
+
+static void add_params(cJSON *o, const result_values_t *v) {
+    add_result_fields(cJSON_AddObjectToObject(o, "params"), v, 1);
+}
+
+/* autoresearch's summary block on stdout: `---`, then `label: value` lines,
+ * the labels padded to 20 columns. */
+static void print_summary(const result_values_t *v) {
+    printf("---\n");
+    for (int i = 0; i < RESULT_N_FIELDS; i++) {
+        const result_field_t *f = &result_fields[i];
+        const char *p = (const char *)v + f->offset;
+        char label[64];
+        snprintf(label, sizeof label, "%s:", f->label);
+        printf("%-19s ", label);
+        if (f->type == RESULT_REAL)
+            printf(f->fmt, *(const double *)p / f->div);
+        else if (f->type == RESULT_INTEGER)
+            printf(f->fmt, (long long)*(const int64_t *)p);
+        else
+            printf(f->fmt, *(const char *const *)p);
+        putchar('\n');
+    }
+    fflush(stdout);
 }
 
 /* A failure after the progress stream is open: report it there and on stderr. */
@@ -198,15 +241,15 @@ static void choose_peak(run_t *r, const train_opts_t *o) {
     } else if (r->spec.resources.peak_gflops > 0) {
         r->peak_gflops = r->spec.resources.peak_gflops;
         r->peak_source = "spec";
-    } else if (blas_cached_peak(o->dir, r->threads, &r->peak_gflops) == 0) {
+    } else if (calibrate_cached_peak(o->dir, r->threads, &r->peak_gflops) == 0) {
         r->peak_source = "calibration";
     } else {
         char err[256];
         fprintf(stderr, "train: no calibrated peak for %d threads; measuring sgemm (1 s)\n",
                 r->threads);
-        r->peak_gflops = blas_measure_peak_gflops(1024, 1.0);
+        r->peak_gflops = calibrate_measure_peak_gflops(1024, 1.0);
         r->peak_source = "measured";
-        if (blas_store_peak(o->dir, r->threads, r->peak_gflops, err, sizeof err) < 0)
+        if (calibrate_store_peak(o->dir, r->threads, r->peak_gflops, err, sizeof err) < 0)
             fprintf(stderr, "train: could not cache the peak: %s\n", err);
     }
 }
@@ -240,7 +283,7 @@ static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
                  r->spec.dataset, r->data.n_val, r->T + 1);
         return -1;
     }
-    r->threads = blas_set_threads(r->spec.resources.threads);
+    r->threads = threads_set(r->spec.resources.threads);
     r->model = gpt_new(mc, err, errlen);
     if (!r->model) return NS_ERR_NOMEM;
     gpt_init_weights(r->model, r->spec.seed);
@@ -292,6 +335,201 @@ static void print_progress(run_t *r, int step, double pct, double loss, double l
 
 /* ------------------------------------------------------------------- train */
 
+/* The budget and the counters of the step loop. Exactly one of the two
+ * budgets is nonzero (spec_validate). */
+typedef struct {
+    double time_budget;     /* seconds of training, or 0 */
+    double token_budget;    /* training tokens, or 0 */
+    double tokens_per_step; /* accum x B x T */
+    double training_time;   /* seconds spent in optimiser steps so far */
+    int step;               /* optimiser steps done */
+} loop_t;
+
+/* The start line on stderr and the "start" event. */
+static void announce(run_t *r, const loop_t *l) {
+    const spec_t *s = &r->spec;
+    fprintf(stderr,
+            "train: %s | dataset %s (%zu train / %zu val tokens, vocab %d) | %.2fM params | "
+            "%d threads | peak %.1f GFLOP/s (%s) | budget %.0f%s | %s sampler | "
+            "%d x %d x %d tokens/step\n",
+            s->name ? s->name : "(unnamed)", s->dataset, r->data.n_train, r->data.n_val,
+            s->model.vocab_size, r->cost.total / 1e6, r->threads, r->peak_gflops, r->peak_source,
+            l->token_budget > 0 ? l->token_budget : l->time_budget,
+            l->token_budget > 0 ? " tokens" : "s", spec_sampler_name(s->train.sampler), r->accum,
+            r->B, r->T);
+    cJSON *start = event("start");
+    cJSON_AddNumberToObject(start, "pid", getpid());
+    result_values_t counts = {0};
+    params_from_cost(&counts, &r->cost);
+    add_params(start, &counts);
+    cJSON_AddNumberToObject(start, "flops_per_token", r->cost.flops_per_token);
+    cJSON_AddNumberToObject(start, "peak_gflops", r->peak_gflops);
+    cJSON_AddStringToObject(start, "peak_source", r->peak_source);
+    cJSON_AddNumberToObject(start, "threads", r->threads);
+    cJSON_AddNumberToObject(start, "time_budget_s", l->time_budget);
+    cJSON_AddNumberToObject(start, "token_budget", l->token_budget);
+    cJSON_AddNumberToObject(start, "tokens_per_step", l->tokens_per_step);
+    cJSON_AddNumberToObject(start, "vocab_size", s->model.vocab_size);
+    emit(r, start);
+}
+
+/* One optimiser step: accum micro-batches forward and backward, then the
+ * update at the schedules' values for the progress before this step (as
+ * autoresearch computes it). Sets the mean loss and the lr multiplier used;
+ * returns EXIT_OK, or EXIT_DIVERGED or EXIT_OOM after reporting a diverged
+ * micro-batch or a failed allocation. */
+static int train_step(run_t *r, const loop_t *l, double *loss_out, double *lrm_out) {
+    const spec_train_t *tr = &r->spec.train;
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < r->accum; micro++) {
+        next_train_batch(r);
+        float loss;
+        if (gpt_forward(r->model, r->inputs, r->targets, r->B, r->T, GPT_TRAIN, &loss) < 0)
+            return fail_run(r, EXIT_OOM, "oom", "out of memory at step %d", l->step + 1);
+        /* Any one bad micro-batch fails the run: averaged over the
+         * accumulation it could look harmless. */
+        if (!isfinite(loss) || loss > DIVERGED_LOSS)
+            return fail_run(r, EXIT_DIVERGED, "diverged",
+                            "diverged: loss %g at step %d (micro-batch %d)", loss, l->step + 1,
+                            micro + 1);
+        loss_sum += loss;
+        gpt_backward(r->model, 1.0f / (float)r->accum);
+    }
+    double progress = l->token_budget > 0
+                          ? fmin(l->step * l->tokens_per_step / l->token_budget, 1.0)
+                          : fmin(l->training_time / l->time_budget, 1.0);
+    double lrm =
+        optim_lr_multiplier(progress, tr->warmup_ratio, tr->warmdown_ratio, tr->final_lr_frac);
+    double momentum = optim_muon_momentum(l->step, tr->muon_momentum_start, tr->muon_momentum_end,
+                                          tr->muon_momentum_steps);
+    optim_step(r->opt, r->model, lrm, momentum, optim_weight_decay(progress, tr->weight_decay));
+    gpt_zero_grad(r->model);
+    *loss_out = loss_sum / r->accum;
+    *lrm_out = lrm;
+    return EXIT_OK;
+}
+
+/* After a step of dt seconds: the progress line on stderr and the "step"
+ * event. Returns whether the budget is spent. */
+static bool report_step(run_t *r, const loop_t *l, double loss, double smooth_loss, double lrm,
+                        double dt) {
+    double tok_s = l->tokens_per_step / dt;
+    double mfu = 100.0 * r->cost.flops_per_token * tok_s / (r->peak_gflops * 1e9);
+    /* The fraction of the chosen budget spent, and the seconds left (for a
+     * token budget, estimated at the mean rate). */
+    double done = l->step * l->tokens_per_step, epochs = done / (double)r->data.n_train;
+    double remaining, pct;
+    if (l->token_budget > 0) {
+        pct = 100.0 * fmin(done / l->token_budget, 1.0);
+        remaining = fmax(0.0, l->token_budget - done) * l->training_time / done;
+    } else {
+        pct = 100.0 * fmin(l->training_time / l->time_budget, 1.0);
+        remaining = fmax(0.0, l->time_budget - l->training_time);
+    }
+    bool spent = l->token_budget > 0 ? done >= l->token_budget : l->training_time >= l->time_budget;
+    print_progress(r, l->step, pct, smooth_loss, lrm, dt, tok_s, mfu, epochs, remaining, 0);
+    cJSON *e = event("step");
+    cJSON_AddNumberToObject(e, "step", l->step);
+    cJSON_AddNumberToObject(e, "progress", pct / 100.0);
+    cJSON_AddNumberToObject(e, "training_seconds", l->training_time);
+    cJSON_AddNumberToObject(e, "loss", loss);
+    cJSON_AddNumberToObject(e, "smooth_loss", smooth_loss);
+    cJSON_AddNumberToObject(e, "lrm", lrm);
+    cJSON_AddNumberToObject(e, "dt_ms", dt * 1000.0);
+    cJSON_AddNumberToObject(e, "tok_s", tok_s);
+    cJSON_AddNumberToObject(e, "mfu", mfu);
+    cJSON_AddNumberToObject(e, "remaining_s", remaining);
+    cJSON_AddNumberToObject(e, "epoch", epochs);
+    emit(r, e);
+    if (spent)
+        print_progress(r, l->step, pct, smooth_loss, lrm, dt, tok_s, mfu, epochs, remaining, 1);
+    return spent;
+}
+
+/* Steps until the budget is spent (the step in flight completes). Returns
+ * EXIT_OK, or EXIT_DIVERGED or EXIT_OOM (already reported). */
+static int train_loop(run_t *r, loop_t *l) {
+    double smooth = 0.0;
+    for (;;) {
+        double t0 = util_now(), loss = 0.0, lrm = 0.0;
+        int code = train_step(r, l, &loss, &lrm);
+        if (code != EXIT_OK) return code;
+        double dt = util_now() - t0;
+        l->training_time += dt;
+        l->step++;
+        /* debiased EMA of the loss, as autoresearch prints */
+        smooth = 0.9 * smooth + 0.1 * loss;
+        if (report_step(r, l, loss, smooth / (1.0 - pow(0.9, l->step)), lrm, dt)) break;
+    }
+    if (r->tty) fputc('\n', stderr);
+    return EXIT_OK;
+}
+
+/* val_bpb with the "eval" event; sets the target tokens counted and the
+ * seconds the evaluation took. */
+static double run_eval(run_t *r, size_t *tokens, double *seconds) {
+    double t_eval = util_now();
+    double val_bpb = evaluate_bpb(r, tokens);
+    *seconds = util_now() - t_eval;
+    cJSON *ev = event("eval");
+    cJSON_AddNumberToObject(ev, "tokens", (double)*tokens);
+    cJSON_AddNumberToObject(ev, "seconds", *seconds);
+    emit(r, ev);
+    return val_bpb;
+}
+
+/* The trained weights to path, with the canonical spec as metadata.
+ * Returns EXIT_OK, or EXIT_FAILED (already reported). */
+static int save_checkpoint(run_t *r, const char *path) {
+    char err[512];
+    char *spec_json = spec_canonical_json(&r->spec);
+    cJSON *meta = cJSON_CreateObject();
+    cJSON_AddStringToObject(meta, "nightshift_spec", spec_json ? spec_json : "{}");
+    char *meta_json = cJSON_PrintUnformatted(meta);
+    int rc = ckpt_write(r->model, r->model->params, meta_json, path, err, sizeof err);
+    free(meta_json);
+    cJSON_Delete(meta);
+    free(spec_json);
+    if (rc < 0) return fail_run(r, EXIT_FAILED, "failed", "saving checkpoint: %s", err);
+    return EXIT_OK;
+}
+
+/* The summary block on stdout and the "result" event of a succeeded run. */
+static void report_result(run_t *r, const loop_t *l, double startup, double val_bpb,
+                          size_t eval_tokens, double eval_seconds) {
+    double tokens = l->tokens_per_step * l->step, training_time = l->training_time;
+    result_values_t v = {
+        .val_bpb = val_bpb,
+        .training_seconds = training_time,
+        .total_seconds = util_now() - r->t_start,
+        .startup_seconds = startup,
+        .eval_seconds = eval_seconds,
+        .peak_rss_mb = util_peak_rss_mb(),
+        .mfu_percent =
+            100.0 * r->cost.flops_per_token * tokens / training_time / (r->peak_gflops * 1e9),
+        .peak_gflops = r->peak_gflops,
+        .peak_source = r->peak_source,
+        .total_tokens = tokens,
+        .tokens_per_second = tokens / training_time,
+        .num_steps = l->step,
+        .num_params = (double)r->cost.total,
+        .depth = r->spec.model.depth,
+        .flops_per_token = r->cost.flops_per_token,
+        .eval_tokens = (int64_t)eval_tokens,
+        .time_budget_s = l->time_budget,
+        .token_budget = r->spec.token_budget,
+        .epochs = tokens / (double)r->data.n_train,
+    };
+    params_from_cost(&v, &r->cost);
+    print_summary(&v);
+
+    cJSON *res = event("result");
+    cJSON_AddStringToObject(res, "status", "succeeded");
+    add_result_fields(res, &v, 0);
+    add_params(res, &v);
+    emit(r, res);
+}
+
 static int train_run(const train_opts_t *o) {
     run_t r = {0};
     char err[512];
@@ -310,189 +548,24 @@ static int train_run(const train_opts_t *o) {
             code = fail_run(&r, EXIT_FAILED, "failed", "%s", err);
         goto done;
     }
-    const spec_t *s = &r.spec;
-    const spec_train_t *tr = &s->train;
-    /* Exactly one of the two budgets is nonzero (spec_validate). */
-    double budget = s->time_budget_s, tokens_per_step = (double)tr->total_batch_tokens;
-    double token_budget = (double)s->token_budget, n_train = (double)r.data.n_train;
+    loop_t l = {.time_budget = r.spec.time_budget_s,
+                .token_budget = (double)r.spec.token_budget,
+                .tokens_per_step = (double)r.spec.train.total_batch_tokens};
+    announce(&r, &l);
 
-    fprintf(stderr,
-            "train: %s | dataset %s (%zu train / %zu val tokens, vocab %d) | %.2fM params | "
-            "%d threads | peak %.1f GFLOP/s (%s) | budget %.0f%s | %s sampler | "
-            "%d x %d x %d tokens/step\n",
-            s->name ? s->name : "(unnamed)", s->dataset, r.data.n_train, r.data.n_val,
-            s->model.vocab_size, r.cost.total / 1e6, r.threads, r.peak_gflops, r.peak_source,
-            token_budget > 0 ? token_budget : budget, token_budget > 0 ? " tokens" : "s",
-            spec_sampler_name(tr->sampler), r.accum, r.B, r.T);
-    cJSON *start = event("start");
-    cJSON_AddNumberToObject(start, "pid", getpid());
-    add_params(start, &r.cost);
-    cJSON_AddNumberToObject(start, "flops_per_token", r.cost.flops_per_token);
-    cJSON_AddNumberToObject(start, "peak_gflops", r.peak_gflops);
-    cJSON_AddStringToObject(start, "peak_source", r.peak_source);
-    cJSON_AddNumberToObject(start, "threads", r.threads);
-    cJSON_AddNumberToObject(start, "time_budget_s", budget);
-    cJSON_AddNumberToObject(start, "token_budget", token_budget);
-    cJSON_AddNumberToObject(start, "tokens_per_step", tokens_per_step);
-    cJSON_AddNumberToObject(start, "vocab_size", s->model.vocab_size);
-    emit(&r, start);
-
-    double t_train_start = util_now(), training_time = 0.0, smooth = 0.0;
-    int step = 0;
-    for (;;) {
-        double t0 = util_now(), loss_sum = 0.0;
-        for (int micro = 0; micro < r.accum; micro++) {
-            next_train_batch(&r);
-            float loss;
-            if (gpt_forward(r.model, r.inputs, r.targets, r.B, r.T, GPT_TRAIN, &loss) < 0) {
-                code = fail_run(&r, EXIT_OOM, "oom", "out of memory at step %d", step + 1);
-                goto done;
-            }
-            /* Any one bad micro-batch fails the run: averaged over the
-             * accumulation it could look harmless. */
-            if (!isfinite(loss) || loss > DIVERGED_LOSS) {
-                code = fail_run(&r, EXIT_DIVERGED, "diverged",
-                                "diverged: loss %g at step %d (micro-batch %d)", loss, step + 1,
-                                micro + 1);
-                goto done;
-            }
-            loss_sum += loss;
-            gpt_backward(r.model, 1.0f / (float)r.accum);
-        }
-        double loss = loss_sum / r.accum;
-        /* Progress before this step's update, as autoresearch computes it. */
-        double progress = token_budget > 0 ? fmin(step * tokens_per_step / token_budget, 1.0)
-                                           : fmin(training_time / budget, 1.0);
-        double lrm =
-            optim_lr_multiplier(progress, tr->warmup_ratio, tr->warmdown_ratio, tr->final_lr_frac);
-        double momentum = optim_muon_momentum(step, tr->muon_momentum_start, tr->muon_momentum_end,
-                                              tr->muon_momentum_steps);
-        optim_step(r.opt, r.model, lrm, momentum, optim_weight_decay(progress, tr->weight_decay));
-        gpt_zero_grad(r.model);
-        double dt = util_now() - t0;
-        training_time += dt;
-        step++;
-
-        /* debiased EMA of the loss, as autoresearch prints */
-        smooth = 0.9 * smooth + 0.1 * loss;
-        double smooth_loss = smooth / (1.0 - pow(0.9, step));
-        double tok_s = tokens_per_step / dt;
-        double mfu = 100.0 * r.cost.flops_per_token * tok_s / (r.peak_gflops * 1e9);
-        /* After this step: the fraction of the chosen budget spent, and the
-         * seconds left (for a token budget, estimated at the mean rate). */
-        double done = step * tokens_per_step, epochs = done / n_train, remaining, pct;
-        if (token_budget > 0) {
-            pct = 100.0 * fmin(done / token_budget, 1.0);
-            remaining = fmax(0.0, token_budget - done) * training_time / done;
-        } else {
-            pct = 100.0 * fmin(training_time / budget, 1.0);
-            remaining = fmax(0.0, budget - training_time);
-        }
-        bool spent = token_budget > 0 ? done >= token_budget : training_time >= budget;
-        print_progress(&r, step, pct, smooth_loss, lrm, dt, tok_s, mfu, epochs, remaining, 0);
-        cJSON *e = event("step");
-        cJSON_AddNumberToObject(e, "step", step);
-        cJSON_AddNumberToObject(e, "progress", pct / 100.0);
-        cJSON_AddNumberToObject(e, "training_seconds", training_time);
-        cJSON_AddNumberToObject(e, "loss", loss);
-        cJSON_AddNumberToObject(e, "smooth_loss", smooth_loss);
-        cJSON_AddNumberToObject(e, "lrm", lrm);
-        cJSON_AddNumberToObject(e, "dt_ms", dt * 1000.0);
-        cJSON_AddNumberToObject(e, "tok_s", tok_s);
-        cJSON_AddNumberToObject(e, "mfu", mfu);
-        cJSON_AddNumberToObject(e, "remaining_s", remaining);
-        cJSON_AddNumberToObject(e, "epoch", epochs);
-        emit(&r, e);
-        if (spent) {
-            print_progress(&r, step, pct, smooth_loss, lrm, dt, tok_s, mfu, epochs, remaining, 1);
-            break;
-        }
-    }
-    if (r.tty) fputc('\n', stderr);
+    double t_train_start = util_now();
+    if ((code = train_loop(&r, &l)) != EXIT_OK) goto done;
     double startup = t_train_start - r.t_start;
 
-    double t_eval = util_now();
     size_t eval_tokens = 0;
-    double val_bpb = evaluate_bpb(&r, &eval_tokens);
-    double eval_seconds = util_now() - t_eval;
-    cJSON *ev = event("eval");
-    cJSON_AddNumberToObject(ev, "tokens", (double)eval_tokens);
-    cJSON_AddNumberToObject(ev, "seconds", eval_seconds);
-    emit(&r, ev);
+    double eval_seconds;
+    double val_bpb = run_eval(&r, &eval_tokens, &eval_seconds);
     if (!isfinite(val_bpb)) {
         code = fail_run(&r, EXIT_DIVERGED, "diverged", "diverged: val_bpb %g", val_bpb);
         goto done;
     }
-
-    if (o->save_path) {
-        char *spec_json = spec_canonical_json(&r.spec);
-        cJSON *meta = cJSON_CreateObject();
-        cJSON_AddStringToObject(meta, "nightshift_spec", spec_json ? spec_json : "{}");
-        char *meta_json = cJSON_PrintUnformatted(meta);
-        int rc = ckpt_write(r.model, r.model->params, meta_json, o->save_path, err, sizeof err);
-        free(meta_json);
-        cJSON_Delete(meta);
-        free(spec_json);
-        if (rc < 0) {
-            code = fail_run(&r, EXIT_FAILED, "failed", "saving checkpoint: %s", err);
-            goto done;
-        }
-    }
-
-    double total = util_now() - r.t_start, tokens = tokens_per_step * step;
-    double epochs = tokens / n_train;
-    double mfu = 100.0 * r.cost.flops_per_token * tokens / training_time / (r.peak_gflops * 1e9);
-    double rss = util_peak_rss_mb();
-    printf("---\n");
-    printf("val_bpb:            %.6f\n", val_bpb);
-    printf("training_seconds:   %.1f\n", training_time);
-    printf("total_seconds:      %.1f\n", total);
-    printf("startup_seconds:    %.1f\n", startup);
-    printf("eval_seconds:       %.1f\n", eval_seconds);
-    printf("peak_rss_mb:        %.1f\n", rss);
-    printf("mfu_percent:        %.2f\n", mfu);
-    printf("peak_gflops:        %.1f\n", r.peak_gflops);
-    printf("peak_source:        %s\n", r.peak_source);
-    printf("total_tokens_M:     %.1f\n", tokens / 1e6);
-    printf("tokens_per_second:  %.0f\n", tokens / training_time);
-    printf("num_steps:          %d\n", step);
-    printf("num_params_M:       %.1f\n", r.cost.total / 1e6);
-    printf("depth:              %d\n", s->model.depth);
-    printf("params_wte:         %lld\n", (long long)r.cost.wte);
-    printf("params_wpe:         %lld\n", (long long)r.cost.wpe);
-    printf("params_value_embeds: %lld\n", (long long)r.cost.value_embeds);
-    printf("params_lm_head:     %lld\n", (long long)r.cost.lm_head);
-    printf("params_transformer_matrices: %lld\n", (long long)r.cost.blocks);
-    printf("params_scalars:     %lld\n", (long long)r.cost.scalars);
-    printf("params_total:       %lld\n", (long long)r.cost.total);
-    printf("flops_per_token:    %.6g\n", r.cost.flops_per_token);
-    printf("eval_tokens:        %zu\n", eval_tokens);
-    printf("time_budget_s:      %g\n", budget);
-    printf("token_budget:       %.0f\n", token_budget);
-    printf("epochs:             %.4f\n", epochs);
-    fflush(stdout);
-
-    cJSON *res = event("result");
-    cJSON_AddStringToObject(res, "status", "succeeded");
-    cJSON_AddNumberToObject(res, "val_bpb", val_bpb);
-    cJSON_AddNumberToObject(res, "training_seconds", training_time);
-    cJSON_AddNumberToObject(res, "total_seconds", total);
-    cJSON_AddNumberToObject(res, "startup_seconds", startup);
-    cJSON_AddNumberToObject(res, "eval_seconds", eval_seconds);
-    cJSON_AddNumberToObject(res, "peak_rss_mb", rss);
-    cJSON_AddNumberToObject(res, "mfu_percent", mfu);
-    cJSON_AddNumberToObject(res, "peak_gflops", r.peak_gflops);
-    cJSON_AddStringToObject(res, "peak_source", r.peak_source);
-    cJSON_AddNumberToObject(res, "total_tokens", tokens);
-    cJSON_AddNumberToObject(res, "tokens_per_second", tokens / training_time);
-    cJSON_AddNumberToObject(res, "num_steps", step);
-    cJSON_AddNumberToObject(res, "flops_per_token", r.cost.flops_per_token);
-    cJSON_AddNumberToObject(res, "eval_tokens", (double)eval_tokens);
-    cJSON_AddNumberToObject(res, "time_budget_s", budget);
-    cJSON_AddNumberToObject(res, "token_budget", token_budget);
-    cJSON_AddNumberToObject(res, "epochs", epochs);
-    add_params(res, &r.cost);
-    emit(&r, res);
+    if (o->save_path && (code = save_checkpoint(&r, o->save_path)) != EXIT_OK) goto done;
+    report_result(&r, &l, startup, val_bpb, eval_tokens, eval_seconds);
     code = EXIT_OK;
 done:
     run_close(&r);

@@ -52,18 +52,42 @@ Test(ops, rope_backward_inverts_forward) {
     for (int i = 0; i < T * HD; i++) cr_expect_float_eq(x[i], orig[i], 1e-6);
 }
 
-/* With a window of w, query i sees exactly keys i-w..i. */
+/* With a window of w, query i sees exactly keys i-w..i, and the output is
+ * softmax(q k^T / sqrt(hd)) v over them: distinct q, k and v, two query heads
+ * sharing one kv head, checked against the formula in double precision. */
 Test(ops, attention_window_masks_old_keys) {
-    enum { T = 5, HD = 2 };
-    float q[T * HD], k[T * HD], v[T * HD], y[T * HD], P[T * T];
-    for (int i = 0; i < T * HD; i++) q[i] = k[i] = v[i] = 1.0f;
-    ops_attention_forward(y, P, q, k, v, 1, T, 1, 1, HD, 2);
-    for (int i = 0; i < T; i++)
-        for (int j = 0; j < T; j++) {
-            int visible = j <= i && j >= i - 2;
-            int n = i < 2 ? i + 1 : 3;
-            float want = visible ? 1.0f / n : 0.0f;
-            cr_expect_float_eq(P[i * T + j], want, 1e-6, "P[%d][%d] = %g", i, j, P[i * T + j]);
+    enum { T = 5, H = 2, HD = 4, W = 2 };
+    float q[T * H * HD], k[T * HD], v[T * HD], y[T * H * HD], P[H * T * T];
+    for (int i = 0; i < T * H * HD; i++) q[i] = sinf(0.7f * (float)i + 0.3f);
+    for (int i = 0; i < T * HD; i++) {
+        k[i] = cosf(1.3f * (float)i - 0.2f);
+        v[i] = 0.5f * (float)(i % 7) - 1.0f;
+    }
+    ops_attention_forward(y, P, q, k, v, 1, T, H, 1, HD, W);
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < T; i++) {
+            const float *qi = q + (i * H + h) * HD;
+            double s[T], mx = -INFINITY, sum = 0.0;
+            for (int j = 0; j < T; j++) {
+                s[j] = 0.0;
+                for (int d = 0; d < HD; d++) s[j] += (double)qi[d] * k[j * HD + d];
+                s[j] /= sqrt((double)HD);
+                if (j <= i && j >= i - W) mx = fmax(mx, s[j]);
+            }
+            for (int j = 0; j < T; j++) sum += j <= i && j >= i - W ? exp(s[j] - mx) : 0.0;
+            double want_y[HD] = {0};
+            for (int j = 0; j < T; j++) {
+                int visible = j <= i && j >= i - W;
+                double p = visible ? exp(s[j] - mx) / sum : 0.0;
+                float got = P[(h * T + i) * T + j];
+                cr_expect(fabs(got - p) < 1e-6, "head %d P[%d][%d] = %g, want %g", h, i, j, got, p);
+                for (int d = 0; d < HD; d++) want_y[d] += p * v[j * HD + d];
+            }
+            for (int d = 0; d < HD; d++) {
+                float got = y[(i * H + h) * HD + d];
+                cr_expect(fabs(got - want_y[d]) < 1e-5, "head %d y[%d][%d] = %g, want %g", h, i, d,
+                          got, want_y[d]);
+            }
         }
 }
 

@@ -1,12 +1,10 @@
-/* blas.c - BLAS threads and the calibrated sgemm peak (see blas.h). */
-#include "blas.h"
+/* calibrate.c - the calibrated sgemm peak (see calibrate.h). */
+#include "calibrate.h"
 
 #include <cJSON.h>
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
-#include <omp.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,32 +12,10 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "threads.h"
 #include "util.h"
 
-/* OpenBLAS's own controls; not in the standard cblas.h of every vendor. */
-void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
-
-int blas_set_threads(int n) {
-    /* "All CPUs" means the ones this process may run on: a daemon slot pins
-     * its worker to a CPU set, and more threads than that only contend. */
-    cpu_set_t set;
-    if (n <= 0 && sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
-    if (n <= 0) n = 1;
-    /* One pool: OpenBLAS's OpenMP build runs on the engine's OpenMP team. */
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
-    return openblas_get_num_threads();
-}
-
-void blas_passive_wait(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-    execv("/proc/self/exe", argv);
-    /* exec failed: carry on with the default policy */
-}
-
-double blas_measure_peak_gflops(int max_n, double seconds) {
+double calibrate_measure_peak_gflops(int max_n, double seconds) {
     size_t n = (size_t)max_n;
     float *a = malloc(n * n * sizeof(float)), *b = malloc(n * n * sizeof(float));
     float *c = malloc(n * n * sizeof(float));
@@ -72,7 +48,7 @@ static char *cache_path(const char *dir) {
     return p;
 }
 
-int blas_cached_peak(const char *dir, int threads, double *gflops) {
+int calibrate_cached_peak(const char *dir, int threads, double *gflops) {
     char *path = cache_path(dir), key[16];
     size_t len = 0;
     char *text = path ? util_read_file(path, 1 << 20, &len, NULL, 0) : NULL;
@@ -91,7 +67,7 @@ int blas_cached_peak(const char *dir, int threads, double *gflops) {
     return rc;
 }
 
-int blas_store_peak(const char *dir, int threads, double gflops, char *err, size_t errlen) {
+int calibrate_store_peak(const char *dir, int threads, double gflops, char *err, size_t errlen) {
     char *path = cache_path(dir), key[16];
     size_t len = 0;
     char *text = path ? util_read_file(path, 1 << 20, &len, NULL, 0) : NULL;
@@ -164,11 +140,11 @@ int calibrate_main(int argc, char **argv) {
         fprintf(stderr, "calibrate: %s\n", err);
         return 1;
     }
-    threads = blas_set_threads(threads);
+    threads = threads_set(threads);
     fprintf(stderr, "calibrate: timing sgemm with %d thread%s for %.0f s\n", threads,
             threads == 1 ? "" : "s", seconds);
-    double peak = blas_measure_peak_gflops(2048, seconds);
-    if (blas_store_peak(dir, threads, peak, err, sizeof err) < 0) {
+    double peak = calibrate_measure_peak_gflops(2048, seconds);
+    if (calibrate_store_peak(dir, threads, peak, err, sizeof err) < 0) {
         fprintf(stderr, "calibrate: %s\n", err);
         return 1;
     }

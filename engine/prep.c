@@ -1,0 +1,873 @@
+/* prep.c - `nightshift prep`: text in, dataset directory out (data.h).
+ *
+ * prep reads every input into memory as a list of documents (a plain file is
+ * one document, a .jsonl file one per line, a directory everything under it in
+ * sorted order), pins the validation split, trains the tokenizer on the
+ * training documents, encodes both splits and writes the files into
+ * STATE/datasets/.NAME.tmp.<pid>, which is renamed to NAME only when complete.
+ * Any failure removes the temporary directory. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "data.h"
+#include "tok.h"
+#include "util.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the dataset files are little-endian and are written as they are"
+#endif
+
+#define MAX_DEPTH 64 /* directory nesting, which also stops symlink loops */
+
+/* Progress lines for long loops: at most one every PROGRESS_S seconds. */
+#define PROGRESS_S 2.0
+typedef struct {
+    FILE *log; /* NULL = quiet */
+    double last;
+} progress_t;
+
+static bool progress_due(progress_t *p) {
+    if (!p->log) return false;
+    double t = util_now();
+    if (t - p->last < PROGRESS_S) return false;
+    p->last = t;
+    return true;
+}
+
+static int grow(void *p, size_t *cap, size_t need, size_t sz) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(*(void **)p, c * sz);
+    if (!q) return -1;
+    *(void **)p = q;
+    *cap = c;
+    return 0;
+}
+
+/* ---- reading the inputs ------------------------------------------------------- */
+
+typedef struct {
+    char *path; /* as given, or given + "/" + the path below a given directory */
+    uint64_t bytes;
+    char sha256[65];
+    int val; /* 1: a validation source (--val) */
+} source_t;
+
+typedef struct {
+    char *text; /* every document, concatenated */
+    size_t len, cap;
+    size_t *off, *dlen; /* per document */
+    size_t n, capd;
+    source_t *src;
+    size_t nsrc, capsrc;
+} corpus_t;
+
+static void corpus_free(corpus_t *c) {
+    free(c->text);
+    free(c->off);
+    free(c->dlen);
+    for (size_t i = 0; i < c->nsrc; i++) free(c->src[i].path);
+    free(c->src);
+    memset(c, 0, sizeof *c);
+}
+
+static int add_doc(corpus_t *c, const char *s, size_t n) {
+    if (grow(&c->text, &c->cap, c->len + n, 1)) return -1;
+    if (c->n + 1 > c->capd) {
+        size_t cap = c->capd;
+        if (grow(&c->off, &cap, c->n + 1, sizeof *c->off)) return -1;
+        cap = c->capd;
+        if (grow(&c->dlen, &cap, c->n + 1, sizeof *c->dlen)) return -1;
+        c->capd = cap;
+    }
+    memcpy(c->text + c->len, s, n);
+    c->off[c->n] = c->len;
+    c->dlen[c->n] = n;
+    c->len += n;
+    c->n++;
+    return 0;
+}
+
+static bool has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && !strcmp(s + n - m, suf);
+}
+
+/* One JSON object per line with a string field "text"; blank lines are skipped. */
+static int add_jsonl(corpus_t *c, const char *path, const char *buf, size_t len, char *err,
+                     size_t errlen) {
+    size_t pos = 0, line = 0;
+    while (pos < len) {
+        const char *s = buf + pos;
+        const char *nl = memchr(s, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - s) : len - pos;
+        pos += n + (nl ? 1 : 0);
+        line++;
+        size_t k = 0;
+        while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r')) k++;
+        if (k == n) continue;
+        cJSON *obj = cJSON_ParseWithLength(s, n);
+        if (!obj || !cJSON_IsObject(obj)) {
+            cJSON_Delete(obj);
+            util_errorf(err, errlen, "%s:%zu: not a JSON object", path, line);
+            return -1;
+        }
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(obj, "text");
+        if (!cJSON_IsString(text)) {
+            cJSON_Delete(obj);
+            util_errorf(err, errlen, "%s:%zu: no \"text\" string field", path, line);
+            return -1;
+        }
+        size_t tl = strlen(text->valuestring);
+        int rc = tl ? add_doc(c, text->valuestring, tl) : 0;
+        cJSON_Delete(obj);
+        if (rc) {
+            util_errorf(err, errlen, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Read one file: record it as a source and add its documents. */
+static int add_file(corpus_t *c, const char *path, int val, char *err, size_t errlen) {
+    size_t len;
+    char *buf = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen);
+    if (!buf) return -1;
+    if (grow(&c->src, &c->capsrc, c->nsrc + 1, sizeof *c->src)) goto oom;
+    source_t *s = &c->src[c->nsrc];
+    memset(s, 0, sizeof *s);
+    s->path = strdup(path);
+    if (!s->path) goto oom;
+    c->nsrc++;
+    s->bytes = len;
+    s->val = val;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    if (!EVP_Digest(buf, len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32) {
+        util_errorf(err, errlen, "%s: SHA-256 failed", path);
+        goto fail;
+    }
+    for (unsigned i = 0; i < mdlen; i++) snprintf(s->sha256 + 2 * i, 3, "%02x", md[i]);
+    if (has_suffix(path, ".jsonl")) {
+        if (add_jsonl(c, path, buf, len, err, errlen)) goto fail;
+    } else if (len && add_doc(c, buf, len)) {
+        goto oom;
+    }
+    free(buf);
+    return 0;
+oom:
+    util_errorf(err, errlen, "out of memory");
+fail:
+    free(buf);
+    return -1;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A file, or a directory walked recursively in byte order of the names,
+ * skipping hidden entries and anything that is neither file nor directory. */
+static int add_path(corpus_t *c, const char *path, int val, int depth, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st)) {
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISREG(st.st_mode)) return add_file(c, path, val, err, errlen);
+    if (!S_ISDIR(st.st_mode)) {
+        if (depth == 0) {
+            util_errorf(err, errlen, "%s: not a file or directory", path);
+            return -1;
+        }
+        return 0;
+    }
+    if (depth >= MAX_DEPTH) {
+        util_errorf(err, errlen, "%s: directories nested more than %d deep", path, MAX_DEPTH);
+        return -1;
+    }
+    DIR *d = opendir(path);
+    if (!d) {
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = -1;
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        if (grow(&names, &cap, n + 1, sizeof *names) || !(names[n] = strdup(e->d_name))) {
+            util_errorf(err, errlen, "out of memory");
+            goto done;
+        }
+        n++;
+    }
+    if (errno) {
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
+        goto done;
+    }
+    if (n) qsort(names, n, sizeof *names, cmp_str);
+    size_t pl = strlen(path);
+    bool slash = pl && path[pl - 1] == '/';
+    for (size_t i = 0; i < n; i++) {
+        char *child;
+        if (asprintf(&child, "%s%s%s", path, slash ? "" : "/", names[i]) < 0) {
+            util_errorf(err, errlen, "out of memory");
+            goto done;
+        }
+        int r = add_path(c, child, val, depth + 1, err, errlen);
+        free(child);
+        if (r) goto done;
+    }
+    rc = 0;
+done:
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    closedir(d);
+    return rc;
+}
+
+/* ---- writing -------------------------------------------------------------------- */
+
+static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    return remove(path);
+}
+
+/* Remove a directory tree we created (symlinks are removed, not followed). */
+static void rm_tree(const char *path) {
+    nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int mkdir_p(const char *path, char *err, size_t errlen) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        util_errorf(err, errlen, "%s: path too long", path);
+        return -1;
+    }
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        char saved = *p;
+        *p = 0;
+        if (mkdir(buf, 0777) && errno != EEXIST) {
+            util_errorf(err, errlen, "%s: %s", buf, strerror(errno));
+            return -1;
+        }
+        *p = saved;
+        if (!saved) break;
+    }
+    struct stat st;
+    if (stat(path, &st) || !S_ISDIR(st.st_mode)) {
+        util_errorf(err, errlen, "%s: not a directory", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Flush, fsync and close f. Returns 0, or -1 with err naming path. */
+static int close_file(FILE *f, const char *path, char *err, size_t errlen) {
+    int bad = fflush(f) || ferror(f) || fsync(fileno(f));
+    int e = errno;
+    if (fclose(f) || bad) {
+        util_errorf(err, errlen, "%s: write failed: %s", path, strerror(bad ? e : errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Split totals, filled while encoding. */
+typedef struct {
+    size_t tokens, docs;
+    uint64_t bytes; /* UTF-8 bytes of the non-special tokens */
+} split_stats_t;
+
+/* Encode documents [lo, hi) of c, each as BOS + ids, into a uint16 file. */
+static int write_split(tok_t *tok, const corpus_t *c, size_t lo, size_t hi, const char *path,
+                       const int32_t *token_bytes, split_stats_t *stats, FILE *log, char *err,
+                       size_t errlen) {
+    progress_t pr = {log, util_now()};
+    FILE *f = fopen(path, "wb");
+    tok_ids_t ids = {0};
+    uint16_t *buf = NULL;
+    size_t bufcap = 0;
+    if (!f) {
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    memset(stats, 0, sizeof *stats);
+    int bos = tok_bos_id(tok);
+    for (size_t d = lo; d < hi; d++) {
+        ids.n = 0;
+        if (tok_encode(tok, c->text + c->off[d], c->dlen[d], &ids, err, errlen)) goto fail;
+        if (grow(&buf, &bufcap, ids.n + 1, sizeof *buf)) {
+            util_errorf(err, errlen, "out of memory");
+            goto fail;
+        }
+        buf[0] = (uint16_t)bos;
+        for (size_t i = 0; i < ids.n; i++) {
+            buf[i + 1] = (uint16_t)ids.ids[i];
+            stats->bytes += (uint64_t)token_bytes[ids.ids[i]];
+        }
+        if (fwrite(buf, sizeof *buf, ids.n + 1, f) != ids.n + 1) {
+            util_errorf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+            goto fail;
+        }
+        stats->tokens += ids.n + 1;
+        stats->docs++;
+        if (progress_due(&pr))
+            fprintf(log, "prep: encoding %s: %zu/%zu documents, %zu tokens\n", path, stats->docs,
+                    hi - lo, stats->tokens);
+    }
+    free(buf);
+    tok_ids_free(&ids);
+    return close_file(f, path, err, errlen);
+fail:
+    free(buf);
+    tok_ids_free(&ids);
+    fclose(f);
+    return -1;
+}
+
+static int write_token_bytes(const int32_t *tb, int n, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fwrite(tb, sizeof *tb, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        util_errorf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        return -1;
+    }
+    return close_file(f, path, err, errlen);
+}
+
+static int write_text(const char *text, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    fputs(text, f);
+    fputc('\n', f);
+    return close_file(f, path, err, errlen);
+}
+
+/* ---- prep ------------------------------------------------------------------------- */
+
+#define PREP_DEFAULT_DIR          "state"
+#define PREP_DEFAULT_VOCAB        4092
+#define PREP_DEFAULT_VAL_FRACTION 0.1
+
+typedef struct {
+    const char *dir, *name;
+    char name_buf[64]; /* the default name, when --name is not given */
+    long vocab;
+    double val_fraction;
+    bool has_fraction, force, quiet;
+    const char **inputs, **vals;
+    size_t n_inputs, n_vals;
+} prep_args_t;
+
+static void prep_usage(FILE *out) {
+    fprintf(out,
+            "usage: nightshift prep [--dir DIR] [--name NAME] [--vocab N]\n"
+            "                       [--val-fraction F | --val PATH ...] [--force] [--quiet]\n"
+            "                       INPUT...\n"
+            "\n"
+            "Trains a byte-level BPE tokenizer on the training documents and writes the\n"
+            "dataset DIR/datasets/NAME (tokenizer.json, token_bytes.bin, train.bin, val.bin,\n"
+            "manifest.json). A spec trains on it with \"dataset\": \"NAME\".\n"
+            "\n"
+            "  INPUT            a text file (one document), a .jsonl file (one document per\n"
+            "                   line, from its \"text\" field), or a directory of them (read\n"
+            "                   recursively in sorted order, hidden entries skipped)\n"
+            "  --dir DIR        the state directory (default %s, the daemon's default --dir;\n"
+            "                   created if missing)\n"
+            "  --name NAME      dataset name: [A-Za-z0-9_.-], not starting with '.' (default:\n"
+            "                   the first INPUT's file name without its extension)\n"
+            "  --vocab N        byte tokens (256) plus merges; 256 = bytes only. Four special\n"
+            "                   tokens follow, so N + 4 <= %d. Default %d: with the specials\n"
+            "                   the vocabulary is 4096, a round size for the embedding and\n"
+            "                   lm_head matrices, and large enough to shorten English text\n"
+            "                   to about 3.5 bytes per token\n"
+            "  --val-fraction F the validation split (default %g): the last fraction F of\n"
+            "                   the documents, in input order; when the input is a single\n"
+            "                   document (one text file), the last fraction F of its bytes,\n"
+            "                   cut at the line break nearest that point\n"
+            "  --val PATH       validation documents from PATH instead (repeatable); the\n"
+            "                   INPUTs are then all training documents\n"
+            "  --force          replace an existing dataset of that name\n"
+            "  --quiet          no progress on stderr\n",
+            PREP_DEFAULT_DIR, DATA_MAX_TOKENS, PREP_DEFAULT_VOCAB, PREP_DEFAULT_VAL_FRACTION);
+}
+
+/* The default dataset name from an input path: its last component without
+ * the extension, characters a name may not hold replaced by '_', into buf
+ * (size > 63). */
+static void default_name(const char *input, char *buf, size_t len) {
+    size_t n = strlen(input);
+    while (n > 1 && input[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && input[b - 1] != '/') b--;
+    size_t e = n;
+    for (size_t i = n; i > b + 1; i--)
+        if (input[i - 1] == '.') {
+            e = i - 1;
+            break;
+        }
+    size_t o = 0;
+    for (size_t i = b; i < e && o + 1 < len && o < 63; i++) {
+        char c = input[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == '-';
+        buf[o++] = ok ? c : '_';
+    }
+    buf[o] = 0;
+    if (!o || buf[0] == '.') snprintf(buf, len, "text");
+}
+
+/* Returns 0, 1 after --help, or 2 on a usage error (printed). */
+static int prep_parse(int argc, char **argv, prep_args_t *a) {
+    memset(a, 0, sizeof *a);
+    a->vocab = PREP_DEFAULT_VOCAB;
+    a->dir = PREP_DEFAULT_DIR;
+    a->val_fraction = PREP_DEFAULT_VAL_FRACTION;
+    a->inputs = calloc((size_t)argc, sizeof *a->inputs);
+    a->vals = calloc((size_t)argc, sizeof *a->vals);
+    if (!a->inputs || !a->vals) {
+        fprintf(stderr, "prep: out of memory\n");
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            prep_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(arg, "--force")) {
+            a->force = true;
+            continue;
+        }
+        if (!strcmp(arg, "--quiet")) {
+            a->quiet = true;
+            continue;
+        }
+        if (!strcmp(arg, "--")) {
+            while (++i < argc) a->inputs[a->n_inputs++] = argv[i];
+            break;
+        }
+        if (strncmp(arg, "--", 2)) {
+            a->inputs[a->n_inputs++] = arg;
+            continue;
+        }
+        /* Options with a value: "--opt VALUE" or "--opt=VALUE". */
+        const char *eq = strchr(arg, '='), *val;
+        size_t kl = eq ? (size_t)(eq - arg) : strlen(arg);
+        char key[32];
+        if (kl >= sizeof key) goto unknown;
+        memcpy(key, arg, kl);
+        key[kl] = 0;
+        if (strcmp(key, "--dir") && strcmp(key, "--name") && strcmp(key, "--vocab") &&
+            strcmp(key, "--val-fraction") && strcmp(key, "--val"))
+            goto unknown;
+        if (eq) {
+            val = eq + 1;
+        } else if (i + 1 < argc) {
+            val = argv[++i];
+        } else {
+            fprintf(stderr, "prep: %s needs a value\n", key);
+            return 2;
+        }
+        char *end;
+        if (!strcmp(key, "--dir")) {
+            a->dir = val;
+        } else if (!strcmp(key, "--name")) {
+            a->name = val;
+        } else if (!strcmp(key, "--vocab")) {
+            errno = 0;
+            a->vocab = strtol(val, &end, 10);
+            if (errno || end == val || *end) {
+                fprintf(stderr, "prep: --vocab %s is not an integer\n", val);
+                return 2;
+            }
+        } else if (!strcmp(key, "--val-fraction")) {
+            a->val_fraction = strtod(val, &end);
+            if (end == val || *end || !(a->val_fraction > 0 && a->val_fraction < 1)) {
+                fprintf(stderr, "prep: --val-fraction %s is not a number in (0, 1)\n", val);
+                return 2;
+            }
+            a->has_fraction = true;
+        } else {
+            a->vals[a->n_vals++] = val;
+        }
+        continue;
+    unknown:
+        fprintf(stderr, "prep: unknown option %s\n", arg);
+        prep_usage(stderr);
+        return 2;
+    }
+    if (!a->n_inputs) {
+        fprintf(stderr, "prep: no INPUT given\n");
+        prep_usage(stderr);
+        return 2;
+    }
+    if (!a->name) {
+        default_name(a->inputs[0], a->name_buf, sizeof a->name_buf);
+        a->name = a->name_buf;
+    }
+    if (a->has_fraction && a->n_vals) {
+        fprintf(stderr, "prep: --val-fraction and --val exclude each other\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* How a single document was split: the validation text is bytes [cut, len). */
+typedef struct {
+    size_t cut; /* 0 = not split by bytes */
+} byte_split_t;
+
+/* Split c's only document in two: the last `fraction` of its bytes become a
+ * second (validation) document. The cut goes just after a line break: the one
+ * nearest the target point with at least one byte of text on each side. A
+ * text without such a line break cannot be split (an error naming the
+ * alternatives). */
+static int split_one(corpus_t *c, double fraction, byte_split_t *out, char *err, size_t errlen) {
+    const char *t = c->text;
+    size_t len = c->len;
+    double want = (1.0 - fraction) * (double)len;
+    size_t target = want < 1 ? 1 : want > (double)(len - 1) ? len - 1 : (size_t)want;
+    size_t best = 0, best_dist = SIZE_MAX;
+    /* A cut at k means text [0, k) trains and [k, len) validates; k follows a '\n'. */
+    for (size_t k = target; k > 0; k--)
+        if (t[k - 1] == '\n') {
+            best = k, best_dist = target - k;
+            break;
+        }
+    for (size_t k = target + 1; k < len && k - target < best_dist; k++)
+        if (t[k - 1] == '\n') {
+            best = k;
+            break;
+        }
+    if (best == 0 || best >= len) {
+        util_errorf(err, errlen,
+                    "the input is one document of %zu bytes without a line break to split it "
+                    "at; give --val with validation text, or more text",
+                    len);
+        return -1;
+    }
+    c->dlen[0] = best;
+    if (c->n + 1 > c->capd) {
+        size_t cap = c->capd;
+        if (grow(&c->off, &cap, c->n + 1, sizeof *c->off)) goto oom;
+        cap = c->capd;
+        if (grow(&c->dlen, &cap, c->n + 1, sizeof *c->dlen)) goto oom;
+        c->capd = cap;
+    }
+    c->off[1] = best;
+    c->dlen[1] = len - best;
+    c->n = 2;
+    out->cut = best;
+    return 0;
+oom:
+    util_errorf(err, errlen, "out of memory");
+    return -1;
+}
+
+static cJSON *manifest_json(const prep_args_t *a, const tok_t *tok, const corpus_t *c,
+                            const byte_split_t *split, const split_stats_t *tr,
+                            const split_stats_t *va, const char *split_desc, double tok_s,
+                            double total_s) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "name", a->name);
+    cJSON_AddNumberToObject(m, "format", 1);
+    cJSON_AddNumberToObject(m, "vocab_size", tok_vocab_size(tok));
+    cJSON_AddNumberToObject(m, "n_merges", tok_n_merges(tok));
+    cJSON_AddNumberToObject(m, "n_special", TOK_N_SPECIAL);
+    cJSON_AddNumberToObject(m, "bos_id", tok_bos_id(tok));
+    cJSON_AddStringToObject(m, "dtype", "uint16");
+    cJSON_AddNumberToObject(m, "train_tokens", (double)tr->tokens);
+    cJSON_AddNumberToObject(m, "val_tokens", (double)va->tokens);
+    cJSON_AddNumberToObject(m, "train_docs", (double)tr->docs);
+    cJSON_AddNumberToObject(m, "val_docs", (double)va->docs);
+    cJSON_AddNumberToObject(m, "train_bytes", (double)tr->bytes);
+    cJSON_AddNumberToObject(m, "val_bytes", (double)va->bytes);
+    cJSON *vs = cJSON_AddObjectToObject(m, "val_split");
+    if (a->n_vals) {
+        cJSON_AddStringToObject(vs, "method", "files");
+        cJSON *paths = cJSON_AddArrayToObject(vs, "paths");
+        for (size_t i = 0; i < a->n_vals; i++)
+            cJSON_AddItemToArray(paths, cJSON_CreateString(a->vals[i]));
+    } else if (split->cut) {
+        cJSON_AddStringToObject(vs, "method", "byte_fraction");
+        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
+        cJSON_AddNumberToObject(vs, "cut_byte", (double)split->cut);
+        cJSON_AddNumberToObject(vs, "train_text_bytes", (double)split->cut);
+        cJSON_AddNumberToObject(vs, "val_text_bytes", (double)(c->len - split->cut));
+    } else {
+        cJSON_AddStringToObject(vs, "method", "fraction");
+        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
+    }
+    cJSON_AddStringToObject(vs, "description", split_desc);
+    cJSON *srcs = cJSON_AddArrayToObject(m, "sources");
+    for (size_t i = 0; i < c->nsrc; i++) {
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddStringToObject(s, "path", c->src[i].path);
+        cJSON_AddNumberToObject(s, "bytes", (double)c->src[i].bytes);
+        cJSON_AddStringToObject(s, "sha256", c->src[i].sha256);
+        if (a->n_vals) cJSON_AddStringToObject(s, "split", c->src[i].val ? "val" : "train");
+        cJSON_AddItemToArray(srcs, s);
+    }
+    cJSON_AddNumberToObject(m, "tokenizer_seconds", round(tok_s * 1000) / 1000);
+    cJSON_AddNumberToObject(m, "prep_seconds", round(total_s * 1000) / 1000);
+    char created[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON_AddStringToObject(m, "created", created);
+    return m;
+}
+
+/* Move the finished tmp directory to final. With replace, an existing
+ * dataset is swapped out (RENAME_EXCHANGE, or rename-away where the file
+ * system lacks it) and then removed. */
+static int install(const char *tmp, const char *final, bool replace, char *err, size_t errlen) {
+    char old[4500];
+    if (!renameat2(AT_FDCWD, tmp, AT_FDCWD, final, replace ? RENAME_EXCHANGE : RENAME_NOREPLACE)) {
+        if (replace) rm_tree(tmp); /* tmp now holds the old dataset */
+        return 0;
+    }
+    if (errno == EEXIST) goto exists;
+    if (replace && errno == ENOENT) { /* nothing to replace */
+        if (rename(tmp, final)) goto fail;
+        return 0;
+    }
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) goto fail;
+    /* A file system without renameat2's flags. */
+    struct stat st;
+    if (lstat(final, &st) == 0) {
+        if (!replace) goto exists;
+        snprintf(old, sizeof old, "%s.old", tmp);
+        if (rename(final, old)) goto fail;
+        if (rename(tmp, final)) {
+            int e = errno;
+            rename(old, final);
+            errno = e;
+            goto fail;
+        }
+        rm_tree(old);
+        return 0;
+    }
+    if (rename(tmp, final)) goto fail;
+    return 0;
+exists:
+    util_errorf(err, errlen, "%s already exists (use --force to replace it)", final);
+    return -1;
+fail:
+    util_errorf(err, errlen, "rename %s -> %s: %s", tmp, final, strerror(errno));
+    return -1;
+}
+
+#define PREP_LOG(...)                                                                              \
+    do {                                                                                           \
+        if (!a.quiet) fprintf(stderr, __VA_ARGS__);                                                \
+    } while (0)
+
+int prep_main(int argc, char **argv) {
+    prep_args_t a;
+    corpus_t c = {0};
+    tok_trainer_t *tr = NULL;
+    tok_t *tok = NULL;
+    int32_t *tb = NULL;
+    cJSON *manifest = NULL;
+    char *mtext = NULL;
+    char err[1024] = "";
+    char dsdir[4096], tmp[4400], final[4400], path[4500], desc[256];
+    bool made_tmp = false;
+    byte_split_t split = {0};
+    int rc = prep_parse(argc, argv, &a);
+    if (rc) {
+        free(a.inputs);
+        free(a.vals);
+        return rc == 1 ? 0 : 2;
+    }
+    rc = 1;
+    double t0 = util_now();
+
+    if (!data_name_ok(a.name)) {
+        util_errorf(err, sizeof err,
+                    "--name '%s': a dataset name is 1-255 of [A-Za-z0-9_.-] and does not start "
+                    "with '.'",
+                    a.name);
+        goto fail;
+    }
+    if (a.vocab < TOK_N_BYTES) {
+        util_errorf(err, sizeof err, "--vocab %ld is below %d, the byte tokens alone", a.vocab,
+                    TOK_N_BYTES);
+        goto fail;
+    }
+    if (a.vocab + TOK_N_SPECIAL > DATA_MAX_TOKENS) {
+        util_errorf(
+            err, sizeof err,
+            "--vocab %ld plus %d special tokens exceeds %d, the most the uint16 token files "
+            "hold",
+            a.vocab, TOK_N_SPECIAL, DATA_MAX_TOKENS);
+        goto fail;
+    }
+    if (snprintf(dsdir, sizeof dsdir, "%s/datasets", a.dir) >= (int)sizeof dsdir) {
+        util_errorf(err, sizeof err, "--dir is too long");
+        goto fail;
+    }
+    snprintf(final, sizeof final, "%s/%s", dsdir, a.name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dsdir, a.name, (long)getpid());
+    if (!a.force && access(final, F_OK) == 0) {
+        util_errorf(err, sizeof err,
+                    "dataset '%s' already exists in %s (use --force to replace it)", a.name, dsdir);
+        goto fail;
+    }
+
+    /* Read the training inputs, then the --val paths; each must hold text. */
+    size_t n_train = 0;
+    for (size_t i = 0; i < a.n_inputs + a.n_vals; i++) {
+        int val = i >= a.n_inputs;
+        const char *p = val ? a.vals[i - a.n_inputs] : a.inputs[i];
+        size_t before = c.n;
+        if (add_path(&c, p, val, 0, err, sizeof err)) goto fail;
+        if (c.n == before) {
+            util_errorf(err, sizeof err, "%s: no text (empty, or nothing but hidden files)", p);
+            goto fail;
+        }
+        if (!val) n_train = c.n;
+    }
+    PREP_LOG("prep: read %zu documents, %.2f MB, from %zu files in %.2f s\n", c.n,
+             (double)c.len / 1e6, c.nsrc, util_now() - t0);
+
+    /* Pin the validation split. */
+    if (a.n_vals) {
+        snprintf(desc, sizeof desc, "the %zu documents of the --val paths", c.n - n_train);
+    } else {
+        if (c.n == 1) {
+            if (split_one(&c, a.val_fraction, &split, err, sizeof err)) goto fail;
+            snprintf(desc, sizeof desc,
+                     "the last %zu of %zu bytes of the one document (fraction %g, cut after a "
+                     "line break at byte %zu)",
+                     c.len - split.cut, c.len, a.val_fraction, split.cut);
+            n_train = 1;
+            goto split_done;
+        }
+        double want = round(a.val_fraction * (double)c.n);
+        size_t nv = want < 1 ? 1 : want > (double)(c.n - 1) ? c.n - 1 : (size_t)want;
+        n_train = c.n - nv;
+        snprintf(desc, sizeof desc, "the last %zu of %zu documents in input order (fraction %g)",
+                 nv, c.n, a.val_fraction);
+    }
+split_done:; /* a declaration follows: C11 needs a statement after a label */
+
+    /* Train the tokenizer on the training documents only. */
+    double tt = util_now();
+    if (!(tr = tok_trainer_new(err, sizeof err))) goto fail;
+    progress_t pr = {a.quiet ? NULL : stderr, tt};
+    for (size_t d = 0; d < n_train; d++) {
+        if (tok_trainer_add(tr, c.text + c.off[d], c.dlen[d], err, sizeof err)) goto fail;
+        if (progress_due(&pr))
+            fprintf(stderr, "prep: tokenizer: counted chunks of %zu/%zu documents, %.1f s\n", d + 1,
+                    n_train, util_now() - tt);
+    }
+    PREP_LOG("prep: tokenizer: %zu distinct chunks in %zu training documents, %.2f s\n",
+             tok_trainer_unique_chunks(tr), n_train, util_now() - tt);
+    tok = tok_trainer_finish(tr, (int)a.vocab, a.quiet ? NULL : stderr, err, sizeof err);
+    if (!tok) goto fail;
+    double tok_s = util_now() - tt;
+    PREP_LOG("prep: tokenizer: vocab %d (%d merges + 256 bytes + %d specials) in %.2f s\n",
+             tok_vocab_size(tok), tok_n_merges(tok), TOK_N_SPECIAL, tok_s);
+
+    int nv = tok_vocab_size(tok);
+    if (!(tb = calloc((size_t)nv, sizeof *tb))) {
+        util_errorf(err, sizeof err, "out of memory");
+        goto fail;
+    }
+    for (int id = 0; id < tok_n_regular(tok); id++) {
+        size_t l;
+        tok_token_bytes(tok, id, &l);
+        tb[id] = (int32_t)l;
+    }
+
+    if (mkdir_p(dsdir, err, sizeof err)) goto fail;
+    if (mkdir(tmp, 0777)) {
+        util_errorf(err, sizeof err, "%s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    made_tmp = true;
+
+    split_stats_t st_train, st_val;
+    double te = util_now();
+    snprintf(path, sizeof path, "%s/train.bin", tmp);
+    FILE *log = a.quiet ? NULL : stderr;
+    if (write_split(tok, &c, 0, n_train, path, tb, &st_train, log, err, sizeof err)) goto fail;
+    snprintf(path, sizeof path, "%s/val.bin", tmp);
+    if (write_split(tok, &c, n_train, c.n, path, tb, &st_val, log, err, sizeof err)) goto fail;
+    double enc_s = util_now() - te;
+    PREP_LOG("prep: encoded %zu + %zu tokens (%.2f bytes per token) in %.2f s\n", st_train.tokens,
+             st_val.tokens,
+             (double)(st_train.bytes + st_val.bytes) /
+                 (double)(st_train.tokens + st_val.tokens - st_train.docs - st_val.docs),
+             enc_s);
+
+    snprintf(path, sizeof path, "%s/token_bytes.bin", tmp);
+    if (write_token_bytes(tb, nv, path, err, sizeof err)) goto fail;
+    snprintf(path, sizeof path, "%s/tokenizer.json", tmp);
+    if (tok_save(tok, path, err, sizeof err)) goto fail;
+    manifest = manifest_json(&a, tok, &c, &split, &st_train, &st_val, desc, tok_s, util_now() - t0);
+    if (!manifest || !(mtext = cJSON_Print(manifest))) {
+        util_errorf(err, sizeof err, "out of memory");
+        goto fail;
+    }
+    snprintf(path, sizeof path, "%s/manifest.json", tmp);
+    if (write_text(mtext, path, err, sizeof err)) goto fail;
+    if (install(tmp, final, a.force, err, sizeof err)) goto fail;
+    made_tmp = false;
+
+    if (split.cut)
+        printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (the first %zu bytes), val "
+               "%zu tokens (the last %zu bytes), %.1f s\n",
+               a.name, final, nv, st_train.tokens, split.cut, st_val.tokens, c.len - split.cut,
+               util_now() - t0);
+    else
+        printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (%zu docs), val %zu tokens "
+               "(%zu docs), %.1f s\n",
+               a.name, final, nv, st_train.tokens, st_train.docs, st_val.tokens, st_val.docs,
+               util_now() - t0);
+    printf("prep: a spec trains on it with \"dataset\": \"%s\"\n", a.name);
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "prep: %s\n", err);
+    if (made_tmp) rm_tree(tmp);
+    free(mtext);
+    cJSON_Delete(manifest);
+    free(tb);
+    tok_free(tok);
+    tok_trainer_free(tr);
+    corpus_free(&c);
+    free(a.inputs);
+    free(a.vals);
+    return rc;
+}
