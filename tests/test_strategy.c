@@ -281,6 +281,7 @@ Test(strategy, promising_variant_is_rerun_then_adopted_by_its_mean) {
     cr_expect(fabs(v - 2.493) < 1e-12, "best val_bpb %g", v);
     cr_expect_eq(strategy_n_pending(s), 0);
     cr_expect_eq(q.parent, 2);
+    cr_expect(q.prune, "a new variant may be pruned, though the re-run it follows was exempt");
     cr_expect(logged(&l, "keeping #2: mean val_bpb 2.4930 over 2 seeds beats best 2.5000 over 1 "
                          "(#1) by 0.0070 > the noise floor 0.005"));
     spec_free(&q);

@@ -667,6 +667,7 @@ static void propose_mutation(strategy_t *s, cJSON *reply) {
                  n_axes == 2 ? " " : "", n_axes == 2 ? ch[1].label : "");
         c.parent = s->have_best ? s->best_id : 0;
         c.priority = 0;
+        c.prune = true; /* a new variant may be pruned, even when its parent was exempt */
         int rc = set_label(&c, name, tags, 1 + n_axes);
         if (rc == 0) rc = propose(s, &c, reply);
         spec_free(&c);
