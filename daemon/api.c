@@ -539,7 +539,57 @@ static void reply_text(http_response_t *res, char *text, const char *content_typ
     res->body_len = strlen(text);
 }
 
-static void get_leaderboard(api_t *a, const http_request_t *req, http_response_t *res) {
+/* The leaderboard's replies are cached per query string: under many readers
+ * (a dashboard per tab, agents polling) the loop then spends a copy, not a
+ * query, on each, and the cache is dropped whenever a run finishes. Rows that
+ * another program writes into the database directly show at the next finish. */
+static int leaderboard_cached(api_t *a, const http_request_t *req, http_response_t *res) {
+    const char *q = req->query ? req->query : "";
+    uint64_t now = store_finishes(a->store);
+    for (size_t i = 0; i < sizeof a->leaderboard_cache / sizeof a->leaderboard_cache[0]; i++) {
+        const struct api_cached_reply *c = &a->leaderboard_cache[i];
+        if (!c->query || c->finishes != now || strcmp(c->query, q)) continue;
+        if (!(res->body = malloc(c->len + 1))) return 0;
+        memcpy(res->body, c->body, c->len + 1);
+        res->body_len = c->len;
+        res->status = 200;
+        res->content_type = c->content_type;
+        return 1;
+    }
+    return 0;
+}
+
+static void leaderboard_remember(api_t *a, const http_request_t *req, const http_response_t *res) {
+    if (res->status != 200 || !res->body) return;
+    struct api_cached_reply *c =
+        &a->leaderboard_cache[a->leaderboard_cache_next++ %
+                              (sizeof a->leaderboard_cache / sizeof a->leaderboard_cache[0])];
+    char *query = strdup(req->query ? req->query : ""), *body = malloc(res->body_len + 1);
+    if (!query || !body) {
+        free(query);
+        free(body);
+        return;
+    }
+    memcpy(body, res->body, res->body_len);
+    body[res->body_len] = '\0';
+    free(c->query);
+    free(c->body);
+    *c = (struct api_cached_reply){.query = query,
+                                   .body = body,
+                                   .len = res->body_len,
+                                   .content_type = res->content_type,
+                                   .finishes = store_finishes(a->store)};
+}
+
+void api_close(api_t *a) {
+    for (size_t i = 0; i < sizeof a->leaderboard_cache / sizeof a->leaderboard_cache[0]; i++) {
+        free(a->leaderboard_cache[i].query);
+        free(a->leaderboard_cache[i].body);
+        a->leaderboard_cache[i] = (struct api_cached_reply){0};
+    }
+}
+
+static void get_leaderboard_uncached(api_t *a, const http_request_t *req, http_response_t *res) {
     long long limit;
     char err[256], format[16] = "";
     store_scope_t sc;
@@ -564,6 +614,12 @@ static void get_leaderboard(api_t *a, const http_request_t *req, http_response_t
     add_scope(o, &sc);
     cJSON_AddItemToObject(o, "leaderboard", rows);
     reply_json(res, 200, o);
+}
+
+static void get_leaderboard(api_t *a, const http_request_t *req, http_response_t *res) {
+    if (leaderboard_cached(a, req, res)) return;
+    get_leaderboard_uncached(a, req, res);
+    leaderboard_remember(a, req, res);
 }
 
 static void get_best(api_t *a, const http_request_t *req, http_response_t *res) {

@@ -43,7 +43,20 @@ typedef struct {
     double started_at;           /* util_now() at startup */
     struct events_hub *events;   /* the SSE hub (events.h); NULL = no stream */
     int memory_mb; /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */
+    /* The last leaderboard replies by query string, good while store_finishes
+     * stays where it was (a run finishing is the only change the daemon makes
+     * to them); owned here, freed by api_close. */
+    struct api_cached_reply {
+        char *query, *body;
+        size_t len;
+        const char *content_type;
+        uint64_t finishes;
+    } leaderboard_cache[4];
+    unsigned leaderboard_cache_next; /* the entry to replace next */
 } api_t;
+
+/* Free what the API holds (its cached replies). */
+void api_close(api_t *a);
 
 /* The http_handler_fn of the daemon; user is an api_t. */
 void api_handle(const http_request_t *req, http_response_t *res, void *user);

@@ -621,6 +621,7 @@ out_loop:
     if (uv_loop_close(&d->loop) != 0) log_warn("some handles were still open at exit");
 out:
     if (rc) log_error("%s", err);
+    api_close(&d->api);
     store_close(d->store);
     if (d->lock_fd >= 0) close(d->lock_fd);
     return rc;

@@ -201,6 +201,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 struct store {
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT];
+    uint64_t finishes; /* store_finish commits on this connection */
 };
 
 /* The live statuses first; from index 2 on, the final ones. */
@@ -738,6 +739,7 @@ int store_finish(store_t *s, int64_t id, const char *status, const char *reason,
         if (run(s, ST_INSERT_RESULT, "result", err, errlen) < 0) goto fail;
     }
     if (commit(s, err, errlen) < 0) goto fail;
+    s->finishes++;
     return 0;
 fail:
     rollback(s);
@@ -1076,6 +1078,10 @@ cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errl
     }
     cJSON_Delete(stats);
     return o;
+}
+
+uint64_t store_finishes(const store_t *s) {
+    return s->finishes;
 }
 
 cJSON *store_best(store_t *s, char *err, size_t errlen) {

@@ -234,6 +234,11 @@ cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errl
  * scope an agent is working in; the default scope when nothing finished). */
 cJSON *store_best(store_t *s, char *err, size_t errlen);
 
+/* How many experiments this store has finished (store_finish commits) since it
+ * was opened: results, the leaderboard, best and noise change only when it
+ * moves, so a reader may cache their answers against it. */
+uint64_t store_finishes(const store_t *s);
+
 /* The measured seed-to-seed noise of a scope: the pooled within-configuration
  * sample standard deviation of val_bpb over the configurations with at least
  * two succeeded seeds, s = sqrt(sum_c sum_i (v_ci - mean_c)^2 / sum_c (n_c - 1)).

@@ -1197,3 +1197,26 @@ Test(daemon, secrets_from_files_and_reads_guarded_off_loopback) {
               "no warning for --token:\n%s", log);
     free(log), free(token_file);
 }
+
+/* The leaderboard's replies are cached until a run finishes: the same query,
+ * asked before and after each finish, shows each new run at once. */
+Test(daemon, the_leaderboard_changes_as_soon_as_a_run_finishes) {
+    char *cmd = stand_in_cmd();
+    const char *extra[] = {"--worker-cmd", cmd, NULL};
+    daemon_t *d = daemon_start(state, extra);
+    const char *q = "/v1/leaderboard?dataset=tiny&budget=time:1";
+    for (int n = 0; n <= 2; n++) {
+        for (int again = 0; again < 2; again++) { /* the second read is the cached one */
+            cJSON *lb = tu_get_json(d, q);
+            cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(lb, "leaderboard")), n,
+                         "after %d finished runs (read %d)", n, again + 1);
+            cJSON_Delete(lb);
+        }
+        if (n == 2) break;
+        char *s = spec("ok", 10 + n, 1, 1 + n, NULL);
+        cJSON_Delete(wait_for(d, submit(d, s), "succeeded", 20));
+        free(s);
+    }
+    daemon_stop(d);
+    free(cmd);
+}
