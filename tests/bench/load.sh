@@ -32,16 +32,7 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 url=http://127.0.0.1:$port
 
 # A tiny dataset, as the tests prepare it.
-subjects=("the cat" "a dog" "the bird" "my friend")
-verbs=("sat on" "ran to" "looked at" "walked past")
-objects=("the mat" "the park" "a tree" "the house")
-for d in $(seq 0 39); do
-    line=""
-    for s in $(seq 0 29); do
-        line+="${subjects[$(((d + s) % 4))]} ${verbs[$(((d * 3 + s) % 4))]} ${objects[$(((d + 2 * s) % 4))]}. "
-    done
-    printf '{"text":"%s"}\n' "$line"
-done >"$work/corpus.jsonl"
+bash "$(dirname "$0")/../tiny-corpus.sh" >"$work/corpus.jsonl"
 "$bin" prep --dir "$state" --name default --vocab 300 --val-fraction 0.1 --quiet "$work/corpus.jsonl"
 
 start_daemon() {

@@ -59,16 +59,7 @@ if [[ $(id -u) -eq 0 ]] && mount -t tmpfs -o size=96m tmpfs "$state" 2>/dev/null
 else
     log "not root (or no tmpfs): the disk-full fault is skipped"
 fi
-subjects=("the cat" "a dog" "the bird" "my friend")
-verbs=("sat on" "ran to" "looked at" "walked past")
-objects=("the mat" "the park" "a tree" "the house")
-for d in $(seq 0 39); do
-    line=""
-    for s in $(seq 0 29); do
-        line+="${subjects[$(((d + s) % 4))]} ${verbs[$(((d * 3 + s) % 4))]} ${objects[$(((d + 2 * s) % 4))]}. "
-    done
-    printf '{"text":"%s"}\n' "$line"
-done >"$work/corpus.jsonl"
+bash "$(dirname "$0")/../tiny-corpus.sh" >"$work/corpus.jsonl"
 "$bin" prep --dir "$state" --name default --vocab 300 --val-fraction 0.1 --quiet \
     "$work/corpus.jsonl" || exit 1
 
