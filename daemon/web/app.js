@@ -28,6 +28,7 @@
     sort: { key: "val_bpb", dir: 1 },
     compare: [],        /* ticked leaderboard ids */
     chart: null,
+    chartSig: null,     /* what the chart was last drawn from */
     detailChart: null,
     running: "",        /* running ids, to notice changes */
     queueDepth: -1,
@@ -187,6 +188,11 @@
       data.push(hi, lo);
       bands = [{ series: [4, 5], fill: "rgba(120,120,120,0.18)" }];
     }
+    /* Polls and events call this often; rebuilding an unchanged chart would
+     * drop the reader's hover and its tooltip, so only a change redraws. */
+    var sig = JSON.stringify([runs.map(function (e) { return e.id; }), data, width(node)]);
+    if (state.chart && state.chartSig === sig) return;
+    state.chartSig = sig;
     if (state.chart) { state.chart.destroy(); state.chart = null; }
     node.textContent = "";
     if (!runs.length) {

@@ -70,13 +70,19 @@ async function main() {
                                { timeout: 15000 });
     check(true, `the chart has one point per finished experiment (${finished})`);
 
-    // hover: the second run to finish ("wider", a child of "small") shows its
-    // name and what its spec changed
+    // hover: "wider" (a child of "small") shows its name and what its spec
+    // changed. The chart's x is the finish order (finished time, then id, as
+    // the page sorts); with two slots "small" and "wider" run side by side and
+    // either may finish first, so find its place rather than assume it.
+    const order = list.filter((e) => done.includes(e.id))
+                      .sort((a, b) => (a.finished || "").localeCompare(b.finished || "") || a.id - b.id)
+                      .map((e) => e.id);
+    const at = order.indexOf(done[1]);
     const box = await page.$eval("#chart .u-over", (o) => {
       const r = o.getBoundingClientRect();
       return { x: r.left, y: r.top, w: r.width, h: r.height };
     });
-    await page.mouse.move(box.x + box.w * (1.5 / finished), box.y + box.h / 2);
+    await page.mouse.move(box.x + box.w * ((at + 0.5) / finished), box.y + box.h / 2);
     await page.waitForFunction(() => /n_embd: 32 -> 64/.test(document.getElementById("tip").textContent),
                                null, { timeout: 10000 });
     const tip = await page.textContent("#tip");
