@@ -10,13 +10,14 @@
  * are written to the metrics table in batches (one transaction per batch);
  * the exit is classified by the worker and recorded with store_finish.
  *
- * Pruning (opt-in, prune = SCHED_PRUNE_MEDIAN): at most once a second per
- * slot, once a run's progress (the worker's fraction of its budget) reaches
- * prune_warmup, its training loss at that progress is compared with the
- * median over the finished (succeeded) runs of its scope (dataset, budget)
- * at the same progress; with at least prune_startup of them to compare
- * against, a run whose loss is worse than the median is stopped and recorded
- * as `pruned`, with the progress, its loss and the median in its reason. The
+ * Pruning (opt-in, prune = SCHED_PRUNE_MEDIAN): at three rungs of a run's
+ * progress (the worker's fraction of its budget: prune_warmup and two evenly
+ * spaced after it, 0.3, 0.53 and 0.77 by default), its training loss at that
+ * progress is compared with the median over the finished (succeeded) runs of
+ * its scope (dataset, budget) at the same progress; with at least
+ * prune_startup of them to compare against, a run whose loss is worse than the
+ * median is stopped and recorded as `pruned`, with the progress, its loss and
+ * the median in its reason. The
  * loss of a run at progress p is the mean of its recorded training losses with
  * progress in [p - SCHED_PRUNE_WINDOW, p] (store_prune_losses). A spec with
  * "prune": false is never pruned.

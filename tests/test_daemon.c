@@ -965,7 +965,7 @@ Test(daemon, repeats_are_one_configuration_with_mean_sd_and_noise) {
 
 /* A spec whose learning rates are all multiplied by lr_mult. */
 static char *lr_spec(const char *name, int seed, double lr_mult) {
-    return tu_path("{\"name\":\"%s\",\"dataset\":\"tiny\",\"seed\":%d,\"time_budget_s\":2,"
+    return tu_path("{\"name\":\"%s\",\"dataset\":\"tiny\",\"seed\":%d,\"time_budget_s\":5,"
                    "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
                    "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128,\"matrix_lr\":%g,"
                    "\"embedding_lr\":%g,\"unembedding_lr\":%g,\"scalar_lr\":%g},"
@@ -974,7 +974,9 @@ static char *lr_spec(const char *name, int seed, double lr_mult) {
 }
 
 /* With --prune median: once two runs have finished, a run with its learning
- * rates x100 is stopped as pruned after the warm-up and a good one finishes.
+ * rates x100 is stopped as pruned after the warm-up and a good one finishes,
+ * compared at the three rungs only (5 s budgets: a check a second would
+ * compare it four or five times).
  * On this tiny corpus a x100 run still learns, at a pace set by its seed:
  * with seed 1 its training loss stays near 2-3, with seed 2 it falls towards
  * 1. The two finished runs are a good one and x100 with seed 2, so that the
@@ -1021,6 +1023,14 @@ Test(daemon, a_lagging_run_is_pruned_and_a_good_one_finishes) {
     cJSON_Delete(e);
     cJSON_Delete(wait_for(d, ids[3], "succeeded", 30));
     cJSON_Delete(wait_for(d, id_exempt, "succeeded", 30));
+    /* the good run was compared at the rungs only (0.3, 0.53, 0.77), not at
+     * every step line: each comparison is a chance to prune it by noise */
+    char *log = tu_read(d->errlog), needle[64];
+    snprintf(needle, sizeof needle, "experiment %ld: kept at progress", ids[3]);
+    int kept = 0;
+    for (const char *q = log; (q = strstr(q, needle)); q++) kept++;
+    cr_expect(kept >= 1 && kept <= 3, "the good run was compared %d times (1 to 3 rungs)", kept);
+    free(log);
 
     sqlite3 *db = db_open();
     cr_expect(sql_status_is(db, ids[2], "pruned"));
