@@ -97,7 +97,14 @@ $(BUILD)/%.o: %.c | $(SETUP_STAMP)
 # The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
 # the store_migrations table (daemon/store.h).
 SCHEMA_SQL := $(sort $(wildcard schema/*.sql))
-$(BUILD)/schema_sql.c: $(SCHEMA_SQL) scripts/embed-schema.awk
+# The names of the embedded files, rewritten only when one is added or
+# removed: a deleted prerequisite alone would rebuild nothing.
+SCHEMA_LIST := $(BUILD)/schema.list
+WEB_LIST    := $(BUILD)/web.list
+$(shell mkdir -p $(BUILD); echo '$(SCHEMA_SQL)' | cmp -s - $(SCHEMA_LIST) || \
+        echo '$(SCHEMA_SQL)' > $(SCHEMA_LIST); echo '$(wildcard daemon/web/*)' | \
+        cmp -s - $(WEB_LIST) || echo '$(wildcard daemon/web/*)' > $(WEB_LIST))
+$(BUILD)/schema_sql.c: $(SCHEMA_SQL) $(SCHEMA_LIST) scripts/embed-schema.awk
 	@mkdir -p $(@D)
 	awk -f scripts/embed-schema.awk $(SCHEMA_SQL) > $@.tmp && mv -f $@.tmp $@
 $(BUILD)/schema_sql.o: $(BUILD)/schema_sql.c | $(SETUP_STAMP)
@@ -113,7 +120,7 @@ WEB_FILES   := $(sort $(wildcard daemon/web/*)) $(UPLOT_DIR)/uPlot.iife.min.js \
 $(UPLOT_STAMP): scripts/fetch-uplot.sh | $(SETUP_STAMP)
 	bash scripts/fetch-uplot.sh $(UPLOT_DIR)
 	@touch $@
-$(BUILD)/web_assets.c: $(UPLOT_STAMP) $(sort $(wildcard daemon/web/*)) scripts/embed-web.sh
+$(BUILD)/web_assets.c: $(UPLOT_STAMP) $(sort $(wildcard daemon/web/*)) $(WEB_LIST) scripts/embed-web.sh
 	@mkdir -p $(@D)
 	bash scripts/embed-web.sh $(WEB_FILES) > $@.tmp && mv -f $@.tmp $@
 $(BUILD)/web_assets.o: $(BUILD)/web_assets.c | $(SETUP_STAMP)
