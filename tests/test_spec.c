@@ -752,6 +752,11 @@ Test(spec, validate_after_changes_by_hand) {
     cr_expect_str_eq(err, "model.mlp: unknown kind 9");
     s.model.mlp = MLP_SWIGLU;
 
+    s.train.sampler = (spec_sampler_kind)5;
+    cr_expect_eq(spec_validate(&s, err, sizeof err), -1);
+    cr_expect_str_eq(err, "train.sampler: unknown kind 5");
+    s.train.sampler = SAMPLER_SEQUENTIAL;
+
     s.seed = 1ULL << 60;
     cr_expect_eq(spec_validate(&s, err, sizeof err), -1);
     cr_expect_str_eq(err, "seed: must be in [0, 9007199254740991], got 1152921504606846976");
