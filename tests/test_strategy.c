@@ -862,3 +862,33 @@ Test(strategy, identity_golden) {
         spec_free(&s);
     }
 }
+
+/* Specs that train one model but are stored under two spec_identity values
+ * (the canonical form keeps these fields as written, and stored experiments
+ * are deduplicated on it): the agent's identity is one for each pair. */
+Test(strategy, identity_merges_spellings_spec_identity_keeps) {
+    static const char *const pairs[][2] = {
+        {"{\"model\":{\"depth\":8,\"window_pattern\":\"SL\"},"
+         "\"train\":{\"batch_size\":8,\"total_batch_tokens\":8192}}",
+         "{\"model\":{\"depth\":8,\"window_pattern\":\"SLSLSLSL\"},"
+         "\"train\":{\"batch_size\":8,\"total_batch_tokens\":8192}}"},
+        {"{\"model\":{\"depth\":1,\"ve_layers\":\"first_half\"}}",
+         "{\"model\":{\"depth\":1,\"ve_layers\":\"none\"}}"},
+        {"{\"model\":{\"seq_len\":128,\"max_pos\":1024},\"train\":{\"batch_size\":32}}",
+         "{\"model\":{\"seq_len\":128},\"train\":{\"batch_size\":32}}"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        spec_t a, b;
+        char err[SPEC_ERR_LEN], sa[65], sb[65], ia[65], ib[65];
+        cr_assert_eq(spec_parse(pairs[i][0], strlen(pairs[i][0]), &a, err, sizeof err), 0, "%s",
+                     err);
+        cr_assert_eq(spec_parse(pairs[i][1], strlen(pairs[i][1]), &b, err, sizeof err), 0, "%s",
+                     err);
+        cr_assert(spec_identity(&a, sa) == 0 && spec_identity(&b, sb) == 0);
+        cr_assert(strategy_identity(&a, ia) == 0 && strategy_identity(&b, ib) == 0);
+        cr_expect_str_neq(sa, sb, "%s", pairs[i][0]);
+        cr_expect_str_eq(ia, ib, "%s", pairs[i][0]);
+        spec_free(&a);
+        spec_free(&b);
+    }
+}
