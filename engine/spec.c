@@ -9,6 +9,11 @@
  * Every message is "path: reason" with the path as the user wrote it
  * ("model.ve_layers[1]", "train.adam_betas[0]"); the root is called "spec".
  *
+ * One table, spec_fields below, names every field once: the key lists
+ * (unknown fields, "did you mean"), the defaults, the parser, the range
+ * checks and the canonical writer all read it. A plain field (an int, a
+ * double, a bool or an enum) needs nothing but its line there.
+ *
  * spec_canonical_json prints every field (defaults filled, derived arrays
  * left out), keys sorted at every level, no whitespace, numbers formatted here
  * rather than by cJSON so that equal values always print equal. */
@@ -33,6 +38,12 @@
 #define MAX_HIDDEN  (1 << 20) /* mlp_hidden */
 #define MAX_THREADS 1024
 
+/* Upper bounds of the fields that have no natural one: a spec must not be
+ * able to ask for centuries of training or an overflowing deadline. */
+#define MAX_LR          1e6 /* every learning rate and weight_decay (beyond: only NaN) */
+#define MAX_SOFTCAP     1e6
+#define MAX_PEAK_GFLOPS 1e9 /* an exaflop machine */
+
 static const char *const mlp_names[] = {"relu2", "gelu", "swiglu", "geglu"};
 static const char *const pos_names[] = {"rope", "learned"};
 static const char *const sampler_names[] = {"random", "sequential"};
@@ -40,6 +51,211 @@ static const char *const ve_names[] = {"alternate", "all", "none", "first_half",
 enum { VE_ALTERNATE, VE_ALL, VE_NONE, VE_FIRST_HALF, VE_LAST_HALF, VE_LIST };
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ------------------------------------------------------------- the table -- */
+
+typedef enum {
+    F_INT,     /* int in [lo, hi] */
+    F_NUM,     /* double, checked by its rule */
+    F_BOOL,    /* bool */
+    F_ENUM,    /* an enum stored as int: the index of its name in names[] */
+    F_SECTION, /* "model", "train", "resources": an object of fields */
+    F_SPECIAL, /* parsed by its .parse, checked and printed by hand (see spec_fields) */
+} field_type;
+
+/* How a double is checked, and the message when it is not in range. */
+typedef enum {
+    NUM_IN,       /* lo <= v <= hi: "must be in [lo, hi]" */
+    NUM_IN_OPEN,  /* lo <= v < hi: "must be in [lo, hi)" */
+    NUM_ABOVE,    /* v > lo, finite: "must be > lo"; then "must be at most hi" */
+    NUM_AT_LEAST, /* v >= lo, finite: "must be >= lo"; then "must be at most hi" */
+    NUM_BY_HAND,  /* checked by hand (time_budget_s: validate_budget) */
+} num_rule;
+
+/* How the canonical writer prints a field. Every field added after the
+ * canonical form was first used must be CANON_UNLESS_DEFAULT: at its default
+ * it is left out, so the canonical JSON, spec_hash and spec_identity of every
+ * spec written before it do not change, and stored experiments still match
+ * new submissions. */
+typedef enum {
+    CANON_ALWAYS,         /* printed with its value */
+    CANON_UNLESS_DEFAULT, /* printed when its value is not the default */
+} canon_rule;
+
+/* Reads a special field's member it, present in the document, into s. */
+typedef int parse_fn(const cJSON *it, spec_t *s, char *err, size_t errlen);
+static parse_fn parse_name, parse_tags, parse_seed, parse_parent, parse_dataset, parse_token_budget,
+    parse_window_pattern, parse_ve_layers, parse_adam_betas;
+
+typedef struct {
+    field_type type;
+    const char *path;         /* "model.depth": section, '.', key; the key alone at the root */
+    size_t offset;            /* of the value in spec_t; 0 for F_SECTION and F_SPECIAL */
+    double def;               /* the default (F_BOOL 0 or 1, F_ENUM the index) */
+    double lo, hi;            /* the range (F_INT, F_NUM) */
+    num_rule rule;            /* F_NUM */
+    canon_rule canon;         /* F_INT, F_NUM, F_BOOL, F_ENUM */
+    const char *follows;      /* when absent, take this field's value (same section, same type) */
+    const char *const *names; /* F_ENUM */
+    size_t n_names;
+    parse_fn *parse; /* F_SPECIAL */
+} spec_field_t;
+
+/* One line of the table per field; the spec_t member names the path. A
+ * trailing designated initializer adds .follows or .canon. */
+#define AT(member) .path = #member, .offset = offsetof(spec_t, member)
+#define INT_FIELD(member, def_, lo_, hi_, ...)                                                     \
+    { .type = F_INT, AT(member), .def = (def_), .lo = (lo_), .hi = (hi_), __VA_ARGS__ }
+#define NUM_FIELD(member, def_, rule_, lo_, hi_, ...)                                              \
+    {                                                                                              \
+        .type = F_NUM, AT(member), .def = (def_), .rule = (rule_), .lo = (lo_), .hi = (hi_),       \
+        __VA_ARGS__                                                                                \
+    }
+#define BOOL_FIELD(member, def_, ...)                                                              \
+    { .type = F_BOOL, AT(member), .def = (def_), __VA_ARGS__ }
+#define ENUM_FIELD(member, def_, names_, ...)                                                      \
+    {                                                                                              \
+        .type = F_ENUM, AT(member), .def = (def_), .names = (names_), .n_names = N_OF(names_),     \
+        __VA_ARGS__                                                                                \
+    }
+#define SECTION(name)                                                                              \
+    { .type = F_SECTION, .path = (name) }
+#define SPECIAL(path_, parse_)                                                                     \
+    { .type = F_SPECIAL, .path = (path_), .parse = (parse_) }
+
+/* Every field of a spec. A section's fields are parsed and range-checked in
+ * this order (it decides which error a document with several gets), the
+ * sections themselves after the root's other fields; "did you mean" breaks
+ * ties by it too. A plain field is one line here and its member in spec.h;
+ * add it with .canon = CANON_UNLESS_DEFAULT.
+ *
+ * Special fields have a parser of their own (.parse); their checks are in
+ * spec_validate and their canonical form in spec_canonical_json:
+ *   name, tags, dataset  strings (UTF-8, lengths, a plain dataset name);
+ *   seed, parent         a uint64 up to 2^53 - 1; an id or null;
+ *   token_budget         an int64; exactly one of it and time_budget_s is
+ *                        nonzero, and given without time_budget_s it makes
+ *                        that 0 (time_budget_s is a table field whose range
+ *                        validate_budget checks beside that rule);
+ *   model.window_pattern S/L letters, uppercased; expands to window[];
+ *   model.ve_layers      a name or a list of layers; expands to has_ve[], and
+ *                        a list that selects what a name does prints as it;
+ *   train.adam_betas     two doubles stored as adam_beta1, adam_beta2.
+ * Defaults that follow another field (model.n_kv_head, model.max_pos) name it
+ * in .follows, their .def being its default; cross-field rules are in
+ * validate_model and validate_train. */
+static const spec_field_t spec_fields[] = {
+    SPECIAL("name", parse_name),
+    SPECIAL("tags", parse_tags),
+    SPECIAL("seed", parse_seed),
+    INT_FIELD(priority, 0, INT_MIN, INT_MAX),
+    SPECIAL("parent", parse_parent),
+    SPECIAL("dataset", parse_dataset),
+    NUM_FIELD(time_budget_s, 300, NUM_BY_HAND, 0, SPEC_MAX_TIME_BUDGET_S),
+    SECTION("model"),
+    SECTION("train"),
+    SECTION("resources"),
+    SPECIAL("token_budget", parse_token_budget),
+    BOOL_FIELD(prune, true),
+
+    INT_FIELD(model.vocab_size, 0, 0, MAX_VOCAB),
+    INT_FIELD(model.depth, 4, 1, SPEC_MAX_DEPTH),
+    INT_FIELD(model.n_embd, 128, 1, MAX_WIDTH),
+    INT_FIELD(model.n_head, 2, 1, MAX_WIDTH),
+    INT_FIELD(model.n_kv_head, 2, 1, MAX_WIDTH, .follows = "model.n_head"),
+    NUM_FIELD(model.mlp_ratio, 4, NUM_ABOVE, 0, INFINITY),
+    ENUM_FIELD(model.mlp, MLP_RELU2, mlp_names),
+    INT_FIELD(model.seq_len, 256, 1, MAX_SEQ),
+    ENUM_FIELD(model.pos, POS_ROPE, pos_names),
+    INT_FIELD(model.max_pos, 256, 1, MAX_SEQ, .follows = "model.seq_len"),
+    BOOL_FIELD(model.tie_embeddings, false),
+    NUM_FIELD(model.embed_dropout, 0, NUM_IN_OPEN, 0, 1),
+    NUM_FIELD(model.softcap, 15, NUM_AT_LEAST, 0, MAX_SOFTCAP),
+    SPECIAL("model.window_pattern", parse_window_pattern),
+    SPECIAL("model.ve_layers", parse_ve_layers),
+    INT_FIELD(model.ve_gate_channels, 32, 1, MAX_WIDTH),
+
+    INT_FIELD(train.batch_size, 16, 1, MAX_WIDTH),
+    INT_FIELD(train.total_batch_tokens, 4096, 1, INT_MAX),
+    NUM_FIELD(train.matrix_lr, 0.04, NUM_AT_LEAST, 0, MAX_LR),
+    NUM_FIELD(train.embedding_lr, 0.6, NUM_AT_LEAST, 0, MAX_LR),
+    NUM_FIELD(train.value_embedding_lr, 0.6, NUM_AT_LEAST, 0, MAX_LR),
+    NUM_FIELD(train.unembedding_lr, 0.004, NUM_AT_LEAST, 0, MAX_LR),
+    NUM_FIELD(train.scalar_lr, 0.5, NUM_AT_LEAST, 0, MAX_LR),
+    NUM_FIELD(train.weight_decay, 0.2, NUM_AT_LEAST, 0, MAX_LR),
+    NUM_FIELD(train.x0_beta1, 0.96, NUM_IN_OPEN, 0, 1),
+    NUM_FIELD(train.warmup_ratio, 0, NUM_IN, 0, 1),
+    NUM_FIELD(train.warmdown_ratio, 0.5, NUM_IN, 0, 1),
+    NUM_FIELD(train.final_lr_frac, 0, NUM_IN, 0, 1),
+    NUM_FIELD(train.muon_momentum_start, 0.85, NUM_IN_OPEN, 0, 1),
+    NUM_FIELD(train.muon_momentum_end, 0.95, NUM_IN_OPEN, 0, 1),
+    NUM_FIELD(train.muon_beta2, 0.95, NUM_IN_OPEN, 0, 1),
+    SPECIAL("train.adam_betas", parse_adam_betas),
+    INT_FIELD(train.muon_momentum_steps, 300, 0, INT_MAX),
+    INT_FIELD(train.ns_steps, 5, 1, 5),
+    ENUM_FIELD(train.sampler, SAMPLER_RANDOM, sampler_names),
+
+    INT_FIELD(resources.threads, 0, 0, MAX_THREADS),
+    INT_FIELD(resources.memory_mb, 0, 0, INT_MAX),
+    NUM_FIELD(resources.peak_gflops, 0, NUM_AT_LEAST, 0, MAX_PEAK_GFLOPS),
+};
+
+/* F_ENUM values are read and written as int. */
+_Static_assert(sizeof(spec_mlp_kind) == sizeof(int) && sizeof(spec_pos_kind) == sizeof(int) &&
+                   sizeof(spec_sampler_kind) == sizeof(int),
+               "spec enums are int-sized");
+
+/* The key of f: its path after the section. */
+static const char *field_key(const spec_field_t *f) {
+    const char *dot = strchr(f->path, '.');
+    return dot ? dot + 1 : f->path;
+}
+
+/* Is f a field of section ("" for the root)? */
+static bool field_in(const spec_field_t *f, const char *section) {
+    size_t n = strlen(section);
+    return n ? !strncmp(f->path, section, n) && f->path[n] == '.' : !strchr(f->path, '.');
+}
+
+/* Has f a value that the table's generic code handles? */
+static bool field_plain(const spec_field_t *f) {
+    return f->type == F_INT || f->type == F_NUM || f->type == F_BOOL || f->type == F_ENUM;
+}
+
+static const spec_field_t *field_find(const char *path) {
+    for (size_t i = 0; i < N_OF(spec_fields); i++)
+        if (!strcmp(spec_fields[i].path, path)) return &spec_fields[i];
+    return NULL;
+}
+
+#define FIELD_PTR(s, f, type) ((type *)((char *)(s) + (f)->offset))
+
+/* f's value in s as a double (every plain value fits one exactly). */
+static double field_get(const spec_t *s, const spec_field_t *f) {
+    switch (f->type) {
+    case F_INT:
+    case F_ENUM:
+        return *FIELD_PTR(s, f, const int);
+    case F_NUM:
+        return *FIELD_PTR(s, f, const double);
+    default:
+        return *FIELD_PTR(s, f, const bool); /* F_BOOL */
+    }
+}
+
+static void field_set(spec_t *s, const spec_field_t *f, double v) {
+    switch (f->type) {
+    case F_INT:
+    case F_ENUM:
+        *FIELD_PTR(s, f, int) = (int)v;
+        break;
+    case F_NUM:
+        *FIELD_PTR(s, f, double) = v;
+        break;
+    default:
+        *FIELD_PTR(s, f, bool) = v != 0; /* F_BOOL */
+    }
+}
 
 /* Write "path: reason" into err. Always returns -1 so callers can return it. */
 static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...) {
@@ -65,61 +281,32 @@ const char *spec_sampler_name(spec_sampler_kind k) {
     return (unsigned)k < N_OF(sampler_names) ? sampler_names[k] : "?";
 }
 
+/* Fields of section (NULL: of every section) that follow another one take
+ * its value, unless obj (NULL: nothing) gives them one. */
+static void apply_follows(const cJSON *obj, const char *section, spec_t *s) {
+    for (const spec_field_t *f = spec_fields; f < spec_fields + N_OF(spec_fields); f++) {
+        const spec_field_t *from;
+        if (f->follows && (!section || field_in(f, section)) &&
+            !(obj && cJSON_GetObjectItemCaseSensitive(obj, field_key(f))) &&
+            (from = field_find(f->follows)))
+            field_set(s, f, field_get(s, from));
+    }
+}
+
 void spec_defaults(spec_t *s) {
     memset(s, 0, sizeof *s);
+    for (size_t i = 0; i < N_OF(spec_fields); i++)
+        if (field_plain(&spec_fields[i])) field_set(s, &spec_fields[i], spec_fields[i].def);
     s->seed = 42;
-    s->priority = 0;
-    s->parent = 0;
     strcpy(s->dataset, "default");
-    s->time_budget_s = 300;
-    s->token_budget = 0;
-    s->prune = true;
-
     spec_model_t *m = &s->model;
-    m->vocab_size = 0;
-    m->depth = 4;
-    m->n_embd = 128;
-    m->n_head = 2;
-    m->n_kv_head = 2;
-    m->mlp_ratio = 4;
-    m->mlp = MLP_RELU2;
-    m->seq_len = 256;
-    m->pos = POS_ROPE;
-    m->max_pos = 256;
-    m->tie_embeddings = false;
-    m->embed_dropout = 0;
-    m->softcap = 15;
     strcpy(m->window_pattern, "SSSL");
     strcpy(m->ve_layers, "alternate");
-    m->ve_gate_channels = 32;
+    s->train.adam_beta1 = 0.8;
+    s->train.adam_beta2 = 0.95;
+    apply_follows(NULL, NULL, s);
     m->head_dim = m->n_embd / m->n_head;
     m->mlp_hidden = (int)(m->mlp_ratio * m->n_embd);
-
-    spec_train_t *t = &s->train;
-    t->batch_size = 16;
-    t->total_batch_tokens = 4096;
-    t->matrix_lr = 0.04;
-    t->embedding_lr = 0.6;
-    t->value_embedding_lr = 0.6;
-    t->unembedding_lr = 0.004;
-    t->scalar_lr = 0.5;
-    t->weight_decay = 0.2;
-    t->adam_beta1 = 0.8;
-    t->adam_beta2 = 0.95;
-    t->x0_beta1 = 0.96;
-    t->warmup_ratio = 0;
-    t->warmdown_ratio = 0.5;
-    t->final_lr_frac = 0;
-    t->muon_momentum_start = 0.85;
-    t->muon_momentum_end = 0.95;
-    t->muon_momentum_steps = 300;
-    t->ns_steps = 5;
-    t->muon_beta2 = 0.95;
-    t->sampler = SAMPLER_RANDOM;
-
-    s->resources.threads = 0;
-    s->resources.memory_mb = 0;
-    s->resources.peak_gflops = 0;
 }
 
 void spec_free(spec_t *s) {
@@ -204,26 +391,26 @@ static int edit_distance(const char *a, const char *b) {
     return d[la][lb] > 3 ? 4 : d[la][lb];
 }
 
-/* Every key of obj must be one of names[], at most once. */
-static int check_keys(const cJSON *obj, const char *prefix, const char *const *names, size_t n,
-                      char *err, size_t errlen) {
-    char path[320];
+/* Every key of obj must be a field of section ("" for the root), at most once. */
+static int check_keys(const cJSON *obj, const char *section, char *err, size_t errlen) {
+    char path[320], prefix[32];
+    snprintf(prefix, sizeof prefix, "%s%s", section, *section ? "." : "");
     for (const cJSON *it = obj->child; it; it = it->next) {
         const char *key = it->string ? it->string : "";
         snprintf(path, sizeof path, "%s%s", prefix, key);
-        size_t k = 0;
-        while (k < n && strcmp(names[k], key)) k++;
-        if (k == n) {
+        const spec_field_t *f = spec_fields, *end = spec_fields + N_OF(spec_fields);
+        while (f < end && !(field_in(f, section) && !strcmp(field_key(f), key))) f++;
+        if (f == end) {
             /* The closest known name, when it is close enough to be a typo. */
-            size_t best = n;
+            const char *best = NULL;
             int best_d = 4;
-            for (size_t j = 0; j < n; j++) {
-                int d = edit_distance(key, names[j]);
-                if (d < best_d) best = j, best_d = d;
+            for (f = spec_fields; f < end; f++) {
+                if (!field_in(f, section)) continue;
+                int d = edit_distance(key, field_key(f));
+                if (d < best_d) best = field_key(f), best_d = d;
             }
-            if (best < n && best_d <= (strlen(names[best]) > 4 ? 2 : 1))
-                return fail(err, errlen, path, "unknown field (did you mean %s%s?)", prefix,
-                            names[best]);
+            if (best && best_d <= (strlen(best) > 4 ? 2 : 1))
+                return fail(err, errlen, path, "unknown field (did you mean %s%s?)", prefix, best);
             return fail(err, errlen, path, "unknown field");
         }
         for (const cJSON *later = it->next; later; later = later->next)
@@ -289,22 +476,60 @@ static int get_enum(const cJSON *it, const char *path, const char *const *names,
 
 #define FIELD(obj, key) cJSON_GetObjectItemCaseSensitive(obj, key)
 
-static const char *const model_keys[] = {"vocab_size",
-                                         "depth",
-                                         "n_embd",
-                                         "n_head",
-                                         "n_kv_head",
-                                         "mlp_ratio",
-                                         "mlp",
-                                         "seq_len",
-                                         "pos",
-                                         "max_pos",
-                                         "tie_embeddings",
-                                         "embed_dropout",
-                                         "softcap",
-                                         "window_pattern",
-                                         "ve_layers",
-                                         "ve_gate_channels"};
+/* "a, b or c" from names[] into buf. */
+static void names_list(const char *const *names, size_t n, char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < n && used < len; k++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                                 k == 0       ? ""
+                                 : k + 1 == n ? " or "
+                                              : ", ",
+                                 names[k]);
+}
+
+/* Read the fields of section that obj has into s, in table order (which
+ * decides the error of a document with several), sections aside. */
+static int parse_fields(const cJSON *obj, const char *section, spec_t *s, char *err,
+                        size_t errlen) {
+    for (const spec_field_t *f = spec_fields; f < spec_fields + N_OF(spec_fields); f++) {
+        const cJSON *it;
+        if (!field_in(f, section) || f->type == F_SECTION || !(it = FIELD(obj, field_key(f))))
+            continue;
+        int rc = 0, k = 0;
+        char expected[128];
+        switch (f->type) {
+        case F_SPECIAL:
+            rc = f->parse(it, s, err, errlen);
+            break;
+        case F_INT:
+            rc = get_int(it, f->path, FIELD_PTR(s, f, int), err, errlen);
+            break;
+        case F_NUM:
+            rc = get_number(it, f->path, FIELD_PTR(s, f, double), err, errlen);
+            break;
+        case F_BOOL:
+            rc = get_bool(it, f->path, FIELD_PTR(s, f, bool), err, errlen);
+            break;
+        default: /* F_ENUM */
+            names_list(f->names, f->n_names, expected, sizeof expected);
+            rc = get_enum(it, f->path, f->names, f->n_names, expected, &k, err, errlen);
+            if (rc == 0) field_set(s, f, k);
+        }
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* A section's object: its keys, then its plain fields. */
+static int parse_section(const cJSON *obj, const char *section, spec_t *s, char *err,
+                         size_t errlen) {
+    if (!cJSON_IsObject(obj)) return fail(err, errlen, section, "expected an object");
+    if (check_keys(obj, section, err, errlen) || parse_fields(obj, section, s, err, errlen))
+        return -1;
+    apply_follows(obj, section, s);
+    return 0;
+}
 
 static int parse_ve_list(const cJSON *arr, spec_model_t *m, char *err, size_t errlen) {
     char path[64];
@@ -331,258 +556,126 @@ static int parse_ve_list(const cJSON *arr, spec_model_t *m, char *err, size_t er
     return 0;
 }
 
-static int parse_model(const cJSON *obj, spec_model_t *m, char *err, size_t errlen) {
-    const cJSON *it;
+/* The special fields' parsers (spec_fields lists them): each reads the
+ * member it is given, present in the document, into s. */
+
+static int parse_name(const cJSON *it, spec_t *s, char *err, size_t errlen) {
+    const char *name = NULL;
+    if (cJSON_IsNull(it)) return 0;
+    if (get_string(it, "name", &name, err, errlen)) return -1;
+    if (strlen(name) > 4 * SPEC_MAX_NAME)
+        return fail(err, errlen, "name", "longer than %d characters", SPEC_MAX_NAME);
+    if (!(s->name = strdup(name))) return fail(err, errlen, "spec", "out of memory");
+    return 0;
+}
+
+static int parse_tags(const cJSON *it, spec_t *s, char *err, size_t errlen) {
+    char path[32];
+    if (!cJSON_IsArray(it)) return fail(err, errlen, "tags", "expected an array of strings");
+    if (cJSON_GetArraySize(it) > SPEC_MAX_TAGS)
+        return fail(err, errlen, "tags", "more than %d tags", SPEC_MAX_TAGS);
+    int i = 0;
+    for (const cJSON *tag = it->child; tag; tag = tag->next, i++) {
+        const char *str = NULL;
+        snprintf(path, sizeof path, "tags[%d]", i);
+        if (get_string(tag, path, &str, err, errlen)) return -1;
+        if (strlen(str) > 4 * SPEC_MAX_TAG_LEN)
+            return fail(err, errlen, path, "longer than %d characters", SPEC_MAX_TAG_LEN);
+        if (!(s->tags[i] = strdup(str))) return fail(err, errlen, "spec", "out of memory");
+        s->n_tags = i + 1;
+    }
+    return 0;
+}
+
+static int parse_seed(const cJSON *it, spec_t *s, char *err, size_t errlen) {
+    double d = 0;
+    if (get_integer(it, "seed", -HUGE_VAL, HUGE_VAL, &d, err, errlen)) return -1;
+    if (d < 0 || d > JSON_MAX_SAFE_INT)
+        return fail(err, errlen, "seed", "must be in [0, %.17g], got %.17g", JSON_MAX_SAFE_INT, d);
+    s->seed = (uint64_t)d;
+    return 0;
+}
+
+static int parse_parent(const cJSON *it, spec_t *s, char *err, size_t errlen) {
+    double d = 0;
+    if (cJSON_IsNull(it)) return 0;
+    if (!cJSON_IsNumber(it)) return fail(err, errlen, "parent", "expected an integer id or null");
+    if (get_integer(it, "parent", -HUGE_VAL, HUGE_VAL, &d, err, errlen)) return -1;
+    if (d < 1 || d > JSON_MAX_SAFE_INT)
+        return fail(err, errlen, "parent", "must be a positive id or null, got %.17g", d);
+    s->parent = (int64_t)d;
+    return 0;
+}
+
+static int parse_dataset(const cJSON *it, spec_t *s, char *err, size_t errlen) {
+    const char *str = NULL;
+    if (get_string(it, "dataset", &str, err, errlen)) return -1;
+    if (strlen(str) >= sizeof s->dataset)
+        return fail(err, errlen, "dataset", "longer than %zu characters", sizeof s->dataset - 1);
+    strcpy(s->dataset, str);
+    return 0;
+}
+
+static int parse_token_budget(const cJSON *it, spec_t *s, char *err, size_t errlen) {
+    double d = 0;
+    if (get_integer(it, "token_budget", -HUGE_VAL, HUGE_VAL, &d, err, errlen)) return -1;
+    if (d < 0 || d > SPEC_MAX_TOKEN_BUDGET)
+        return fail(err, errlen, "token_budget", "must be in [0, %.0f], got %.15g",
+                    SPEC_MAX_TOKEN_BUDGET, d);
+    s->token_budget = (int64_t)d;
+    return 0;
+}
+
+static int parse_window_pattern(const cJSON *it, spec_t *s, char *err, size_t errlen) {
+    const char *p = NULL;
+    if (get_string(it, "model.window_pattern", &p, err, errlen)) return -1;
+    size_t n = strlen(p);
+    if (n == 0) return fail(err, errlen, "model.window_pattern", "must not be empty");
+    if (n > SPEC_MAX_DEPTH)
+        return fail(err, errlen, "model.window_pattern", "longer than %d characters",
+                    SPEC_MAX_DEPTH);
+    for (size_t i = 0; i <= n; i++)
+        s->model.window_pattern[i] = (p[i] >= 'a' && p[i] <= 'z') ? (char)(p[i] - 32) : p[i];
+    return 0;
+}
+
+static int parse_ve_layers(const cJSON *it, spec_t *s, char *err, size_t errlen) {
     int k = 0;
-    if (!cJSON_IsObject(obj)) return fail(err, errlen, "model", "expected an object");
-    if (check_keys(obj, "model.", model_keys, N_OF(model_keys), err, errlen)) return -1;
-
-    if ((it = FIELD(obj, "vocab_size")) &&
-        get_int(it, "model.vocab_size", &m->vocab_size, err, errlen))
+    if (cJSON_IsArray(it)) return parse_ve_list(it, &s->model, err, errlen);
+    if (!cJSON_IsString(it))
+        return fail(err, errlen, "model.ve_layers",
+                    "expected a string or an array of layer indices");
+    if (get_enum(it, "model.ve_layers", ve_names, N_OF(ve_names),
+                 "alternate, all, none, first_half, last_half or a list of layers", &k, err,
+                 errlen))
         return -1;
-    if ((it = FIELD(obj, "depth")) && get_int(it, "model.depth", &m->depth, err, errlen)) return -1;
-    if ((it = FIELD(obj, "n_embd")) && get_int(it, "model.n_embd", &m->n_embd, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "n_head")) && get_int(it, "model.n_head", &m->n_head, err, errlen))
-        return -1;
-    m->n_kv_head = m->n_head; /* the default follows n_head */
-    if ((it = FIELD(obj, "n_kv_head")) &&
-        get_int(it, "model.n_kv_head", &m->n_kv_head, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "mlp_ratio")) &&
-        get_number(it, "model.mlp_ratio", &m->mlp_ratio, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "mlp"))) {
-        if (get_enum(it, "model.mlp", mlp_names, N_OF(mlp_names), "relu2, gelu, swiglu or geglu",
-                     &k, err, errlen))
-            return -1;
-        m->mlp = (spec_mlp_kind)k;
-    }
-    if ((it = FIELD(obj, "seq_len")) && get_int(it, "model.seq_len", &m->seq_len, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "pos"))) {
-        if (get_enum(it, "model.pos", pos_names, N_OF(pos_names), "rope or learned", &k, err,
-                     errlen))
-            return -1;
-        m->pos = (spec_pos_kind)k;
-    }
-    m->max_pos = m->seq_len; /* the default follows seq_len */
-    if ((it = FIELD(obj, "max_pos")) && get_int(it, "model.max_pos", &m->max_pos, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "tie_embeddings")) &&
-        get_bool(it, "model.tie_embeddings", &m->tie_embeddings, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "embed_dropout")) &&
-        get_number(it, "model.embed_dropout", &m->embed_dropout, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "softcap")) && get_number(it, "model.softcap", &m->softcap, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "window_pattern"))) {
-        const char *p = NULL;
-        if (get_string(it, "model.window_pattern", &p, err, errlen)) return -1;
-        size_t n = strlen(p);
-        if (n == 0) return fail(err, errlen, "model.window_pattern", "must not be empty");
-        if (n > SPEC_MAX_DEPTH)
-            return fail(err, errlen, "model.window_pattern", "longer than %d characters",
-                        SPEC_MAX_DEPTH);
-        for (size_t i = 0; i <= n; i++)
-            m->window_pattern[i] = (p[i] >= 'a' && p[i] <= 'z') ? (char)(p[i] - 32) : p[i];
-    }
-    if ((it = FIELD(obj, "ve_layers"))) {
-        if (cJSON_IsArray(it)) {
-            if (parse_ve_list(it, m, err, errlen)) return -1;
-        } else if (cJSON_IsString(it)) {
-            if (get_enum(it, "model.ve_layers", ve_names, N_OF(ve_names),
-                         "alternate, all, none, first_half, last_half or a list of layers", &k, err,
-                         errlen))
-                return -1;
-            strcpy(m->ve_layers, ve_names[k]);
-        } else {
-            return fail(err, errlen, "model.ve_layers",
-                        "expected a string or an array of layer indices");
-        }
-    }
-    if ((it = FIELD(obj, "ve_gate_channels")) &&
-        get_int(it, "model.ve_gate_channels", &m->ve_gate_channels, err, errlen))
-        return -1;
+    strcpy(s->model.ve_layers, ve_names[k]);
     return 0;
 }
 
-static const char *const train_keys[] = {"batch_size",
-                                         "total_batch_tokens",
-                                         "matrix_lr",
-                                         "embedding_lr",
-                                         "value_embedding_lr",
-                                         "unembedding_lr",
-                                         "scalar_lr",
-                                         "weight_decay",
-                                         "adam_betas",
-                                         "x0_beta1",
-                                         "warmup_ratio",
-                                         "warmdown_ratio",
-                                         "final_lr_frac",
-                                         "muon_momentum_start",
-                                         "muon_momentum_end",
-                                         "muon_momentum_steps",
-                                         "ns_steps",
-                                         "muon_beta2",
-                                         "sampler"};
-
-static int parse_train(const cJSON *obj, spec_train_t *t, char *err, size_t errlen) {
-    const cJSON *it;
-    if (!cJSON_IsObject(obj)) return fail(err, errlen, "train", "expected an object");
-    if (check_keys(obj, "train.", train_keys, N_OF(train_keys), err, errlen)) return -1;
-
-    /* The double-valued fields other than adam_betas. */
-    static const struct {
-        const char *key;
-        size_t offset;
-    } nums[] = {
-        {"matrix_lr", offsetof(spec_train_t, matrix_lr)},
-        {"embedding_lr", offsetof(spec_train_t, embedding_lr)},
-        {"value_embedding_lr", offsetof(spec_train_t, value_embedding_lr)},
-        {"unembedding_lr", offsetof(spec_train_t, unembedding_lr)},
-        {"scalar_lr", offsetof(spec_train_t, scalar_lr)},
-        {"weight_decay", offsetof(spec_train_t, weight_decay)},
-        {"x0_beta1", offsetof(spec_train_t, x0_beta1)},
-        {"warmup_ratio", offsetof(spec_train_t, warmup_ratio)},
-        {"warmdown_ratio", offsetof(spec_train_t, warmdown_ratio)},
-        {"final_lr_frac", offsetof(spec_train_t, final_lr_frac)},
-        {"muon_momentum_start", offsetof(spec_train_t, muon_momentum_start)},
-        {"muon_momentum_end", offsetof(spec_train_t, muon_momentum_end)},
-        {"muon_beta2", offsetof(spec_train_t, muon_beta2)},
-    };
-    char path[64];
-
-    if ((it = FIELD(obj, "batch_size")) &&
-        get_int(it, "train.batch_size", &t->batch_size, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "total_batch_tokens")) &&
-        get_int(it, "train.total_batch_tokens", &t->total_batch_tokens, err, errlen))
-        return -1;
-    for (size_t i = 0; i < N_OF(nums); i++) {
-        snprintf(path, sizeof path, "train.%s", nums[i].key);
-        if ((it = FIELD(obj, nums[i].key)) &&
-            get_number(it, path, (double *)((char *)t + nums[i].offset), err, errlen))
-            return -1;
-    }
-    if ((it = FIELD(obj, "adam_betas"))) {
-        if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2)
-            return fail(err, errlen, "train.adam_betas", "expected an array of two numbers");
-        if (get_number(it->child, "train.adam_betas[0]", &t->adam_beta1, err, errlen) ||
-            get_number(it->child->next, "train.adam_betas[1]", &t->adam_beta2, err, errlen))
-            return -1;
-    }
-    if ((it = FIELD(obj, "muon_momentum_steps")) &&
-        get_int(it, "train.muon_momentum_steps", &t->muon_momentum_steps, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "ns_steps")) && get_int(it, "train.ns_steps", &t->ns_steps, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "sampler"))) {
-        int k = 0;
-        if (get_enum(it, "train.sampler", sampler_names, N_OF(sampler_names),
-                     "random or sequential", &k, err, errlen))
-            return -1;
-        t->sampler = (spec_sampler_kind)k;
-    }
-    return 0;
-}
-
-static const char *const resources_keys[] = {"threads", "memory_mb", "peak_gflops"};
-
-static int parse_resources(const cJSON *obj, spec_resources_t *r, char *err, size_t errlen) {
-    const cJSON *it;
-    if (!cJSON_IsObject(obj)) return fail(err, errlen, "resources", "expected an object");
-    if (check_keys(obj, "resources.", resources_keys, N_OF(resources_keys), err, errlen)) return -1;
-    if ((it = FIELD(obj, "threads")) && get_int(it, "resources.threads", &r->threads, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "memory_mb")) &&
-        get_int(it, "resources.memory_mb", &r->memory_mb, err, errlen))
-        return -1;
-    if ((it = FIELD(obj, "peak_gflops")) &&
-        get_number(it, "resources.peak_gflops", &r->peak_gflops, err, errlen))
+static int parse_adam_betas(const cJSON *it, spec_t *s, char *err, size_t errlen) {
+    if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2)
+        return fail(err, errlen, "train.adam_betas", "expected an array of two numbers");
+    if (get_number(it->child, "train.adam_betas[0]", &s->train.adam_beta1, err, errlen) ||
+        get_number(it->child->next, "train.adam_betas[1]", &s->train.adam_beta2, err, errlen))
         return -1;
     return 0;
 }
-
-static const char *const top_keys[] = {"name",   "tags",      "seed",          "priority",
-                                       "parent", "dataset",   "time_budget_s", "model",
-                                       "train",  "resources", "prune",         "token_budget"};
 
 /* Fill s (already defaulted) from the root object. Strings s takes are owned
  * by s even on failure; the caller frees them. */
 static int parse_root(const cJSON *root, spec_t *s, char *err, size_t errlen) {
-    const cJSON *it;
-    double d = 0;
-    char path[32];
     if (!cJSON_IsObject(root)) return fail(err, errlen, "spec", "expected a JSON object");
-    if (check_keys(root, "", top_keys, N_OF(top_keys), err, errlen)) return -1;
-
-    if ((it = FIELD(root, "name")) && !cJSON_IsNull(it)) {
-        const char *name = NULL;
-        if (get_string(it, "name", &name, err, errlen)) return -1;
-        if (strlen(name) > 4 * SPEC_MAX_NAME)
-            return fail(err, errlen, "name", "longer than %d characters", SPEC_MAX_NAME);
-        if (!(s->name = strdup(name))) return fail(err, errlen, "spec", "out of memory");
+    if (check_keys(root, "", err, errlen) || parse_fields(root, "", s, err, errlen)) return -1;
+    /* A token budget replaces the default time budget; one given explicitly
+     * as well is left for spec_validate to refuse. */
+    if (s->token_budget > 0 && !FIELD(root, "time_budget_s")) s->time_budget_s = 0;
+    for (const spec_field_t *f = spec_fields; f < spec_fields + N_OF(spec_fields); f++) {
+        const cJSON *it;
+        if (f->type == F_SECTION && (it = FIELD(root, f->path)) &&
+            parse_section(it, f->path, s, err, errlen))
+            return -1;
     }
-    if ((it = FIELD(root, "tags"))) {
-        if (!cJSON_IsArray(it)) return fail(err, errlen, "tags", "expected an array of strings");
-        if (cJSON_GetArraySize(it) > SPEC_MAX_TAGS)
-            return fail(err, errlen, "tags", "more than %d tags", SPEC_MAX_TAGS);
-        int i = 0;
-        for (const cJSON *tag = it->child; tag; tag = tag->next, i++) {
-            const char *str = NULL;
-            snprintf(path, sizeof path, "tags[%d]", i);
-            if (get_string(tag, path, &str, err, errlen)) return -1;
-            if (strlen(str) > 4 * SPEC_MAX_TAG_LEN)
-                return fail(err, errlen, path, "longer than %d characters", SPEC_MAX_TAG_LEN);
-            if (!(s->tags[i] = strdup(str))) return fail(err, errlen, "spec", "out of memory");
-            s->n_tags = i + 1;
-        }
-    }
-    if ((it = FIELD(root, "seed"))) {
-        if (get_integer(it, "seed", -HUGE_VAL, HUGE_VAL, &d, err, errlen)) return -1;
-        if (d < 0 || d > JSON_MAX_SAFE_INT)
-            return fail(err, errlen, "seed", "must be in [0, %.17g], got %.17g", JSON_MAX_SAFE_INT,
-                        d);
-        s->seed = (uint64_t)d;
-    }
-    if ((it = FIELD(root, "priority")) && get_int(it, "priority", &s->priority, err, errlen))
-        return -1;
-    if ((it = FIELD(root, "parent")) && !cJSON_IsNull(it)) {
-        if (!cJSON_IsNumber(it))
-            return fail(err, errlen, "parent", "expected an integer id or null");
-        if (get_integer(it, "parent", -HUGE_VAL, HUGE_VAL, &d, err, errlen)) return -1;
-        if (d < 1 || d > JSON_MAX_SAFE_INT)
-            return fail(err, errlen, "parent", "must be a positive id or null, got %.17g", d);
-        s->parent = (int64_t)d;
-    }
-    if ((it = FIELD(root, "dataset"))) {
-        const char *str = NULL;
-        if (get_string(it, "dataset", &str, err, errlen)) return -1;
-        if (strlen(str) >= sizeof s->dataset)
-            return fail(err, errlen, "dataset", "longer than %zu characters",
-                        sizeof s->dataset - 1);
-        strcpy(s->dataset, str);
-    }
-    if ((it = FIELD(root, "time_budget_s")) &&
-        get_number(it, "time_budget_s", &s->time_budget_s, err, errlen))
-        return -1;
-    if ((it = FIELD(root, "token_budget"))) {
-        if (get_integer(it, "token_budget", -HUGE_VAL, HUGE_VAL, &d, err, errlen)) return -1;
-        if (d < 0 || d > SPEC_MAX_TOKEN_BUDGET)
-            return fail(err, errlen, "token_budget", "must be in [0, %.0f], got %.15g",
-                        SPEC_MAX_TOKEN_BUDGET, d);
-        s->token_budget = (int64_t)d;
-        /* A token budget replaces the default time budget; one given
-         * explicitly as well is left for spec_validate to refuse. */
-        if (s->token_budget > 0 && !FIELD(root, "time_budget_s")) s->time_budget_s = 0;
-    }
-    if ((it = FIELD(root, "prune")) && get_bool(it, "prune", &s->prune, err, errlen)) return -1;
-    if ((it = FIELD(root, "model")) && parse_model(it, &s->model, err, errlen)) return -1;
-    if ((it = FIELD(root, "train")) && parse_train(it, &s->train, err, errlen)) return -1;
-    if ((it = FIELD(root, "resources")) && parse_resources(it, &s->resources, err, errlen))
-        return -1;
     return 0;
 }
 
@@ -702,37 +795,46 @@ fail:
 
 /* ----------------------------------------------------------- validation -- */
 
-static int check_int(int v, int lo, int hi, const char *path, char *err, size_t errlen) {
-    if (v < lo || v > hi) return fail(err, errlen, path, "must be in [%d, %d], got %d", lo, hi, v);
-    return 0;
-}
-
-/* Upper bounds of the fields that have no natural one: a spec must not be
- * able to ask for centuries of training or an overflowing deadline. */
-#define MAX_LR          1e6 /* every learning rate and weight_decay (beyond: only NaN) */
-#define MAX_SOFTCAP     1e6
-#define MAX_PEAK_GFLOPS 1e9 /* an exaflop machine */
-
-/* v <= hi, for a value already known to be a finite number in range below. */
-static int check_max(double v, double hi, const char *path, char *err, size_t errlen) {
+/* v under rule with bounds lo, hi (num_rule says which message). */
+static int check_number(num_rule rule, double lo, double hi, double v, const char *path, char *err,
+                        size_t errlen) {
+    switch (rule) {
+    case NUM_IN:
+        if (!(v >= lo && v <= hi))
+            return fail(err, errlen, path, "must be in [%g, %g], got %g", lo, hi, v);
+        return 0;
+    case NUM_IN_OPEN:
+        if (!(v >= lo && v < hi))
+            return fail(err, errlen, path, "must be in [%g, %g), got %g", lo, hi, v);
+        return 0;
+    case NUM_ABOVE:
+        if (!(v > lo) || !isfinite(v))
+            return fail(err, errlen, path, "must be > %g, got %g", lo, v);
+        break;
+    case NUM_AT_LEAST:
+        if (!(v >= lo) || !isfinite(v))
+            return fail(err, errlen, path, "must be >= %g, got %g", lo, v);
+        break;
+    case NUM_BY_HAND:
+        return 0;
+    }
     if (v > hi) return fail(err, errlen, path, "must be at most %g, got %g", hi, v);
     return 0;
 }
 
-static int check_positive(double v, const char *path, char *err, size_t errlen) {
-    if (!(v > 0) || !isfinite(v)) return fail(err, errlen, path, "must be > 0, got %g", v);
-    return 0;
-}
-
-static int check_nonneg(double v, const char *path, char *err, size_t errlen) {
-    if (!(v >= 0) || !isfinite(v)) return fail(err, errlen, path, "must be >= 0, got %g", v);
-    return 0;
-}
-
-/* v in [0, 1) when open, [0, 1] otherwise. */
-static int check_unit(double v, bool open, const char *path, char *err, size_t errlen) {
-    if (!(v >= 0) || (open ? !(v < 1) : !(v <= 1)))
-        return fail(err, errlen, path, "must be in [0, 1%c, got %g", open ? ')' : ']', v);
+/* The range of every plain field of section, in table order. */
+static int check_fields(const spec_t *s, const char *section, char *err, size_t errlen) {
+    for (const spec_field_t *f = spec_fields; f < spec_fields + N_OF(spec_fields); f++) {
+        if (!field_in(f, section) || !field_plain(f)) continue;
+        double v = field_get(s, f);
+        if (f->type == F_INT && (v < f->lo || v > f->hi))
+            return fail(err, errlen, f->path, "must be in [%d, %d], got %d", (int)f->lo, (int)f->hi,
+                        (int)v);
+        if (f->type == F_NUM && check_number(f->rule, f->lo, f->hi, v, f->path, err, errlen))
+            return -1;
+        if (f->type == F_ENUM && (v < 0 || v >= (double)f->n_names))
+            return fail(err, errlen, f->path, "unknown kind %d", (int)v);
+    }
     return 0;
 }
 
@@ -805,24 +907,9 @@ static void derive_windows(spec_model_t *m) {
     m->window[m->depth - 1] = m->seq_len;
 }
 
-static int validate_model(spec_model_t *m, char *err, size_t errlen) {
-    if (check_int(m->vocab_size, 0, MAX_VOCAB, "model.vocab_size", err, errlen) ||
-        check_int(m->depth, 1, SPEC_MAX_DEPTH, "model.depth", err, errlen) ||
-        check_int(m->n_embd, 1, MAX_WIDTH, "model.n_embd", err, errlen) ||
-        check_int(m->n_head, 1, MAX_WIDTH, "model.n_head", err, errlen) ||
-        check_int(m->n_kv_head, 1, MAX_WIDTH, "model.n_kv_head", err, errlen) ||
-        check_positive(m->mlp_ratio, "model.mlp_ratio", err, errlen))
-        return -1;
-    if ((unsigned)m->mlp >= N_OF(mlp_names))
-        return fail(err, errlen, "model.mlp", "unknown kind %d", (int)m->mlp);
-    if (check_int(m->seq_len, 1, MAX_SEQ, "model.seq_len", err, errlen)) return -1;
-    if ((unsigned)m->pos >= N_OF(pos_names))
-        return fail(err, errlen, "model.pos", "unknown kind %d", (int)m->pos);
-    if (check_int(m->max_pos, 1, MAX_SEQ, "model.max_pos", err, errlen) ||
-        check_unit(m->embed_dropout, true, "model.embed_dropout", err, errlen) ||
-        check_nonneg(m->softcap, "model.softcap", err, errlen) ||
-        check_max(m->softcap, MAX_SOFTCAP, "model.softcap", err, errlen))
-        return -1;
+static int validate_model(spec_t *s, char *err, size_t errlen) {
+    spec_model_t *m = &s->model;
+    if (check_fields(s, "model", err, errlen)) return -1;
 
     size_t n = strnlen(m->window_pattern, sizeof m->window_pattern);
     if (n == 0) return fail(err, errlen, "model.window_pattern", "must not be empty");
@@ -836,8 +923,6 @@ static int validate_model(spec_model_t *m, char *err, size_t errlen) {
             return fail(err, errlen, "model.window_pattern",
                         "\"%.64s\" has a character other than S or L", m->window_pattern);
     }
-    if (check_int(m->ve_gate_channels, 1, MAX_WIDTH, "model.ve_gate_channels", err, errlen))
-        return -1;
 
     /* Cross-field rules. */
     if (m->n_embd % m->n_head)
@@ -877,43 +962,20 @@ static int validate_model(spec_model_t *m, char *err, size_t errlen) {
     return 0;
 }
 
-static int validate_train(spec_train_t *t, const spec_model_t *m, char *err, size_t errlen) {
-    if (check_int(t->batch_size, 1, MAX_WIDTH, "train.batch_size", err, errlen) ||
-        check_int(t->total_batch_tokens, 1, INT_MAX, "train.total_batch_tokens", err, errlen))
+static int validate_train(const spec_t *s, char *err, size_t errlen) {
+    const spec_train_t *t = &s->train;
+    if (check_fields(s, "train", err, errlen) ||
+        check_number(NUM_IN_OPEN, 0, 1, t->adam_beta1, "train.adam_betas[0]", err, errlen) ||
+        check_number(NUM_IN_OPEN, 0, 1, t->adam_beta2, "train.adam_betas[1]", err, errlen))
         return -1;
-    long long row = (long long)t->batch_size * m->seq_len;
+    long long row = (long long)t->batch_size * s->model.seq_len;
     if (t->total_batch_tokens % row)
         return fail(err, errlen, "train.total_batch_tokens",
                     "%d is not a multiple of batch_size*seq_len %lld", t->total_batch_tokens, row);
-    if (check_nonneg(t->matrix_lr, "train.matrix_lr", err, errlen) ||
-        check_nonneg(t->embedding_lr, "train.embedding_lr", err, errlen) ||
-        check_nonneg(t->value_embedding_lr, "train.value_embedding_lr", err, errlen) ||
-        check_nonneg(t->unembedding_lr, "train.unembedding_lr", err, errlen) ||
-        check_nonneg(t->scalar_lr, "train.scalar_lr", err, errlen) ||
-        check_nonneg(t->weight_decay, "train.weight_decay", err, errlen) ||
-        check_unit(t->adam_beta1, true, "train.adam_betas[0]", err, errlen) ||
-        check_unit(t->adam_beta2, true, "train.adam_betas[1]", err, errlen) ||
-        check_unit(t->x0_beta1, true, "train.x0_beta1", err, errlen) ||
-        check_unit(t->warmup_ratio, false, "train.warmup_ratio", err, errlen) ||
-        check_unit(t->warmdown_ratio, false, "train.warmdown_ratio", err, errlen) ||
-        check_unit(t->final_lr_frac, false, "train.final_lr_frac", err, errlen) ||
-        check_max(t->matrix_lr, MAX_LR, "train.matrix_lr", err, errlen) ||
-        check_max(t->embedding_lr, MAX_LR, "train.embedding_lr", err, errlen) ||
-        check_max(t->value_embedding_lr, MAX_LR, "train.value_embedding_lr", err, errlen) ||
-        check_max(t->unembedding_lr, MAX_LR, "train.unembedding_lr", err, errlen) ||
-        check_max(t->scalar_lr, MAX_LR, "train.scalar_lr", err, errlen) ||
-        check_max(t->weight_decay, MAX_LR, "train.weight_decay", err, errlen))
-        return -1;
     if (t->warmup_ratio + t->warmdown_ratio > 1)
         return fail(err, errlen, "train.warmdown_ratio",
                     "warmup_ratio + warmdown_ratio = %g exceeds 1",
                     t->warmup_ratio + t->warmdown_ratio);
-    if (check_unit(t->muon_momentum_start, true, "train.muon_momentum_start", err, errlen) ||
-        check_unit(t->muon_momentum_end, true, "train.muon_momentum_end", err, errlen) ||
-        check_int(t->muon_momentum_steps, 0, INT_MAX, "train.muon_momentum_steps", err, errlen) ||
-        check_int(t->ns_steps, 1, 5, "train.ns_steps", err, errlen) ||
-        check_unit(t->muon_beta2, true, "train.muon_beta2", err, errlen))
-        return -1;
     return 0;
 }
 
@@ -978,14 +1040,9 @@ int spec_validate(spec_t *s, char *err, size_t errlen) {
     if (s->parent < 0 || (double)s->parent > JSON_MAX_SAFE_INT)
         return fail(err, errlen, "parent", "must be a positive id or null, got %lld",
                     (long long)s->parent);
-    if (check_dataset(s->dataset, err, errlen) || validate_budget(s, err, errlen) ||
-        validate_model(&s->model, err, errlen) || validate_train(&s->train, &s->model, err, errlen))
-        return -1;
-    const spec_resources_t *r = &s->resources;
-    if (check_int(r->threads, 0, MAX_THREADS, "resources.threads", err, errlen) ||
-        check_int(r->memory_mb, 0, INT_MAX, "resources.memory_mb", err, errlen) ||
-        check_nonneg(r->peak_gflops, "resources.peak_gflops", err, errlen) ||
-        check_max(r->peak_gflops, MAX_PEAK_GFLOPS, "resources.peak_gflops", err, errlen))
+    if (check_dataset(s->dataset, err, errlen) || check_fields(s, "", err, errlen) ||
+        validate_budget(s, err, errlen) || validate_model(s, err, errlen) ||
+        validate_train(s, err, errlen) || check_fields(s, "resources", err, errlen))
         return -1;
     return 0;
 }
@@ -1077,13 +1134,47 @@ static cJSON *ve_layers_json(const spec_model_t *m) {
     return arr;
 }
 
+/* The plain fields of section into obj, and each section's object with its
+ * own. Returns false on allocation failure. */
+static bool print_fields(cJSON *obj, const char *section, const spec_t *s) {
+    for (const spec_field_t *f = spec_fields; f < spec_fields + N_OF(spec_fields); f++) {
+        if (!field_in(f, section)) continue;
+        const char *key = field_key(f);
+        if (f->type == F_SECTION) {
+            cJSON *sub = cJSON_AddObjectToObject(obj, key);
+            if (!sub || !print_fields(sub, key, s)) return false;
+            continue;
+        }
+        if (!field_plain(f)) continue;
+        double v = field_get(s, f);
+        if (f->canon == CANON_UNLESS_DEFAULT && v == f->def) continue;
+        bool ok = true;
+        switch (f->type) {
+        case F_INT:
+            ok = add_int(obj, key, *FIELD_PTR(s, f, const int));
+            break;
+        case F_NUM:
+            ok = add_double(obj, key, v);
+            break;
+        case F_BOOL:
+            ok = cJSON_AddBoolToObject(obj, key, v != 0) != NULL;
+            break;
+        default: /* F_ENUM */
+            ok = cJSON_AddStringToObject(
+                     obj, key, v >= 0 && v < (double)f->n_names ? f->names[(int)v] : "?") != NULL;
+        }
+        if (!ok) return false;
+    }
+    return true;
+}
+
 char *spec_canonical_json(const spec_t *s) {
     char *out = NULL;
-    cJSON *root = cJSON_CreateObject(), *model = NULL, *train = NULL, *res = NULL;
-    cJSON *tags = NULL, *betas = NULL, *ve = NULL, *num = NULL;
-    bool ok = root != NULL;
+    cJSON *root = cJSON_CreateObject(), *tags = NULL, *betas = NULL, *ve = NULL, *num = NULL;
+    bool ok = root != NULL && print_fields(root, "", s);
     if (!ok) goto fail;
 
+    /* The special fields (spec_fields says why they are). */
     ok &= (s->name ? cJSON_AddStringToObject(root, "name", s->name)
                    : cJSON_AddNullToObject(root, "name")) != NULL;
     ok &= (tags = cJSON_AddArrayToObject(root, "tags")) != NULL;
@@ -1093,31 +1184,14 @@ char *spec_canonical_json(const spec_t *s) {
         if (!ok) cJSON_Delete(t);
     }
     ok &= add_int(root, "seed", (long long)s->seed);
-    ok &= add_int(root, "priority", s->priority);
     ok &= (s->parent ? add_int(root, "parent", (long long)s->parent)
                      : cJSON_AddNullToObject(root, "parent") != NULL);
     ok &= cJSON_AddStringToObject(root, "dataset", s->dataset) != NULL;
-    ok &= add_double(root, "time_budget_s", s->time_budget_s);
     ok &= add_int(root, "token_budget", (long long)s->token_budget);
-    ok &= cJSON_AddBoolToObject(root, "prune", s->prune) != NULL;
     if (!ok) goto fail;
 
     const spec_model_t *m = &s->model;
-    ok &= (model = cJSON_AddObjectToObject(root, "model")) != NULL;
-    if (!ok) goto fail;
-    ok &= add_int(model, "vocab_size", m->vocab_size);
-    ok &= add_int(model, "depth", m->depth);
-    ok &= add_int(model, "n_embd", m->n_embd);
-    ok &= add_int(model, "n_head", m->n_head);
-    ok &= add_int(model, "n_kv_head", m->n_kv_head);
-    ok &= add_double(model, "mlp_ratio", m->mlp_ratio);
-    ok &= cJSON_AddStringToObject(model, "mlp", spec_mlp_name(m->mlp)) != NULL;
-    ok &= add_int(model, "seq_len", m->seq_len);
-    ok &= cJSON_AddStringToObject(model, "pos", spec_pos_name(m->pos)) != NULL;
-    ok &= add_int(model, "max_pos", m->max_pos);
-    ok &= cJSON_AddBoolToObject(model, "tie_embeddings", m->tie_embeddings) != NULL;
-    ok &= add_double(model, "embed_dropout", m->embed_dropout);
-    ok &= add_double(model, "softcap", m->softcap);
+    cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     ok &= cJSON_AddStringToObject(model, "window_pattern", m->window_pattern) != NULL;
     ok &= (ve = ve_layers_json(m)) != NULL;
     if (!ok) goto fail;
@@ -1125,22 +1199,10 @@ char *spec_canonical_json(const spec_t *s) {
         cJSON_Delete(ve);
         goto fail;
     }
-    ok &= add_int(model, "ve_gate_channels", m->ve_gate_channels);
-    if (!ok) goto fail;
 
     const spec_train_t *t = &s->train;
-    ok &= (train = cJSON_AddObjectToObject(root, "train")) != NULL;
-    if (!ok) goto fail;
-    ok &= add_int(train, "batch_size", t->batch_size);
-    ok &= add_int(train, "total_batch_tokens", t->total_batch_tokens);
-    ok &= add_double(train, "matrix_lr", t->matrix_lr);
-    ok &= add_double(train, "embedding_lr", t->embedding_lr);
-    ok &= add_double(train, "value_embedding_lr", t->value_embedding_lr);
-    ok &= add_double(train, "unembedding_lr", t->unembedding_lr);
-    ok &= add_double(train, "scalar_lr", t->scalar_lr);
-    ok &= add_double(train, "weight_decay", t->weight_decay);
-    ok &= (betas = cJSON_AddArrayToObject(train, "adam_betas")) != NULL;
-    if (!ok) goto fail;
+    cJSON *train = cJSON_GetObjectItemCaseSensitive(root, "train");
+    if (!(betas = cJSON_AddArrayToObject(train, "adam_betas"))) goto fail;
     for (int i = 0; i < 2; i++) {
         char buf[40];
         format_double(i ? t->adam_beta2 : t->adam_beta1, buf, sizeof buf);
@@ -1149,23 +1211,7 @@ char *spec_canonical_json(const spec_t *s) {
             goto fail;
         }
     }
-    ok &= add_double(train, "x0_beta1", t->x0_beta1);
-    ok &= add_double(train, "warmup_ratio", t->warmup_ratio);
-    ok &= add_double(train, "warmdown_ratio", t->warmdown_ratio);
-    ok &= add_double(train, "final_lr_frac", t->final_lr_frac);
-    ok &= add_double(train, "muon_momentum_start", t->muon_momentum_start);
-    ok &= add_double(train, "muon_momentum_end", t->muon_momentum_end);
-    ok &= add_int(train, "muon_momentum_steps", t->muon_momentum_steps);
-    ok &= add_int(train, "ns_steps", t->ns_steps);
-    ok &= add_double(train, "muon_beta2", t->muon_beta2);
-    ok &= cJSON_AddStringToObject(train, "sampler", spec_sampler_name(t->sampler)) != NULL;
-
-    ok &= (res = cJSON_AddObjectToObject(root, "resources")) != NULL;
-    if (!ok) goto fail;
-    ok &= add_int(res, "threads", s->resources.threads);
-    ok &= add_int(res, "memory_mb", s->resources.memory_mb);
-    ok &= add_double(res, "peak_gflops", s->resources.peak_gflops);
-    if (!ok || !sort_keys(root)) goto fail;
+    if (!sort_keys(root)) goto fail;
 
     out = cJSON_PrintUnformatted(root);
 fail:

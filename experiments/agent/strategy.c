@@ -102,14 +102,12 @@ static void say(strategy_t *s, const char *fmt, ...) {
 /* ------------------------------------------------------------- identity */
 
 int strategy_identity(const spec_t *sp, char out[65]) {
-    /* A shallow copy: only fields spec_canonical_json prints are changed. */
+    /* A shallow copy: only fields spec_canonical_json prints are changed.
+     * spec_identity leaves out the labels (name, tags, priority, parent) and
+     * prune; what is spelled again here are the fields that the canonical
+     * form keeps as written although they only derive the model. */
     spec_t bare = *sp;
     spec_model_t *m = &bare.model;
-    bare.name = NULL;
-    bare.n_tags = 0;
-    bare.priority = 0;
-    bare.parent = 0;
-    bare.prune = true; /* whether the daemon may prune a run is not part of what it is */
     size_t len = 0;
     m->ve_layers[len++] = '[';
     for (int i = 0, first = 1; i < m->depth; i++) {
@@ -123,7 +121,7 @@ int strategy_identity(const spec_t *sp, char out[65]) {
     m->window_pattern[m->depth] = '\0';
     if (m->pos == POS_ROPE) m->max_pos = m->seq_len; /* unused without a position table */
 
-    return spec_hash(&bare, out) < 0 ? -1 : 0;
+    return spec_identity(&bare, out) < 0 ? -1 : 0;
 }
 
 static int ident_cmp(const void *a, const void *b) {
