@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bytebuf.h"
 #include "cli.h"
 #include "util.h"
 
@@ -322,46 +323,40 @@ static long long parse_positive(const char *s) {
 static int read_input(const char *path, size_t max, char **out, size_t *len, char *err,
                       size_t errlen) {
     int is_stdin = !strcmp(path, "-");
+    const char *shown = is_stdin ? "stdin" : path;
     FILE *f = is_stdin ? stdin : fopen(path, "rb");
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
+    char chunk[4096];
+    size_t got;
+    bytebuf_t b;
+    bytebuf_init(&b, max);
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    for (;;) {
-        /* Room for max + 1 bytes and the NUL: one byte over max is the sign. */
-        if (n + 1 >= cap) {
-            size_t ncap = cap ? cap * 2 : 4096;
-            if (ncap > max + 2) ncap = max + 2;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                snprintf(err, errlen, "%s: out of memory", is_stdin ? "stdin" : path);
-                goto fail;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (n > max) {
-            snprintf(err, errlen, "%s: larger than %zu bytes", is_stdin ? "stdin" : path, max);
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        int rc = bytebuf_append(&b, chunk, got);
+        if (rc == NS_ERR_TOO_LARGE) {
+            snprintf(err, errlen, "%s: larger than %zu bytes", shown, max);
             goto fail;
         }
-        if (got == 0) break;
+        if (rc < 0) {
+            snprintf(err, errlen, "%s: out of memory", shown);
+            goto fail;
+        }
     }
     if (ferror(f)) {
-        snprintf(err, errlen, "%s: %s", is_stdin ? "stdin" : path, strerror(errno));
+        snprintf(err, errlen, "%s: %s", shown, strerror(errno));
+        goto fail;
+    }
+    if (!(*out = bytebuf_take(&b, len))) {
+        snprintf(err, errlen, "%s: out of memory", shown);
         goto fail;
     }
     if (!is_stdin) fclose(f);
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
     return 0;
 fail:
     if (!is_stdin) fclose(f);
-    free(buf);
+    bytebuf_free(&b);
     return -1;
 }
 
@@ -381,40 +376,26 @@ typedef struct {
     char said[512];                    /* the last failure's message when quiet */
 } conn_t;
 
-/* A reply body: NUL-terminated, malloc'd, freed with reply_free. */
+/* A reply: its status and body (capped at MAX_REPLY_BYTES; body.data is
+ * never NULL once conn_request started), freed with reply_free. */
 typedef struct {
     long status;
-    char *body;
-    size_t len, cap;
-    int too_big;
+    bytebuf_t body;
 } reply_t;
 
 #define CONN_STOPPED (-1) /* conn_request: the transfer was aborted through conn_t.stop */
 
 static void reply_free(reply_t *r) {
-    free(r->body);
+    bytebuf_free(&r->body);
     memset(r, 0, sizeof *r);
 }
 
 static size_t write_cb(char *data, size_t size, size_t nmemb, void *arg) {
     reply_t *r = arg;
     size_t add = size * nmemb;
-    if (add > MAX_REPLY_BYTES - r->len) {
-        r->too_big = 1;
-        return 0;
-    }
-    if (r->len + add + 1 > r->cap) {
-        size_t cap = r->cap * 2 > r->len + add + 1 ? r->cap * 2 : r->len + add + 1;
-        if (cap > MAX_REPLY_BYTES + 1) cap = MAX_REPLY_BYTES + 1;
-        char *nb = realloc(r->body, cap);
-        if (!nb) return 0;
-        r->body = nb;
-        r->cap = cap;
-    }
-    memcpy(r->body + r->len, data, add);
-    r->len += add;
-    r->body[r->len] = '\0';
-    return add;
+    /* Past the cap or out of memory, curl ends the transfer with
+     * CURLE_WRITE_ERROR; body.err says which. */
+    return bytebuf_append(&r->body, data, add) == 0 ? add : 0;
 }
 
 static int progress_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
@@ -554,7 +535,7 @@ oom:
  * bare HTTP status when the body is not one. */
 static void print_api_error(FILE *errf, const conn_t *c, const char *method, const char *path,
                             const reply_t *r) {
-    cJSON *j = cJSON_ParseWithLength(r->body, r->len);
+    cJSON *j = cJSON_ParseWithLength(r->body.data, r->body.len);
     const char *code = jstr(j, "error.code"), *msg = jstr(j, "error.message");
     if (code && msg) {
         fputs("nightshift: ", errf);
@@ -566,11 +547,11 @@ static void print_api_error(FILE *errf, const conn_t *c, const char *method, con
         fputc('\n', errf);
     } else {
         fprintf(errf, "nightshift: HTTP %ld from %s %s%s", r->status, method, c->base, path);
-        if (r->len) {
+        if (r->body.len) {
             char first[200];
-            size_t n = strcspn(r->body, "\r\n");
+            size_t n = strcspn(r->body.data, "\r\n");
             snprintf(first, sizeof first, "%.*s", (int)(n < sizeof first ? n : sizeof first - 1),
-                     r->body);
+                     r->body.data);
             fputs(": ", errf);
             put_clean(errf, first);
         }
@@ -593,11 +574,11 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
     if (!errf) errf = stderr;
     char *url = malloc(strlen(c->base) + strlen(path) + 1);
     memset(r, 0, sizeof *r);
-    if (!url || !(r->body = calloc(1, 1))) {
+    bytebuf_init(&r->body, MAX_REPLY_BYTES);
+    if (!url || bytebuf_reserve(&r->body, 0) < 0) { /* body.data is "" from here on */
         fprintf(errf, "nightshift: out of memory\n");
         goto fail;
     }
-    r->cap = 1;
     strcpy(url, c->base);
     strcat(url, path);
     curl_easy_setopt(k, CURLOPT_URL, url);
@@ -633,7 +614,7 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
         goto fail;
     case CURLE_WRITE_ERROR:
     case CURLE_FILESIZE_EXCEEDED:
-        if (cr == CURLE_FILESIZE_EXCEEDED || r->too_big)
+        if (cr == CURLE_FILESIZE_EXCEEDED || r->body.err == NS_ERR_TOO_LARGE)
             fprintf(errf, "nightshift: the reply to %s %s is larger than %zu MiB\n", method, path,
                     MAX_REPLY_BYTES >> 20);
         else
@@ -675,7 +656,7 @@ static int conn_json(conn_t *c, const char *method, const char *path, const char
     *out = NULL;
     int rc = conn_request(c, method, path, body, body_len, &r);
     if (rc) return rc;
-    *out = cJSON_ParseWithLength(r.body, r.len);
+    *out = cJSON_ParseWithLength(r.body.data, r.body.len);
     reply_free(&r);
     if (!*out) {
         fprintf(stderr, "nightshift: the reply to %s %s is not JSON\n", method, path);
@@ -692,8 +673,8 @@ static int conn_get_raw(conn_t *c, const char *path, int raw, cJSON **out) {
     if (!raw) return conn_json(c, "GET", path, NULL, 0, out);
     int rc = conn_request(c, "GET", path, NULL, 0, &r);
     if (rc) return rc;
-    fwrite(r.body, 1, r.len, stdout);
-    if (!r.len || r.body[r.len - 1] != '\n') fputc('\n', stdout);
+    fwrite(r.body.data, 1, r.body.len, stdout);
+    if (!r.body.len || r.body.data[r.body.len - 1] != '\n') fputc('\n', stdout);
     reply_free(&r);
     return 0;
 }
@@ -1220,7 +1201,7 @@ int show_main(int argc, char **argv) {
         line_add(&path, "/log?tail=%lld",
                  tail ? parse_positive(tail) : (long long)LOG_TAIL_DEFAULT);
         if ((rc = conn_request(&c, "GET", path.s, NULL, 0, &r)) != 0) goto fail;
-        fwrite(r.body, 1, r.len, stdout);
+        fwrite(r.body.data, 1, r.body.len, stdout);
         goto fail;
     }
     if ((rc = conn_get_raw(&c, path.s, json, &e)) != 0 || json) goto fail;
@@ -1803,7 +1784,7 @@ int export_main(int argc, char **argv) {
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
     line_add(&path, "/v1/export?format=%s", format);
     if ((rc = conn_request(&c, "GET", path.s, NULL, 0, &r)) != 0) goto fail;
-    fwrite(r.body, 1, r.len, stdout);
+    fwrite(r.body.data, 1, r.body.len, stdout);
     rc = fflush(stdout) == 0 ? 0 : CLIENT_EXIT_API;
 fail:
     reply_free(&r);
