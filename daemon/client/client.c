@@ -310,6 +310,66 @@ static int common_option(int argc, char **argv, int *i, conn_opts_t *o) {
     return opt_value(argc, argv, i, "--token-file", &o->token_file);
 }
 
+/* One option of a command besides the common ones: with value set it takes
+ * a value ("--limit N" or "--limit=N"), stored there; with flag set it is a
+ * flag ("--json"), and *flag becomes 1. A list of them ends with {0}. */
+typedef struct {
+    const char *name;
+    const char **value;
+    int *flag;
+} opt_t;
+
+/* The arguments of a command that are not options. */
+typedef struct {
+    const char **v;       /* they go here, at most max of them */
+    int max;              /* 0: none is accepted ("unexpected argument") */
+    const char *too_many; /* the usage message past max */
+    int dash;             /* a lone "-" is one (stdin), not an option */
+    int n;                /* how many were given */
+} args_t;
+
+/* Parse a command's argv[1..]: the common options into o, the command's own
+ * opts (may be NULL), and the other arguments into args (NULL when it takes
+ * none). Returns 1 when the command should run (*rc 0), or 0 with *rc its
+ * exit code: --help was given (0, the usage printed), or a usage error
+ * (printed). */
+static int parse_args(int argc, char **argv, const help_t *h, conn_opts_t *o, const opt_t *opts,
+                      args_t *args, int *rc) {
+    for (int i = 1; i < argc; i++) {
+        int r = common_option(argc, argv, &i, o);
+        for (const opt_t *op = opts; r == 0 && op && op->name; op++) {
+            if (op->value)
+                r = opt_value(argc, argv, &i, op->name, op->value);
+            else if (!strcmp(argv[i], op->name))
+                r = *op->flag = 1;
+        }
+        if (r < 0) {
+            *rc = usage_error(h, "%s needs a value", argv[i]);
+            return 0;
+        }
+        if (r) continue;
+        if (argv[i][0] == '-' && !(args && args->dash && !argv[i][1])) {
+            *rc = usage_error(h, "unknown option %s", argv[i]);
+            return 0;
+        }
+        if (!args || args->max == 0) {
+            *rc = usage_error(h, "unexpected argument '%s'", argv[i]);
+            return 0;
+        }
+        if (args->n == args->max) {
+            *rc = usage_error(h, "%s", args->too_many);
+            return 0;
+        }
+        args->v[args->n++] = argv[i];
+    }
+    *rc = 0;
+    if (o->help) {
+        print_usage(stdout, h);
+        return 0;
+    }
+    return 1;
+}
+
 /* A positive integer argument (an experiment id, a limit); -1 if it is not. */
 static long long parse_positive(const char *s) {
     char *end;
@@ -727,24 +787,12 @@ int submit_main(int argc, char **argv) {
     size_t len = 0;
     cJSON *spec = NULL, *reply = NULL;
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && (rc = opt_value(argc, argv, &i, "--repeats", &repeats)) < 0))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--force"))
-            force = 1;
-        else if (argv[i][0] == '-' && argv[i][1])
-            return usage_error(h, "unknown option %s", argv[i]);
-        else if (file)
-            return usage_error(h, "one FILE at a time (an array of specs submits several)");
-        else
-            file = argv[i];
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--repeats", .value = &repeats}, {"--force", .flag = &force}, {0}};
+    args_t args = {.v = &file,
+                   .max = 1,
+                   .too_many = "one FILE at a time (an array of specs submits several)",
+                   .dash = 1};
+    if (!parse_args(argc, argv, h, &o, opts, &args, &rc)) return rc;
     if (!file) return usage_error(h, "no FILE given (- reads stdin)");
     if (repeats && parse_positive(repeats) < 0)
         return usage_error(h, "--repeats: expected a positive integer, got '%s'", repeats);
@@ -939,26 +987,14 @@ int ls_main(int argc, char **argv) {
     cJSON *list = NULL;
     line_t path = {"/v1/experiments", 15};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && ((rc = opt_value(argc, argv, &i, "--status", &status)) < 0 ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--limit", &limit)) < 0) ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--order", &order)) < 0) ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0) ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--after", &after)) < 0))))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else
-            return usage_error(h, "unexpected argument '%s'", argv[i]);
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--status", .value = &status},
+                          {"--limit", .value = &limit},
+                          {"--order", .value = &order},
+                          {"--dataset", .value = &dataset},
+                          {"--after", .value = &after},
+                          {"--json", .flag = &json},
+                          {0}};
+    if (!parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (limit && parse_positive(limit) < 0)
         return usage_error(h, "--limit: expected a positive integer, got '%s'", limit);
     if (after && parse_positive(after) < 0)
@@ -1168,26 +1204,10 @@ int show_main(int argc, char **argv) {
     reply_t r = {0};
     line_t path = {0};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && (rc = opt_value(argc, argv, &i, "--tail", &tail)) < 0))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (!strcmp(argv[i], "--log"))
-            log = 1;
-        else if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else if (id_arg)
-            return usage_error(h, "one ID at a time");
-        else
-            id_arg = argv[i];
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {
+        {"--tail", .value = &tail}, {"--json", .flag = &json}, {"--log", .flag = &log}, {0}};
+    args_t args = {.v = &id_arg, .max = 1, .too_many = "one ID at a time"};
+    if (!parse_args(argc, argv, h, &o, opts, &args, &rc)) return rc;
     long long id = parse_positive(id_arg);
     if (!id_arg) return usage_error(h, "no experiment ID given");
     if (id < 0) return usage_error(h, "expected an experiment id, got '%s'", id_arg);
@@ -1247,23 +1267,11 @@ int best_main(int argc, char **argv) {
     const char *dataset = NULL, *budget = NULL;
     line_t path = {"/v1/best", 8};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && ((rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0 ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--budget", &budget)) < 0))))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else
-            return usage_error(h, "unexpected argument '%s'", argv[i]);
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--dataset", .value = &dataset},
+                          {"--budget", .value = &budget},
+                          {"--json", .flag = &json},
+                          {0}};
+    if (!parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
     scope_query(&path, dataset, budget);
     if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;
@@ -1325,24 +1333,12 @@ int leaderboard_main(int argc, char **argv) {
     const char *dataset = NULL, *budget = NULL, *limit = NULL;
     line_t path = {"/v1/leaderboard", 15};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && ((rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0 ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--budget", &budget)) < 0) ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--limit", &limit)) < 0))))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else
-            return usage_error(h, "unexpected argument '%s'", argv[i]);
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--dataset", .value = &dataset},
+                          {"--budget", .value = &budget},
+                          {"--limit", .value = &limit},
+                          {"--json", .flag = &json},
+                          {0}};
+    if (!parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (limit && parse_positive(limit) < 0)
         return usage_error(h, "--limit: expected a positive integer, got '%s'", limit);
     scope_query(&path, dataset, budget);
@@ -1395,21 +1391,8 @@ int cancel_main(int argc, char **argv) {
     cJSON *reply = NULL;
     line_t path = {0};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0)
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else if (id_arg)
-            return usage_error(h, "one ID at a time");
-        else
-            id_arg = argv[i];
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    args_t args = {.v = &id_arg, .max = 1, .too_many = "one ID at a time"};
+    if (!parse_args(argc, argv, h, &o, NULL, &args, &rc)) return rc;
     long long id = parse_positive(id_arg);
     if (!id_arg) return usage_error(h, "no experiment ID given");
     if (id < 0) return usage_error(h, "expected an experiment id, got '%s'", id_arg);
@@ -1649,22 +1632,8 @@ int watch_main(int argc, char **argv) {
     int once = 0, rc, tty = isatty(STDOUT_FILENO), shown = 0;
     struct sigaction sa, old_int, old_term;
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && (rc = opt_value(argc, argv, &i, "--interval", &interval_arg)) < 0))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--once"))
-            once = 1;
-        else if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else
-            return usage_error(h, "unexpected argument '%s'", argv[i]);
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--interval", .value = &interval_arg}, {"--once", .flag = &once}, {0}};
+    if (!parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (interval_arg) {
         char *end;
         interval = strtod(interval_arg, &end);
@@ -1762,20 +1731,8 @@ int export_main(int argc, char **argv) {
     reply_t r = {0};
     line_t path = {0};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0)
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if ((rc = opt_value(argc, argv, &i, "--format", &format)) < 0)
-            return usage_error(h, "--format needs a value");
-        if (rc) continue;
-        if (argv[i][0] == '-') return usage_error(h, "unknown option %s", argv[i]);
-        return usage_error(h, "unexpected argument '%s'", argv[i]);
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--format", .value = &format}, {0}};
+    if (!parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (!format) return usage_error(h, "--format is required");
     if (strcmp(format, "csv") && strcmp(format, "tsv") && strcmp(format, "jsonl") &&
         strcmp(format, "results-tsv"))
@@ -1846,22 +1803,12 @@ int diff_main(int argc, char **argv) {
     conn_opts_t o = {0};
     conn_t c = {0};
     const char *ids[2] = {NULL, NULL};
-    int rc, n = 0;
+    int rc;
     cJSON *e[2] = {NULL, NULL};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0)
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (argv[i][0] == '-') return usage_error(h, "unknown option %s", argv[i]);
-        if (n == 2) return usage_error(h, "two IDs, not more");
-        ids[n++] = argv[i];
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
-    if (n != 2) return usage_error(h, "two experiment IDs are needed");
+    args_t args = {.v = ids, .max = 2, .too_many = "two IDs, not more"};
+    if (!parse_args(argc, argv, h, &o, NULL, &args, &rc)) return rc;
+    if (args.n != 2) return usage_error(h, "two experiment IDs are needed");
     long long id[2];
     for (int k = 0; k < 2; k++)
         if ((id[k] = parse_positive(ids[k])) < 0)
