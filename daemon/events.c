@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytebuf.h"
 #include "log.h"
 
 /* ------------------------------------------------------------ the table */
@@ -252,9 +253,9 @@ static void client_closed_cb(http_stream_t *st, void *arg) {
 }
 
 /* Append the SSE messages of the events after c->cursor (at most
- * EVENTS_BACKLOG_LIMIT) to *text (malloc'd, grown); advances c->cursor.
- * Returns 0, or -1 on a store error or out of memory. */
-static int append_events(events_hub_t *h, client_t *c, char **text, size_t *len) {
+ * EVENTS_BACKLOG_LIMIT) to text; advances c->cursor. Returns 0, or -1 on a
+ * store error or out of memory. */
+static int append_events(events_hub_t *h, client_t *c, bytebuf_t *text) {
     char err[256];
     cJSON *arr = events_list(h->store, c->cursor, EVENTS_BACKLOG_LIMIT, err, sizeof err);
     if (!arr) {
@@ -266,16 +267,11 @@ static int append_events(events_hub_t *h, client_t *c, char **text, size_t *len)
         char *data = cJSON_PrintUnformatted(o);
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type"));
         int64_t id = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "id"));
-        size_t need = (data ? strlen(data) : 0) + strlen(type ? type : "") + 64;
-        char *p = data ? realloc(*text, *len + need) : NULL;
-        if (!p) {
+        if (!data || bytebuf_printf(text, "id: %" PRId64 "\nevent: %s\ndata: %s\n\n", id,
+                                    type ? type : "event", data) < 0)
             rc = -1;
-        } else {
-            *text = p;
-            *len += (size_t)snprintf(p + *len, need, "id: %" PRId64 "\nevent: %s\ndata: %s\n\n", id,
-                                     type ? type : "event", data);
+        else
             c->cursor = id;
-        }
         cJSON_free(data);
     }
     cJSON_Delete(arr);
@@ -306,13 +302,13 @@ static char *status_message(events_hub_t *h) {
 
 /* Send c what it has not seen; a client that cannot take it is dropped. */
 static void client_send(events_hub_t *h, client_t *c, const char *status, int beat) {
-    char *text = NULL;
-    size_t len = 0;
-    int rc = append_events(h, c, &text, &len);
-    if (rc == 0 && text) rc = http_stream_write(c->st, text, len);
+    bytebuf_t text;
+    bytebuf_init(&text, BYTEBUF_UNLIMITED);
+    int rc = append_events(h, c, &text);
+    if (rc == 0 && text.len) rc = http_stream_write(c->st, text.data, text.len);
     if (rc == 0 && status && c->status) rc = http_stream_write(c->st, status, strlen(status));
     if (rc == 0 && beat) rc = http_stream_write(c->st, ": hb\n\n", 6);
-    free(text);
+    bytebuf_free(&text);
     if (rc < 0) {
         log_warn("events: dropping a stream client that does not keep up");
         http_stream_end(c->st); /* client_closed_cb frees c */
@@ -405,24 +401,17 @@ void events_hub_stream(events_hub_t *hub, const http_request_t *req, http_respon
     c->cursor = cursor;
     c->status = http_query_get(req->query, "status", buf, sizeof buf) == 1 && strcmp(buf, "0");
     /* The backlog goes out with the head, so a reconnect resumes at once. */
-    char *text = NULL;
-    size_t len = 0;
-    const char *retry = "retry: 2000\n\n";
-    if (!(text = malloc(strlen(retry) + 1))) goto oom;
-    len = (size_t)sprintf(text, "%s", retry);
-    if (append_events(hub, c, &text, &len) < 0) goto oom;
+    bytebuf_t text;
+    bytebuf_init(&text, BYTEBUF_UNLIMITED);
+    if (bytebuf_puts(&text, "retry: 2000\n\n") < 0 || append_events(hub, c, &text) < 0) goto oom;
     if (c->status) {
         char *status = status_message(hub);
-        char *p = status ? realloc(text, len + strlen(status) + 1) : NULL;
-        if (p) {
-            text = p;
-            memcpy(text + len, status, strlen(status) + 1);
-            len += strlen(status);
-        }
+        if (status) bytebuf_puts(&text, status); /* the stream opens without it if it fails */
         free(status);
     }
-    c->st = http_stream_open(req, res, "text/event-stream", text, len, client_closed_cb, c);
-    free(text);
+    c->st =
+        http_stream_open(req, res, "text/event-stream", text.data, text.len, client_closed_cb, c);
+    bytebuf_free(&text);
     if (!c->st) {
         free(c);
         return;
@@ -433,7 +422,7 @@ void events_hub_stream(events_hub_t *hub, const http_request_t *req, http_respon
     hub->nclients++;
     return;
 oom:
-    free(text);
+    bytebuf_free(&text);
     free(c);
     http_error(res, 503, "unavailable", "out of memory");
 }

@@ -7,45 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------ a text buffer */
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} text_t;
-
-static void put(text_t *t, const char *s, size_t n) {
-    if (t->oom) return;
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 1024;
-        while (cap < t->len + n + 1) cap *= 2;
-        char *p = realloc(t->p, cap);
-        if (!p) {
-            t->oom = 1;
-            return;
-        }
-        t->p = p;
-        t->cap = cap;
-    }
-    memcpy(t->p + t->len, s, n);
-    t->len += n;
-    t->p[t->len] = '\0';
-}
-
-static void puts_(text_t *t, const char *s) {
-    put(t, s, strlen(s));
-}
-
-/* The text, or NULL (freed) when out of memory. */
-static char *take(text_t *t) {
-    if (t->oom || !t->p) {
-        free(t->p);
-        if (t->oom) return NULL;
-        return strdup("");
-    }
-    return t->p;
-}
+#include "bytebuf.h"
 
 /* ------------------------------------------------------------------ tables */
 
@@ -74,50 +36,65 @@ static char *field_text(const cJSON *v) {
     return out;
 }
 
-static void put_field(text_t *t, const char *s, char sep) {
+/* Append s as one field. A failure stays in t->err. */
+static void put_field(bytebuf_t *t, const char *s, char sep) {
     if (sep == ',') {
         if (!strpbrk(s, ",\"\r\n")) {
-            puts_(t, s);
+            bytebuf_puts(t, s);
             return;
         }
-        puts_(t, "\"");
-        for (const char *p = s; *p; p++) put(t, *p == '"' ? "\"\"" : p, *p == '"' ? 2 : 1);
-        puts_(t, "\"");
+        bytebuf_putc(t, '"');
+        for (const char *p = s; *p; p++) {
+            if (*p == '"') bytebuf_putc(t, '"'); /* doubled */
+            bytebuf_putc(t, *p);
+        }
+        bytebuf_putc(t, '"');
         return;
     }
-    for (const char *p = s; *p; p++) put(t, strchr("\t\r\n", *p) ? " " : p, 1);
+    for (const char *p = s; *p; p++) bytebuf_putc(t, strchr("\t\r\n", *p) ? ' ' : *p);
+}
+
+/* An empty text without a cap, for the tables below. */
+static bytebuf_t text_new(void) {
+    bytebuf_t t;
+    bytebuf_init(&t, BYTEBUF_UNLIMITED);
+    return t;
 }
 
 char *export_table(const cJSON *rows, char sep) {
-    text_t t = {0};
+    bytebuf_t t = text_new();
     const cJSON *first = cJSON_GetArrayItem(rows, 0);
-    char sepstr[2] = {sep, '\0'};
     for (const cJSON *k = first ? first->child : NULL; k; k = k->next) {
         put_field(&t, k->string, sep);
-        puts_(&t, k->next ? sepstr : "\n");
+        bytebuf_putc(&t, k->next ? sep : '\n');
     }
     for (const cJSON *row = rows ? rows->child : NULL; row; row = row->next) {
         for (const cJSON *k = first->child; k; k = k->next) {
             char *f = field_text(cJSON_GetObjectItemCaseSensitive(row, k->string));
-            if (!f) t.oom = 1;
-            put_field(&t, f ? f : "", sep);
+            if (!f) {
+                bytebuf_free(&t);
+                return NULL;
+            }
+            put_field(&t, f, sep);
             free(f);
-            puts_(&t, k->next ? sepstr : "\n");
+            bytebuf_putc(&t, k->next ? sep : '\n');
         }
     }
-    return take(&t);
+    return bytebuf_take(&t, NULL);
 }
 
 char *export_jsonl(const cJSON *rows) {
-    text_t t = {0};
+    bytebuf_t t = text_new();
     for (const cJSON *row = rows ? rows->child : NULL; row; row = row->next) {
         char *j = cJSON_PrintUnformatted(row);
-        if (!j) t.oom = 1;
-        puts_(&t, j ? j : "");
-        puts_(&t, "\n");
+        if (!j) {
+            bytebuf_free(&t);
+            return NULL;
+        }
+        bytebuf_printf(&t, "%s\n", j);
         cJSON_free(j);
     }
-    return take(&t);
+    return bytebuf_take(&t, NULL);
 }
 
 static double num(const cJSON *row, const char *key, double def) {
@@ -131,11 +108,10 @@ static const char *str(const cJSON *row, const char *key) {
 }
 
 char *export_results_tsv(const cJSON *rows) {
-    text_t t = {0};
-    char line[128];
+    bytebuf_t t = text_new();
     double best = 0;
     int have_best = 0;
-    puts_(&t, "commit\tval_bpb\tmemory_gb\tstatus\tdescription\n");
+    bytebuf_puts(&t, "commit\tval_bpb\tmemory_gb\tstatus\tdescription\n");
     for (const cJSON *row = rows ? rows->child : NULL; row; row = row->next) {
         const char *status = str(row, "status");
         if (!strcmp(status, "queued") || !strcmp(status, "running") || !strcmp(status, "cancelled"))
@@ -148,23 +124,22 @@ char *export_results_tsv(const cJSON *rows) {
             best = bpb;
             have_best = 1;
         }
-        snprintf(line, sizeof line, "%lld\t%.6f\t%.1f\t%s\t", (long long)num(row, "id", 0), bpb,
-                 ok ? num(row, "peak_rss_mb", 0) / 1024.0 : 0.0, verdict);
-        puts_(&t, line);
+        bytebuf_printf(&t, "%lld\t%.6f\t%.1f\t%s\t", (long long)num(row, "id", 0), bpb,
+                       ok ? num(row, "peak_rss_mb", 0) / 1024.0 : 0.0, verdict);
         const char *name = str(row, "name");
         put_field(&t, *name ? name : "(unnamed)", '\t');
         if (!ok) {
-            puts_(&t, " (");
+            bytebuf_puts(&t, " (");
             put_field(&t, status, '\t');
             if (*str(row, "reason")) {
-                puts_(&t, ": ");
+                bytebuf_puts(&t, ": ");
                 put_field(&t, str(row, "reason"), '\t');
             }
-            puts_(&t, ")");
+            bytebuf_puts(&t, ")");
         }
-        puts_(&t, "\n");
+        bytebuf_puts(&t, "\n");
     }
-    return take(&t);
+    return bytebuf_take(&t, NULL);
 }
 
 cJSON *export_rows(store_t *s, char *err, size_t errlen) {

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bytebuf.h"
 #include "curl_uv.h"
 #include "events.h"
 #include "log.h"
@@ -76,9 +77,7 @@ struct event {
     CURL *easy;
     struct curl_slist *headers;
     char curl_err[CURL_ERROR_SIZE];
-    char *reply; /* NUL-terminated; reply_len bytes */
-    size_t reply_len, reply_cap;
-    int reply_too_big;
+    bytebuf_t reply;      /* capped at MAX_REPLY_BYTES; err NS_ERR_TOO_LARGE past it */
     uv_timer_t retry;     /* backoff; its close callback frees the event */
     event_t *next_wait;   /* FIFO of events waiting for a transfer */
     event_t *prev, *next; /* every live event */
@@ -261,7 +260,7 @@ static void event_closed_cb(uv_handle_t *handle) {
     event_t *ev = handle->data;
     hook_t *h = ev->h;
     free(ev->body);
-    free(ev->reply);
+    bytebuf_free(&ev->reply);
     free(ev);
     hook_release(h);
 }
@@ -307,6 +306,7 @@ static void event_load(hook_t *h, const cJSON *row) {
     }
     ev->h = h;
     ev->row = rowid;
+    bytebuf_init(&ev->reply, MAX_REPLY_BYTES);
     snprintf(ev->id, sizeof ev->id, "%s", wid);
     snprintf(ev->type, sizeof ev->type, "%s", type);
     ev->attempt = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(row, "attempts"));
@@ -459,12 +459,12 @@ int hook_parse_reply(const char *text, size_t len, cJSON **proposals, char *err,
 
 /* Queue each proposal of a 2xx reply (hook.h); answer bad ones. */
 static void handle_reply(hook_t *h, event_t *ev) {
-    const char *text = ev->reply ? ev->reply : "";
-    size_t len = ev->reply_len;
+    const char *text = bytebuf_str(&ev->reply);
+    size_t len = ev->reply.len;
     cJSON *root = NULL;
     char err[512];
 
-    if (ev->reply_too_big) {
+    if (ev->reply.err == NS_ERR_TOO_LARGE) {
         snprintf(err, sizeof err, "reply is larger than %d bytes", MAX_REPLY_BYTES);
         goto malformed;
     }
@@ -533,22 +533,9 @@ static void record_attempt(hook_t *h, event_t *ev, int status, const char *error
 static size_t write_cb(char *data, size_t size, size_t nmemb, void *user) {
     event_t *ev = user;
     size_t n = size * nmemb;
-    if (ev->reply_len + n > MAX_REPLY_BYTES) {
-        ev->reply_too_big = 1;
-        return 0; /* curl aborts the transfer with CURLE_WRITE_ERROR */
-    }
-    if (ev->reply_len + n + 1 > ev->reply_cap) {
-        size_t cap = ev->reply_cap ? ev->reply_cap : 4096;
-        while (cap < ev->reply_len + n + 1) cap *= 2;
-        char *p = realloc(ev->reply, cap);
-        if (!p) return 0;
-        ev->reply = p;
-        ev->reply_cap = cap;
-    }
-    memcpy(ev->reply + ev->reply_len, data, n);
-    ev->reply_len += n;
-    ev->reply[ev->reply_len] = '\0';
-    return n;
+    /* Past the cap or out of memory, curl aborts the transfer with
+     * CURLE_WRITE_ERROR; reply.err says which. */
+    return bytebuf_append(&ev->reply, data, n) == 0 ? n : 0;
 }
 
 /* The headers of one attempt: the signature covers this attempt's timestamp. */
@@ -585,10 +572,8 @@ static int send_attempt(hook_t *h, event_t *ev) {
     if (events_attempted(h->api->store, ev->row, err, sizeof err) < 0)
         log_error("hook: %s: %s", ev->id, err);
     ev->sent_ns = uv_hrtime();
-    ev->reply_len = 0;
-    ev->reply_too_big = 0;
+    bytebuf_reset(&ev->reply);
     ev->curl_err[0] = '\0';
-    if (ev->reply) ev->reply[0] = '\0';
     long timeout_ms = (long)(h->timeout_s * 1000);
     ev->headers = signed_headers(h, ev);
     ev->easy = curl_easy_init();
@@ -667,11 +652,12 @@ static void transfer_done(hook_t *h, event_t *ev, CURLcode res) {
     ev->headers = NULL;
     h->in_flight--;
 
-    int answered = res == CURLE_OK || (res == CURLE_WRITE_ERROR && ev->reply_too_big);
+    int answered =
+        res == CURLE_OK || (res == CURLE_WRITE_ERROR && ev->reply.err == NS_ERR_TOO_LARGE);
     if (answered && status >= 200 && status < 300) {
         record_attempt(h, ev, (int)status, NULL);
         log_info("hook: %s %s delivered (attempt %d, HTTP %ld, %zu-byte reply, %llu ms)", ev->type,
-                 ev->id, ev->attempt, status, ev->reply_len,
+                 ev->id, ev->attempt, status, ev->reply.len,
                  (unsigned long long)((uv_hrtime() - ev->sent_ns) / 1000000));
         char err[256];
         if (events_mark(h->api->store, ev->row, "delivered", err, sizeof err) < 0)
@@ -686,7 +672,7 @@ static void transfer_done(hook_t *h, event_t *ev, CURLcode res) {
                  ev->curl_err[0] ? ev->curl_err : curl_easy_strerror(res));
         status = 0;
     } else {
-        char *snippet = printable_prefix(ev->reply ? ev->reply : "", ev->reply_len, ERROR_SNIPPET);
+        char *snippet = printable_prefix(bytebuf_str(&ev->reply), ev->reply.len, ERROR_SNIPPET);
         snprintf(error, sizeof error, "HTTP %ld%s%s", status, snippet && *snippet ? ": " : "",
                  snippet ? snippet : "");
         free(snippet);

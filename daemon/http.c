@@ -41,54 +41,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include "bytebuf.h"
+
 #define READ_CHUNK 16384 /* bytes of free space offered to each read */
 #define LINGER_MS  2000  /* longest lingering close */
-
-/* ------------------------------------------------------------ buffers */
-
-/* A growing byte buffer that always has room for a terminating NUL. */
-typedef struct {
-    char *p;
-    size_t len, cap;
-} buf_t;
-
-/* Append n bytes unless the result would exceed limit bytes. Returns 0, or -1
- * when over the limit or out of memory (the buffer is unchanged). */
-static int buf_append(buf_t *b, const char *data, size_t n, size_t limit) {
-    if (n > limit || b->len > limit - n) return -1;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
-/* Make room for n more bytes (plus the NUL) without changing the content. */
-static int buf_reserve(buf_t *b, size_t n) {
-    if (b->len + n + 1 <= b->cap) return 0;
-    char *p = realloc(b->p, b->len + n + 1);
-    if (!p) return -1;
-    b->p = p;
-    b->cap = b->len + n + 1;
-    return 0;
-}
-
-/* The content as a C string; "" when nothing was ever appended. */
-static const char *buf_str(const buf_t *b) {
-    return b->p ? b->p : "";
-}
-
-static void buf_free(buf_t *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
 
 /* ------------------------------------------------------ percent-decoding */
 
@@ -158,15 +114,15 @@ typedef struct conn {
     char peer[64];       /* "127.0.0.1:54321" or "[::1]:54321" */
     char addr[48];       /* the peer's address alone: what max_per_client counts */
     uint64_t idle_since; /* uv_now (ms) when it last started waiting for a request */
-    buf_t *raw_out;      /* http_feed_raw: responses go here, no socket, no timers */
+    bytebuf_t *raw_out;  /* http_feed_raw: responses go here, no socket, no timers */
 
     http_parser parser;
-    buf_t in; /* received bytes; [in_off, in.len) not yet parsed */
+    bytebuf_t in; /* received bytes; [in_off, in.len) not yet parsed */
     size_t in_off;
 
     /* The request being received. */
-    buf_t url, auth, ctype, expect, source, wh_id, wh_ts, wh_sig;
-    buf_t body;
+    bytebuf_t url, auth, ctype, expect, source, wh_id, wh_ts, wh_sig;
+    bytebuf_t body; /* capped at max_body_bytes, the others only by memory */
     char field[24]; /* lower-case prefix of the current header name */
     size_t field_len;
     int in_value;        /* last header callback was a value */
@@ -188,7 +144,7 @@ typedef struct conn {
     unsigned closing : 1;
 
     /* A streaming response (see "streaming responses" below). */
-    buf_t last_id;              /* the Last-Event-ID header */
+    bytebuf_t last_id;          /* the Last-Event-ID header */
     struct http_stream *stream; /* set by http_stream_open; freed with the connection */
     unsigned streaming : 1;     /* the head is sent: no more requests, no idle deadline */
 } conn_t;
@@ -326,8 +282,8 @@ static void conn_send(conn_t *c, int status, const char *ctype, char *body, size
     else
         snprintf(w->head, (size_t)n + 1, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
     if (c->raw_out) { /* http_feed_raw: the bytes are the result, and "written" at once */
-        buf_append(c->raw_out, w->head, (size_t)n, SIZE_MAX - 1);
-        if (body && !head_only) buf_append(c->raw_out, body, body_len, SIZE_MAX - 1);
+        bytebuf_append(c->raw_out, w->head, (size_t)n);
+        if (body && !head_only) bytebuf_append(c->raw_out, body, body_len);
         free(w);
         free(body);
         if (final && c->last) conn_linger(c);
@@ -378,11 +334,21 @@ static int count_header_bytes(conn_t *c, size_t n) {
     return 0;
 }
 
+/* The buffers of the request being received, into bufs. Returns their
+ * count, REQUEST_BUFS. */
+#define REQUEST_BUFS 10
+static int request_bufs(conn_t *c, bytebuf_t **bufs) {
+    bytebuf_t *all[REQUEST_BUFS] = {&c->url,   &c->auth,  &c->ctype,  &c->expect, &c->source,
+                                    &c->wh_id, &c->wh_ts, &c->wh_sig, &c->body,   &c->last_id};
+    memcpy(bufs, all, sizeof all);
+    return REQUEST_BUFS;
+}
+
 static int on_message_begin(http_parser *p) {
     conn_t *c = p->data;
-    c->url.len = c->auth.len = c->ctype.len = c->expect.len = c->source.len = c->body.len = 0;
-    c->wh_id.len = c->wh_ts.len = c->wh_sig.len = c->last_id.len = 0;
-    if (c->body.cap > 65536) buf_free(&c->body); /* a large body is not kept for the next */
+    bytebuf_t *bufs[REQUEST_BUFS];
+    for (int i = 0, n = request_bufs(c, bufs); i < n; i++) bytebuf_reset(bufs[i]);
+    if (c->body.cap > 65536) bytebuf_free(&c->body); /* a large body is not kept for the next */
     c->field_len = 0;
     c->in_value = 0;
     c->hdr = HDR_OTHER;
@@ -400,7 +366,7 @@ static int on_message_begin(http_parser *p) {
 static int on_url(http_parser *p, const char *at, size_t n) {
     conn_t *c = p->data;
     if (count_header_bytes(c, n)) return -1;
-    if (buf_append(&c->url, at, n, SIZE_MAX - 1)) return conn_reject(c, 503, "out of memory");
+    if (bytebuf_append(&c->url, at, n)) return conn_reject(c, 503, "out of memory");
     return 0;
 }
 
@@ -450,16 +416,16 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
             c->hdr_seen |= 1u << c->hdr;
         }
     }
-    buf_t *dst = c->hdr == HDR_AUTH     ? &c->auth
-                 : c->hdr == HDR_CTYPE  ? &c->ctype
-                 : c->hdr == HDR_EXPECT ? &c->expect
-                 : c->hdr == HDR_SOURCE ? &c->source
-                 : c->hdr == HDR_WH_ID  ? &c->wh_id
-                 : c->hdr == HDR_WH_TS  ? &c->wh_ts
-                 : c->hdr == HDR_WH_SIG ? &c->wh_sig
-                                        : NULL;
+    bytebuf_t *dst = c->hdr == HDR_AUTH     ? &c->auth
+                     : c->hdr == HDR_CTYPE  ? &c->ctype
+                     : c->hdr == HDR_EXPECT ? &c->expect
+                     : c->hdr == HDR_SOURCE ? &c->source
+                     : c->hdr == HDR_WH_ID  ? &c->wh_id
+                     : c->hdr == HDR_WH_TS  ? &c->wh_ts
+                     : c->hdr == HDR_WH_SIG ? &c->wh_sig
+                                            : NULL;
     if (c->hdr == HDR_LAST_ID) dst = &c->last_id;
-    if (dst && buf_append(dst, at, n, SIZE_MAX - 1)) return conn_reject(c, 503, "out of memory");
+    if (dst && bytebuf_append(dst, at, n)) return conn_reject(c, 503, "out of memory");
     return 0;
 }
 
@@ -468,12 +434,12 @@ static int parse_target(conn_t *c) {
     struct http_parser_url u;
     http_parser_url_init(&u);
     if (c->url.len == 0 ||
-        http_parser_parse_url(c->url.p, c->url.len, c->parser.method == HTTP_CONNECT, &u))
+        http_parser_parse_url(c->url.data, c->url.len, c->parser.method == HTTP_CONNECT, &u))
         return conn_reject(c, 400, "invalid request target");
     const char *raw = "/";
     size_t raw_len = 1;
     if (u.field_set & (1 << UF_PATH)) {
-        raw = c->url.p + u.field_data[UF_PATH].off;
+        raw = c->url.data + u.field_data[UF_PATH].off;
         raw_len = u.field_data[UF_PATH].len;
     }
     c->path = malloc(raw_len + 1);
@@ -481,7 +447,7 @@ static int parse_target(conn_t *c) {
     if (pct_decode(raw, raw_len, 0, c->path, raw_len + 1) < 0)
         return conn_reject(c, 400, "invalid percent-encoding in the path");
     if (u.field_set & (1 << UF_QUERY)) {
-        char *q = c->url.p + u.field_data[UF_QUERY].off;
+        char *q = c->url.data + u.field_data[UF_QUERY].off;
         q[u.field_data[UF_QUERY].len] = '\0'; /* cuts a fragment; url has room for the NUL */
         c->query = q;
     }
@@ -495,16 +461,16 @@ static http_request_t conn_request(const conn_t *c) {
         .method = http_method_str((enum http_method)p->method),
         .path = c->path ? c->path : "/",
         .query = c->query,
-        .body = buf_str(&c->body),
+        .body = bytebuf_str(&c->body),
         .body_len = c->body.len,
-        .authorization = c->hdr_seen & (1u << HDR_AUTH) ? buf_str(&c->auth) : NULL,
-        .content_type = c->hdr_seen & (1u << HDR_CTYPE) ? buf_str(&c->ctype) : NULL,
-        .source = c->hdr_seen & (1u << HDR_SOURCE) ? buf_str(&c->source) : NULL,
-        .webhook_id = c->hdr_seen & (1u << HDR_WH_ID) ? buf_str(&c->wh_id) : NULL,
-        .webhook_timestamp = c->hdr_seen & (1u << HDR_WH_TS) ? buf_str(&c->wh_ts) : NULL,
-        .webhook_signature = c->hdr_seen & (1u << HDR_WH_SIG) ? buf_str(&c->wh_sig) : NULL,
+        .authorization = c->hdr_seen & (1u << HDR_AUTH) ? bytebuf_str(&c->auth) : NULL,
+        .content_type = c->hdr_seen & (1u << HDR_CTYPE) ? bytebuf_str(&c->ctype) : NULL,
+        .source = c->hdr_seen & (1u << HDR_SOURCE) ? bytebuf_str(&c->source) : NULL,
+        .webhook_id = c->hdr_seen & (1u << HDR_WH_ID) ? bytebuf_str(&c->wh_id) : NULL,
+        .webhook_timestamp = c->hdr_seen & (1u << HDR_WH_TS) ? bytebuf_str(&c->wh_ts) : NULL,
+        .webhook_signature = c->hdr_seen & (1u << HDR_WH_SIG) ? bytebuf_str(&c->wh_sig) : NULL,
         .peer = c->peer,
-        .last_event_id = c->hdr_seen & (1u << HDR_LAST_ID) ? buf_str(&c->last_id) : NULL,
+        .last_event_id = c->hdr_seen & (1u << HDR_LAST_ID) ? bytebuf_str(&c->last_id) : NULL,
         .conn = (void *)c,
     };
 }
@@ -522,13 +488,13 @@ static int on_headers_complete(http_parser *p) {
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > lim->max_body_bytes)
         return conn_reject(c, 413, "request body is larger than the limit");
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > 0 &&
-        buf_reserve(&c->body, (size_t)p->content_length))
+        bytebuf_reserve(&c->body, (size_t)p->content_length))
         return conn_reject(c, 503, "out of memory");
     /* A client that waits for "100 Continue" gets it only when a body fits. */
     /* Without a Content-Length, http-parser leaves content_length at ULLONG_MAX. */
     int has_body =
         (p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > 0);
-    if (has_body && c->expect.len && !strcasecmp(c->expect.p, "100-continue") &&
+    if (has_body && c->expect.len && !strcasecmp(c->expect.data, "100-continue") &&
         (p->http_major > 1 || (p->http_major == 1 && p->http_minor >= 1)))
         conn_send(c, 100, NULL, NULL, 0, 0, 0);
     return c->closing ? -1 : 0;
@@ -536,7 +502,7 @@ static int on_headers_complete(http_parser *p) {
 
 static int on_body(http_parser *p, const char *at, size_t n) {
     conn_t *c = p->data;
-    if (buf_append(&c->body, at, n, c->srv->lim.max_body_bytes))
+    if (bytebuf_append(&c->body, at, n))
         return conn_reject(c, 413, "request body is larger than the limit");
     return 0;
 }
@@ -590,7 +556,7 @@ static const http_parser_settings parser_settings = {
 static void conn_process(conn_t *c) {
     while (!c->closing && !c->writing && !c->lingering && c->in_off < c->in.len) {
         size_t avail = c->in.len - c->in_off;
-        size_t n = http_parser_execute(&c->parser, &parser_settings, c->in.p + c->in_off, avail);
+        size_t n = http_parser_execute(&c->parser, &parser_settings, c->in.data + c->in_off, avail);
         c->in_off += n;
         enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
         if (c->closing) return;
@@ -619,13 +585,8 @@ static void conn_process(conn_t *c) {
         }
     }
     if (c->closing || c->lingering) return;
-    if (c->in_off == c->in.len) {
-        c->in.len = c->in_off = 0;
-    } else if (c->in_off > 0) {
-        memmove(c->in.p, c->in.p + c->in_off, c->in.len - c->in_off);
-        c->in.len -= c->in_off;
-        c->in_off = 0;
-    }
+    bytebuf_drop(&c->in, c->in_off); /* what was parsed */
+    c->in_off = 0;
     /* The idle timer was armed on accept or when the last response was written;
      * bytes that start no request (blank lines) do not extend it. */
     if (c->writing) return;
@@ -636,8 +597,8 @@ static void conn_process(conn_t *c) {
 static void conn_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *out) {
     conn_t *c = h->data;
     *out = uv_buf_init(NULL, 0);
-    if (buf_reserve(&c->in, READ_CHUNK)) return; /* read_cb gets UV_ENOBUFS */
-    *out = uv_buf_init(c->in.p + c->in.len, (unsigned)(c->in.cap - c->in.len - 1));
+    if (bytebuf_reserve(&c->in, READ_CHUNK)) return; /* read_cb gets UV_ENOBUFS */
+    *out = uv_buf_init(c->in.data + c->in.len, (unsigned)(c->in.cap - c->in.len - 1));
 }
 
 static void conn_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
@@ -648,7 +609,7 @@ static void conn_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
         return;
     }
     if (c->lingering || c->streaming || nread == 0) return; /* discard */
-    c->in.len += (size_t)nread;
+    bytebuf_commit(&c->in, (size_t)nread);
     conn_process(c);
 }
 
@@ -674,19 +635,20 @@ static void server_release(http_server_t *s) {
     if (done) done(arg);
 }
 
+/* The empty buffers of a new connection: the body capped by the server's
+ * limit, the others only by memory (the header bytes are counted apart). */
+static void conn_init_bufs(conn_t *c) {
+    bytebuf_t *bufs[REQUEST_BUFS];
+    for (int i = 0, n = request_bufs(c, bufs); i < n; i++) bytebuf_init(bufs[i], BYTEBUF_UNLIMITED);
+    bytebuf_init(&c->body, c->srv->lim.max_body_bytes);
+    bytebuf_init(&c->in, BYTEBUF_UNLIMITED);
+}
+
 /* Free a connection and everything it owns (its handles are closed). */
 static void conn_free(conn_t *c) {
-    buf_free(&c->in);
-    buf_free(&c->url);
-    buf_free(&c->auth);
-    buf_free(&c->ctype);
-    buf_free(&c->expect);
-    buf_free(&c->source);
-    buf_free(&c->wh_id);
-    buf_free(&c->wh_ts);
-    buf_free(&c->wh_sig);
-    buf_free(&c->body);
-    buf_free(&c->last_id);
+    bytebuf_t *bufs[REQUEST_BUFS];
+    for (int i = 0, n = request_bufs(c, bufs); i < n; i++) bytebuf_free(bufs[i]);
+    bytebuf_free(&c->in);
     free(c->stream);
     free(c->path);
     free(c);
@@ -789,6 +751,7 @@ static void server_connection_cb(uv_stream_t *ls, int status) {
     if (!c) return;
     c->srv = s;
     c->query = "";
+    conn_init_bufs(c);
     if (uv_timer_init(s->loop, &c->timer) < 0) {
         free(c);
         return;
@@ -1240,13 +1203,15 @@ fail:
 void http_feed_raw(const char *data, size_t len, http_handler_fn handler,
                    http_authorize_fn authorize, void *user, char **out, size_t *out_len) {
     http_server_t srv = {.handler = handler, .user = user, .authorize = authorize};
-    buf_t result = {0};
+    bytebuf_t result;
     conn_t *c = calloc(1, sizeof *c);
     *out = NULL;
     *out_len = 0;
     if (!c) return;
+    bytebuf_init(&result, BYTEBUF_UNLIMITED);
     http_limits_default(&srv.lim);
     c->srv = &srv;
+    conn_init_bufs(c);
     c->raw_out = &result;
     c->counted = 1;
     c->query = "";
@@ -1254,8 +1219,7 @@ void http_feed_raw(const char *data, size_t len, http_handler_fn handler,
     snprintf(c->addr, sizeof c->addr, "127.0.0.1");
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
-    if (buf_append(&c->in, data, len, SIZE_MAX - 1) == 0) conn_process(c);
+    if (bytebuf_append(&c->in, data, len) == 0) conn_process(c);
     conn_free(c);
-    *out = result.p;
-    *out_len = result.len;
+    *out = bytebuf_take(&result, out_len);
 }

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bytebuf.h"
 #include "curl_uv.h"
 #include "log.h"
 #include "util.h"
@@ -97,72 +98,44 @@ int slurm_time_minutes(double budget_s, double slack_s) {
     return m > 1e6 ? 1000000 : (int)m;
 }
 
-/* Append s to the growing string *out (len *n, capacity *cap), single-quoted
- * for sh when quote is set. -1 when out of memory. */
-static int put(char **out, size_t *n, size_t *cap, const char *s, int quote) {
-    size_t need = *n + (quote ? 4 * strlen(s) + 3 : strlen(s)) + 1;
-    if (need > *cap) {
-        size_t c = *cap ? *cap : 1024;
-        while (c < need) c *= 2;
-        char *p = realloc(*out, c);
-        if (!p) return -1;
-        *out = p;
-        *cap = c;
-    }
-    char *o = *out + *n;
-    if (quote) *o++ = '\'';
+/* Append s to b single-quoted for sh. A failure stays in b->err. */
+static void put_quoted(bytebuf_t *b, const char *s) {
+    bytebuf_putc(b, '\'');
     for (const char *q = s; *q; q++) {
-        if (quote && *q == '\'') {
-            memcpy(o, "'\\''", 4); /* end quote, escaped quote, reopen */
-            o += 4;
-        } else {
-            *o++ = *q;
-        }
+        if (*q == '\'')
+            bytebuf_puts(b, "'\\''"); /* end quote, escaped quote, reopen */
+        else
+            bytebuf_putc(b, *q);
     }
-    if (quote) *o++ = '\'';
-    *o = '\0';
-    *n = (size_t)(o - *out);
-    return 0;
+    bytebuf_putc(b, '\'');
 }
 
 char *slurm_job_script(const executor_run_t *r) {
-    char *out = NULL, num[64];
-    size_t n = 0, cap = 0;
-    int bad = 0;
-    snprintf(num, sizeof num, "%lld", (long long)r->id);
-    bad |= put(&out, &n, &cap, "#!/bin/sh\n# nightshift experiment ", 0);
-    bad |= put(&out, &n, &cap, num, 0);
-    bad |= put(&out, &n, &cap,
-               ": written by the daemon, run by Slurm. Progress lines (fd 3)\n"
-               "# go to progress.jsonl, which the daemon tails; the exit code to exit_code.\n"
-               "cd ",
-               0);
-    bad |= put(&out, &n, &cap, r->run_dir, 1);
-    bad |= put(&out, &n, &cap, " || exit 1\n", 0);
+    bytebuf_t b;
+    bytebuf_init(&b, BYTEBUF_UNLIMITED);
+    bytebuf_printf(&b,
+                   "#!/bin/sh\n# nightshift experiment %lld"
+                   ": written by the daemon, run by Slurm. Progress lines (fd 3)\n"
+                   "# go to progress.jsonl, which the daemon tails; the exit code to exit_code.\n"
+                   "cd ",
+                   (long long)r->id);
+    put_quoted(&b, r->run_dir);
+    bytebuf_puts(&b, " || exit 1\n");
     if (r->memory_mb > 0 && r->shim) {
         /* The local slot's limit, so that running out of memory is the
          * engine's exit 4 here too, not only Slurm's OUT_OF_MEMORY. */
-        snprintf(num, sizeof num, "%d", r->memory_mb);
-        bad |= put(&out, &n, &cap, r->shim, 1);
-        bad |= put(&out, &n, &cap, " exec-limited --memory-mb ", 0);
-        bad |= put(&out, &n, &cap, num, 0);
-        bad |= put(&out, &n, &cap, " --", 0);
+        put_quoted(&b, r->shim);
+        bytebuf_printf(&b, " exec-limited --memory-mb %d --", r->memory_mb);
     }
     for (int i = 0; r->argv && r->argv[i]; i++) {
-        if (n && out[n - 1] != '\n') bad |= put(&out, &n, &cap, " ", 0);
-        bad |= put(&out, &n, &cap, r->argv[i], 1);
+        if (b.len && b.data[b.len - 1] != '\n') bytebuf_putc(&b, ' ');
+        put_quoted(&b, r->argv[i]);
     }
-    bad |= put(&out, &n, &cap,
-               " 3>>progress.jsonl\n"
-               "code=$?\n"
-               "echo \"$code\" > exit_code.tmp && mv -f exit_code.tmp exit_code\n"
-               "exit \"$code\"\n",
-               0);
-    if (bad) {
-        free(out);
-        return NULL;
-    }
-    return out;
+    bytebuf_puts(&b, " 3>>progress.jsonl\n"
+                     "code=$?\n"
+                     "echo \"$code\" > exit_code.tmp && mv -f exit_code.tmp exit_code\n"
+                     "exit \"$code\"\n");
+    return bytebuf_take(&b, NULL); /* NULL when out of memory */
 }
 
 int slurm_sbatch_argv(const slurm_opts_t *o, const executor_run_t *r, const char *script,
@@ -289,8 +262,7 @@ struct slurm_job {
     double t_start;    /* uv_now seconds at submission or attach */
     /* the progress file tail */
     int64_t offset;
-    char *line;
-    size_t line_len, line_cap;
+    bytebuf_t line; /* the unfinished line, at most MAX_LINE bytes */
     int line_discard;
     uint64_t garbage_lines;
     cJSON *result; /* the last result line, owned */
@@ -507,7 +479,7 @@ static void job_free(slurm_job_t *j) {
     free(j->progress_path);
     free(j->exit_path);
     free(j->log_path);
-    free(j->line);
+    bytebuf_free(&j->line);
     cJSON_Delete(j->result);
     free(j);
 }
@@ -549,34 +521,15 @@ static void progress_feed(slurm_job_t *j, const char *p, size_t n) {
     while (n > 0) {
         const char *nl = memchr(p, '\n', n);
         size_t seg = nl ? (size_t)(nl - p) : n;
-        if (!j->line_discard) {
-            if (j->line_len + seg > MAX_LINE) {
-                j->garbage_lines++;
-                j->line_discard = 1;
-                j->line_len = 0;
-            } else if (seg) {
-                if (j->line_len + seg > j->line_cap) {
-                    size_t cap = j->line_cap ? j->line_cap : 4096;
-                    while (cap < j->line_len + seg) cap *= 2;
-                    char *q = realloc(j->line, cap);
-                    if (!q) {
-                        j->garbage_lines++;
-                        j->line_discard = 1;
-                        j->line_len = 0;
-                        goto next;
-                    }
-                    j->line = q;
-                    j->line_cap = cap;
-                }
-                memcpy(j->line + j->line_len, p, seg);
-                j->line_len += seg;
-            }
+        if (!j->line_discard && bytebuf_append(&j->line, p, seg) < 0) {
+            j->garbage_lines++; /* too long (or out of memory) */
+            j->line_discard = 1;
+            bytebuf_reset(&j->line);
         }
-    next:
         if (!nl) return;
-        if (!j->line_discard) progress_line(j, j->line, j->line_len);
+        if (!j->line_discard) progress_line(j, j->line.data, j->line.len);
         j->line_discard = 0;
-        j->line_len = 0;
+        bytebuf_reset(&j->line);
         p += seg + 1;
         n -= seg + 1;
     }
@@ -600,7 +553,7 @@ static void progress_read(slurm_job_t *j, int drain) {
         if (!drain) break;
     }
     close(fd);
-    if (drain && !j->line_discard && j->line_len) progress_line(j, j->line, j->line_len);
+    if (drain && !j->line_discard && j->line.len) progress_line(j, j->line.data, j->line.len);
 }
 
 /* The code the job script wrote to exit_code, or -1 when there is none. */
@@ -757,9 +710,7 @@ struct rest_req {
     CURL *easy;
     struct curl_slist *headers;
     char *body;
-    char *reply; /* NUL-terminated, up to MAX_STDOUT */
-    size_t reply_len;
-    int overflow;
+    bytebuf_t reply; /* capped at MAX_STDOUT; err NS_ERR_TOO_LARGE past it */
     rest_done_fn done;
     void *arg;
     char what[64]; /* "POST job/submit" */
@@ -769,23 +720,14 @@ struct rest_req {
 static size_t rest_write_cb(char *data, size_t size, size_t nmemb, void *user) {
     rest_req_t *q = user;
     size_t n = size * nmemb;
-    if (q->reply_len + n > MAX_STDOUT) {
-        q->overflow = 1;
-        return 0; /* curl aborts the transfer */
-    }
-    char *p = realloc(q->reply, q->reply_len + n + 1);
-    if (!p) return 0;
-    memcpy(p + q->reply_len, data, n);
-    q->reply = p;
-    q->reply_len += n;
-    q->reply[q->reply_len] = '\0';
-    return n;
+    /* Past the cap or out of memory, curl aborts the transfer. */
+    return bytebuf_append(&q->reply, data, n) == 0 ? n : 0;
 }
 
 static void rest_req_free(rest_req_t *q) {
     curl_slist_free_all(q->headers);
     free(q->body);
-    free(q->reply);
+    bytebuf_free(&q->reply);
     free(q);
 }
 
@@ -798,12 +740,12 @@ static void rest_outcome(rest_req_t *q, CURLcode rc, cJSON **reply, char *err, s
     curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
     if (rc != CURLE_OK) {
         snprintf(err, errlen, "slurmrestd %s: %s", q->what,
-                 q->overflow      ? "reply too large"
-                 : q->curl_err[0] ? q->curl_err
-                                  : curl_easy_strerror(rc));
+                 q->reply.err == NS_ERR_TOO_LARGE ? "reply too large"
+                 : q->curl_err[0]                 ? q->curl_err
+                                                  : curl_easy_strerror(rc));
         return;
     }
-    *reply = q->reply ? cJSON_Parse(q->reply) : NULL;
+    *reply = q->reply.data ? cJSON_Parse(q->reply.data) : NULL;
     const cJSON *errors = cJSON_GetObjectItemCaseSensitive(*reply, "errors");
     const cJSON *e0 = cJSON_GetArrayItem(errors, 0);
     if (e0) {
@@ -858,6 +800,7 @@ static int rest_start(slurm_t *sx, const char *method, const char *path, const c
         return UV_ENOMEM;
     }
     q->sx = sx;
+    bytebuf_init(&q->reply, MAX_STDOUT);
     q->done = done;
     q->arg = arg;
     snprintf(q->what, sizeof q->what, "%s %.50s", method, path);
@@ -1132,6 +1075,7 @@ static slurm_job_t *job_new(slurm_t *sx, const executor_run_t *r, const executor
     if (!j) return NULL;
     j->sx = sx;
     j->cb = *cb;
+    bytebuf_init(&j->line, MAX_LINE);
     j->id = r->id;
     j->stop_req = -1;
     j->t_start = now_s(sx);

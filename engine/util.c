@@ -29,6 +29,8 @@ const char *ns_strerror(int code) {
         return "conflict";
     case NS_ERR_DOES_NOT_FIT:
         return "does not fit";
+    case NS_ERR_TOO_LARGE:
+        return "too large";
     }
     return "unknown error";
 }

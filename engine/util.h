@@ -11,12 +11,13 @@
  * success, and a failure without a more specific kind. */
 typedef enum {
     NS_OK = 0,
-    NS_ERR_INVALID = -1,     /* bad input or any failure without its own code */
-    NS_ERR_NOT_FOUND = -2,   /* the named thing does not exist */
-    NS_ERR_NOMEM = -3,       /* an allocation failed */
-    NS_ERR_IO = -4,          /* a file, socket or database operation failed */
-    NS_ERR_CONFLICT = -5,    /* the request clashes with what exists */
-    NS_ERR_DOES_NOT_FIT = -6 /* the work needs more than the machine has */
+    NS_ERR_INVALID = -1,      /* bad input or any failure without its own code */
+    NS_ERR_NOT_FOUND = -2,    /* the named thing does not exist */
+    NS_ERR_NOMEM = -3,        /* an allocation failed */
+    NS_ERR_IO = -4,           /* a file, socket or database operation failed */
+    NS_ERR_CONFLICT = -5,     /* the request clashes with what exists */
+    NS_ERR_DOES_NOT_FIT = -6, /* the work needs more than the machine has */
+    NS_ERR_TOO_LARGE = -7     /* more bytes than a size limit allows */
 } ns_err_t;
 
 /* A short fixed description of code ("not found"); never NULL. */

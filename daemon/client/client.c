@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bytebuf.h"
 #include "cli.h"
 #include "util.h"
 
@@ -309,6 +310,66 @@ static int common_option(int argc, char **argv, int *i, conn_opts_t *o) {
     return opt_value(argc, argv, i, "--token-file", &o->token_file);
 }
 
+/* One option of a command besides the common ones: with value set it takes
+ * a value ("--limit N" or "--limit=N"), stored there; with flag set it is a
+ * flag ("--json"), and *flag becomes 1. A list of them ends with {0}. */
+typedef struct {
+    const char *name;
+    const char **value;
+    int *flag;
+} opt_t;
+
+/* The arguments of a command that are not options. */
+typedef struct {
+    const char **v;       /* they go here, at most max of them */
+    int max;              /* 0: none is accepted ("unexpected argument") */
+    const char *too_many; /* the usage message past max */
+    int dash;             /* a lone "-" is one (stdin), not an option */
+    int n;                /* how many were given */
+} args_t;
+
+/* Parse a command's argv[1..]: the common options into o, the command's own
+ * opts (may be NULL), and the other arguments into args (NULL when it takes
+ * none). Returns 1 when the command should run (*rc 0), or 0 with *rc its
+ * exit code: --help was given (0, the usage printed), or a usage error
+ * (printed). */
+static int parse_args(int argc, char **argv, const help_t *h, conn_opts_t *o, const opt_t *opts,
+                      args_t *args, int *rc) {
+    for (int i = 1; i < argc; i++) {
+        int r = common_option(argc, argv, &i, o);
+        for (const opt_t *op = opts; r == 0 && op && op->name; op++) {
+            if (op->value)
+                r = opt_value(argc, argv, &i, op->name, op->value);
+            else if (!strcmp(argv[i], op->name))
+                r = *op->flag = 1;
+        }
+        if (r < 0) {
+            *rc = usage_error(h, "%s needs a value", argv[i]);
+            return 0;
+        }
+        if (r) continue;
+        if (argv[i][0] == '-' && !(args && args->dash && !argv[i][1])) {
+            *rc = usage_error(h, "unknown option %s", argv[i]);
+            return 0;
+        }
+        if (!args || args->max == 0) {
+            *rc = usage_error(h, "unexpected argument '%s'", argv[i]);
+            return 0;
+        }
+        if (args->n == args->max) {
+            *rc = usage_error(h, "%s", args->too_many);
+            return 0;
+        }
+        args->v[args->n++] = argv[i];
+    }
+    *rc = 0;
+    if (o->help) {
+        print_usage(stdout, h);
+        return 0;
+    }
+    return 1;
+}
+
 /* A positive integer argument (an experiment id, a limit); -1 if it is not. */
 static long long parse_positive(const char *s) {
     char *end;
@@ -322,46 +383,40 @@ static long long parse_positive(const char *s) {
 static int read_input(const char *path, size_t max, char **out, size_t *len, char *err,
                       size_t errlen) {
     int is_stdin = !strcmp(path, "-");
+    const char *shown = is_stdin ? "stdin" : path;
     FILE *f = is_stdin ? stdin : fopen(path, "rb");
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
+    char chunk[4096];
+    size_t got;
+    bytebuf_t b;
+    bytebuf_init(&b, max);
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    for (;;) {
-        /* Room for max + 1 bytes and the NUL: one byte over max is the sign. */
-        if (n + 1 >= cap) {
-            size_t ncap = cap ? cap * 2 : 4096;
-            if (ncap > max + 2) ncap = max + 2;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                snprintf(err, errlen, "%s: out of memory", is_stdin ? "stdin" : path);
-                goto fail;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (n > max) {
-            snprintf(err, errlen, "%s: larger than %zu bytes", is_stdin ? "stdin" : path, max);
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        int rc = bytebuf_append(&b, chunk, got);
+        if (rc == NS_ERR_TOO_LARGE) {
+            snprintf(err, errlen, "%s: larger than %zu bytes", shown, max);
             goto fail;
         }
-        if (got == 0) break;
+        if (rc < 0) {
+            snprintf(err, errlen, "%s: out of memory", shown);
+            goto fail;
+        }
     }
     if (ferror(f)) {
-        snprintf(err, errlen, "%s: %s", is_stdin ? "stdin" : path, strerror(errno));
+        snprintf(err, errlen, "%s: %s", shown, strerror(errno));
+        goto fail;
+    }
+    if (!(*out = bytebuf_take(&b, len))) {
+        snprintf(err, errlen, "%s: out of memory", shown);
         goto fail;
     }
     if (!is_stdin) fclose(f);
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
     return 0;
 fail:
     if (!is_stdin) fclose(f);
-    free(buf);
+    bytebuf_free(&b);
     return -1;
 }
 
@@ -381,40 +436,26 @@ typedef struct {
     char said[512];                    /* the last failure's message when quiet */
 } conn_t;
 
-/* A reply body: NUL-terminated, malloc'd, freed with reply_free. */
+/* A reply: its status and body (capped at MAX_REPLY_BYTES; body.data is
+ * never NULL once conn_request started), freed with reply_free. */
 typedef struct {
     long status;
-    char *body;
-    size_t len, cap;
-    int too_big;
+    bytebuf_t body;
 } reply_t;
 
 #define CONN_STOPPED (-1) /* conn_request: the transfer was aborted through conn_t.stop */
 
 static void reply_free(reply_t *r) {
-    free(r->body);
+    bytebuf_free(&r->body);
     memset(r, 0, sizeof *r);
 }
 
 static size_t write_cb(char *data, size_t size, size_t nmemb, void *arg) {
     reply_t *r = arg;
     size_t add = size * nmemb;
-    if (add > MAX_REPLY_BYTES - r->len) {
-        r->too_big = 1;
-        return 0;
-    }
-    if (r->len + add + 1 > r->cap) {
-        size_t cap = r->cap * 2 > r->len + add + 1 ? r->cap * 2 : r->len + add + 1;
-        if (cap > MAX_REPLY_BYTES + 1) cap = MAX_REPLY_BYTES + 1;
-        char *nb = realloc(r->body, cap);
-        if (!nb) return 0;
-        r->body = nb;
-        r->cap = cap;
-    }
-    memcpy(r->body + r->len, data, add);
-    r->len += add;
-    r->body[r->len] = '\0';
-    return add;
+    /* Past the cap or out of memory, curl ends the transfer with
+     * CURLE_WRITE_ERROR; body.err says which. */
+    return bytebuf_append(&r->body, data, add) == 0 ? add : 0;
 }
 
 static int progress_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
@@ -554,7 +595,7 @@ oom:
  * bare HTTP status when the body is not one. */
 static void print_api_error(FILE *errf, const conn_t *c, const char *method, const char *path,
                             const reply_t *r) {
-    cJSON *j = cJSON_ParseWithLength(r->body, r->len);
+    cJSON *j = cJSON_ParseWithLength(r->body.data, r->body.len);
     const char *code = jstr(j, "error.code"), *msg = jstr(j, "error.message");
     if (code && msg) {
         fputs("nightshift: ", errf);
@@ -566,11 +607,11 @@ static void print_api_error(FILE *errf, const conn_t *c, const char *method, con
         fputc('\n', errf);
     } else {
         fprintf(errf, "nightshift: HTTP %ld from %s %s%s", r->status, method, c->base, path);
-        if (r->len) {
+        if (r->body.len) {
             char first[200];
-            size_t n = strcspn(r->body, "\r\n");
+            size_t n = strcspn(r->body.data, "\r\n");
             snprintf(first, sizeof first, "%.*s", (int)(n < sizeof first ? n : sizeof first - 1),
-                     r->body);
+                     r->body.data);
             fputs(": ", errf);
             put_clean(errf, first);
         }
@@ -593,11 +634,11 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
     if (!errf) errf = stderr;
     char *url = malloc(strlen(c->base) + strlen(path) + 1);
     memset(r, 0, sizeof *r);
-    if (!url || !(r->body = calloc(1, 1))) {
+    bytebuf_init(&r->body, MAX_REPLY_BYTES);
+    if (!url || bytebuf_reserve(&r->body, 0) < 0) { /* body.data is "" from here on */
         fprintf(errf, "nightshift: out of memory\n");
         goto fail;
     }
-    r->cap = 1;
     strcpy(url, c->base);
     strcat(url, path);
     curl_easy_setopt(k, CURLOPT_URL, url);
@@ -633,7 +674,7 @@ static int conn_request(conn_t *c, const char *method, const char *path, const c
         goto fail;
     case CURLE_WRITE_ERROR:
     case CURLE_FILESIZE_EXCEEDED:
-        if (cr == CURLE_FILESIZE_EXCEEDED || r->too_big)
+        if (cr == CURLE_FILESIZE_EXCEEDED || r->body.err == NS_ERR_TOO_LARGE)
             fprintf(errf, "nightshift: the reply to %s %s is larger than %zu MiB\n", method, path,
                     MAX_REPLY_BYTES >> 20);
         else
@@ -675,7 +716,7 @@ static int conn_json(conn_t *c, const char *method, const char *path, const char
     *out = NULL;
     int rc = conn_request(c, method, path, body, body_len, &r);
     if (rc) return rc;
-    *out = cJSON_ParseWithLength(r.body, r.len);
+    *out = cJSON_ParseWithLength(r.body.data, r.body.len);
     reply_free(&r);
     if (!*out) {
         fprintf(stderr, "nightshift: the reply to %s %s is not JSON\n", method, path);
@@ -692,8 +733,8 @@ static int conn_get_raw(conn_t *c, const char *path, int raw, cJSON **out) {
     if (!raw) return conn_json(c, "GET", path, NULL, 0, out);
     int rc = conn_request(c, "GET", path, NULL, 0, &r);
     if (rc) return rc;
-    fwrite(r.body, 1, r.len, stdout);
-    if (!r.len || r.body[r.len - 1] != '\n') fputc('\n', stdout);
+    fwrite(r.body.data, 1, r.body.len, stdout);
+    if (!r.body.len || r.body.data[r.body.len - 1] != '\n') fputc('\n', stdout);
     reply_free(&r);
     return 0;
 }
@@ -746,24 +787,12 @@ int submit_main(int argc, char **argv) {
     size_t len = 0;
     cJSON *spec = NULL, *reply = NULL;
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && (rc = opt_value(argc, argv, &i, "--repeats", &repeats)) < 0))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--force"))
-            force = 1;
-        else if (argv[i][0] == '-' && argv[i][1])
-            return usage_error(h, "unknown option %s", argv[i]);
-        else if (file)
-            return usage_error(h, "one FILE at a time (an array of specs submits several)");
-        else
-            file = argv[i];
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--repeats", .value = &repeats}, {"--force", .flag = &force}, {0}};
+    args_t args = {.v = &file,
+                   .max = 1,
+                   .too_many = "one FILE at a time (an array of specs submits several)",
+                   .dash = 1};
+    if (!parse_args(argc, argv, h, &o, opts, &args, &rc)) return rc;
     if (!file) return usage_error(h, "no FILE given (- reads stdin)");
     if (repeats && parse_positive(repeats) < 0)
         return usage_error(h, "--repeats: expected a positive integer, got '%s'", repeats);
@@ -958,26 +987,14 @@ int ls_main(int argc, char **argv) {
     cJSON *list = NULL;
     line_t path = {"/v1/experiments", 15};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && ((rc = opt_value(argc, argv, &i, "--status", &status)) < 0 ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--limit", &limit)) < 0) ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--order", &order)) < 0) ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0) ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--after", &after)) < 0))))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else
-            return usage_error(h, "unexpected argument '%s'", argv[i]);
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--status", .value = &status},
+                          {"--limit", .value = &limit},
+                          {"--order", .value = &order},
+                          {"--dataset", .value = &dataset},
+                          {"--after", .value = &after},
+                          {"--json", .flag = &json},
+                          {0}};
+    if (!parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (limit && parse_positive(limit) < 0)
         return usage_error(h, "--limit: expected a positive integer, got '%s'", limit);
     if (after && parse_positive(after) < 0)
@@ -1187,26 +1204,10 @@ int show_main(int argc, char **argv) {
     reply_t r = {0};
     line_t path = {0};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && (rc = opt_value(argc, argv, &i, "--tail", &tail)) < 0))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (!strcmp(argv[i], "--log"))
-            log = 1;
-        else if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else if (id_arg)
-            return usage_error(h, "one ID at a time");
-        else
-            id_arg = argv[i];
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {
+        {"--tail", .value = &tail}, {"--json", .flag = &json}, {"--log", .flag = &log}, {0}};
+    args_t args = {.v = &id_arg, .max = 1, .too_many = "one ID at a time"};
+    if (!parse_args(argc, argv, h, &o, opts, &args, &rc)) return rc;
     long long id = parse_positive(id_arg);
     if (!id_arg) return usage_error(h, "no experiment ID given");
     if (id < 0) return usage_error(h, "expected an experiment id, got '%s'", id_arg);
@@ -1220,7 +1221,7 @@ int show_main(int argc, char **argv) {
         line_add(&path, "/log?tail=%lld",
                  tail ? parse_positive(tail) : (long long)LOG_TAIL_DEFAULT);
         if ((rc = conn_request(&c, "GET", path.s, NULL, 0, &r)) != 0) goto fail;
-        fwrite(r.body, 1, r.len, stdout);
+        fwrite(r.body.data, 1, r.body.len, stdout);
         goto fail;
     }
     if ((rc = conn_get_raw(&c, path.s, json, &e)) != 0 || json) goto fail;
@@ -1266,23 +1267,11 @@ int best_main(int argc, char **argv) {
     const char *dataset = NULL, *budget = NULL;
     line_t path = {"/v1/best", 8};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && ((rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0 ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--budget", &budget)) < 0))))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else
-            return usage_error(h, "unexpected argument '%s'", argv[i]);
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--dataset", .value = &dataset},
+                          {"--budget", .value = &budget},
+                          {"--json", .flag = &json},
+                          {0}};
+    if (!parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
     scope_query(&path, dataset, budget);
     if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;
@@ -1344,24 +1333,12 @@ int leaderboard_main(int argc, char **argv) {
     const char *dataset = NULL, *budget = NULL, *limit = NULL;
     line_t path = {"/v1/leaderboard", 15};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && ((rc = opt_value(argc, argv, &i, "--dataset", &dataset)) < 0 ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--budget", &budget)) < 0) ||
-                     (!rc && (rc = opt_value(argc, argv, &i, "--limit", &limit)) < 0))))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else
-            return usage_error(h, "unexpected argument '%s'", argv[i]);
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--dataset", .value = &dataset},
+                          {"--budget", .value = &budget},
+                          {"--limit", .value = &limit},
+                          {"--json", .flag = &json},
+                          {0}};
+    if (!parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (limit && parse_positive(limit) < 0)
         return usage_error(h, "--limit: expected a positive integer, got '%s'", limit);
     scope_query(&path, dataset, budget);
@@ -1414,21 +1391,8 @@ int cancel_main(int argc, char **argv) {
     cJSON *reply = NULL;
     line_t path = {0};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0)
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else if (id_arg)
-            return usage_error(h, "one ID at a time");
-        else
-            id_arg = argv[i];
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    args_t args = {.v = &id_arg, .max = 1, .too_many = "one ID at a time"};
+    if (!parse_args(argc, argv, h, &o, NULL, &args, &rc)) return rc;
     long long id = parse_positive(id_arg);
     if (!id_arg) return usage_error(h, "no experiment ID given");
     if (id < 0) return usage_error(h, "expected an experiment id, got '%s'", id_arg);
@@ -1668,22 +1632,8 @@ int watch_main(int argc, char **argv) {
     int once = 0, rc, tty = isatty(STDOUT_FILENO), shown = 0;
     struct sigaction sa, old_int, old_term;
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0 ||
-            (!rc && (rc = opt_value(argc, argv, &i, "--interval", &interval_arg)) < 0))
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (!strcmp(argv[i], "--once"))
-            once = 1;
-        else if (argv[i][0] == '-')
-            return usage_error(h, "unknown option %s", argv[i]);
-        else
-            return usage_error(h, "unexpected argument '%s'", argv[i]);
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--interval", .value = &interval_arg}, {"--once", .flag = &once}, {0}};
+    if (!parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (interval_arg) {
         char *end;
         interval = strtod(interval_arg, &end);
@@ -1781,20 +1731,8 @@ int export_main(int argc, char **argv) {
     reply_t r = {0};
     line_t path = {0};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0)
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if ((rc = opt_value(argc, argv, &i, "--format", &format)) < 0)
-            return usage_error(h, "--format needs a value");
-        if (rc) continue;
-        if (argv[i][0] == '-') return usage_error(h, "unknown option %s", argv[i]);
-        return usage_error(h, "unexpected argument '%s'", argv[i]);
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
+    const opt_t opts[] = {{"--format", .value = &format}, {0}};
+    if (!parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (!format) return usage_error(h, "--format is required");
     if (strcmp(format, "csv") && strcmp(format, "tsv") && strcmp(format, "jsonl") &&
         strcmp(format, "results-tsv"))
@@ -1803,7 +1741,7 @@ int export_main(int argc, char **argv) {
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
     line_add(&path, "/v1/export?format=%s", format);
     if ((rc = conn_request(&c, "GET", path.s, NULL, 0, &r)) != 0) goto fail;
-    fwrite(r.body, 1, r.len, stdout);
+    fwrite(r.body.data, 1, r.body.len, stdout);
     rc = fflush(stdout) == 0 ? 0 : CLIENT_EXIT_API;
 fail:
     reply_free(&r);
@@ -1865,22 +1803,12 @@ int diff_main(int argc, char **argv) {
     conn_opts_t o = {0};
     conn_t c = {0};
     const char *ids[2] = {NULL, NULL};
-    int rc, n = 0;
+    int rc;
     cJSON *e[2] = {NULL, NULL};
 
-    for (int i = 1; i < argc; i++) {
-        if ((rc = common_option(argc, argv, &i, &o)) < 0)
-            return usage_error(h, "%s needs a value", argv[i]);
-        if (rc) continue;
-        if (argv[i][0] == '-') return usage_error(h, "unknown option %s", argv[i]);
-        if (n == 2) return usage_error(h, "two IDs, not more");
-        ids[n++] = argv[i];
-    }
-    if (o.help) {
-        print_usage(stdout, h);
-        return 0;
-    }
-    if (n != 2) return usage_error(h, "two experiment IDs are needed");
+    args_t args = {.v = ids, .max = 2, .too_many = "two IDs, not more"};
+    if (!parse_args(argc, argv, h, &o, NULL, &args, &rc)) return rc;
+    if (args.n != 2) return usage_error(h, "two experiment IDs are needed");
     long long id[2];
     for (int k = 0; k < 2; k++)
         if ((id[k] = parse_positive(ids[k])) < 0)
