@@ -470,44 +470,30 @@ Test(worker, memory_limit_signal_is_oom) {
 /* Out of memory is decided from exit codes, signals, fd 3 and the kernel's
  * OOM-kill count: what stderr says never makes a run oom, nor keeps it from
  * being one. */
-
-Test(worker, oom_text_then_exit_1_is_a_failure) {
-    run_t r = {0};
-    worker_opts_t o = {0};
-    run_mode(&r, "oom-text-exit1", &o);
-    expect_status(&r, WORKER_FAILED);
-    cr_expect_str_eq(r.ex.reason, "exit 1: bad-worker: out of memory");
-    run_free(&r);
-}
-
-Test(worker, oom_text_then_a_signal_is_a_crash) {
+Test(worker, stderr_text_does_not_decide_oom) {
     static const struct {
         const char *mode;
-        int sig;
+        worker_status status;
+        int exit_code, sig;
         const char *reason;
     } cases[] = {
-        {"oom-text-abort", SIGABRT, "killed by SIGABRT: bad-worker: out of memory"},
-        {"oom-text-sigkill", SIGKILL, "killed by SIGKILL: bad-worker: out of memory"},
+        {"oom-text-exit1", WORKER_FAILED, 1, 0, "exit 1: bad-worker: out of memory"},
+        {"oom-text-abort", WORKER_CRASHED, -1, SIGABRT,
+         "killed by SIGABRT: bad-worker: out of memory"},
+        {"oom-text-sigkill", WORKER_CRASHED, -1, SIGKILL,
+         "killed by SIGKILL: bad-worker: out of memory"},
+        {"exit4-silent", WORKER_OOM, 4, 0, "out of memory (no memory limit set)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_t r = {0};
         worker_opts_t o = {0};
         run_mode(&r, cases[i].mode, &o);
-        expect_status(&r, WORKER_CRASHED);
+        expect_status(&r, cases[i].status);
+        cr_expect_eq(r.ex.exit_code, cases[i].exit_code, "%s", cases[i].mode);
         cr_expect_eq(r.ex.term_signal, cases[i].sig, "%s", cases[i].mode);
         cr_expect_str_eq(r.ex.reason, cases[i].reason);
         run_free(&r);
     }
-}
-
-Test(worker, silent_exit_4_is_oom) {
-    run_t r = {0};
-    worker_opts_t o = {0};
-    run_mode(&r, "exit4-silent", &o);
-    expect_status(&r, WORKER_OOM);
-    cr_expect_eq(r.ex.exit_code, 4);
-    cr_expect_str_eq(r.ex.reason, "out of memory (no memory limit set)");
-    run_free(&r);
 }
 
 /* A SIGKILL the daemon did not send is the kernel's OOM killer when its
