@@ -103,12 +103,14 @@ static int check_fits(const api_t *a, const spec_t *s, char *err, size_t errlen)
 
 /* Parse and check one submitted spec: the spec parser's rules, plus what
  * only the daemon knows (the dataset and the parent exist, and the run fits
- * in a worker's memory: NS_ERR_DOES_NOT_FIT when it does not; -1 for any
- * other failure). On success s holds
- * the parsed spec (release with spec_free). */
+ * in a worker's memory). Returns 0 with s holding the parsed spec (release
+ * with spec_free), or with err set: NS_ERR_NOT_FOUND when the parent does not
+ * exist, NS_ERR_DOES_NOT_FIT when the run cannot fit, NS_ERR_IO when the
+ * store failed, -1 for any other failure. */
 static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, size_t errlen) {
     int rc = spec_from_json(spec_json, s, err, errlen);
     if (rc < 0) return -1;
+    rc = -1;
     if (!dataset_exists(a, s->dataset)) {
         snprintf(err, errlen, "dataset: no dataset named '%s' (prepare it with nightshift prep)",
                  s->dataset);
@@ -117,9 +119,10 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, si
     if (s->parent > 0) {
         char serr[256];
         cJSON *p = NULL;
-        rc = store_get(a->store, s->parent, 0, &p, serr, sizeof serr);
+        int got = store_get(a->store, s->parent, 0, &p, serr, sizeof serr);
         cJSON_Delete(p);
-        if (rc < 0) {
+        if (got < 0) {
+            rc = got == NS_ERR_NOT_FOUND ? NS_ERR_NOT_FOUND : NS_ERR_IO;
             if (rc == NS_ERR_NOT_FOUND)
                 snprintf(err, errlen, "parent: experiment %lld does not exist",
                          (long long)s->parent);
@@ -129,13 +132,13 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, si
         }
     }
     if (check_fits(a, s, err, errlen) < 0) {
-        spec_free(s);
-        return NS_ERR_DOES_NOT_FIT;
+        rc = NS_ERR_DOES_NOT_FIT;
+        goto fail;
     }
     return 0;
 fail:
     spec_free(s);
-    return -1;
+    return rc;
 }
 
 int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, int64_t *id,
@@ -143,8 +146,9 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     spec_t s;
     char hash[SPEC_HASH_HEX], serr[256];
     char *canon = NULL, *tags = NULL;
-    int rc = -1;
-    if (check_spec(a, spec_json, &s, err, errlen) < 0) return -1;
+    int rc = check_spec(a, spec_json, &s, err, errlen);
+    if (rc < 0) return rc;
+    rc = NS_ERR_NOMEM;
     canon = spec_canonical_json(&s);
     cJSON *tag_arr = cJSON_CreateArray();
     for (int i = 0; i < s.n_tags; i++) cJSON_AddItemToArray(tag_arr, cJSON_CreateString(s.tags[i]));
@@ -159,6 +163,7 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
         int found = store_find_duplicate(a->store, hash, (int64_t)s.seed, id, serr, sizeof serr);
         if (found < 0) {
             snprintf(err, errlen, "store: %s", serr);
+            rc = NS_ERR_IO;
             goto done;
         }
         if (found) {
@@ -177,6 +182,7 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
                                 .priority = s.priority};
     if (store_insert(a->store, &e, id, serr, sizeof serr) < 0) {
         snprintf(err, errlen, "%s", serr);
+        rc = NS_ERR_IO;
         goto done;
     }
     log_info("experiment %lld queued (%s%s%s, from %s)", (long long)*id, s.name ? "\"" : "",

@@ -67,8 +67,11 @@ int api_authorize(const http_request_t *req, void *user);
 
 /* Validate one spec (a JSON object) and queue it as `source` ("api", "cli" or
  * "agent"), with dedup unless force. Returns 0 with *id and *duplicate set, or
- * -1 with "field.path: reason" in err. The agent hook queues its proposals
- * through this too, so every submission path validates alike. */
+ * a negative code with "field.path: reason" in err: NS_ERR_NOT_FOUND (the
+ * parent experiment does not exist), NS_ERR_DOES_NOT_FIT (the run cannot fit
+ * in a worker's memory), NS_ERR_IO (the store failed), NS_ERR_NOMEM, or -1
+ * (any other invalid spec). The agent hook queues its proposals through this
+ * too, so every submission path validates alike. */
 int api_submit(api_t *a, const cJSON *spec, const char *source, int force, int64_t *id,
                int *duplicate, char *err, size_t errlen);
 

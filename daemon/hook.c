@@ -404,8 +404,24 @@ static int proposal_allowed(hook_t *h) {
     return h->proposal_tokens >= 1;
 }
 
-/* Answer a bad proposal with experiment.rejected; proposal is taken. */
-static void send_rejected(hook_t *h, cJSON *proposal, const char *error) {
+/* The rejection code (hook.h) of an api_submit failure rc. */
+static const char *submit_code(int rc) {
+    switch (rc) {
+    case NS_ERR_NOT_FOUND:
+        return "unknown_parent";
+    case NS_ERR_DOES_NOT_FIT:
+        return "does_not_fit";
+    case NS_ERR_IO:
+    case NS_ERR_NOMEM:
+        return "internal";
+    default:
+        return "invalid_spec";
+    }
+}
+
+/* Answer a bad proposal with experiment.rejected: code (hook.h) for the
+ * agent to decide on, error for people. proposal is taken. */
+static void send_rejected(hook_t *h, cJSON *proposal, const char *code, const char *error) {
     if (!rejected_allowed(h)) {
         log_warn("hook: more than %d rejected proposals in a minute: not telling the agent "
                  "about this one (%s)",
@@ -420,6 +436,7 @@ static void send_rejected(hook_t *h, cJSON *proposal, const char *error) {
         log_error("hook: out of memory; experiment.rejected dropped");
         return;
     }
+    cJSON_AddStringToObject(r, "code", code);
     cJSON_AddStringToObject(r, "error", error);
     cJSON *payload = cJSON_CreateObject();
     if (!payload || !cJSON_AddItemToObject(payload, "rejected", r)) {
@@ -476,7 +493,7 @@ static void handle_reply(hook_t *h, event_t *ev) {
         snprintf(err, sizeof err, "reply has %d specs; at most %d are accepted at once", n,
                  MAX_PROPOSALS);
         log_warn("hook: %s: %s", ev->id, err);
-        send_rejected(h, root, err);
+        send_rejected(h, root, "too_many_proposals", err);
         return;
     }
     int queued = 0;
@@ -490,10 +507,10 @@ static void handle_reply(hook_t *h, event_t *ev) {
                      "propose it again later",
                      h->proposals_per_min);
             log_warn("hook: %s: proposal %d/%d rejected: %s", ev->id, k + 1, n, err);
-            send_rejected(h, cJSON_Duplicate(spec, 1), err);
-        } else if (api_submit(h->api, spec, "agent", 0, &id, &dup, err, sizeof err) < 0) {
+            send_rejected(h, cJSON_Duplicate(spec, 1), "rate_limited", err);
+        } else if ((rc = api_submit(h->api, spec, "agent", 0, &id, &dup, err, sizeof err)) < 0) {
             log_warn("hook: %s: proposal %d/%d rejected: %s", ev->id, k + 1, n, err);
-            send_rejected(h, cJSON_Duplicate(spec, 1), err);
+            send_rejected(h, cJSON_Duplicate(spec, 1), submit_code(rc), err);
         } else if (dup) {
             log_info("hook: %s: proposal %d/%d is a duplicate of experiment %lld", ev->id, k + 1, n,
                      (long long)id);
@@ -512,7 +529,7 @@ malformed:
     cJSON_Delete(root);
     log_warn("hook: %s: malformed reply (%zu bytes): %s", ev->id, len, err);
     char *echo = printable_prefix(text, len, ECHO_MAX);
-    send_rejected(h, echo ? cJSON_CreateString(echo) : NULL, err);
+    send_rejected(h, echo ? cJSON_CreateString(echo) : NULL, "malformed_reply", err);
     free(echo);
 }
 

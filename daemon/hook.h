@@ -5,8 +5,8 @@
  *   {"id":"evt_<32 hex>", "type":"experiment.finished"|"queue.empty"|"experiment.rejected",
  *    "created":"2026-11-29T19:37:00.123Z",
  *    "experiment": {id,name,status,reason,spec,result}   (experiment.finished; else null)
- *    "rejected": {"proposal": <what the agent sent>, "error": "model.n_head: ..."}
- *                                                        (experiment.rejected; else null)
+ *    "rejected": {"proposal": <what the agent sent>, "code": "invalid_spec",
+ *                 "error": "model.n_head: ..."}          (experiment.rejected; else null)
  *    "best": {id,name,val_bpb,spec,result} | null,
  *    "recent": [{id,name,status,reason,val_bpb,spec}...] (the last HOOK_RECENT, newest first),
  *    "queue_depth": N, "running": N,
@@ -40,6 +40,18 @@
  * refilled at proposals_per_min per minute; a proposal beyond it is not
  * queued and is answered with experiment.rejected ("rate limited: ..."), so
  * an agent that re-proposes in a loop cannot flood the queue.
+ *
+ * rejected.code says why, for an agent to decide on (error is for people and
+ * may change wording):
+ *   invalid_spec        the spec fails validation (a field, an unknown dataset)
+ *   unknown_parent      its "parent" names no experiment of this daemon
+ *   does_not_fit        its run needs more memory than a worker may use
+ *   rate_limited        valid, but over proposals_per_min: not queued, propose it later
+ *   too_many_proposals  the reply held more specs than are accepted at once (the
+ *                       proposal is the whole reply)
+ *   malformed_reply     the reply is not JSON, not a spec or an array of specs, or
+ *                       too large (the proposal is its printable start, a string)
+ *   internal            the daemon failed (store, memory): not the proposal's fault
  *
  * queue.empty is not sent while an experiment.finished event is still being
  * delivered: that event already carries the queue depth, and an agent answers

@@ -44,6 +44,7 @@ extern char **environ;
 #define DEFAULT_GRACE_S  5.0
 #define DEFAULT_MAX_LOG  ((size_t)64 << 20)
 #define DEFAULT_MAX_LINE ((size_t)64 << 10)
+#define OOM_COUNTER      "/proc/vmstat" /* the kernel's "oom_kill N" line */
 
 enum { PIPE_STDOUT, PIPE_STDERR, PIPE_PROGRESS, N_PIPES };
 
@@ -69,6 +70,8 @@ struct worker {
 
     double deadline_s, grace_s;
     int memory_mb;
+    char *oom_counter;                         /* the file with "oom_kill N", owned */
+    long long oom_kills_spawn, oom_kills_exit; /* its N at spawn and exit; -1 unknown */
 
     int log_fd; /* -1 when not logging */
     size_t log_bytes, max_log_bytes;
@@ -140,6 +143,7 @@ static void close_cb(uv_handle_t *h) {
     worker_t *w = h->data;
     w->open_handles--;
     if (w->open_handles == 0 && w->reported) {
+        free(w->oom_counter);
         free(w->line);
         cJSON_Delete(w->result);
         free(w);
@@ -322,13 +326,18 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 /* ---------------------------------------------------------- classification */
 
-static int tail_mentions_oom(const worker_t *w) {
-    static const char needle[] = "out of memory";
-    size_t k = sizeof needle - 1;
-    for (size_t i = 0; i + k <= w->err_len; i++)
-        if (!strncasecmp(w->err_tail + i, needle, k) && memchr(w->err_tail + i, 0, k) == NULL)
-            return 1;
-    return 0;
+/* How many processes the kernel's OOM killer has killed (the "oom_kill N"
+ * line of /proc/vmstat, Linux 4.13 and later; global and cgroup OOM kills
+ * alike), or -1 when path cannot be read or has no such line. */
+static long long oom_kills(const char *path) {
+    FILE *f = path ? fopen(path, "re") : NULL;
+    char line[128];
+    long long n = -1;
+    if (!f) return -1;
+    while (n < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "oom_kill %lld", &n) != 1) n = -1;
+    fclose(f);
+    return n;
 }
 
 /* Length of the valid UTF-8 sequence at p (at most n bytes), or 0. */
@@ -419,11 +428,20 @@ static void classify(const worker_t *w, worker_exit_t *ex) {
             snprintf(ex->reason, sizeof ex->reason, "interrupted by daemon shutdown; killed%s",
                      how);
     } else if (sig) {
-        int oom_sig = w->term_signal == SIGKILL || w->term_signal == SIGSEGV ||
-                      w->term_signal == SIGABRT || w->term_signal == SIGBUS;
-        if (oom_sig && tail_mentions_oom(w)) {
+        /* The daemon sent no signal here (stop_status would be set). Out of
+         * memory is what the worker said on fd 3 before it died, or a SIGKILL
+         * while the kernel's OOM-kill count rose; never the text of stderr. */
+        int said_oom = cJSON_IsString(rs) && !strcmp(rs->valuestring, "oom");
+        int oom_killed = w->term_signal == SIGKILL && w->oom_kills_spawn >= 0 &&
+                         w->oom_kills_exit > w->oom_kills_spawn;
+        if (said_oom) {
             ex->status = WORKER_OOM;
-            snprintf(ex->reason, sizeof ex->reason, "out of memory (%s); killed by %s", limit, sig);
+            snprintf(ex->reason, sizeof ex->reason, "out of memory (%s); killed by %s%s%s", limit,
+                     sig, result_reason ? ": " : "", result_reason ? result_reason : "");
+        } else if (oom_killed) {
+            ex->status = WORKER_OOM;
+            snprintf(ex->reason, sizeof ex->reason,
+                     "out of memory (%s); killed by SIGKILL from the kernel's OOM killer", limit);
         } else {
             ex->status = WORKER_CRASHED;
             snprintf(ex->reason, sizeof ex->reason, "killed by %s%s%s", sig, tail[0] ? ": " : "",
@@ -507,6 +525,7 @@ static void exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
     w->exit_status = exit_status;
     w->term_signal = term_signal;
     w->t_exit = uv_hrtime();
+    if (term_signal == SIGKILL) w->oom_kills_exit = oom_kills(w->oom_counter);
     uv_timer_stop(&w->deadline_timer);
     uv_timer_stop(&w->kill_timer);
     if (w->pipes_open > 0) uv_timer_start(&w->drain_timer, drain_cb, DRAIN_MS, 0);
@@ -635,6 +654,7 @@ int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks
     w->deadline_s = o->deadline_s;
     w->grace_s = o->kill_grace_s > 0 ? o->kill_grace_s : DEFAULT_GRACE_S;
     w->memory_mb = o->memory_mb;
+    w->oom_kills_spawn = w->oom_kills_exit = -1;
     w->max_log_bytes = o->max_log_bytes ? o->max_log_bytes : DEFAULT_MAX_LOG;
     w->max_line_bytes = o->max_line_bytes ? o->max_line_bytes : DEFAULT_MAX_LINE;
 
@@ -661,7 +681,8 @@ int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks
     }
     env = build_env(o->threads, omp, blas, sizeof omp);
     args = build_argv(o, mem, parent, sizeof mem);
-    if (!env || !args) {
+    w->oom_counter = strdup(o->oom_counter ? o->oom_counter : OOM_COUNTER);
+    if (!env || !args || !w->oom_counter) {
         rc = UV_ENOMEM;
         snprintf(err, errlen, "worker: out of memory");
         goto fail;
@@ -683,6 +704,7 @@ int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks
     po.stdio = stdio;
     po.exit_cb = exit_cb;
     w->proc.data = w;
+    w->oom_kills_spawn = oom_kills(w->oom_counter);
     w->t_spawn = uv_hrtime();
     rc = uv_spawn(loop, &w->proc, &po);
     w->open_handles++; /* initialised by uv_spawn even when it fails */

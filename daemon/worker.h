@@ -15,8 +15,10 @@
  *   succeeded   exit 0 and a {"event":"result","status":"succeeded"} line seen
  *   failed      other non-zero exit (1, 2, or 0 without a result line), with the stderr tail
  *   diverged    exit 3 (the engine's contract)
- *   oom         exit 4, or killed by SIGKILL/SIGSEGV/SIGABRT/SIGBUS with an
- *               "out of memory" message in the stderr tail
+ *   oom         exit 4; or killed by a signal after a result line with
+ *               "status":"oom"; or killed by a SIGKILL the daemon did not send
+ *               while the kernel's OOM-kill count (oom_kill in /proc/vmstat)
+ *               rose. What stderr says never decides a status.
  *   crashed     killed by a signal (reason names it: "killed by SIGSEGV")
  *   timeout     the hard deadline passed: SIGTERM, then SIGKILL after the grace
  *   cancelled   worker_stop(..., WORKER_CANCELLED)
@@ -78,6 +80,8 @@ typedef struct {
     double kill_grace_s;   /* SIGTERM -> SIGKILL delay; default 5 */
     size_t max_log_bytes;  /* cap on the log file's growth; default 64 MiB */
     size_t max_line_bytes; /* progress line limit; default 64 KiB */
+    /* The file with the kernel's "oom_kill N" line; NULL = /proc/vmstat. */
+    const char *oom_counter;
 } worker_opts_t;
 
 /* Spawn. Returns 0 with *out set (the worker is owned by the loop until its

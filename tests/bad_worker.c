@@ -183,6 +183,8 @@ static int mode_slow_ok(double seconds) {
     return 0;
 }
 
+/* Runs into the memory limit, then exits 4 or (by_signal) says so on fd 3
+ * and aborts, as a runtime might once an allocation has failed. */
 static int mode_oom(int by_signal) {
     progress("{\"event\":\"start\"}");
     if (eat_memory() < 0) {
@@ -190,8 +192,46 @@ static int mode_oom(int by_signal) {
         return 5;
     }
     say(2, "bad-worker: out of memory\n");
-    if (by_signal) abort(); /* what a runtime does when an allocation fails */
+    if (by_signal) {
+        progress("{\"event\":\"result\",\"status\":\"oom\"}");
+        abort();
+    }
     return 4;
+}
+
+/* "out of memory" on stderr, then an ending that says nothing structured
+ * about memory: how ("exit1", "abort" or "sigkill"). */
+static int mode_oom_text(const char *how) {
+    say(2, "bad-worker: out of memory\n");
+    if (!strcmp(how, "abort")) abort();
+    if (!strcmp(how, "sigkill")) raise(SIGKILL);
+    return 1;
+}
+
+/* What the kernel's OOM killer leaves behind: the "oom_kill N" count in path
+ * (the daemon's stand-in for /proc/vmstat) one higher, and a SIGKILL, without
+ * a word on any pipe. */
+static int mode_oom_killed(const char *path) {
+    static char text[4096];
+    FILE *f = fopen(path, "r+");
+    if (!f) {
+        fprintf(stderr, "bad-worker: oom-killed: cannot open %s: %s\n", path, strerror(errno));
+        return 2;
+    }
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    char *at = strstr(text, "oom_kill "), *end;
+    if (!at) {
+        fclose(f);
+        fprintf(stderr, "bad-worker: oom-killed: no oom_kill line in %s\n", path);
+        return 2;
+    }
+    long long count = strtoll(at + 9, &end, 10);
+    rewind(f);
+    fprintf(f, "%.*soom_kill %lld%s", (int)(at - text), text, count + 1, end);
+    fclose(f);
+    raise(SIGKILL);
+    return 1;
 }
 
 static int mode_affinity(void) {
@@ -254,10 +294,30 @@ static int mode_grandchild(void) {
 }
 
 static const char *const modes[] = {
-    "ok",         "fail",       "fail-long",        "diverge",   "crash",
-    "abort",      "hang",       "hang-ignore-term", "flood",     "garbage",
-    "oom",        "oom-signal", "exit0-noresult",   "affinity",  "env",
-    "grandchild", "no-newline", "slow-ok",          "from-spec",
+    "ok",
+    "fail",
+    "fail-long",
+    "diverge",
+    "crash",
+    "abort",
+    "hang",
+    "hang-ignore-term",
+    "flood",
+    "garbage",
+    "oom",
+    "oom-signal",
+    "exit0-noresult",
+    "affinity",
+    "env",
+    "grandchild",
+    "no-newline",
+    "slow-ok",
+    "from-spec",
+    "oom-text-exit1",
+    "oom-text-abort",
+    "oom-text-sigkill",
+    "exit4-silent",
+    "oom-killed",
 };
 
 /* The value after "key": in the JSON text (whitespace skipped), or NULL. */
@@ -341,6 +401,11 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "garbage")) return mode_garbage();
     if (!strcmp(m, "oom")) return mode_oom(0);
     if (!strcmp(m, "oom-signal")) return mode_oom(1);
+    if (!strcmp(m, "oom-text-exit1") || !strcmp(m, "oom-text-abort") ||
+        !strcmp(m, "oom-text-sigkill"))
+        return mode_oom_text(m + 9);
+    if (!strcmp(m, "exit4-silent")) return 4;
+    if (!strcmp(m, "oom-killed") && argc > 2) return mode_oom_killed(argv[2]);
     if (!strcmp(m, "exit0-noresult")) {
         progress("{\"event\":\"step\",\"step\":1,\"loss\":4.5}");
         return 0;

@@ -294,6 +294,50 @@ Test(agent, finished_run_gets_a_mutation_of_it) {
     free(log);
 }
 
+/* The parent of the agent's answer to experiment.rejected (delivered as
+ * event id) of proposal, a spec's JSON text, with code and error. */
+static int64_t parent_after_rejection(const char *id, const char *proposal, const char *code,
+                                      const char *error) {
+    char *resp = NULL;
+    char *body = tu_path("{\"type\":\"experiment.rejected\",\"experiment\":null,"
+                         "\"rejected\":{\"proposal\":%s,\"code\":\"%s\",\"error\":\"%s\"},"
+                         "\"best\":null,\"recent\":[],\"queue_depth\":0,\"running\":0}",
+                         proposal, code, error);
+    cr_assert_eq(post_signed(id, 0, body, &resp), 200, "%s", resp);
+    spec_t p;
+    reply_spec(resp, &p);
+    int64_t parent = p.parent;
+    spec_free(&p);
+    free(resp);
+    free(body);
+    return parent;
+}
+
+/* The agent drops the parent it cannot use on the rejection's code, never on
+ * the wording of its message. */
+Test(agent, an_unknown_parent_is_decided_by_the_code) {
+    agent_start(NULL);
+    char *first = NULL, *body = finished_body(5, 2.5);
+    spec_t p;
+    cr_assert_eq(post_signed("evt_p1", 0, body, &first), 200, "%s", first);
+    reply_spec(first, &p);
+    cr_expect_eq(p.parent, 5);
+    spec_free(&p);
+    free(body);
+    /* A message that reads like a parent problem, with another code. */
+    cr_expect_eq(
+        parent_after_rejection("evt_p2", first, "invalid_spec", "parent: wording that decides"), 5,
+        "the agent dropped its parent on the message's text");
+    /* unknown_parent, whatever the message says. */
+    cr_expect_eq(parent_after_rejection("evt_p3", first, "unknown_parent", "no such experiment"), 0,
+                 "the agent kept a parent the daemon does not know");
+    free(first);
+    char *log = tu_read(err_path);
+    cr_expect(log && strstr(log, "the daemon does not know #5: proposing without a parent"), "%s",
+              log);
+    free(log);
+}
+
 Test(agent, repeated_delivery_gets_the_same_answer) {
     agent_start(NULL);
     char *r1 = NULL, *r2 = NULL, *r3 = NULL;

@@ -826,6 +826,95 @@ Test(hook, each_invalid_proposal_is_rejected_and_the_valid_ones_queue) {
     fx_close(&f, &h, 1);
 }
 
+static int count_type(fx_t *f, const char *type) {
+    int n = count_requests(f->rx.dir), found = 0;
+    for (int k = 0; k < n; k++) {
+        req_t r;
+        req_load(&r, f->rx.dir, k);
+        found += !strcmp(tu_jstr(r.json, "type"), type);
+        req_free(&r);
+    }
+    return found;
+}
+
+static int has_rejected(fx_t *f, long n) {
+    return count_type(f, "experiment.rejected") >= n;
+}
+
+/* Every experiment.rejected says why in a code an agent can decide on; the
+ * message stays for people. */
+Test(hook, every_rejection_carries_its_code) {
+    static char too_many[1024];
+    size_t n = (size_t)snprintf(too_many, sizeof too_many, "[");
+    for (int i = 0; i < 65; i++)
+        n += (size_t)snprintf(too_many + n, sizeof too_many - n, "%s{}", i ? "," : "");
+    snprintf(too_many + n, sizeof too_many - n, "]");
+    /* With one proposal a minute, "ok" takes the token and "later" finds none. */
+    reply_t script[] = {{200, "[{\"model\":{\"n_head\":7}},"
+                              "{\"name\":\"orphan\",\"seed\":2,\"parent\":999},"
+                              "{\"name\":\"huge\",\"seed\":3,\"dataset\":\"sized\","
+                              "\"resources\":{\"memory_mb\":1}},"
+                              "{\"name\":\"ok\",\"seed\":4},{\"name\":\"later\",\"seed\":5}]"},
+                        {200, "not json"},
+                        {200, too_many},
+                        {200, ""}};
+    fx_t f;
+    fx_init(&f, script, 4);
+    char *dir = tu_path("%s/datasets/sized", f.dir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    char *manifest = tu_path("%s/manifest.json", dir);
+    tu_write(manifest, "{\"vocab_size\":4096,\"train_tokens\":1000000,\"val_tokens\":1000}\n");
+    free(manifest);
+    free(dir);
+    hook_t *h = fx_hook(&f, f.rx.port, (hook_opts_t){.proposals_per_min = 1});
+    hook_queue_empty(h);
+    cr_assert(run_until(&f, has_rejected, 6, 10), "six experiment.rejected events expected");
+    run_until(&f, NULL, 0, 0.1);
+    cr_expect_eq(count_type(&f, "experiment.rejected"), 6);
+
+    static const char *const codes[] = {"invalid_spec", "unknown_parent",  "does_not_fit",
+                                        "rate_limited", "malformed_reply", "too_many_proposals"};
+    int seen[6] = {0};
+    for (int k = 0; k < count_requests(f.rx.dir); k++) {
+        req_t r;
+        req_load(&r, f.rx.dir, k);
+        if (strcmp(tu_jstr(r.json, "type"), "experiment.rejected")) {
+            req_free(&r);
+            continue;
+        }
+        const cJSON *rej = jget(r.json, "rejected"), *prop = jget(rej, "proposal");
+        const char *code = tu_jstr(rej, "code"), *error = tu_jstr(rej, "error");
+        const char *name = tu_jstr(prop, "name");
+        cr_assert_not_null(code, "no code: %s", r.body);
+        cr_assert_not_null(error);
+        int i = 0;
+        while (i < 6 && strcmp(code, codes[i])) i++;
+        cr_assert_lt(i, 6, "unknown code %s", code);
+        seen[i]++;
+        if (i == 0) {
+            cr_expect_not_null(jget(prop, "model"));
+            cr_expect(strstr(error, "model.n_head"), "error: %s", error);
+        } else if (i == 1) {
+            cr_expect_str_eq(name, "orphan");
+            cr_expect_str_eq(error, "parent: experiment 999 does not exist");
+        } else if (i == 2) {
+            cr_expect_str_eq(name, "huge");
+            cr_expect(!strncmp(error, "needs ~", 7), "error: %s", error);
+        } else if (i == 3) {
+            cr_expect_str_eq(name, "later");
+            cr_expect(!strncmp(error, "rate limited", 12), "error: %s", error);
+        } else if (i == 4) {
+            cr_expect_str_eq(cJSON_GetStringValue(prop), "not json");
+        } else {
+            cr_expect_eq(cJSON_GetArraySize(prop), 65);
+        }
+        req_free(&r);
+    }
+    for (int i = 0; i < 6; i++) cr_expect_eq(seen[i], 1, "%s seen %d times", codes[i], seen[i]);
+    cr_expect_eq(raw_int(&f, "SELECT count(*) FROM experiments WHERE source = 'agent'"), 1);
+    fx_close(&f, &h, 1);
+}
+
 Test(hook, rejected_events_are_capped_per_minute) {
     fx_t f;
     static char reply[2048];

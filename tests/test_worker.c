@@ -467,6 +467,67 @@ Test(worker, memory_limit_signal_is_oom) {
     run_free(&r);
 }
 
+/* Out of memory is decided from exit codes, signals, fd 3 and the kernel's
+ * OOM-kill count: what stderr says never makes a run oom, nor keeps it from
+ * being one. */
+Test(worker, stderr_text_does_not_decide_oom) {
+    static const struct {
+        const char *mode;
+        worker_status status;
+        int exit_code, sig;
+        const char *reason;
+    } cases[] = {
+        {"oom-text-exit1", WORKER_FAILED, 1, 0, "exit 1: bad-worker: out of memory"},
+        {"oom-text-abort", WORKER_CRASHED, -1, SIGABRT,
+         "killed by SIGABRT: bad-worker: out of memory"},
+        {"oom-text-sigkill", WORKER_CRASHED, -1, SIGKILL,
+         "killed by SIGKILL: bad-worker: out of memory"},
+        {"exit4-silent", WORKER_OOM, 4, 0, "out of memory (no memory limit set)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_t r = {0};
+        worker_opts_t o = {0};
+        run_mode(&r, cases[i].mode, &o);
+        expect_status(&r, cases[i].status);
+        cr_expect_eq(r.ex.exit_code, cases[i].exit_code, "%s", cases[i].mode);
+        cr_expect_eq(r.ex.term_signal, cases[i].sig, "%s", cases[i].mode);
+        cr_expect_str_eq(r.ex.reason, cases[i].reason);
+        run_free(&r);
+    }
+}
+
+/* A SIGKILL the daemon did not send is the kernel's OOM killer when its
+ * count (a stand-in for /proc/vmstat that the worker bumps) rose meanwhile,
+ * and a crash when it did not. */
+Test(worker, sigkill_while_the_oom_kill_count_rises_is_oom) {
+    const char *counter = tu_dir_path("vmstat");
+    tu_write(counter, "nr_free_pages 1000\noom_kill 7\npgfault 9\n");
+    char *argv[] = {(char *)bad, "oom-killed", (char *)counter, NULL};
+    run_t r = {0};
+    worker_opts_t o = {.argv = argv, .memory_mb = 512, .oom_counter = counter};
+    run_mode(&r, NULL, &o);
+    expect_status(&r, WORKER_OOM);
+    cr_expect_eq(r.ex.term_signal, SIGKILL);
+    cr_expect_str_eq(
+        r.ex.reason,
+        "out of memory (limit 512 MiB); killed by SIGKILL from the kernel's OOM killer");
+    char *text = tu_read(counter);
+    cr_expect_str_eq(text, "nr_free_pages 1000\noom_kill 8\npgfault 9\n");
+    free(text);
+    run_free(&r);
+
+    /* The count of another file rose: this one's did not. */
+    const char *other = tu_dir_path("vmstat-other");
+    tu_write(other, "oom_kill 7\n");
+    argv[2] = (char *)other;
+    r = (run_t){0};
+    o = (worker_opts_t){.argv = argv, .oom_counter = counter};
+    run_mode(&r, NULL, &o);
+    expect_status(&r, WORKER_CRASHED);
+    cr_expect_str_eq(r.ex.reason, "killed by SIGKILL");
+    run_free(&r);
+}
+
 /* The CPUs this process may use, ascending; returns how many (at most max). */
 static int allowed_cpus(int *cpus, int max) {
     cpu_set_t set;

@@ -909,6 +909,7 @@ done:
 static void note_rejection(strategy_t *s, const cJSON *rej) {
     const cJSON *prop = cJSON_GetObjectItemCaseSensitive(rej, "proposal");
     const char *why = payload_string(rej, "error", "no reason given");
+    const char *code = payload_string(rej, "code", "");
     char err[SPEC_ERR_LEN], hex[65], cfg[65];
     spec_t sp;
     s->rejections_in_row++;
@@ -921,7 +922,8 @@ static void note_rejection(strategy_t *s, const cJSON *rej) {
             c->outstanding--;
             say(s, "the re-run of #%lld was rejected", (long long)c->first_id);
         }
-        if (!strncmp(why, "parent:", 7) && s->have_best && s->best_id && sp.parent == s->best_id) {
+        if (!strcmp(code, "unknown_parent") && s->have_best && s->best_id &&
+            sp.parent == s->best_id) {
             say(s, "the daemon does not know #%lld: proposing without a parent from now on",
                 (long long)s->best_id);
             s->best_id = 0;
