@@ -12,7 +12,7 @@
  *
  * A feed item is {"id", "type", "created", "webhook_id", "state", ...payload}:
  * experiment.finished carries "experiment": {id, name, status, reason,
- * val_bpb}, experiment.rejected "rejected": {proposal, error}.
+ * val_bpb}, experiment.rejected "rejected": {proposal, code, error}.
  *
  * The table functions are short statements on the store's connection (loop
  * thread only); they return 0 or -1 with err, or a new cJSON tree the caller

@@ -126,7 +126,7 @@ def make_prompt(event):
     rejected = event.get("rejected")
     rej = ""
     if rejected:
-        rej = ("\nYour previous proposal was REJECTED by the daemon: "
+        rej = (f"\nYour previous proposal was REJECTED by the daemon ({rejected.get('code')}): "
                f"{rejected.get('error')}\nProposal was: {json.dumps(rejected.get('proposal'))}\n")
     recent = "\n".join(
         f"  {summarize(r)}: {json.dumps(r.get('spec'), sort_keys=True)}"
