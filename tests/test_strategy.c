@@ -504,6 +504,34 @@ Test(strategy, rejected_specs_are_not_proposed_again) {
     cr_expect_str_neq(xid, pid);
     free(pid);
     spec_free(&p);
+    /* A proposal refused for the moment (rate limit, the daemon's own
+     * failure) may be proposed again; one refused without a code may not. */
+    static const char *const for_now[] = {"rate_limited", "internal"};
+    for (size_t i = 0; i < 2; i++) {
+        spec_t y;
+        only_proposal(decide(s, queue_empty()), &y);
+        cr_expect(strategy_has_seen(s, &y), "a proposal is recorded as seen");
+        cJSON *ev2 = cJSON_CreateObject(), *rej2 = cJSON_AddObjectToObject(ev2, "rejected");
+        cJSON_AddStringToObject(ev2, "type", "experiment.rejected");
+        cJSON_AddItemToObject(rej2, "proposal", spec_json(&y));
+        cJSON_AddStringToObject(rej2, "code", for_now[i]);
+        cJSON_AddStringToObject(rej2, "error", "later");
+        cJSON *r = decide(s, ev2);
+        char *yid = identity(&y);
+        bool again = false; /* it may even be the next proposal */
+        for (cJSON *it = r->child; it; it = it->next) {
+            spec_t z;
+            char *text = cJSON_PrintUnformatted(it), *zid;
+            cr_assert_eq(spec_parse(text, strlen(text), &z, NULL, 0), 0);
+            again |= !strcmp(zid = identity(&z), yid);
+            free(zid), free(text), spec_free(&z);
+        }
+        cr_expect(again || !strategy_has_seen(s, &y), "a proposal refused as %s may come back",
+                  for_now[i]);
+        cJSON_Delete(r);
+        free(yid);
+        spec_free(&y);
+    }
     /* Many proposals later it has still not come back. */
     for (int i = 0; i < 150; i++) {
         only_proposal(decide(s, queue_empty()), &p);

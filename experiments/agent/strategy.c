@@ -159,6 +159,16 @@ static int seen_add(strategy_t *s, const char *hex) {
     return 0;
 }
 
+/* Remove hex from the sorted set, if it is there. */
+static void seen_remove(strategy_t *s, const char *hex) {
+    ident_t key, *at;
+    snprintf(key.hex, sizeof key.hex, "%s", hex);
+    if (!s->n_seen || !(at = bsearch(&key, s->seen, s->n_seen, sizeof key, ident_cmp))) return;
+    size_t i = (size_t)(at - s->seen);
+    memmove(at, at + 1, (s->n_seen - i - 1) * sizeof *at);
+    s->n_seen--;
+}
+
 int strategy_has_seen(const strategy_t *s, const spec_t *sp) {
     char hex[65];
     return strategy_identity(sp, hex) == 0 && seen_has(s, hex);
@@ -912,11 +922,21 @@ static void note_rejection(strategy_t *s, const cJSON *rej) {
     const char *code = payload_string(rej, "code", "");
     char err[SPEC_ERR_LEN], hex[65], cfg[65];
     spec_t sp;
+    /* Refused for what it is (or for a reason the payload does not say):
+     * never again. Refused for the moment (rate limit, the daemon's own
+     * failure) or for its parent (proposed without one next): it may come
+     * back. */
+    bool for_now = !strcmp(code, "rate_limited") || !strcmp(code, "internal") ||
+                   !strcmp(code, "unknown_parent");
     s->rejections_in_row++;
     say(s, "the daemon rejected a proposal: %s", why);
     if (cJSON_IsObject(prop) && payload_spec(prop, &sp, err, sizeof err) == 0) {
-        if (strategy_identity(&sp, hex) == 0 && seen_add(s, hex) < 0)
-            say(s, "out of memory while recording a rejected spec");
+        if (strategy_identity(&sp, hex) == 0) {
+            if (for_now)
+                seen_remove(s, hex);
+            else if (seen_add(s, hex) < 0)
+                say(s, "out of memory while recording a rejected spec");
+        }
         config_t *c = config_identity(&sp, cfg) == 0 ? config_find(s, cfg) : NULL;
         if (c && c->outstanding > 0) {
             c->outstanding--;
