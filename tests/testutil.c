@@ -352,20 +352,27 @@ void tu_server_expect_clean_log(const tu_server_t *s) {
     free(text);
 }
 
-void tu_server_stop(tu_server_t *s, double timeout_s) {
+int tu_server_term(tu_server_t *s, double timeout_s, int *timed_out) {
     cr_assert(s->pid > 0, "the %s is not running", s->name);
     kill(s->pid, SIGTERM);
     int status = 0;
     double deadline = tu_now() + timeout_s;
     pid_t got;
     while ((got = waitpid(s->pid, &status, WNOHANG)) == 0 && tu_now() < deadline) tu_sleep_ms(20);
+    *timed_out = got == 0;
     if (got == 0) {
         kill(s->pid, SIGKILL);
         waitpid(s->pid, &status, 0);
-        s->pid = 0;
-        tu_server_fail(s, "the %s did not exit within %g s of SIGTERM", s->name, timeout_s);
     }
     s->pid = 0;
+    return status;
+}
+
+void tu_server_stop(tu_server_t *s, double timeout_s) {
+    int timed_out;
+    int status = tu_server_term(s, timeout_s, &timed_out);
+    if (timed_out)
+        tu_server_fail(s, "the %s did not exit within %g s of SIGTERM", s->name, timeout_s);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         tu_server_fail(s, "the %s did not shut down cleanly (status 0x%x)", s->name, status);
     tu_server_expect_clean_log(s);

@@ -99,6 +99,11 @@ void tu_server_start(tu_server_t *s, const char *name, char *const argv[], const
  * killed first. */
 void tu_server_stop(tu_server_t *s, double timeout_s);
 
+/* SIGTERM and wait at most timeout_s, killing a server still running then
+ * (*timed_out says so); returns the wait status. For tests that judge the
+ * exit themselves. */
+int tu_server_term(tu_server_t *s, double timeout_s, int *timed_out);
+
 /* SIGKILL and reap (the status must say SIGKILL). */
 void tu_server_kill(tu_server_t *s);
 
