@@ -113,6 +113,19 @@ static sqlite3 *db_at_rest(void) {
     return night_db("state/nightshift.db");
 }
 
+/* tu_sql_int on the daemon's database at rest. */
+static long long at_rest(const char *sql, long long arg) {
+    sqlite3 *db = db_at_rest();
+    long long v = tu_sql_int(db, sql, arg);
+    sqlite3_close(db);
+    return v;
+}
+
+/* The id of the night's first experiment. */
+static long long first_experiment(void) {
+    return at_rest("SELECT min(id) FROM experiments", 0);
+}
+
 /* The last `max` bytes of a recorded file, for messages (malloc'd). */
 static char *night_tail(const char *name, size_t max) {
     char *text = tu_read(night_path(name));
@@ -340,10 +353,8 @@ Test(loop, runs_succeed_unattended) {
                        count_status(list, "diverged"), alog);
     }
     cJSON_Delete(list);
-    sqlite3 *db = db_at_rest();
-    cr_expect_geq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE status = 'succeeded'", 0),
+    cr_expect_geq(at_rest("SELECT count(*) FROM experiments WHERE status = 'succeeded'", 0),
                   WANT_SUCCEEDED, "fewer successes in the database than over HTTP");
-    sqlite3_close(db);
 }
 
 /* A diverged variant is a fair outcome of a search; a crash, a failure or a
@@ -454,138 +465,97 @@ Test(loop, agent_stops_cleanly) {
 }
 
 Test(loop, every_experiment_comes_from_the_agent) {
-    sqlite3 *db = db_at_rest();
-    cr_expect_gt(tu_sql_int(db, "SELECT count(*) FROM experiments", 0), 0, "no experiments");
-    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE source != 'agent'", 0), 0,
+    cr_expect_gt(at_rest("SELECT count(*) FROM experiments", 0), 0, "no experiments");
+    cr_expect_eq(at_rest("SELECT count(*) FROM experiments WHERE source != 'agent'", 0), 0,
                  "experiments that the agent did not propose");
-    sqlite3_close(db);
 }
 
 Test(loop, no_run_is_left_running_after_a_clean_stop) {
-    sqlite3 *db = db_at_rest();
-    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE status = 'running'", 0), 0,
+    cr_expect_eq(at_rest("SELECT count(*) FROM experiments WHERE status = 'running'", 0), 0,
                  "rows left running after a clean stop");
-    sqlite3_close(db);
 }
 
 Test(loop, every_success_has_a_val_bpb) {
-    sqlite3 *db = db_at_rest();
-    cr_expect_eq(tu_sql_int(db,
-                            "SELECT count(*) FROM experiments e LEFT JOIN results r ON "
-                            "r.experiment_id = e.id WHERE e.status = 'succeeded' AND "
-                            "NOT (r.val_bpb > 0)",
-                            0),
+    cr_expect_eq(at_rest("SELECT count(*) FROM experiments e LEFT JOIN results r ON "
+                         "r.experiment_id = e.id WHERE e.status = 'succeeded' AND "
+                         "NOT (r.val_bpb > 0)",
+                         0),
                  0, "succeeded runs without a val_bpb");
-    sqlite3_close(db);
 }
 
 /* In sequence: with one slot, each run started after the previous one
  * finished (times are ISO-8601 UTC strings, which sort as times). */
 Test(loop, runs_never_overlap_on_one_slot) {
-    sqlite3 *db = db_at_rest();
-    cr_expect_geq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE started IS NOT NULL", 0),
-                  WANT_SUCCEEDED);
-    cr_expect_eq(tu_sql_int(db,
-                            "SELECT count(*) FROM experiments a JOIN experiments b ON a.id != b.id "
-                            "WHERE a.started IS NOT NULL AND b.started IS NOT NULL "
-                            "AND a.started <= b.started "
-                            "AND (a.finished IS NULL OR a.finished > b.started)",
-                            0),
+    long long started = at_rest("SELECT count(*) FROM experiments WHERE started IS NOT NULL", 0);
+    cr_expect_geq(started, WANT_SUCCEEDED, "only %lld runs started", started);
+    cr_expect_eq(at_rest("SELECT count(*) FROM experiments a JOIN experiments b ON a.id != b.id "
+                         "WHERE a.started IS NOT NULL AND b.started IS NOT NULL "
+                         "AND a.started <= b.started "
+                         "AND (a.finished IS NULL OR a.finished > b.started)",
+                         0),
                  0, "two runs overlapped in time with one slot");
-    sqlite3_close(db);
 }
 
 Test(loop, agent_proposes_variants_not_repeats) {
-    sqlite3 *db = db_at_rest();
-    long long distinct = tu_sql_int(
-        db, "SELECT count(DISTINCT spec_hash) FROM experiments WHERE status = 'succeeded'", 0);
+    long long distinct =
+        at_rest("SELECT count(DISTINCT spec_hash) FROM experiments WHERE status = 'succeeded'", 0);
     cr_expect_geq(distinct, 4, "only %lld distinct specs among the successes", distinct);
-    sqlite3_close(db);
 }
 
 /* The first three are the baseline with seeds 1..3 (no parent), to measure
  * the noise. */
 Test(loop, first_runs_are_the_baseline_seeds) {
-    sqlite3 *db = db_at_rest();
-    long long first = tu_sql_int(db, "SELECT min(id) FROM experiments", 0);
-    cr_expect_eq(tu_sql_int(db,
-                            "SELECT count(*) FROM experiments WHERE id BETWEEN ?1 AND ?1 + 2 AND "
-                            "parent IS NULL AND name = 'baseline' AND seed = id - ?1 + 1",
-                            first),
+    cr_expect_eq(at_rest("SELECT count(*) FROM experiments WHERE id BETWEEN ?1 AND ?1 + 2 AND "
+                         "parent IS NULL AND name = 'baseline' AND seed = id - ?1 + 1",
+                         first_experiment()),
                  3, "the first three experiments are not the baseline's seeds 1..3");
-    sqlite3_close(db);
 }
 
 /* Every run after the baseline's seeds names an earlier successful run as
  * its parent. */
 Test(loop, mutations_name_an_earlier_successful_parent) {
-    sqlite3 *db = db_at_rest();
-    long long first = tu_sql_int(db, "SELECT min(id) FROM experiments", 0);
-    cr_expect_eq(tu_sql_int(db,
-                            "SELECT count(*) FROM experiments e WHERE e.id > ?1 + 2 AND "
-                            "(e.parent IS NULL OR e.parent >= e.id OR NOT EXISTS (SELECT 1 FROM "
-                            "experiments p WHERE p.id = e.parent AND p.status = 'succeeded'))",
-                            first),
+    cr_expect_eq(at_rest("SELECT count(*) FROM experiments e WHERE e.id > ?1 + 2 AND "
+                         "(e.parent IS NULL OR e.parent >= e.id OR NOT EXISTS (SELECT 1 FROM "
+                         "experiments p WHERE p.id = e.parent AND p.status = 'succeeded'))",
+                         first_experiment()),
                  0, "a mutation without an earlier successful parent");
-    sqlite3_close(db);
-}
-
-/* Deliveries of event answered 2xx. */
-static long long delivered(sqlite3 *db, const char *event) {
-    sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_prepare_v2(db,
-                                    "SELECT count(*) FROM hook_deliveries WHERE event_type = ?1 "
-                                    "AND http_status BETWEEN 200 AND 299",
-                                    -1, &st, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, event, -1, SQLITE_STATIC);
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sqlite3_errmsg(db));
-    long long n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return n;
 }
 
 /* The kick-off: the daemon started on an empty queue and said so. */
 Test(loop, hook_reports_the_empty_queue) {
-    sqlite3 *db = db_at_rest();
-    cr_expect_geq(delivered(db, "queue.empty"), 1,
-                  "the empty queue was never reported to the agent");
-    sqlite3_close(db);
+    cr_expect_geq(at_rest("SELECT count(*) FROM hook_deliveries WHERE event_type = "
+                          "'queue.empty' AND http_status BETWEEN 200 AND 299",
+                          0),
+                  1, "the empty queue was never reported to the agent");
 }
 
 Test(loop, hook_reports_every_finished_run) {
-    sqlite3 *db = db_at_rest();
-    long long n = delivered(db, "experiment.finished");
+    long long n = at_rest("SELECT count(*) FROM hook_deliveries WHERE event_type = "
+                          "'experiment.finished' AND http_status BETWEEN 200 AND 299",
+                          0);
     cr_expect_geq(n, WANT_SUCCEEDED - 1, "%lld finished events delivered", n);
-    sqlite3_close(db);
 }
 
 /* Never an error (a 401 would be a signature the agent refused). */
 Test(loop, agent_answers_every_delivery) {
-    sqlite3 *db = db_at_rest();
-    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM hook_deliveries WHERE http_status >= 300", 0),
-                 0, "the agent answered a delivery with an error");
-    sqlite3_close(db);
+    cr_expect_eq(at_rest("SELECT count(*) FROM hook_deliveries WHERE http_status >= 300", 0), 0,
+                 "the agent answered a delivery with an error");
 }
 
 Test(loop, agent_never_proposes_an_invalid_spec) {
-    sqlite3 *db = db_at_rest();
-    cr_expect_eq(
-        tu_sql_int(
-            db, "SELECT count(*) FROM hook_deliveries WHERE event_type = 'experiment.rejected'", 0),
-        0, "the agent proposed an invalid spec");
-    sqlite3_close(db);
+    cr_expect_eq(at_rest("SELECT count(*) FROM hook_deliveries WHERE event_type = "
+                         "'experiment.rejected'",
+                         0),
+                 0, "the agent proposed an invalid spec");
 }
 
 /* The agent's state: saved, and it proposed every experiment there is. */
 Test(loop, agent_state_accounts_for_every_experiment) {
     cJSON *st = night_json("agent-state.json");
     cr_assert(cJSON_IsObject(st), "the agent's state is not a JSON object");
-    sqlite3 *db = db_at_rest();
-    long long n = tu_sql_int(db, "SELECT count(*) FROM experiments", 0);
+    long long n = at_rest("SELECT count(*) FROM experiments", 0);
     cr_expect_geq(tu_jnum(st, "proposals"), (double)n,
                   "the agent proposed fewer specs than the daemon ran (%lld)", n);
-    sqlite3_close(db);
     cJSON_Delete(st);
 }
 
@@ -593,10 +563,8 @@ Test(loop, agent_best_is_a_succeeded_run) {
     cJSON *st = night_json("agent-state.json");
     const cJSON *abest = cJSON_GetObjectItem(st, "best");
     cr_assert(cJSON_IsObject(abest), "the agent kept no best");
-    sqlite3 *db = db_at_rest();
-    cr_expect_eq(tu_sql_int(db, "SELECT status = 'succeeded' FROM experiments WHERE id = ?1",
-                            (long long)tu_jnum(abest, "id")),
+    cr_expect_eq(at_rest("SELECT status = 'succeeded' FROM experiments WHERE id = ?1",
+                         (long long)tu_jnum(abest, "id")),
                  1, "the agent's best is not a succeeded experiment");
-    sqlite3_close(db);
     cJSON_Delete(st);
 }
