@@ -294,13 +294,9 @@ Test(client, submit_token_from_file_env_or_missing) {
     cr_assert_eq(r.exit_code, 2);
     cr_assert(strstr(r.err, "not both"), "%s", r.err);
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token-file",
-               "/nonexistent/token", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token", "two words", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token-file",
+                    "/nonexistent/token", NULL);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token", "two words", NULL);
     cr_assert_eq(nseen(), 4);
     free(spec);
     free(tokfile);
@@ -322,9 +318,7 @@ Test(client, submit_checks_the_file_before_sending) {
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "expected a spec object or an array of specs"), "%s", r.err);
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", nums, "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 1);
-    tu_run_free(&r);
+    tu_run_bin_exit(1, RUN_TIMEOUT_S, "submit", nums, "--url", S.url, NULL);
     tu_run_bin(&r, RUN_TIMEOUT_S, "submit", huge, "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "larger than 1048576 bytes"), "%s", r.err);
@@ -338,19 +332,14 @@ Test(client, submit_checks_the_file_before_sending) {
     cr_assert_eq(r.exit_code, 2);
     cr_assert(strstr(r.err, "usage: nightshift submit"), "%s", r.err);
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, empty, NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "submit", bad, empty, NULL);
     tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, "--frobnicate", NULL);
     cr_assert_eq(r.exit_code, 2);
     cr_assert(strstr(r.err, "unknown option --frobnicate"), "%s", r.err);
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, "--url", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", empty, "--url", "127.0.0.1:8080", NULL);
-    cr_assert_eq(r.exit_code, 1, "the file is checked before the URL");
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "submit", bad, "--url", NULL);
+    /* The file is checked before the URL. */
+    tu_run_bin_exit(1, RUN_TIMEOUT_S, "submit", empty, "--url", "127.0.0.1:8080", NULL);
     cr_assert_eq(nseen(), 0);
     free(bad), free(empty), free(nums), free(huge), free(huge_text);
 }
@@ -466,9 +455,7 @@ Test(client, url_from_the_environment) {
     cr_assert_str_eq(r.out, "no experiments\n");
     cr_assert_str_eq(seen(0)->path, "/v1/experiments");
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", "ftp://127.0.0.1/", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "ls", "--url", "ftp://127.0.0.1/", NULL);
     cr_assert_eq(nseen(), 1);
 }
 
@@ -643,12 +630,8 @@ Test(client, ls_table) {
     cr_assert_str_eq(seen(2)->query, "status=a%20b%26c&after=7");
     tu_run_free(&r);
 
-    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--limit", "0", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "extra", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "ls", "--url", S.url, "--limit", "0", NULL);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "ls", "--url", S.url, "extra", NULL);
     cr_assert_eq(nseen(), 3);
 }
 
@@ -721,9 +704,7 @@ Test(client, show_summary_json_and_log) {
 
     const char *bad[][3] = {{"abc"}, {"0"}, {"12", "13"}, {"12", "--tail", "5"}, {NULL}};
     for (int i = 0; i < 5; i++) {
-        tu_run_bin(&r, RUN_TIMEOUT_S, "show", bad[i][0], bad[i][1], bad[i][2], NULL);
-        cr_assert_eq(r.exit_code, 2, "case %d: %s", i, r.err);
-        tu_run_free(&r);
+        tu_run_bin_exit(2, RUN_TIMEOUT_S, "show", bad[i][0], bad[i][1], bad[i][2], NULL);
     }
     cr_assert_eq(nseen(), 3);
 }
@@ -835,16 +816,12 @@ Test(client, cancel_queued_and_running) {
     cr_assert_str_eq(seen(0)->path, "/v1/experiments/5/cancel");
     cr_assert_str_eq(seen(0)->body, "");
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "--token=t", NULL);
-    cr_assert_eq(r.exit_code, 2, "no id");
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "cancel", "--token=t", NULL); /* no id */
     tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "6", "--url", S.url, "--token=t", NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "6 cancelling (the worker is being stopped)\n");
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "-3", "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "cancel", "-3", "--url", S.url, NULL);
     cr_assert_eq(nseen(), 2);
 }
 
@@ -875,9 +852,7 @@ Test(client, watch_once_plain) {
     cr_assert_str_eq(r.err, "");
     cr_assert_str_eq(seen(0)->path, "/v1/status");
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "watch", "--interval", "0.01", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "watch", "--interval", "0.01", NULL);
 }
 
 /* Past the budget the worker is evaluating; below the slots, the last finished
@@ -905,18 +880,6 @@ Test(client, watch_evaluating_last_and_best) {
                             "queue: 2 queued\n");
     cr_assert_str_eq(seen(1)->query, "order=-id&limit=20");
     tu_run_free(&r);
-}
-
-/* Append what fd has to buf (at most cap - 1 bytes kept); 0 at EOF. */
-static int read_some(int fd, char *buf, size_t *len, size_t cap) {
-    char chunk[4096];
-    ssize_t n = read(fd, chunk, sizeof chunk);
-    if (n <= 0) return n < 0 && errno == EINTR;
-    size_t keep = (size_t)n < cap - 1 - *len ? (size_t)n : cap - 1 - *len;
-    memcpy(buf + *len, chunk, keep);
-    *len += keep;
-    buf[*len] = '\0';
-    return 1;
 }
 
 static int count(const char *s, const char *what) {
@@ -963,7 +926,7 @@ static int watch_until_sigint(int tty, int frames, char *out, size_t cap) {
         struct pollfd pf = {fd, POLLIN, 0};
         if (eof)
             usleep(10000);
-        else if (poll(&pf, 1, 50) > 0 && !read_some(fd, out, &len, cap))
+        else if (poll(&pf, 1, 50) > 0 && !tu_read_some(fd, out, &len, cap))
             eof = 1; /* EOF, or EIO once a pty's child is gone */
         done = waitpid(pid, &status, WNOHANG) == pid;
     }
@@ -974,7 +937,7 @@ static int watch_until_sigint(int tty, int frames, char *out, size_t cap) {
         cr_assert_fail("watch did not exit after SIGINT (sent: %d); output: %s", sent, out);
     }
     for (struct pollfd pf = {fd, POLLIN, 0}; !eof && poll(&pf, 1, 100) > 0;)
-        eof = !read_some(fd, out, &len, cap); /* what was still buffered */
+        eof = !tu_read_some(fd, out, &len, cap); /* what was still buffered */
     close(fd);
     cr_assert(sent, "watch drew %d frames, wanted %d", count(out, "queue: 3 queued"), frames);
     return status;
@@ -1020,9 +983,7 @@ Test(client, help_for_every_command) {
         cr_assert_eq(strncmp(r.out, want, strlen(want)), 0, "%s", r.out);
         cr_assert(strstr(r.out, "--token-file F"), "%s", r.out);
         tu_run_free(&r);
-        tu_run_bin(&r, RUN_TIMEOUT_S, cmds[i], "--bogus", NULL);
-        cr_assert_eq(r.exit_code, 2, "%s", cmds[i]);
-        tu_run_free(&r);
+        tu_run_bin_exit(2, RUN_TIMEOUT_S, cmds[i], "--bogus", NULL);
     }
     tu_run_t r;
     tu_run_bin(&r, RUN_TIMEOUT_S, "--help", NULL);

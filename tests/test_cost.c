@@ -296,12 +296,8 @@ Test(cost, command_errors) {
     cr_assert_not_null(strstr(r.err, "model.n_head"), "%s", r.err);
     tu_run_free(&r);
 
-    tu_run_bin(&r, 30, "cost", spec, "--batch", "0", NULL);
-    cr_assert_eq(r.exit_code, 2, "%s", r.err);
-    tu_run_free(&r);
-    tu_run_bin(&r, 30, "cost", NULL);
-    cr_assert_eq(r.exit_code, 2, "%s", r.err);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, 30, "cost", spec, "--batch", "0", NULL);
+    tu_run_bin_exit(2, 30, "cost", NULL);
     tu_run_bin(&r, 30, "cost", "--help", NULL);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     cr_assert_not_null(strstr(r.out, "usage: nightshift cost"), "%s", r.out);

@@ -111,10 +111,8 @@ Test(newuser, prep_splits_a_single_text_file) {
     cJSON_Delete(m);
 
     /* Another fraction moves the cut; a text without a line break cannot be split. */
-    tu_run_bin(&r, 60, "prep", "--vocab", "300", "--quiet", "--name", "b2", "--val-fraction", "0.5",
-               book, NULL);
-    cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    tu_run_free(&r);
+    tu_run_bin_exit(0, 60, "prep", "--vocab", "300", "--quiet", "--name", "b2", "--val-fraction",
+                    "0.5", book, NULL);
     char *m2path = tu_path("%s/datasets/b2/manifest.json", state);
     m = read_json(m2path);
     cut = (size_t)tu_jnum(cJSON_GetObjectItem(m, "val_split"), "cut_byte");
@@ -250,18 +248,6 @@ Test(newuser, memory_estimate_matches_measured_peak_rss) {
 
 /* ------------------------------------------------------- watch */
 
-/* Append what fd has to buf; 0 at EOF (or EIO once a pty's child is gone). */
-static int read_some(int fd, char *buf, size_t *len, size_t cap) {
-    char chunk[4096];
-    ssize_t n = read(fd, chunk, sizeof chunk);
-    if (n <= 0) return n < 0 && errno == EINTR;
-    size_t keep = (size_t)n < cap - 1 - *len ? (size_t)n : cap - 1 - *len;
-    memcpy(buf + *len, chunk, keep);
-    *len += keep;
-    buf[*len] = '\0';
-    return 1;
-}
-
 /* Read fd into buf until `what` appears at or after offset from, for at most
  * timeout_s; returns where it starts, or -1. */
 static long wait_for(int fd, char *buf, size_t *len, size_t cap, size_t from, const char *what,
@@ -272,7 +258,7 @@ static long wait_for(int fd, char *buf, size_t *len, size_t cap, size_t from, co
         if (hit) return hit - buf;
         if (tu_now() > deadline) return -1;
         struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 100) > 0 && !read_some(fd, buf, len, cap)) return -1;
+        if (poll(&p, 1, 100) > 0 && !tu_read_some(fd, buf, len, cap)) return -1;
     }
 }
 
@@ -322,7 +308,7 @@ Test(newuser, watch_lives_through_a_daemon_restart) {
     int status = 0, done = 0;
     for (double t = tu_now() + 10; !done && tu_now() < t;) {
         struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 50) > 0) read_some(fd, out, &len, sizeof out);
+        if (poll(&p, 1, 50) > 0) tu_read_some(fd, out, &len, sizeof out);
         done = waitpid(pid, &status, WNOHANG) == pid;
     }
     if (!done) {
@@ -369,9 +355,7 @@ Test(newuser, sample_id_from_another_directory) {
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     cr_assert_eq(strncmp(r.out, "the cat", 7), 0, "%s", r.out);
     tu_run_free(&r);
-    tu_run_bin(&r, 60, "sample", "1", "--dir", state, "--tokens", "8", NULL);
-    cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    tu_run_free(&r);
+    tu_run_bin_exit(0, 60, "sample", "1", "--dir", state, "--tokens", "8", NULL);
     tu_run_bin(&r, 60, "sample", "1", "--tokens", "8", NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "no checkpoint for experiment 1 in state/runs"), "%s", r.err);

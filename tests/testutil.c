@@ -172,6 +172,17 @@ static int drain(int fd, char **buf, size_t *len) {
     return 1;
 }
 
+int tu_read_some(int fd, char *buf, size_t *len, size_t cap) {
+    char chunk[4096];
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n <= 0) return n < 0 && errno == EINTR;
+    size_t keep = (size_t)n < cap - 1 - *len ? (size_t)n : cap - 1 - *len;
+    memcpy(buf + *len, chunk, keep);
+    *len += keep;
+    buf[*len] = '\0';
+    return 1;
+}
+
 void tu_run(tu_run_t *r, char *const argv[], double timeout_s) {
     int out[2], err[2];
     memset(r, 0, sizeof *r);
@@ -234,19 +245,43 @@ void tu_run_free(tu_run_t *r) {
     r->out = r->err = NULL;
 }
 
-void tu_run_bin(tu_run_t *r, double timeout_s, const char *arg, ...) {
-    char *argv[32];
+/* argv[0..n] for `$NIGHTSHIFT_BIN arg ...` (the list NULL-terminated, at
+ * most 30 arguments); argv has room for 32. */
+static void bin_argv(char *argv[32], const char *arg, va_list ap) {
     int n = 0;
-    va_list ap;
     argv[n++] = (char *)tu_bin();
-    va_start(ap, arg);
     const char *a = arg;
     for (; a && n < 31; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
-    va_end(ap);
     cr_assert(!a, "more than 30 arguments for nightshift %s", arg);
     argv[n] = NULL;
+}
+
+void tu_run_bin(tu_run_t *r, double timeout_s, const char *arg, ...) {
+    char *argv[32];
+    va_list ap;
+    va_start(ap, arg);
+    bin_argv(argv, arg, ap);
+    va_end(ap);
     tu_run(r, argv, timeout_s);
     cr_assert_not(r->timed_out, "nightshift %s timed out after %g s", arg, timeout_s);
+}
+
+void tu_run_bin_exit(int want, double timeout_s, const char *arg, ...) {
+    char *argv[32], cmd[1024] = "nightshift";
+    va_list ap;
+    va_start(ap, arg);
+    bin_argv(argv, arg, ap);
+    va_end(ap);
+    for (int i = 1; argv[i]; i++) {
+        size_t n = strlen(cmd);
+        snprintf(cmd + n, sizeof cmd - n, " %s", argv[i]);
+    }
+    tu_run_t r;
+    tu_run(&r, argv, timeout_s);
+    cr_assert_not(r.timed_out, "%s timed out after %g s", cmd, timeout_s);
+    cr_assert_eq(r.exit_code, want, "%s: exit %d, expected %d; stderr: %s", cmd, r.exit_code, want,
+                 r.err);
+    tu_run_free(&r);
 }
 
 void tu_prep_tiny(const char *corpus, const char *dir, const char *name) {

@@ -62,6 +62,15 @@ void tu_run_free(tu_run_t *r);
  * 30); a run that times out fails the test. Release r with tu_run_free. */
 void tu_run_bin(tu_run_t *r, double timeout_s, const char *arg, ...);
 
+/* tu_run_bin whose exit code must be want (a failure names the command and
+ * quotes its stderr); for runs whose output does not matter. */
+void tu_run_bin_exit(int want, double timeout_s, const char *arg, ...);
+
+/* One read(2) of fd appended to buf, which holds *len bytes and keeps at most
+ * cap - 1 (the rest is dropped), NUL-terminated. Returns 0 at EOF or on an
+ * error (EIO once a pty's child is gone), 1 otherwise. */
+int tu_read_some(int fd, char *buf, size_t *len, size_t cap);
+
 /* CLOCK_MONOTONIC seconds, and a sleep. */
 double tu_now(void);
 void tu_sleep_ms(int ms);
