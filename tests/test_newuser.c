@@ -50,6 +50,12 @@ static void daemon_start(tu_server_t *d, int port, const char *memory_mb) {
     free(errlog);
 }
 
+/* SIGTERM: it must exit 0 with a clean log; then d is released. */
+static void daemon_stop(tu_server_t *d) {
+    tu_server_stop(d, 30);
+    tu_server_release(d);
+}
+
 /* A text of `lines` lines of pseudo-random words (enough distinct pairs for
  * a few hundred BPE merges); returns its length. */
 static size_t write_book(const char *path, int lines) {
@@ -186,8 +192,7 @@ Test(newuser, a_spec_too_large_is_refused_with_its_numbers) {
     cr_assert(strstr(r.out, "(from dataset 'default' in "), "%s", r.out);
     cr_assert(strstr(r.out, "memory needed (estimate):"), "%s", r.out);
     tu_run_free(&r);
-    tu_server_stop(&d, 30);
-    tu_server_release(&d);
+    daemon_stop(&d);
     free(spec);
 }
 
@@ -284,8 +289,7 @@ Test(newuser, watch_lives_through_a_daemon_restart) {
     long at = wait_for(fd, out, &len, sizeof out, 0, "queue: 0 queued", 20);
     cr_assert_geq(at, 0, "no first snapshot: %s", out);
 
-    tu_server_stop(&d, 30);
-    tu_server_release(&d);
+    daemon_stop(&d);
     at = wait_for(fd, out, &len, sizeof out, (size_t)at, "reconnecting to http://127.0.0.1:", 20);
     cr_assert_geq(at, 0, "no reconnecting line: %s", out);
     cr_assert(waitpid(pid, NULL, WNOHANG) == 0, "watch exited when the daemon went away");
@@ -317,8 +321,7 @@ Test(newuser, watch_lives_through_a_daemon_restart) {
     }
     close(fd);
     cr_assert(done && WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
-    tu_server_stop(&d, 30);
-    tu_server_release(&d);
+    daemon_stop(&d);
 }
 
 /* ------------------------------------------------------- a result */
@@ -370,8 +373,7 @@ Test(newuser, sample_id_from_another_directory) {
     cr_assert(strstr(r.out, "VERDICT  DATASET  PARAMS  PARENT"), "%s", r.out);
     cr_assert(strstr(r.out, "best     default"), "%s", r.out);
     tu_run_free(&r);
-    tu_server_stop(&d, 30);
-    tu_server_release(&d);
+    daemon_stop(&d);
     free(spec);
 }
 
