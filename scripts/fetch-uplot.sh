@@ -25,6 +25,7 @@ fi
 mkdir -p "$out"
 work=$(mktemp -d "$out/.fetch-uplot.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# shellcheck source=scripts/fetch-npm.sh
 source "$(dirname "$0")/fetch-npm.sh"
 npm_fetch fetch-uplot uplot "$version" "$sha256" "$work" package/dist/uPlot.iife.min.js \
     package/dist/uPlot.min.css package/LICENSE

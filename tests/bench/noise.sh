@@ -37,6 +37,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -x $bin ]] || { echo "bench: $bin is not an executable (run make first)" >&2; exit 1; }
 
+# shellcheck source=tests/bench/train.sh
 source "$here/train.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

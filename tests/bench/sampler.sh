@@ -39,6 +39,7 @@ src=$here/../../experiments/default.json
 [[ -f $state/datasets/default/manifest.json ]] ||
     { echo "bench: no dataset $state/datasets/default (run make dataset)" >&2; exit 1; }
 
+# shellcheck source=tests/bench/train.sh
 source "$here/train.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # train.sh - sourced by the training benchmarks (noise.sh, sampler.sh): a
 # spec's variant, one `nightshift train` and a row of its summary.
 
@@ -41,6 +42,7 @@ bench_field() {
 bench_row() {
     local fmt=$1
     shift
+    # shellcheck disable=SC2059 # the format is the caller's
     printf "$fmt" "$@" "$(bench_field val_bpb)" "$(bench_field num_steps)" \
         "$(bench_field training_seconds)" "$(bench_field epochs)" "$(cut -d' ' -f1 /proc/loadavg)"
 }
