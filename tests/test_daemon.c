@@ -177,6 +177,14 @@ static cJSON *wait_for(const daemon_t *d, long id, const char *want, double time
     }
 }
 
+/* GET /v1/experiments lists nothing: every request so far was refused. */
+static void expect_nothing_queued(const daemon_t *d) {
+    cJSON *list = tu_get_json(d, "/v1/experiments");
+    int n = cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments"));
+    cr_expect_eq(n, 0, "%d experiments were queued", n);
+    cJSON_Delete(list);
+}
+
 /* Poll experiment id until it reports progress at step min_step or later
  * (0: any progress), at most timeout_s; the run ending first, or the
  * deadline, fails the test. */
@@ -273,10 +281,7 @@ Test(daemon, invalid_submissions_queue_nothing) {
     expect_error(d, "POST", "/v1/experiments", nodata, strlen(nodata), 400, "invalid_spec",
                  "dataset: no dataset named 'nope'");
 
-    cJSON *list = tu_get_json(d, "/v1/experiments");
-    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments")), 0,
-                 "nothing is queued");
-    cJSON_Delete(list);
+    expect_nothing_queued(d);
     daemon_stop(d);
     free(c), free(batch);
 }
@@ -1144,10 +1149,7 @@ Test(daemon, json_bodies_are_strict) {
     const char raw_nul[] = "{\"name\":\"a\0z\",\"dataset\":\"tiny\"}";
     expect_error(d, "POST", "/v1/experiments", raw_nul, sizeof raw_nul - 1, 400, "invalid_json",
                  "control character");
-    cJSON *list = tu_get_json(d, "/v1/experiments");
-    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments")), 0,
-                 "something was queued");
-    cJSON_Delete(list);
+    expect_nothing_queued(d);
     daemon_stop(d);
     free(a), free(b), free(two);
 }
