@@ -270,11 +270,9 @@ Test(client, submit_token_from_file_env_or_missing) {
     cr_assert(strstr(r.err, "--token"), "a hint names the options: %s", r.err);
     tu_run_free(&r);
 
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token-file", tokfile, NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "9 queued\n");
+    tu_run_bin_out("9 queued\n", RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token-file",
+                   tokfile, NULL);
     cr_assert_str_eq(seen(1)->auth, "Bearer tok-1");
-    tu_run_free(&r);
 
     setenv("NIGHTSHIFT_TOKEN", "tok-1", 1);
     tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, NULL);
@@ -449,12 +447,8 @@ Test(client, url_from_the_environment) {
     char url[80];
     snprintf(url, sizeof url, "%s/", S.url); /* a trailing slash is dropped */
     setenv("NIGHTSHIFT_URL", url, 1);
-    tu_run_t r;
-    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "no experiments\n");
+    tu_run_bin_out("no experiments\n", RUN_TIMEOUT_S, "ls", NULL);
     cr_assert_str_eq(seen(0)->path, "/v1/experiments");
-    tu_run_free(&r);
     tu_run_bin_exit(2, RUN_TIMEOUT_S, "ls", "--url", "ftp://127.0.0.1/", NULL);
     cr_assert_eq(nseen(), 1);
 }
@@ -695,12 +689,10 @@ Test(client, show_summary_json_and_log) {
     cr_assert_str_eq(r.out, EXPERIMENT "\n");
     tu_run_free(&r);
 
-    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "12", "--log", "--tail", "100", "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 0);
-    cr_assert_str_eq(r.out, "step 1\nstep 2\n");
+    tu_run_bin_out("step 1\nstep 2\n", RUN_TIMEOUT_S, "show", "12", "--log", "--tail", "100",
+                   "--url", S.url, NULL);
     cr_assert_str_eq(seen(2)->path, "/v1/experiments/12/log");
     cr_assert_str_eq(seen(2)->query, "tail=100");
-    tu_run_free(&r);
 
     const char *bad[][3] = {{"abc"}, {"0"}, {"12", "13"}, {"12", "--tail", "5"}, {NULL}};
     for (int i = 0; i < 5; i++) {
@@ -720,23 +712,18 @@ Test(client, show_running_with_progress) {
     route("GET", "/v1/experiments/8", 200,
           "{\"id\":8,\"status\":\"crashed\",\"reason\":\"killed by SIGSEGV\","
           "\"term_signal\":11,\"result\":null,\"progress\":null}");
-    tu_run_t r;
-    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "7", "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "experiment 7\n"
-                            "  status     running\n"
-                            "  created    2026-11-29 19:37:00\n"
-                            "  started    2026-11-29 19:37:01\n"
-                            "  worker     pid 99\n"
-                            "  progress   step 130, 45.2% of the budget, loss 3.214, "
-                            "2,810 tok/s, ETA 2m44s\n");
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "8", "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "experiment 8\n"
-                            "  status     crashed (killed by SIGSEGV)\n"
-                            "  worker     signal 11 (Segmentation fault)\n");
-    tu_run_free(&r);
+    tu_run_bin_out("experiment 7\n"
+                   "  status     running\n"
+                   "  created    2026-11-29 19:37:00\n"
+                   "  started    2026-11-29 19:37:01\n"
+                   "  worker     pid 99\n"
+                   "  progress   step 130, 45.2% of the budget, loss 3.214, "
+                   "2,810 tok/s, ETA 2m44s\n",
+                   RUN_TIMEOUT_S, "show", "7", "--url", S.url, NULL);
+    tu_run_bin_out("experiment 8\n"
+                   "  status     crashed (killed by SIGSEGV)\n"
+                   "  worker     signal 11 (Segmentation fault)\n",
+                   RUN_TIMEOUT_S, "show", "8", "--url", S.url, NULL);
 }
 
 /* ------------------------------------------------------------------- best */
@@ -808,19 +795,14 @@ Test(client, cancel_queued_and_running) {
     S.token = "t";
     route("POST", "/v1/experiments/5/cancel", 200, "{\"id\":5,\"status\":\"cancelled\"}");
     route("POST", "/v1/experiments/6/cancel", 200, "{\"id\":6,\"status\":\"cancelling\"}");
-    tu_run_t r;
-    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "5", "--url", S.url, "--token", "t", NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "5 cancelled\n");
+    tu_run_bin_out("5 cancelled\n", RUN_TIMEOUT_S, "cancel", "5", "--url", S.url, "--token", "t",
+                   NULL);
     cr_assert_str_eq(seen(0)->method, "POST");
     cr_assert_str_eq(seen(0)->path, "/v1/experiments/5/cancel");
     cr_assert_str_eq(seen(0)->body, "");
-    tu_run_free(&r);
     tu_run_bin_exit(2, RUN_TIMEOUT_S, "cancel", "--token=t", NULL); /* no id */
-    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "6", "--url", S.url, "--token=t", NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "6 cancelling (the worker is being stopped)\n");
-    tu_run_free(&r);
+    tu_run_bin_out("6 cancelling (the worker is being stopped)\n", RUN_TIMEOUT_S, "cancel", "6",
+                   "--url", S.url, "--token=t", NULL);
     tu_run_bin_exit(2, RUN_TIMEOUT_S, "cancel", "-3", "--url", S.url, NULL);
     cr_assert_eq(nseen(), 2);
 }
@@ -870,16 +852,13 @@ Test(client, watch_evaluating_last_and_best) {
           "{\"leaderboard\":[{\"id\":5,\"val_bpb\":1.8,\"dataset\":\"book\"},"
           "{\"id\":2,\"val_bpb\":2.5,\"dataset\":\"default\"},"
           "{\"id\":6,\"val_bpb\":1.9,\"dataset\":\"book\"}]}");
-    tu_run_t r;
-    tu_run_bin(&r, RUN_TIMEOUT_S, "watch", "--once", "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "slot 0 [####################] evaluating exp 7 step 400 loss 2.914 "
-                            "\"deep\"\n"
-                            "last: exp 6 \"wide\" succeeded val_bpb 1.9000, +0.1000 vs 5 on book\n"
-                            "best: book 1.8000 (exp 5), default 2.5000 (exp 2)\n"
-                            "queue: 2 queued\n");
+    tu_run_bin_out("slot 0 [####################] evaluating exp 7 step 400 loss 2.914 "
+                   "\"deep\"\n"
+                   "last: exp 6 \"wide\" succeeded val_bpb 1.9000, +0.1000 vs 5 on book\n"
+                   "best: book 1.8000 (exp 5), default 2.5000 (exp 2)\n"
+                   "queue: 2 queued\n",
+                   RUN_TIMEOUT_S, "watch", "--once", "--url", S.url, NULL);
     cr_assert_str_eq(seen(1)->query, "order=-id&limit=20");
-    tu_run_free(&r);
 }
 
 static int count(const char *s, const char *what) {

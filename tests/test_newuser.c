@@ -336,10 +336,7 @@ Test(newuser, sample_id_from_another_directory) {
                    "\"train\":{\"batch_size\":4,\"total_batch_tokens\":256},"
                    "\"resources\":{\"threads\":1,\"peak_gflops\":10}}");
     tu_run_t r;
-    tu_run_bin(&r, 30, "submit", spec, "--url", d.url, NULL);
-    cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    cr_assert_str_eq(r.out, "1 queued\n");
-    tu_run_free(&r);
+    tu_run_bin_out("1 queued\n", 30, "submit", spec, "--url", d.url, NULL);
     const char *status = NULL;
     cJSON *e = NULL;
     for (double t = tu_now() + 90; tu_now() < t; tu_sleep_ms(200)) {

@@ -266,12 +266,12 @@ void tu_run_bin(tu_run_t *r, double timeout_s, const char *arg, ...) {
     cr_assert_not(r->timed_out, "nightshift %s timed out after %g s", arg, timeout_s);
 }
 
-void tu_run_bin_exit(int want, double timeout_s, const char *arg, ...) {
+/* `$NIGHTSHIFT_BIN arg ...` (ap) must exit want and, unless out is NULL,
+ * print exactly out on stdout; a failure names the command. */
+static void run_bin_expect(int want, const char *out, double timeout_s, const char *arg,
+                           va_list ap) {
     char *argv[32], cmd[1024] = "nightshift";
-    va_list ap;
-    va_start(ap, arg);
     bin_argv(argv, arg, ap);
-    va_end(ap);
     for (int i = 1; argv[i]; i++) {
         size_t n = strlen(cmd);
         snprintf(cmd + n, sizeof cmd - n, " %s", argv[i]);
@@ -281,7 +281,22 @@ void tu_run_bin_exit(int want, double timeout_s, const char *arg, ...) {
     cr_assert_not(r.timed_out, "%s timed out after %g s", cmd, timeout_s);
     cr_assert_eq(r.exit_code, want, "%s: exit %d, expected %d; stderr: %s", cmd, r.exit_code, want,
                  r.err);
+    if (out) cr_assert_str_eq(r.out, out, "%s: stdout\n%s\nexpected\n%s", cmd, r.out, out);
     tu_run_free(&r);
+}
+
+void tu_run_bin_exit(int want, double timeout_s, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    run_bin_expect(want, NULL, timeout_s, arg, ap);
+    va_end(ap);
+}
+
+void tu_run_bin_out(const char *out, double timeout_s, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    run_bin_expect(0, out, timeout_s, arg, ap);
+    va_end(ap);
 }
 
 void tu_prep_tiny(const char *corpus, const char *dir, const char *name) {

@@ -65,6 +65,8 @@ void tu_run_bin(tu_run_t *r, double timeout_s, const char *arg, ...);
 /* tu_run_bin whose exit code must be want (a failure names the command and
  * quotes its stderr); for runs whose output does not matter. */
 void tu_run_bin_exit(int want, double timeout_s, const char *arg, ...);
+/* The same for a run that must exit 0 and print exactly out on stdout. */
+void tu_run_bin_out(const char *out, double timeout_s, const char *arg, ...);
 
 /* One read(2) of fd appended to buf, which holds *len bytes and keeps at most
  * cap - 1 (the rest is dropped), NUL-terminated. Returns 0 at EOF or on an
