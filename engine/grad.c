@@ -242,7 +242,7 @@ int grad_main(int argc, char **argv) {
     int32_t *ids = NULL;
     int *in = NULL, *tg = NULL;
     double *fwd_s = NULL, *pass_s = NULL; /* seconds per timed pass, `repeat` each */
-    int spec_loaded = 0, B = 0;
+    int spec_loaded = 0, B = 0, rc = 1;
 
     int spec_rc = spec_load(spec_path, &spec, err, sizeof err);
     if (spec_rc != 0) {
@@ -318,14 +318,7 @@ int grad_main(int argc, char **argv) {
             goto fail;
         }
     }
-    gpt_free(m);
-    free(ids);
-    free(in);
-    free(tg);
-    free(fwd_s);
-    free(pass_s);
-    spec_free(&spec);
-    return 0;
+    rc = 0;
 fail:
     gpt_free(m);
     free(ids);
@@ -334,5 +327,5 @@ fail:
     free(fwd_s);
     free(pass_s);
     if (spec_loaded) spec_free(&spec);
-    return 1;
+    return rc;
 }

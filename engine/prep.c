@@ -48,17 +48,6 @@ static bool progress_due(progress_t *p) {
     return true;
 }
 
-static int grow(void *p, size_t *cap, size_t need, size_t sz) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *q = realloc(*(void **)p, c * sz);
-    if (!q) return -1;
-    *(void **)p = q;
-    *cap = c;
-    return 0;
-}
-
 /* ---- reading the inputs ------------------------------------------------------- */
 
 typedef struct {
@@ -87,12 +76,12 @@ static void corpus_free(corpus_t *c) {
 }
 
 static int add_doc(corpus_t *c, const char *s, size_t n) {
-    if (grow(&c->text, &c->cap, c->len + n, 1)) return -1;
+    if (util_grow(&c->text, &c->cap, c->len + n, 1)) return -1;
     if (c->n + 1 > c->capd) {
         size_t cap = c->capd;
-        if (grow(&c->off, &cap, c->n + 1, sizeof *c->off)) return -1;
+        if (util_grow(&c->off, &cap, c->n + 1, sizeof *c->off)) return -1;
         cap = c->capd;
-        if (grow(&c->dlen, &cap, c->n + 1, sizeof *c->dlen)) return -1;
+        if (util_grow(&c->dlen, &cap, c->n + 1, sizeof *c->dlen)) return -1;
         c->capd = cap;
     }
     memcpy(c->text + c->len, s, n);
@@ -149,7 +138,7 @@ static int add_file(corpus_t *c, const char *path, int val, char *err, size_t er
     size_t len;
     char *buf = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen);
     if (!buf) return -1;
-    if (grow(&c->src, &c->capsrc, c->nsrc + 1, sizeof *c->src)) goto oom;
+    if (util_grow(&c->src, &c->capsrc, c->nsrc + 1, sizeof *c->src)) goto oom;
     source_t *s = &c->src[c->nsrc];
     memset(s, 0, sizeof *s);
     s->path = strdup(path);
@@ -214,7 +203,7 @@ static int add_path(corpus_t *c, const char *path, int val, int depth, char *err
     errno = 0;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
-        if (grow(&names, &cap, n + 1, sizeof *names) || !(names[n] = strdup(e->d_name))) {
+        if (util_grow(&names, &cap, n + 1, sizeof *names) || !(names[n] = strdup(e->d_name))) {
             util_errorf(err, errlen, "out of memory");
             goto done;
         }
@@ -316,7 +305,7 @@ static int write_split(tok_t *tok, const corpus_t *c, size_t lo, size_t hi, cons
     for (size_t d = lo; d < hi; d++) {
         ids.n = 0;
         if (tok_encode(tok, c->text + c->off[d], c->dlen[d], &ids, err, errlen)) goto fail;
-        if (grow(&buf, &bufcap, ids.n + 1, sizeof *buf)) {
+        if (util_grow(&buf, &bufcap, ids.n + 1, sizeof *buf)) {
             util_errorf(err, errlen, "out of memory");
             goto fail;
         }
@@ -577,9 +566,9 @@ static int split_one(corpus_t *c, double fraction, byte_split_t *out, char *err,
     c->dlen[0] = best;
     if (c->n + 1 > c->capd) {
         size_t cap = c->capd;
-        if (grow(&c->off, &cap, c->n + 1, sizeof *c->off)) goto oom;
+        if (util_grow(&c->off, &cap, c->n + 1, sizeof *c->off)) goto oom;
         cap = c->capd;
-        if (grow(&c->dlen, &cap, c->n + 1, sizeof *c->dlen)) goto oom;
+        if (util_grow(&c->dlen, &cap, c->n + 1, sizeof *c->dlen)) goto oom;
         c->capd = cap;
     }
     c->off[1] = best;

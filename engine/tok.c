@@ -32,18 +32,6 @@
 static const char *const special_names[TOK_N_SPECIAL] = {"<|bos|>", "<|eos|>", "<|pad|>",
                                                          "<|reserved|>"};
 
-/* Grow *p (an array of *cap elements of size sz) to hold at least need. */
-static int grow(void *p, size_t *cap, size_t need, size_t sz) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *q = realloc(*(void **)p, c * sz);
-    if (!q) return -1;
-    *(void **)p = q;
-    *cap = c;
-    return 0;
-}
-
 void tok_ids_free(tok_ids_t *v) {
     free(v->ids);
     v->ids = NULL;
@@ -51,7 +39,7 @@ void tok_ids_free(tok_ids_t *v) {
 }
 
 int tok_ids_push(tok_ids_t *v, int32_t id) {
-    if (grow(&v->ids, &v->cap, v->n + 1, sizeof *v->ids)) return -1;
+    if (util_grow(&v->ids, &v->cap, v->n + 1, sizeof *v->ids)) return -1;
     v->ids[v->n++] = id;
     return 0;
 }
@@ -142,8 +130,8 @@ static long bmap_find(bmap_t *m, const uint8_t *s, size_t len, bool add) {
     }
     if (!add) return -1;
     if (m->n >= INT32_MAX - 1) return -2;
-    if (grow(&m->ents, &m->cap, m->n + 1, sizeof *m->ents)) return -2;
-    if (grow(&m->bytes, &m->capbytes, m->nbytes + len + 1, 1)) return -2;
+    if (util_grow(&m->ents, &m->cap, m->n + 1, sizeof *m->ents)) return -2;
+    if (util_grow(&m->bytes, &m->capbytes, m->nbytes + len + 1, 1)) return -2;
     memcpy(m->bytes + m->nbytes, s, len);
     m->ents[m->n] = (bent_t){.hash = h, .off = m->nbytes, .len = (uint32_t)len};
     m->nbytes += len;
@@ -546,7 +534,8 @@ static int encode_cb(void *ctx, const uint8_t *s, size_t n) {
     if (e == -2) return -1;
     if (e >= 0) {
         const bent_t *b = &t->cache.ents[e];
-        if (grow(&c->out->ids, &c->out->cap, c->out->n + b->aux, sizeof *c->out->ids)) return -1;
+        if (util_grow(&c->out->ids, &c->out->cap, c->out->n + b->aux, sizeof *c->out->ids))
+            return -1;
         memcpy(c->out->ids + c->out->n, t->cache_ids + b->val, b->aux * sizeof(int32_t));
         c->out->n += b->aux;
         return 0;
@@ -555,7 +544,7 @@ static int encode_cb(void *ctx, const uint8_t *s, size_t n) {
     if (encode_chunk(t, s, n, c->out)) return -1;
     if (t->cache.n >= CACHE_MAX_ENTRIES) return 0;
     size_t cnt = c->out->n - start;
-    if (grow(&t->cache_ids, &t->cache_cap, t->cache_n + cnt, sizeof *t->cache_ids)) return -1;
+    if (util_grow(&t->cache_ids, &t->cache_cap, t->cache_n + cnt, sizeof *t->cache_ids)) return -1;
     e = bmap_find(&t->cache, s, n, true);
     if (e < 0) return -1;
     memcpy(t->cache_ids + t->cache_n, c->out->ids + start, cnt * sizeof(int32_t));
@@ -700,7 +689,7 @@ static bool hent_before(const trainer_state_t *st, hent_t x, hent_t y) {
 }
 
 static int hpush(trainer_state_t *st, hent_t v) {
-    if (grow(&st->heap, &st->capheap, st->nheap + 1, sizeof *st->heap)) return -1;
+    if (util_grow(&st->heap, &st->capheap, st->nheap + 1, sizeof *st->heap)) return -1;
     size_t i = st->nheap++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -734,7 +723,7 @@ static int pair_add(trainer_state_t *st, int32_t a, int32_t b, int64_t delta, ui
     int32_t pi = pmap_get(&st->pidx, k);
     if (pi < 0) {
         if (st->npairs >= INT32_MAX) return -1;
-        if (grow(&st->pairs, &st->cappairs, st->npairs + 1, sizeof *st->pairs)) return -1;
+        if (util_grow(&st->pairs, &st->cappairs, st->npairs + 1, sizeof *st->pairs)) return -1;
         pi = (int32_t)st->npairs;
         st->pairs[pi] = (tpair_t){.a = a, .b = b};
         if (pmap_put(&st->pidx, k, pi)) return -1;
@@ -755,7 +744,7 @@ static int pair_add(trainer_state_t *st, int32_t a, int32_t b, int64_t delta, ui
         }
         if (p->stamp != st->stamp) {
             p->stamp = st->stamp;
-            if (grow(&st->touched, &st->captouched, st->ntouched + 1, sizeof *st->touched))
+            if (util_grow(&st->touched, &st->captouched, st->ntouched + 1, sizeof *st->touched))
                 return -1;
             st->touched[st->ntouched++] = (uint32_t)pi;
         }

@@ -41,6 +41,17 @@ double util_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+int util_grow(void *p, size_t *cap, size_t need, size_t sz) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(*(void **)p, c * sz);
+    if (!q) return -1;
+    *(void **)p = q;
+    *cap = c;
+    return 0;
+}
+
 void util_errorf(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || !errlen) return;
     va_list ap;

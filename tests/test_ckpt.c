@@ -109,6 +109,27 @@ static void expect_read_error(const char *path, const char *needle) {
     cr_assert_null(f.buf);
 }
 
+/* write_file, then expect_read_error. */
+static void expect_header_error(const char *path, const char *header, size_t dlen,
+                                const char *needle) {
+    write_file(path, header, dlen);
+    expect_read_error(path, needle);
+}
+
+/* A file with one F32 tensor "a" of the given shape and data_offsets (JSON
+ * text; NULL leaves the field out) over dlen bytes of data: reading it must
+ * fail with needle. */
+static void expect_tensor_error(const char *path, const char *shape, const char *offsets,
+                                size_t dlen, const char *needle) {
+    char header[256];
+    if (offsets)
+        snprintf(header, sizeof header,
+                 "{\"a\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":%s}}", shape, offsets);
+    else
+        snprintf(header, sizeof header, "{\"a\":{\"dtype\":\"F32\",\"shape\":%s}}", shape);
+    expect_header_error(path, header, dlen, needle);
+}
+
 static long file_size(const char *path) {
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f);
@@ -130,6 +151,14 @@ static int count_files(const char *s) {
     return n;
 }
 
+/* Load path into m: its params must then equal want's, bit for bit. */
+static void expect_loads(gpt_t *m, const char *path, const gpt_t *want) {
+    char err[512] = "";
+    cr_assert_eq(ckpt_load(m, path, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(m->n_params, want->n_params);
+    cr_assert_eq(memcmp(m->params, want->params, want->n_params * 4), 0, "%s: params differ", path);
+}
+
 /* ---------------------------------------------------------- round trips */
 
 Test(ckpt, round_trip_bit_exact) {
@@ -138,8 +167,7 @@ Test(ckpt, round_trip_bit_exact) {
     const char *p = tu_dir_path("w.safetensors");
     cr_assert_eq(ckpt_write(a, a->params, NULL, p, err, sizeof err), 0, "%s", err);
     cr_assert_neq(memcmp(a->params, b->params, a->n_params * 4), 0);
-    cr_assert_eq(ckpt_load(b, p, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(memcmp(a->params, b->params, a->n_params * 4), 0);
+    expect_loads(b, p, a);
     /* The data section starts 8-byte aligned and holds exactly the floats. */
     FILE *f = fopen(p, "rb");
     uint64_t hlen = 0;
@@ -195,8 +223,7 @@ Test(ckpt, metadata_round_trip) {
     ckpt_file_close(&f);
     /* Loading ignores metadata. */
     gpt_t *b = toy_new(TOY, N_TOY, 5);
-    cr_assert_eq(ckpt_load(b, p, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(memcmp(a->params, b->params, a->n_params * 4), 0);
+    expect_loads(b, p, a);
     toy_free(a);
     toy_free(b);
 }
@@ -225,8 +252,7 @@ Test(ckpt, atomic_write_leaves_no_temp_file) {
     cr_assert_eq(ckpt_write(b, b->params, NULL, p, err, sizeof err), 0, "%s", err);
     cr_assert_eq(count_files("w.safetensors"), 1);
     cr_assert_eq(count_files(".tmp."), 0);
-    cr_assert_eq(ckpt_load(a, p, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(memcmp(a->params, b->params, a->n_params * 4), 0);
+    expect_loads(a, p, b);
     toy_free(a);
     toy_free(b);
 }
@@ -319,8 +345,9 @@ Test(ckpt, failed_load_leaves_params_unchanged) {
 
 Test(ckpt, rejects_f16_dtype) {
     const char *p = tu_dir_path("f16.safetensors");
-    write_file(p, "{\"x.weight\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4);
-    expect_read_error(p, "tensor x.weight has dtype F16, only F32 is supported");
+    expect_header_error(p,
+                        "{\"x.weight\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}",
+                        4, "tensor x.weight has dtype F16, only F32 is supported");
     expect_load_error(p, "dtype F16");
 }
 
@@ -353,54 +380,40 @@ Test(ckpt, rejects_header_length_past_file) {
 Test(ckpt, rejects_bad_offsets) {
     const char *p = tu_dir_path("off.safetensors");
     /* Out of bounds: the data section has 8 bytes. */
-    write_file(p,
-               "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-               "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
-               8);
-    expect_read_error(p, "tensor b: data_offsets end 12 is past the data section (8 bytes)");
+    expect_header_error(p,
+                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                        "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+                        8, "tensor b: data_offsets end 12 is past the data section (8 bytes)");
     /* Overlapping. */
-    write_file(p,
-               "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-               "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
-               12);
-    expect_read_error(p, "overlaps a");
+    expect_header_error(p,
+                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+                        12, "overlaps a");
     /* Two tensors on the same bytes. */
-    write_file(p,
-               "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-               "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-               8);
-    expect_read_error(p, "overlaps");
+    expect_header_error(p,
+                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+                        8, "overlaps");
     /* A gap. */
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
-    expect_read_error(p, "unused bytes [0,4)");
+    expect_tensor_error(p, "[1]", "[4,8]", 8, "unused bytes [0,4)");
     /* Trailing bytes. */
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 12);
-    expect_read_error(p, "8 trailing bytes");
+    expect_tensor_error(p, "[1]", "[0,4]", 12, "8 trailing bytes");
     /* Size disagreeing with the shape. */
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8);
-    expect_read_error(p, "do not hold [3] F32 (12 bytes)");
+    expect_tensor_error(p, "[3]", "[0,8]", 8, "do not hold [3] F32 (12 bytes)");
     /* end < begin */
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,0]}}", 8);
-    expect_read_error(p, "tensor a: data_offsets");
+    expect_tensor_error(p, "[0]", "[8,0]", 8, "tensor a: data_offsets");
     /* Not numbers / wrong arity. */
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4);
-    expect_read_error(p, "two non-negative integers");
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", 4);
-    expect_read_error(p, "two non-negative integers");
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4);
-    expect_read_error(p, "two non-negative integers");
+    expect_tensor_error(p, "[1]", "[0]", 4, "two non-negative integers");
+    expect_tensor_error(p, "[1]", "[-4,0]", 4, "two non-negative integers");
+    expect_tensor_error(p, "[1]", NULL, 4, "two non-negative integers");
 }
 
 Test(ckpt, rejects_bad_shapes) {
     const char *p = tu_dir_path("shape.safetensors");
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4);
-    expect_read_error(p, "shape entries must be non-negative integers");
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4);
-    expect_read_error(p, "shape entries must be non-negative integers");
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1],\"data_offsets\":[0,4]}}", 4);
-    expect_read_error(p, "at most 4 dims");
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4);
-    expect_read_error(p, "shape must be an array");
+    expect_tensor_error(p, "[-1]", "[0,4]", 4, "shape entries must be non-negative integers");
+    expect_tensor_error(p, "[1.5]", "[0,4]", 4, "shape entries must be non-negative integers");
+    expect_tensor_error(p, "[1,1,1,1,1]", "[0,4]", 4, "at most 4 dims");
+    expect_tensor_error(p, "\"1\"", "[0,4]", 4, "shape must be an array");
     /* 0-4 dims are fine, including scalars and empty tensors. */
     write_file(p,
                "{\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
@@ -421,32 +434,29 @@ Test(ckpt, rejects_bad_shapes) {
 
 Test(ckpt, rejects_garbage_json) {
     const char *p = tu_dir_path("json.safetensors");
-    write_file(p, "this is not json at all", 0);
-    expect_read_error(p, "header is not a valid JSON object");
-    write_file(p, "[1,2,3]", 0);
-    expect_read_error(p, "header is not a valid JSON object");
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4);
-    expect_read_error(p, "header is not a valid JSON object");
+    expect_header_error(p, "this is not json at all", 0, "header is not a valid JSON object");
+    expect_header_error(p, "[1,2,3]", 0, "header is not a valid JSON object");
+    expect_header_error(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4,
+                        "header is not a valid JSON object");
     /* Trailing garbage after the object (padding spaces are fine). */
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}xx", 4);
-    expect_read_error(p, "header is not a valid JSON object");
+    expect_header_error(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}xx", 4,
+                        "header is not a valid JSON object");
     write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}     ", 4);
     ckpt_file_t f;
     char err[512] = "";
     cr_assert_eq(ckpt_read(p, &f, err, sizeof err), 0, "%s", err);
     ckpt_file_close(&f);
     /* Entries of the wrong kind. */
-    write_file(p, "{\"a\":7}", 0);
-    expect_read_error(p, "entry a is not an object");
-    write_file(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4);
-    expect_read_error(p, "unknown field \"x\"");
-    write_file(p, "{\"__metadata__\":{\"k\":1}}", 0);
-    expect_read_error(p, "__metadata__ value \"k\" is not a string");
-    write_file(p,
-               "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-               "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-               8);
-    expect_read_error(p, "duplicate tensor a");
+    expect_header_error(p, "{\"a\":7}", 0, "entry a is not an object");
+    expect_header_error(p,
+                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}",
+                        4, "unknown field \"x\"");
+    expect_header_error(p, "{\"__metadata__\":{\"k\":1}}", 0,
+                        "__metadata__ value \"k\" is not a string");
+    expect_header_error(p,
+                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                        "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                        8, "duplicate tensor a");
     expect_read_error(tu_dir_path("does-not-exist"), "cannot open");
 }
 
@@ -475,8 +485,7 @@ Test(ckpt, gpt_round_trip) {
     }
     cr_assert_not_null(ckpt_file_find(&f, "transformer.wpe.weight"));
     ckpt_file_close(&f);
-    cr_assert_eq(ckpt_load(b, p, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(memcmp(a->params, b->params, a->n_params * 4), 0);
+    expect_loads(b, p, a);
     gpt_free(a);
     gpt_free(b);
     spec_free(&s);

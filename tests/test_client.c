@@ -270,11 +270,9 @@ Test(client, submit_token_from_file_env_or_missing) {
     cr_assert(strstr(r.err, "--token"), "a hint names the options: %s", r.err);
     tu_run_free(&r);
 
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token-file", tokfile, NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "9 queued\n");
+    tu_run_bin_out("9 queued\n", RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token-file",
+                   tokfile, NULL);
     cr_assert_str_eq(seen(1)->auth, "Bearer tok-1");
-    tu_run_free(&r);
 
     setenv("NIGHTSHIFT_TOKEN", "tok-1", 1);
     tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, NULL);
@@ -294,13 +292,9 @@ Test(client, submit_token_from_file_env_or_missing) {
     cr_assert_eq(r.exit_code, 2);
     cr_assert(strstr(r.err, "not both"), "%s", r.err);
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token-file",
-               "/nonexistent/token", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token", "two words", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token-file",
+                    "/nonexistent/token", NULL);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "submit", spec, "--url", S.url, "--token", "two words", NULL);
     cr_assert_eq(nseen(), 4);
     free(spec);
     free(tokfile);
@@ -322,9 +316,7 @@ Test(client, submit_checks_the_file_before_sending) {
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "expected a spec object or an array of specs"), "%s", r.err);
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", nums, "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 1);
-    tu_run_free(&r);
+    tu_run_bin_exit(1, RUN_TIMEOUT_S, "submit", nums, "--url", S.url, NULL);
     tu_run_bin(&r, RUN_TIMEOUT_S, "submit", huge, "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "larger than 1048576 bytes"), "%s", r.err);
@@ -338,19 +330,14 @@ Test(client, submit_checks_the_file_before_sending) {
     cr_assert_eq(r.exit_code, 2);
     cr_assert(strstr(r.err, "usage: nightshift submit"), "%s", r.err);
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, empty, NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "submit", bad, empty, NULL);
     tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, "--frobnicate", NULL);
     cr_assert_eq(r.exit_code, 2);
     cr_assert(strstr(r.err, "unknown option --frobnicate"), "%s", r.err);
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", bad, "--url", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "submit", empty, "--url", "127.0.0.1:8080", NULL);
-    cr_assert_eq(r.exit_code, 1, "the file is checked before the URL");
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "submit", bad, "--url", NULL);
+    /* The file is checked before the URL. */
+    tu_run_bin_exit(1, RUN_TIMEOUT_S, "submit", empty, "--url", "127.0.0.1:8080", NULL);
     cr_assert_eq(nseen(), 0);
     free(bad), free(empty), free(nums), free(huge), free(huge_text);
 }
@@ -460,15 +447,9 @@ Test(client, url_from_the_environment) {
     char url[80];
     snprintf(url, sizeof url, "%s/", S.url); /* a trailing slash is dropped */
     setenv("NIGHTSHIFT_URL", url, 1);
-    tu_run_t r;
-    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "no experiments\n");
+    tu_run_bin_out("no experiments\n", RUN_TIMEOUT_S, "ls", NULL);
     cr_assert_str_eq(seen(0)->path, "/v1/experiments");
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", "ftp://127.0.0.1/", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "ls", "--url", "ftp://127.0.0.1/", NULL);
     cr_assert_eq(nseen(), 1);
 }
 
@@ -643,12 +624,8 @@ Test(client, ls_table) {
     cr_assert_str_eq(seen(2)->query, "status=a%20b%26c&after=7");
     tu_run_free(&r);
 
-    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--limit", "0", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "extra", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "ls", "--url", S.url, "--limit", "0", NULL);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "ls", "--url", S.url, "extra", NULL);
     cr_assert_eq(nseen(), 3);
 }
 
@@ -712,18 +689,14 @@ Test(client, show_summary_json_and_log) {
     cr_assert_str_eq(r.out, EXPERIMENT "\n");
     tu_run_free(&r);
 
-    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "12", "--log", "--tail", "100", "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 0);
-    cr_assert_str_eq(r.out, "step 1\nstep 2\n");
+    tu_run_bin_out("step 1\nstep 2\n", RUN_TIMEOUT_S, "show", "12", "--log", "--tail", "100",
+                   "--url", S.url, NULL);
     cr_assert_str_eq(seen(2)->path, "/v1/experiments/12/log");
     cr_assert_str_eq(seen(2)->query, "tail=100");
-    tu_run_free(&r);
 
     const char *bad[][3] = {{"abc"}, {"0"}, {"12", "13"}, {"12", "--tail", "5"}, {NULL}};
     for (int i = 0; i < 5; i++) {
-        tu_run_bin(&r, RUN_TIMEOUT_S, "show", bad[i][0], bad[i][1], bad[i][2], NULL);
-        cr_assert_eq(r.exit_code, 2, "case %d: %s", i, r.err);
-        tu_run_free(&r);
+        tu_run_bin_exit(2, RUN_TIMEOUT_S, "show", bad[i][0], bad[i][1], bad[i][2], NULL);
     }
     cr_assert_eq(nseen(), 3);
 }
@@ -739,23 +712,18 @@ Test(client, show_running_with_progress) {
     route("GET", "/v1/experiments/8", 200,
           "{\"id\":8,\"status\":\"crashed\",\"reason\":\"killed by SIGSEGV\","
           "\"term_signal\":11,\"result\":null,\"progress\":null}");
-    tu_run_t r;
-    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "7", "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "experiment 7\n"
-                            "  status     running\n"
-                            "  created    2026-11-29 19:37:00\n"
-                            "  started    2026-11-29 19:37:01\n"
-                            "  worker     pid 99\n"
-                            "  progress   step 130, 45.2% of the budget, loss 3.214, "
-                            "2,810 tok/s, ETA 2m44s\n");
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "8", "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "experiment 8\n"
-                            "  status     crashed (killed by SIGSEGV)\n"
-                            "  worker     signal 11 (Segmentation fault)\n");
-    tu_run_free(&r);
+    tu_run_bin_out("experiment 7\n"
+                   "  status     running\n"
+                   "  created    2026-11-29 19:37:00\n"
+                   "  started    2026-11-29 19:37:01\n"
+                   "  worker     pid 99\n"
+                   "  progress   step 130, 45.2% of the budget, loss 3.214, "
+                   "2,810 tok/s, ETA 2m44s\n",
+                   RUN_TIMEOUT_S, "show", "7", "--url", S.url, NULL);
+    tu_run_bin_out("experiment 8\n"
+                   "  status     crashed (killed by SIGSEGV)\n"
+                   "  worker     signal 11 (Segmentation fault)\n",
+                   RUN_TIMEOUT_S, "show", "8", "--url", S.url, NULL);
 }
 
 /* ------------------------------------------------------------------- best */
@@ -827,24 +795,15 @@ Test(client, cancel_queued_and_running) {
     S.token = "t";
     route("POST", "/v1/experiments/5/cancel", 200, "{\"id\":5,\"status\":\"cancelled\"}");
     route("POST", "/v1/experiments/6/cancel", 200, "{\"id\":6,\"status\":\"cancelling\"}");
-    tu_run_t r;
-    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "5", "--url", S.url, "--token", "t", NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "5 cancelled\n");
+    tu_run_bin_out("5 cancelled\n", RUN_TIMEOUT_S, "cancel", "5", "--url", S.url, "--token", "t",
+                   NULL);
     cr_assert_str_eq(seen(0)->method, "POST");
     cr_assert_str_eq(seen(0)->path, "/v1/experiments/5/cancel");
     cr_assert_str_eq(seen(0)->body, "");
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "--token=t", NULL);
-    cr_assert_eq(r.exit_code, 2, "no id");
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "6", "--url", S.url, "--token=t", NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "6 cancelling (the worker is being stopped)\n");
-    tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "cancel", "-3", "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "cancel", "--token=t", NULL); /* no id */
+    tu_run_bin_out("6 cancelling (the worker is being stopped)\n", RUN_TIMEOUT_S, "cancel", "6",
+                   "--url", S.url, "--token=t", NULL);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "cancel", "-3", "--url", S.url, NULL);
     cr_assert_eq(nseen(), 2);
 }
 
@@ -875,9 +834,7 @@ Test(client, watch_once_plain) {
     cr_assert_str_eq(r.err, "");
     cr_assert_str_eq(seen(0)->path, "/v1/status");
     tu_run_free(&r);
-    tu_run_bin(&r, RUN_TIMEOUT_S, "watch", "--interval", "0.01", NULL);
-    cr_assert_eq(r.exit_code, 2);
-    tu_run_free(&r);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "watch", "--interval", "0.01", NULL);
 }
 
 /* Past the budget the worker is evaluating; below the slots, the last finished
@@ -895,28 +852,13 @@ Test(client, watch_evaluating_last_and_best) {
           "{\"leaderboard\":[{\"id\":5,\"val_bpb\":1.8,\"dataset\":\"book\"},"
           "{\"id\":2,\"val_bpb\":2.5,\"dataset\":\"default\"},"
           "{\"id\":6,\"val_bpb\":1.9,\"dataset\":\"book\"}]}");
-    tu_run_t r;
-    tu_run_bin(&r, RUN_TIMEOUT_S, "watch", "--once", "--url", S.url, NULL);
-    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.out, "slot 0 [####################] evaluating exp 7 step 400 loss 2.914 "
-                            "\"deep\"\n"
-                            "last: exp 6 \"wide\" succeeded val_bpb 1.9000, +0.1000 vs 5 on book\n"
-                            "best: book 1.8000 (exp 5), default 2.5000 (exp 2)\n"
-                            "queue: 2 queued\n");
+    tu_run_bin_out("slot 0 [####################] evaluating exp 7 step 400 loss 2.914 "
+                   "\"deep\"\n"
+                   "last: exp 6 \"wide\" succeeded val_bpb 1.9000, +0.1000 vs 5 on book\n"
+                   "best: book 1.8000 (exp 5), default 2.5000 (exp 2)\n"
+                   "queue: 2 queued\n",
+                   RUN_TIMEOUT_S, "watch", "--once", "--url", S.url, NULL);
     cr_assert_str_eq(seen(1)->query, "order=-id&limit=20");
-    tu_run_free(&r);
-}
-
-/* Append what fd has to buf (at most cap - 1 bytes kept); 0 at EOF. */
-static int read_some(int fd, char *buf, size_t *len, size_t cap) {
-    char chunk[4096];
-    ssize_t n = read(fd, chunk, sizeof chunk);
-    if (n <= 0) return n < 0 && errno == EINTR;
-    size_t keep = (size_t)n < cap - 1 - *len ? (size_t)n : cap - 1 - *len;
-    memcpy(buf + *len, chunk, keep);
-    *len += keep;
-    buf[*len] = '\0';
-    return 1;
 }
 
 static int count(const char *s, const char *what) {
@@ -963,7 +905,7 @@ static int watch_until_sigint(int tty, int frames, char *out, size_t cap) {
         struct pollfd pf = {fd, POLLIN, 0};
         if (eof)
             usleep(10000);
-        else if (poll(&pf, 1, 50) > 0 && !read_some(fd, out, &len, cap))
+        else if (poll(&pf, 1, 50) > 0 && !tu_read_some(fd, out, &len, cap))
             eof = 1; /* EOF, or EIO once a pty's child is gone */
         done = waitpid(pid, &status, WNOHANG) == pid;
     }
@@ -974,7 +916,7 @@ static int watch_until_sigint(int tty, int frames, char *out, size_t cap) {
         cr_assert_fail("watch did not exit after SIGINT (sent: %d); output: %s", sent, out);
     }
     for (struct pollfd pf = {fd, POLLIN, 0}; !eof && poll(&pf, 1, 100) > 0;)
-        eof = !read_some(fd, out, &len, cap); /* what was still buffered */
+        eof = !tu_read_some(fd, out, &len, cap); /* what was still buffered */
     close(fd);
     cr_assert(sent, "watch drew %d frames, wanted %d", count(out, "queue: 3 queued"), frames);
     return status;
@@ -1020,9 +962,7 @@ Test(client, help_for_every_command) {
         cr_assert_eq(strncmp(r.out, want, strlen(want)), 0, "%s", r.out);
         cr_assert(strstr(r.out, "--token-file F"), "%s", r.out);
         tu_run_free(&r);
-        tu_run_bin(&r, RUN_TIMEOUT_S, cmds[i], "--bogus", NULL);
-        cr_assert_eq(r.exit_code, 2, "%s", cmds[i]);
-        tu_run_free(&r);
+        tu_run_bin_exit(2, RUN_TIMEOUT_S, cmds[i], "--bogus", NULL);
     }
     tu_run_t r;
     tu_run_bin(&r, RUN_TIMEOUT_S, "--help", NULL);

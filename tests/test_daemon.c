@@ -177,6 +177,34 @@ static cJSON *wait_for(const daemon_t *d, long id, const char *want, double time
     }
 }
 
+/* GET /v1/experiments lists nothing: every request so far was refused. */
+static void expect_nothing_queued(const daemon_t *d) {
+    cJSON *list = tu_get_json(d, "/v1/experiments");
+    int n = cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments"));
+    cr_expect_eq(n, 0, "%d experiments were queued", n);
+    cJSON_Delete(list);
+}
+
+/* Poll experiment id until it reports progress at step min_step or later
+ * (0: any progress), at most timeout_s; the run ending first, or the
+ * deadline, fails the test. */
+static void wait_progress(const daemon_t *d, long id, int min_step, double timeout_s) {
+    double deadline = tu_now() + timeout_s;
+    for (;;) {
+        cJSON *e = get_experiment(d, id);
+        const cJSON *p = cJSON_GetObjectItem(e, "progress");
+        int stepping = cJSON_IsObject(p) && (min_step == 0 || tu_jnum(p, "step") >= min_step);
+        const char *st = tu_jstr(e, "status");
+        if (is_terminal(st))
+            tu_server_fail(d, "experiment %ld ended %s before it reported progress", id, st);
+        cJSON_Delete(e);
+        if (stepping) return;
+        if (tu_now() > deadline)
+            tu_server_fail(d, "no progress from experiment %ld within %g s", id, timeout_s);
+        tu_sleep_ms(20);
+    }
+}
+
 /* A spec for the tiny dataset. name is also the stand-in's mode; seeds keep
  * otherwise equal specs from being answered as duplicates. resources_extra
  * is spliced into "resources" (e.g. ",\"memory_mb\":64"). Caller frees. */
@@ -253,10 +281,7 @@ Test(daemon, invalid_submissions_queue_nothing) {
     expect_error(d, "POST", "/v1/experiments", nodata, strlen(nodata), 400, "invalid_spec",
                  "dataset: no dataset named 'nope'");
 
-    cJSON *list = tu_get_json(d, "/v1/experiments");
-    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments")), 0,
-                 "nothing is queued");
-    cJSON_Delete(list);
+    expect_nothing_queued(d);
     daemon_stop(d);
     free(c), free(batch);
 }
@@ -536,19 +561,7 @@ Test(daemon, kill9_restart_requeues) {
     char *s = spec("k", 3, 2, 1, NULL);
     long id = submit(d, s);
 
-    /* wait until the run reports training steps */
-    double deadline = tu_now() + 30;
-    for (;;) {
-        cJSON *e = get_experiment(d, id);
-        const cJSON *p = cJSON_GetObjectItem(e, "progress");
-        int stepping = cJSON_IsObject(p) && tu_jnum(p, "step") >= 1;
-        const char *st = tu_jstr(e, "status");
-        if (is_terminal(st)) tu_server_fail(d, "the run ended (%s) before the kill", st);
-        cJSON_Delete(e);
-        if (stepping) break;
-        if (tu_now() > deadline) tu_server_fail(d, "no training progress within 30 s");
-        tu_sleep_ms(50);
-    }
+    wait_progress(d, id, 1, 30); /* training steps */
     sqlite3 *db = db_open();
     pid_t worker = (pid_t)tu_sql_int(db, "SELECT pid FROM experiments WHERE id = ?1", id);
     cr_assert_gt(worker, 0);
@@ -556,7 +569,7 @@ Test(daemon, kill9_restart_requeues) {
 
     tu_server_kill(d);
     /* the worker dies with the daemon (parent-death signal) */
-    deadline = tu_now() + 5;
+    double deadline = tu_now() + 5;
     while (!tu_process_gone(worker) && tu_now() < deadline) tu_sleep_ms(20);
     cr_expect(tu_process_gone(worker), "worker %d outlived the killed daemon", (int)worker);
 
@@ -598,15 +611,7 @@ Test(daemon, sigterm_interrupts_and_requeues) {
     daemon_t *d = daemon_start(state, extra);
     char *s = spec("slow-ok", 1, 2, 1, NULL);
     long id = submit(d, s);
-    double deadline = tu_now() + 20;
-    for (;;) {
-        cJSON *e = get_experiment(d, id);
-        int stepping = cJSON_IsObject(cJSON_GetObjectItem(e, "progress"));
-        cJSON_Delete(e);
-        if (stepping) break;
-        if (tu_now() > deadline) tu_server_fail(d, "no progress within 20 s");
-        tu_sleep_ms(20);
-    }
+    wait_progress(d, id, 0, 20);
     daemon_stop(d); /* exit 0 within the limit, clean log */
 
     sqlite3 *db = db_open();
@@ -1144,10 +1149,7 @@ Test(daemon, json_bodies_are_strict) {
     const char raw_nul[] = "{\"name\":\"a\0z\",\"dataset\":\"tiny\"}";
     expect_error(d, "POST", "/v1/experiments", raw_nul, sizeof raw_nul - 1, 400, "invalid_json",
                  "control character");
-    cJSON *list = tu_get_json(d, "/v1/experiments");
-    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments")), 0,
-                 "something was queued");
-    cJSON_Delete(list);
+    expect_nothing_queued(d);
     daemon_stop(d);
     free(a), free(b), free(two);
 }

@@ -27,24 +27,21 @@
 #define START_TIMEOUT_S 20
 #define STOP_TIMEOUT_S  20
 
-static char *tmp, *state, *worker_cmd;
+static char *state, *worker_cmd; /* state: tu_dir()/state, with datasets/tiny */
 
 static void setup(void) {
     unsetenv("NIGHTSHIFT_TOKEN");
     cr_assert_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
-    tmp = tu_tmpdir();
-    state = tu_path("%s/state", tmp);
+    tu_dir_init();
+    state = tu_path("%s/state", tu_dir());
     worker_cmd = tu_path("%s from-spec", tu_bad_worker());
-    char *corpus = tu_path("%s/corpus.jsonl", tmp);
-    tu_prep_tiny(corpus, state, "tiny");
-    free(corpus);
+    tu_prep_tiny(tu_dir_path("corpus.jsonl"), state, "tiny");
 }
 
 static void teardown(void) {
-    tu_rmrf(tmp);
-    free(tmp);
     free(state);
     free(worker_cmd);
+    tu_dir_fini();
     curl_global_cleanup();
 }
 
@@ -70,7 +67,7 @@ static void daemon_start(tu_server_t *d, const char *const *extra) {
     argv[k++] = worker_cmd;
     for (int i = 0; extra && extra[i]; i++) argv[k++] = (char *)extra[i];
     argv[k] = NULL;
-    char *errlog = tu_path("%s/daemon-%d.err", tmp, n++);
+    char *errlog = tu_path("%s/daemon-%d.err", tu_dir(), n++);
     tu_server_start(d, "daemon", argv, errlog, START_TIMEOUT_S);
     free(errlog);
 }
@@ -495,7 +492,7 @@ Test(events, csv_fields_survive_a_real_csv_parser) {
                               "{\"id\":2,\"name\":\"plain\",\"val_bpb\":0.1,\"ve_layers\":\"all\","
                               "\"tie\":false,\"x\":null}]");
     char *csv = export_table(rows, ',');
-    char *file = tu_path("%s/t.csv", tmp);
+    char *file = tu_path("%s/t.csv", tu_dir());
     tu_write(file, csv);
     char *out = python_csv(file, "", 0, "name");
     cr_expect_str_eq(out, "2 6 a, \"quoted\"\nname\n");
@@ -525,7 +522,7 @@ Test(events, the_leaderboard_as_csv_and_results_tsv_as_autoresearch_writes_it) {
     tu_http(&d, "GET", "/v1/leaderboard?format=csv&dataset=tiny&budget=time:5", NULL, 0, NULL, &r);
     cr_assert_eq(r.status, 200);
     cr_expect(strstr(r.content_type, "text/csv"), "%s", r.content_type);
-    char *file = tu_path("%s/lb.csv", tmp);
+    char *file = tu_path("%s/lb.csv", tu_dir());
     tu_write(file, r.body);
     tu_reply_free(&r);
     char *out = python_csv(file, "", 0, "val_bpb");

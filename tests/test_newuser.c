@@ -50,6 +50,12 @@ static void daemon_start(tu_server_t *d, int port, const char *memory_mb) {
     free(errlog);
 }
 
+/* SIGTERM: it must exit 0 with a clean log; then d is released. */
+static void daemon_stop(tu_server_t *d) {
+    tu_server_stop(d, 30);
+    tu_server_release(d);
+}
+
 /* A text of `lines` lines of pseudo-random words (enough distinct pairs for
  * a few hundred BPE merges); returns its length. */
 static size_t write_book(const char *path, int lines) {
@@ -111,10 +117,8 @@ Test(newuser, prep_splits_a_single_text_file) {
     cJSON_Delete(m);
 
     /* Another fraction moves the cut; a text without a line break cannot be split. */
-    tu_run_bin(&r, 60, "prep", "--vocab", "300", "--quiet", "--name", "b2", "--val-fraction", "0.5",
-               book, NULL);
-    cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    tu_run_free(&r);
+    tu_run_bin_exit(0, 60, "prep", "--vocab", "300", "--quiet", "--name", "b2", "--val-fraction",
+                    "0.5", book, NULL);
     char *m2path = tu_path("%s/datasets/b2/manifest.json", state);
     m = read_json(m2path);
     cut = (size_t)tu_jnum(cJSON_GetObjectItem(m, "val_split"), "cut_byte");
@@ -188,8 +192,7 @@ Test(newuser, a_spec_too_large_is_refused_with_its_numbers) {
     cr_assert(strstr(r.out, "(from dataset 'default' in "), "%s", r.out);
     cr_assert(strstr(r.out, "memory needed (estimate):"), "%s", r.out);
     tu_run_free(&r);
-    tu_server_stop(&d, 30);
-    tu_server_release(&d);
+    daemon_stop(&d);
     free(spec);
 }
 
@@ -250,18 +253,6 @@ Test(newuser, memory_estimate_matches_measured_peak_rss) {
 
 /* ------------------------------------------------------- watch */
 
-/* Append what fd has to buf; 0 at EOF (or EIO once a pty's child is gone). */
-static int read_some(int fd, char *buf, size_t *len, size_t cap) {
-    char chunk[4096];
-    ssize_t n = read(fd, chunk, sizeof chunk);
-    if (n <= 0) return n < 0 && errno == EINTR;
-    size_t keep = (size_t)n < cap - 1 - *len ? (size_t)n : cap - 1 - *len;
-    memcpy(buf + *len, chunk, keep);
-    *len += keep;
-    buf[*len] = '\0';
-    return 1;
-}
-
 /* Read fd into buf until `what` appears at or after offset from, for at most
  * timeout_s; returns where it starts, or -1. */
 static long wait_for(int fd, char *buf, size_t *len, size_t cap, size_t from, const char *what,
@@ -272,7 +263,7 @@ static long wait_for(int fd, char *buf, size_t *len, size_t cap, size_t from, co
         if (hit) return hit - buf;
         if (tu_now() > deadline) return -1;
         struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 100) > 0 && !read_some(fd, buf, len, cap)) return -1;
+        if (poll(&p, 1, 100) > 0 && !tu_read_some(fd, buf, len, cap)) return -1;
     }
 }
 
@@ -298,8 +289,7 @@ Test(newuser, watch_lives_through_a_daemon_restart) {
     long at = wait_for(fd, out, &len, sizeof out, 0, "queue: 0 queued", 20);
     cr_assert_geq(at, 0, "no first snapshot: %s", out);
 
-    tu_server_stop(&d, 30);
-    tu_server_release(&d);
+    daemon_stop(&d);
     at = wait_for(fd, out, &len, sizeof out, (size_t)at, "reconnecting to http://127.0.0.1:", 20);
     cr_assert_geq(at, 0, "no reconnecting line: %s", out);
     cr_assert(waitpid(pid, NULL, WNOHANG) == 0, "watch exited when the daemon went away");
@@ -322,7 +312,7 @@ Test(newuser, watch_lives_through_a_daemon_restart) {
     int status = 0, done = 0;
     for (double t = tu_now() + 10; !done && tu_now() < t;) {
         struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 50) > 0) read_some(fd, out, &len, sizeof out);
+        if (poll(&p, 1, 50) > 0) tu_read_some(fd, out, &len, sizeof out);
         done = waitpid(pid, &status, WNOHANG) == pid;
     }
     if (!done) {
@@ -331,8 +321,7 @@ Test(newuser, watch_lives_through_a_daemon_restart) {
     }
     close(fd);
     cr_assert(done && WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
-    tu_server_stop(&d, 30);
-    tu_server_release(&d);
+    daemon_stop(&d);
 }
 
 /* ------------------------------------------------------- a result */
@@ -347,10 +336,7 @@ Test(newuser, sample_id_from_another_directory) {
                    "\"train\":{\"batch_size\":4,\"total_batch_tokens\":256},"
                    "\"resources\":{\"threads\":1,\"peak_gflops\":10}}");
     tu_run_t r;
-    tu_run_bin(&r, 30, "submit", spec, "--url", d.url, NULL);
-    cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    cr_assert_str_eq(r.out, "1 queued\n");
-    tu_run_free(&r);
+    tu_run_bin_out("1 queued\n", 30, "submit", spec, "--url", d.url, NULL);
     const char *status = NULL;
     cJSON *e = NULL;
     for (double t = tu_now() + 90; tu_now() < t; tu_sleep_ms(200)) {
@@ -369,9 +355,7 @@ Test(newuser, sample_id_from_another_directory) {
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     cr_assert_eq(strncmp(r.out, "the cat", 7), 0, "%s", r.out);
     tu_run_free(&r);
-    tu_run_bin(&r, 60, "sample", "1", "--dir", state, "--tokens", "8", NULL);
-    cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    tu_run_free(&r);
+    tu_run_bin_exit(0, 60, "sample", "1", "--dir", state, "--tokens", "8", NULL);
     tu_run_bin(&r, 60, "sample", "1", "--tokens", "8", NULL);
     cr_assert_eq(r.exit_code, 1);
     cr_assert(strstr(r.err, "no checkpoint for experiment 1 in state/runs"), "%s", r.err);
@@ -386,8 +370,7 @@ Test(newuser, sample_id_from_another_directory) {
     cr_assert(strstr(r.out, "VERDICT  DATASET  PARAMS  PARENT"), "%s", r.out);
     cr_assert(strstr(r.out, "best     default"), "%s", r.out);
     tu_run_free(&r);
-    tu_server_stop(&d, 30);
-    tu_server_release(&d);
+    daemon_stop(&d);
     free(spec);
 }
 

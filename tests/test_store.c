@@ -176,11 +176,20 @@ static cJSON *get(store_t *s, int64_t id, int max_metrics) {
     return o;
 }
 
+/* Experiment id, which must have status and reason (caller deletes). */
+static cJSON *get_expect(store_t *s, int64_t id, const char *status, const char *reason) {
+    cJSON *o = get(s, id, 0);
+    cr_assert_not_null(o, "get %lld: %s", (long long)id, err);
+    cr_expect_str_eq(tu_jstr(o, "status"), status);
+    cr_expect_str_eq(tu_jstr(o, "reason"), reason);
+    return o;
+}
+
 static const char *get_status(store_t *s, int64_t id) {
     static char buf[32];
     cJSON *o = get(s, id, 0);
     cr_assert_not_null(o, "get %lld: %s", (long long)id, err);
-    snprintf(buf, sizeof buf, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")));
+    snprintf(buf, sizeof buf, "%s", tu_jstr(o, "status"));
     cJSON_Delete(o);
     return buf;
 }
@@ -378,7 +387,7 @@ Test(store, insert_checks_source_and_parent) {
     cr_expect_eq(cJSON_GetObjectItem(o, "parent")->valuedouble, (double)a);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "name")));
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "tags")), 0, "NULL tags are []");
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "source")), "agent");
+    cr_expect_str_eq(tu_jstr(o, "source"), "agent");
     cJSON_Delete(o);
     free(spec);
     store_close(s);
@@ -568,11 +577,8 @@ Test(store, recover_requeues_interrupted_runs_up_to_the_retry_limit) {
     cr_assert_eq(store_recover(s, 2, &requeued, &abandoned, err, sizeof err), 0, "%s", err);
     cr_expect_eq(requeued, 0);
     cr_expect_eq(abandoned, 1);
-    cJSON *o = get(s, a, 0);
-    cr_assert_not_null(o, "%s", err);
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "interrupted");
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "reason")),
-                     "the daemon stopped during attempt 2; not requeued (at most 2 attempts)");
+    cJSON *o = get_expect(s, a, "interrupted",
+                          "the daemon stopped during attempt 2; not requeued (at most 2 attempts)");
     cr_expect(cJSON_IsString(cJSON_GetObjectItem(o, "finished")));
     cr_expect_eq(cJSON_GetObjectItem(o, "attempt")->valuedouble, 2);
     cJSON_Delete(o);
@@ -591,11 +597,7 @@ Test(store, interrupt_requeues_one_running_experiment) {
     cr_expect_eq(store_interrupt(s, b, 3, err, sizeof err), -1);
     cr_expect_str_eq(err, "store: experiment 2 is not running (it is queued)");
     cr_assert_eq(store_interrupt(s, a, 3, err, sizeof err), 0, "%s", err);
-    cJSON *o = get(s, a, 0);
-    cr_assert_not_null(o, "%s", err);
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "queued");
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "reason")),
-                     "the daemon stopped during attempt 1; requeued");
+    cJSON *o = get_expect(s, a, "queued", "the daemon stopped during attempt 1; requeued");
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "pid")));
     cJSON_Delete(o);
     cr_expect_eq(claim_expect(s, a), 2);
@@ -675,16 +677,16 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     cr_assert_eq(cJSON_GetArraySize(lb), 2);
     cJSON *top = cJSON_GetArrayItem(lb, 0);
     cr_expect_eq(cJSON_GetObjectItem(top, "id")->valuedouble, best);
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(top, "name")), "best");
+    cr_expect_str_eq(tu_jstr(top, "name"), "best");
     cr_expect_float_eq(cJSON_GetObjectItem(top, "val_bpb")->valuedouble, 1.20, 1e-12);
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(top, "mlp")), "swiglu");
+    cr_expect_str_eq(tu_jstr(top, "mlp"), "swiglu");
     cJSON *ve = cJSON_GetObjectItem(top, "ve_layers");
     cr_expect(cJSON_IsArray(ve) && cJSON_GetArraySize(ve) == 2, "ve_layers is the index array");
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(top, "tie_embeddings")));
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(top, "dataset")), "default");
+    cr_expect_str_eq(tu_jstr(top, "dataset"), "default");
     cJSON *second = cJSON_GetArrayItem(lb, 1);
     cr_expect_eq(cJSON_GetObjectItem(second, "id")->valuedouble, mid);
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(second, "ve_layers")), "alternate");
+    cr_expect_str_eq(tu_jstr(second, "ve_layers"), "alternate");
     cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(second, "tie_embeddings")));
     cJSON_Delete(lb);
 
@@ -733,14 +735,14 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
     cr_assert_eq(store_get(s, a, 10, &o, err, sizeof err), 0, "%s", err);
     cr_assert_not_null(o);
     cr_expect_eq(cJSON_GetObjectItem(o, "id")->valuedouble, a);
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(o, "status")), "succeeded");
+    cr_expect_str_eq(tu_jstr(o, "status"), "succeeded");
     cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "tags"), 0)),
                      "t");
     cr_expect_eq(cJSON_GetObjectItem(o, "seed")->valuedouble, 42);
     cr_expect_eq(cJSON_GetObjectItem(o, "exit_code")->valuedouble, 0);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "term_signal")));
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "reason")));
-    const char *created = cJSON_GetStringValue(cJSON_GetObjectItem(o, "created"));
+    const char *created = tu_jstr(o, "created");
     cr_assert_not_null(created);
     cr_expect_eq(strlen(created), 24, "ISO-8601 with milliseconds: %s", created);
     cr_expect_eq(created[23], 'Z');
@@ -754,7 +756,7 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
     cr_expect_eq(cJSON_GetObjectItem(res, "time_budget_s")->valuedouble, 0);
     cr_expect_eq(cJSON_GetObjectItem(res, "token_budget")->valuedouble, 1500000);
     cr_expect_float_eq(cJSON_GetObjectItem(res, "epochs")->valuedouble, 0.75, 1e-12);
-    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(res, "peak_source")), "calibration");
+    cr_expect_str_eq(tu_jstr(res, "peak_source"), "calibration");
     cJSON *arr = cJSON_GetObjectItem(o, "metrics");
     cr_assert_eq(cJSON_GetArraySize(arr), 2);
     cJSON *m1 = cJSON_GetArrayItem(arr, 1);

@@ -11,18 +11,17 @@
 
 #include "testutil.h"
 
-static char *dir; /* state directory with datasets/tiny */
+static char *dir; /* tu_dir()/state, with datasets/tiny */
 
 static void setup(void) {
-    dir = tu_tmpdir();
-    char *corpus = tu_path("%s/corpus.jsonl", dir);
-    tu_prep_tiny(corpus, dir, "tiny");
-    free(corpus);
+    tu_dir_init();
+    dir = tu_path("%s/state", tu_dir());
+    tu_prep_tiny(tu_dir_path("corpus.jsonl"), dir, "tiny");
 }
 
 static void teardown(void) {
-    tu_rmrf(dir);
     free(dir);
+    tu_dir_fini();
 }
 
 TestSuite(train, .init = setup, .fini = teardown, .timeout = 60);

@@ -172,6 +172,17 @@ static int drain(int fd, char **buf, size_t *len) {
     return 1;
 }
 
+int tu_read_some(int fd, char *buf, size_t *len, size_t cap) {
+    char chunk[4096];
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n <= 0) return n < 0 && errno == EINTR;
+    size_t keep = (size_t)n < cap - 1 - *len ? (size_t)n : cap - 1 - *len;
+    memcpy(buf + *len, chunk, keep);
+    *len += keep;
+    buf[*len] = '\0';
+    return 1;
+}
+
 void tu_run(tu_run_t *r, char *const argv[], double timeout_s) {
     int out[2], err[2];
     memset(r, 0, sizeof *r);
@@ -234,19 +245,58 @@ void tu_run_free(tu_run_t *r) {
     r->out = r->err = NULL;
 }
 
-void tu_run_bin(tu_run_t *r, double timeout_s, const char *arg, ...) {
-    char *argv[32];
+/* argv[0..n] for `$NIGHTSHIFT_BIN arg ...` (the list NULL-terminated, at
+ * most 30 arguments); argv has room for 32. */
+static void bin_argv(char *argv[32], const char *arg, va_list ap) {
     int n = 0;
-    va_list ap;
     argv[n++] = (char *)tu_bin();
-    va_start(ap, arg);
     const char *a = arg;
     for (; a && n < 31; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
-    va_end(ap);
     cr_assert(!a, "more than 30 arguments for nightshift %s", arg);
     argv[n] = NULL;
+}
+
+void tu_run_bin(tu_run_t *r, double timeout_s, const char *arg, ...) {
+    char *argv[32];
+    va_list ap;
+    va_start(ap, arg);
+    bin_argv(argv, arg, ap);
+    va_end(ap);
     tu_run(r, argv, timeout_s);
     cr_assert_not(r->timed_out, "nightshift %s timed out after %g s", arg, timeout_s);
+}
+
+/* `$NIGHTSHIFT_BIN arg ...` (ap) must exit want and, unless out is NULL,
+ * print exactly out on stdout; a failure names the command. */
+static void run_bin_expect(int want, const char *out, double timeout_s, const char *arg,
+                           va_list ap) {
+    char *argv[32], cmd[1024] = "nightshift";
+    bin_argv(argv, arg, ap);
+    for (int i = 1; argv[i]; i++) {
+        size_t n = strlen(cmd);
+        snprintf(cmd + n, sizeof cmd - n, " %s", argv[i]);
+    }
+    tu_run_t r;
+    tu_run(&r, argv, timeout_s);
+    cr_assert_not(r.timed_out, "%s timed out after %g s", cmd, timeout_s);
+    cr_assert_eq(r.exit_code, want, "%s: exit %d, expected %d; stderr: %s", cmd, r.exit_code, want,
+                 r.err);
+    if (out) cr_assert_str_eq(r.out, out, "%s: stdout\n%s\nexpected\n%s", cmd, r.out, out);
+    tu_run_free(&r);
+}
+
+void tu_run_bin_exit(int want, double timeout_s, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    run_bin_expect(want, NULL, timeout_s, arg, ap);
+    va_end(ap);
+}
+
+void tu_run_bin_out(const char *out, double timeout_s, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    run_bin_expect(0, out, timeout_s, arg, ap);
+    va_end(ap);
 }
 
 void tu_prep_tiny(const char *corpus, const char *dir, const char *name) {
@@ -352,20 +402,27 @@ void tu_server_expect_clean_log(const tu_server_t *s) {
     free(text);
 }
 
-void tu_server_stop(tu_server_t *s, double timeout_s) {
+int tu_server_term(tu_server_t *s, double timeout_s, int *timed_out) {
     cr_assert(s->pid > 0, "the %s is not running", s->name);
     kill(s->pid, SIGTERM);
     int status = 0;
     double deadline = tu_now() + timeout_s;
     pid_t got;
     while ((got = waitpid(s->pid, &status, WNOHANG)) == 0 && tu_now() < deadline) tu_sleep_ms(20);
+    *timed_out = got == 0;
     if (got == 0) {
         kill(s->pid, SIGKILL);
         waitpid(s->pid, &status, 0);
-        s->pid = 0;
-        tu_server_fail(s, "the %s did not exit within %g s of SIGTERM", s->name, timeout_s);
     }
     s->pid = 0;
+    return status;
+}
+
+void tu_server_stop(tu_server_t *s, double timeout_s) {
+    int timed_out;
+    int status = tu_server_term(s, timeout_s, &timed_out);
+    if (timed_out)
+        tu_server_fail(s, "the %s did not exit within %g s of SIGTERM", s->name, timeout_s);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         tu_server_fail(s, "the %s did not shut down cleanly (status 0x%x)", s->name, status);
     tu_server_expect_clean_log(s);

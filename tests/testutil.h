@@ -62,6 +62,17 @@ void tu_run_free(tu_run_t *r);
  * 30); a run that times out fails the test. Release r with tu_run_free. */
 void tu_run_bin(tu_run_t *r, double timeout_s, const char *arg, ...);
 
+/* tu_run_bin whose exit code must be want (a failure names the command and
+ * quotes its stderr); for runs whose output does not matter. */
+void tu_run_bin_exit(int want, double timeout_s, const char *arg, ...);
+/* The same for a run that must exit 0 and print exactly out on stdout. */
+void tu_run_bin_out(const char *out, double timeout_s, const char *arg, ...);
+
+/* One read(2) of fd appended to buf, which holds *len bytes and keeps at most
+ * cap - 1 (the rest is dropped), NUL-terminated. Returns 0 at EOF or on an
+ * error (EIO once a pty's child is gone), 1 otherwise. */
+int tu_read_some(int fd, char *buf, size_t *len, size_t cap);
+
 /* CLOCK_MONOTONIC seconds, and a sleep. */
 double tu_now(void);
 void tu_sleep_ms(int ms);
@@ -98,6 +109,11 @@ void tu_server_start(tu_server_t *s, const char *name, char *const argv[], const
  * report in its stderr) fails the test; a server still running at the limit is
  * killed first. */
 void tu_server_stop(tu_server_t *s, double timeout_s);
+
+/* SIGTERM and wait at most timeout_s, killing a server still running then
+ * (*timed_out says so); returns the wait status. For tests that judge the
+ * exit themselves. */
+int tu_server_term(tu_server_t *s, double timeout_s, int *timed_out);
 
 /* SIGKILL and reap (the status must say SIGKILL). */
 void tu_server_kill(tu_server_t *s);

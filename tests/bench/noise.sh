@@ -37,26 +37,17 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -x $bin ]] || { echo "bench: $bin is not an executable (run make first)" >&2; exit 1; }
 
+# shellcheck source=tests/bench/train.sh
+source "$here/train.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '%6s %10s %8s %8s %8s %6s\n' seed val_bpb steps train_s epochs load1
 for ((seed = first; seed < first + seeds; seed++)); do
     spec=$work/seed-$seed.json
-    python3 - "$src" "$spec" "$seed" "$budget" "$tokens" "$threads" <<'PY'
-import json, sys
-src, dst, seed, budget, tokens, threads = sys.argv[1:]
-s = json.load(open(src))
-s["seed"] = int(seed)
-s["time_budget_s"] = 0.0 if int(tokens) else float(budget)
-s["token_budget"] = int(tokens)
-s.setdefault("resources", {})["threads"] = int(threads)
-json.dump(s, open(dst, "w"))
-PY
-    out=$("$bin" train --dir "$state" "$spec" 2>"$work/seed-$seed.log")
-    field() { awk -v k="$1:" '$1 == k { print $2 }' <<<"$out"; }
-    printf '%6s %10s %8s %8s %8s %6s\n' "$seed" "$(field val_bpb)" "$(field num_steps)" \
-        "$(field training_seconds)" "$(field epochs)" "$(cut -d' ' -f1 /proc/loadavg)"
-    field val_bpb >>"$work/bpb"
+    bench_spec "$src" "$spec" "$seed" "$budget" "$tokens" "$threads"
+    bench_train "$bin" "$state" "$spec" "$work/seed-$seed.log"
+    bench_row '%6s %10s %8s %8s %8s %6s\n' "$seed"
+    bench_field val_bpb >>"$work/bpb"
 done
 label="$budget s"
 [[ $tokens == 0 ]] || label="$tokens tokens"

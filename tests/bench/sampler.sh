@@ -39,28 +39,17 @@ src=$here/../../experiments/default.json
 [[ -f $state/datasets/default/manifest.json ]] ||
     { echo "bench: no dataset $state/datasets/default (run make dataset)" >&2; exit 1; }
 
+# shellcheck source=tests/bench/train.sh
+source "$here/train.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '%-10s %6s %10s %8s %8s %8s %6s\n' sampler seed val_bpb steps train_s epochs load1
 for seed in $seeds; do
     for sampler in sequential random; do
         spec=$work/$sampler-$seed.json
-        python3 - "$src" "$spec" "$sampler" "$seed" "$budget" "$tokens" "$threads" <<'PY'
-import json, sys
-src, dst, sampler, seed, budget, tokens, threads = sys.argv[1:]
-s = json.load(open(src))
-s["name"] = "sampler-" + sampler
-s["seed"] = int(seed)
-s["time_budget_s"] = 0.0 if int(tokens) else float(budget)
-s["token_budget"] = int(tokens)
-s["train"]["sampler"] = sampler
-s["resources"]["threads"] = int(threads)
-json.dump(s, open(dst, "w"))
-PY
-        out=$("$bin" train --dir "$state" "$spec" 2>"$work/$sampler-$seed.log")
-        field() { awk -v k="$1:" '$1 == k { print $2 }' <<<"$out"; }
-        printf '%-10s %6s %10s %8s %8s %8s %6s\n' "$sampler" "$seed" "$(field val_bpb)" \
-            "$(field num_steps)" "$(field training_seconds)" "$(field epochs)" \
-            "$(cut -d' ' -f1 /proc/loadavg)"
+        bench_spec "$src" "$spec" "$seed" "$budget" "$tokens" "$threads" \
+            name="\"sampler-$sampler\"" train.sampler="\"$sampler\""
+        bench_train "$bin" "$state" "$spec" "$work/$sampler-$seed.log"
+        bench_row '%-10s %6s %10s %8s %8s %8s %6s\n' "$sampler" "$seed"
     done
 done

@@ -25,17 +25,13 @@ async function phase(d, label, seconds) {
 }
 
 async function main() {
-  fs.mkdirSync(OUT, { recursive: true });
-  const { dir, state } = L.prepState();
-  let d = null, browser = null;
-  try {
-    d = await L.startDaemon(state);
+  await L.withDaemon(OUT, async (d, launch) => {
     const id = await L.submit(d, L.spec("bench", 1, 2 * SECONDS + 30, { depth: 2, n_embd: 64 }));
     await L.waitFor("the run to start", async () =>
       (await L.experiment(d, id)).status === "running", 30000);
     await L.sleep(2000);
     const results = [await phase(d, "training, no page open", SECONDS)];
-    browser = await L.launchBrowser();
+    const browser = await launch();
     // One context per tab: a browser allows six HTTP/1.1 connections per host
     // and profile, and each dashboard holds one stream open (the page closes
     // it while hidden, but headless tabs are never hidden).
@@ -48,11 +44,7 @@ async function main() {
     await L.sleep(2000);
     results.push(await phase(d, `training, ${TABS} dashboard tabs open`, SECONDS));
     fs.writeFileSync(path.join(OUT, "bench.json"), JSON.stringify(results, null, 2) + "\n");
-  } finally {
-    if (browser) await browser.close().catch(() => {});
-    await L.stopDaemon(d);
-    fs.rmSync(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 main().catch((e) => {

@@ -156,5 +156,23 @@ function cpuSeconds(pid) {
   return (Number(f[11]) + Number(f[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
 }
 
+// The frame of a browser run: out created, a daemon on a fresh tiny dataset,
+// then body(d, launch), where launch() starts the browser and resolves with
+// it. Whatever body does, the browser is closed, the daemon stopped and the
+// state removed afterwards.
+async function withDaemon(out, body) {
+  fs.mkdirSync(out, { recursive: true });
+  const { dir, state } = prepState();
+  let d = null, browser = null;
+  try {
+    d = await startDaemon(state);
+    return await body(d, async () => (browser = await launchBrowser()));
+  } finally {
+    if (browser) await browser.close().catch(() => {});
+    await stopDaemon(d);
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 module.exports = { TOKEN, fail, sleep, prepState, startDaemon, stopDaemon, api, spec, submit,
-                   waitFor, experiment, launchBrowser, cpuSeconds };
+                   waitFor, experiment, launchBrowser, cpuSeconds, withDaemon };
