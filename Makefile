@@ -117,7 +117,7 @@ UPLOT_DIR   := build/vendor/uplot
 UPLOT_STAMP := $(UPLOT_DIR)/.fetched
 WEB_FILES   := $(sort $(wildcard daemon/web/*)) $(UPLOT_DIR)/uPlot.iife.min.js \
                $(UPLOT_DIR)/uPlot.min.css
-$(UPLOT_STAMP): scripts/fetch-uplot.sh | $(SETUP_STAMP)
+$(UPLOT_STAMP): scripts/fetch-uplot.sh scripts/fetch-npm.sh | $(SETUP_STAMP)
 	bash scripts/fetch-uplot.sh $(UPLOT_DIR)
 	@touch $@
 $(BUILD)/web_assets.c: $(UPLOT_STAMP) $(sort $(wildcard daemon/web/*)) $(WEB_LIST) scripts/embed-web.sh
