@@ -376,6 +376,8 @@ def parse_args():
     p.add_argument("--threads", type=int, default=0,
                    help="threads (default resources.threads, 0 = every CPU available)")
     p.add_argument("--save", help="write the trained weights here (safetensors, F32)")
+    p.add_argument("--progress", help="write one JSON line per step here, as `nightshift "
+                   "train --progress` does ({\"event\":\"step\",\"step\",\"loss\",...})")
     return p.parse_args()
 
 
@@ -416,6 +418,7 @@ def main():
           f"{tr['sampler']} sampler | {accum} x {B} x {T} tokens/step | torch {torch.__version__}",
           file=sys.stderr)
 
+    progress_file = open(args.progress, "w") if args.progress else None
     training_time, step, smooth, last_print = 0.0, 0, 0.0, time.perf_counter()
     t_train_start = time.perf_counter()
     while True:
@@ -446,6 +449,12 @@ def main():
         smooth = 0.9 * smooth + 0.1 * loss_sum / accum
         done = step * tokens_per_step
         spent = done >= token_budget if token_budget > 0 else training_time >= time_budget
+        if progress_file:
+            spent_frac = min(done / token_budget if token_budget > 0
+                             else training_time / time_budget, 1.0)
+            progress_file.write(json.dumps({"event": "step", "step": step, "progress": spent_frac,
+                                            "training_seconds": training_time,
+                                            "loss": loss_sum / accum, "lrm": lrm}) + "\n")
         if spent or time.perf_counter() - last_print >= 5.0:
             last_print = time.perf_counter()
             print(f"step {step:05d} | loss: {smooth / (1 - 0.9 ** step):.6f} | lrm: {lrm:.2f} | "
@@ -454,6 +463,8 @@ def main():
         if spent:
             break
     startup = t_train_start - t_start  # loading, building, initialising
+    if progress_file:
+        progress_file.close()
 
     t_eval = time.perf_counter()
     val_bpb, eval_tokens = evaluate_bpb(model, data, B, T)

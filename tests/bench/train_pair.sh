@@ -90,7 +90,7 @@ if [[ $tokens -gt 0 ]]; then what="$tokens tokens"; else what="${budget}s"; fi
 echo "bench-train: $(/usr/bin/python3 -c 'import json,sys; s=json.load(open(sys.argv[1]));
 m=s["model"]; print(s["name"], "| depth", m["depth"], "n_embd", m["n_embd"], "heads",
 m["n_head"], "| dataset", s["dataset"], "| seed", s["seed"])' "$spec") | budget $what"
-echo "both sides: OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=PASSIVE, one after the other;" \
+echo "each side: OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=PASSIVE, one after the other;" \
     "load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # One JSON line per trainer: trainer, tokens, steps, val_bpb, tok/s, seconds, load1.
