@@ -237,10 +237,10 @@ bench-noise: $(BIN) $(DEFAULT_DATASET)
 # spec, DATASET= another dataset, TOKENS=N a token budget instead of BUDGET.
 .PHONY: bench-train
 BUDGET ?= 300
+BENCH_TRAIN_ARGS = --budget $(BUDGET) $(if $(TOKENS),--tokens $(TOKENS)) \
+                   $(if $(SPEC),--spec $(SPEC)) $(if $(DATASET),--dataset $(DATASET))
 bench-train: $(BIN) $(if $(filter-out default,$(DATASET)),,$(DEFAULT_DATASET))
-	bash tests/bench/train_pair.sh $(BIN) $(STATE) --budget $(BUDGET) \
-	  $(if $(TOKENS),--tokens $(TOKENS)) $(if $(SPEC),--spec $(SPEC)) \
-	  $(if $(DATASET),--dataset $(DATASET)) $(BENCH_ARGS)
+	bash tests/bench/train_pair.sh $(BIN) $(STATE) $(strip $(BENCH_TRAIN_ARGS)) $(BENCH_ARGS)
 # Fuzzing: libFuzzer targets (tests/fuzz/fuzz_NAME.c) built with clang and
 # ASan+UBSan, their objects in their own tree. Each runs FUZZ_SECONDS from its
 # committed seeds (tests/fuzz/corpus/NAME); new inputs go to
