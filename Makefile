@@ -241,6 +241,7 @@ BENCH_TRAIN_ARGS = --budget $(BUDGET) $(if $(TOKENS),--tokens $(TOKENS)) \
                    $(if $(SPEC),--spec $(SPEC)) $(if $(DATASET),--dataset $(DATASET))
 bench-train: $(BIN) $(if $(filter-out default,$(DATASET)),,$(DEFAULT_DATASET))
 	bash tests/bench/train_pair.sh $(BIN) $(STATE) $(strip $(BENCH_TRAIN_ARGS)) $(BENCH_ARGS)
+
 # Fuzzing: libFuzzer targets (tests/fuzz/fuzz_NAME.c) built with clang and
 # ASan+UBSan, their objects in their own tree. Each runs FUZZ_SECONDS from its
 # committed seeds (tests/fuzz/corpus/NAME); new inputs go to
