@@ -12,6 +12,8 @@
 #   make bench-tok  tokenizer training and encoding speed, with its limits
 #   make bench-sampler / bench-noise   val_bpb by row sampler; seed-to-seed noise
 #                   (long: five-minute runs on the default corpus; BENCH_ARGS adds options)
+#   make bench-train  nightshift train beside the PyTorch reference trainer: tokens and
+#                   val_bpb in one budget (BUDGET=300 s, TOKENS=N, SPEC=, DATASET=)
 #   make fuzz       every libFuzzer target for FUZZ_SECONDS (default 60) each
 #   make soak       the fault-injection soak for MINUTES (default 10)
 #   make load       HTTP load on the daemon with wrk (tests/bench/load.sh)
@@ -227,6 +229,19 @@ bench-sampler: $(BIN) $(DEFAULT_DATASET)
 	bash tests/bench/sampler.sh $(BIN) $(STATE) $(BENCH_ARGS)
 bench-noise: $(BIN) $(DEFAULT_DATASET)
 	bash tests/bench/noise.sh $(BIN) $(STATE) $(BENCH_ARGS)
+
+# One training run of nightshift and then one of the PyTorch reference, same
+# model, data, budget, seed and threads (2), with tokens trained, steps and
+# val_bpb of both (tests/bench/train_pair.sh, tests/bench/torch_train.py).
+# Defaults: bench's M model, 300 s, the default corpus; SPEC= trains another
+# spec, DATASET= another dataset, TOKENS=N a token budget instead of BUDGET.
+.PHONY: bench-train
+BUDGET ?= 300
+BENCH_TRAIN_ARGS = --budget $(BUDGET) $(if $(TOKENS),--tokens $(TOKENS)) \
+                   $(if $(SPEC),--spec $(SPEC)) $(if $(DATASET),--dataset $(DATASET))
+bench-train: $(BIN) $(if $(filter-out default,$(DATASET)),,$(DEFAULT_DATASET))
+	bash tests/bench/train_pair.sh $(BIN) $(STATE) $(strip $(BENCH_TRAIN_ARGS)) $(BENCH_ARGS)
+
 # Fuzzing: libFuzzer targets (tests/fuzz/fuzz_NAME.c) built with clang and
 # ASan+UBSan, their objects in their own tree. Each runs FUZZ_SECONDS from its
 # committed seeds (tests/fuzz/corpus/NAME); new inputs go to
