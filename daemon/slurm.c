@@ -262,10 +262,9 @@ struct slurm_job {
     double t_start;    /* uv_now seconds at submission or attach */
     /* the progress file tail */
     int64_t offset;
-    bytebuf_t line; /* the unfinished line, at most MAX_LINE bytes */
-    int line_discard;
-    uint64_t garbage_lines;
-    cJSON *result; /* the last result line, owned */
+    bytebuf_lines_t lines;  /* progress lines, each at most MAX_LINE bytes */
+    uint64_t garbage_lines; /* lines that are not one JSON object */
+    cJSON *result;          /* the last result line, owned */
 };
 
 struct slurm {
@@ -479,7 +478,7 @@ static void job_free(slurm_job_t *j) {
     free(j->progress_path);
     free(j->exit_path);
     free(j->log_path);
-    bytebuf_free(&j->line);
+    bytebuf_free(&j->lines.line);
     cJSON_Delete(j->result);
     free(j);
 }
@@ -493,7 +492,8 @@ static void job_unlink(slurm_job_t *j) {
 }
 
 /* One complete progress line. */
-static void progress_line(slurm_job_t *j, const char *p, size_t n) {
+static void progress_line(void *user, const char *p, size_t n) {
+    slurm_job_t *j = user;
     while (n > 0 && isspace((unsigned char)p[n - 1])) n--;
     if (n == 0) return;
     const char *end = NULL;
@@ -516,25 +516,6 @@ static void progress_line(slurm_job_t *j, const char *p, size_t n) {
     }
 }
 
-/* Split n bytes into lines; an unfinished last line waits for the next read. */
-static void progress_feed(slurm_job_t *j, const char *p, size_t n) {
-    while (n > 0) {
-        const char *nl = memchr(p, '\n', n);
-        size_t seg = nl ? (size_t)(nl - p) : n;
-        if (!j->line_discard && bytebuf_append(&j->line, p, seg) < 0) {
-            j->garbage_lines++; /* too long (or out of memory) */
-            j->line_discard = 1;
-            bytebuf_reset(&j->line);
-        }
-        if (!nl) return;
-        if (!j->line_discard) progress_line(j, j->line.data, j->line.len);
-        j->line_discard = 0;
-        bytebuf_reset(&j->line);
-        p += seg + 1;
-        n -= seg + 1;
-    }
-}
-
 /* Read what the job appended to its progress file since the last read (at
  * most TAIL_CHUNK bytes, or everything when drain is set). The file is opened
  * anew each time: on NFS that is what makes new data visible. */
@@ -549,11 +530,11 @@ static void progress_read(slurm_job_t *j, int drain) {
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) break;
         j->offset += k;
-        progress_feed(j, buf, (size_t)k);
+        bytebuf_lines_feed(&j->lines, buf, (size_t)k, progress_line, j);
         if (!drain) break;
     }
     close(fd);
-    if (drain && !j->line_discard && j->line.len) progress_line(j, j->line.data, j->line.len);
+    if (drain) bytebuf_lines_flush(&j->lines, progress_line, j);
 }
 
 /* The code the job script wrote to exit_code, or -1 when there is none. */
@@ -659,7 +640,7 @@ static void job_finish(slurm_job_t *j, const char *state) {
     ex.exit_code = code;
     ex.result = st == WORKER_SUCCEEDED ? j->result : NULL;
     ex.wall_seconds = now_s(sx) - j->t_start;
-    ex.garbage_lines = j->garbage_lines;
+    ex.garbage_lines = j->garbage_lines + j->lines.overlong;
     job_unlink(j);
     if (j->cb.on_exit) j->cb.on_exit(NULL, &ex, j->cb.user);
     job_free(j);
@@ -1075,7 +1056,7 @@ static slurm_job_t *job_new(slurm_t *sx, const executor_run_t *r, const executor
     if (!j) return NULL;
     j->sx = sx;
     j->cb = *cb;
-    bytebuf_init(&j->line, MAX_LINE);
+    bytebuf_init(&j->lines.line, MAX_LINE);
     j->id = r->id;
     j->stop_req = -1;
     j->t_start = now_s(sx);

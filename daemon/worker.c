@@ -32,6 +32,7 @@
 
 #include "worker.h"
 
+#include "bytebuf.h"
 #include "executor.h"
 #include "util.h"
 
@@ -80,11 +81,9 @@ struct worker {
     char err_tail[ERR_TAIL]; /* the last err_len bytes of stderr */
     size_t err_len;
 
-    char *line; /* the progress line being assembled, owned */
-    size_t line_len, line_cap, max_line_bytes;
-    int line_discard; /* inside an overlong line: skip to the newline */
-    uint64_t garbage_lines;
-    cJSON *result; /* the last {"event":"result"} object, owned */
+    bytebuf_lines_t lines;  /* progress lines, each at most max_line_bytes */
+    uint64_t garbage_lines; /* lines that are not one JSON object */
+    cJSON *result;          /* the last {"event":"result"} object, owned */
 
     char rbuf[N_PIPES][READ_CHUNK]; /* one read buffer per pipe */
 };
@@ -144,7 +143,7 @@ static void close_cb(uv_handle_t *h) {
     w->open_handles--;
     if (w->open_handles == 0 && w->reported) {
         free(w->oom_counter);
-        free(w->line);
+        bytebuf_free(&w->lines.line);
         cJSON_Delete(w->result);
         free(w);
     }
@@ -211,7 +210,8 @@ static void tail_append(worker_t *w, const char *p, size_t n) {
 /* ------------------------------------------------------- progress lines */
 
 /* One complete line from fd 3 (without its newline). */
-static void progress_line(worker_t *w, const char *p, size_t n) {
+static void progress_line(void *user, const char *p, size_t n) {
+    worker_t *w = user;
     while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
     if (n == 0) return; /* blank lines are not garbage */
     const char *end = NULL;
@@ -235,55 +235,6 @@ static void progress_line(worker_t *w, const char *p, size_t n) {
     }
 }
 
-/* Append n bytes to the line being assembled; a line longer than the limit
- * is counted as garbage once and skipped up to its newline. */
-static void line_add(worker_t *w, const char *p, size_t n) {
-    if (w->line_discard || n == 0) return;
-    if (w->line_len + n > w->max_line_bytes) {
-        w->garbage_lines++;
-        w->line_discard = 1;
-        w->line_len = 0;
-        return;
-    }
-    if (w->line_len + n > w->line_cap) {
-        size_t cap = w->line_cap ? w->line_cap : 4096;
-        while (cap < w->line_len + n) cap *= 2;
-        if (cap > w->max_line_bytes) cap = w->max_line_bytes;
-        char *q = realloc(w->line, cap);
-        if (!q) { /* treat like an overlong line */
-            w->garbage_lines++;
-            w->line_discard = 1;
-            w->line_len = 0;
-            return;
-        }
-        w->line = q;
-        w->line_cap = cap;
-    }
-    memcpy(w->line + w->line_len, p, n);
-    w->line_len += n;
-}
-
-static void progress_feed(worker_t *w, const char *p, size_t n) {
-    while (n > 0) {
-        const char *nl = memchr(p, '\n', n);
-        size_t seg = nl ? (size_t)(nl - p) : n;
-        line_add(w, p, seg);
-        if (!nl) return;
-        if (!w->line_discard) progress_line(w, w->line, w->line_len);
-        w->line_discard = 0;
-        w->line_len = 0;
-        p += seg + 1;
-        n -= seg + 1;
-    }
-}
-
-/* At EOF a last line without a newline still counts. */
-static void progress_flush(worker_t *w) {
-    if (!w->line_discard && w->line_len) progress_line(w, w->line, w->line_len);
-    w->line_discard = 0;
-    w->line_len = 0;
-}
-
 /* ------------------------------------------------------------------ pipes */
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -296,7 +247,7 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void close_pipe(worker_t *w, int i) {
     uv_handle_t *h = (uv_handle_t *)&w->pipes[i];
     if (uv_is_closing(h)) return;
-    if (i == PIPE_PROGRESS) progress_flush(w);
+    if (i == PIPE_PROGRESS) bytebuf_lines_flush(&w->lines, progress_line, w);
     uv_close(h, close_cb);
     w->pipes_open--;
 }
@@ -319,7 +270,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         tail_append(w, buf->base, n);
         break;
     default:
-        progress_feed(w, buf->base, n);
+        bytebuf_lines_feed(&w->lines, buf->base, (size_t)n, progress_line, w);
         break;
     }
 }
@@ -481,7 +432,7 @@ static void classify(const worker_t *w, worker_exit_t *ex) {
     ex->term_signal = w->term_signal;
     ex->result = w->result;
     ex->wall_seconds = (double)(w->t_exit - w->t_spawn) / 1e9;
-    ex->garbage_lines = w->garbage_lines;
+    ex->garbage_lines = w->garbage_lines + w->lines.overlong;
 }
 
 /* Report the exit once the process is reaped and every pipe is closed. */
@@ -656,7 +607,7 @@ int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks
     w->memory_mb = o->memory_mb;
     w->oom_kills_spawn = w->oom_kills_exit = -1;
     w->max_log_bytes = o->max_log_bytes ? o->max_log_bytes : DEFAULT_MAX_LOG;
-    w->max_line_bytes = o->max_line_bytes ? o->max_line_bytes : DEFAULT_MAX_LINE;
+    bytebuf_init(&w->lines.line, o->max_line_bytes ? o->max_line_bytes : DEFAULT_MAX_LINE);
 
     uv_timer_t *timers[] = {&w->deadline_timer, &w->kill_timer, &w->drain_timer};
     for (int i = 0; i < 3; i++) {

@@ -148,3 +148,27 @@ void bytebuf_free(bytebuf_t *b) {
     free(b->data);
     bytebuf_init(b, b->max);
 }
+
+void bytebuf_lines_feed(bytebuf_lines_t *l, const char *p, size_t n, bytebuf_line_fn *on_line,
+                        void *user) {
+    while (n > 0) {
+        const char *nl = memchr(p, '\n', n);
+        size_t seg = nl ? (size_t)(nl - p) : n;
+        if (!l->discard && bytebuf_append(&l->line, p, seg) < 0) {
+            l->overlong++;
+            l->discard = 1;
+        }
+        if (!nl) return;
+        if (!l->discard) on_line(user, l->line.data ? l->line.data : "", l->line.len);
+        l->discard = 0;
+        bytebuf_reset(&l->line);
+        p += seg + 1;
+        n -= seg + 1;
+    }
+}
+
+void bytebuf_lines_flush(bytebuf_lines_t *l, bytebuf_line_fn *on_line, void *user) {
+    if (!l->discard && l->line.len) on_line(user, l->line.data, l->line.len);
+    l->discard = 0;
+    bytebuf_reset(&l->line);
+}

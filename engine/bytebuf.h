@@ -91,4 +91,24 @@ char *bytebuf_take(bytebuf_t *b, size_t *len);
 /* Release the memory; b stays an empty buffer with its cap, ready for reuse. */
 void bytebuf_free(bytebuf_t *b);
 
+/* Newline-delimited lines assembled across reads (a worker's progress pipe,
+ * a Slurm job's progress file). Whole lines, without their newline, go to
+ * on_line; a line longer than the buffer's cap (or one that meets an
+ * allocation failure) is counted in overlong and skipped up to its newline.
+ * Zeroed, then bytebuf_init(&l->line, cap); release with bytebuf_free. */
+typedef struct {
+    bytebuf_t line;    /* the unfinished line */
+    int discard;       /* inside an overlong line */
+    uint64_t overlong; /* lines skipped for their length */
+} bytebuf_lines_t;
+
+typedef void bytebuf_line_fn(void *user, const char *line, size_t len);
+
+/* Split n bytes into lines; an unfinished last line waits for the next call. */
+void bytebuf_lines_feed(bytebuf_lines_t *l, const char *p, size_t n, bytebuf_line_fn *on_line,
+                        void *user);
+
+/* At the end of the input: a last line without a newline still counts. */
+void bytebuf_lines_flush(bytebuf_lines_t *l, bytebuf_line_fn *on_line, void *user);
+
 #endif

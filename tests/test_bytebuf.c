@@ -1,7 +1,7 @@
 /* test_bytebuf.c - the capped byte buffer: the cap reached exactly and
  * passed by one byte (each kind of append, and reserve), sizes whose sum
  * wraps around SIZE_MAX, printf growth over many doublings, take and reset,
- * a zero cap, and the sticky first failure. */
+ * a zero cap, the sticky first failure, and lines split across reads. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -222,4 +222,31 @@ Test(bytebuf, zero_cap) {
         free(s);
         bytebuf_free(p);
     }
+}
+
+/* Lines received by collect_line, joined with '|'. */
+static void collect_line(void *user, const char *line, size_t len) {
+    bytebuf_t *seen = user;
+    bytebuf_printf(seen, "%s%.*s", seen->len ? "|" : "", (int)len, line);
+}
+
+Test(bytebuf, lines_across_reads_overlong_skipped_last_line_flushed) {
+    bytebuf_lines_t l = {0};
+    bytebuf_t seen;
+    bytebuf_init(&l.line, 5);
+    bytebuf_init(&seen, BYTEBUF_UNLIMITED);
+    /* "ab\n" split over two reads; an empty line; "123456" is one byte past
+     * the cap of 5 and arrives in two pieces; "12345" fits exactly; "xy" has
+     * no newline until the flush */
+    const char *reads[] = {"a", "b\n\n123", "456\n12345\nxy"};
+    for (size_t i = 0; i < 3; i++)
+        bytebuf_lines_feed(&l, reads[i], strlen(reads[i]), collect_line, &seen);
+    expect_content(&seen, "ab||12345");
+    cr_expect_eq(l.overlong, 1);
+    bytebuf_lines_flush(&l, collect_line, &seen);
+    expect_content(&seen, "ab||12345|xy");
+    bytebuf_lines_flush(&l, collect_line, &seen); /* nothing left */
+    expect_content(&seen, "ab||12345|xy");
+    bytebuf_free(&l.line);
+    bytebuf_free(&seen);
 }
