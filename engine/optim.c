@@ -14,6 +14,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,8 +260,11 @@ struct optim {
     float *state;          /* AdamW: m then v (numel each); Muon: momentum (numel)
                             * then the NorMuon second moment (rows or cols) */
     size_t state_floats;
-    float *work; /* Muon scratch: a gradient copy + optim_muon_work_floats */
+    int *order;  /* n tensor indices, the costliest update first */
+    float *work; /* work_threads slices of Muon scratch, work_floats each: a
+                  * gradient copy + optim_muon_work_floats */
     size_t work_floats;
+    int work_threads;
     int ns_steps;
     float muon_beta2;
 };
@@ -351,6 +355,14 @@ static int check_lr(const char *name, double lr, char *err, size_t errlen) {
     return 0;
 }
 
+/* Rough cost of tensor i's update, for ordering: Muon's products are
+ * O(numel * min(rows, cols)), AdamW one pass over numel. */
+static double update_cost(const optim_t *o, const gpt_t *m, int i) {
+    const gpt_tensor_t *t = &m->tensors[i];
+    if (o->params[i].kind == OPTIM_ADAMW) return (double)t->numel;
+    return (double)t->numel * (t->rows < t->cols ? t->rows : t->cols) * o->ns_steps;
+}
+
 optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t errlen) {
     optim_t *o = NULL;
     if (m->cfg.n_embd <= 0) {
@@ -381,7 +393,8 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
     o->muon_beta2 = (float)tr->muon_beta2;
     o->params = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->params);
     o->state_off = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->state_off);
-    if (!o->params || !o->state_off) goto oom;
+    o->order = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->order);
+    if (!o->params || !o->state_off || !o->order) goto oom;
 
     const double scale = pow(m->cfg.n_embd / 768.0, -0.5);
     int tied = 1;
@@ -424,8 +437,17 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
         o->state = calloc(o->state_floats, sizeof *o->state);
         if (!o->state) goto oom;
     }
+    /* Insertion sort by cost, descending; ties keep table order. */
+    for (int i = 0; i < o->n; i++) {
+        int j = i;
+        const double ci = update_cost(o, m, i);
+        for (; j > 0 && update_cost(o, m, o->order[j - 1]) < ci; j--) o->order[j] = o->order[j - 1];
+        o->order[j] = i;
+    }
+    /* One scratch slice per thread of the team optim_step will run on. */
+    o->work_threads = omp_get_max_threads();
     if (o->work_floats) {
-        o->work = malloc(o->work_floats * sizeof *o->work);
+        o->work = malloc(o->work_floats * (size_t)o->work_threads * sizeof *o->work);
         if (!o->work) goto oom;
     }
     return o;
@@ -437,8 +459,17 @@ fail:
     return NULL;
 }
 
+/* The tensors' updates are independent: the team takes them one at a time,
+ * costliest first, each on one thread with its own scratch slice. Inside the
+ * parallel region OpenBLAS runs single-threaded and the kernels' own loops
+ * are not split again, so each small product runs without a fork and join,
+ * and every tensor's result is what a one-thread run computes. */
 void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, double muon_wd) {
-    for (int i = 0; i < o->n; i++) {
+    int team = omp_get_max_threads();
+    if (team > o->work_threads) team = o->work_threads;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (team > 1)
+    for (int j = 0; j < o->n; j++) {
+        const int i = o->order[j];
         const gpt_tensor_t *t = &m->tensors[i];
         optim_param_t *q = &o->params[i];
         float *p = m->params + t->offset;
@@ -451,10 +482,10 @@ void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, doub
                              (float)q->beta2, (float)q->eps, (float)q->wd);
         } else {
             /* Muon overwrites its gradient argument; m->grads stays as it was. */
-            float *gc = o->work;
+            float *gc = o->work + (size_t)omp_get_thread_num() * o->work_floats;
             memcpy(gc, g, t->numel * sizeof *gc);
             optim_muon_step(p, gc, st, st + t->numel, t->rows, t->cols, (float)muon_momentum, lr,
-                            (float)muon_wd, o->muon_beta2, o->ns_steps, o->work + t->numel);
+                            (float)muon_wd, o->muon_beta2, o->ns_steps, gc + t->numel);
         }
     }
 }
@@ -463,14 +494,15 @@ void optim_free(optim_t *o) {
     if (!o) return;
     free(o->params);
     free(o->state_off);
+    free(o->order);
     free(o->state);
     free(o->work);
     free(o);
 }
 
 size_t optim_state_bytes(const optim_t *o) {
-    return (o->state_floats + o->work_floats) * sizeof(float) +
-           (size_t)o->n * (sizeof *o->params + sizeof *o->state_off);
+    return (o->state_floats + o->work_floats * (size_t)o->work_threads) * sizeof(float) +
+           (size_t)o->n * (sizeof *o->params + sizeof *o->state_off + sizeof *o->order);
 }
 
 const optim_param_t *optim_param(const optim_t *o, int i) {
