@@ -451,10 +451,9 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
         layer_acts_t *s = &a->l[l];
         float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
         float *x = a->res[l + 1]; /* the block works in place on the next residual slot */
-        ops_mix_forward(x, a->res[l], a->x0, rl, xl, (size_t)N * D);
 
-        /* attention */
-        ops_rmsnorm_forward(s->xn1, s->rstd1, x, N, D);
+        /* attention (the mix and the norm in one pass) */
+        ops_mix_rmsnorm_forward(x, s->xn1, s->rstd1, a->res[l], a->x0, rl, xl, N, D);
         /* c_q, c_k, c_v are consecutive in params (build_table): one product */
         ops_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, (H + 2 * Hkv) * hd);
         qkv_rows(a->qkv, s->q, s->k, s->v, N, H * hd, Hkv * hd, 0);
@@ -462,11 +461,12 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
             value_embed_forward(s->v, s->gate, s->xn1, w->ve_gate, w->ve, inputs, N, D,
                                 c->ve_gate_channels, Hkv, hd);
         if (c->pos == POS_ROPE) {
-            ops_rope_forward(s->q, m->rope_cos, m->rope_sin, N, T, H, hd);
-            ops_rope_forward(s->k, m->rope_cos, m->rope_sin, N, T, Hkv, hd);
+            ops_rope_rmsnorm_forward(s->q, s->rstd_q, m->rope_cos, m->rope_sin, N, T, H, hd);
+            ops_rope_rmsnorm_forward(s->k, s->rstd_k, m->rope_cos, m->rope_sin, N, T, Hkv, hd);
+        } else {
+            ops_rmsnorm_forward(s->q, s->rstd_q, s->q, N * H, hd);
+            ops_rmsnorm_forward(s->k, s->rstd_k, s->k, N * Hkv, hd);
         }
-        ops_rmsnorm_forward(s->q, s->rstd_q, s->q, N * H, hd);
-        ops_rmsnorm_forward(s->k, s->rstd_k, s->k, N * Hkv, hd);
         double t_att = prof_begin();
         attn_forward(s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l], a->attn_work,
                      attn_threads(a));
@@ -573,14 +573,17 @@ void gpt_backward(gpt_t *m, float scale) {
         attn_backward(a->dq, a->dk, a->dv, a->dy, s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd,
                       c->window[l], a->attn_work, attn_threads(a));
         prof_end(PROF_ATTENTION, t_att);
-        /* q/k norms (the forward kept their outputs in s->q, s->k), then rope */
-        ops_rmsnorm_backward(a->dy, a->dq, s->q, s->rstd_q, N * H, hd);
-        float *dq = a->dy; /* d/d(rope(q)) now in dy; dq is free again */
-        ops_rmsnorm_backward(a->dq, a->dk, s->k, s->rstd_k, N * Hkv, hd);
-        float *dk = a->dq;
+        /* q/k norms (the forward kept their outputs in s->q, s->k), then
+         * rope: d/dq lands in dy, d/dk in dq (free once read) */
+        float *dq = a->dy, *dk = a->dq;
         if (c->pos == POS_ROPE) {
-            ops_rope_backward(dq, m->rope_cos, m->rope_sin, N, T, H, hd);
-            ops_rope_backward(dk, m->rope_cos, m->rope_sin, N, T, Hkv, hd);
+            ops_rmsnorm_rope_backward(dq, a->dq, s->q, s->rstd_q, m->rope_cos, m->rope_sin, N, T, H,
+                                      hd);
+            ops_rmsnorm_rope_backward(dk, a->dk, s->k, s->rstd_k, m->rope_cos, m->rope_sin, N, T,
+                                      Hkv, hd);
+        } else {
+            ops_rmsnorm_backward(dq, a->dq, s->q, s->rstd_q, N * H, hd);
+            ops_rmsnorm_backward(dk, a->dk, s->k, s->rstd_k, N * Hkv, hd);
         }
         qkv_rows(a->qkv, dq, dk, a->dv, N, H * hd, Hkv * hd, 1);
         ops_linear_backward(a->dxn, D, 0.0f, gw->c_q, a->qkv, s->xn1, w->c_q, N, D,
@@ -588,12 +591,11 @@ void gpt_backward(gpt_t *m, float scale) {
         if (c->has_ve[l])
             value_embed_backward(a->dxn, gw->ve_gate, gw->ve, a->dgate, a->dv, s->gate, s->xn1,
                                  w->ve_gate, w->ve, a->ids, N, D, c->ve_gate_channels, Hkv, hd);
-        ops_rmsnorm_backward_acc(a->dres, a->dxn, s->xn1, s->rstd1, N, D);
-
-        /* mix: x_in = rl * res[l] + xl * x0 */
+        /* the attention norm, then the mix x_in = rl * res[l] + xl * x0, in one pass */
         float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
         double drl, dxl;
-        ops_mix_backward(a->dres, a->dx0, a->res[l], a->x0, rl, xl, ND, &drl, &dxl);
+        ops_rmsnorm_mix_backward(a->dres, a->dx0, a->dxn, s->xn1, s->rstd1, a->res[l], a->x0, rl,
+                                 xl, N, D, &drl, &dxl);
         m->g.resid_lambdas[l] += (float)drl;
         m->g.x0_lambdas[l] += (float)dxl;
     }
