@@ -129,6 +129,19 @@ void ops_mix_rmsnorm_forward(float *x, float *xn, float *rstd, const float *res,
     }
 }
 
+void ops_add_rmsnorm_forward(float *x, float *xn, float *rstd, const float *d, int N, int D) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * D))
+    for (int i = 0; i < N; i++) {
+        const size_t o = (size_t)i * D;
+        float *xi = x + o, *oi = xn + o;
+        for (int j = 0; j < D; j++) xi[j] += d[o + j];
+        double ss = dot_f64(xi, xi, D);
+        float r = (float)(1.0 / sqrt(ss / D + FLT_EPSILON));
+        for (int j = 0; j < D; j++) oi[j] = xi[j] * r;
+        rstd[i] = r;
+    }
+}
+
 void ops_rmsnorm_mix_backward(float *dres, float *dx0, const float *dxn, const float *xn,
                               const float *rstd, const float *res, const float *x0, float rl,
                               float xl, int N, int D, double *drl, double *dxl) {

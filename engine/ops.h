@@ -37,7 +37,10 @@ void ops_mix_backward(float *dres, float *dx0, const float *res, const float *x0
  * ops_mix_forward then ops_rmsnorm_forward. */
 void ops_mix_rmsnorm_forward(float *x, float *xn, float *rstd, const float *res, const float *x0,
                              float rl, float xl, int N, int D);
-/* Fused backward of the two: dres (N, D) += the rmsnorm pull of dxn (as
+/* Fused, one pass over each row: x (N, D) += d, then xn (N, D) = rmsnorm(x)
+ * with rstd (N). The same floats as ops_add then ops_rmsnorm_forward. */
+void ops_add_rmsnorm_forward(float *x, float *xn, float *rstd, const float *d, int N, int D);
+/* Fused backward of the mix and the norm: dres (N, D) += the rmsnorm pull of dxn (as
  * ops_rmsnorm_backward_acc with xn, rstd), then through the mix as
  * ops_mix_backward (dx0 += xl * dres, dres *= rl, *drl and *dxl the sums in
  * double, in a fixed order of rows). */

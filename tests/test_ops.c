@@ -198,3 +198,18 @@ Test(ops, fused_rope_rmsnorm_matches_plain_kernels) {
     ops_rmsnorm_rope_backward(dx, dout, x, rstd, cos, sin, N, T, NH, HD);
     expect_same("dx", dx, dx_ref, NX, 0.0f);
 }
+
+/* The residual add and the norm fused give the floats of ops_add then
+ * ops_rmsnorm_forward. */
+Test(ops, fused_add_rmsnorm_matches_plain_kernels) {
+    enum { N = 5, D = 19, ND = N * D };
+    float x_ref[ND], x[ND], d[ND], xn_ref[ND], xn[ND], rstd_ref[N], rstd[N];
+    fill(x_ref, ND, 0.8f), fill(d, ND, 3.3f);
+    memcpy(x, x_ref, sizeof x);
+    ops_add(x_ref, d, ND);
+    ops_rmsnorm_forward(xn_ref, rstd_ref, x_ref, N, D);
+    ops_add_rmsnorm_forward(x, xn, rstd, d, N, D);
+    expect_same("x", x, x_ref, ND, 0.0f);
+    expect_same("xn", xn, xn_ref, ND, 0.0f);
+    expect_same("rstd", rstd, rstd_ref, N, 0.0f);
+}
