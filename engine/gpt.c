@@ -513,27 +513,31 @@ static void value_embed_backward(float *dxn, float *dWg, float *dve, float *dgat
                                  const float *ve, const int *ids, int N, int D, int C, int Hkv,
                                  int hd) {
     int kvd = Hkv * hd;
-#pragma omp parallel for schedule(static) if ((size_t)N * kvd >= 16384)
-    for (int i = 0; i < N; i++) {
-        const float *e = ve + (size_t)ids[i] * kvd;
-        const float *dvi = dv + (size_t)i * kvd;
-        for (int g = 0; g < Hkv; g++) {
-            float s = gate[(size_t)i * Hkv + g]; /* 2 sigmoid(z) */
-            double dot = dot_f64(dvi + g * hd, e + g * hd, hd);
-            /* d(2 sigmoid(z))/dz = 2 sig (1 - sig) = s (1 - s/2) */
-            dgate[(size_t)i * Hkv + g] = (float)dot * s * (1.0f - 0.5f * s);
-        }
-    }
     /* dve rows are scattered by ids (repeats sum): threads own column slices. */
     int slices = kvd >= 64 ? kvd / 16 : 1;
-#pragma omp parallel for schedule(static) if ((size_t)N * kvd >= 16384)
-    for (int sl = 0; sl < slices; sl++) {
-        int j0 = (int)((long)kvd * sl / slices), j1 = (int)((long)kvd * (sl + 1) / slices);
+    /* One team for both loops (the gate's rows, then the slices). */
+#pragma omp parallel if ((size_t)N * kvd >= 16384)
+    {
+#pragma omp for schedule(static) nowait
         for (int i = 0; i < N; i++) {
-            float *de = dve + (size_t)ids[i] * kvd;
+            const float *e = ve + (size_t)ids[i] * kvd;
             const float *dvi = dv + (size_t)i * kvd;
-            const float *gi = gate + (size_t)i * Hkv;
-            for (int j = j0; j < j1; j++) de[j] += gi[j / hd] * dvi[j];
+            for (int g = 0; g < Hkv; g++) {
+                float s = gate[(size_t)i * Hkv + g]; /* 2 sigmoid(z) */
+                double dot = dot_f64(dvi + g * hd, e + g * hd, hd);
+                /* d(2 sigmoid(z))/dz = 2 sig (1 - sig) = s (1 - s/2) */
+                dgate[(size_t)i * Hkv + g] = (float)dot * s * (1.0f - 0.5f * s);
+            }
+        }
+#pragma omp for schedule(static)
+        for (int sl = 0; sl < slices; sl++) {
+            int j0 = (int)((long)kvd * sl / slices), j1 = (int)((long)kvd * (sl + 1) / slices);
+            for (int i = 0; i < N; i++) {
+                float *de = dve + (size_t)ids[i] * kvd;
+                const float *dvi = dv + (size_t)i * kvd;
+                const float *gi = gate + (size_t)i * Hkv;
+                for (int j = j0; j < j1; j++) de[j] += gi[j / hd] * dvi[j];
+            }
         }
     }
     ops_linear_backward(dxn, D, 1.0f, dWg, dgate, xn, Wg, N, C, Hkv);
