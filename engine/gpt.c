@@ -452,8 +452,10 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
         float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
         float *x = a->res[l + 1]; /* the block works in place on the next residual slot */
 
-        /* attention (the mix and the norm in one pass) */
-        ops_mix_rmsnorm_forward(x, s->xn1, s->rstd1, a->res[l], a->x0, rl, xl, N, D);
+        /* attention. The previous block's MLP output (in a->dxn) joins the
+         * stream in the same pass as the mix and the norm. */
+        ops_mix_rmsnorm_forward(x, s->xn1, s->rstd1, a->res[l], l > 0 ? a->dxn : NULL, a->x0, rl,
+                                xl, N, D);
         /* c_q, c_k, c_v are consecutive in params (build_table): one product */
         ops_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, (H + 2 * Hkv) * hd);
         qkv_rows(a->qkv, s->q, s->k, s->v, N, H * hd, Hkv * hd, 0);
@@ -471,7 +473,7 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
         attn_forward(s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l], a->attn_work,
                      attn_threads(a));
         prof_end(PROF_ATTENTION, t_att);
-        /* x += y Wo^T (a->dxn is free during the forward: use it as scratch) */
+        /* x += y Wo^T, through a->dxn (the previous MLP output has been added) */
         ops_linear_forward(a->dxn, s->y, H * hd, w->c_proj, N, H * hd, D);
 
         /* mlp (the residual add and its norm in one pass) */
@@ -479,8 +481,7 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
         ops_linear_forward(s->h, s->xn2, D, w->fc, N, D, fc_rows(c));
         ops_mlp_act_forward(s->a, s->h, N, c->mlp_hidden, c->mlp);
         ops_linear_forward(a->dxn, s->a, c->mlp_hidden, w->mlp_proj, N, c->mlp_hidden, D);
-        /* the last block's add is fused with the final norm below */
-        if (l + 1 < L) ops_add(x, a->dxn, (size_t)N * D);
+        /* its add into x is left to the next block's mix, or the final norm */
     }
 
     /* depth >= 1 (spec_validate): a->dxn holds the last block's MLP output */

@@ -115,13 +115,15 @@ void ops_rmsnorm_backward(float *dx, const float *dout, const float *out, const 
 
 /* ------------------------------------------------------- fused norm + mix */
 
-void ops_mix_rmsnorm_forward(float *x, float *xn, float *rstd, const float *res, const float *x0,
-                             float rl, float xl, int N, int D) {
+void ops_mix_rmsnorm_forward(float *x, float *xn, float *rstd, float *res, const float *d,
+                             const float *x0, float rl, float xl, int N, int D) {
 #pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * D))
     for (int i = 0; i < N; i++) {
         const size_t o = (size_t)i * D;
-        float *xi = x + o, *oi = xn + o;
-        for (int j = 0; j < D; j++) xi[j] = rl * res[o + j] + xl * x0[o + j];
+        float *xi = x + o, *oi = xn + o, *ri = res + o;
+        if (d)
+            for (int j = 0; j < D; j++) ri[j] += d[o + j];
+        for (int j = 0; j < D; j++) xi[j] = rl * ri[j] + xl * x0[o + j];
         double ss = dot_f64(xi, xi, D);
         float r = (float)(1.0 / sqrt(ss / D + FLT_EPSILON));
         for (int j = 0; j < D; j++) oi[j] = xi[j] * r;

@@ -32,11 +32,12 @@ void ops_add(float *x, const float *d, size_t n);
 void ops_mix_backward(float *dres, float *dx0, const float *res, const float *x0, float rl,
                       float xl, size_t n, double *drl, double *dxl);
 
-/* Fused, one pass over each row: x (N, D) = rl * res + xl * x0 (the mix),
- * then xn (N, D) = rmsnorm(x) with rstd (N). The same floats as
- * ops_mix_forward then ops_rmsnorm_forward. */
-void ops_mix_rmsnorm_forward(float *x, float *xn, float *rstd, const float *res, const float *x0,
-                             float rl, float xl, int N, int D);
+/* Fused, one pass over each row: res (N, D) += d when d is not NULL (the
+ * previous block's output joining the stream), x (N, D) = rl * res + xl * x0
+ * (the mix), then xn (N, D) = rmsnorm(x) with rstd (N). The same floats as
+ * ops_add, ops_mix_forward then ops_rmsnorm_forward. */
+void ops_mix_rmsnorm_forward(float *x, float *xn, float *rstd, float *res, const float *d,
+                             const float *x0, float rl, float xl, int N, int D);
 /* Fused, one pass over each row: x (N, D) += d, then xn (N, D) = rmsnorm(x)
  * with rstd (N). The same floats as ops_add then ops_rmsnorm_forward. */
 void ops_add_rmsnorm_forward(float *x, float *xn, float *rstd, const float *d, int N, int D);

@@ -137,7 +137,7 @@ static void expect_same(const char *what, const float *got, const float *want, i
                   "%s[%d] = %.9g, plain kernels give %.9g", what, i, got[i], want[i]);
 }
 
-/* The mix and the norm fused in one pass give the floats of
+/* The mix and the norm fused in one pass give the floats of (ops_add,)
  * ops_mix_forward then ops_rmsnorm_forward; the fused backward those of
  * ops_rmsnorm_backward_acc then ops_mix_backward (its two sums in another
  * order). D = 21 leaves a tail after the eight-lane blocks. */
@@ -151,10 +151,22 @@ Test(ops, fused_mix_rmsnorm_matches_plain_kernels) {
     float x_ref[ND], xn_ref[ND], rstd_ref[N], x[ND], xn[ND], rstd[N];
     ops_mix_forward(x_ref, res, x0, rl, xl, ND);
     ops_rmsnorm_forward(xn_ref, rstd_ref, x_ref, N, D);
-    ops_mix_rmsnorm_forward(x, xn, rstd, res, x0, rl, xl, N, D);
+    ops_mix_rmsnorm_forward(x, xn, rstd, res, NULL, x0, rl, xl, N, D);
     expect_same("x", x, x_ref, ND, 0.0f);
     expect_same("xn", xn, xn_ref, ND, 0.0f);
     expect_same("rstd", rstd, rstd_ref, N, 0.0f);
+
+    /* with a block output d joining res first */
+    float res2[ND], res2_ref[ND], d[ND];
+    fill(res2, ND, 5.1f), fill(d, ND, 0.45f);
+    memcpy(res2_ref, res2, sizeof res2);
+    ops_add(res2_ref, d, ND);
+    ops_mix_forward(x_ref, res2_ref, x0, rl, xl, ND);
+    ops_rmsnorm_forward(xn_ref, rstd_ref, x_ref, N, D);
+    ops_mix_rmsnorm_forward(x, xn, rstd, res2, d, x0, rl, xl, N, D);
+    expect_same("res after the add", res2, res2_ref, ND, 0.0f);
+    expect_same("x after the add", x, x_ref, ND, 0.0f);
+    expect_same("xn after the add", xn, xn_ref, ND, 0.0f);
 
     float dres_ref[ND], dx0_ref[ND], dres[ND], dx0[ND];
     memcpy(dres_ref, dres0, sizeof dres0), memcpy(dres, dres0, sizeof dres0);
