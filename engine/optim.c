@@ -6,10 +6,11 @@
  * get_weight_decay). One deliberate difference: autoresearch runs the
  * polar-express iteration in bfloat16 on the GPU; here everything, including
  * that iteration, is float32 on the CPU. Muon's matrix products go through
- * cblas_sgemm. autoresearch stacks same-shape matrices and updates them
- * together; every quantity in its Muon step is per matrix (the norms and sums
- * run over dims (-2, -1) of each stacked matrix), so updating one matrix at a
- * time is the same computation. */
+ * cblas_ssyrk (the symmetric ones) and cblas_sgemm. autoresearch stacks
+ * same-shape matrices and updates them together; every quantity in its Muon
+ * step is per matrix (the norms and sums run over dims (-2, -1) of each
+ * stacked matrix), so updating one matrix at a time, each on one thread of
+ * the team, is the same computation. */
 #include "optim.h"
 
 #include <cblas.h>
