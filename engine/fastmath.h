@@ -89,8 +89,13 @@ static inline float max_f32(const float *x, int n) {
 static inline double sum_exp_f64(const float *z, float mx, int n) {
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail = 0.0;
     int j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; k++) acc[k] += (double)fast_expf(z[j + k] - mx);
+    for (; j + 8 <= n; j += 8) {
+        /* the exponentials first, as one block of floats: fused into the
+         * double adds, the loop is not vectorised */
+        float e[8];
+        for (int k = 0; k < 8; k++) e[k] = fast_expf(z[j + k] - mx);
+        for (int k = 0; k < 8; k++) acc[k] += (double)e[k];
+    }
     for (; j < n; j++) tail += (double)fast_expf(z[j] - mx);
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
 }

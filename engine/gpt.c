@@ -451,10 +451,11 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
         layer_acts_t *s = &a->l[l];
         float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
         float *x = a->res[l + 1]; /* the block works in place on the next residual slot */
-        ops_mix_forward(x, a->res[l], a->x0, rl, xl, (size_t)N * D);
 
-        /* attention */
-        ops_rmsnorm_forward(s->xn1, s->rstd1, x, N, D);
+        /* attention. The previous block's MLP output (in a->dxn) joins the
+         * stream in the same pass as the mix and the norm. */
+        ops_mix_rmsnorm_forward(x, s->xn1, s->rstd1, a->res[l], l > 0 ? a->dxn : NULL, a->x0, rl,
+                                xl, N, D);
         /* c_q, c_k, c_v are consecutive in params (build_table): one product */
         ops_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, (H + 2 * Hkv) * hd);
         qkv_rows(a->qkv, s->q, s->k, s->v, N, H * hd, Hkv * hd, 0);
@@ -462,28 +463,29 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
             value_embed_forward(s->v, s->gate, s->xn1, w->ve_gate, w->ve, inputs, N, D,
                                 c->ve_gate_channels, Hkv, hd);
         if (c->pos == POS_ROPE) {
-            ops_rope_forward(s->q, m->rope_cos, m->rope_sin, N, T, H, hd);
-            ops_rope_forward(s->k, m->rope_cos, m->rope_sin, N, T, Hkv, hd);
+            ops_rope_rmsnorm_forward(s->q, s->rstd_q, m->rope_cos, m->rope_sin, N, T, H, hd);
+            ops_rope_rmsnorm_forward(s->k, s->rstd_k, m->rope_cos, m->rope_sin, N, T, Hkv, hd);
+        } else {
+            ops_rmsnorm_forward(s->q, s->rstd_q, s->q, N * H, hd);
+            ops_rmsnorm_forward(s->k, s->rstd_k, s->k, N * Hkv, hd);
         }
-        ops_rmsnorm_forward(s->q, s->rstd_q, s->q, N * H, hd);
-        ops_rmsnorm_forward(s->k, s->rstd_k, s->k, N * Hkv, hd);
         double t_att = prof_begin();
         attn_forward(s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l], a->attn_work,
                      attn_threads(a));
         prof_end(PROF_ATTENTION, t_att);
-        /* x += y Wo^T (a->dxn is free during the forward: use it as scratch) */
+        /* x += y Wo^T, through a->dxn (the previous MLP output has been added) */
         ops_linear_forward(a->dxn, s->y, H * hd, w->c_proj, N, H * hd, D);
-        ops_add(x, a->dxn, (size_t)N * D);
 
-        /* mlp */
-        ops_rmsnorm_forward(s->xn2, s->rstd2, x, N, D);
+        /* mlp (the residual add and its norm in one pass) */
+        ops_add_rmsnorm_forward(x, s->xn2, s->rstd2, a->dxn, N, D);
         ops_linear_forward(s->h, s->xn2, D, w->fc, N, D, fc_rows(c));
         ops_mlp_act_forward(s->a, s->h, N, c->mlp_hidden, c->mlp);
         ops_linear_forward(a->dxn, s->a, c->mlp_hidden, w->mlp_proj, N, c->mlp_hidden, D);
-        ops_add(x, a->dxn, (size_t)N * D);
+        /* its add into x is left to the next block's mix, or the final norm */
     }
 
-    ops_rmsnorm_forward(a->xf, a->rstdf, a->res[L], N, D);
+    /* depth >= 1 (spec_validate): a->dxn holds the last block's MLP output */
+    ops_add_rmsnorm_forward(a->res[L], a->xf, a->rstdf, a->dxn, N, D);
     ops_linear_forward(a->logits, a->xf, D, m->p.lm_head, N, D, V);
     int count = 0;
     double total = ops_softcap_ce_forward(a->logits, a->lse, a->losses, targets, N, V,
@@ -512,27 +514,31 @@ static void value_embed_backward(float *dxn, float *dWg, float *dve, float *dgat
                                  const float *ve, const int *ids, int N, int D, int C, int Hkv,
                                  int hd) {
     int kvd = Hkv * hd;
-#pragma omp parallel for schedule(static) if ((size_t)N * kvd >= 16384)
-    for (int i = 0; i < N; i++) {
-        const float *e = ve + (size_t)ids[i] * kvd;
-        const float *dvi = dv + (size_t)i * kvd;
-        for (int g = 0; g < Hkv; g++) {
-            float s = gate[(size_t)i * Hkv + g]; /* 2 sigmoid(z) */
-            double dot = dot_f64(dvi + g * hd, e + g * hd, hd);
-            /* d(2 sigmoid(z))/dz = 2 sig (1 - sig) = s (1 - s/2) */
-            dgate[(size_t)i * Hkv + g] = (float)dot * s * (1.0f - 0.5f * s);
-        }
-    }
     /* dve rows are scattered by ids (repeats sum): threads own column slices. */
     int slices = kvd >= 64 ? kvd / 16 : 1;
-#pragma omp parallel for schedule(static) if ((size_t)N * kvd >= 16384)
-    for (int sl = 0; sl < slices; sl++) {
-        int j0 = (int)((long)kvd * sl / slices), j1 = (int)((long)kvd * (sl + 1) / slices);
+    /* One team for both loops (the gate's rows, then the slices). */
+#pragma omp parallel if ((size_t)N * kvd >= 16384)
+    {
+#pragma omp for schedule(static) nowait
         for (int i = 0; i < N; i++) {
-            float *de = dve + (size_t)ids[i] * kvd;
+            const float *e = ve + (size_t)ids[i] * kvd;
             const float *dvi = dv + (size_t)i * kvd;
-            const float *gi = gate + (size_t)i * Hkv;
-            for (int j = j0; j < j1; j++) de[j] += gi[j / hd] * dvi[j];
+            for (int g = 0; g < Hkv; g++) {
+                float s = gate[(size_t)i * Hkv + g]; /* 2 sigmoid(z) */
+                double dot = dot_f64(dvi + g * hd, e + g * hd, hd);
+                /* d(2 sigmoid(z))/dz = 2 sig (1 - sig) = s (1 - s/2) */
+                dgate[(size_t)i * Hkv + g] = (float)dot * s * (1.0f - 0.5f * s);
+            }
+        }
+#pragma omp for schedule(static)
+        for (int sl = 0; sl < slices; sl++) {
+            int j0 = (int)((long)kvd * sl / slices), j1 = (int)((long)kvd * (sl + 1) / slices);
+            for (int i = 0; i < N; i++) {
+                float *de = dve + (size_t)ids[i] * kvd;
+                const float *dvi = dv + (size_t)i * kvd;
+                const float *gi = gate + (size_t)i * Hkv;
+                for (int j = j0; j < j1; j++) de[j] += gi[j / hd] * dvi[j];
+            }
         }
     }
     ops_linear_backward(dxn, D, 1.0f, dWg, dgate, xn, Wg, N, C, Hkv);
@@ -573,14 +579,17 @@ void gpt_backward(gpt_t *m, float scale) {
         attn_backward(a->dq, a->dk, a->dv, a->dy, s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd,
                       c->window[l], a->attn_work, attn_threads(a));
         prof_end(PROF_ATTENTION, t_att);
-        /* q/k norms (the forward kept their outputs in s->q, s->k), then rope */
-        ops_rmsnorm_backward(a->dy, a->dq, s->q, s->rstd_q, N * H, hd);
-        float *dq = a->dy; /* d/d(rope(q)) now in dy; dq is free again */
-        ops_rmsnorm_backward(a->dq, a->dk, s->k, s->rstd_k, N * Hkv, hd);
-        float *dk = a->dq;
+        /* q/k norms (the forward kept their outputs in s->q, s->k), then
+         * rope: d/dq lands in dy, d/dk in dq (free once read) */
+        float *dq = a->dy, *dk = a->dq;
         if (c->pos == POS_ROPE) {
-            ops_rope_backward(dq, m->rope_cos, m->rope_sin, N, T, H, hd);
-            ops_rope_backward(dk, m->rope_cos, m->rope_sin, N, T, Hkv, hd);
+            ops_rmsnorm_rope_backward(dq, a->dq, s->q, s->rstd_q, m->rope_cos, m->rope_sin, N, T, H,
+                                      hd);
+            ops_rmsnorm_rope_backward(dk, a->dk, s->k, s->rstd_k, m->rope_cos, m->rope_sin, N, T,
+                                      Hkv, hd);
+        } else {
+            ops_rmsnorm_backward(dq, a->dq, s->q, s->rstd_q, N * H, hd);
+            ops_rmsnorm_backward(dk, a->dk, s->k, s->rstd_k, N * Hkv, hd);
         }
         qkv_rows(a->qkv, dq, dk, a->dv, N, H * hd, Hkv * hd, 1);
         ops_linear_backward(a->dxn, D, 0.0f, gw->c_q, a->qkv, s->xn1, w->c_q, N, D,
@@ -588,12 +597,11 @@ void gpt_backward(gpt_t *m, float scale) {
         if (c->has_ve[l])
             value_embed_backward(a->dxn, gw->ve_gate, gw->ve, a->dgate, a->dv, s->gate, s->xn1,
                                  w->ve_gate, w->ve, a->ids, N, D, c->ve_gate_channels, Hkv, hd);
-        ops_rmsnorm_backward_acc(a->dres, a->dxn, s->xn1, s->rstd1, N, D);
-
-        /* mix: x_in = rl * res[l] + xl * x0 */
+        /* the attention norm, then the mix x_in = rl * res[l] + xl * x0, in one pass */
         float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
         double drl, dxl;
-        ops_mix_backward(a->dres, a->dx0, a->res[l], a->x0, rl, xl, ND, &drl, &dxl);
+        ops_rmsnorm_mix_backward(a->dres, a->dx0, a->dxn, s->xn1, s->rstd1, a->res[l], a->x0, rl,
+                                 xl, N, D, &drl, &dxl);
         m->g.resid_lambdas[l] += (float)drl;
         m->g.x0_lambdas[l] += (float)dxl;
     }

@@ -113,6 +113,68 @@ void ops_rmsnorm_backward(float *dx, const float *dout, const float *out, const 
     rmsnorm_backward(dx, dout, out, rstd, N, D, 0);
 }
 
+/* ------------------------------------------------------- fused norm + mix */
+
+void ops_mix_rmsnorm_forward(float *x, float *xn, float *rstd, float *res, const float *d,
+                             const float *x0, float rl, float xl, int N, int D) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * D))
+    for (int i = 0; i < N; i++) {
+        const size_t o = (size_t)i * D;
+        float *xi = x + o, *oi = xn + o, *ri = res + o;
+        if (d)
+            for (int j = 0; j < D; j++) ri[j] += d[o + j];
+        for (int j = 0; j < D; j++) xi[j] = rl * ri[j] + xl * x0[o + j];
+        double ss = dot_f64(xi, xi, D);
+        float r = (float)(1.0 / sqrt(ss / D + FLT_EPSILON));
+        for (int j = 0; j < D; j++) oi[j] = xi[j] * r;
+        rstd[i] = r;
+    }
+}
+
+void ops_add_rmsnorm_forward(float *x, float *xn, float *rstd, const float *d, int N, int D) {
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * D))
+    for (int i = 0; i < N; i++) {
+        const size_t o = (size_t)i * D;
+        float *xi = x + o, *oi = xn + o;
+        for (int j = 0; j < D; j++) xi[j] += d[o + j];
+        double ss = dot_f64(xi, xi, D);
+        float r = (float)(1.0 / sqrt(ss / D + FLT_EPSILON));
+        for (int j = 0; j < D; j++) oi[j] = xi[j] * r;
+        rstd[i] = r;
+    }
+}
+
+void ops_rmsnorm_mix_backward(float *dres, float *dx0, const float *dxn, const float *xn,
+                              const float *rstd, const float *res, const float *x0, float rl,
+                              float xl, int N, int D, double *drl, double *dxl) {
+    double pr[OPS_CHUNKS], px[OPS_CHUNKS];
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * D))
+    for (int c = 0; c < OPS_CHUNKS; c++) {
+        double a = 0.0, b = 0.0;
+        for (int i = (int)((long)N * c / OPS_CHUNKS); i < (int)((long)N * (c + 1) / OPS_CHUNKS);
+             i++) {
+            const size_t o = (size_t)i * D;
+            const float *dy = dxn + o, *y = xn + o;
+            float *d = dres + o, *d0 = dx0 + o;
+            float mean = (float)(dot_f64(dy, y, D) / D), r = rstd[i];
+            for (int j = 0; j < D; j++) d[j] += r * (dy[j] - y[j] * mean);
+            a += dot_f64(d, res + o, D);
+            b += dot_f64(d, x0 + o, D);
+            for (int j = 0; j < D; j++) {
+                d0[j] += xl * d[j];
+                d[j] *= rl;
+            }
+        }
+        pr[c] = a;
+        px[c] = b;
+    }
+    *drl = *dxl = 0.0;
+    for (int c = 0; c < OPS_CHUNKS; c++) {
+        *drl += pr[c];
+        *dxl += px[c];
+    }
+}
+
 /* ------------------------------------------------------------------- linear */
 
 void ops_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out) {
@@ -163,6 +225,49 @@ void ops_rope_backward(float *dx, const float *cos, const float *sin, int N, int
         const float *c = cos + (size_t)(i % T) * half, *s = sin + (size_t)(i % T) * half;
         for (int h = 0; h < nh; h++) {
             float *d1 = dx + ((size_t)i * nh + h) * hd, *d2 = d1 + half;
+            for (int j = 0; j < half; j++) {
+                float a = d1[j], b = d2[j];
+                d1[j] = a * c[j] - b * s[j];
+                d2[j] = a * s[j] + b * c[j];
+            }
+        }
+    }
+}
+
+/* RoPE then the head's rmsnorm, one head of hd at a time while it is in L1. */
+void ops_rope_rmsnorm_forward(float *x, float *rstd, const float *cos, const float *sin, int N,
+                              int T, int nh, int hd) {
+    int half = hd / 2;
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * nh * hd))
+    for (int i = 0; i < N; i++) {
+        const float *c = cos + (size_t)(i % T) * half, *s = sin + (size_t)(i % T) * half;
+        for (int h = 0; h < nh; h++) {
+            float *x1 = x + ((size_t)i * nh + h) * hd, *x2 = x1 + half;
+            for (int j = 0; j < half; j++) {
+                float a = x1[j], b = x2[j];
+                x1[j] = a * c[j] + b * s[j];
+                x2[j] = b * c[j] - a * s[j];
+            }
+            double ss = dot_f64(x1, x1, hd);
+            float r = (float)(1.0 / sqrt(ss / hd + FLT_EPSILON));
+            for (int j = 0; j < hd; j++) x1[j] *= r;
+            rstd[(size_t)i * nh + h] = r;
+        }
+    }
+}
+
+void ops_rmsnorm_rope_backward(float *dx, const float *dout, const float *out, const float *rstd,
+                               const float *cos, const float *sin, int N, int T, int nh, int hd) {
+    int half = hd / 2;
+#pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * nh * hd))
+    for (int i = 0; i < N; i++) {
+        const float *c = cos + (size_t)(i % T) * half, *s = sin + (size_t)(i % T) * half;
+        for (int h = 0; h < nh; h++) {
+            const size_t o = ((size_t)i * nh + h) * hd;
+            const float *dy = dout + o, *y = out + o;
+            float *d1 = dx + o, *d2 = d1 + half;
+            float mean = (float)(dot_f64(dy, y, hd) / hd), r = rstd[(size_t)i * nh + h];
+            for (int j = 0; j < hd; j++) d1[j] = r * (dy[j] - y[j] * mean);
             for (int j = 0; j < half; j++) {
                 float a = d1[j], b = d2[j];
                 d1[j] = a * c[j] - b * s[j];

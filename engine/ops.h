@@ -21,7 +21,9 @@ void ops_embedding_forward(float *out, const float *table, const int *ids, int n
 /* dtable (V, D) += dout rows scattered by ids; repeated ids sum. */
 void ops_embedding_backward(float *dtable, const float *dout, const int *ids, int n, int D);
 
-/* x (n) = rl * res + xl * x0: the block's input mix. */
+/* x (n) = rl * res + xl * x0: the block's input mix. This and
+ * ops_mix_backward are the plain references of the fused mix + norm kernels
+ * below (the model runs those). */
 void ops_mix_forward(float *x, const float *res, const float *x0, float rl, float xl, size_t n);
 /* x (n) += d. */
 void ops_add(float *x, const float *d, size_t n);
@@ -29,6 +31,23 @@ void ops_add(float *x, const float *d, size_t n);
  * fixed order), then dx0 += xl * dres and dres *= rl. */
 void ops_mix_backward(float *dres, float *dx0, const float *res, const float *x0, float rl,
                       float xl, size_t n, double *drl, double *dxl);
+
+/* Fused, one pass over each row: res (N, D) += d when d is not NULL (the
+ * previous block's output joining the stream), x (N, D) = rl * res + xl * x0
+ * (the mix), then xn (N, D) = rmsnorm(x) with rstd (N). The same floats as
+ * ops_add, ops_mix_forward then ops_rmsnorm_forward. */
+void ops_mix_rmsnorm_forward(float *x, float *xn, float *rstd, float *res, const float *d,
+                             const float *x0, float rl, float xl, int N, int D);
+/* Fused, one pass over each row: x (N, D) += d, then xn (N, D) = rmsnorm(x)
+ * with rstd (N). The same floats as ops_add then ops_rmsnorm_forward. */
+void ops_add_rmsnorm_forward(float *x, float *xn, float *rstd, const float *d, int N, int D);
+/* Fused backward of the mix and the norm: dres (N, D) += the rmsnorm pull of dxn (as
+ * ops_rmsnorm_backward_acc with xn, rstd), then through the mix as
+ * ops_mix_backward (dx0 += xl * dres, dres *= rl, *drl and *dxl the sums in
+ * double, in a fixed order of rows). */
+void ops_rmsnorm_mix_backward(float *dres, float *dx0, const float *dxn, const float *xn,
+                              const float *rstd, const float *res, const float *x0, float rl,
+                              float xl, int N, int D, double *drl, double *dxl);
 
 /* out (N, D) = x / sqrt(mean(x^2) + eps), eps = FLT_EPSILON; rstd (N) keeps
  * 1/sqrt(...). out may alias x. */
@@ -48,10 +67,22 @@ void ops_linear_backward(float *dx, int ldx, float beta, float *dW, const float 
                          const float *W, int N, int in, int out);
 
 /* In place on x (N rows of nh heads of hd): rotate halves by position t = row % T.
- * cos, sin: (>= T, hd/2). */
+ * cos, sin: (>= T, hd/2). This and ops_rope_backward are the plain references
+ * of the fused RoPE + norm kernels below (the model runs those). */
 void ops_rope_forward(float *x, const float *cos, const float *sin, int N, int T, int nh, int hd);
 /* In place on dx: the transpose rotation. */
 void ops_rope_backward(float *dx, const float *cos, const float *sin, int N, int T, int nh, int hd);
+
+/* Fused, one pass over each head: RoPE (as ops_rope_forward) then the
+ * per-head rmsnorm (as ops_rmsnorm_forward over N*nh rows of hd), in place on
+ * x (N, nh*hd); rstd (N*nh). The same floats as the two calls. */
+void ops_rope_rmsnorm_forward(float *x, float *rstd, const float *cos, const float *sin, int N,
+                              int T, int nh, int hd);
+/* Its backward: dx (N, nh*hd) = the per-head rmsnorm backward of dout (as
+ * ops_rmsnorm_backward with the forward's out and rstd) followed by the
+ * inverse rotation (as ops_rope_backward). dx must not alias dout. */
+void ops_rmsnorm_rope_backward(float *dx, const float *dout, const float *out, const float *rstd,
+                               const float *cos, const float *sin, int N, int T, int nh, int hd);
 
 /* Causal attention with a window: key j visible from query i iff i-w <= j <= i.
  * The plain reference of attn.h's fused kernels (the model runs those).

@@ -6,14 +6,16 @@
  * get_weight_decay). One deliberate difference: autoresearch runs the
  * polar-express iteration in bfloat16 on the GPU; here everything, including
  * that iteration, is float32 on the CPU. Muon's matrix products go through
- * cblas_sgemm. autoresearch stacks same-shape matrices and updates them
- * together; every quantity in its Muon step is per matrix (the norms and sums
- * run over dims (-2, -1) of each stacked matrix), so updating one matrix at a
- * time is the same computation. */
+ * cblas_ssyrk (the symmetric ones) and cblas_sgemm. autoresearch stacks
+ * same-shape matrices and updates them together; every quantity in its Muon
+ * step is per matrix (the norms and sums run over dims (-2, -1) of each
+ * stacked matrix), so updating one matrix at a time, each on one thread of
+ * the team, is the same computation. */
 #include "optim.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,44 +70,66 @@ void optim_adamw_step(float *p, const float *g, float *m, float *v, size_t n, in
 /* ----------------------------------------------------------------- Muon */
 
 /* Scratch layout for a (rows, cols) matrix with s = min(rows, cols):
- *   A (s, s) Gram matrix, B (s, s) polynomial in A, Y (rows, cols) next
- *   iterate, fs (max(rows, cols)) NorMuon per-row or per-column scale. */
+ *   A (s, s) Gram matrix, P (s, s) polynomial in A, Y (rows, cols)
+ *   next iterate, fs (max(rows, cols)) NorMuon per-row or per-column scale. */
 size_t optim_muon_work_floats(int rows, int cols) {
     const size_t r = (size_t)rows, c = (size_t)cols;
     const size_t s = r < c ? r : c, l = r < c ? c : r;
     return 2 * s * s + r * c + l;
 }
 
+/* Copy the upper triangle of the (s, s) row-major matrix A into its lower
+ * one (cblas_ssyrk writes only the upper triangle). */
+static void mirror_upper(float *A, int s) {
+    for (int i = 1; i < s; i++)
+        for (int j = 0; j < i; j++) A[(size_t)i * s + j] = A[(size_t)j * s + i];
+}
+
+/* A (s, s) = the Gram matrix of X (rows, cols) on its smaller side: X^T X
+ * when tall, X X^T otherwise. Symmetric, both triangles filled. */
+static void gram(float *A, const float *X, int rows, int cols) {
+    const int tall = rows > cols, s = tall ? cols : rows;
+    cblas_ssyrk(CblasRowMajor, CblasUpper, tall ? CblasTrans : CblasNoTrans, s, tall ? rows : cols,
+                1.0f, X, cols, 0.0f, A, s);
+    mirror_upper(A, s);
+}
+
+/* P (s, s) = a I + b A + c A^2 for a symmetric A: A^2 = A A^T is one
+ * symmetric rank-k update whose beta folds in b A. */
+static void poly(float *P, const float *A, int s, float a, float b, float c) {
+    memcpy(P, A, (size_t)s * s * sizeof *P);
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, s, s, c, A, s, b, P, s);
+    for (int i = 0; i < s; i++) P[(size_t)i * s + i] += a;
+    mirror_upper(P, s);
+}
+
+/* Y (rows, cols) = X P (tall) or P X (wide or square), P (s, s). */
+static void apply_right_or_left(float *Y, const float *X, const float *P, int rows, int cols) {
+    if (rows > cols)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, cols, 1.0f, X, cols, P,
+                    cols, 0.0f, Y, cols);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, rows, 1.0f, P, rows, X,
+                    cols, 0.0f, Y, cols);
+}
+
 /* X <- polar-express approximation of the orthogonal polar factor of X
- * (rows, cols), computed on the smaller Gram side. Result left in x. */
+ * (rows, cols), computed on the smaller Gram side. Result left in x. Each
+ * step is X <- X p(A) (tall) or p(A) X with A the Gram matrix of X and
+ * p(A) = a I + b A + c A^2: two symmetric rank-k updates and one product.
+ * (Iterating in the Gram space, A <- A p(A)^2, would skip the (rows, cols)
+ * products but loses an order of magnitude of float32 accuracy against the
+ * parity fixtures.) */
 static void polar_express(float *x, int rows, int cols, int ns_steps, float *work) {
-    const int tall = rows > cols;
-    const int s = tall ? cols : rows;
-    const size_t n = (size_t)rows * cols;
-    float *A = work, *B = A + (size_t)s * s, *Y = B + (size_t)s * s;
+    const int s = rows < cols ? rows : cols;
+    const size_t ss = (size_t)s * s, n = (size_t)rows * cols;
+    float *A = work, *P = A + ss, *Y = P + ss;
     float *X = x;
     for (int k = 0; k < ns_steps; k++) {
-        const float a = polar_express_coeffs[k][0], b = polar_express_coeffs[k][1],
-                    c = polar_express_coeffs[k][2];
-        if (tall) /* A = X^T X, (cols, cols) */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, s, rows, 1.0f, X, cols, X, cols,
-                        0.0f, A, s);
-        else /* A = X X^T, (rows, rows) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, cols, 1.0f, X, cols, X, cols,
-                        0.0f, A, s);
-            /* B = b*A + c*(A @ A) */
-#pragma omp parallel for schedule(static) if (OPTIM_PAR((size_t)s * s))
-        for (size_t i = 0; i < (size_t)s * s; i++) B[i] = b * A[i];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, c, A, s, A, s, 1.0f, B, s);
-        /* Y = a*X + X @ B (tall) or a*X + B @ X (wide or square) */
-#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
-        for (size_t i = 0; i < n; i++) Y[i] = a * X[i];
-        if (tall)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, cols, 1.0f, X, cols,
-                        B, s, 1.0f, Y, cols);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, rows, 1.0f, B, s, X,
-                        cols, 1.0f, Y, cols);
+        const float *co = polar_express_coeffs[k];
+        gram(A, X, rows, cols);
+        poly(P, A, s, co[0], co[1], co[2]);
+        apply_right_or_left(Y, X, P, rows, cols);
         float *t = X;
         X = Y;
         Y = t;
@@ -237,8 +261,11 @@ struct optim {
     float *state;          /* AdamW: m then v (numel each); Muon: momentum (numel)
                             * then the NorMuon second moment (rows or cols) */
     size_t state_floats;
-    float *work; /* Muon scratch: a gradient copy + optim_muon_work_floats */
+    int *order;  /* n tensor indices, the costliest update first */
+    float *work; /* work_threads slices of Muon scratch, work_floats each: a
+                  * gradient copy + optim_muon_work_floats */
     size_t work_floats;
+    int work_threads;
     int ns_steps;
     float muon_beta2;
 };
@@ -329,6 +356,14 @@ static int check_lr(const char *name, double lr, char *err, size_t errlen) {
     return 0;
 }
 
+/* Rough cost of tensor i's update, for ordering: Muon's products are
+ * O(numel * min(rows, cols)), AdamW one pass over numel. */
+static double update_cost(const optim_t *o, const gpt_t *m, int i) {
+    const gpt_tensor_t *t = &m->tensors[i];
+    if (o->params[i].kind == OPTIM_ADAMW) return (double)t->numel;
+    return (double)t->numel * (t->rows < t->cols ? t->rows : t->cols) * o->ns_steps;
+}
+
 optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t errlen) {
     optim_t *o = NULL;
     if (m->cfg.n_embd <= 0) {
@@ -359,7 +394,8 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
     o->muon_beta2 = (float)tr->muon_beta2;
     o->params = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->params);
     o->state_off = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->state_off);
-    if (!o->params || !o->state_off) goto oom;
+    o->order = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->order);
+    if (!o->params || !o->state_off || !o->order) goto oom;
 
     const double scale = pow(m->cfg.n_embd / 768.0, -0.5);
     int tied = 1;
@@ -402,8 +438,17 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
         o->state = calloc(o->state_floats, sizeof *o->state);
         if (!o->state) goto oom;
     }
+    /* Insertion sort by cost, descending; ties keep table order. */
+    for (int i = 0; i < o->n; i++) {
+        int j = i;
+        const double ci = update_cost(o, m, i);
+        for (; j > 0 && update_cost(o, m, o->order[j - 1]) < ci; j--) o->order[j] = o->order[j - 1];
+        o->order[j] = i;
+    }
+    /* One scratch slice per thread of the team optim_step will run on. */
+    o->work_threads = omp_get_max_threads();
     if (o->work_floats) {
-        o->work = malloc(o->work_floats * sizeof *o->work);
+        o->work = malloc(o->work_floats * (size_t)o->work_threads * sizeof *o->work);
         if (!o->work) goto oom;
     }
     return o;
@@ -415,8 +460,17 @@ fail:
     return NULL;
 }
 
+/* The tensors' updates are independent: the team takes them one at a time,
+ * costliest first, each on one thread with its own scratch slice. Inside the
+ * parallel region OpenBLAS runs single-threaded and the kernels' own loops
+ * are not split again, so each small product runs without a fork and join,
+ * and every tensor's result is what a one-thread run computes. */
 void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, double muon_wd) {
-    for (int i = 0; i < o->n; i++) {
+    int team = omp_get_max_threads();
+    if (team > o->work_threads) team = o->work_threads;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (team > 1)
+    for (int j = 0; j < o->n; j++) {
+        const int i = o->order[j];
         const gpt_tensor_t *t = &m->tensors[i];
         optim_param_t *q = &o->params[i];
         float *p = m->params + t->offset;
@@ -429,10 +483,10 @@ void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, doub
                              (float)q->beta2, (float)q->eps, (float)q->wd);
         } else {
             /* Muon overwrites its gradient argument; m->grads stays as it was. */
-            float *gc = o->work;
+            float *gc = o->work + (size_t)omp_get_thread_num() * o->work_floats;
             memcpy(gc, g, t->numel * sizeof *gc);
             optim_muon_step(p, gc, st, st + t->numel, t->rows, t->cols, (float)muon_momentum, lr,
-                            (float)muon_wd, o->muon_beta2, o->ns_steps, o->work + t->numel);
+                            (float)muon_wd, o->muon_beta2, o->ns_steps, gc + t->numel);
         }
     }
 }
@@ -441,14 +495,15 @@ void optim_free(optim_t *o) {
     if (!o) return;
     free(o->params);
     free(o->state_off);
+    free(o->order);
     free(o->state);
     free(o->work);
     free(o);
 }
 
 size_t optim_state_bytes(const optim_t *o) {
-    return (o->state_floats + o->work_floats) * sizeof(float) +
-           (size_t)o->n * (sizeof *o->params + sizeof *o->state_off);
+    return (o->state_floats + o->work_floats * (size_t)o->work_threads) * sizeof(float) +
+           (size_t)o->n * (sizeof *o->params + sizeof *o->state_off + sizeof *o->order);
 }
 
 const optim_param_t *optim_param(const optim_t *o, int i) {

@@ -99,13 +99,16 @@ typedef struct optim optim_t;
  *   2-D block matrices    Muon   matrix_lr * max(1, rows/cols)^0.5
  * AdamW: betas (adam_beta1, adam_beta2) unless noted, eps 1e-10, no weight decay.
  * (The table is optim_groups in optim.c.) tr->ns_steps must be in 1..5, as
- * spec_validate requires. Returns NULL with a reason in err on bad hyper-parameters or allocation
+ * spec_validate requires. Muon scratch is sized for the OpenMP team of the
+ * calling thread (set the thread count first); optim_step never uses more
+ * threads than that. Returns NULL with a reason in err on bad hyper-parameters or allocation
  * failure. The caller frees the result with optim_free. */
 optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t errlen);
 
 /* One update of m->params from m->grads (grads are read, not cleared). Every
  * group's lr is multiplied by lr_mult; Muon tensors use muon_momentum and
- * muon_wd. */
+ * muon_wd. The team updates tensors in parallel, one tensor per thread, so
+ * call it from outside any parallel region. */
 void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, double muon_wd);
 
 void optim_free(optim_t *o);

@@ -123,3 +123,105 @@ Test(ops, fast_exp_and_tanh_match_libm) {
     cr_expect_float_eq(fast_tanhf(100.0f), 1.0f, 1e-7);
     cr_expect_float_eq(fast_tanhf(-100.0f), -1.0f, 1e-7);
 }
+
+/* ------------------------------------------------- fused kernels vs plain */
+
+/* Deterministic values in [-1, 1) that are not all alike. */
+static void fill(float *x, int n, float phase) {
+    for (int i = 0; i < n; i++) x[i] = sinf(0.37f * (float)i + phase);
+}
+
+static void expect_same(const char *what, const float *got, const float *want, int n, float tol) {
+    for (int i = 0; i < n; i++)
+        cr_expect(fabsf(got[i] - want[i]) <= tol * fmaxf(1.0f, fabsf(want[i])),
+                  "%s[%d] = %.9g, plain kernels give %.9g", what, i, got[i], want[i]);
+}
+
+/* The mix and the norm fused in one pass give the floats of (ops_add,)
+ * ops_mix_forward then ops_rmsnorm_forward; the fused backward those of
+ * ops_rmsnorm_backward_acc then ops_mix_backward (its two sums in another
+ * order). D = 21 leaves a tail after the eight-lane blocks. */
+Test(ops, fused_mix_rmsnorm_matches_plain_kernels) {
+    enum { N = 7, D = 21, ND = N * D };
+    float res[ND], x0[ND], dxn[ND], dres0[ND], dx00[ND];
+    fill(res, ND, 0.1f), fill(x0, ND, 1.7f), fill(dxn, ND, 2.9f), fill(dres0, ND, 0.6f);
+    fill(dx00, ND, 4.2f);
+    const float rl = 0.9f, xl = 0.15f;
+
+    float x_ref[ND], xn_ref[ND], rstd_ref[N], x[ND], xn[ND], rstd[N];
+    ops_mix_forward(x_ref, res, x0, rl, xl, ND);
+    ops_rmsnorm_forward(xn_ref, rstd_ref, x_ref, N, D);
+    ops_mix_rmsnorm_forward(x, xn, rstd, res, NULL, x0, rl, xl, N, D);
+    expect_same("x", x, x_ref, ND, 0.0f);
+    expect_same("xn", xn, xn_ref, ND, 0.0f);
+    expect_same("rstd", rstd, rstd_ref, N, 0.0f);
+
+    /* with a block output d joining res first */
+    float res2[ND], res2_ref[ND], d[ND];
+    fill(res2, ND, 5.1f), fill(d, ND, 0.45f);
+    memcpy(res2_ref, res2, sizeof res2);
+    ops_add(res2_ref, d, ND);
+    ops_mix_forward(x_ref, res2_ref, x0, rl, xl, ND);
+    ops_rmsnorm_forward(xn_ref, rstd_ref, x_ref, N, D);
+    ops_mix_rmsnorm_forward(x, xn, rstd, res2, d, x0, rl, xl, N, D);
+    expect_same("res after the add", res2, res2_ref, ND, 0.0f);
+    expect_same("x after the add", x, x_ref, ND, 0.0f);
+    expect_same("xn after the add", xn, xn_ref, ND, 0.0f);
+
+    float dres_ref[ND], dx0_ref[ND], dres[ND], dx0[ND];
+    memcpy(dres_ref, dres0, sizeof dres0), memcpy(dres, dres0, sizeof dres0);
+    memcpy(dx0_ref, dx00, sizeof dx00), memcpy(dx0, dx00, sizeof dx00);
+    double drl_ref, dxl_ref, drl, dxl;
+    ops_rmsnorm_backward_acc(dres_ref, dxn, xn_ref, rstd_ref, N, D);
+    ops_mix_backward(dres_ref, dx0_ref, res, x0, rl, xl, ND, &drl_ref, &dxl_ref);
+    ops_rmsnorm_mix_backward(dres, dx0, dxn, xn, rstd, res, x0, rl, xl, N, D, &drl, &dxl);
+    expect_same("dres", dres, dres_ref, ND, 0.0f);
+    expect_same("dx0", dx0, dx0_ref, ND, 0.0f);
+    cr_expect(fabs(drl - drl_ref) <= 1e-12 * fmax(1.0, fabs(drl_ref)), "drl %.17g vs %.17g", drl,
+              drl_ref);
+    cr_expect(fabs(dxl - dxl_ref) <= 1e-12 * fmax(1.0, fabs(dxl_ref)), "dxl %.17g vs %.17g", dxl,
+              dxl_ref);
+}
+
+/* RoPE and the per-head norm fused give the floats of ops_rope_forward then
+ * ops_rmsnorm_forward, and the fused backward those of ops_rmsnorm_backward
+ * then ops_rope_backward; positions wrap at T (two sequences of T rows). */
+Test(ops, fused_rope_rmsnorm_matches_plain_kernels) {
+    enum { T = 3, N = 2 * T, NH = 3, HD = 10, HALF = HD / 2, NX = N * NH * HD };
+    float cos[T * HALF], sin[T * HALF];
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < HALF; j++) {
+            float f = t * powf(10000.0f, -2.0f * j / HD);
+            cos[t * HALF + j] = cosf(f);
+            sin[t * HALF + j] = sinf(f);
+        }
+    float x_ref[NX], x[NX], rstd_ref[N * NH], rstd[N * NH], dout[NX];
+    fill(x_ref, NX, 0.3f), fill(dout, NX, 2.2f);
+    memcpy(x, x_ref, sizeof x);
+    ops_rope_forward(x_ref, cos, sin, N, T, NH, HD);
+    ops_rmsnorm_forward(x_ref, rstd_ref, x_ref, N * NH, HD);
+    ops_rope_rmsnorm_forward(x, rstd, cos, sin, N, T, NH, HD);
+    expect_same("x", x, x_ref, NX, 0.0f);
+    expect_same("rstd", rstd, rstd_ref, N * NH, 0.0f);
+
+    float dx_ref[NX], dx[NX];
+    ops_rmsnorm_backward(dx_ref, dout, x_ref, rstd_ref, N * NH, HD);
+    ops_rope_backward(dx_ref, cos, sin, N, T, NH, HD);
+    ops_rmsnorm_rope_backward(dx, dout, x, rstd, cos, sin, N, T, NH, HD);
+    expect_same("dx", dx, dx_ref, NX, 0.0f);
+}
+
+/* The residual add and the norm fused give the floats of ops_add then
+ * ops_rmsnorm_forward. */
+Test(ops, fused_add_rmsnorm_matches_plain_kernels) {
+    enum { N = 5, D = 19, ND = N * D };
+    float x_ref[ND], x[ND], d[ND], xn_ref[ND], xn[ND], rstd_ref[N], rstd[N];
+    fill(x_ref, ND, 0.8f), fill(d, ND, 3.3f);
+    memcpy(x, x_ref, sizeof x);
+    ops_add(x_ref, d, ND);
+    ops_rmsnorm_forward(xn_ref, rstd_ref, x_ref, N, D);
+    ops_add_rmsnorm_forward(x, xn, rstd, d, N, D);
+    expect_same("x", x, x_ref, ND, 0.0f);
+    expect_same("xn", xn, xn_ref, ND, 0.0f);
+    expect_same("rstd", rstd, rstd_ref, N, 0.0f);
+}
