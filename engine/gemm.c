@@ -28,7 +28,7 @@ static gemm_isa current = GEMM_AUTO;
 /* One tile: rows [0, mr) and nv vectors of VW columns of C; mr and nv are
  * constants where the dispatch below calls it, so the loops unroll and acc
  * stays in registers. acc_in: add to C instead of overwriting it. */
-#define GEMM_TILE(NAME, TARGET, VT, VTU, VW, NVMAX, FMA)                                           \
+#define GEMM_TILE(NAME, TARGET, VT, VTU, VW, NVMAX, FMA, SET1)                                     \
     __attribute__((target(TARGET), always_inline)) static inline void NAME(                        \
         const int mr, const int nv_, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,          \
         const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in) {                      \
@@ -45,7 +45,7 @@ static gemm_isa current = GEMM_AUTO;
             _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) b[v] =                            \
                 *(const VTU *)(B + p * ldb + v * VW);                                              \
             _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                 \
-                VT ar = (VT){0} + a[r * ars];                                                      \
+                VT ar = SET1(a[r * ars]);                                                          \
                 _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) acc[r][v] =                   \
                     FMA(ar, b[v], acc[r][v]);                                                      \
             }                                                                                      \
@@ -108,10 +108,10 @@ typedef float f16_t __attribute__((vector_size(64)));
 typedef float f16u_t __attribute__((vector_size(64), aligned(4)));
 
 /* AVX2: 6 x 2 vectors of 8 (12 accumulators of 16 registers). */
-GEMM_TILE(tile_avx2, "avx2,fma", f8_t, f8u_t, 8, 2, _mm256_fmadd_ps)
+GEMM_TILE(tile_avx2, "avx2,fma", f8_t, f8u_t, 8, 2, _mm256_fmadd_ps, _mm256_set1_ps)
 GEMM_ROWS(rows_avx2, tile_avx2, "avx2,fma", 8, 2)
 /* AVX-512: 6 x 4 vectors of 16 (24 accumulators of 32 registers). */
-GEMM_TILE(tile_avx512, "avx512f", f16_t, f16u_t, 16, 4, _mm512_fmadd_ps)
+GEMM_TILE(tile_avx512, "avx512f", f16_t, f16u_t, 16, 4, _mm512_fmadd_ps, _mm512_set1_ps)
 GEMM_ROWS(rows_avx512, tile_avx512, "avx512f", 16, 4)
 
 typedef void rows_fn(int m0, int m1, int n, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,
