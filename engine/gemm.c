@@ -10,6 +10,7 @@
  * cache across the row tiles. */
 #include "gemm.h"
 
+#include <cblas.h>
 #include <immintrin.h>
 #include <omp.h>
 #include <stddef.h>
@@ -134,6 +135,19 @@ gemm_isa gemm_current(void) {
     return current;
 }
 
+const char *gemm_isa_name(gemm_isa isa) {
+    switch (isa) {
+    case GEMM_BLAS:
+        return "blas";
+    case GEMM_AVX2:
+        return "avx2";
+    case GEMM_AVX512:
+        return "avx512";
+    default:
+        return "auto";
+    }
+}
+
 /* A kernel and its column panel width (floats). */
 typedef struct {
     rows_fn *rows;
@@ -173,6 +187,53 @@ static void thread_rows(int M, int *m0, int *m1) {
 
 /* --------------------------------------------------------------- products */
 
+/* Products the kernel does not take, split over the team by rows like the
+ * kernel's, each thread's share one single-threaded BLAS call (OpenBLAS's
+ * OpenMP build runs single-threaded inside a parallel region): no hand-offs
+ * inside BLAS, whose threads otherwise meet by spinning on sched_yield.
+ * Small products stay one plain BLAS call. */
+static void blas_forward(float *y, const float *x, int ldx, const float *W, int N, int in,
+                         int out) {
+    if ((double)N * in * out < GEMM_PARALLEL_MIN || omp_get_max_threads() < 2) {
+        ops_linear_forward(y, x, ldx, W, N, in, out);
+        return;
+    }
+    double t0 = prof_begin();
+#pragma omp parallel
+    {
+        int m0, m1;
+        thread_rows(N, &m0, &m1);
+        if (m0 < m1)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m1 - m0, out, in, 1.0f,
+                        x + (size_t)m0 * ldx, ldx, W, in, 0.0f, y + (size_t)m0 * out, out);
+    }
+    prof_end(PROF_MATMUL, t0);
+}
+
+static void blas_backward(float *dx, int ldx, float beta, float *dW, const float *dy,
+                          const float *x, const float *W, int N, int in, int out) {
+    if ((double)N * in * out < GEMM_PARALLEL_MIN || omp_get_max_threads() < 2) {
+        ops_linear_backward(dx, ldx, beta, dW, dy, x, W, N, in, out);
+        return;
+    }
+    double t0 = prof_begin();
+#pragma omp parallel
+    {
+        int m0, m1;
+        thread_rows(out, &m0, &m1);
+        if (m0 < m1)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m1 - m0, in, N, 1.0f, dy + m0, out,
+                        x, ldx, 1.0f, dW + (size_t)m0 * in, in);
+        if (dx) {
+            thread_rows(N, &m0, &m1);
+            if (m0 < m1)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m1 - m0, in, out, 1.0f,
+                            dy + (size_t)m0 * out, out, W, in, beta, dx + (size_t)m0 * ldx, ldx);
+        }
+    }
+    prof_end(PROF_MATMUL, t0);
+}
+
 /* The packed weight, grown as needed; owned by this module per thread and
  * kept for the next call (reachable until exit). */
 static _Thread_local float *pack_buf;
@@ -204,7 +265,7 @@ void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int 
     kernel_t kn = kernel_for(in, out, out);
     const float *Wp = kn.rows ? pack_panels(W, 1, in, in, out, kn.panel) : NULL;
     if (!Wp) {
-        ops_linear_forward(y, x, ldx, W, N, in, out);
+        blas_forward(y, x, ldx, W, N, in, out);
         return;
     }
     double t0 = prof_begin();
@@ -221,8 +282,8 @@ void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float
                           const float *x, const float *W, int N, int in, int out) {
     kernel_t kn = kernel_for(in, out, in);
     const float *Wp = kn.rows && dx ? pack_panels(W, in, 1, out, in, kn.panel) : NULL;
-    if (!kn.rows || (dx && (!Wp || (beta != 0.0f && beta != 1.0f)))) {
-        ops_linear_backward(dx, ldx, beta, dW, dy, x, W, N, in, out);
+    if (!kn.rows || (dx && !Wp)) {
+        blas_backward(dx, ldx, beta, dW, dy, x, W, N, in, out);
         return;
     }
     double t0 = prof_begin();

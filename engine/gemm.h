@@ -10,8 +10,9 @@
  * out x in floats). Rows are split over the OpenMP team; each output float is
  * summed by one thread in a fixed order, so results do not depend on the
  * thread count. The kernel is picked at run time by CPU feature (AVX-512F,
- * else AVX2+FMA); shapes it does not take (a short side that is not a whole
- * number of vectors) and CPUs without AVX2 go to BLAS. */
+ * else AVX2+FMA). Shapes it does not take (a short side over 256 or not a
+ * whole number of vectors) and CPUs without AVX2 go to BLAS, split over the
+ * team the same way with one single-threaded BLAS call per thread. */
 #ifndef NIGHTSHIFT_GEMM_H
 #define NIGHTSHIFT_GEMM_H
 
@@ -24,6 +25,9 @@ int gemm_select(gemm_isa isa);
 
 /* The kernel in use (never GEMM_AUTO). */
 gemm_isa gemm_current(void);
+
+/* "blas", "avx2" or "avx512" for a kernel; "auto" for GEMM_AUTO. */
+const char *gemm_isa_name(gemm_isa isa);
 
 /* y (N, out) = x (N, in; row stride ldx >= in) W^T with W (out, in). */
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out);
