@@ -10,7 +10,8 @@
  * lines: the median and fastest step in ms, tokens per second at the median,
  * the training FLOPs per token (`cost`), each phase's share of the timed steps
  * from the engine's timers (prof.h: attention, matmul, elementwise = the rest
- * of forward and backward, optim), and the process's peak RSS in MiB.
+ * of forward and backward, optim), the linear layers' kernel (gemm.h) and the
+ * process's peak RSS in MiB.
  * tests/bench/bench.py runs it beside the PyTorch reference. */
 #include <errno.h>
 #include <getopt.h>
@@ -18,11 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "threads.h"
 #include "cli.h"
 #include "cost.h"
+#include "gemm.h"
 #include "gpt.h"
 #include "optim.h"
 #include "prof.h"
@@ -100,6 +101,7 @@ int bench_main(int argc, char **argv) {
     optim_t *o = NULL;
     int *in = NULL, *tg = NULL;
     double *step_s = NULL;
+    int rc = 1;
     if (spec_load(spec_path, &spec, err, sizeof err) != 0) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;
@@ -161,9 +163,8 @@ int bench_main(int argc, char **argv) {
     double med = steps % 2 ? step_s[steps / 2] : 0.5 * (step_s[steps / 2 - 1] + step_s[steps / 2]);
     double other = total;
     for (int p = 0; p < PROF_PHASES; p++) other -= prof_seconds[p];
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
     printf("threads: %d\n", threads);
+    printf("matmul_kernel: %s\n", gemm_isa_name(gemm_current()));
     printf("loss: %.6f\n", loss);
     printf("step_ms_median: %.3f\n", 1e3 * med);
     printf("step_ms_min: %.3f\n", 1e3 * step_s[0]);
@@ -173,14 +174,8 @@ int bench_main(int argc, char **argv) {
     printf("matmul_share: %.4f\n", prof_seconds[PROF_MATMUL] / total);
     printf("elementwise_share: %.4f\n", other / total);
     printf("optim_share: %.4f\n", prof_seconds[PROF_OPTIM] / total);
-    printf("peak_rss_mb: %.1f\n", ru.ru_maxrss / 1024.0);
-    optim_free(o);
-    gpt_free(m);
-    free(in);
-    free(tg);
-    free(step_s);
-    spec_free(&spec);
-    return 0;
+    printf("peak_rss_mb: %.1f\n", util_peak_rss_mb());
+    rc = 0;
 fail:
     optim_free(o);
     gpt_free(m);
@@ -188,5 +183,5 @@ fail:
     free(tg);
     free(step_s);
     spec_free(&spec);
-    return 1;
+    return rc;
 }

@@ -20,6 +20,7 @@
 
 #include "attn.h"
 #include "fastmath.h"
+#include "gemm.h"
 #include "ops.h"
 #include "prof.h"
 #include "rng.h"
@@ -401,7 +402,7 @@ static int attn_threads(const gpt_acts_t *a) {
 static void value_embed_forward(float *v, float *gate, const float *xn, const float *Wg,
                                 const float *ve, const int *ids, int N, int D, int C, int Hkv,
                                 int hd) {
-    ops_linear_forward(gate, xn, D, Wg, N, C, Hkv);
+    gemm_linear_forward(gate, xn, D, Wg, N, C, Hkv);
 #pragma omp parallel for schedule(static) if ((size_t)N * Hkv * hd >= 16384)
     for (int i = 0; i < N; i++) {
         const float *e = ve + (size_t)ids[i] * Hkv * hd;
@@ -457,7 +458,7 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
         ops_mix_rmsnorm_forward(x, s->xn1, s->rstd1, a->res[l], l > 0 ? a->dxn : NULL, a->x0, rl,
                                 xl, N, D);
         /* c_q, c_k, c_v are consecutive in params (build_table): one product */
-        ops_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, (H + 2 * Hkv) * hd);
+        gemm_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, (H + 2 * Hkv) * hd);
         qkv_rows(a->qkv, s->q, s->k, s->v, N, H * hd, Hkv * hd, 0);
         if (c->has_ve[l])
             value_embed_forward(s->v, s->gate, s->xn1, w->ve_gate, w->ve, inputs, N, D,
@@ -474,19 +475,19 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
                      attn_threads(a));
         prof_end(PROF_ATTENTION, t_att);
         /* x += y Wo^T, through a->dxn (the previous MLP output has been added) */
-        ops_linear_forward(a->dxn, s->y, H * hd, w->c_proj, N, H * hd, D);
+        gemm_linear_forward(a->dxn, s->y, H * hd, w->c_proj, N, H * hd, D);
 
         /* mlp (the residual add and its norm in one pass) */
         ops_add_rmsnorm_forward(x, s->xn2, s->rstd2, a->dxn, N, D);
-        ops_linear_forward(s->h, s->xn2, D, w->fc, N, D, fc_rows(c));
+        gemm_linear_forward(s->h, s->xn2, D, w->fc, N, D, fc_rows(c));
         ops_mlp_act_forward(s->a, s->h, N, c->mlp_hidden, c->mlp);
-        ops_linear_forward(a->dxn, s->a, c->mlp_hidden, w->mlp_proj, N, c->mlp_hidden, D);
+        gemm_linear_forward(a->dxn, s->a, c->mlp_hidden, w->mlp_proj, N, c->mlp_hidden, D);
         /* its add into x is left to the next block's mix, or the final norm */
     }
 
     /* depth >= 1 (spec_validate): a->dxn holds the last block's MLP output */
     ops_add_rmsnorm_forward(a->res[L], a->xf, a->rstdf, a->dxn, N, D);
-    ops_linear_forward(a->logits, a->xf, D, m->p.lm_head, N, D, V);
+    gemm_linear_forward(a->logits, a->xf, D, m->p.lm_head, N, D, V);
     int count = 0;
     double total = ops_softcap_ce_forward(a->logits, a->lse, a->losses, targets, N, V,
                                           (float)c->softcap, &count);
@@ -541,7 +542,7 @@ static void value_embed_backward(float *dxn, float *dWg, float *dve, float *dgat
             }
         }
     }
-    ops_linear_backward(dxn, D, 1.0f, dWg, dgate, xn, Wg, N, C, Hkv);
+    gemm_linear_backward(dxn, D, 1.0f, dWg, dgate, xn, Wg, N, C, Hkv);
 }
 
 void gpt_backward(gpt_t *m, float scale) {
@@ -555,7 +556,7 @@ void gpt_backward(gpt_t *m, float scale) {
     /* head: d(mean loss) / d(logits), then through lm_head and the final norm */
     ops_softcap_ce_backward(a->dlogits, a->logits, a->lse, a->targets, N, V, (float)c->softcap,
                             scale / (float)a->loss_count);
-    ops_linear_backward(a->dxn, D, 0.0f, m->g.lm_head, a->dlogits, a->xf, m->p.lm_head, N, D, V);
+    gemm_linear_backward(a->dxn, D, 0.0f, m->g.lm_head, a->dlogits, a->xf, m->p.lm_head, N, D, V);
     ops_rmsnorm_backward(a->dres, a->dxn, a->xf, a->rstdf, N, D);
     memset(a->dx0, 0, ND * sizeof(float));
 
@@ -566,15 +567,15 @@ void gpt_backward(gpt_t *m, float scale) {
         layer_acts_t *s = &a->l[l];
 
         /* mlp: x_out = x_mid + act(xn2 Wfc^T) Wp^T; dres is d/dx_out = d/dx_mid (direct) */
-        ops_linear_backward(a->da, hidden, 0.0f, gw->mlp_proj, a->dres, s->a, w->mlp_proj, N,
-                            hidden, D);
+        gemm_linear_backward(a->da, hidden, 0.0f, gw->mlp_proj, a->dres, s->a, w->mlp_proj, N,
+                             hidden, D);
         ops_mlp_act_backward(a->dh, a->da, s->h, N, hidden, c->mlp);
-        ops_linear_backward(a->dxn, D, 0.0f, gw->fc, a->dh, s->xn2, w->fc, N, D, fc_rows(c));
+        gemm_linear_backward(a->dxn, D, 0.0f, gw->fc, a->dh, s->xn2, w->fc, N, D, fc_rows(c));
         ops_rmsnorm_backward_acc(a->dres, a->dxn, s->xn2, s->rstd2, N, D);
 
         /* attention: x_mid = x_in + y Wo^T */
-        ops_linear_backward(a->dy, H * hd, 0.0f, gw->c_proj, a->dres, s->y, w->c_proj, N, H * hd,
-                            D);
+        gemm_linear_backward(a->dy, H * hd, 0.0f, gw->c_proj, a->dres, s->y, w->c_proj, N, H * hd,
+                             D);
         double t_att = prof_begin();
         attn_backward(a->dq, a->dk, a->dv, a->dy, s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd,
                       c->window[l], a->attn_work, attn_threads(a));
@@ -592,8 +593,8 @@ void gpt_backward(gpt_t *m, float scale) {
             ops_rmsnorm_backward(dk, a->dk, s->k, s->rstd_k, N * Hkv, hd);
         }
         qkv_rows(a->qkv, dq, dk, a->dv, N, H * hd, Hkv * hd, 1);
-        ops_linear_backward(a->dxn, D, 0.0f, gw->c_q, a->qkv, s->xn1, w->c_q, N, D,
-                            (H + 2 * Hkv) * hd);
+        gemm_linear_backward(a->dxn, D, 0.0f, gw->c_q, a->qkv, s->xn1, w->c_q, N, D,
+                             (H + 2 * Hkv) * hd);
         if (c->has_ve[l])
             value_embed_backward(a->dxn, gw->ve_gate, gw->ve, a->dgate, a->dv, s->gate, s->xn1,
                                  w->ve_gate, w->ve, a->ids, N, D, c->ve_gate_channels, Hkv, hd);

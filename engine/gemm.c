@@ -1,0 +1,308 @@
+/* gemm.c - register-tiled matrix products for the linear layers (see gemm.h).
+ *
+ * One product shape serves all three: C (M, n) (+)= A (M, K) B (K, n) with
+ * element (i, p) of A at A[i*ars + p*acs] (so A may be a transpose read in
+ * place) and row p of B contiguous at B + p*ldb. The kernel keeps an MR x
+ * (NV vectors) tile of C in registers, loads NV vectors of a B row and
+ * broadcasts MR floats of A per step of p. The forward reads B = W^T (packed
+ * once per call), dx = dy W reads B = W as it is, and dW = dy^T x reads A = dy
+ * transposed in place and B = x, in chunks of KC rows so a chunk of x stays in
+ * cache across the row tiles. */
+#include "gemm.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "ops.h"
+#include "prof.h"
+
+#define MR 6   /* rows of C per register tile */
+#define KC 256 /* rows of x per chunk of the weight gradient */
+
+static gemm_isa current = GEMM_AUTO;
+
+/* ------------------------------------------------------------------ kernels */
+
+/* One tile: rows [0, mr) and nv vectors of VW columns of C; mr and nv are
+ * constants where the dispatch below calls it, so the loops unroll and acc
+ * stays in registers. acc_in: add to C instead of overwriting it. */
+#define GEMM_TILE(NAME, TARGET, VT, VTU, VW, NVMAX, FMA, SET1)                                     \
+    __attribute__((target(TARGET), always_inline)) static inline void NAME(                        \
+        const int mr, const int nv_, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,          \
+        const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in) {                      \
+        const int nv = nv_ < NVMAX ? nv_ : NVMAX; /* cases past NVMAX are never taken */           \
+        VT acc[MR][NVMAX];                                                                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                     \
+            _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) {                                 \
+                acc[r][v] = acc_in ? *(const VTU *)(C + r * ldc + v * VW) : (VT){0};               \
+            }                                                                                      \
+        }                                                                                          \
+        for (int p = 0; p < K; p++) {                                                              \
+            VT b[NVMAX];                                                                           \
+            const float *a = A + p * acs;                                                          \
+            _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) b[v] =                            \
+                *(const VTU *)(B + p * ldb + v * VW);                                              \
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                 \
+                VT ar = SET1(a[r * ars]);                                                          \
+                _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) acc[r][v] =                   \
+                    FMA(ar, b[v], acc[r][v]);                                                      \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                     \
+            _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) {                                 \
+                *(VTU *)(C + r * ldc + v * VW) = acc[r][v];                                        \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* Rows [m0, m1) of C over all n columns (n a multiple of VW), in MR-row tiles
+ * across column panels of NVMAX vectors. ldb 0: B is packed by pack_panels
+ * for this kernel's panel width. */
+#define GEMM_ROWS(NAME, TILE, TARGET, VW, NVMAX)                                                   \
+    __attribute__((target(TARGET))) static void NAME(                                              \
+        int m0, int m1, int n, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,                \
+        const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in) {                      \
+        for (int i = m0; i < m1; i += MR) {                                                        \
+            const int mr = m1 - i < MR ? m1 - i : MR;                                              \
+            const float *Ai = A + i * ars;                                                         \
+            float *Ci = C + i * ldc;                                                               \
+            for (int j = 0; j < n; j += NVMAX * VW) {                                              \
+                const int nv = (n - j) / VW < NVMAX ? (n - j) / VW : NVMAX;                        \
+                const float *Bj = ldb ? B + j : B + (ptrdiff_t)j * K;                              \
+                const ptrdiff_t ldbj = ldb ? ldb : nv * VW;                                        \
+                switch (mr * 8 + nv) {                                                             \
+                    GEMM_CASES(TILE, 1, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
+                    GEMM_CASES(TILE, 2, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
+                    GEMM_CASES(TILE, 3, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
+                    GEMM_CASES(TILE, 4, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
+                    GEMM_CASES(TILE, 5, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
+                    GEMM_CASES(TILE, 6, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* The cases of one row count: 1 to 4 vectors (a kernel with fewer never
+ * reaches the larger ones). */
+#define GEMM_CASES(TILE, R, ...)                                                                   \
+    case R * 8 + 1:                                                                                \
+        GEMM_CALL(TILE, R, 1, __VA_ARGS__);                                                        \
+        break;                                                                                     \
+    case R * 8 + 2:                                                                                \
+        GEMM_CALL(TILE, R, 2, __VA_ARGS__);                                                        \
+        break;                                                                                     \
+    case R * 8 + 3:                                                                                \
+        GEMM_CALL(TILE, R, 3, __VA_ARGS__);                                                        \
+        break;                                                                                     \
+    case R * 8 + 4:                                                                                \
+        GEMM_CALL(TILE, R, 4, __VA_ARGS__);                                                        \
+        break;
+#define GEMM_CALL(TILE, R, V, A, ars, acs, B, ldb, C, ldc, acc_in, K)                              \
+    TILE(R, V, K, A, ars, acs, B, ldb, C, ldc, acc_in)
+
+typedef float f8_t __attribute__((vector_size(32)));
+typedef float f8u_t __attribute__((vector_size(32), aligned(4)));
+typedef float f16_t __attribute__((vector_size(64)));
+typedef float f16u_t __attribute__((vector_size(64), aligned(4)));
+
+/* AVX2: 6 x 2 vectors of 8 (12 accumulators of 16 registers). */
+GEMM_TILE(tile_avx2, "avx2,fma", f8_t, f8u_t, 8, 2, _mm256_fmadd_ps, _mm256_set1_ps)
+GEMM_ROWS(rows_avx2, tile_avx2, "avx2,fma", 8, 2)
+/* AVX-512: 6 x 4 vectors of 16 (24 accumulators of 32 registers). */
+GEMM_TILE(tile_avx512, "avx512f", f16_t, f16u_t, 16, 4, _mm512_fmadd_ps, _mm512_set1_ps)
+GEMM_ROWS(rows_avx512, tile_avx512, "avx512f", 16, 4)
+
+typedef void rows_fn(int m0, int m1, int n, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+                     const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in);
+
+/* ------------------------------------------------------------ selection */
+
+int gemm_select(gemm_isa isa) {
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int avx512 = __builtin_cpu_supports("avx512f");
+    if (isa == GEMM_AUTO) isa = avx512 ? GEMM_AVX512 : avx2 ? GEMM_AVX2 : GEMM_BLAS;
+    if ((isa == GEMM_AVX2 && !avx2) || (isa == GEMM_AVX512 && !avx512)) return -1;
+    current = isa;
+    return 0;
+}
+
+gemm_isa gemm_current(void) {
+    if (current == GEMM_AUTO) gemm_select(GEMM_AUTO);
+    return current;
+}
+
+const char *gemm_isa_name(gemm_isa isa) {
+    switch (isa) {
+    case GEMM_BLAS:
+        return "blas";
+    case GEMM_AVX2:
+        return "avx2";
+    case GEMM_AVX512:
+        return "avx512";
+    default:
+        return "auto";
+    }
+}
+
+/* A kernel and its column panel width (floats). */
+typedef struct {
+    rows_fn *rows;
+    int panel;
+} kernel_t;
+
+/* Longest short side (in or out) the kernel takes: measured against
+ * OpenBLAS's SKYLAKEX kernels, it wins up to 256 and loses from 384 on. */
+#define GEMM_MAX_SIDE 256
+
+/* The kernel for a product between sides `in` and `out` whose result has n
+ * columns (one of the two); rows NULL for BLAS. */
+static kernel_t kernel_for(int in, int out, int n) {
+    if (in > GEMM_MAX_SIDE || out > GEMM_MAX_SIDE) return (kernel_t){NULL, 0};
+    switch (gemm_current()) {
+    case GEMM_AVX512:
+        if (n % 16 == 0) return (kernel_t){rows_avx512, 64};
+        __attribute__((fallthrough)); /* AVX-512 CPUs have AVX2 */
+    case GEMM_AVX2:
+        if (n % 8 == 0) return (kernel_t){rows_avx2, 16};
+        return (kernel_t){NULL, 0};
+    default:
+        return (kernel_t){NULL, 0};
+    }
+}
+
+/* Below this many multiply-adds a product runs on the calling thread. */
+#define GEMM_PARALLEL_MIN (1 << 18)
+
+/* This thread's share [*m0, *m1) of M rows, in whole MR-row tiles. */
+static void thread_rows(int M, int *m0, int *m1) {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads(), tiles = (M + MR - 1) / MR;
+    *m0 = (int)((long)tiles * t / nt) * MR;
+    *m1 = (int)((long)tiles * (t + 1) / nt) * MR;
+    if (*m1 > M) *m1 = M;
+}
+
+/* --------------------------------------------------------------- products */
+
+/* Products the kernel does not take, split over the team by rows like the
+ * kernel's, each thread's share one single-threaded BLAS call (OpenBLAS's
+ * OpenMP build runs single-threaded inside a parallel region): no hand-offs
+ * inside BLAS, whose threads otherwise meet by spinning on sched_yield.
+ * Small products stay one plain BLAS call. */
+static void blas_forward(float *y, const float *x, int ldx, const float *W, int N, int in,
+                         int out) {
+    if ((double)N * in * out < GEMM_PARALLEL_MIN || omp_get_max_threads() < 2) {
+        ops_linear_forward(y, x, ldx, W, N, in, out);
+        return;
+    }
+    double t0 = prof_begin();
+#pragma omp parallel
+    {
+        int m0, m1;
+        thread_rows(N, &m0, &m1);
+        if (m0 < m1)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m1 - m0, out, in, 1.0f,
+                        x + (size_t)m0 * ldx, ldx, W, in, 0.0f, y + (size_t)m0 * out, out);
+    }
+    prof_end(PROF_MATMUL, t0);
+}
+
+static void blas_backward(float *dx, int ldx, float beta, float *dW, const float *dy,
+                          const float *x, const float *W, int N, int in, int out) {
+    if ((double)N * in * out < GEMM_PARALLEL_MIN || omp_get_max_threads() < 2) {
+        ops_linear_backward(dx, ldx, beta, dW, dy, x, W, N, in, out);
+        return;
+    }
+    double t0 = prof_begin();
+#pragma omp parallel
+    {
+        int m0, m1;
+        thread_rows(out, &m0, &m1);
+        if (m0 < m1)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m1 - m0, in, N, 1.0f, dy + m0, out,
+                        x, ldx, 1.0f, dW + (size_t)m0 * in, in);
+        if (dx) {
+            thread_rows(N, &m0, &m1);
+            if (m0 < m1)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m1 - m0, in, out, 1.0f,
+                            dy + (size_t)m0 * out, out, W, in, beta, dx + (size_t)m0 * ldx, ldx);
+        }
+    }
+    prof_end(PROF_MATMUL, t0);
+}
+
+/* The packed weight, grown as needed; owned by this module per thread and
+ * kept for the next call (reachable until exit). */
+static _Thread_local float *pack_buf;
+static _Thread_local size_t pack_cap;
+
+/* B (K, n) with element (p, c) at src[p*sp + c*sc], copied into pack_buf as
+ * consecutive panels of `panel` columns (the last may be narrower), each
+ * K rows of its width: panel j0 starts at j0*K. NULL when out of memory. */
+static const float *pack_panels(const float *src, ptrdiff_t sp, ptrdiff_t sc, int K, int n,
+                                int panel) {
+    size_t need = (size_t)K * n;
+    if (need > pack_cap) {
+        float *b = realloc(pack_buf, need * sizeof *b);
+        if (!b) return NULL;
+        pack_buf = b;
+        pack_cap = need;
+    }
+    for (int j0 = 0; j0 < n; j0 += panel) {
+        int w = n - j0 < panel ? n - j0 : panel;
+        float *d = pack_buf + (size_t)j0 * K;
+        for (int c = 0; c < w; c++)
+            for (int p = 0; p < K; p++) d[(size_t)p * w + c] = src[p * sp + (j0 + c) * sc];
+    }
+    return pack_buf;
+}
+
+void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in,
+                         int out) {
+    kernel_t kn = kernel_for(in, out, out);
+    const float *Wp = kn.rows ? pack_panels(W, 1, in, in, out, kn.panel) : NULL;
+    if (!Wp) {
+        blas_forward(y, x, ldx, W, N, in, out);
+        return;
+    }
+    double t0 = prof_begin();
+#pragma omp parallel if ((double)N * in * out >= GEMM_PARALLEL_MIN)
+    {
+        int m0, m1;
+        thread_rows(N, &m0, &m1);
+        if (m0 < m1) kn.rows(m0, m1, out, in, x, ldx, 1, Wp, 0, y, out, 0);
+    }
+    prof_end(PROF_MATMUL, t0);
+}
+
+void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float *dy,
+                          const float *x, const float *W, int N, int in, int out) {
+    kernel_t kn = kernel_for(in, out, in);
+    const float *Wp = kn.rows && dx ? pack_panels(W, in, 1, out, in, kn.panel) : NULL;
+    if (!kn.rows || (dx && !Wp)) {
+        blas_backward(dx, ldx, beta, dW, dy, x, W, N, in, out);
+        return;
+    }
+    double t0 = prof_begin();
+#pragma omp parallel if ((double)N * in * out >= GEMM_PARALLEL_MIN)
+    {
+        int m0, m1;
+        /* dW (out, in) += dy^T x: A = dy^T read in place, B = x, K = N in chunks */
+        thread_rows(out, &m0, &m1);
+        if (m0 < m1)
+            for (int k0 = 0; k0 < N; k0 += KC) {
+                int kc = N - k0 < KC ? N - k0 : KC;
+                kn.rows(m0, m1, in, kc, dy + (size_t)k0 * out, 1, out, x + (size_t)k0 * ldx, ldx,
+                        dW, in, 1);
+            }
+        /* dx (N, in) (+)= dy (N, out) W (out, in) */
+        if (dx) {
+            thread_rows(N, &m0, &m1);
+            if (m0 < m1) kn.rows(m0, m1, in, out, dy, out, 1, Wp, 0, dx, ldx, beta != 0.0f);
+        }
+    }
+    prof_end(PROF_MATMUL, t0);
+}

@@ -1,0 +1,40 @@
+/* gemm.h - the linear layers' matrix products without BLAS's packing.
+ *
+ * The same contracts as ops_linear_forward/backward (ops.h), which stay the
+ * reference and the fallback. A small model's products have one long side
+ * (N = B*T rows) and two short ones (n_embd, hidden, the fused q/k/v width),
+ * where OpenBLAS spends much of its time packing both operands, clearing C
+ * for beta = 0 and synchronising its threads. Here one register-tiled kernel
+ * (MR rows by up to NV vectors of columns, A broadcast straight from memory)
+ * streams the long side; only the forward's weight is repacked (transposed,
+ * out x in floats). Rows are split over the OpenMP team; each output float is
+ * summed by one thread in a fixed order, so results do not depend on the
+ * thread count. The kernel is picked at run time by CPU feature (AVX-512F,
+ * else AVX2+FMA). Shapes it does not take (a short side over 256 or not a
+ * whole number of vectors) and CPUs without AVX2 go to BLAS, split over the
+ * team the same way with one single-threaded BLAS call per thread. */
+#ifndef NIGHTSHIFT_GEMM_H
+#define NIGHTSHIFT_GEMM_H
+
+typedef enum { GEMM_AUTO, GEMM_BLAS, GEMM_AVX2, GEMM_AVX512 } gemm_isa;
+
+/* Use `isa` from now on (GEMM_AUTO: the widest this CPU has). Returns 0, or
+ * -1 (and changes nothing) when the CPU or the compiler lacks it. For tests
+ * and benchmarks; the process-wide choice is not thread-safe. */
+int gemm_select(gemm_isa isa);
+
+/* The kernel in use (never GEMM_AUTO). */
+gemm_isa gemm_current(void);
+
+/* "blas", "avx2" or "avx512" for a kernel; "auto" for GEMM_AUTO. */
+const char *gemm_isa_name(gemm_isa isa);
+
+/* y (N, out) = x (N, in; row stride ldx >= in) W^T with W (out, in). */
+void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out);
+
+/* dW (out, in) += dy^T x with dy (N, out), x (N, in; row stride ldx). If dx
+ * is not NULL: dx (N, in; row stride ldx) = dy W (beta 0) or += (beta 1). */
+void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float *dy,
+                          const float *x, const float *W, int N, int in, int out);
+
+#endif

@@ -1,0 +1,158 @@
+/* test_gemm.c - the linear layers' kernels (gemm.c) against a plain
+ * double-precision reference: every kernel this CPU has and BLAS, row counts
+ * that end in a partial tile, a strided x, column counts that end in a
+ * partial panel, beta 0 and 1, shapes that fall back to BLAS, one and two
+ * threads, and the same bits whatever the thread count. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm.h"
+#include "rng.h"
+
+typedef struct {
+    int N, in, out, ldx;
+} shape_t;
+
+/* y (N, out) = x W^T; dW += dy^T x; dx = beta dx + dy W, all in double. */
+static void reference(double *y, double *dW, double *dx, const float *x, const float *W,
+                      const float *dy, const float *dW0, const float *dx0, float beta, shape_t s) {
+    for (int i = 0; i < s.N; i++)
+        for (int o = 0; o < s.out; o++) {
+            double a = 0;
+            for (int p = 0; p < s.in; p++) a += (double)x[(size_t)i * s.ldx + p] * W[o * s.in + p];
+            y[(size_t)i * s.out + o] = a;
+        }
+    for (int o = 0; o < s.out; o++)
+        for (int p = 0; p < s.in; p++) {
+            double a = dW0[o * s.in + p];
+            for (int i = 0; i < s.N; i++)
+                a += (double)dy[(size_t)i * s.out + o] * x[(size_t)i * s.ldx + p];
+            dW[o * s.in + p] = a;
+        }
+    for (int i = 0; i < s.N; i++)
+        for (int p = 0; p < s.in; p++) {
+            double a = beta * (double)dx0[(size_t)i * s.ldx + p];
+            for (int o = 0; o < s.out; o++)
+                a += (double)dy[(size_t)i * s.out + o] * W[o * s.in + p];
+            dx[(size_t)i * s.in + p] = a;
+        }
+}
+
+/* Largest |got - want| over max |want|. */
+static double rel_err(const float *got, size_t gstride, const double *want, int rows, int cols) {
+    double e = 0, m = 0;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            e = fmax(e, fabs(got[(size_t)i * gstride + j] - want[(size_t)i * cols + j]));
+            m = fmax(m, fabs(want[(size_t)i * cols + j]));
+        }
+    return e / (m > 0 ? m : 1);
+}
+
+static float *randn(rng_t *r, size_t n) {
+    float *x = malloc(n * sizeof *x);
+    cr_assert(x);
+    for (size_t i = 0; i < n; i++) x[i] = rng_normal(r);
+    return x;
+}
+
+static void check(gemm_isa isa, shape_t s, float beta, int threads) {
+    rng_t r;
+    rng_seed(&r, (uint64_t)(s.N * 31 + s.in * 7 + s.out));
+    size_t xn = (size_t)s.N * s.ldx;
+    float *x = randn(&r, xn), *W = randn(&r, (size_t)s.out * s.in);
+    float *dy = randn(&r, (size_t)s.N * s.out), *dW0 = randn(&r, (size_t)s.out * s.in);
+    float *dx0 = randn(&r, xn), *y = malloc((size_t)s.N * s.out * sizeof *y);
+    float *dW = malloc((size_t)s.out * s.in * sizeof *dW), *dx = malloc(xn * sizeof *dx);
+    double *y_ref = malloc((size_t)s.N * s.out * sizeof *y_ref);
+    double *dW_ref = malloc((size_t)s.out * s.in * sizeof *dW_ref);
+    double *dx_ref = malloc((size_t)s.N * s.in * sizeof *dx_ref);
+    cr_assert(y && dW && dx && y_ref && dW_ref && dx_ref);
+    reference(y_ref, dW_ref, dx_ref, x, W, dy, dW0, dx0, beta, s);
+
+    cr_assert_eq(gemm_select(isa), 0);
+    omp_set_num_threads(threads);
+    for (size_t i = 0; i < (size_t)s.N * s.out; i++) y[i] = NAN; /* must be overwritten */
+    memcpy(dW, dW0, (size_t)s.out * s.in * sizeof *dW);
+    memcpy(dx, dx0, xn * sizeof *dx);
+    if (beta == 0.0f)
+        for (int i = 0; i < s.N; i++)
+            for (int p = 0; p < s.in; p++) dx[(size_t)i * s.ldx + p] = NAN;
+    gemm_linear_forward(y, x, s.ldx, W, s.N, s.in, s.out);
+    gemm_linear_backward(dx, s.ldx, beta, dW, dy, x, W, s.N, s.in, s.out);
+
+    double ey = rel_err(y, s.out, y_ref, s.N, s.out), edw = rel_err(dW, s.in, dW_ref, s.out, s.in);
+    double edx = rel_err(dx, s.ldx, dx_ref, s.N, s.in);
+    cr_expect(ey < 1e-5 && edw < 1e-5 && edx < 1e-5,
+              "isa %d N %d in %d out %d ldx %d beta %g threads %d: rel err y %g dW %g dx %g", isa,
+              s.N, s.in, s.out, s.ldx, beta, threads, ey, edw, edx);
+    /* the columns of x past `in` are not the product's */
+    for (int i = 0; i < s.N; i++)
+        for (int p = s.in; p < s.ldx; p++)
+            cr_expect_eq(dx[(size_t)i * s.ldx + p], dx0[(size_t)i * s.ldx + p]);
+    free(x), free(W), free(dy), free(dW0), free(dx0), free(y), free(dW), free(dx);
+    free(y_ref), free(dW_ref), free(dx_ref);
+}
+
+static const shape_t shapes[] = {
+    {1, 8, 8, 8},        /* one row */
+    {13, 16, 48, 16},    /* partial row tile, one partial AVX-512 panel */
+    {100, 64, 192, 64},  /* S's fused q, k, v */
+    {67, 64, 64, 192},   /* x read with a wider row stride */
+    {600, 256, 64, 256}, /* S's MLP projection; past one chunk of the weight gradient */
+    {40, 32, 2, 64},     /* the value-embedding gate: out 2 goes to BLAS forward */
+    {30, 12, 24, 12},    /* in 12: not a whole vector, BLAS */
+    {50, 384, 128, 384}, /* longer than the kernel takes, BLAS */
+};
+
+static void check_isa(gemm_isa isa) {
+    if (gemm_select(isa) != 0) {
+        cr_log_info("kernel %d: not on this CPU, skipped", isa);
+        return;
+    }
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        check(isa, shapes[i], 0.0f, 1);
+        check(isa, shapes[i], 1.0f, 2);
+    }
+}
+
+Test(gemm, blas_matches_reference) {
+    check_isa(GEMM_BLAS);
+}
+
+Test(gemm, avx2_matches_reference) {
+    check_isa(GEMM_AVX2);
+}
+
+Test(gemm, avx512_matches_reference) {
+    check_isa(GEMM_AVX512);
+}
+
+/* Each output is summed by one thread in a fixed order: the thread count
+ * does not change a bit. */
+Test(gemm, same_bits_for_any_thread_count) {
+    cr_assert_eq(gemm_select(GEMM_AUTO), 0);
+    const shape_t s = {500, 64, 192, 64};
+    rng_t r;
+    rng_seed(&r, 5);
+    float *x = randn(&r, (size_t)s.N * s.in), *W = randn(&r, (size_t)s.out * s.in);
+    float *dy = randn(&r, (size_t)s.N * s.out);
+    float *y[2], *dW[2], *dx[2];
+    for (int t = 0; t < 2; t++) {
+        y[t] = malloc((size_t)s.N * s.out * sizeof(float));
+        dW[t] = calloc((size_t)s.out * s.in, sizeof(float));
+        dx[t] = malloc((size_t)s.N * s.in * sizeof(float));
+        cr_assert(y[t] && dW[t] && dx[t]);
+        omp_set_num_threads(t + 1);
+        gemm_linear_forward(y[t], x, s.in, W, s.N, s.in, s.out);
+        gemm_linear_backward(dx[t], s.in, 0.0f, dW[t], dy, x, W, s.N, s.in, s.out);
+    }
+    cr_expect(!memcmp(y[0], y[1], (size_t)s.N * s.out * sizeof(float)));
+    cr_expect(!memcmp(dW[0], dW[1], (size_t)s.out * s.in * sizeof(float)));
+    cr_expect(!memcmp(dx[0], dx[1], (size_t)s.N * s.in * sizeof(float)));
+    free(x), free(W), free(dy);
+    for (int t = 0; t < 2; t++) free(y[t]), free(dW[t]), free(dx[t]);
+}
