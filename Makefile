@@ -89,8 +89,11 @@ setup:
 
 # The compute kernels' inner loops run over a head dimension or a row length
 # only known at run time: let the vectoriser add remainder loops for them.
+# -std=c11 forbids contracting a * b + c into one fused multiply-add; the
+# kernels allow it (one rounding instead of two; parity errors unchanged, and
+# 1.6-3.6% more tok/s on make bench's S, M and L).
 $(BUILD)/engine/attn.o $(BUILD)/engine/ops.o $(BUILD)/engine/gpt.o $(BUILD)/engine/optim.o: \
-  KERNEL_CFLAGS := -fvect-cost-model=dynamic
+  KERNEL_CFLAGS := -fvect-cost-model=dynamic -ffp-contract=fast
 
 $(BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
