@@ -694,11 +694,21 @@ Test(client, show_summary_json_and_log) {
     cr_assert_str_eq(seen(2)->path, "/v1/experiments/12/log");
     cr_assert_str_eq(seen(2)->query, "tail=100");
 
+    /* a token-budgeted run shows its token budget, not time_budget_s 0 */
+    route("GET", "/v1/experiments/13", 200,
+          "{\"id\":13,\"name\":\"tokens\",\"status\":\"queued\",\"spec\":{\"dataset\":"
+          "\"default\",\"time_budget_s\":0,\"token_budget\":245760,\"seed\":7}}");
+    tu_run_bin(&r, RUN_TIMEOUT_S, "show", "13", "--url", S.url, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect(strstr(r.out, "  spec       dataset default, token_budget 245760, seed 7\n"), "%s",
+              r.out);
+    tu_run_free(&r);
+
     const char *bad[][3] = {{"abc"}, {"0"}, {"12", "13"}, {"12", "--tail", "5"}, {NULL}};
     for (int i = 0; i < 5; i++) {
         tu_run_bin_exit(2, RUN_TIMEOUT_S, "show", bad[i][0], bad[i][1], bad[i][2], NULL);
     }
-    cr_assert_eq(nseen(), 3);
+    cr_assert_eq(nseen(), 4, "usage errors reach no server");
 }
 
 Test(client, show_running_with_progress) {

@@ -1060,7 +1060,6 @@ static void show_row(const char *label, const line_t *l) {
 }
 
 static void show_summary(const cJSON *e) {
-    static const char *const spec_f[] = {"dataset", "time_budget_s", "seed", NULL};
     static const char *const model_f[] = {"model.depth",
                                           "model.n_embd",
                                           "model.n_head",
@@ -1124,7 +1123,12 @@ static void show_summary(const cJSON *e) {
     }
     show_row("worker", &l);
     l.n = 0;
-    add_fields(&l, spec, spec_f);
+    /* the budget the run used: the other one is 0 (or absent) */
+    add_fields(&l, spec, (const char *const[]){"dataset", NULL});
+    add_fields(
+        &l, spec,
+        (const char *const[]){jnum(spec, "token_budget", 0) > 0 ? "token_budget" : "time_budget_s",
+                              "seed", NULL});
     show_row("spec", &l);
     l.n = 0;
     add_fields(&l, spec, model_f);
