@@ -14,8 +14,7 @@
   "use strict";
 
   var TERMINAL_SKIP = { queued: 1, running: 1, cancelled: 1 };
-  var EVENT_TYPES = ["experiment.finished", "experiment.pruned", "experiment.failed",
-                     "queue.empty", "experiment.rejected"];
+  var EVENT_TYPES = ["experiment.finished", "queue.empty", "experiment.rejected"]; /* events.h */
   var state = {
     experiments: [],    /* every experiment, GET /v1/experiments */
     leaderboard: [],
@@ -141,15 +140,9 @@
       });
   }
 
+  /* /v1/noise's pooled sd (null until two seeds of one configuration finished) */
   function noiseSd() {
-    var n = state.noise;
-    if (!n || typeof n !== "object") return null;
-    var keys = ["sd", "noise_sd", "val_bpb_sd", "sigma", "stddev"];
-    for (var i = 0; i < keys.length; i++) if (typeof n[keys[i]] === "number") return n[keys[i]];
-    if (n.noise && typeof n.noise === "object") {
-      for (i = 0; i < keys.length; i++) if (typeof n.noise[keys[i]] === "number") return n.noise[keys[i]];
-    }
-    return null;
+    return state.noise && typeof state.noise.sd === "number" ? state.noise.sd : null;
   }
 
   function renderChart() {
