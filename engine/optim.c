@@ -69,20 +69,27 @@ void optim_adamw_step(float *p, const float *g, float *m, float *v, size_t n, in
 
 /* ----------------------------------------------------------------- Muon */
 
-/* Scratch layout for a (rows, cols) matrix with s = min(rows, cols):
- *   A (s, s) Gram matrix, P (s, s) polynomial in A, Y (rows, cols)
- *   next iterate, fs (max(rows, cols)) NorMuon per-row or per-column scale. */
+/* Scratch layout for a (rows, cols) matrix with s = min(rows, cols) and
+ * l = max(rows, cols): l doubles (2 l floats, first so they are aligned) of
+ * per-column sums, A (s, s) Gram matrix, P (s, s) polynomial in A, X and Y
+ * (rows, cols) the iterates, fs (l) NorMuon per-row or per-column scale. */
 size_t optim_muon_work_floats(int rows, int cols) {
     const size_t r = (size_t)rows, c = (size_t)cols;
     const size_t s = r < c ? r : c, l = r < c ? c : r;
-    return 2 * s * s + r * c + l;
+    return 2 * s * s + 2 * r * c + 3 * l;
 }
 
 /* Copy the upper triangle of the (s, s) row-major matrix A into its lower
- * one (cblas_ssyrk writes only the upper triangle). */
+ * one (cblas_ssyrk writes only the upper triangle), in square blocks so the
+ * column reads stay within a few cache lines (the plain loop reads a column
+ * of s lines per row). */
 static void mirror_upper(float *A, int s) {
-    for (int i = 1; i < s; i++)
-        for (int j = 0; j < i; j++) A[(size_t)i * s + j] = A[(size_t)j * s + i];
+    enum { BLOCK = 16 };
+    for (int i0 = 0; i0 < s; i0 += BLOCK)
+        for (int j0 = 0; j0 <= i0; j0 += BLOCK)
+            for (int i = i0; i < i0 + BLOCK && i < s; i++)
+                for (int j = j0; j < j0 + BLOCK && j < i; j++)
+                    A[(size_t)i * s + j] = A[(size_t)j * s + i];
 }
 
 /* A (s, s) = the Gram matrix of X (rows, cols) on its smaller side: X^T X
@@ -113,18 +120,17 @@ static void apply_right_or_left(float *Y, const float *X, const float *P, int ro
                     cols, 0.0f, Y, cols);
 }
 
-/* X <- polar-express approximation of the orthogonal polar factor of X
- * (rows, cols), computed on the smaller Gram side. Result left in x. Each
- * step is X <- X p(A) (tall) or p(A) X with A the Gram matrix of X and
- * p(A) = a I + b A + c A^2: two symmetric rank-k updates and one product.
- * (Iterating in the Gram space, A <- A p(A)^2, would skip the (rows, cols)
- * products but loses an order of magnitude of float32 accuracy against the
- * parity fixtures.) */
-static void polar_express(float *x, int rows, int cols, int ns_steps, float *work) {
+/* The polar-express approximation of the orthogonal polar factor of X
+ * (rows, cols), computed on the smaller Gram side: each step is X <- X p(A)
+ * (tall) or p(A) X with A the Gram matrix of X and p(A) = a I + b A + c A^2,
+ * two symmetric rank-k updates and one product. X and Y are the two iterates'
+ * buffers (both overwritten); returns the one holding the result. (Iterating
+ * in the Gram space, A <- A p(A)^2, would skip the (rows, cols) products but
+ * loses an order of magnitude of float32 accuracy against the parity
+ * fixtures.) */
+static const float *polar_express(float *X, float *Y, int rows, int cols, int ns_steps, float *A,
+                                  float *P) {
     const int s = rows < cols ? rows : cols;
-    const size_t ss = (size_t)s * s, n = (size_t)rows * cols;
-    float *A = work, *P = A + ss, *Y = P + ss;
-    float *X = x;
     for (int k = 0; k < ns_steps; k++) {
         const float *co = polar_express_coeffs[k];
         gram(A, X, rows, cols);
@@ -134,62 +140,79 @@ static void polar_express(float *x, int rows, int cols, int ns_steps, float *wor
         X = Y;
         Y = t;
     }
-    if (X != x) memcpy(x, X, n * sizeof *x);
+    return X;
 }
 
-int optim_muon_step(float *p, float *g, float *momentum_buf, float *second_buf, int rows, int cols,
-                    float momentum, float lr, float wd, float beta2, int ns_steps, float *work) {
+/* fs[j] = the mean of u^2 over row j (per_row) or column j of u (rows, cols),
+ * each a double sum in index order. The column sums run row by row over
+ * acc (cols doubles) so u is read along its rows. */
+static void normuon_means(float *fs, const float *u, int rows, int cols, int per_row, double *acc) {
+    const size_t n = (size_t)rows * cols;
+    if (per_row) {
+#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
+        for (int r = 0; r < rows; r++) {
+            const float *ur = u + (size_t)r * cols;
+            double a = 0.0;
+            for (int c = 0; c < cols; c++) a += (double)ur[c] * ur[c];
+            fs[r] = (float)(a / cols);
+        }
+        return;
+    }
+    for (int c = 0; c < cols; c++) acc[c] = 0.0;
+    for (int r = 0; r < rows; r++) {
+        const float *ur = u + (size_t)r * cols;
+        for (int c = 0; c < cols; c++) acc[c] += (double)ur[c] * ur[c];
+    }
+    for (int c = 0; c < cols; c++) fs[c] = (float)(acc[c] / rows);
+}
+
+/* *p -= lr*v + lr_wd*p*(v*p >= 0): the update v with cautious weight decay. */
+static inline void cautious_update(float *p, float v, float lr, float lr_wd) {
+    float d = lr * v;
+    if (v * *p >= 0.0f) d += lr_wd * *p;
+    *p -= d;
+}
+
+int optim_muon_step(float *p, const float *g, float *momentum_buf, float *second_buf, int rows,
+                    int cols, float momentum, float lr, float wd, float beta2, int ns_steps,
+                    float *work) {
     if (ns_steps < 0 || ns_steps > OPTIM_MAX_NS_STEPS || rows <= 0 || cols <= 0) return -1;
     const size_t n = (size_t)rows * cols;
     const size_t s = (size_t)(rows < cols ? rows : cols);
+    const size_t l = (size_t)(rows < cols ? cols : rows);
+    double *acc = (double *)work;
+    float *A = work + 2 * l, *P = A + s * s, *X = P + s * s, *Y = X + n, *fs = Y + n;
 
-    /* Nesterov momentum: buf = lerp(buf, g, 1-mu); g = lerp(g, buf, mu); in
-     * the same pass the sum of squares for X = g / (||g||_F * 1.02 + 1e-6). */
+    /* Nesterov momentum: buf = lerp(buf, g, 1-mu); X = lerp(g, buf, mu); in
+     * the same pass the sum of squares for X /= ||X||_F * 1.02 + 1e-6. */
     const float wm = 1.0f - momentum;
     double part[OPTIM_CHUNKS];
 #pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
     for (int c = 0; c < OPTIM_CHUNKS; c++) {
-        double acc = 0.0;
+        double a = 0.0;
         for (size_t i = n * c / OPTIM_CHUNKS; i < n * (c + 1) / OPTIM_CHUNKS; i++) {
             momentum_buf[i] = lerpf(momentum_buf[i], g[i], wm);
-            g[i] = lerpf(g[i], momentum_buf[i], momentum);
-            acc += (double)g[i] * g[i];
+            X[i] = lerpf(g[i], momentum_buf[i], momentum);
+            a += (double)X[i] * X[i];
         }
-        part[c] = acc;
+        part[c] = a;
     }
     double ss = 0.0;
     for (int c = 0; c < OPTIM_CHUNKS; c++) ss += part[c];
     const float denom = sqrtf((float)ss) * 1.02f + 1e-6f;
 #pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
-    for (size_t i = 0; i < n; i++) g[i] /= denom;
+    for (size_t i = 0; i < n; i++) X[i] /= denom;
 
-    polar_express(g, rows, cols, ns_steps, work);
+    const float *u = polar_express(X, Y, rows, cols, ns_steps, A, P);
 
-    /* NorMuon. rows >= cols: v_mean is the mean of g^2 over each row (the
+    /* NorMuon. rows >= cols: v_mean is the mean of u^2 over each row (the
      * reduced dim is the last, of size cols), one entry per row; otherwise the
      * mean over each column (dim -2, size rows), one entry per column. */
     const int per_row = rows >= cols;
     const int nv = per_row ? rows : cols;
     const int red = per_row ? cols : rows;
-    float *fs = work + 2 * s * s + n; /* v_mean, then the final scale */
-    if (per_row) {
-#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
-        for (int r = 0; r < rows; r++) {
-            double acc = 0.0;
-            for (int c = 0; c < cols; c++)
-                acc += (double)g[(size_t)r * cols + c] * g[(size_t)r * cols + c];
-            fs[r] = (float)(acc / red);
-        }
-    } else {
-#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
-        for (int c = 0; c < cols; c++) {
-            double acc = 0.0;
-            for (int r = 0; r < rows; r++)
-                acc += (double)g[(size_t)r * cols + c] * g[(size_t)r * cols + c];
-            fs[c] = (float)(acc / red);
-        }
-    }
-    /* v_norm = sqrt(sum(v_mean) * red): the Frobenius norm of g.
+    normuon_means(fs, u, rows, cols, per_row, acc);
+    /* v_norm = sqrt(sum(v_mean) * red): the Frobenius norm of u.
      * v_norm_new: the same after scaling by step_size = rsqrt(second_buf). */
     const float w2 = 1.0f - beta2;
     double vsum = 0.0, scaled_sum = 0.0;
@@ -205,23 +228,19 @@ int optim_muon_step(float *p, float *g, float *momentum_buf, float *second_buf, 
     const float v_norm_new = sqrtf((float)scaled_sum);
     const float ratio = v_norm / fmaxf(v_norm_new, 1e-10f);
     for (int j = 0; j < nv; j++) fs[j] *= ratio;
-#pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
-    for (int r = 0; r < rows; r++) {
-        float *gr = g + (size_t)r * cols;
-        if (per_row)
-            for (int c = 0; c < cols; c++) gr[c] *= fs[r];
-        else
-            for (int c = 0; c < cols; c++) gr[c] *= fs[c];
-    }
 
-    /* Cautious weight decay: decay only where the update and the parameter
-     * agree in sign. p -= lr*u + lr*wd*p*(u*p >= 0). */
+    /* The scaled update, then cautious weight decay: decay only where the
+     * update and the parameter agree in sign. p -= lr*v + lr*wd*p*(v*p >= 0)
+     * with v = u * fs. */
     const float lr_wd = lr * wd;
 #pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
-    for (size_t i = 0; i < n; i++) {
-        float d = lr * g[i];
-        if (g[i] * p[i] >= 0.0f) d += lr_wd * p[i];
-        p[i] -= d;
+    for (int r = 0; r < rows; r++) {
+        const float *ur = u + (size_t)r * cols;
+        float *pr = p + (size_t)r * cols;
+        if (per_row)
+            for (int c = 0; c < cols; c++) cautious_update(pr + c, ur[c] * fs[r], lr, lr_wd);
+        else
+            for (int c = 0; c < cols; c++) cautious_update(pr + c, ur[c] * fs[c], lr, lr_wd);
     }
     return 0;
 }
@@ -262,8 +281,8 @@ struct optim {
                             * then the NorMuon second moment (rows or cols) */
     size_t state_floats;
     int *order;  /* n tensor indices, the costliest update first */
-    float *work; /* work_threads slices of Muon scratch, work_floats each: a
-                  * gradient copy + optim_muon_work_floats */
+    float *work; /* work_threads slices of Muon scratch, work_floats each
+                  * (the largest optim_muon_work_floats) */
     size_t work_floats;
     int work_threads;
     int ns_steps;
@@ -424,7 +443,7 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
             q->beta2 = tr->muon_beta2;
             q->beta1 = q->eps = 0.0;
             o->state_floats += t->numel + muon_second_floats(t->rows, t->cols);
-            const size_t w = t->numel + optim_muon_work_floats(t->rows, t->cols);
+            const size_t w = optim_muon_work_floats(t->rows, t->cols);
             if (w > o->work_floats) o->work_floats = w;
         } else {
             q->beta1 = train_double(tr, g->beta1);
@@ -482,11 +501,9 @@ void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, doub
             optim_adamw_step(p, g, st, st + t->numel, t->numel, q->step, lr, (float)q->beta1,
                              (float)q->beta2, (float)q->eps, (float)q->wd);
         } else {
-            /* Muon overwrites its gradient argument; m->grads stays as it was. */
-            float *gc = o->work + (size_t)omp_get_thread_num() * o->work_floats;
-            memcpy(gc, g, t->numel * sizeof *gc);
-            optim_muon_step(p, gc, st, st + t->numel, t->rows, t->cols, (float)muon_momentum, lr,
-                            (float)muon_wd, o->muon_beta2, o->ns_steps, gc + t->numel);
+            float *work = o->work + (size_t)omp_get_thread_num() * o->work_floats;
+            optim_muon_step(p, g, st, st + t->numel, t->rows, t->cols, (float)muon_momentum, lr,
+                            (float)muon_wd, o->muon_beta2, o->ns_steps, work);
         }
     }
 }

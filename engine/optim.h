@@ -42,14 +42,15 @@ size_t optim_muon_work_floats(int rows, int cols);
  * iterations (0..5) on the smaller Gram side, NorMuon per-row (rows >= cols)
  * or per-column (rows < cols) variance normalisation, then the update with
  * cautious weight decay: p -= lr*u + lr*wd*p*(u*p >= 0).
- *   g             (rows, cols) gradient; overwritten (holds the update u after)
+ *   g             (rows, cols) gradient; read only
  *   momentum_buf  (rows, cols)
  *   second_buf    rows floats if rows >= cols, else cols floats
  *   lr            already scaled by max(1, rows/cols)^0.5
  *   work          optim_muon_work_floats(rows, cols) floats of scratch
  * Returns 0, or -1 if ns_steps is outside 0..5 (nothing is changed then). */
-int optim_muon_step(float *p, float *g, float *momentum_buf, float *second_buf, int rows, int cols,
-                    float momentum, float lr, float wd, float beta2, int ns_steps, float *work);
+int optim_muon_step(float *p, const float *g, float *momentum_buf, float *second_buf, int rows,
+                    int cols, float momentum, float lr, float wd, float beta2, int ns_steps,
+                    float *work);
 
 /* ---- schedules (autoresearch's get_lr_multiplier, get_muon_momentum,
  * get_weight_decay) ---- */

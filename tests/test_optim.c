@@ -158,7 +158,7 @@ Test(optim, muon_square) {
 
 Test(optim, muon_rejects_bad_ns_steps) {
     float p[4] = {1, 2, 3, 4}, g[4] = {1, 1, 1, 1}, b[4] = {0}, s[2] = {0};
-    float work[16];
+    float work[32];
     cr_assert_geq(sizeof work / sizeof *work, optim_muon_work_floats(2, 2));
     cr_assert_eq(optim_muon_step(p, g, b, s, 2, 2, 0.9f, 0.1f, 0.0f, 0.95f, 6, work), -1);
     cr_assert_eq(optim_muon_step(p, g, b, s, 2, 2, 0.9f, 0.1f, 0.0f, 0.95f, -1, work), -1);
