@@ -98,14 +98,15 @@ static void check(gemm_isa isa, shape_t s, float beta, int threads) {
 }
 
 static const shape_t shapes[] = {
-    {1, 8, 8, 8},        /* one row */
-    {13, 16, 48, 16},    /* partial row tile, one partial AVX-512 panel */
-    {100, 64, 192, 64},  /* S's fused q, k, v */
-    {67, 64, 64, 192},   /* x read with a wider row stride */
-    {600, 256, 64, 256}, /* S's MLP projection; past one chunk of the weight gradient */
-    {40, 32, 2, 64},     /* the value-embedding gate: out 2 goes to BLAS forward */
-    {30, 12, 24, 12},    /* in 12: not a whole vector, BLAS */
-    {50, 384, 128, 384}, /* longer than the kernel takes, BLAS */
+    {1, 8, 8, 8},         /* one row */
+    {13, 16, 48, 16},     /* partial row tile, one partial AVX-512 panel */
+    {100, 64, 192, 64},   /* S's fused q, k, v */
+    {67, 64, 64, 192},    /* x read with a wider row stride */
+    {600, 256, 64, 256},  /* S's MLP projection; past one chunk of the weight gradient */
+    {40, 32, 2, 64},      /* the value-embedding gate: out 2 goes to BLAS forward */
+    {30, 12, 24, 12},     /* in 12: not a whole vector, BLAS */
+    {50, 384, 128, 384},  /* AVX-512 forward only; the backward and AVX2 go to BLAS */
+    {20, 1280, 32, 1280}, /* longer than any kernel takes, BLAS */
 };
 
 static void check_isa(gemm_isa isa) {
