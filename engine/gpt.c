@@ -371,23 +371,16 @@ int gpt_reserve(gpt_t *m, int B, int T, char *err, size_t errlen) {
 
 /* ------------------------------------------------------------------ forward */
 
-/* Between the fused projection's rows qkv (N, qd + 2 kvd) and q (N, qd),
- * k, v (N, kvd): split (join = 0) or join (join = 1). */
-static void qkv_rows(float *qkv, float *q, float *k, float *v, int N, int qd, int kvd, int join) {
-    const size_t w = (size_t)qd + 2 * (size_t)kvd;
-#pragma omp parallel for schedule(static) if ((size_t)N * w >= 16384)
+/* Between columns [off, off + width) of the fused projection's rows qkv
+ * (N, w) and x (N, width): copy out (join = 0) or in (join = 1). */
+static void qkv_block(float *qkv, int w, int off, float *x, int width, int N, int join) {
+#pragma omp parallel for schedule(static) if ((size_t)N * width >= 16384)
     for (int i = 0; i < N; i++) {
-        float *row = qkv + (size_t)i * w;
-        float *qi = q + (size_t)i * qd, *ki = k + (size_t)i * kvd, *vi = v + (size_t)i * kvd;
-        if (join) {
-            memcpy(row, qi, (size_t)qd * sizeof *row);
-            memcpy(row + qd, ki, (size_t)kvd * sizeof *row);
-            memcpy(row + qd + kvd, vi, (size_t)kvd * sizeof *row);
-        } else {
-            memcpy(qi, row, (size_t)qd * sizeof *row);
-            memcpy(ki, row + qd, (size_t)kvd * sizeof *row);
-            memcpy(vi, row + qd + kvd, (size_t)kvd * sizeof *row);
-        }
+        float *row = qkv + (size_t)i * w + off, *xi = x + (size_t)i * width;
+        if (join)
+            memcpy(row, xi, (size_t)width * sizeof *row);
+        else
+            memcpy(xi, row, (size_t)width * sizeof *row);
     }
 }
 
@@ -420,6 +413,7 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
     const spec_model_t *c = &m->cfg;
     int N = B * T, D = c->n_embd, H = c->n_head, Hkv = c->n_kv_head, hd = c->head_dim;
     int V = c->vocab_size, L = c->depth;
+    int qd = H * hd, kvd = Hkv * hd, qkvd = qd + 2 * kvd; /* the fused projection's columns */
     gpt_acts_t *a = ensure_acts(m, B, T);
     if (!a || (c->pos == POS_ROPE && ensure_rope(m, T) < 0)) return NS_ERR_NOMEM;
     memcpy(a->ids, inputs, (size_t)N * sizeof(int));
@@ -457,19 +451,24 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
          * stream in the same pass as the mix and the norm. */
         ops_mix_rmsnorm_forward(x, s->xn1, s->rstd1, a->res[l], l > 0 ? a->dxn : NULL, a->x0, rl,
                                 xl, N, D);
-        /* c_q, c_k, c_v are consecutive in params (build_table): one product */
-        gemm_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, (H + 2 * Hkv) * hd);
-        qkv_rows(a->qkv, s->q, s->k, s->v, N, H * hd, Hkv * hd, 0);
-        if (c->has_ve[l])
-            value_embed_forward(s->v, s->gate, s->xn1, w->ve_gate, w->ve, inputs, N, D,
-                                c->ve_gate_channels, Hkv, hd);
+        /* c_q, c_k, c_v are consecutive in params (build_table): one product,
+         * whose q and k columns RoPE and the q/k norm read in place */
+        gemm_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, qkvd);
         if (c->pos == POS_ROPE) {
-            ops_rope_rmsnorm_forward(s->q, s->rstd_q, m->rope_cos, m->rope_sin, N, T, H, hd);
-            ops_rope_rmsnorm_forward(s->k, s->rstd_k, m->rope_cos, m->rope_sin, N, T, Hkv, hd);
+            ops_rope_rmsnorm_forward(s->q, a->qkv, qkvd, s->rstd_q, m->rope_cos, m->rope_sin, N, T,
+                                     H, hd);
+            ops_rope_rmsnorm_forward(s->k, a->qkv + qd, qkvd, s->rstd_k, m->rope_cos, m->rope_sin,
+                                     N, T, Hkv, hd);
         } else {
+            qkv_block(a->qkv, qkvd, 0, s->q, qd, N, 0);
+            qkv_block(a->qkv, qkvd, qd, s->k, kvd, N, 0);
             ops_rmsnorm_forward(s->q, s->rstd_q, s->q, N * H, hd);
             ops_rmsnorm_forward(s->k, s->rstd_k, s->k, N * Hkv, hd);
         }
+        qkv_block(a->qkv, qkvd, qd + kvd, s->v, kvd, N, 0);
+        if (c->has_ve[l])
+            value_embed_forward(s->v, s->gate, s->xn1, w->ve_gate, w->ve, inputs, N, D,
+                                c->ve_gate_channels, Hkv, hd);
         double t_att = prof_begin();
         attn_forward(s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l], a->attn_work,
                      attn_threads(a));
@@ -550,6 +549,7 @@ void gpt_backward(gpt_t *m, float scale) {
     gpt_acts_t *a = m->acts;
     int B = a->B, T = a->T, N = B * T, D = c->n_embd, H = c->n_head, Hkv = c->n_kv_head;
     int hd = c->head_dim, V = c->vocab_size, L = c->depth, hidden = c->mlp_hidden;
+    int qd = H * hd, kvd = Hkv * hd, qkvd = qd + 2 * kvd;
     size_t ND = (size_t)N * D;
     if (!a->has_targets || a->loss_count == 0) return;
 
@@ -581,20 +581,21 @@ void gpt_backward(gpt_t *m, float scale) {
                       c->window[l], a->attn_work, attn_threads(a));
         prof_end(PROF_ATTENTION, t_att);
         /* q/k norms (the forward kept their outputs in s->q, s->k), then
-         * rope: d/dq lands in dy, d/dk in dq (free once read) */
-        float *dq = a->dy, *dk = a->dq;
+         * rope, into the q and k columns of the fused rows */
         if (c->pos == POS_ROPE) {
-            ops_rmsnorm_rope_backward(dq, a->dq, s->q, s->rstd_q, m->rope_cos, m->rope_sin, N, T, H,
-                                      hd);
-            ops_rmsnorm_rope_backward(dk, a->dk, s->k, s->rstd_k, m->rope_cos, m->rope_sin, N, T,
-                                      Hkv, hd);
+            ops_rmsnorm_rope_backward(a->qkv, qkvd, a->dq, s->q, s->rstd_q, m->rope_cos,
+                                      m->rope_sin, N, T, H, hd);
+            ops_rmsnorm_rope_backward(a->qkv + qd, qkvd, a->dk, s->k, s->rstd_k, m->rope_cos,
+                                      m->rope_sin, N, T, Hkv, hd);
         } else {
-            ops_rmsnorm_backward(dq, a->dq, s->q, s->rstd_q, N * H, hd);
-            ops_rmsnorm_backward(dk, a->dk, s->k, s->rstd_k, N * Hkv, hd);
+            /* d/dq lands in dy, d/dk in dq (free once read) */
+            ops_rmsnorm_backward(a->dy, a->dq, s->q, s->rstd_q, N * H, hd);
+            ops_rmsnorm_backward(a->dq, a->dk, s->k, s->rstd_k, N * Hkv, hd);
+            qkv_block(a->qkv, qkvd, 0, a->dy, qd, N, 1);
+            qkv_block(a->qkv, qkvd, qd, a->dq, kvd, N, 1);
         }
-        qkv_rows(a->qkv, dq, dk, a->dv, N, H * hd, Hkv * hd, 1);
-        gemm_linear_backward(a->dxn, D, 0.0f, gw->c_q, a->qkv, s->xn1, w->c_q, N, D,
-                             (H + 2 * Hkv) * hd);
+        qkv_block(a->qkv, qkvd, qd + kvd, a->dv, kvd, N, 1);
+        gemm_linear_backward(a->dxn, D, 0.0f, gw->c_q, a->qkv, s->xn1, w->c_q, N, D, qkvd);
         if (c->has_ve[l])
             value_embed_backward(a->dxn, gw->ve_gate, gw->ve, a->dgate, a->dv, s->gate, s->xn1,
                                  w->ve_gate, w->ve, a->ids, N, D, c->ve_gate_channels, Hkv, hd);

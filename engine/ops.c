@@ -235,16 +235,17 @@ void ops_rope_backward(float *dx, const float *cos, const float *sin, int N, int
 }
 
 /* RoPE then the head's rmsnorm, one head of hd at a time while it is in L1. */
-void ops_rope_rmsnorm_forward(float *x, float *rstd, const float *cos, const float *sin, int N,
-                              int T, int nh, int hd) {
+void ops_rope_rmsnorm_forward(float *x, const float *in, int ld_in, float *rstd, const float *cos,
+                              const float *sin, int N, int T, int nh, int hd) {
     int half = hd / 2;
 #pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * nh * hd))
     for (int i = 0; i < N; i++) {
         const float *c = cos + (size_t)(i % T) * half, *s = sin + (size_t)(i % T) * half;
         for (int h = 0; h < nh; h++) {
+            const float *in1 = in + (size_t)i * ld_in + (size_t)h * hd, *in2 = in1 + half;
             float *x1 = x + ((size_t)i * nh + h) * hd, *x2 = x1 + half;
             for (int j = 0; j < half; j++) {
-                float a = x1[j], b = x2[j];
+                float a = in1[j], b = in2[j];
                 x1[j] = a * c[j] + b * s[j];
                 x2[j] = b * c[j] - a * s[j];
             }
@@ -256,8 +257,9 @@ void ops_rope_rmsnorm_forward(float *x, float *rstd, const float *cos, const flo
     }
 }
 
-void ops_rmsnorm_rope_backward(float *dx, const float *dout, const float *out, const float *rstd,
-                               const float *cos, const float *sin, int N, int T, int nh, int hd) {
+void ops_rmsnorm_rope_backward(float *dx, int ld_dx, const float *dout, const float *out,
+                               const float *rstd, const float *cos, const float *sin, int N, int T,
+                               int nh, int hd) {
     int half = hd / 2;
 #pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * nh * hd))
     for (int i = 0; i < N; i++) {
@@ -265,7 +267,7 @@ void ops_rmsnorm_rope_backward(float *dx, const float *dout, const float *out, c
         for (int h = 0; h < nh; h++) {
             const size_t o = ((size_t)i * nh + h) * hd;
             const float *dy = dout + o, *y = out + o;
-            float *d1 = dx + o, *d2 = d1 + half;
+            float *d1 = dx + (size_t)i * ld_dx + (size_t)h * hd, *d2 = d1 + half;
             float mean = (float)(dot_f64(dy, y, hd) / hd), r = rstd[(size_t)i * nh + h];
             for (int j = 0; j < hd; j++) d1[j] = r * (dy[j] - y[j] * mean);
             for (int j = 0; j < half; j++) {

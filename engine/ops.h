@@ -74,15 +74,19 @@ void ops_rope_forward(float *x, const float *cos, const float *sin, int N, int T
 void ops_rope_backward(float *dx, const float *cos, const float *sin, int N, int T, int nh, int hd);
 
 /* Fused, one pass over each head: RoPE (as ops_rope_forward) then the
- * per-head rmsnorm (as ops_rmsnorm_forward over N*nh rows of hd), in place on
- * x (N, nh*hd); rstd (N*nh). The same floats as the two calls. */
-void ops_rope_rmsnorm_forward(float *x, float *rstd, const float *cos, const float *sin, int N,
-                              int T, int nh, int hd);
-/* Its backward: dx (N, nh*hd) = the per-head rmsnorm backward of dout (as
- * ops_rmsnorm_backward with the forward's out and rstd) followed by the
- * inverse rotation (as ops_rope_backward). dx must not alias dout. */
-void ops_rmsnorm_rope_backward(float *dx, const float *dout, const float *out, const float *rstd,
-                               const float *cos, const float *sin, int N, int T, int nh, int hd);
+ * per-head rmsnorm (as ops_rmsnorm_forward over N*nh rows of hd), from in
+ * (N rows of nh*hd at row stride ld_in, e.g. the q or k columns of the fused
+ * q, k, v projection; may be x itself with ld_in nh*hd) into x (N, nh*hd);
+ * rstd (N*nh). The same floats as the two calls. */
+void ops_rope_rmsnorm_forward(float *x, const float *in, int ld_in, float *rstd, const float *cos,
+                              const float *sin, int N, int T, int nh, int hd);
+/* Its backward: dx (N rows of nh*hd at row stride ld_dx) = the per-head
+ * rmsnorm backward of dout (as ops_rmsnorm_backward with the forward's out
+ * and rstd) followed by the inverse rotation (as ops_rope_backward). dx must
+ * not alias dout. */
+void ops_rmsnorm_rope_backward(float *dx, int ld_dx, const float *dout, const float *out,
+                               const float *rstd, const float *cos, const float *sin, int N, int T,
+                               int nh, int hd);
 
 /* Causal attention with a window: key j visible from query i iff i-w <= j <= i.
  * The plain reference of attn.h's fused kernels (the model runs those).

@@ -198,17 +198,33 @@ Test(ops, fused_rope_rmsnorm_matches_plain_kernels) {
     float x_ref[NX], x[NX], rstd_ref[N * NH], rstd[N * NH], dout[NX];
     fill(x_ref, NX, 0.3f), fill(dout, NX, 2.2f);
     memcpy(x, x_ref, sizeof x);
+    float x_ref_in[NX];
+    memcpy(x_ref_in, x_ref, sizeof x_ref_in);
     ops_rope_forward(x_ref, cos, sin, N, T, NH, HD);
     ops_rmsnorm_forward(x_ref, rstd_ref, x_ref, N * NH, HD);
-    ops_rope_rmsnorm_forward(x, rstd, cos, sin, N, T, NH, HD);
+    ops_rope_rmsnorm_forward(x, x, NH * HD, rstd, cos, sin, N, T, NH, HD);
     expect_same("x", x, x_ref, NX, 0.0f);
     expect_same("rstd", rstd, rstd_ref, N * NH, 0.0f);
 
     float dx_ref[NX], dx[NX];
     ops_rmsnorm_backward(dx_ref, dout, x_ref, rstd_ref, N * NH, HD);
     ops_rope_backward(dx_ref, cos, sin, N, T, NH, HD);
-    ops_rmsnorm_rope_backward(dx, dout, x, rstd, cos, sin, N, T, NH, HD);
+    ops_rmsnorm_rope_backward(dx, NH * HD, dout, x, rstd, cos, sin, N, T, NH, HD);
     expect_same("dx", dx, dx_ref, NX, 0.0f);
+
+    /* The same through rows of a wider matrix (the fused q, k, v rows): the
+     * forward reads them, the backward writes them, nothing else is touched. */
+    enum { LD = NH * HD + 7 };
+    float wide[N * LD], x2[NX];
+    for (int i = 0; i < N * LD; i++) wide[i] = -1.0f;
+    for (int i = 0; i < N; i++) memcpy(wide + i * LD, x_ref_in + i * NH * HD, NH * HD * 4);
+    ops_rope_rmsnorm_forward(x2, wide, LD, rstd, cos, sin, N, T, NH, HD);
+    expect_same("x from wide rows", x2, x_ref, NX, 0.0f);
+    ops_rmsnorm_rope_backward(wide, LD, dout, x, rstd, cos, sin, N, T, NH, HD);
+    for (int i = 0; i < N; i++) {
+        expect_same("dx into wide rows", wide + i * LD, dx_ref + i * NH * HD, NH * HD, 0.0f);
+        for (int j = NH * HD; j < LD; j++) cr_assert_eq(wide[i * LD + j], -1.0f);
+    }
 }
 
 /* The residual add and the norm fused give the floats of ops_add then
