@@ -18,14 +18,26 @@
 #include <string.h>
 
 #include "fastmath.h"
+#include "gemm.h"
 
 #define BQ 64
 
-/* Per-thread scratch, in floats: scores and their gradient for one query
- * tile against every key (BQ, T each), the tile's scaled queries (BQ, hd) and
- * a per-row vector. */
+#define KA 16 /* the kernel path's score columns start at a multiple of KA keys */
+
+static inline size_t round_up(size_t x, size_t m) {
+    return (x + m - 1) / m * m;
+}
+
+/* Per-thread scratch, in floats. The BLAS path: scores and their gradient
+ * for one query tile against every key (BQ, T each), the tile's scaled
+ * queries (BQ, hd) and a per-row vector. The kernel path: the same two
+ * (BQ, Tp) with Tp = T rounded up to KA, K^T and V^T (hd, Tp each) and a
+ * per-row vector. The larger of the two. */
 static size_t thread_floats(int hd, int T) {
-    return 2 * (size_t)BQ * T + (size_t)BQ * hd + BQ;
+    const size_t tp = round_up((size_t)T, KA);
+    const size_t blas = 2 * (size_t)BQ * T + (size_t)BQ * hd + BQ;
+    const size_t kern = 2 * (size_t)BQ * tp + 2 * (size_t)hd * tp + BQ;
+    return blas > kern ? blas : kern;
 }
 
 size_t attn_work_floats(int hd, int T, int threads) {
@@ -76,10 +88,11 @@ static void tile_probs(float *S, float *Qs, const float *q, const float *k, int 
     }
 }
 
-/* ------------------------------------------------------------------ forward */
+/* ------------------------------------------------------------- BLAS forward */
 
-void attn_forward(float *y, float *lse, const float *q, const float *k, const float *v, int B,
-                  int T, int H, int Hkv, int hd, int window, float *work, int threads) {
+static void blas_forward(float *y, float *lse, const float *q, const float *k, const float *v,
+                         int B, int T, int H, int Hkv, int hd, int window, float *work,
+                         int threads) {
     const int group = H / Hkv, qs = H * hd, ks = Hkv * hd, tiles = (T + BQ - 1) / BQ;
     const int units = B * H * tiles;
     /* Later tiles see more keys: hand them out first and dynamically. Inside
@@ -100,11 +113,11 @@ void attn_forward(float *y, float *lse, const float *q, const float *k, const fl
     }
 }
 
-/* ----------------------------------------------------------------- backward */
+/* ------------------------------------------------------------ BLAS backward */
 
-void attn_backward(float *dq, float *dk, float *dv, const float *dy, const float *y,
-                   const float *lse, const float *q, const float *k, const float *v, int B, int T,
-                   int H, int Hkv, int hd, int window, float *work, int threads) {
+static void blas_backward(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                          const float *lse, const float *q, const float *k, const float *v, int B,
+                          int T, int H, int Hkv, int hd, int window, float *work, int threads) {
     const int group = H / Hkv, qs = H * hd, ks = Hkv * hd, tiles = (T + BQ - 1) / BQ;
     const int units = B * Hkv;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -153,4 +166,235 @@ void attn_backward(float *dq, float *dk, float *dv, const float *dy, const float
             }
         }
     }
+}
+
+/* ----------------------------------------------------------- kernel path */
+
+/* The kernel path lays each product out for gemm_rows_fn, with no BLAS call
+ * and no packing per tile. A tile's score columns are keys [jb, jb + nkp)
+ * with jb = its first visible key rounded down to KA and nkp a multiple of
+ * KA; K^T (and V^T in the backward), the one operand read transposed, is
+ * copied once per (sequence, kv head) or per forward unit into (hd, ld)
+ * with zeros past T. Rows go in blocks of GEMM_MR, each computing only the
+ * columns its rows can see, so the masked half of the diagonal and the keys
+ * a sliding window hides cost (almost) nothing. Query heads of a GQA group
+ * reuse the copies. */
+
+/* Kt (hd, nc; row stride ld) = keys [j0, j0 + nc) of one kv head transposed,
+ * zero past T. k: that head's keys, row stride ks. In blocks of 16 keys, so
+ * the rows read stay in L1 and each store fills a line. */
+static void pack_keys_t(float *Kt, int ld, const float *k, int ks, int hd, int j0, int nc, int T) {
+    for (int c0 = 0; c0 < nc; c0 += 16) {
+        const int n = imin(16, nc - c0), live = imax(0, imin(n, T - j0 - c0));
+        const float *kc = k + (size_t)(j0 + c0) * ks;
+        if (live == 16) {
+            for (int d = 0; d < hd; d++) {
+                float *restrict dst = Kt + (size_t)d * ld + c0;
+                for (int c = 0; c < 16; c++) dst[c] = kc[(size_t)c * ks + d];
+            }
+            continue;
+        }
+        for (int d = 0; d < hd; d++) {
+            float *restrict dst = Kt + (size_t)d * ld + c0;
+            for (int c = 0; c < live; c++) dst[c] = kc[(size_t)c * ks + d];
+            for (int c = live; c < n; c++) dst[c] = 0.0f;
+        }
+    }
+}
+
+/* max of x[j] over j < n, n >= 1, in 16 lanes folded in halves (max_f32's
+ * lane-by-lane fold is a serial chain that costs as much as a short row). */
+static float row_max(const float *x, int n) {
+    float acc[16];
+    for (int l = 0; l < 16; l++) acc[l] = x[0];
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++) acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
+    for (int l = 0; j + l < n; l++) acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
+    for (int w = 8; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] = acc[l + w] > acc[l] ? acc[l + w] : acc[l];
+    return acc[0];
+}
+
+/* Score columns [*c0, *c1) (relative to jb) that rows [r0, r1) of the tile
+ * starting at row i0 compute: whole KA blocks covering every key a row of
+ * the block can see. */
+static inline void block_cols(int i0, int r0, int r1, int jb, int window, int *c0, int *c1) {
+    *c0 = (first_key(i0 + r0, window) - jb) / KA * KA;
+    *c1 = (int)round_up((size_t)(i0 + r1 - jb), KA);
+}
+
+/* S (nq, ld) = q k^T for rows [i0, i0 + nq) against columns from jb, block
+ * by block (see block_cols); other columns are left as they were. q: the
+ * query head (row stride qs); Kt: packed keys whose column 0 is key jb. */
+static void block_scores(gemm_rows_fn *rows, float *S, int ld, const float *q, int qs,
+                         const float *Kt, int ldk, int hd, int i0, int nq, int jb, int window) {
+    for (int r0 = 0; r0 < nq; r0 += GEMM_MR) {
+        const int r1 = imin(nq, r0 + GEMM_MR);
+        int c0, c1;
+        block_cols(i0, r0, r1, jb, window, &c0, &c1);
+        rows(r0, r1, c1 - c0, hd, q + (size_t)i0 * qs, qs, 1, Kt + c0, ldk, S + c0, ld, 0);
+    }
+}
+
+/* C rows [i0, i0 + nq) (row stride ldc) = A B with A the tile's (nq, ld)
+ * probabilities or score gradient (columns from key jb) and B the keys'
+ * rows (b: key jb's row, stride ks), each row block summing over the keys
+ * its rows can see, in key order. */
+static void block_apply(gemm_rows_fn *rows, float *C, int ldc, const float *A, int ld,
+                        const float *b, int ks, int hd, int i0, int nq, int jb, int window) {
+    for (int r0 = 0; r0 < nq; r0 += GEMM_MR) {
+        const int r1 = imin(nq, r0 + GEMM_MR);
+        const int lo = first_key(i0 + r0, window) - jb, hi = i0 + r1 - jb;
+        rows(r0, r1, hd, hi - lo, A + lo, ld, 1, b + (size_t)lo * ks, ks, C + (size_t)i0 * ldc, ldc,
+             0);
+    }
+}
+
+/* C rows of keys [j0, i0 + nq) (key jb's row at C, stride ldc) += A^T B
+ * with A (nq, ld) as in block_apply and B the tile's rows (row stride ldb):
+ * each block of GEMM_MR keys sums over the tile's rows that can see one of
+ * them, in row order. */
+static void block_apply_t(gemm_rows_fn *rows, float *C, int ldc, const float *A, int ld,
+                          const float *Bm, int ldb, int hd, int i0, int nq, int jb, int j0,
+                          int window) {
+    const int c1 = i0 + nq - jb;
+    for (int c = j0 - jb; c < c1; c += GEMM_MR) {
+        const int m = imin(c1 - c, GEMM_MR);
+        const int lo = imax(0, jb + c - i0), hi = imin(nq, jb + c + m - 1 + window - i0 + 1);
+        if (lo >= hi) continue;
+        rows(0, m, hd, hi - lo, A + (size_t)lo * ld + c, 1, ld, Bm + (size_t)lo * ldb, ldb,
+             C + (size_t)c * ldc, ldc, 1);
+    }
+}
+
+static void kern_forward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *y, float *lse,
+                         const float *q, const float *k, const float *v, int B, int T, int H,
+                         int Hkv, int hd, int window, float *work, int threads) {
+    const int group = H / Hkv, qs = H * hd, ks = Hkv * hd, tiles = (T + BQ - 1) / BQ;
+    const int units = B * Hkv, tp = (int)round_up((size_t)T, KA);
+    const float scale = 1.0f / sqrtf((float)hd);
+    /* A unit is one kv head of one sequence and the query heads that read
+     * it: K^T is copied once for all their tiles. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (units > 1)
+    for (int u = 0; u < units; u++) {
+        const int b = u / Hkv, g = u % Hkv;
+        const size_t ko = (size_t)b * T * ks + (size_t)g * hd;
+        float *S = work + (size_t)omp_get_thread_num() * thread_floats(hd, T);
+        float *Kt = S + 2 * (size_t)BQ * tp, *inv = Kt + 2 * (size_t)hd * tp;
+        pack_keys_t(Kt, tp, k + ko, ks, hd, 0, tp, T);
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            const size_t qo = (size_t)b * T * qs + (size_t)h * hd;
+            float *lse_h = lse + ((size_t)b * H + h) * T;
+            for (int t = 0; t < tiles; t++) {
+                const int i0 = t * BQ, i1 = imin(T, i0 + BQ), nq = i1 - i0;
+                const int jb = first_key(i0, window) / KA * KA;
+                const int ld = (int)round_up((size_t)(i1 - jb), KA);
+                block_scores(rows_s, S, ld, q + qo, qs, Kt + jb, tp, hd, i0, nq, jb, window);
+                /* S = exp(scale S - max) over each row's keys, zero elsewhere;
+                 * inv = 1 / its row sums, applied to y below */
+                for (int i = 0; i < nq; i++) {
+                    float *restrict s = S + (size_t)i * ld;
+                    const int row = i0 + i, jl = first_key(row, window) - jb, jh = row - jb;
+                    const float mx = row_max(s + jl, jh - jl + 1);
+                    for (int j = 0; j < jl; j++) s[j] = 0.0f;
+                    for (int j = jl; j <= jh; j++) s[j] = fast_expf((s[j] - mx) * scale);
+                    for (int j = jh + 1; j < ld; j++) s[j] = 0.0f;
+                    const float sum = (float)sum_f64(s + jl, jh - jl + 1);
+                    inv[i] = 1.0f / sum;
+                    lse_h[row] = mx * scale + logf(sum);
+                }
+                /* y rows (nq, hd) = softmax V[jb:] = inv * (S V[jb:]) */
+                block_apply(rows_h, y + qo, qs, S, ld, v + ko + (size_t)jb * ks, ks, hd, i0, nq, jb,
+                            window);
+                for (int i = 0; i < nq; i++) {
+                    float *restrict yi = y + qo + (size_t)(i0 + i) * qs;
+                    for (int d = 0; d < hd; d++) yi[d] *= inv[i];
+                }
+            }
+        }
+    }
+}
+
+static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *dq, float *dk,
+                          float *dv, const float *dy, const float *y, const float *lse,
+                          const float *q, const float *k, const float *v, int B, int T, int H,
+                          int Hkv, int hd, int window, float *work, int threads) {
+    const int group = H / Hkv, qs = H * hd, ks = Hkv * hd, tiles = (T + BQ - 1) / BQ;
+    const int units = B * Hkv, tp = (int)round_up((size_t)T, KA);
+    const float scale = 1.0f / sqrtf((float)hd);
+    /* A unit owns one kv head of one sequence: its dk, dv rows and the dq
+     * rows of the query heads that read it, so no two threads write the
+     * same float and the sums run in a fixed order. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (units > 1)
+    for (int u = 0; u < units; u++) {
+        const int b = u / Hkv, g = u % Hkv;
+        const size_t ko = (size_t)b * T * ks + (size_t)g * hd;
+        float *P = work + (size_t)omp_get_thread_num() * thread_floats(hd, T);
+        float *dS = P + (size_t)BQ * tp, *Kt = dS + (size_t)BQ * tp, *Vt = Kt + (size_t)hd * tp;
+        float *Dr = Vt + (size_t)hd * tp;
+        pack_keys_t(Kt, tp, k + ko, ks, hd, 0, tp, T);
+        pack_keys_t(Vt, tp, v + ko, ks, hd, 0, tp, T);
+        for (int t = 0; t < T; t++) {
+            memset(dk + ko + (size_t)t * ks, 0, (size_t)hd * sizeof *dk);
+            memset(dv + ko + (size_t)t * ks, 0, (size_t)hd * sizeof *dv);
+        }
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            const size_t qo = (size_t)b * T * qs + (size_t)h * hd;
+            const float *lse_h = lse + ((size_t)b * H + h) * T;
+            for (int t = 0; t < tiles; t++) {
+                const int i0 = t * BQ, i1 = imin(T, i0 + BQ), nq = i1 - i0;
+                const int j0 = first_key(i0, window), jb = j0 / KA * KA;
+                const int ld = (int)round_up((size_t)(i1 - jb), KA);
+                const float *dO = dy + qo + (size_t)i0 * qs;
+                /* S = q K^T and dP = dO V^T, the visible blocks */
+                block_scores(rows_s, P, ld, q + qo, qs, Kt + jb, tp, hd, i0, nq, jb, window);
+                block_scores(rows_s, dS, ld, dy + qo, qs, Vt + jb, tp, hd, i0, nq, jb, window);
+                for (int i = 0; i < nq; i++)
+                    Dr[i] = (float)dot_f64(dO + (size_t)i * qs, y + qo + (size_t)(i0 + i) * qs, hd);
+                /* P = exp(scale S - lse); dS = scale P (dP - rowsum(dO * y));
+                 * both zero outside each row's keys */
+                for (int i = 0; i < nq; i++) {
+                    float *restrict p = P + (size_t)i * ld, *restrict ds = dS + (size_t)i * ld;
+                    const int row = i0 + i, jl = first_key(row, window) - jb, jh = row - jb;
+                    const float L = lse_h[row], Di = Dr[i];
+                    for (int j = 0; j < jl; j++) p[j] = ds[j] = 0.0f;
+                    for (int j = jl; j <= jh; j++) {
+                        p[j] = fast_expf(p[j] * scale - L);
+                        ds[j] = scale * p[j] * (ds[j] - Di);
+                    }
+                    for (int j = jh + 1; j < ld; j++) p[j] = ds[j] = 0.0f;
+                }
+                /* dV[j0:i1] += P^T dO;  dK[j0:i1] += dS^T q;  dQ = dS K[jb:] */
+                block_apply_t(rows_h, dv + ko + (size_t)jb * ks, ks, P, ld, dO, qs, hd, i0, nq, jb,
+                              j0, window);
+                block_apply_t(rows_h, dk + ko + (size_t)jb * ks, ks, dS, ld,
+                              q + qo + (size_t)i0 * qs, qs, hd, i0, nq, jb, j0, window);
+                block_apply(rows_h, dq + qo, qs, dS, ld, k + ko + (size_t)jb * ks, ks, hd, i0, nq,
+                            jb, window);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ public */
+
+void attn_forward(float *y, float *lse, const float *q, const float *k, const float *v, int B,
+                  int T, int H, int Hkv, int hd, int window, float *work, int threads) {
+    gemm_rows_fn *rows_s = gemm_rows_for(KA), *rows_h = gemm_rows_for(hd);
+    if (rows_s && rows_h)
+        kern_forward(rows_s, rows_h, y, lse, q, k, v, B, T, H, Hkv, hd, window, work, threads);
+    else
+        blas_forward(y, lse, q, k, v, B, T, H, Hkv, hd, window, work, threads);
+}
+
+void attn_backward(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                   const float *lse, const float *q, const float *k, const float *v, int B, int T,
+                   int H, int Hkv, int hd, int window, float *work, int threads) {
+    gemm_rows_fn *rows_s = gemm_rows_for(KA), *rows_h = gemm_rows_for(hd);
+    if (rows_s && rows_h)
+        kern_backward(rows_s, rows_h, dq, dk, dv, dy, y, lse, q, k, v, B, T, H, Hkv, hd, window,
+                      work, threads);
+    else
+        blas_backward(dq, dk, dv, dy, y, lse, q, k, v, B, T, H, Hkv, hd, window, work, threads);
 }
