@@ -23,6 +23,9 @@
 #define BQ 64
 
 #define KA 16 /* the kernel path's score columns start at a multiple of KA keys */
+#define LPAD                                                                                       \
+    16 /* floats past each kernel-path scratch row: a power-of-two row                             \
+        * stride would put a column panel's rows in a few L1 sets */
 
 static inline size_t round_up(size_t x, size_t m) {
     return (x + m - 1) / m * m;
@@ -31,12 +34,13 @@ static inline size_t round_up(size_t x, size_t m) {
 /* Per-thread scratch, in floats. The BLAS path: scores and their gradient
  * for one query tile against every key (BQ, T each), the tile's scaled
  * queries (BQ, hd) and a per-row vector. The kernel path: the same two
- * (BQ, Tp) with Tp = T rounded up to KA, K^T and V^T (hd, Tp each) and a
- * per-row vector. The larger of the two. */
+ * (BQ, Tp + LPAD) with Tp = T rounded up to KA, K^T and V^T (hd, Tp + LPAD
+ * each), the tile's queries and output gradient (BQ, hd each) and a per-row
+ * vector. The larger of the two. */
 static size_t thread_floats(int hd, int T) {
-    const size_t tp = round_up((size_t)T, KA);
+    const size_t tp = round_up((size_t)T, KA) + LPAD;
     const size_t blas = 2 * (size_t)BQ * T + (size_t)BQ * hd + BQ;
-    const size_t kern = 2 * (size_t)BQ * tp + 2 * (size_t)hd * tp + BQ;
+    const size_t kern = 2 * (size_t)BQ * tp + 2 * (size_t)hd * tp + 2 * (size_t)BQ * hd + BQ;
     return blas > kern ? blas : kern;
 }
 
@@ -224,31 +228,46 @@ static inline void block_cols(int i0, int r0, int r1, int jb, int window, int *c
     *c1 = (int)round_up((size_t)(i0 + r1 - jb), KA);
 }
 
+/* Keys per chunk of the products that read key rows or columns: a chunk of
+ * K^T or V (16 KB) stays in L1 while every row block of the tile uses it. */
+#define PANEL 64
+static inline int chunk_keys(int hd) {
+    return imax(16, 4096 / hd);
+}
+
 /* S (nq, ld) = q k^T for rows [i0, i0 + nq) against columns from jb, block
- * by block (see block_cols); other columns are left as they were. q: the
- * query head (row stride qs); Kt: packed keys whose column 0 is key jb. */
+ * by block (see block_cols); other columns are left as they were. q: row i0
+ * of the query head (row stride qs); Kt: packed keys whose column 0 is key
+ * jb. */
 static void block_scores(gemm_rows_fn *rows, float *S, int ld, const float *q, int qs,
                          const float *Kt, int ldk, int hd, int i0, int nq, int jb, int window) {
-    for (int r0 = 0; r0 < nq; r0 += GEMM_MR) {
-        const int r1 = imin(nq, r0 + GEMM_MR);
-        int c0, c1;
-        block_cols(i0, r0, r1, jb, window, &c0, &c1);
-        rows(r0, r1, c1 - c0, hd, q + (size_t)i0 * qs, qs, 1, Kt + c0, ldk, S + c0, ld, 0);
-    }
+    for (int p0 = 0; p0 < i0 + nq - jb; p0 += PANEL)
+        for (int r0 = 0; r0 < nq; r0 += GEMM_MR) {
+            const int r1 = imin(nq, r0 + GEMM_MR);
+            int c0, c1;
+            block_cols(i0, r0, r1, jb, window, &c0, &c1);
+            c0 = imax(c0, p0), c1 = imin(c1, p0 + PANEL);
+            if (c0 < c1) rows(r0, r1, c1 - c0, hd, q, qs, 1, Kt + c0, ldk, S + c0, ld, 0);
+        }
 }
 
 /* C rows [i0, i0 + nq) (row stride ldc) = A B with A the tile's (nq, ld)
  * probabilities or score gradient (columns from key jb) and B the keys'
  * rows (b: key jb's row, stride ks), each row block summing over the keys
- * its rows can see, in key order. */
+ * its rows can see, in key order: chunk by chunk, each continuing the sums
+ * the last one stored (the same float operations as one pass). */
 static void block_apply(gemm_rows_fn *rows, float *C, int ldc, const float *A, int ld,
                         const float *b, int ks, int hd, int i0, int nq, int jb, int window) {
-    for (int r0 = 0; r0 < nq; r0 += GEMM_MR) {
-        const int r1 = imin(nq, r0 + GEMM_MR);
-        const int lo = first_key(i0 + r0, window) - jb, hi = i0 + r1 - jb;
-        rows(r0, r1, hd, hi - lo, A + lo, ld, 1, b + (size_t)lo * ks, ks, C + (size_t)i0 * ldc, ldc,
-             0);
-    }
+    const int kc = chunk_keys(hd);
+    for (int p0 = 0; p0 < i0 + nq - jb; p0 += kc)
+        for (int r0 = 0; r0 < nq; r0 += GEMM_MR) {
+            const int r1 = imin(nq, r0 + GEMM_MR);
+            const int lo = first_key(i0 + r0, window) - jb, hi = i0 + r1 - jb;
+            const int a = imax(lo, p0), e = imin(hi, p0 + kc);
+            if (a < e)
+                rows(r0, r1, hd, e - a, A + a, ld, 1, b + (size_t)a * ks, ks, C + (size_t)i0 * ldc,
+                     ldc, a > lo);
+        }
 }
 
 /* C rows of keys [j0, i0 + nq) (key jb's row at C, stride ldc) += A^T B
@@ -272,7 +291,7 @@ static void kern_forward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *y, f
                          const float *q, const float *k, const float *v, int B, int T, int H,
                          int Hkv, int hd, int window, float *work, int threads) {
     const int group = H / Hkv, qs = H * hd, ks = Hkv * hd, tiles = (T + BQ - 1) / BQ;
-    const int units = B * Hkv, tp = (int)round_up((size_t)T, KA);
+    const int units = B * Hkv, tp = (int)round_up((size_t)T, KA), ldt = tp + LPAD;
     const float scale = 1.0f / sqrtf((float)hd);
     /* A unit is one kv head of one sequence and the query heads that read
      * it: K^T is copied once for all their tiles. */
@@ -281,16 +300,17 @@ static void kern_forward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *y, f
         const int b = u / Hkv, g = u % Hkv;
         const size_t ko = (size_t)b * T * ks + (size_t)g * hd;
         float *S = work + (size_t)omp_get_thread_num() * thread_floats(hd, T);
-        float *Kt = S + 2 * (size_t)BQ * tp, *inv = Kt + 2 * (size_t)hd * tp;
-        pack_keys_t(Kt, tp, k + ko, ks, hd, 0, tp, T);
+        float *Kt = S + 2 * (size_t)BQ * ldt, *inv = Kt + 2 * (size_t)hd * ldt;
+        pack_keys_t(Kt, ldt, k + ko, ks, hd, 0, tp, T);
         for (int h = g * group; h < (g + 1) * group; h++) {
             const size_t qo = (size_t)b * T * qs + (size_t)h * hd;
             float *lse_h = lse + ((size_t)b * H + h) * T;
             for (int t = 0; t < tiles; t++) {
                 const int i0 = t * BQ, i1 = imin(T, i0 + BQ), nq = i1 - i0;
                 const int jb = first_key(i0, window) / KA * KA;
-                const int ld = (int)round_up((size_t)(i1 - jb), KA);
-                block_scores(rows_s, S, ld, q + qo, qs, Kt + jb, tp, hd, i0, nq, jb, window);
+                const int nc = (int)round_up((size_t)(i1 - jb), KA), ld = nc + LPAD;
+                block_scores(rows_s, S, ld, q + qo + (size_t)i0 * qs, qs, Kt + jb, ldt, hd, i0, nq,
+                             jb, window);
                 /* S = exp(scale S - max) over each row's keys, zero elsewhere;
                  * inv = 1 / its row sums, applied to y below */
                 for (int i = 0; i < nq; i++) {
@@ -299,7 +319,7 @@ static void kern_forward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *y, f
                     const float mx = row_max(s + jl, jh - jl + 1);
                     for (int j = 0; j < jl; j++) s[j] = 0.0f;
                     for (int j = jl; j <= jh; j++) s[j] = fast_expf((s[j] - mx) * scale);
-                    for (int j = jh + 1; j < ld; j++) s[j] = 0.0f;
+                    for (int j = jh + 1; j < nc; j++) s[j] = 0.0f;
                     const float sum = (float)sum_f64(s + jl, jh - jl + 1);
                     inv[i] = 1.0f / sum;
                     lse_h[row] = mx * scale + logf(sum);
@@ -321,7 +341,7 @@ static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *dq,
                           const float *q, const float *k, const float *v, int B, int T, int H,
                           int Hkv, int hd, int window, float *work, int threads) {
     const int group = H / Hkv, qs = H * hd, ks = Hkv * hd, tiles = (T + BQ - 1) / BQ;
-    const int units = B * Hkv, tp = (int)round_up((size_t)T, KA);
+    const int units = B * Hkv, tp = (int)round_up((size_t)T, KA), ldt = tp + LPAD;
     const float scale = 1.0f / sqrtf((float)hd);
     /* A unit owns one kv head of one sequence: its dk, dv rows and the dq
      * rows of the query heads that read it, so no two threads write the
@@ -331,10 +351,11 @@ static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *dq,
         const int b = u / Hkv, g = u % Hkv;
         const size_t ko = (size_t)b * T * ks + (size_t)g * hd;
         float *P = work + (size_t)omp_get_thread_num() * thread_floats(hd, T);
-        float *dS = P + (size_t)BQ * tp, *Kt = dS + (size_t)BQ * tp, *Vt = Kt + (size_t)hd * tp;
-        float *Dr = Vt + (size_t)hd * tp;
-        pack_keys_t(Kt, tp, k + ko, ks, hd, 0, tp, T);
-        pack_keys_t(Vt, tp, v + ko, ks, hd, 0, tp, T);
+        float *dS = P + (size_t)BQ * ldt, *Kt = dS + (size_t)BQ * ldt;
+        float *Vt = Kt + (size_t)hd * ldt, *Qc = Vt + (size_t)hd * ldt, *Oc = Qc + (size_t)BQ * hd;
+        float *Dr = Oc + (size_t)BQ * hd;
+        pack_keys_t(Kt, ldt, k + ko, ks, hd, 0, tp, T);
+        pack_keys_t(Vt, ldt, v + ko, ks, hd, 0, tp, T);
         for (int t = 0; t < T; t++) {
             memset(dk + ko + (size_t)t * ks, 0, (size_t)hd * sizeof *dk);
             memset(dv + ko + (size_t)t * ks, 0, (size_t)hd * sizeof *dv);
@@ -345,13 +366,18 @@ static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *dq,
             for (int t = 0; t < tiles; t++) {
                 const int i0 = t * BQ, i1 = imin(T, i0 + BQ), nq = i1 - i0;
                 const int j0 = first_key(i0, window), jb = j0 / KA * KA;
-                const int ld = (int)round_up((size_t)(i1 - jb), KA);
+                const int nc = (int)round_up((size_t)(i1 - jb), KA), ld = nc + LPAD;
                 const float *dO = dy + qo + (size_t)i0 * qs;
-                /* S = q K^T and dP = dO V^T, the visible blocks */
-                block_scores(rows_s, P, ld, q + qo, qs, Kt + jb, tp, hd, i0, nq, jb, window);
-                block_scores(rows_s, dS, ld, dy + qo, qs, Vt + jb, tp, hd, i0, nq, jb, window);
-                for (int i = 0; i < nq; i++)
+                /* the tile's q and dO rows, contiguous (hd floats apart) */
+                for (int i = 0; i < nq; i++) {
+                    memcpy(Qc + (size_t)i * hd, q + qo + (size_t)(i0 + i) * qs,
+                           (size_t)hd * sizeof *Qc);
+                    memcpy(Oc + (size_t)i * hd, dO + (size_t)i * qs, (size_t)hd * sizeof *Oc);
                     Dr[i] = (float)dot_f64(dO + (size_t)i * qs, y + qo + (size_t)(i0 + i) * qs, hd);
+                }
+                /* S = q K^T and dP = dO V^T, the visible blocks */
+                block_scores(rows_s, P, ld, Qc, hd, Kt + jb, ldt, hd, i0, nq, jb, window);
+                block_scores(rows_s, dS, ld, Oc, hd, Vt + jb, ldt, hd, i0, nq, jb, window);
                 /* P = exp(scale S - lse); dS = scale P (dP - rowsum(dO * y));
                  * both zero outside each row's keys */
                 for (int i = 0; i < nq; i++) {
@@ -363,13 +389,13 @@ static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *dq,
                         p[j] = fast_expf(p[j] * scale - L);
                         ds[j] = scale * p[j] * (ds[j] - Di);
                     }
-                    for (int j = jh + 1; j < ld; j++) p[j] = ds[j] = 0.0f;
+                    for (int j = jh + 1; j < nc; j++) p[j] = ds[j] = 0.0f;
                 }
                 /* dV[j0:i1] += P^T dO;  dK[j0:i1] += dS^T q;  dQ = dS K[jb:] */
-                block_apply_t(rows_h, dv + ko + (size_t)jb * ks, ks, P, ld, dO, qs, hd, i0, nq, jb,
+                block_apply_t(rows_h, dv + ko + (size_t)jb * ks, ks, P, ld, Oc, hd, hd, i0, nq, jb,
                               j0, window);
-                block_apply_t(rows_h, dk + ko + (size_t)jb * ks, ks, dS, ld,
-                              q + qo + (size_t)i0 * qs, qs, hd, i0, nq, jb, j0, window);
+                block_apply_t(rows_h, dk + ko + (size_t)jb * ks, ks, dS, ld, Qc, hd, hd, i0, nq, jb,
+                              j0, window);
                 block_apply(rows_h, dq + qo, qs, dS, ld, k + ko + (size_t)jb * ks, ks, hd, i0, nq,
                             jb, window);
             }
