@@ -35,12 +35,12 @@ static inline size_t round_up(size_t x, size_t m) {
  * for one query tile against every key (BQ, T each), the tile's scaled
  * queries (BQ, hd) and a per-row vector. The kernel path: the same two
  * (BQ, Tp + LPAD) with Tp = T rounded up to KA, K^T and V^T (hd, Tp + LPAD
- * each), the tile's queries and output gradient (BQ, hd each) and a per-row
- * vector. The larger of the two. */
+ * each), V's or K's rows (Tp, hd), the tile's queries and output gradient
+ * (BQ, hd each) and a per-row vector. The larger of the two. */
 static size_t thread_floats(int hd, int T) {
     const size_t tp = round_up((size_t)T, KA) + LPAD;
     const size_t blas = 2 * (size_t)BQ * T + (size_t)BQ * hd + BQ;
-    const size_t kern = 2 * (size_t)BQ * tp + 2 * (size_t)hd * tp + 2 * (size_t)BQ * hd + BQ;
+    const size_t kern = 2 * (size_t)BQ * tp + 3 * (size_t)hd * tp + 2 * (size_t)BQ * hd + BQ;
     return blas > kern ? blas : kern;
 }
 
@@ -206,6 +206,12 @@ static void pack_keys_t(float *Kt, int ld, const float *k, int ks, int hd, int j
     }
 }
 
+/* R (T, hd) = one kv head's rows (row stride ks), contiguous. */
+static void copy_rows(float *R, const float *k, int ks, int hd, int T) {
+    for (int j = 0; j < T; j++)
+        memcpy(R + (size_t)j * hd, k + (size_t)j * ks, (size_t)hd * sizeof *R);
+}
+
 /* max of x[j] over j < n, n >= 1, in 16 lanes folded in halves (max_f32's
  * lane-by-lane fold is a serial chain that costs as much as a short row). */
 static float row_max(const float *x, int n) {
@@ -300,8 +306,10 @@ static void kern_forward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *y, f
         const int b = u / Hkv, g = u % Hkv;
         const size_t ko = (size_t)b * T * ks + (size_t)g * hd;
         float *S = work + (size_t)omp_get_thread_num() * thread_floats(hd, T);
-        float *Kt = S + 2 * (size_t)BQ * ldt, *inv = Kt + 2 * (size_t)hd * ldt;
+        float *Kt = S + 2 * (size_t)BQ * ldt, *Vr = Kt + 2 * (size_t)hd * ldt;
+        float *inv = Vr + (size_t)hd * ldt;
         pack_keys_t(Kt, ldt, k + ko, ks, hd, 0, tp, T);
+        copy_rows(Vr, v + ko, ks, hd, T);
         for (int h = g * group; h < (g + 1) * group; h++) {
             const size_t qo = (size_t)b * T * qs + (size_t)h * hd;
             float *lse_h = lse + ((size_t)b * H + h) * T;
@@ -325,7 +333,7 @@ static void kern_forward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *y, f
                     lse_h[row] = mx * scale + logf(sum);
                 }
                 /* y rows (nq, hd) = softmax V[jb:] = inv * (S V[jb:]) */
-                block_apply(rows_h, y + qo, qs, S, ld, v + ko + (size_t)jb * ks, ks, hd, i0, nq, jb,
+                block_apply(rows_h, y + qo, qs, S, ld, Vr + (size_t)jb * hd, hd, hd, i0, nq, jb,
                             window);
                 for (int i = 0; i < nq; i++) {
                     float *restrict yi = y + qo + (size_t)(i0 + i) * qs;
@@ -352,10 +360,11 @@ static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *dq,
         const size_t ko = (size_t)b * T * ks + (size_t)g * hd;
         float *P = work + (size_t)omp_get_thread_num() * thread_floats(hd, T);
         float *dS = P + (size_t)BQ * ldt, *Kt = dS + (size_t)BQ * ldt;
-        float *Vt = Kt + (size_t)hd * ldt, *Qc = Vt + (size_t)hd * ldt, *Oc = Qc + (size_t)BQ * hd;
-        float *Dr = Oc + (size_t)BQ * hd;
+        float *Vt = Kt + (size_t)hd * ldt, *Kr = Vt + (size_t)hd * ldt;
+        float *Qc = Kr + (size_t)hd * ldt, *Oc = Qc + (size_t)BQ * hd, *Dr = Oc + (size_t)BQ * hd;
         pack_keys_t(Kt, ldt, k + ko, ks, hd, 0, tp, T);
         pack_keys_t(Vt, ldt, v + ko, ks, hd, 0, tp, T);
+        copy_rows(Kr, k + ko, ks, hd, T);
         for (int t = 0; t < T; t++) {
             memset(dk + ko + (size_t)t * ks, 0, (size_t)hd * sizeof *dk);
             memset(dv + ko + (size_t)t * ks, 0, (size_t)hd * sizeof *dv);
@@ -396,8 +405,8 @@ static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *dq,
                               j0, window);
                 block_apply_t(rows_h, dk + ko + (size_t)jb * ks, ks, dS, ld, Qc, hd, hd, i0, nq, jb,
                               j0, window);
-                block_apply(rows_h, dq + qo, qs, dS, ld, k + ko + (size_t)jb * ks, ks, hd, i0, nq,
-                            jb, window);
+                block_apply(rows_h, dq + qo, qs, dS, ld, Kr + (size_t)jb * hd, hd, hd, i0, nq, jb,
+                            window);
             }
         }
     }
