@@ -217,18 +217,108 @@ static void copy_rows(float *R, const float *k, int ks, int hd, int T) {
         memcpy(R + (size_t)j * hd, k + (size_t)j * ks, (size_t)hd * sizeof *R);
 }
 
-/* max of x[j] over j < n, n >= 1, in 16 lanes folded in halves (max_f32's
- * lane-by-lane fold is a serial chain that costs as much as a short row). */
-static float row_max(const float *x, int n) {
-    float acc[16];
-    for (int l = 0; l < 16; l++) acc[l] = x[0];
-    int j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int l = 0; l < 16; l++) acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
-    for (int l = 0; j + l < n; l++) acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
-    for (int w = 8; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) acc[l] = acc[l + w] > acc[l] ? acc[l + w] : acc[l];
-    return acc[0];
+/* ---------------------------------------------------- softmax rows, 16 lanes */
+
+/* A row's probabilities in 16-float vectors (GCC's generic vectors: one
+ * AVX-512 register, or two AVX2 ones): whole vectors over the KA-aligned
+ * span around a row's visible keys [jl, jh], lanes outside it selected away,
+ * so a row costs no scalar remainder loops. */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int v16i __attribute__((vector_size(64)));
+typedef float v16fu __attribute__((vector_size(64), aligned(4)));
+
+static const v16i iota16 = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+static const v16f zero16 = {0};
+
+static inline v16f vsel(v16i m, v16f a, v16f b) {
+    return (v16f)((m & (v16i)a) | (~m & (v16i)b));
+}
+
+static inline v16f vmax(v16f a, v16f b) {
+    return vsel(a > b, a, b);
+}
+
+static inline v16f vload(const float *x) {
+    return *(const v16fu *)x;
+}
+
+static inline void vstore(float *x, v16f v) {
+    *(v16fu *)x = v;
+}
+
+static inline float hmax(v16f a) {
+    a = vmax(a,
+             __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    a = vmax(a, __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3));
+    a = vmax(a, __builtin_shufflevector(a, a, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1));
+    a = vmax(a, __builtin_shufflevector(a, a, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0));
+    return a[0];
+}
+
+static inline float hsum(v16f a) {
+    a += __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    a += __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+    a += __builtin_shufflevector(a, a, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1);
+    a += __builtin_shufflevector(a, a, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
+    return a[0];
+}
+
+/* fast_expf (fastmath.h) on 16 lanes, the same steps. */
+static inline v16f vexp(v16f x) {
+    x = vmax(x, zero16 - 87.0f);
+    v16f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    v16f r = x - n * 0.693359375f - n * -2.12194440e-4f;
+    v16f p = zero16 + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
+    return p * (v16f)bits;
+}
+
+/* Lanes of the vector at column j that are in [jl, jh]. */
+static inline v16i visible(int j, int jl, int jh) {
+    const v16i c = j + iota16;
+    return (c >= jl) & (c <= jh);
+}
+
+/* The forward's row s (nc columns, nc a multiple of 16 past jh): s =
+ * exp(scale (s - max)) over [jl, jh], zero elsewhere. Returns the row sum
+ * (16 lanes, folded in halves); *mx = the row's max score. */
+static float softmax_row(float *s, int jl, int jh, int nc, float scale, float *mx) {
+    const int a = jl / 16 * 16, e = (jh + 16) / 16 * 16;
+    v16f m = zero16 - INFINITY;
+    for (int j = a; j < e; j += 16) m = vmax(m, vsel(visible(j, jl, jh), vload(s + j), m));
+    const float M = hmax(m);
+    v16f sum = zero16;
+    for (int j = a; j < e; j += 16) {
+        v16f x = vsel(visible(j, jl, jh), vexp((vload(s + j) - M) * scale), zero16);
+        vstore(s + j, x);
+        sum += x;
+    }
+    for (int j = 0; j < a; j++) s[j] = 0.0f;
+    for (int j = e; j < nc; j++) s[j] = 0.0f;
+    *mx = M;
+    return hsum(sum);
+}
+
+/* The backward's rows p (scores in, probabilities out) and ds (dP in,
+ * dS out), nc columns: p = exp(scale p - L), ds = scale p (ds - Di) over
+ * [jl, jh], both zero elsewhere. */
+static void dsoftmax_row(float *p, float *ds, int jl, int jh, int nc, float scale, float L,
+                         float Di) {
+    const int a = jl / 16 * 16, e = (jh + 16) / 16 * 16;
+    for (int j = a; j < e; j += 16) {
+        const v16i vis = visible(j, jl, jh);
+        const v16f x = vsel(vis, vexp(vload(p + j) * scale - L), zero16);
+        vstore(p + j, x);
+        vstore(ds + j, vsel(vis, scale * x * (vload(ds + j) - Di), zero16));
+    }
+    for (int j = 0; j < a; j++) p[j] = ds[j] = 0.0f;
+    for (int j = e; j < nc; j++) p[j] = ds[j] = 0.0f;
 }
 
 /* Score columns [*c0, *c1) (relative to jb) that rows [r0, r1) of the tile
@@ -327,13 +417,9 @@ WIDE static void kern_forward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float 
                 /* S = exp(scale S - max) over each row's keys, zero elsewhere;
                  * inv = 1 / its row sums, applied to y below */
                 for (int i = 0; i < nq; i++) {
-                    float *restrict s = S + (size_t)i * ld;
                     const int row = i0 + i, jl = first_key(row, window) - jb, jh = row - jb;
-                    const float mx = row_max(s + jl, jh - jl + 1);
-                    for (int j = 0; j < jl; j++) s[j] = 0.0f;
-                    for (int j = jl; j <= jh; j++) s[j] = fast_expf((s[j] - mx) * scale);
-                    for (int j = jh + 1; j < nc; j++) s[j] = 0.0f;
-                    const float sum = (float)sum_f64(s + jl, jh - jl + 1);
+                    float mx;
+                    const float sum = softmax_row(S + (size_t)i * ld, jl, jh, nc, scale, &mx);
                     inv[i] = 1.0f / sum;
                     lse_h[row] = mx * scale + logf(sum);
                 }
@@ -395,15 +481,9 @@ WIDE static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float
                 /* P = exp(scale S - lse); dS = scale P (dP - rowsum(dO * y));
                  * both zero outside each row's keys */
                 for (int i = 0; i < nq; i++) {
-                    float *restrict p = P + (size_t)i * ld, *restrict ds = dS + (size_t)i * ld;
                     const int row = i0 + i, jl = first_key(row, window) - jb, jh = row - jb;
-                    const float L = lse_h[row], Di = Dr[i];
-                    for (int j = 0; j < jl; j++) p[j] = ds[j] = 0.0f;
-                    for (int j = jl; j <= jh; j++) {
-                        p[j] = fast_expf(p[j] * scale - L);
-                        ds[j] = scale * p[j] * (ds[j] - Di);
-                    }
-                    for (int j = jh + 1; j < nc; j++) p[j] = ds[j] = 0.0f;
+                    dsoftmax_row(P + (size_t)i * ld, dS + (size_t)i * ld, jl, jh, nc, scale,
+                                 lse_h[row], Dr[i]);
                 }
                 /* dV[j0:i1] += P^T dO;  dK[j0:i1] += dS^T q;  dQ = dS K[jb:] */
                 block_apply_t(rows_h, dv + ko + (size_t)jb * ks, ks, P, ld, Oc, hd, hd, i0, nq, jb,
