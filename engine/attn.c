@@ -189,28 +189,6 @@ static void blas_backward(float *dq, float *dk, float *dv, const float *dy, cons
  * (4-7% of the attention at make bench's shapes). */
 #define WIDE __attribute__((target("prefer-vector-width=512")))
 
-/* Kt (hd, nc; row stride ld) = keys [j0, j0 + nc) of one kv head transposed,
- * zero past T. k: that head's keys, row stride ks. In blocks of 16 keys, so
- * the rows read stay in L1 and each store fills a line. */
-static void pack_keys_t(float *Kt, int ld, const float *k, int ks, int hd, int j0, int nc, int T) {
-    for (int c0 = 0; c0 < nc; c0 += 16) {
-        const int n = imin(16, nc - c0), live = imax(0, imin(n, T - j0 - c0));
-        const float *kc = k + (size_t)(j0 + c0) * ks;
-        if (live == 16) {
-            for (int d = 0; d < hd; d++) {
-                float *restrict dst = Kt + (size_t)d * ld + c0;
-                for (int c = 0; c < 16; c++) dst[c] = kc[(size_t)c * ks + d];
-            }
-            continue;
-        }
-        for (int d = 0; d < hd; d++) {
-            float *restrict dst = Kt + (size_t)d * ld + c0;
-            for (int c = 0; c < live; c++) dst[c] = kc[(size_t)c * ks + d];
-            for (int c = live; c < n; c++) dst[c] = 0.0f;
-        }
-    }
-}
-
 /* R (T, hd) = one kv head's rows (row stride ks), contiguous. */
 static void copy_rows(float *R, const float *k, int ks, int hd, int T) {
     for (int j = 0; j < T; j++)
@@ -319,6 +297,52 @@ static void dsoftmax_row(float *p, float *ds, int jl, int jh, int nc, float scal
     }
     for (int j = 0; j < a; j++) p[j] = ds[j] = 0.0f;
     for (int j = e; j < nc; j++) p[j] = ds[j] = 0.0f;
+}
+
+/* The transpose of 16 rows of 16 floats (row r at x + r*xs) into 16 rows at
+ * y + c*ys: four rounds of interleaving row i with row i + 8, each round
+ * rotating the bits of (row, column) by one place. */
+static inline void transpose16(float *y, size_t ys, const float *x, size_t xs) {
+    v16f r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = vload(x + i * xs);
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 8; i++) {
+            t[2 * i] = __builtin_shufflevector(r[i], r[i + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5,
+                                               21, 6, 22, 7, 23);
+            t[2 * i + 1] = __builtin_shufflevector(r[i], r[i + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12,
+                                                   28, 13, 29, 14, 30, 15, 31);
+        }
+        for (int i = 0; i < 16; i++) r[i] = t[i];
+    }
+    for (int i = 0; i < 16; i++) vstore(y + i * ys, r[i]);
+}
+
+/* Kt (hd, nc; row stride ld) = keys [j0, j0 + nc) of one kv head transposed,
+ * zero past T. k: that head's keys, row stride ks. In blocks of 16 keys by
+ * 16 dimensions where both are whole, element by element elsewhere. */
+static void pack_keys_t(float *Kt, int ld, const float *k, int ks, int hd, int j0, int nc, int T) {
+    for (int c0 = 0; c0 < nc; c0 += 16) {
+        const int n = imin(16, nc - c0), live = imax(0, imin(n, T - j0 - c0));
+        const float *kc = k + (size_t)(j0 + c0) * ks;
+        int d0 = 0;
+        if (live == 16)
+            for (; d0 + 16 <= hd; d0 += 16)
+                transpose16(Kt + (size_t)d0 * ld + c0, (size_t)ld, kc + d0, (size_t)ks);
+        for (int d = d0; d < hd; d++) {
+            float *restrict dst = Kt + (size_t)d * ld + c0;
+            for (int c = 0; c < live; c++) dst[c] = kc[(size_t)c * ks + d];
+            for (int c = live; c < n; c++) dst[c] = 0.0f;
+        }
+    }
+}
+
+/* sum x[d] y[d] over d < n, in 16 float lanes when n is a multiple of 16
+ * (dot_f64 otherwise). */
+static float dot_row(const float *x, const float *y, int n) {
+    if (n % 16) return (float)dot_f64(x, y, n);
+    v16f acc = zero16;
+    for (int d = 0; d < n; d += 16) acc += vload(x + d) * vload(y + d);
+    return hsum(acc);
 }
 
 /* Score columns [*c0, *c1) (relative to jb) that rows [r0, r1) of the tile
@@ -473,7 +497,7 @@ WIDE static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float
                     memcpy(Qc + (size_t)i * hd, q + qo + (size_t)(i0 + i) * qs,
                            (size_t)hd * sizeof *Qc);
                     memcpy(Oc + (size_t)i * hd, dO + (size_t)i * qs, (size_t)hd * sizeof *Oc);
-                    Dr[i] = (float)dot_f64(dO + (size_t)i * qs, y + qo + (size_t)(i0 + i) * qs, hd);
+                    Dr[i] = dot_row(dO + (size_t)i * qs, y + qo + (size_t)(i0 + i) * qs, hd);
                 }
                 /* S = q K^T and dP = dO V^T, the visible blocks */
                 block_scores(rows_s, P, ld, Qc, hd, Kt + jb, ldt, hd, i0, nq, jb, window);
