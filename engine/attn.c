@@ -3,13 +3,18 @@
  * Work goes in query tiles of BQ rows. A tile's visible keys are one span
  * [first key of its first row, its last row], so tiles never touch keys a
  * sliding window hides from all their rows; the tile's scores against that
- * span (BQ x span, in per-thread scratch, never T x T) are one sgemm, the
- * softmax is taken row by row, and y is one more sgemm. The backward
- * recomputes the tile's probabilities from the stored log-sum-exp and gets
- * dq, dk, dv from four sgemms per tile. Inside the OpenMP team every sgemm
- * runs single-threaded on its caller (OpenBLAS's OpenMP build does so in a
- * parallel region), so one call keeps both cores busy with no hand-offs.
- * exp is fastmath.h's, which the compiler vectorises. */
+ * span live in per-thread scratch (BQ x span, never T x T), the softmax is
+ * taken row by row, and the backward recomputes the tile's probabilities
+ * from the stored log-sum-exp.
+ *
+ * Two paths compute the same thing. The kernel path (when gemm.c has a
+ * register-tiled kernel for this CPU and head size, i.e. AVX2 or AVX-512
+ * and hd a multiple of 8) runs every product through gemm_rows_fn: the
+ * operands are laid out once per (sequence, kv head) and every block of
+ * GEMM_MR query rows computes only the keys its rows can see. The BLAS path
+ * (other CPUs and head sizes) makes one single-threaded sgemm per tile and
+ * product (OpenBLAS's OpenMP build runs single-threaded inside a parallel
+ * region, so one call keeps both cores busy with no hand-offs). */
 #include "attn.h"
 
 #include <cblas.h>
@@ -22,10 +27,11 @@
 
 #define BQ 64
 
-#define KA 16 /* the kernel path's score columns start at a multiple of KA keys */
-#define LPAD                                                                                       \
-    16 /* floats past each kernel-path scratch row: a power-of-two row                             \
-        * stride would put a column panel's rows in a few L1 sets */
+/* The kernel path's score columns start at a multiple of KA keys, and its
+ * scratch rows end LPAD floats past their width: a power-of-two row stride
+ * (1 KB at T 256) puts a column panel's rows in a few L1 sets. */
+#define KA   16
+#define LPAD 16
 
 static inline size_t round_up(size_t x, size_t m) {
     return (x + m - 1) / m * m;
@@ -174,15 +180,17 @@ static void blas_backward(float *dq, float *dk, float *dv, const float *dy, cons
 
 /* ----------------------------------------------------------- kernel path */
 
-/* The kernel path lays each product out for gemm_rows_fn, with no BLAS call
- * and no packing per tile. A tile's score columns are keys [jb, jb + nkp)
- * with jb = its first visible key rounded down to KA and nkp a multiple of
- * KA; K^T (and V^T in the backward), the one operand read transposed, is
- * copied once per (sequence, kv head) or per forward unit into (hd, ld)
- * with zeros past T. Rows go in blocks of GEMM_MR, each computing only the
- * columns its rows can see, so the masked half of the diagonal and the keys
- * a sliding window hides cost (almost) nothing. Query heads of a GQA group
- * reuse the copies. */
+/* A unit of work is one kv head of one sequence with the query heads that
+ * read it (forward and backward alike), so what a unit copies serves every
+ * tile of its whole GQA group: K^T (and V^T in the backward), the operands
+ * read across a row, transposed into (hd, Tp + LPAD) with zeros past T, and
+ * V's (forward) or K's (backward) rows made contiguous. A tile's score
+ * columns are keys [jb, jb + nc) with jb its first visible key rounded down
+ * to KA and nc a multiple of KA. Rows go in blocks of GEMM_MR, each
+ * computing only the KA-wide column blocks its rows can see, so the masked
+ * half of the diagonal and the keys a sliding window hides cost (almost)
+ * nothing; products that read key rows walk them in chunks that stay in
+ * L1. */
 
 /* The kernel path's own loops (exp, the dS and row sums) vectorise at 512
  * bits where the CPU has them; GCC's tuning for AVX-512 CPUs stops at 256
@@ -526,6 +534,7 @@ WIDE static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float
 void attn_forward(float *y, float *lse, const float *q, const float *k, const float *v, int B,
                   int T, int H, int Hkv, int hd, int window, float *work, int threads) {
     gemm_rows_fn *rows_s = gemm_rows_for(KA), *rows_h = gemm_rows_for(hd);
+    window = imin(window, T); /* the same keys; row + window cannot overflow */
     if (rows_s && rows_h)
         kern_forward(rows_s, rows_h, y, lse, q, k, v, B, T, H, Hkv, hd, window, work, threads);
     else
@@ -536,6 +545,7 @@ void attn_backward(float *dq, float *dk, float *dv, const float *dy, const float
                    const float *lse, const float *q, const float *k, const float *v, int B, int T,
                    int H, int Hkv, int hd, int window, float *work, int threads) {
     gemm_rows_fn *rows_s = gemm_rows_for(KA), *rows_h = gemm_rows_for(hd);
+    window = imin(window, T);
     if (rows_s && rows_h)
         kern_backward(rows_s, rows_h, dq, dk, dv, dy, y, lse, q, k, v, B, T, H, Hkv, hd, window,
                       work, threads);
