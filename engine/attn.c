@@ -374,14 +374,22 @@ static inline int chunk_keys(int hd) {
  * jb. */
 static void block_scores(gemm_rows_fn *rows, float *S, int ld, const float *q, int qs,
                          const float *Kt, int ldk, int hd, int i0, int nq, int jb, int window) {
-    for (int p0 = 0; p0 < i0 + nq - jb; p0 += PANEL)
-        for (int r0 = 0; r0 < nq; r0 += GEMM_MR) {
-            const int r1 = imin(nq, r0 + GEMM_MR);
-            int c0, c1;
-            block_cols(i0, r0, r1, jb, window, &c0, &c1);
-            c0 = imax(c0, p0), c1 = imin(c1, p0 + PANEL);
-            if (c0 < c1) rows(r0, r1, c1 - c0, hd, q, qs, 1, Kt + c0, ldk, S + c0, ld, 0);
+    for (int p0 = 0; p0 < i0 + nq - jb; p0 += PANEL) {
+        int rs = 0, pc0 = 0, pc1 = 0; /* row blocks [rs, r0) share columns [pc0, pc1) */
+        for (int r0 = 0;; r0 += GEMM_MR) {
+            int c0 = 0, c1 = 0;
+            if (r0 < nq) {
+                block_cols(i0, r0, imin(nq, r0 + GEMM_MR), jb, window, &c0, &c1);
+                c0 = imax(c0, p0), c1 = imin(c1, p0 + PANEL);
+                if (c0 >= c1) c0 = c1 = 0;
+            }
+            if (r0 < nq && c0 == pc0 && c1 == pc1) continue;
+            if (pc0 < pc1)
+                rows(rs, imin(r0, nq), pc1 - pc0, hd, q, qs, 1, Kt + pc0, ldk, S + pc0, ld, 0);
+            if (r0 >= nq) break;
+            rs = r0, pc0 = c0, pc1 = c1;
         }
+    }
 }
 
 /* C rows [i0, i0 + nq) (row stride ldc) = A B with A the tile's (nq, ld)
@@ -392,15 +400,25 @@ static void block_scores(gemm_rows_fn *rows, float *S, int ld, const float *q, i
 static void block_apply(gemm_rows_fn *rows, float *C, int ldc, const float *A, int ld,
                         const float *b, int ks, int hd, int i0, int nq, int jb, int window) {
     const int kc = chunk_keys(hd);
-    for (int p0 = 0; p0 < i0 + nq - jb; p0 += kc)
-        for (int r0 = 0; r0 < nq; r0 += GEMM_MR) {
-            const int r1 = imin(nq, r0 + GEMM_MR);
-            const int lo = first_key(i0 + r0, window) - jb, hi = i0 + r1 - jb;
-            const int a = imax(lo, p0), e = imin(hi, p0 + kc);
-            if (a < e)
-                rows(r0, r1, hd, e - a, A + a, ld, 1, b + (size_t)a * ks, ks, C + (size_t)i0 * ldc,
-                     ldc, a > lo);
+    for (int p0 = 0; p0 < i0 + nq - jb; p0 += kc) {
+        /* row blocks [rs, r0) share keys [pa, pe) and whether they continue */
+        int rs = 0, pa = 0, pe = 0, pacc = 0;
+        for (int r0 = 0;; r0 += GEMM_MR) {
+            int a = 0, e = 0, acc = 0;
+            if (r0 < nq) {
+                const int lo = first_key(i0 + r0, window) - jb;
+                const int hi = i0 + imin(nq, r0 + GEMM_MR) - jb;
+                a = imax(lo, p0), e = imin(hi, p0 + kc), acc = a > lo;
+                if (a >= e) a = e = acc = 0;
+            }
+            if (r0 < nq && a == pa && e == pe && acc == pacc) continue;
+            if (pa < pe)
+                rows(rs, imin(r0, nq), hd, pe - pa, A + pa, ld, 1, b + (size_t)pa * ks, ks,
+                     C + (size_t)i0 * ldc, ldc, pacc);
+            if (r0 >= nq) break;
+            rs = r0, pa = a, pe = e, pacc = acc;
         }
+    }
 }
 
 /* C rows of keys [j0, i0 + nq) (key jb's row at C, stride ldc) += A^T B
@@ -411,12 +429,20 @@ static void block_apply_t(gemm_rows_fn *rows, float *C, int ldc, const float *A,
                           const float *Bm, int ldb, int hd, int i0, int nq, int jb, int j0,
                           int window) {
     const int c1 = i0 + nq - jb;
-    for (int c = j0 - jb; c < c1; c += GEMM_MR) {
-        const int m = imin(c1 - c, GEMM_MR);
-        const int lo = imax(0, jb + c - i0), hi = imin(nq, jb + c + m - 1 + window - i0 + 1);
-        if (lo >= hi) continue;
-        rows(0, m, hd, hi - lo, A + (size_t)lo * ld + c, 1, ld, Bm + (size_t)lo * ldb, ldb,
-             C + (size_t)c * ldc, ldc, 1);
+    int cs = j0 - jb, plo = 0, phi = 0; /* key blocks [cs, c) share rows [plo, phi) */
+    for (int c = j0 - jb;; c += GEMM_MR) {
+        int lo = 0, hi = 0;
+        if (c < c1) {
+            lo = imax(0, jb + c - i0);
+            hi = imin(nq, jb + imin(c1, c + GEMM_MR) - 1 + window - i0 + 1);
+            if (lo >= hi) lo = hi = 0;
+        }
+        if (c < c1 && lo == plo && hi == phi) continue;
+        if (plo < phi)
+            rows(0, imin(c, c1) - cs, hd, phi - plo, A + (size_t)plo * ld + cs, 1, ld,
+                 Bm + (size_t)plo * ldb, ldb, C + (size_t)cs * ldc, ldc, 1);
+        if (c >= c1) break;
+        cs = c, plo = lo, phi = hi;
     }
 }
 
