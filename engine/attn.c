@@ -192,23 +192,19 @@ static void blas_backward(float *dq, float *dk, float *dv, const float *dy, cons
  * nothing; products that read key rows walk them in chunks that stay in
  * L1. */
 
-/* The kernel path's own loops (exp, the dS and row sums) vectorise at 512
- * bits where the CPU has them; GCC's tuning for AVX-512 CPUs stops at 256
- * (4-7% of the attention at make bench's shapes). */
-#define WIDE __attribute__((target("prefer-vector-width=512")))
-
 /* R (T, hd) = one kv head's rows (row stride ks), contiguous. */
 static void copy_rows(float *R, const float *k, int ks, int hd, int T) {
     for (int j = 0; j < T; j++)
         memcpy(R + (size_t)j * hd, k + (size_t)j * ks, (size_t)hd * sizeof *R);
 }
 
-/* ---------------------------------------------------- softmax rows, 16 lanes */
+/* -------------------------------------------------------- 16-lane vectors */
 
-/* A row's probabilities in 16-float vectors (GCC's generic vectors: one
- * AVX-512 register, or two AVX2 ones): whole vectors over the KA-aligned
- * span around a row's visible keys [jl, jh], lanes outside it selected away,
- * so a row costs no scalar remainder loops. */
+/* Softmax rows, row dots and the transposes in 16-float vectors (GCC's
+ * generic vectors: one AVX-512 register, or two AVX2 ones). A row is taken
+ * in whole vectors over the KA-aligned span around its visible keys
+ * [jl, jh], lanes outside them selected away, so it costs no scalar
+ * remainder loops. */
 typedef float v16f __attribute__((vector_size(64)));
 typedef int v16i __attribute__((vector_size(64)));
 typedef float v16fu __attribute__((vector_size(64), aligned(4)));
@@ -445,6 +441,11 @@ static void block_apply_t(gemm_rows_fn *rows, float *C, int ldc, const float *A,
         cs = c, plo = lo, phi = hi;
     }
 }
+
+/* The kernel path's own loops (exp, the dS and row sums) vectorise at 512
+ * bits where the CPU has them; GCC's tuning for AVX-512 CPUs stops at 256
+ * (4-7% of the attention at make bench's shapes). */
+#define WIDE __attribute__((target("prefer-vector-width=512")))
 
 WIDE static void kern_forward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float *y, float *lse,
                               const float *q, const float *k, const float *v, int B, int T, int H,
