@@ -417,16 +417,12 @@ static void block_apply(gemm_rows_fn *rows, float *C, int ldc, const float *A, i
     }
 }
 
-/* C rows of keys [j0, i0 + nq) (key jb's row at C, stride ldc) += A^T B
- * with A (nq, ld) as in block_apply and B the tile's rows (row stride ldb):
- * each block of GEMM_MR keys sums over the tile's rows that can see one of
- * them, in row order. */
-static void block_apply_t(gemm_rows_fn *rows, float *C, int ldc, const float *A, int ld,
-                          const float *Bm, int ldb, int hd, int i0, int nq, int jb, int j0,
-                          int window) {
-    const int c1 = i0 + nq - jb;
-    int cs = j0 - jb, plo = 0, phi = 0; /* key blocks [cs, c) share rows [plo, phi) */
-    for (int c = j0 - jb;; c += GEMM_MR) {
+/* block_apply_t over the keys [jb + c0, jb + c1), adding to C or not. */
+static void keys_apply_t(gemm_rows_fn *rows, float *C, int ldc, const float *A, int ld,
+                         const float *Bm, int ldb, int hd, int i0, int nq, int jb, int c0, int c1,
+                         int window, int acc_in) {
+    int cs = c0, plo = 0, phi = 0; /* key blocks [cs, c) share rows [plo, phi) */
+    for (int c = c0;; c += GEMM_MR) {
         int lo = 0, hi = 0;
         if (c < c1) {
             lo = imax(0, jb + c - i0);
@@ -436,10 +432,23 @@ static void block_apply_t(gemm_rows_fn *rows, float *C, int ldc, const float *A,
         if (c < c1 && lo == plo && hi == phi) continue;
         if (plo < phi)
             rows(0, imin(c, c1) - cs, hd, phi - plo, A + (size_t)plo * ld + cs, 1, ld,
-                 Bm + (size_t)plo * ldb, ldb, C + (size_t)cs * ldc, ldc, 1);
+                 Bm + (size_t)plo * ldb, ldb, C + (size_t)cs * ldc, ldc, acc_in);
         if (c >= c1) break;
         cs = c, plo = lo, phi = hi;
     }
+}
+
+/* C rows of keys [j0, i0 + nq) (key jb's row at C, stride ldc) (+)= A^T B
+ * with A (nq, ld) as in block_apply and B the tile's rows (row stride ldb):
+ * each block of GEMM_MR keys sums over the tile's rows that can see one of
+ * them, in row order. Keys from `fresh` on are overwritten (their first
+ * contribution), the others added to. */
+static void block_apply_t(gemm_rows_fn *rows, float *C, int ldc, const float *A, int ld,
+                          const float *Bm, int ldb, int hd, int i0, int nq, int jb, int j0,
+                          int fresh, int window) {
+    fresh = imax(j0, imin(fresh, i0 + nq));
+    keys_apply_t(rows, C, ldc, A, ld, Bm, ldb, hd, i0, nq, jb, j0 - jb, fresh - jb, window, 1);
+    keys_apply_t(rows, C, ldc, A, ld, Bm, ldb, hd, i0, nq, jb, fresh - jb, i0 + nq - jb, window, 0);
 }
 
 /* The kernel path's own loops (exp, the dS and row sums) vectorise at 512
@@ -515,10 +524,6 @@ WIDE static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float
         pack_keys_t(Kt, ldt, k + ko, ks, hd, 0, tp, T);
         pack_keys_t(Vt, ldt, v + ko, ks, hd, 0, tp, T);
         copy_rows(Kr, k + ko, ks, hd, T);
-        for (int t = 0; t < T; t++) {
-            memset(dk + ko + (size_t)t * ks, 0, (size_t)hd * sizeof *dk);
-            memset(dv + ko + (size_t)t * ks, 0, (size_t)hd * sizeof *dv);
-        }
         for (int h = g * group; h < (g + 1) * group; h++) {
             const size_t qo = (size_t)b * T * qs + (size_t)h * hd;
             const float *lse_h = lse + ((size_t)b * H + h) * T;
@@ -544,11 +549,14 @@ WIDE static void kern_backward(gemm_rows_fn *rows_s, gemm_rows_fn *rows_h, float
                     dsoftmax_row(P + (size_t)i * ld, dS + (size_t)i * ld, jl, jh, nc, scale,
                                  lse_h[row], Dr[i]);
                 }
-                /* dV[j0:i1] += P^T dO;  dK[j0:i1] += dS^T q;  dQ = dS K[jb:] */
+                /* dV[j0:i1] += P^T dO;  dK[j0:i1] += dS^T q;  dQ = dS K[jb:]. The
+                 * group's first head meets keys [i0, i1) first here (row j is
+                 * the first to see key j): those rows are overwritten. */
+                const int fresh = h == g * group ? i0 : i1;
                 block_apply_t(rows_h, dv + ko + (size_t)jb * ks, ks, P, ld, Oc, hd, hd, i0, nq, jb,
-                              j0, window);
+                              j0, fresh, window);
                 block_apply_t(rows_h, dk + ko + (size_t)jb * ks, ks, dS, ld, Qc, hd, hd, i0, nq, jb,
-                              j0, window);
+                              j0, fresh, window);
                 block_apply(rows_h, dq + qo, qs, dS, ld, Kr + (size_t)jb * hd, hd, hd, i0, nq, jb,
                             window);
             }
