@@ -10,6 +10,7 @@
 #   make test-slurm the Slurm executor on a one-node Slurm on localhost (root; ~2 min)
 #   make bench      engine benchmarks side by side with the PyTorch reference
 #   make bench-tok  tokenizer training and encoding speed, with its limits
+#   make bench-attn the fused attention per kernel at make bench's shapes
 #   make bench-sampler / bench-noise   val_bpb by row sampler; seed-to-seed noise
 #                   (long: five-minute runs on the default corpus; BENCH_ARGS adds options)
 #   make bench-train  nightshift train beside the PyTorch reference trainer: tokens and
@@ -76,7 +77,7 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
-.PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok
+.PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -234,6 +235,13 @@ $(BUILD)/tok-bench: $(BUILD)/tests/bench/tok_bench.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-tok: $(BUILD)/tok-bench
 	$(BUILD)/tok-bench 5
+
+# The fused attention's forward and backward at S, M and L's shapes, BLAS
+# beside each register-tiled kernel, 15 repeats on 2 threads (tests/bench/attn_bench.c).
+$(BUILD)/attn-bench: $(BUILD)/tests/bench/attn_bench.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
+bench-attn: $(BUILD)/attn-bench
+	OMP_WAIT_POLICY=PASSIVE $(BUILD)/attn-bench 15 2
 
 # Sequential walk vs random rows on the genre-ordered default corpus, and the
 # seed noise of experiments/baseline.json (tests/bench/sampler.sh, noise.sh).

@@ -182,6 +182,20 @@ static kernel_t kernel_for(int in, int out, int n, int fresh) {
     }
 }
 
+_Static_assert(MR == GEMM_MR, "gemm.h publishes the tile height");
+
+gemm_rows_fn *gemm_rows_for(int n) {
+    switch (gemm_current()) {
+    case GEMM_AVX512:
+        if (n % 16 == 0) return rows_avx512;
+        __attribute__((fallthrough)); /* AVX-512 CPUs have AVX2 */
+    case GEMM_AVX2:
+        return n % 8 == 0 ? rows_avx2 : NULL;
+    default:
+        return NULL;
+    }
+}
+
 /* Below this many multiply-adds a product runs on the calling thread. */
 #define GEMM_PARALLEL_MIN (1 << 18)
 

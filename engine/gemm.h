@@ -16,6 +16,8 @@
 #ifndef NIGHTSHIFT_GEMM_H
 #define NIGHTSHIFT_GEMM_H
 
+#include <stddef.h>
+
 typedef enum { GEMM_AUTO, GEMM_BLAS, GEMM_AVX2, GEMM_AVX512 } gemm_isa;
 
 /* Use `isa` from now on (GEMM_AUTO: the widest this CPU has). Returns 0, or
@@ -54,5 +56,24 @@ void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float
 void gemm_linear_backward_then(float *dx, int ldx, float beta, float *dW, const float *dy,
                                const float *x, const float *W, int N, int in, int out,
                                gemm_epilogue_fn *epilogue, void *ctx);
+
+/* The register-tiled kernel itself, for callers that lay out their own
+ * products (the fused attention): C rows [m0, m1) over n columns (+)= A B,
+ * with C (M, n) at C[i*ldc + c], A (M, K) element (i, p) at A[i*ars + p*acs]
+ * (a transpose may be read in place), B (K, n) row p contiguous at B + p*ldb
+ * (ldb > 0). acc_in: add to C instead of overwriting it. Runs on the calling
+ * thread, summing each output over p = 0, 1, ... K-1 in order. C is written
+ * in tiles of GEMM_MR rows. */
+typedef void gemm_rows_fn(int m0, int m1, int n, int K, const float *A, ptrdiff_t ars,
+                          ptrdiff_t acs, const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
+                          int acc_in);
+
+/* Rows per register tile of gemm_rows_fn. */
+#define GEMM_MR 6
+
+/* The kernel in use (gemm_current) for products with n columns, or NULL when
+ * that is BLAS or n is not a whole number of the kernel's vectors (16 floats
+ * for AVX-512, which falls back to AVX2's 8). */
+gemm_rows_fn *gemm_rows_for(int n);
 
 #endif

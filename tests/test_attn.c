@@ -1,11 +1,15 @@
 /* test_attn.c - the fused attention (attn.c) against the plain reference
  * (ops_attention_forward/backward): windows, GQA, T below a tile and across
- * tiles, odd head sizes, one and several threads. */
+ * tiles, odd head sizes, one and several threads, with BLAS and with every
+ * register-tiled kernel this CPU has (gemm_select), and the same bits
+ * whatever the thread count. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attn.h"
+#include "gemm.h"
 #include "ops.h"
 #include "rng.h"
 
@@ -69,16 +73,72 @@ static void check(shape_t s) {
     free(dq_ref), free(dk_ref), free(dv_ref), free(dq), free(dk), free(dv), free(work);
 }
 
+/* The kernels to try: BLAS and each one this CPU has. */
+static const gemm_isa isas[] = {GEMM_BLAS, GEMM_AVX2, GEMM_AVX512};
+
+/* check(s) under every kernel this CPU has. */
+static void check_isas(shape_t s) {
+    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
+        if (gemm_select(isas[i]) != 0) continue;
+        check(s);
+    }
+    gemm_select(GEMM_AUTO);
+}
+
 Test(attn, matches_reference_small_and_odd) {
-    check((shape_t){1, 1, 1, 1, 4, 1, 1});   /* one token */
-    check((shape_t){2, 5, 2, 1, 3, 2, 1});   /* odd head size, GQA, short window */
-    check((shape_t){3, 17, 3, 3, 5, 17, 2}); /* full window, T below a tile */
-    check((shape_t){2, 9, 4, 2, 6, 0, 2});   /* window 0: each query sees itself */
+    check_isas((shape_t){1, 1, 1, 1, 4, 1, 1});   /* one token */
+    check_isas((shape_t){2, 5, 2, 1, 3, 2, 1});   /* odd head size, GQA, short window */
+    check_isas((shape_t){3, 17, 3, 3, 5, 17, 2}); /* full window, T below a tile */
+    check_isas((shape_t){2, 9, 4, 2, 6, 0, 2});   /* window 0: each query sees itself */
+    check_isas((shape_t){1, 3, 2, 1, 16, 0, 1});  /* window 0 on a kernel's head size */
 }
 
 Test(attn, matches_reference_across_tiles) {
-    check((shape_t){2, 130, 4, 2, 8, 130, 2}); /* causal, three query tiles */
-    check((shape_t){1, 200, 2, 1, 16, 70, 2}); /* sliding window skips whole tiles */
-    check((shape_t){2, 128, 2, 2, 32, 64, 1}); /* tile-aligned, half window */
-    check((shape_t){1, 96, 6, 2, 12, 31, 3});  /* more threads than cores */
+    check_isas((shape_t){2, 130, 4, 2, 8, 130, 2}); /* causal, three query tiles */
+    check_isas((shape_t){1, 200, 2, 1, 16, 70, 2}); /* sliding window skips whole tiles */
+    check_isas((shape_t){2, 128, 2, 2, 32, 64, 1}); /* tile-aligned, half window */
+    check_isas((shape_t){1, 96, 6, 2, 12, 31, 3});  /* more threads than cores */
+}
+
+Test(attn, matches_reference_head_dim_64) {
+    check_isas((shape_t){2, 256, 4, 2, 64, 256, 2}); /* bench L's shape, two sequences */
+    check_isas((shape_t){1, 256, 4, 2, 64, 256, 1}); /* one thread */
+    check_isas((shape_t){1, 150, 4, 2, 64, 150, 2}); /* T not a multiple of the tile */
+    check_isas((shape_t){2, 150, 2, 1, 64, 37, 2});  /* window not a multiple of anything */
+    check_isas((shape_t){1, 256, 4, 4, 64, 128, 1}); /* half window, no GQA */
+    check_isas((shape_t){1, 100, 4, 2, 32, 99, 2});  /* window T-1 */
+}
+
+/* The outputs of one run, for comparing bits across thread counts. */
+static void run(float *out, shape_t s, const float *in) {
+    const size_t N = (size_t)s.B * s.T, qn = N * s.H * s.hd, kn = N * s.Hkv * s.hd;
+    const float *q = in, *k = q + qn, *v = k + kn, *dy = v + kn;
+    float *y = out, *dq = y + qn, *dk = dq + qn, *dv = dk + kn, *lse = dv + kn;
+    float *work = malloc(attn_work_floats(s.hd, s.T, s.threads) * 4);
+    cr_assert(work);
+    attn_forward(y, lse, q, k, v, s.B, s.T, s.H, s.Hkv, s.hd, s.window, work, s.threads);
+    attn_backward(dq, dk, dv, dy, y, lse, q, k, v, s.B, s.T, s.H, s.Hkv, s.hd, s.window, work,
+                  s.threads);
+    free(work);
+}
+
+Test(attn, same_bits_for_any_thread_count) {
+    shape_t s = {3, 150, 4, 2, 64, 150, 1};
+    const size_t N = (size_t)s.B * s.T, qn = N * s.H * s.hd, kn = N * s.Hkv * s.hd;
+    const size_t nin = 2 * qn + 2 * kn, nout = 2 * qn + 2 * kn + (size_t)s.B * s.H * s.T;
+    float *in = malloc(nin * 4), *a = malloc(nout * 4), *b = malloc(nout * 4);
+    cr_assert(in && a && b);
+    rng_t r;
+    rng_seed(&r, 7);
+    for (size_t i = 0; i < nin; i++) in[i] = rng_normal(&r);
+    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
+        if (gemm_select(isas[i]) != 0) continue;
+        s.threads = 1;
+        run(a, s, in);
+        s.threads = 2;
+        run(b, s, in);
+        cr_expect(memcmp(a, b, nout * 4) == 0, "%s: 1 and 2 threads differ",
+                  gemm_isa_name(isas[i]));
+    }
+    free(in), free(a), free(b);
 }
