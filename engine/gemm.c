@@ -154,24 +154,22 @@ typedef struct {
     int panel;
 } kernel_t;
 
-/* Longest short side (in or out) the kernel takes. Measured against
- * OpenBLAS's SKYLAKEX kernels: for the weight gradient, which accumulates
- * over the long side, it wins up to 256 and loses from 384 on. For products
- * that write a fresh output (y, and dx), which BLAS runs as a clearing pass
- * (beta 0) and then the product, the AVX-512 kernel wins up to 1024 (model
- * L's q, k, v, MLP and projection forwards: 5-12% less CPU time with cold
- * caches; its dx products: even). */
-#define GEMM_MAX_SIDE              256
-#define GEMM_MAX_SIDE_AVX512_FRESH 1024
+/* Longest short side (in or out) the kernel takes: measured against
+ * OpenBLAS's SKYLAKEX kernels, it wins up to 256 and loses from 384 on in the
+ * backward. The AVX-512 forward, which BLAS runs as a clearing pass over y
+ * (beta 0) and then the product, wins up to 1024 (model L's fused q, k, v,
+ * MLP and projection forwards, 5-12% less CPU time with cold caches). */
+#define GEMM_MAX_SIDE                256
+#define GEMM_MAX_SIDE_AVX512_FORWARD 1024
 
 /* The kernel for a product between sides `in` and `out` whose result has n
- * columns (one of the two) and is written fresh (fresh = 1) or accumulated;
+ * columns (one of the two), for the forward or for the backward's products;
  * rows NULL for BLAS. */
-static kernel_t kernel_for(int in, int out, int n, int fresh) {
+static kernel_t kernel_for(int in, int out, int n, int forward) {
     const int side = in > out ? in : out;
     switch (gemm_current()) {
     case GEMM_AVX512:
-        if (n % 16 == 0 && side <= (fresh ? GEMM_MAX_SIDE_AVX512_FRESH : GEMM_MAX_SIDE))
+        if (n % 16 == 0 && side <= (forward ? GEMM_MAX_SIDE_AVX512_FORWARD : GEMM_MAX_SIDE))
             return (kernel_t){rows_avx512, 64};
         __attribute__((fallthrough)); /* AVX-512 CPUs have AVX2 */
     case GEMM_AVX2:
@@ -282,17 +280,12 @@ static const float *pack_panels(const float *src, ptrdiff_t sp, ptrdiff_t sc, in
     return pack_buf;
 }
 
-/* Rows per block after which a forward's epilogue runs: the block's outputs
- * (up to 1024 columns, 192 KB) are still in the core's L2 when it reads them. */
-#define EPILOGUE_ROWS (8 * MR)
-
-void gemm_linear_forward_then(float *y, const float *x, int ldx, const float *W, int N, int in,
-                              int out, gemm_epilogue_fn *epilogue, void *ctx) {
-    const kernel_t kn = kernel_for(in, out, out, 1);
+void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in,
+                         int out) {
+    kernel_t kn = kernel_for(in, out, out, 1);
     const float *Wp = kn.rows ? pack_panels(W, 1, in, in, out, kn.panel) : NULL;
     if (!Wp) {
         blas_forward(y, x, ldx, W, N, in, out);
-        if (epilogue) epilogue(0, N, ctx);
         return;
     }
     double t0 = prof_begin();
@@ -300,76 +293,36 @@ void gemm_linear_forward_then(float *y, const float *x, int ldx, const float *W,
     {
         int m0, m1;
         thread_rows(N, &m0, &m1);
-        const int step = epilogue ? EPILOGUE_ROWS : m1 - m0;
-        for (int r0 = m0; r0 < m1; r0 += step) {
-            const int r1 = m1 - r0 < step ? m1 : r0 + step;
-            kn.rows(r0, r1, out, in, x, ldx, 1, Wp, 0, y, out, 0);
-            if (epilogue) epilogue(r0, r1, ctx);
-        }
-    }
-    prof_end(PROF_MATMUL, t0);
-}
-
-void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in,
-                         int out) {
-    gemm_linear_forward_then(y, x, ldx, W, N, in, out, NULL, NULL);
-}
-
-/* Rows [m0, m1) of dx (+)= dy W by the kernel with W packed in Wp, in
- * blocks followed by the epilogue (if any). */
-static void dx_rows(kernel_t kn, int m0, int m1, float *dx, int ldx, float beta, const float *dy,
-                    const float *Wp, int in, int out, gemm_epilogue_fn *epilogue, void *ctx) {
-    const int step = epilogue ? EPILOGUE_ROWS : m1 - m0;
-    for (int r0 = m0; r0 < m1; r0 += step) {
-        const int r1 = m1 - r0 < step ? m1 : r0 + step;
-        kn.rows(r0, r1, in, out, dy, out, 1, Wp, 0, dx, ldx, beta != 0.0f);
-        if (epilogue) epilogue(r0, r1, ctx);
-    }
-}
-
-void gemm_linear_backward_then(float *dx, int ldx, float beta, float *dW, const float *dy,
-                               const float *x, const float *W, int N, int in, int out,
-                               gemm_epilogue_fn *epilogue, void *ctx) {
-    const kernel_t kw = kernel_for(in, out, in, 0);
-    const kernel_t kx = dx ? kernel_for(in, out, in, 1) : (kernel_t){NULL, 0};
-    const float *Wp = kx.rows ? pack_panels(W, in, 1, out, in, kx.panel) : NULL;
-    if (!kw.rows && !Wp) {
-        blas_backward(dx, ldx, beta, dW, dy, x, W, N, in, out);
-        if (dx && epilogue) epilogue(0, N, ctx);
-        return;
-    }
-    double t0 = prof_begin();
-#pragma omp parallel if ((double)N * in * out >= GEMM_PARALLEL_MIN)
-    {
-        int m0, m1;
-        /* dW (out, in) += dy^T x: A = dy^T read in place, B = x, K = N in
-         * chunks; or one single-threaded BLAS call per thread */
-        thread_rows(out, &m0, &m1);
-        if (m0 < m1 && kw.rows)
-            for (int k0 = 0; k0 < N; k0 += KC) {
-                int kc = N - k0 < KC ? N - k0 : KC;
-                kw.rows(m0, m1, in, kc, dy + (size_t)k0 * out, 1, out, x + (size_t)k0 * ldx, ldx,
-                        dW, in, 1);
-            }
-        else if (m0 < m1)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m1 - m0, in, N, 1.0f, dy + m0, out,
-                        x, ldx, 1.0f, dW + (size_t)m0 * in, in);
-        /* dx (N, in) (+)= dy (N, out) W (out, in) */
-        if (dx) {
-            thread_rows(N, &m0, &m1);
-            if (m0 < m1 && Wp)
-                dx_rows(kx, m0, m1, dx, ldx, beta, dy, Wp, in, out, epilogue, ctx);
-            else if (m0 < m1) {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m1 - m0, in, out, 1.0f,
-                            dy + (size_t)m0 * out, out, W, in, beta, dx + (size_t)m0 * ldx, ldx);
-                if (epilogue) epilogue(m0, m1, ctx);
-            }
-        }
+        if (m0 < m1) kn.rows(m0, m1, out, in, x, ldx, 1, Wp, 0, y, out, 0);
     }
     prof_end(PROF_MATMUL, t0);
 }
 
 void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float *dy,
                           const float *x, const float *W, int N, int in, int out) {
-    gemm_linear_backward_then(dx, ldx, beta, dW, dy, x, W, N, in, out, NULL, NULL);
+    kernel_t kn = kernel_for(in, out, in, 0);
+    const float *Wp = kn.rows && dx ? pack_panels(W, in, 1, out, in, kn.panel) : NULL;
+    if (!kn.rows || (dx && !Wp)) {
+        blas_backward(dx, ldx, beta, dW, dy, x, W, N, in, out);
+        return;
+    }
+    double t0 = prof_begin();
+#pragma omp parallel if ((double)N * in * out >= GEMM_PARALLEL_MIN)
+    {
+        int m0, m1;
+        /* dW (out, in) += dy^T x: A = dy^T read in place, B = x, K = N in chunks */
+        thread_rows(out, &m0, &m1);
+        if (m0 < m1)
+            for (int k0 = 0; k0 < N; k0 += KC) {
+                int kc = N - k0 < KC ? N - k0 : KC;
+                kn.rows(m0, m1, in, kc, dy + (size_t)k0 * out, 1, out, x + (size_t)k0 * ldx, ldx,
+                        dW, in, 1);
+            }
+        /* dx (N, in) (+)= dy (N, out) W (out, in) */
+        if (dx) {
+            thread_rows(N, &m0, &m1);
+            if (m0 < m1) kn.rows(m0, m1, in, out, dy, out, 1, Wp, 0, dx, ldx, beta != 0.0f);
+        }
+    }
+    prof_end(PROF_MATMUL, t0);
 }

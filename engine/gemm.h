@@ -34,28 +34,10 @@ const char *gemm_isa_name(gemm_isa isa);
 /* y (N, out) = x (N, in; row stride ldx >= in) W^T with W (out, in). */
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out);
 
-/* Called for rows [m0, m1) of a forward's result once they are computed,
- * by the thread that computed them, inside the product's parallel region
- * (anything it parallelises runs on that thread alone). */
-typedef void gemm_epilogue_fn(int m0, int m1, void *ctx);
-
-/* gemm_linear_forward, then epilogue (if not NULL) over every row of y, in
- * blocks of a few dozen rows right after each is computed, so an
- * element-wise pass over y (the MLP's activation) reads it from cache. On the
- * BLAS path the epilogue runs once over all N rows after the product. */
-void gemm_linear_forward_then(float *y, const float *x, int ldx, const float *W, int N, int in,
-                              int out, gemm_epilogue_fn *epilogue, void *ctx);
-
 /* dW (out, in) += dy^T x with dy (N, out), x (N, in; row stride ldx). If dx
  * is not NULL: dx (N, in; row stride ldx) = dy W (beta 0) or += (beta 1). */
 void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float *dy,
                           const float *x, const float *W, int N, int in, int out);
-
-/* gemm_linear_backward, then epilogue (if not NULL and dx is not) over every
- * row of dx, as gemm_linear_forward_then does over y. */
-void gemm_linear_backward_then(float *dx, int ldx, float beta, float *dW, const float *dy,
-                               const float *x, const float *W, int N, int in, int out,
-                               gemm_epilogue_fn *epilogue, void *ctx);
 
 /* The register-tiled kernel itself, for callers that lay out their own
  * products (the fused attention): C rows [m0, m1) over n columns (+)= A B,

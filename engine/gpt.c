@@ -384,29 +384,6 @@ static void qkv_block(float *qkv, int w, int off, float *x, int width, int N, in
     }
 }
 
-/* The MLP's activation as epilogues of its products (gemm.h), over rows
- * [m0, m1): forward a (N, hidden) = act(h) with h (N, fc_rows); backward
- * out = dh (N, fc_rows) from da (N, hidden) and h. */
-typedef struct {
-    float *out;
-    const float *h;
-    int fc_rows, hidden;
-    spec_mlp_kind kind;
-    const float *da;
-} mlp_act_ctx;
-
-static void mlp_act_rows(int m0, int m1, void *ctx) {
-    const mlp_act_ctx *c = ctx;
-    ops_mlp_act_forward(c->out + (size_t)m0 * c->hidden, c->h + (size_t)m0 * c->fc_rows, m1 - m0,
-                        c->hidden, c->kind);
-}
-
-static void mlp_act_backward_rows(int m0, int m1, void *ctx) {
-    const mlp_act_ctx *c = ctx;
-    ops_mlp_act_backward(c->out + (size_t)m0 * c->fc_rows, c->da + (size_t)m0 * c->hidden,
-                         c->h + (size_t)m0 * c->fc_rows, m1 - m0, c->hidden, c->kind);
-}
-
 /* Threads the attention may use: the team's size, within what its scratch
  * was laid out for. */
 static int attn_threads(const gpt_acts_t *a) {
@@ -501,8 +478,8 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
 
         /* mlp (the residual add and its norm in one pass) */
         ops_add_rmsnorm_forward(x, s->xn2, s->rstd2, a->dxn, N, D);
-        mlp_act_ctx act = {s->a, s->h, fc_rows(c), c->mlp_hidden, c->mlp, NULL};
-        gemm_linear_forward_then(s->h, s->xn2, D, w->fc, N, D, fc_rows(c), mlp_act_rows, &act);
+        gemm_linear_forward(s->h, s->xn2, D, w->fc, N, D, fc_rows(c));
+        ops_mlp_act_forward(s->a, s->h, N, c->mlp_hidden, c->mlp);
         gemm_linear_forward(a->dxn, s->a, c->mlp_hidden, w->mlp_proj, N, c->mlp_hidden, D);
         /* its add into x is left to the next block's mix, or the final norm */
     }
@@ -590,9 +567,9 @@ void gpt_backward(gpt_t *m, float scale) {
         layer_acts_t *s = &a->l[l];
 
         /* mlp: x_out = x_mid + act(xn2 Wfc^T) Wp^T; dres is d/dx_out = d/dx_mid (direct) */
-        mlp_act_ctx act = {a->dh, s->h, fc_rows(c), hidden, c->mlp, a->da};
-        gemm_linear_backward_then(a->da, hidden, 0.0f, gw->mlp_proj, a->dres, s->a, w->mlp_proj, N,
-                                  hidden, D, mlp_act_backward_rows, &act);
+        gemm_linear_backward(a->da, hidden, 0.0f, gw->mlp_proj, a->dres, s->a, w->mlp_proj, N,
+                             hidden, D);
+        ops_mlp_act_backward(a->dh, a->da, s->h, N, hidden, c->mlp);
         gemm_linear_backward(a->dxn, D, 0.0f, gw->fc, a->dh, s->xn2, w->fc, N, D, fc_rows(c));
         ops_rmsnorm_backward_acc(a->dres, a->dxn, s->xn2, s->rstd2, N, D);
 

@@ -2,8 +2,7 @@
  *
  * Kernels charge their wall-clock time to one phase (attention, matrix
  * products, optimiser); whatever a step spends outside them is element-wise
- * work (except what runs as a product's epilogue, gemm.h: the MLP's
- * activation counts as matrix products). The counters are process-wide and only ever touched from the thread
+ * work. The counters are process-wide and only ever touched from the thread
  * that drives the step (never from inside a parallel region), so they need no
  * locking. `nightshift bench` reads them; a run that never reads them pays two
  * clock reads per kernel call. */

@@ -291,8 +291,7 @@ def main():
     print("GFLOP/s: `nightshift cost` training FLOPs per token x nightshift tok/s; MFU: that "
           "over the sgemm peak above.")
     print("attn/matmul/elem/optim: nightshift's step time by phase (engine/prof.h); elem is "
-          "everything outside attention, linear layers and the optimiser (the MLP's "
-          "activation runs inside its linear layers, in matmul).")
+          "everything outside attention, linear layers and the optimiser.")
     return 1 if failed else 0
 
 
