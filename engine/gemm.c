@@ -15,6 +15,7 @@
 #include <omp.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops.h"
 #include "prof.h"
@@ -254,36 +255,58 @@ static void blas_backward(float *dx, int ldx, float beta, float *dW, const float
     prof_end(PROF_MATMUL, t0);
 }
 
-/* The packed weight, grown as needed; owned by this module per thread and
- * kept for the next call (reachable until exit). */
+/* The packed weight, grown as needed by the calling thread and filled by
+ * its team; owned by this module per calling thread and kept for the next
+ * call (reachable until exit). */
 static _Thread_local float *pack_buf;
 static _Thread_local size_t pack_cap;
 
-/* B (K, n) with element (p, c) at src[p*sp + c*sc], copied into pack_buf as
- * consecutive panels of `panel` columns (the last may be narrower), each
- * K rows of its width: panel j0 starts at j0*K. NULL when out of memory. */
-static const float *pack_panels(const float *src, ptrdiff_t sp, ptrdiff_t sc, int K, int n,
-                                int panel) {
-    size_t need = (size_t)K * n;
+/* This thread's pack buffer grown to `need` floats; NULL when out of memory. */
+static float *pack_reserve(size_t need) {
     if (need > pack_cap) {
         float *b = realloc(pack_buf, need * sizeof *b);
         if (!b) return NULL;
         pack_buf = b;
         pack_cap = need;
     }
-    for (int j0 = 0; j0 < n; j0 += panel) {
-        int w = n - j0 < panel ? n - j0 : panel;
-        float *d = pack_buf + (size_t)j0 * K;
-        for (int c = 0; c < w; c++)
-            for (int p = 0; p < K; p++) d[(size_t)p * w + c] = src[p * sp + (j0 + c) * sc];
-    }
     return pack_buf;
+}
+
+/* Panel j0 of B (K, n) with element (p, c) at src[p*sp + c*sc], one of the
+ * panels of `panel` columns (the last may be narrower) laid out one after
+ * another in dst, each K rows of its width: the panel starts at dst + j0*K.
+ * Rows of B are either contiguous in src (sc 1: copied row by row) or its
+ * columns are (sp 1: the forward's W^T, transposed through blocks of 16
+ * rows so both sides stay within a few cache lines). */
+static void pack_panel(float *dst, const float *src, ptrdiff_t sp, ptrdiff_t sc, int K, int n,
+                       int panel, int j0) {
+    const int w = n - j0 < panel ? n - j0 : panel;
+    float *d = dst + (size_t)j0 * K;
+    if (sc == 1) {
+        for (int p = 0; p < K; p++)
+            memcpy(d + (size_t)p * w, src + p * sp + j0, (size_t)w * sizeof *d);
+        return;
+    }
+    for (int p0 = 0; p0 < K; p0 += 16) {
+        const int p1 = K - p0 < 16 ? K : p0 + 16;
+        for (int c = 0; c < w; c++)
+            for (int p = p0; p < p1; p++) d[(size_t)p * w + c] = src[p * sp + (j0 + c) * sc];
+    }
+}
+
+/* Inside a parallel region: the team packs B's panels into dst, without a
+ * barrier at the end (the caller places one before reading dst). */
+static void pack_panels_team(float *dst, const float *src, ptrdiff_t sp, ptrdiff_t sc, int K, int n,
+                             int panel) {
+    const int panels = (n + panel - 1) / panel;
+#pragma omp for schedule(static) nowait
+    for (int j = 0; j < panels; j++) pack_panel(dst, src, sp, sc, K, n, panel, j * panel);
 }
 
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in,
                          int out) {
     kernel_t kn = kernel_for(in, out, out, 1);
-    const float *Wp = kn.rows ? pack_panels(W, 1, in, in, out, kn.panel) : NULL;
+    float *Wp = kn.rows ? pack_reserve((size_t)in * out) : NULL;
     if (!Wp) {
         blas_forward(y, x, ldx, W, N, in, out);
         return;
@@ -291,6 +314,8 @@ void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int 
     double t0 = prof_begin();
 #pragma omp parallel if ((double)N * in * out >= GEMM_PARALLEL_MIN)
     {
+        pack_panels_team(Wp, W, 1, in, in, out, kn.panel);
+#pragma omp barrier
         int m0, m1;
         thread_rows(N, &m0, &m1);
         if (m0 < m1) kn.rows(m0, m1, out, in, x, ldx, 1, Wp, 0, y, out, 0);
@@ -301,7 +326,7 @@ void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int 
 void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float *dy,
                           const float *x, const float *W, int N, int in, int out) {
     kernel_t kn = kernel_for(in, out, in, 0);
-    const float *Wp = kn.rows && dx ? pack_panels(W, in, 1, out, in, kn.panel) : NULL;
+    float *Wp = kn.rows && dx ? pack_reserve((size_t)out * in) : NULL;
     if (!kn.rows || (dx && !Wp)) {
         blas_backward(dx, ldx, beta, dW, dy, x, W, N, in, out);
         return;
@@ -309,6 +334,8 @@ void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float
     double t0 = prof_begin();
 #pragma omp parallel if ((double)N * in * out >= GEMM_PARALLEL_MIN)
     {
+        /* W's panels for dx are packed while the team starts on dW */
+        if (dx) pack_panels_team(Wp, W, in, 1, out, in, kn.panel);
         int m0, m1;
         /* dW (out, in) += dy^T x: A = dy^T read in place, B = x, K = N in chunks */
         thread_rows(out, &m0, &m1);
@@ -320,6 +347,7 @@ void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float
             }
         /* dx (N, in) (+)= dy (N, out) W (out, in) */
         if (dx) {
+#pragma omp barrier
             thread_rows(N, &m0, &m1);
             if (m0 < m1) kn.rows(m0, m1, in, out, dy, out, 1, Wp, 0, dx, ldx, beta != 0.0f);
         }
