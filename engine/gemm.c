@@ -241,10 +241,20 @@ static void blas_backward(float *dx, int ldx, float beta, float *dW, const float
 #pragma omp parallel
     {
         int m0, m1;
-        thread_rows(out, &m0, &m1);
-        if (m0 < m1)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m1 - m0, in, N, 1.0f, dy + m0, out,
-                        x, ldx, 1.0f, dW + (size_t)m0 * in, in);
+        /* dW (out, in) += dy^T x, split along its longer side: each thread
+         * packs all of the operand along the other side, so that one is the
+         * smaller (x is N x in, dy N x out). */
+        if (out >= in) {
+            thread_rows(out, &m0, &m1);
+            if (m0 < m1)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m1 - m0, in, N, 1.0f, dy + m0,
+                            out, x, ldx, 1.0f, dW + (size_t)m0 * in, in);
+        } else {
+            thread_rows(in, &m0, &m1);
+            if (m0 < m1)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, m1 - m0, N, 1.0f, dy, out,
+                            x + m0, ldx, 1.0f, dW + m0, in);
+        }
         if (dx) {
             thread_rows(N, &m0, &m1);
             if (m0 < m1)
