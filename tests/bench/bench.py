@@ -15,8 +15,9 @@ AdamW for the rest) on one random batch - on both sides, alternately:
 each side in a fresh process, so a round measures tokens per second and the
 process's peak RSS. The table shows medians over the rounds: tokens/s of both,
 their ratio, the model GFLOP/s (`nightshift cost` FLOPs per token x tokens/s),
-MFU against the sgemm peak measured at the start of this run (`nightshift
-calibrate`), peak RSS of both, and the share of nightshift's step time in
+MFU against the sgemm peak (`nightshift calibrate`, 2 s, measured right
+before each of nightshift's rounds: the machine's speed drifts over a run, and
+a peak taken minutes earlier would measure that drift), peak RSS of both, and the share of nightshift's step time in
 attention, matrix products, element-wise work and the optimiser (from the
 engine's own timers, engine/prof.h).
 
@@ -48,8 +49,8 @@ COMMON = {"vocab_size": 256, "seq_len": 256, "mlp_ratio": 4, "mlp": "relu2", "po
 # (name, model fields, batch rows, timed steps per round, warm-up steps)
 CONFIGS = [
     ("S", dict(COMMON, depth=2, n_embd=64, n_head=2, n_kv_head=2), 16, 12, 2),
-    ("M", dict(COMMON, depth=4, n_embd=128, n_head=4, n_kv_head=4), 16, 6, 2),
-    ("L", dict(COMMON, depth=6, n_embd=256, n_head=4, n_kv_head=2), 8, 4, 2),
+    ("M", dict(COMMON, depth=4, n_embd=128, n_head=4, n_kv_head=4), 16, 8, 2),
+    ("L", dict(COMMON, depth=6, n_embd=256, n_head=4, n_kv_head=2), 8, 8, 2),
 ]
 # The issue's targets: nightshift tokens/s over PyTorch's.
 TARGETS = {"S": 3.0, "M": 2.0, "L": 1.5}
@@ -222,7 +223,8 @@ def main():
         cal = run([binary, "calibrate", "--dir", tmp, "--threads", str(args.threads),
                    "--seconds", "3"], env, ["peak_gflops"])
         peak = cal["peak_gflops"]
-        print(f"sgemm peak ({args.threads} threads, `nightshift calibrate`): {peak:.1f} GFLOP/s")
+        print(f"sgemm peak ({args.threads} threads, `nightshift calibrate`): {peak:.1f} GFLOP/s "
+              f"at the start; MFU uses the peak measured before each round")
         print(f"each side per round: a fresh process, warm-up steps, then timed steps; "
               f"{args.rounds} rounds alternating; medians over rounds")
         print()
@@ -237,9 +239,15 @@ def main():
             ours, theirs = [], []
             try:
                 for _ in range(args.rounds):
+                    round_peak = run([binary, "calibrate", "--dir", tmp, "--threads",
+                                      str(args.threads), "--seconds", "2"], env,
+                                     ["peak_gflops"])["peak_gflops"]
                     ours.append(run([binary, "bench", "--spec", path, "--steps", str(steps),
                                      "--warmup", str(warmup)], env,
                                     ["tokens_per_second", "flops_per_token", "peak_rss_mb"]))
+                    ours[-1]["mfu"] = (ours[-1]["flops_per_token"] * ours[-1]["tokens_per_second"]
+                                       / 1e9 / round_peak)
+                    ours[-1]["peak_gflops"] = round_peak
                     if use_torch:
                         theirs.append(run(["/usr/bin/python3", os.path.abspath(__file__),
                                            "--torch-worker", path, str(steps), str(warmup)],
@@ -255,7 +263,9 @@ def main():
             if theirs:
                 line += f", torch {med(theirs, 'tokens_per_second'):,.0f} tok/s"
             rounds = " ".join(f"{r['tokens_per_second']:.0f}" for r in ours)
-            print(f"{line} (nightshift rounds: {rounds})")
+            mfus = " ".join(f"{100 * r['mfu']:.1f}" for r in ours)
+            peaks = " ".join(f"{r['peak_gflops']:.0f}" for r in ours)
+            print(f"{line} (nightshift rounds: {rounds}; MFU % {mfus}; peak GFLOP/s {peaks})")
             sys.stdout.flush()
     finally:
         subprocess.run(["rm", "-rf", tmp])
@@ -277,7 +287,7 @@ def main():
         if use_torch:
             ttps = med(theirs, "tokens_per_second")
             r += [f"{ttps:,.0f}", f"{tps / ttps:.2f}", f">= {TARGETS[name]:.1f}"]
-        r += [f"{gflops:.1f}", f"{100 * gflops / peak:.0f}", f"{med(ours, 'peak_rss_mb'):.0f}"]
+        r += [f"{gflops:.1f}", f"{100 * med(ours, 'mfu'):.1f}", f"{med(ours, 'peak_rss_mb'):.0f}"]
         if use_torch:
             r += [f"{med(theirs, 'peak_rss_mb'):.0f}"]
         r += [f"{100 * med(ours, k + '_share'):.0f}"
@@ -288,8 +298,8 @@ def main():
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("tok/s: tokens per second of full training steps (median step of a round, median "
           "over rounds); ratio = nightshift / torch.")
-    print("GFLOP/s: `nightshift cost` training FLOPs per token x nightshift tok/s; MFU: that "
-          "over the sgemm peak above.")
+    print("GFLOP/s: `nightshift cost` training FLOPs per token x nightshift tok/s; MFU: a "
+          "round's GFLOP/s over the sgemm peak measured right before it, median over rounds.")
     print("attn/matmul/elem/optim: nightshift's step time by phase (engine/prof.h); elem is "
           "everything outside attention, linear layers and the optimiser.")
     return 1 if failed else 0
