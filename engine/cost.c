@@ -113,8 +113,8 @@ void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *o
                 + N * fc + N * hidden;                     /* MLP */
     }
     acts += N * D + 3 * N + N * V; /* xf, rstdf, lse, losses, logits */
-    acts += 3 * N * D + 2 * N * qd + 2 * N * kvd + N * fc + N * hidden + N * Hkv + N * V +
-            T * T;                               /* backward scratch */
+    acts += 3 * N * D + 2 * N * qd + 2 * N * kvd + (gated ? N * fc : 0) + N * hidden + N * Hkv +
+            N * V + T * T;                       /* backward scratch (dh is da without a gate) */
     out->activations = 4.0 * acts + 4.0 * 4 * N; /* + ids/targets in gpt.c and train.c */
 
     out->data = 2.0 * data_tokens;

@@ -325,8 +325,11 @@ static size_t layout_acts(gpt_acts_t *a, const spec_model_t *c, int B, int T, fl
     TAKE(a->dv, N * kvd);
     TAKE(a->dy, N * qd);
     TAKE(a->qkv, N * (qd + 2 * kvd));
-    TAKE(a->dh, N * fc);
+    /* Without a gate (fc == hidden) the activation's backward runs in place:
+     * dh is da's array. */
+    TAKE(a->dh, fc == hidden ? 0 : N * fc);
     TAKE(a->da, N * hidden);
+    if (fc == hidden) a->dh = a->da;
     TAKE(a->dgate, N * c->n_kv_head);
     TAKE(a->dlogits, N * V);
     TAKE(a->attn_work, attn_work_floats(c->head_dim, T, a->threads));

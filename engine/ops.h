@@ -104,7 +104,8 @@ void ops_attention_backward(float *dq, float *dk, float *dv, const float *dy, co
  * exact erf form; swiglu/geglu: act(gate) * up with gate = h[:, :hidden] and
  * up = h[:, hidden:] (fc_rows = 2*hidden). */
 void ops_mlp_act_forward(float *a, const float *h, int N, int hidden, spec_mlp_kind kind);
-/* dh (N, fc_rows) = da pulled back through the activation at h. */
+/* dh (N, fc_rows) = da pulled back through the activation at h. Without a
+ * gate (fc_rows == hidden) dh may be da itself. */
 void ops_mlp_act_backward(float *dh, const float *da, const float *h, int N, int hidden,
                           spec_mlp_kind kind);
 
