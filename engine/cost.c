@@ -11,9 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "attn.h"
 #include "cli.h"
 #include "data.h"
+#include "optim.h"
 #include "spec.h"
 
 void cost_compute(const spec_model_t *m, int B, cost_t *out) {
@@ -68,8 +71,7 @@ static double muon_state(double rows, double cols) {
     return rows * cols + (rows > cols ? rows : cols);
 }
 static double muon_work(double rows, double cols) {
-    double s = rows < cols ? rows : cols, l = rows < cols ? cols : rows;
-    return rows * cols + 2 * s * s + rows * cols + l;
+    return (double)optim_muon_work_floats((int)rows, (int)cols);
 }
 
 void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *out) {
@@ -109,12 +111,15 @@ void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *o
                 + 2 * (N * D + N)                          /* xn1, xn2 and their rstd */
                 + 2 * N * qd + 2 * N * kvd + N * (H + Hkv) /* q, y; k, v; rstd_q, rstd_k */
                 + (m->has_ve[l] ? N * Hkv : 0)             /* gate */
-                + (double)B * H * T * T                    /* attention probabilities */
+                + N * H                                    /* attention log-sum-exp */
                 + N * fc + N * hidden;                     /* MLP */
     }
     acts += N * D + 3 * N + N * V; /* xf, rstdf, lse, losses, logits */
     acts += 3 * N * D + 2 * N * qd + 2 * N * kvd + (gated ? N * fc : 0) + N * hidden + N * Hkv +
-            N * V + T * T;                       /* backward scratch (dh is da without a gate) */
+            N * V; /* backward scratch (dh is da without a gate) */
+    /* the attention's per-thread scratch, for as many threads as CPUs */
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    acts += (double)attn_work_floats(m->head_dim, m->seq_len, cpus > 0 ? (int)cpus : 1);
     out->activations = 4.0 * acts + 4.0 * 4 * N; /* + ids/targets in gpt.c and train.c */
 
     out->data = 2.0 * data_tokens;
