@@ -248,15 +248,8 @@ static inline float hsum(v16f a) {
 /* fast_expf (fastmath.h) on 16 lanes, the same steps. */
 static inline v16f vexp(v16f x) {
     x = vmax(x, zero16 - 87.0f);
-    v16f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    v16f r = x - n * 0.693359375f - n * -2.12194440e-4f;
-    v16f p = zero16 + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    const v16f n = FAST_EXP_ROUND(x), r = FAST_EXP_REDUCE(x, n);
+    const v16f p = FAST_EXP_POLY(r);
     v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
     return p * (v16f)bits;
 }

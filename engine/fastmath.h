@@ -8,21 +8,28 @@
 #include <math.h>
 #include <string.h>
 
+/* Cephes' expf in steps any float type can take (a float, or a GCC vector
+ * of floats: attn.c's 16-lane softmax runs the same ones): x = n ln2 + r with
+ * n = round(x / ln 2), then e^r by a degree-6 polynomial. The caller clamps
+ * x and builds 2^n from the exponent bits. */
+/* clang-format off */
+#define FAST_EXP_ROUND(x) (((x) * 1.44269504088896341f + 12582912.0f) - 12582912.0f)
+#define FAST_EXP_REDUCE(x, n) ((x) - (n) * 0.693359375f - (n) * -2.12194440e-4f)
+#define FAST_EXP_POLY(r)                  \
+    (((((( 1.9875691500e-4f  * (r)        \
+         + 1.3981999507e-3f) * (r)        \
+         + 8.3334519073e-3f) * (r)        \
+         + 4.1665795894e-2f) * (r)        \
+         + 1.6666665459e-1f) * (r)        \
+         + 5.0000001201e-1f) * (r) * (r) + (r) + 1.0f)
+/* clang-format on */
+
 /* e^x for x <= ~88; inputs below -87 give e^-87 (callers pass a score minus
- * its row's maximum or log-sum-exp, where that is 0 to float precision).
- * Cephes' expf: x = n ln2 + r, e^r by a degree-6 polynomial, times 2^n built
- * from the exponent bits. */
+ * its row's maximum or log-sum-exp, where that is 0 to float precision). */
 static inline float fast_expf(float x) {
     x = x < -87.0f ? -87.0f : x;
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2) */
-    float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    const float n = FAST_EXP_ROUND(x), r = FAST_EXP_REDUCE(x, n);
+    const float p = FAST_EXP_POLY(r);
     int bits = ((int)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
