@@ -33,8 +33,7 @@ TEST_PKGS := criterion
 OPT      ?= -O2 -march=native
 CFLAGS   ?= $(OPT) -g
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
-               -MMD -MP -iquote engine -iquote daemon -iquote daemon/client \
-               -iquote experiments/agent -fopenmp
+               -MMD -MP -fopenmp
 LDLIBS   += -lhttp_parser -lm -fopenmp
 
 # OpenBLAS is Debian's OpenMP build (libopenblas-openmp-dev): its threads are
@@ -50,16 +49,34 @@ TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS))
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS))
 
 # One binary, three programs besides the engine's commands: the daemon
-# (daemon/), the CLI client (daemon/client/: it includes nothing of the daemon
-# and reaches it only over HTTP) and the reference agent (experiments/agent/:
-# the daemon reaches it only through the webhook, it reaches the daemon through
-# the client). daemon/main.c dispatches the subcommands of all of them.
+# (daemon/serve, exec, store, hook), the CLI client (daemon/client: it reaches
+# the daemon only over HTTP) and the reference agent (experiments/agent: the
+# daemon reaches it only through the webhook, it reaches the daemon through the
+# client). daemon/shared holds what the programs above the engine share (HTTP,
+# logging, webhook signing, libcurl on libuv, byte buffers); daemon/main.c
+# assembles the binary from every program's commands.
 ENGINE_SRC := $(wildcard engine/*.c)
-DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+SHARED_SRC := $(wildcard daemon/shared/*.c)
+DAEMON_SRC := $(wildcard daemon/serve/*.c daemon/exec/*.c daemon/store/*.c daemon/hook/*.c)
 CLIENT_SRC := $(wildcard daemon/client/*.c)
 AGENT_SRC  := $(wildcard experiments/agent/*.c)
-LIB_SRC    := $(ENGINE_SRC) $(DAEMON_SRC) $(CLIENT_SRC) $(AGENT_SRC)
+LIB_SRC    := $(ENGINE_SRC) $(SHARED_SRC) $(DAEMON_SRC) $(CLIENT_SRC) $(AGENT_SRC)
 TEST_SRC   := $(filter-out tests/bad_worker.c,$(wildcard tests/*.c))
+
+# Includes are written from the top of the tree ("engine/spec.h",
+# "daemon/store/store.h"). Each layer compiles against an include root that
+# holds only the folders it may use, so a forbidden include fails the build:
+# the engine sees only engine/; the client sees the engine, daemon/shared and
+# itself; the agent also the client; the daemon every daemon/ folder but the
+# client. main.c and the tests see the whole tree.
+INC := build/include
+INC_LAYERS := engine:engine \
+              shared:engine,daemon/shared \
+              client:engine,daemon/shared,daemon/client \
+              agent:engine,daemon/shared,daemon/client,experiments/agent \
+              daemon:engine,daemon/shared,daemon/serve,daemon/exec,daemon/store,daemon/hook
+$(shell for l in $(INC_LAYERS); do root=$(INC)/$${l%%:*}; \
+          for d in $$(echo $${l#*:} | tr , ' '); do mkdir -p $$root/$$(dirname $$d); ln -sfn $(CURDIR)/$$d $$root/$$d; done; done)
 
 # Sanitizer builds go to their own tree so objects never mix.
 ifeq ($(SAN),1)
@@ -69,6 +86,13 @@ ifeq ($(SAN),1)
   LDLIBS  += -fsanitize=address,undefined
 endif
 
+$(foreach b,$(BUILD) build/fuzz,\
+  $(eval $(addprefix $(b)/,$(ENGINE_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/engine) \
+  $(eval $(addprefix $(b)/,$(SHARED_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/shared) \
+  $(eval $(addprefix $(b)/,$(CLIENT_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/client) \
+  $(eval $(addprefix $(b)/,$(AGENT_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/agent) \
+  $(eval $(addprefix $(b)/,$(DAEMON_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/daemon))
+LAYER_INC := -iquote .
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/schema_sql.o $(BUILD)/web_assets.o
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BIN      := $(BUILD)/nightshift
@@ -107,39 +131,39 @@ $(shell mkdir -p $(BUILD); echo '$(FLAGS_TEXT)' | cmp -s - $(FLAGS_LIST) || \
 
 $(BUILD)/%.o: %.c $(FLAGS_LIST) | $(SETUP_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(KERNEL_CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(LAYER_INC) $(CFLAGS) $(KERNEL_CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
 
 # The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
-# the store_migrations table (daemon/store.h).
+# the store_migrations table (daemon/store/store.h).
 SCHEMA_SQL := $(sort $(wildcard schema/*.sql))
 # The names of the embedded files, rewritten only when one is added or
 # removed: a deleted prerequisite alone would rebuild nothing.
 SCHEMA_LIST := $(BUILD)/schema.list
 WEB_LIST    := $(BUILD)/web.list
 $(shell mkdir -p $(BUILD); echo '$(SCHEMA_SQL)' | cmp -s - $(SCHEMA_LIST) || \
-        echo '$(SCHEMA_SQL)' > $(SCHEMA_LIST); echo '$(wildcard daemon/web/*)' | \
-        cmp -s - $(WEB_LIST) || echo '$(wildcard daemon/web/*)' > $(WEB_LIST))
+        echo '$(SCHEMA_SQL)' > $(SCHEMA_LIST); echo '$(wildcard daemon/serve/web/*)' | \
+        cmp -s - $(WEB_LIST) || echo '$(wildcard daemon/serve/web/*)' > $(WEB_LIST))
 $(BUILD)/schema_sql.c: $(SCHEMA_SQL) $(SCHEMA_LIST) scripts/embed-schema.awk
 	@mkdir -p $(@D)
 	awk -f scripts/embed-schema.awk $(SCHEMA_SQL) > $@.tmp && mv -f $@.tmp $@
 $(BUILD)/schema_sql.o: $(BUILD)/schema_sql.c $(FLAGS_LIST) | $(SETUP_STAMP)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) -iquote . $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
-# The dashboard is compiled in too: daemon/web/* and uPlot's built files,
+# The dashboard is compiled in too: daemon/serve/web/* and uPlot's built files,
 # fetched pinned from npm into build/vendor (never committed), become the
-# web_assets table (daemon/web.h).
+# web_assets table (daemon/serve/web.h).
 UPLOT_DIR   := build/vendor/uplot
 UPLOT_STAMP := $(UPLOT_DIR)/.fetched
-WEB_FILES   := $(sort $(wildcard daemon/web/*)) $(UPLOT_DIR)/uPlot.iife.min.js \
+WEB_FILES   := $(sort $(wildcard daemon/serve/web/*)) $(UPLOT_DIR)/uPlot.iife.min.js \
                $(UPLOT_DIR)/uPlot.min.css
 $(UPLOT_STAMP): scripts/fetch-uplot.sh scripts/fetch-npm.sh | $(SETUP_STAMP)
 	bash scripts/fetch-uplot.sh $(UPLOT_DIR)
 	@touch $@
-$(BUILD)/web_assets.c: $(UPLOT_STAMP) $(sort $(wildcard daemon/web/*)) $(WEB_LIST) scripts/embed-web.sh
+$(BUILD)/web_assets.c: $(UPLOT_STAMP) $(sort $(wildcard daemon/serve/web/*)) $(WEB_LIST) scripts/embed-web.sh
 	@mkdir -p $(@D)
 	bash scripts/embed-web.sh $(WEB_FILES) > $@.tmp && mv -f $@.tmp $@
 $(BUILD)/web_assets.o: $(BUILD)/web_assets.c $(FLAGS_LIST) | $(SETUP_STAMP)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) -iquote . $(CFLAGS) -c $< -o $@
 
 $(BIN): $(BUILD)/daemon/main.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
@@ -244,7 +268,7 @@ bench-attn: $(BUILD)/attn-bench
 	OMP_WAIT_POLICY=PASSIVE $(BUILD)/attn-bench 15 2
 
 # Sequential walk vs random rows on the genre-ordered default corpus, and the
-# seed noise of experiments/baseline.json (tests/bench/sampler.sh, noise.sh).
+# seed noise of experiments/specs/baseline.json (tests/bench/sampler.sh, noise.sh).
 bench-sampler: $(BIN) $(DEFAULT_DATASET)
 	bash tests/bench/sampler.sh $(BIN) $(STATE) $(BENCH_ARGS)
 bench-noise: $(BIN) $(DEFAULT_DATASET)
@@ -277,13 +301,13 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 $(FUZZ_BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+	$(FUZZ_CC) $(BASE_CFLAGS) $(LAYER_INC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/schema_sql.o: build/schema_sql.c | $(SETUP_STAMP)
-	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
+	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/web_assets.o: build/web_assets.c | $(SETUP_STAMP)
-	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
+	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
-	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) $< $(FUZZ_LIB_OBJ) \
+	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) $< $(FUZZ_LIB_OBJ) \
 	  -o $@ $(PKG_LIBS) $(LDLIBS)
 .SECONDARY: $(FUZZ_LIB_OBJ)
 fuzz: $(FUZZ_BINS)
@@ -299,7 +323,7 @@ load: $(BIN)
 fixtures: $(BIN)
 	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures
 
-FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] daemon/client/*.[ch] experiments/agent/*.[ch] \
+FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] daemon/*/*.[ch] experiments/agent/*.[ch] \
                tests/*.[ch] tests/fuzz/*.[ch])
 format:
 	clang-format -i $(FORMAT_SRC)

@@ -2,12 +2,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "agent.h"
-#include "cli.h"
-#include "client.h"
-#include "serve.h"
-#include "exec.h"
-#include "worker.h"
+#include "experiments/agent/agent.h"
+#include "engine/cli.h"
+#include "daemon/client/client.h"
+#include "daemon/serve/serve.h"
+#include "daemon/exec/exec.h"
+#include "daemon/exec/worker.h"
 
 typedef struct {
     const char *name;

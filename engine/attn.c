@@ -15,15 +15,15 @@
  * (other CPUs and head sizes) makes one single-threaded sgemm per tile and
  * product (OpenBLAS's OpenMP build runs single-threaded inside a parallel
  * region, so one call keeps both cores busy with no hand-offs). */
-#include "attn.h"
+#include "engine/attn.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
-#include "fastmath.h"
-#include "gemm.h"
+#include "engine/fastmath.h"
+#include "engine/gemm.h"
 
 #define BQ 64
 

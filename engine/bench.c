@@ -20,16 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "threads.h"
-#include "cli.h"
-#include "cost.h"
-#include "gemm.h"
-#include "gpt.h"
-#include "optim.h"
-#include "prof.h"
-#include "rng.h"
-#include "spec.h"
-#include "util.h"
+#include "engine/threads.h"
+#include "engine/cli.h"
+#include "engine/cost.h"
+#include "engine/gemm.h"
+#include "engine/gpt.h"
+#include "engine/optim.h"
+#include "engine/prof.h"
+#include "engine/rng.h"
+#include "engine/spec.h"
+#include "engine/util.h"
 
 #define BENCH_MAX_STEPS 100000
 

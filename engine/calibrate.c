@@ -1,7 +1,7 @@
 /* calibrate.c - the calibrated sgemm peak (see calibrate.h). */
-#include "calibrate.h"
+#include "engine/calibrate.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
@@ -11,9 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "threads.h"
-#include "util.h"
+#include "engine/cli.h"
+#include "engine/threads.h"
+#include "engine/util.h"
 
 double calibrate_measure_peak_gflops(int max_n, double seconds) {
     size_t n = (size_t)max_n;

@@ -9,8 +9,8 @@
  *
  * Ownership: ckpt_read fills a caller-owned ckpt_file_t whose tensor array,
  * metadata string and data buffer are released by ckpt_file_close. */
-#include "ckpt.h"
-#include "util.h"
+#include "engine/ckpt.h"
+#include "engine/util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

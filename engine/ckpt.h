@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpt.h"
+#include "engine/gpt.h"
 
 /* Write m's tensor table over the floats at base (m->params for weights,
  * m->grads for gradients) to path. metadata_json, if not NULL, is a JSON object

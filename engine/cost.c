@@ -3,7 +3,7 @@
  *
  * Nothing here builds a model: the counts are closed-form in the spec's model
  * section and must agree with gpt_new's tensor table (the tests check that). */
-#include "cost.h"
+#include "engine/cost.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,11 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "attn.h"
-#include "cli.h"
-#include "data.h"
-#include "optim.h"
-#include "spec.h"
+#include "engine/attn.h"
+#include "engine/cli.h"
+#include "engine/data.h"
+#include "engine/optim.h"
+#include "engine/spec.h"
 
 void cost_compute(const spec_model_t *m, int B, cost_t *out) {
     const int64_t V = m->vocab_size, D = m->n_embd, L = m->depth;

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "spec.h"
+#include "engine/spec.h"
 
 typedef struct {
     /* Parameter counts (floats; 4 bytes each in fp32). */

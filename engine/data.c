@@ -1,6 +1,6 @@
 /* data.c - data_open, which maps a dataset that `nightshift prep` (prep.c)
  * wrote, for training; the dataset's metadata; the training-row samplers. */
-#include "data.h"
+#include "engine/data.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tok.h"
-#include "util.h"
+#include "engine/tok.h"
+#include "engine/util.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the dataset files are little-endian and are mapped as they are"

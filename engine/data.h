@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rng.h"
+#include "engine/rng.h"
 
 #define DATA_MAX_TOKENS 65536 /* vocabulary incl. specials: ids must fit uint16 */
 /* One input document or dataset file read whole; prep holds its input in memory. */

@@ -8,7 +8,7 @@
  * once per call), dx = dy W reads B = W as it is, and dW = dy^T x reads A = dy
  * transposed in place and B = x, in chunks of KC rows so a chunk of x stays in
  * cache across the row tiles. */
-#include "gemm.h"
+#include "engine/gemm.h"
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops.h"
-#include "prof.h"
+#include "engine/ops.h"
+#include "engine/prof.h"
 
 #define MR 6   /* rows of C per register tile */
 #define KC 256 /* rows of x per chunk of the weight gradient */

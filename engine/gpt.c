@@ -9,7 +9,7 @@
  *     x   = x + attention(q, k, v) Wo^T
  *     x   = x + act(norm(x) Wfc^T) Wp^T
  * then logits = softcap(norm(x) Wlm^T) and the mean cross-entropy. */
-#include "gpt.h"
+#include "engine/gpt.h"
 
 #include <math.h>
 #include <omp.h>
@@ -18,12 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "fastmath.h"
-#include "gemm.h"
-#include "ops.h"
-#include "prof.h"
-#include "rng.h"
+#include "engine/attn.h"
+#include "engine/fastmath.h"
+#include "engine/gemm.h"
+#include "engine/ops.h"
+#include "engine/prof.h"
+#include "engine/rng.h"
 
 /* ------------------------------------------------------------ tensor table */
 

@@ -20,8 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "spec.h"
-#include "util.h"
+#include "engine/spec.h"
+#include "engine/util.h"
 
 /* What a tensor is, for optimiser grouping and cost accounting. */
 typedef enum {

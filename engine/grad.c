@@ -28,12 +28,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "threads.h"
-#include "ckpt.h"
-#include "cli.h"
-#include "gpt.h"
-#include "spec.h"
-#include "util.h"
+#include "engine/threads.h"
+#include "engine/ckpt.h"
+#include "engine/cli.h"
+#include "engine/gpt.h"
+#include "engine/spec.h"
+#include "engine/util.h"
 
 #define GRAD_MAX_REPEAT 100000
 

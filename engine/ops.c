@@ -2,15 +2,15 @@
  * conventions). Matrix products use cblas_sgemm; everything else is plain
  * loops written to be read top to bottom. Sums that decide the loss are
  * accumulated in double. */
-#include "ops.h"
+#include "engine/ops.h"
 
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "fastmath.h"
-#include "prof.h"
+#include "engine/fastmath.h"
+#include "engine/prof.h"
 
 /* Loops over fewer floats than this stay on one thread: waking the team costs
  * more than it saves. */

@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "spec.h"
+#include "engine/spec.h"
 
 /* Reductions are split into this many fixed chunks, summed in order, so
  * results do not depend on the thread count. */

@@ -11,7 +11,7 @@
  * step is per matrix (the norms and sums run over dims (-2, -1) of each
  * stacked matrix), so updating one matrix at a time, each on one thread of
  * the team, is the same computation. */
-#include "optim.h"
+#include "engine/optim.h"
 
 #include <cblas.h>
 #include <math.h>

@@ -21,8 +21,8 @@
 
 #include <stddef.h>
 
-#include "gpt.h"
-#include "spec.h"
+#include "engine/gpt.h"
+#include "engine/spec.h"
 
 /* ---- kernels ---- */
 

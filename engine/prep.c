@@ -22,10 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "data.h"
-#include "tok.h"
-#include "util.h"
+#include "engine/cli.h"
+#include "engine/data.h"
+#include "engine/tok.h"
+#include "engine/util.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the dataset files are little-endian and are written as they are"

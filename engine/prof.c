@@ -1,5 +1,5 @@
 /* prof.c - the engine's phase timers (see prof.h). */
-#include "prof.h"
+#include "engine/prof.h"
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
 #ifndef NIGHTSHIFT_PROF_H
 #define NIGHTSHIFT_PROF_H
 
-#include "util.h"
+#include "engine/util.h"
 
 typedef enum { PROF_ATTENTION, PROF_MATMUL, PROF_OPTIM, PROF_PHASES } prof_phase;
 

@@ -1,8 +1,8 @@
 /* result_fields.h - the numbers a finished run reports, named once.
  *
  * One row per field drives the trainer's summary block and its JSON "result"
- * line (engine/train.c), the scheduler's parser of that line (daemon/sched.c),
- * the store's result struct and insert (daemon/store.h, daemon/store.c). The
+ * line (engine/train.c), the scheduler's parser of that line (daemon/exec/sched.c),
+ * the store's result struct and insert (daemon/store/store.h, daemon/store/store.c). The
  * API's read-back is `SELECT * FROM results`, so it follows the schema. A new
  * metric is one row here (set it in train.c) plus a migration adding its
  * column:

@@ -1,7 +1,7 @@
 /* rng.c - xoshiro256** (Blackman & Vigna), seeded through splitmix64.
  * Written out here because it is a dozen lines and must never change: runs
  * are reproducible from a seed only while this sequence stays the same. */
-#include "rng.h"
+#include "engine/rng.h"
 
 #include <math.h>
 

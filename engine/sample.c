@@ -7,7 +7,7 @@
  * ids and the ids back into text. Generation recomputes the forward over the
  * last seq_len tokens for every new token: simple, and fast enough for the
  * few hundred tokens a person reads. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -17,13 +17,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "cli.h"
-#include "gpt.h"
-#include "rng.h"
-#include "spec.h"
-#include "tok.h"
-#include "util.h"
+#include "engine/ckpt.h"
+#include "engine/cli.h"
+#include "engine/gpt.h"
+#include "engine/rng.h"
+#include "engine/spec.h"
+#include "engine/tok.h"
+#include "engine/util.h"
 
 typedef struct {
     const char *dir, *checkpoint, *prompt;

@@ -17,9 +17,9 @@
  * spec_canonical_json prints every field (defaults filled, derived arrays
  * left out), keys sorted at every level, no whitespace, numbers formatted here
  * rather than by cJSON so that equal values always print equal. */
-#include "spec.h"
+#include "engine/spec.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util.h"
+#include "engine/util.h"
 
 struct cJSON;
 

@@ -1,12 +1,12 @@
 /* threads.c - the engine's thread count and OpenMP wait policy (see threads.h). */
-#include "threads.h"
+#include "engine/threads.h"
 
 #include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "engine/cli.h"
 
 /* OpenBLAS's own controls; not in the standard cblas.h of every vendor. */
 void openblas_set_num_threads(int num_threads);

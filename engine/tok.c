@@ -14,8 +14,8 @@
  * results are cached. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
-#include "tok.h"
-#include "util.h"
+#include "engine/tok.h"
+#include "engine/util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -23,7 +23,7 @@
  * Timing: startup (loading, building) and evaluation are reported but are not
  * part of the budget; only optimiser steps are. Rows are drawn by the spec's
  * train.sampler (data.h); epochs are tokens seen / training tokens. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -35,17 +35,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calibrate.h"
-#include "threads.h"
-#include "ckpt.h"
-#include "cli.h"
-#include "cost.h"
-#include "data.h"
-#include "gpt.h"
-#include "optim.h"
-#include "result_fields.h"
-#include "spec.h"
-#include "util.h"
+#include "engine/calibrate.h"
+#include "engine/threads.h"
+#include "engine/ckpt.h"
+#include "engine/cli.h"
+#include "engine/cost.h"
+#include "engine/data.h"
+#include "engine/gpt.h"
+#include "engine/optim.h"
+#include "engine/result_fields.h"
+#include "engine/spec.h"
+#include "engine/util.h"
 
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3, EXIT_OOM = 4 };
 

@@ -1,5 +1,5 @@
 /* util.c - file and clock helpers (see util.h). */
-#include "util.h"
+#include "engine/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

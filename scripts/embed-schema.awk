@@ -3,7 +3,7 @@
 #   awk -f scripts/embed-schema.awk schema/001_init.sql schema/002_x.sql > schema_sql.c
 #
 # Each file becomes one store_migration_t {NNN, "NNN_name.sql", "text"} of the
-# array store_migrations (daemon/store.h), in argument order. The version is the
+# array store_migrations (daemon/store/store.h), in argument order. The version is the
 # number before the first underscore; versions must strictly increase. Plain
 # POSIX awk (mawk on Debian), no other tools.
 
@@ -30,7 +30,7 @@ function c_string(s,    out, i, c) {
 
 BEGIN {
     print "/* Generated from schema/NNN_*.sql by scripts/embed-schema.awk; do not edit. */"
-    print "#include \"store.h\""
+    print "#include \"daemon/store/store.h\""
     print ""
     print "const store_migration_t store_migrations[] = {"
 }

@@ -7,7 +7,7 @@
 #   scripts/run.sh BIN STATE
 #
 # Environment: NIGHTSHIFT_PORT (default 8080) and NIGHTSHIFT_AGENT_PORT (8090),
-# NIGHTSHIFT_SLOTS (1), NIGHTSHIFT_BASELINE (experiments/baseline.json),
+# NIGHTSHIFT_SLOTS (1), NIGHTSHIFT_BASELINE (experiments/specs/baseline.json),
 # NIGHTSHIFT_PRUNE (off; "median" stops runs that lag the median, see serve --help).
 set -euo pipefail
 
@@ -16,7 +16,7 @@ state=$2
 port=${NIGHTSHIFT_PORT:-8080}
 agent_port=${NIGHTSHIFT_AGENT_PORT:-8090}
 slots=${NIGHTSHIFT_SLOTS:-1}
-baseline=${NIGHTSHIFT_BASELINE:-experiments/baseline.json}
+baseline=${NIGHTSHIFT_BASELINE:-experiments/specs/baseline.json}
 prune=${NIGHTSHIFT_PRUNE:-off}
 url=http://127.0.0.1:$port
 

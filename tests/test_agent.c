@@ -6,7 +6,7 @@
  * with Python's hmac module (the constants below). */
 #include <criterion/criterion.h>
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -15,10 +15,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent.h"
-#include "webhook.h"
-#include "spec.h"
-#include "testutil.h"
+#include "experiments/agent/agent.h"
+#include "daemon/shared/webhook.h"
+#include "engine/spec.h"
+#include "tests/testutil.h"
 
 #define SECRET "test-secret"
 
@@ -34,7 +34,7 @@ static tu_server_t A;  /* the agent, while one runs */
 /* Start the agent (with --state when state is not NULL); it must print its
  * address within START_TIMEOUT_S. */
 static void agent_start(const char *state) {
-    char *baseline = tu_path("%s/experiments/baseline.json", tu_src());
+    char *baseline = tu_path("%s/experiments/specs/baseline.json", tu_src());
     char *argv[] = {(char *)tu_bin(), "agent",    "--listen",
                     "127.0.0.1:0",    "--secret", SECRET,
                     "--baseline",     baseline,   state ? "--state" : NULL,
@@ -121,7 +121,7 @@ static const char *const QUEUE_EMPTY = "{\"type\":\"queue.empty\",\"experiment\"
 
 /* experiment.finished for id with the baseline spec and val_bpb v. */
 static char *finished_body(int id, double v) {
-    char *path = tu_path("%s/experiments/baseline.json", tu_src());
+    char *path = tu_path("%s/experiments/specs/baseline.json", tu_src());
     char *spec = tu_read(path);
     cr_assert_not_null(spec);
     free(path);

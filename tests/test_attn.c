@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "gemm.h"
-#include "ops.h"
-#include "rng.h"
+#include "engine/attn.h"
+#include "engine/gemm.h"
+#include "engine/ops.h"
+#include "engine/rng.h"
 
 typedef struct {
     int B, T, H, Hkv, hd, window, threads;

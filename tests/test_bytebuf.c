@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bytebuf.h"
-#include "util.h"
+#include "daemon/shared/bytebuf.h"
+#include "engine/util.h"
 
 /* b holds exactly the string s (its length, its bytes, its NUL). */
 static void expect_content(const bytebuf_t *b, const char *s) {

@@ -11,11 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "gpt.h"
-#include "rng.h"
-#include "spec.h"
-#include "testutil.h"
+#include "engine/ckpt.h"
+#include "engine/gpt.h"
+#include "engine/rng.h"
+#include "engine/spec.h"
+#include "tests/testutil.h"
 
 /* Every test works in its own directory, tu_dir(). */
 TestSuite(ckpt, .init = tu_dir_init, .fini = tu_dir_fini);

@@ -1,7 +1,7 @@
 /* test_client.c - the CLI commands (submit, ls, show, best, cancel, watch)
  * run as the built binary against canned HTTP replies.
  *
- * Each test starts the real HTTP server (daemon/http.h) on 127.0.0.1 port 0
+ * Each test starts the real HTTP server (daemon/shared/http.h) on 127.0.0.1 port 0
  * with its libuv loop in a second thread. Its handler records every request
  * and answers from a table of canned replies that the test sets up; the
  * binary runs under tu_run (hard timeout), and the test checks the recorded
@@ -11,7 +11,7 @@
  * also run on a pseudo-terminal and stopped with SIGINT. Times print in the
  * local zone, so every test runs with TZ=UTC. */
 #include <criterion/criterion.h>
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -26,8 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "http.h"
-#include "testutil.h"
+#include "daemon/shared/http.h"
+#include "tests/testutil.h"
 
 #define RUN_TIMEOUT_S 10.0
 #define MIB           ((size_t)1 << 20)

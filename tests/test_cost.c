@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cost.h"
-#include "gpt.h"
-#include "spec.h"
-#include "testutil.h"
+#include "engine/cost.h"
+#include "engine/gpt.h"
+#include "engine/spec.h"
+#include "tests/testutil.h"
 
 /* The command's tests write their specs to tu_dir(). */
 TestSuite(cost, .init = tu_dir_init, .fini = tu_dir_fini);

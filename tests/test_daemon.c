@@ -17,7 +17,7 @@
  * 2.4's runner keeps timeouts in a list sorted by deadline, and inserting a
  * deadline earlier than a pending one drops the rest of that list (those
  * timeouts are lost and LeakSanitizer reports the runner). */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <curl/curl.h>
@@ -31,7 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #define START_TIMEOUT_S 20.0 /* until the daemon prints its port (sanitizer builds are slow) */
 #define STOP_TIMEOUT_S  10.0 /* SIGTERM to exit */

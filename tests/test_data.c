@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "data.h"
-#include "testutil.h"
-#include "tok.h"
+#include "engine/cli.h"
+#include "engine/data.h"
+#include "tests/testutil.h"
+#include "engine/tok.h"
 
 /* ---- helpers -------------------------------------------------------------------- */
 

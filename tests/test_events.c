@@ -21,8 +21,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "export.h"
-#include "testutil.h"
+#include "daemon/serve/export.h"
+#include "tests/testutil.h"
 
 #define START_TIMEOUT_S 20
 #define STOP_TIMEOUT_S  20

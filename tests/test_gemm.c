@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm.h"
-#include "rng.h"
+#include "engine/gemm.h"
+#include "engine/rng.h"
 
 typedef struct {
     int N, in, out, ldx;

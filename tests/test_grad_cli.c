@@ -9,10 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "gpt.h"
-#include "spec.h"
-#include "testutil.h"
+#include "engine/ckpt.h"
+#include "engine/gpt.h"
+#include "engine/spec.h"
+#include "tests/testutil.h"
 
 #define V 32
 #define T 8

@@ -37,9 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt.h"
-#include "rng.h"
-#include "spec.h"
+#include "engine/gpt.h"
+#include "engine/rng.h"
+#include "engine/spec.h"
 
 #define LOSS_STEP   3e-3 /* nats: first-order loss change along g/|g| */
 #define STEP_CAP    3e-2 /* largest step, relative to |W| */

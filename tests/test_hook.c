@@ -12,7 +12,7 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -30,12 +30,12 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "api.h"
-#include "hook.h"
-#include "log.h"
-#include "sched.h"
-#include "store.h"
-#include "testutil.h"
+#include "daemon/serve/api.h"
+#include "daemon/hook/hook.h"
+#include "daemon/shared/log.h"
+#include "daemon/exec/sched.h"
+#include "daemon/store/store.h"
+#include "tests/testutil.h"
 
 TestSuite(hook, .timeout = 30);
 

@@ -7,7 +7,7 @@
  * checks that uv_loop_close succeeds, i.e. every handle was closed (ASan
  * checks the memory). The query and loopback helpers are tested directly. */
 #include <criterion/criterion.h>
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -19,8 +19,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "http.h"
-#include "testutil.h"
+#include "daemon/shared/http.h"
+#include "tests/testutil.h"
 
 /* ----------------------------------------------------------- the server */
 

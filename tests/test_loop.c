@@ -27,7 +27,7 @@
  * its 2 s budget. A run takes about 2.2 s end to end, also under the
  * sanitizers, so the five take about 11 s; the deadline leaves room for a
  * loaded machine. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 #include <criterion/logging.h>
@@ -42,7 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #define START_TIMEOUT_S 20.0  /* until a server prints its port (sanitizer builds are slow) */
 #define STOP_TIMEOUT_S  10.0  /* SIGTERM to exit */

@@ -5,7 +5,7 @@
  * a daemon restart on a pseudo-terminal, `sample ID` from another directory,
  * and `agent status`. Every wait is bounded. */
 #include <criterion/criterion.h>
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -18,10 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cost.h"
-#include "data.h"
-#include "spec.h"
-#include "testutil.h"
+#include "engine/cost.h"
+#include "engine/data.h"
+#include "engine/spec.h"
+#include "tests/testutil.h"
 
 static char *state; /* tu_dir()/state */
 

@@ -3,8 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "fastmath.h"
-#include "ops.h"
+#include "engine/fastmath.h"
+#include "engine/ops.h"
 
 /* Gradients into a row that several ids look up are summed. */
 Test(ops, embedding_repeated_ids_sum_gradients) {

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt.h"
-#include "optim.h"
-#include "testutil.h"
+#include "engine/gpt.h"
+#include "engine/optim.h"
+#include "tests/testutil.h"
 
 /* ------------------------------------------------ a tiny safetensors reader */
 

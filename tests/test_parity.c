@@ -24,10 +24,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ckpt.h"
-#include "gpt.h"
-#include "spec.h"
-#include "testutil.h"
+#include "engine/ckpt.h"
+#include "engine/gpt.h"
+#include "engine/spec.h"
+#include "tests/testutil.h"
 
 #define LOSS_RTOL   1e-5
 #define GRAD_RTOL   1e-4

@@ -15,9 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "slurm.h"
-#include "store.h"
-#include "testutil.h"
+#include "daemon/exec/slurm.h"
+#include "daemon/store/store.h"
+#include "tests/testutil.h"
 
 TestSuite(slurm, .init = tu_dir_init, .fini = tu_dir_fini, .timeout = 30);
 

@@ -4,7 +4,7 @@
  * messages, so a change here is an API change. */
 #include <criterion/criterion.h>
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "spec.h"
-#include "testutil.h"
+#include "engine/spec.h"
+#include "tests/testutil.h"
 
 /* Parse text that must be valid; the caller frees s. */
 static void parse_ok(const char *json, spec_t *s) {
@@ -638,7 +638,7 @@ Test(spec, canonical_equal_values_print_equal) {
 
 /* NIGHTSHIFT_SRC/experiments/<name>; the caller frees. */
 static char *experiments_path(const char *name) {
-    return tu_path("%s/experiments%s%s", tu_src(), name ? "/" : "", name ? name : "");
+    return tu_path("%s/experiments/specs%s%s", tu_src(), name ? "/" : "", name ? name : "");
 }
 
 Test(spec, experiments_files_validate) {
@@ -1126,7 +1126,7 @@ static const golden_case golden[] = {
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "3207c4820e68d81d38640c420659e430bf4620c8a71eea5274aea58965cb3d62",
      "5fdc3a3b448247c7758aa190666f56a8828f1d69c008eb536d2625f885d6ad68"},
-    /* experiments/baseline.json */
+    /* experiments/specs/baseline.json */
     {"{\"name\":\"baseline\",\"tags\":[\"baseline\"],\"seed\":42,"
      "\"dataset\":\"default\",\"time_budget_s\":300,\"model\":{\"depth\":4,"
      "\"n_embd\":128,\"n_head\":2,\"n_kv_head\":2,\"mlp\":\"relu2\","
@@ -1151,7 +1151,7 @@ static const golden_case golden[] = {
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "eeefc1d1bd0694b075dfbef25afdc4c1c298eb6fc693fb82b708b986b58a482c",
      "53a06c2b6ac36f18cfc7b79391670a10ff6af2da6ba18e322815f1123d1542d4"},
-    /* experiments/deep_narrow.json */
+    /* experiments/specs/deep_narrow.json */
     {"{\"name\":\"deep-narrow\",\"tags\":[\"depth\"],\"model\":{\"depth\":8,"
      "\"n_embd\":128,\"n_head\":2,\"mlp\":\"geglu\",\"window_pattern\":\"SL\","
      "\"ve_layers\":[1,3,5,7]},\"train\":{\"batch_size\":8,"
@@ -1174,7 +1174,7 @@ static const golden_case golden[] = {
      "\"warmup_ratio\":0.05,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "f44a22e597bfa7e2e28516276eba7ba9459226c27d9f458ea751d8ded62ac36f",
      "def75a82904b57a36bbdfed4ae5643c3d25e7713311bbcf1e5d90e2b58dec9fa"},
-    /* experiments/default.json */
+    /* experiments/specs/default.json */
     {"{\"name\":\"default\",\"tags\":[\"baseline\"],\"seed\":42,"
      "\"priority\":0,\"parent\":null,\"dataset\":\"default\","
      "\"time_budget_s\":300,\"token_budget\":0,\"prune\":true,"
@@ -1210,7 +1210,7 @@ static const golden_case golden[] = {
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "8d545428672e746890f99f73bffe2d658a237c4e41b34d4750644051abdbdbe8",
      "53a06c2b6ac36f18cfc7b79391670a10ff6af2da6ba18e322815f1123d1542d4"},
-    /* experiments/gqa_swiglu.json */
+    /* experiments/specs/gqa_swiglu.json */
     {"{\"name\":\"gqa-swiglu\",\"tags\":[\"gqa\",\"mlp\"],"
      "\"model\":{\"n_head\":4,\"n_kv_head\":2,\"mlp\":\"swiglu\","
      "\"mlp_ratio\":2.5}}",
@@ -1232,7 +1232,7 @@ static const golden_case golden[] = {
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "a5791004ae64e9bf0c9ce24b55b0430a5dfd64ec001ecb6c3f9266f3863c9c03",
      "e5e7cc006d4ec731047b266ead5a892bdd2d2c00ef25791bef4e5588252d8a8d"},
-    /* experiments/learned_pos_tied.json */
+    /* experiments/specs/learned_pos_tied.json */
     {"{\"name\":\"learned-pos-tied\",\"tags\":[\"positions\","
      "\"tied\"],\"model\":{\"pos\":\"learned\",\"max_pos\":512,"
      "\"tie_embeddings\":true,\"ve_layers\":\"none\",\"embed_dropout\":0.1},"
@@ -1255,7 +1255,7 @@ static const golden_case golden[] = {
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "9e5fbc5e368f9a088715166f88452eba8bec63293c4b068579463132b3fa872f",
      "76dc7aadc231a1e8e838f117480804f2b9f2a9cdbfeb7360ec140bca29b1b8b3"},
-    /* experiments/long_context.json */
+    /* experiments/specs/long_context.json */
     {"{\"name\":\"long-context\",\"tags\":[\"context\","
      "\"attention\"],\"model\":{\"seq_len\":512,\"window_pattern\":\"SSSL\"},"
      "\"train\":{\"batch_size\":8,\"total_batch_tokens\":4096}}",
@@ -1277,7 +1277,7 @@ static const golden_case golden[] = {
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "3c9d208a42b647a867bfac75e2de53fffd672889abc101b9f3f026647bec0f59",
      "73256726383f0a7499ee61254996f5bd80a9573d5cbdd519225f0fbacecc12a7"},
-    /* experiments/more_steps.json */
+    /* experiments/specs/more_steps.json */
     {"{\"name\":\"more-steps\",\"tags\":[\"batch\",\"schedule\"],"
      "\"train\":{\"batch_size\":8,\"total_batch_tokens\":2048,"
      "\"warmup_ratio\":0.02}}",
@@ -1299,7 +1299,7 @@ static const golden_case golden[] = {
      "\"warmup_ratio\":0.02,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "907c0ed60beaeb6e09cb56785cd35a53329ab76cad1963218c84e81557236881",
      "e76756ba198eea49d1656be5500f8b4f01a75fd781c095ea0eefdd7904ed8fba"},
-    /* experiments/ve_everywhere.json */
+    /* experiments/specs/ve_everywhere.json */
     {"{\"name\":\"ve-everywhere\",\"tags\":[\"value-embeddings\"],"
      "\"model\":{\"ve_layers\":\"all\",\"ve_gate_channels\":64}}",
      "{\"dataset\":\"default\",\"model\":{\"depth\":4,\"embed_dropout\":0,"
@@ -1320,7 +1320,7 @@ static const golden_case golden[] = {
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "624e8e4a62c0e12d1cf25a5b0445e09a7c564c597f39d691d6b8ad42cf96b93f",
      "084b90282c8df4431707200e53b6c680cd40f3c64a3c611469c6226d849ef239"},
-    /* experiments/wide_shallow.json */
+    /* experiments/specs/wide_shallow.json */
     {"{\"name\":\"wide-shallow\",\"tags\":[\"width\",\"depth\"],"
      "\"model\":{\"depth\":2,\"n_embd\":256,\"n_head\":4,"
      "\"n_kv_head\":4,\"window_pattern\":\"L\",\"ve_layers\":\"all\"}}",

@@ -9,7 +9,7 @@
  * the sqlite3 shell would see it. */
 #include <criterion/criterion.h>
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -19,9 +19,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "spec.h"
-#include "store.h"
-#include "testutil.h"
+#include "engine/spec.h"
+#include "daemon/store/store.h"
+#include "tests/testutil.h"
 
 static char err[512];
 

@@ -6,16 +6,16 @@
  * reasons can be checked too. */
 #include <criterion/criterion.h>
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
-#include "spec.h"
-#include "strategy.h"
-#include "testutil.h"
+#include "engine/rng.h"
+#include "engine/spec.h"
+#include "experiments/agent/strategy.h"
+#include "tests/testutil.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -41,7 +41,7 @@ static int logged(const log_t *l, const char *needle) {
 
 static void load_example(const char *name, spec_t *s) {
     char err[SPEC_ERR_LEN];
-    char *path = tu_path("%s/experiments/%s", tu_src(), name);
+    char *path = tu_path("%s/experiments/specs/%s", tu_src(), name);
     cr_assert_eq(spec_load(path, s, err, sizeof err), 0, "%s: %s", path, err);
     free(path);
 }

@@ -17,9 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rng.h"
-#include "testutil.h"
-#include "tok.h"
+#include "engine/rng.h"
+#include "tests/testutil.h"
+#include "engine/tok.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 

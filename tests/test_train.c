@@ -2,14 +2,14 @@
  * the summary block, the JSON progress lines, the time budget, that learning
  * happens, reproducibility, the failure exits (diverged, bad input), and
  * sampling from the saved checkpoint. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "testutil.h"
+#include "tests/testutil.h"
 
 static char *dir; /* tu_dir()/state, with datasets/tiny */
 

@@ -7,7 +7,7 @@
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -20,9 +20,9 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "testutil.h"
-#include "exec.h"
-#include "worker.h"
+#include "tests/testutil.h"
+#include "daemon/exec/exec.h"
+#include "daemon/exec/worker.h"
 
 static char *log_path; /* tu_dir()/train.log */
 static const char *shim, *bad;

@@ -1,5 +1,5 @@
 /* testutil.c - see testutil.h. */
-#include "testutil.h"
+#include "tests/testutil.h"
 
 #include <criterion/criterion.h>
 #include <curl/curl.h>

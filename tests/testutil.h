@@ -7,7 +7,7 @@
 #ifndef NIGHTSHIFT_TESTUTIL_H
 #define NIGHTSHIFT_TESTUTIL_H
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <sqlite3.h>
 #include <stddef.h>
 #include <sys/types.h>

@@ -6,9 +6,9 @@
  * path, call it, and print what came back. Text that came from the daemon
  * (names, messages, tags) is printed with control characters replaced, so a
  * spec name cannot move the cursor or recolour the terminal. */
-#include "client.h"
+#include "daemon/client/client.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -24,9 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bytebuf.h"
-#include "cli.h"
-#include "util.h"
+#include "daemon/shared/bytebuf.h"
+#include "engine/cli.h"
+#include "engine/util.h"
 
 #define DEFAULT_URL        "http://127.0.0.1:8080"
 #define CONNECT_TIMEOUT_MS 5000L

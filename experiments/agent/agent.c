@@ -5,9 +5,9 @@
  * One delivery: verify (401 on failure) -> a webhook-id answered before gets
  * the same reply -> parse the event (400 if it is not one) -> strategy_decide
  * -> save the state -> 200 with one spec, an array, or []. */
-#include "agent.h"
+#include "experiments/agent/agent.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -18,19 +18,19 @@
 #include <time.h>
 #include <uv.h>
 
-#include "client.h"
-#include "http.h"
-#include "log.h"
-#include "spec.h"
-#include "strategy.h"
-#include "util.h"
-#include "webhook.h"
+#include "daemon/client/client.h"
+#include "daemon/shared/http.h"
+#include "daemon/shared/log.h"
+#include "engine/spec.h"
+#include "experiments/agent/strategy.h"
+#include "engine/util.h"
+#include "daemon/shared/webhook.h"
 
 #define MAX_SECRET   4096
 #define REPLAY_SLOTS 64  /* deliveries whose replies are kept for repeats */
 #define MAX_EVENT_ID 128 /* longest webhook-id kept for replay */
 #define DEFAULT_PORT 8090
-#define DEFAULT_BASE "experiments/baseline.json"
+#define DEFAULT_BASE "experiments/specs/baseline.json"
 
 typedef struct {
     char host[256];

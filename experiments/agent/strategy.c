@@ -7,7 +7,7 @@
  * configurations, seen identities, judged ids, RNG) with its JSON form for
  * --state. Every decision is one log line saying what and why, with the
  * numbers behind it. */
-#include "strategy.h"
+#include "experiments/agent/strategy.h"
 
 #include <errno.h>
 #include <math.h>
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "util.h"
+#include "engine/util.h"
 
 #define STATE_VERSION  2     /* 1: before configurations (its pending re-runs are dropped) */
 #define MAX_DRAWS      200   /* mutation attempts before giving up for this event */

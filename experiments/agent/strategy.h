@@ -42,12 +42,12 @@
 #ifndef NIGHTSHIFT_STRATEGY_H
 #define NIGHTSHIFT_STRATEGY_H
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rng.h"
-#include "spec.h"
+#include "engine/rng.h"
+#include "engine/spec.h"
 
 typedef struct strategy strategy_t;
 

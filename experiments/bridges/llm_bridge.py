@@ -2,7 +2,7 @@
 """llm_bridge.py - an example bridge that puts an LLM behind nightshift's agent hook.
 
 The daemon POSTs signed webhook events (experiment.finished, queue.empty,
-experiment.rejected; see daemon/hook.h) to an agent and queues whatever spec(s)
+experiment.rejected; see daemon/hook/hook.h) to an agent and queues whatever spec(s)
 the agent answers with. This bridge is such an agent: it verifies the
 signature, turns the payload (the best run, the recent results, the spec
 defaults, the error of a rejected proposal) into a prompt, runs an LLM through

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "attn.h"
-#include "gemm.h"
-#include "rng.h"
+#include "engine/attn.h"
+#include "engine/gemm.h"
+#include "engine/rng.h"
 
 typedef struct {
     const char *name;

@@ -4,7 +4,7 @@
 #   tests/bench/noise.sh BIN STATE [--spec SPEC] [--budget S | --tokens N] [--seeds N]
 #                        [--first K] [--threads N]
 #
-# Trains SPEC (default experiments/baseline.json) on its dataset under STATE
+# Trains SPEC (default experiments/specs/baseline.json) on its dataset under STATE
 # for S seconds (default 60), or for N training tokens with --tokens, with
 # seeds K..K+N-1 (default 1..5) and prints each val_bpb, then the mean and the
 # sample standard deviation (n - 1). The seed changes both the initialisation
@@ -22,7 +22,7 @@ usage() {
 bin=$1 state=$2
 shift 2
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-src=$here/../../experiments/baseline.json budget=60 tokens=0 seeds=5 first=1 threads=1
+src=$here/../../experiments/specs/baseline.json budget=60 tokens=0 seeds=5 first=1 threads=1
 while [[ $# -gt 0 ]]; do
     case $1 in
     --spec) src=$2 ;;

@@ -4,7 +4,7 @@
 #   tests/bench/sampler.sh BIN STATE [--budget S | --tokens N] [--seeds "42 43"]
 #                          [--threads N]
 #
-# Trains experiments/default.json on STATE's `default` dataset (the Brown
+# Trains experiments/specs/default.json on STATE's `default` dataset (the Brown
 # corpus in its original genre order, validation documents from the end) for
 # S seconds (default 300), or N training tokens with --tokens, with train.sampler "sequential" (one contiguous walk
 # from a seeded start, the old behaviour) and "random" (independent uniform
@@ -34,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     shift 2 || usage
 done
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-src=$here/../../experiments/default.json
+src=$here/../../experiments/specs/default.json
 [[ -x $bin ]] || { echo "bench: $bin is not an executable (run make first)" >&2; exit 1; }
 [[ -f $state/datasets/default/manifest.json ]] ||
     { echo "bench: no dataset $state/datasets/default (run make dataset)" >&2; exit 1; }

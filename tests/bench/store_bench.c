@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "store.h"
+#include "daemon/store/store.h"
 
 static double now_ms(void) {
     struct timespec ts;

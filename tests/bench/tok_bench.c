@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "rng.h"
-#include "tok.h"
+#include "engine/rng.h"
+#include "engine/tok.h"
 
 #define TRAIN_LIMIT_S  3.0
 #define ENCODE_LIMIT_S 2.0

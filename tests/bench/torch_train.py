@@ -77,7 +77,7 @@ M64 = (1 << 64) - 1
 
 
 def load_spec(path):
-    """SPEC.json over experiments/default.json (which lists every field with
+    """SPEC.json over experiments/specs/default.json (which lists every field with
     its default), with the two rules of engine/spec.c that change a default:
     max_pos follows seq_len, and a token_budget makes time_budget_s 0 unless
     the spec gives it."""

@@ -72,7 +72,7 @@ bench_spec "$src" "$spec" "$seed" "$budget" "$tokens" "$threads" \
     ${dataset:+"dataset=\"$dataset\""}
 # The spec's dataset, model, tokens per step (train.total_batch_tokens) and name.
 read -r dataset depth width heads per_step name < <(python3 - "$spec" \
-    "$here/../../experiments/default.json" <<'PY'
+    "$here/../../experiments/specs/default.json" <<'PY'
 import json, sys
 s, d = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 m, t = dict(d["model"], **s.get("model", {})), dict(d["train"], **s.get("train", {}))

@@ -1,8 +1,8 @@
 /* fuzz_ckpt.c - the safetensors reader (engine/ckpt.c, ckpt_read). Whatever
  * it accepts must describe tensors inside the file: every tensor's data lies
  * within the buffer it read. */
-#include "ckpt.h"
-#include "fuzz.h"
+#include "engine/ckpt.h"
+#include "tests/fuzz/fuzz.h"
 
 static volatile float sink; /* keeps the reads of every value */
 

@@ -8,13 +8,13 @@
 #include <sys/stat.h>
 #include <uv.h>
 
-#include "api.h"
-#include "fuzz.h"
-#include "http.h"
-#include "log.h"
-#include "sched.h"
-#include "store.h"
-#include "util.h"
+#include "daemon/serve/api.h"
+#include "tests/fuzz/fuzz.h"
+#include "daemon/shared/http.h"
+#include "daemon/shared/log.h"
+#include "daemon/exec/sched.h"
+#include "daemon/store/store.h"
+#include "engine/util.h"
 
 #define TOKEN "fuzz-token" /* the seeds' Authorization: Bearer fuzz-token */
 

@@ -3,9 +3,9 @@
  * the tokenizer byte counts and val.bin are fixed (vocabulary 260, BOS 256,
  * val.bin one document "HI"). Whatever it accepts must hold: every token is
  * below vocab_size and each stream starts with BOS. */
-#include "data.h"
-#include "fuzz.h"
-#include "util.h"
+#include "engine/data.h"
+#include "tests/fuzz/fuzz.h"
+#include "engine/util.h"
 
 #define VOCAB 260
 #define BOS   256

@@ -1,10 +1,10 @@
-/* fuzz_reply.c - the agent-reply parser (daemon/hook.c): a 2xx reply's body
+/* fuzz_reply.c - the agent-reply parser (daemon/hook/hook.c): a 2xx reply's body
  * into proposals, each validated as the hook does through the spec parser. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 
-#include "fuzz.h"
-#include "hook.h"
-#include "spec.h"
+#include "tests/fuzz/fuzz.h"
+#include "daemon/hook/hook.h"
+#include "engine/spec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[512];

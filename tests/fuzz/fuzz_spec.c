@@ -2,11 +2,11 @@
  * a request body reaches them. Properties: an accepted spec's canonical JSON
  * is accepted again and is a fixed point; a body the strict JSON parser takes
  * goes through the validator the way the API sends it (printed again). */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 
-#include "fuzz.h"
-#include "http.h"
-#include "spec.h"
+#include "tests/fuzz/fuzz.h"
+#include "daemon/shared/http.h"
+#include "engine/spec.h"
 
 static void check_canonical(const spec_t *s) {
     char err[512];

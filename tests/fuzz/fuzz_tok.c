@@ -3,8 +3,8 @@
  * any bytes encode, every id is in range, and decoding gives the bytes back;
  * the input read as int32 ids decodes or is refused, never read out of
  * bounds. */
-#include "fuzz.h"
-#include "tok.h"
+#include "tests/fuzz/fuzz.h"
+#include "engine/tok.h"
 
 static tok_t *tok;
 

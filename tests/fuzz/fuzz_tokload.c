@@ -1,8 +1,8 @@
 /* fuzz_tokload.c - the tokenizer.json loader (engine/tok.c, tok_load). A
  * tokenizer it accepts must also work: a sample encodes and decodes back, and
  * saving it writes a file that loads again. */
-#include "fuzz.h"
-#include "tok.h"
+#include "tests/fuzz/fuzz.h"
+#include "engine/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static char path[128], saved[128];

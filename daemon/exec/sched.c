@@ -1,5 +1,5 @@
 /* sched.c - slots, the queue and the workers (see sched.h). */
-#include "sched.h"
+#include "daemon/exec/sched.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -11,11 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "executor.h"
-#include "log.h"
-#include "spec.h"
-#include "util.h"
-#include "worker.h"
+#include "daemon/exec/executor.h"
+#include "daemon/shared/log.h"
+#include "engine/spec.h"
+#include "engine/util.h"
+#include "daemon/exec/worker.h"
 
 #define METRICS_BATCH          256    /* rows buffered per slot before a forced flush */
 #define METRICS_FLUSH_MS       1000   /* and at least this often */

@@ -25,9 +25,9 @@
  * retry timer; it is freed only in that timer's close callback. hook_close
  * closes everything
  * and frees the hook when the last of its handles has closed. */
-#include "hook.h"
+#include "daemon/hook/hook.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <openssl/rand.h>
 #include <stdio.h>
@@ -35,15 +35,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "bytebuf.h"
-#include "curl_uv.h"
-#include "events.h"
-#include "log.h"
-#include "sched.h"
-#include "spec.h"
-#include "store.h"
-#include "util.h"
-#include "webhook.h"
+#include "daemon/shared/bytebuf.h"
+#include "daemon/shared/curl_uv.h"
+#include "daemon/serve/events.h"
+#include "daemon/shared/log.h"
+#include "daemon/exec/sched.h"
+#include "engine/spec.h"
+#include "daemon/store/store.h"
+#include "engine/util.h"
+#include "daemon/shared/webhook.h"
 
 #define MAX_IN_FLIGHT    4         /* concurrent transfers; more events wait in the FIFO */
 #define MAX_REPLY_BYTES  (1 << 20) /* a bigger 2xx reply is malformed */

@@ -17,7 +17,7 @@
  *   GET  /v1/events                    ?after=N&limit= the event log (events.h)
  *   GET  /v1/events/stream             the same as Server-Sent Events
  *   GET  /v1/leaderboard?format=csv    the leaderboard as CSV
- *   GET  /  and /ui/...                the dashboard (daemon/web, compiled in)
+ *   GET  /  and /ui/...                the dashboard (daemon/serve/web, compiled in)
  *
  * Errors are {"error":{"code":...,"message":...}}. With a token configured,
  * every POST needs `Authorization: Bearer TOKEN` (401 otherwise), and with
@@ -25,13 +25,13 @@
 #ifndef NIGHTSHIFT_API_H
 #define NIGHTSHIFT_API_H
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "http.h"
-#include "sched.h"
-#include "store.h"
+#include "daemon/shared/http.h"
+#include "daemon/exec/sched.h"
+#include "daemon/store/store.h"
 
 typedef struct {
     store_t *store;

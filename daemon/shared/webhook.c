@@ -1,5 +1,5 @@
 /* webhook.c - the webhook signature (see webhook.h). */
-#include "webhook.h"
+#include "daemon/shared/webhook.h"
 
 #include <limits.h>
 #include <openssl/crypto.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "engine/util.h"
 
 int webhook_sign(const char *secret, size_t secret_len, const char *id, const char *timestamp,
                  const char *body, size_t body_len, char out[WEBHOOK_SIG_LEN + 1]) {

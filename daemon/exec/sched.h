@@ -30,12 +30,12 @@
 #ifndef NIGHTSHIFT_SCHED_H
 #define NIGHTSHIFT_SCHED_H
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <uv.h>
 
-#include "executor.h"
-#include "store.h"
+#include "daemon/exec/executor.h"
+#include "daemon/store/store.h"
 
 typedef struct sched sched_t;
 

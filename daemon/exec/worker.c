@@ -30,11 +30,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "worker.h"
+#include "daemon/exec/worker.h"
 
-#include "bytebuf.h"
-#include "executor.h"
-#include "util.h"
+#include "daemon/shared/bytebuf.h"
+#include "daemon/exec/executor.h"
+#include "engine/util.h"
 
 extern char **environ;
 

@@ -16,10 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 
-#include "result_fields.h"
-#include "util.h"
+#include "engine/result_fields.h"
+#include "engine/util.h"
 
 typedef struct store store_t;
 
@@ -113,7 +113,7 @@ int store_open(const char *path, store_t **out, char *err, size_t errlen);
 void store_close(store_t *s);
 
 /* The store's connection, for modules that own tables of their own (the
- * events table, daemon/events.c); borrowed, valid until store_close. */
+ * events table, daemon/serve/events.c); borrowed, valid until store_close. */
 struct sqlite3 *store_db(store_t *s);
 
 /* Insert a queued experiment; *id gets its id. A parent that does not exist
@@ -257,7 +257,7 @@ int store_prune_losses(store_t *s, const store_scope_t *sc, double p, double win
 int store_run_loss(store_t *s, int64_t id, double p, double window, double *loss, int64_t *n,
                    char *err, size_t errlen);
 
-/* --- the agent hook (daemon/hook.c) --- */
+/* --- the agent hook (daemon/hook/hook.c) --- */
 
 /* The last n (1..1000) finished experiments (any final status), the most
  * recently finished first: [{id, name, status, reason, val_bpb (null unless

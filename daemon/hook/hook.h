@@ -64,7 +64,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "api.h"
+#include "daemon/serve/api.h"
 
 #define HOOK_RECENT            20
 #define HOOK_PROPOSALS_PER_MIN 30

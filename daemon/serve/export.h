@@ -9,9 +9,9 @@
 #ifndef NIGHTSHIFT_EXPORT_H
 #define NIGHTSHIFT_EXPORT_H
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 
-#include "store.h"
+#include "daemon/store/store.h"
 
 /* A header line and one line per row. sep ',' quotes a field that holds a
  * comma, a quote, CR or LF (quotes doubled); sep '\t' replaces tabs, CR and

@@ -1,5 +1,5 @@
 /* export.c - tables of experiments (see export.h). */
-#include "export.h"
+#include "daemon/serve/export.h"
 
 #include <math.h>
 #include <sqlite3.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bytebuf.h"
+#include "daemon/shared/bytebuf.h"
 
 /* ------------------------------------------------------------------ tables */
 

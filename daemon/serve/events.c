@@ -1,7 +1,7 @@
 /* events.c - the event log (see events.h): the events table on the store's
  * connection, and the hub that streams it to SSE clients from one timer on
  * the loop. */
-#include "events.h"
+#include "daemon/serve/events.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bytebuf.h"
-#include "log.h"
+#include "daemon/shared/bytebuf.h"
+#include "daemon/shared/log.h"
 
 /* ------------------------------------------------------------ the table */
 

@@ -6,7 +6,7 @@
  * (SIGTERM, SIGKILL after the grace), record them as interrupted and queue them
  * again, flush, close every handle, exit 0. With --executor slurm the batch
  * jobs keep running instead, and the next daemon re-attaches to them. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,16 +20,16 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "api.h"
-#include "events.h"
-#include "hook.h"
-#include "http.h"
-#include "log.h"
-#include "sched.h"
-#include "serve.h"
-#include "slurm.h"
-#include "store.h"
-#include "util.h"
+#include "daemon/serve/api.h"
+#include "daemon/serve/events.h"
+#include "daemon/hook/hook.h"
+#include "daemon/shared/http.h"
+#include "daemon/shared/log.h"
+#include "daemon/exec/sched.h"
+#include "daemon/serve/serve.h"
+#include "daemon/exec/slurm.h"
+#include "daemon/store/store.h"
+#include "engine/util.h"
 
 #define MAX_TOKEN             256
 #define MAX_SECRET            1024 /* bytes of the agent hook's HMAC key */

@@ -1,5 +1,5 @@
 /* web.c - look up the dashboard's compiled-in files (see web.h). */
-#include "web.h"
+#include "daemon/serve/web.h"
 
 #include <string.h>
 

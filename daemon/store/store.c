@@ -10,7 +10,7 @@
  *
  * JSON output is built generically from result columns: a query's column names
  * are its JSON keys, so the shape of each answer is visible in its SQL. */
-#include "store.h"
+#include "daemon/store/store.h"
 
 #include <math.h>
 #include <openssl/evp.h>

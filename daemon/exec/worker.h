@@ -28,7 +28,7 @@
 #ifndef NIGHTSHIFT_WORKER_H
 #define NIGHTSHIFT_WORKER_H
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>

@@ -20,14 +20,14 @@
 #ifndef NIGHTSHIFT_EVENTS_H
 #define NIGHTSHIFT_EVENTS_H
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
-#include "http.h"
-#include "sched.h"
-#include "store.h"
+#include "daemon/shared/http.h"
+#include "daemon/exec/sched.h"
+#include "daemon/store/store.h"
 
 #define EVENTS_FINISHED "experiment.finished"
 #define EVENTS_EMPTY    "queue.empty"

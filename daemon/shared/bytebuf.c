@@ -1,11 +1,11 @@
 /* bytebuf.c - a growable byte buffer with a size cap (see bytebuf.h). */
-#include "bytebuf.h"
+#include "daemon/shared/bytebuf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "engine/util.h"
 
 #define MIN_ALLOC 64 /* bytes of the first allocation by an append */
 

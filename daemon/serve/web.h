@@ -1,4 +1,4 @@
-/* web.h - the dashboard's files, compiled in: daemon/web/ and uPlot's built
+/* web.h - the dashboard's files, compiled in: daemon/serve/web/ and uPlot's built
  * files (fetched at build time by scripts/fetch-uplot.sh), generated into the
  * build as web_assets.c by scripts/embed-web.sh (static data). */
 #ifndef NIGHTSHIFT_WEB_H

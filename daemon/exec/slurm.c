@@ -14,7 +14,7 @@
  * CANCELLED; stop(INTERRUPTED) detaches (reported from a zero timer, never
  * inside stop). Lifetime: the executor owns its jobs and commands; free
  * closes every handle and the last close callback frees the executor. */
-#include "slurm.h"
+#include "daemon/exec/slurm.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -30,10 +30,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bytebuf.h"
-#include "curl_uv.h"
-#include "log.h"
-#include "util.h"
+#include "daemon/shared/bytebuf.h"
+#include "daemon/shared/curl_uv.h"
+#include "daemon/shared/log.h"
+#include "engine/util.h"
 
 extern char **environ;
 

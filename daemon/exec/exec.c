@@ -1,7 +1,7 @@
 /* exec.c - `nightshift exec-limited`, the shim between the daemon's worker
  * supervisor (worker.c) and a worker: it applies a slot's limits to itself,
  * then execs the worker. A program of its own that shares only the binary. */
-#include "exec.h"
+#include "daemon/exec/exec.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -1,5 +1,5 @@
 /* log.c - see log.h. */
-#include "log.h"
+#include "daemon/shared/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,7 +7,7 @@
 #include <sys/time.h>
 #include <time.h>
 
-#include "util.h"
+#include "engine/util.h"
 
 log_level log_threshold = LOG_INFO;
 

@@ -30,10 +30,10 @@
  * listener and the list of connections and is freed once every one of its
  * handles has closed. No state is global, so several servers can share a
  * loop. Everything runs on the loop thread. */
-#include "http.h"
+#include "daemon/shared/http.h"
 
 #include <arpa/inet.h>
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <http_parser.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,7 +41,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "bytebuf.h"
+#include "daemon/shared/bytebuf.h"
 
 #define READ_CHUNK 16384 /* bytes of free space offered to each read */
 #define LINGER_MS  2000  /* longest lingering close */

@@ -1,5 +1,5 @@
 /* curl_uv.c - libcurl multi on a libuv loop (see curl_uv.h). */
-#include "curl_uv.h"
+#include "daemon/shared/curl_uv.h"
 
 #include <stdlib.h>
 

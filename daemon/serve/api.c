@@ -1,6 +1,6 @@
 /* api.c - the HTTP API's routes (see api.h). Handlers run on the loop thread:
  * each does a few short SQLite transactions, nothing slower. */
-#include "api.h"
+#include "daemon/serve/api.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,14 +13,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cost.h"
-#include "data.h"
-#include "events.h"
-#include "export.h"
-#include "log.h"
-#include "spec.h"
-#include "util.h"
-#include "web.h"
+#include "engine/cost.h"
+#include "engine/data.h"
+#include "daemon/serve/events.h"
+#include "daemon/serve/export.h"
+#include "daemon/shared/log.h"
+#include "engine/spec.h"
+#include "engine/util.h"
+#include "daemon/serve/web.h"
 
 #define NIGHTSHIFT_VERSION "0.1.0"
 #define MAX_METRICS_SHOWN  5000       /* metrics rows in GET /v1/experiments/{id} */

@@ -38,11 +38,11 @@
 #ifndef NIGHTSHIFT_SLURM_H
 #define NIGHTSHIFT_SLURM_H
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <uv.h>
 
-#include "executor.h"
+#include "daemon/exec/executor.h"
 
 typedef struct {
     const char *partition;    /* NULL = the cluster's default */

@@ -16,11 +16,11 @@
 #ifndef NIGHTSHIFT_EXECUTOR_H
 #define NIGHTSHIFT_EXECUTOR_H
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <uv.h>
 
-#include "worker.h"
+#include "daemon/exec/worker.h"
 
 typedef struct executor executor_t;
 typedef struct executor_job executor_job_t;
