@@ -29,11 +29,17 @@ if "$bin" watch --once --url "$url" >/dev/null 2>&1; then
 fi
 
 mkdir -p "$state"
-# The hook's shared secret: made once, readable by this user only.
+# The hook's shared secret and the daemon's token: made once, readable by this
+# user only. The token guards every POST (another user of the machine cannot
+# submit or cancel); the CLI finds it in the state directory by itself.
 secret=$state/agent.secret
-if [[ ! -s $secret ]]; then
-    (umask 077 && head -c 32 /dev/urandom | base64 >"$secret")
-fi
+token=$state/token
+for f in "$secret" "$token"; do
+    if [[ ! -s $f ]]; then
+        (umask 077 && head -c 32 /dev/urandom | base64 | tr -d '/+=\n' >"$f")
+    fi
+    chmod 600 "$f"
+done
 
 # Each background job in its own process group: the terminal's Ctrl-C
 # reaches only this script, which stops the others once (one SIGTERM each).
@@ -81,7 +87,7 @@ start agent "$state/agent.log" "$bin" agent --listen "127.0.0.1:$agent_port" \
 daemon_from=$(log_end "$state/daemon.log")
 start daemon "$state/daemon.log" "$bin" serve --dir "$state" --listen "127.0.0.1:$port" \
     --slots "$slots" --prune "$prune" --agent-url "http://127.0.0.1:$agent_port/hook" \
-    --agent-secret-file "$secret"
+    --agent-secret-file "$secret" --token-file "$token"
 
 # Follow the daemon's log from its start, so this pane shows the baseline start.
 tail -c "+$daemon_from" -F "$state/daemon.log" 2>/dev/null &
@@ -89,7 +95,7 @@ pids+=($!)
 
 # The agent may have queued the baseline already (it proposes it on the
 # daemon's first queue.empty); then the submission is a duplicate.
-if reply=$("$bin" submit "$baseline" --url "$url" 2>&1); then
+if reply=$("$bin" submit "$baseline" --url "$url" --token-file "$token" 2>&1); then
     if [[ $reply =~ ^([0-9]+)\ duplicate\ \(already\ (.*)\)$ ]]; then
         echo "run: the baseline is experiment ${BASH_REMATCH[1]} (${BASH_REMATCH[2]})"
     else

@@ -385,7 +385,7 @@ Test(events, the_stream_delivers_new_events_and_resumes_from_last_event_id) {
     daemon_start(&d, NULL);
     char buf[65536] = "";
     size_t len = 0;
-    int fd = open_request(&d, "GET /v1/events/stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    int fd = open_request(&d, "GET /v1/events/stream HTTP/1.1\r\nHost: localhost\r\n\r\n");
     cr_assert(read_until(fd, buf, sizeof buf, &len, "retry: 2000\n\n", 5), "no stream head: %s",
               buf);
     cr_expect(strstr(buf, "Content-Type: text/event-stream"), "%s", buf);
@@ -410,7 +410,8 @@ Test(events, the_stream_delivers_new_events_and_resumes_from_last_event_id) {
     wait_final(&d, id2);
     char req[256];
     snprintf(req, sizeof req,
-             "GET /v1/events/stream HTTP/1.1\r\nHost: x\r\nLast-Event-ID: %ld\r\n\r\n", ev1);
+             "GET /v1/events/stream HTTP/1.1\r\nHost: localhost\r\nLast-Event-ID: %ld\r\n\r\n",
+             ev1);
     fd = open_request(&d, req);
     len = 0;
     buf[0] = '\0';
@@ -424,7 +425,7 @@ Test(events, the_stream_delivers_new_events_and_resumes_from_last_event_id) {
     close(fd);
 
     /* ?status=1 adds the slots snapshot every second */
-    fd = open_request(&d, "GET /v1/events/stream?status=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    fd = open_request(&d, "GET /v1/events/stream?status=1 HTTP/1.1\r\nHost: localhost\r\n\r\n");
     len = 0;
     buf[0] = '\0';
     cr_expect(read_until(fd, buf, sizeof buf, &len, "event: status\ndata: {\"queue_depth\"", 3),
@@ -440,12 +441,12 @@ Test(events, streams_are_bounded_and_closed_at_shutdown) {
     int fds[32];
     char buf[4096];
     for (int i = 0; i < 32; i++) {
-        fds[i] = open_request(&d, "GET /v1/events/stream HTTP/1.1\r\nHost: x\r\n\r\n");
+        fds[i] = open_request(&d, "GET /v1/events/stream HTTP/1.1\r\nHost: localhost\r\n\r\n");
         size_t len = 0;
         buf[0] = '\0';
         cr_assert(read_until(fds[i], buf, sizeof buf, &len, "retry:", 5), "stream %d: %s", i, buf);
     }
-    int extra = open_request(&d, "GET /v1/events/stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    int extra = open_request(&d, "GET /v1/events/stream HTTP/1.1\r\nHost: localhost\r\n\r\n");
     size_t len = 0;
     buf[0] = '\0';
     cr_expect(read_until(extra, buf, sizeof buf, &len, "too_many_streams", 5), "%s", buf);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -461,6 +462,14 @@ static size_t reply_write_cb(char *p, size_t size, size_t nmemb, void *arg) {
     return n;
 }
 
+static size_t reply_header_cb(char *p, size_t size, size_t nmemb, void *arg) {
+    tu_reply_t *r = arg;
+    size_t n = size * nmemb, have = strlen(r->headers), room = sizeof r->headers - 1 - have;
+    memcpy(r->headers + have, p, n < room ? n : room);
+    r->headers[have + (n < room ? n : room)] = '\0';
+    return n;
+}
+
 void tu_http(const tu_server_t *s, const char *method, const char *path, const char *body,
              size_t body_len, const char *auth, tu_reply_t *r) {
     char hdr[512];
@@ -478,7 +487,10 @@ void tu_http_headers(const tu_server_t *s, const char *method, const char *path,
     cr_assert(c, "curl_easy_init failed");
     char url[512], err[CURL_ERROR_SIZE] = "";
     snprintf(url, sizeof url, "%s%s", s->url, path);
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    int own_type = 0;
+    for (int i = 0; headers[i]; i++) own_type |= !strncasecmp(headers[i], "Content-Type:", 13);
+    struct curl_slist *h =
+        own_type ? NULL : curl_slist_append(NULL, "Content-Type: application/json");
     for (int i = 0; headers[i]; i++) h = curl_slist_append(h, headers[i]);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
@@ -488,6 +500,8 @@ void tu_http_headers(const tu_server_t *s, const char *method, const char *path,
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, reply_write_cb);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, reply_header_cb);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
     if (body) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);

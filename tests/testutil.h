@@ -137,7 +137,8 @@ typedef struct {
     char *body; /* NUL-terminated, malloc'd (tu_reply_free) */
     size_t len;
     char content_type[128];
-    double seconds; /* wall time of the call */
+    double seconds;     /* wall time of the call */
+    char headers[2048]; /* the reply's header lines, as received (cut at 2047 bytes) */
 } tu_reply_t;
 
 /* One request to s->url + path; body may be NULL (no body) and auth is the
@@ -147,7 +148,7 @@ void tu_http(const tu_server_t *s, const char *method, const char *path, const c
              size_t body_len, const char *auth, tu_reply_t *r);
 /* The same with headers, a NULL-terminated list of whole header lines
  * ("Name: value"; "Name:" drops a header libcurl would send), after
- * "Content-Type: application/json". */
+ * "Content-Type: application/json" unless the list has a Content-Type. */
 void tu_http_headers(const tu_server_t *s, const char *method, const char *path, const char *body,
                      size_t body_len, const char *const headers[], tu_reply_t *r);
 void tu_reply_free(tu_reply_t *r);

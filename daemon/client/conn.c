@@ -7,11 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "daemon/client/client.h"
 #include "daemon/client/cmd.h"
 #include "daemon/client/fmt.h"
 #include "daemon/shared/bytebuf.h"
+#include "daemon/shared/http.h"
+#include "daemon/shared/origin.h"
 #include "engine/util.h"
 
 #define CONNECT_TIMEOUT_MS 5000L
@@ -47,16 +50,42 @@ void conn_close(conn_t *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* Is url's host a loopback name or address ("http://127.0.0.1:8080/...")? */
+static int url_is_loopback(const char *url) {
+    char host[ORIGIN_HOST_MAX];
+    int port;
+    const char *a = strstr(url, "://");
+    if (!a) return 0;
+    a += 3;
+    return origin_parse_authority(a, strcspn(a, "/?#"), host, sizeof host, &port) == 0 &&
+           http_host_is_loopback(host);
+}
+
+/* The token file a daemon on this machine keeps in its state directory
+ * (scripts/run.sh writes DIR/token, mode 0600): $NIGHTSHIFT_DIR/token, by
+ * default state/token as `serve` defaults to --dir state. NULL when there is
+ * none. The path is in buf. */
+static const char *state_token_file(char *buf, size_t len) {
+    const char *dir = getenv("NIGHTSHIFT_DIR");
+    snprintf(buf, len, "%s/token", dir && *dir ? dir : "state");
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
 /* The token from --token, --token-file or $NIGHTSHIFT_TOKEN into buf ("" for
- * none). Returns 0 or an exit code after printing why. */
-static int resolve_token(const conn_opts_t *o, const cmd_help_t *h, char *buf, size_t len) {
-    char err[512], *text = NULL;
+ * none); for a daemon on loopback, else from its state directory's token
+ * file when there is one. Returns 0 or an exit code after printing why. */
+static int resolve_token(const conn_opts_t *o, const cmd_help_t *h, const char *url, char *buf,
+                         size_t len) {
+    char err[512], state_file[4096], *text = NULL;
     size_t n = 0;
     buf[0] = '\0';
     if (o->token && o->token_file)
         return cmd_usage_error(h, "give --token or --token-file, not both");
-    if (o->token_file) {
-        if (cmd_read_input(o->token_file, MAX_TOKEN_BYTES, &text, &n, err, sizeof err) < 0) {
+    const char *file = o->token_file;
+    if (!file && !o->token && !getenv("NIGHTSHIFT_TOKEN") && url_is_loopback(url))
+        file = state_token_file(state_file, sizeof state_file);
+    if (file) {
+        if (cmd_read_input(file, MAX_TOKEN_BYTES, &text, &n, err, sizeof err) < 0) {
             fprintf(stderr, "nightshift %s: token file %s\n", h->name, err);
             return CLIENT_EXIT_USAGE;
         }
@@ -105,8 +134,6 @@ int conn_open(conn_t *c, const conn_opts_t *o, const cmd_help_t *h) {
         return CLIENT_EXIT_API;
     }
     c->inited = 1;
-    int rc = resolve_token(o, h, token, sizeof token);
-    if (rc) return rc;
     if (!url || !*url) url = getenv("NIGHTSHIFT_URL");
     if (!url || !*url) { /* the port run.sh and serve were given, on loopback */
         const char *port = getenv("NIGHTSHIFT_PORT");
@@ -121,6 +148,8 @@ int conn_open(conn_t *c, const conn_opts_t *o, const cmd_help_t *h) {
     for (const char *p = url; *p; p++)
         if (*p <= ' ' || *p == 0x7f)
             return cmd_usage_error(h, "--url: contains a space or control");
+    int rc = resolve_token(o, h, url, token, sizeof token);
+    if (rc) return rc;
     if (!(c->base = strdup(url))) goto oom;
     for (size_t n = strlen(c->base); n > 8 && c->base[n - 1] == '/';) c->base[--n] = '\0';
 

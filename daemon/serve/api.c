@@ -18,6 +18,7 @@
 #include "daemon/serve/events.h"
 #include "daemon/serve/export.h"
 #include "daemon/shared/log.h"
+#include "daemon/shared/origin.h"
 #include "engine/spec.h"
 #include "engine/util.h"
 #include "daemon/serve/web.h"
@@ -764,11 +765,23 @@ static int parse_experiment_path(const char *path, int64_t *id, const char **res
     return 1;
 }
 
-int api_authorize(const http_request_t *req, void *user) {
-    const api_t *a = user;
-    int guarded =
-        !strcmp(req->method, "POST") || (a->guard_reads && strcmp(req->path, "/healthz") != 0);
-    return guarded && !authorized(a, req) ? -1 : 0;
+int api_guard(const api_t *a, const http_request_t *req, http_response_t *res) {
+    int rc = origin_check(a->origin, req, res);
+    if (rc) return rc;
+    const char *m = req->method;
+    int reads = !strcmp(m, "GET") || !strcmp(m, "HEAD"), preflight = !strcmp(m, "OPTIONS");
+    int guarded = (!reads && !preflight) ||
+                  (a->guard_reads && !preflight && strcmp(req->path, "/healthz") != 0);
+    if (guarded && !authorized(a, req)) {
+        http_error(res, 401, "unauthorized",
+                   "this call needs the daemon's token (Authorization: Bearer TOKEN)");
+        return 401;
+    }
+    return 0;
+}
+
+int api_authorize(const http_request_t *req, http_response_t *res, void *user) {
+    return api_guard(user, req, res);
 }
 
 void api_handle(const http_request_t *req, http_response_t *res, void *user) {
@@ -776,12 +789,7 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
     const char *m = req->method, *rest = "";
     int get = !strcmp(m, "GET"), post = !strcmp(m, "POST");
     int64_t id = 0;
-    if (api_authorize(req, user)) {
-        http_error(res, 401, "unauthorized",
-                   "this call needs the daemon's token "
-                   "(Authorization: Bearer TOKEN)");
-        return;
-    }
+    if (api_guard(a, req, res) || origin_cors(a->origin, req, res)) return;
     if (!strcmp(req->path, "/healthz") && get) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddBoolToObject(o, "ok", 1);

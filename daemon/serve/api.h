@@ -19,9 +19,12 @@
  *   GET  /v1/leaderboard?format=csv    the leaderboard as CSV
  *   GET  /  and /ui/...                the dashboard (daemon/serve/web, compiled in)
  *
- * Errors are {"error":{"code":...,"message":...}}. With a token configured,
- * every POST needs `Authorization: Bearer TOKEN` (401 otherwise), and with
- * guard_reads (a daemon listening off loopback) every GET but /healthz too. */
+ * Errors are {"error":{"code":...,"message":...}}. Every request passes
+ * api_guard first: the Host, Origin and Content-Type rules of
+ * daemon/shared/origin.h (421, 403, 415), then the token: with one
+ * configured, every request that may change state (POST) needs
+ * `Authorization: Bearer TOKEN` (401 otherwise), and with guard_reads (a
+ * daemon listening off loopback) every GET but /healthz too. */
 #ifndef NIGHTSHIFT_API_H
 #define NIGHTSHIFT_API_H
 
@@ -37,11 +40,12 @@ typedef struct {
     store_t *store;
     sched_t *sched;
     const char *state_dir;
-    const char *token;           /* NULL = no token required */
-    int guard_reads;             /* the token guards GETs too (all but /healthz) */
-    const char *default_dataset; /* of the scoped queries; NULL = STORE_DEFAULT_DATASET */
-    double started_at;           /* util_now() at startup */
-    struct events_hub *events;   /* the SSE hub (events.h); NULL = no stream */
+    const char *token;                  /* NULL = no token required */
+    const struct origin_policy *origin; /* the Host and Origin rules (origin.h); NULL = none */
+    int guard_reads;                    /* the token guards GETs too (all but /healthz) */
+    const char *default_dataset;        /* of the scoped queries; NULL = STORE_DEFAULT_DATASET */
+    double started_at;                  /* util_now() at startup */
+    struct events_hub *events;          /* the SSE hub (events.h); NULL = no stream */
     int memory_mb; /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */
     /* The last leaderboard replies by query string, good while store_finishes
      * stays where it was (a run finishing is the only change the daemon makes
@@ -61,9 +65,15 @@ void api_close(api_t *a);
 /* The http_handler_fn of the daemon; user is an api_t. */
 void api_handle(const http_request_t *req, http_response_t *res, void *user);
 
-/* The http_authorize_fn of the daemon (the token check, run as soon as a
- * request's headers are in): 0 when req may proceed. */
-int api_authorize(const http_request_t *req, void *user);
+/* The gate in front of every route, and of any other front the daemon
+ * serves over HTTP (call it before anything else): the Host, Origin and
+ * Content-Type checks (origin.h), then the token. Returns 0 when req may go
+ * on, else the status with res holding the refusal. */
+int api_guard(const api_t *a, const http_request_t *req, http_response_t *res);
+
+/* The http_authorize_fn of the daemon: api_guard, run as soon as a
+ * request's headers are in (before its body is read). */
+int api_authorize(const http_request_t *req, http_response_t *res, void *user);
 
 /* Validate one spec (a JSON object) and queue it as `source` ("api", "cli" or
  * "agent"), with dedup unless force. Returns 0 with *id and *duplicate set, or

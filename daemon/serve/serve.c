@@ -25,6 +25,7 @@
 #include "daemon/hook/hook.h"
 #include "daemon/shared/http.h"
 #include "daemon/shared/log.h"
+#include "daemon/shared/origin.h"
 #include "daemon/exec/sched.h"
 #include "daemon/serve/serve.h"
 #include "daemon/exec/slurm.h"
@@ -47,6 +48,9 @@ typedef struct {
     double token_run_limit_s; /* deadline of a token-budgeted run */
     char dataset[64];         /* the default scope of leaderboard, best and noise */
     char token[MAX_TOKEN + 1];
+    /* More names the daemon answers to, and origins whose pages may call it
+     * (origin.h); comma-separated, each option may be repeated. */
+    char allowed_hosts[2048], allowed_origins[2048];
     char *worker_cmd[33]; /* test hook: a stand-in worker program and its arguments */
     char worker_cmd_buf[1024];
     size_t max_body_bytes;
@@ -70,9 +74,10 @@ typedef struct {
     sched_t *sched;
     http_server_t *http;
     api_t api;
-    hook_t *hook;         /* NULL without --agent-url, and once closed */
-    events_hub_t *events; /* the SSE streams of GET /v1/events/stream */
-    executor_t *executor; /* --executor slurm; NULL = the scheduler's local one */
+    hook_t *hook;            /* NULL without --agent-url, and once closed */
+    events_hub_t *events;    /* the SSE streams of GET /v1/events/stream */
+    origin_policy_t *origin; /* the Host and Origin rules of every request */
+    executor_t *executor;    /* --executor slurm; NULL = the scheduler's local one */
     uv_signal_t sigint, sigterm;
     int lock_fd;
     int stopping;
@@ -117,6 +122,18 @@ static int split_words(const char *what, const char *cmd, char *buf, size_t len,
 static int set_worker_cmd(serve_opts_t *o, const char *cmd, char *err, size_t errlen) {
     return split_words("worker-cmd", cmd, o->worker_cmd_buf, sizeof o->worker_cmd_buf,
                        o->worker_cmd, err, errlen);
+}
+
+/* Append val to the comma-separated list in out (size len). */
+static int add_to_list(const char *key, const char *val, char *out, size_t len, char *err,
+                       size_t errlen) {
+    size_t n = strlen(out);
+    if (!*val || n + strlen(val) + 2 > len) {
+        snprintf(err, errlen, "%s: 1 to %zu characters in all", key, len - 2);
+        return -1;
+    }
+    snprintf(out + n, len - n, "%s%s", n ? "," : "", val);
+    return 0;
 }
 
 /* A short string option into out (size len): 1 to len-1 characters. */
@@ -208,6 +225,10 @@ static int set_option(serve_opts_t *o, const char *key, const char *val, char *e
         snprintf(o->token, sizeof o->token, "%s", val);
     } else if (!strcmp(key, "token-file")) {
         return read_secret_file(val, "token", o->token, MAX_TOKEN, err, errlen);
+    } else if (!strcmp(key, "allowed-host")) {
+        return add_to_list(key, val, o->allowed_hosts, sizeof o->allowed_hosts, err, errlen);
+    } else if (!strcmp(key, "allowed-origin")) {
+        return add_to_list(key, val, o->allowed_origins, sizeof o->allowed_origins, err, errlen);
     } else if (!strcmp(key, "agent-url")) {
         if (!*val || strlen(val) >= sizeof o->agent_url) {
             snprintf(err, errlen, "agent-url: 1 to %zu characters", sizeof o->agent_url - 1);
@@ -308,6 +329,7 @@ static void serve_usage(FILE *out) {
             "usage: nightshift serve [--dir DIR] [--listen HOST:PORT] [--slots N]\n"
             "                        [--threads-per-slot N] [--memory-mb N]\n"
             "                        [--token T | --token-file F] [--config FILE]\n"
+            "                        [--allowed-host NAME] [--allowed-origin URL]\n"
             "                        [--max-attempts N] [--deadline-slack S] [--kill-grace S]\n"
             "                        [--agent-url URL --agent-secret-file F] [--agent-rate N]\n"
             "                        [--prune median|off] [--prune-startup N] [--prune-warmup F]\n"
@@ -329,6 +351,11 @@ static void serve_usage(FILE *out) {
             "Webhooks headers); its reply may propose the next specs, at most N a minute\n"
             "(--agent-rate, default 30; 0 = no limit). --token T and --agent-secret S still\n"
             "work but show the secret to every user of the machine (ps).\n"
+            "Requests must name the daemon in Host (loopback names and addresses, the\n"
+            "--listen address, or --allowed-host NAME: 421 otherwise), a browser's may only\n"
+            "come from the daemon's own pages or an --allowed-origin URL (403; only those\n"
+            "get CORS headers), and a POST must be Content-Type: application/json (415);\n"
+            "both options may be repeated or list names separated by commas.\n"
             "--prune median stops a run whose training loss, at --prune-warmup of its\n"
             "budget (default 0.3) or at two evenly spaced points after it, is worse than\n"
             "the median of finished runs on the same dataset and budget at the same\n"
@@ -358,6 +385,8 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
                                          {"kill-grace", required_argument, 0, 0},
                                          {"token", required_argument, 0, 0},
                                          {"token-file", required_argument, 0, 0},
+                                         {"allowed-host", required_argument, 0, 0},
+                                         {"allowed-origin", required_argument, 0, 0},
                                          {"worker-cmd", required_argument, 0, 0},
                                          {"agent-url", required_argument, 0, 0},
                                          {"agent-secret", required_argument, 0, 0},
@@ -561,6 +590,7 @@ static int run_daemon(daemon_t *d) {
                      .sched = d->sched,
                      .state_dir = d->o.dir,
                      .token = d->o.token[0] ? d->o.token : NULL,
+                     .origin = d->origin,
                      .guard_reads = !http_host_is_loopback(d->o.host),
                      .default_dataset = d->o.dataset[0] ? d->o.dataset : NULL,
                      .started_at = util_now(),
@@ -659,16 +689,26 @@ int serve_main(int argc, char **argv) {
         double mb = pages > 0 && page > 0 ? (double)pages * page / (1 << 20) : 0;
         o->memory_mb = (int)(0.75 * mb / o->slots);
     }
+    origin_opts_t oo = {.listen_host = o->host,
+                        .allowed_hosts = o->allowed_hosts,
+                        .allowed_origins = o->allowed_origins};
+    if (origin_policy_new(&oo, &d->origin, err, sizeof err) < 0) {
+        fprintf(stderr, "serve: %s\n", err);
+        free(d);
+        return 2;
+    }
     if (!http_host_is_loopback(o->host) && !o->token[0]) {
         fprintf(stderr,
                 "serve: refusing to listen on %s without a token (--token, "
                 "--token-file or NIGHTSHIFT_TOKEN)\n",
                 o->host);
+        origin_policy_free(d->origin);
         free(d);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
     rc = run_daemon(d);
+    origin_policy_free(d->origin);
     free(d);
     return rc;
 }

@@ -100,9 +100,34 @@ struct http_server {
     http_authorize_fn authorize; /* or NULL */
 };
 
-/* Which request header the parser is in the middle of. */
-enum { HDR_OTHER, HDR_AUTH, HDR_CTYPE, HDR_EXPECT, HDR_SOURCE, HDR_WH_ID, HDR_WH_TS, HDR_WH_SIG };
-enum { HDR_LAST_ID = HDR_WH_SIG + 1 }; /* Last-Event-ID, for streams */
+/* The request headers a handler sees (each kept in its own buffer, and
+ * refused when repeated); HDR_OTHER for every other header. */
+enum {
+    HDR_OTHER = -1,
+    HDR_AUTH,
+    HDR_CTYPE,
+    HDR_EXPECT,
+    HDR_SOURCE,
+    HDR_WH_ID,
+    HDR_WH_TS,
+    HDR_WH_SIG,
+    HDR_LAST_ID,
+    HDR_HOST,
+    HDR_ORIGIN,
+    N_HDRS
+};
+static const char *const header_names[N_HDRS] = {
+    [HDR_AUTH] = "authorization",
+    [HDR_CTYPE] = "content-type",
+    [HDR_EXPECT] = "expect",
+    [HDR_SOURCE] = "x-nightshift-source",
+    [HDR_WH_ID] = "webhook-id",
+    [HDR_WH_TS] = "webhook-timestamp",
+    [HDR_WH_SIG] = "webhook-signature",
+    [HDR_LAST_ID] = "last-event-id",
+    [HDR_HOST] = "host",
+    [HDR_ORIGIN] = "origin",
+};
 
 typedef struct conn {
     uv_tcp_t tcp;
@@ -121,7 +146,7 @@ typedef struct conn {
     size_t in_off;
 
     /* The request being received. */
-    bytebuf_t url, auth, ctype, expect, source, wh_id, wh_ts, wh_sig;
+    bytebuf_t url, hdrs[N_HDRS];
     bytebuf_t body; /* capped at max_body_bytes, the others only by memory */
     char field[24]; /* lower-case prefix of the current header name */
     size_t field_len;
@@ -133,6 +158,7 @@ typedef struct conn {
     const char *query;   /* points into url */
     int reject;          /* status the server answers instead of the handler */
     const char *reject_msg;
+    http_response_t refusal; /* authorize's answer, when it refused the request */
 
     /* Connection state. */
     unsigned counted : 1;    /* counts toward max_connections */
@@ -144,7 +170,6 @@ typedef struct conn {
     unsigned closing : 1;
 
     /* A streaming response (see "streaming responses" below). */
-    bytebuf_t last_id;          /* the Last-Event-ID header */
     struct http_stream *stream; /* set by http_stream_open; freed with the connection */
     unsigned streaming : 1;     /* the head is sent: no more requests, no idle deadline */
 } conn_t;
@@ -160,7 +185,7 @@ typedef struct {
 
 static void conn_close(conn_t *c);
 static void conn_process(conn_t *c);
-static void stream_begin(conn_t *c);
+static void stream_begin(conn_t *c, const char *headers);
 static void stream_closed(conn_t *c);
 
 /* ------------------------------------------------------- small helpers */
@@ -255,30 +280,32 @@ static void conn_write_cb(uv_write_t *req, int status) {
     conn_process(c);
 }
 
-/* Queue one response. Takes body (malloc'd, may be NULL) in every case. With
- * head_only the body is counted in Content-Length but not sent (HEAD). final
- * = 0 writes an interim response that does not change the connection state.
- * On failure the connection is closed. */
+/* Queue one response. Takes body (malloc'd, may be NULL) in every case;
+ * extra holds header lines to add ("" for none). With head_only the body is
+ * counted in Content-Length but not sent (HEAD). final = 0 writes an interim
+ * response that does not change the connection state. On failure the
+ * connection is closed. */
 static void conn_send(conn_t *c, int status, const char *ctype, char *body, size_t body_len,
-                      int head_only, int final) {
+                      const char *extra, int head_only, int final) {
     const char *conn_hdr = c->last ? "close" : "keep-alive";
     const char *fmt = "HTTP/1.1 %d %s\r\n"
                       "Content-Type: %s\r\n"
                       "Content-Length: %zu\r\n"
                       "Connection: %s\r\n"
+                      "%s"
                       "Cache-Control: no-store\r\n\r\n";
     const char *reason = reason_phrase(status);
     wreq_t *w = NULL;
     int n;
     if (final)
-        n = snprintf(NULL, 0, fmt, status, reason, ctype, body_len, conn_hdr);
+        n = snprintf(NULL, 0, fmt, status, reason, ctype, body_len, conn_hdr, extra);
     else
         n = snprintf(NULL, 0, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
     if (n < 0 || c->closing) goto fail;
     w = malloc(sizeof *w + (size_t)n + 1);
     if (!w) goto fail;
     if (final)
-        snprintf(w->head, (size_t)n + 1, fmt, status, reason, ctype, body_len, conn_hdr);
+        snprintf(w->head, (size_t)n + 1, fmt, status, reason, ctype, body_len, conn_hdr, extra);
     else
         snprintf(w->head, (size_t)n + 1, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
     if (c->raw_out) { /* http_feed_raw: the bytes are the result, and "written" at once */
@@ -314,7 +341,18 @@ static void conn_send_error(conn_t *c, int status, const char *code, const char 
     http_error(&res, status, code, "%s", msg);
     c->last = 1;
     c->in_request = 0;
-    conn_send(c, status, res.content_type, res.body, res.body_len, 0, 1);
+    conn_send(c, status, res.content_type, res.body, res.body_len, "", 0, 1);
+}
+
+/* authorize's refusal, then close. */
+static void conn_send_refusal(conn_t *c) {
+    http_response_t *no = &c->refusal;
+    char *body = no->body;
+    no->body = NULL;
+    c->last = 1;
+    c->in_request = 0;
+    conn_send(c, no->status, no->content_type ? no->content_type : "application/json", body,
+              no->body_len, no->headers, 0, 1);
 }
 
 /* ---------------------------------------------------- parser callbacks */
@@ -336,12 +374,13 @@ static int count_header_bytes(conn_t *c, size_t n) {
 
 /* The buffers of the request being received, into bufs. Returns their
  * count, REQUEST_BUFS. */
-#define REQUEST_BUFS 10
+#define REQUEST_BUFS (N_HDRS + 2)
 static int request_bufs(conn_t *c, bytebuf_t **bufs) {
-    bytebuf_t *all[REQUEST_BUFS] = {&c->url,   &c->auth,  &c->ctype,  &c->expect, &c->source,
-                                    &c->wh_id, &c->wh_ts, &c->wh_sig, &c->body,   &c->last_id};
-    memcpy(bufs, all, sizeof all);
-    return REQUEST_BUFS;
+    int n = 0;
+    bufs[n++] = &c->url;
+    for (int i = 0; i < N_HDRS; i++) bufs[n++] = &c->hdrs[i];
+    bufs[n++] = &c->body;
+    return n;
 }
 
 static int on_message_begin(http_parser *p) {
@@ -389,18 +428,10 @@ static int on_header_field(http_parser *p, const char *at, size_t n) {
 
 /* Which header (HDR_*) the completed name is. */
 static int header_kind(const conn_t *c) {
-    static const struct {
-        const char *name;
-        int kind;
-    } known[] = {{"authorization", HDR_AUTH},      {"content-type", HDR_CTYPE},
-                 {"expect", HDR_EXPECT},           {"x-nightshift-source", HDR_SOURCE},
-                 {"webhook-id", HDR_WH_ID},        {"webhook-timestamp", HDR_WH_TS},
-                 {"webhook-signature", HDR_WH_SIG}};
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (c->field_len == strlen(known[i].name) && !memcmp(c->field, known[i].name, c->field_len))
-            return known[i].kind;
-    if (c->field_len == strlen("last-event-id") && !memcmp(c->field, "last-event-id", c->field_len))
-        return HDR_LAST_ID;
+    for (int i = 0; i < N_HDRS; i++)
+        if (c->field_len == strlen(header_names[i]) &&
+            !memcmp(c->field, header_names[i], c->field_len))
+            return i;
     return HDR_OTHER;
 }
 
@@ -416,16 +447,8 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
             c->hdr_seen |= 1u << c->hdr;
         }
     }
-    bytebuf_t *dst = c->hdr == HDR_AUTH     ? &c->auth
-                     : c->hdr == HDR_CTYPE  ? &c->ctype
-                     : c->hdr == HDR_EXPECT ? &c->expect
-                     : c->hdr == HDR_SOURCE ? &c->source
-                     : c->hdr == HDR_WH_ID  ? &c->wh_id
-                     : c->hdr == HDR_WH_TS  ? &c->wh_ts
-                     : c->hdr == HDR_WH_SIG ? &c->wh_sig
-                                            : NULL;
-    if (c->hdr == HDR_LAST_ID) dst = &c->last_id;
-    if (dst && bytebuf_append(dst, at, n)) return conn_reject(c, 503, "out of memory");
+    if (c->hdr != HDR_OTHER && bytebuf_append(&c->hdrs[c->hdr], at, n))
+        return conn_reject(c, 503, "out of memory");
     return 0;
 }
 
@@ -454,6 +477,11 @@ static int parse_target(conn_t *c) {
     return 0;
 }
 
+/* Header h of the request being received, or NULL when it was not sent. */
+static const char *header(const conn_t *c, int h) {
+    return c->hdr_seen & (1u << h) ? bytebuf_str(&c->hdrs[h]) : NULL;
+}
+
 /* The request as the handler sees it; the body is whatever arrived so far. */
 static http_request_t conn_request(const conn_t *c) {
     const http_parser *p = &c->parser;
@@ -463,14 +491,16 @@ static http_request_t conn_request(const conn_t *c) {
         .query = c->query,
         .body = bytebuf_str(&c->body),
         .body_len = c->body.len,
-        .authorization = c->hdr_seen & (1u << HDR_AUTH) ? bytebuf_str(&c->auth) : NULL,
-        .content_type = c->hdr_seen & (1u << HDR_CTYPE) ? bytebuf_str(&c->ctype) : NULL,
-        .source = c->hdr_seen & (1u << HDR_SOURCE) ? bytebuf_str(&c->source) : NULL,
-        .webhook_id = c->hdr_seen & (1u << HDR_WH_ID) ? bytebuf_str(&c->wh_id) : NULL,
-        .webhook_timestamp = c->hdr_seen & (1u << HDR_WH_TS) ? bytebuf_str(&c->wh_ts) : NULL,
-        .webhook_signature = c->hdr_seen & (1u << HDR_WH_SIG) ? bytebuf_str(&c->wh_sig) : NULL,
+        .authorization = header(c, HDR_AUTH),
+        .content_type = header(c, HDR_CTYPE),
+        .source = header(c, HDR_SOURCE),
+        .webhook_id = header(c, HDR_WH_ID),
+        .webhook_timestamp = header(c, HDR_WH_TS),
+        .webhook_signature = header(c, HDR_WH_SIG),
         .peer = c->peer,
-        .last_event_id = c->hdr_seen & (1u << HDR_LAST_ID) ? bytebuf_str(&c->last_id) : NULL,
+        .last_event_id = header(c, HDR_LAST_ID),
+        .host = header(c, HDR_HOST),
+        .origin = header(c, HDR_ORIGIN),
         .conn = (void *)c,
     };
 }
@@ -481,9 +511,15 @@ static int on_headers_complete(http_parser *p) {
     if (parse_target(c)) return -1;
     if (c->srv->authorize) { /* before a byte of the body is read or buffered */
         http_request_t req = conn_request(c);
-        if (c->srv->authorize(&req, c->srv->user))
-            return conn_reject(c, 401,
-                               "this call needs the daemon's token (Authorization: Bearer TOKEN)");
+        http_response_t *no = &c->refusal;
+        free(no->body);
+        *no = (http_response_t){0};
+        if (c->srv->authorize(&req, no, c->srv->user)) {
+            if (no->status < 400 || no->status > 599 || !no->body)
+                http_error(no, 401, "unauthorized",
+                           "this call needs the daemon's token (Authorization: Bearer TOKEN)");
+            return conn_reject(c, no->status, NULL);
+        }
     }
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > lim->max_body_bytes)
         return conn_reject(c, 413, "request body is larger than the limit");
@@ -494,9 +530,10 @@ static int on_headers_complete(http_parser *p) {
     /* Without a Content-Length, http-parser leaves content_length at ULLONG_MAX. */
     int has_body =
         (p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > 0);
-    if (has_body && c->expect.len && !strcasecmp(c->expect.data, "100-continue") &&
+    const char *expect = header(c, HDR_EXPECT);
+    if (has_body && expect && !strcasecmp(expect, "100-continue") &&
         (p->http_major > 1 || (p->http_major == 1 && p->http_minor >= 1)))
-        conn_send(c, 100, NULL, NULL, 0, 0, 0);
+        conn_send(c, 100, NULL, NULL, 0, "", 0, 0);
     return c->closing ? -1 : 0;
 }
 
@@ -524,7 +561,7 @@ static int on_message_complete(http_parser *p) {
     }
     if (c->stream) {
         free(res.body);
-        stream_begin(c);
+        stream_begin(c, res.headers);
         http_parser_pause(p, 1);
         return 0;
     }
@@ -534,7 +571,7 @@ static int on_message_complete(http_parser *p) {
     if (!res.body) res.body_len = 0;
     c->last = !http_should_keep_alive(p) || p->upgrade;
     conn_send(c, res.status, res.content_type ? res.content_type : "application/json", res.body,
-              res.body_len, p->method == HTTP_HEAD, 1);
+              res.body_len, res.headers, p->method == HTTP_HEAD, 1);
     http_parser_pause(p, 1); /* the next pipelined request waits for this write */
     return 0;
 }
@@ -565,14 +602,14 @@ static void conn_process(conn_t *c) {
             continue;
         }
         if (e != HPE_OK) {
-            if (c->reject == 413)
+            if (c->refusal.body)
+                conn_send_refusal(c);
+            else if (c->reject == 413)
                 conn_send_error(c, 413, "body_too_large", c->reject_msg);
             else if (c->reject == 431 || e == HPE_HEADER_OVERFLOW)
                 conn_send_error(c, 431, "headers_too_large", "request headers are too large");
             else if (c->reject == 503)
                 conn_send_error(c, 503, "unavailable", c->reject_msg);
-            else if (c->reject == 401)
-                conn_send_error(c, 401, "unauthorized", c->reject_msg);
             else if (c->reject)
                 conn_send_error(c, c->reject, "bad_request", c->reject_msg);
             else
@@ -651,6 +688,7 @@ static void conn_free(conn_t *c) {
     bytebuf_free(&c->in);
     free(c->stream);
     free(c->path);
+    free(c->refusal.body);
     free(c);
 }
 
@@ -875,17 +913,19 @@ http_stream_t *http_stream_open(const http_request_t *req, http_response_t *res,
     return st;
 }
 
-/* After the handler opened a stream: send the head and the initial bytes. */
-static void stream_begin(conn_t *c) {
+/* After the handler opened a stream: send the head (with the response's
+ * extra header lines) and the initial bytes. */
+static void stream_begin(conn_t *c, const char *headers) {
     http_stream_t *st = c->stream;
-    char head[256];
+    char head[256 + HTTP_MAX_EXTRA_HEADERS];
     int n = snprintf(head, sizeof head,
                      "HTTP/1.1 200 OK\r\n"
                      "Content-Type: %s\r\n"
                      "Cache-Control: no-store\r\n"
                      "Connection: close\r\n"
+                     "%s"
                      "X-Accel-Buffering: no\r\n\r\n",
-                     st->content_type);
+                     st->content_type, headers);
     c->streaming = 1;
     c->last = 1;
     conn_timer(c, 0);

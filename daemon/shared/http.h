@@ -48,8 +48,12 @@ typedef struct {
     const char *webhook_signature;
     const char *peer;          /* "127.0.0.1:54321" */
     const char *last_event_id; /* the Last-Event-ID header (SSE reconnects), or NULL */
+    const char *host;          /* the Host header, or NULL */
+    const char *origin;        /* the Origin header (sent by browsers), or NULL */
     void *conn;                /* the server's connection, for http_stream_open only */
 } http_request_t;
+
+#define HTTP_MAX_EXTRA_HEADERS 512
 
 /* The handler's answer. body is malloc'd by the handler and freed by the server. */
 typedef struct {
@@ -57,14 +61,19 @@ typedef struct {
     const char *content_type; /* static string; default "application/json" */
     char *body;
     size_t body_len;
+    /* Header lines the server adds to the head ("Name: value\r\n" each; "" for
+     * none), e.g. CORS headers (daemon/shared/origin.h). */
+    char headers[HTTP_MAX_EXTRA_HEADERS];
 } http_response_t;
 
 typedef void (*http_handler_fn)(const http_request_t *req, http_response_t *res, void *user);
 
 /* Called when a request's headers are complete, before its body is read;
- * req->body is "" then. Returns 0 to go on, or non-zero to have the server
- * answer 401 (code "unauthorized") and close the connection. */
-typedef int (*http_authorize_fn)(const http_request_t *req, void *user);
+ * req->body is "" then. Returns 0 to go on, or non-zero with res holding the
+ * refusal (a status and, e.g. from http_error, a body), which the server
+ * answers before it closes the connection; without a valid status in res
+ * that is 401 (code "unauthorized"). */
+typedef int (*http_authorize_fn)(const http_request_t *req, http_response_t *res, void *user);
 
 /* Fill lim with the defaults above. */
 void http_limits_default(http_limits_t *lim);

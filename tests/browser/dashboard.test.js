@@ -3,7 +3,8 @@
 // running and one queued. Checks that the chart has one point per finished
 // experiment, the leaderboard's first row is the best val_bpb, the running
 // slot's progress advances between two reads, a cancel without the token is
-// refused and with it cancels, and that the page talks to nobody but the
+// refused and with it cancels, the live feed is opened again after a 503,
+// and that the page talks to nobody but the
 // daemon. Writes screenshots and measurements (page bytes, first paint) to
 // $NIGHTSHIFT_BROWSER_OUT. Exit 0 only when every check passed.
 "use strict";
@@ -190,6 +191,21 @@ async function main() {
     check(true, "grouped leaderboard rows show mean \u00b1 sd (n)");
     await lp.screenshot({ path: path.join(OUT, "later-api.png") });
     await later.close();
+
+    // the live feed refused once (503: the daemon's stream cap): EventSource
+    // gives up on an error reply, the page tries again by itself
+    const busy = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    let streams = 0;
+    await busy.route("**/v1/events/stream*", (r) => streams++ === 0
+      ? r.fulfill({ status: 503, contentType: "application/json",
+                    body: '{"error":{"code":"too_many_streams","message":"at most 32"}}' })
+      : r.continue());
+    const bp = await busy.newPage();
+    await bp.goto(d.url + "/");
+    await bp.waitForFunction(() => /\blive\b/.test(document.getElementById("summary").textContent),
+                             null, { timeout: 15000 });
+    check(streams >= 2, `after a 503 the page opens the live feed again (${streams} attempts)`);
+    await busy.close();
 
     check(foreign.length === 0, "no request left the machine" +
           (foreign.length ? ": " + foreign.join(", ") : ""));

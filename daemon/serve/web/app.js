@@ -53,11 +53,15 @@
 
   function token() { return sessionStorage.getItem("nightshift-token") || ""; }
 
+  /* A POST is JSON (the daemon refuses any other type for what changes
+   * state) and carries the token when the tab has one. */
   function api(path, opts) {
     opts = opts || {};
-    var headers = {};
-    if (opts.method === "POST" && token()) headers.Authorization = "Bearer " + token();
-    return fetch(path, { method: opts.method || "GET", headers: headers, cache: "no-store" })
+    var headers = {}, post = opts.method === "POST";
+    if (post) headers["Content-Type"] = "application/json";
+    if (post && token()) headers.Authorization = "Bearer " + token();
+    return fetch(path, { method: opts.method || "GET", headers: headers, cache: "no-store",
+                         body: post ? (opts.body || "") : undefined })
       .then(function (r) {
         var ct = r.headers.get("Content-Type") || "";
         var body = ct.indexOf("json") >= 0 ? r.json() : r.text();
@@ -561,23 +565,43 @@
 
   /* One stream per visible tab: a hidden tab closes its stream (browsers
    * allow six connections per host, and a stream holds one), and on becoming
-   * visible again reconnects and reloads the lists. */
-  var es = null;
+   * visible again reconnects and reloads the lists. EventSource retries a
+   * dropped stream by itself but gives up for good on an error reply (a 503
+   * when the daemon has too many streams): then the page tries again itself,
+   * after 2 s, doubling to 30 s, until a stream opens. */
+  var es = null, retryTimer = null, retryMs = 2000;
   function visibility() {
     if (document.hidden && es) {
       es.close();
       es = null;
       state.connected = false;
-    } else if (!document.hidden && !es) {
+    } else if (!document.hidden && !es && !retryTimer) {
       connect();
       refresh();
     }
   }
 
+  function retryLater() {
+    if (es) es.close();
+    es = null;
+    if (retryTimer) return;
+    retryTimer = setTimeout(function () {
+      retryTimer = null;
+      if (document.hidden) return;
+      connect();
+      refresh();
+    }, retryMs);
+    retryMs = Math.min(2 * retryMs, 30000);
+  }
+
   function connect() {
     es = new EventSource("/v1/events/stream?status=1");
-    es.onopen = function () { state.connected = true; renderSummary(); };
-    es.onerror = function () { state.connected = false; renderSummary(); };
+    es.onopen = function () { state.connected = true; retryMs = 2000; renderSummary(); };
+    es.onerror = function () {
+      state.connected = false;
+      renderSummary();
+      if (es && es.readyState === EventSource.CLOSED) retryLater();
+    };
     es.addEventListener("status", function (m) {
       var st;
       try { st = JSON.parse(m.data); } catch (e) { return; }
