@@ -11,6 +11,7 @@
 #   make bench      engine benchmarks side by side with the PyTorch reference
 #   make bench-tok  tokenizer training and encoding speed, with its limits
 #   make bench-attn the fused attention per kernel at make bench's shapes
+#   make bench-export  /healthz during two exports of 100,000 experiments
 #   make bench-sampler / bench-noise   val_bpb by row sampler; seed-to-seed noise
 #                   (long: five-minute runs on the default corpus; BENCH_ARGS adds options)
 #   make bench-train  nightshift train beside the PyTorch reference trainer: tokens and
@@ -101,6 +102,7 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
+.PHONY: bench-export
 .PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn
 all: $(BIN)
 
@@ -253,6 +255,11 @@ $(BUILD)/store-bench: $(BUILD)/tests/bench/store_bench.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-store: $(BUILD)/store-bench
 	$(BUILD)/store-bench 100000 20
+
+# Two exports of 100,000 experiments at once while /healthz is asked every
+# 10 ms: the guard suite's test (20,000 in make test) at full size.
+bench-export: $(BIN) $(TEST_BIN) $(BAD_WORKER)
+	$(TEST_ENV) NIGHTSHIFT_EXPORT_EXPERIMENTS=100000 $(TEST_BIN) --filter 'guard/exports*' --verbose
 
 # The tokenizer on 1 MB of synthetic prose, 5 repeats (tests/bench/tok_bench.c).
 $(BUILD)/tok-bench: $(BUILD)/tests/bench/tok_bench.o $(LIB_OBJ)

@@ -302,9 +302,11 @@ int ckpt_read(const char *path, ckpt_file_t *f, char *err, size_t errlen) {
     const char **names = NULL;
     memset(f, 0, sizeof *f);
 
-    fp = fopen(path, "rb");
-    if (!fp) {
-        util_errorf(err, errlen, "ckpt: cannot open %s: %s", path, strerror(errno));
+    char oerr[300];
+    int fd = util_open_regular(path, oerr, sizeof oerr); /* never a FIFO that blocks */
+    if (fd < 0 || !(fp = fdopen(fd, "rb"))) {
+        if (fd >= 0) close(fd);
+        util_errorf(err, errlen, "ckpt: cannot open %s", fd < 0 ? oerr : strerror(errno));
         goto fail;
     }
     struct stat st;

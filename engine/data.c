@@ -38,11 +38,8 @@ static int map_tokens(const char *dir, const char *file, size_t n_expect, void *
                       char *err, size_t errlen) {
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
+    int fd = util_open_regular(path, err, errlen); /* never a FIFO that blocks */
+    if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st)) {
         util_errorf(err, errlen, "%s: %s", path, strerror(errno));

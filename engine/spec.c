@@ -18,6 +18,7 @@
  * left out), keys sorted at every level, no whitespace, numbers formatted here
  * rather than by cJSON so that equal values always print equal. */
 #include "engine/spec.h"
+#include "engine/util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -1226,7 +1227,7 @@ int spec_from_json(const cJSON *j, spec_t *s, char *err, size_t errlen) {
         spec_defaults(s);
         return fail(err, errlen, "spec", "expected a JSON object");
     }
-    char *text = cJSON_PrintUnformatted(j);
+    char *text = util_json_print(j, 0);
     if (!text) {
         spec_defaults(s);
         fail(err, errlen, "spec", "out of memory");

@@ -1,9 +1,12 @@
 /* util.c - file and clock helpers (see util.h). */
 #include "engine/util.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,16 +63,45 @@ void util_errorf(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
 }
 
+int util_open_regular(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) < 0) {
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        util_errorf(err, errlen, "%s: %s", path, "not a regular file");
+        return -1;
+    }
+    /* Non-blocking, in case a special file took its place since the stat: the
+     * open returns at once and the fstat refuses it. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        util_errorf(err, errlen, "%s: %s", path, "not a regular file");
+        close(fd);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, 0); /* back to blocking reads, which a regular file never needs */
+    return fd;
+}
+
 char *util_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rbe");
     char *buf = NULL;
+    int fd = util_open_regular(path, err, errlen);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         util_errorf(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
     struct stat st;
-    if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
-        util_errorf(err, errlen, "%s: %s", path, "not a regular file");
+    if (fstat(fileno(f), &st) < 0) {
+        util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         goto fail;
     }
     if ((size_t)st.st_size > max_bytes) {
@@ -195,4 +227,39 @@ size_t util_clean_text(char *dst, const char *src, size_t len, unsigned flags) {
     }
     dst[o] = '\0';
     return o;
+}
+
+/* The integral numbers in item and below it that cJSON would not print
+ * exactly (see util_json_print) become raw numbers, written out here; each
+ * is listed in *nodes (*n of them) to be put back. Returns 0, or -1 when out
+ * of memory. */
+static int exact_integers(cJSON *item, cJSON ***nodes, size_t *n, size_t *cap) {
+    for (cJSON *c = item->child; c; c = c->next)
+        if (exact_integers(c, nodes, n, cap) < 0) return -1;
+    if (!cJSON_IsNumber(item)) return 0;
+    double d = item->valuedouble;
+    if (d != floor(d) || fabs(d) > 9007199254740992.0 || d == (double)item->valueint) return 0;
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.0f", d);
+    if (util_grow(nodes, cap, *n + 1, sizeof **nodes) < 0 || !(item->valuestring = strdup(buf)))
+        return -1;
+    item->type = cJSON_Raw;
+    (*nodes)[(*n)++] = item;
+    return 0;
+}
+
+char *util_json_print(const cJSON *item, int formatted) {
+    cJSON **nodes = NULL;
+    size_t n = 0, cap = 0;
+    char *text = NULL;
+    /* The tree is changed for the print only and restored below. */
+    if (exact_integers((cJSON *)item, &nodes, &n, &cap) == 0)
+        text = formatted ? cJSON_Print(item) : cJSON_PrintUnformatted(item);
+    for (size_t i = 0; i < n; i++) {
+        free(nodes[i]->valuestring);
+        nodes[i]->valuestring = NULL;
+        nodes[i]->type = cJSON_Number;
+    }
+    free(nodes);
+    return text;
 }

@@ -35,7 +35,16 @@ int util_grow(void *p, size_t *cap, size_t need, size_t sz);
 void util_errorf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Read a whole file of at most max_bytes. Returns a malloc'd, NUL-terminated
+/* Open path for reading only if it is a regular file: a FIFO, a device or a
+ * socket in its place is refused before it is opened (stat), and one swapped
+ * in after the stat is refused without blocking (a non-blocking open, then
+ * fstat). Returns the descriptor (close-on-exec, blocking), or -1 with err
+ * ("PATH: not a regular file"). Every file the programs read from a
+ * directory someone else may write to goes through this. */
+int util_open_regular(const char *path, char *err, size_t errlen);
+
+/* Read a whole regular file (util_open_regular) of at most max_bytes.
+ * Returns a malloc'd, NUL-terminated
  * buffer (caller frees) with its length in *len, or NULL with err set (err may
  * be NULL when the caller only cares whether it worked). */
 char *util_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen);
@@ -69,5 +78,15 @@ int util_is_control(const unsigned char *p, size_t len, unsigned flags);
  * made '?': byte by byte, except that with UTIL_CTRL_C1 a C1 character's two
  * bytes become one '?'. Returns the bytes written before the NUL. */
 size_t util_clean_text(char *dst, const char *src, size_t len, unsigned flags);
+
+struct cJSON;
+
+/* item as JSON text (malloc'd; the caller frees it), as cJSON_Print (with
+ * formatted) or cJSON_PrintUnformatted writes it, except that every integral
+ * number up to 2^53 in magnitude is written exactly. cJSON writes one beyond
+ * 2^31 with 15 significant digits whenever that reads back within its
+ * relative tolerance, so 8999999999999999 became 9e+15: a seed changed on
+ * its way through a spec. item is left as it was. NULL when out of memory. */
+char *util_json_print(const struct cJSON *item, int formatted);
 
 #endif

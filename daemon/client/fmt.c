@@ -143,7 +143,7 @@ int jtext(const cJSON *v, char *buf, size_t len) {
         fmt_clean(buf, len, v->valuestring, len);
         return 0;
     }
-    char *t = cJSON_PrintUnformatted(v);
+    char *t = util_json_print(v, 0);
     if (!t) return -1;
     fmt_clean(buf, len, t, len);
     cJSON_free(t);
@@ -153,7 +153,7 @@ int jtext(const cJSON *v, char *buf, size_t len) {
 int fmt_json(FILE *f, const cJSON *v, int indent) {
     int obj = cJSON_IsObject(v);
     if (!obj && !cJSON_IsArray(v)) {
-        char *t = cJSON_PrintUnformatted(v);
+        char *t = util_json_print(v, 0);
         if (!t) return -1;
         fputs(t, f);
         cJSON_free(t);

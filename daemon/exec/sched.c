@@ -37,6 +37,7 @@ typedef struct {
     sched_t *s;
     int index;
     char cpus[256]; /* CPU list for the shim, e.g. "0-3" or "0,2,4" */
+    int ncpus;      /* how many CPUs that is */
     int threads;
     executor_job_t *worker; /* the run; NULL when the slot is free */
     int64_t id;
@@ -528,6 +529,16 @@ int sched_slots(const sched_t *s) {
     return s->o.slots;
 }
 
+int sched_max_threads(const sched_t *s) {
+    if (strcmp(s->x->name, "local")) return 0; /* a cluster's nodes are not this machine's */
+    const slot_t *sl = &s->slots[0];
+    return sl->threads > sl->ncpus ? sl->threads : sl->ncpus;
+}
+
+int sched_default_threads(const sched_t *s) {
+    return s->slots[0].threads;
+}
+
 static cJSON *progress_json(const slot_t *sl) {
     const cJSON *p = sl->progress;
     cJSON *o = cJSON_CreateObject();
@@ -660,6 +671,7 @@ static void assign_cpus(slot_t *sl, int i, int slots, int threads_per_slot) {
             len += (size_t)snprintf(sl->cpus + len, sizeof sl->cpus - len, "-%d", cpus[run_end]);
         j = run_end;
     }
+    sl->ncpus = per;
     sl->threads = threads_per_slot > 0 ? threads_per_slot : per;
     if (n / slots == 0)
         log_warn("slot %d shares cpu %d: %d slots on %d cpus", i, cpus[first], slots, n);

@@ -95,6 +95,14 @@ cJSON *sched_progress(sched_t *s, int64_t id);
 int sched_running(const sched_t *s);
 int sched_slots(const sched_t *s);
 
+/* The most threads a run may ask for (resources.threads): the CPUs of a
+ * local slot, or --threads-per-slot when that is more; 0 = no bound (a Slurm
+ * job gets the CPUs it asks for on its node). */
+int sched_max_threads(const sched_t *s);
+
+/* The threads a run gets when its spec does not say (resources.threads 0). */
+int sched_default_threads(const sched_t *s);
+
 /* Stop every worker (recorded as interrupted and re-queued), start nothing
  * new; done is called once all have exited. */
 void sched_shutdown(sched_t *s, void (*done)(void *arg), void *arg);

@@ -222,7 +222,7 @@ static char *build_payload(hook_t *h, const char *id, const char *type, cJSON *e
     cJSON_AddNumberToObject(o, "queue_depth", depth < 0 ? 0 : (double)depth);
     cJSON_AddNumberToObject(o, "running", h->api->sched ? sched_running(h->api->sched) : 0);
     cJSON_AddItemToObject(o, "defaults", cJSON_Duplicate(h->defaults, 1));
-    text = cJSON_PrintUnformatted(o);
+    text = util_json_print(o, 0);
 done:
     cJSON_Delete(experiment);
     cJSON_Delete(rejected);
@@ -371,7 +371,7 @@ static int outbox_load(hook_t *h, int64_t after, int64_t experiment_id, int limi
  * send it. */
 static void outbox_add(hook_t *h, const char *type, cJSON *payload) {
     char err[256];
-    char *text = payload ? cJSON_PrintUnformatted(payload) : NULL;
+    char *text = payload ? util_json_print(payload, 0) : NULL;
     int64_t id = 0;
     cJSON_Delete(payload);
     if (payload && !text)

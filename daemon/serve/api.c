@@ -36,7 +36,7 @@
 static void reply_json(http_response_t *res, int status, cJSON *obj) {
     res->status = status;
     res->content_type = "application/json";
-    res->body = cJSON_PrintUnformatted(obj);
+    res->body = util_json_print(obj, 0);
     res->body_len = res->body ? strlen(res->body) : 0;
     cJSON_Delete(obj);
     if (!res->body) http_error(res, 500, "internal", "out of memory");
@@ -49,11 +49,15 @@ static void reply_store_error(http_response_t *res, const char *err) {
 
 /* -------------------------------------------------------------- submission */
 
+/* Whether dataset name has a manifest, a regular file: 1, 0 when there is
+ * none, -1 when something else (a FIFO, a device) is in its place, which
+ * nothing may open (it could block the loop or a worker). */
 static int dataset_exists(const api_t *a, const char *name) {
     char path[PATH_MAX];
     struct stat st;
     snprintf(path, sizeof path, "%s/datasets/%s/manifest.json", a->state_dir, name);
-    return stat(path, &st) == 0;
+    if (stat(path, &st) < 0) return 0;
+    return S_ISREG(st.st_mode) ? 1 : -1;
 }
 
 /* bytes as "41 GB" or "350 MB" into buf. */
@@ -112,9 +116,22 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, si
     int rc = spec_from_json(spec_json, s, err, errlen);
     if (rc < 0) return -1;
     rc = -1;
-    if (!dataset_exists(a, s->dataset)) {
-        snprintf(err, errlen, "dataset: no dataset named '%s' (prepare it with nightshift prep)",
-                 s->dataset);
+    int exists = dataset_exists(a, s->dataset);
+    if (exists <= 0) {
+        if (exists < 0)
+            snprintf(err, errlen, "dataset: the manifest of '%s' is not a regular file",
+                     s->dataset);
+        else
+            snprintf(err, errlen,
+                     "dataset: no dataset named '%s' (prepare it with nightshift prep)",
+                     s->dataset);
+        goto fail;
+    }
+    int max_threads = a->sched ? sched_max_threads(a->sched) : 0;
+    if (max_threads > 0 && s->resources.threads > max_threads) {
+        snprintf(err, errlen,
+                 "resources.threads: %d is more than a slot's %d (its CPUs, or --threads-per-slot)",
+                 s->resources.threads, max_threads);
         goto fail;
     }
     if (s->parent > 0) {
@@ -707,27 +724,21 @@ static void get_events(api_t *a, const http_request_t *req, http_response_t *res
     reply_json(res, 200, o);
 }
 
-/* GET /v1/export?format=csv|tsv|jsonl|results-tsv: every experiment. */
+/* GET /v1/export?format=csv|tsv|jsonl|results-tsv: every experiment,
+ * streamed page by page off the loop (export.h). */
 static void get_export(api_t *a, const http_request_t *req, http_response_t *res) {
-    char format[16] = "", err[256];
-    int got = http_query_get(req->query, "format", format, sizeof format);
-    int csv = !strcmp(format, "csv"), tsv = !strcmp(format, "tsv"),
-        jsonl = !strcmp(format, "jsonl"), results = !strcmp(format, "results-tsv");
-    if (got != 1 || !(csv || tsv || jsonl || results)) {
+    char format[16] = "";
+    export_format_t fmt;
+    if (http_query_get(req->query, "format", format, sizeof format) != 1 ||
+        export_format_parse(format, &fmt) < 0) {
         http_error(res, 400, "invalid_query", "format: expected csv, tsv, jsonl or results-tsv");
         return;
     }
-    cJSON *rows = export_rows(a->store, err, sizeof err);
-    if (!rows) {
-        reply_store_error(res, err);
+    if (!a->loop) {
+        http_error(res, 503, "unavailable", "exports are not available here");
         return;
     }
-    if (csv) reply_text(res, export_table(rows, ','), "text/csv; charset=utf-8");
-    if (tsv) reply_text(res, export_table(rows, '\t'), "text/tab-separated-values; charset=utf-8");
-    if (jsonl) reply_text(res, export_jsonl(rows), "application/x-ndjson");
-    if (results)
-        reply_text(res, export_results_tsv(rows), "text/tab-separated-values; charset=utf-8");
-    cJSON_Delete(rows);
+    export_stream(a->loop, a->store, &a->exports, fmt, req, res);
 }
 
 /* The dashboard's compiled-in files. */

@@ -34,9 +34,11 @@
 
 #include "daemon/shared/http.h"
 #include "daemon/exec/sched.h"
+#include "daemon/serve/export.h"
 #include "daemon/store/store.h"
 
 typedef struct {
+    uv_loop_t *loop; /* the daemon's (exports run their pages off it); NULL = no exports */
     store_t *store;
     sched_t *sched;
     const char *state_dir;
@@ -57,6 +59,7 @@ typedef struct {
         uint64_t finishes;
     } leaderboard_cache[4];
     unsigned leaderboard_cache_next; /* the entry to replace next */
+    struct export_lane exports;      /* the exports streaming now (export.h) */
 } api_t;
 
 /* Free what the API holds (its cached replies). */

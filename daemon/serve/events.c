@@ -12,6 +12,7 @@
 
 #include "daemon/shared/bytebuf.h"
 #include "daemon/shared/log.h"
+#include "engine/util.h"
 
 /* ------------------------------------------------------------ the table */
 
@@ -264,7 +265,7 @@ static int append_events(events_hub_t *h, client_t *c, bytebuf_t *text) {
     }
     int rc = 0;
     for (cJSON *o = arr->child; o && rc == 0; o = o->next) {
-        char *data = cJSON_PrintUnformatted(o);
+        char *data = util_json_print(o, 0);
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type"));
         int64_t id = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "id"));
         if (!data || bytebuf_printf(text, "id: %" PRId64 "\nevent: %s\ndata: %s\n\n", id,

@@ -586,7 +586,8 @@ static int run_daemon(daemon_t *d) {
                      "experiment%s interrupted",
                      attached, attached == 1 ? "" : "s", requeued, requeued == 1 ? "" : "s");
     }
-    d->api = (api_t){.store = d->store,
+    d->api = (api_t){.loop = &d->loop,
+                     .store = d->store,
                      .sched = d->sched,
                      .state_dir = d->o.dir,
                      .token = d->o.token[0] ? d->o.token : NULL,

@@ -33,6 +33,7 @@
 #include "daemon/shared/http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <cjson/cJSON.h>
 #include <http_parser.h>
 #include <stdarg.h>
@@ -40,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "daemon/shared/bytebuf.h"
 
@@ -187,6 +189,7 @@ static void conn_close(conn_t *c);
 static void conn_process(conn_t *c);
 static void stream_begin(conn_t *c, const char *headers);
 static void stream_closed(conn_t *c);
+static int stream_put(conn_t *c, const char *data, size_t len);
 
 /* ------------------------------------------------------- small helpers */
 
@@ -258,6 +261,19 @@ static void conn_linger(conn_t *c) {
     conn_read_start(c);
 }
 
+/* Has the peer closed its side? Reading stops while a response is written,
+ * so its end of stream may be waiting in the socket behind requests already
+ * read; a look (without taking it) tells. A client that shuts down only its
+ * sending side counts as gone too, as for nginx: it is rare for HTTP, and the
+ * work a gone client asked for is better not done. */
+static int peer_gone(conn_t *c) {
+    uv_os_fd_t fd;
+    char b;
+    if (c->raw_out || uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0) return 0;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static void conn_write_cb(uv_write_t *req, int status) {
     wreq_t *w = (wreq_t *)req;
     conn_t *c = w->conn;
@@ -273,6 +289,10 @@ static void conn_write_cb(uv_write_t *req, int status) {
     c->writing = 0;
     if (c->last) {
         conn_linger(c);
+        return;
+    }
+    if (c->in_off < c->in.len && peer_gone(c)) {
+        conn_close(c); /* pipelined requests of a client that has gone are not served */
         return;
     }
     conn_timer(c, c->srv->lim.idle_timeout_ms); /* idle from here, unless a request follows */
@@ -853,7 +873,10 @@ struct http_stream {
     const char *content_type; /* static string */
     char *initial;            /* sent after the head */
     size_t initial_len;
-    size_t queued; /* bytes handed to uv_write and not yet written */
+    size_t queued;                 /* bytes handed to uv_write and not yet written */
+    http_stream_closed_fn drained; /* called when queued falls to 0; or NULL */
+    int finishing;                 /* http_stream_finish: end once queued is 0 */
+    int chunked;                   /* Transfer-Encoding: chunked */
 };
 
 typedef struct {
@@ -863,12 +886,25 @@ typedef struct {
     char data[];
 } swrite_t;
 
+/* The end of a finished stream: what was queued is written; close as a
+ * response with Connection: close ends, by a lingering close. */
+static void stream_done(conn_t *c) {
+    c->streaming = 0; /* the linger deadline applies again */
+    conn_linger(c);
+}
+
 static void stream_write_cb(uv_write_t *req, int status) {
     swrite_t *w = (swrite_t *)req;
     http_stream_t *st = w->st;
     st->queued -= w->len;
     free(w);
-    if (status < 0 && st->conn) conn_close(st->conn);
+    if (!st->conn || st->conn->closing) return;
+    if (status < 0)
+        conn_close(st->conn);
+    else if (st->queued == 0 && st->finishing)
+        stream_done(st->conn);
+    else if (st->queued == 0 && st->drained)
+        st->drained(st, st->arg);
 }
 
 static int stream_queue(conn_t *c, const char *data, size_t len) {
@@ -918,19 +954,20 @@ http_stream_t *http_stream_open(const http_request_t *req, http_response_t *res,
 static void stream_begin(conn_t *c, const char *headers) {
     http_stream_t *st = c->stream;
     char head[256 + HTTP_MAX_EXTRA_HEADERS];
-    int n = snprintf(head, sizeof head,
-                     "HTTP/1.1 200 OK\r\n"
-                     "Content-Type: %s\r\n"
-                     "Cache-Control: no-store\r\n"
-                     "Connection: close\r\n"
-                     "%s"
-                     "X-Accel-Buffering: no\r\n\r\n",
-                     st->content_type, headers);
+    int n =
+        snprintf(head, sizeof head,
+                 "HTTP/1.1 200 OK\r\n"
+                 "Content-Type: %s\r\n"
+                 "Cache-Control: no-store\r\n"
+                 "Connection: close\r\n"
+                 "%s%s"
+                 "X-Accel-Buffering: no\r\n\r\n",
+                 st->content_type, st->chunked ? "Transfer-Encoding: chunked\r\n" : "", headers);
     c->streaming = 1;
     c->last = 1;
     conn_timer(c, 0);
     int rc = n > 0 && n < (int)sizeof head ? stream_queue(c, head, (size_t)n) : -1;
-    if (rc == 0 && st->initial_len) rc = stream_queue(c, st->initial, st->initial_len);
+    if (rc == 0 && st->initial_len) rc = stream_put(c, st->initial, st->initial_len);
     free(st->initial);
     st->initial = NULL;
     if (rc < 0) {
@@ -950,13 +987,47 @@ static void stream_closed(conn_t *c) {
     if (st->closed) st->closed(st, st->arg);
 }
 
+/* Queue len bytes of the body: as they are, or as one chunk. */
+static int stream_put(conn_t *c, const char *data, size_t len) {
+    if (!c->stream->chunked || len == 0) return len ? stream_queue(c, data, len) : 0;
+    char hdr[24];
+    int h = snprintf(hdr, sizeof hdr, "%zx\r\n", len);
+    char *chunk = malloc((size_t)h + len + 2);
+    if (!chunk) return -1;
+    memcpy(chunk, hdr, (size_t)h);
+    memcpy(chunk + h, data, len);
+    memcpy(chunk + h + len, "\r\n", 2);
+    int rc = stream_queue(c, chunk, (size_t)h + len + 2);
+    free(chunk);
+    return rc;
+}
+
 int http_stream_write(http_stream_t *st, const char *data, size_t len) {
-    if (!st->conn || !st->conn->streaming) return -1;
-    return stream_queue(st->conn, data, len);
+    if (!st->conn || !st->conn->streaming || st->finishing) return -1;
+    return stream_put(st->conn, data, len);
+}
+
+void http_stream_chunked(http_stream_t *st) {
+    st->chunked = 1;
 }
 
 void http_stream_end(http_stream_t *st) {
     if (st->conn) conn_close(st->conn);
+}
+
+void http_stream_on_drain(http_stream_t *st, http_stream_closed_fn drained) {
+    st->drained = drained;
+}
+
+void http_stream_finish(http_stream_t *st) {
+    conn_t *c = st->conn;
+    if (!c || c->closing || st->finishing) return;
+    if (st->chunked && c->streaming && stream_queue(c, "0\r\n\r\n", 5) < 0) {
+        conn_close(c); /* no last chunk: the client sees the body cut */
+        return;
+    }
+    st->finishing = 1;
+    if (st->queued == 0 && c->streaming) stream_done(c);
 }
 
 /* --------------------------------------------------------------- server */

@@ -144,6 +144,22 @@ int http_stream_write(http_stream_t *st, const char *data, size_t len);
 
 /* End the stream: close the connection (closed is called before this returns). */
 void http_stream_end(http_stream_t *st);
+
+/* Have drained(st, arg) (arg as given to http_stream_open) called each time
+ * every byte queued so far has reached the socket: a producer of a long
+ * response writes its next piece then, so a client that reads slowly holds
+ * at most one piece in the daemon's memory (export.c). */
+void http_stream_on_drain(http_stream_t *st, http_stream_closed_fn drained);
+
+/* End the response once the bytes queued so far are written; nothing may be
+ * written after it. closed is called when the connection is gone. */
+void http_stream_finish(http_stream_t *st);
+
+/* From the handler, right after http_stream_open: send the body chunked
+ * (Transfer-Encoding), so that the client can tell a body ended by
+ * http_stream_finish (the last chunk) from one cut short by an error or
+ * http_stream_end (none). */
+void http_stream_chunked(http_stream_t *st);
 /* Parse a whole JSON text strictly: exactly one value with only whitespace
  * around it, no raw control characters (below 0x20) inside strings and no
  * \u0000 escape (a string with a NUL in it cannot be stored faithfully).

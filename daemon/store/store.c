@@ -200,6 +200,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 
 struct store {
     sqlite3 *db;
+    char *path; /* the database file, for connections of their own (exports) */
     sqlite3_stmt *st[ST_COUNT];
     uint64_t finishes; /* store_finish commits on this connection */
 };
@@ -533,8 +534,16 @@ int store_migrate(const char *path, const store_migration_t *m, size_t n, char *
 
 int store_open(const char *path, store_t **out, char *err, size_t errlen) {
     *out = NULL;
+    /* No memory statistics: with them every SQLite allocation of every
+     * connection takes one global mutex, and an export's connection on the
+     * thread pool (store_export_page) would hold up the loop's. Only possible
+     * before SQLite initialises (the process's first connection). */
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
     store_t *s = calloc(1, sizeof *s);
-    if (!s) return fail(err, errlen, "store: out of memory");
+    if (!s || !(s->path = strdup(path))) {
+        free(s);
+        return fail(err, errlen, "store: out of memory");
+    }
     if (open_db(path, &s->db, err, errlen) < 0) goto fail;
     if (migrate(s->db, path, store_migrations, store_n_migrations, err, errlen) < 0) goto fail;
     for (int i = 0; i < ST_COUNT; i++) {
@@ -559,6 +568,7 @@ void store_close(store_t *s) {
     if (!s) return;
     for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
     sqlite3_close(s->db);
+    free(s->path);
     free(s);
 }
 
@@ -1289,4 +1299,123 @@ fail:
 void store_jobs_free(store_job_t *jobs, size_t n) {
     for (size_t i = 0; i < n; i++) store_experiment_clear(&jobs[i].e);
     free(jobs);
+}
+
+/* ------------------------------------------------------------------ exports */
+
+/* Every experiment with its key spec fields and its result columns, in the
+ * order they finished (unfinished ones last, by id). */
+static const char export_sql[] =
+    "SELECT e.id, e.name, e.status, e.reason, e.source, e.parent, e.seed,"
+    " json_extract(e.spec, '$.dataset') AS dataset,"
+    " json_extract(e.spec, '$.time_budget_s') AS time_budget_s,"
+    " json_extract(e.spec, '$.model.depth') AS depth,"
+    " json_extract(e.spec, '$.model.n_embd') AS n_embd,"
+    " json_extract(e.spec, '$.model.n_head') AS n_head,"
+    " json_extract(e.spec, '$.model.n_kv_head') AS n_kv_head,"
+    " json_extract(e.spec, '$.model.mlp') AS mlp,"
+    " json_extract(e.spec, '$.model.window_pattern') AS window_pattern,"
+    " json_extract(e.spec, '$.model.ve_layers') AS ve_layers,"
+    " json_extract(e.spec, '$.model.seq_len') AS seq_len,"
+    " e.created, e.started, e.finished, r.val_bpb, r.params_total, r.mfu_percent,"
+    " r.tokens_per_second, r.num_steps, r.training_seconds, r.peak_rss_mb"
+    " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
+    " ORDER BY e.finished IS NULL, e.finished, e.id";
+
+/* The current row of the export as an object: every value as stored
+ * (ve_layers a list's JSON text, not an array). NULL when out of memory. */
+static cJSON *export_row(sqlite3_stmt *st) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; o && i < sqlite3_column_count(st); i++) {
+        const char *name = sqlite3_column_name(st, i);
+        cJSON *v;
+        switch (sqlite3_column_type(st, i)) {
+        case SQLITE_INTEGER:
+            v = cJSON_CreateNumber((double)sqlite3_column_int64(st, i));
+            break;
+        case SQLITE_FLOAT:
+            v = cJSON_CreateNumber(sqlite3_column_double(st, i));
+            break;
+        case SQLITE_NULL:
+            v = cJSON_CreateNull();
+            break;
+        default:
+            v = cJSON_CreateString((const char *)sqlite3_column_text(st, i));
+        }
+        if (!v || !cJSON_AddItemToObject(o, name, v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(o);
+            o = NULL;
+        }
+    }
+    return o;
+}
+
+struct store_export {
+    char *path;
+    sqlite3 *db;      /* opened by the first page, read-only */
+    sqlite3_stmt *st; /* its one statement: the read transaction lasts as long */
+    int done;
+};
+
+int store_export_open(store_t *s, store_export_t **out, char *err, size_t errlen) {
+    store_export_t *x = calloc(1, sizeof *x);
+    *out = NULL;
+    if (!x || !(x->path = strdup(s->path))) {
+        free(x);
+        return fail(err, errlen, "store: export: out of memory");
+    }
+    *out = x;
+    return 0;
+}
+
+cJSON *store_export_page(store_export_t *x, int n, char *err, size_t errlen) {
+    if (!x->db) {
+        if (sqlite3_open_v2(x->path, &x->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+            fail(err, errlen, "store: export: %s", x->db ? sqlite3_errmsg(x->db) : "out of memory");
+            return NULL;
+        }
+        sqlite3_busy_timeout(x->db, BUSY_TIMEOUT_MS);
+        if (sqlite3_prepare_v2(x->db, export_sql, -1, &x->st, NULL) != SQLITE_OK) {
+            fail_db(x->db, err, errlen, "export");
+            return NULL;
+        }
+    }
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr) {
+        fail(err, errlen, "store: export: out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < n && !x->done; i++) {
+        int rc = sqlite3_step(x->st);
+        if (rc == SQLITE_DONE) {
+            x->done = 1;
+            break;
+        }
+        cJSON *o = rc == SQLITE_ROW ? export_row(x->st) : NULL;
+        if (!o || !cJSON_AddItemToArray(arr, o)) {
+            if (rc == SQLITE_ROW)
+                fail(err, errlen, "store: export: out of memory");
+            else
+                fail_db(x->db, err, errlen, "export");
+            cJSON_Delete(o);
+            cJSON_Delete(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+int store_export_columns(const store_export_t *x, const char **names, int max) {
+    int n = x->st ? sqlite3_column_count(x->st) : 0;
+    for (int i = 0; i < n && i < max; i++) names[i] = sqlite3_column_name(x->st, i);
+    return n < max ? n : max;
+}
+
+void store_export_close(store_export_t *x) {
+    if (!x) return;
+    sqlite3_finalize(x->st);
+    sqlite3_close(x->db);
+    free(x->path);
+    free(x);
 }

@@ -277,4 +277,29 @@ typedef struct {
 /* Record one attempt as a hook_deliveries row (created = now). */
 int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *err, size_t errlen);
 
+/* --- exports (daemon/serve/export.h writes them as tables) --- */
+
+/* Every experiment, read page by page on a read-only connection of the
+ * export's own, inside one read transaction: the pages are one snapshot
+ * (WAL), whatever the daemon writes meanwhile, and never touch the store's
+ * connection, so store_export_page may run on another thread (one call at a
+ * time per export) while the loop goes on. Open it on the loop; close it
+ * when done (store_export_close; it may outlive nothing but the file). */
+typedef struct store_export store_export_t;
+int store_export_open(store_t *s, store_export_t **out, char *err, size_t errlen);
+
+/* The next at most n experiments, in the order they finished (unfinished
+ * ones last, by id), as a new array of objects: {id, name, status, reason,
+ * source, parent, seed, dataset, time_budget_s, depth, n_embd, n_head,
+ * n_kv_head, mlp, window_pattern, ve_layers, seq_len, created, started,
+ * finished, val_bpb, params_total, mfu_percent, tokens_per_second,
+ * num_steps, training_seconds, peak_rss_mb}; empty at the end. NULL with
+ * err on failure. */
+cJSON *store_export_page(store_export_t *x, int n, char *err, size_t errlen);
+
+/* The names of those columns, in order, into names (at most max; borrowed,
+ * valid until store_export_close): the count, 0 before the first page. */
+int store_export_columns(const store_export_t *x, const char **names, int max);
+void store_export_close(store_export_t *x);
+
 #endif

@@ -207,7 +207,7 @@ static void hook_handler(const http_request_t *req, http_response_t *res, void *
     a->last_proposed = cJSON_GetArraySize(reply);
     cJSON_Delete(ev);
     /* One proposal goes out as an object, several (or none) as an array. */
-    char *text = cJSON_PrintUnformatted(cJSON_GetArraySize(reply) == 1 ? reply->child : reply);
+    char *text = util_json_print(cJSON_GetArraySize(reply) == 1 ? reply->child : reply, 0);
     cJSON_Delete(reply);
     if (!text) {
         http_error(res, 503, "out_of_memory", "out of memory");

@@ -1309,7 +1309,7 @@ fail_quiet:
 
 int strategy_save(const strategy_t *s, const char *path, char *err, size_t errlen) {
     cJSON *st = strategy_state_json(s);
-    char *text = st ? cJSON_Print(st) : NULL;
+    char *text = st ? util_json_print(st, 1) : NULL;
     cJSON_Delete(st);
     if (!text) {
         snprintf(err, errlen, "out of memory");
