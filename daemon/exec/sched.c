@@ -17,18 +17,13 @@
 #include "engine/spec.h"
 #include "engine/util.h"
 
-#define METRICS_BATCH          256    /* rows buffered per slot before a forced flush */
-#define METRICS_FLUSH_MS       1000   /* and at least this often */
-#define RETRY_START_MS         5000   /* after a start failed for want of resources */
-#define MAX_METRICS_PER_RUN    100000 /* metrics rows per run; a 5-minute run has hundreds */
-#define DEFAULT_DEADLINE_SLACK 120.0
-#define DEFAULT_KILL_GRACE     5.0
-#define DEFAULT_PRUNE_STARTUP  5
-#define DEFAULT_PRUNE_WARMUP   0.3
-#define DEFAULT_TOKEN_LIMIT    3600.0
-#define PRUNE_CHECK_S          1.0 /* at most one pruning check per slot per second */
-#define PRUNE_RUNGS            3   /* comparisons per run: at the warm-up and evenly after */
-#define PRUNE_MAX_RUNS         100 /* the median is over the last this many finished runs */
+#define METRICS_BATCH       256    /* rows buffered per slot before a forced flush */
+#define METRICS_FLUSH_MS    1000   /* and at least this often */
+#define RETRY_START_MS      5000   /* after a start failed for want of resources */
+#define MAX_METRICS_PER_RUN 100000 /* metrics rows per run; a 5-minute run has hundreds */
+#define PRUNE_CHECK_S       1.0    /* at most one pruning check per slot per second */
+#define PRUNE_RUNGS         3      /* comparisons per run: at the warm-up and evenly after */
+#define PRUNE_MAX_RUNS      100    /* the median is over the last this many finished runs */
 /* DIR/runs/<id> and the files in it; DIR itself is at most PATH_MAX. */
 #define RUN_DIR_MAX  (PATH_MAX + 32)
 #define RUN_PATH_MAX (RUN_DIR_MAX + 32)
@@ -675,12 +670,12 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
     s->loop = loop;
     s->store = store;
     s->o = *o;
-    if (s->o.deadline_slack_s <= 0) s->o.deadline_slack_s = DEFAULT_DEADLINE_SLACK;
-    if (s->o.kill_grace_s <= 0) s->o.kill_grace_s = DEFAULT_KILL_GRACE;
+    if (s->o.deadline_slack_s <= 0) s->o.deadline_slack_s = SCHED_DEFAULT_DEADLINE_SLACK_S;
+    if (s->o.kill_grace_s <= 0) s->o.kill_grace_s = SCHED_DEFAULT_KILL_GRACE_S;
     if (s->o.max_attempts < 1) s->o.max_attempts = 1;
-    if (s->o.prune_startup < 1) s->o.prune_startup = DEFAULT_PRUNE_STARTUP;
-    if (!(s->o.prune_warmup > 0)) s->o.prune_warmup = DEFAULT_PRUNE_WARMUP;
-    if (!(s->o.token_run_limit_s > 0)) s->o.token_run_limit_s = DEFAULT_TOKEN_LIMIT;
+    if (s->o.prune_startup < 1) s->o.prune_startup = SCHED_DEFAULT_PRUNE_STARTUP;
+    if (!(s->o.prune_warmup > 0)) s->o.prune_warmup = SCHED_DEFAULT_PRUNE_WARMUP;
+    if (!(s->o.token_run_limit_s > 0)) s->o.token_run_limit_s = SCHED_DEFAULT_TOKEN_RUN_LIMIT_S;
     /* Workers run in their run directory: every path they get is absolute. */
     if (!realpath(o->state_dir, s->state_dir) || !realpath(o->exe, s->exe)) {
         snprintf(err, errlen, "sched: %s: %s", o->state_dir, strerror(errno));

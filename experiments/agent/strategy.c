@@ -80,10 +80,11 @@ const char *strategy_axis_name(strategy_axis a) {
 
 void strategy_opts_default(strategy_opts_t *o) {
     memset(o, 0, sizeof *o);
-    o->seed = 1;
+    o->seed = STRATEGY_DEFAULT_SEED;
     o->max_rejections = 5;
-    o->noise_seeds = 3;
-    o->max_seeds = 4;
+    o->noise_seeds = STRATEGY_DEFAULT_NOISE_SEEDS;
+    o->max_seeds = STRATEGY_DEFAULT_MAX_SEEDS;
+    o->queue_target = STRATEGY_QUEUE_AUTO;
 }
 
 static void say(strategy_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1040,10 +1041,11 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
     if (!s) goto oom;
     s->o = *o;
     if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0 ||
-        o->noise_seeds < 1 || o->max_seeds < 1 || o->queue_target < 0) {
+        o->noise_seeds < 1 || o->max_seeds < 1 ||
+        (o->queue_target < 1 && o->queue_target != STRATEGY_QUEUE_AUTO)) {
         snprintf(err, errlen,
-                 "the noise floor must be >= 0, max_proposals and queue_target >= 0, "
-                 "noise_seeds and max_seeds >= 1");
+                 "the noise floor and max_proposals must be >= 0, queue_target >= 1 (or "
+                 "STRATEGY_QUEUE_AUTO), noise_seeds and max_seeds >= 1");
         free(s);
         return NULL;
     }

@@ -77,12 +77,18 @@ typedef struct {
 /* One line per decision; line has no trailing newline. */
 typedef void (*strategy_log_fn)(void *user, const char *line);
 
+#define STRATEGY_DEFAULT_SEED        1
+#define STRATEGY_DEFAULT_NOISE_SEEDS 3
+#define STRATEGY_DEFAULT_MAX_SEEDS   4
+#define STRATEGY_QUEUE_AUTO          (-1) /* queue_target: one per experiment seen running */
+
 typedef struct {
-    double noise_floor;  /* > 0: a fixed val_bpb gain to adopt instead of 2 SE; default 0 */
+    double noise_floor;  /* > 0: a fixed val_bpb gain to adopt instead of 2 SE; 0: none */
     int noise_seeds;     /* seeds of the baseline run first to measure the noise; default 3 */
     int max_seeds;       /* seeds a promising variant gets before it is discarded; default 4 */
-    int queue_target;    /* proposals kept queued; 0 = the most experiments seen running
-                            at once (at least 1), i.e. one for every busy slot */
+    int queue_target;    /* proposals kept queued; STRATEGY_QUEUE_AUTO (the default) = the
+                            most experiments seen running at once (at least 1), i.e. one
+                            for every busy slot */
     uint64_t seed;       /* seeds the mutation RNG (a loaded state keeps its own) */
     int max_proposals;   /* stop proposing after this many; 0 = no limit */
     int max_rejections;  /* rejected proposals in a row before pausing; default 5 */
