@@ -358,6 +358,12 @@ static int make_run_dir(sched_t *s, const store_experiment_t *e, char run_dir[RU
 /* What start_one did. */
 enum { START_FAILED_RUN = -1, START_EMPTY = 0, START_OK = 1, START_RETRY_LATER = -2 };
 
+/* The wall-clock seconds a run may train: its time budget, or for a token
+ * budget, which has no wall-clock length, the token-run limit. */
+static double run_budget_s(const sched_t *s, const spec_scope_t *sc) {
+    return !strcmp(sc->budget_kind, SPEC_BUDGET_TOKENS) ? s->o.token_run_limit_s : sc->budget;
+}
+
 /* A spec may ask for less memory than the daemon's limit, never more. */
 static int memory_limit(int spec_mb, int daemon_mb) {
     if (spec_mb <= 0) return daemon_mb;
@@ -379,11 +385,7 @@ static int start_one(sched_t *s, slot_t *sl) {
     }
     if (rc == 0) return START_EMPTY;
     if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0) goto fail_run;
-    if (store_scope_of_spec(e.spec_json, &sl->scope) < 0) {
-        snprintf(err, sizeof err, "the stored spec is not a JSON object");
-        spec_free(&spec);
-        goto fail_run;
-    }
+    spec_scope(&spec, &sl->scope);
     if (make_run_dir(s, &e, run_dir, err, sizeof err) < 0) {
         spec_free(&spec);
         goto retry_later;
@@ -410,7 +412,8 @@ static int start_one(sched_t *s, slot_t *sl) {
     argv[n] = NULL;
 
     int threads = spec.resources.threads > 0 ? spec.resources.threads : sl->threads;
-    int by_tokens = !strcmp(sl->scope.budget_kind, "tokens");
+    int by_tokens = !strcmp(sl->scope.budget_kind, SPEC_BUDGET_TOKENS);
+    double budget_s = run_budget_s(s, &sl->scope);
     executor_run_t run = {
         .id = e.id,
         .shim = s->exe,
@@ -420,11 +423,9 @@ static int start_one(sched_t *s, slot_t *sl) {
         .cpus = sl->cpus,
         .threads = threads,
         .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
-        /* A token budget has no wall-clock length: its limit stands in for it. */
-        .budget_s = by_tokens ? s->o.token_run_limit_s : spec.time_budget_s,
+        .budget_s = budget_s,
         .slack_s = s->o.deadline_slack_s,
-        .deadline_s =
-            by_tokens ? s->o.token_run_limit_s : spec.time_budget_s * 1.25 + s->o.deadline_slack_s,
+        .deadline_s = by_tokens ? budget_s : budget_s * 1.25 + s->o.deadline_slack_s,
         .kill_grace_s = s->o.kill_grace_s,
     };
     executor_callbacks_t cb = {
@@ -575,7 +576,9 @@ cJSON *sched_status(sched_t *s) {
 static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, size_t errlen) {
     spec_t spec;
     char run_dir[RUN_DIR_MAX], log_path[RUN_PATH_MAX];
+    spec_scope_t scope;
     if (spec_parse(j->e.spec_json, strlen(j->e.spec_json), &spec, err, errlen) < 0) return -1;
+    spec_scope(&spec, &scope);
     snprintf(run_dir, sizeof run_dir, "%s/runs/%lld", s->state_dir, (long long)j->e.id);
     snprintf(log_path, sizeof log_path, "%s/train.log", run_dir);
     executor_run_t run = {.id = j->e.id,
@@ -583,7 +586,7 @@ static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, s
                           .run_dir = run_dir,
                           .log_path = log_path,
                           .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
-                          .budget_s = spec.time_budget_s,
+                          .budget_s = run_budget_s(s, &scope),
                           .slack_s = s->o.deadline_slack_s};
     spec_free(&spec);
     executor_callbacks_t cb = {
@@ -591,7 +594,8 @@ static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, s
     sl->id = j->e.id;
     sl->n_metrics = 0;
     sl->name = j->e.name ? strdup(j->e.name) : NULL;
-    sl->budget_s = run.budget_s;
+    sl->budget_s = spec.time_budget_s;
+    sl->scope = scope;
     if (s->x->attach(s->x, &run, j->slurm_job_id, &cb, &sl->worker, err, errlen) < 0) {
         release_slot(sl);
         return -1;

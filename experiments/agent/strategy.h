@@ -141,11 +141,11 @@ int strategy_config(const strategy_t *s, const spec_t *sp, int *n, double *mean)
  * or -1 when the axis has no valid move from sp (sp is unchanged). */
 int strategy_mutate(spec_t *sp, strategy_axis axis, rng_t *rng, strategy_change_t *ch);
 
-/* The agent's identity of a validated spec: spec_identity (spec.h) after
- * spelling the derived fields (ve_layers, window_pattern, max_pos) from what
- * they derive, so two specs that train the same model have one identity.
- * Hex SHA-256, 64 characters + NUL. Returns 0, or -1 on failure. */
-int strategy_identity(const spec_t *sp, char out[65]);
+/* The agent's identity of a run of a validated spec: its configuration
+ * (spec_config_hash, which writes equivalent spellings one way) and its seed,
+ * "<64 hex>:<seed>". Returns 0, or -1 on failure. */
+#define STRATEGY_IDENT_LEN (SPEC_HASH_HEX + 21)
+int strategy_identity(const spec_t *sp, char out[STRATEGY_IDENT_LEN]);
 
 /* Has a spec with this identity been proposed or seen? */
 int strategy_has_seen(const strategy_t *s, const spec_t *sp);
