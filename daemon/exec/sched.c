@@ -1,6 +1,7 @@
 /* sched.c - slots, the queue and the workers (see sched.h). */
 #include "daemon/exec/sched.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -87,6 +88,7 @@ struct sched {
  * buffer is full: then this batch is dropped (and logged) so that progress
  * keeps flowing. */
 static void flush_metrics(slot_t *sl) {
+    assert(sl->n_pending <= METRICS_BATCH);
     if (sl->n_pending == 0) return;
     char err[256];
     if (store_add_metrics(sl->s->store, sl->pending_id, sl->pending, sl->n_pending, err,
@@ -199,6 +201,7 @@ static void on_progress(const cJSON *line, void *user) {
                  (long long)sl->id, MAX_METRICS_PER_RUN);
     if (sl->n_metrics > MAX_METRICS_PER_RUN) return;
     if (sl->n_pending > 0 && sl->pending_id != sl->id) drop_pending_metrics(sl);
+    assert(sl->id > 0 && sl->n_pending < METRICS_BATCH); /* a busy slot, room in the batch */
     sl->pending_id = sl->id;
     store_metric_t *m = &sl->pending[sl->n_pending++];
     m->step = jint(line, PROTO_STEP_STEP);
@@ -253,6 +256,7 @@ static void arm_retry(sched_t *s);
  * the retry timer: nothing that finished is ever lost. */
 static int record_ending(slot_t *sl, const ending_t *e) {
     sched_t *s = sl->s;
+    assert(sl->id > 0 && !sl->worker); /* the slot's run has ended, and only once */
     char err[256];
     int64_t id = sl->id;
     executor_status st = e->status; /* e may be sl->unrecorded, freed below */
@@ -376,6 +380,8 @@ static int memory_limit(int spec_mb, int daemon_mb) {
  * (nothing is charged to the experiment beyond an attempt; try again later). */
 static int start_one(sched_t *s, slot_t *sl) {
     store_experiment_t e = {0};
+    /* Only a free slot takes an experiment: a busy one would lose its run. */
+    assert(!sl->worker && !sl->unrecorded && sl->id == 0);
     spec_t spec;
     char err[512], serr[256], run_dir[RUN_DIR_MAX], spec_path[RUN_PATH_MAX], log_path[RUN_PATH_MAX];
     int rc = store_claim_next(s->store, &e, err, sizeof err);

@@ -21,6 +21,7 @@
  * synchronous keeps the bytes in the order they were read with no queue of
  * thread-pool requests that could outlive the pipes. Logging is a debugging
  * aid: a failing write stops the logging, never the worker. */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -93,6 +94,7 @@ static void maybe_report(worker_t *w);
 
 static void close_cb(uv_handle_t *h) {
     worker_t *w = h->data;
+    assert(w->open_handles > 0);
     w->open_handles--;
     if (w->open_handles == 0 && w->reported) {
         free(w->oom_counter);
@@ -135,6 +137,7 @@ static void log_append(worker_t *w, const char *p, size_t n) {
     size_t room = w->max_log_bytes - w->log_bytes, m = n < room ? n : room;
     log_write(w, p, m);
     w->log_bytes += m;
+    assert(w->log_bytes <= w->max_log_bytes);
     if (m < n) {
         char note[160];
         int k = snprintf(note, sizeof note,
@@ -158,6 +161,7 @@ static void tail_append(worker_t *w, const char *p, size_t n) {
     }
     memcpy(w->err_tail + w->err_len, p, n);
     w->err_len += n;
+    assert(w->err_len <= ERR_TAIL);
 }
 
 /* ------------------------------------------------------- progress lines */
@@ -326,6 +330,7 @@ static void classify(const worker_t *w, executor_exit_t *ex) {
 
 /* Report the exit once the process is reaped and every pipe is closed. */
 static void maybe_report(worker_t *w) {
+    assert(w->pipes_open >= 0);
     if (!w->exited || w->pipes_open > 0 || w->reported) return;
     w->reported = 1;
     uv_timer_stop(&w->deadline_timer);
