@@ -434,6 +434,34 @@ static void default_name(const char *input, char *buf, size_t len) {
 }
 
 /* Returns 0, 1 after --help, or 2 on a usage error (printed). */
+/* The option key ("--vocab") with its value into a. Returns 0, or 2 after
+ * saying why on stderr. */
+static int set_value(prep_args_t *a, const char *key, const char *val) {
+    char *end;
+    if (!strcmp(key, "--dir")) {
+        a->dir = val;
+    } else if (!strcmp(key, "--name")) {
+        a->name = val;
+    } else if (!strcmp(key, "--vocab")) {
+        errno = 0;
+        a->vocab = strtol(val, &end, 10);
+        if (errno || end == val || *end) {
+            fprintf(stderr, "prep: --vocab %s is not an integer\n", val);
+            return 2;
+        }
+    } else if (!strcmp(key, "--val-fraction")) {
+        a->val_fraction = strtod(val, &end);
+        if (end == val || *end || !(a->val_fraction > 0 && a->val_fraction < 1)) {
+            fprintf(stderr, "prep: --val-fraction %s is not a number in (0, 1)\n", val);
+            return 2;
+        }
+        a->has_fraction = true;
+    } else {
+        a->vals[a->n_vals++] = val;
+    }
+    return 0;
+}
+
 static int prep_parse(int argc, char **argv, prep_args_t *a) {
     memset(a, 0, sizeof *a);
     a->vocab = PREP_DEFAULT_VOCAB;
@@ -485,28 +513,7 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
             fprintf(stderr, "prep: %s needs a value\n", key);
             return 2;
         }
-        char *end;
-        if (!strcmp(key, "--dir")) {
-            a->dir = val;
-        } else if (!strcmp(key, "--name")) {
-            a->name = val;
-        } else if (!strcmp(key, "--vocab")) {
-            errno = 0;
-            a->vocab = strtol(val, &end, 10);
-            if (errno || end == val || *end) {
-                fprintf(stderr, "prep: --vocab %s is not an integer\n", val);
-                return 2;
-            }
-        } else if (!strcmp(key, "--val-fraction")) {
-            a->val_fraction = strtod(val, &end);
-            if (end == val || *end || !(a->val_fraction > 0 && a->val_fraction < 1)) {
-                fprintf(stderr, "prep: --val-fraction %s is not a number in (0, 1)\n", val);
-                return 2;
-            }
-            a->has_fraction = true;
-        } else {
-            a->vals[a->n_vals++] = val;
-        }
+        if (set_value(a, key, val)) return 2;
         continue;
     unknown:
         fprintf(stderr, "prep: unknown option %s\n", arg);

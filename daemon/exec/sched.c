@@ -359,6 +359,26 @@ static int make_run_dir(sched_t *s, const store_experiment_t *e, char run_dir[RU
     return ok ? 0 : -1;
 }
 
+/* The worker command into argv (64 entries): the command, then the train
+ * options and the spec (the strings are borrowed from s and spec_path). */
+static void worker_argv(const sched_t *s, char *spec_path, char **argv) {
+    int n = 0;
+    if (s->o.worker_cmd) {
+        for (int i = 0; s->o.worker_cmd[i] && n < 48; i++) argv[n++] = s->o.worker_cmd[i];
+    } else {
+        argv[n++] = (char *)s->exe;
+        argv[n++] = "train";
+    }
+    argv[n++] = "--dir";
+    argv[n++] = (char *)s->state_dir;
+    argv[n++] = "--progress-fd";
+    argv[n++] = "3";
+    argv[n++] = "--save";
+    argv[n++] = "model.safetensors";
+    argv[n++] = spec_path;
+    argv[n] = NULL;
+}
+
 /* What start_one did. */
 enum { START_FAILED_RUN = -1, START_EMPTY = 0, START_OK = 1, START_RETRY_LATER = -2 };
 
@@ -399,23 +419,8 @@ static int start_one(sched_t *s, slot_t *sl) {
     snprintf(spec_path, sizeof spec_path, "%s/spec.json", run_dir);
     snprintf(log_path, sizeof log_path, "%s/train.log", run_dir);
 
-    /* argv: the worker command, then the train options and the spec */
     char *argv[64];
-    int n = 0;
-    if (s->o.worker_cmd) {
-        for (int i = 0; s->o.worker_cmd[i] && n < 48; i++) argv[n++] = s->o.worker_cmd[i];
-    } else {
-        argv[n++] = s->exe;
-        argv[n++] = "train";
-    }
-    argv[n++] = "--dir";
-    argv[n++] = s->state_dir;
-    argv[n++] = "--progress-fd";
-    argv[n++] = "3";
-    argv[n++] = "--save";
-    argv[n++] = "model.safetensors";
-    argv[n++] = spec_path;
-    argv[n] = NULL;
+    worker_argv(s, spec_path, argv);
 
     int threads = spec.resources.threads > 0 ? spec.resources.threads : sl->threads;
     int by_tokens = !strcmp(sl->scope.budget_kind, SPEC_BUDGET_TOKENS);
