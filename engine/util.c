@@ -55,12 +55,13 @@ int util_grow(void *p, size_t *cap, size_t need, size_t sz) {
     return 0;
 }
 
-void util_errorf(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
+int util_errorf(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return NS_ERR_INVALID;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    return NS_ERR_INVALID;
 }
 
 int util_open_regular(const char *path, char *err, size_t errlen) {

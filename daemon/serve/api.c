@@ -172,7 +172,7 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     for (int i = 0; i < s.n_tags; i++) cJSON_AddItemToArray(tag_arr, cJSON_CreateString(s.tags[i]));
     tags = cJSON_PrintUnformatted(tag_arr);
     cJSON_Delete(tag_arr);
-    if (!canon || !tags || spec_identity(&s, hash) < 0) {
+    if (!canon || !tags || spec_config_hash(&s, hash) < 0) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
@@ -193,11 +193,12 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     store_new_experiment_t e = {.name = s.name,
                                 .tags_json = tags,
                                 .spec_json = canon,
-                                .spec_hash = hash,
+                                .config_hash = hash,
                                 .seed = (int64_t)s.seed,
                                 .parent = s.parent,
                                 .source = source,
                                 .priority = s.priority};
+    spec_scope(&s, &e.scope);
     if (store_insert(a->store, &e, id, serr, sizeof serr) < 0) {
         snprintf(err, errlen, "%s", serr);
         rc = NS_ERR_IO;
@@ -256,6 +257,40 @@ static cJSON *with_seed_offset(const cJSON *spec, int k) {
     return copy;
 }
 
+/* Every spec of a submission (body, an array of n when is_array) checked,
+ * with the seeds its repeats take: 0, or -1 with res the error. */
+static int check_all(api_t *a, const cJSON *body, int is_array, int n, long long repeats,
+                     http_response_t *res) {
+    char err[512];
+    for (int i = 0; i < n; i++) {
+        spec_t s;
+        int rc = check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, err, sizeof err);
+        if (rc == 0) { /* s is valid: its repeats' seeds must be too */
+            if ((double)s.seed + (double)(repeats - 1) > 9007199254740991.0) {
+                snprintf(err, sizeof err, "seed: %llu + %lld repeats passes 2^53 - 1",
+                         (unsigned long long)s.seed, repeats - 1);
+                rc = -1;
+            }
+            spec_free(&s);
+        }
+        if (rc == NS_ERR_DOES_NOT_FIT) {
+            if (is_array)
+                http_error(res, 422, "does_not_fit", "[%d]: %s", i, err);
+            else
+                http_error(res, 422, "does_not_fit", "%s", err);
+            return -1;
+        }
+        if (rc < 0) {
+            if (is_array)
+                http_error(res, 400, "invalid_spec", "[%d].%s", i, err);
+            else
+                http_error(res, 400, "invalid_spec", "%s", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static void post_experiments(api_t *a, const http_request_t *req, http_response_t *res) {
     char flag[16] = "", source[16] = "api", err[512];
     int force = http_query_get(req->query, "force", flag, sizeof flag) == 1 &&
@@ -281,34 +316,9 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
         return;
     }
     /* Validate every spec before queueing any: one invalid spec queues nothing. */
-    for (int i = 0; i < n; i++) {
-        spec_t s;
-        int rc = check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, err, sizeof err);
-        if (rc == 0 && (double)s.seed + (double)(repeats - 1) > 9007199254740991.0) {
-            snprintf(err, sizeof err, "seed: %llu + %lld repeats passes 2^53 - 1",
-                     (unsigned long long)s.seed, repeats - 1);
-            spec_free(&s);
-            rc = -1;
-        } else if (rc == 0) {
-            spec_free(&s);
-        }
-        int bad = rc < 0;
-        if (rc == NS_ERR_DOES_NOT_FIT) {
-            if (is_array)
-                http_error(res, 422, "does_not_fit", "[%d]: %s", i, err);
-            else
-                http_error(res, 422, "does_not_fit", "%s", err);
-            cJSON_Delete(body);
-            return;
-        }
-        if (bad) {
-            if (is_array)
-                http_error(res, 400, "invalid_spec", "[%d].%s", i, err);
-            else
-                http_error(res, 400, "invalid_spec", "%s", err);
-            cJSON_Delete(body);
-            return;
-        }
+    if (check_all(a, body, is_array, n, repeats, res) < 0) {
+        cJSON_Delete(body);
+        return;
     }
     cJSON *items = cJSON_CreateArray();
     int created = 0;
@@ -510,7 +520,7 @@ static void post_cancel(api_t *a, int64_t id, http_response_t *res) {
  * dataset, else 300 s). -1 = invalid (res set). */
 static int query_scope(api_t *a, const http_request_t *req, http_response_t *res,
                        store_scope_t *sc) {
-    char dataset[64] = "", budget[64] = "", err[256], *end;
+    char dataset[64] = "", budget[64] = "", err[256];
     int got_ds = http_query_get(req->query, "dataset", dataset, sizeof dataset);
     int got_b = http_query_get(req->query, "budget", budget, sizeof budget);
     if (got_ds < 0) {
@@ -524,23 +534,11 @@ static int query_scope(api_t *a, const http_request_t *req, http_response_t *res
         return -1;
     }
     if (got_b == 0 || !budget[0]) return 0;
-    const char *num = budget, *kind = "time";
-    if (!strncmp(budget, "time:", 5)) {
-        num = budget + 5;
-    } else if (!strncmp(budget, "tokens:", 7)) {
-        num = budget + 7;
-        kind = "tokens";
-    }
-    errno = 0;
-    double v = got_b == 1 ? strtod(num, &end) : 0;
-    if (got_b == 1 && end != num && !strcmp(kind, "time") && *end == 's') end++;
-    if (got_b < 0 || errno || end == num || *end || !(v > 0) || v > 1e15) {
+    if (got_b < 0 || spec_scope_set_budget(sc, budget) < 0) {
         http_error(res, 400, "invalid_query",
                    "budget: expected time:SECONDS (or SECONDS, or SECONDSs) or tokens:N");
         return -1;
     }
-    snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s", kind);
-    sc->budget = v;
     return 0;
 }
 
@@ -712,8 +710,8 @@ static void get_events(api_t *a, const http_request_t *req, http_response_t *res
     if (query_int(req, res, "after", 0, INT64_MAX, 0, &after) < 0 ||
         query_int(req, res, "limit", 1, 1000, 100, &limit) < 0)
         return;
-    int64_t last = events_last_id(a->store, err, sizeof err);
-    cJSON *list = last < 0 ? NULL : events_list(a->store, after, (int)limit, err, sizeof err);
+    int64_t last = store_events_last_id(a->store, err, sizeof err);
+    cJSON *list = last < 0 ? NULL : store_events(a->store, after, (int)limit, err, sizeof err);
     if (!list) {
         reply_store_error(res, err);
         return;

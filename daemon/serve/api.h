@@ -45,7 +45,7 @@ typedef struct {
     const char *token;                  /* NULL = no token required */
     const struct origin_policy *origin; /* the Host and Origin rules (origin.h); NULL = none */
     int guard_reads;                    /* the token guards GETs too (all but /healthz) */
-    const char *default_dataset;        /* of the scoped queries; NULL = STORE_DEFAULT_DATASET */
+    const char *default_dataset;        /* of the scoped queries; NULL = the spec's default */
     double started_at;                  /* util_now() at startup */
     struct events_hub *events;          /* the SSE hub (events.h); NULL = no stream */
     int memory_mb; /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */
