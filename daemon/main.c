@@ -20,6 +20,7 @@ static const command_t commands[] = {
     {"calibrate", calibrate_main, "measure the machine's sgemm peak (the MFU denominator)"},
     {"cost", cost_main, "parameter counts, bytes and FLOPs of a spec, without training"},
     {"exec-limited", exec_limited_main, "internal: run a worker under its slot's limits"},
+    {"floor", floor_main, "internal: the address space the engine maps before a run"},
     {"grad", grad_main, "loss and every gradient of one batch (checks against other engines)"},
     {"serve", serve_main, "run the daemon: queue, workers, results store and HTTP API"},
     {"prep", prep_main, "train a BPE tokenizer and write a dataset from text, JSONL or dirs"},
@@ -54,7 +55,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     /* Commands that run the engine's OpenMP team (engine/cli.h, threads_passive_wait). */
-    static const char *const engine_commands[] = {"bench", "calibrate", "grad", "sample", "train"};
+    static const char *const engine_commands[] = {"bench", "calibrate", "floor",
+                                                  "grad",  "sample",    "train"};
     for (size_t i = 0; i < sizeof engine_commands / sizeof engine_commands[0]; i++)
         if (!strcmp(argv[1], engine_commands[i])) threads_passive_wait(argv);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

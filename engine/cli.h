@@ -11,6 +11,7 @@ int calibrate_main(int argc, char **argv); /* calibrate.c: measure the sgemm pea
 int train_main(int argc, char **argv);     /* train.c: one experiment in the foreground */
 int sample_main(int argc, char **argv);    /* sample.c: text from a saved checkpoint */
 int bench_main(int argc, char **argv);     /* bench.c: time full training steps */
+int floor_main(int argc, char **argv);     /* floor.c: the address space of N threads */
 
 /* threads.c; main.c calls it before an engine command. The engine's OpenMP
  * team (BLAS included) should sleep, not spin, between parallel regions: the

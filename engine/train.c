@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "engine/calibrate.h"
+#include "engine/floor.h"
 #include "engine/threads.h"
 #include "engine/ckpt.h"
 #include "engine/cli.h"
@@ -281,6 +282,7 @@ static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
         return -1;
     }
     r->threads = threads_set(r->spec.resources.threads);
+    floor_reserve(r->threads); /* out of memory within seconds rather than a hang */
     r->model = gpt_new(mc, err, errlen);
     if (!r->model) return NS_ERR_NOMEM;
     gpt_init_weights(r->model, r->spec.seed);

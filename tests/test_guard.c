@@ -404,9 +404,9 @@ static void fill_experiments(long n) {
     sqlite3_stmt *ins, *res;
     cr_assert_eq(
         sqlite3_prepare_v2(db,
-                           "INSERT INTO experiments (id, name, spec, spec_hash, seed, source,"
-                           " status, config_hash, started, finished) VALUES (?1, ?2, ?3, ?4,"
-                           " ?5, 'api', ?6, ?7, ?8, ?8)",
+                           "INSERT INTO experiments (id, name, spec, dataset, budget_kind, budget,"
+                           " seed, source, status, config_hash, started, finished) VALUES (?1, ?2,"
+                           " ?3, 'tiny', 'time', 300, ?5, 'api', ?6, ?7, ?8, ?8)",
                            -1, &ins, NULL),
         SQLITE_OK, "%s", sqlite3_errmsg(db));
     cr_assert_eq(sqlite3_prepare_v2(db,
@@ -417,7 +417,7 @@ static void fill_experiments(long n) {
                                     -1, &res, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(db));
     for (long id = 1; id <= n; id++) {
-        char name[64], spec_text[512], hash[32], chash[32], when[32];
+        char name[64], spec_text[512], chash[32], when[32];
         snprintf(name, sizeof name, "variant %ld: wider mlp, lr x%ld", id, 1 + id % 7);
         snprintf(
             spec_text, sizeof spec_text,
@@ -425,7 +425,6 @@ static void fill_experiments(long n) {
             "\"n_embd\":%ld,\"n_head\":4,\"n_kv_head\":2,\"mlp\":\"relu2\",\"window_pattern\":"
             "\"SSSL\",\"ve_layers\":\"alternate\",\"seq_len\":256}}",
             id, 1 + id % 8, 64 * (1 + id % 4));
-        snprintf(hash, sizeof hash, "h%ld", id);
         snprintf(chash, sizeof chash, "c%ld", id % 1000);
         snprintf(when, sizeof when, "2026-11-%02ldT%02ld:%02ld:%02ld.000Z", 1 + id / 86400 % 28,
                  id / 3600 % 24, id / 60 % 60, id % 60);
@@ -433,7 +432,6 @@ static void fill_experiments(long n) {
         sqlite3_bind_int64(ins, 1, id);
         sqlite3_bind_text(ins, 2, name, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(ins, 3, spec_text, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(ins, 4, hash, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(ins, 5, id);
         sqlite3_bind_text(ins, 6, ok ? "succeeded" : "failed", -1, SQLITE_STATIC);
         sqlite3_bind_text(ins, 7, chash, -1, SQLITE_TRANSIENT);
@@ -857,4 +855,99 @@ Test(guard, seeds_are_exact_and_threads_fit_the_slot) {
     cJSON_Delete(tu_http_json(d, "POST", "/v1/experiments", fits, 201));
     tu_server_stop(d, 20);
     free(s), free(max), free(over), free(near), free(many), free(fits);
+}
+
+/* ------------------------------------- finding 2: memory limits that fail fast */
+
+/* A daemon running the real engine (no stand-in worker), one slot. */
+static tu_server_t *engine_daemon(const char *memory_mb) {
+    cr_assert(n_daemons < MAX_DAEMONS);
+    tu_server_t *d = &daemons[n_daemons];
+    char *errlog = tu_path("%s/daemon-%d.err", tmp, n_daemons);
+    char *argv[] = {(char *)tu_bin(), "serve",       "--dir",           state, "--listen",
+                    "127.0.0.1:0",    "--memory-mb", (char *)memory_mb, NULL};
+    n_daemons++;
+    tu_server_start(d, "daemon", argv, errlog, 30);
+    free(errlog);
+    return d;
+}
+
+/* The tiny spec on two threads with resources.memory_mb mb (0: none). */
+static char *mem_spec(int seed, int mb) {
+    return tu_path("{\"name\":\"m\",\"dataset\":\"tiny\",\"seed\":%d,\"time_budget_s\":1,"
+                   "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
+                   "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128},"
+                   "\"resources\":{\"threads\":2,\"peak_gflops\":10,\"memory_mb\":%d}}",
+                   seed, mb);
+}
+
+/* A worker's memory limit limits address space, and the engine maps some
+ * 320 MiB a thread (OpenBLAS's buffers, stacks, malloc arenas) before a run
+ * allocates anything: a limit below that hung until the deadline (3,600 s
+ * for a token budget) and submission accepted it. Now submission adds that
+ * floor, measured at start, to the run's own needs and refuses with the
+ * numbers; a limit of what it says a run needs is enough to run it; and a
+ * run that meets a limit too low anyway (the trainer under it by hand) exits
+ * out of memory within seconds. */
+Test(guard, memory_limits_count_the_engines_floor_and_fail_fast) {
+    tu_server_t *d = engine_daemon("0");
+    char *log = wait_log(d, "the engine maps ", 5);
+    cr_expect(log, "no floor measured at start");
+    free(log);
+    char *low = mem_spec(1, 300);
+    tu_reply_t r;
+    tu_http(d, "POST", "/v1/experiments", low, strlen(low), NULL, &r);
+    cr_expect_eq(r.status, 422, "300 MiB: %ld %s", r.status, r.body);
+    cr_expect(strstr(r.body, "does_not_fit") && strstr(r.body, "address space the engine maps") &&
+                  strstr(r.body, "this run needs about"),
+              "%s", r.body);
+    const char *about = strstr(r.body, "this run needs about ");
+    int need = about ? atoi(about + strlen("this run needs about ")) : 0;
+    tu_reply_free(&r);
+    cr_assert_gt(need, 300, "the refusal's numbers: %d MiB", need);
+#if !defined(__SANITIZE_ADDRESS__)
+    /* What admission says a run needs is what it needs under the limit. */
+    char *enough = mem_spec(2, need);
+    cJSON *o = tu_http_json(d, "POST", "/v1/experiments", enough, 201);
+    long id = (long)tu_jnum(o, "id");
+    cJSON_Delete(o);
+    char path[64], buf[32];
+    snprintf(path, sizeof path, "/v1/experiments/%ld", id);
+    for (double t0 = tu_now(); strcmp(status_of(d, id, buf, sizeof buf), "succeeded");
+         tu_sleep_ms(100)) {
+        cr_assert(strcmp(buf, "queued") == 0 || strcmp(buf, "running") == 0,
+                  "under %d MiB the run ended %s", need, buf);
+        cr_assert(tu_now() - t0 < 60, "the run under %d MiB is still %s", need, buf);
+    }
+    free(enough);
+#endif
+    tu_server_stop(d, 20);
+
+    /* A daemon limit below the floor: said at start, and every run refused. */
+    d = engine_daemon("300");
+    log = wait_log(d, "--memory-mb 300 is below the ", 5);
+    cr_expect(log, "no warning at start");
+    free(log);
+    char *none = mem_spec(3, 0);
+    tu_http(d, "POST", "/v1/experiments", none, strlen(none), NULL, &r);
+    cr_expect_eq(r.status, 422, "%ld %s", r.status, r.body);
+    cr_expect(strstr(r.body, "the daemon's limit per worker 300 MiB"), "%s", r.body);
+    tu_reply_free(&r);
+    tu_server_stop(d, 20);
+#if !defined(__SANITIZE_ADDRESS__)
+    /* The trainer under too low a limit: out of memory in seconds, not a hang. */
+    char *spec_file = tu_path("%s/low.json", tmp);
+    tu_write(spec_file, none);
+    double t0 = tu_now();
+    tu_run_t t;
+    tu_run_bin(&t, 60, "exec-limited", "--memory-mb", "500", "--", tu_bin(), "train", "--dir",
+               state, spec_file, NULL);
+    double took = tu_now() - t0;
+    cr_expect_eq(t.exit_code, 4, "exit %d after %.1f s: %s", t.exit_code, took, t.err);
+    cr_expect(strstr(t.err, "out of memory"), "%s", t.err);
+    cr_expect_lt(took, 15, "%.1f s to give up", took);
+    tu_run_free(&t);
+    free(spec_file);
+#endif
+    free(low), free(none);
 }

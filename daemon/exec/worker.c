@@ -25,10 +25,13 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon/exec/worker.h"
@@ -657,4 +660,72 @@ executor_t *executor_local_new(uv_loop_t *loop) {
                         .free = local_free};
     l->loop = loop;
     return &l->x;
+}
+
+/* ------------------------------------------------------- the engine's floor */
+
+#define FLOOR_TIMEOUT_MS 30000 /* `nightshift floor` maps and prints in well under a second */
+
+/* VmPeak in bytes of `exe floor --threads threads`, run with a worker's
+ * environment; -1 with err. */
+static double measure_one(const char *exe, int threads, char *err, size_t errlen) {
+    char omp[48], blas[48], t[16], out[512];
+    char **env = build_env(threads, omp, blas, sizeof omp);
+    int fds[2] = {-1, -1};
+    double peak = -1;
+    size_t len = 0;
+    snprintf(t, sizeof t, "%d", threads);
+    char *argv[] = {(char *)exe, "floor", "--threads", t, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    pid_t pid = -1;
+    if (!env || pipe2(fds, O_CLOEXEC) < 0 || posix_spawn_file_actions_adddup2(&fa, fds[1], 1) ||
+        posix_spawn(&pid, exe, &fa, NULL, argv, env) != 0) {
+        util_errorf(err, errlen, "floor: cannot run %s: %s", exe, strerror(errno));
+        pid = -1;
+        goto done;
+    }
+    close(fds[1]);
+    fds[1] = -1;
+    for (uint64_t t0 = uv_hrtime(); len < sizeof out - 1;) {
+        int left = FLOOR_TIMEOUT_MS - (int)((uv_hrtime() - t0) / 1000000);
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, left) <= 0) break;
+        ssize_t k = read(fds[0], out + len, sizeof out - 1 - len);
+        if (k <= 0) break;
+        len += (size_t)k;
+    }
+    out[len] = '\0';
+    const char *v = strstr(out, "\"vm_peak\":");
+    if (v) peak = atof(v + 10);
+    if (peak <= 0)
+        util_errorf(err, errlen, "floor: %s floor --threads %d said '%.100s'", exe, threads, out);
+done:
+    if (pid > 0) {
+        kill(pid, SIGKILL); /* it has printed, or it is late: either way it is done */
+        waitpid(pid, NULL, 0);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    free(env);
+    return peak;
+}
+
+int worker_floor_measure(const char *exe, int max_threads, worker_floor_t *f, char *err,
+                         size_t errlen) {
+    memset(f, 0, sizeof *f);
+    f->max_threads = max_threads > 1 ? max_threads : 1;
+    if ((f->at_1 = measure_one(exe, 1, err, errlen)) < 0) return -1;
+    f->at_max = f->at_1;
+    if (f->max_threads > 1 && (f->at_max = measure_one(exe, f->max_threads, err, errlen)) < 0)
+        return -1;
+    f->per_thread = f->max_threads > 1 ? (f->at_max - f->at_1) / (f->max_threads - 1) : 0;
+    if (f->per_thread < 0) f->per_thread = 0;
+    f->base = f->at_1 - f->per_thread;
+    return 0;
+}
+
+double worker_floor(const worker_floor_t *f, int threads) {
+    return f->base + f->per_thread * (threads > 1 ? threads : 1);
 }

@@ -61,4 +61,22 @@ void worker_stop(worker_t *w, executor_status why);
 
 int worker_pid(const worker_t *w);
 
+/* The engine's address-space floor (engine/floor.h) for the thread counts a
+ * run may use: what `exe floor --threads T` maps, run as a worker is run (its
+ * environment, no limit), at T = 1 and T = max_threads. It grows with each
+ * thread by about the same, so floor(T) = base + per_thread * T between. */
+typedef struct {
+    int max_threads;
+    double at_1, at_max;     /* the two measurements, bytes */
+    double base, per_thread; /* bytes */
+} worker_floor_t;
+
+/* Measure it (synchronously: two short runs of the binary, before the loop
+ * starts). Returns 0, or -1 with err when `floor` cannot run. */
+int worker_floor_measure(const char *exe, int max_threads, worker_floor_t *f, char *err,
+                         size_t errlen);
+
+/* floor(threads) in bytes. */
+double worker_floor(const worker_floor_t *f, int threads);
+
 #endif

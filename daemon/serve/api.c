@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,11 +70,15 @@ static const char *human_bytes(double bytes, char *buf, size_t len) {
     return buf;
 }
 
-/* Whether s can run at all: its estimated memory (cost_memory, from the
- * dataset's vocabulary and size) against what one worker may use (the spec's
- * resources.memory_mb capped by the daemon's limit, as sched.c applies it;
- * with no limit, the machine's RAM). Returns 0, or -1 with the numbers in err.
- * A dataset whose manifest cannot be read is left to the worker to report. */
+/* Whether s can run at all. A local worker's limit (the spec's
+ * resources.memory_mb capped by the daemon's, as sched.c applies it) is an
+ * address-space limit, so the run needs its own memory (cost_memory, from the
+ * dataset's vocabulary and size) plus the engine's floor for its threads
+ * (a->floor: what OpenBLAS and OpenMP map per thread, measured at start);
+ * with no limit it needs the machine's RAM for its own memory, and a Slurm
+ * job (a->floor NULL) the resident memory Slurm's --mem allows. Returns 0, or
+ * -1 with the numbers in err. A dataset whose manifest cannot be read is left
+ * to the worker to report. */
 static int check_fits(const api_t *a, const spec_t *s, char *err, size_t errlen) {
     data_info_t info;
     char derr[256], need[32], may[32], state_b[32], acts_b[32];
@@ -92,17 +97,38 @@ static int check_fits(const api_t *a, const spec_t *s, char *err, size_t errlen)
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         limit = pages > 0 && page > 0 ? (double)pages * page : 0;
     }
-    if (limit <= 0 || mem.total <= limit) return 0;
-    snprintf(err, errlen,
-             "needs ~%s, a worker may use %s (%s): %.*f %s parameters; weights, gradients and "
-             "optimizer state %s, activations for batch_size %d x seq_len %d %s; see "
-             "`nightshift cost`",
-             human_bytes(mem.total, need, sizeof need), human_bytes(limit, may, sizeof may), source,
-             mem.weights / 4 >= 1e9 ? 1 : 0,
-             mem.weights / 4 >= 1e9 ? mem.weights / 4e9 : mem.weights / 4e6,
-             mem.weights / 4 >= 1e9 ? "billion" : "million",
-             human_bytes(mem.weights + mem.grads + mem.optimizer, state_b, sizeof state_b),
-             s->train.batch_size, m.seq_len, human_bytes(mem.activations, acts_b, sizeof acts_b));
+    int threads = s->resources.threads > 0 ? s->resources.threads
+                  : a->sched               ? sched_default_threads(a->sched)
+                                           : 1;
+    double floor = a->floor && limit_mb > 0 ? worker_floor(a->floor, threads) : 0;
+    double total = mem.total + floor, mib = 1024.0 * 1024.0;
+    if (limit <= 0 || total <= limit) return 0;
+    if (floor >= limit) {
+        snprintf(err, errlen,
+                 "%s %d MiB is below the %.0f MiB of address space the engine maps with %d "
+                 "thread%s before a run allocates anything (OpenBLAS's and OpenMP's buffers per "
+                 "thread, measured at start: `nightshift floor --threads %d`); this run needs "
+                 "about %.0f MiB",
+                 source, limit_mb, ceil(floor / mib), threads, threads == 1 ? "" : "s", threads,
+                 ceil(total / mib));
+        return -1;
+    }
+    int n = snprintf(err, errlen,
+                     "needs ~%s, a worker may use %s (%s): %.*f %s parameters; weights, gradients "
+                     "and optimizer state %s, activations for batch_size %d x seq_len %d %s",
+                     human_bytes(total, need, sizeof need), human_bytes(limit, may, sizeof may),
+                     source, mem.weights / 4 >= 1e9 ? 1 : 0,
+                     mem.weights / 4 >= 1e9 ? mem.weights / 4e9 : mem.weights / 4e6,
+                     mem.weights / 4 >= 1e9 ? "billion" : "million",
+                     human_bytes(mem.weights + mem.grads + mem.optimizer, state_b, sizeof state_b),
+                     s->train.batch_size, m.seq_len,
+                     human_bytes(mem.activations, acts_b, sizeof acts_b));
+    if (n > 0 && (size_t)n < errlen && floor > 0)
+        n += snprintf(err + n, errlen - (size_t)n,
+                      ", and the %.0f MiB of address space the engine maps with %d thread%s",
+                      ceil(floor / mib), threads, threads == 1 ? "" : "s");
+    if (n > 0 && (size_t)n < errlen)
+        snprintf(err + n, errlen - (size_t)n, "; see `nightshift cost`");
     return -1;
 }
 

@@ -34,6 +34,7 @@
 
 #include "daemon/shared/http.h"
 #include "daemon/exec/sched.h"
+#include "daemon/exec/worker.h"
 #include "daemon/serve/export.h"
 #include "daemon/store/store.h"
 
@@ -49,6 +50,10 @@ typedef struct {
     double started_at;                  /* util_now() at startup */
     struct events_hub *events;          /* the SSE hub (events.h); NULL = no stream */
     int memory_mb; /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */
+    /* The engine's address-space floor (worker.h), which a local worker's
+     * limit must leave room for; NULL = none to count (a Slurm job's --mem
+     * limits resident memory; a --worker-cmd stand-in is no engine). */
+    const worker_floor_t *floor;
     /* The last leaderboard replies by query string, good while store_finishes
      * stays where it was (a run finishing is the only change the daemon makes
      * to them); owned here, freed by api_close. */

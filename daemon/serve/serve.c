@@ -29,6 +29,7 @@
 #include "daemon/exec/sched.h"
 #include "daemon/serve/serve.h"
 #include "daemon/exec/slurm.h"
+#include "daemon/exec/worker.h"
 #include "daemon/store/store.h"
 #include "engine/util.h"
 
@@ -77,7 +78,9 @@ typedef struct {
     hook_t *hook;            /* NULL without --agent-url, and once closed */
     events_hub_t *events;    /* the SSE streams of GET /v1/events/stream */
     origin_policy_t *origin; /* the Host and Origin rules of every request */
-    executor_t *executor;    /* --executor slurm; NULL = the scheduler's local one */
+    worker_floor_t floor;    /* the engine's address-space floor (local runs of the engine) */
+    int have_floor;
+    executor_t *executor; /* --executor slurm; NULL = the scheduler's local one */
     uv_signal_t sigint, sigterm;
     int lock_fd;
     int stopping;
@@ -413,6 +416,28 @@ static int open_state(daemon_t *d, char *err, size_t errlen) {
     return 0;
 }
 
+/* The engine's address-space floor, which a local worker's memory limit
+ * must leave room for (worker.h): measured now, for the thread counts a run
+ * may ask for. A --worker-cmd program is no engine: nothing to measure. */
+static void measure_floor(daemon_t *d, const char *exe) {
+    char err[256];
+    if (d->o.worker_cmd[0]) return;
+    if (worker_floor_measure(exe, sched_max_threads(d->sched), &d->floor, err, sizeof err) < 0) {
+        log_warn("%s; submissions are checked against their own memory only", err);
+        return;
+    }
+    d->have_floor = 1;
+    int threads = sched_default_threads(d->sched);
+    double mib = 1024.0 * 1024.0, floor = worker_floor(&d->floor, threads);
+    log_info("the engine maps %.0f MiB of address space with 1 thread, %.0f MiB with %d, before "
+             "a run allocates anything",
+             d->floor.at_1 / mib, d->floor.at_max / mib, d->floor.max_threads);
+    if (d->o.memory_mb > 0 && d->o.memory_mb * mib < floor)
+        log_warn("--memory-mb %d is below the %.0f MiB the engine maps with %d threads: every "
+                 "submission that does not ask for fewer threads will be refused",
+                 d->o.memory_mb, floor / mib, threads);
+}
+
 /* The executor (Slurm's, when asked for) and the scheduler over it. */
 static int start_sched(daemon_t *d, char *err, size_t errlen) {
     char exe[PATH_MAX];
@@ -452,7 +477,10 @@ static int start_sched(daemon_t *d, char *err, size_t errlen) {
                        .on_queue_empty = queue_empty_cb,
                        .user = d};
     if (!(d->sched = sched_new(&d->loop, d->store, &so, err, errlen))) return -1;
-    if (!o->slurm) return 0;
+    if (!o->slurm) {
+        measure_floor(d, exe);
+        return 0;
+    }
     int attached = 0, requeued = 0;
     if (sched_reattach(d->sched, &attached, &requeued, err, errlen) < 0) return -1;
     if (attached || requeued)
@@ -474,7 +502,8 @@ static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
                      .guard_reads = !http_host_is_loopback(d->o.host),
                      .default_dataset = d->o.dataset[0] ? d->o.dataset : NULL,
                      .started_at = util_now(),
-                     .memory_mb = d->o.memory_mb};
+                     .memory_mb = d->o.memory_mb,
+                     .floor = d->have_floor ? &d->floor : NULL};
     if (!(d->events = d->api.events = events_hub_new(&d->loop, d->store, d->sched)))
         return util_errorf(err, errlen, "out of memory");
     if (d->o.agent_url[0]) {

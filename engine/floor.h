@@ -1,0 +1,33 @@
+/* floor.h - the engine's address-space floor: what a run's threads map
+ * before the run allocates anything of its own. Each thread of the OpenMP
+ * team gets OpenBLAS's buffer on its first BLAS call (128 MiB of address
+ * space in Debian's build), a stack, and, on its first allocation, a malloc
+ * arena (up to 128 MiB reserved): about 320 MiB a thread beside the
+ * libraries, where the run itself may need 20 MiB. A worker's memory limit is
+ * a limit on address space (RLIMIT_AS), so it must leave room for this: the
+ * daemon measures it once at start (`nightshift floor`) and admission adds
+ * it to a run's own needs.
+ *
+ * Under a limit too low for it, OpenBLAS retries its buffer's mmap forever:
+ * the run would hang until its deadline. floor_reserve maps everything at
+ * the start instead, under a watchdog that ends the process as out of memory
+ * (PROTO_EXIT_OOM) within seconds. */
+#ifndef NIGHTSHIFT_FLOOR_H
+#define NIGHTSHIFT_FLOOR_H
+
+#define FLOOR_WATCHDOG_S 5 /* seconds for every thread to map its share */
+
+/* Have every thread of a team of n (as threads_set made it) map now what it
+ * maps on its first BLAS call and its first allocation. Call it right after
+ * threads_set, before the run's own allocations. When that has not finished
+ * within FLOOR_WATCHDOG_S (the address-space limit leaves no room for it),
+ * the process says so on stderr and exits PROTO_EXIT_OOM; it does not
+ * return then. */
+void floor_reserve(int n);
+
+/* `nightshift floor [--threads N]`: threads_set(N) and floor_reserve, then
+ * {"threads": N, "vm_peak": B, "vm_size": B, "rss": B} (bytes, from
+ * /proc/self/status) on stdout. */
+int floor_main(int argc, char **argv);
+
+#endif
