@@ -951,3 +951,42 @@ Test(guard, memory_limits_count_the_engines_floor_and_fail_fast) {
 #endif
     free(low), free(none);
 }
+
+/* --------------------------------------------- finding 7: secrets stay home */
+
+/* The daemon's secrets reach no worker: not the API token, not the agent's
+ * key (it did, when it came from NIGHTSHIFT_AGENT_SECRET), not a Slurm JWT. */
+Test(guard, secrets_never_reach_a_worker) {
+    setenv("NIGHTSHIFT_TOKEN", "tok-3141", 1);
+    setenv("NIGHTSHIFT_AGENT_SECRET", "sec-2718", 1);
+    setenv("SLURM_JWT", "jwt-1618", 1);
+    const char *extra[] = {"--agent-url", "http://127.0.0.1:9/hook", NULL};
+    tu_server_t *d = daemon_start(extra);
+    unsetenv("NIGHTSHIFT_TOKEN");
+    unsetenv("NIGHTSHIFT_AGENT_SECRET");
+    unsetenv("SLURM_JWT");
+    char *s = spec("env", 1, 1);
+    tu_reply_t r;
+    tu_http(d, "POST", "/v1/experiments", s, strlen(s), "Bearer tok-3141", &r);
+    cr_assert_eq(r.status, 201, "%ld %s", r.status, r.body);
+    cJSON *o = cJSON_Parse(r.body);
+    long id = (long)tu_jnum(o, "id");
+    cJSON_Delete(o);
+    tu_reply_free(&r);
+    char buf[32];
+    for (double t0 = tu_now(); strcmp(status_of(d, id, buf, sizeof buf), "succeeded");
+         tu_sleep_ms(50))
+        cr_assert(tu_now() - t0 < 30 && (!strcmp(buf, "queued") || !strcmp(buf, "running")),
+                  "the env run is %s", buf);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/experiments/%ld/log", id);
+    tu_http(d, "GET", path, NULL, 0, NULL, &r);
+    cr_expect(strstr(r.body, "\"NIGHTSHIFT_TOKEN\":\"\",\"NIGHTSHIFT_AGENT_SECRET\":\"\","
+                             "\"SLURM_JWT\":\"\""),
+              "the worker's environment: %s", r.body);
+    cr_expect(!strstr(r.body, "3141") && !strstr(r.body, "2718") && !strstr(r.body, "1618"), "%s",
+              r.body);
+    tu_reply_free(&r);
+    tu_server_stop(d, 20);
+    free(s);
+}

@@ -190,6 +190,7 @@ Test(slurm, rest_job_carries_the_resources) {
     slurm_opts_t o = {.partition = "cpu", .account = "lab"};
     char *env[] = {"PATH=/opt/bin:/usr/bin",
                    "NIGHTSHIFT_TOKEN=secret",
+                   "NIGHTSHIFT_AGENT_SECRET=secret",
                    "SLURM_JWT=secret",
                    "SLURM_CONF=/etc/x.conf",
                    "A=b=c",
@@ -218,6 +219,8 @@ Test(slurm, rest_job_carries_the_resources) {
     cr_expect_str_eq(tu_jstr(e, "A"), "b=c");
     cr_expect_null(cJSON_GetObjectItem(e, "NIGHTSHIFT_TOKEN"), "the daemon's token went to a job");
     cr_expect_null(cJSON_GetObjectItem(e, "SLURM_JWT"), "the JWT went to a job");
+    cr_expect_null(cJSON_GetObjectItem(e, "NIGHTSHIFT_AGENT_SECRET"),
+                   "the agent's key went to a job");
     cr_expect_eq(cJSON_GetArraySize(e), 3);
     cJSON_Delete(j);
 
@@ -294,7 +297,8 @@ Test(slurm, store_records_executor_and_job) {
 
 static char *fake_dir; /* the fake Slurm's state: job ids, pids, exit codes */
 static char *state;
-static tu_server_t daemons[3];
+#define MAX_FAKE_DAEMONS 4
+static tu_server_t daemons[MAX_FAKE_DAEMONS];
 static int n_daemons;
 
 static void fake_setup(void) {
@@ -334,8 +338,9 @@ static void fake_teardown(void) {
 
 TestSuite(slurm_fake, .init = fake_setup, .fini = fake_teardown, .timeout = 90);
 
-static tu_server_t *fake_daemon(void) {
-    cr_assert(n_daemons < 3);
+/* A daemon with the Slurm executor (or executor, "local") on the state. */
+static tu_server_t *fake_daemon_as(const char *executor) {
+    cr_assert(n_daemons < MAX_FAKE_DAEMONS);
     tu_server_t *d = &daemons[n_daemons];
     char *cmd = tu_path("%s from-spec", tu_bad_worker());
     char *errlog = tu_path("%s/daemon-%d.err", tu_dir(), n_daemons);
@@ -346,7 +351,7 @@ static tu_server_t *fake_daemon(void) {
                     "--listen",
                     "127.0.0.1:0",
                     "--executor",
-                    "slurm",
+                    (char *)executor,
                     "--slots",
                     "2",
                     "--memory-mb",
@@ -363,6 +368,10 @@ static tu_server_t *fake_daemon(void) {
     free(cmd);
     free(errlog);
     return d;
+}
+
+static tu_server_t *fake_daemon(void) {
+    return fake_daemon_as("slurm");
 }
 
 static long fake_submit(const tu_server_t *d, const char *name, int seed, double budget) {
@@ -418,8 +427,9 @@ static void expect_status(const cJSON *e, const char *status, const char *reason
         cr_expect(r && strstr(r, reason_part), "reason '%s' lacks '%s'", r, reason_part);
 }
 
-/* Runs end as their job ends: a result, the engine's exit codes, a cancel, a
- * refused submission; the store records the executor and the job ids. */
+/* Runs end as their job ends: a result, the engine's exit codes, a cancel; a
+ * refused submission waits in the queue; the store records the executor and
+ * the job ids. */
 Test(slurm_fake, jobs_end_as_slurm_says) {
     tu_server_t *d = fake_daemon();
     long ok = fake_submit(d, "slow-ok", 1, 1), div = fake_submit(d, "diverge", 2, 1);
@@ -440,18 +450,42 @@ Test(slurm_fake, jobs_end_as_slurm_says) {
     expect_status(e, "cancelled", "by the daemon");
     cJSON_Delete(e);
 
+    /* A refused submission is the cluster's trouble, not the run's: it goes
+     * back to the queue without spending an attempt (it failed the
+     * experiment at once), and runs once sbatch takes it again. */
     tu_write(tu_dir_path("fake/refuse"), "Invalid partition name specified");
     long refused = fake_submit(d, "ok", 4, 1);
-    e = fake_wait(d, refused, NULL, 30);
-    expect_status(e, "failed", "not submitted: sbatch: sbatch: error: Invalid partition");
+    char path[64];
+    snprintf(path, sizeof path, "/v1/experiments/%ld", refused);
+    for (double t0 = tu_now();; tu_sleep_ms(50)) {
+        e = tu_get_json(d, path);
+        const char *st = tu_jstr(e, "status"), *why = tu_jstr(e, "reason");
+        int queued =
+            st && !strcmp(st, "queued") && why && strstr(why, "not started: not submitted");
+        if (queued) {
+            cr_expect(strstr(why, "sbatch: error: Invalid partition") &&
+                          strstr(why, "next try in 5 s"),
+                      "%s", why);
+            cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
+        }
+        cr_assert(!queued || !strcmp(st, "queued"), "a refused submission ended %s (%s)", st, why);
+        cJSON_Delete(e);
+        if (queued) break;
+        cr_assert(tu_now() - t0 < 30, "the refused submission is not back in the queue");
+    }
+    unlink(tu_dir_path("fake/refuse"));
+    e = fake_wait(d, refused, NULL, 40);
+    expect_status(e, "succeeded", NULL);
+    cr_expect_eq((long)tu_jnum(e, "attempt"), 1, "a refused submission spent an attempt");
     cJSON_Delete(e);
     tu_server_stop(d, 20);
 
     sqlite3 *db = tu_db_open(tu_dir_path("state/nightshift.db"));
     cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE executor = 'slurm'", 0), 4);
     cr_expect_eq(tu_sql_int(db, "SELECT slurm_job_id FROM experiments WHERE id = ?1", ok) > 0, 1);
-    cr_expect_eq(tu_sql_int(db, "SELECT slurm_job_id FROM experiments WHERE id = ?1", refused), -1);
-    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 1);
+    cr_expect_eq(tu_sql_int(db, "SELECT slurm_job_id FROM experiments WHERE id = ?1", refused) > 0,
+                 1);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 2);
     cr_expect_gt(tu_sql_int(db, "SELECT count(*) FROM metrics WHERE experiment_id = ?1", ok), 0,
                  "progress from the job's file");
     sqlite3_close(db);
@@ -496,4 +530,101 @@ Test(slurm_fake, restart_reattaches) {
     cr_expect_eq(tu_sql_int(db, "SELECT slurm_job_id FROM experiments WHERE id = ?1", id), 1,
                  "the job found by its name is recorded");
     sqlite3_close(db);
+}
+
+/* A daemon started with the local executor on a directory whose experiment
+ * runs as a Slurm job leaves it running (it re-queued it and ran it a second
+ * time); the next daemon with the Slurm executor re-attaches to it. */
+Test(slurm_fake, switching_executors_keeps_track_of_running_jobs) {
+    tu_server_t *d = fake_daemon();
+    long id = fake_submit(d, "slow-ok", 1, 4);
+    cJSON_Delete(fake_wait(d, id, "RUNNING", 30));
+    tu_server_stop(d, 20);
+
+    tu_server_t *local = fake_daemon_as("local");
+    char path[64];
+    snprintf(path, sizeof path, "/v1/experiments/%ld", id);
+    cJSON *e = tu_get_json(local, path);
+    expect_status(e, "running", NULL);
+    cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
+    cJSON_Delete(e);
+    tu_sleep_ms(500); /* long enough for the local slot to have taken it */
+    e = tu_get_json(local, path);
+    expect_status(e, "running", NULL);
+    cJSON_Delete(e);
+    tu_server_stop(local, 20);
+    char *log = tu_read(local->errlog);
+    cr_expect(log && !strstr(log, "started (attempt") && strstr(log, "slurm job 1"),
+              "the local daemon took the job's run, or said nothing of it:\n%s", log);
+    free(log);
+
+    tu_server_t *d2 = fake_daemon();
+    e = fake_wait(d2, id, NULL, 30);
+    expect_status(e, "succeeded", NULL);
+    cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
+    cJSON_Delete(e);
+    tu_server_stop(d2, 20);
+    char *next = tu_read(tu_dir_path("fake/next"));
+    cr_expect_str_eq(next, "1\n", "submitted again");
+    free(next);
+}
+
+/* squeue's answer is never read cut: one larger than the daemon keeps is no
+ * answer (the job states stay as they were, and it says so). A cut listing
+ * lost the daemon's jobs, which it then ended as gone and ran again. */
+Test(slurm_fake, a_listing_too_large_is_not_read_cut) {
+    tu_server_t *d = fake_daemon();
+    long id = fake_submit(d, "hang", 1, 60);
+    cJSON_Delete(fake_wait(d, id, "RUNNING", 30));
+    tu_write(tu_dir_path("fake/pad"), "6000000");
+    tu_sleep_ms(2000); /* twenty polls */
+    char path[64];
+    snprintf(path, sizeof path, "/v1/experiments/%ld", id);
+    cJSON *e = tu_get_json(d, path);
+    expect_status(e, "running", NULL);
+    cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
+    cJSON_Delete(e);
+    char *log = tu_read(d->errlog);
+    cr_expect(log && strstr(log, "squeue: its output was larger than"), "%s", log);
+    free(log);
+    unlink(tu_dir_path("fake/pad"));
+    char cancel[64];
+    snprintf(cancel, sizeof cancel, "/v1/experiments/%ld/cancel", id);
+    cJSON_Delete(tu_http_json(d, "POST", cancel, NULL, 200));
+    e = fake_wait(d, id, NULL, 30);
+    expect_status(e, "cancelled", "by the daemon");
+    cJSON_Delete(e);
+    tu_server_stop(d, 20);
+    char *next = tu_read(tu_dir_path("fake/next"));
+    cr_expect_str_eq(next, "1\n", "submitted again");
+    free(next);
+}
+
+/* The daemon's secrets reach no job: not its API token, not the agent's key
+ * (NIGHTSHIFT_AGENT_SECRET went to every job). */
+Test(slurm_fake, secrets_stay_out_of_jobs) {
+    setenv("NIGHTSHIFT_TOKEN", "tok-3141", 1);
+    setenv("NIGHTSHIFT_AGENT_SECRET", "sec-2718", 1);
+    tu_server_t *d = fake_daemon();
+    unsetenv("NIGHTSHIFT_TOKEN");
+    unsetenv("NIGHTSHIFT_AGENT_SECRET");
+    char *spec = tu_path("{\"name\":\"env\",\"dataset\":\"tiny\",\"seed\":1,\"time_budget_s\":1,"
+                         "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32}}");
+    tu_reply_t r;
+    tu_http(d, "POST", "/v1/experiments", spec, strlen(spec), "Bearer tok-3141", &r);
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    cJSON *o = cJSON_Parse(r.body);
+    long id = (long)tu_jnum(o, "id");
+    cJSON_Delete(o);
+    tu_reply_free(&r);
+    cJSON *e = fake_wait(d, id, NULL, 30);
+    expect_status(e, "succeeded", NULL);
+    cJSON_Delete(e);
+    char *log = tu_read(tu_dir_path("state/runs/1/train.log"));
+    cr_assert(log, "no train.log");
+    cr_expect(strstr(log, "\"NIGHTSHIFT_TOKEN\":\"\",\"NIGHTSHIFT_AGENT_SECRET\":\"\""), "%s", log);
+    cr_expect(!strstr(log, "3141") && !strstr(log, "2718"), "%s", log);
+    free(log);
+    tu_server_stop(d, 20);
+    free(spec);
 }

@@ -158,3 +158,13 @@ void executor_classify(const executor_facts_t *f, executor_exit_t *ex) {
     else
         classify_exit(f, limit, ex);
 }
+
+int executor_env_is_secret(const char *entry) {
+    static const char *const secrets[] = {"NIGHTSHIFT_TOKEN", "NIGHTSHIFT_AGENT_SECRET",
+                                          "SLURM_JWT"};
+    for (size_t i = 0; i < sizeof secrets / sizeof secrets[0]; i++) {
+        size_t n = strlen(secrets[i]);
+        if (!strncmp(entry, secrets[i], n) && (entry[n] == '=' || entry[n] == '\0')) return 1;
+    }
+    return 0;
+}

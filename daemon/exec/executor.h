@@ -51,6 +51,10 @@ typedef struct {
     double wall_seconds; /* start (or attach) to the end */
     uint64_t garbage_lines;
     int detached; /* the run goes on without the daemon; nothing is to be recorded */
+    /* The run never started (a Slurm submission was refused): the experiment
+     * goes back to the queue without spending an attempt, and the scheduler
+     * waits before it starts anything again. */
+    int not_started;
 } executor_exit_t;
 
 typedef struct {
@@ -140,5 +144,13 @@ void executor_classify(const executor_facts_t *f, executor_exit_t *ex);
 
 /* "SIGSEGV", or "signal N" in buf for one this build does not name. */
 const char *executor_signal_name(int sig, char *buf, size_t len);
+
+/* Whether an environment entry ("KEY=value") is one of the daemon's secrets,
+ * which no run gets, whatever the executor: the API token
+ * (NIGHTSHIFT_TOKEN), the agent hook's key (NIGHTSHIFT_AGENT_SECRET) and
+ * slurmrestd's JWT (SLURM_JWT; the Slurm commands get it, jobs do not). serve
+ * also takes the first two out of its own environment once it has read
+ * them. */
+int executor_env_is_secret(const char *entry);
 
 #endif

@@ -21,6 +21,7 @@
 #define METRICS_BATCH       256    /* rows buffered per slot before a forced flush */
 #define METRICS_FLUSH_MS    1000   /* and at least this often */
 #define RETRY_START_MS      5000   /* after a start failed for want of resources */
+#define RETRY_MAX_MS        300000 /* the back-off after failed starts doubles up to this */
 #define MAX_METRICS_PER_RUN 100000 /* metrics rows per run; a 5-minute run has hundreds */
 #define PRUNE_CHECK_S       1.0    /* at most one pruning check per slot per second */
 #define PRUNE_RUNGS         3      /* comparisons per run: at the warm-up and evenly after */
@@ -75,6 +76,8 @@ struct sched {
     slot_t *slots;
     uv_timer_t flush_timer;
     uv_timer_t retry_timer;   /* re-kick after a start that failed for system reasons */
+    uint64_t backoff_ms;      /* after a run that did not start: the wait, doubling; 0 = none */
+    uint64_t hold_until;      /* uv_now before which nothing starts */
     int open_handles;         /* timers not yet closed; the last close frees s */
     int queue_empty_notified; /* on_queue_empty already said so since the last start */
     int shutting_down;
@@ -290,6 +293,21 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     return 0;
 }
 
+static void back_off(sched_t *s);
+
+/* A run that never started (executor_exit_t.not_started, or a start that
+ * failed for system reasons): back to the queue at no attempt's cost, and
+ * nothing starts before the back-off has passed. */
+static void not_started(sched_t *s, int64_t id, const char *why) {
+    char reason[1200], err[256];
+    back_off(s);
+    snprintf(reason, sizeof reason, "not started: %.1000s; queued again, next try in %llu s", why,
+             (unsigned long long)(s->backoff_ms / 1000));
+    log_error("experiment %lld %s", (long long)id, reason);
+    if (store_unclaim(s->store, id, reason, err, sizeof err) < 0)
+        log_error("experiment %lld: %s", (long long)id, err);
+}
+
 static void on_exit_cb(const executor_exit_t *ex, void *user) {
     slot_t *sl = user;
     sched_t *s = sl->s;
@@ -309,7 +327,10 @@ static void on_exit_cb(const executor_exit_t *ex, void *user) {
         e.has_result = 1;
     }
     sl->worker = NULL; /* the process is gone; the slot stays busy until recorded */
-    if (ex->detached) {
+    if (ex->not_started) {
+        not_started(s, sl->id, ex->reason);
+        release_slot(sl);
+    } else if (ex->detached) {
         log_info("experiment %lld left running (%s); a restarted daemon re-attaches to it",
                  (long long)sl->id, ex->reason);
         release_slot(sl);
@@ -333,6 +354,7 @@ static void on_exit_cb(const executor_exit_t *ex, void *user) {
 static void on_started_cb(int pid, int64_t slurm_job_id, void *user) {
     slot_t *sl = user;
     char err[256];
+    sl->s->backoff_ms = 0; /* starts work again */
     int rc = slurm_job_id > 0 ? store_set_executor(sl->s->store, sl->id, sl->s->x->name,
                                                    slurm_job_id, err, sizeof err)
                               : store_set_pid(sl->s->store, sl->id, pid, err, sizeof err);
@@ -464,12 +486,9 @@ static int start_one(sched_t *s, slot_t *sl) {
     return START_OK;
 
 retry_later:
-    /* Not the experiment's fault (disk, process limits): queue it again, at
-     * the cost of one attempt, and try later rather than fail the queue. */
-    log_error("experiment %lld could not start: %s; re-queued, retrying in %d s", (long long)e.id,
-              err, RETRY_START_MS / 1000);
-    if (store_interrupt(s->store, e.id, s->o.max_attempts, serr, sizeof serr) < 0)
-        log_error("experiment %lld: %s", (long long)e.id, serr);
+    /* Not the experiment's fault (disk, process limits): queue it again and
+     * try later rather than fail the queue. */
+    not_started(s, e.id, err);
     store_experiment_clear(&e);
     return START_RETRY_LATER;
 fail_run:
@@ -484,10 +503,22 @@ static void retry_timer_cb(uv_timer_t *t) {
     sched_kick(t->data);
 }
 
-/* Kick again in RETRY_START_MS (a start or a record that failed for system reasons). */
+/* Kick again in RETRY_START_MS (a record that failed for system reasons),
+ * or when the back-off ends. */
 static void arm_retry(sched_t *s) {
-    if (!uv_is_active((uv_handle_t *)&s->retry_timer))
-        uv_timer_start(&s->retry_timer, retry_timer_cb, RETRY_START_MS, 0);
+    uint64_t now = uv_now(s->loop), ms = RETRY_START_MS;
+    if (s->hold_until > now) ms = s->hold_until - now;
+    if (!uv_is_active((uv_handle_t *)&s->retry_timer) || ms > uv_timer_get_due_in(&s->retry_timer))
+        uv_timer_start(&s->retry_timer, retry_timer_cb, ms, 0);
+}
+
+/* One more run did not start: wait twice as long as last time (from
+ * RETRY_START_MS, at most RETRY_MAX_MS) before starting anything. */
+static void back_off(sched_t *s) {
+    s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : RETRY_START_MS;
+    if (s->backoff_ms > RETRY_MAX_MS) s->backoff_ms = RETRY_MAX_MS;
+    s->hold_until = uv_now(s->loop) + s->backoff_ms;
+    arm_retry(s);
 }
 
 /* --------------------------------------------------------------- public */
@@ -498,6 +529,10 @@ void sched_kick(sched_t *s) {
         slot_t *sl = &s->slots[i];
         if (sl->unrecorded && record_ending(sl, sl->unrecorded) < 0) continue;
         if (sl->worker) continue;
+        if (uv_now(s->loop) < s->hold_until) { /* backing off: the retry timer kicks again */
+            arm_retry(s);
+            return;
+        }
         int rc;
         while ((rc = start_one(s, sl)) == START_FAILED_RUN) {
         } /* a failed start is recorded; try the next */

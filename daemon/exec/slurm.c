@@ -202,7 +202,7 @@ cJSON *slurm_rest_job(const slurm_opts_t *o, const executor_run_t *r, const char
         if (!eq || eq == env[i] || (size_t)(eq - env[i]) >= sizeof key) continue;
         memcpy(key, env[i], (size_t)(eq - env[i]));
         key[eq - env[i]] = '\0';
-        if (!strcmp(key, "NIGHTSHIFT_TOKEN") || !strcmp(key, "SLURM_JWT")) continue;
+        if (executor_env_is_secret(key)) continue;
         cJSON_AddStringToObject(e, key, eq + 1);
     }
     if (!cJSON_GetObjectItemCaseSensitive(e, "PATH"))
@@ -234,6 +234,7 @@ struct cmd {
     uv_pipe_t out, err;
     uv_timer_t timer;
     int open_handles, pipes_open, exited, reported, timed_out;
+    int overflow; /* stdout went past MAX_STDOUT: the rest was not kept */
     int64_t exit_status;
     int term_signal;
     char *stdout_buf; /* NUL-terminated, up to MAX_STDOUT */
@@ -347,6 +348,7 @@ static void cmd_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     if (n > 0) {
         if (s == (uv_stream_t *)&c->out) {
             size_t room = MAX_STDOUT - c->stdout_len, m = (size_t)n < room ? (size_t)n : room;
+            if (m < (size_t)n) c->overflow = 1; /* a cut listing is no listing: cmd_ok says no */
             if (m) {
                 memcpy(c->stdout_buf + c->stdout_len, buf->base, m);
                 c->stdout_len += m;
@@ -381,16 +383,18 @@ static void cmd_timeout_cb(uv_timer_t *t) {
     uv_process_kill(&c->proc, SIGKILL);
 }
 
-/* The environment of a Slurm command: the daemon's, without its token (sbatch
- * exports the environment to the job). The array is the caller's to free;
- * the strings are environ's. */
+/* The environment of a Slurm command: the daemon's, without its secrets but
+ * SLURM_JWT, which the commands may need to authenticate (sbatch exports the
+ * environment to the job: --export=ALL; slurmrestd's jobs get none). The
+ * array is the caller's to free; the strings are environ's. */
 static char **command_env(void) {
     size_t n = 0, k = 0;
     while (environ[n]) n++;
     char **env = calloc(n + 1, sizeof *env);
     if (!env) return NULL;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "NIGHTSHIFT_TOKEN=", 17) != 0) env[k++] = environ[i];
+        if (!executor_env_is_secret(environ[i]) || !strncmp(environ[i], "SLURM_JWT=", 10))
+            env[k++] = environ[i];
     env[k] = NULL;
     return env;
 }
@@ -460,6 +464,9 @@ static void cmd_failure(const cmd_t *c, char *out, size_t len) {
     line[n] = '\0';
     if (c->timed_out)
         snprintf(out, len, "%s: no answer within %g s", c->what, c->sx->o.command_timeout_s);
+    else if (c->overflow)
+        snprintf(out, len, "%s: its output was larger than %u bytes; not read", c->what,
+                 MAX_STDOUT);
     else if (c->term_signal)
         snprintf(out, len, "%s: killed by signal %d", c->what, c->term_signal);
     else if (line[0])
@@ -469,7 +476,7 @@ static void cmd_failure(const cmd_t *c, char *out, size_t len) {
 }
 
 static int cmd_ok(const cmd_t *c) {
-    return c->exited && !c->timed_out && !c->term_signal && c->exit_status == 0;
+    return c->exited && !c->timed_out && !c->overflow && !c->term_signal && c->exit_status == 0;
 }
 
 /* ------------------------------------------------------------------- jobs */
@@ -858,6 +865,7 @@ static void job_submitted(slurm_job_t *j, int64_t id, const char *why) {
         executor_exit_t ex;
         memset(&ex, 0, sizeof ex);
         ex.status = j->stop_req == EXECUTOR_CANCELLED ? EXECUTOR_CANCELLED : EXECUTOR_FAILED;
+        ex.not_started = ex.status != EXECUTOR_CANCELLED; /* the cluster's fault, not the run's */
         ex.exit_code = -1;
         snprintf(ex.reason, sizeof ex.reason, "not submitted: %s", why);
         job_unlink(j);
@@ -1013,8 +1021,22 @@ static void poll_jobs(slurm_t *sx) {
     if (sx->multi) {
         rc = rest_start(sx, "GET", "jobs", NULL, rest_jobs_done, NULL, err, sizeof err);
     } else {
-        char *argv[] = {"squeue", "--me", "--noheader", "--states=all", "--format=%i|%T|%j", NULL};
+        /* Only this daemon's jobs, by name, so the listing stays small on a
+         * busy cluster (one past MAX_STDOUT is refused, never read cut). */
+        bytebuf_t names;
+        bytebuf_init(&names, BYTEBUF_UNLIMITED);
+        bytebuf_puts(&names, "--name=");
+        for (slurm_job_t *j = sx->jobs; j; j = j->next)
+            bytebuf_printf(&names, "%s%s", j == sx->jobs ? "" : ",", j->name);
+        char *argv[] = {"squeue",
+                        "--me",
+                        "--noheader",
+                        "--states=all",
+                        "--format=%i|%T|%j",
+                        names.err ? NULL : (char *)bytebuf_str(&names),
+                        NULL};
         rc = cmd_run(sx, argv, squeue_done, NULL, err, sizeof err);
+        bytebuf_free(&names);
     }
     if (rc < 0) {
         log_warn("slurm: %s", err);

@@ -438,7 +438,7 @@ static char **build_env(int threads, char *omp, char *blas, size_t len) {
         if (threads > 0 && (!strncmp(environ[i], "OMP_NUM_THREADS=", 16) ||
                             !strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21)))
             continue;
-        if (!strncmp(environ[i], "NIGHTSHIFT_TOKEN=", 17)) continue; /* the daemon's secret */
+        if (executor_env_is_secret(environ[i])) continue;
         env[k++] = environ[i];
     }
     if (threads > 0) {

@@ -513,6 +513,18 @@ static void get_log(api_t *a, const http_request_t *req, int64_t id, http_respon
     res->body_len = (size_t)got;
 }
 
+/* Is experiment id running, though not in one of this daemon's slots (a
+ * Slurm job a local daemon leaves to a Slurm daemon)? */
+static int running_elsewhere(api_t *a, int64_t id) {
+    char err[256];
+    cJSON *e = NULL;
+    if (store_get(a->store, id, 0, &e, err, sizeof err) < 0) return 0;
+    const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "status"));
+    int running = st && !strcmp(st, STORE_RUNNING);
+    cJSON_Delete(e);
+    return running;
+}
+
 static void post_cancel(api_t *a, int64_t id, http_response_t *res) {
     char err[256];
     int rc = store_cancel_queued(a->store, id, err, sizeof err);
@@ -535,6 +547,11 @@ static void post_cancel(api_t *a, int64_t id, http_response_t *res) {
         http_error(res, 404, "not_found", "no experiment %lld", (long long)id);
     else if (rc < 0)
         reply_store_error(res, err);
+    else if (running_elsewhere(a, id))
+        http_error(res, 409, "not_cancellable",
+                   "experiment %lld runs as a Slurm job this daemon does not follow (it runs "
+                   "the local executor): cancel it from a daemon with --executor slurm",
+                   (long long)id);
     else
         http_error(res, 409, "not_cancellable", "experiment %lld has already finished",
                    (long long)id);

@@ -318,6 +318,11 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
                  "--agent-url needs --agent-secret-file (or $NIGHTSHIFT_AGENT_SECRET)");
         return -1;
     }
+    /* Read: no process the daemon starts (a worker, a Slurm command, the
+     * floor's measurement) gets them; every spawn also filters them
+     * (executor_env_is_secret). */
+    unsetenv("NIGHTSHIFT_TOKEN");
+    unsetenv("NIGHTSHIFT_AGENT_SECRET");
     return 0;
 }
 
@@ -397,6 +402,24 @@ static void finished_cb(void *user, int64_t id, const char *status) {
 /* The state directory (created, locked for the daemon's lifetime), the
  * store, and the runs a crash left behind requeued (a Slurm executor
  * re-attaches to its jobs later instead). */
+/* A local daemon leaves the experiments a Slurm daemon started running as
+ * their jobs (store_recover): say which, and how to follow them. */
+static void say_slurm_jobs(daemon_t *d) {
+    store_job_t *jobs;
+    size_t n;
+    char err[256];
+    if (store_running_jobs(d->store, &jobs, &n, err, sizeof err) < 0) {
+        log_warn("%s", err);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(jobs[i].executor, "slurm"))
+            log_warn("experiment %lld runs as slurm job %lld, left as it is: a daemon with "
+                     "--executor slurm on this directory follows it again",
+                     (long long)jobs[i].e.id, (long long)jobs[i].slurm_job_id);
+    store_jobs_free(jobs, n);
+}
+
 static int open_state(daemon_t *d, char *err, size_t errlen) {
     char path[PATH_MAX + 32];
     int requeued = 0, abandoned = 0;
@@ -413,6 +436,7 @@ static int open_state(daemon_t *d, char *err, size_t errlen) {
         log_warn("recovered from an unclean stop: %d interrupted experiment%s re-queued, %d given "
                  "up after %d attempts",
                  requeued, requeued == 1 ? "" : "s", abandoned, d->o.max_attempts);
+    if (!d->o.slurm) say_slurm_jobs(d);
     return 0;
 }
 

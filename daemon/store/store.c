@@ -39,6 +39,7 @@ enum {
     ST_FIND_DUP,
     ST_CLAIM,
     ST_SET_PID,
+    ST_UNCLAIM,
     ST_FINISH,
     ST_INSERT_RESULT,
     ST_STATUS_OF,
@@ -94,9 +95,12 @@ enum {
     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id)"                           \
     " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND (?4 IS NULL OR dataset = ?4) AND "
 
-/* The running experiments to requeue or give up on: ?2 one id (0 = every
- * running one). ?1 is max_attempts; ?3 the finished time of those given up. */
-#define RUNNING_MATCH "status = 'running' AND (?2 = 0 OR id = ?2)"
+/* The running experiments to requeue or give up on: ?2 one id, or 0 for
+ * every one a local daemon's crash interrupted (a Slurm job runs on without
+ * the daemon: a daemon with the Slurm executor re-attaches to it). ?1 is
+ * max_attempts; ?3 the finished time of those given up. */
+#define RUNNING_MATCH                                                                              \
+    "status = 'running' AND (id = ?2 OR (?2 = 0 AND coalesce(executor, 'local') != 'slurm'))"
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -116,6 +120,9 @@ static const char *const stmt_sql[ST_COUNT] = {
                  " ORDER BY priority DESC, id LIMIT 1)"
                  " RETURNING id, name, spec, attempt",
     [ST_SET_PID] = "UPDATE experiments SET pid = ?2 WHERE id = ?1 AND status = 'running'",
+    /* A run that never started goes back to the queue as it was. */
+    [ST_UNCLAIM] = "UPDATE experiments SET status = 'queued', pid = NULL, started = NULL,"
+                   " slurm_job_id = NULL, reason = ?2 WHERE id = ?1 AND status = 'running'",
     [ST_FINISH] = "UPDATE experiments SET status = ?2, reason = ?3, exit_code = ?4,"
                   " term_signal = ?5, finished = ?6 WHERE id = ?1 AND status = 'running'",
     [ST_INSERT_RESULT] = "INSERT INTO results (experiment_id" RESULT_SQL_COLUMNS
@@ -934,6 +941,16 @@ fail:
 int store_recover(store_t *s, int max_attempts, int *requeued, int *abandoned, char *err,
                   size_t errlen) {
     return requeue_running(s, 0, max_attempts, requeued, abandoned, err, errlen);
+}
+
+int store_unclaim(store_t *s, int64_t id, const char *reason, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_UNCLAIM];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, reason);
+    if (run(s, ST_UNCLAIM, "unclaim", err, errlen) < 0) return -1;
+    if (sqlite3_changes(s->db) == 0)
+        return fail(err, errlen, "store: experiment %lld is not running", (long long)id);
+    return 0;
 }
 
 int store_interrupt(store_t *s, int64_t id, int max_attempts, char *err, size_t errlen) {

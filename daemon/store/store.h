@@ -162,13 +162,21 @@ int store_add_metrics(store_t *s, int64_t id, const store_metric_t *m, size_t n,
  * which). */
 int store_cancel_queued(store_t *s, int64_t id, char *err, size_t errlen);
 
-/* At startup: every experiment still `running` was interrupted by a daemon
- * crash. If its attempt < max_attempts it is re-queued with attempt + 1 (its
- * reason says which attempt was interrupted; its metrics are cleared, the next
- * attempt starts at step 0); otherwise it ends as `interrupted`. Reports how
- * many were requeued / given up (either pointer may be NULL). */
+/* At startup: every experiment still `running` on this machine (its
+ * executor local, or none recorded) was interrupted by a daemon crash. If its
+ * attempt < max_attempts it is re-queued with attempt + 1 (its reason says
+ * which attempt was interrupted; its metrics are cleared, the next attempt
+ * starts at step 0); otherwise it ends as `interrupted`. One running as a
+ * Slurm job is left running: the job goes on without a daemon, and one with
+ * the Slurm executor re-attaches to it (sched_reattach). Reports how many
+ * were requeued / given up (either pointer may be NULL). */
 int store_recover(store_t *s, int max_attempts, int *requeued, int *abandoned, char *err,
                   size_t errlen);
+
+/* Put a running experiment that never started (its submission was refused,
+ * its process could not be spawned) back in the queue as it was: the attempt
+ * is not spent, its reason says why. An experiment not running is an error. */
+int store_unclaim(store_t *s, int64_t id, const char *reason, char *err, size_t errlen);
 
 /* Mark a running experiment interrupted by a clean daemon shutdown and queue
  * it again (attempt + 1) when attempt < max_attempts, as store_recover does.
