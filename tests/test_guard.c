@@ -990,3 +990,127 @@ Test(guard, secrets_never_reach_a_worker) {
     tu_server_stop(d, 20);
     free(s);
 }
+
+/* --------------------------------- findings 4 and 5: the lock and the WAL */
+
+/* Deleting nightshift.lock under a running daemon let a second one start on
+ * the same directory; it re-queued the first one's running experiment and
+ * ran it again in the same run directory. The directory itself is locked. */
+Test(guard, deleting_the_lock_file_lets_no_second_daemon_in) {
+    tu_server_t *d = daemon_start(NULL);
+    char *s = spec("hang", 1, 60);
+    cJSON *o = tu_http_json(d, "POST", "/v1/experiments", s, 201);
+    long id = (long)tu_jnum(o, "id");
+    cJSON_Delete(o);
+    char buf[32];
+    for (double t0 = tu_now(); strcmp(status_of(d, id, buf, sizeof buf), "running");
+         tu_sleep_ms(20))
+        cr_assert(tu_now() - t0 < 20, "experiment %ld is %s", id, buf);
+    char *lock = tu_path("%s/nightshift.lock", state);
+    cr_assert_eq(unlink(lock), 0);
+    tu_run_t r;
+    char *cmd = tu_path("%s from-spec", tu_bad_worker());
+    tu_run_bin(&r, 20, "serve", "--dir", state, "--listen", "127.0.0.1:0", "--memory-mb", "0",
+               "--worker-cmd", cmd, NULL);
+    cr_expect(r.exit_code != 0, "a second daemon started on the directory: %s", r.err);
+    cr_expect(strstr(r.err, "another nightshift daemon is using"), "%s", r.err);
+    tu_run_free(&r);
+    o = tu_get_json(d, "/v1/experiments/1");
+    cr_expect_str_eq(tu_jstr(o, "status"), "running");
+    cr_expect_eq((long)tu_jnum(o, "attempt"), 1, "the run was re-queued");
+    cJSON_Delete(o);
+    tu_server_stop(d, 20);
+    free(s), free(lock), free(cmd);
+}
+
+/* Deleting the WAL under a running daemon went unnoticed: a crash after it
+ * lost experiments already acknowledged with 201, their ids were given
+ * again, and a new run appended to an old run's train.log. Now what was
+ * committed is copied into the database at once and a new WAL opened. */
+Test(guard, a_deleted_wal_loses_nothing_acknowledged) {
+    tu_server_t *d = daemon_start(NULL);
+    long ids[4];
+    char *wal = tu_path("%s/nightshift.db-wal", state);
+    for (int i = 0; i < 4; i++) {
+        if (i == 2) {
+            cr_assert_eq(unlink(wal), 0, "no WAL to delete");
+        }
+        char *s = spec("ok", 10 + i, 1);
+        cJSON *o = tu_http_json(d, "POST", "/v1/experiments", s, 201);
+        ids[i] = (long)tu_jnum(o, "id");
+        cJSON_Delete(o);
+        free(s);
+    }
+    char *log = wait_log(d, "was deleted under the daemon", 10);
+    cr_expect(log, "the deleted WAL went unnoticed");
+    free(log);
+    tu_server_kill(d);
+    d = daemon_start(NULL);
+    for (int i = 0; i < 4; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/v1/experiments/%ld", ids[i]);
+        tu_reply_t r;
+        tu_http(d, "GET", path, NULL, 0, NULL, &r);
+        cr_expect_eq(r.status, 200, "experiment %ld, acknowledged, is gone after the crash",
+                     ids[i]);
+        tu_reply_free(&r);
+    }
+    char *s = spec("ok", 20, 1);
+    cJSON *o = tu_http_json(d, "POST", "/v1/experiments", s, 201);
+    cr_expect_gt((long)tu_jnum(o, "id"), ids[3], "an id was given again");
+    cJSON_Delete(o);
+    tu_server_stop(d, 20);
+    free(s), free(wal);
+}
+
+/* ---------------------------------------- finding 6: idle and slow clients */
+
+/* A connection from source address src (a loopback one) to the daemon. */
+static int connect_from(const tu_server_t *d, const char *src) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in from = {.sin_family = AF_INET}, to = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &from.sin_addr);
+    to.sin_port = htons((uint16_t)d->port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&from, sizeof from) == 0 &&
+                  connect(fd, (struct sockaddr *)&to, sizeof to) == 0,
+              "connect from %s: %s", src, strerror(errno));
+    return fd;
+}
+
+/* 32 event streams that never read took every place, and a dashboard got
+ * 503 for good; now a new stream takes the place of the one furthest
+ * behind, and receives events. Connections that send their headers a byte
+ * at a time, from several 127.x addresses, took every connection the server
+ * had (64 per address, 256 in all); now every loopback address is one client
+ * and a slow sender gives its place up after a second. */
+Test(guard, idle_readers_and_slow_senders_lock_nobody_out) {
+    tu_server_t *d = daemon_start(NULL);
+    enum { STREAMS = 32, SLOW = 256 };
+    int streams[STREAMS], slow[SLOW];
+    for (int i = 0; i < STREAMS; i++) {
+        streams[i] = connect_from(d, "127.0.0.1");
+        const char *get = "GET /v1/events/stream HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        cr_assert_eq(write(streams[i], get, strlen(get)), (ssize_t)strlen(get));
+    }
+    tu_sleep_ms(300);
+    tu_reply_t r;
+    char *dash = raw_request(d, "GET /v1/events/stream HTTP/1.1\r\nHost: localhost\r\n\r\n", 1.0);
+    cr_expect(!strncmp(dash, "HTTP/1.1 200", 12) && strstr(dash, "retry:"),
+              "a dashboard's stream with 32 idle readers open: %.200s", dash);
+    free(dash);
+    for (int i = 0; i < STREAMS; i++) close(streams[i]);
+
+    /* headers a byte at a time, from four loopback addresses */
+    const char *from[] = {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"};
+    for (int i = 0; i < SLOW; i++) {
+        slow[i] = connect_from(d, from[i % 4]);
+        cr_assert_eq(write(slow[i], "GET / HT", 8), 8);
+    }
+    tu_sleep_ms(1500);
+    tu_http(d, "GET", "/healthz", NULL, 0, NULL, &r);
+    cr_expect_eq(r.status, 200, "a client among %d slow senders: %ld %s", SLOW, r.status, r.body);
+    tu_reply_free(&r);
+    for (int i = 0; i < SLOW; i++) close(slow[i]);
+    tu_server_stop(d, 20);
+}

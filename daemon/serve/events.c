@@ -156,17 +156,26 @@ static int64_t parse_id(const char *s) {
     return v;
 }
 
+/* At the cap, the stream whose client has taken least of what it was sent
+ * (the most bytes unsent), else the oldest, ends to make room: clients that
+ * open streams and never read cannot keep a dashboard out (an EventSource
+ * that is ended reconnects by itself). */
+static void make_room(events_hub_t *hub) {
+    client_t *victim = NULL;
+    for (client_t *c = hub->clients; c; c = c->next) /* newest first */
+        if (!victim || http_stream_queued(c->st) >= http_stream_queued(victim->st)) victim = c;
+    log_warn("events: %d streams open: ending the one furthest behind (%zu bytes unsent)",
+             hub->nclients, http_stream_queued(victim->st));
+    http_stream_end(victim->st); /* client_closed_cb frees it */
+}
+
 void events_hub_stream(events_hub_t *hub, const http_request_t *req, http_response_t *res) {
     char buf[32], err[256];
     if (!hub || hub->closing) {
         http_error(res, 503, "unavailable", "the event stream is not available");
         return;
     }
-    if (hub->nclients >= EVENTS_MAX_CLIENTS) {
-        http_error(res, 503, "too_many_streams", "at most %d event streams at once",
-                   EVENTS_MAX_CLIENTS);
-        return;
-    }
+    if (hub->nclients >= EVENTS_MAX_CLIENTS) make_room(hub);
     int64_t cursor = -1;
     if (req->last_event_id && *req->last_event_id) {
         cursor = parse_id(req->last_event_id);

@@ -46,7 +46,7 @@
  * unsent bytes reach HTTP_STREAM_MAX_QUEUED, so a slow reader never holds up
  * the loop. */
 #define EVENTS_HEARTBEAT_S   15
-#define EVENTS_MAX_CLIENTS   32 /* more streams get 503 */
+#define EVENTS_MAX_CLIENTS   32 /* a stream more ends the one furthest behind */
 #define EVENTS_TICK_MS       1000
 #define EVENTS_BACKLOG_LIMIT 500 /* events sent per client per tick (catch-up) */
 

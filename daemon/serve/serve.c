@@ -36,6 +36,7 @@
 #define MAX_TOKEN             256
 #define MAX_SECRET            1024 /* bytes of the agent hook's HMAC key */
 #define MAX_JWT               4096 /* bytes of a slurmrestd token */
+#define FILES_CHECK_MS        1000 /* how often the store's files are checked */
 #define SLURM_DEFAULT_THREADS 2    /* cpus-per-task when neither spec nor option says */
 
 /* The options (the table below names each one once). */
@@ -82,7 +83,8 @@ typedef struct {
     int have_floor;
     executor_t *executor; /* --executor slurm; NULL = the scheduler's local one */
     uv_signal_t sigint, sigterm;
-    int lock_fd;
+    uv_timer_t files; /* store_check_files every FILES_CHECK_MS */
+    int lock_fd, dir_lock_fd;
     int stopping;
 } daemon_t;
 
@@ -328,9 +330,30 @@ static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t 
 
 /* ------------------------------------------------------------------ daemon */
 
-/* An exclusive lock on DIR/nightshift.lock for the daemon's lifetime. */
+/* An exclusive lock on the state directory itself for the daemon's
+ * lifetime, and on DIR/nightshift.lock (which holds the pid, for people).
+ * The file alone could be deleted under a running daemon, and a second one
+ * then started on the same directory, re-queued the first one's runs and ran
+ * them again in the same run directories; a directory with a database in it
+ * cannot be deleted. Where directories cannot be locked (NFS, which emulates
+ * flock with write locks) the file is the lock, as before, and a warning says
+ * so. */
 static int lock_dir(daemon_t *d, char *err, size_t errlen) {
     char path[PATH_MAX + 32];
+    d->dir_lock_fd = open(d->o.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d->dir_lock_fd < 0)
+        return util_errorf(err, errlen, "%.400s: %s", d->o.dir, strerror(errno));
+    if (flock(d->dir_lock_fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        close(d->dir_lock_fd);
+        d->dir_lock_fd = -1;
+        if (e == EWOULDBLOCK)
+            return util_errorf(
+                err, errlen, "another nightshift daemon is using %.200s (the directory is locked)",
+                d->o.dir);
+        log_warn("%s: the directory cannot be locked (%s); nightshift.lock is the only lock",
+                 d->o.dir, strerror(e));
+    }
     snprintf(path, sizeof path, "%s/nightshift.lock", d->o.dir);
     d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (d->lock_fd < 0) {
@@ -365,17 +388,17 @@ static void workers_stopped_cb(void *arg) {
     d->executor = NULL;
     uv_close((uv_handle_t *)&d->sigint, close_signal_cb);
     uv_close((uv_handle_t *)&d->sigterm, close_signal_cb);
+    uv_close((uv_handle_t *)&d->files, close_signal_cb);
 }
 
-static void signal_cb(uv_signal_t *h, int signum) {
-    daemon_t *d = h->data;
+/* Stop (a signal, or a store that can no longer keep what it is told). */
+static void shut_down(daemon_t *d, const char *why) {
     if (d->stopping) {
-        log_warn("%s again: still waiting for workers to exit",
-                 signum == SIGINT ? "SIGINT" : "SIGTERM");
+        log_warn("%s again: still waiting for workers to exit", why);
         return;
     }
     d->stopping = 1;
-    log_info("%s: shutting down (%s)", signum == SIGINT ? "SIGINT" : "SIGTERM",
+    log_info("%s: shutting down (%s)", why,
              d->o.slurm ? "slurm jobs keep running; the next daemon re-attaches to them"
                         : "running workers are interrupted and re-queued");
     events_hub_close(d->events);
@@ -385,6 +408,24 @@ static void signal_cb(uv_signal_t *h, int signum) {
     hook_close(d->hook, NULL, NULL);
     d->hook = NULL;
     sched_shutdown(d->sched, workers_stopped_cb, d);
+}
+
+static void signal_cb(uv_signal_t *h, int signum) {
+    shut_down(h->data, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+/* The store's files are where its connection has them (a deleted WAL is
+ * saved and made anew; a deleted database stops the daemon). */
+static void files_cb(uv_timer_t *t) {
+    daemon_t *d = t->data;
+    char err[512];
+    if (d->stopping) return;
+    int rc = store_check_files(d->store, err, sizeof err);
+    if (rc > 0) log_warn("%s", err);
+    if (rc < 0) {
+        log_error("%s", err);
+        shut_down(d, "the database is gone");
+    }
 }
 
 static void queue_empty_cb(void *user) {
@@ -554,6 +595,9 @@ static void announce(daemon_t *d, int port) {
     d->sigint.data = d->sigterm.data = d;
     uv_signal_start(&d->sigint, signal_cb, SIGINT);
     uv_signal_start(&d->sigterm, signal_cb, SIGTERM);
+    uv_timer_init(&d->loop, &d->files);
+    d->files.data = d;
+    uv_timer_start(&d->files, files_cb, FILES_CHECK_MS, FILES_CHECK_MS);
     char mem[48] = "no memory limit";
     if (d->o.memory_mb > 0) snprintf(mem, sizeof mem, "%d MiB per worker", d->o.memory_mb);
     log_info("nightshift daemon: state %s, %d %s slot%s, %s, %s", d->o.dir, d->o.slots,
@@ -598,6 +642,7 @@ out:
     api_close(&d->api);
     store_close(d->store);
     if (d->lock_fd >= 0) close(d->lock_fd);
+    if (d->dir_lock_fd >= 0) close(d->dir_lock_fd);
     return rc;
 }
 
@@ -605,7 +650,7 @@ int serve_main(int argc, char **argv) {
     daemon_t *d = calloc(1, sizeof *d);
     char err[512];
     if (!d) return 1;
-    d->lock_fd = -1;
+    d->lock_fd = d->dir_lock_fd = -1;
     serve_opts_t *o = &d->o;
     int rc = parse_args(argc, argv, o, err, sizeof err);
     if (rc != 0) {

@@ -12,12 +12,16 @@
  * the connection either parses what is already buffered or waits again.
  *
  * Connection caps. At most max_connections are served, and at most
- * max_per_client from one peer address. At either cap the oldest idle
- * connection (waiting for a request, nothing half-received) within that cap
- * is closed silently to make room, as its idle timer would have; when none is
- * idle the newcomer gets 503. So sockets that are opened and left silent can
- * hold the server only for the first-byte timeout, and never lock out a
- * client that has a request to make.
+ * max_per_client from one client: a peer address, except that every
+ * loopback address is one client (all of 127.0.0.0/8 is this machine) and an
+ * IPv6 /64 is one. At either cap the oldest idle connection (waiting for a
+ * request, nothing half-received) within that cap is closed silently to make
+ * room, as its idle timer would have; when none is idle, the one that has
+ * been sending its request for longest, past SLOW_SENDER_MS (headers sent a
+ * byte at a time); when there is neither the newcomer gets 503. So sockets
+ * that are opened and left silent or slow, from however many addresses, hold
+ * the server only for a second, and never lock out a client that has a
+ * request to make.
  *
  * A connection that must end after its response (Connection: close, HTTP/1.0,
  * an error answered by the server itself) shuts its write side down and
@@ -45,8 +49,9 @@
 
 #include "daemon/shared/bytebuf.h"
 
-#define READ_CHUNK 16384 /* bytes of free space offered to each read */
-#define LINGER_MS  2000  /* longest lingering close */
+#define READ_CHUNK     16384 /* bytes of free space offered to each read */
+#define LINGER_MS      2000  /* longest lingering close */
+#define SLOW_SENDER_MS 1000  /* at a cap, one sending a request for longer may be closed */
 
 /* ------------------------------------------------------ percent-decoding */
 
@@ -137,11 +142,12 @@ typedef struct conn {
     uv_shutdown_t shutdown;
     http_server_t *srv;
     struct conn *prev, *next;
-    int open_handles;    /* handles whose close callback has not run yet */
-    char peer[64];       /* "127.0.0.1:54321" or "[::1]:54321" */
-    char addr[48];       /* the peer's address alone: what max_per_client counts */
-    uint64_t idle_since; /* uv_now (ms) when it last started waiting for a request */
-    bytebuf_t *raw_out;  /* http_feed_raw: responses go here, no socket, no timers */
+    int open_handles;       /* handles whose close callback has not run yet */
+    char peer[64];          /* "127.0.0.1:54321" or "[::1]:54321" */
+    char addr[48];          /* the peer's address alone: what max_per_client counts */
+    uint64_t idle_since;    /* uv_now (ms) when it last started waiting for a request */
+    uint64_t request_since; /* uv_now (ms) when the request being received began */
+    bytebuf_t *raw_out;     /* http_feed_raw: responses go here, no socket, no timers */
 
     http_parser parser;
     bytebuf_t in; /* received bytes; [in_off, in.len) not yet parsed */
@@ -418,6 +424,7 @@ static int on_message_begin(http_parser *p) {
     c->path = NULL;
     c->query = "";
     c->in_request = 1;
+    c->request_since = c->raw_out ? 0 : uv_now(c->srv->loop);
     conn_timer(c, c->srv->lim.request_timeout_ms);
     return 0;
 }
@@ -760,8 +767,17 @@ static void format_peer(conn_t *c) {
         uv_ip6_name(a, ip, sizeof ip);
         port = ntohs(a->sin6_port);
         snprintf(c->peer, sizeof c->peer, "[%s]:%d", ip, port);
+        /* One client is one /64, what a host gets to choose its addresses in. */
+        if (!IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+            struct in6_addr net = a->sin6_addr;
+            memset(net.s6_addr + 8, 0, 8);
+            inet_ntop(AF_INET6, &net, ip, sizeof ip);
+        }
         snprintf(c->addr, sizeof c->addr, "%s", ip);
     }
+    /* Every loopback address is this machine: one client, whichever of
+     * 127.0.0.0/8 it connects from. */
+    if (http_host_is_loopback(c->addr)) snprintf(c->addr, sizeof c->addr, "loopback");
 }
 
 /* Waiting for a request with nothing of one received? */
@@ -780,7 +796,22 @@ static conn_t *oldest_idle(http_server_t *s, const char *addr) {
     return best;
 }
 
-/* May c be served under the caps? Closes idle connections to make room. */
+/* The connection that has been sending one request for the longest, when
+ * that is longer than SLOW_SENDER_MS (of address addr only when addr is
+ * given): a client with something to say says it in milliseconds. */
+static conn_t *slowest_sender(http_server_t *s, const char *addr) {
+    uint64_t now = uv_now(s->loop);
+    conn_t *best = NULL;
+    for (conn_t *o = s->conns; o; o = o->next)
+        if (o->counted && !o->closing && o->in_request && !o->writing &&
+            now - o->request_since > SLOW_SENDER_MS && (!addr || !strcmp(o->addr, addr)) &&
+            (!best || o->request_since <= best->request_since))
+            best = o;
+    return best;
+}
+
+/* May c be served under the caps? Closes an idle connection, else a slow
+ * sender, to make room. */
 static int conn_admit(http_server_t *s, conn_t *c) {
     int per = s->lim.max_per_client, lim = s->lim.max_connections;
     if (per > 0) {
@@ -788,12 +819,14 @@ static int conn_admit(http_server_t *s, conn_t *c) {
         for (conn_t *o = s->conns; o; o = o->next) mine += o->counted && !strcmp(o->addr, c->addr);
         if (mine >= per) {
             conn_t *victim = oldest_idle(s, c->addr);
+            if (!victim) victim = slowest_sender(s, c->addr);
             if (!victim) return 0;
             conn_close(victim);
         }
     }
     if (lim > 0 && s->nconns >= lim) {
         conn_t *victim = oldest_idle(s, NULL);
+        if (!victim) victim = slowest_sender(s, NULL);
         if (!victim) return 0;
         conn_close(victim);
     }
@@ -1005,6 +1038,10 @@ static int stream_put(conn_t *c, const char *data, size_t len) {
 int http_stream_write(http_stream_t *st, const char *data, size_t len) {
     if (!st->conn || !st->conn->streaming || st->finishing) return -1;
     return stream_put(st->conn, data, len);
+}
+
+size_t http_stream_queued(const http_stream_t *st) {
+    return st->queued;
 }
 
 void http_stream_chunked(http_stream_t *st) {

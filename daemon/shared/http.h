@@ -3,10 +3,12 @@
  * Accepts connections, parses requests with keep-alive, enforces limits (header
  * bytes, body bytes, idle time between requests, time to the first byte of a
  * new connection, time to receive a whole request, concurrent connections in
- * all and per peer address), and hands each complete request to one handler
- * callback that answers synchronously. At the connection cap the oldest idle
- * connection (one waiting for a request) is closed to make room; only when
- * none is idle does a new connection get 503. An optional authorize callback
+ * all and per client: a peer address, all of loopback as one, an IPv6 /64 as
+ * one), and hands each complete request to one handler callback that answers
+ * synchronously. At the connection cap the oldest idle connection (one
+ * waiting for a request) is closed to make room, else the one that has been
+ * sending a request for longest (over a second); only when there is neither
+ * does a new connection get 503. An optional authorize callback
  * sees each request once its headers are in, before its body is read. Limit violations and
  * malformed requests are answered by the server itself with the JSON error envelope
  * {"error":{"code":...,"message":...}} (400, 408, 413, 431, 503) and the
@@ -141,6 +143,10 @@ http_stream_t *http_stream_open(const http_request_t *req, http_response_t *res,
 /* Queue len bytes (copied). Returns 0, or -1 when the client's queue is over
  * HTTP_STREAM_MAX_QUEUED or out of memory (nothing queued). */
 int http_stream_write(http_stream_t *st, const char *data, size_t len);
+
+/* Bytes written to the stream that have not reached the socket yet: how far
+ * its client is behind. */
+size_t http_stream_queued(const http_stream_t *st);
 
 /* End the stream: close the connection (closed is called before this returns). */
 void http_stream_end(http_stream_t *st);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* Short: the store runs on the daemon's loop, so a lock held by an outside
@@ -255,7 +256,9 @@ static const char *const stmt_sql[ST_COUNT] = {
 
 struct store {
     sqlite3 *db;
-    char *path; /* the database file, for connections of their own (exports) */
+    int wal_lost;                  /* the WAL went from its path under the connection (wal_hook) */
+    struct stat db_file, wal_file; /* what the connection opened (st_ino 0: not known) */
+    char *path;                    /* the database file, for connections of their own (exports) */
     sqlite3_stmt *st[ST_COUNT];
     uint64_t finishes; /* store_finish commits on this connection */
 };
@@ -636,6 +639,101 @@ int store_migrate(const char *path, const store_migration_t *m, size_t n, char *
 
 /* ---------------------------------------------------------------- lifecycle */
 
+/* ------------------------------------------------ the files under the store */
+
+#define AUTOCHECKPOINT_FRAMES 1000 /* SQLite's own default, kept */
+
+/* The database's (wal 0) or its WAL's path, and what is there now into
+ * *st; 0, or -1 when nothing is. */
+static int stat_file(const store_t *s, int wal, struct stat *st) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s%s", s->path, wal ? "-wal" : "");
+    return stat(path, st);
+}
+
+/* Remember the files the connection has open: the WAL exists as long as any
+ * connection is open (SQLite deletes it with the last), so from here on it
+ * gone from its path, or another file there, means someone took it away. */
+static void note_files(store_t *s) {
+    if (stat_file(s, 0, &s->db_file) < 0) s->db_file.st_ino = 0;
+    if (stat_file(s, 1, &s->wal_file) < 0) s->wal_file.st_ino = 0;
+}
+
+/* Has the database (wal 0) or its WAL gone from its path under the
+ * connection (deleted, or another file put in its place)? */
+static int file_moved(store_t *s, int wal) {
+    const struct stat *had = wal ? &s->wal_file : &s->db_file;
+    struct stat now;
+    if (had->st_ino == 0) return 0;
+    return stat_file(s, wal, &now) < 0 || now.st_ino != had->st_ino || now.st_dev != had->st_dev;
+}
+
+/* After every commit (in place of SQLite's own auto-checkpoint, which it
+ * keeps): when the WAL has been deleted under the connection, what the
+ * commit wrote is only in a file nobody can open after a crash, so copy it
+ * into the database at once. store_check_files then opens the connection
+ * anew, which makes a new WAL. */
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int frames) {
+    store_t *s = arg;
+    if (s->wal_file.st_ino == 0) note_files(s); /* the first write made the WAL */
+    if (file_moved(s, 1)) {
+        s->wal_lost = 1;
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    } else if (frames >= AUTOCHECKPOINT_FRAMES) {
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    }
+    return SQLITE_OK;
+}
+
+/* Open the connection and prepare every statement (the schema is there). */
+static int connect_db(store_t *s, char *err, size_t errlen) {
+    if (open_db(s->path, &s->db, err, errlen) < 0) return -1;
+    sqlite3_wal_hook(s->db, wal_hook, s);
+    note_files(s);
+    for (int i = 0; i < ST_COUNT; i++) {
+        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
+                               NULL) != SQLITE_OK)
+            return fail(err, errlen, "store: preparing statement %d: %s", i, sqlite3_errmsg(s->db));
+    }
+    return 0;
+}
+
+static void disconnect_db(store_t *s) {
+    for (int i = 0; i < ST_COUNT; i++) {
+        sqlite3_finalize(s->st[i]);
+        s->st[i] = NULL;
+    }
+    sqlite3_close(s->db);
+    s->db = NULL;
+}
+
+int store_check_files(store_t *s, char *err, size_t errlen) {
+    if (s->wal_file.st_ino == 0) note_files(s);
+    if (file_moved(s, 0))
+        return fail(err, errlen,
+                    "store: %s was deleted or replaced while the daemon ran: what it writes "
+                    "now would be lost",
+                    base_name(s->path));
+    if (!s->wal_lost && !file_moved(s, 1)) return 0;
+    /* Everything committed into the database file, then a connection with a
+     * WAL of its own on disk. */
+    int rc = sqlite3_wal_checkpoint_v2(s->db, "main", SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    if (rc != SQLITE_OK) { /* a reader in the way: the next call tries again */
+        s->wal_lost = 1;
+        snprintf(err, errlen, "store: the WAL of %s was deleted; saving it: %s; trying again",
+                 base_name(s->path), sqlite3_errmsg(s->db));
+        return 1;
+    }
+    disconnect_db(s);
+    s->wal_lost = 0;
+    if (connect_db(s, err, errlen) < 0) return -1;
+    snprintf(err, errlen,
+             "store: the WAL of %s was deleted under the daemon; everything committed was copied "
+             "into the database, and a new WAL opened",
+             base_name(s->path));
+    return 1;
+}
+
 int store_open(const char *path, store_t **out, char *err, size_t errlen) {
     *out = NULL;
     /* No memory statistics: with them every SQLite allocation of every
@@ -648,15 +746,14 @@ int store_open(const char *path, store_t **out, char *err, size_t errlen) {
         free(s);
         return fail(err, errlen, "store: out of memory");
     }
-    if (open_db(path, &s->db, err, errlen) < 0) goto fail;
-    if (migrate(s->db, path, store_migrations, store_n_migrations, err, errlen) < 0) goto fail;
-    for (int i = 0; i < ST_COUNT; i++) {
-        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
-                               NULL) != SQLITE_OK) {
-            fail(err, errlen, "store: preparing statement %d: %s", i, sqlite3_errmsg(s->db));
-            goto fail;
-        }
-    }
+    /* The schema first, on a connection of its own; then the store's. */
+    sqlite3 *db = NULL;
+    int rc = open_db(path, &db, err, errlen) < 0 ||
+                     migrate(db, path, store_migrations, store_n_migrations, err, errlen) < 0
+                 ? -1
+                 : 0;
+    sqlite3_close(db);
+    if (rc < 0 || connect_db(s, err, errlen) < 0) goto fail;
     *out = s;
     return 0;
 fail:
@@ -666,8 +763,7 @@ fail:
 
 void store_close(store_t *s) {
     if (!s) return;
-    for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
-    sqlite3_close(s->db);
+    disconnect_db(s);
     free(s->path);
     free(s);
 }

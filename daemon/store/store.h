@@ -104,6 +104,19 @@ void store_format_time(int64_t unix_ms, char *buf, size_t len);
 int store_open(const char *path, store_t **out, char *err, size_t errlen);
 void store_close(store_t *s);
 
+/* Are the store's files still where the connection has them? Someone may
+ * delete the WAL (nightshift.db-wal) under the running daemon: what was
+ * committed since the last checkpoint is then only in a file a crash would
+ * lose. After every commit the store copies the commit into the database
+ * file when its WAL has gone (so nothing acknowledged waits in it); called
+ * every second or so, this also saves what earlier commits left in it and
+ * opens the connection anew with a new WAL. Returns 0 when all is well, 1
+ * when it repaired that or will try again at the next call (err says which:
+ * log it), -1 with err when nothing can be done: the database file itself was
+ * deleted or replaced (the caller should stop). Loop thread only, between
+ * calls. */
+int store_check_files(store_t *s, char *err, size_t errlen);
+
 /* Insert a queued experiment; *id gets its id. A parent that does not exist
  * is an error ("parent: experiment 17 does not exist"). */
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
