@@ -413,3 +413,19 @@ Test(agent, usage) {
     cr_expect(strstr(r.err, "/nonexistent.json"), "%s", r.err);
     tu_run_free(&r);
 }
+
+/* The agent's status is no page's to read: a request naming another host
+ * (DNS rebinding) is refused, as the daemon refuses it; one naming the
+ * agent's own address is answered. */
+Test(agent, a_rebinding_page_cannot_read_the_status) {
+    agent_start(NULL);
+    tu_reply_t r;
+    const char *rebound[] = {"Host: rebind.attacker.example", NULL};
+    tu_http_headers(&A, "GET", "/", NULL, 0, rebound, &r);
+    cr_expect_eq(r.status, 421, "%ld %s", r.status, r.body);
+    tu_reply_free(&r);
+    const char *own[] = {"Host: 127.0.0.1", NULL};
+    tu_http_headers(&A, "GET", "/", NULL, 0, own, &r);
+    cr_expect_eq(r.status, 200, "%ld %s", r.status, r.body);
+    tu_reply_free(&r);
+}

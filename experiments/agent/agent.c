@@ -20,6 +20,7 @@
 #include "daemon/client/client.h"
 #include "daemon/shared/http.h"
 #include "daemon/shared/log.h"
+#include "daemon/shared/origin.h"
 #include "daemon/shared/opts.h"
 #include "engine/spec.h"
 #include "experiments/agent/strategy.h"
@@ -56,6 +57,7 @@ typedef struct {
     agent_opts_t o;
     strategy_t *strategy;
     http_server_t *http;
+    origin_policy_t *origin; /* no web page may read the status or post a hook */
     uv_signal_t sigint, sigterm;
     delivery_t seen[REPLAY_SLOTS]; /* a ring, oldest overwritten */
     int next;
@@ -164,6 +166,7 @@ oom:
 static void hook_handler(const http_request_t *req, http_response_t *res, void *user) {
     agent_t *a = user;
     char err[512];
+    if (origin_check(a->origin, req, res)) return;
     if (!strcmp(req->method, "GET")) {
         status_reply(a, res);
         return;
@@ -389,7 +392,9 @@ static int run_agent(agent_t *a) {
     http_limits_default(&lim);
     lim.max_body_bytes = 16 << 20; /* a payload carries many full specs */
     int port = 0;
-    if (http_server_start(&a->loop, a->o.host, a->o.port, &lim, hook_handler, a, &a->http, &port,
+    origin_opts_t oo = {.listen_host = a->o.host};
+    if (origin_policy_new(&oo, &a->origin, err, sizeof err) < 0 ||
+        http_server_start(&a->loop, a->o.host, a->o.port, &lim, hook_handler, a, &a->http, &port,
                           err, sizeof err) < 0)
         goto out;
     uv_signal_init(&a->loop, &a->sigint);
@@ -434,6 +439,7 @@ int agent_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     rc = run_agent(a);
     strategy_free(a->strategy);
+    origin_policy_free(a->origin);
     for (int i = 0; i < REPLAY_SLOTS; i++) free(a->seen[i].reply);
     free(o->secret);
     free(a);
