@@ -397,3 +397,29 @@ Test(newuser, agent_status_says_what_it_waits_for) {
     free(errlog);
     free(base);
 }
+
+/* prep says when the vocabulary is too large for the text, and a size that
+ * suits it; prepared with that size, the text gets no warning. */
+Test(newuser, prep_warns_when_the_vocabulary_is_large_for_the_text) {
+    char *readme = tu_path("%s/README.md", tu_src());
+    tu_run_t r;
+    tu_run_bin(&r, 60, "prep", "--dir", state, "--name", "big", "--vocab", "2000", "--quiet",
+               readme, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    const char *w = strstr(r.err, "prep: warning: --vocab 2000 is large for this text (");
+    cr_assert(w, "no warning: %s", r.err);
+    long suggest = 0;
+    const char *at = strstr(w, ". --vocab ");
+    cr_assert(at &&
+                  sscanf(at, ". --vocab %ld keeps the merges seen 20 times or more", &suggest) == 1,
+              "%s", w);
+    cr_expect(suggest > 256 && suggest < 2000 && (suggest + 4) % 64 == 0, "--vocab %ld", suggest);
+    tu_run_free(&r);
+    char v[32];
+    snprintf(v, sizeof v, "%ld", suggest);
+    tu_run_bin(&r, 60, "prep", "--dir", state, "--name", "fits", "--vocab", v, readme, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(!strstr(r.err, "warning"), "the suggested size warns too: %s", r.err);
+    tu_run_free(&r);
+    free(readme);
+}
