@@ -157,6 +157,7 @@ static const spec_field_t spec_fields[] = {
     SECTION("resources"),
     SPECIAL("token_budget", parse_token_budget),
     BOOL_FIELD(prune, true),
+    INT_FIELD(eval_tokens, SPEC_DEFAULT_EVAL_TOKENS, 0, INT_MAX, .canon = CANON_UNLESS_DEFAULT),
 
     INT_FIELD(model.vocab_size, 0, 0, MAX_VOCAB),
     INT_FIELD(model.depth, 4, 1, SPEC_MAX_DEPTH),
@@ -1257,5 +1258,19 @@ int spec_identity(const spec_t *s, char out[SPEC_HASH_HEX]) {
     bare.priority = 0;
     bare.parent = 0;
     bare.prune = true; /* whether a run may be pruned does not change what it is */
+    /* How it is scored is its scope's (spec_scope): two caps that both cover
+     * a split score the same tokens. */
+    bare.eval_tokens = SPEC_DEFAULT_EVAL_TOKENS;
     return spec_hash(&bare, out);
+}
+
+void spec_scope(const spec_t *s, double val_tokens, spec_scope_t *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->dataset, sizeof out->dataset, "%s", s->dataset);
+    snprintf(out->budget_kind, sizeof out->budget_kind, "%s",
+             s->token_budget > 0 ? "tokens" : "time");
+    out->budget = s->token_budget > 0 ? (double)s->token_budget : s->time_budget_s;
+    /* A split of n tokens has n - 1 targets: a cap at or above that scores them all. */
+    int whole = val_tokens >= 0 && (double)s->eval_tokens >= val_tokens - 1;
+    out->eval_tokens = whole ? 0 : s->eval_tokens;
 }

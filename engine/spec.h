@@ -34,7 +34,9 @@ typedef enum { POS_ROPE, POS_LEARNED } spec_pos_kind;
 typedef enum { SAMPLER_RANDOM, SAMPLER_SEQUENTIAL } spec_sampler_kind;
 
 #define SPEC_MAX_TIME_BUDGET_S 604800.0 /* a week */
-#define SPEC_MAX_TOKEN_BUDGET  1e12
+/* eval_tokens' default: the validation tokens a run scores (spec.c says why). */
+#define SPEC_DEFAULT_EVAL_TOKENS 65536
+#define SPEC_MAX_TOKEN_BUDGET    1e12
 
 /* The `model` section, resolved: per-layer choices are expanded to arrays. */
 typedef struct {
@@ -99,6 +101,7 @@ typedef struct {
     double time_budget_s; /* training wall-clock seconds, at most a week */
     int64_t token_budget; /* training tokens; the run stops after the step reaching it */
     bool prune;           /* the daemon may prune this run (serve --prune); default true */
+    int eval_tokens;      /* validation tokens scored (the split's first ones); 0 = all */
     spec_model_t model;
     spec_train_t train;
     spec_resources_t resources;
@@ -140,8 +143,24 @@ int spec_hash(const spec_t *s, char out[SPEC_HASH_HEX]);
 
 /* The identity of an experiment, what the daemon deduplicates submissions
  * on: spec_hash of s without the fields that describe an experiment rather
- * than define it (name, tags, priority, parent, prune). Same returns. */
+ * than define it (name, tags, priority, parent, prune) and without
+ * eval_tokens, which its scope holds (spec_scope). Same returns. */
 int spec_identity(const spec_t *s, char out[SPEC_HASH_HEX]);
+
+/* Where val_bpb values compare: one dataset, one budget and one evaluation.
+ * Results of different scopes are never ranked together. */
+typedef struct {
+    char dataset[64];
+    char budget_kind[8]; /* "time" or "tokens" */
+    double budget;       /* training seconds, or training tokens */
+    int64_t eval_tokens; /* validation tokens scored; 0 = the whole split */
+} spec_scope_t;
+
+/* The scope of s on a dataset whose validation split holds val_tokens tokens
+ * (< 0: not known): a token budget when token_budget > 0, else the time
+ * budget; and s's eval_tokens, or 0 when that covers the whole split (it then
+ * scores exactly what 0 does, so the two compare). */
+void spec_scope(const spec_t *s, double val_tokens, spec_scope_t *out);
 
 /* Deep copy of src into dst (dst is overwritten, not freed first). Returns 0,
  * or -1 on allocation failure, when dst holds nothing that needs freeing. */

@@ -192,6 +192,19 @@ static void print_api_error(FILE *errf, const conn_t *c, const char *method, con
     cJSON_Delete(j);
 }
 
+/* "cannot reach the daemon at URL: why", and how to start it. */
+static void unreachable(FILE *errf, const conn_t *c, const char *detail) {
+    fprintf(errf, "nightshift: cannot reach the %s at %s: %s\n", c->agent ? "agent" : "daemon",
+            c->base, detail);
+    if (c->agent)
+        fprintf(errf, "  is it running? `make run` starts it with the daemon; alone: nightshift "
+                      "agent --listen 127.0.0.1:PORT --secret-file FILE --baseline SPEC.json\n");
+    else
+        fprintf(errf, "  is it running? `make run` starts it (and the agent); alone: nightshift "
+                      "serve --dir state --listen 127.0.0.1:PORT; elsewhere: --url URL or "
+                      "NIGHTSHIFT_URL\n");
+}
+
 int conn_request(conn_t *c, const char *method, const char *path, const char *body, size_t body_len,
                  conn_reply_t *r) {
     CURL *k = c->curl;
@@ -252,12 +265,12 @@ int conn_request(conn_t *c, const char *method, const char *path, const char *bo
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_PEER_FAILED_VERIFICATION:
         rc = CLIENT_EXIT_UNREACHABLE;
-        fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
+        unreachable(errf, c, detail);
         goto fail;
     case CURLE_OPERATION_TIMEDOUT:
         if (connect_us == 0) {
             rc = CLIENT_EXIT_UNREACHABLE;
-            fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
+            unreachable(errf, c, detail);
         } else {
             fprintf(errf, "nightshift: no complete reply to %s %s within %ld s: %s\n", method, path,
                     TOTAL_TIMEOUT_MS / 1000, detail);

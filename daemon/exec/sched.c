@@ -305,6 +305,10 @@ static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
         snprintf(e.reason, sizeof e.reason, "%s", sl->pruned);
     }
     if (ex->status == WORKER_SUCCEEDED && ex->result) {
+        /* a succeeded run's note (a checkpoint it could not save) */
+        const char *note =
+            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ex->result, "reason"));
+        if (note && !e.reason[0]) snprintf(e.reason, sizeof e.reason, "%s", note);
         result_from_json(ex->result, &e.r);
         snprintf(e.peak_source, sizeof e.peak_source, "%s", e.r.peak_source ? e.r.peak_source : "");
         e.r.peak_source = e.peak_source;
@@ -374,7 +378,8 @@ static int memory_limit(int spec_mb, int daemon_mb) {
 /* Claim the next experiment and start it in sl. START_FAILED_RUN: the
  * experiment itself could not start (bad spec, run directory) and is
  * recorded as failed; START_RETRY_LATER: the store or the system failed
- * (nothing is charged to the experiment beyond an attempt; try again later). */
+ * (nothing is charged to the experiment, not even an attempt; try again
+ * later). */
 static int start_one(sched_t *s, slot_t *sl) {
     store_experiment_t e = {0};
     spec_t spec;
@@ -386,11 +391,7 @@ static int start_one(sched_t *s, slot_t *sl) {
     }
     if (rc == 0) return START_EMPTY;
     if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0) goto fail_run;
-    if (store_scope_of_spec(e.spec_json, &sl->scope) < 0) {
-        snprintf(err, sizeof err, "the stored spec is not a JSON object");
-        spec_free(&spec);
-        goto fail_run;
-    }
+    sl->scope = e.scope;
     if (make_run_dir(s, &e, run_dir, err, sizeof err) < 0) {
         spec_free(&spec);
         goto retry_later;
@@ -458,11 +459,14 @@ static int start_one(sched_t *s, slot_t *sl) {
     return START_OK;
 
 retry_later:
-    /* Not the experiment's fault (disk, process limits): queue it again, at
-     * the cost of one attempt, and try later rather than fail the queue. */
+    /* Not the experiment's fault (a full disk, process limits), and none of
+     * it ran: queue it again as it was, attempt and all, and try later
+     * rather than fail the queue. */
     log_error("experiment %lld could not start: %s; re-queued, retrying in %d s", (long long)e.id,
               err, RETRY_START_MS / 1000);
-    if (store_interrupt(s->store, e.id, s->o.max_attempts, serr, sizeof serr) < 0)
+    char why[600];
+    snprintf(why, sizeof why, "not started: %s; re-queued", err);
+    if (store_requeue_unstarted(s->store, e.id, why, serr, sizeof serr) < 0)
         log_error("experiment %lld: %s", (long long)e.id, serr);
     store_experiment_clear(&e);
     return START_RETRY_LATER;

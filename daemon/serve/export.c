@@ -61,16 +61,16 @@ static bytebuf_t text_new(void) {
     return t;
 }
 
-char *export_table(const cJSON *rows, char sep) {
+char *export_table(const cJSON *rows, const cJSON *columns, char sep) {
     bytebuf_t t = text_new();
-    const cJSON *first = cJSON_GetArrayItem(rows, 0);
-    for (const cJSON *k = first ? first->child : NULL; k; k = k->next) {
-        put_field(&t, k->string, sep);
+    for (const cJSON *k = columns ? columns->child : NULL; k; k = k->next) {
+        put_field(&t, cJSON_GetStringValue(k) ? k->valuestring : "", sep);
         bytebuf_putc(&t, k->next ? sep : '\n');
     }
     for (const cJSON *row = rows ? rows->child : NULL; row; row = row->next) {
-        for (const cJSON *k = first->child; k; k = k->next) {
-            char *f = field_text(cJSON_GetObjectItemCaseSensitive(row, k->string));
+        for (const cJSON *k = columns ? columns->child : NULL; k; k = k->next) {
+            const char *key = cJSON_GetStringValue(k);
+            char *f = field_text(key ? cJSON_GetObjectItemCaseSensitive(row, key) : NULL);
             if (!f) {
                 bytebuf_free(&t);
                 return NULL;
@@ -142,11 +142,11 @@ char *export_results_tsv(const cJSON *rows) {
     return bytebuf_take(&t, NULL);
 }
 
-cJSON *export_rows(store_t *s, char *err, size_t errlen) {
+cJSON *export_rows(store_t *s, cJSON **columns, char *err, size_t errlen) {
     static const char *sql =
         "SELECT e.id, e.name, e.status, e.reason, e.source, e.parent, e.seed,"
         " json_extract(e.spec, '$.dataset') AS dataset,"
-        " json_extract(e.spec, '$.time_budget_s') AS time_budget_s,"
+        " json_extract(e.spec, '$.time_budget_s') AS time_budget_s, e.eval_tokens,"
         " json_extract(e.spec, '$.model.depth') AS depth,"
         " json_extract(e.spec, '$.model.n_embd') AS n_embd,"
         " json_extract(e.spec, '$.model.n_head') AS n_head,"
@@ -162,10 +162,15 @@ cJSON *export_rows(store_t *s, char *err, size_t errlen) {
     sqlite3 *db = store_db(s);
     sqlite3_stmt *st = NULL;
     cJSON *arr = NULL;
-    int rc;
+    int rc = SQLITE_NOMEM;
+    *columns = NULL;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) goto fail;
-    arr = cJSON_CreateArray();
-    while (arr && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    /* the header of a table, of no rows too */
+    if (!(*columns = cJSON_CreateArray()) || !(arr = cJSON_CreateArray())) goto fail;
+    for (int i = 0; i < sqlite3_column_count(st); i++)
+        if (!cJSON_AddItemToArray(*columns, cJSON_CreateString(sqlite3_column_name(st, i))))
+            goto fail;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToArray(arr, o);
         for (int i = 0; i < sqlite3_column_count(st); i++) {
@@ -185,11 +190,14 @@ cJSON *export_rows(store_t *s, char *err, size_t errlen) {
             }
         }
     }
-    if (!arr || rc != SQLITE_DONE) goto fail;
+    if (rc != SQLITE_DONE) goto fail;
     sqlite3_finalize(st);
     return arr;
 fail:
-    snprintf(err, errlen, "export: %s", arr || !st ? sqlite3_errmsg(db) : "out of memory");
+    snprintf(err, errlen, "export: %s",
+             st && rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(db));
+    cJSON_Delete(*columns);
+    *columns = NULL;
     cJSON_Delete(arr);
     sqlite3_finalize(st);
     return NULL;

@@ -57,7 +57,7 @@ struct strategy {
     double best_val; /* the mean over the best configuration's seeds */
     spec_t best;
     ident_t best_config;
-    char scope[128]; /* the baseline's dataset and budget: only these results rank */
+    char scope[128]; /* the baseline's dataset, budget and evaluation: only these rank */
     ident_t *seen;   /* sorted */
     size_t n_seen, cap_seen;
     int64_t *judged; /* ids whose experiment.finished was decided, in arrival order */
@@ -199,20 +199,15 @@ static int config_identity(const spec_t *sp, char out[65]) {
     return strategy_identity(&bare, out);
 }
 
-/* sp's dataset and budget as "dataset|time|300" or "dataset|tokens|N" (a
- * spec whose canonical JSON has "token_budget" > 0 is token-budgeted).
- * Returns 0, or -1 when out of memory. */
+/* sp's scope (engine/spec.h: dataset, budget and evaluation) as
+ * "dataset|time|300|eval 65536" or "dataset|tokens|N|eval 0". The agent
+ * knows no dataset's size, so a cap is compared as written: the baseline's
+ * variants keep its cap. Returns 0. */
 static int scope_of(const spec_t *sp, char *out, size_t n) {
-    char *canon = spec_canonical_json(sp);
-    cJSON *j = canon ? cJSON_Parse(canon) : NULL;
-    free(canon);
-    if (!j) return -1;
-    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(j, "token_budget");
-    if (cJSON_IsNumber(tok) && tok->valuedouble > 0)
-        snprintf(out, n, "%s|tokens|%.17g", sp->dataset, tok->valuedouble);
-    else
-        snprintf(out, n, "%s|time|%.17g", sp->dataset, sp->time_budget_s);
-    cJSON_Delete(j);
+    spec_scope_t sc;
+    spec_scope(sp, -1, &sc);
+    snprintf(out, n, "%s|%s|%.17g|eval %lld", sc.dataset, sc.budget_kind, sc.budget,
+             (long long)sc.eval_tokens);
     return 0;
 }
 
