@@ -791,6 +791,28 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
     store_close(s);
 }
 
+/* The export's rows keep what the database holds: a ve_layers list is its
+ * JSON text (a table cell), not an array as in store_get's spec. */
+Test(store, export_rows_are_the_stored_values_oldest_first) {
+    store_t *s = open_store();
+    int64_t q = insert_full(s, "queued", "q", 7, 0, "\"depth\":6,\"ve_layers\":[0,2]");
+    int64_t a = succeed(s, "done", 1.25, "\"depth\":2");
+    cJSON *rows = store_export_rows(s, err, sizeof err);
+    cr_assert_not_null(rows, "%s", err);
+    cr_assert_eq(cJSON_GetArraySize(rows), 2);
+    cJSON *first = cJSON_GetArrayItem(rows, 0), *second = cJSON_GetArrayItem(rows, 1);
+    cr_expect_eq(cJSON_GetObjectItem(first, "id")->valuedouble, a, "finished first");
+    cr_expect_float_eq(cJSON_GetObjectItem(first, "val_bpb")->valuedouble, 1.25, 1e-12);
+    cr_expect_str_eq(tu_jstr(first, "ve_layers"), "alternate");
+    cr_expect_eq(cJSON_GetObjectItem(second, "id")->valuedouble, q);
+    cr_expect_str_eq(tu_jstr(second, "ve_layers"), "[0,2]");
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(second, "val_bpb")));
+    cr_expect_eq(cJSON_GetObjectItem(second, "seed")->valuedouble, 7);
+    cr_expect_eq(cJSON_GetObjectItem(second, "time_budget_s")->valuedouble, 300);
+    cJSON_Delete(rows);
+    store_close(s);
+}
+
 /* The ids of a list answer, in order, into ids; returns how many. */
 static int list_ids(store_t *s, const char *status, const char *order, int limit, int64_t after,
                     int64_t *ids) {

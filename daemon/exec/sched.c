@@ -13,9 +13,9 @@
 
 #include "daemon/exec/executor.h"
 #include "daemon/shared/log.h"
+#include "engine/protocol.h"
 #include "engine/spec.h"
 #include "engine/util.h"
-#include "daemon/exec/worker.h"
 
 #define METRICS_BATCH          256    /* rows buffered per slot before a forced flush */
 #define METRICS_FLUSH_MS       1000   /* and at least this often */
@@ -57,7 +57,7 @@ typedef struct {
 
 /* How a worker ended, as the store records it. */
 typedef struct ending {
-    worker_status status;
+    executor_status status;
     int pruned; /* recorded as STORE_PRUNED instead of status */
     char reason[1024];
     int exit_code, term_signal;
@@ -185,18 +185,17 @@ static void maybe_prune(slot_t *sl, double p) {
              p, loss, median, n);
     if (!(sl->pruned = strdup(reason))) goto done;
     log_info("experiment %lld: %s", (long long)sl->id, reason);
-    sl->s->x->stop(sl->worker, WORKER_CANCELLED);
+    sl->s->x->stop(sl->worker, EXECUTOR_CANCELLED);
 done:
     free(v);
 }
 
 /* --------------------------------------------------------------- workers */
 
-static void on_progress(worker_t *w, const cJSON *line, void *user) {
+static void on_progress(const cJSON *line, void *user) {
     slot_t *sl = user;
-    (void)w;
-    const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, "event"));
-    if (!ev || strcmp(ev, "step") != 0) return;
+    const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, PROTO_KEY_EVENT));
+    if (!ev || strcmp(ev, PROTO_EV_STEP) != 0) return;
     cJSON_Delete(sl->progress);
     sl->progress = cJSON_Duplicate(line, 1);
     /* A worker that floods step lines must not grow the table without end. */
@@ -207,12 +206,12 @@ static void on_progress(worker_t *w, const cJSON *line, void *user) {
     if (sl->n_pending > 0 && sl->pending_id != sl->id) drop_pending_metrics(sl);
     sl->pending_id = sl->id;
     store_metric_t *m = &sl->pending[sl->n_pending++];
-    m->step = jint(line, "step");
-    m->time_s = jnum(line, "training_seconds");
-    m->loss = jnum(line, "loss");
-    m->lr_mult = jnum(line, "lrm");
-    m->tok_s = jnum(line, "tok_s");
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(line, "progress");
+    m->step = jint(line, PROTO_STEP_STEP);
+    m->time_s = jnum(line, PROTO_STEP_SECONDS);
+    m->loss = jnum(line, PROTO_STEP_LOSS);
+    m->lr_mult = jnum(line, PROTO_STEP_LRM);
+    m->tok_s = jnum(line, PROTO_STEP_TOK_S);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(line, PROTO_STEP_PROGRESS);
     m->progress = cJSON_IsNumber(p) && isfinite(p->valuedouble) ? p->valuedouble : -1;
     if (sl->n_pending == METRICS_BATCH) flush_metrics(sl);
     if (sl->prunable && !sl->pruned && sl->next_rung < PRUNE_RUNGS &&
@@ -261,10 +260,10 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     sched_t *s = sl->s;
     char err[256];
     int64_t id = sl->id;
-    worker_status st = e->status; /* e may be sl->unrecorded, freed below */
-    const char *status = e->pruned ? STORE_PRUNED : worker_status_name(st);
+    executor_status st = e->status; /* e may be sl->unrecorded, freed below */
+    const char *status = e->pruned ? STORE_PRUNED : executor_status_name(st);
     flush_metrics(sl);
-    int rc = e->status == WORKER_INTERRUPTED
+    int rc = e->status == EXECUTOR_INTERRUPTED
                  ? store_interrupt(s->store, id, s->o.max_attempts, err, sizeof err)
                  : store_finish(s->store, id, status, e->reason[0] ? e->reason : NULL, e->exit_code,
                                 e->term_signal, e->has_result ? &e->r : NULL, err, sizeof err);
@@ -278,7 +277,7 @@ static int record_ending(slot_t *sl, const ending_t *e) {
         arm_retry(s);
         return -1;
     }
-    if (e->status == WORKER_SUCCEEDED)
+    if (e->status == EXECUTOR_SUCCEEDED)
         log_info("experiment %lld succeeded: val_bpb %.6f (slot %d, %.1f s)", (long long)id,
                  e->r.val_bpb, sl->index, e->wall_seconds);
     else
@@ -287,27 +286,26 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     free(sl->unrecorded);
     sl->unrecorded = NULL;
     release_slot(sl);
-    if (s->o.on_finished && st != WORKER_INTERRUPTED) s->o.on_finished(s->o.user, id, status);
+    if (s->o.on_finished && st != EXECUTOR_INTERRUPTED) s->o.on_finished(s->o.user, id, status);
     return 0;
 }
 
-static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
+static void on_exit_cb(const executor_exit_t *ex, void *user) {
     slot_t *sl = user;
     sched_t *s = sl->s;
     ending_t e = {.status = ex->status,
                   .exit_code = ex->exit_code,
                   .term_signal = ex->term_signal,
                   .wall_seconds = ex->wall_seconds};
-    (void)w;
     snprintf(e.reason, sizeof e.reason, "%s", ex->reason);
-    if (sl->pruned && ex->status == WORKER_CANCELLED) {
+    if (sl->pruned && ex->status == EXECUTOR_CANCELLED) {
         e.pruned = 1;
         snprintf(e.reason, sizeof e.reason, "%s", sl->pruned);
     }
-    if (ex->status == WORKER_SUCCEEDED && ex->result) {
+    if (ex->status == EXECUTOR_SUCCEEDED && ex->result) {
         /* a succeeded run's note (a checkpoint it could not save) */
         const char *note =
-            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ex->result, "reason"));
+            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ex->result, PROTO_KEY_REASON));
         if (note && !e.reason[0]) snprintf(e.reason, sizeof e.reason, "%s", note);
         result_from_json(ex->result, &e.r);
         snprintf(e.peak_source, sizeof e.peak_source, "%s", e.r.peak_source ? e.r.peak_source : "");
@@ -516,7 +514,7 @@ void sched_kick(sched_t *s) {
 int sched_cancel(sched_t *s, int64_t id) {
     for (int i = 0; i < s->o.slots; i++)
         if (s->slots[i].worker && s->slots[i].id == id) {
-            s->x->stop(s->slots[i].worker, WORKER_CANCELLED);
+            s->x->stop(s->slots[i].worker, EXECUTOR_CANCELLED);
             return 1;
         }
     return 0;
@@ -535,13 +533,13 @@ int sched_slots(const sched_t *s) {
 static cJSON *progress_json(const slot_t *sl) {
     const cJSON *p = sl->progress;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "step", jnum(p, "step"));
-    cJSON_AddNumberToObject(o, "percent", 100.0 * jnum(p, "progress"));
-    cJSON_AddNumberToObject(o, "loss", jnum(p, "smooth_loss"));
-    cJSON_AddNumberToObject(o, "tok_s", jnum(p, "tok_s"));
-    cJSON_AddNumberToObject(o, "mfu", jnum(p, "mfu"));
-    cJSON_AddNumberToObject(o, "eta_s", jnum(p, "remaining_s"));
-    cJSON_AddNumberToObject(o, "training_seconds", jnum(p, "training_seconds"));
+    cJSON_AddNumberToObject(o, "step", jnum(p, PROTO_STEP_STEP));
+    cJSON_AddNumberToObject(o, "percent", 100.0 * jnum(p, PROTO_STEP_PROGRESS));
+    cJSON_AddNumberToObject(o, "loss", jnum(p, PROTO_STEP_SMOOTH_LOSS));
+    cJSON_AddNumberToObject(o, "tok_s", jnum(p, PROTO_STEP_TOK_S));
+    cJSON_AddNumberToObject(o, "mfu", jnum(p, PROTO_STEP_MFU));
+    cJSON_AddNumberToObject(o, "eta_s", jnum(p, PROTO_STEP_REMAINING_S));
+    cJSON_AddNumberToObject(o, "training_seconds", jnum(p, PROTO_STEP_SECONDS));
     cJSON_AddNumberToObject(o, "time_budget_s", sl->budget_s);
     return o;
 }
@@ -593,6 +591,7 @@ static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, s
                           .shim = s->exe,
                           .run_dir = run_dir,
                           .log_path = log_path,
+                          .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
                           .budget_s = spec.time_budget_s,
                           .slack_s = s->o.deadline_slack_s};
     spec_free(&spec);
@@ -722,7 +721,7 @@ void sched_shutdown(sched_t *s, void (*done)(void *arg), void *arg) {
     int running = 0;
     for (int i = 0; i < s->o.slots; i++)
         if (s->slots[i].worker) {
-            s->x->stop(s->slots[i].worker, WORKER_INTERRUPTED);
+            s->x->stop(s->slots[i].worker, EXECUTOR_INTERRUPTED);
             running++;
         }
     if (running == 0 && done) {

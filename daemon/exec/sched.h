@@ -5,10 +5,11 @@
  * cores and a time budget means the same in every slot. When a slot is free
  * the scheduler claims the next queued experiment from the store, writes its
  * run directory (DIR/runs/<id>/spec.json; the worker appends train.log and
- * saves model.safetensors there), and starts `nightshift train` under the
- * slot's limits (worker.h). Progress lines update the slot's live progress and
- * are written to the metrics table in batches (one transaction per batch);
- * the exit is classified by the worker and recorded with store_finish.
+ * saves model.safetensors there), and hands `nightshift train` to the
+ * executor (executor.h) under the slot's limits. Progress lines update the
+ * slot's live progress and are written to the metrics table in batches (one
+ * transaction per batch); the ending, classified by the executor, is
+ * recorded with store_finish.
  *
  * Pruning (opt-in, prune = SCHED_PRUNE_MEDIAN): at three rungs of a run's
  * progress (the worker's fraction of its budget: prune_warmup and two evenly

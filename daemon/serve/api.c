@@ -682,8 +682,8 @@ static void get_events(api_t *a, const http_request_t *req, http_response_t *res
     if (query_int(req, res, "after", 0, INT64_MAX, 0, &after) < 0 ||
         query_int(req, res, "limit", 1, 1000, 100, &limit) < 0)
         return;
-    int64_t last = events_last_id(a->store, err, sizeof err);
-    cJSON *list = last < 0 ? NULL : events_list(a->store, after, (int)limit, err, sizeof err);
+    int64_t last = store_events_last_id(a->store, err, sizeof err);
+    cJSON *list = last < 0 ? NULL : store_events(a->store, after, (int)limit, err, sizeof err);
     if (!list) {
         reply_store_error(res, err);
         return;
@@ -704,9 +704,11 @@ static void get_export(api_t *a, const http_request_t *req, http_response_t *res
         http_error(res, 400, "invalid_query", "format: expected csv, tsv, jsonl or results-tsv");
         return;
     }
-    cJSON *columns = NULL;
-    cJSON *rows = export_rows(a->store, &columns, err, sizeof err);
+    cJSON *columns = store_export_columns(a->store);
+    cJSON *rows = columns ? store_export_rows(a->store, err, sizeof err) : NULL;
+    if (!columns) snprintf(err, sizeof err, "export: out of memory");
     if (!rows) {
+        cJSON_Delete(columns);
         reply_store_error(res, err);
         return;
     }

@@ -69,6 +69,15 @@ enum {
     ST_RUN_LOSS,
     ST_SET_EXECUTOR,
     ST_RUNNING,
+    ST_EVENT_ADD,
+    ST_EVENT_ENSURE_FINISHED,
+    ST_EVENTS_PENDING,
+    ST_EVENT_SET_BODY,
+    ST_EVENT_ATTEMPTED,
+    ST_EVENT_MARK,
+    ST_EVENTS_LIST,
+    ST_EVENTS_LAST_ID,
+    ST_EXPORT,
     ST_COUNT
 };
 
@@ -229,6 +238,45 @@ static const char *const stmt_sql[ST_COUNT] = {
                         " WHERE id = ?1 AND status = 'running'",
     [ST_RUNNING] = "SELECT id, name, spec, attempt, executor, slurm_job_id FROM experiments"
                    " WHERE status = 'running' ORDER BY id",
+    /* The event log (schema/006_events.sql). */
+    [ST_EVENT_ADD] = "INSERT INTO events (type, experiment_id, payload)"
+                     " VALUES (?1, ?2, coalesce(?3, '{}'))",
+    /* The payload as the trigger writes it (schema/006_events.sql). */
+    [ST_EVENT_ENSURE_FINISHED] =
+        "INSERT INTO events (type, experiment_id, payload)"
+        " SELECT 'experiment.finished', e.id, json_object('experiment', json_object('id', e.id,"
+        " 'name', e.name, 'status', e.status, 'reason', e.reason))"
+        " FROM experiments e WHERE e.id = ?1 AND NOT EXISTS (SELECT 1 FROM events"
+        " WHERE experiment_id = ?1 AND type = 'experiment.finished')",
+    [ST_EVENTS_PENDING] = "SELECT id, type, webhook_id, coalesce(experiment_id, 0), payload,"
+                          " body, attempts FROM events WHERE state = 'pending' AND id > ?1"
+                          " AND (?3 = 0 OR experiment_id = ?3) ORDER BY id LIMIT ?2",
+    [ST_EVENT_SET_BODY] = "UPDATE events SET body = ?2 WHERE id = ?1",
+    [ST_EVENT_ATTEMPTED] = "UPDATE events SET attempts = attempts + 1 WHERE id = ?1",
+    [ST_EVENT_MARK] = "UPDATE events SET state = ?2, delivered = CASE WHEN ?2 ="
+                      " 'delivered' THEN strftime('%Y-%m-%dT%H:%M:%fZ', 'now') END"
+                      " WHERE id = ?1",
+    [ST_EVENTS_LIST] = "SELECT v.id, v.type, v.created, v.webhook_id, v.state, v.payload,"
+                       " r.val_bpb, v.experiment_id FROM events v LEFT JOIN results r"
+                       " ON r.experiment_id = v.experiment_id WHERE v.id > ?1"
+                       " ORDER BY v.id LIMIT ?2",
+    [ST_EVENTS_LAST_ID] = "SELECT coalesce(max(id), 0) FROM events",
+    /* Every experiment with its key spec fields and result, oldest first. */
+    [ST_EXPORT] = "SELECT e.id, e.name, e.status, e.reason, e.source, e.parent, e.seed,"
+                  " json_extract(e.spec, '$.dataset') AS dataset,"
+                  " json_extract(e.spec, '$.time_budget_s') AS time_budget_s, e.eval_tokens,"
+                  " json_extract(e.spec, '$.model.depth') AS depth,"
+                  " json_extract(e.spec, '$.model.n_embd') AS n_embd,"
+                  " json_extract(e.spec, '$.model.n_head') AS n_head,"
+                  " json_extract(e.spec, '$.model.n_kv_head') AS n_kv_head,"
+                  " json_extract(e.spec, '$.model.mlp') AS mlp,"
+                  " json_extract(e.spec, '$.model.window_pattern') AS window_pattern,"
+                  " json_extract(e.spec, '$.model.ve_layers') AS ve_layers,"
+                  " json_extract(e.spec, '$.model.seq_len') AS seq_len,"
+                  " e.created, e.started, e.finished, r.val_bpb, r.params_total, r.mfu_percent,"
+                  " r.tokens_per_second, r.num_steps, r.training_seconds, r.peak_rss_mb"
+                  " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
+                  " ORDER BY e.finished IS NULL, e.finished, e.id",
 };
 
 struct store {
@@ -354,11 +402,16 @@ static bool is_json_column(const char *name) {
            !strcmp(name, "seeds");
 }
 
+/* How a row becomes JSON: ROW_TYPED parses the JSON text columns and makes
+ * tie_embeddings (json_extract gives 0/1) a boolean; ROW_RAW keeps every
+ * text as a string and every number as a number (the export's tables). */
+typedef enum { ROW_TYPED, ROW_RAW } row_mode;
+
 /* Column i of the current row as a new cJSON value (the caller owns it), or
- * NULL when out of memory. NULL is null, numbers are numbers, JSON text columns
- * are parsed, tie_embeddings (json_extract gives 0/1) is a boolean. */
-static cJSON *column_json(sqlite3_stmt *st, int i) {
-    const char *name = sqlite3_column_name(st, i);
+ * NULL when out of memory. NULL is null, numbers are numbers, and text is a
+ * string unless mode says otherwise. */
+static cJSON *column_json(sqlite3_stmt *st, int i, row_mode mode) {
+    const char *name = mode == ROW_TYPED ? sqlite3_column_name(st, i) : NULL;
     switch (sqlite3_column_type(st, i)) {
     case SQLITE_NULL:
         return cJSON_CreateNull();
@@ -383,10 +436,10 @@ static cJSON *column_json(sqlite3_stmt *st, int i) {
 
 /* Columns [from, to) of the current row as a new object keyed by column name
  * (the caller owns it), or NULL when out of memory. */
-static cJSON *row_object(sqlite3_stmt *st, int from, int to) {
+static cJSON *row_object(sqlite3_stmt *st, int from, int to, row_mode mode) {
     cJSON *o = cJSON_CreateObject();
     for (int i = from; o && i < to; i++) {
-        cJSON *v = column_json(st, i);
+        cJSON *v = column_json(st, i, mode);
         if (!v || !cJSON_AddItemToObject(o, sqlite3_column_name(st, i), v)) {
             cJSON_Delete(v);
             cJSON_Delete(o);
@@ -398,12 +451,13 @@ static cJSON *row_object(sqlite3_stmt *st, int from, int to) {
 
 /* Every remaining row of st as an array of objects; st is reset either way.
  * The caller owns the array; NULL with err on failure. */
-static cJSON *rows_array(store_t *s, sqlite3_stmt *st, const char *op, char *err, size_t errlen) {
+static cJSON *rows_array_as(store_t *s, sqlite3_stmt *st, row_mode mode, const char *op, char *err,
+                            size_t errlen) {
     cJSON *arr = cJSON_CreateArray();
     if (!arr) goto oom;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        cJSON *o = row_object(st, 0, sqlite3_column_count(st));
+        cJSON *o = row_object(st, 0, sqlite3_column_count(st), mode);
         if (!o || !cJSON_AddItemToArray(arr, o)) {
             cJSON_Delete(o);
             goto oom;
@@ -421,6 +475,10 @@ fail:
     reset(st);
     cJSON_Delete(arr);
     return NULL;
+}
+
+static cJSON *rows_array(store_t *s, sqlite3_stmt *st, const char *op, char *err, size_t errlen) {
+    return rows_array_as(s, st, ROW_TYPED, op, err, errlen);
 }
 
 /* ---------------------------------------------------------------- migrations */
@@ -594,10 +652,6 @@ int store_open(const char *path, store_t **out, char *err, size_t errlen) {
 fail:
     store_close(s);
     return -1;
-}
-
-struct sqlite3 *store_db(store_t *s) {
-    return s->db;
 }
 
 void store_close(store_t *s) {
@@ -966,14 +1020,14 @@ static int experiment_object(store_t *s, int64_t id, cJSON **out, char *err, siz
         goto fail;
     }
     if (rc != SQLITE_ROW) goto db_error;
-    if (!(o = row_object(st, 0, sqlite3_column_count(st)))) goto oom;
+    if (!(o = row_object(st, 0, sqlite3_column_count(st), ROW_TYPED))) goto oom;
     reset(st);
 
     st = s->st[ST_GET_RESULT];
     sqlite3_bind_int64(st, 1, id);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
-        res = row_object(st, 1, sqlite3_column_count(st)); /* without experiment_id */
+        res = row_object(st, 1, sqlite3_column_count(st), ROW_TYPED); /* without experiment_id */
     else if (rc == SQLITE_DONE)
         res = cJSON_CreateNull();
     else
@@ -1008,7 +1062,7 @@ static int add_metrics(store_t *s, cJSON *o, int64_t id, int max, char *err, siz
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         total = sqlite3_column_int64(st, 5);
         if (max <= 0) continue;
-        cJSON *m = row_object(st, 0, 5);
+        cJSON *m = row_object(st, 0, 5, ROW_TYPED);
         if (!m || !cJSON_AddItemToArray(arr, m)) {
             cJSON_Delete(m);
             goto oom;
@@ -1089,8 +1143,9 @@ cJSON *store_leaderboard(store_t *s, const store_scope_t *sc, int limit, char *e
     return rows_array(s, st, "leaderboard", err, errlen);
 }
 
-cJSON *store_leaderboard_columns(store_t *s) {
-    sqlite3_stmt *st = s->st[ST_LEADERBOARD_IN];
+/* The column names of st, in order, as a new array of strings (NULL when
+ * out of memory). */
+static cJSON *column_names(sqlite3_stmt *st) {
     cJSON *cols = cJSON_CreateArray();
     for (int i = 0; cols && i < sqlite3_column_count(st); i++)
         if (!cJSON_AddItemToArray(cols, cJSON_CreateString(sqlite3_column_name(st, i)))) {
@@ -1098,6 +1153,14 @@ cJSON *store_leaderboard_columns(store_t *s) {
             cols = NULL;
         }
     return cols;
+}
+
+cJSON *store_leaderboard_columns(store_t *s) {
+    return column_names(s->st[ST_LEADERBOARD_IN]);
+}
+
+cJSON *store_export_columns(store_t *s) {
+    return column_names(s->st[ST_EXPORT]);
 }
 
 cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errlen) {
@@ -1108,7 +1171,7 @@ cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errl
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         id = sqlite3_column_int64(st, 0);
-        stats = row_object(st, 1, 5);
+        stats = row_object(st, 1, 5, ROW_TYPED);
     } else if (rc != SQLITE_DONE) {
         fail_db(s->db, err, errlen, "best");
     }
@@ -1332,4 +1395,163 @@ fail:
 void store_jobs_free(store_job_t *jobs, size_t n) {
     for (size_t i = 0; i < n; i++) store_experiment_clear(&jobs[i].e);
     free(jobs);
+}
+
+/* ------------------------------------------------------------- the event log */
+
+int store_event_add(store_t *s, const char *type, int64_t experiment_id, const char *payload_json,
+                    int64_t *id, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENT_ADD];
+    int b = bind_text(st, 1, type);
+    b |= experiment_id > 0 ? sqlite3_bind_int64(st, 2, experiment_id) : sqlite3_bind_null(st, 2);
+    b |= bind_text(st, 3, payload_json);
+    if (b) {
+        reset(st);
+        return fail_db(s->db, err, errlen, "event");
+    }
+    if (run(s, ST_EVENT_ADD, "event", err, errlen) < 0) return -1;
+    if (id) *id = sqlite3_last_insert_rowid(s->db);
+    return 0;
+}
+
+int store_event_ensure_finished(store_t *s, int64_t experiment_id, char *err, size_t errlen) {
+    sqlite3_bind_int64(s->st[ST_EVENT_ENSURE_FINISHED], 1, experiment_id);
+    if (run(s, ST_EVENT_ENSURE_FINISHED, "finished event", err, errlen) < 0) return -1;
+    return sqlite3_changes(s->db) > 0;
+}
+
+/* Column i (JSON object text) parsed, or an empty object; NULL when out of
+ * memory. */
+static cJSON *column_object(sqlite3_stmt *st, int i) {
+    const char *text = (const char *)sqlite3_column_text(st, i);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        j = cJSON_CreateObject();
+    }
+    return j;
+}
+
+/* The outbox row of ST_EVENTS_PENDING as hook.c reads it. */
+static cJSON *pending_row(sqlite3_stmt *st) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)sqlite3_column_int64(st, 0));
+    cJSON_AddStringToObject(o, "type", (const char *)sqlite3_column_text(st, 1));
+    cJSON_AddStringToObject(o, "webhook_id", (const char *)sqlite3_column_text(st, 2));
+    cJSON_AddNumberToObject(o, "experiment_id", (double)sqlite3_column_int64(st, 3));
+    cJSON_AddItemToObject(o, "payload", column_object(st, 4));
+    const char *body = (const char *)sqlite3_column_text(st, 5);
+    if (body)
+        cJSON_AddStringToObject(o, "body", body);
+    else
+        cJSON_AddNullToObject(o, "body");
+    cJSON_AddNumberToObject(o, "attempts", sqlite3_column_int(st, 6));
+    return o;
+}
+
+/* A feed item of ST_EVENTS_LIST: the fixed members, then the payload's (the
+ * fixed ones win a clash), and the experiment's val_bpb when the payload
+ * names an experiment without one. */
+static cJSON *feed_row(sqlite3_stmt *st) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)sqlite3_column_int64(st, 0));
+    cJSON_AddStringToObject(o, "type", (const char *)sqlite3_column_text(st, 1));
+    cJSON_AddStringToObject(o, "created", (const char *)sqlite3_column_text(st, 2));
+    cJSON_AddStringToObject(o, "webhook_id", (const char *)sqlite3_column_text(st, 3));
+    cJSON_AddStringToObject(o, "state", (const char *)sqlite3_column_text(st, 4));
+    cJSON *payload = column_object(st, 5);
+    while (payload && payload->child) {
+        cJSON *item = cJSON_DetachItemViaPointer(payload, payload->child);
+        if (cJSON_GetObjectItemCaseSensitive(o, item->string))
+            cJSON_Delete(item);
+        else
+            cJSON_AddItemToObject(o, item->string, item);
+    }
+    cJSON_Delete(payload);
+    cJSON *exp = cJSON_GetObjectItemCaseSensitive(o, "experiment");
+    if (cJSON_IsObject(exp) && !cJSON_GetObjectItemCaseSensitive(exp, "val_bpb")) {
+        if (sqlite3_column_type(st, 6) == SQLITE_NULL)
+            cJSON_AddNullToObject(exp, "val_bpb");
+        else
+            cJSON_AddNumberToObject(exp, "val_bpb", sqlite3_column_double(st, 6));
+    }
+    return o;
+}
+
+/* Every remaining row of st through make as an array; st is reset either
+ * way. The caller owns the array; NULL with err on failure. */
+static cJSON *rows_made(store_t *s, sqlite3_stmt *st, cJSON *(*make)(sqlite3_stmt *),
+                        const char *op, char *err, size_t errlen) {
+    cJSON *arr = cJSON_CreateArray();
+    int rc = SQLITE_NOMEM;
+    while (arr && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        cJSON *o = make(st);
+        if (!o || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            rc = SQLITE_NOMEM;
+            break;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        if (rc == SQLITE_NOMEM)
+            fail(err, errlen, "store: %s: out of memory", op);
+        else
+            fail_db(s->db, err, errlen, op);
+        cJSON_Delete(arr);
+        arr = NULL;
+    }
+    reset(st);
+    return arr;
+}
+
+cJSON *store_events_pending(store_t *s, int64_t after, int64_t experiment_id, int limit, char *err,
+                            size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENTS_PENDING];
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit);
+    sqlite3_bind_int64(st, 3, experiment_id);
+    return rows_made(s, st, pending_row, "pending events", err, errlen);
+}
+
+int store_event_set_body(store_t *s, int64_t id, const char *body, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENT_SET_BODY];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, body);
+    return run(s, ST_EVENT_SET_BODY, "event body", err, errlen);
+}
+
+int store_event_attempted(store_t *s, int64_t id, char *err, size_t errlen) {
+    sqlite3_bind_int64(s->st[ST_EVENT_ATTEMPTED], 1, id);
+    return run(s, ST_EVENT_ATTEMPTED, "event attempt", err, errlen);
+}
+
+int store_event_mark(store_t *s, int64_t id, const char *state, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENT_MARK];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, state);
+    return run(s, ST_EVENT_MARK, "event state", err, errlen);
+}
+
+cJSON *store_events(store_t *s, int64_t after, int limit, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENTS_LIST];
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit);
+    return rows_made(s, st, feed_row, "events", err, errlen);
+}
+
+int64_t store_events_last_id(store_t *s, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENTS_LAST_ID];
+    int64_t v = -1;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    else
+        fail_db(s->db, err, errlen, "last event");
+    reset(st);
+    return v;
+}
+
+/* ------------------------------------------------------------------ export */
+
+cJSON *store_export_rows(store_t *s, char *err, size_t errlen) {
+    return rows_array_as(s, s->st[ST_EXPORT], ROW_RAW, "export", err, errlen);
 }

@@ -105,10 +105,6 @@ void store_format_time(int64_t unix_ms, char *buf, size_t len);
 int store_open(const char *path, store_t **out, char *err, size_t errlen);
 void store_close(store_t *s);
 
-/* The store's connection, for modules that own tables of their own (the
- * events table, daemon/serve/events.c); borrowed, valid until store_close. */
-struct sqlite3 *store_db(store_t *s);
-
 /* Insert a queued experiment; *id gets its id. A parent that does not exist
  * is an error ("parent: experiment 17 does not exist"). */
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
@@ -301,5 +297,56 @@ typedef struct {
 
 /* Record one attempt as a hook_deliveries row (created = now). */
 int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *err, size_t errlen);
+
+/* --- the event log (schema/006_events.sql; the feed is described in
+ * daemon/serve/events.h, the webhook in daemon/hook/hook.h) --- */
+
+/* Append an event; payload_json is a JSON object's text (NULL = {}),
+ * experiment_id 0 for none. *id (may be NULL) gets the new id. */
+int store_event_add(store_t *s, const char *type, int64_t experiment_id, const char *payload_json,
+                    int64_t *id, char *err, size_t errlen);
+
+/* Make sure experiment id has its experiment.finished event (the trigger
+ * writes it when the status changes; this covers a caller that announces an
+ * experiment some other way). Returns 1 if it was added, 0 if it existed. */
+int store_event_ensure_finished(store_t *s, int64_t experiment_id, char *err, size_t errlen);
+
+/* The hook's outbox: pending events with id > after (and, when
+ * experiment_id > 0, about that experiment), oldest first, at most limit:
+ * [{"id", "type", "webhook_id", "experiment_id" (0 = none), "payload"
+ * (object), "body" (the stored webhook body text, or null), "attempts"}]. */
+cJSON *store_events_pending(store_t *s, int64_t after, int64_t experiment_id, int limit, char *err,
+                            size_t errlen);
+
+/* Store the webhook body built for event id (kept for every later attempt). */
+int store_event_set_body(store_t *s, int64_t id, const char *body, char *err, size_t errlen);
+
+/* One more delivery attempt of event id has started. */
+int store_event_attempted(store_t *s, int64_t id, char *err, size_t errlen);
+
+/* Event id is "delivered" (delivered = now) or "failed". */
+int store_event_mark(store_t *s, int64_t id, const char *state, char *err, size_t errlen);
+
+/* The feed: events with id > after, oldest first, at most limit (1..1000):
+ * [{"id", "type", "created", "webhook_id", "state", ...payload}], an
+ * experiment in the payload completed with its val_bpb. */
+cJSON *store_events(store_t *s, int64_t after, int limit, char *err, size_t errlen);
+
+/* The newest event's id (0 when there is none), or -1 on error. */
+int64_t store_events_last_id(store_t *s, char *err, size_t errlen);
+
+/* --- exports (daemon/serve/export.h writes them as tables) --- */
+
+/* Every experiment with its key spec fields and its result columns, oldest
+ * first: {id, name, status, reason, source, parent, seed, dataset,
+ * time_budget_s, eval_tokens, depth, n_embd, n_head, n_kv_head, mlp,
+ * window_pattern, ve_layers, seq_len, created, started, finished, val_bpb,
+ * params_total, mfu_percent, tokens_per_second, num_steps, training_seconds,
+ * peak_rss_mb}; every value as stored (ve_layers a list's JSON text, not an
+ * array). */
+cJSON *store_export_rows(store_t *s, char *err, size_t errlen);
+
+/* store_export_rows' keys in order, as store_leaderboard_columns. */
+cJSON *store_export_columns(store_t *s);
 
 #endif
