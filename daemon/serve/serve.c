@@ -45,7 +45,7 @@ typedef struct {
     int prune, prune_startup; /* SCHED_PRUNE_*; runs to compare against first */
     double prune_warmup;      /* progress before pruning */
     double token_run_limit_s; /* deadline of a token-budgeted run */
-    char dataset[64];         /* the default scope of leaderboard, best and noise */
+    char dataset[64];         /* pins the scoped queries' dataset; "" = the latest result's */
     char token[MAX_TOKEN + 1];
     char *worker_cmd[33]; /* test hook: a stand-in worker program and its arguments */
     char worker_cmd_buf[1024];
@@ -335,9 +335,9 @@ static void serve_usage(FILE *out) {
             "progress, once --prune-startup of them (default 5) have finished; it is\n"
             "recorded as pruned (a spec with \"prune\": false never is). A token-budgeted\n"
             "run is killed as a timeout after --token-run-limit seconds (default 3600).\n"
-            "val_bpb is ranked within one dataset and budget: the leaderboard, best and\n"
-            "noise default to --dataset (default \"default\") and the budget most of its\n"
-            "runs used.\n"
+            "val_bpb is ranked within one scope (a dataset, budget and evaluation): the\n"
+            "leaderboard, best and noise answer for the scope a query names, what it\n"
+            "leaves out taken from the latest result (--dataset pins the dataset).\n"
             "--executor slurm submits every run as a Slurm batch job (sbatch, squeue and\n"
             "scancel from PATH; DIR must be shared with the compute nodes): --slots jobs at\n"
             "once, named NAME-<id> (default nightshift), states polled every S seconds\n"
