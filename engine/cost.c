@@ -128,6 +128,12 @@ void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *o
         out->weights + out->grads + out->optimizer + out->activations + out->data + out->overhead;
 }
 
+int cost_default_worker_mb(int slots) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double mb = pages > 0 && page > 0 ? (double)pages * page / (1 << 20) : 0;
+    return slots > 0 ? (int)(0.75 * mb / slots) : 0;
+}
+
 double cost_worker_limit(int spec_mb, int daemon_mb, const char **source) {
     int limit_mb = daemon_mb;
     if (spec_mb > 0 && (limit_mb <= 0 || spec_mb < limit_mb)) limit_mb = spec_mb;
@@ -218,13 +224,14 @@ static void usage(FILE *out) {
                  "                   state): model.vocab_size comes from the dataset unless\n"
                  "                   the spec gives it, and its token files count towards memory\n"
                  "  --batch B        rows per forward pass for the MAC counts and the memory\n"
-                 "  --memory-mb MB   a worker's limit, as serve --memory-mb (default: none, so\n"
-                 "                   resources.memory_mb, else this machine's RAM)\n");
+                 "  --memory-mb MB   a worker's limit, as serve --memory-mb (default: serve's\n"
+                 "                   with one slot, 75%% of RAM; 0 = none); a spec's\n"
+                 "                   resources.memory_mb may ask for less\n");
 }
 
 int cost_main(int argc, char **argv) {
     const char *spec_path = NULL, *dir = NULL;
-    long batch = 0, memory_mb = 0;
+    long batch = 0, memory_mb = cost_default_worker_mb(1);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);

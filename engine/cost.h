@@ -56,6 +56,11 @@ typedef struct {
  * and data_tokens tokens in the dataset (0 when unknown). */
 void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *out);
 
+/* serve's default memory limit per worker, in MiB: three quarters of this
+ * machine's RAM shared among slots, so that one runaway worker cannot push
+ * the others (or the daemon) into swap; 0 when the RAM is not known. */
+int cost_default_worker_mb(int slots);
+
 /* What one worker may use, in bytes, for a spec asking for spec_mb MiB
  * (resources.memory_mb; 0 = nothing) under a daemon limit of daemon_mb MiB
  * per worker (0 = none): the lower of the two, else this machine's RAM (0

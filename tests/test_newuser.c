@@ -198,8 +198,12 @@ Test(newuser, a_spec_too_large_is_refused_with_its_numbers) {
                          strlen(want) - strlen("nightshift: does_not_fit: ")),
                  0, "got:  %s\nwant: %s", r.err, want);
     tu_run_free(&r);
-    /* without a limit: this machine's RAM, which it does not fit in either */
+    /* by default the limit serve gives one slot; with none, this machine's RAM */
     tu_run_bin(&r, 30, "cost", spec, "--dir", state, NULL);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "(the daemon's limit per worker)"), "%s", r.err);
+    tu_run_free(&r);
+    tu_run_bin(&r, 30, "cost", spec, "--dir", state, "--memory-mb", "0", NULL);
     cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert(strstr(r.err, "(this machine's RAM)"), "%s", r.err);
     tu_run_free(&r);
@@ -550,6 +554,10 @@ Test(newuser, with_runs_only_on_book_every_answer_is_books_and_says_so) {
     cr_expect_eq(r.exit_code, 1);
     cr_expect(strstr(r.err, "(did you mean 'book'?)"), "%s", r.err);
     tu_run_free(&r);
+    /* the status every watch polls keeps answering, without a noise */
+    cJSON *st = tu_get_json(&d, "/v1/status?dataset=nosuch");
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(st, "noise")));
+    cJSON_Delete(st);
     tu_run_bin(&r, 30, "best", "--url", d.url, "--budget", "tokens:12345", NULL);
     cr_expect_eq(r.exit_code, 1);
     cr_expect(strstr(r.err, "unknown_scope: no experiment ran in any dataset with budget "

@@ -567,7 +567,8 @@ void api_close(api_t *a) {
 }
 
 /* The leaderboard's reply; *cacheable says whether it holds until the next
- * finish (a scope taken from the latest experiment moves with submissions). */
+ * finish (a scope taken from the latest experiment, or the defaults, moves
+ * with submissions). */
 static void get_leaderboard_uncached(api_t *a, const http_request_t *req, http_response_t *res,
                                      int *cacheable) {
     long long limit;
@@ -581,7 +582,7 @@ static void get_leaderboard_uncached(api_t *a, const http_request_t *req, http_r
         return;
     }
     if (query_scope(a, req, res, &sc, &from) < 0) return;
-    *cacheable = strcmp(from, "latest_experiment") != 0;
+    *cacheable = !strcmp(from, "query") || !strcmp(from, "latest_result");
     cJSON *rows = store_leaderboard(a->store, &sc, (int)limit, err, sizeof err);
     if (!rows) {
         reply_store_error(res, err);
@@ -655,12 +656,22 @@ static void get_status(api_t *a, const http_request_t *req, http_response_t *res
         reply_store_error(res, err);
         return;
     }
-    if (query_scope(a, req, res, &sc, &from) < 0) return;
-    cJSON *noise = store_noise(a->store, &sc, err, sizeof err);
-    if (!noise) {
-        reply_store_error(res, err);
+    /* The noise of the scope asked for; a scope that names nothing (say a
+     * mistyped serve --dataset) leaves it null rather than fail the status
+     * every watch and dashboard polls. */
+    http_response_t scratch = {0};
+    cJSON *noise = NULL;
+    if (query_scope(a, req, &scratch, &sc, &from) == 0) {
+        if (!(noise = store_noise(a->store, &sc, err, sizeof err))) {
+            reply_store_error(res, err);
+            return;
+        }
+        cJSON_AddStringToObject(noise, "scope_from", from);
+    } else if (scratch.status != 404) {
+        *res = scratch; /* a malformed query, a store failure */
         return;
     }
+    free(scratch.body);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "version", NIGHTSHIFT_VERSION);
     cJSON_AddNumberToObject(o, "uptime_s", util_now() - a->started_at);
@@ -670,8 +681,7 @@ static void get_status(api_t *a, const http_request_t *req, http_response_t *res
     char dir[PATH_MAX];
     cJSON_AddStringToObject(o, "state_dir", realpath(a->state_dir, dir) ? dir : a->state_dir);
     cJSON_AddItemToObject(o, "slots", sched_status(a->sched));
-    cJSON_AddStringToObject(noise, "scope_from", from);
-    cJSON_AddItemToObject(o, "noise", noise);
+    cJSON_AddItemToObject(o, "noise", noise ? noise : cJSON_CreateNull());
     reply_json(res, 200, o);
 }
 

@@ -29,6 +29,7 @@
 #include "daemon/serve/serve.h"
 #include "daemon/exec/slurm.h"
 #include "daemon/store/store.h"
+#include "engine/cost.h"
 #include "engine/util.h"
 
 #define MAX_TOKEN             256
@@ -652,13 +653,7 @@ int serve_main(int argc, char **argv) {
         if (o->memory_mb < 0) o->memory_mb = 0; /* the partition's default */
         if (o->threads_per_slot == 0) o->threads_per_slot = SLURM_DEFAULT_THREADS;
     }
-    if (o->memory_mb < 0) {
-        /* Three quarters of the machine, shared among the slots, so that one
-         * runaway worker cannot push the others (or the daemon) into swap. */
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        double mb = pages > 0 && page > 0 ? (double)pages * page / (1 << 20) : 0;
-        o->memory_mb = (int)(0.75 * mb / o->slots);
-    }
+    if (o->memory_mb < 0) o->memory_mb = cost_default_worker_mb(o->slots);
     if (!http_host_is_loopback(o->host) && !o->token[0]) {
         fprintf(stderr,
                 "serve: refusing to listen on %s without a token (--token, "
