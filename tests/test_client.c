@@ -943,8 +943,8 @@ Test(client, watch_evaluating_last_and_best) {
                    "\"deep\"\n"
                    "last: exp 6 \"wide\" succeeded val_bpb 1.9000, +0.1000 vs config #5 mean (3 "
                    "seeds) on book\n"
-                   "best: book 300 s 1.8000 (config #5 mean of 3 seeds); default 300 s eval all "
-                   "2.5000 (exp 2)\n"
+                   "best: book 300 s 1.8000 (config #5 mean of 3 seeds); default 300 s 2.5000 "
+                   "(exp 2)\n"
                    "queue: 2 queued\n",
                    RUN_TIMEOUT_S, "watch", "--once", "--url", S.url, NULL);
     cr_assert_str_eq(seen(1)->query, "order=-id&limit=20");

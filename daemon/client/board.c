@@ -63,9 +63,8 @@ void board_scope_label(const board_best_t *b, char *buf, size_t len) {
         snprintf(num, sizeof num, "%s tokens", fmt_short_count(b->budget, count, sizeof count));
     else
         snprintf(num, sizeof num, "%.15g s", b->budget);
-    if (b->eval_tokens != SPEC_DEFAULT_EVAL_TOKENS)
-        snprintf(eval, sizeof eval, b->eval_tokens ? " eval %" PRId64 : " eval all",
-                 b->eval_tokens);
+    if (b->eval_tokens && b->eval_tokens != SPEC_DEFAULT_EVAL_TOKENS)
+        snprintf(eval, sizeof eval, " eval %" PRId64, b->eval_tokens);
     snprintf(buf, len, "%s %s%s", b->dataset, num, eval);
 }
 

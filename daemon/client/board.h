@@ -38,7 +38,8 @@ const board_best_t *board_best_of(const board_best_t *best, int n, const cJSON *
 void board_scope_text(const cJSON *o, char *buf, size_t len);
 
 /* A short label of b's scope for one line: "book 300 s" or "book 4.1M
- * tokens", with " eval N" when its evaluation is not the spec's default. */
+ * tokens", with " eval N" when it scores a part of its split other than the
+ * spec's default (the whole split, as most do, goes unsaid). */
 void board_scope_label(const board_best_t *b, char *buf, size_t len);
 
 /* What b's number is: "config #1 mean of 3 seeds", or "exp 1" for one seed. */
