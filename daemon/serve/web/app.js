@@ -139,9 +139,18 @@
 
   /* ----------------------------------------------------------- the chart */
 
+  /* The chart, like the leaderboard, is the shown scope's: a best-so-far
+   * line across datasets or evaluations would compare what does not. */
+  function inShownScope(e) {
+    var b = state.board;
+    if (!b || typeof b.dataset !== "string") return true;
+    return e.dataset === b.dataset && e.budget_kind === b.budget_kind && e.budget === b.budget &&
+      e.eval_tokens === b.eval_tokens;
+  }
+
   function finishedRuns() {
     return state.experiments
-      .filter(function (e) { return !TERMINAL_SKIP[e.status]; })
+      .filter(function (e) { return !TERMINAL_SKIP[e.status] && inShownScope(e); })
       .sort(function (a, b) {
         return (a.finished || "").localeCompare(b.finished || "") || a.id - b.id;
       });
@@ -540,7 +549,8 @@
   }
 
   function renderSummary() {
-    var st = state.status, done = finishedRuns().length, best = null;
+    var st = state.status, best = null;
+    var done = state.experiments.filter(function (e) { return !TERMINAL_SKIP[e.status]; }).length;
     state.leaderboard.forEach(function (r) {
       var v = sortValue(r, "val_bpb");
       if (typeof v === "number" && (best === null || v < best.v)) best = { v: v, id: r.id };
