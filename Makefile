@@ -204,7 +204,8 @@ asan:
 # The suites by kind (Criterion --filter over suite names; a new suite goes in
 # one list). Unit: the engine's and the store's functions in process.
 # Integration: the nightshift binary, the daemon, servers and workers.
-UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim parity spec store strategy tok
+UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity spec store \
+               strategy tok
 INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook loop newuser slurm \
                       slurm_fake train worker
 EMPTY :=

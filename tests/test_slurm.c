@@ -242,13 +242,14 @@ Test(slurm, store_records_executor_and_job) {
     cr_assert_eq(store_open(tu_dir_path("ns.db"), &s, err, sizeof err), 0, "%s", err);
     store_new_experiment_t ne = {.name = "a",
                                  .spec_json = "{\"time_budget_s\":5}",
-                                 .spec_hash = "h1",
+                                 .config_hash = "h1",
+                                 .scope = {"default", "time", 5},
                                  .seed = 1,
                                  .source = "api"};
     int64_t a, b;
     cr_assert_eq(store_insert(s, &ne, &a, err, sizeof err), 0, "%s", err);
     ne.name = NULL;
-    ne.spec_hash = "h2";
+    ne.config_hash = "h2";
     cr_assert_eq(store_insert(s, &ne, &b, err, sizeof err), 0, "%s", err);
     store_experiment_t x;
     cr_assert_eq(store_claim_next(s, &x, err, sizeof err), 1, "%s", err);

@@ -17,18 +17,13 @@
 #include "engine/spec.h"
 #include "engine/util.h"
 
-#define METRICS_BATCH          256    /* rows buffered per slot before a forced flush */
-#define METRICS_FLUSH_MS       1000   /* and at least this often */
-#define RETRY_START_MS         5000   /* after a start failed for want of resources */
-#define MAX_METRICS_PER_RUN    100000 /* metrics rows per run; a 5-minute run has hundreds */
-#define DEFAULT_DEADLINE_SLACK 120.0
-#define DEFAULT_KILL_GRACE     5.0
-#define DEFAULT_PRUNE_STARTUP  5
-#define DEFAULT_PRUNE_WARMUP   0.3
-#define DEFAULT_TOKEN_LIMIT    3600.0
-#define PRUNE_CHECK_S          1.0 /* at most one pruning check per slot per second */
-#define PRUNE_RUNGS            3   /* comparisons per run: at the warm-up and evenly after */
-#define PRUNE_MAX_RUNS         100 /* the median is over the last this many finished runs */
+#define METRICS_BATCH       256    /* rows buffered per slot before a forced flush */
+#define METRICS_FLUSH_MS    1000   /* and at least this often */
+#define RETRY_START_MS      5000   /* after a start failed for want of resources */
+#define MAX_METRICS_PER_RUN 100000 /* metrics rows per run; a 5-minute run has hundreds */
+#define PRUNE_CHECK_S       1.0    /* at most one pruning check per slot per second */
+#define PRUNE_RUNGS         3      /* comparisons per run: at the warm-up and evenly after */
+#define PRUNE_MAX_RUNS      100    /* the median is over the last this many finished runs */
 /* DIR/runs/<id> and the files in it; DIR itself is at most PATH_MAX. */
 #define RUN_DIR_MAX  (PATH_MAX + 32)
 #define RUN_PATH_MAX (RUN_DIR_MAX + 32)
@@ -367,6 +362,12 @@ static int make_run_dir(sched_t *s, const store_experiment_t *e, char run_dir[RU
 /* What start_one did. */
 enum { START_FAILED_RUN = -1, START_EMPTY = 0, START_OK = 1, START_RETRY_LATER = -2 };
 
+/* The wall-clock seconds a run may train: its time budget, or for a token
+ * budget, which has no wall-clock length, the token-run limit. */
+static double run_budget_s(const sched_t *s, const spec_scope_t *sc) {
+    return !strcmp(sc->budget_kind, SPEC_BUDGET_TOKENS) ? s->o.token_run_limit_s : sc->budget;
+}
+
 /* A spec may ask for less memory than the daemon's limit, never more. */
 static int memory_limit(int spec_mb, int daemon_mb) {
     if (spec_mb <= 0) return daemon_mb;
@@ -389,7 +390,7 @@ static int start_one(sched_t *s, slot_t *sl) {
     }
     if (rc == 0) return START_EMPTY;
     if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0) goto fail_run;
-    sl->scope = e.scope;
+    sl->scope = e.scope; /* as filed: its evaluation is the one its dataset made it */
     if (make_run_dir(s, &e, run_dir, err, sizeof err) < 0) {
         spec_free(&spec);
         goto retry_later;
@@ -416,7 +417,8 @@ static int start_one(sched_t *s, slot_t *sl) {
     argv[n] = NULL;
 
     int threads = spec.resources.threads > 0 ? spec.resources.threads : sl->threads;
-    int by_tokens = !strcmp(sl->scope.budget_kind, "tokens");
+    int by_tokens = !strcmp(sl->scope.budget_kind, SPEC_BUDGET_TOKENS);
+    double budget_s = run_budget_s(s, &sl->scope);
     executor_run_t run = {
         .id = e.id,
         .shim = s->exe,
@@ -426,11 +428,9 @@ static int start_one(sched_t *s, slot_t *sl) {
         .cpus = sl->cpus,
         .threads = threads,
         .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
-        /* A token budget has no wall-clock length: its limit stands in for it. */
-        .budget_s = by_tokens ? s->o.token_run_limit_s : spec.time_budget_s,
+        .budget_s = budget_s,
         .slack_s = s->o.deadline_slack_s,
-        .deadline_s =
-            by_tokens ? s->o.token_run_limit_s : spec.time_budget_s * 1.25 + s->o.deadline_slack_s,
+        .deadline_s = by_tokens ? budget_s : budget_s * 1.25 + s->o.deadline_slack_s,
         .kill_grace_s = s->o.kill_grace_s,
     };
     executor_callbacks_t cb = {
@@ -584,7 +584,9 @@ cJSON *sched_status(sched_t *s) {
 static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, size_t errlen) {
     spec_t spec;
     char run_dir[RUN_DIR_MAX], log_path[RUN_PATH_MAX];
+    spec_scope_t scope;
     if (spec_parse(j->e.spec_json, strlen(j->e.spec_json), &spec, err, errlen) < 0) return -1;
+    spec_scope(&spec, &scope);
     snprintf(run_dir, sizeof run_dir, "%s/runs/%lld", s->state_dir, (long long)j->e.id);
     snprintf(log_path, sizeof log_path, "%s/train.log", run_dir);
     executor_run_t run = {.id = j->e.id,
@@ -592,7 +594,7 @@ static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, s
                           .run_dir = run_dir,
                           .log_path = log_path,
                           .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
-                          .budget_s = spec.time_budget_s,
+                          .budget_s = run_budget_s(s, &scope),
                           .slack_s = s->o.deadline_slack_s};
     spec_free(&spec);
     executor_callbacks_t cb = {
@@ -600,7 +602,8 @@ static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, s
     sl->id = j->e.id;
     sl->n_metrics = 0;
     sl->name = j->e.name ? strdup(j->e.name) : NULL;
-    sl->budget_s = run.budget_s;
+    sl->budget_s = spec.time_budget_s;
+    sl->scope = scope;
     if (s->x->attach(s->x, &run, j->slurm_job_id, &cb, &sl->worker, err, errlen) < 0) {
         release_slot(sl);
         return -1;
@@ -679,12 +682,12 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
     s->loop = loop;
     s->store = store;
     s->o = *o;
-    if (s->o.deadline_slack_s <= 0) s->o.deadline_slack_s = DEFAULT_DEADLINE_SLACK;
-    if (s->o.kill_grace_s <= 0) s->o.kill_grace_s = DEFAULT_KILL_GRACE;
+    if (s->o.deadline_slack_s <= 0) s->o.deadline_slack_s = SCHED_DEFAULT_DEADLINE_SLACK_S;
+    if (s->o.kill_grace_s <= 0) s->o.kill_grace_s = SCHED_DEFAULT_KILL_GRACE_S;
     if (s->o.max_attempts < 1) s->o.max_attempts = 1;
-    if (s->o.prune_startup < 1) s->o.prune_startup = DEFAULT_PRUNE_STARTUP;
-    if (!(s->o.prune_warmup > 0)) s->o.prune_warmup = DEFAULT_PRUNE_WARMUP;
-    if (!(s->o.token_run_limit_s > 0)) s->o.token_run_limit_s = DEFAULT_TOKEN_LIMIT;
+    if (s->o.prune_startup < 1) s->o.prune_startup = SCHED_DEFAULT_PRUNE_STARTUP;
+    if (!(s->o.prune_warmup > 0)) s->o.prune_warmup = SCHED_DEFAULT_PRUNE_WARMUP;
+    if (!(s->o.token_run_limit_s > 0)) s->o.token_run_limit_s = SCHED_DEFAULT_TOKEN_RUN_LIMIT_S;
     /* Workers run in their run directory: every path they get is absolute. */
     if (!realpath(o->state_dir, s->state_dir) || !realpath(o->exe, s->exe)) {
         snprintf(err, errlen, "sched: %s: %s", o->state_dir, strerror(errno));

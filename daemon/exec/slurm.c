@@ -38,8 +38,6 @@
 
 extern char **environ;
 
-#define DEFAULT_PREFIX      "nightshift"
-#define DEFAULT_POLL_S      10.0
 #define DEFAULT_TAIL_S      1.0
 #define DEFAULT_CMD_TIMEOUT 60.0
 #define MAX_STDOUT          (4u << 20)   /* bytes of a command's stdout kept (squeue) */
@@ -143,7 +141,7 @@ int slurm_sbatch_argv(const slurm_opts_t *o, const executor_run_t *r, const char
                       char **argv, int max, char *buf, size_t len) {
     int k = 0;
     size_t used = 0;
-    const char *prefix = o->job_prefix && *o->job_prefix ? o->job_prefix : DEFAULT_PREFIX;
+    const char *prefix = o->job_prefix && *o->job_prefix ? o->job_prefix : SLURM_DEFAULT_PREFIX;
 #define ARG(s)                                                                                     \
     do {                                                                                           \
         if (k >= max - 1) return -1;                                                               \
@@ -183,7 +181,8 @@ cJSON *slurm_rest_job(const slurm_opts_t *o, const executor_run_t *r, const char
     cJSON *root = cJSON_CreateObject(), *job = cJSON_AddObjectToObject(root, "job");
     cJSON *e = cJSON_AddObjectToObject(job, "environment");
     snprintf(name, sizeof name, "%s-%lld",
-             o->job_prefix && *o->job_prefix ? o->job_prefix : DEFAULT_PREFIX, (long long)r->id);
+             o->job_prefix && *o->job_prefix ? o->job_prefix : SLURM_DEFAULT_PREFIX,
+             (long long)r->id);
     cJSON_AddStringToObject(root, "script", script);
     cJSON_AddStringToObject(job, "name", name);
     cJSON_AddStringToObject(job, "current_working_directory", r->run_dir);
@@ -1261,7 +1260,7 @@ executor_t *slurm_executor_new(uv_loop_t *loop, const slurm_opts_t *o, char *err
     sx->o = *o;
     sx->partition = o->partition ? strdup(o->partition) : NULL;
     sx->account = o->account ? strdup(o->account) : NULL;
-    sx->prefix = strdup(o->job_prefix && *o->job_prefix ? o->job_prefix : DEFAULT_PREFIX);
+    sx->prefix = strdup(o->job_prefix && *o->job_prefix ? o->job_prefix : SLURM_DEFAULT_PREFIX);
     size_t n = 0;
     while (o->sbatch_args && o->sbatch_args[n]) n++;
     sx->sbatch_args = calloc(n + 1, sizeof *sx->sbatch_args);
@@ -1291,7 +1290,7 @@ executor_t *slurm_executor_new(uv_loop_t *loop, const slurm_opts_t *o, char *err
     sx->o.job_prefix = sx->prefix;
     sx->o.sbatch_args = sx->sbatch_args;
     sx->o.rest_url = sx->o.rest_user = sx->o.rest_token = NULL; /* kept in sx->rest_* */
-    if (!(sx->o.poll_s > 0)) sx->o.poll_s = DEFAULT_POLL_S;
+    if (!(sx->o.poll_s > 0)) sx->o.poll_s = SLURM_DEFAULT_POLL_S;
     if (!(sx->o.tail_s > 0)) sx->o.tail_s = DEFAULT_TAIL_S;
     if (!(sx->o.command_timeout_s > 0)) sx->o.command_timeout_s = DEFAULT_CMD_TIMEOUT;
     sx->x = (executor_t){.name = "slurm",

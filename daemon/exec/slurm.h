@@ -44,6 +44,9 @@
 
 #include "daemon/exec/executor.h"
 
+#define SLURM_DEFAULT_PREFIX "nightshift"
+#define SLURM_DEFAULT_POLL_S 10.0
+
 typedef struct {
     const char *partition;    /* NULL = the cluster's default */
     const char *account;      /* NULL = the user's default */

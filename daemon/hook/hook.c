@@ -832,8 +832,7 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
     h->timeout_s = o->timeout_s > 0 ? o->timeout_s : 30;
     h->idle_resend_s = o->idle_resend_s > 0 ? o->idle_resend_s : 60;
     h->backoff_base_s = o->backoff_base_s > 0 ? o->backoff_base_s : 1;
-    h->proposals_per_min =
-        o->proposals_per_min == 0 ? HOOK_PROPOSALS_PER_MIN : o->proposals_per_min;
+    h->proposals_per_min = o->proposals_per_min < 0 ? HOOK_PROPOSALS_PER_MIN : o->proposals_per_min;
     h->proposal_tokens = h->proposals_per_min;
     h->proposal_refill_ms = uv_now(loop);
     /* Loopback never goes through a proxy; the user's no_proxy list still applies. */

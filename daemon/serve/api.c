@@ -132,7 +132,7 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, store_scope_t
         rc = NS_ERR_DOES_NOT_FIT;
         goto fail;
     }
-    if (sc) spec_scope(s, have_info ? info.val_tokens : -1, sc);
+    if (sc) spec_scope_on(s, have_info ? info.val_tokens : -1, sc);
     return 0;
 fail:
     spec_free(s);
@@ -153,7 +153,7 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     for (int i = 0; i < s.n_tags; i++) cJSON_AddItemToArray(tag_arr, cJSON_CreateString(s.tags[i]));
     tags = cJSON_PrintUnformatted(tag_arr);
     cJSON_Delete(tag_arr);
-    if (!canon || !tags || spec_identity(&s, hash) < 0) {
+    if (!canon || !tags || spec_config_hash(&s, hash) < 0) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
@@ -175,12 +175,12 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     store_new_experiment_t e = {.name = s.name,
                                 .tags_json = tags,
                                 .spec_json = canon,
-                                .spec_hash = hash,
+                                .config_hash = hash,
                                 .seed = (int64_t)s.seed,
                                 .parent = s.parent,
                                 .source = source,
                                 .priority = s.priority,
-                                .eval_tokens = sc.eval_tokens};
+                                .scope = sc};
     if (store_insert(a->store, &e, id, serr, sizeof serr) < 0) {
         snprintf(err, errlen, "%s", serr);
         rc = NS_ERR_IO;

@@ -41,12 +41,11 @@ typedef struct {
     store_t *store;
     sched_t *sched;
     const char *state_dir;
-    const char *token; /* NULL = no token required */
-    int guard_reads;   /* the token guards GETs too (all but /healthz) */
-    const char
-        *default_dataset;      /* pins the scoped queries' dataset (serve --dataset); NULL = none */
-    double started_at;         /* util_now() at startup */
-    struct events_hub *events; /* the SSE hub (events.h); NULL = no stream */
+    const char *token;           /* NULL = no token required */
+    int guard_reads;             /* the token guards GETs too (all but /healthz) */
+    const char *default_dataset; /* pins the scoped queries' dataset; NULL = none */
+    double started_at;           /* util_now() at startup */
+    struct events_hub *events;   /* the SSE hub (events.h); NULL = no stream */
     int memory_mb; /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */
     /* The last leaderboard replies by query string, good while store_finishes
      * stays where it was (a run finishing is the only change the daemon makes

@@ -73,26 +73,6 @@ static void not_found(http_response_t *res, const char *code, bytebuf_t *t) {
     free(msg);
 }
 
-/* ?budget= into sc: 0, or -1 when it is not time:SECONDS, SECONDS,
- * SECONDSs or tokens:N. */
-static int parse_budget(const char *budget, store_scope_t *sc) {
-    const char *num = budget, *kind = "time";
-    char *end;
-    if (!strncmp(budget, "time:", 5)) {
-        num = budget + 5;
-    } else if (!strncmp(budget, "tokens:", 7)) {
-        num = budget + 7;
-        kind = "tokens";
-    }
-    errno = 0;
-    double v = strtod(num, &end);
-    if (end != num && !strcmp(kind, "time") && *end == 's') end++;
-    if (errno || end == num || *end || !(v > 0) || v > 1e15) return -1;
-    snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s", kind);
-    sc->budget = v;
-    return 0;
-}
-
 int scope_from_query(store_t *store, const char *state_dir, const char *pinned_dataset,
                      const char *query, store_scope_t *sc, const char **from,
                      http_response_t *res) {
@@ -108,7 +88,7 @@ int scope_from_query(store_t *store, const char *state_dir, const char *pinned_d
                    sizeof dataset - 1);
         return -1;
     }
-    if (got_b < 0 || (budget[0] && parse_budget(budget, sc) < 0)) {
+    if (got_b < 0 || (budget[0] && spec_scope_set_budget(sc, budget) < 0)) {
         http_error(res, 400, "invalid_query",
                    "budget: expected time:SECONDS (or SECONDS, or SECONDSs) or tokens:N");
         return -1;
@@ -173,7 +153,7 @@ int scope_from_query(store_t *store, const char *state_dir, const char *pinned_d
     }
     bytebuf_free(&t);
     snprintf(d.dataset, sizeof d.dataset, "%s", ds);
-    spec_scope(&d, prepared ? info.val_tokens : -1, sc);
+    spec_scope_on(&d, prepared ? info.val_tokens : -1, sc);
     spec_free(&d);
     return 0;
 }

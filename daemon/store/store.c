@@ -110,14 +110,11 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    /* The configuration leaves out what describes a run rather than the
-     * model and its training, and the evaluation, which is its scope's. */
-    [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, spec_hash, seed, parent, source,"
-                  " priority, created, eval_tokens, config_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6,"
-                  " ?7, ?8, ?9, ?10, nightshift_sha256(json_remove(?3, '$.seed', '$.name',"
-                  " '$.tags', '$.priority', '$.parent', '$.prune', '$.eval_tokens')))",
+    [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, config_hash, seed, parent, source,"
+                  " priority, created, dataset, budget_kind, budget, eval_tokens)"
+                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     /* The one the user most likely wants back: a result first, then a live one. */
-    [ST_FIND_DUP] = "SELECT id FROM experiments WHERE spec_hash = ?1 AND seed = ?2"
+    [ST_FIND_DUP] = "SELECT id FROM experiments WHERE config_hash = ?1 AND seed = ?2"
                     " AND eval_tokens = ?3 AND status IN ('succeeded', 'running', 'queued',"
                     " 'timeout') ORDER BY CASE status WHEN 'succeeded' THEN 0 WHEN 'running'"
                     " THEN 1 WHEN 'queued' THEN 2 ELSE 3 END, id LIMIT 1",
@@ -164,7 +161,7 @@ static const char *const stmt_sql[ST_COUNT] = {
         LIST_SELECT "(?2 = 0 OR (" QUEUE_KEY ") > (SELECT " QUEUE_KEY
                     " FROM experiments WHERE id = ?2)) ORDER BY " QUEUE_KEY " LIMIT ?3",
     [ST_GET] = "SELECT id, name, tags, status, reason, source, priority, parent, seed, attempt,"
-               " spec_hash, created, started, finished, pid, exit_code, term_signal, spec"
+               " config_hash, created, started, finished, pid, exit_code, term_signal, spec"
                " FROM experiments WHERE id = ?1",
     [ST_GET_RESULT] = "SELECT * FROM results WHERE experiment_id = ?1",
     /* At most ?2 rows evenly spaced over the run, always ending with the last
@@ -564,7 +561,7 @@ fail:
 }
 
 /* nightshift_sha256(text): the hex SHA-256 of its argument (NULL for NULL).
- * The schema uses it for experiments.config_hash. */
+ * Migration 004 filed the configurations of its time with it. */
 static void sha256_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     (void)argc;
     const unsigned char *t = sqlite3_value_text(argv[0]);
@@ -583,6 +580,38 @@ static void sha256_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     sqlite3_result_text(ctx, hex, (int)(2 * n), SQLITE_TRANSIENT);
 }
 
+/* nightshift_spec_key(spec): what the store files an experiment by, from the
+ * spec parser (spec_scope, spec_config_hash), as JSON text {"dataset",
+ * "budget_kind", "budget", "config_hash"}; NULL for a spec that does not
+ * parse. Migration 009 files the stored rows again with it. */
+static void spec_key_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    (void)argc;
+    const char *text = (const char *)sqlite3_value_text(argv[0]);
+    spec_t sp;
+    spec_scope_t sc;
+    char err[SPEC_ERR_LEN], hash[SPEC_HASH_HEX];
+    if (!text || spec_parse(text, strlen(text), &sp, err, sizeof err) < 0) {
+        sqlite3_result_null(ctx);
+        return;
+    }
+    spec_scope(&sp, &sc);
+    int rc = spec_config_hash(&sp, hash);
+    spec_free(&sp);
+    cJSON *o = rc == 0 ? cJSON_CreateObject() : NULL;
+    char *json = o && cJSON_AddStringToObject(o, "dataset", sc.dataset) &&
+                         cJSON_AddStringToObject(o, "budget_kind", sc.budget_kind) &&
+                         cJSON_AddNumberToObject(o, "budget", sc.budget) &&
+                         cJSON_AddStringToObject(o, "config_hash", hash)
+                     ? cJSON_PrintUnformatted(o)
+                     : NULL;
+    cJSON_Delete(o);
+    if (json)
+        sqlite3_result_text(ctx, json, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_result_error_nomem(ctx);
+    cJSON_free(json);
+}
+
 /* Open path and configure the connection. *out is set even on failure (it may
  * hold a handle that needs sqlite3_close). */
 static int open_db(const char *path, sqlite3 **out, char *err, size_t errlen) {
@@ -596,8 +625,10 @@ static int open_db(const char *path, sqlite3 **out, char *err, size_t errlen) {
     }
     sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
     if (sqlite3_create_function(db, "nightshift_sha256", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
-                                NULL, sha256_fn, NULL, NULL) != SQLITE_OK) {
-        fail_db(db, err, errlen, "registering nightshift_sha256");
+                                NULL, sha256_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(db, "nightshift_spec_key", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
+                                NULL, spec_key_fn, NULL, NULL) != SQLITE_OK) {
+        fail_db(db, err, errlen, "registering functions");
         goto fail;
     }
 
@@ -665,8 +696,8 @@ void store_close(store_t *s) {
 
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
                  size_t errlen) {
-    if (!e->spec_json || !e->spec_hash)
-        return fail(err, errlen, "store: insert: spec_json and spec_hash are required");
+    if (!e->spec_json || !e->config_hash || !e->scope.dataset[0] || !e->scope.budget_kind[0])
+        return fail(err, errlen, "store: insert: spec_json, config_hash and scope are required");
     if (!e->source ||
         (strcmp(e->source, "api") && strcmp(e->source, "cli") && strcmp(e->source, "agent")))
         return fail(err, errlen, "store: insert: source must be api, cli or agent");
@@ -676,13 +707,16 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     int b = bind_text(st, 1, e->name);
     b |= bind_text(st, 2, e->tags_json ? e->tags_json : "[]");
     b |= bind_text(st, 3, e->spec_json);
-    b |= bind_text(st, 4, e->spec_hash);
+    b |= bind_text(st, 4, e->config_hash);
     b |= sqlite3_bind_int64(st, 5, e->seed);
     b |= e->parent > 0 ? sqlite3_bind_int64(st, 6, e->parent) : sqlite3_bind_null(st, 6);
     b |= bind_text(st, 7, e->source);
     b |= sqlite3_bind_int(st, 8, e->priority);
     b |= bind_text(st, 9, now);
-    b |= sqlite3_bind_int64(st, 10, e->eval_tokens);
+    b |= bind_text(st, 10, e->scope.dataset);
+    b |= bind_text(st, 11, e->scope.budget_kind);
+    b |= sqlite3_bind_double(st, 12, e->scope.budget);
+    b |= sqlite3_bind_int64(st, 13, e->scope.eval_tokens);
     if (b) {
         reset(st);
         return fail_db(s->db, err, errlen, "insert");
@@ -701,10 +735,10 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     return 0;
 }
 
-int store_find_duplicate(store_t *s, const char *spec_hash, int64_t seed, int64_t eval_tokens,
+int store_find_duplicate(store_t *s, const char *config_hash, int64_t seed, int64_t eval_tokens,
                          int64_t *id, char *err, size_t errlen) {
     sqlite3_stmt *st = s->st[ST_FIND_DUP];
-    if (bind_text(st, 1, spec_hash) || sqlite3_bind_int64(st, 2, seed) ||
+    if (bind_text(st, 1, config_hash) || sqlite3_bind_int64(st, 2, seed) ||
         sqlite3_bind_int64(st, 3, eval_tokens)) {
         reset(st);
         return fail_db(s->db, err, errlen, "find duplicate");

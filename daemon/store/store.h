@@ -37,23 +37,25 @@ typedef struct store store_t;
 #define STORE_INTERRUPTED "interrupted"
 #define STORE_PRUNED      "pruned" /* stopped: its loss lagged the median (sched.h) */
 
-/* A new experiment. Strings are borrowed for the call. */
-typedef struct {
-    const char *name;      /* may be NULL */
-    const char *tags_json; /* JSON array text, e.g. ["a","b"]; NULL = [] */
-    const char *spec_json; /* canonical spec (spec_canonical_json) */
-    const char *spec_hash; /* hex SHA-256 of the canonical spec without name/tags/priority/parent */
-    int64_t seed;
-    int64_t parent;      /* 0 = none */
-    const char *source;  /* "api", "cli" or "agent" */
-    int priority;        /* higher runs first; ties: a person's before the agent's, then oldest */
-    int64_t eval_tokens; /* its scope's evaluation (spec_scope: 0 = the whole split) */
-} store_new_experiment_t;
-
-/* Where val_bpb values compare: one dataset, one budget, one evaluation
- * (engine/spec.h; stored as the columns dataset, budget_kind, budget and
- * eval_tokens of experiments, configs and scopes). */
+/* Where val_bpb values compare: one dataset, one budget and one evaluation,
+ * as the spec defines it (spec_scope_on in engine/spec.h); stored as the
+ * columns dataset, budget_kind, budget and eval_tokens of experiments,
+ * configs and scopes. */
 typedef spec_scope_t store_scope_t;
+
+/* A new experiment, filed as the spec parser says. Strings are borrowed for
+ * the call. */
+typedef struct {
+    const char *name;        /* may be NULL */
+    const char *tags_json;   /* JSON array text, e.g. ["a","b"]; NULL = [] */
+    const char *spec_json;   /* canonical spec (spec_canonical_json) */
+    const char *config_hash; /* spec_config_hash: its configuration */
+    store_scope_t scope;     /* spec_scope_on: its dataset, budget and evaluation */
+    int64_t seed;
+    int64_t parent;     /* 0 = none */
+    const char *source; /* "api", "cli" or "agent" */
+    int priority;       /* higher runs first; ties: a person's before the agent's, then oldest */
+} store_new_experiment_t;
 
 /* What the scheduler needs to start one. Strings are owned by the struct;
  * release with store_experiment_clear. */
@@ -110,16 +112,15 @@ void store_close(store_t *s);
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
                  size_t errlen);
 
-/* An experiment with the same spec_hash, seed and evaluation (its scope's
- * eval_tokens) that is queued, running, succeeded or timed out: returns 1 and
- * sets *id, 0 when there is none, -1 on error. With several, a succeeded one
- * wins over a running one over a queued one over a timed-out one. A timeout
- * is an answer about the spec under the daemon's limits (it did not finish
- * within budget * 1.25 + slack, or a token budget within its run limit): the
- * same seed under the same limits times out again, after the longest time a
- * slot gives any run. A failure, a crash, an interruption or a cancellation
- * says nothing about the spec and is run again. */
-int store_find_duplicate(store_t *s, const char *spec_hash, int64_t seed, int64_t eval_tokens,
+/* An experiment with the same configuration (config_hash), seed and
+ * evaluation (its scope's eval_tokens) that is queued, running, succeeded or timed out: returns 1
+ * and sets *id, 0 when there is none, -1 on error. With several, a succeeded one wins over a
+ * running one over a queued one over a timed-out one. A timeout is an answer about the spec under
+ * the daemon's limits (it did not finish within budget * 1.25 + slack, or a token budget within its
+ * run limit): the same seed under the same limits times out again, after the longest time a slot
+ * gives any run. A failure, a crash, an interruption or a cancellation says nothing about the spec
+ * and is run again. */
+int store_find_duplicate(store_t *s, const char *config_hash, int64_t seed, int64_t eval_tokens,
                          int64_t *id, char *err, size_t errlen);
 
 /* Claim the next queued experiment and mark it running with pid 0 and

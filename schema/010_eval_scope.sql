@@ -1,11 +1,13 @@
--- 009_eval_scope.sql - the evaluation is part of the scope; people's runs first.
+-- 010_eval_scope.sql - the evaluation is part of the scope; people's runs first.
 --
 -- A spec's eval_tokens caps the validation tokens a run scores (0 = the whole
 -- split). val_bpb over other tokens is another number, so a scope is now a
 -- dataset, a budget and an evaluation: experiments.eval_tokens holds the
 -- spec's cap as it applies to its dataset (0 when the cap covers the whole
--- split: engine/spec.c, spec_scope), written by the store at submission, and
--- configs and scopes are keyed by it too.
+-- split: engine/spec.c, spec_scope_on), written by the store at submission,
+-- and configs and scopes are keyed by it too. A configuration (config_hash,
+-- spec_config_hash) leaves the evaluation out, so the rows 009 filed keep
+-- theirs.
 --
 -- Every experiment before this one scored the whole split: its column is 0,
 -- and its spec says so ("eval_tokens": 0), so a run still queued scores what
@@ -24,10 +26,12 @@ ALTER TABLE results ADD COLUMN eval_tokens INTEGER;
 DROP INDEX experiments_scope;
 CREATE INDEX experiments_scope
     ON experiments (dataset, budget_kind, budget, eval_tokens, status, config_hash);
+DROP INDEX experiments_dedup;
+CREATE INDEX experiments_dedup ON experiments (config_hash, seed, eval_tokens);
 DROP INDEX experiments_queue;
 CREATE INDEX experiments_queue ON experiments (status, priority DESC, source = 'agent', id);
 
--- The summaries of 008 with the evaluation in their keys, regrouped from
+-- The summaries of 008 with the evaluation in their keys, summed again from
 -- scratch (every run so far is in scope eval_tokens 0).
 DROP VIEW leaderboard;
 DROP TRIGGER configs_add_on_result;
