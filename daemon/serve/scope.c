@@ -73,10 +73,12 @@ static void not_found(http_response_t *res, const char *code, bytebuf_t *t) {
     free(msg);
 }
 
-int scope_from_query(store_t *store, const char *state_dir, const char *pinned_dataset,
-                     const char *query, store_scope_t *sc, const char **from,
-                     http_response_t *res) {
-    char dataset[sizeof sc->dataset] = "", budget[64] = "", eval[32] = "", err[256], *end;
+/* The parts query gives into sc (budget_kind "" and eval_tokens -1 when it
+ * gives none), pinned_dataset standing in for a missing dataset. Returns 0,
+ * or -1 with res set (400) for a malformed part. */
+static int parse_query(const char *query, const char *pinned_dataset, store_scope_t *sc,
+                       http_response_t *res) {
+    char dataset[sizeof sc->dataset] = "", budget[64] = "", eval[32] = "", *end;
     const char *q = query ? query : "";
     int got_ds = http_query_get(q, "dataset", dataset, sizeof dataset);
     int got_b = http_query_get(q, "budget", budget, sizeof budget);
@@ -105,23 +107,15 @@ int scope_from_query(store_t *store, const char *state_dir, const char *pinned_d
     }
     if (!dataset[0] && pinned_dataset) snprintf(dataset, sizeof dataset, "%s", pinned_dataset);
     snprintf(sc->dataset, sizeof sc->dataset, "%s", dataset);
-    int gave_all = sc->dataset[0] && sc->budget_kind[0] && sc->eval_tokens >= 0;
+    return 0;
+}
 
-    int rc = store_default_scope(store, sc, err, sizeof err);
-    if (rc < 0) {
-        log_error("api: store: %s", err);
-        http_error(res, 500, "store_error", "%s", err);
-        return -1;
-    }
-    *from = gave_all  ? "query"
-            : rc == 1 ? "latest_result"
-            : rc == 2 ? "latest_experiment"
-                      : "defaults";
-    if (rc > 0) return 0;
-
-    /* No experiment matches: a dataset that was never prepared, or a budget
-     * or evaluation nothing used, names nothing; else the spec's defaults
-     * fill in what was not given (a prepared dataset with no runs yet). */
+/* No experiment matches what sc gives: a dataset that was never prepared,
+ * or a budget or evaluation nothing used, names nothing (-1, res set: 404);
+ * else the spec's defaults fill in what was not given (a prepared dataset
+ * with no runs yet, or no run at all), scored on that dataset's split. */
+static int no_match(store_t *store, const char *state_dir, store_scope_t *sc,
+                    http_response_t *res) {
     spec_t d;
     data_info_t info;
     char derr[256];
@@ -135,10 +129,7 @@ int scope_from_query(store_t *store, const char *state_dir, const char *pinned_d
         put_datasets(state_dir, sc->dataset, &t);
         put_scopes(store, &t);
         not_found(res, "unknown_dataset", &t);
-        spec_free(&d);
-        return -1;
-    }
-    if (sc->budget_kind[0] || sc->eval_tokens >= 0) {
+    } else if (sc->budget_kind[0] || sc->eval_tokens >= 0) {
         bytebuf_printf(&t, "no experiment ran in %s%s", sc->dataset[0] ? "dataset " : "any dataset",
                        sc->dataset);
         if (sc->budget_kind[0])
@@ -148,14 +139,34 @@ int scope_from_query(store_t *store, const char *state_dir, const char *pinned_d
                            (long long)sc->eval_tokens);
         put_scopes(store, &t);
         not_found(res, "unknown_scope", &t);
+    } else {
+        bytebuf_free(&t);
+        snprintf(d.dataset, sizeof d.dataset, "%s", ds);
+        spec_scope_on(&d, prepared ? info.val_tokens : -1, sc);
         spec_free(&d);
+        return 0;
+    }
+    spec_free(&d);
+    return -1;
+}
+
+int scope_from_query(store_t *store, const char *state_dir, const char *pinned_dataset,
+                     const char *query, store_scope_t *sc, const char **from,
+                     http_response_t *res) {
+    char err[256];
+    if (parse_query(query, pinned_dataset, sc, res) < 0) return -1;
+    int gave_all = sc->dataset[0] && sc->budget_kind[0] && sc->eval_tokens >= 0;
+    int rc = store_default_scope(store, sc, err, sizeof err);
+    if (rc < 0) {
+        log_error("api: store: %s", err);
+        http_error(res, 500, "store_error", "%s", err);
         return -1;
     }
-    bytebuf_free(&t);
-    snprintf(d.dataset, sizeof d.dataset, "%s", ds);
-    spec_scope_on(&d, prepared ? info.val_tokens : -1, sc);
-    spec_free(&d);
-    return 0;
+    *from = gave_all  ? "query"
+            : rc == 1 ? "latest_result"
+            : rc == 2 ? "latest_experiment"
+                      : "defaults";
+    return rc > 0 ? 0 : no_match(store, state_dir, sc, res);
 }
 
 int scope_describe(store_t *store, cJSON *o, const store_scope_t *sc, const char *from, char *err,
