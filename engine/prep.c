@@ -364,6 +364,10 @@ static int write_text(const char *text, const char *path, char *err, size_t errl
 #define PREP_DEFAULT_DIR          "state"
 #define PREP_DEFAULT_VOCAB        4092
 #define PREP_DEFAULT_VAL_FRACTION 0.1
+/* A merge whose pair the training text holds fewer times than this makes a
+ * token the model sees that rarely (and a 10% validation split about a tenth
+ * as often): prep warns when the vocabulary needs such merges. */
+#define PREP_MIN_MERGE_COUNT 20
 
 typedef struct {
     const char *dir, *name;
@@ -396,7 +400,9 @@ static void prep_usage(FILE *out) {
             "                   tokens follow, so N + 4 <= %d. Default %d: with the specials\n"
             "                   the vocabulary is 4096, a round size for the embedding and\n"
             "                   lm_head matrices, and large enough to shorten English text\n"
-            "                   to about 3.5 bytes per token\n"
+            "                   to about 3.5 bytes per token. A text too small for it (its\n"
+            "                   last merges seen fewer than %d times) gets a warning with a\n"
+            "                   size that suits it\n"
             "  --val-fraction F the validation split (default %g): the last fraction F of\n"
             "                   the documents, in input order; when the input is a single\n"
             "                   document (one text file), the last fraction F of its bytes,\n"
@@ -404,8 +410,31 @@ static void prep_usage(FILE *out) {
             "  --val PATH       validation documents from PATH instead (repeatable); the\n"
             "                   INPUTs are then all training documents\n"
             "  --force          replace an existing dataset of that name\n"
-            "  --quiet          no progress on stderr\n",
-            PREP_DEFAULT_DIR, DATA_MAX_TOKENS, PREP_DEFAULT_VOCAB, PREP_DEFAULT_VAL_FRACTION);
+            "  --quiet          no progress and no warnings on stderr, errors only\n",
+            PREP_DEFAULT_DIR, DATA_MAX_TOKENS, PREP_DEFAULT_VOCAB, PREP_MIN_MERGE_COUNT,
+            PREP_DEFAULT_VAL_FRACTION);
+}
+
+/* When tr's last merges were rare in the training text (seen fewer than
+ * PREP_MIN_MERGE_COUNT times), say so on stderr with a vocabulary that keeps
+ * only the merges seen that often, rounded down so that with the special
+ * tokens it is a multiple of 64 ids (at least the 256 bytes alone). */
+static void warn_rare_merges(const tok_trainer_t *tr, const tok_t *tok, long vocab,
+                             size_t train_tokens) {
+    int n = tok_n_merges(tok), keep = 0;
+    int64_t last = n ? tok_trainer_merge_count(tr, n - 1) : PREP_MIN_MERGE_COUNT;
+    if (last >= PREP_MIN_MERGE_COUNT) return;
+    while (keep < n && tok_trainer_merge_count(tr, keep) >= PREP_MIN_MERGE_COUNT) keep++;
+    long ids = (TOK_N_BYTES + keep + TOK_N_SPECIAL) / 64 * 64;
+    long suggest = ids - TOK_N_SPECIAL < TOK_N_BYTES ? TOK_N_BYTES : ids - TOK_N_SPECIAL;
+    fprintf(stderr,
+            "prep: warning: --vocab %ld is large for this text (%zu training tokens): its last "
+            "merges were seen only %lld time%s, and merges from number %d on fewer than %d; such "
+            "tokens are barely trained and barely scored. --vocab %ld keeps the merges seen %d "
+            "times or more%s.\n",
+            vocab, train_tokens, (long long)last, last == 1 ? "" : "s", keep + 1,
+            PREP_MIN_MERGE_COUNT, suggest, PREP_MIN_MERGE_COUNT,
+            suggest == TOK_N_BYTES ? " (bytes only)" : "");
 }
 
 /* The default dataset name from an input path: its last component without
@@ -821,6 +850,7 @@ static int prep_write(prep_t *p, char *err, size_t errlen) {
     if (write_split(p->tok, &p->c, p->n_train, p->c.n, path, p->tb, &p->st_val, log, err, errlen))
         return -1;
     const split_stats_t *tr = &p->st_train, *va = &p->st_val;
+    if (!p->a.quiet) warn_rare_merges(p->tr, p->tok, p->a.vocab, tr->tokens);
     PREP_LOG(p, "prep: encoded %zu + %zu tokens (%.2f bytes per token) in %.2f s\n", tr->tokens,
              va->tokens,
              (double)(tr->bytes + va->bytes) /

@@ -9,7 +9,9 @@
  *   PROTO_EV_STEP    after every optimiser step (the PROTO_STEP_* keys)
  *   PROTO_EV_EVAL    after the evaluation
  *   PROTO_EV_RESULT  last: PROTO_KEY_STATUS is PROTO_SUCCEEDED with the
- *                    fields of result_fields.h, or PROTO_FAILED,
+ *                    fields of result_fields.h (and a PROTO_KEY_REASON when
+ *                    something that does not undo the result went wrong: a
+ *                    checkpoint --save could not write), or PROTO_FAILED,
  *                    PROTO_DIVERGED or PROTO_OOM with a PROTO_KEY_REASON.
  *                    A line that is not one JSON object is garbage, skipped.
  *

@@ -158,6 +158,7 @@ static const spec_field_t spec_fields[] = {
     SECTION("resources"),
     SPECIAL("token_budget", parse_token_budget),
     BOOL_FIELD(prune, true),
+    INT_FIELD(eval_tokens, SPEC_DEFAULT_EVAL_TOKENS, 0, INT_MAX, .canon = CANON_UNLESS_DEFAULT),
 
     INT_FIELD(model.vocab_size, 0, 0, MAX_VOCAB),
     INT_FIELD(model.depth, 4, 1, SPEC_MAX_DEPTH),
@@ -1304,6 +1305,7 @@ static void normalise_config(spec_t *c) {
         c->train.value_embedding_lr = d.train.value_embedding_lr;
     }
     if (m->tie_embeddings && m->pos == POS_ROPE) c->train.embedding_lr = d.train.embedding_lr;
+    c->eval_tokens = d.eval_tokens; /* how a run is scored is its scope's */
 }
 
 char *spec_config_json(const spec_t *s) {
@@ -1334,6 +1336,13 @@ void spec_scope(const spec_t *s, spec_scope_t *out) {
         snprintf(out->budget_kind, sizeof out->budget_kind, "%s", SPEC_BUDGET_TIME);
         out->budget = s->time_budget_s;
     }
+    out->eval_tokens = s->eval_tokens;
+}
+
+void spec_scope_on(const spec_t *s, double val_tokens, spec_scope_t *out) {
+    spec_scope(s, out);
+    /* A split of n tokens has n - 1 targets: a cap at or above that scores them all. */
+    if (val_tokens >= 0 && (double)s->eval_tokens >= val_tokens - 1) out->eval_tokens = 0;
 }
 
 void spec_default_scope(const char *dataset, spec_scope_t *out) {

@@ -15,7 +15,8 @@
  *             few seconds otherwise) and errors
  *   --progress PATH | --progress-fd N
  *             the protocol's JSON lines: start, a step line per optimiser
- *             step, eval, then the result line
+ *             step, eval, then the result line (a succeeded run's reason
+ *             notes a checkpoint --save could not write)
  *   exit      the protocol's exit codes (PROTO_EXIT_*)
  *
  * Timing: startup (loading, building) and evaluation are reported but are not
@@ -28,6 +29,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,12 +182,16 @@ static void next_train_batch(run_t *r) {
     }
 }
 
-/* val_bpb over every full (T+1)-token window of the validation stream (stride
+/* val_bpb over the full (T+1)-token windows of the validation stream (stride
  * T): summed nats / (ln 2 * summed bytes) over targets that are not special
- * tokens (token_bytes 0), as autoresearch's evaluate_bpb. NAN when the
- * activations cannot be allocated. */
+ * tokens (token_bytes 0), as autoresearch's evaluate_bpb. The spec's
+ * eval_tokens (0 = all) caps the targets at the stream's first ones, whatever
+ * T is: the rows that hold them, the last one's targets past the cap masked.
+ * NAN when the activations cannot be allocated. */
 static double evaluate_bpb(run_t *r, size_t *tokens_out) {
     size_t n = r->data.n_val, T = (size_t)r->T, rows = n > T ? (n - 1) / T : 0;
+    size_t cap = r->spec.eval_tokens > 0 ? (size_t)r->spec.eval_tokens : SIZE_MAX;
+    if (cap < rows * T) rows = (cap + T - 1) / T;
     double nats = 0.0, bytes = 0.0;
     size_t counted = 0;
     for (size_t row = 0; row < rows; row += (size_t)r->B) {
@@ -195,7 +201,8 @@ static double evaluate_bpb(run_t *r, size_t *tokens_out) {
             for (size_t t = 0; t < T; t++) {
                 r->inputs[b * T + t] = src[t];
                 int tg = src[t + 1];
-                r->targets[b * T + t] = r->data.token_bytes[tg] > 0 ? tg : -1;
+                int scored = r->data.token_bytes[tg] > 0 && (row + b) * T + t < cap;
+                r->targets[b * T + t] = scored ? tg : -1;
             }
         }
         if (gpt_forward(r->model, r->inputs, r->targets, B, r->T, GPT_EVAL, NULL) < 0) return NAN;
@@ -478,24 +485,26 @@ static double run_eval(run_t *r, size_t *tokens, double *seconds) {
 }
 
 /* The trained weights to path, with the canonical spec as metadata.
- * Returns PROTO_EXIT_OK, or PROTO_EXIT_FAILED (already reported). */
-static int save_checkpoint(run_t *r, const char *path) {
-    char err[512];
+ * Returns 0, or -1 with why in err: a checkpoint that cannot be written (a
+ * full disk) is a note on the run, not its failure, since val_bpb is known. */
+static int save_checkpoint(run_t *r, const char *path, char *err, size_t errlen) {
     char *spec_json = spec_canonical_json(&r->spec);
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "nightshift_spec", spec_json ? spec_json : "{}");
     char *meta_json = cJSON_PrintUnformatted(meta);
-    int rc = ckpt_write(r->model, r->model->params, meta_json, path, err, sizeof err);
+    int rc = ckpt_write(r->model, r->model->params, meta_json, path, err, errlen);
     free(meta_json);
     cJSON_Delete(meta);
     free(spec_json);
-    if (rc < 0) return fail_run(r, PROTO_EXIT_FAILED, PROTO_FAILED, "saving checkpoint: %s", err);
-    return PROTO_EXIT_OK;
+    if (rc < 0)
+        fprintf(stderr, "train: the checkpoint was not saved (the result stands): %s\n", err);
+    return rc < 0 ? -1 : 0;
 }
 
-/* The summary block on stdout and the "result" event of a succeeded run. */
+/* The summary block on stdout and the "result" event of a succeeded run,
+ * with note (may be NULL) as its "reason". */
 static void report_result(run_t *r, const loop_t *l, double startup, double val_bpb,
-                          size_t eval_tokens, double eval_seconds) {
+                          size_t eval_tokens, double eval_seconds, const char *note) {
     double tokens = l->tokens_per_step * l->step, training_time = l->training_time;
     result_values_t v = {
         .val_bpb = val_bpb,
@@ -524,6 +533,7 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
 
     cJSON *res = event(PROTO_EV_RESULT);
     cJSON_AddStringToObject(res, PROTO_KEY_STATUS, PROTO_SUCCEEDED);
+    if (note) cJSON_AddStringToObject(res, PROTO_KEY_REASON, note);
     add_result_fields(res, &v, 0);
     add_params(res, &v);
     emit(r, res);
@@ -563,8 +573,10 @@ static int train_run(const train_opts_t *o) {
         code = fail_run(&r, PROTO_EXIT_DIVERGED, PROTO_DIVERGED, "diverged: val_bpb %g", val_bpb);
         goto done;
     }
-    if (o->save_path && (code = save_checkpoint(&r, o->save_path)) != PROTO_EXIT_OK) goto done;
-    report_result(&r, &l, startup, val_bpb, eval_tokens, eval_seconds);
+    char ckpt_err[512], note[600];
+    int saved = !o->save_path || save_checkpoint(&r, o->save_path, ckpt_err, sizeof ckpt_err) == 0;
+    snprintf(note, sizeof note, "checkpoint not saved: %s", saved ? "" : ckpt_err);
+    report_result(&r, &l, startup, val_bpb, eval_tokens, eval_seconds, saved ? NULL : note);
     code = PROTO_EXIT_OK;
 done:
     run_close(&r);

@@ -1733,3 +1733,39 @@ Test(spec, scope_and_budget_rule) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         cr_expect_eq(spec_scope_set_budget(&sc, bad[i]), -1, "'%s'", bad[i]);
 }
+
+/* eval_tokens: a count (0 = the whole split), left out of the canonical form
+ * at its default, no part of an experiment's configuration (its scope holds it),
+ * and in the scope as given unless it covers the dataset's split. */
+Test(spec, eval_tokens_is_in_the_scope_not_the_configuration) {
+    spec_t a, b;
+    char err[SPEC_ERR_LEN], ha[SPEC_HASH_HEX], hb[SPEC_HASH_HEX];
+    const char *ja = "{\"eval_tokens\":65536}", *jb = "{\"eval_tokens\":1000}";
+    cr_assert_eq(spec_parse(ja, strlen(ja), &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(spec_parse(jb, strlen(jb), &b, err, sizeof err), 0, "%s", err);
+    char *canon = spec_canonical_json(&a);
+    cr_expect_null(strstr(canon, "eval_tokens"), "the default is left out: %s", canon);
+    free(canon);
+    canon = spec_canonical_json(&b);
+    cr_expect(strstr(canon, "\"eval_tokens\":1000"), "%s", canon);
+    free(canon);
+    cr_assert_eq(spec_config_hash(&a, ha), 0);
+    cr_assert_eq(spec_config_hash(&b, hb), 0);
+    cr_expect_str_eq(ha, hb, "the evaluation is the scope's, not the configuration's");
+    spec_scope_t sc;
+    spec_scope_on(&b, 50000, &sc);
+    cr_expect_eq(sc.eval_tokens, 1000);
+    cr_expect_str_eq(sc.budget_kind, "time");
+    cr_expect_eq(sc.budget, 300);
+    spec_scope_on(&b, 1001, &sc);
+    cr_expect_eq(sc.eval_tokens, 0, "1000 targets are the whole of a 1001-token split");
+    spec_scope_on(&b, -1, &sc);
+    cr_expect_eq(sc.eval_tokens, 1000, "an unknown split: as given");
+    spec_scope(&b, &sc);
+    cr_expect_eq(sc.eval_tokens, 1000);
+    spec_free(&a);
+    spec_free(&b);
+    const char *bad = "{\"eval_tokens\":-1}";
+    cr_expect_eq(spec_parse(bad, strlen(bad), &a, err, sizeof err), NS_ERR_INVALID);
+    cr_expect(strstr(err, "eval_tokens: "), "%s", err);
+}

@@ -414,7 +414,7 @@ Test(store, insert_checks_source_and_parent) {
 Test(store, duplicates_are_queued_running_or_succeeded_with_the_same_hash_and_seed) {
     store_t *s = open_store();
     int64_t id = 0;
-    cr_expect_eq(store_find_duplicate(s, "h", 1, &id, err, sizeof err), 0);
+    cr_expect_eq(store_find_duplicate(s, "h", 1, 0, &id, err, sizeof err), 0);
 
     int64_t q = insert_full(s, "q", "hq", 1, 0, NULL);
     int64_t r = insert_full(s, "r", "hr", 1, 100, NULL);
@@ -428,15 +428,24 @@ Test(store, duplicates_are_queued_running_or_succeeded_with_the_same_hash_and_se
     cr_assert_eq(store_finish(s, bad, STORE_FAILED, "exit 1", 1, -1, NULL, err, sizeof err), 0);
     int64_t c = insert_full(s, "c", "hc", 1, 0, NULL);
     cr_assert_eq(store_cancel_queued(s, c, err, sizeof err), 1);
+    /* A timeout answers for its spec under the daemon's limits (store.h). */
+    int64_t slow = insert_full(s, "slow", "hslow", 1, 100, NULL);
+    claim_expect(s, slow);
+    cr_assert_eq(store_finish(s, slow, STORE_TIMEOUT, "deadline", -1, 9, NULL, err, sizeof err), 0);
 
+    /* every run here is scored on the default count; another evaluation is
+     * another experiment */
+    const int64_t E = SPEC_DEFAULT_EVAL_TOKENS;
     struct {
         const char *hash;
-        int64_t seed, want; /* want 0: no duplicate */
-    } cases[] = {{"hq", 1, q}, {"hr", 1, r}, {"hok", 1, ok}, {"hbad", 1, 0},
-                 {"hc", 1, 0}, {"hq", 2, 0}, {"hok", 7, 0},  {"nope", 1, 0}};
+        int64_t seed, eval, want; /* want 0: no duplicate */
+    } cases[] = {{"hq", 1, E, q},       {"hr", 1, E, r},    {"hok", 1, E, ok}, {"hbad", 1, E, 0},
+                 {"hc", 1, E, 0},       {"hq", 2, E, 0},    {"hok", 7, E, 0},  {"nope", 1, E, 0},
+                 {"hslow", 1, E, slow}, {"hok", 1, 4096, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         id = -5;
-        int rc = store_find_duplicate(s, cases[i].hash, cases[i].seed, &id, err, sizeof err);
+        int rc = store_find_duplicate(s, cases[i].hash, cases[i].seed, cases[i].eval, &id, err,
+                                      sizeof err);
         cr_expect_eq(rc, cases[i].want ? 1 : 0, "%s/%lld: rc %d", cases[i].hash,
                      (long long)cases[i].seed, rc);
         if (cases[i].want)
@@ -445,7 +454,7 @@ Test(store, duplicates_are_queued_running_or_succeeded_with_the_same_hash_and_se
 
     /* With a forced resubmission of a succeeded one queued too, the result wins. */
     int64_t again = insert_full(s, "ok2", "hok", 1, 0, NULL);
-    cr_expect_eq(store_find_duplicate(s, "hok", 1, &id, err, sizeof err), 1);
+    cr_expect_eq(store_find_duplicate(s, "hok", 1, E, &id, err, sizeof err), 1);
     cr_expect_eq(id, ok);
     cr_expect_neq(again, ok);
     store_close(s);
@@ -643,7 +652,7 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     claim_expect(s, late);
     store_result_t r = result_with(0.5);
     cr_assert_eq(store_finish(s, late, STORE_TIMEOUT, "deadline", -1, 9, &r, err, sizeof err), 0);
-    cJSON *l = store_list(s, STORE_TIMEOUT, NULL, NULL, 10, 0, err, sizeof err);
+    cJSON *l = store_list(s, STORE_TIMEOUT, NULL, NULL, NULL, 10, 0, err, sizeof err);
     cr_assert_not_null(l, "%s", err);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(l, 0), "val_bpb")));
     cJSON_Delete(l);
@@ -688,8 +697,8 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     sqlite3_close(db);
 
     /* The API's copy. */
-    store_scope_t sc;
-    cr_assert_eq(store_default_scope(s, NULL, &sc, err, sizeof err), 0, "%s", err);
+    store_scope_t sc = {.eval_tokens = -1};
+    cr_assert_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
     cJSON *lb = store_leaderboard(s, &sc, 2, err, sizeof err);
     cr_assert_not_null(lb, "%s", err);
     cr_assert_eq(cJSON_GetArraySize(lb), 2);
@@ -713,26 +722,34 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     store_close(s);
 }
 
+/* store_best_in of the scope the last finished experiment ran in (the
+ * hook's best): null while nothing finished. */
+static cJSON *best_of_last_scope(store_t *s) {
+    store_scope_t sc;
+    int have = store_last_scope(s, &sc, err, sizeof err);
+    cr_assert_geq(have, 0, "%s", err);
+    cJSON *b = have ? store_best_in(s, &sc, err, sizeof err) : cJSON_CreateNull();
+    cr_assert_not_null(b, "%s", err);
+    return b;
+}
+
 Test(store, best_is_null_until_something_succeeds_then_the_lowest_val_bpb) {
     store_t *s = open_store();
-    cJSON *b = store_best(s, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
+    cJSON *b = best_of_last_scope(s);
     cr_expect(cJSON_IsNull(b));
     cJSON_Delete(b);
 
     int64_t f = insert(s, "f", 0);
     claim_expect(s, f);
     cr_assert_eq(store_finish(s, f, STORE_TIMEOUT, "deadline", -1, 9, NULL, err, sizeof err), 0);
-    b = store_best(s, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
+    b = best_of_last_scope(s);
     cr_expect(cJSON_IsNull(b), "a timed-out run is not the best");
     cJSON_Delete(b);
 
     succeed(s, "x", 1.7, NULL);
     int64_t y = succeed(s, "y", 1.3, "\"depth\":2");
     succeed(s, "z", 1.4, NULL);
-    b = store_best(s, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
+    b = best_of_last_scope(s);
     cr_expect_eq(cJSON_GetObjectItem(b, "id")->valuedouble, y);
     cJSON *spec = cJSON_GetObjectItem(b, "spec");
     cr_assert(cJSON_IsObject(spec), "the full spec, parsed");
@@ -804,9 +821,7 @@ Test(store, export_rows_are_the_stored_values_oldest_first) {
     int64_t q = insert_full(s, "queued", NULL, 7, 0, "\"depth\":6,\"ve_layers\":[0,2]");
     int64_t a = succeed(s, "done", 1.25, "\"depth\":2");
     store_export_t *x;
-    const char *columns[64];
     cr_assert_eq(store_export_open(s, &x, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(store_export_columns(x, columns, 64), 0, "no columns before the first page");
     cJSON *rows = store_export_page(x, 1, err, sizeof err);
     cr_assert_not_null(rows, "%s", err);
     cr_assert_eq(cJSON_GetArraySize(rows), 1);
@@ -819,10 +834,16 @@ Test(store, export_rows_are_the_stored_values_oldest_first) {
     more = store_export_page(x, 10, err, sizeof err);
     cr_expect_eq(cJSON_GetArraySize(more), 0);
     cJSON_Delete(more);
-    int n = store_export_columns(x, columns, 64);
-    cr_expect(n > 20 && !strcmp(columns[0], "id") && !strcmp(columns[n - 1], "peak_rss_mb"),
-              "%d columns", n);
     store_export_close(x);
+    cJSON *columns = store_export_columns(s);
+    int n = cJSON_GetArraySize(columns);
+    cr_expect(n > 20 && !strcmp(cJSON_GetArrayItem(columns, 0)->valuestring, "id") &&
+                  !strcmp(cJSON_GetArrayItem(columns, n - 1)->valuestring, "peak_rss_mb"),
+              "%d columns", n);
+    for (const cJSON *k = columns->child; k; k = k->next)
+        cr_expect(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), k->valuestring),
+                  "%s is no key of a row", k->valuestring);
+    cJSON_Delete(columns);
     cr_assert_eq(cJSON_GetArraySize(rows), 2);
     cJSON *first = cJSON_GetArrayItem(rows, 0), *second = cJSON_GetArrayItem(rows, 1);
     cr_expect_eq(cJSON_GetObjectItem(first, "id")->valuedouble, a, "finished first");
@@ -840,7 +861,7 @@ Test(store, export_rows_are_the_stored_values_oldest_first) {
 /* The ids of a list answer, in order, into ids; returns how many. */
 static int list_ids(store_t *s, const char *status, const char *order, int limit, int64_t after,
                     int64_t *ids) {
-    cJSON *l = store_list(s, status, NULL, order, limit, after, err, sizeof err);
+    cJSON *l = store_list(s, status, NULL, NULL, order, limit, after, err, sizeof err);
     cr_assert_not_null(l, "list %s %s: %s", status ? status : "-", order ? order : "-", err);
     int n = 0;
     cJSON *it;
@@ -898,7 +919,7 @@ Test(store, list_filters_orders_limits_and_pages) {
     cr_expect(ids[0] == d && ids[1] == e);
 
     /* The item shape. */
-    cJSON *l = store_list(s, STORE_SUCCEEDED, NULL, "id", 1, 0, err, sizeof err);
+    cJSON *l = store_list(s, STORE_SUCCEEDED, NULL, NULL, "id", 1, 0, err, sizeof err);
     cr_assert_not_null(l, "%s", err);
     cJSON *it = cJSON_GetArrayItem(l, 0);
     const char *keys[] = {"id",     "name", "tags",    "status",  "reason",  "source",   "priority",
@@ -910,12 +931,12 @@ Test(store, list_filters_orders_limits_and_pages) {
     cJSON_Delete(l);
 
     cr_expect_null(
-        store_list(s, NULL, NULL, "name; DROP TABLE experiments", 10, 0, err, sizeof err));
-    cr_expect_str_eq(err, "order: must be one of id, -id, val_bpb, created");
-    cr_expect_null(store_list(s, "bogus", NULL, NULL, 10, 0, err, sizeof err));
+        store_list(s, NULL, NULL, NULL, "name; DROP TABLE experiments", 10, 0, err, sizeof err));
+    cr_expect_str_eq(err, "order: must be one of id, -id, val_bpb, created, queue");
+    cr_expect_null(store_list(s, "bogus", NULL, NULL, NULL, 10, 0, err, sizeof err));
     cr_expect(strncmp(err, "status: must be one of", 22) == 0, "%s", err);
-    cr_expect_null(store_list(s, NULL, NULL, NULL, 0, 0, err, sizeof err));
-    cr_expect_null(store_list(s, NULL, NULL, NULL, 1001, 0, err, sizeof err));
+    cr_expect_null(store_list(s, NULL, NULL, NULL, NULL, 0, 0, err, sizeof err));
+    cr_expect_null(store_list(s, NULL, NULL, NULL, NULL, 1001, 0, err, sizeof err));
     cr_expect_str_eq(err, "limit: must be 1..1000");
     store_close(s);
 }
@@ -986,8 +1007,9 @@ static int64_t succeed_top(store_t *s, const char *name, const char *top_json, d
     return id;
 }
 
+/* A scope of the default evaluation. */
 static store_scope_t scope(const char *dataset, const char *kind, double budget) {
-    store_scope_t sc = {.budget = budget};
+    store_scope_t sc = {.budget = budget, .eval_tokens = SPEC_DEFAULT_EVAL_TOKENS};
     snprintf(sc.dataset, sizeof sc.dataset, "%s", dataset);
     snprintf(sc.budget_kind, sizeof sc.budget_kind, "%s", kind);
     return sc;
@@ -1088,6 +1110,7 @@ Test(store, leaderboard_best_and_noise_never_mix_datasets_or_budgets) {
     int64_t a = succeed_top(s, "a", "\"dataset\":\"alpha\",\"seed\":1", 2.0);
     succeed_top(s, "a2", "\"dataset\":\"alpha\",\"seed\":2", 2.2);
     int64_t b = succeed_top(s, "b", "\"dataset\":\"beta\",\"seed\":1", 1.0); /* easier data */
+    tu_sleep_ms(5); /* t is alpha's latest result by the clock too */
     int64_t t = succeed_top(s, "t", "\"dataset\":\"alpha\",\"seed\":1,\"time_budget_s\":60", 2.5);
     store_scope_t sa = scope("alpha", "time", 300), sb = scope("beta", "time", 300);
     store_scope_t st = scope("alpha", "time", 60);
@@ -1115,15 +1138,14 @@ Test(store, leaderboard_best_and_noise_never_mix_datasets_or_budgets) {
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(nz, "sd")), "beta has no repeats");
     cJSON_Delete(nz);
 
-    /* The default scope of a dataset is its most used budget. */
-    store_scope_t d;
-    cr_assert_eq(store_default_scope(s, "alpha", &d, err, sizeof err), 0, "%s", err);
+    /* The default scope of a dataset is the scope of its latest result. */
+    store_scope_t d = {.dataset = "alpha", .eval_tokens = -1};
+    cr_assert_eq(store_default_scope(s, &d, err, sizeof err), 1, "%s", err);
     cr_expect_str_eq(d.budget_kind, "time");
-    cr_expect_eq(d.budget, 300);
-    cr_assert_eq(store_default_scope(s, "nothing", &d, err, sizeof err), 0, "%s", err);
-    store_scope_t def;
-    spec_default_scope("nothing", &def);
-    cr_expect(!memcmp(&d, &def, sizeof d), "a dataset without runs: the default spec's budget");
+    cr_expect_eq(d.budget, 60);
+    d = (store_scope_t){.dataset = "nothing", .eval_tokens = -1};
+    cr_assert_eq(store_default_scope(s, &d, err, sizeof err), 0, "%s", err);
+    cr_expect_str_eq(d.budget_kind, "", "left as it was");
     store_close(s);
 }
 
@@ -1280,8 +1302,9 @@ Test(store, migration_009_files_every_row_again_one_to_one_but_for_spellings) {
     static char *key[CORPUS_MAX];
     int n = corpus(specs);
     const char *path = tu_dir_path("v8.db");
-    cr_assert_eq(store_migrate(path, store_migrations, store_n_migrations - 1, err, sizeof err), 0,
-                 "%s", err);
+    size_t before = 0; /* the migrations up to 008 */
+    while (before < store_n_migrations && store_migrations[before].version < 9) before++;
+    cr_assert_eq(store_migrate(path, store_migrations, before, err, sizeof err), 0, "%s", err);
     sqlite3 *db = raw_open("v8.db");
     cr_assert_eq(raw_int(db, "PRAGMA user_version"), 8);
     cr_assert_eq(
@@ -1430,4 +1453,186 @@ Test(store, the_config_summary_equals_a_regrouping_from_scratch) {
     cr_expect_eq(raw_int(db, rescope), 0, "scopes rows that differ from a regrouping");
     cr_expect_eq(raw_int(db, "SELECT count(*) FROM scopes"), 2);
     sqlite3_close(db);
+}
+
+/* ------------------------------------------------ people first, scopes */
+
+/* Insert a queued experiment from source with priority; returns its id. */
+static int64_t insert_from(store_t *s, const char *name, const char *source, int priority) {
+    char *spec = canonical(""), config[SPEC_HASH_HEX];
+    store_new_experiment_t e = {.name = name,
+                                .spec_json = spec,
+                                .config_hash = name,
+                                .seed = 42,
+                                .source = source,
+                                .priority = priority};
+    file_spec(spec, config, &e.scope);
+    int64_t id = 0;
+    cr_assert_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
+    free(spec);
+    return id;
+}
+
+Test(store, claim_puts_a_persons_submission_before_the_agents_of_equal_priority) {
+    store_t *s = open_store();
+    /* the agent's three baseline seeds, then a person's run from the CLI and
+     * one from the API, then one a person put behind the agent's on purpose */
+    int64_t a1 = insert_from(s, "a1", "agent", 0), a2 = insert_from(s, "a2", "agent", 0),
+            a3 = insert_from(s, "a3", "agent", 0), cli = insert_from(s, "mine", "cli", 0),
+            api = insert_from(s, "api", "api", 0), later = insert_from(s, "later", "cli", -1),
+            urgent = insert_from(s, "urgent", "agent", 1);
+    int64_t want[] = {urgent, cli, api, a1, a2, a3, later};
+    /* the list in queue order says the same, page by page */
+    int64_t after = 0;
+    for (int i = 0; i < 7; i += 2) {
+        cJSON *l = store_list(s, STORE_QUEUED, NULL, NULL, "queue", 2, after, err, sizeof err);
+        cr_assert_not_null(l, "%s", err);
+        for (int k = 0; k < cJSON_GetArraySize(l); k++)
+            cr_expect_eq(tu_jnum(cJSON_GetArrayItem(l, k), "id"), want[i + k], "position %d",
+                         i + k);
+        after = (int64_t)tu_jnum(cJSON_GetArrayItem(l, cJSON_GetArraySize(l) - 1), "id");
+        cJSON_Delete(l);
+    }
+    for (int i = 0; i < 7; i++) claim_expect(s, want[i]);
+    store_close(s);
+}
+
+/* Insert, claim and finish with status a run of {top_json}; val_bpb when it
+ * succeeded. */
+static int64_t finish_run(store_t *s, const char *name, const char *top_json, const char *status,
+                          double val_bpb) {
+    int64_t id = start_top(s, name, top_json);
+    store_result_t r = result_with(val_bpb);
+    int ok = !strcmp(status, STORE_SUCCEEDED);
+    cr_assert_eq(store_finish(s, id, status, NULL, 0, -1, ok ? &r : NULL, err, sizeof err), 0, "%s",
+                 err);
+    tu_sleep_ms(3); /* finish times differ */
+    return id;
+}
+
+Test(store, the_default_scope_is_the_latest_results_then_the_latest_experiments) {
+    store_t *s = open_store();
+    store_scope_t sc = {.eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 0, "an empty store: %s", err);
+
+    /* A queued run names its scope while nothing has a result. */
+    int64_t q = insert_full(s, "q", "hq", 1, 0, "\"depth\":2");
+    (void)q;
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 2, "%s", err);
+    cr_expect_str_eq(sc.dataset, "default");
+    claim_expect(s, q);
+
+    int64_t b1 = finish_run(s, "b1", "\"dataset\":\"book\",\"seed\":1", STORE_SUCCEEDED, 2.0);
+    finish_run(s, "x", "\"dataset\":\"other\",\"seed\":1,\"time_budget_s\":60", STORE_FAILED, 0);
+    /* the latest finished run failed: the latest result's scope still answers */
+    sc = (store_scope_t){.eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
+    cr_expect_str_eq(sc.dataset, "book");
+    cr_expect_str_eq(sc.budget_kind, "time");
+    cr_expect_eq(sc.budget, 300);
+    cr_expect_eq(sc.eval_tokens, SPEC_DEFAULT_EVAL_TOKENS);
+    /* a dataset given: its latest result; one without results: its latest experiment */
+    finish_run(s, "d", "\"seed\":7,\"token_budget\":4096", STORE_SUCCEEDED, 3.0);
+    sc = (store_scope_t){.dataset = "book", .eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
+    cr_expect_eq(sc.budget, 300);
+    sc = (store_scope_t){.eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
+    cr_expect_str_eq(sc.dataset, "default");
+    cr_expect_str_eq(sc.budget_kind, "tokens");
+    sc = (store_scope_t){.dataset = "other", .eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 2, "%s", err);
+    cr_expect_eq(sc.budget, 60);
+    /* a budget given keeps it, and finds the dataset of its latest result */
+    sc = (store_scope_t){.budget_kind = "time", .budget = 300, .eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
+    cr_expect_str_eq(sc.dataset, "book");
+    sc = (store_scope_t){.budget_kind = "time", .budget = 12, .eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 0, "no run used 12 s");
+
+    /* every scope with results, the latest first, with its best */
+    cJSON *list = store_scopes(s, 10, err, sizeof err);
+    cr_assert_not_null(list, "%s", err);
+    cr_assert_eq(cJSON_GetArraySize(list), 2, "the failed run's scope has no results");
+    cJSON *book = cJSON_GetArrayItem(list, 1);
+    cr_expect_str_eq(tu_jstr(book, "dataset"), "book");
+    cr_expect_eq(tu_jnum(book, "runs"), 1);
+    cr_expect_eq(tu_jnum(book, "best_id"), b1);
+    cr_expect_float_eq(tu_jnum(book, "best_val_bpb"), 2.0, 1e-12);
+    cr_expect_eq(tu_jnum(book, "best_n_seeds"), 1);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(book, "best_val_bpb_sd")));
+    cr_expect_str_eq(tu_jstr(cJSON_GetArrayItem(list, 0), "budget_kind"), "tokens");
+    cJSON_Delete(list);
+    store_close(s);
+}
+
+Test(store, results_of_different_evaluations_never_rank_together) {
+    store_t *s = open_store();
+    /* the same model scored on 4096 tokens and on the default count */
+    char *spec = canonical("");
+    int64_t ids[2];
+    for (int i = 0; i < 2; i++) {
+        char config[SPEC_HASH_HEX];
+        store_new_experiment_t e = {
+            .spec_json = spec, .config_hash = "same", .seed = 1, .source = "api"};
+        file_spec(spec, config, &e.scope);
+        e.scope.eval_tokens = i ? 4096 : SPEC_DEFAULT_EVAL_TOKENS;
+        cr_assert_eq(store_insert(s, &e, &ids[i], err, sizeof err), 0, "%s", err);
+        claim_expect(s, ids[i]);
+        store_result_t r = result_with(i ? 1.0 : 2.0);
+        cr_assert_eq(store_finish(s, ids[i], STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), 0,
+                     "%s", err);
+    }
+    free(spec);
+    store_scope_t full = scope("default", "time", 300), small = full;
+    small.eval_tokens = 4096;
+    cJSON *b = store_best_in(s, &full, err, sizeof err);
+    cr_expect_eq(tu_jnum(b, "id"), ids[0], "the 4096-token score leaked into the default's");
+    cr_expect_eq(tu_jnum(b, "n_seeds"), 1);
+    cJSON_Delete(b);
+    b = store_best_in(s, &small, err, sizeof err);
+    cr_expect_eq(tu_jnum(b, "id"), ids[1]);
+    cJSON_Delete(b);
+    /* the same spec and seed under another evaluation is no duplicate */
+    int64_t id = 0;
+    cr_expect_eq(store_find_duplicate(s, "same", 1, 4096, &id, err, sizeof err), 1);
+    cr_expect_eq(id, ids[1]);
+    cr_expect_eq(store_find_duplicate(s, "same", 1, 1000, &id, err, sizeof err), 0);
+    store_close(s);
+}
+
+Test(store, migration_010_gives_earlier_runs_the_whole_split_as_their_evaluation) {
+    const char *p = tu_dir_path("old.db");
+    size_t before = 0;
+    while (before < store_n_migrations && store_migrations[before].version < 10) before++;
+    cr_assert_eq(store_migrate(p, store_migrations, before, err, sizeof err), 0, "%s", err);
+    sqlite3 *db = raw_open("old.db");
+    raw_exec(db, "INSERT INTO experiments (id, spec, seed, source, status, finished, config_hash,"
+                 " dataset, budget_kind, budget) VALUES (1, '{\"dataset\":\"d\",\"seed\":1,"
+                 "\"time_budget_s\":60}', 1, 'api', 'succeeded', '2026-01-01T00:00:00.000Z', 'c',"
+                 " 'd', 'time', 60), (2, '{\"dataset\":\"d\",\"seed\":2,\"time_budget_s\":60}',"
+                 " 2, 'agent', 'queued', NULL, 'c', 'd', 'time', 60);"
+                 "INSERT INTO results (experiment_id, val_bpb) VALUES (1, 1.5);");
+    sqlite3_close(db);
+    store_t *s = NULL;
+    cr_assert_eq(store_open(p, &s, err, sizeof err), 0, "%s", err);
+    store_scope_t sc = {.eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
+    cr_expect_eq(sc.eval_tokens, 0, "an earlier run scored the whole split");
+    cJSON *lb = store_leaderboard(s, &sc, 10, err, sizeof err);
+    cr_assert_eq(cJSON_GetArraySize(lb), 1, "%s", err);
+    cr_expect_eq(tu_jnum(cJSON_GetArrayItem(lb, 0), "eval_tokens"), 0);
+    cJSON_Delete(lb);
+    /* the queued one still scores what it was submitted to score */
+    store_experiment_t x;
+    cr_assert_eq(store_claim_next(s, &x, err, sizeof err), 1, "%s", err);
+    spec_t sp;
+    char perr[SPEC_ERR_LEN];
+    cr_assert_eq(spec_parse(x.spec_json, strlen(x.spec_json), &sp, perr, sizeof perr), 0, "%s",
+                 perr);
+    cr_expect_eq(sp.eval_tokens, 0);
+    cr_expect_eq(x.scope.eval_tokens, 0);
+    spec_free(&sp);
+    store_experiment_clear(&x);
+    store_close(s);
 }

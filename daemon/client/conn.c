@@ -221,6 +221,19 @@ static void print_api_error(FILE *errf, const conn_t *c, const char *method, con
     cJSON_Delete(j);
 }
 
+/* "cannot reach the daemon at URL: why", and how to start it. */
+static void unreachable(FILE *errf, const conn_t *c, const char *detail) {
+    fprintf(errf, "nightshift: cannot reach the %s at %s: %s\n", c->agent ? "agent" : "daemon",
+            c->base, detail);
+    if (c->agent)
+        fprintf(errf, "  is it running? `make run` starts it with the daemon; alone: nightshift "
+                      "agent --listen 127.0.0.1:PORT --secret-file FILE --baseline SPEC.json\n");
+    else
+        fprintf(errf, "  is it running? `make run` starts it (and the agent); alone: nightshift "
+                      "serve --dir state --listen 127.0.0.1:PORT; elsewhere: --url URL or "
+                      "NIGHTSHIFT_URL\n");
+}
+
 /* What the transfer's outcome cr means: 0 for a 2xx reply, else the exit
  * code, the reason said on errf. */
 static int reply_code(conn_t *c, CURLcode cr, const char *method, const char *path, conn_reply_t *r,
@@ -251,11 +264,11 @@ static int reply_code(conn_t *c, CURLcode cr, const char *method, const char *pa
     case CURLE_COULDNT_CONNECT:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_PEER_FAILED_VERIFICATION:
-        fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
+        unreachable(errf, c, detail);
         return CLIENT_EXIT_UNREACHABLE;
     case CURLE_OPERATION_TIMEDOUT:
         if (connect_us == 0) {
-            fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
+            unreachable(errf, c, detail);
             return CLIENT_EXIT_UNREACHABLE;
         }
         fprintf(errf, "nightshift: no complete reply to %s %s within %ld s: %s\n", method, path,

@@ -301,10 +301,10 @@ static void back_off(sched_t *s);
 static void not_started(sched_t *s, int64_t id, const char *why) {
     char reason[1200], err[256];
     back_off(s);
-    snprintf(reason, sizeof reason, "not started: %.1000s; queued again, next try in %llu s", why,
+    snprintf(reason, sizeof reason, "not started: %.1000s; re-queued, next try in %llu s", why,
              (unsigned long long)(s->backoff_ms / 1000));
     log_error("experiment %lld %s", (long long)id, reason);
-    if (store_unclaim(s->store, id, reason, err, sizeof err) < 0)
+    if (store_requeue_unstarted(s->store, id, reason, err, sizeof err) < 0)
         log_error("experiment %lld: %s", (long long)id, err);
 }
 
@@ -321,6 +321,10 @@ static void on_exit_cb(const executor_exit_t *ex, void *user) {
         snprintf(e.reason, sizeof e.reason, "%s", sl->pruned);
     }
     if (ex->status == EXECUTOR_SUCCEEDED && ex->result) {
+        /* a succeeded run's note (a checkpoint it could not save) */
+        const char *note =
+            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ex->result, PROTO_KEY_REASON));
+        if (note && !e.reason[0]) snprintf(e.reason, sizeof e.reason, "%s", note);
         result_from_json(ex->result, &e.r);
         snprintf(e.peak_source, sizeof e.peak_source, "%s", e.r.peak_source ? e.r.peak_source : "");
         e.r.peak_source = e.peak_source;
@@ -420,7 +424,8 @@ static int memory_limit(int spec_mb, int daemon_mb) {
 /* Claim the next experiment and start it in sl. START_FAILED_RUN: the
  * experiment itself could not start (bad spec, run directory) and is
  * recorded as failed; START_RETRY_LATER: the store or the system failed
- * (nothing is charged to the experiment beyond an attempt; try again later). */
+ * (nothing is charged to the experiment, not even an attempt; try again
+ * later). */
 static int start_one(sched_t *s, slot_t *sl) {
     store_experiment_t e = {0};
     /* Only a free slot takes an experiment: a busy one would lose its run. */
@@ -434,7 +439,7 @@ static int start_one(sched_t *s, slot_t *sl) {
     }
     if (rc == 0) return START_EMPTY;
     if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0) goto fail_run;
-    spec_scope(&spec, &sl->scope);
+    sl->scope = e.scope; /* as filed: its evaluation is the one its dataset made it */
     if (make_run_dir(s, &e, run_dir, err, sizeof err) < 0) {
         spec_free(&spec);
         goto retry_later;
@@ -486,8 +491,9 @@ static int start_one(sched_t *s, slot_t *sl) {
     return START_OK;
 
 retry_later:
-    /* Not the experiment's fault (disk, process limits): queue it again and
-     * try later rather than fail the queue. */
+    /* Not the experiment's fault (a full disk, process limits), and none of
+     * it ran: queue it again as it was, attempt and all, and try later
+     * rather than fail the queue. */
     not_started(s, e.id, err);
     store_experiment_clear(&e);
     return START_RETRY_LATER;

@@ -29,7 +29,7 @@
  *
  * A run that does not start (a Slurm submission refused, a process that
  * cannot be spawned) goes back to the queue without spending an attempt
- * (store_unclaim), and nothing starts for a back-off of 5 s that doubles
+ * (store_requeue_unstarted), and nothing starts for a back-off of 5 s that doubles
  * with each such run up to 5 minutes and ends with the next start.
  *
  * Everything runs on the loop thread. */

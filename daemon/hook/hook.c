@@ -157,16 +157,25 @@ static cJSON *pick(cJSON *src, const char *const *keys) {
     return o;
 }
 
-/* The best experiment as {id, name, val_bpb, spec, result}, or null. */
-static cJSON *best_json(hook_t *h) {
-    static const char *const keys[] = {"id", "name", "spec", "result", NULL};
+/* The best configuration of the scope the daemon last finished a run in,
+ * as {id, name, val_bpb (its first run's), mean_val_bpb, val_bpb_sd, n_seeds,
+ * seeds, spec, result}, or null; and that scope's measured noise into *noise
+ * (store_noise's object, or null). Either may be NULL when out of memory. */
+static cJSON *best_json(hook_t *h, cJSON **noise) {
+    static const char *const keys[] = {"id",    "name", "mean_val_bpb", "val_bpb_sd", "n_seeds",
+                                       "seeds", "spec", "result",       NULL};
     char err[256];
-    cJSON *best = store_best(h->api->store, err, sizeof err);
-    if (!best) {
-        log_error("hook: best: %s", err);
+    store_scope_t sc;
+    *noise = NULL;
+    int have = store_last_scope(h->api->store, &sc, err, sizeof err);
+    cJSON *best = have > 0 ? store_best_in(h->api->store, &sc, err, sizeof err) : NULL;
+    if (have > 0 && best) *noise = store_noise(h->api->store, &sc, err, sizeof err);
+    if (have < 0 || (have > 0 && (!best || !*noise))) log_error("hook: best: %s", err);
+    if (!*noise) *noise = cJSON_CreateNull();
+    if (!cJSON_IsObject(best)) {
+        cJSON_Delete(best);
         return cJSON_CreateNull();
     }
-    if (!cJSON_IsObject(best)) return best;
     cJSON *o = pick(best, keys);
     cJSON_Delete(best);
     if (!o) return NULL;
@@ -213,7 +222,9 @@ static char *build_payload(hook_t *h, const char *id, const char *type, cJSON *e
     experiment = NULL;
     cJSON_AddItemToObject(o, "rejected", rejected ? rejected : cJSON_CreateNull());
     rejected = NULL;
-    cJSON_AddItemToObject(o, "best", best_json(h));
+    cJSON *noise = NULL;
+    cJSON_AddItemToObject(o, "best", best_json(h, &noise));
+    cJSON_AddItemToObject(o, "noise", noise);
     cJSON *recent = store_recent(h->api->store, HOOK_RECENT, err, sizeof err);
     if (!recent) log_error("hook: recent: %s", err);
     cJSON_AddItemToObject(o, "recent", recent ? recent : cJSON_CreateArray());

@@ -7,7 +7,12 @@
  *    "experiment": {id,name,status,reason,spec,result}   (experiment.finished; else null)
  *    "rejected": {"proposal": <what the agent sent>, "code": "invalid_spec",
  *                 "error": "model.n_head: ..."}          (experiment.rejected; else null)
- *    "best": {id,name,val_bpb,spec,result} | null,
+ *    "best": {id,name,val_bpb,mean_val_bpb,val_bpb_sd,n_seeds,seeds,spec,result} | null
+ *            (the best configuration of the scope the daemon last finished a run in:
+ *            its first run, and the mean, sample sd (null with one seed) and
+ *            number of its succeeded seeds),
+ *    "noise": {dataset,budget_kind,budget,eval_tokens,sd,configurations,runs,df} | null
+ *            (that scope's measured seed noise, as GET /v1/noise answers it),
  *    "recent": [{id,name,status,reason,val_bpb,spec}...] (the last HOOK_RECENT, newest first),
  *    "queue_depth": N, "running": N,
  *    "defaults": <the spec with every default filled in>}

@@ -19,7 +19,6 @@
 #include "daemon/shared/log.h"
 #include "engine/util.h"
 
-#define MAX_COLUMNS 64
 #define EXPORT_NICE 10 /* the nice value of an export's pool thread */
 
 /* ------------------------------------------------------------------ fields */
@@ -92,39 +91,35 @@ static void put_field(bytebuf_t *t, const char *s, char sep, int text) {
 
 /* ------------------------------------------------------------------ tables */
 
-/* The header line of columns. */
-static void put_header(bytebuf_t *t, const char *const *columns, int n, char sep) {
-    for (int i = 0; i < n; i++) {
-        put_field(t, columns[i], sep, 0);
-        bytebuf_putc(t, i + 1 < n ? sep : '\n');
+/* The header line of columns (an array of strings). */
+static void put_header(bytebuf_t *t, const cJSON *columns, char sep) {
+    for (const cJSON *k = columns ? columns->child : NULL; k; k = k->next) {
+        put_field(t, cJSON_GetStringValue(k) ? k->valuestring : "", sep, 0);
+        bytebuf_putc(t, k->next ? sep : '\n');
     }
 }
 
 /* One line per row, the fields in the order of columns. */
-static int put_rows(bytebuf_t *t, const cJSON *rows, const char *const *columns, int n, char sep) {
+static int put_rows(bytebuf_t *t, const cJSON *rows, const cJSON *columns, char sep) {
     for (const cJSON *row = rows ? rows->child : NULL; row; row = row->next) {
-        for (int i = 0; i < n; i++) {
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(row, columns[i]);
+        for (const cJSON *k = columns ? columns->child : NULL; k; k = k->next) {
+            const char *key = cJSON_GetStringValue(k);
+            const cJSON *v = key ? cJSON_GetObjectItemCaseSensitive(row, key) : NULL;
             char *f = field_text(v);
             if (!f) return -1;
             put_field(t, f, sep, cJSON_IsString(v));
             free(f);
-            bytebuf_putc(t, i + 1 < n ? sep : '\n');
+            bytebuf_putc(t, k->next ? sep : '\n');
         }
     }
     return t->err ? -1 : 0;
 }
 
-char *export_table(const cJSON *rows, char sep) {
-    const char *columns[MAX_COLUMNS];
-    int n = 0;
-    const cJSON *first = cJSON_GetArrayItem(rows, 0);
-    for (const cJSON *k = first ? first->child : NULL; k && n < MAX_COLUMNS; k = k->next)
-        columns[n++] = k->string;
+char *export_table(const cJSON *rows, const cJSON *columns, char sep) {
     bytebuf_t t;
     bytebuf_init(&t, BYTEBUF_UNLIMITED);
-    put_header(&t, columns, n, sep);
-    if (put_rows(&t, rows, columns, n, sep) < 0) {
+    put_header(&t, columns, sep);
+    if (put_rows(&t, rows, columns, sep) < 0) {
         bytebuf_free(&t);
         return NULL;
     }
@@ -175,16 +170,15 @@ static void put_results(export_state_t *st, bytebuf_t *t, const cJSON *rows) {
     }
 }
 
-int export_page(export_state_t *st, const cJSON *rows, const char *const *columns, int ncols,
-                bytebuf_t *out) {
+int export_page(export_state_t *st, const cJSON *rows, const cJSON *columns, bytebuf_t *out) {
     int first = !st->header_done;
     st->header_done = 1;
     switch (st->fmt) {
     case EXPORT_CSV:
     case EXPORT_TSV: {
         char sep = st->fmt == EXPORT_CSV ? ',' : '\t';
-        if (first) put_header(out, columns, ncols, sep);
-        return put_rows(out, rows, columns, ncols, sep);
+        if (first) put_header(out, columns, sep);
+        return put_rows(out, rows, columns, sep);
     }
     case EXPORT_JSONL:
         for (const cJSON *row = rows ? rows->child : NULL; row; row = row->next) {
@@ -211,6 +205,7 @@ typedef struct export_job {
     uv_timer_t stall;  /* drops a client that takes nothing for EXPORT_STALL_S */
     http_stream_t *st; /* NULL once the client is gone */
     store_export_t *x;
+    cJSON *columns; /* the table's columns (store_export_columns), read by the pool */
     export_lane_t *lane;
     struct export_job *next_waiting; /* in lane's queue */
     export_state_t state;
@@ -226,6 +221,7 @@ typedef struct export_job {
 static void job_free_cb(uv_handle_t *h) {
     export_job_t *j = h->data;
     bytebuf_free(&j->text);
+    cJSON_Delete(j->columns);
     free(j);
 }
 
@@ -245,7 +241,6 @@ static void job_release(export_job_t *j) {
  * other work): on a busy machine the loop gets the CPU before an export. */
 static void page_work(uv_work_t *w) {
     export_job_t *j = w->data;
-    const char *columns[MAX_COLUMNS];
     setpriority(PRIO_PROCESS, (id_t)gettid(), EXPORT_NICE); /* Linux: per thread */
     bytebuf_reset(&j->text);
     cJSON *rows = store_export_page(j->x, EXPORT_PAGE_ROWS, j->err, sizeof j->err);
@@ -253,8 +248,7 @@ static void page_work(uv_work_t *w) {
         j->failed = 1;
         return;
     }
-    int n = store_export_columns(j->x, columns, MAX_COLUMNS);
-    if (export_page(&j->state, rows, columns, n, &j->text) < 0) {
+    if (export_page(&j->state, rows, j->columns, &j->text) < 0) {
         snprintf(j->err, sizeof j->err, "out of memory formatting a page");
         j->failed = 1;
     }
@@ -379,7 +373,10 @@ void export_stream(uv_loop_t *loop, store_t *store, export_lane_t *lane, export_
         http_error(res, 503, "unavailable", "out of memory");
         return;
     }
-    if (store_export_open(store, &j->x, err, sizeof err) < 0) {
+    if (!(j->columns = store_export_columns(store)) ||
+        store_export_open(store, &j->x, err, sizeof err) < 0) {
+        if (!j->columns) snprintf(err, sizeof err, "export: out of memory");
+        cJSON_Delete(j->columns);
         free(j);
         http_error(res, 500, "store_error", "%s", err);
         return;
@@ -391,6 +388,7 @@ void export_stream(uv_loop_t *loop, store_t *store, export_lane_t *lane, export_
     bytebuf_init(&j->text, BYTEBUF_UNLIMITED);
     if (!(j->st = http_stream_open(req, res, types[fmt], NULL, 0, stream_closed, j))) {
         store_export_close(j->x);
+        cJSON_Delete(j->columns);
         free(j);
         return;
     }

@@ -37,12 +37,12 @@ typedef enum { EXPORT_CSV, EXPORT_TSV, EXPORT_JSONL, EXPORT_RESULTS_TSV } export
 /* "csv", "tsv", "jsonl" or "results-tsv" into *fmt: 0, or -1 for any other. */
 int export_format_parse(const char *name, export_format_t *fmt);
 
-/* A header line and one line per row (rows: objects with the same keys, the
- * first row's order gives the columns). sep ',' quotes a field that holds a
- * comma, a quote, CR or LF (quotes doubled); sep '\t' replaces tabs, CR and
- * LF inside a field by spaces (TSV has no quoting). Lines end in \n. A
- * malloc'd text, or NULL when out of memory. */
-char *export_table(const cJSON *rows, char sep);
+/* A header line of columns (an array of strings: the keys, in order) and
+ * one line per row, so a table of no rows is its header line alone. sep ','
+ * quotes a field that holds a comma, a quote, CR or LF (quotes doubled); sep
+ * '\t' replaces tabs, CR and LF inside a field by spaces (TSV has no
+ * quoting). Lines end in \n. A malloc'd text, or NULL when out of memory. */
+char *export_table(const cJSON *rows, const cJSON *columns, char sep);
 
 /* The formatting state of one export, page after page. */
 typedef struct {
@@ -53,16 +53,15 @@ typedef struct {
 } export_state_t;
 
 /* Append the rows of one page to out in st's format: a header first on the
- * first page (columns: ncols names, the table's column order), then one line
- * per row. For results-tsv: autoresearch's "commit val_bpb memory_gb status
+ * first page (columns, as export_table's; even when there are no rows), then
+ * one line per row. For results-tsv: autoresearch's "commit val_bpb memory_gb status
  * description" (tab-separated), one line per finished experiment; commit is
  * the id, val_bpb 6 decimals (0.000000 unless it succeeded), memory_gb the
  * peak RSS in GB (1 decimal), status keep (a success that beat every earlier
  * one), discard (a success that did not) or crash (any other final status
  * but cancelled, which is left out), description its name (and the reason
  * when it did not succeed). Returns 0, or -1 when out of memory. */
-int export_page(export_state_t *st, const cJSON *rows, const char *const *columns, int ncols,
-                bytebuf_t *out);
+int export_page(export_state_t *st, const cJSON *rows, const cJSON *columns, bytebuf_t *out);
 
 /* What the exports of one daemon share: how many stream, and the one lane
  * their pages take through the thread pool, a page at a time, so that

@@ -31,6 +31,7 @@
 #include "daemon/exec/slurm.h"
 #include "daemon/exec/worker.h"
 #include "daemon/store/store.h"
+#include "engine/cost.h"
 #include "engine/util.h"
 
 #define MAX_TOKEN             256
@@ -49,7 +50,7 @@ typedef struct {
     int prune, prune_startup; /* SCHED_PRUNE_*; runs to compare against first */
     double prune_warmup;      /* progress before pruning */
     double token_run_limit_s; /* deadline of a token-budgeted run */
-    char dataset[64];         /* the default scope of leaderboard, best and noise */
+    char dataset[64];         /* pins the scoped queries' dataset; "" = the latest result's */
     char token[MAX_TOKEN + 1];
     /* More names the daemon answers to, and origins whose pages may call it
      * (origin.h); comma-separated, each option may be repeated. */
@@ -259,7 +260,7 @@ static const opt_t serve_rows[] = {
      .help = "seconds before a token-budgeted run is killed as a timeout"},
     {"dataset", OPT_STRING, TEXT(dataset), .arg = "NAME",
      .help = "the leaderboard's, best's and noise's dataset when a request names none "
-             "(default the spec's default dataset)"},
+             "(default: the latest result's)"},
     {"executor", OPT_ENUM, FIELD(slurm), .names = executor_names, .def = 0, .arg = "local|slurm",
      .help = "where runs execute"},
     {"slurm-partition", OPT_STRING, TEXT(slurm_partition), .arg = "P",
@@ -293,11 +294,11 @@ static const opt_table_t serve_options = {
              "to the agent, signed with the secret; its reply may propose the next specs.\n"
              "--prune median stops a run whose training loss, at --prune-warmup of its\n"
              "budget or at two evenly spaced points after it, is worse than the median of\n"
-             "finished runs on the same dataset and budget at the same progress, once\n"
-             "--prune-startup of them have finished; it is recorded as pruned (a spec with\n"
-             "\"prune\": false never is). val_bpb is ranked within one dataset and budget:\n"
-             "the leaderboard, best and noise default to --dataset and the budget most of\n"
-             "its runs used.\n"
+             "finished runs of its scope at the same progress, once --prune-startup of\n"
+             "them have finished; it is recorded as pruned (a spec with \"prune\": false\n"
+             "never is). val_bpb is ranked within one scope (a dataset, budget and\n"
+             "evaluation): the leaderboard, best and noise answer for the scope a request\n"
+             "names, what it leaves out taken from the latest result.\n"
              "--executor slurm submits every run as a Slurm batch job (sbatch, squeue and\n"
              "scancel from PATH, or slurmrestd with --slurm-rest; DIR must be shared with\n"
              "the compute nodes); a restarted daemon re-attaches to the jobs still running.\n",
@@ -672,13 +673,7 @@ int serve_main(int argc, char **argv) {
         if (o->memory_mb == OPT_AUTO) o->memory_mb = 0; /* the partition's default */
         if (o->threads_per_slot == OPT_AUTO) o->threads_per_slot = SLURM_DEFAULT_THREADS;
     }
-    if (o->memory_mb == OPT_AUTO) {
-        /* Three quarters of the machine, shared among the slots, so that one
-         * runaway worker cannot push the others (or the daemon) into swap. */
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        double mb = pages > 0 && page > 0 ? (double)pages * page / (1 << 20) : 0;
-        o->memory_mb = (int)(0.75 * mb / o->slots);
-    }
+    if (o->memory_mb == OPT_AUTO) o->memory_mb = cost_default_worker_mb(o->slots);
     origin_opts_t oo = {.listen_host = o->host,
                         .allowed_hosts = o->allowed_hosts,
                         .allowed_origins = o->allowed_origins};

@@ -40,7 +40,6 @@ enum {
     ST_FIND_DUP,
     ST_CLAIM,
     ST_SET_PID,
-    ST_UNCLAIM,
     ST_FINISH,
     ST_INSERT_RESULT,
     ST_STATUS_OF,
@@ -49,11 +48,13 @@ enum {
     ST_REQUEUE_METRICS,
     ST_REQUEUE,
     ST_ABANDON,
+    ST_UNSTARTED,
     ST_QUEUE_DEPTH,
     ST_LIST_ID,
     ST_LIST_ID_DESC,
     ST_LIST_CREATED,
     ST_LIST_VAL_BPB,
+    ST_LIST_QUEUE,
     ST_GET,
     ST_GET_RESULT,
     ST_GET_METRICS,
@@ -62,8 +63,9 @@ enum {
     ST_LEADERBOARD_IN,
     ST_BEST_IN,
     ST_LAST_SCOPE,
-    ST_COMMON_BUDGET,
-    ST_COMMON_BUDGET_ANY,
+    ST_LATEST_RESULT_SCOPE,
+    ST_LATEST_SCOPE,
+    ST_SCOPES,
     ST_NOISE,
     ST_PRUNE_LOSSES,
     ST_RUN_LOSS,
@@ -82,19 +84,25 @@ enum {
 };
 
 /* The list queries: ?1 status filter (NULL = any), ?2 cursor id (0 = none),
- * ?3 limit. val_bpb is only reported for succeeded runs; in val_bpb order the
- * others sort last (as +Inf, 9e999). For the created and val_bpb orders the
- * cursor is the (key, id) of the row with id ?2; an unknown id yields no rows. */
+ * ?3 limit, ?4 dataset filter (NULL = any), ?5-?7 the budget and evaluation
+ * of a scope filter (?5 NULL = any). val_bpb is only reported for succeeded
+ * runs; in val_bpb order the others sort last (as +Inf, 9e999). For the
+ * created, val_bpb and queue orders the cursor is the key and id of the row
+ * with id ?2; an unknown id yields no rows. */
 #define LIST_SELECT                                                                                \
     "WITH x AS (SELECT e.id AS id, e.name AS name, e.tags AS tags, e.status AS status,"            \
     " e.reason AS reason, e.source AS source, e.priority AS priority, e.parent AS parent,"         \
     " e.seed AS seed, e.attempt AS attempt, e.created AS created, e.started AS started,"           \
     " e.finished AS finished, e.dataset AS dataset, e.budget_kind AS budget_kind,"                 \
-    " e.budget AS budget,"                                                                         \
+    " e.budget AS budget, e.eval_tokens AS eval_tokens,"                                           \
     " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"                             \
     " r.params_total AS params_total"                                                              \
     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id)"                           \
-    " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND (?4 IS NULL OR dataset = ?4) AND "
+    " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND (?4 IS NULL OR dataset = ?4) AND"      \
+    " (?5 IS NULL OR (budget_kind = ?5 AND budget = ?6 AND eval_tokens = ?7)) AND "
+
+/* The order the queue is taken in (store_claim_next), as a sort key. */
+#define QUEUE_KEY "-priority, source = 'agent', id"
 
 /* The running experiments to requeue or give up on: ?2 one id, or 0 for
  * every one a local daemon's crash interrupted (a Slurm job runs on without
@@ -108,22 +116,19 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, config_hash, seed, parent, source,"
-                  " priority, created, dataset, budget_kind, budget)"
-                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                  " priority, created, dataset, budget_kind, budget, eval_tokens)"
+                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     /* The one the user most likely wants back: a result first, then a live one. */
     [ST_FIND_DUP] = "SELECT id FROM experiments WHERE config_hash = ?1 AND seed = ?2"
-                    " AND status IN ('succeeded', 'running', 'queued')"
-                    " ORDER BY CASE status WHEN 'succeeded' THEN 0 WHEN 'running' THEN 1"
-                    " ELSE 2 END, id LIMIT 1",
+                    " AND eval_tokens = ?3 AND status IN ('succeeded', 'running', 'queued',"
+                    " 'timeout') ORDER BY CASE status WHEN 'succeeded' THEN 0 WHEN 'running'"
+                    " THEN 1 WHEN 'queued' THEN 2 ELSE 3 END, id LIMIT 1",
     [ST_CLAIM] = "UPDATE experiments SET status = 'running', pid = 0, started = ?1,"
                  " finished = NULL, reason = NULL, exit_code = NULL, term_signal = NULL"
                  " WHERE id = (SELECT id FROM experiments WHERE status = 'queued'"
-                 " ORDER BY priority DESC, id LIMIT 1)"
-                 " RETURNING id, name, spec, attempt",
+                 " ORDER BY priority DESC, source = 'agent', id LIMIT 1)"
+                 " RETURNING id, name, spec, attempt, dataset, budget_kind, budget, eval_tokens",
     [ST_SET_PID] = "UPDATE experiments SET pid = ?2 WHERE id = ?1 AND status = 'running'",
-    /* A run that never started goes back to the queue as it was. */
-    [ST_UNCLAIM] = "UPDATE experiments SET status = 'queued', pid = NULL, started = NULL,"
-                   " slurm_job_id = NULL, reason = ?2 WHERE id = ?1 AND status = 'running'",
     [ST_FINISH] = "UPDATE experiments SET status = ?2, reason = ?3, exit_code = ?4,"
                   " term_signal = ?5, finished = ?6 WHERE id = ?1 AND status = 'running'",
     [ST_INSERT_RESULT] = "INSERT INTO results (experiment_id" RESULT_SQL_COLUMNS
@@ -144,6 +149,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                    " reason = 'the daemon stopped during attempt ' || attempt"
                    " || '; not requeued (at most ' || ?1 || ' attempts)'"
                    " WHERE " RUNNING_MATCH,
+    [ST_UNSTARTED] = "UPDATE experiments SET status = 'queued', pid = NULL, started = NULL,"
+                     " reason = ?2 WHERE id = ?1 AND status = 'running'",
     [ST_QUEUE_DEPTH] = "SELECT count(*) FROM experiments WHERE status = 'queued'",
     [ST_LIST_ID] = LIST_SELECT "(?2 = 0 OR id > ?2) ORDER BY id LIMIT ?3",
     [ST_LIST_ID_DESC] = LIST_SELECT "(?2 = 0 OR id < ?2) ORDER BY id DESC LIMIT ?3",
@@ -155,6 +162,9 @@ static const char *const stmt_sql[ST_COUNT] = {
                     " e.status = 'succeeded' THEN r.val_bpb END, 9e999), e.id"
                     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
                     " WHERE e.id = ?2)) ORDER BY ifnull(val_bpb, 9e999), id LIMIT ?3",
+    [ST_LIST_QUEUE] =
+        LIST_SELECT "(?2 = 0 OR (" QUEUE_KEY ") > (SELECT " QUEUE_KEY
+                    " FROM experiments WHERE id = ?2)) ORDER BY " QUEUE_KEY " LIMIT ?3",
     [ST_GET] = "SELECT id, name, tags, status, reason, source, priority, parent, seed, attempt,"
                " config_hash, created, started, finished, pid, exit_code, term_signal, spec"
                " FROM experiments WHERE id = ?1",
@@ -175,36 +185,53 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_INSERT_DELIVERY] = "INSERT INTO hook_deliveries (event_id, event_type, attempt,"
                            " http_status, latency_ms, error, created)"
                            " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    /* One scope: ?1 dataset, ?2 budget_kind, ?3 budget. */
+    /* One scope: ?1 dataset, ?2 budget_kind, ?3 budget, ?4 eval_tokens. */
     [ST_LEADERBOARD_IN] = "SELECT * FROM leaderboard WHERE dataset = ?1 AND budget_kind = ?2"
-                          " AND budget = ?3 LIMIT ?4",
+                          " AND budget = ?3 AND eval_tokens = ?4 LIMIT ?5",
     [ST_BEST_IN] = "SELECT id, val_bpb, val_bpb_sd, n_seeds, seeds FROM leaderboard"
-                   " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3 LIMIT 1",
+                   " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3"
+                   " AND eval_tokens = ?4 LIMIT 1",
     /* The scope the last finished experiment ran in (the hook's best). */
-    [ST_LAST_SCOPE] = "SELECT dataset, budget_kind, budget FROM experiments"
+    [ST_LAST_SCOPE] = "SELECT dataset, budget_kind, budget, eval_tokens FROM experiments"
                       " WHERE status NOT IN ('queued', 'running')"
                       " ORDER BY finished DESC, id DESC LIMIT 1",
-    /* The budget of dataset ?1 with the most succeeded runs, then the most
-     * runs, then the most recent. */
-    [ST_COMMON_BUDGET] = "SELECT budget_kind, budget FROM scopes WHERE dataset = ?1"
-                         " ORDER BY succeeded DESC, last_finished DESC LIMIT 1",
-    /* Dataset ?1 without a succeeded run: the budget with the most runs, then
-     * the most recent. */
-    [ST_COMMON_BUDGET_ANY] = "SELECT budget_kind, budget FROM experiments WHERE dataset = ?1"
-                             " GROUP BY budget_kind, budget ORDER BY count(*) DESC, max(id) DESC"
-                             " LIMIT 1",
+    /* The default scope (store_default_scope): what ?1-?4 give (NULL = any),
+     * from the latest result, else from the latest experiment. */
+    [ST_LATEST_RESULT_SCOPE] = "SELECT dataset, budget_kind, budget, eval_tokens FROM scopes"
+                               " WHERE (?1 IS NULL OR dataset = ?1) AND (?2 IS NULL OR"
+                               " (budget_kind = ?2 AND budget = ?3)) AND (?4 IS NULL OR"
+                               " eval_tokens = ?4) ORDER BY last_finished DESC LIMIT 1",
+    [ST_LATEST_SCOPE] = "SELECT dataset, budget_kind, budget, eval_tokens FROM experiments"
+                        " WHERE (?1 IS NULL OR dataset = ?1) AND (?2 IS NULL OR"
+                        " (budget_kind = ?2 AND budget = ?3)) AND (?4 IS NULL OR"
+                        " eval_tokens = ?4) ORDER BY id DESC LIMIT 1",
+    /* Every scope with results and its best configuration (the first row of
+     * configs_rank), the latest result first. */
+    [ST_SCOPES] = "WITH b AS (SELECT s.*, (SELECT c.config_hash FROM configs c"
+                  " WHERE c.dataset = s.dataset AND c.budget_kind = s.budget_kind"
+                  " AND c.budget = s.budget AND c.eval_tokens = s.eval_tokens"
+                  " ORDER BY c.mean, c.first_id LIMIT 1) AS h FROM scopes s WHERE s.succeeded > 0"
+                  " ORDER BY s.last_finished DESC LIMIT ?1)"
+                  " SELECT b.dataset, b.budget_kind, b.budget, b.eval_tokens, b.succeeded AS runs,"
+                  " b.last_finished, c.first_id AS best_id, c.mean AS best_val_bpb,"
+                  " CASE WHEN c.n > 1 THEN sqrt(max(0.0, (c.sumsq - c.sum * c.sum / c.n)"
+                  " / (c.n - 1))) END AS best_val_bpb_sd, c.n AS best_n_seeds"
+                  " FROM b JOIN configs c ON c.dataset = b.dataset AND c.budget_kind ="
+                  " b.budget_kind AND c.budget = b.budget AND c.eval_tokens = b.eval_tokens"
+                  " AND c.config_hash = b.h ORDER BY b.last_finished DESC",
     /* Pooled within-configuration variance over the configurations with at
      * least two succeeded seeds, kept per scope (schema 008): their count,
      * runs, degrees of freedom (sum of n - 1) and squared deviations from
      * their means. */
     [ST_NOISE] = "SELECT configs2, runs2, df, ss FROM scopes"
-                 " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3",
-    /* For pruning: the mean training loss of each of the last ?6 succeeded
-     * runs in the scope over the progress window [?4 - ?5, ?4], best first. */
+                 " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3 AND eval_tokens = ?4",
+    /* For pruning: the mean training loss of each of the last ?7 succeeded
+     * runs in the scope over the progress window [?5 - ?6, ?5], best first. */
     [ST_PRUNE_LOSSES] = "SELECT avg(m.loss) AS loss FROM metrics m WHERE m.experiment_id IN"
                         " (SELECT id FROM experiments WHERE dataset = ?1 AND budget_kind = ?2"
-                        " AND budget = ?3 AND status = 'succeeded' ORDER BY id DESC LIMIT ?6)"
-                        " AND m.progress BETWEEN ?4 - ?5 AND ?4 AND m.loss IS NOT NULL"
+                        " AND budget = ?3 AND eval_tokens = ?4 AND status = 'succeeded'"
+                        " ORDER BY id DESC LIMIT ?7)"
+                        " AND m.progress BETWEEN ?5 - ?6 AND ?5 AND m.loss IS NOT NULL"
                         " GROUP BY m.experiment_id ORDER BY loss",
     /* The same window of one run: mean loss and rows. */
     [ST_RUN_LOSS] = "SELECT avg(loss), count(loss) FROM metrics WHERE experiment_id = ?1"
@@ -239,7 +266,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     /* Every experiment with its key spec fields and result, oldest first. */
     [ST_EXPORT] = "SELECT e.id, e.name, e.status, e.reason, e.source, e.parent, e.seed,"
                   " json_extract(e.spec, '$.dataset') AS dataset,"
-                  " json_extract(e.spec, '$.time_budget_s') AS time_budget_s,"
+                  " json_extract(e.spec, '$.time_budget_s') AS time_budget_s, e.eval_tokens,"
                   " json_extract(e.spec, '$.model.depth') AS depth,"
                   " json_extract(e.spec, '$.model.n_embd') AS n_embd,"
                   " json_extract(e.spec, '$.model.n_head') AS n_head,"
@@ -333,6 +360,18 @@ static int bind_text(sqlite3_stmt *st, int i, const char *v) {
 static char *dup_column(sqlite3_stmt *st, int i) {
     const char *t = (const char *)sqlite3_column_text(st, i);
     return t ? strdup(t) : NULL;
+}
+
+/* Columns i..i+3 of the current row (dataset, budget_kind, budget,
+ * eval_tokens) into sc. */
+static void column_scope(sqlite3_stmt *st, int i, store_scope_t *sc) {
+    const char *ds = (const char *)sqlite3_column_text(st, i);
+    const char *kind = (const char *)sqlite3_column_text(st, i + 1);
+    memset(sc, 0, sizeof *sc);
+    snprintf(sc->dataset, sizeof sc->dataset, "%s", ds ? ds : "");
+    snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s", kind ? kind : "");
+    sc->budget = sqlite3_column_double(st, i + 2);
+    sc->eval_tokens = sqlite3_column_int64(st, i + 3);
 }
 
 static bool is_terminal(const char *status) {
@@ -792,6 +831,7 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     b |= bind_text(st, 10, e->scope.dataset);
     b |= bind_text(st, 11, e->scope.budget_kind);
     b |= sqlite3_bind_double(st, 12, e->scope.budget);
+    b |= sqlite3_bind_int64(st, 13, e->scope.eval_tokens);
     if (b) {
         reset(st);
         return fail_db(s->db, err, errlen, "insert");
@@ -810,10 +850,11 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     return 0;
 }
 
-int store_find_duplicate(store_t *s, const char *config_hash, int64_t seed, int64_t *id, char *err,
-                         size_t errlen) {
+int store_find_duplicate(store_t *s, const char *config_hash, int64_t seed, int64_t eval_tokens,
+                         int64_t *id, char *err, size_t errlen) {
     sqlite3_stmt *st = s->st[ST_FIND_DUP];
-    if (bind_text(st, 1, config_hash) || sqlite3_bind_int64(st, 2, seed)) {
+    if (bind_text(st, 1, config_hash) || sqlite3_bind_int64(st, 2, seed) ||
+        sqlite3_bind_int64(st, 3, eval_tokens)) {
         reset(st);
         return fail_db(s->db, err, errlen, "find duplicate");
     }
@@ -846,6 +887,7 @@ int store_claim_next(store_t *s, store_experiment_t *out, char *err, size_t errl
     out->name = dup_column(st, 1);
     out->spec_json = dup_column(st, 2);
     out->attempt = sqlite3_column_int(st, 3);
+    column_scope(st, 4, &out->scope);
     if ((sqlite3_column_type(st, 1) != SQLITE_NULL && !out->name) || !out->spec_json) {
         fail(err, errlen, "store: claim: out of memory");
         goto fail;
@@ -1039,19 +1081,18 @@ int store_recover(store_t *s, int max_attempts, int *requeued, int *abandoned, c
     return requeue_running(s, 0, max_attempts, requeued, abandoned, err, errlen);
 }
 
-int store_unclaim(store_t *s, int64_t id, const char *reason, char *err, size_t errlen) {
-    sqlite3_stmt *st = s->st[ST_UNCLAIM];
-    sqlite3_bind_int64(st, 1, id);
-    bind_text(st, 2, reason);
-    if (run(s, ST_UNCLAIM, "unclaim", err, errlen) < 0) return -1;
-    if (sqlite3_changes(s->db) == 0)
-        return fail(err, errlen, "store: experiment %lld is not running", (long long)id);
-    return 0;
-}
-
 int store_interrupt(store_t *s, int64_t id, int max_attempts, char *err, size_t errlen) {
     if (id <= 0) return fail(err, errlen, "store: experiment %lld not found", (long long)id);
     return requeue_running(s, id, max_attempts, NULL, NULL, err, errlen);
+}
+
+int store_requeue_unstarted(store_t *s, int64_t id, const char *reason, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_UNSTARTED];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, reason);
+    if (run(s, ST_UNSTARTED, "requeue", err, errlen) < 0) return -1;
+    if (sqlite3_changes(s->db) != 1) return explain_status(s, id, STORE_RUNNING, err, errlen);
+    return 0;
 }
 
 int64_t store_queue_depth(store_t *s, char *err, size_t errlen) {
@@ -1067,8 +1108,8 @@ int64_t store_queue_depth(store_t *s, char *err, size_t errlen) {
 
 /* ---------------------------------------------------------------- queries */
 
-cJSON *store_list(store_t *s, const char *status, const char *dataset, const char *order, int limit,
-                  int64_t after, char *err, size_t errlen) {
+cJSON *store_list(store_t *s, const char *status, const char *dataset, const store_scope_t *scope,
+                  const char *order, int limit, int64_t after, char *err, size_t errlen) {
     int which;
     if (!order || !strcmp(order, "-id"))
         which = ST_LIST_ID_DESC;
@@ -1078,10 +1119,13 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const cha
         which = ST_LIST_CREATED;
     else if (!strcmp(order, "val_bpb"))
         which = ST_LIST_VAL_BPB;
+    else if (!strcmp(order, "queue"))
+        which = ST_LIST_QUEUE;
     else {
-        fail(err, errlen, "order: must be one of id, -id, val_bpb, created");
+        fail(err, errlen, "order: must be one of id, -id, val_bpb, created, queue");
         return NULL;
     }
+    if (scope) dataset = scope->dataset;
     if (status && !is_status(status)) {
         fail(err, errlen,
              "status: must be one of queued, running, succeeded, failed, crashed, timeout, "
@@ -1097,8 +1141,12 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const cha
         return NULL;
     }
     sqlite3_stmt *st = s->st[which];
-    if (bind_text(st, 1, status) || sqlite3_bind_int64(st, 2, after) ||
-        sqlite3_bind_int(st, 3, limit) || bind_text(st, 4, dataset && *dataset ? dataset : NULL)) {
+    int b = bind_text(st, 1, status) | sqlite3_bind_int64(st, 2, after) |
+            sqlite3_bind_int(st, 3, limit) | bind_text(st, 4, dataset && *dataset ? dataset : NULL);
+    if (scope)
+        b |= bind_text(st, 5, scope->budget_kind) | sqlite3_bind_double(st, 6, scope->budget) |
+             sqlite3_bind_int64(st, 7, scope->eval_tokens);
+    if (b) {
         reset(st);
         fail_db(s->db, err, errlen, "list");
         return NULL;
@@ -1199,29 +1247,35 @@ static int bind_scope(sqlite3_stmt *st, const store_scope_t *sc) {
     int b = bind_text(st, 1, sc->dataset);
     b |= bind_text(st, 2, sc->budget_kind);
     b |= sqlite3_bind_double(st, 3, sc->budget);
+    b |= sqlite3_bind_int64(st, 4, sc->eval_tokens);
     return b;
 }
 
-int store_default_scope(store_t *s, const char *dataset, store_scope_t *sc, char *err,
-                        size_t errlen) {
-    spec_default_scope(dataset, sc);
-    /* the budget with the most succeeded runs (one row of scopes), else, while
-     * nothing has succeeded on the dataset, the one with the most runs */
-    for (int k = ST_COMMON_BUDGET; k <= ST_COMMON_BUDGET_ANY; k++) {
+int store_default_scope(store_t *s, store_scope_t *sc, char *err, size_t errlen) {
+    /* what sc gives, the rest from the latest result, else the latest experiment */
+    for (int k = ST_LATEST_RESULT_SCOPE; k <= ST_LATEST_SCOPE; k++) {
         sqlite3_stmt *st = s->st[k];
-        bind_text(st, 1, sc->dataset);
-        int rc = sqlite3_step(st);
-        int found = rc == SQLITE_ROW && sqlite3_column_text(st, 0);
-        if (found) {
-            snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s",
-                     (const char *)sqlite3_column_text(st, 0));
-            sc->budget = sqlite3_column_double(st, 1);
-        }
+        int b = bind_text(st, 1, sc->dataset[0] ? sc->dataset : NULL);
+        if (sc->budget_kind[0])
+            b |= bind_text(st, 2, sc->budget_kind) | sqlite3_bind_double(st, 3, sc->budget);
+        if (sc->eval_tokens >= 0) b |= sqlite3_bind_int64(st, 4, sc->eval_tokens);
+        int rc = b ? SQLITE_ERROR : sqlite3_step(st);
+        if (rc == SQLITE_ROW) column_scope(st, 0, sc);
         reset(st);
-        if (rc != SQLITE_ROW && rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "scope");
-        if (found) break;
+        if (rc == SQLITE_ROW) return k == ST_LATEST_RESULT_SCOPE ? 1 : 2;
+        if (rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "scope");
     }
     return 0;
+}
+
+cJSON *store_scopes(store_t *s, int limit, char *err, size_t errlen) {
+    if (limit < 1 || limit > LIST_MAX) {
+        fail(err, errlen, "limit: must be 1..%d", LIST_MAX);
+        return NULL;
+    }
+    sqlite3_stmt *st = s->st[ST_SCOPES];
+    sqlite3_bind_int(st, 1, limit);
+    return rows_array(s, st, "scopes", err, errlen);
 }
 
 cJSON *store_leaderboard(store_t *s, const store_scope_t *sc, int limit, char *err, size_t errlen) {
@@ -1230,12 +1284,32 @@ cJSON *store_leaderboard(store_t *s, const store_scope_t *sc, int limit, char *e
         return NULL;
     }
     sqlite3_stmt *st = s->st[ST_LEADERBOARD_IN];
-    if (bind_scope(st, sc) || sqlite3_bind_int(st, 4, limit)) {
+    if (bind_scope(st, sc) || sqlite3_bind_int(st, 5, limit)) {
         reset(st);
         fail_db(s->db, err, errlen, "leaderboard");
         return NULL;
     }
     return rows_array(s, st, "leaderboard", err, errlen);
+}
+
+/* The column names of st, in order, as a new array of strings (NULL when
+ * out of memory). */
+static cJSON *column_names(sqlite3_stmt *st) {
+    cJSON *cols = cJSON_CreateArray();
+    for (int i = 0; cols && i < sqlite3_column_count(st); i++)
+        if (!cJSON_AddItemToArray(cols, cJSON_CreateString(sqlite3_column_name(st, i)))) {
+            cJSON_Delete(cols);
+            cols = NULL;
+        }
+    return cols;
+}
+
+cJSON *store_leaderboard_columns(store_t *s) {
+    return column_names(s->st[ST_LEADERBOARD_IN]);
+}
+
+cJSON *store_export_columns(store_t *s) {
+    return column_names(s->st[ST_EXPORT]);
 }
 
 cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errlen) {
@@ -1277,26 +1351,13 @@ uint64_t store_finishes(const store_t *s) {
     return s->finishes;
 }
 
-cJSON *store_best(store_t *s, char *err, size_t errlen) {
-    store_scope_t sc;
+int store_last_scope(store_t *s, store_scope_t *sc, char *err, size_t errlen) {
     sqlite3_stmt *st = s->st[ST_LAST_SCOPE];
     int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0) && sqlite3_column_text(st, 1)) {
-        memset(&sc, 0, sizeof sc);
-        snprintf(sc.dataset, sizeof sc.dataset, "%s", (const char *)sqlite3_column_text(st, 0));
-        snprintf(sc.budget_kind, sizeof sc.budget_kind, "%s",
-                 (const char *)sqlite3_column_text(st, 1));
-        sc.budget = sqlite3_column_double(st, 2);
-        reset(st);
-    } else {
-        reset(st);
-        if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-            fail_db(s->db, err, errlen, "best");
-            return NULL;
-        }
-        if (store_default_scope(s, NULL, &sc, err, errlen) < 0) return NULL;
-    }
-    return store_best_in(s, &sc, err, errlen);
+    if (rc == SQLITE_ROW) column_scope(st, 0, sc);
+    reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "last scope");
+    return rc == SQLITE_ROW;
 }
 
 cJSON *store_noise(store_t *s, const store_scope_t *sc, char *err, size_t errlen) {
@@ -1318,6 +1379,7 @@ cJSON *store_noise(store_t *s, const store_scope_t *sc, char *err, size_t errlen
     int ok = o && cJSON_AddStringToObject(o, "dataset", sc->dataset) &&
              cJSON_AddStringToObject(o, "budget_kind", sc->budget_kind) &&
              cJSON_AddNumberToObject(o, "budget", sc->budget) &&
+             cJSON_AddNumberToObject(o, "eval_tokens", (double)sc->eval_tokens) &&
              (df > 0 ? cJSON_AddNumberToObject(o, "sd", sqrt(ss / (double)df)) != NULL
                      : cJSON_AddNullToObject(o, "sd") != NULL) &&
              cJSON_AddNumberToObject(o, "configurations", (double)configs) &&
@@ -1340,9 +1402,9 @@ int store_prune_losses(store_t *s, const store_scope_t *sc, double p, double win
     *out = NULL;
     *n = 0;
     int b = bind_scope(st, sc);
-    b |= sqlite3_bind_double(st, 4, p);
-    b |= sqlite3_bind_double(st, 5, window);
-    b |= sqlite3_bind_int(st, 6, max_runs);
+    b |= sqlite3_bind_double(st, 5, p);
+    b |= sqlite3_bind_double(st, 6, window);
+    b |= sqlite3_bind_int(st, 7, max_runs);
     if (b) {
         reset(st);
         return fail_db(s->db, err, errlen, "prune");
@@ -1693,12 +1755,6 @@ cJSON *store_export_page(store_export_t *x, int n, char *err, size_t errlen) {
         }
     }
     return arr;
-}
-
-int store_export_columns(const store_export_t *x, const char **names, int max) {
-    int n = x->st ? sqlite3_column_count(x->st) : 0;
-    for (int i = 0; i < n && i < max; i++) names[i] = sqlite3_column_name(x->st, i);
-    return n < max ? n : max;
 }
 
 void store_export_close(store_export_t *x) {

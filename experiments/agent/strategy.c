@@ -61,7 +61,7 @@ struct strategy {
     double best_val; /* the mean over the best configuration's seeds */
     spec_t best;
     ident_t best_config;
-    char scope[128]; /* the baseline's dataset and budget: only these results rank */
+    char scope[128]; /* the baseline's dataset, budget and evaluation: only these rank */
     ident_t *seen;   /* sorted */
     size_t n_seen, cap_seen;
     int64_t *judged; /* ids whose experiment.finished was decided, in arrival order */
@@ -186,12 +186,15 @@ static int config_identity(const spec_t *sp, char out[SPEC_HASH_HEX]) {
     return spec_config_hash(sp, out) < 0 ? -1 : 0;
 }
 
-/* sp's dataset and budget (spec_scope) as "dataset|time|300" or
- * "dataset|tokens|N". */
+/* sp's scope (spec_scope: dataset, budget and evaluation) as
+ * "dataset|time|300|eval 65536" or "dataset|tokens|N|eval 0". The agent
+ * knows no dataset's size, so a cap is compared as written: the baseline's
+ * variants keep its cap. */
 static void scope_of(const spec_t *sp, char *out, size_t n) {
     spec_scope_t sc;
     spec_scope(sp, &sc);
-    snprintf(out, n, "%s|%s|%.17g", sc.dataset, sc.budget_kind, sc.budget);
+    snprintf(out, n, "%s|%s|%.17g|eval %lld", sc.dataset, sc.budget_kind, sc.budget,
+             (long long)sc.eval_tokens);
 }
 
 static config_t *config_find(strategy_t *s, const char *hex) {

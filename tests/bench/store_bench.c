@@ -5,7 +5,8 @@
  * Fills a fresh store with N experiments (default 100,000) in 8 scopes (4
  * datasets x 2 time budgets), each scope 5 seeds of N/40 configurations, 90%
  * succeeded with a result, then times store_leaderboard (limit 20),
- * store_best_in and store_noise in one scope, REPEATS times each (default
+ * store_best_in and store_noise in one scope and store_scopes (the list
+ * every scoped reply carries), REPEATS times each (default
  * 20), and prints the median and the slowest, and the query plan of the
  * leaderboard ("keep" as a third argument keeps the database and prints its
  * path). Rows are written through a second connection in one
@@ -123,7 +124,8 @@ static void load(const char *path, long n) {
     sqlite3_stmt *plan;
     check(sqlite3_prepare_v2(db,
                              "EXPLAIN QUERY PLAN SELECT * FROM leaderboard WHERE dataset = 'd1'"
-                             " AND budget_kind = 'time' AND budget = 300 LIMIT 20",
+                             " AND budget_kind = 'time' AND budget = 300 AND eval_tokens = 0"
+                             " LIMIT 20",
                              -1, &plan, NULL),
           db, "plan");
     printf("leaderboard query plan:\n");
@@ -156,6 +158,7 @@ int main(int argc, char **argv) {
     TIME("leaderboard (limit 20)", reps, store_leaderboard(s, &sc, 20, err, sizeof err));
     TIME("best", reps, store_best_in(s, &sc, err, sizeof err));
     TIME("noise", reps, store_noise(s, &sc, err, sizeof err));
+    TIME("scopes", reps, store_scopes(s, 50, err, sizeof err));
     store_close(s);
     if (argc > 3 && !strcmp(argv[3], "keep")) {
         printf("kept %s\n", path);
