@@ -420,6 +420,13 @@ static cJSON *fake_wait(const tu_server_t *d, long id, const char *slurm_state, 
     }
 }
 
+/* The fake sbatch ran once: no job was submitted again. */
+static void expect_one_submission(void) {
+    char *next = tu_read(tu_dir_path("fake/next"));
+    cr_expect_str_eq(next, "1\n", "submitted again");
+    free(next);
+}
+
 static void expect_status(const cJSON *e, const char *status, const char *reason_part) {
     const char *s = tu_jstr(e, "status"), *r = tu_jstr(e, "reason");
     cr_expect(s && !strcmp(s, status), "status %s (%s), want %s", s, r ? r : "no reason", status);
@@ -522,9 +529,7 @@ Test(slurm_fake, restart_reattaches) {
     cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
     cJSON_Delete(e);
     tu_server_stop(d3, 20);
-    char *next = tu_read(tu_dir_path("fake/next"));
-    cr_expect_str_eq(next, "1\n", "submitted again");
-    free(next);
+    expect_one_submission();
     db = tu_db_open(tu_dir_path("state/nightshift.db"));
     cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM results", 0), 1);
     cr_expect_eq(tu_sql_int(db, "SELECT slurm_job_id FROM experiments WHERE id = ?1", id), 1,
@@ -564,9 +569,7 @@ Test(slurm_fake, switching_executors_keeps_track_of_running_jobs) {
     cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
     cJSON_Delete(e);
     tu_server_stop(d2, 20);
-    char *next = tu_read(tu_dir_path("fake/next"));
-    cr_expect_str_eq(next, "1\n", "submitted again");
-    free(next);
+    expect_one_submission();
 }
 
 /* squeue's answer is never read cut: one larger than the daemon keeps is no
@@ -595,9 +598,7 @@ Test(slurm_fake, a_listing_too_large_is_not_read_cut) {
     expect_status(e, "cancelled", "by the daemon");
     cJSON_Delete(e);
     tu_server_stop(d, 20);
-    char *next = tu_read(tu_dir_path("fake/next"));
-    cr_expect_str_eq(next, "1\n", "submitted again");
-    free(next);
+    expect_one_submission();
 }
 
 /* The daemon's secrets reach no job: not its API token, not the agent's key
