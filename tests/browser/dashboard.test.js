@@ -229,9 +229,9 @@ async function main() {
       ? r.fulfill({ status: 503, contentType: "application/json",
                     body: '{"error":{"code":"too_many_streams","message":"at most 32"}}' })
       : r.continue());
-    const bp = await busy.newPage();
-    await bp.goto(d.url + "/");
-    await bp.waitForFunction(() => /\blive\b/.test(document.getElementById("summary").textContent),
+    const retry = await busy.newPage();
+    await retry.goto(d.url + "/");
+    await retry.waitForFunction(() => /\blive\b/.test(document.getElementById("summary").textContent),
                              null, { timeout: 15000 });
     check(streams >= 2, `after a 503 the page opens the live feed again (${streams} attempts)`);
     await busy.close();
