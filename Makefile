@@ -55,7 +55,14 @@ TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS))
 # client). daemon/shared holds what the programs above the engine share (HTTP,
 # logging, webhook signing, libcurl on libuv, byte buffers); daemon/main.c
 # assembles the binary from every program's commands.
-ENGINE_SRC := $(wildcard engine/*.c)
+# engine/attn_kern.c is built once per instruction set, whatever -march the
+# rest is built for: the AVX-512 kernels with AVX-512's flags, the AVX2 ones
+# with AVX-512 off, so a forced avx2 path runs no AVX-512 instruction.
+ENGINE_SRC := $(filter-out engine/attn_kern.c,$(wildcard engine/*.c))
+ISA_KERN   := avx2 avx512
+ISA_FLAGS_avx2   := -DATTN_KERN_AVX2 -mavx2 -mfma -mno-avx512f
+ISA_FLAGS_avx512 := -DATTN_KERN_AVX512 -mavx2 -mfma -mavx512f -mavx512vl -mavx512bw -mavx512dq \
+                    -mprefer-vector-width=512
 SHARED_SRC := $(wildcard daemon/shared/*.c)
 DAEMON_SRC := $(wildcard daemon/serve/*.c daemon/exec/*.c daemon/store/*.c daemon/hook/*.c)
 CLIENT_SRC := $(wildcard daemon/client/*.c)
@@ -87,13 +94,14 @@ ifeq ($(SAN),1)
 endif
 
 $(foreach b,$(BUILD) build/fuzz,\
-  $(eval $(addprefix $(b)/,$(ENGINE_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/engine) \
+  $(eval $(addprefix $(b)/,$(ENGINE_SRC:.c=.o) $(ISA_KERN:%=engine/attn_kern_%.o)): LAYER_INC := -iquote $(INC)/engine) \
   $(eval $(addprefix $(b)/,$(SHARED_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/shared) \
   $(eval $(addprefix $(b)/,$(CLIENT_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/client) \
   $(eval $(addprefix $(b)/,$(AGENT_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/agent) \
   $(eval $(addprefix $(b)/,$(DAEMON_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/daemon))
 LAYER_INC := -iquote .
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/schema_sql.o $(BUILD)/web_assets.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o) \
+            $(BUILD)/schema_sql.o $(BUILD)/web_assets.o
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BIN      := $(BUILD)/nightshift
 TEST_BIN := $(BUILD)/nightshift-tests
@@ -132,6 +140,9 @@ $(shell mkdir -p $(BUILD); echo '$(FLAGS_TEXT)' | cmp -s - $(FLAGS_LIST) || \
 $(BUILD)/%.o: %.c $(FLAGS_LIST) | $(SETUP_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(LAYER_INC) $(CFLAGS) $(KERNEL_CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
+$(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o): $(BUILD)/engine/attn_kern_%.o: engine/attn_kern.c $(FLAGS_LIST) | $(SETUP_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(LAYER_INC) $(CFLAGS) $(KERNEL_FLAGS) $(ISA_FLAGS_$*) $(PKG_CFLAGS) -c $< -o $@
 
 # The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
 # the store_migrations table (daemon/store/store.h).
@@ -204,8 +215,9 @@ asan:
 # The suites by kind (Criterion --filter over suite names; a new suite goes in
 # one list). Unit: the engine's and the store's functions in process.
 # Integration: the nightshift binary, the daemon, servers and workers.
-UNIT_SUITES := attn bytebuf ckpt gemm gradcheck http ops optim parity spec store strategy tok
-INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook loop newuser slurm \
+UNIT_SUITES := attn bytebuf ckpt gemm gradcheck http ops optim parity spec store strategy \
+               threads tok
+INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook isa loop newuser slurm \
                       slurm_fake train worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
@@ -295,13 +307,17 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUILD   := build/fuzz
 FUZZ_FLAGS   := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
                 -fno-sanitize-recover=undefined
-FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/schema_sql.o \
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(ISA_KERN:%=$(FUZZ_BUILD)/engine/attn_kern_%.o) \
+                $(FUZZ_BUILD)/schema_sql.o \
                 $(FUZZ_BUILD)/web_assets.o
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 $(FUZZ_BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(BASE_CFLAGS) $(LAYER_INC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+$(ISA_KERN:%=$(FUZZ_BUILD)/engine/attn_kern_%.o): $(FUZZ_BUILD)/engine/attn_kern_%.o: engine/attn_kern.c | $(SETUP_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(BASE_CFLAGS) $(LAYER_INC) $(FUZZ_FLAGS) $(ISA_FLAGS_$*) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/schema_sql.o: build/schema_sql.c | $(SETUP_STAMP)
 	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/web_assets.o: build/web_assets.c | $(SETUP_STAMP)

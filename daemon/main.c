@@ -4,6 +4,7 @@
 
 #include "experiments/agent/agent.h"
 #include "engine/cli.h"
+#include "engine/gemm.h"
 #include "daemon/client/client.h"
 #include "daemon/serve/serve.h"
 #include "daemon/exec/exec.h"
@@ -55,8 +56,15 @@ int main(int argc, char **argv) {
     }
     /* Commands that run the engine's OpenMP team (engine/cli.h, threads_passive_wait). */
     static const char *const engine_commands[] = {"bench", "calibrate", "grad", "sample", "train"};
-    for (size_t i = 0; i < sizeof engine_commands / sizeof engine_commands[0]; i++)
-        if (!strcmp(argv[1], engine_commands[i])) threads_passive_wait(argv);
+    for (size_t i = 0; i < sizeof engine_commands / sizeof engine_commands[0]; i++) {
+        if (strcmp(argv[1], engine_commands[i])) continue;
+        threads_passive_wait(argv);
+        char err[256];
+        if (gemm_select_env(err, sizeof err) < 0) {
+            fprintf(stderr, "nightshift %s: %s\n", argv[1], err);
+            return 2;
+        }
+    }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "nightshift: unknown command '%s'\n", argv[1]);

@@ -10,8 +10,8 @@
  * lines: the median and fastest step in ms, tokens per second at the median,
  * the training FLOPs per token (`cost`), each phase's share of the timed steps
  * from the engine's timers (prof.h: attention, matmul, elementwise = the rest
- * of forward and backward, optim), the linear layers' kernel (gemm.h) and the
- * process's peak RSS in MiB.
+ * of forward and backward, optim), the kernel path that ran (gemm.h; forced
+ * by NIGHTSHIFT_ISA) and OpenBLAS's kernels, and the process's peak RSS in MiB.
  * tests/bench/bench.py runs it beside the PyTorch reference. */
 #include <errno.h>
 #include <getopt.h>
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/threads.h"
+#include "engine/calibrate.h"
 #include "engine/cli.h"
 #include "engine/cost.h"
 #include "engine/gemm.h"
@@ -29,6 +29,7 @@
 #include "engine/prof.h"
 #include "engine/rng.h"
 #include "engine/spec.h"
+#include "engine/threads.h"
 #include "engine/util.h"
 
 #define BENCH_MAX_STEPS 100000
@@ -164,7 +165,8 @@ int bench_main(int argc, char **argv) {
     double other = total;
     for (int p = 0; p < PROF_PHASES; p++) other -= prof_seconds[p];
     printf("threads: %d\n", threads);
-    printf("matmul_kernel: %s\n", gemm_isa_name(gemm_current()));
+    printf("isa: %s\n", gemm_isa_name(gemm_current()));
+    printf("blas_core: %s\n", calibrate_blas_core());
     printf("loss: %.6f\n", loss);
     printf("step_ms_median: %.3f\n", 1e3 * med);
     printf("step_ms_min: %.3f\n", 1e3 * step_s[0]);

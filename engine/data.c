@@ -38,7 +38,7 @@ static int map_tokens(const char *dir, const char *file, size_t n_expect, void *
                       char *err, size_t errlen) {
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc = -1, fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
@@ -55,7 +55,11 @@ static int map_tokens(const char *dir, const char *file, size_t n_expect, void *
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
-        util_errorf(err, errlen, "%s: mmap: %s", path, strerror(errno));
+        /* ENOMEM: no address space left for it (RLIMIT_AS, a slot's memory
+         * limit), which is the caller's out-of-memory, not a bad dataset */
+        rc = errno == ENOMEM ? NS_ERR_NOMEM : NS_ERR_IO;
+        util_errorf(err, errlen, "%s: mmap of %lld bytes: %s", path, (long long)st.st_size,
+                    strerror(errno));
         goto fail;
     }
     close(fd);
@@ -64,7 +68,7 @@ static int map_tokens(const char *dir, const char *file, size_t n_expect, void *
     return 0;
 fail:
     close(fd);
-    return -1;
+    return rc;
 }
 
 /* Every id below vocab, the stream starts with BOS and holds one BOS per document. */
@@ -102,6 +106,7 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
     char path[4400];
     char *text = NULL;
     cJSON *m = NULL;
+    int rc = -1;
     if (!data_name_ok(name)) {
         util_errorf(err, errlen, "dataset name '%s' is not a valid name", name);
         return -1;
@@ -168,10 +173,12 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
         }
     }
 
-    if (map_tokens(ds->dir, "train.bin", ds->n_train, &ds->train_map, &ds->train_map_len, err,
-                   errlen) ||
-        map_tokens(ds->dir, "val.bin", ds->n_val, &ds->val_map, &ds->val_map_len, err, errlen))
+    if ((rc = map_tokens(ds->dir, "train.bin", ds->n_train, &ds->train_map, &ds->train_map_len, err,
+                         errlen)) < 0 ||
+        (rc = map_tokens(ds->dir, "val.bin", ds->n_val, &ds->val_map, &ds->val_map_len, err,
+                         errlen)) < 0)
         goto fail;
+    rc = -1;
     ds->train = ds->train_map;
     ds->val = ds->val_map;
     if (check_tokens(ds->train, ds->n_train, ds->train_docs, ds, "train.bin", err, errlen) ||
@@ -184,7 +191,7 @@ fail:
     cJSON_Delete(m);
     free(text);
     data_close(ds);
-    return -1;
+    return rc;
 }
 
 int data_info(const char *state_dir, const char *name, data_info_t *info, char *err,

@@ -46,8 +46,9 @@ bool data_name_ok(const char *name);
 
 /* Open STATE_DIR/datasets/NAME: read manifest.json and token_bytes.bin, map
  * train.bin and val.bin, and check that sizes match the manifest and that
- * every id is below vocab_size. Returns 0, or -1 with err naming the file; ds
- * then holds nothing to release. */
+ * every id is below vocab_size. Returns 0, or a negative code with err naming
+ * the file: NS_ERR_NOMEM when a file cannot be mapped for want of address
+ * space (RLIMIT_AS), -1 otherwise; ds then holds nothing to release. */
 int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err, size_t errlen);
 void data_close(data_set_t *ds);
 

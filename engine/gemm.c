@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #include <omp.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,14 +122,50 @@ typedef void rows_fn(int m0, int m1, int n, int K, const float *A, ptrdiff_t ars
 
 /* ------------------------------------------------------------ selection */
 
-int gemm_select(gemm_isa isa) {
+/* Whether this CPU runs a path's kernels (the OS saves the registers too:
+ * __builtin_cpu_supports checks that for AVX and AVX-512). */
+static int cpu_has(gemm_isa isa) {
     __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    int avx512 = __builtin_cpu_supports("avx512f");
-    if (isa == GEMM_AUTO) isa = avx512 ? GEMM_AVX512 : avx2 ? GEMM_AVX2 : GEMM_BLAS;
-    if ((isa == GEMM_AVX2 && !avx2) || (isa == GEMM_AVX512 && !avx512)) return -1;
+    switch (isa) {
+    case GEMM_AVX512:
+        return __builtin_cpu_supports("avx512f");
+    case GEMM_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    default:
+        return 1;
+    }
+}
+
+int gemm_select(gemm_isa isa) {
+    if (isa == GEMM_AUTO)
+        isa = cpu_has(GEMM_AVX512) ? GEMM_AVX512 : cpu_has(GEMM_AVX2) ? GEMM_AVX2 : GEMM_GENERIC;
+    if (!cpu_has(isa)) return -1;
     current = isa;
     return 0;
+}
+
+const char *gemm_isa_supported(void) {
+    return cpu_has(GEMM_AVX512) ? "avx512 avx2 generic"
+           : cpu_has(GEMM_AVX2) ? "avx2 generic"
+                                : "generic";
+}
+
+int gemm_select_env(char *err, size_t errlen) {
+    static const gemm_isa paths[] = {GEMM_AVX512, GEMM_AVX2, GEMM_GENERIC};
+    const char *v = getenv("NIGHTSHIFT_ISA");
+    if (!v || !*v || !strcmp(v, "auto")) return gemm_select(GEMM_AUTO);
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        if (strcmp(v, gemm_isa_name(paths[i]))) continue;
+        if (gemm_select(paths[i]) == 0) return 0;
+        snprintf(err, errlen,
+                 "NIGHTSHIFT_ISA=%s: this CPU cannot run the %s kernels (it lacks %s); its "
+                 "paths: %s",
+                 v, v, paths[i] == GEMM_AVX512 ? "AVX-512F" : "AVX2 or FMA", gemm_isa_supported());
+        return -1;
+    }
+    snprintf(err, errlen, "NIGHTSHIFT_ISA=%s: not a kernel path (avx512, avx2, generic or auto)",
+             v);
+    return -1;
 }
 
 gemm_isa gemm_current(void) {
@@ -138,8 +175,8 @@ gemm_isa gemm_current(void) {
 
 const char *gemm_isa_name(gemm_isa isa) {
     switch (isa) {
-    case GEMM_BLAS:
-        return "blas";
+    case GEMM_GENERIC:
+        return "generic";
     case GEMM_AVX2:
         return "avx2";
     case GEMM_AVX512:

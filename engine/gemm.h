@@ -10,26 +10,39 @@
  * out x in floats). Rows are split over the OpenMP team; each output float is
  * summed by one thread in a fixed order, so results do not depend on the
  * thread count. The kernel is picked at run time by CPU feature (AVX-512F,
- * else AVX2+FMA). Shapes it does not take (a short side over 256 or not a
- * whole number of vectors) and CPUs without AVX2 go to BLAS, split over the
- * team the same way with one single-threaded BLAS call per thread. */
+ * else AVX2+FMA) unless NIGHTSHIFT_ISA forces a path. Shapes it does not
+ * take (a short side over 256 or not a whole number of vectors) and the
+ * generic path go to BLAS, split over the team the same way with one
+ * single-threaded BLAS call per thread. */
 #ifndef NIGHTSHIFT_GEMM_H
 #define NIGHTSHIFT_GEMM_H
 
 #include <stddef.h>
 
-typedef enum { GEMM_AUTO, GEMM_BLAS, GEMM_AVX2, GEMM_AVX512 } gemm_isa;
+/* The kernel path: the register-tiled kernels of one instruction set, or
+ * generic (every product through BLAS, the attention on its BLAS path: for
+ * CPUs without AVX2, and a reference for the others). */
+typedef enum { GEMM_AUTO, GEMM_GENERIC, GEMM_AVX2, GEMM_AVX512 } gemm_isa;
 
 /* Use `isa` from now on (GEMM_AUTO: the widest this CPU has). Returns 0, or
- * -1 (and changes nothing) when the CPU or the compiler lacks it. For tests
- * and benchmarks; the process-wide choice is not thread-safe. */
+ * -1 (and changes nothing) when the CPU lacks it. For tests and benchmarks;
+ * the process-wide choice is not thread-safe. */
 int gemm_select(gemm_isa isa);
+
+/* The path NIGHTSHIFT_ISA names ("avx512", "avx2", "generic"; unset, empty
+ * or "auto": the widest this CPU has), selected. Returns 0, or -1 with err
+ * when the value is not a path or the CPU lacks it (running its kernels
+ * would die of SIGILL). */
+int gemm_select_env(char *err, size_t errlen);
 
 /* The kernel in use (never GEMM_AUTO). */
 gemm_isa gemm_current(void);
 
-/* "blas", "avx2" or "avx512" for a kernel; "auto" for GEMM_AUTO. */
+/* "generic", "avx2" or "avx512" for a path; "auto" for GEMM_AUTO. */
 const char *gemm_isa_name(gemm_isa isa);
+
+/* The paths this CPU can run, widest first, as "avx512 avx2 generic". */
+const char *gemm_isa_supported(void);
 
 /* y (N, out) = x (N, in; row stride ldx >= in) W^T with W (out, in). */
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out);
@@ -54,7 +67,7 @@ typedef void gemm_rows_fn(int m0, int m1, int n, int K, const float *A, ptrdiff_
 #define GEMM_MR 6
 
 /* The kernel in use (gemm_current) for products with n columns, or NULL when
- * that is BLAS or n is not a whole number of the kernel's vectors (16 floats
+ * that is the generic path or n is not a whole number of the kernel's vectors (16 floats
  * for AVX-512, which falls back to AVX2's 8). */
 gemm_rows_fn *gemm_rows_for(int n);
 

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/threads.h"
+
 /* Polar-express coefficients (a, b, c) of the five published iterations. */
 static const float polar_express_coeffs[5][3] = {
     {8.156554524902461f, -22.48329292557795f, 15.878769915207462f},
@@ -487,23 +489,27 @@ fail:
 void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, double muon_wd) {
     int team = omp_get_max_threads();
     if (team > o->work_threads) team = o->work_threads;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (team > 1)
-    for (int j = 0; j < o->n; j++) {
-        const int i = o->order[j];
-        const gpt_tensor_t *t = &m->tensors[i];
-        optim_param_t *q = &o->params[i];
-        float *p = m->params + t->offset;
-        const float *g = m->grads + t->offset;
-        float *st = o->state + o->state_off[i];
-        const float lr = (float)(q->lr * lr_mult);
-        if (q->kind == OPTIM_ADAMW) {
-            q->step++;
-            optim_adamw_step(p, g, st, st + t->numel, t->numel, q->step, lr, (float)q->beta1,
-                             (float)q->beta2, (float)q->eps, (float)q->wd);
-        } else {
-            float *work = o->work + (size_t)omp_get_thread_num() * o->work_floats;
-            optim_muon_step(p, g, st, st + t->numel, t->rows, t->cols, (float)muon_momentum, lr,
-                            (float)muon_wd, o->muon_beta2, o->ns_steps, work);
+#pragma omp parallel num_threads(team) if (team > 1)
+    {
+        threads_blas_single();
+#pragma omp for schedule(dynamic, 1)
+        for (int j = 0; j < o->n; j++) {
+            const int i = o->order[j];
+            const gpt_tensor_t *t = &m->tensors[i];
+            optim_param_t *q = &o->params[i];
+            float *p = m->params + t->offset;
+            const float *g = m->grads + t->offset;
+            float *st = o->state + o->state_off[i];
+            const float lr = (float)(q->lr * lr_mult);
+            if (q->kind == OPTIM_ADAMW) {
+                q->step++;
+                optim_adamw_step(p, g, st, st + t->numel, t->numel, q->step, lr, (float)q->beta1,
+                                 (float)q->beta2, (float)q->eps, (float)q->wd);
+            } else {
+                float *work = o->work + (size_t)omp_get_thread_num() * o->work_floats;
+                optim_muon_step(p, g, st, st + t->numel, t->rows, t->cols, (float)muon_momentum, lr,
+                                (float)muon_wd, o->muon_beta2, o->ns_steps, work);
+            }
         }
     }
 }

@@ -41,6 +41,7 @@
 #include "engine/cli.h"
 #include "engine/cost.h"
 #include "engine/data.h"
+#include "engine/gemm.h"
 #include "engine/gpt.h"
 #include "engine/optim.h"
 #include "engine/result_fields.h"
@@ -74,7 +75,7 @@ typedef struct {
     int B, T, accum;
     data_sampler_t sampler;
     int threads;
-    double peak_gflops;
+    calibrate_peak_t peak; /* the MFU denominator and its circumstances */
     const char *peak_source;
     double t_start;
     int tty;
@@ -233,25 +234,41 @@ static int open_progress(run_t *r, const train_opts_t *o, char *err, size_t errl
 }
 
 /* The MFU denominator: a flag, the spec, the calibration cache, or a short
- * measurement that is then cached. */
+ * measurement, stored when the machine was quiet during it (calibrate.h). A
+ * measurement taken while other processes used the CPUs serves this run
+ * only, and says so in the run's summary. */
 static void choose_peak(run_t *r, const train_opts_t *o) {
-    if (o->peak_gflops > 0) {
-        r->peak_gflops = o->peak_gflops;
-        r->peak_source = "flag";
-    } else if (r->spec.resources.peak_gflops > 0) {
-        r->peak_gflops = r->spec.resources.peak_gflops;
-        r->peak_source = "spec";
-    } else if (calibrate_cached_peak(o->dir, r->threads, &r->peak_gflops) == 0) {
-        r->peak_source = "calibration";
-    } else {
-        char err[256];
-        fprintf(stderr, "train: no calibrated peak for %d threads; measuring sgemm (1 s)\n",
-                r->threads);
-        r->peak_gflops = calibrate_measure_peak_gflops(1024, 1.0);
-        r->peak_source = "measured";
-        if (calibrate_store_peak(o->dir, r->threads, r->peak_gflops, err, sizeof err) < 0)
-            fprintf(stderr, "train: could not cache the peak: %s\n", err);
+    calibrate_peak_t *p = &r->peak;
+    double given = o->peak_gflops > 0 ? o->peak_gflops : r->spec.resources.peak_gflops;
+    if (given > 0) {
+        memset(p, 0, sizeof *p);
+        p->gflops = given;
+        p->threads = r->threads;
+        p->quiet = true;
+        snprintf(p->isa, sizeof p->isa, "given");
+        r->peak_source = o->peak_gflops > 0 ? "flag" : "spec";
+        return;
     }
+    if (calibrate_cached_peak(o->dir, r->threads, p) == 0) {
+        r->peak_source = p->quiet ? "calibration" : "calibration, accepted under load";
+        return;
+    }
+    char err[256], desc[256];
+    fprintf(stderr, "train: no calibrated peak for %d threads and %s kernels; measuring sgemm\n",
+            r->threads, calibrate_blas_core());
+    if (calibrate_measure_quiet(r->threads, 1024, 0.5, 2, 1.0, p)) {
+        r->peak_source = "measured";
+        if (calibrate_store_peak(o->dir, p, err, sizeof err) < 0)
+            fprintf(stderr, "train: could not store the peak: %s\n", err);
+        return;
+    }
+    r->peak_source = "measured under load, this run only";
+    calibrate_describe(p, desc, sizeof desc);
+    fprintf(stderr,
+            "train: the machine was busy while the sgemm peak was measured (%s): it is used "
+            "for this run's MFU only and not stored; `nightshift calibrate` on a quiet machine "
+            "stores one\n",
+            desc);
 }
 
 /* Load the spec and the dataset, build the model and the optimizer. Returns
@@ -261,7 +278,7 @@ static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
     spec_model_t *mc = &r->spec.model;
     int rc = spec_load(o->spec_path, &r->spec, err, errlen);
     if (rc < 0) return rc;
-    if (data_open(o->dir, r->spec.dataset, &r->data, err, errlen) < 0) return -1;
+    if ((rc = data_open(o->dir, r->spec.dataset, &r->data, err, errlen)) < 0) return rc;
     r->data_open = 1;
     if (mc->vocab_size == 0) {
         mc->vocab_size = r->data.vocab_size;
@@ -350,10 +367,12 @@ static void announce(run_t *r, const loop_t *l) {
     const spec_t *s = &r->spec;
     fprintf(stderr,
             "train: %s | dataset %s (%zu train / %zu val tokens, vocab %d) | %.2fM params | "
-            "%d threads | peak %.1f GFLOP/s (%s) | budget %.0f%s | %s sampler | "
+            "%d threads | %s kernels, %s BLAS | peak %.1f GFLOP/s (%s, %s) | budget %.0f%s | %s "
+            "sampler | "
             "%d x %d x %d tokens/step\n",
             s->name ? s->name : "(unnamed)", s->dataset, r->data.n_train, r->data.n_val,
-            s->model.vocab_size, r->cost.total / 1e6, r->threads, r->peak_gflops, r->peak_source,
+            s->model.vocab_size, r->cost.total / 1e6, r->threads, gemm_isa_name(gemm_current()),
+            calibrate_blas_core(), r->peak.gflops, r->peak.isa, r->peak_source,
             l->token_budget > 0 ? l->token_budget : l->time_budget,
             l->token_budget > 0 ? " tokens" : "s", spec_sampler_name(s->train.sampler), r->accum,
             r->B, r->T);
@@ -363,8 +382,14 @@ static void announce(run_t *r, const loop_t *l) {
     params_from_cost(&counts, &r->cost);
     add_params(start, &counts);
     cJSON_AddNumberToObject(start, "flops_per_token", r->cost.flops_per_token);
-    cJSON_AddNumberToObject(start, "peak_gflops", r->peak_gflops);
+    cJSON_AddNumberToObject(start, "peak_gflops", r->peak.gflops);
     cJSON_AddStringToObject(start, "peak_source", r->peak_source);
+    cJSON_AddStringToObject(start, "peak_isa", r->peak.isa);
+    cJSON_AddStringToObject(start, "peak_cpu", r->peak.cpu);
+    cJSON_AddStringToObject(start, "peak_measured_at", r->peak.measured_at);
+    cJSON_AddNumberToObject(start, "peak_others_cpu", r->peak.others_cpu);
+    cJSON_AddStringToObject(start, "isa", gemm_isa_name(gemm_current()));
+    cJSON_AddStringToObject(start, "blas_core", calibrate_blas_core());
     cJSON_AddNumberToObject(start, "threads", r->threads);
     cJSON_AddNumberToObject(start, "time_budget_s", l->time_budget);
     cJSON_AddNumberToObject(start, "token_budget", l->token_budget);
@@ -414,7 +439,7 @@ static int train_step(run_t *r, const loop_t *l, double *loss_out, double *lrm_o
 static bool report_step(run_t *r, const loop_t *l, double loss, double smooth_loss, double lrm,
                         double dt) {
     double tok_s = l->tokens_per_step / dt;
-    double mfu = 100.0 * r->cost.flops_per_token * tok_s / (r->peak_gflops * 1e9);
+    double mfu = 100.0 * r->cost.flops_per_token * tok_s / (r->peak.gflops * 1e9);
     /* The fraction of the chosen budget spent, and the seconds left (for a
      * token budget, estimated at the mean rate). */
     double done = l->step * l->tokens_per_step, epochs = done / (double)r->data.n_train;
@@ -506,9 +531,15 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
         .eval_seconds = eval_seconds,
         .peak_rss_mb = util_peak_rss_mb(),
         .mfu_percent =
-            100.0 * r->cost.flops_per_token * tokens / training_time / (r->peak_gflops * 1e9),
-        .peak_gflops = r->peak_gflops,
+            100.0 * r->cost.flops_per_token * tokens / training_time / (r->peak.gflops * 1e9),
+        .peak_gflops = r->peak.gflops,
         .peak_source = r->peak_source,
+        .peak_isa = r->peak.isa,
+        .peak_cpu = r->peak.cpu,
+        .peak_measured_at = r->peak.measured_at,
+        .peak_others_cpu = r->peak.others_cpu,
+        .isa = gemm_isa_name(gemm_current()),
+        .blas_core = calibrate_blas_core(),
         .total_tokens = tokens,
         .tokens_per_second = tokens / training_time,
         .num_steps = l->step,
