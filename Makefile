@@ -109,7 +109,8 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
-.PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn
+.PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn \
+        bench-gemm
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -278,6 +279,13 @@ $(BUILD)/attn-bench: $(BUILD)/tests/bench/attn_bench.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-attn: $(BUILD)/attn-bench
 	OMP_WAIT_POLICY=PASSIVE $(BUILD)/attn-bench 15 2
+
+# The linear layers' products per kernel path at make bench's shapes and the
+# default spec's lm_head, CPU time, 9 repeats on 2 threads (tests/bench/gemm_bench.c).
+$(BUILD)/gemm-bench: $(BUILD)/tests/bench/gemm_bench.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
+bench-gemm: $(BUILD)/gemm-bench
+	OMP_WAIT_POLICY=PASSIVE $(BUILD)/gemm-bench 9 2
 
 # Sequential walk vs random rows on the genre-ordered default corpus, and the
 # seed noise of experiments/specs/baseline.json (tests/bench/sampler.sh, noise.sh).

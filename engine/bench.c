@@ -8,6 +8,8 @@
  * zero_grad, forward (training mode), backward, optimiser step, exactly what
  * `train` does per micro-step without the data loader. Prints `key: value`
  * lines: the median and fastest step in ms, tokens per second at the median,
+ * the process's CPU time per timed step (all threads: on a shared machine
+ * it moves less with other work than the wall time does),
  * the training FLOPs per token (`cost`), each phase's share of the timed steps
  * from the engine's timers (prof.h: attention, matmul, elementwise = the rest
  * of forward and backward, optim), the kernel path that ran (gemm.h; forced
@@ -136,9 +138,12 @@ int bench_main(int argc, char **argv) {
     }
 
     float loss = 0.0f;
-    double total = 0.0;
+    double total = 0.0, cpu0 = 0.0;
     for (int s = -warmup; s < steps; s++) {
-        if (s == 0) prof_reset();
+        if (s == 0) {
+            prof_reset();
+            cpu0 = util_cpu_seconds();
+        }
         double t0 = util_now();
         gpt_zero_grad(m);
         if (gpt_forward(m, in, tg, B, T, GPT_TRAIN, &loss) < 0) {
@@ -158,6 +163,7 @@ int bench_main(int argc, char **argv) {
             total += step_s[s];
         }
     }
+    const double cpu = util_cpu_seconds() - cpu0;
     cost_t cost;
     cost_compute(cfg, B, &cost);
     qsort(step_s, (size_t)steps, sizeof *step_s, cmp_double);
@@ -171,6 +177,7 @@ int bench_main(int argc, char **argv) {
     printf("step_ms_median: %.3f\n", 1e3 * med);
     printf("step_ms_min: %.3f\n", 1e3 * step_s[0]);
     printf("tokens_per_second: %.1f\n", (double)B * T / med);
+    printf("cpu_ms_per_step: %.3f\n", 1e3 * cpu / steps);
     printf("flops_per_token: %.0f\n", cost.flops_per_token);
     printf("attention_share: %.4f\n", prof_seconds[PROF_ATTENTION] / total);
     printf("matmul_share: %.4f\n", prof_seconds[PROF_MATMUL] / total);

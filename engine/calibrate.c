@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,14 +82,6 @@ static long long busy_jiffies(void) {
     return seen ? busy : -1;
 }
 
-/* This process's CPU seconds (every thread, user and system). */
-static double self_cpu_seconds(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec * 1e-6;
-}
-
 static int affinity_cpus(void) {
     cpu_set_t set;
     int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
@@ -140,10 +131,10 @@ void calibrate_measure(int threads, int max_n, double seconds, calibrate_peak_t 
 
     const long hz = sysconf(_SC_CLK_TCK);
     const long long busy0 = busy_jiffies();
-    const double self0 = self_cpu_seconds(), t0 = util_now();
+    const double self0 = util_cpu_seconds(), t0 = util_now();
     p->gflops = time_sgemm(threads, max_n, seconds);
     const long long busy1 = busy_jiffies();
-    const double wall = util_now() - t0, self = self_cpu_seconds() - self0;
+    const double wall = util_now() - t0, self = util_cpu_seconds() - self0;
     /* The CPUs' busy time that was not ours, over what they could give. */
     if (busy0 >= 0 && busy1 >= busy0 && hz > 0 && wall > 0) {
         double others = (double)(busy1 - busy0) / hz - self;

@@ -10,10 +10,11 @@
  * out x in floats). Rows are split over the OpenMP team; each output float is
  * summed by one thread in a fixed order, so results do not depend on the
  * thread count. The kernel is picked at run time by CPU feature (AVX-512F,
- * else AVX2+FMA) unless NIGHTSHIFT_ISA forces a path. Shapes it does not
- * take (a short side over 256 or not a whole number of vectors) and the
- * generic path go to BLAS, split over the team the same way with one
- * single-threaded BLAS call per thread. */
+ * else AVX2+FMA) unless NIGHTSHIFT_ISA forces a path; blocked as Goto's
+ * GEMM is, it takes products of any size. Shapes it does not take (a result
+ * width that is not a whole number of vectors) and the generic path go to
+ * BLAS, split over the team the same way with one single-threaded BLAS call
+ * per thread. */
 #ifndef NIGHTSHIFT_GEMM_H
 #define NIGHTSHIFT_GEMM_H
 

@@ -104,8 +104,9 @@ static const shape_t shapes[] = {
     {600, 256, 64, 256},  /* S's MLP projection; past one chunk of the weight gradient */
     {40, 32, 2, 64},      /* the value-embedding gate: out 2 goes to BLAS forward */
     {30, 12, 24, 12},     /* in 12: not a whole vector, BLAS */
-    {50, 384, 128, 384},  /* AVX-512 forward only; the backward and AVX2 go to BLAS */
-    {20, 1280, 32, 1280}, /* longer than any kernel takes, BLAS */
+    {50, 384, 128, 384},  /* the forward's depth in chunks (AVX-512) */
+    {20, 1280, 32, 1280}, /* the forward's depth in chunks, both kernels */
+    {130, 64, 800, 64},   /* the backward's dx depth in chunks; row blocks of A */
 };
 
 /* Every shape on kernel path `isa`, forced through NIGHTSHIFT_ISA as a run
