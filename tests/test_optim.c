@@ -156,6 +156,40 @@ Test(optim, muon_square) {
     check_muon("muon_square", 8, 8);
 }
 
+/* Muon's products run through the register-tiled kernel of each path
+ * where it takes their width, through BLAS on the generic path (which the
+ * fixtures above check against PyTorch): every path agrees with it, tall,
+ * wide and square. */
+Test(optim, muon_same_on_every_path) {
+    static const int shapes[][2] = {{64, 32}, {32, 64}, {48, 48}, {128, 16}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const int rows = shapes[k][0], cols = shapes[k][1];
+        const size_t n = (size_t)rows * cols, l = (size_t)(rows > cols ? rows : cols);
+        float *p0 = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+        float *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+        float *buf = malloc(n * sizeof(float)), *second = malloc(l * sizeof(float));
+        float *work = malloc(optim_muon_work_floats(rows, cols) * sizeof(float));
+        cr_assert(p0 && g && want && got && buf && second && work);
+        for (size_t i = 0; i < n; i++) {
+            p0[i] = 0.05f * (float)((i * 37) % 19) - 0.4f;
+            g[i] = 0.01f * (float)((i * 13) % 23) - 0.1f;
+        }
+        for (int path = 2; path >= 0; path--) { /* generic first: the reference */
+            if (tu_select_isa(tu_isas[path], 1) != 0) continue;
+            float *out = path == 2 ? want : got;
+            memcpy(out, p0, n * sizeof(float));
+            memset(buf, 0, n * sizeof(float));
+            memset(second, 0, l * sizeof(float));
+            cr_assert_eq(optim_muon_step(out, g, buf, second, rows, cols, 0.95f, 0.02f, 0.2f, 0.95f,
+                                         5, work),
+                         0);
+            if (path < 2) expect_close(tu_isas[path], got, want, n);
+        }
+        tu_select_isa_auto();
+        free(p0), free(g), free(want), free(got), free(buf), free(second), free(work);
+    }
+}
+
 Test(optim, muon_rejects_bad_ns_steps) {
     float p[4] = {1, 2, 3, 4}, g[4] = {1, 1, 1, 1}, b[4] = {0}, s[2] = {0};
     float work[32];
