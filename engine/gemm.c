@@ -357,6 +357,15 @@ static void pack_panels_team(float *dst, const float *src, ptrdiff_t sp, ptrdiff
     for (int j = 0; j < panels; j++) pack_panel(dst, src, sp, sc, K, n, panel, j * panel);
 }
 
+const float *gemm_pack_forward(const float *W, int in, int out, gemm_rows_fn **rows) {
+    kernel_t kn = kernel_for(out);
+    float *Wp = kn.rows ? pack_reserve((size_t)in * out) : NULL;
+    *rows = Wp ? kn.rows : NULL;
+    if (!Wp) return NULL;
+    for (int j = 0; j < out; j += kn.panel) pack_panel(Wp, W, 1, in, in, out, kn.panel, j);
+    return Wp;
+}
+
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in,
                          int out) {
     kernel_t kn = kernel_for(out);

@@ -64,6 +64,14 @@ typedef void gemm_rows_fn(int m0, int m1, int n, int K, const float *A, ptrdiff_
                           ptrdiff_t acs, const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
                           int acc_in);
 
+/* W (out, in) packed as gemm_linear_forward packs it, by the calling thread
+ * into its own pack buffer (valid until its next gemm call; other threads
+ * may read it meanwhile), for callers that take the product y = x W^T a
+ * few rows at a time: rows(m0, m1, out, in, x, ldx, 1, packed, 0, y, out,
+ * 0) computes rows [m0, m1) of it. NULL (and *rows NULL) when the kernel
+ * does not take width out or memory is short. */
+const float *gemm_pack_forward(const float *W, int in, int out, gemm_rows_fn **rows);
+
 /* Rows per register tile of gemm_rows_fn. */
 #define GEMM_MR 6
 

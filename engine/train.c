@@ -183,12 +183,15 @@ static void next_train_batch(run_t *r) {
     }
 }
 
-/* val_bpb over every full (T+1)-token window of the validation stream (stride
- * T): summed nats / (ln 2 * summed bytes) over targets that are not special
- * tokens (token_bytes 0), as autoresearch's evaluate_bpb. NAN when the
- * activations cannot be allocated. */
-static double evaluate_bpb(run_t *r, size_t *tokens_out) {
+/* val_bpb over the full (T+1)-token windows of the validation stream
+ * (stride T), the first ceil(max_tokens / T) of them when max_tokens > 0:
+ * summed nats / (ln 2 * summed bytes) over targets that are not special
+ * tokens (token_bytes 0), as autoresearch's evaluate_bpb. The model runs
+ * forward only (GPT_SCORE) on the whole team, batch_size rows at a time.
+ * NAN when the activations cannot be allocated. */
+static double evaluate_bpb(run_t *r, size_t max_tokens, size_t *tokens_out) {
     size_t n = r->data.n_val, T = (size_t)r->T, rows = n > T ? (n - 1) / T : 0;
+    if (max_tokens > 0 && (max_tokens + T - 1) / T < rows) rows = (max_tokens + T - 1) / T;
     double nats = 0.0, bytes = 0.0;
     size_t counted = 0;
     for (size_t row = 0; row < rows; row += (size_t)r->B) {
@@ -201,7 +204,7 @@ static double evaluate_bpb(run_t *r, size_t *tokens_out) {
                 r->targets[b * T + t] = r->data.token_bytes[tg] > 0 ? tg : -1;
             }
         }
-        if (gpt_forward(r->model, r->inputs, r->targets, B, r->T, GPT_EVAL, NULL) < 0) return NAN;
+        if (gpt_forward(r->model, r->inputs, r->targets, B, r->T, GPT_SCORE, NULL) < 0) return NAN;
         const float *loss = gpt_token_losses(r->model);
         for (size_t i = 0; i < (size_t)B * T; i++) {
             if (r->targets[i] < 0) continue;
@@ -494,7 +497,7 @@ static int train_loop(run_t *r, loop_t *l) {
  * seconds the evaluation took. */
 static double run_eval(run_t *r, size_t *tokens, double *seconds) {
     double t_eval = util_now();
-    double val_bpb = evaluate_bpb(r, tokens);
+    double val_bpb = evaluate_bpb(r, 0, tokens);
     *seconds = util_now() - t_eval;
     cJSON *ev = event("eval");
     cJSON_AddNumberToObject(ev, "tokens", (double)*tokens);
