@@ -482,6 +482,7 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
             q->beta1 = train_double(tr, g->beta1);
             q->beta2 = tr->adam_beta2;
             q->eps = OPTIM_ADAM_EPS;
+            q->skip = t->kind == GPT_RESID || t->kind == GPT_X0;
             o->state_floats += 2 * t->numel;
         }
     }
@@ -532,7 +533,9 @@ void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, doub
             const float *g = m->grads + t->offset;
             float *st = o->state + o->state_off[i];
             const float lr = (float)(q->lr * lr_mult);
-            if (q->kind == OPTIM_ADAMW) {
+            if (q->kind == OPTIM_ADAMW && q->skip > 0) {
+                q->skip--; /* optim.h: the scalars' first gradient is rounding noise */
+            } else if (q->kind == OPTIM_ADAMW) {
                 q->step++;
                 optim_adamw_step(p, g, st, st + t->numel, t->numel, q->step, lr, (float)q->beta1,
                                  (float)q->beta2, (float)q->eps, (float)q->wd);
