@@ -9,6 +9,9 @@
 #   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
 #   make test-slurm the Slurm executor on a one-node Slurm on localhost (root; ~2 min)
 #   make bench      engine benchmarks side by side with the PyTorch reference
+#   make bench-isa  make bench once per kernel path (avx512, avx2, generic) this CPU runs
+#   make bench-train-vs-step  real training runs against bench steps, interleaved
+#   make bench-gemm the linear layers' products per kernel path
 #   make bench-tok  tokenizer training and encoding speed, with its limits
 #   make bench-attn the fused attention per kernel at make bench's shapes
 #   make bench-sampler / bench-noise   val_bpb by row sampler; seed-to-seed noise
@@ -109,6 +112,7 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
+.PHONY: bench-isa bench-train-vs-step
 .PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn \
         bench-gemm
 all: $(BIN)
@@ -217,7 +221,7 @@ asan:
 # one list). Unit: the engine's and the store's functions in process.
 # Integration: the nightshift binary, the daemon, servers and workers.
 UNIT_SUITES := attn bytebuf ckpt gemm gradcheck http ops optim parity spec store strategy \
-               threads tok
+               slots threads tok
 INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook isa loop newuser slurm \
                       slurm_fake train worker
 EMPTY :=
@@ -259,7 +263,19 @@ run: $(BIN) $(DEFAULT_DATASET)
 	bash scripts/run.sh $(BIN) $(STATE)
 
 bench: $(BIN)
-	bash tests/bench/run.sh $(BIN)
+	bash tests/bench/run.sh $(BIN) $(BENCH_ARGS)
+
+# make bench once per kernel path this CPU runs (tests/bench/isa.sh), each from
+# a build for the machines it stands for: avx2 from -march=haswell, generic
+# from -march=x86-64. AVX2_CORETYPE=Haswell (AVX512_CORETYPE, GENERIC_CORETYPE)
+# sets OPENBLAS_CORETYPE for that path's round only.
+ISA_BUILDS := avx2:haswell generic:x86-64
+bench-isa: $(BIN)
+	$(foreach b,$(ISA_BUILDS),$(MAKE) BUILD=build/isa-$(word 1,$(subst :, ,$(b))) \
+	  OPT="-O2 -march=$(word 2,$(subst :, ,$(b)))" build/isa-$(word 1,$(subst :, ,$(b)))/nightshift &&) true
+	AVX512_CORETYPE=$(AVX512_CORETYPE) AVX2_CORETYPE=$(AVX2_CORETYPE) \
+	  GENERIC_CORETYPE=$(GENERIC_CORETYPE) bash tests/bench/isa.sh $(BIN) \
+	  build/isa-avx2/nightshift build/isa-generic/nightshift $(BENCH_ARGS)
 
 # The scoped store queries (leaderboard, best, noise) on 100,000 experiments.
 $(BUILD)/store-bench: $(BUILD)/tests/bench/store_bench.o $(LIB_OBJ)

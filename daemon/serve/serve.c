@@ -26,6 +26,7 @@
 #include "daemon/shared/http.h"
 #include "daemon/shared/log.h"
 #include "daemon/exec/sched.h"
+#include "daemon/exec/slots.h"
 #include "daemon/serve/serve.h"
 #include "daemon/exec/slurm.h"
 #include "daemon/store/store.h"
@@ -132,6 +133,10 @@ static int set_string(const char *key, const char *val, char *out, size_t len, c
 
 /* One option by name, from the command line or the config file. */
 static int set_option(serve_opts_t *o, const char *key, const char *val, char *err, size_t errlen) {
+    if (!strcmp(key, "slots") && !strcmp(val, "auto")) {
+        o->slots = 0; /* chosen in serve_main (daemon/exec/slots.h) */
+        return 0;
+    }
     char *end;
     long v = 0;
     double d = 0;
@@ -305,7 +310,7 @@ static int load_config(const char *path, serve_opts_t *o, char *err, size_t errl
 
 static void serve_usage(FILE *out) {
     fprintf(out,
-            "usage: nightshift serve [--dir DIR] [--listen HOST:PORT] [--slots N]\n"
+            "usage: nightshift serve [--dir DIR] [--listen HOST:PORT] [--slots N|auto]\n"
             "                        [--threads-per-slot N] [--memory-mb N]\n"
             "                        [--token T | --token-file F] [--config FILE]\n"
             "                        [--max-attempts N] [--deadline-slack S] [--kill-grace S]\n"
@@ -320,7 +325,9 @@ static void serve_usage(FILE *out) {
             "DIR/runs/<id>/ under a memory limit (a spec's resources.memory_mb, else\n"
             "--memory-mb; default 75%% of RAM shared among the slots; 0 = none), and\n"
             "the HTTP API (default 127.0.0.1:8080; port 0 picks a free\n"
-            "port and prints it). The token (--token-file F or $NIGHTSHIFT_TOKEN) guards\n"
+            "port and prints it). --slots auto picks the slots and their threads from the\n"
+            "CPUs, the memory and the default spec's size (README: Slots). The token\n"
+            "(--token-file F or $NIGHTSHIFT_TOKEN) guards\n"
             "every POST; a non-loopback --listen needs one, and there it guards every GET\n"
             "but /healthz too. --config is a JSON object with these options as keys;\n"
             "command-line options override it. With --agent-url, every finished experiment\n"
@@ -647,6 +654,13 @@ int serve_main(int argc, char **argv) {
         serve_usage(rc == 1 ? stdout : stderr);
         free(d);
         return rc == 1 ? 0 : 2;
+    }
+    if (o->slots == 0) { /* --slots auto */
+        slots_plan_t plan;
+        slots_auto(&plan);
+        o->slots = o->slurm ? 1 : plan.slots;
+        if (!o->slurm && o->threads_per_slot == 0) o->threads_per_slot = plan.threads;
+        if (!o->slurm) fprintf(stderr, "serve: --slots auto: %s\n", plan.why);
     }
     if (o->slurm) { /* the login node's CPUs and memory say nothing about the jobs' */
         if (o->memory_mb < 0) o->memory_mb = 0; /* the partition's default */
