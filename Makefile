@@ -322,6 +322,16 @@ BENCH_TRAIN_ARGS = --budget $(BUDGET) $(if $(TOKENS),--tokens $(TOKENS)) \
 bench-train: $(BIN) $(if $(filter-out default,$(DATASET)),,$(DEFAULT_DATASET))
 	bash tests/bench/train_pair.sh $(BIN) $(STATE) $(strip $(BENCH_TRAIN_ARGS)) $(BENCH_ARGS)
 
+# Real training runs against bench steps of the same spec, interleaved in
+# rounds (make bench's M model and the default spec on the default dataset):
+# the ratio of their tokens per second, median and range
+# (tests/bench/train_vs_step.py; TVS_ROUNDS=4, TVS_SECONDS=30 of training a run).
+TVS_ROUNDS ?= 4
+TVS_SECONDS ?= 30
+bench-train-vs-step: $(BIN) $(DEFAULT_DATASET)
+	/usr/bin/python3 tests/bench/train_vs_step.py --bin $(BIN) --dir $(STATE) \
+	  --rounds $(TVS_ROUNDS) --seconds $(TVS_SECONDS) $(BENCH_ARGS)
+
 # Fuzzing: libFuzzer targets (tests/fuzz/fuzz_NAME.c) built with clang and
 # ASan+UBSan, their objects in their own tree. Each runs FUZZ_SECONDS from its
 # committed seeds (tests/fuzz/corpus/NAME); new inputs go to
