@@ -32,7 +32,11 @@ PKGS     := openblas libcjson libpcre2-8 libcrypto libuv sqlite3 libcurl
 TEST_PKGS := criterion
 
 # CFLAGS is the user's to set (make CFLAGS="-O0 -g"); what the code needs to
-# build at all is in BASE_CFLAGS.
+# build at all is in BASE_CFLAGS. NDEBUG is defined by no build here: the
+# assert()s guard invariants whose break would corrupt data (buffer lengths,
+# a slot's run, the store's statements and transactions) and stay in the
+# default build, the tests, ASan and the fuzz targets (tests/testutil.h refuses
+# a test build without them).
 OPT      ?= -O2 -march=native
 CFLAGS   ?= $(OPT) -g
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
@@ -189,9 +193,9 @@ $(TEST_BIN): $(TEST_OBJ) $(LIB_OBJ)
 
 # The misbehaving stand-in worker for the supervisor's tests: a program of its
 # own, never built with sanitizers (memory limits must mean what they say).
-$(BAD_WORKER): tests/bad_worker.c
+$(BAD_WORKER): tests/bad_worker.c engine/protocol.h
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wshadow $< -o $@
+	$(CC) -std=c11 -D_GNU_SOURCE -iquote . -O1 -g -Wall -Wextra -Wshadow $< -o $@
 
 # Tests find the binary and the fixtures through the environment. Criterion runs
 # each test in its own process; --timeout bounds every one of them, and an outer
@@ -220,8 +224,8 @@ asan:
 # The suites by kind (Criterion --filter over suite names; a new suite goes in
 # one list). Unit: the engine's and the store's functions in process.
 # Integration: the nightshift binary, the daemon, servers and workers.
-UNIT_SUITES := attn bytebuf ckpt gemm gradcheck http ops optim parity spec store strategy \
-               slots threads tok
+UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
+               store strategy threads tok
 INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook isa loop newuser slurm \
                       slurm_fake train worker
 EMPTY :=

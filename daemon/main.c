@@ -19,7 +19,7 @@ typedef struct {
 static const command_t commands[] = {
     {"bench", bench_main, "time full training steps of a spec on a random batch"},
     {"calibrate", calibrate_main, "measure the machine's sgemm peak (the MFU denominator)"},
-    {"cost", cost_main, "parameter counts, bytes and FLOPs of a spec, without training"},
+    {"cost", cost_main, "parameter counts, FLOPs and memory of a spec, and whether it fits"},
     {"exec-limited", exec_limited_main, "internal: run a worker under its slot's limits"},
     {"grad", grad_main, "loss and every gradient of one batch (checks against other engines)"},
     {"serve", serve_main, "run the daemon: queue, workers, results store and HTTP API"},

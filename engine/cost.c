@@ -128,6 +128,50 @@ void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *o
         out->weights + out->grads + out->optimizer + out->activations + out->data + out->overhead;
 }
 
+int cost_default_worker_mb(int slots) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double mb = pages > 0 && page > 0 ? (double)pages * page / (1 << 20) : 0;
+    return slots > 0 ? (int)(0.75 * mb / slots) : 0;
+}
+
+double cost_worker_limit(int spec_mb, int daemon_mb, const char **source) {
+    int limit_mb = daemon_mb;
+    if (spec_mb > 0 && (limit_mb <= 0 || spec_mb < limit_mb)) limit_mb = spec_mb;
+    *source = spec_mb > 0 && limit_mb == spec_mb ? "resources.memory_mb"
+              : limit_mb > 0                     ? "the daemon's limit per worker"
+                                                 : "this machine's RAM";
+    if (limit_mb > 0) return (double)limit_mb * 1024 * 1024;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (double)pages * page : 0;
+}
+
+const char *cost_human_bytes(double bytes, char *buf, size_t len) {
+    if (bytes >= 1e12)
+        snprintf(buf, len, "%.*f TB", bytes >= 1e13 ? 0 : 1, bytes / 1e12);
+    else if (bytes >= 1e9)
+        snprintf(buf, len, "%.*f GB", bytes >= 1e10 ? 0 : 1, bytes / 1e9);
+    else
+        snprintf(buf, len, "%.0f MB", bytes / 1e6);
+    return buf;
+}
+
+int cost_fits(const cost_mem_t *mem, const spec_model_t *m, int batch_size, double limit,
+              const char *source, char *msg, size_t len) {
+    char need[32], may[32], state_b[32], acts_b[32];
+    if (limit <= 0 || mem->total <= limit) return 0;
+    double params = mem->weights / 4;
+    snprintf(msg, len,
+             "needs ~%s, a worker may use %s (%s): %.*f %s parameters; weights, gradients and "
+             "optimizer state %s, activations for batch_size %d x seq_len %d %s; see "
+             "`nightshift cost`",
+             cost_human_bytes(mem->total, need, sizeof need),
+             cost_human_bytes(limit, may, sizeof may), source, params >= 1e9 ? 1 : 0,
+             params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "billion" : "million",
+             cost_human_bytes(mem->weights + mem->grads + mem->optimizer, state_b, sizeof state_b),
+             batch_size, m->seq_len, cost_human_bytes(mem->activations, acts_b, sizeof acts_b));
+    return -1;
+}
+
 /* ---------------------------------------------------------------- command */
 
 /* v with thousands separators ("38,597,376") into buf; returns buf. */
@@ -155,67 +199,115 @@ static void print_count(const char *label, double v) {
     printf("%-28s %20s  (%.3e)\n", label, commas(v, a, sizeof a), v);
 }
 
-static void print_mib(const char *label, double bytes) {
+/* Memory in the unit of every memory verdict (cost_human_bytes), to a tenth
+ * of a MB below a GB. */
+static void print_bytes(const char *label, double bytes) {
     char a[64];
-    printf("%-28s %16s MiB\n", label, commas(bytes / (1024.0 * 1024.0), a, sizeof a));
+    if (bytes < 1e9)
+        snprintf(a, sizeof a, "%.1f MB", bytes / 1e6);
+    else
+        cost_human_bytes(bytes, a, sizeof a);
+    printf("%-28s %20s\n", label, a);
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: nightshift cost SPEC.json [--dir DIR] [--batch B]\n"
+    fprintf(out, "usage: nightshift cost SPEC.json [--dir DIR] [--batch B] [--memory-mb MB]\n"
                  "\n"
                  "Prints the parameter counts (and fp32 bytes) of the spec's model, its\n"
                  "training FLOPs per token, the leading MAC counts of one forward pass over\n"
                  "B rows of seq_len tokens (B defaults to train.batch_size), and the memory a\n"
-                 "worker training it needs (an estimate of its peak RSS; the daemon refuses\n"
-                 "a spec whose estimate exceeds a worker's memory limit).\n"
+                 "worker training it needs (an estimate of its peak RSS), then whether that\n"
+                 "fits in what a worker may use: the daemon refuses a spec that does not\n"
+                 "(does_not_fit), with the same numbers. Exit 1 when it does not fit.\n"
                  "\n"
-                 "  --dir DIR   the state directory holding the spec's dataset (default\n"
-                 "              state): model.vocab_size comes from the dataset unless the\n"
-                 "              spec gives it, and its token files count towards memory\n"
-                 "  --batch B   rows per forward pass for the MAC counts and the memory\n");
+                 "  --dir DIR        the state directory holding the spec's dataset (default\n"
+                 "                   state): model.vocab_size comes from the dataset unless\n"
+                 "                   the spec gives it, and its token files count towards memory\n"
+                 "  --batch B        rows per forward pass for the MAC counts and the memory\n"
+                 "  --memory-mb MB   a worker's limit, as serve --memory-mb (default: serve's\n"
+                 "                   with one slot, 75%% of RAM; 0 = none); a spec's\n"
+                 "                   resources.memory_mb may ask for less\n");
 }
 
-int cost_main(int argc, char **argv) {
-    const char *spec_path = NULL, *dir = NULL;
-    long batch = 0;
+/* Returns 0, 1 for --help (printed), or 2 after a usage error (printed). */
+static int cost_parse(int argc, char **argv, const char **spec_path, const char **dir, long *batch,
+                      long *memory_mb) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
-            return 0;
+            return 1;
         } else if (!strcmp(argv[i], "--dir") || !strncmp(argv[i], "--dir=", 6)) {
-            dir = argv[i][5] == '=' ? argv[i] + 6 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!dir || !*dir) {
+            *dir = argv[i][5] == '=' ? argv[i] + 6 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!*dir || !**dir) {
                 fprintf(stderr, "cost: --dir needs a directory\n");
-                usage(stderr);
-                return 2;
+                goto usage;
             }
         } else if (!strcmp(argv[i], "--batch") || !strncmp(argv[i], "--batch=", 8)) {
             const char *v = argv[i][7] == '=' ? argv[i] + 8 : (i + 1 < argc ? argv[++i] : NULL);
             char *end = NULL;
             errno = 0;
-            batch = v ? strtol(v, &end, 10) : 0;
-            if (!v || !*v || *end || errno || batch <= 0 || batch > INT_MAX) {
+            *batch = v ? strtol(v, &end, 10) : 0;
+            if (!v || !*v || *end || errno || *batch <= 0 || *batch > INT_MAX) {
                 fprintf(stderr, "cost: --batch needs a positive integer\n");
-                usage(stderr);
-                return 2;
+                goto usage;
+            }
+        } else if (!strcmp(argv[i], "--memory-mb") || !strncmp(argv[i], "--memory-mb=", 12)) {
+            const char *v = argv[i][11] == '=' ? argv[i] + 12 : (i + 1 < argc ? argv[++i] : NULL);
+            char *end = NULL;
+            errno = 0;
+            *memory_mb = v ? strtol(v, &end, 10) : -1;
+            if (!v || !*v || *end || errno || *memory_mb < 0 || *memory_mb > INT_MAX) {
+                fprintf(stderr, "cost: --memory-mb needs a number of MiB (0 = no limit)\n");
+                goto usage;
             }
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "cost: unknown option %s\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (!spec_path) {
-            spec_path = argv[i];
+            goto usage;
+        } else if (!*spec_path) {
+            *spec_path = argv[i];
         } else {
             fprintf(stderr, "cost: more than one spec given\n");
-            usage(stderr);
-            return 2;
+            goto usage;
         }
     }
-    if (!spec_path) {
-        usage(stderr);
-        return 2;
-    }
+    if (*spec_path) return 0;
+usage:
+    usage(stderr);
+    return 2;
+}
 
+/* The counts and the memory estimate of model m at B rows. */
+static void cost_print(const spec_model_t *m, int B, const cost_t *c, const cost_mem_t *mem) {
+    char a[64];
+    print_params("token parameters:", c->wte, "");
+    print_params("position parameters:", c->wpe, m->pos == POS_LEARNED ? "" : "  rope, no table");
+    print_params("value-embedding parameters:", c->value_embeds, "");
+    print_params("block parameters:", c->blocks, "");
+    print_params("lm_head parameters:", c->lm_head,
+                 m->tie_embeddings ? "  tied to token table" : "");
+    print_params("scalar parameters:", c->scalars, "");
+    print_params("total parameters:", c->total, "");
+    print_count("flops_per_token:", c->flops_per_token);
+    printf("%-28s %20s\n", "forward batch rows (B):", commas(B, a, sizeof a));
+    printf("%-28s %20s\n", "forward seq_len (T):", commas(m->seq_len, a, sizeof a));
+    print_count("projection+FFN MACs:", c->mac_proj_ffn);
+    print_count("attention-pair MACs:", c->mac_attn);
+    print_count("lm_head MACs:", c->mac_lm_head);
+    print_count("forward MACs (sum):", c->mac_proj_ffn + c->mac_attn + c->mac_lm_head);
+    print_bytes("memory, weights:", mem->weights);
+    print_bytes("memory, gradients:", mem->grads);
+    print_bytes("memory, optimizer:", mem->optimizer);
+    print_bytes("memory, activations:", mem->activations);
+    print_bytes("memory, dataset:", mem->data);
+    print_bytes("memory, process:", mem->overhead);
+    print_bytes("memory needed (estimate):", mem->total);
+}
+
+int cost_main(int argc, char **argv) {
+    const char *spec_path = NULL, *dir = NULL;
+    long batch = 0, memory_mb = cost_default_worker_mb(1);
+    int rc = cost_parse(argc, argv, &spec_path, &dir, &batch, &memory_mb);
+    if (rc) return rc == 1 ? 0 : 2;
     spec_t spec;
     char err[SPEC_ERR_LEN];
     int spec_rc = spec_load(spec_path, &spec, err, sizeof err);
@@ -261,30 +353,18 @@ int cost_main(int argc, char **argv) {
     cost_compute(m, B, &c);
     cost_mem_t mem;
     cost_memory(m, B, have_data ? info.train_tokens + info.val_tokens : 0, &mem);
+    cost_print(m, B, &c, &mem);
 
-    char a[64];
-    print_params("token parameters:", c.wte, "");
-    print_params("position parameters:", c.wpe, m->pos == POS_LEARNED ? "" : "  rope, no table");
-    print_params("value-embedding parameters:", c.value_embeds, "");
-    print_params("block parameters:", c.blocks, "");
-    print_params("lm_head parameters:", c.lm_head,
-                 m->tie_embeddings ? "  tied to token table" : "");
-    print_params("scalar parameters:", c.scalars, "");
-    print_params("total parameters:", c.total, "");
-    print_count("flops_per_token:", c.flops_per_token);
-    printf("%-28s %20s\n", "forward batch rows (B):", commas(B, a, sizeof a));
-    printf("%-28s %20s\n", "forward seq_len (T):", commas(m->seq_len, a, sizeof a));
-    print_count("projection+FFN MACs:", c.mac_proj_ffn);
-    print_count("attention-pair MACs:", c.mac_attn);
-    print_count("lm_head MACs:", c.mac_lm_head);
-    print_count("forward MACs (sum):", c.mac_proj_ffn + c.mac_attn + c.mac_lm_head);
-    print_mib("memory, weights:", mem.weights);
-    print_mib("memory, gradients:", mem.grads);
-    print_mib("memory, optimizer:", mem.optimizer);
-    print_mib("memory, activations:", mem.activations);
-    print_mib("memory, dataset:", mem.data);
-    print_mib("memory, process:", mem.overhead);
-    print_mib("memory needed (estimate):", mem.total);
+    /* The daemon's verdict at submission (does_not_fit), in its words. */
+    const char *source;
+    char verdict[512], may[32];
+    double limit = cost_worker_limit(spec.resources.memory_mb, (int)memory_mb, &source);
+    int fits = cost_fits(&mem, m, B, limit, source, verdict, sizeof verdict) == 0;
+    if (fits && limit > 0)
+        printf("%-28s %20s  (%s)\n", "a worker may use:", cost_human_bytes(limit, may, sizeof may),
+               source);
+    else if (!fits)
+        fprintf(stderr, "cost: does_not_fit: %s\n", verdict);
     spec_free(&spec);
-    return 0;
+    return fits ? 0 : 1;
 }

@@ -7,6 +7,7 @@
 #ifndef NIGHTSHIFT_COST_H
 #define NIGHTSHIFT_COST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine/spec.h"
@@ -54,5 +55,29 @@ typedef struct {
 /* Fill out for model m (validated, vocab_size > 0), B rows per micro-batch
  * and data_tokens tokens in the dataset (0 when unknown). */
 void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *out);
+
+/* serve's default memory limit per worker, in MiB: three quarters of this
+ * machine's RAM shared among slots, so that one runaway worker cannot push
+ * the others (or the daemon) into swap; 0 when the RAM is not known. */
+int cost_default_worker_mb(int slots);
+
+/* What one worker may use, in bytes, for a spec asking for spec_mb MiB
+ * (resources.memory_mb; 0 = nothing) under a daemon limit of daemon_mb MiB
+ * per worker (0 = none): the lower of the two, else this machine's RAM (0
+ * when that is not known). *source says which, for messages. */
+double cost_worker_limit(int spec_mb, int daemon_mb, const char **source);
+
+/* bytes as "41 GB" or "350 MB" (decimal units, as every memory verdict
+ * prints them) into buf; returns buf. */
+const char *cost_human_bytes(double bytes, char *buf, size_t len);
+
+/* The verdict on mem (of model m at batch_size rows) against limit bytes
+ * from source: 0 when it fits (or limit <= 0), else -1 with the numbers in
+ * msg: "needs ~180 GB, a worker may use 19 GB (this machine's RAM): 11.2
+ * billion parameters; weights, gradients and optimizer state 134 GB,
+ * activations for batch_size 16 x seq_len 256 45 GB; see `nightshift cost`".
+ * The daemon refuses such a spec (does_not_fit) and `cost` says the same. */
+int cost_fits(const cost_mem_t *mem, const spec_model_t *m, int batch_size, double limit,
+              const char *source, char *msg, size_t len);
 
 #endif

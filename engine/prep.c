@@ -364,6 +364,10 @@ static int write_text(const char *text, const char *path, char *err, size_t errl
 #define PREP_DEFAULT_DIR          "state"
 #define PREP_DEFAULT_VOCAB        4092
 #define PREP_DEFAULT_VAL_FRACTION 0.1
+/* A merge whose pair the training text holds fewer times than this makes a
+ * token the model sees that rarely (and a 10% validation split about a tenth
+ * as often): prep warns when the vocabulary needs such merges. */
+#define PREP_MIN_MERGE_COUNT 20
 
 typedef struct {
     const char *dir, *name;
@@ -396,7 +400,9 @@ static void prep_usage(FILE *out) {
             "                   tokens follow, so N + 4 <= %d. Default %d: with the specials\n"
             "                   the vocabulary is 4096, a round size for the embedding and\n"
             "                   lm_head matrices, and large enough to shorten English text\n"
-            "                   to about 3.5 bytes per token\n"
+            "                   to about 3.5 bytes per token. A text too small for it (its\n"
+            "                   last merges seen fewer than %d times) gets a warning with a\n"
+            "                   size that suits it\n"
             "  --val-fraction F the validation split (default %g): the last fraction F of\n"
             "                   the documents, in input order; when the input is a single\n"
             "                   document (one text file), the last fraction F of its bytes,\n"
@@ -404,8 +410,31 @@ static void prep_usage(FILE *out) {
             "  --val PATH       validation documents from PATH instead (repeatable); the\n"
             "                   INPUTs are then all training documents\n"
             "  --force          replace an existing dataset of that name\n"
-            "  --quiet          no progress on stderr\n",
-            PREP_DEFAULT_DIR, DATA_MAX_TOKENS, PREP_DEFAULT_VOCAB, PREP_DEFAULT_VAL_FRACTION);
+            "  --quiet          no progress and no warnings on stderr, errors only\n",
+            PREP_DEFAULT_DIR, DATA_MAX_TOKENS, PREP_DEFAULT_VOCAB, PREP_MIN_MERGE_COUNT,
+            PREP_DEFAULT_VAL_FRACTION);
+}
+
+/* When tr's last merges were rare in the training text (seen fewer than
+ * PREP_MIN_MERGE_COUNT times), say so on stderr with a vocabulary that keeps
+ * only the merges seen that often, rounded down so that with the special
+ * tokens it is a multiple of 64 ids (at least the 256 bytes alone). */
+static void warn_rare_merges(const tok_trainer_t *tr, const tok_t *tok, long vocab,
+                             size_t train_tokens) {
+    int n = tok_n_merges(tok), keep = 0;
+    int64_t last = n ? tok_trainer_merge_count(tr, n - 1) : PREP_MIN_MERGE_COUNT;
+    if (last >= PREP_MIN_MERGE_COUNT) return;
+    while (keep < n && tok_trainer_merge_count(tr, keep) >= PREP_MIN_MERGE_COUNT) keep++;
+    long ids = (TOK_N_BYTES + keep + TOK_N_SPECIAL) / 64 * 64;
+    long suggest = ids - TOK_N_SPECIAL < TOK_N_BYTES ? TOK_N_BYTES : ids - TOK_N_SPECIAL;
+    fprintf(stderr,
+            "prep: warning: --vocab %ld is large for this text (%zu training tokens): its last "
+            "merges were seen only %lld time%s, and merges from number %d on fewer than %d; such "
+            "tokens are barely trained and barely scored. --vocab %ld keeps the merges seen %d "
+            "times or more%s.\n",
+            vocab, train_tokens, (long long)last, last == 1 ? "" : "s", keep + 1,
+            PREP_MIN_MERGE_COUNT, suggest, PREP_MIN_MERGE_COUNT,
+            suggest == TOK_N_BYTES ? " (bytes only)" : "");
 }
 
 /* The default dataset name from an input path: its last component without
@@ -434,6 +463,34 @@ static void default_name(const char *input, char *buf, size_t len) {
 }
 
 /* Returns 0, 1 after --help, or 2 on a usage error (printed). */
+/* The option key ("--vocab") with its value into a. Returns 0, or 2 after
+ * saying why on stderr. */
+static int set_value(prep_args_t *a, const char *key, const char *val) {
+    char *end;
+    if (!strcmp(key, "--dir")) {
+        a->dir = val;
+    } else if (!strcmp(key, "--name")) {
+        a->name = val;
+    } else if (!strcmp(key, "--vocab")) {
+        errno = 0;
+        a->vocab = strtol(val, &end, 10);
+        if (errno || end == val || *end) {
+            fprintf(stderr, "prep: --vocab %s is not an integer\n", val);
+            return 2;
+        }
+    } else if (!strcmp(key, "--val-fraction")) {
+        a->val_fraction = strtod(val, &end);
+        if (end == val || *end || !(a->val_fraction > 0 && a->val_fraction < 1)) {
+            fprintf(stderr, "prep: --val-fraction %s is not a number in (0, 1)\n", val);
+            return 2;
+        }
+        a->has_fraction = true;
+    } else {
+        a->vals[a->n_vals++] = val;
+    }
+    return 0;
+}
+
 static int prep_parse(int argc, char **argv, prep_args_t *a) {
     memset(a, 0, sizeof *a);
     a->vocab = PREP_DEFAULT_VOCAB;
@@ -485,28 +542,7 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
             fprintf(stderr, "prep: %s needs a value\n", key);
             return 2;
         }
-        char *end;
-        if (!strcmp(key, "--dir")) {
-            a->dir = val;
-        } else if (!strcmp(key, "--name")) {
-            a->name = val;
-        } else if (!strcmp(key, "--vocab")) {
-            errno = 0;
-            a->vocab = strtol(val, &end, 10);
-            if (errno || end == val || *end) {
-                fprintf(stderr, "prep: --vocab %s is not an integer\n", val);
-                return 2;
-            }
-        } else if (!strcmp(key, "--val-fraction")) {
-            a->val_fraction = strtod(val, &end);
-            if (end == val || *end || !(a->val_fraction > 0 && a->val_fraction < 1)) {
-                fprintf(stderr, "prep: --val-fraction %s is not a number in (0, 1)\n", val);
-                return 2;
-            }
-            a->has_fraction = true;
-        } else {
-            a->vals[a->n_vals++] = val;
-        }
+        if (set_value(a, key, val)) return 2;
         continue;
     unknown:
         fprintf(stderr, "prep: unknown option %s\n", arg);
@@ -676,187 +712,210 @@ fail:
     return -1;
 }
 
-#define PREP_LOG(...)                                                                              \
+/* One run of prep: its arguments and what each stage leaves for the next.
+ * Released by prep_close. */
+typedef struct {
+    prep_args_t a;
+    corpus_t c;
+    size_t n_train;     /* documents [0, n_train) train, the rest validate */
+    byte_split_t split; /* one document cut in two: where */
+    char desc[256];     /* how the validation split was chosen, for the manifest */
+    tok_trainer_t *tr;
+    tok_t *tok;
+    double tok_s;
+    int32_t *tb; /* bytes of every token */
+    split_stats_t st_train, st_val;
+    char dsdir[4096], tmp[4400], final[4400];
+    bool made_tmp; /* tmp exists and is removed on failure */
+    double t0;
+} prep_t;
+
+#define PREP_LOG(p, ...)                                                                           \
     do {                                                                                           \
-        if (!a.quiet) fprintf(stderr, __VA_ARGS__);                                                \
+        if (!(p)->a.quiet) fprintf(stderr, __VA_ARGS__);                                           \
     } while (0)
 
-int prep_main(int argc, char **argv) {
-    prep_args_t a;
-    corpus_t c = {0};
-    tok_trainer_t *tr = NULL;
-    tok_t *tok = NULL;
-    int32_t *tb = NULL;
-    cJSON *manifest = NULL;
-    char *mtext = NULL;
-    char err[1024] = "";
-    char dsdir[4096], tmp[4400], final[4400], path[4500], desc[256];
-    bool made_tmp = false;
-    byte_split_t split = {0};
-    int rc = prep_parse(argc, argv, &a);
-    if (rc) {
-        free(a.inputs);
-        free(a.vals);
-        return rc == 1 ? 0 : 2;
-    }
-    rc = 1;
-    double t0 = util_now();
+/* The arguments' checks that need no file, and the dataset's paths. */
+static int prep_check(prep_t *p, char *err, size_t errlen) {
+    const prep_args_t *a = &p->a;
+    if (!data_name_ok(a->name))
+        return util_errorf(err, errlen,
+                           "--name '%s': a dataset name is 1-255 of [A-Za-z0-9_.-] and does not "
+                           "start with '.'",
+                           a->name);
+    if (a->vocab < TOK_N_BYTES)
+        return util_errorf(err, errlen, "--vocab %ld is below %d, the byte tokens alone", a->vocab,
+                           TOK_N_BYTES);
+    if (a->vocab + TOK_N_SPECIAL > DATA_MAX_TOKENS)
+        return util_errorf(err, errlen,
+                           "--vocab %ld plus %d special tokens exceeds %d, the most the uint16 "
+                           "token files hold",
+                           a->vocab, TOK_N_SPECIAL, DATA_MAX_TOKENS);
+    if (snprintf(p->dsdir, sizeof p->dsdir, "%s/datasets", a->dir) >= (int)sizeof p->dsdir)
+        return util_errorf(err, errlen, "--dir is too long");
+    snprintf(p->final, sizeof p->final, "%s/%s", p->dsdir, a->name);
+    snprintf(p->tmp, sizeof p->tmp, "%s/.%s.tmp.%ld", p->dsdir, a->name, (long)getpid());
+    if (!a->force && access(p->final, F_OK) == 0)
+        return util_errorf(err, errlen,
+                           "dataset '%s' already exists in %s (use --force to replace it)", a->name,
+                           p->dsdir);
+    return 0;
+}
 
-    if (!data_name_ok(a.name)) {
-        util_errorf(err, sizeof err,
-                    "--name '%s': a dataset name is 1-255 of [A-Za-z0-9_.-] and does not start "
-                    "with '.'",
-                    a.name);
-        goto fail;
+/* Read the training inputs, then the --val paths; each must hold text. */
+static int prep_read(prep_t *p, char *err, size_t errlen) {
+    const prep_args_t *a = &p->a;
+    for (size_t i = 0; i < a->n_inputs + a->n_vals; i++) {
+        int val = i >= a->n_inputs;
+        const char *path = val ? a->vals[i - a->n_inputs] : a->inputs[i];
+        size_t before = p->c.n;
+        if (add_path(&p->c, path, val, 0, err, errlen)) return -1;
+        if (p->c.n == before)
+            return util_errorf(err, errlen, "%s: no text (empty, or nothing but hidden files)",
+                               path);
+        if (!val) p->n_train = p->c.n;
     }
-    if (a.vocab < TOK_N_BYTES) {
-        util_errorf(err, sizeof err, "--vocab %ld is below %d, the byte tokens alone", a.vocab,
-                    TOK_N_BYTES);
-        goto fail;
-    }
-    if (a.vocab + TOK_N_SPECIAL > DATA_MAX_TOKENS) {
-        util_errorf(
-            err, sizeof err,
-            "--vocab %ld plus %d special tokens exceeds %d, the most the uint16 token files "
-            "hold",
-            a.vocab, TOK_N_SPECIAL, DATA_MAX_TOKENS);
-        goto fail;
-    }
-    if (snprintf(dsdir, sizeof dsdir, "%s/datasets", a.dir) >= (int)sizeof dsdir) {
-        util_errorf(err, sizeof err, "--dir is too long");
-        goto fail;
-    }
-    snprintf(final, sizeof final, "%s/%s", dsdir, a.name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dsdir, a.name, (long)getpid());
-    if (!a.force && access(final, F_OK) == 0) {
-        util_errorf(err, sizeof err,
-                    "dataset '%s' already exists in %s (use --force to replace it)", a.name, dsdir);
-        goto fail;
-    }
+    PREP_LOG(p, "prep: read %zu documents, %.2f MB, from %zu files in %.2f s\n", p->c.n,
+             (double)p->c.len / 1e6, p->c.nsrc, util_now() - p->t0);
+    return 0;
+}
 
-    /* Read the training inputs, then the --val paths; each must hold text. */
-    size_t n_train = 0;
-    for (size_t i = 0; i < a.n_inputs + a.n_vals; i++) {
-        int val = i >= a.n_inputs;
-        const char *p = val ? a.vals[i - a.n_inputs] : a.inputs[i];
-        size_t before = c.n;
-        if (add_path(&c, p, val, 0, err, sizeof err)) goto fail;
-        if (c.n == before) {
-            util_errorf(err, sizeof err, "%s: no text (empty, or nothing but hidden files)", p);
-            goto fail;
-        }
-        if (!val) n_train = c.n;
-    }
-    PREP_LOG("prep: read %zu documents, %.2f MB, from %zu files in %.2f s\n", c.n,
-             (double)c.len / 1e6, c.nsrc, util_now() - t0);
-
-    /* Pin the validation split. */
-    if (a.n_vals) {
-        snprintf(desc, sizeof desc, "the %zu documents of the --val paths", c.n - n_train);
+/* Pin the validation split: the --val paths, else the last documents, else
+ * the end of the one document. */
+static int prep_split(prep_t *p, char *err, size_t errlen) {
+    corpus_t *c = &p->c;
+    double f = p->a.val_fraction;
+    if (p->a.n_vals) {
+        snprintf(p->desc, sizeof p->desc, "the %zu documents of the --val paths",
+                 c->n - p->n_train);
+    } else if (c->n == 1) {
+        if (split_one(c, f, &p->split, err, errlen)) return -1;
+        snprintf(p->desc, sizeof p->desc,
+                 "the last %zu of %zu bytes of the one document (fraction %g, cut after a line "
+                 "break at byte %zu)",
+                 c->len - p->split.cut, c->len, f, p->split.cut);
+        p->n_train = 1;
     } else {
-        if (c.n == 1) {
-            if (split_one(&c, a.val_fraction, &split, err, sizeof err)) goto fail;
-            snprintf(desc, sizeof desc,
-                     "the last %zu of %zu bytes of the one document (fraction %g, cut after a "
-                     "line break at byte %zu)",
-                     c.len - split.cut, c.len, a.val_fraction, split.cut);
-            n_train = 1;
-            goto split_done;
-        }
-        double want = round(a.val_fraction * (double)c.n);
-        size_t nv = want < 1 ? 1 : want > (double)(c.n - 1) ? c.n - 1 : (size_t)want;
-        n_train = c.n - nv;
-        snprintf(desc, sizeof desc, "the last %zu of %zu documents in input order (fraction %g)",
-                 nv, c.n, a.val_fraction);
+        double want = round(f * (double)c->n);
+        size_t nv = want < 1 ? 1 : want > (double)(c->n - 1) ? c->n - 1 : (size_t)want;
+        p->n_train = c->n - nv;
+        snprintf(p->desc, sizeof p->desc,
+                 "the last %zu of %zu documents in input order (fraction %g)", nv, c->n, f);
     }
-split_done:; /* a declaration follows: C11 needs a statement after a label */
+    return 0;
+}
 
-    /* Train the tokenizer on the training documents only. */
+/* Train the tokenizer on the training documents only, and tabulate the
+ * bytes of every token. */
+static int prep_tokenizer(prep_t *p, char *err, size_t errlen) {
     double tt = util_now();
-    if (!(tr = tok_trainer_new(err, sizeof err))) goto fail;
-    progress_t pr = {a.quiet ? NULL : stderr, tt};
-    for (size_t d = 0; d < n_train; d++) {
-        if (tok_trainer_add(tr, c.text + c.off[d], c.dlen[d], err, sizeof err)) goto fail;
+    if (!(p->tr = tok_trainer_new(err, errlen))) return -1;
+    progress_t pr = {p->a.quiet ? NULL : stderr, tt};
+    for (size_t d = 0; d < p->n_train; d++) {
+        if (tok_trainer_add(p->tr, p->c.text + p->c.off[d], p->c.dlen[d], err, errlen)) return -1;
         if (progress_due(&pr))
             fprintf(stderr, "prep: tokenizer: counted chunks of %zu/%zu documents, %.1f s\n", d + 1,
-                    n_train, util_now() - tt);
+                    p->n_train, util_now() - tt);
     }
-    PREP_LOG("prep: tokenizer: %zu distinct chunks in %zu training documents, %.2f s\n",
-             tok_trainer_unique_chunks(tr), n_train, util_now() - tt);
-    tok = tok_trainer_finish(tr, (int)a.vocab, a.quiet ? NULL : stderr, err, sizeof err);
-    if (!tok) goto fail;
-    double tok_s = util_now() - tt;
-    PREP_LOG("prep: tokenizer: vocab %d (%d merges + 256 bytes + %d specials) in %.2f s\n",
-             tok_vocab_size(tok), tok_n_merges(tok), TOK_N_SPECIAL, tok_s);
-
-    int nv = tok_vocab_size(tok);
-    if (!(tb = calloc((size_t)nv, sizeof *tb))) {
-        util_errorf(err, sizeof err, "out of memory");
-        goto fail;
-    }
-    for (int id = 0; id < tok_n_regular(tok); id++) {
+    PREP_LOG(p, "prep: tokenizer: %zu distinct chunks in %zu training documents, %.2f s\n",
+             tok_trainer_unique_chunks(p->tr), p->n_train, util_now() - tt);
+    p->tok = tok_trainer_finish(p->tr, (int)p->a.vocab, p->a.quiet ? NULL : stderr, err, errlen);
+    if (!p->tok) return -1;
+    p->tok_s = util_now() - tt;
+    PREP_LOG(p, "prep: tokenizer: vocab %d (%d merges + 256 bytes + %d specials) in %.2f s\n",
+             tok_vocab_size(p->tok), tok_n_merges(p->tok), TOK_N_SPECIAL, p->tok_s);
+    if (!(p->tb = calloc((size_t)tok_vocab_size(p->tok), sizeof *p->tb)))
+        return util_errorf(err, errlen, "out of memory");
+    for (int id = 0; id < tok_n_regular(p->tok); id++) {
         size_t l;
-        tok_token_bytes(tok, id, &l);
-        tb[id] = (int32_t)l;
+        tok_token_bytes(p->tok, id, &l);
+        p->tb[id] = (int32_t)l;
     }
+    return 0;
+}
 
-    if (mkdir_p(dsdir, err, sizeof err)) goto fail;
-    if (mkdir(tmp, 0777)) {
-        util_errorf(err, sizeof err, "%s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    made_tmp = true;
-
-    split_stats_t st_train, st_val;
+/* Write the dataset into the temporary directory: the two token files, the
+ * token bytes, the tokenizer and the manifest. */
+static int prep_write(prep_t *p, char *err, size_t errlen) {
+    char path[4500];
+    if (mkdir_p(p->dsdir, err, errlen)) return -1;
+    if (mkdir(p->tmp, 0777)) return util_errorf(err, errlen, "%s: %s", p->tmp, strerror(errno));
+    p->made_tmp = true;
     double te = util_now();
-    snprintf(path, sizeof path, "%s/train.bin", tmp);
-    FILE *log = a.quiet ? NULL : stderr;
-    if (write_split(tok, &c, 0, n_train, path, tb, &st_train, log, err, sizeof err)) goto fail;
-    snprintf(path, sizeof path, "%s/val.bin", tmp);
-    if (write_split(tok, &c, n_train, c.n, path, tb, &st_val, log, err, sizeof err)) goto fail;
-    double enc_s = util_now() - te;
-    PREP_LOG("prep: encoded %zu + %zu tokens (%.2f bytes per token) in %.2f s\n", st_train.tokens,
-             st_val.tokens,
-             (double)(st_train.bytes + st_val.bytes) /
-                 (double)(st_train.tokens + st_val.tokens - st_train.docs - st_val.docs),
-             enc_s);
+    FILE *log = p->a.quiet ? NULL : stderr;
+    snprintf(path, sizeof path, "%s/train.bin", p->tmp);
+    if (write_split(p->tok, &p->c, 0, p->n_train, path, p->tb, &p->st_train, log, err, errlen))
+        return -1;
+    snprintf(path, sizeof path, "%s/val.bin", p->tmp);
+    if (write_split(p->tok, &p->c, p->n_train, p->c.n, path, p->tb, &p->st_val, log, err, errlen))
+        return -1;
+    const split_stats_t *tr = &p->st_train, *va = &p->st_val;
+    if (!p->a.quiet) warn_rare_merges(p->tr, p->tok, p->a.vocab, tr->tokens);
+    PREP_LOG(p, "prep: encoded %zu + %zu tokens (%.2f bytes per token) in %.2f s\n", tr->tokens,
+             va->tokens,
+             (double)(tr->bytes + va->bytes) /
+                 (double)(tr->tokens + va->tokens - tr->docs - va->docs),
+             util_now() - te);
+    snprintf(path, sizeof path, "%s/token_bytes.bin", p->tmp);
+    if (write_token_bytes(p->tb, tok_vocab_size(p->tok), path, err, errlen)) return -1;
+    snprintf(path, sizeof path, "%s/tokenizer.json", p->tmp);
+    if (tok_save(p->tok, path, err, errlen)) return -1;
+    cJSON *manifest = manifest_json(&p->a, p->tok, &p->c, &p->split, tr, va, p->desc, p->tok_s,
+                                    util_now() - p->t0);
+    char *mtext = manifest ? cJSON_Print(manifest) : NULL;
+    cJSON_Delete(manifest);
+    if (!mtext) return util_errorf(err, errlen, "out of memory");
+    snprintf(path, sizeof path, "%s/manifest.json", p->tmp);
+    int rc = write_text(mtext, path, err, errlen);
+    free(mtext);
+    return rc;
+}
 
-    snprintf(path, sizeof path, "%s/token_bytes.bin", tmp);
-    if (write_token_bytes(tb, nv, path, err, sizeof err)) goto fail;
-    snprintf(path, sizeof path, "%s/tokenizer.json", tmp);
-    if (tok_save(tok, path, err, sizeof err)) goto fail;
-    manifest = manifest_json(&a, tok, &c, &split, &st_train, &st_val, desc, tok_s, util_now() - t0);
-    if (!manifest || !(mtext = cJSON_Print(manifest))) {
-        util_errorf(err, sizeof err, "out of memory");
-        goto fail;
-    }
-    snprintf(path, sizeof path, "%s/manifest.json", tmp);
-    if (write_text(mtext, path, err, sizeof err)) goto fail;
-    if (install(tmp, final, a.force, err, sizeof err)) goto fail;
-    made_tmp = false;
-
-    if (split.cut)
+/* What the dataset holds, on stdout. */
+static void prep_report(const prep_t *p) {
+    int nv = tok_vocab_size(p->tok);
+    const char *name = p->a.name;
+    if (p->split.cut)
         printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (the first %zu bytes), val "
                "%zu tokens (the last %zu bytes), %.1f s\n",
-               a.name, final, nv, st_train.tokens, split.cut, st_val.tokens, c.len - split.cut,
-               util_now() - t0);
+               name, p->final, nv, p->st_train.tokens, p->split.cut, p->st_val.tokens,
+               p->c.len - p->split.cut, util_now() - p->t0);
     else
         printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (%zu docs), val %zu tokens "
                "(%zu docs), %.1f s\n",
-               a.name, final, nv, st_train.tokens, st_train.docs, st_val.tokens, st_val.docs,
-               util_now() - t0);
-    printf("prep: a spec trains on it with \"dataset\": \"%s\"\n", a.name);
-    rc = 0;
-fail:
-    if (rc) fprintf(stderr, "prep: %s\n", err);
-    if (made_tmp) rm_tree(tmp);
-    free(mtext);
-    cJSON_Delete(manifest);
-    free(tb);
-    tok_free(tok);
-    tok_trainer_free(tr);
-    corpus_free(&c);
-    free(a.inputs);
-    free(a.vals);
-    return rc;
+               name, p->final, nv, p->st_train.tokens, p->st_train.docs, p->st_val.tokens,
+               p->st_val.docs, util_now() - p->t0);
+    printf("prep: a spec trains on it with \"dataset\": \"%s\"\n", name);
+}
+
+static void prep_close(prep_t *p) {
+    if (p->made_tmp) rm_tree(p->tmp);
+    free(p->tb);
+    tok_free(p->tok);
+    tok_trainer_free(p->tr);
+    corpus_free(&p->c);
+    free(p->a.inputs);
+    free(p->a.vals);
+}
+
+int prep_main(int argc, char **argv) {
+    prep_t p = {0};
+    char err[1024] = "";
+    int rc = prep_parse(argc, argv, &p.a);
+    if (rc) {
+        prep_close(&p);
+        return rc == 1 ? 0 : 2;
+    }
+    p.t0 = util_now();
+    rc = prep_check(&p, err, sizeof err) || prep_read(&p, err, sizeof err) ||
+         prep_split(&p, err, sizeof err) || prep_tokenizer(&p, err, sizeof err) ||
+         prep_write(&p, err, sizeof err) || install(p.tmp, p.final, p.a.force, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "prep: %s\n", err);
+    } else {
+        p.made_tmp = false; /* installed */
+        prep_report(&p);
+    }
+    prep_close(&p);
+    return rc ? 1 : 0;
 }

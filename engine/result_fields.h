@@ -60,7 +60,7 @@
     X(params_scalars, INTEGER, PARAMS, "scalars", "params_scalars", "%lld", 1)                     \
     X(params_total, INTEGER, PARAMS, "total", "params_total", "%lld", 1)                           \
     X(flops_per_token, REAL, STORED, "flops_per_token", "flops_per_token", "%.6g", 1)              \
-    X(eval_tokens, INTEGER, LINE, "eval_tokens", "eval_tokens", "%lld", 1)                         \
+    X(eval_tokens, INTEGER, STORED, "eval_tokens", "eval_tokens", "%lld", 1)                       \
     X(time_budget_s, REAL, STORED, "time_budget_s", "time_budget_s", "%g", 1)                      \
     X(token_budget, INTEGER, STORED, "token_budget", "token_budget", "%lld", 1)                    \
     X(epochs, REAL, STORED, "epochs", "epochs", "%.4f", 1)

@@ -597,6 +597,8 @@ struct tok_trainer {
     bmap_t chunks; /* chunk bytes -> count (val) */
     uint64_t bytes;
     bool finished;
+    int64_t *counts; /* after finish: each merge's pair count when it was merged */
+    int n_counts;
 };
 
 tok_trainer_t *tok_trainer_new(char *err, size_t errlen) {
@@ -616,6 +618,7 @@ void tok_trainer_free(tok_trainer_t *tr) {
     if (!tr) return;
     splitter_close(&tr->split);
     bmap_free(&tr->chunks);
+    free(tr->counts);
     free(tr);
 }
 
@@ -897,7 +900,8 @@ tok_t *tok_trainer_finish(tok_trainer_t *tr, int n_vocab, FILE *log, char *err, 
     }
     int want = n_vocab - TOK_N_BYTES;
     merges = malloc((size_t)(want ? want : 1) * sizeof *merges);
-    if (!merges) goto oom;
+    tr->counts = malloc((size_t)(want ? want : 1) * sizeof *tr->counts);
+    if (!merges || !tr->counts) goto oom;
     if (state_load_words(&st, tr) < 0 || state_count_pairs(&st) < 0) goto oom;
     if (log)
         fprintf(log, "tok: %zu distinct chunks, %zu pairs; %d merges to learn\n", st.nwords,
@@ -920,6 +924,8 @@ tok_t *tok_trainer_finish(tok_trainer_t *tr, int n_vocab, FILE *log, char *err, 
         int64_t best = st.pairs[pi].count;
         merges[r][0] = a;
         merges[r][1] = b;
+        tr->counts[r] = best;
+        tr->n_counts = r + 1;
         if (apply_merge(&st, pi, c, r) < 0) goto oom;
         if (log && ((r + 1) % every == 0 || r + 1 == want))
             fprintf(log, "tok: merge %d/%d: [%d,%d] -> %d (count %lld), %.2f s\n", r + 1, want,
@@ -936,6 +942,10 @@ fail:
     free(merges);
     state_free(&st);
     return NULL;
+}
+
+int64_t tok_trainer_merge_count(const tok_trainer_t *tr, int rank) {
+    return rank >= 0 && rank < tr->n_counts ? tr->counts[rank] : 0;
 }
 
 tok_t *tok_train(const char *const *docs, const size_t *lens, size_t n_docs, int n_vocab, FILE *log,

@@ -68,6 +68,11 @@ size_t tok_trainer_unique_chunks(const tok_trainer_t *tr);
  * tokenizer (caller frees with tok_free) or NULL with err. */
 tok_t *tok_trainer_finish(tok_trainer_t *tr, int n_vocab, FILE *log, char *err, size_t errlen);
 
+/* After tok_trainer_finish: how often merge number rank's pair occurred in
+ * the training text when it was merged (chunks weighted by their counts),
+ * which falls as rank rises; 0 for a rank out of range. */
+int64_t tok_trainer_merge_count(const tok_trainer_t *tr, int rank);
+
 void tok_trainer_free(tok_trainer_t *tr);
 
 /* One-shot training over n_docs documents (docs[i] of lens[i] bytes). */

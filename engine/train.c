@@ -8,17 +8,16 @@
  * weight-decay schedules follow progress through that budget, so with a token
  * budget no clock enters the arithmetic and a run is bit-identical for a seed
  * and thread count. This is exactly what a daemon worker runs, so its outputs
- * are a contract:
+ * are a contract (engine/protocol.h writes it down):
  *
  *   stdout    the summary, `key: value` lines after a `---` line
  *   stderr    human progress (redrawn in place on a terminal, a line every
  *             few seconds otherwise) and errors
  *   --progress PATH | --progress-fd N
- *             JSON lines: {"event":"start",...}, one {"event":"step",...} per
- *             optimiser step, {"event":"eval",...}, then {"event":"result",...}
- *             whose "status" is succeeded, diverged or failed
- *   exit      0 succeeded, 1 failed (bad input, I/O), 2 usage, 3 diverged,
- *             4 out of memory (any allocation failure, e.g. under RLIMIT_AS)
+ *             the protocol's JSON lines: start, a step line per optimiser
+ *             step, eval, then the result line (a succeeded run's reason
+ *             notes a checkpoint --save could not write)
+ *   exit      the protocol's exit codes (PROTO_EXIT_*)
  *
  * Timing: startup (loading, building) and evaluation are reported but are not
  * part of the budget; only optimiser steps are. Rows are drawn by the spec's
@@ -30,6 +29,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,11 +44,10 @@
 #include "engine/gemm.h"
 #include "engine/gpt.h"
 #include "engine/optim.h"
+#include "engine/protocol.h"
 #include "engine/result_fields.h"
 #include "engine/spec.h"
 #include "engine/util.h"
-
-enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3, EXIT_OOM = 4 };
 
 /* A loss above this (nats) counts as exploding, as in autoresearch. */
 #define DIVERGED_LOSS 100.0
@@ -97,7 +96,7 @@ static void emit(run_t *r, cJSON *obj) {
 
 static cJSON *event(const char *name) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", name);
+    cJSON_AddStringToObject(o, PROTO_KEY_EVENT, name);
     return o;
 }
 
@@ -161,9 +160,9 @@ static int fail_run(run_t *r, int code, const char *status, const char *fmt, ...
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
     fprintf(stderr, "%strain: %s\n", r->tty ? "\n" : "", reason);
-    cJSON *o = event("result");
-    cJSON_AddStringToObject(o, "status", status);
-    cJSON_AddStringToObject(o, "reason", reason);
+    cJSON *o = event(PROTO_EV_RESULT);
+    cJSON_AddStringToObject(o, PROTO_KEY_STATUS, status);
+    cJSON_AddStringToObject(o, PROTO_KEY_REASON, reason);
     emit(r, o);
     return code;
 }
@@ -183,15 +182,18 @@ static void next_train_batch(run_t *r) {
     }
 }
 
-/* val_bpb over the full (T+1)-token windows of the validation stream
- * (stride T), the first ceil(max_tokens / T) of them when max_tokens > 0:
- * summed nats / (ln 2 * summed bytes) over targets that are not special
- * tokens (token_bytes 0), as autoresearch's evaluate_bpb. The model runs
- * forward only (GPT_SCORE) on the whole team, batch_size rows at a time.
- * NAN when the activations cannot be allocated. */
-static double evaluate_bpb(run_t *r, size_t max_tokens, size_t *tokens_out) {
+/* val_bpb over the full (T+1)-token windows of the validation stream (stride
+ * T): summed nats / (ln 2 * summed bytes) over targets that are not special
+ * tokens (token_bytes 0), as autoresearch's evaluate_bpb. The spec's
+ * eval_tokens (0 = all) caps the targets at the stream's first ones, whatever
+ * T is: the rows that hold them, the last one's targets past the cap masked.
+ * The model runs forward only (GPT_SCORE: nothing kept for a backward, the
+ * logits straight into the loss) on the whole team, batch_size rows at a
+ * time. NAN when the activations cannot be allocated. */
+static double evaluate_bpb(run_t *r, size_t *tokens_out) {
     size_t n = r->data.n_val, T = (size_t)r->T, rows = n > T ? (n - 1) / T : 0;
-    if (max_tokens > 0 && (max_tokens + T - 1) / T < rows) rows = (max_tokens + T - 1) / T;
+    size_t cap = r->spec.eval_tokens > 0 ? (size_t)r->spec.eval_tokens : SIZE_MAX;
+    if (cap < rows * T) rows = (cap + T - 1) / T;
     double nats = 0.0, bytes = 0.0;
     size_t counted = 0;
     for (size_t row = 0; row < rows; row += (size_t)r->B) {
@@ -201,7 +203,8 @@ static double evaluate_bpb(run_t *r, size_t max_tokens, size_t *tokens_out) {
             for (size_t t = 0; t < T; t++) {
                 r->inputs[b * T + t] = src[t];
                 int tg = src[t + 1];
-                r->targets[b * T + t] = r->data.token_bytes[tg] > 0 ? tg : -1;
+                int scored = r->data.token_bytes[tg] > 0 && (row + b) * T + t < cap;
+                r->targets[b * T + t] = scored ? tg : -1;
             }
         }
         if (gpt_forward(r->model, r->inputs, r->targets, B, r->T, GPT_SCORE, NULL) < 0) return NAN;
@@ -379,7 +382,7 @@ static void announce(run_t *r, const loop_t *l) {
             l->token_budget > 0 ? l->token_budget : l->time_budget,
             l->token_budget > 0 ? " tokens" : "s", spec_sampler_name(s->train.sampler), r->accum,
             r->B, r->T);
-    cJSON *start = event("start");
+    cJSON *start = event(PROTO_EV_START);
     cJSON_AddNumberToObject(start, "pid", getpid());
     result_values_t counts = {0};
     params_from_cost(&counts, &r->cost);
@@ -404,7 +407,7 @@ static void announce(run_t *r, const loop_t *l) {
 /* One optimiser step: accum micro-batches forward and backward, then the
  * update at the schedules' values for the progress before this step (as
  * autoresearch computes it). Sets the mean loss and the lr multiplier used;
- * returns EXIT_OK, or EXIT_DIVERGED or EXIT_OOM after reporting a diverged
+ * returns PROTO_EXIT_OK, or PROTO_EXIT_DIVERGED or PROTO_EXIT_OOM after reporting a diverged
  * micro-batch or a failed allocation. */
 static int train_step(run_t *r, const loop_t *l, double *loss_out, double *lrm_out) {
     const spec_train_t *tr = &r->spec.train;
@@ -413,11 +416,11 @@ static int train_step(run_t *r, const loop_t *l, double *loss_out, double *lrm_o
         next_train_batch(r);
         float loss;
         if (gpt_forward(r->model, r->inputs, r->targets, r->B, r->T, GPT_TRAIN, &loss) < 0)
-            return fail_run(r, EXIT_OOM, "oom", "out of memory at step %d", l->step + 1);
+            return fail_run(r, PROTO_EXIT_OOM, PROTO_OOM, "out of memory at step %d", l->step + 1);
         /* Any one bad micro-batch fails the run: averaged over the
          * accumulation it could look harmless. */
         if (!isfinite(loss) || loss > DIVERGED_LOSS)
-            return fail_run(r, EXIT_DIVERGED, "diverged",
+            return fail_run(r, PROTO_EXIT_DIVERGED, PROTO_DIVERGED,
                             "diverged: loss %g at step %d (micro-batch %d)", loss, l->step + 1,
                             micro + 1);
         loss_sum += loss;
@@ -434,7 +437,7 @@ static int train_step(run_t *r, const loop_t *l, double *loss_out, double *lrm_o
     gpt_zero_grad(r->model);
     *loss_out = loss_sum / r->accum;
     *lrm_out = lrm;
-    return EXIT_OK;
+    return PROTO_EXIT_OK;
 }
 
 /* After a step of dt seconds: the progress line on stderr and the "step"
@@ -456,17 +459,17 @@ static bool report_step(run_t *r, const loop_t *l, double loss, double smooth_lo
     }
     bool spent = l->token_budget > 0 ? done >= l->token_budget : l->training_time >= l->time_budget;
     print_progress(r, l->step, pct, smooth_loss, lrm, dt, tok_s, mfu, epochs, remaining, 0);
-    cJSON *e = event("step");
-    cJSON_AddNumberToObject(e, "step", l->step);
-    cJSON_AddNumberToObject(e, "progress", pct / 100.0);
-    cJSON_AddNumberToObject(e, "training_seconds", l->training_time);
-    cJSON_AddNumberToObject(e, "loss", loss);
-    cJSON_AddNumberToObject(e, "smooth_loss", smooth_loss);
-    cJSON_AddNumberToObject(e, "lrm", lrm);
+    cJSON *e = event(PROTO_EV_STEP);
+    cJSON_AddNumberToObject(e, PROTO_STEP_STEP, l->step);
+    cJSON_AddNumberToObject(e, PROTO_STEP_PROGRESS, pct / 100.0);
+    cJSON_AddNumberToObject(e, PROTO_STEP_SECONDS, l->training_time);
+    cJSON_AddNumberToObject(e, PROTO_STEP_LOSS, loss);
+    cJSON_AddNumberToObject(e, PROTO_STEP_SMOOTH_LOSS, smooth_loss);
+    cJSON_AddNumberToObject(e, PROTO_STEP_LRM, lrm);
     cJSON_AddNumberToObject(e, "dt_ms", dt * 1000.0);
-    cJSON_AddNumberToObject(e, "tok_s", tok_s);
-    cJSON_AddNumberToObject(e, "mfu", mfu);
-    cJSON_AddNumberToObject(e, "remaining_s", remaining);
+    cJSON_AddNumberToObject(e, PROTO_STEP_TOK_S, tok_s);
+    cJSON_AddNumberToObject(e, PROTO_STEP_MFU, mfu);
+    cJSON_AddNumberToObject(e, PROTO_STEP_REMAINING_S, remaining);
     cJSON_AddNumberToObject(e, "epoch", epochs);
     emit(r, e);
     if (spent)
@@ -475,13 +478,13 @@ static bool report_step(run_t *r, const loop_t *l, double loss, double smooth_lo
 }
 
 /* Steps until the budget is spent (the step in flight completes). Returns
- * EXIT_OK, or EXIT_DIVERGED or EXIT_OOM (already reported). */
+ * PROTO_EXIT_OK, or PROTO_EXIT_DIVERGED or PROTO_EXIT_OOM (already reported). */
 static int train_loop(run_t *r, loop_t *l) {
     double smooth = 0.0;
     for (;;) {
         double t0 = util_now(), loss = 0.0, lrm = 0.0;
         int code = train_step(r, l, &loss, &lrm);
-        if (code != EXIT_OK) return code;
+        if (code != PROTO_EXIT_OK) return code;
         double dt = util_now() - t0;
         l->training_time += dt;
         l->step++;
@@ -490,16 +493,16 @@ static int train_loop(run_t *r, loop_t *l) {
         if (report_step(r, l, loss, smooth / (1.0 - pow(0.9, l->step)), lrm, dt)) break;
     }
     if (r->tty) fputc('\n', stderr);
-    return EXIT_OK;
+    return PROTO_EXIT_OK;
 }
 
 /* val_bpb with the "eval" event; sets the target tokens counted and the
  * seconds the evaluation took. */
 static double run_eval(run_t *r, size_t *tokens, double *seconds) {
     double t_eval = util_now();
-    double val_bpb = evaluate_bpb(r, 0, tokens);
+    double val_bpb = evaluate_bpb(r, tokens);
     *seconds = util_now() - t_eval;
-    cJSON *ev = event("eval");
+    cJSON *ev = event(PROTO_EV_EVAL);
     cJSON_AddNumberToObject(ev, "tokens", (double)*tokens);
     cJSON_AddNumberToObject(ev, "seconds", *seconds);
     emit(r, ev);
@@ -507,24 +510,26 @@ static double run_eval(run_t *r, size_t *tokens, double *seconds) {
 }
 
 /* The trained weights to path, with the canonical spec as metadata.
- * Returns EXIT_OK, or EXIT_FAILED (already reported). */
-static int save_checkpoint(run_t *r, const char *path) {
-    char err[512];
+ * Returns 0, or -1 with why in err: a checkpoint that cannot be written (a
+ * full disk) is a note on the run, not its failure, since val_bpb is known. */
+static int save_checkpoint(run_t *r, const char *path, char *err, size_t errlen) {
     char *spec_json = spec_canonical_json(&r->spec);
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "nightshift_spec", spec_json ? spec_json : "{}");
     char *meta_json = cJSON_PrintUnformatted(meta);
-    int rc = ckpt_write(r->model, r->model->params, meta_json, path, err, sizeof err);
+    int rc = ckpt_write(r->model, r->model->params, meta_json, path, err, errlen);
     free(meta_json);
     cJSON_Delete(meta);
     free(spec_json);
-    if (rc < 0) return fail_run(r, EXIT_FAILED, "failed", "saving checkpoint: %s", err);
-    return EXIT_OK;
+    if (rc < 0)
+        fprintf(stderr, "train: the checkpoint was not saved (the result stands): %s\n", err);
+    return rc < 0 ? -1 : 0;
 }
 
-/* The summary block on stdout and the "result" event of a succeeded run. */
+/* The summary block on stdout and the "result" event of a succeeded run,
+ * with note (may be NULL) as its "reason". */
 static void report_result(run_t *r, const loop_t *l, double startup, double val_bpb,
-                          size_t eval_tokens, double eval_seconds) {
+                          size_t eval_tokens, double eval_seconds, const char *note) {
     double tokens = l->tokens_per_step * l->step, training_time = l->training_time;
     result_values_t v = {
         .val_bpb = val_bpb,
@@ -557,8 +562,9 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
     params_from_cost(&v, &r->cost);
     print_summary(&v);
 
-    cJSON *res = event("result");
-    cJSON_AddStringToObject(res, "status", "succeeded");
+    cJSON *res = event(PROTO_EV_RESULT);
+    cJSON_AddStringToObject(res, PROTO_KEY_STATUS, PROTO_SUCCEEDED);
+    if (note) cJSON_AddStringToObject(res, PROTO_KEY_REASON, note);
     add_result_fields(res, &v, 0);
     add_params(res, &v);
     emit(r, res);
@@ -567,7 +573,7 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
 static int train_run(const train_opts_t *o) {
     run_t r = {0};
     char err[512];
-    int code = EXIT_FAILED;
+    int code = PROTO_EXIT_FAILED;
     r.t_start = util_now();
     r.tty = isatty(STDERR_FILENO);
     if (open_progress(&r, o, err, sizeof err) < 0) {
@@ -577,9 +583,9 @@ static int train_run(const train_opts_t *o) {
     int setup_rc = setup(&r, o, err, sizeof err);
     if (setup_rc < 0) {
         if (setup_rc == NS_ERR_NOMEM)
-            code = fail_run(&r, EXIT_OOM, "oom", "%s", err);
+            code = fail_run(&r, PROTO_EXIT_OOM, PROTO_OOM, "%s", err);
         else
-            code = fail_run(&r, EXIT_FAILED, "failed", "%s", err);
+            code = fail_run(&r, PROTO_EXIT_FAILED, PROTO_FAILED, "%s", err);
         goto done;
     }
     loop_t l = {.time_budget = r.spec.time_budget_s,
@@ -588,19 +594,21 @@ static int train_run(const train_opts_t *o) {
     announce(&r, &l);
 
     double t_train_start = util_now();
-    if ((code = train_loop(&r, &l)) != EXIT_OK) goto done;
+    if ((code = train_loop(&r, &l)) != PROTO_EXIT_OK) goto done;
     double startup = t_train_start - r.t_start;
 
     size_t eval_tokens = 0;
     double eval_seconds;
     double val_bpb = run_eval(&r, &eval_tokens, &eval_seconds);
     if (!isfinite(val_bpb)) {
-        code = fail_run(&r, EXIT_DIVERGED, "diverged", "diverged: val_bpb %g", val_bpb);
+        code = fail_run(&r, PROTO_EXIT_DIVERGED, PROTO_DIVERGED, "diverged: val_bpb %g", val_bpb);
         goto done;
     }
-    if (o->save_path && (code = save_checkpoint(&r, o->save_path)) != EXIT_OK) goto done;
-    report_result(&r, &l, startup, val_bpb, eval_tokens, eval_seconds);
-    code = EXIT_OK;
+    char ckpt_err[512], note[600];
+    int saved = !o->save_path || save_checkpoint(&r, o->save_path, ckpt_err, sizeof ckpt_err) == 0;
+    snprintf(note, sizeof note, "checkpoint not saved: %s", saved ? "" : ckpt_err);
+    report_result(&r, &l, startup, val_bpb, eval_tokens, eval_seconds, saved ? NULL : note);
+    code = PROTO_EXIT_OK;
 done:
     run_close(&r);
     return code;
@@ -612,7 +620,7 @@ static void train_usage(FILE *out) {
                  "Trains SPEC's model on DIR/datasets/<spec.dataset> (DIR default: state) for\n"
                  "spec.time_budget_s seconds or spec.token_budget tokens of training, then\n"
                  "prints val_bpb and the summary.\n"
-                 "Exit: 0 succeeded, 1 failed, 2 usage, 3 diverged, 4 out of memory.\n");
+                 "Exit: " PROTO_EXIT_HELP ".\n");
 }
 
 int train_main(int argc, char **argv) {
@@ -639,7 +647,7 @@ int train_main(int argc, char **argv) {
             o.progress_fd = (int)strtol(optarg, &end, 10);
             if (*end || o.progress_fd < 0) {
                 fprintf(stderr, "train: --progress-fd: not a descriptor: %s\n", optarg);
-                return EXIT_USAGE;
+                return PROTO_EXIT_USAGE;
             }
             break;
         case 's':
@@ -649,20 +657,20 @@ int train_main(int argc, char **argv) {
             o.peak_gflops = strtod(optarg, &end);
             if (*end || !(o.peak_gflops > 0)) {
                 fprintf(stderr, "train: --peak-gflops: expected a positive number: %s\n", optarg);
-                return EXIT_USAGE;
+                return PROTO_EXIT_USAGE;
             }
             break;
         case 'h':
             train_usage(stdout);
-            return EXIT_OK;
+            return PROTO_EXIT_OK;
         default:
             train_usage(stderr);
-            return EXIT_USAGE;
+            return PROTO_EXIT_USAGE;
         }
     }
     if (argc - optind != 1 || (o.progress_path && o.progress_fd >= 0)) {
         train_usage(stderr);
-        return EXIT_USAGE;
+        return PROTO_EXIT_USAGE;
     }
     o.spec_path = argv[optind];
     return train_run(&o);

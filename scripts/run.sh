@@ -108,7 +108,7 @@ nightshift is running: the daemon at $url, the reference agent at 127.0.0.1:$age
   the agent:       $bin agent status --url http://127.0.0.1:$agent_port
   experiments:     $bin ls --url $url          (or curl $url/v1/experiments)
   the best config: $bin best --url $url        (or curl $url/v1/best)
-  from SQL:        sqlite3 -header -column $state/nightshift.db "select id, name, round(val_bpb, 4) as val_bpb, dataset from leaderboard limit 5"
+  from SQL:        sqlite3 -header -column $state/nightshift.db "select id, name, round(val_bpb, 4) as val_bpb, dataset, budget_kind, budget, eval_tokens from leaderboard limit 5"
   logs:            $state/daemon.log, $state/agent.log, $state/runs/<id>/train.log
 Ctrl-C stops both; run it again to resume.
 

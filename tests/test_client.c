@@ -436,8 +436,20 @@ Test(client, unreachable_daemon_exits_3) {
         tu_run_bin(&r, RUN_TIMEOUT_S, cmds[i][0], "--url", url, cmds[i][1], NULL);
         cr_assert_eq(r.exit_code, 3, "%s: exit %d: %s", cmds[i][0], r.exit_code, r.err);
         cr_assert_eq(strncmp(r.err, want, strlen(want)), 0, "%s: %s", cmds[i][0], r.err);
+        /* and how to start it */
+        cr_assert(strstr(r.err, "\n  is it running? `make run` starts it (and the agent); alone: "
+                                "nightshift serve --dir state"),
+                  "%s: %s", cmds[i][0], r.err);
         tu_run_free(&r);
     }
+    /* agent status speaks of the agent, not the daemon */
+    tu_run_t r;
+    tu_run_bin(&r, RUN_TIMEOUT_S, "agent", "status", "--url", url, NULL);
+    cr_assert_eq(r.exit_code, 3, "%s", r.err);
+    snprintf(want, sizeof want, "nightshift: cannot reach the agent at %s: ", url);
+    cr_assert_eq(strncmp(r.err, want, strlen(want)), 0, "%s", r.err);
+    cr_assert(!strstr(r.err, "daemon at"), "%s", r.err);
+    tu_run_free(&r);
     close(fd);
     free(spec);
 }
@@ -600,10 +612,10 @@ Test(client, ls_table) {
     route("GET", "/v1/experiments", 200, LIST);
     tu_run_t r;
     tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--status", "succeeded", "--limit=3",
-               "--order", "val_bpb", NULL);
+               "--order", "created", NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(seen(0)->method, "GET");
-    cr_assert_str_eq(seen(0)->query, "status=succeeded&order=val_bpb&limit=3");
+    cr_assert_str_eq(seen(0)->query, "status=succeeded&order=created&limit=3");
     cr_assert_str_eq(r.out, "  ID  STATUS      VAL_BPB  VERDICT  DATASET  PARAMS  PARENT  NAME     "
                             " CREATED\n"
                             "  12  succeeded  1.234568  -        -             -       -  wide     "
@@ -626,7 +638,49 @@ Test(client, ls_table) {
 
     tu_run_bin_exit(2, RUN_TIMEOUT_S, "ls", "--url", S.url, "--limit", "0", NULL);
     tu_run_bin_exit(2, RUN_TIMEOUT_S, "ls", "--url", S.url, "extra", NULL);
+    tu_run_bin_exit(2, RUN_TIMEOUT_S, "ls", "--url", S.url, "--budget", "time:300", NULL);
     cr_assert_eq(nseen(), 3);
+}
+
+/* The scope part of a scoped reply: book, 300 s, the default evaluation,
+ * chosen as the latest result's; book's best is configuration #5 (three
+ * seeds, mean 1.8), default's experiment 2 alone. */
+#define SCOPED                                                                                     \
+    "\"dataset\":\"book\",\"budget_kind\":\"time\",\"budget\":300,\"eval_tokens\":65536,"          \
+    "\"scope_from\":\"latest_result\",\"scopes\":["                                                \
+    "{\"dataset\":\"book\",\"budget_kind\":\"time\",\"budget\":300,\"eval_tokens\":65536,"         \
+    "\"runs\":4,\"best_id\":5,\"best_val_bpb\":1.8,\"best_val_bpb_sd\":0.01,\"best_n_seeds\":3},"  \
+    "{\"dataset\":\"default\",\"budget_kind\":\"time\",\"budget\":300,\"eval_tokens\":0,"          \
+    "\"runs\":1,\"best_id\":2,\"best_val_bpb\":2.5,\"best_val_bpb_sd\":null,\"best_n_seeds\":1}]"
+
+/* A book run of 300 s scored on the default count: BOOK_RUN(id, val_bpb). */
+#define BOOK_RUN(id, bpb)                                                                          \
+    "{\"id\":" #id ",\"status\":\"succeeded\",\"val_bpb\":" #bpb ",\"dataset\":\"book\","          \
+    "\"budget_kind\":\"time\",\"budget\":300,\"eval_tokens\":65536,"                               \
+    "\"created\":\"2026-11-29T19:37:00.000Z\"}"
+
+Test(client, ls_by_val_bpb_ranks_one_scope_and_says_which) {
+    route("GET", "/v1/experiments", 200,
+          "{\"experiments\":[" BOOK_RUN(5, 1.79) "," BOOK_RUN(
+              6, 1.9) "],\"next_after\":null," SCOPED "}");
+    tu_run_t r;
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--order", "val_bpb", "--budget",
+               "time:300", NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(seen(0)->query, "budget=time%3A300&order=val_bpb");
+    cr_assert(!strncmp(r.out,
+                       "ranked within dataset book, budget time:300, eval_tokens 65536 (the scope "
+                       "of the latest result)\n",
+                       93),
+              "%s", r.out);
+    /* the verdict names what it compares with: a configuration's mean */
+    cr_assert(strstr(r.out, " 1.900000  +0.1000 vs config #5 mean (3 seeds)  book "), "%s", r.out);
+    cr_assert(strstr(r.out, " 1.790000  best "), "%s", r.out);
+    cr_assert(strstr(r.out, "other scopes with results:\n  --dataset default --budget time:300 "
+                            "--eval-tokens 0: 1 run, best 2.5000 (exp 2)\n"),
+              "%s", r.out);
+    cr_assert_eq(nseen(), 1, "the reply's scopes carry the bests: no second request");
+    tu_run_free(&r);
 }
 
 /* ------------------------------------------------------------------- show */
@@ -741,11 +795,16 @@ Test(client, show_running_with_progress) {
 Test(client, best_prints_a_spec_ready_to_resubmit) {
     route("GET", "/v1/best", 200,
           "{\"best\":{\"id\":12,\"name\":\"wide\",\"val_bpb\":1.2345678,\"spec\":" SPEC_JSON
-          ",\"result\":{\"val_bpb\":1.2345678}}}");
+          ",\"result\":{\"val_bpb\":1.2345678}}," SCOPED "}");
     tu_run_t r;
     tu_run_bin(&r, RUN_TIMEOUT_S, "best", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.err, "best: experiment 12 \"wide\" val_bpb 1.234568\n");
+    cr_assert_str_eq(r.err, "scope: dataset book, budget time:300, eval_tokens 65536 (the scope of "
+                            "the latest result)\n"
+                            "best: experiment 12 \"wide\" val_bpb 1.234568\n"
+                            "other scopes with results:\n"
+                            "  --dataset default --budget time:300 --eval-tokens 0: 1 run, best "
+                            "2.5000 (exp 2)\n");
     cr_assert_str_eq(r.out, "{\n"
                             "  \"name\": \"wide\",\n"
                             "  \"seed\": 42,\n"
@@ -781,21 +840,41 @@ Test(client, best_prints_a_spec_ready_to_resubmit) {
     /* val_bpb only inside the result is found there. */
     clear_routes();
     route("GET", "/v1/best", 200,
-          "{\"best\":{\"id\":3,\"spec\":{\"seed\":1},\"result\":{\"val_bpb\":0.9}}}");
+          "{\"best\":{\"id\":3,\"spec\":{\"seed\":1},\"result\":{\"val_bpb\":0.9}}," SCOPED "}");
     tu_run_bin(&r, RUN_TIMEOUT_S, "best", "--url", S.url, NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    cr_assert_str_eq(r.err, "best: experiment 3 val_bpb 0.900000\n");
+    cr_assert(strstr(r.err, "\nbest: experiment 3 val_bpb 0.900000\n"), "%s", r.err);
     cr_assert_str_eq(r.out, "{\n  \"seed\": 1\n}\n");
     tu_run_free(&r);
 }
 
-Test(client, best_when_nothing_succeeded) {
-    route("GET", "/v1/best", 200, "{\"best\":null}");
+Test(client, best_when_nothing_succeeded_names_the_scopes_with_results) {
+    route("GET", "/v1/best", 200,
+          "{\"best\":null,\"dataset\":\"default\",\"budget_kind\":\"time\",\"budget\":60,"
+          "\"eval_tokens\":65536,\"scope_from\":\"latest_experiment\",\"scopes\":["
+          "{\"dataset\":\"book\",\"budget_kind\":\"tokens\",\"budget\":4096000,"
+          "\"eval_tokens\":65536,\"runs\":4,\"best_id\":5,\"best_val_bpb\":1.8,"
+          "\"best_val_bpb_sd\":0.01,\"best_n_seeds\":3}]}");
     tu_run_t r;
-    tu_run_bin(&r, RUN_TIMEOUT_S, "best", "--url", S.url, NULL);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "best", "--url", S.url, "--dataset", "default", NULL);
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
     cr_assert_str_eq(r.out, "");
-    cr_assert_str_eq(r.err, "nothing has succeeded yet\n");
+    cr_assert_str_eq(r.err, "nothing has succeeded yet in dataset default, budget time:60, "
+                            "eval_tokens 65536 (the scope of the latest experiment: nothing has a "
+                            "result yet)\n"
+                            "the scopes with results:\n"
+                            "  --dataset book --budget tokens:4096000 --eval-tokens 65536: 4 runs, "
+                            "best 1.8000 (config #5 mean of 3 seeds)\n");
+    tu_run_free(&r);
+    clear_routes();
+    route("GET", "/v1/best", 200,
+          "{\"best\":null,\"dataset\":\"default\",\"budget_kind\":\"time\",\"budget\":300,"
+          "\"eval_tokens\":65536,\"scope_from\":\"defaults\",\"scopes\":[]}");
+    tu_run_bin(&r, RUN_TIMEOUT_S, "best", "--url", S.url, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_assert(
+        strstr(r.err, "(the spec's defaults: nothing has run yet)\nno scope has results yet\n"),
+        "%s", r.err);
     tu_run_free(&r);
 }
 
@@ -857,15 +936,15 @@ Test(client, watch_evaluating_last_and_best) {
     route("GET", "/v1/experiments", 200,
           "{\"experiments\":[{\"id\":7,\"status\":\"running\"},"
           "{\"id\":6,\"name\":\"wide\",\"status\":\"succeeded\",\"val_bpb\":1.9,"
-          "\"dataset\":\"book\"},{\"id\":5,\"status\":\"succeeded\",\"val_bpb\":1.8}]}");
-    route("GET", "/v1/leaderboard", 200,
-          "{\"leaderboard\":[{\"id\":5,\"val_bpb\":1.8,\"dataset\":\"book\"},"
-          "{\"id\":2,\"val_bpb\":2.5,\"dataset\":\"default\"},"
-          "{\"id\":6,\"val_bpb\":1.9,\"dataset\":\"book\"}]}");
+          "\"dataset\":\"book\",\"budget_kind\":\"time\",\"budget\":300,\"eval_tokens\":65536},"
+          "{\"id\":5,\"status\":\"succeeded\",\"val_bpb\":1.8}]}");
+    route("GET", "/v1/leaderboard", 200, "{\"leaderboard\":[]," SCOPED "}");
     tu_run_bin_out("slot 0 [####################] evaluating exp 7 step 400 loss 2.914 "
                    "\"deep\"\n"
-                   "last: exp 6 \"wide\" succeeded val_bpb 1.9000, +0.1000 vs 5 on book\n"
-                   "best: book 1.8000 (exp 5), default 2.5000 (exp 2)\n"
+                   "last: exp 6 \"wide\" succeeded val_bpb 1.9000, +0.1000 vs config #5 mean (3 "
+                   "seeds) on book\n"
+                   "best: book 300 s 1.8000 (config #5 mean of 3 seeds); default 300 s 2.5000 "
+                   "(exp 2)\n"
                    "queue: 2 queued\n",
                    RUN_TIMEOUT_S, "watch", "--once", "--url", S.url, NULL);
     cr_assert_str_eq(seen(1)->query, "order=-id&limit=20");

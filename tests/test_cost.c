@@ -244,8 +244,11 @@ Test(cost, command_prints_the_example) {
                                 "},\"train\":{\"batch_size\":16,"
                                 "\"total_batch_tokens\":16384}}");
     tu_run_t r;
-    tu_run_bin(&r, 30, "cost", spec, NULL);
+    /* a limit that fits it (22 GB at batch 16), so the verdict is the same
+     * on every machine */
+    tu_run_bin(&r, 30, "cost", spec, "--memory-mb", "100000", NULL);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    expect_line(r.out, "a worker may use:", " 105 GB  (the daemon's limit per worker)");
     expect_line(r.out, "token parameters:", " 38,597,376  (154,389,504 bytes)");
     expect_line(r.out, "position parameters:", " 786,432  (3,145,728 bytes)");
     expect_line(r.out, "lm_head parameters:", " 38,597,376 ");
@@ -258,9 +261,18 @@ Test(cost, command_prints_the_example) {
     tu_run_free(&r);
 
     /* --batch overrides train.batch_size. */
-    tu_run_bin(&r, 30, "cost", spec, "--batch", "2", NULL);
+    tu_run_bin(&r, 30, "cost", spec, "--batch", "2", "--memory-mb", "100000", NULL);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     expect_line(r.out, "attention-pair MACs:", " 38,654,705,664 ");
+    tu_run_free(&r);
+    /* and one that does not: refused in submit's words, exit 1 */
+    tu_run_bin(&r, 30, "cost", spec, "--memory-mb", "1000", NULL);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
+    cr_assert(!strncmp(r.err,
+                       "cost: does_not_fit: needs ~22 GB, a worker may use 1.0 GB (the "
+                       "daemon's limit per worker): 395 million parameters",
+                       105),
+              "%s", r.err);
     tu_run_free(&r);
 }
 

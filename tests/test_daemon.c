@@ -735,10 +735,24 @@ Test(daemon, lock_listen_and_token) {
     }
     daemon_stop(d);
 
-    /* the lock goes with the daemon */
-    daemon_t *d2 = daemon_start(state, NULL);
+    /* the lock goes with the daemon; options from --config, the line winning */
+    char *config = tu_path("%s/serve.json", tmp);
+    tu_write(config, "{\"slots\": 3, \"threads_per_slot\": 1, \"token\": \"from-config\"}");
+    const char *with_config[] = {"--config", config, "--slots", "2", NULL};
+    daemon_t *d2 = daemon_start(state, with_config);
+    cJSON *st = tu_get_json(d2, "/v1/status");
+    cJSON *slots = cJSON_GetObjectItem(st, "slots");
+    cr_expect_eq(cJSON_GetArraySize(slots), 2, "the command line's --slots wins");
+    cr_expect_eq(tu_jnum(cJSON_GetArrayItem(slots, 1), "threads"), 1, "threads_per_slot");
+    cJSON_Delete(st);
+    tu_http(d2, "POST", "/v1/experiments", s, strlen(s), NULL, &rep);
+    cr_expect_eq(rep.status, 401, "the config's token is required: %ld", rep.status);
+    tu_reply_free(&rep);
+    tu_http(d2, "POST", "/v1/experiments", s, strlen(s), "Bearer from-config", &rep);
+    cr_expect_eq(rep.status, 200, "the config's token: %ld %s", rep.status, rep.body);
+    tu_reply_free(&rep);
     daemon_stop(d2);
-    free(s), free(other), free(cmd);
+    free(s), free(other), free(cmd), free(config);
 }
 
 /* Run `nightshift CMD [ARG1 [ARG2]] --url URL` (NULL args are left out). */
@@ -847,8 +861,9 @@ Test(daemon, cli) {
     cJSON_Delete(wait_for(d, id_r3, "succeeded", 20));
     cli(&r, d, "leaderboard", NULL, NULL);
     cr_expect_eq(r.exit_code, 0, "leaderboard: %s", r.err);
-    cr_expect(strstr(r.out, "dataset tiny, budget time 1") && strstr(r.out, "MEAN_BPB") &&
-                  strstr(r.out, "1.234500") && strstr(r.out, "      3  ok"),
+    cr_expect(strstr(r.out, "dataset tiny, budget time:1, eval_tokens 0 (the whole split)") &&
+                  strstr(r.out, "MEAN_BPB") && strstr(r.out, "1.234500") &&
+                  strstr(r.out, "      3  ok"),
               "leaderboard printed:\n%s", r.out);
     tu_run_free(&r);
 
@@ -1217,8 +1232,11 @@ Test(daemon, the_leaderboard_changes_as_soon_as_a_run_finishes) {
     const char *extra[] = {"--worker-cmd", cmd, NULL};
     daemon_t *d = daemon_start(state, extra);
     const char *q = "/v1/leaderboard?dataset=tiny&budget=time:1";
+    /* before anything ran with that budget, the scope names nothing */
+    expect_error(d, "GET", q, NULL, 0, 404, "unknown_scope",
+                 "no experiment ran in dataset tiny with budget time:1");
     for (int n = 0; n <= 2; n++) {
-        for (int again = 0; again < 2; again++) { /* the second read is the cached one */
+        for (int again = 0; again < 2 && n > 0; again++) { /* the second read is the cached one */
             cJSON *lb = tu_get_json(d, q);
             cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(lb, "leaderboard")), n,
                          "after %d finished runs (read %d)", n, again + 1);
@@ -1231,4 +1249,130 @@ Test(daemon, the_leaderboard_changes_as_soon_as_a_run_finishes) {
     }
     daemon_stop(d);
     free(cmd);
+}
+
+/* ============================================== the first hour's follow-ups */
+
+/* A run whose directory cannot be written (a full disk; here `runs` is a
+ * file, which fails the same write) never started: it waits in the queue
+ * without spending attempts, and runs once the disk takes writes again.
+ * With --max-attempts 1 a spent attempt would have ended it `interrupted`. */
+Test(daemon, a_run_that_cannot_be_written_waits_without_spending_attempts) {
+    char *cmd = stand_in_cmd();
+    const char *extra[] = {"--worker-cmd", cmd, "--max-attempts", "1", NULL};
+    daemon_t *d = daemon_start(state, extra);
+    char *runs = tu_path("%s/runs", state);
+    rmdir(runs); /* empty so far, if the daemon made it */
+    tu_write(runs, "not a directory\n");
+    char *s = spec("ok", 1, 1, 1, NULL);
+    long id = submit(d, s);
+    tu_sleep_ms(6500); /* the first try and one retry (every 5 s) */
+    cJSON *e = get_experiment(d, id);
+    cr_expect_str_eq(tu_jstr(e, "status"), "queued");
+    cr_expect_eq(tu_jnum(e, "attempt"), 1, "no attempt is spent on a run that never started");
+    const char *why = tu_jstr(e, "reason");
+    cr_expect(why && strstr(why, "not started: ") && strstr(why, "re-queued"), "reason: %s",
+              why ? why : "(none)");
+    cJSON_Delete(e);
+    cr_assert_eq(unlink(runs), 0);
+    e = wait_for(d, id, "succeeded", 20);
+    cr_expect_eq(tu_jnum(e, "attempt"), 1);
+    cJSON_Delete(e);
+    daemon_stop(d);
+    free(s);
+    free(runs);
+    free(cmd);
+}
+
+/* A timeout is an answer about the spec under the daemon's limits: the same
+ * spec and seed again is that experiment (200, duplicate), not another hour
+ * of a slot; ?force=1 runs it again. */
+Test(daemon, a_timed_out_spec_is_a_duplicate_until_forced) {
+    char *cmd = stand_in_cmd();
+    const char *extra[] = {"--worker-cmd", cmd, "--deadline-slack", "1", "--kill-grace",
+                           "0.2",          NULL};
+    daemon_t *d = daemon_start(state, extra);
+    char *s = spec("hang", 7, 0.5, 1, NULL);
+    long id = submit(d, s);
+    cJSON_Delete(wait_for(d, id, "timeout", 20));
+    cJSON *o = tu_http_json(d, "POST", "/v1/experiments", s, 200);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(o, "duplicate")));
+    cr_expect_eq((long)tu_jnum(o, "id"), id);
+    cr_expect_str_eq(tu_jstr(o, "status"), "timeout");
+    cJSON_Delete(o);
+    o = tu_http_json(d, "POST", "/v1/experiments?force=1", s, 201);
+    cr_expect_neq((long)tu_jnum(o, "id"), id);
+    cJSON_Delete(o);
+    daemon_stop(d);
+    free(s);
+    free(cmd);
+}
+
+/* The daemon failing while it checks a submission (here its results table
+ * is gone, so the parent cannot be read) is the daemon's fault: 500
+ * store_error, not 400 invalid_spec, which would tell an agent to change
+ * its spec. */
+Test(daemon, a_store_failure_during_validation_answers_500) {
+    char *cmd = stand_in_cmd();
+    const char *extra[] = {"--worker-cmd", cmd, NULL};
+    daemon_t *d = daemon_start(state, extra);
+    char *s = spec("ok", 1, 1, 1, NULL);
+    long id = submit(d, s);
+    cJSON_Delete(wait_for(d, id, "succeeded", 20));
+    char *path = tu_path("%s/nightshift.db", state);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    cr_assert_eq(sqlite3_exec(db, "ALTER TABLE results RENAME TO results_gone", NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    char *child = tu_path("{\"name\":\"ok\",\"dataset\":\"tiny\",\"seed\":2,\"parent\":%ld,"
+                          "\"time_budget_s\":1}",
+                          id);
+    expect_error(d, "POST", "/v1/experiments", child, strlen(child), 500, "store_error", "results");
+    /* a parent that does not exist is still the spec's fault */
+    const char *orphan = "{\"dataset\":\"tiny\",\"parent\":999}";
+    expect_error(d, "POST", "/v1/experiments", orphan, strlen(orphan), 400, "invalid_spec",
+                 "parent: experiment 999 does not exist");
+    daemon_stop(d);
+    free(child);
+    free(path);
+    free(s);
+    free(cmd);
+}
+
+/* `ls --order val_bpb` ranks one scope, the one it names, never two
+ * datasets together; --dataset picks another. */
+Test(daemon, ls_by_val_bpb_never_ranks_two_datasets_together) {
+    char *corpus = tu_path("%s/corpus2.jsonl", tmp);
+    tu_prep_tiny(corpus, state, "tiny2");
+    free(corpus);
+    char *cmd = stand_in_cmd();
+    const char *extra[] = {"--worker-cmd", cmd, NULL};
+    daemon_t *d = daemon_start(state, extra); /* serve --dataset tiny: the default dataset */
+    /* tiny: 1.2345 and 2.0 (two configurations); tiny2: 1.5 */
+    char *a = spec("ok", 1, 1, 1, NULL), *b = spec("slow-ok", 2, 1, 2, NULL);
+    char *c = tu_path("{\"name\":\"grandchild\",\"dataset\":\"tiny2\",\"seed\":3,"
+                      "\"time_budget_s\":1}");
+    cJSON_Delete(wait_for(d, submit(d, a), "succeeded", 20));
+    cJSON_Delete(wait_for(d, submit(d, b), "succeeded", 20));
+    cJSON_Delete(wait_for(d, submit(d, c), "succeeded", 20));
+    tu_run_t r;
+    tu_run_bin(&r, 20, "ls", "--url", d->url, "--order", "val_bpb", NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(!strncmp(r.out, "ranked within dataset tiny, budget time:1, eval_tokens 0", 56), "%s",
+              r.out);
+    const char *x = strstr(r.out, "1.234500"), *y = strstr(r.out, "2.000000");
+    cr_expect(x && y && x < y && !strstr(r.out, "1.500000"), "tiny's, best first: %s", r.out);
+    cr_expect(strstr(r.out, "+0.7655 vs exp 1  tiny"), "%s", r.out);
+    cr_expect(strstr(r.out, "other scopes with results:\n  --dataset tiny2 --budget time:1 "), "%s",
+              r.out);
+    tu_run_free(&r);
+    tu_run_bin(&r, 20, "ls", "--url", d->url, "--order", "val_bpb", "--dataset", "tiny2", NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "1.500000") && !strstr(r.out, "1.234500") && !strstr(r.out, "2.000000"),
+              "only tiny2's runs: %s", r.out);
+    tu_run_free(&r);
+    daemon_stop(d);
+    free(a), free(b), free(c), free(cmd);
 }

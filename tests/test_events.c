@@ -491,7 +491,8 @@ Test(events, csv_fields_survive_a_real_csv_parser) {
                               "\"ve_layers\":[0,2],\"tie\":true,\"x\":null},"
                               "{\"id\":2,\"name\":\"plain\",\"val_bpb\":0.1,\"ve_layers\":\"all\","
                               "\"tie\":false,\"x\":null}]");
-    char *csv = export_table(rows, ',');
+    cJSON *cols = cJSON_Parse("[\"id\",\"name\",\"val_bpb\",\"ve_layers\",\"tie\",\"x\"]");
+    char *csv = export_table(rows, cols, ',');
     char *file = tu_path("%s/t.csv", tu_dir());
     tu_write(file, csv);
     char *out = python_csv(file, "", 0, "name");
@@ -503,12 +504,13 @@ Test(events, csv_fields_survive_a_real_csv_parser) {
     out = python_csv(file, "", 1, "val_bpb");
     cr_expect_str_eq(out, "2 6 0.1\n");
     free(out);
-    char *tsv = export_table(rows, '\t');
+    char *tsv = export_table(rows, cols, '\t');
     cr_expect(strstr(tsv, "1\ta, \"quoted\" name\t1.25\t[0,2]\ttrue\t\n"), "%s", tsv);
     free(tsv);
     free(csv);
     free(file);
     cJSON_Delete(rows);
+    cJSON_Delete(cols);
 }
 
 Test(events, the_leaderboard_as_csv_and_results_tsv_as_autoresearch_writes_it) {

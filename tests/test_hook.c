@@ -650,7 +650,8 @@ Test(hook, at_most_four_transfers_run_at_once) {
     int hole_port, hole = listen_loopback(&hole_port);
     char err[256];
     int64_t id[7];
-    store_new_experiment_t e = {.spec_json = "{}", .spec_hash = "x", .source = "api"};
+    store_new_experiment_t e = {
+        .spec_json = "{}", .config_hash = "x", .scope = {"default", "time", 300}, .source = "api"};
     for (int i = 0; i < 7; i++)
         cr_assert_eq(store_insert(f.store, &e, &id[i], err, sizeof err), 0, "%s", err);
     hook_t *h = fx_hook(&f, hole_port, (hook_opts_t){.timeout_s = 20});
@@ -976,7 +977,8 @@ Test(hook, queue_empty_is_resent_while_idle_and_stops_when_work_appears) {
     /* work appears: one queued experiment (not started: no kick) */
     char err[256];
     int64_t id;
-    store_new_experiment_t e = {.spec_json = "{}", .spec_hash = "x", .source = "api"};
+    store_new_experiment_t e = {
+        .spec_json = "{}", .config_hash = "x", .scope = {"default", "time", 300}, .source = "api"};
     cr_assert_eq(store_insert(f.store, &e, &id, err, sizeof err), 0, "%s", err);
     run_until(&f, NULL, 0, 0.15);
     int n = count_requests(f.rx.dir);
@@ -1015,6 +1017,50 @@ Test(hook, a_finished_experiment_is_reported_with_its_result_and_history) {
     cr_expect_eq(cJSON_GetNumberValue(jget(r.json, "queue_depth")), 0);
     req_free(&r);
     cr_expect_eq(raw_int(&f, "SELECT source = 'agent' FROM experiments WHERE name = 'first'"), 1);
+    hook_t *h = f.hook;
+    fx_close(&f, &h, 1);
+}
+
+static int has_finished_events(fx_t *f, long n) {
+    return count_type(f, "experiment.finished") >= n;
+}
+
+/* The payload's best is a configuration's: its mean, sd and number of seeds
+ * beside its first run; and the scope's measured noise (what GET /v1/noise
+ * answers) rides along, for an agent that can read nothing else. */
+Test(hook, the_best_carries_its_mean_sd_and_seeds_and_the_noise_rides_along) {
+    fx_t f;
+    reply_t script[] = {{200, "[{\"name\":\"a\",\"seed\":5},{\"name\":\"a\",\"seed\":6}]"},
+                        {200, ""},
+                        {200, ""},
+                        {200, ""}};
+    fx_init(&f, script, 4);
+    f.hook = fx_hook(&f, f.rx.port, (hook_opts_t){0});
+    hook_queue_empty(f.hook);
+    cr_assert(run_until(&f, has_finished_events, 2, 15), "no second experiment.finished came");
+    int n = count_requests(f.rx.dir), last = -1;
+    for (int k = 0; k < n; k++) {
+        req_t r;
+        req_load(&r, f.rx.dir, k);
+        if (!strcmp(tu_jstr(r.json, "type"), "experiment.finished")) last = k;
+        req_free(&r);
+    }
+    req_t r;
+    req_load(&r, f.rx.dir, last);
+    const cJSON *best = jget(r.json, "best");
+    cr_assert(cJSON_IsObject(best), "no best");
+    cr_expect(fabs(cJSON_GetNumberValue(jget(best, "mean_val_bpb")) - 1.2345) < 1e-9);
+    cr_expect(cJSON_IsNumber(jget(best, "val_bpb_sd")), "two seeds have an sd");
+    cr_expect_eq(cJSON_GetNumberValue(jget(best, "n_seeds")), 2);
+    cr_expect_eq(cJSON_GetArraySize(jget(best, "seeds")), 2);
+    const cJSON *noise = jget(r.json, "noise");
+    cr_assert(cJSON_IsObject(noise), "no noise in the payload");
+    cr_expect_str_eq(tu_jstr(noise, "dataset"), "default");
+    cr_expect(cJSON_IsNumber(jget(noise, "sd")), "the pooled sd of the two seeds");
+    cr_expect_eq(cJSON_GetNumberValue(jget(noise, "configurations")), 1);
+    cr_expect_eq(cJSON_GetNumberValue(jget(noise, "runs")), 2);
+    cr_expect_eq(cJSON_GetNumberValue(jget(noise, "df")), 1);
+    req_free(&r);
     hook_t *h = f.hook;
     fx_close(&f, &h, 1);
 }

@@ -186,31 +186,45 @@ Test(newuser, a_spec_too_large_is_refused_with_its_numbers) {
     cr_assert_eq(tu_jnum(st, "queue_depth"), 0);
     cJSON_Delete(st);
 
-    /* cost says the same from the dataset, without a vocab_size in the spec. */
-    tu_run_bin(&r, 30, "cost", spec, "--dir", state, NULL);
-    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    /* cost says the same from the dataset, without a vocab_size in the spec,
+     * in the same words and units, and fails: it will not fit. */
+    tu_run_bin(&r, 30, "cost", spec, "--dir", state, "--memory-mb", "2000", NULL);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
     cr_assert(strstr(r.out, "(from dataset 'default' in "), "%s", r.out);
     cr_assert(strstr(r.out, "memory needed (estimate):"), "%s", r.out);
+    cr_assert(strstr(r.out, " GB\n"), "the estimate in GB, as submit says it: %s", r.out);
+    cr_assert_eq(strncmp(r.err, "cost: does_not_fit: ", 20), 0, "%s", r.err);
+    cr_assert_eq(strncmp(r.err + 20, want + strlen("nightshift: does_not_fit: "),
+                         strlen(want) - strlen("nightshift: does_not_fit: ")),
+                 0, "got:  %s\nwant: %s", r.err, want);
+    tu_run_free(&r);
+    /* by default the limit serve gives one slot; with none, this machine's RAM */
+    tu_run_bin(&r, 30, "cost", spec, "--dir", state, NULL);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "(the daemon's limit per worker)"), "%s", r.err);
+    tu_run_free(&r);
+    tu_run_bin(&r, 30, "cost", spec, "--dir", state, "--memory-mb", "0", NULL);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "(this machine's RAM)"), "%s", r.err);
     tu_run_free(&r);
     daemon_stop(&d);
     free(spec);
 }
 
-/* `cost`'s "memory needed (estimate):" in MiB, from its output. */
+/* `cost`'s "memory needed (estimate):" (MB, decimal) in MiB, from its output. */
 static double cost_estimate_mib(const char *spec) {
     tu_run_t r;
     tu_run_bin(&r, 30, "cost", spec, "--dir", state, NULL);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     const char *p = strstr(r.out, "memory needed (estimate):");
     cr_assert(p, "%s", r.out);
-    p += strlen("memory needed (estimate):");
-    char digits[32];
-    size_t n = 0;
-    for (; *p && *p != '\n' && n < sizeof digits - 1; p++)
-        if (*p >= '0' && *p <= '9') digits[n++] = *p;
-    digits[n] = '\0';
+    char unit[8] = "";
+    double mb = 0;
+    cr_assert_eq(sscanf(p + strlen("memory needed (estimate):"), "%lf %7s", &mb, unit), 2, "%s",
+                 r.out);
+    cr_assert_str_eq(unit, "MB", "%s", r.out);
     tu_run_free(&r);
-    return atof(digits);
+    return mb * 1e6 / (1024.0 * 1024.0);
 }
 
 /* The estimate is of peak RSS: within 15% + 8 MiB of what a run measures
@@ -396,4 +410,266 @@ Test(newuser, agent_status_says_what_it_waits_for) {
     tu_server_release(&a);
     free(errlog);
     free(base);
+}
+
+/* ------------------------------------------------------- one default scope */
+
+/* `nightshift serve --dir state --listen 127.0.0.1:0 EXTRA...` with no
+ * default dataset pinned. */
+static void daemon_start_with(tu_server_t *d, const char *const *extra) {
+    char *errlog = tu_path("%s/daemon.err", tu_dir());
+    char *argv[24] = {(char *)tu_bin(), "serve",       "--dir",       state,
+                      "--listen",       "127.0.0.1:0", "--memory-mb", "0"};
+    int n = 8;
+    for (int i = 0; extra && extra[i] && n < 23; i++) argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    tu_server_start(d, "daemon", argv, errlog, 30);
+    free(errlog);
+}
+
+/* A small run on dataset ds (seed and depth vary the configuration). */
+static char *small_spec(const char *ds, int seed, int depth) {
+    return tu_path("{\"name\":\"small %d\",\"dataset\":\"%s\",\"seed\":%d,\"token_budget\":2048,"
+                   "\"model\":{\"depth\":%d,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
+                   "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128},"
+                   "\"resources\":{\"threads\":1,\"peak_gflops\":10}}",
+                   depth, ds, seed, depth);
+}
+
+/* Poll experiment id until it has ended; it must have succeeded. */
+static void wait_succeeded(const tu_server_t *d, long id) {
+    char path[64];
+    snprintf(path, sizeof path, "/v1/experiments/%ld", id);
+    for (double t = tu_now() + 90;; tu_sleep_ms(100)) {
+        cJSON *e = tu_get_json(d, path);
+        const char *st = tu_jstr(e, "status");
+        int done = st && strcmp(st, "queued") && strcmp(st, "running");
+        if (done) cr_assert_str_eq(st, "succeeded", "experiment %ld: %s", id, tu_jstr(e, "reason"));
+        cJSON_Delete(e);
+        if (done) return;
+        cr_assert_lt(tu_now(), t, "experiment %ld did not finish", id);
+    }
+}
+
+/* The number of lines of text. */
+static int lines_of(const char *text) {
+    int n = 0;
+    for (const char *p = text; *p; p++) n += *p == '\n';
+    return n;
+}
+
+/* A new user's daemon has run only on their own dataset `book`: best, the
+ * leaderboard, its CSV and `nightshift best` answer with book's results and
+ * say so; an empty scope's CSV is its header line alone; a dataset or a
+ * budget that names nothing is an error that names what exists. */
+Test(newuser, with_runs_only_on_book_every_answer_is_books_and_says_so) {
+    char *book = tu_path("%s/book.txt", tu_dir());
+    write_book(book, 3000);
+    tu_run_bin_exit(0, 60, "prep", "--dir", state, "--vocab", "300", "--quiet", book, NULL);
+    tu_prep_tiny(tu_dir_path("corpus.jsonl"), state, "empty"); /* prepared, never run */
+    tu_server_t d;
+    daemon_start_with(&d, NULL);
+
+    /* before any run: exports are their header line alone */
+    tu_reply_t rep;
+    tu_http(&d, "GET", "/v1/export?format=csv", NULL, 0, NULL, &rep);
+    cr_assert_eq(rep.status, 200, "%s", rep.body);
+    cr_expect(!strncmp(rep.body, "id,name,status,", 15) && lines_of(rep.body) == 1, "%s", rep.body);
+    tu_reply_free(&rep);
+    tu_http(&d, "GET", "/v1/export?format=tsv", NULL, 0, NULL, &rep);
+    cr_expect(!strncmp(rep.body, "id\tname\tstatus\t", 15) && lines_of(rep.body) == 1, "%s",
+              rep.body);
+    tu_reply_free(&rep);
+
+    long ids[2];
+    for (int i = 0; i < 2; i++) {
+        char *s = small_spec("book", 1 + i, 1 + i);
+        cJSON *o = tu_http_json(&d, "POST", "/v1/experiments", s, 201);
+        ids[i] = (long)tu_jnum(o, "id");
+        cJSON_Delete(o);
+        free(s);
+    }
+    for (int i = 0; i < 2; i++) wait_succeeded(&d, ids[i]);
+
+    cJSON *b = tu_get_json(&d, "/v1/best");
+    cr_expect_str_eq(tu_jstr(b, "dataset"), "book");
+    cr_expect_str_eq(tu_jstr(b, "budget_kind"), "tokens");
+    cr_expect_str_eq(tu_jstr(b, "scope_from"), "latest_result");
+    const cJSON *best = cJSON_GetObjectItem(b, "best");
+    cr_assert(cJSON_IsObject(best), "no best: the new user's question answers nothing");
+    cr_expect_str_eq(tu_jstr(cJSON_GetObjectItem(best, "spec"), "dataset"), "book");
+    const cJSON *scopes = cJSON_GetObjectItem(b, "scopes");
+    cr_assert_eq(cJSON_GetArraySize(scopes), 1);
+    cr_expect_str_eq(tu_jstr(cJSON_GetArrayItem(scopes, 0), "dataset"), "book");
+    cr_expect_eq(tu_jnum(cJSON_GetArrayItem(scopes, 0), "runs"), 2);
+    cJSON_Delete(b);
+    cJSON *lb = tu_get_json(&d, "/v1/leaderboard");
+    cr_expect_str_eq(tu_jstr(lb, "dataset"), "book");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(lb, "leaderboard")), 2);
+    cJSON_Delete(lb);
+
+    tu_http(&d, "GET", "/v1/leaderboard?format=csv", NULL, 0, NULL, &rep);
+    cr_assert_eq(rep.status, 200, "%s", rep.body);
+    cr_expect_eq(lines_of(rep.body), 3, "a header and two rows: %s", rep.body);
+    cr_expect(strstr(rep.body, ",book,tokens,2048,"), "%s", rep.body);
+    char *header = strndup(rep.body, strcspn(rep.body, "\n") + 1);
+    tu_reply_free(&rep);
+    /* an empty scope (a prepared dataset nothing ran on): the header alone */
+    tu_http(&d, "GET", "/v1/leaderboard?format=csv&dataset=empty", NULL, 0, NULL, &rep);
+    cr_assert_eq(rep.status, 200, "%s", rep.body);
+    cr_expect_str_eq(rep.body, header, "an empty scope's CSV is exactly its header line");
+    tu_reply_free(&rep);
+    free(header);
+
+    /* the CLI */
+    tu_run_t r;
+    tu_run_bin(&r, 30, "best", "--url", d.url, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(!strncmp(r.err, "scope: dataset book, budget tokens:2048, eval_tokens 0", 54), "%s",
+              r.err);
+    cr_expect(strstr(r.out, "\"dataset\": \"book\""), "%s", r.out);
+    tu_run_free(&r);
+    tu_run_bin(&r, 30, "leaderboard", "--url", d.url, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(!strncmp(r.out, "dataset book, budget tokens:2048", 32), "%s", r.out);
+    cr_expect_eq(lines_of(r.out), 4, "scope, header, two rows: %s", r.out);
+    tu_run_free(&r);
+    tu_run_bin(&r, 30, "best", "--url", d.url, "--dataset", "empty", NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.err, "nothing has succeeded yet in dataset empty") &&
+                  strstr(r.err, "the scopes with results:\n  --dataset book --budget "
+                                "tokens:2048 --eval-tokens 0: 2 runs, best "),
+              "%s", r.err);
+    tu_run_free(&r);
+
+    /* what does not exist is named as such, with what does */
+    tu_run_bin(&r, 30, "leaderboard", "--url", d.url, "--dataset", "nosuch", NULL);
+    cr_expect_eq(r.exit_code, 1, "%s", r.out);
+    cr_expect(strstr(r.err, "unknown_dataset: no dataset 'nosuch'; the datasets are: book, "
+                            "empty; the scopes with results: book (budget tokens:2048"),
+              "%s", r.err);
+    cr_expect(!strstr(r.out, "nothing has succeeded yet"), "%s", r.out);
+    tu_run_free(&r);
+    tu_run_bin(&r, 30, "leaderboard", "--url", d.url, "--dataset", "Book", NULL);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "(did you mean 'book'?)"), "%s", r.err);
+    tu_run_free(&r);
+    /* the status every watch polls keeps answering, without a noise */
+    cJSON *st = tu_get_json(&d, "/v1/status?dataset=nosuch");
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(st, "noise")));
+    cJSON_Delete(st);
+    tu_run_bin(&r, 30, "best", "--url", d.url, "--budget", "tokens:12345", NULL);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "unknown_scope: no experiment ran in any dataset with budget "
+                            "tokens:12345; the scopes with results: book"),
+              "%s", r.err);
+    tu_run_free(&r);
+    daemon_stop(&d);
+    free(book);
+}
+
+/* A fake agent on loopback that answers the daemon's first event with specs
+ * (a JSON array, argv) and every later one with nothing. */
+static const char *const fake_agent_py =
+    "import http.server, json, signal, sys\n"
+    "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+    "reply = [sys.argv[1].encode()]\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_POST(self):\n"
+    "        self.rfile.read(int(self.headers.get('Content-Length', 0)))\n"
+    "        body = reply.pop() if reply else b''\n"
+    "        self.send_response(200)\n"
+    "        self.send_header('Content-Type', 'application/json')\n"
+    "        self.send_header('Content-Length', str(len(body)))\n"
+    "        self.end_headers()\n"
+    "        self.wfile.write(body)\n"
+    "    def log_message(self, *a):\n"
+    "        pass\n"
+    "s = http.server.HTTPServer(('127.0.0.1', 0), H)\n"
+    "print('listening on http://127.0.0.1:%d' % s.server_address[1], flush=True)\n"
+    "s.serve_forever()\n";
+
+/* started of experiment id, as text (compared as ISO-8601 strings). */
+static char *started_of(const tu_server_t *d, long id) {
+    char path[64];
+    snprintf(path, sizeof path, "/v1/experiments/%ld", id);
+    cJSON *e = tu_get_json(d, path);
+    const char *s = tu_jstr(e, "started");
+    char *out = strdup(s ? s : "");
+    cJSON_Delete(e);
+    return out;
+}
+
+/* The agent queued three baseline seeds; a person's run starts as soon as
+ * the running one ends, before the other two; a person who says so (a
+ * negative priority) goes after them. */
+Test(newuser, a_persons_submission_starts_before_the_agents_queued_proposals) {
+    tu_prep_tiny(tu_dir_path("corpus.jsonl"), state, "default");
+    char *proposals =
+        tu_path("[%s,%s,%s]", "{\"name\":\"slow-ok\",\"seed\":1,\"time_budget_s\":1.5}",
+                "{\"name\":\"slow-ok\",\"seed\":2,\"time_budget_s\":1.5}",
+                "{\"name\":\"slow-ok\",\"seed\":3,\"time_budget_s\":1.5}");
+    tu_server_t a, d;
+    char *agent_err = tu_path("%s/agent.err", tu_dir());
+    char *aargv[] = {"/usr/bin/python3", "-c", (char *)fake_agent_py, proposals, NULL};
+    tu_server_start(&a, "agent", aargv, agent_err, 30);
+    char *hook = tu_path("%s/hook", a.url), *cmd = tu_path("%s from-spec", tu_bad_worker());
+    const char *extra[] = {
+        "--slots", "1", "--worker-cmd", cmd, "--agent-url", hook, "--agent-secret", "s3cret", NULL};
+    daemon_start_with(&d, extra);
+
+    /* the agent's three are queued (its first running) */
+    cJSON *l = NULL;
+    for (double t = tu_now() + 20;; tu_sleep_ms(50)) {
+        cJSON_Delete(l);
+        l = tu_get_json(&d, "/v1/experiments?order=id");
+        if (cJSON_GetArraySize(cJSON_GetObjectItem(l, "experiments")) == 3) break;
+        cr_assert_lt(tu_now(), t, "the agent's proposals were not queued");
+    }
+    cr_expect_str_eq(
+        tu_jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(l, "experiments"), 0), "source"), "agent");
+    cJSON_Delete(l);
+    char *mine = tu_path("%s/mine.json", tu_dir()), *later = tu_path("%s/later.json", tu_dir());
+    tu_write(mine, "{\"name\":\"ok\",\"seed\":9,\"time_budget_s\":1}");
+    tu_write(later, "{\"name\":\"ok\",\"seed\":10,\"time_budget_s\":1,\"priority\":-1}");
+    tu_run_bin_out("4 queued\n", 30, "submit", mine, "--url", d.url, NULL);
+    tu_run_bin_out("5 queued\n", 30, "submit", later, "--url", d.url, NULL);
+    wait_succeeded(&d, 5);
+    char *st[6];
+    for (long id = 1; id <= 5; id++) st[id] = started_of(&d, id);
+    cr_expect_lt(strcmp(st[1], st[4]), 0, "the agent's first was running already");
+    cr_expect_lt(strcmp(st[4], st[2]), 0, "mine (%s) after the agent's second (%s)", st[4], st[2]);
+    cr_expect_lt(strcmp(st[4], st[3]), 0, "mine (%s) after the agent's third (%s)", st[4], st[3]);
+    cr_expect_gt(strcmp(st[5], st[3]), 0, "priority -1 (%s) before the agent's third (%s)", st[5],
+                 st[3]);
+    for (long id = 1; id <= 5; id++) free(st[id]);
+    daemon_stop(&d);
+    tu_server_stop(&a, 10);
+    tu_server_release(&a);
+    free(mine), free(later), free(hook), free(cmd), free(agent_err), free(proposals);
+}
+
+/* prep says when the vocabulary is too large for the text, and a size that
+ * suits it; prepared with that size, the text gets no warning. */
+Test(newuser, prep_warns_when_the_vocabulary_is_large_for_the_text) {
+    char *readme = tu_path("%s/README.md", tu_src());
+    tu_run_t r;
+    tu_run_bin(&r, 60, "prep", "--dir", state, "--name", "big", "--vocab", "2000", readme, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    const char *w = strstr(r.err, "prep: warning: --vocab 2000 is large for this text (");
+    cr_assert(w, "no warning: %s", r.err);
+    long suggest = 0;
+    const char *at = strstr(w, ". --vocab ");
+    cr_assert(at &&
+                  sscanf(at, ". --vocab %ld keeps the merges seen 20 times or more", &suggest) == 1,
+              "%s", w);
+    cr_expect(suggest > 256 && suggest < 2000 && (suggest + 4) % 64 == 0, "--vocab %ld", suggest);
+    tu_run_free(&r);
+    char v[32];
+    snprintf(v, sizeof v, "%ld", suggest);
+    tu_run_bin(&r, 60, "prep", "--dir", state, "--name", "fits", "--vocab", v, readme, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(!strstr(r.err, "warning"), "the suggested size warns too: %s", r.err);
+    tu_run_free(&r);
+    free(readme);
 }

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,16 +99,31 @@ static char *canonical(const char *model_json) {
     return c;
 }
 
+/* The spec's configuration hash and scope, as the API files a submission. */
+static void file_spec(const char *spec_json, char hash[SPEC_HASH_HEX], store_scope_t *sc) {
+    spec_t sp;
+    char perr[SPEC_ERR_LEN];
+    cr_assert_eq(spec_parse(spec_json, strlen(spec_json), &sp, perr, sizeof perr), 0, "%s", perr);
+    cr_assert_eq(spec_config_hash(&sp, hash), 0);
+    spec_scope(&sp, sc);
+    spec_free(&sp);
+}
+
+/* Insert a queued experiment of the model; hash names its configuration
+ * (NULL: the spec's, spec_config_hash). */
 static int64_t insert_full(store_t *s, const char *name, const char *hash, int64_t seed,
                            int priority, const char *model_json) {
     char *spec = canonical(model_json ? model_json : "");
+    char config[SPEC_HASH_HEX];
     store_new_experiment_t e = {.name = name,
                                 .tags_json = "[\"t\"]",
                                 .spec_json = spec,
-                                .spec_hash = hash,
+                                .config_hash = config,
                                 .seed = seed,
                                 .source = "api",
                                 .priority = priority};
+    file_spec(spec, config, &e.scope);
+    if (hash) e.config_hash = hash;
     int64_t id = 0;
     int rc = store_insert(s, &e, &id, err, sizeof err);
     free(spec);
@@ -117,7 +133,7 @@ static int64_t insert_full(store_t *s, const char *name, const char *hash, int64
 }
 
 static int64_t insert(store_t *s, const char *name, int priority) {
-    return insert_full(s, name, name, 42, priority, NULL);
+    return insert_full(s, name, NULL, 42, priority, NULL);
 }
 
 /* Claim the next experiment, which must be want; returns its attempt. */
@@ -161,7 +177,7 @@ static store_result_t result_with(double val_bpb) {
 
 /* Insert, claim and finish one succeeded experiment with val_bpb. */
 static int64_t succeed(store_t *s, const char *name, double val_bpb, const char *model_json) {
-    int64_t id = insert_full(s, name, name, 42, 1000, model_json);
+    int64_t id = insert_full(s, name, NULL, 42, 1000, model_json);
     claim_expect(s, id);
     store_result_t r = result_with(val_bpb);
     cr_assert_eq(store_finish(s, id, STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), 0,
@@ -373,7 +389,9 @@ Test(store, insert_checks_source_and_parent) {
     store_t *s = open_store();
     int64_t a = insert(s, "a", 0), id = 0;
     char *spec = canonical("");
-    store_new_experiment_t e = {.spec_json = spec, .spec_hash = "h", .source = "web"};
+    store_new_experiment_t e = {.spec_json = spec, .config_hash = "h", .source = "web"};
+    char config[SPEC_HASH_HEX];
+    file_spec(spec, config, &e.scope);
     cr_expect_eq(store_insert(s, &e, &id, err, sizeof err), -1);
     cr_expect_str_eq(err, "store: insert: source must be api, cli or agent");
     e.source = "agent";
@@ -396,7 +414,7 @@ Test(store, insert_checks_source_and_parent) {
 Test(store, duplicates_are_queued_running_or_succeeded_with_the_same_hash_and_seed) {
     store_t *s = open_store();
     int64_t id = 0;
-    cr_expect_eq(store_find_duplicate(s, "h", 1, &id, err, sizeof err), 0);
+    cr_expect_eq(store_find_duplicate(s, "h", 1, 0, &id, err, sizeof err), 0);
 
     int64_t q = insert_full(s, "q", "hq", 1, 0, NULL);
     int64_t r = insert_full(s, "r", "hr", 1, 100, NULL);
@@ -410,15 +428,24 @@ Test(store, duplicates_are_queued_running_or_succeeded_with_the_same_hash_and_se
     cr_assert_eq(store_finish(s, bad, STORE_FAILED, "exit 1", 1, -1, NULL, err, sizeof err), 0);
     int64_t c = insert_full(s, "c", "hc", 1, 0, NULL);
     cr_assert_eq(store_cancel_queued(s, c, err, sizeof err), 1);
+    /* A timeout answers for its spec under the daemon's limits (store.h). */
+    int64_t slow = insert_full(s, "slow", "hslow", 1, 100, NULL);
+    claim_expect(s, slow);
+    cr_assert_eq(store_finish(s, slow, STORE_TIMEOUT, "deadline", -1, 9, NULL, err, sizeof err), 0);
 
+    /* every run here is scored on the default count; another evaluation is
+     * another experiment */
+    const int64_t E = SPEC_DEFAULT_EVAL_TOKENS;
     struct {
         const char *hash;
-        int64_t seed, want; /* want 0: no duplicate */
-    } cases[] = {{"hq", 1, q}, {"hr", 1, r}, {"hok", 1, ok}, {"hbad", 1, 0},
-                 {"hc", 1, 0}, {"hq", 2, 0}, {"hok", 7, 0},  {"nope", 1, 0}};
+        int64_t seed, eval, want; /* want 0: no duplicate */
+    } cases[] = {{"hq", 1, E, q},       {"hr", 1, E, r},    {"hok", 1, E, ok}, {"hbad", 1, E, 0},
+                 {"hc", 1, E, 0},       {"hq", 2, E, 0},    {"hok", 7, E, 0},  {"nope", 1, E, 0},
+                 {"hslow", 1, E, slow}, {"hok", 1, 4096, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         id = -5;
-        int rc = store_find_duplicate(s, cases[i].hash, cases[i].seed, &id, err, sizeof err);
+        int rc = store_find_duplicate(s, cases[i].hash, cases[i].seed, cases[i].eval, &id, err,
+                                      sizeof err);
         cr_expect_eq(rc, cases[i].want ? 1 : 0, "%s/%lld: rc %d", cases[i].hash,
                      (long long)cases[i].seed, rc);
         if (cases[i].want)
@@ -427,7 +454,7 @@ Test(store, duplicates_are_queued_running_or_succeeded_with_the_same_hash_and_se
 
     /* With a forced resubmission of a succeeded one queued too, the result wins. */
     int64_t again = insert_full(s, "ok2", "hok", 1, 0, NULL);
-    cr_expect_eq(store_find_duplicate(s, "hok", 1, &id, err, sizeof err), 1);
+    cr_expect_eq(store_find_duplicate(s, "hok", 1, E, &id, err, sizeof err), 1);
     cr_expect_eq(id, ok);
     cr_expect_neq(again, ok);
     store_close(s);
@@ -625,7 +652,7 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     claim_expect(s, late);
     store_result_t r = result_with(0.5);
     cr_assert_eq(store_finish(s, late, STORE_TIMEOUT, "deadline", -1, 9, &r, err, sizeof err), 0);
-    cJSON *l = store_list(s, STORE_TIMEOUT, NULL, NULL, 10, 0, err, sizeof err);
+    cJSON *l = store_list(s, STORE_TIMEOUT, NULL, NULL, NULL, 10, 0, err, sizeof err);
     cr_assert_not_null(l, "%s", err);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(l, 0), "val_bpb")));
     cJSON_Delete(l);
@@ -670,8 +697,8 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     sqlite3_close(db);
 
     /* The API's copy. */
-    store_scope_t sc;
-    cr_assert_eq(store_default_scope(s, NULL, &sc, err, sizeof err), 0, "%s", err);
+    store_scope_t sc = {.eval_tokens = -1};
+    cr_assert_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
     cJSON *lb = store_leaderboard(s, &sc, 2, err, sizeof err);
     cr_assert_not_null(lb, "%s", err);
     cr_assert_eq(cJSON_GetArraySize(lb), 2);
@@ -695,26 +722,34 @@ Test(store, leaderboard_orders_succeeded_runs_by_val_bpb_with_spec_columns) {
     store_close(s);
 }
 
+/* store_best_in of the scope the last finished experiment ran in (the
+ * hook's best): null while nothing finished. */
+static cJSON *best_of_last_scope(store_t *s) {
+    store_scope_t sc;
+    int have = store_last_scope(s, &sc, err, sizeof err);
+    cr_assert_geq(have, 0, "%s", err);
+    cJSON *b = have ? store_best_in(s, &sc, err, sizeof err) : cJSON_CreateNull();
+    cr_assert_not_null(b, "%s", err);
+    return b;
+}
+
 Test(store, best_is_null_until_something_succeeds_then_the_lowest_val_bpb) {
     store_t *s = open_store();
-    cJSON *b = store_best(s, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
+    cJSON *b = best_of_last_scope(s);
     cr_expect(cJSON_IsNull(b));
     cJSON_Delete(b);
 
     int64_t f = insert(s, "f", 0);
     claim_expect(s, f);
     cr_assert_eq(store_finish(s, f, STORE_TIMEOUT, "deadline", -1, 9, NULL, err, sizeof err), 0);
-    b = store_best(s, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
+    b = best_of_last_scope(s);
     cr_expect(cJSON_IsNull(b), "a timed-out run is not the best");
     cJSON_Delete(b);
 
     succeed(s, "x", 1.7, NULL);
     int64_t y = succeed(s, "y", 1.3, "\"depth\":2");
     succeed(s, "z", 1.4, NULL);
-    b = store_best(s, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
+    b = best_of_last_scope(s);
     cr_expect_eq(cJSON_GetObjectItem(b, "id")->valuedouble, y);
     cJSON *spec = cJSON_GetObjectItem(b, "spec");
     cr_assert(cJSON_IsObject(spec), "the full spec, parsed");
@@ -777,10 +812,32 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
     store_close(s);
 }
 
+/* The export's rows keep what the database holds: a ve_layers list is its
+ * JSON text (a table cell), not an array as in store_get's spec. */
+Test(store, export_rows_are_the_stored_values_oldest_first) {
+    store_t *s = open_store();
+    int64_t q = insert_full(s, "queued", NULL, 7, 0, "\"depth\":6,\"ve_layers\":[0,2]");
+    int64_t a = succeed(s, "done", 1.25, "\"depth\":2");
+    cJSON *rows = store_export_rows(s, err, sizeof err);
+    cr_assert_not_null(rows, "%s", err);
+    cr_assert_eq(cJSON_GetArraySize(rows), 2);
+    cJSON *first = cJSON_GetArrayItem(rows, 0), *second = cJSON_GetArrayItem(rows, 1);
+    cr_expect_eq(cJSON_GetObjectItem(first, "id")->valuedouble, a, "finished first");
+    cr_expect_float_eq(cJSON_GetObjectItem(first, "val_bpb")->valuedouble, 1.25, 1e-12);
+    cr_expect_str_eq(tu_jstr(first, "ve_layers"), "alternate");
+    cr_expect_eq(cJSON_GetObjectItem(second, "id")->valuedouble, q);
+    cr_expect_str_eq(tu_jstr(second, "ve_layers"), "[0,2]");
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(second, "val_bpb")));
+    cr_expect_eq(cJSON_GetObjectItem(second, "seed")->valuedouble, 7);
+    cr_expect_eq(cJSON_GetObjectItem(second, "time_budget_s")->valuedouble, 300);
+    cJSON_Delete(rows);
+    store_close(s);
+}
+
 /* The ids of a list answer, in order, into ids; returns how many. */
 static int list_ids(store_t *s, const char *status, const char *order, int limit, int64_t after,
                     int64_t *ids) {
-    cJSON *l = store_list(s, status, NULL, order, limit, after, err, sizeof err);
+    cJSON *l = store_list(s, status, NULL, NULL, order, limit, after, err, sizeof err);
     cr_assert_not_null(l, "list %s %s: %s", status ? status : "-", order ? order : "-", err);
     int n = 0;
     cJSON *it;
@@ -838,7 +895,7 @@ Test(store, list_filters_orders_limits_and_pages) {
     cr_expect(ids[0] == d && ids[1] == e);
 
     /* The item shape. */
-    cJSON *l = store_list(s, STORE_SUCCEEDED, NULL, "id", 1, 0, err, sizeof err);
+    cJSON *l = store_list(s, STORE_SUCCEEDED, NULL, NULL, "id", 1, 0, err, sizeof err);
     cr_assert_not_null(l, "%s", err);
     cJSON *it = cJSON_GetArrayItem(l, 0);
     const char *keys[] = {"id",     "name", "tags",    "status",  "reason",  "source",   "priority",
@@ -850,12 +907,12 @@ Test(store, list_filters_orders_limits_and_pages) {
     cJSON_Delete(l);
 
     cr_expect_null(
-        store_list(s, NULL, NULL, "name; DROP TABLE experiments", 10, 0, err, sizeof err));
-    cr_expect_str_eq(err, "order: must be one of id, -id, val_bpb, created");
-    cr_expect_null(store_list(s, "bogus", NULL, NULL, 10, 0, err, sizeof err));
+        store_list(s, NULL, NULL, NULL, "name; DROP TABLE experiments", 10, 0, err, sizeof err));
+    cr_expect_str_eq(err, "order: must be one of id, -id, val_bpb, created, queue");
+    cr_expect_null(store_list(s, "bogus", NULL, NULL, NULL, 10, 0, err, sizeof err));
     cr_expect(strncmp(err, "status: must be one of", 22) == 0, "%s", err);
-    cr_expect_null(store_list(s, NULL, NULL, NULL, 0, 0, err, sizeof err));
-    cr_expect_null(store_list(s, NULL, NULL, NULL, 1001, 0, err, sizeof err));
+    cr_expect_null(store_list(s, NULL, NULL, NULL, NULL, 0, 0, err, sizeof err));
+    cr_expect_null(store_list(s, NULL, NULL, NULL, NULL, 1001, 0, err, sizeof err));
     cr_expect_str_eq(err, "limit: must be 1..1000");
     store_close(s);
 }
@@ -901,14 +958,14 @@ static int64_t start_top(store_t *s, const char *name, const char *top_json) {
     spec_t sp;
     cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s: %s", text, perr);
     char *spec = spec_canonical_json(&sp);
-    char hash[32];
-    snprintf(hash, sizeof hash, "h%llu", (unsigned long long)sp.seed);
+    char hash[SPEC_HASH_HEX];
     store_new_experiment_t e = {.name = name,
                                 .spec_json = spec,
-                                .spec_hash = hash,
+                                .config_hash = hash,
                                 .seed = (int64_t)sp.seed,
                                 .source = "api",
                                 .priority = 1000};
+    file_spec(spec, hash, &e.scope);
     spec_free(&sp);
     int64_t id = 0;
     cr_assert_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
@@ -926,8 +983,9 @@ static int64_t succeed_top(store_t *s, const char *name, const char *top_json, d
     return id;
 }
 
+/* A scope of the default evaluation. */
 static store_scope_t scope(const char *dataset, const char *kind, double budget) {
-    store_scope_t sc = {.budget = budget};
+    store_scope_t sc = {.budget = budget, .eval_tokens = SPEC_DEFAULT_EVAL_TOKENS};
     snprintf(sc.dataset, sizeof sc.dataset, "%s", dataset);
     snprintf(sc.budget_kind, sizeof sc.budget_kind, "%s", kind);
     return sc;
@@ -1028,6 +1086,7 @@ Test(store, leaderboard_best_and_noise_never_mix_datasets_or_budgets) {
     int64_t a = succeed_top(s, "a", "\"dataset\":\"alpha\",\"seed\":1", 2.0);
     succeed_top(s, "a2", "\"dataset\":\"alpha\",\"seed\":2", 2.2);
     int64_t b = succeed_top(s, "b", "\"dataset\":\"beta\",\"seed\":1", 1.0); /* easier data */
+    tu_sleep_ms(5); /* t is alpha's latest result by the clock too */
     int64_t t = succeed_top(s, "t", "\"dataset\":\"alpha\",\"seed\":1,\"time_budget_s\":60", 2.5);
     store_scope_t sa = scope("alpha", "time", 300), sb = scope("beta", "time", 300);
     store_scope_t st = scope("alpha", "time", 60);
@@ -1055,20 +1114,14 @@ Test(store, leaderboard_best_and_noise_never_mix_datasets_or_budgets) {
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(nz, "sd")), "beta has no repeats");
     cJSON_Delete(nz);
 
-    /* The default scope of a dataset is its most used budget. */
-    store_scope_t d;
-    cr_assert_eq(store_default_scope(s, "alpha", &d, err, sizeof err), 0, "%s", err);
+    /* The default scope of a dataset is the scope of its latest result. */
+    store_scope_t d = {.dataset = "alpha", .eval_tokens = -1};
+    cr_assert_eq(store_default_scope(s, &d, err, sizeof err), 1, "%s", err);
     cr_expect_str_eq(d.budget_kind, "time");
-    cr_expect_eq(d.budget, 300);
-    cr_assert_eq(store_default_scope(s, "nothing", &d, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(d.budget, STORE_DEFAULT_BUDGET_S);
-    /* A spec's scope: a token budget once the spec has one. */
-    cr_assert_eq(store_scope_of_spec("{\"dataset\":\"x\",\"time_budget_s\":0,"
-                                     "\"token_budget\":1000000}",
-                                     &d),
-                 0);
-    cr_expect_str_eq(d.budget_kind, "tokens");
-    cr_expect_eq(d.budget, 1e6);
+    cr_expect_eq(d.budget, 60);
+    d = (store_scope_t){.dataset = "nothing", .eval_tokens = -1};
+    cr_assert_eq(store_default_scope(s, &d, err, sizeof err), 0, "%s", err);
+    cr_expect_str_eq(d.budget_kind, "", "left as it was");
     store_close(s);
 }
 
@@ -1135,6 +1188,190 @@ Test(store, migration_004_rebuilds_experiments_and_backfills_scope_columns) {
     sqlite3_close(db);
 }
 
+/* ------------------------------------------- migration 009: one identity */
+
+/* The configuration hash as the store wrote it before migration 009: the
+ * SHA-256 of the canonical spec with json_remove's list of labels. */
+static void old_sha256_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    (void)argc;
+    EVP_Digest(sqlite3_value_text(argv[0]), (size_t)sqlite3_value_bytes(argv[0]), md, &n,
+               EVP_sha256(), NULL);
+    for (unsigned int i = 0; i < n; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    sqlite3_result_text(ctx, hex, (int)(2 * n), SQLITE_TRANSIENT);
+}
+
+/* What a spec trains, as text: two specs with the same key train the same
+ * model the same way. Decided from what the model is built from (every
+ * layer's window and value embedding, the fields the engine reads), not
+ * from spec_config_json: the fields the engine does not read (spec.h's
+ * list) are set alike and the derived arrays written out. The caller frees. */
+static char *training_key(const spec_t *sp) {
+    spec_t x = *sp;
+    spec_model_t *m = &x.model;
+    x.name = NULL, x.n_tags = 0, x.priority = 0, x.parent = 0, x.prune = true, x.seed = 0;
+    snprintf(m->window_pattern, sizeof m->window_pattern, "L");
+    snprintf(m->ve_layers, sizeof m->ve_layers, "none");
+    bool any_ve = false;
+    for (int i = 0; i < m->depth; i++) any_ve |= m->has_ve[i];
+    if (m->pos == POS_ROPE) m->max_pos = 0;
+    if (!any_ve) m->ve_gate_channels = 0, x.train.value_embedding_lr = 0;
+    if (m->tie_embeddings && m->pos == POS_ROPE) x.train.embedding_lr = 0;
+    char *text = spec_canonical_json(&x), *key = malloc(strlen(text) + 4 * SPEC_MAX_DEPTH + 64);
+    cr_assert(text && key);
+    size_t n = (size_t)sprintf(key, "%s|", text);
+    for (int i = 0; i < m->depth; i++)
+        n +=
+            (size_t)sprintf(key + n, "%d%c,", sp->model.window[i], sp->model.has_ve[i] ? 'v' : '-');
+    free(text);
+    return key;
+}
+
+#define CORPUS_MAX 600
+
+/* Specs in many spellings: every window pattern and value-embedding choice
+ * below at several depths, and the fields the engine may not read. */
+static int corpus(char specs[][256]) {
+    static const char *const windows[] = {"L",    "S",    "SL",   "LS",   "SSL",
+                                          "SSSL", "SLSL", "SSSS", "SLLL", "SSSLSSSL"};
+    static const char *const ves[] = {"\"alternate\"", "\"all\"", "\"none\"", "\"first_half\"",
+                                      "\"last_half\"", "[0]",     "[]"};
+    static const int depths[] = {1, 2, 3, 4, 6, 8};
+    static const char *const extras[] = {
+        "\"model\":{\"seq_len\":128,\"max_pos\":512}",
+        "\"model\":{\"seq_len\":128}",
+        "\"model\":{\"seq_len\":128,\"max_pos\":512,\"pos\":\"learned\"}",
+        "\"model\":{\"seq_len\":128,\"pos\":\"learned\"}",
+        "\"model\":{\"ve_layers\":\"none\",\"ve_gate_channels\":8}",
+        "\"model\":{\"ve_layers\":\"none\"},\"train\":{\"value_embedding_lr\":0.1}",
+        "\"model\":{\"ve_gate_channels\":8}",
+        "\"model\":{\"tie_embeddings\":true},\"train\":{\"embedding_lr\":0.2}",
+        "\"model\":{\"tie_embeddings\":true}",
+        "\"model\":{\"tie_embeddings\":true,\"pos\":\"learned\"},\"train\":{\"embedding_lr\":0.2}",
+        "\"model\":{\"tie_embeddings\":true,\"pos\":\"learned\"}",
+        "\"token_budget\":5000",
+        "\"dataset\":\"other\"",
+        "\"name\":\"labelled\",\"tags\":[\"t\"],\"priority\":5,\"prune\":false",
+    };
+    int n = 0;
+    for (size_t d = 0; d < sizeof depths / sizeof *depths; d++)
+        for (size_t w = 0; w < sizeof windows / sizeof *windows; w++)
+            for (size_t v = 0; v < sizeof ves / sizeof *ves; v++)
+                snprintf(specs[n++], 256,
+                         "{\"model\":{\"depth\":%d,\"window_pattern\":\"%s\",\"ve_layers\":%s}}",
+                         depths[d], windows[w], ves[v]);
+    for (size_t e = 0; e < sizeof extras / sizeof *extras; e++)
+        snprintf(specs[n++], 256, "{%s}", extras[e]);
+    cr_assert_leq(n, CORPUS_MAX);
+    return n;
+}
+
+/* The old and the new hashes of the same rows map one to one, except where
+ * specs that train alike (spec.h's spellings) become one configuration; the
+ * rows are filed by the spec's scope; the summaries are summed again. */
+Test(store, migration_009_files_every_row_again_one_to_one_but_for_spellings) {
+    static char specs[CORPUS_MAX][256];
+    static spec_t parsed[CORPUS_MAX];
+    static char old_hash[CORPUS_MAX][SPEC_HASH_HEX], new_hash[CORPUS_MAX][SPEC_HASH_HEX];
+    static char *key[CORPUS_MAX];
+    int n = corpus(specs);
+    const char *path = tu_dir_path("v8.db");
+    size_t before = 0; /* the migrations up to 008 */
+    while (before < store_n_migrations && store_migrations[before].version < 9) before++;
+    cr_assert_eq(store_migrate(path, store_migrations, before, err, sizeof err), 0, "%s", err);
+    sqlite3 *db = raw_open("v8.db");
+    cr_assert_eq(raw_int(db, "PRAGMA user_version"), 8);
+    cr_assert_eq(
+        sqlite3_create_function(db, "old_sha256", 1, SQLITE_UTF8, NULL, old_sha256_fn, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_stmt *ins = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "INSERT INTO experiments (id, spec, spec_hash, seed, source,"
+                                    " status, finished, config_hash) VALUES (?1, ?2, 'x', ?3,"
+                                    " 'api', 'succeeded', '2026-01-01', old_sha256(json_remove(?2,"
+                                    " '$.seed', '$.name', '$.tags', '$.priority', '$.parent',"
+                                    " '$.prune'))) RETURNING config_hash",
+                                    -1, &ins, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    raw_exec(db, "BEGIN");
+    for (int i = 0; i < n; i++) {
+        char perr[SPEC_ERR_LEN];
+        cr_assert_eq(spec_parse(specs[i], strlen(specs[i]), &parsed[i], perr, sizeof perr), 0,
+                     "%s: %s", specs[i], perr);
+        char *canon = spec_canonical_json(&parsed[i]);
+        sqlite3_bind_int(ins, 1, i + 1);
+        sqlite3_bind_text(ins, 2, canon, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(ins, 3, 1 + i % 2); /* seeds never split a configuration */
+        cr_assert_eq(sqlite3_step(ins), SQLITE_ROW, "%s", sqlite3_errmsg(db));
+        snprintf(old_hash[i], SPEC_HASH_HEX, "%s", (const char *)sqlite3_column_text(ins, 0));
+        sqlite3_reset(ins);
+        free(canon);
+    }
+    sqlite3_finalize(ins);
+    raw_exec(db, "INSERT INTO results (experiment_id, val_bpb) SELECT id, 1 + id / 1000.0"
+                 " FROM experiments;"
+                 "INSERT INTO experiments (id, spec, spec_hash, seed, source, config_hash)"
+                 " VALUES (9999, '{\"model\":{\"depth\":0}}', 'x', 1, 'api', 'kept');"
+                 "COMMIT");
+    sqlite3_close(db);
+
+    store_t *s = NULL;
+    cr_assert_eq(store_open(path, &s, err, sizeof err), 0, "%s", err);
+    store_close(s);
+    db = raw_open("v8.db");
+    cr_expect_str_eq(raw_text(db, "SELECT config_hash FROM experiments WHERE id = 9999"), "kept",
+                     "a spec this build cannot parse keeps its row as it was");
+    int merged = 0;
+    for (int i = 0; i < n; i++) {
+        char sql[128];
+        spec_scope_t sc;
+        snprintf(sql, sizeof sql, "SELECT config_hash FROM experiments WHERE id = %d", i + 1);
+        snprintf(new_hash[i], SPEC_HASH_HEX, "%s", raw_text(db, sql));
+        char want[SPEC_HASH_HEX];
+        cr_assert_eq(spec_config_hash(&parsed[i], want), 0);
+        cr_expect_str_eq(new_hash[i], want, "row %d is filed by spec_config_hash", i + 1);
+        key[i] = training_key(&parsed[i]);
+        spec_scope(&parsed[i], &sc);
+        snprintf(sql, sizeof sql,
+                 "SELECT dataset || '|' || budget_kind || '|' || budget FROM experiments"
+                 " WHERE id = %d",
+                 i + 1);
+        char scope[128];
+        snprintf(scope, sizeof scope, "%s|%s|%.1f", sc.dataset, sc.budget_kind, sc.budget);
+        cr_expect_str_eq(raw_text(db, sql), scope, "%s", specs[i]);
+        for (int j = 0; j < i; j++) {
+            bool same_old = !strcmp(old_hash[i], old_hash[j]);
+            bool same_new = !strcmp(new_hash[i], new_hash[j]);
+            bool alike = !strcmp(key[i], key[j]);
+            if (same_old)
+                cr_expect(same_new, "one old configuration became two: %s, %s", specs[j], specs[i]);
+            if (same_new && !same_old) merged++;
+            cr_expect(same_new == alike, "%s: %s, %s",
+                      alike ? "they train alike but are two configurations"
+                            : "joined, but they train differently",
+                      specs[j], specs[i]);
+        }
+    }
+    cr_expect_gt(merged, 0, "the corpus has equivalent spellings");
+    cr_log_info("migration 009: %d pairs of %d specs joined as one configuration", merged, n);
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM configs"),
+                 raw_int(db, "SELECT count(DISTINCT dataset || budget_kind || budget ||"
+                             " config_hash) FROM experiments WHERE status = 'succeeded'"),
+                 "the summary counts the configurations now");
+    cr_expect_eq(raw_int(db, "SELECT sum(n) FROM configs"), n);
+    cr_expect_eq(raw_int(db,
+                         "SELECT count(*) FROM sqlite_schema WHERE name IN"
+                         " ('experiments_dedup', 'experiments_scope', 'configs_add_on_result')"),
+                 3);
+    sqlite3_close(db);
+    for (int i = 0; i < n; i++) {
+        spec_free(&parsed[i]);
+        free(key[i]);
+    }
+}
+
 /* The configs summary (schema 008) that the leaderboard, best and noise read
  * is kept by triggers: after many runs in several scopes, some failed, every
  * row equals a regrouping of experiments and results from scratch. */
@@ -1192,4 +1429,186 @@ Test(store, the_config_summary_equals_a_regrouping_from_scratch) {
     cr_expect_eq(raw_int(db, rescope), 0, "scopes rows that differ from a regrouping");
     cr_expect_eq(raw_int(db, "SELECT count(*) FROM scopes"), 2);
     sqlite3_close(db);
+}
+
+/* ------------------------------------------------ people first, scopes */
+
+/* Insert a queued experiment from source with priority; returns its id. */
+static int64_t insert_from(store_t *s, const char *name, const char *source, int priority) {
+    char *spec = canonical(""), config[SPEC_HASH_HEX];
+    store_new_experiment_t e = {.name = name,
+                                .spec_json = spec,
+                                .config_hash = name,
+                                .seed = 42,
+                                .source = source,
+                                .priority = priority};
+    file_spec(spec, config, &e.scope);
+    int64_t id = 0;
+    cr_assert_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
+    free(spec);
+    return id;
+}
+
+Test(store, claim_puts_a_persons_submission_before_the_agents_of_equal_priority) {
+    store_t *s = open_store();
+    /* the agent's three baseline seeds, then a person's run from the CLI and
+     * one from the API, then one a person put behind the agent's on purpose */
+    int64_t a1 = insert_from(s, "a1", "agent", 0), a2 = insert_from(s, "a2", "agent", 0),
+            a3 = insert_from(s, "a3", "agent", 0), cli = insert_from(s, "mine", "cli", 0),
+            api = insert_from(s, "api", "api", 0), later = insert_from(s, "later", "cli", -1),
+            urgent = insert_from(s, "urgent", "agent", 1);
+    int64_t want[] = {urgent, cli, api, a1, a2, a3, later};
+    /* the list in queue order says the same, page by page */
+    int64_t after = 0;
+    for (int i = 0; i < 7; i += 2) {
+        cJSON *l = store_list(s, STORE_QUEUED, NULL, NULL, "queue", 2, after, err, sizeof err);
+        cr_assert_not_null(l, "%s", err);
+        for (int k = 0; k < cJSON_GetArraySize(l); k++)
+            cr_expect_eq(tu_jnum(cJSON_GetArrayItem(l, k), "id"), want[i + k], "position %d",
+                         i + k);
+        after = (int64_t)tu_jnum(cJSON_GetArrayItem(l, cJSON_GetArraySize(l) - 1), "id");
+        cJSON_Delete(l);
+    }
+    for (int i = 0; i < 7; i++) claim_expect(s, want[i]);
+    store_close(s);
+}
+
+/* Insert, claim and finish with status a run of {top_json}; val_bpb when it
+ * succeeded. */
+static int64_t finish_run(store_t *s, const char *name, const char *top_json, const char *status,
+                          double val_bpb) {
+    int64_t id = start_top(s, name, top_json);
+    store_result_t r = result_with(val_bpb);
+    int ok = !strcmp(status, STORE_SUCCEEDED);
+    cr_assert_eq(store_finish(s, id, status, NULL, 0, -1, ok ? &r : NULL, err, sizeof err), 0, "%s",
+                 err);
+    tu_sleep_ms(3); /* finish times differ */
+    return id;
+}
+
+Test(store, the_default_scope_is_the_latest_results_then_the_latest_experiments) {
+    store_t *s = open_store();
+    store_scope_t sc = {.eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 0, "an empty store: %s", err);
+
+    /* A queued run names its scope while nothing has a result. */
+    int64_t q = insert_full(s, "q", "hq", 1, 0, "\"depth\":2");
+    (void)q;
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 2, "%s", err);
+    cr_expect_str_eq(sc.dataset, "default");
+    claim_expect(s, q);
+
+    int64_t b1 = finish_run(s, "b1", "\"dataset\":\"book\",\"seed\":1", STORE_SUCCEEDED, 2.0);
+    finish_run(s, "x", "\"dataset\":\"other\",\"seed\":1,\"time_budget_s\":60", STORE_FAILED, 0);
+    /* the latest finished run failed: the latest result's scope still answers */
+    sc = (store_scope_t){.eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
+    cr_expect_str_eq(sc.dataset, "book");
+    cr_expect_str_eq(sc.budget_kind, "time");
+    cr_expect_eq(sc.budget, 300);
+    cr_expect_eq(sc.eval_tokens, SPEC_DEFAULT_EVAL_TOKENS);
+    /* a dataset given: its latest result; one without results: its latest experiment */
+    finish_run(s, "d", "\"seed\":7,\"token_budget\":4096", STORE_SUCCEEDED, 3.0);
+    sc = (store_scope_t){.dataset = "book", .eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
+    cr_expect_eq(sc.budget, 300);
+    sc = (store_scope_t){.eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
+    cr_expect_str_eq(sc.dataset, "default");
+    cr_expect_str_eq(sc.budget_kind, "tokens");
+    sc = (store_scope_t){.dataset = "other", .eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 2, "%s", err);
+    cr_expect_eq(sc.budget, 60);
+    /* a budget given keeps it, and finds the dataset of its latest result */
+    sc = (store_scope_t){.budget_kind = "time", .budget = 300, .eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
+    cr_expect_str_eq(sc.dataset, "book");
+    sc = (store_scope_t){.budget_kind = "time", .budget = 12, .eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 0, "no run used 12 s");
+
+    /* every scope with results, the latest first, with its best */
+    cJSON *list = store_scopes(s, 10, err, sizeof err);
+    cr_assert_not_null(list, "%s", err);
+    cr_assert_eq(cJSON_GetArraySize(list), 2, "the failed run's scope has no results");
+    cJSON *book = cJSON_GetArrayItem(list, 1);
+    cr_expect_str_eq(tu_jstr(book, "dataset"), "book");
+    cr_expect_eq(tu_jnum(book, "runs"), 1);
+    cr_expect_eq(tu_jnum(book, "best_id"), b1);
+    cr_expect_float_eq(tu_jnum(book, "best_val_bpb"), 2.0, 1e-12);
+    cr_expect_eq(tu_jnum(book, "best_n_seeds"), 1);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(book, "best_val_bpb_sd")));
+    cr_expect_str_eq(tu_jstr(cJSON_GetArrayItem(list, 0), "budget_kind"), "tokens");
+    cJSON_Delete(list);
+    store_close(s);
+}
+
+Test(store, results_of_different_evaluations_never_rank_together) {
+    store_t *s = open_store();
+    /* the same model scored on 4096 tokens and on the default count */
+    char *spec = canonical("");
+    int64_t ids[2];
+    for (int i = 0; i < 2; i++) {
+        char config[SPEC_HASH_HEX];
+        store_new_experiment_t e = {
+            .spec_json = spec, .config_hash = "same", .seed = 1, .source = "api"};
+        file_spec(spec, config, &e.scope);
+        e.scope.eval_tokens = i ? 4096 : SPEC_DEFAULT_EVAL_TOKENS;
+        cr_assert_eq(store_insert(s, &e, &ids[i], err, sizeof err), 0, "%s", err);
+        claim_expect(s, ids[i]);
+        store_result_t r = result_with(i ? 1.0 : 2.0);
+        cr_assert_eq(store_finish(s, ids[i], STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), 0,
+                     "%s", err);
+    }
+    free(spec);
+    store_scope_t full = scope("default", "time", 300), small = full;
+    small.eval_tokens = 4096;
+    cJSON *b = store_best_in(s, &full, err, sizeof err);
+    cr_expect_eq(tu_jnum(b, "id"), ids[0], "the 4096-token score leaked into the default's");
+    cr_expect_eq(tu_jnum(b, "n_seeds"), 1);
+    cJSON_Delete(b);
+    b = store_best_in(s, &small, err, sizeof err);
+    cr_expect_eq(tu_jnum(b, "id"), ids[1]);
+    cJSON_Delete(b);
+    /* the same spec and seed under another evaluation is no duplicate */
+    int64_t id = 0;
+    cr_expect_eq(store_find_duplicate(s, "same", 1, 4096, &id, err, sizeof err), 1);
+    cr_expect_eq(id, ids[1]);
+    cr_expect_eq(store_find_duplicate(s, "same", 1, 1000, &id, err, sizeof err), 0);
+    store_close(s);
+}
+
+Test(store, migration_010_gives_earlier_runs_the_whole_split_as_their_evaluation) {
+    const char *p = tu_dir_path("old.db");
+    size_t before = 0;
+    while (before < store_n_migrations && store_migrations[before].version < 10) before++;
+    cr_assert_eq(store_migrate(p, store_migrations, before, err, sizeof err), 0, "%s", err);
+    sqlite3 *db = raw_open("old.db");
+    raw_exec(db, "INSERT INTO experiments (id, spec, seed, source, status, finished, config_hash,"
+                 " dataset, budget_kind, budget) VALUES (1, '{\"dataset\":\"d\",\"seed\":1,"
+                 "\"time_budget_s\":60}', 1, 'api', 'succeeded', '2026-01-01T00:00:00.000Z', 'c',"
+                 " 'd', 'time', 60), (2, '{\"dataset\":\"d\",\"seed\":2,\"time_budget_s\":60}',"
+                 " 2, 'agent', 'queued', NULL, 'c', 'd', 'time', 60);"
+                 "INSERT INTO results (experiment_id, val_bpb) VALUES (1, 1.5);");
+    sqlite3_close(db);
+    store_t *s = NULL;
+    cr_assert_eq(store_open(p, &s, err, sizeof err), 0, "%s", err);
+    store_scope_t sc = {.eval_tokens = -1};
+    cr_expect_eq(store_default_scope(s, &sc, err, sizeof err), 1, "%s", err);
+    cr_expect_eq(sc.eval_tokens, 0, "an earlier run scored the whole split");
+    cJSON *lb = store_leaderboard(s, &sc, 10, err, sizeof err);
+    cr_assert_eq(cJSON_GetArraySize(lb), 1, "%s", err);
+    cr_expect_eq(tu_jnum(cJSON_GetArrayItem(lb, 0), "eval_tokens"), 0);
+    cJSON_Delete(lb);
+    /* the queued one still scores what it was submitted to score */
+    store_experiment_t x;
+    cr_assert_eq(store_claim_next(s, &x, err, sizeof err), 1, "%s", err);
+    spec_t sp;
+    char perr[SPEC_ERR_LEN];
+    cr_assert_eq(spec_parse(x.spec_json, strlen(x.spec_json), &sp, perr, sizeof perr), 0, "%s",
+                 perr);
+    cr_expect_eq(sp.eval_tokens, 0);
+    cr_expect_eq(x.scope.eval_tokens, 0);
+    spec_free(&sp);
+    store_experiment_clear(&x);
+    store_close(s);
 }

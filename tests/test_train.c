@@ -343,6 +343,71 @@ Test(train, saved_checkpoint_samples_text) {
     free(spec);
 }
 
+/* A checkpoint --save cannot write (a full disk, a missing directory) does
+ * not undo the run: val_bpb is known, so the run succeeds (exit 0) and its
+ * result says the checkpoint was not saved. */
+Test(train, a_checkpoint_that_cannot_be_written_keeps_the_result) {
+    char *spec = write_spec_budget("nosave", "\"token_budget\":256", "", "");
+    char *ckpt = tu_path("%s/no-such-directory/model.safetensors", dir);
+    char *progress = tu_path("%s/nosave.jsonl", dir);
+    tu_run_t r;
+    char *argv[] = {(char *)tu_bin(), "train",  "--dir", dir,  "--progress",
+                    progress,         "--save", ckpt,    spec, NULL};
+    tu_run(&r, argv, 45);
+    cr_assert_eq(r.exit_code, 0, "exit %d: %s", r.exit_code, r.err);
+    cr_expect(strstr(r.err, "the checkpoint was not saved (the result stands)"), "%s", r.err);
+    cr_expect(summary(r.out, "val_bpb") > 0, "%s", r.out);
+    cJSON *lines = read_progress(progress);
+    const cJSON *result = cJSON_GetArrayItem(lines, cJSON_GetArraySize(lines) - 1);
+    cr_assert_str_eq(event_of(result), "result");
+    cr_expect_str_eq(tu_jstr(result, "status"), "succeeded");
+    const char *why = tu_jstr(result, "reason");
+    cr_expect(why && strstr(why, "checkpoint not saved: ") && strstr(why, "No such file"), "%s",
+              why ? why : "(no reason)");
+    cJSON_Delete(lines);
+    tu_run_free(&r);
+    free(progress);
+    free(ckpt);
+    free(spec);
+}
+
+/* eval_tokens caps the validation tokens scored at the split's first ones,
+ * whatever the context length; 0 (and a cap past the split) scores them all. */
+Test(train, eval_tokens_caps_the_tokens_scored) {
+    double bpb[4], scored[4];
+    const char *evals[] = {"100", "100", "0", "1000000"};
+    for (int k = 0; k < 4; k++) {
+        /* run 1 has another context length (24 tokens, not 32) */
+        char *spec = tu_path("%s/eval%d.json", dir, k);
+        char *json = tu_path("{\"dataset\":\"tiny\",\"token_budget\":256,\"eval_tokens\":%s,"
+                             "\"model\":{\"depth\":2,\"n_embd\":32,\"n_head\":2,\"seq_len\":%d},"
+                             "\"train\":{\"batch_size\":4,\"total_batch_tokens\":%d},"
+                             "\"resources\":{\"threads\":1,\"peak_gflops\":10}}",
+                             evals[k], k == 1 ? 24 : 32, k == 1 ? 96 : 128);
+        tu_write(spec, json);
+        char *progress = tu_path("%s/eval%d.jsonl", dir, k);
+        tu_run_t r;
+        train(&r, spec, progress);
+        cr_assert_eq(r.exit_code, 0, "eval_tokens %s: %s", evals[k], r.err);
+        cJSON *lines = read_progress(progress);
+        const cJSON *result = cJSON_GetArrayItem(lines, cJSON_GetArraySize(lines) - 1);
+        bpb[k] = num(result, "val_bpb");
+        scored[k] = num(result, "eval_tokens");
+        cJSON_Delete(lines);
+        tu_run_free(&r);
+        free(progress);
+        free(json);
+        free(spec);
+    }
+    /* the first 100 targets (special tokens are not scored), either context */
+    cr_expect(scored[0] > 50 && scored[0] <= 100, "%g", scored[0]);
+    cr_expect_eq(scored[1], scored[0], "the same tokens at seq_len 24 and 32");
+    cr_expect_gt(scored[2], 150, "the whole split: %g", scored[2]);
+    cr_expect_eq(scored[3], scored[2], "a cap past the split scores all of it");
+    cr_expect(bpb[3] == bpb[2], "%.17g vs %.17g", bpb[3], bpb[2]);
+    cr_expect(bpb[0] != bpb[2], "the first 100 tokens score as the whole split: %.17g", bpb[0]);
+}
+
 /* A training file that cannot be mapped for want of address space (a
  * slot's memory limit is RLIMIT_AS) is the run's out-of-memory, exit 4, not
  * a failed run: the manifest claims 2^32 tokens and train.bin is a sparse

@@ -43,6 +43,7 @@ int agent_status_main(int argc, char **argv) {
         o.url = url;
     }
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
+    c.agent = 1;
     if ((rc = conn_json(&c, "GET", "/", NULL, 0, &st)) != 0) goto fail;
     printf("agent at %s: %" PRId64 " proposals so far, %" PRId64 " near ties awaiting a re-run\n",
            c.base, (int64_t)jnum(st, "proposals", 0), (int64_t)jnum(st, "pending_reruns", 0));

@@ -7,27 +7,46 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "daemon/client/board.h"
 #include "daemon/client/client.h"
 #include "daemon/client/cmd.h"
 #include "daemon/client/conn.h"
 #include "daemon/client/fmt.h"
 
+/* The scope options of best and leaderboard, and what they say about them. */
+#define SCOPE_OPTIONS_HELP                                                                         \
+    "val_bpb compares only within one scope: a dataset, a budget and an\n"                         \
+    "evaluation. What the options leave out comes from the run that succeeded\n"                   \
+    "most recently (among those matching what they give), else from the latest\n"                  \
+    "experiment; the scope used is named first, and the other scopes with\n"                       \
+    "results after. A dataset or scope nothing ran in is an error (exit 1)\n"                      \
+    "that names the ones that exist.\n\n"                                                          \
+    "  --dataset D       the dataset\n"                                                            \
+    "  --budget B        time:SECONDS or tokens:N\n"                                               \
+    "  --eval-tokens N   the validation tokens scored (0: the whole split)\n"
+
 static const cmd_help_t best_help = {
-    "best", "[--dataset D] [--budget B] [--json]",
-    "The best configuration (lowest mean val_bpb over its seeds) on one dataset\n"
-    "and budget. Its id, mean val_bpb and seeds go to stderr and its spec to\n"
-    "stdout as indented JSON, ready to edit and resubmit:\n"
+    "best", "[--dataset D] [--budget B] [--eval-tokens N] [--json]",
+    "The best configuration (lowest mean val_bpb over its seeds) of one scope.\n"
+    "Its scope, id, mean val_bpb and seeds go to stderr and its spec to stdout\n"
+    "as indented JSON, ready to edit and resubmit:\n"
     "  nightshift best > next.json\n"
-    "Says `nothing has succeeded yet` (exit 0) when no run has succeeded there.\n\n"
-    "  --dataset D       the dataset (default: the default dataset)\n"
-    "  --budget B        time:SECONDS or tokens:N (default: the budget most runs\n"
-    "                    on the dataset used)\n"
+    "Says `nothing has succeeded yet` and which scopes have results (exit 0)\n"
+    "when no run has succeeded in the scope.\n\n" SCOPE_OPTIONS_HELP
     "  --json            the daemon's JSON as is\n"};
 
-/* "?dataset=D&budget=B" for the scoped queries. */
-static void scope_query(line_t *path, const char *dataset, const char *budget) {
+/* "?dataset=D&budget=B&eval_tokens=N" for the scoped queries. */
+static void scope_query(line_t *path, const char *dataset, const char *budget, const char *eval) {
     if (dataset) line_add_query(path, "dataset", dataset);
     if (budget) line_add_query(path, "budget", budget);
+    if (eval) line_add_query(path, "eval_tokens", eval);
+}
+
+/* "scope: dataset D, budget B, eval_tokens N (how it was chosen)" on f. */
+static void print_scope(FILE *f, const char *lead, const cJSON *reply) {
+    char scope[200];
+    board_scope_text(reply, scope, sizeof scope);
+    fprintf(f, "%s%s (%s)\n", lead, scope, board_scope_from(reply));
 }
 
 int best_main(int argc, char **argv) {
@@ -36,21 +55,24 @@ int best_main(int argc, char **argv) {
     conn_t c = {0};
     int json = 0, rc;
     cJSON *reply = NULL;
-    const char *dataset = NULL, *budget = NULL;
+    const char *dataset = NULL, *budget = NULL, *eval = NULL;
     line_t path = {"/v1/best", 8};
 
     const cmd_opt_t opts[] = {{"--dataset", .value = &dataset},
                               {"--budget", .value = &budget},
+                              {"--eval-tokens", .value = &eval},
                               {"--json", .flag = &json},
                               {0}};
     if (!cmd_parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
-    scope_query(&path, dataset, budget);
+    scope_query(&path, dataset, budget, eval);
     if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;
     const cJSON *best = jget(reply, "best"), *spec = jget(best, "spec");
     rc = CLIENT_EXIT_API;
     if (cJSON_IsNull(best)) {
-        fprintf(stderr, "nothing has succeeded yet\n");
+        print_scope(stderr, "nothing has succeeded yet in ", reply);
+        if (!board_print_other_scopes(stderr, reply, "the scopes with results:"))
+            fprintf(stderr, "no scope has results yet\n");
         rc = 0;
         goto fail;
     }
@@ -58,6 +80,7 @@ int best_main(int argc, char **argv) {
         conn_unexpected(best ? "the best experiment has no spec" : "no best field");
         goto fail;
     }
+    print_scope(stderr, "scope: ", reply);
     fprintf(stderr, "best: experiment %" PRId64, (int64_t)jnum(best, "id", 0));
     if (jstr(best, "name")) {
         fputs(" \"", stderr);
@@ -70,6 +93,7 @@ int best_main(int argc, char **argv) {
     if (isfinite(bpb)) fprintf(stderr, " val_bpb %.6f", bpb);
     if (isfinite(bpb) && isfinite(sd)) fprintf(stderr, " +- %.6f (sd of %.0f seeds)", sd, n);
     fputc('\n', stderr);
+    board_print_other_scopes(stderr, reply, "other scopes with results:");
     fflush(stderr);
     if (fmt_json(stdout, spec, 0) < 0) {
         fprintf(stderr, "nightshift: out of memory\n");
@@ -86,13 +110,10 @@ fail:
 /* ------------------------------------------------------------ leaderboard */
 
 static const cmd_help_t leaderboard_help = {
-    "leaderboard", "[--dataset D] [--budget B] [--limit N] [--json]",
-    "The leaderboard of one dataset and budget: one row per configuration (its\n"
-    "repeats with different seeds together), best mean val_bpb first, with the\n"
-    "standard deviation and number of seeds, and the measured noise.\n\n"
-    "  --dataset D       the dataset (default: the default dataset)\n"
-    "  --budget B        time:SECONDS or tokens:N (default: the budget most runs\n"
-    "                    on the dataset used)\n"
+    "leaderboard", "[--dataset D] [--budget B] [--eval-tokens N] [--limit N] [--json]",
+    "The leaderboard of one scope: one row per configuration (its repeats with\n"
+    "different seeds together), best mean val_bpb first, with the standard\n"
+    "deviation and number of seeds.\n\n" SCOPE_OPTIONS_HELP
     "  --limit N         at most N rows (default 20)\n"
     "  --json            the daemon's JSON as is\n"};
 
@@ -102,18 +123,16 @@ int leaderboard_main(int argc, char **argv) {
     conn_t c = {0};
     int json = 0, rc;
     cJSON *reply = NULL;
-    const char *dataset = NULL, *budget = NULL, *limit = NULL;
+    const char *dataset = NULL, *budget = NULL, *eval = NULL, *limit = NULL;
     line_t path = {"/v1/leaderboard", 15};
 
-    const cmd_opt_t opts[] = {{"--dataset", .value = &dataset},
-                              {"--budget", .value = &budget},
-                              {"--limit", .value = &limit},
-                              {"--json", .flag = &json},
-                              {0}};
+    const cmd_opt_t opts[] = {{"--dataset", .value = &dataset},  {"--budget", .value = &budget},
+                              {"--eval-tokens", .value = &eval}, {"--limit", .value = &limit},
+                              {"--json", .flag = &json},         {0}};
     if (!cmd_parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (limit && cmd_positive(limit) < 0)
         return cmd_usage_error(h, "--limit: expected a positive integer, got '%s'", limit);
-    scope_query(&path, dataset, budget);
+    scope_query(&path, dataset, budget, eval);
     if (limit) line_add_query(&path, "limit", limit);
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
     if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;
@@ -123,23 +142,21 @@ int leaderboard_main(int argc, char **argv) {
         rc = CLIENT_EXIT_API;
         goto fail;
     }
-    char scope[128];
-    fmt_clean(scope, sizeof scope, jstr(reply, "dataset") ? jstr(reply, "dataset") : "?", 40);
-    printf("dataset %s, budget %s %g\n", scope,
-           jstr(reply, "budget_kind") ? jstr(reply, "budget_kind") : "?", jnum(reply, "budget", 0));
+    print_scope(stdout, "", reply);
     if (!rows->child) {
-        puts("nothing has succeeded yet");
-        goto fail;
+        puts("nothing has succeeded yet in this scope");
+    } else {
+        printf("%6s  %9s  %9s  %5s  %s\n", "ID", "MEAN_BPB", "SD", "SEEDS", "NAME");
+        for (const cJSON *r = rows->child; r; r = r->next) {
+            char name[NAME_WIDTH * 4 + 8], sd[32] = "-";
+            double v = jnum(r, "val_bpb_sd", NAN);
+            if (isfinite(v)) snprintf(sd, sizeof sd, "%.6f", v);
+            fmt_clean(name, sizeof name, jstr(r, "name") ? jstr(r, "name") : "-", NAME_WIDTH);
+            printf("%6" PRId64 "  %9.6f  %9s  %5.0f  %s\n", (int64_t)jnum(r, "id", 0),
+                   jnum(r, "val_bpb", NAN), sd, jnum(r, "n_seeds", 0), name);
+        }
     }
-    printf("%6s  %9s  %9s  %5s  %s\n", "ID", "MEAN_BPB", "SD", "SEEDS", "NAME");
-    for (const cJSON *r = rows->child; r; r = r->next) {
-        char name[NAME_WIDTH * 4 + 8], sd[32] = "-";
-        double v = jnum(r, "val_bpb_sd", NAN);
-        if (isfinite(v)) snprintf(sd, sizeof sd, "%.6f", v);
-        fmt_clean(name, sizeof name, jstr(r, "name") ? jstr(r, "name") : "-", NAME_WIDTH);
-        printf("%6" PRId64 "  %9.6f  %9s  %5.0f  %s\n", (int64_t)jnum(r, "id", 0),
-               jnum(r, "val_bpb", NAN), sd, jnum(r, "n_seeds", 0), name);
-    }
+    board_print_other_scopes(stdout, reply, "other scopes with results:");
 fail:
     cJSON_Delete(reply);
     conn_close(&c);

@@ -27,6 +27,7 @@ typedef struct {
     int quiet;                         /* watch: failures go to said, not stderr */
     long http_status;                  /* of the last request; 0 = no HTTP reply */
     char said[512];                    /* the last failure's message when quiet */
+    int agent;                         /* the peer is the agent (agent status), not the daemon */
 } conn_t;
 
 /* A reply: its status and body (capped at MAX_REPLY_BYTES; body.data is

@@ -15,17 +15,23 @@
 
 static const cmd_help_t ls_help = {
     "ls", "[--status S] [--dataset D] [--limit N] [--order O] [--after ID] [--json]",
-    "List experiments as a table: id, status, val_bpb, its board_verdict (`best` when\n"
-    "it leads its dataset, else how far behind the best), dataset, parameters,\n"
-    "the parent it varies, name and creation time (local). When more rows exist\n"
-    "than --limit, the next page's --after is printed on stderr.\n\n"
+    "List experiments as a table: id, status, val_bpb, its verdict (`best` when it\n"
+    "is its scope's best configuration, else how far behind that configuration's\n"
+    "mean it is, over how many seeds), dataset, parameters, the parent it\n"
+    "varies, name and creation time (local). When more rows exist than --limit,\n"
+    "the next page's --after is printed on stderr.\n\n"
     "  --status S        only this status: queued, running, succeeded, failed,\n"
     "                    crashed, timeout, oom, diverged, cancelled, interrupted,\n"
     "                    pruned\n"
-    "  --dataset D       only experiments on dataset D (val_bpb compares only\n"
-    "                    within one dataset and budget: see `nightshift best`)\n"
+    "  --dataset D       only experiments on dataset D\n"
     "  --limit N         at most N rows (the daemon's default is 100, at most 1000)\n"
-    "  --order O         id, -id (newest first, the default), val_bpb or created\n"
+    "  --order O         id, -id (newest first, the default), val_bpb, created or\n"
+    "                    queue (the order queued runs start in). val_bpb ranks\n"
+    "                    within one scope (a dataset, budget and evaluation, as\n"
+    "                    `nightshift best` picks it: --budget and --eval-tokens\n"
+    "                    choose another), named on the first line\n"
+    "  --budget B        with --order val_bpb: time:SECONDS or tokens:N\n"
+    "  --eval-tokens N   with --order val_bpb: validation tokens scored\n"
     "  --after ID        the page after the row with id ID\n"
     "  --json            the daemon's JSON as is\n"};
 
@@ -39,7 +45,7 @@ static void ls_table(const cJSON *items, const cJSON *board) {
     int n = cJSON_GetArraySize(items), i = 0;
     size_t w_id = 2, w_st = 6, w_bpb = 7, w_name = 4, w_v = 7, w_ds = 7, w_p = 6, w_par = 6;
     ls_row_t *rows = calloc(n > 0 ? (size_t)n : 1, sizeof *rows);
-    board_best_t *bests = calloc(MAX_DATASETS_SHOWN, sizeof *bests);
+    board_best_t *bests = calloc(BOARD_MAX_SCOPES, sizeof *bests);
     if (!rows || !bests) {
         fprintf(stderr, "nightshift: out of memory\n");
         free(rows);
@@ -99,7 +105,8 @@ int ls_main(int argc, char **argv) {
     const cmd_help_t *h = &ls_help;
     conn_opts_t o = {0};
     conn_t c = {0};
-    const char *status = NULL, *limit = NULL, *order = NULL, *after = NULL, *dataset = NULL;
+    const char *status = NULL, *limit = NULL, *order = NULL, *after = NULL, *dataset = NULL,
+               *budget = NULL, *eval = NULL;
     int json = 0, rc;
     cJSON *list = NULL;
     line_t path = {"/v1/experiments", 15};
@@ -108,6 +115,8 @@ int ls_main(int argc, char **argv) {
                               {"--limit", .value = &limit},
                               {"--order", .value = &order},
                               {"--dataset", .value = &dataset},
+                              {"--budget", .value = &budget},
+                              {"--eval-tokens", .value = &eval},
                               {"--after", .value = &after},
                               {"--json", .flag = &json},
                               {0}};
@@ -121,7 +130,12 @@ int ls_main(int argc, char **argv) {
     if (dataset && strlen(dataset) > 63)
         return cmd_usage_error(h, "--dataset: at most 63 characters");
     if (status) line_add_query(&path, "status", status);
+    int ranked = order && !strcmp(order, "val_bpb");
+    if ((budget || eval) && !ranked)
+        return cmd_usage_error(h, "--budget and --eval-tokens go with --order val_bpb");
     if (dataset) line_add_query(&path, "dataset", dataset);
+    if (budget) line_add_query(&path, "budget", budget);
+    if (eval) line_add_query(&path, "eval_tokens", eval);
     if (order) line_add_query(&path, "order", order);
     if (limit) line_add_query(&path, "limit", limit);
     if (after) line_add_query(&path, "after", after);
@@ -134,16 +148,25 @@ int ls_main(int argc, char **argv) {
         rc = CLIENT_EXIT_API;
         goto fail;
     }
+    if (ranked) {
+        char scope[200];
+        board_scope_text(list, scope, sizeof scope);
+        printf("ranked within %s (%s)\n", scope, board_scope_from(list));
+    }
     if (!items->child) {
-        puts("no experiments");
+        puts(ranked ? "no experiments in this scope" : "no experiments");
+    } else if (ranked) {
+        ls_table(items, list); /* a scoped reply lists every scope's best */
     } else {
-        /* The verdicts need the best of each dataset: best effort. */
+        /* The verdicts need the best of each scope, which any scoped reply
+         * lists: best effort. */
         cJSON *board = NULL;
         c.quiet = 1;
-        if (conn_json(&c, "GET", "/v1/leaderboard?limit=1000", NULL, 0, &board) != 0) board = NULL;
+        if (conn_json(&c, "GET", "/v1/leaderboard?limit=1", NULL, 0, &board) != 0) board = NULL;
         ls_table(items, board);
         cJSON_Delete(board);
     }
+    if (ranked) board_print_other_scopes(stdout, list, "other scopes with results:");
     if (cJSON_IsNumber(next))
         fprintf(stderr, "more: nightshift ls --after %" PRId64 "\n", (int64_t)next->valuedouble);
 fail:

@@ -26,8 +26,9 @@ static const cmd_help_t watch_help = {
     "Live progress of every slot: a bar of the time budget, the experiment, its\n"
     "step, loss, tokens/s and time left, or `evaluating` once its budget is spent\n"
     "and it is scoring the validation split. Below: the last finished experiment\n"
-    "and its board_verdict (a new best for its dataset, or how far behind the best),\n"
-    "the best so far on each dataset, and the queue depth. On a terminal the\n"
+    "and its verdict (a new best in its scope, or how far behind the best\n"
+    "configuration's mean), the best so far in the latest scopes with results (a\n"
+    "scope is a dataset, budget and evaluation), and the queue depth. On a terminal the\n"
     "lines are redrawn in place; otherwise a snapshot is printed every interval.\n"
     "When the daemon goes away (a restart), watch says `reconnecting` and carries\n"
     "on when it is back. Ctrl-C stops (exit 0).\n\n"
@@ -83,11 +84,10 @@ static void slot_line(const cJSON *slot, line_t *l) {
     }
 }
 
-/* The best of each dataset: the leaderboard is ordered best first, so the
- * first row of a dataset is its best. */
+#define BESTS_SHOWN 3 /* scopes on the best line, the latest result's first */
 
-/* "last: exp 11 "name" succeeded 1.8342, new best on book" or the status and
- * reason of a run that did not succeed. */
+/* "last: exp 11 "name" succeeded val_bpb 1.8342, new best on book" or the
+ * status and reason of a run that did not succeed. */
 static void last_line(const cJSON *list, const board_best_t *best, int nbest, line_t *l) {
     const cJSON *items = jget(list, "experiments"), *e = NULL;
     for (const cJSON *it = cJSON_IsArray(items) ? items->child : NULL; it; it = it->next) {
@@ -134,16 +134,21 @@ static int status_lines(const cJSON *st, const cJSON *list, const cJSON *board, 
     line_t *lines = calloc((size_t)n + 3, sizeof *lines);
     if (!lines) return -1;
     for (const cJSON *s = slots->child; s && i < n; s = s->next) slot_line(s, &lines[i++]);
-    board_best_t best[MAX_DATASETS_SHOWN];
-    int nbest = board ? board_bests(board, best) : 0;
+    board_best_t *best = calloc(BOARD_MAX_SCOPES, sizeof *best);
+    int nbest = board && best ? board_bests(board, best) : 0;
     if (list) {
         last_line(list, best, nbest, &lines[i]);
         if (lines[i].n) i++;
     }
-    for (int k = 0; k < nbest; k++)
-        line_add(&lines[i], "%s%s %.4f (exp %" PRId64 ")", k ? ", " : "best: ", best[k].dataset,
-                 best[k].val_bpb, best[k].id);
+    for (int k = 0; k < nbest && k < BESTS_SHOWN; k++) {
+        char label[128], what[64];
+        board_scope_label(&best[k], label, sizeof label);
+        board_best_text(&best[k], what, sizeof what);
+        line_add(&lines[i], "%s%s %.4f (%s)", k ? "; " : "best: ", label, best[k].val_bpb, what);
+    }
+    if (nbest > BESTS_SHOWN) line_add(&lines[i], "; %d more scopes", nbest - BESTS_SHOWN);
     if (nbest) i++;
+    free(best);
     line_add(&lines[i++], "queue: %" PRId64 " queued", (int64_t)jnum(st, "queue_depth", 0));
     *out = lines;
     return i;
@@ -171,7 +176,7 @@ static int watch_poll(conn_t *c, line_t **lines, int *n) {
     int quiet = c->quiet;
     c->quiet = 1;
     if (conn_json(c, "GET", "/v1/experiments?order=-id&limit=20", NULL, 0, &list) != 0) list = NULL;
-    if (!watch_stop && conn_json(c, "GET", "/v1/leaderboard?limit=1000", NULL, 0, &board) != 0)
+    if (!watch_stop && conn_json(c, "GET", "/v1/leaderboard?limit=1", NULL, 0, &board) != 0)
         board = NULL;
     c->quiet = quiet;
     c->said[0] = '\0';
@@ -184,6 +189,35 @@ static int watch_poll(conn_t *c, line_t **lines, int *n) {
         return CLIENT_EXIT_API;
     }
     return 0;
+}
+
+/* The n lines, over the shown lines drawn last time on a terminal (cut to
+ * its width), else below them. Returns how many are shown now. */
+static int draw(line_t *lines, int n, int tty, int shown) {
+    if (tty) {
+        struct winsize ws;
+        int cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
+        if (shown) printf("\x1b[%dA", shown); /* back to the first line drawn */
+        for (int i = 0; i < n; i++) {
+            fit_width(&lines[i], cols);
+            printf("\r\x1b[2K%s\n", lines[i].s);
+        }
+        if (n < shown) fputs("\x1b[J", stdout); /* fewer lines than before */
+    } else {
+        for (int i = 0; i < n; i++) puts(lines[i].s);
+    }
+    fflush(stdout);
+    return tty ? n : shown;
+}
+
+/* Sleep in short naps so a signal that lands between the check and the
+ * sleep is still seen promptly. */
+static void sleep_unless_stopped(double seconds) {
+    for (double left = seconds; left > 0 && !watch_stop; left -= 0.1) {
+        double nap = left < 0.1 ? left : 0.1;
+        struct timespec ts = {0, (long)(nap * 1e9)};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int watch_main(int argc, char **argv) {
@@ -245,29 +279,10 @@ int watch_main(int argc, char **argv) {
         } else {
             lost_at = 0;
         }
-        if (tty) {
-            struct winsize ws;
-            int cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
-            if (shown) printf("\x1b[%dA", shown); /* back to the first line drawn */
-            for (int i = 0; i < n; i++) {
-                fit_width(&lines[i], cols);
-                printf("\r\x1b[2K%s\n", lines[i].s);
-            }
-            if (n < shown) fputs("\x1b[J", stdout); /* fewer lines than before */
-            shown = n;
-        } else {
-            for (int i = 0; i < n; i++) puts(lines[i].s);
-        }
-        fflush(stdout);
+        shown = draw(lines, n, tty, shown);
         free(lines);
         if (once) break;
-        /* Sleep in short naps so a signal that lands between the check and
-         * the sleep is still seen promptly. */
-        for (double left = interval; left > 0 && !watch_stop; left -= 0.1) {
-            double nap = left < 0.1 ? left : 0.1;
-            struct timespec ts = {0, (long)(nap * 1e9)};
-            nanosleep(&ts, NULL);
-        }
+        sleep_unless_stopped(interval);
     }
     if (rc == CONN_STOPPED) rc = 0;
     if (tty && !once) fputs("\x1b[?25h", stdout);

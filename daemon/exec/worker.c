@@ -21,6 +21,7 @@
  * synchronous keeps the bytes in the order they were read with no queue of
  * thread-pool requests that could outlive the pipes. Logging is a debugging
  * aid: a failing write stops the logging, never the worker. */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +34,6 @@
 #include "daemon/exec/worker.h"
 
 #include "daemon/shared/bytebuf.h"
-#include "daemon/exec/executor.h"
 #include "engine/util.h"
 
 extern char **environ;
@@ -51,7 +51,7 @@ enum { PIPE_STDOUT, PIPE_STDERR, PIPE_PROGRESS, N_PIPES };
 
 struct worker {
     uv_loop_t *loop;
-    worker_callbacks_t cb;
+    executor_callbacks_t cb;
 
     uv_process_t proc;
     uv_pipe_t pipes[N_PIPES];  /* child's fds 1, 2, 3 */
@@ -88,58 +88,13 @@ struct worker {
     char rbuf[N_PIPES][READ_CHUNK]; /* one read buffer per pipe */
 };
 
-/* ------------------------------------------------------------------ names */
-
-const char *worker_status_name(worker_status s) {
-    switch (s) {
-    case WORKER_SUCCEEDED:
-        return "succeeded";
-    case WORKER_FAILED:
-        return "failed";
-    case WORKER_CRASHED:
-        return "crashed";
-    case WORKER_TIMEOUT:
-        return "timeout";
-    case WORKER_OOM:
-        return "oom";
-    case WORKER_DIVERGED:
-        return "diverged";
-    case WORKER_CANCELLED:
-        return "cancelled";
-    case WORKER_INTERRUPTED:
-        return "interrupted";
-    }
-    return "unknown";
-}
-
-static const struct {
-    int sig;
-    const char *name;
-} signal_names[] = {
-    {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},       {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-    {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},     {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-    {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-    {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"},     {SIGTERM, "SIGTERM"}, {SIGSTKFLT, "SIGSTKFLT"},
-    {SIGCHLD, "SIGCHLD"}, {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"},
-    {SIGTTIN, "SIGTTIN"}, {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"},
-    {SIGXFSZ, "SIGXFSZ"}, {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"},
-    {SIGIO, "SIGIO"},     {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"},
-};
-
-/* "SIGSEGV", or "signal N" in buf for one the table does not know. */
-static const char *signal_name(int sig, char *buf, size_t len) {
-    for (size_t i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++)
-        if (signal_names[i].sig == sig) return signal_names[i].name;
-    snprintf(buf, len, "signal %d", sig);
-    return buf;
-}
-
 /* ------------------------------------------------------------ handle life */
 
 static void maybe_report(worker_t *w);
 
 static void close_cb(uv_handle_t *h) {
     worker_t *w = h->data;
+    assert(w->open_handles > 0);
     w->open_handles--;
     if (w->open_handles == 0 && w->reported) {
         free(w->oom_counter);
@@ -182,6 +137,7 @@ static void log_append(worker_t *w, const char *p, size_t n) {
     size_t room = w->max_log_bytes - w->log_bytes, m = n < room ? n : room;
     log_write(w, p, m);
     w->log_bytes += m;
+    assert(w->log_bytes <= w->max_log_bytes);
     if (m < n) {
         char note[160];
         int k = snprintf(note, sizeof note,
@@ -205,6 +161,7 @@ static void tail_append(worker_t *w, const char *p, size_t n) {
     }
     memcpy(w->err_tail + w->err_len, p, n);
     w->err_len += n;
+    assert(w->err_len <= ERR_TAIL);
 }
 
 /* ------------------------------------------------------- progress lines */
@@ -212,27 +169,7 @@ static void tail_append(worker_t *w, const char *p, size_t n) {
 /* One complete line from fd 3 (without its newline). */
 static void progress_line(void *user, const char *p, size_t n) {
     worker_t *w = user;
-    while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
-    if (n == 0) return; /* blank lines are not garbage */
-    const char *end = NULL;
-    cJSON *o = cJSON_ParseWithLengthOpts(p, n, &end, 0);
-    int ok = o && cJSON_IsObject(o) && end;
-    if (ok) /* the object must be the whole line */
-        for (const char *q = end; q < p + n; q++)
-            if (!isspace((unsigned char)*q)) ok = 0;
-    if (!ok) {
-        cJSON_Delete(o);
-        w->garbage_lines++;
-        return;
-    }
-    if (w->cb.on_progress) w->cb.on_progress(w, o, w->cb.user);
-    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
-    if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "result")) {
-        cJSON_Delete(w->result);
-        w->result = o;
-    } else {
-        cJSON_Delete(o);
-    }
+    if (executor_progress_line(p, n, &w->cb, &w->result) < 0) w->garbage_lines++;
 }
 
 /* ------------------------------------------------------------------ pipes */
@@ -346,21 +283,16 @@ static void stderr_excerpt(const worker_t *w, char *out, size_t outlen) {
     if (outlen) out[o < outlen ? o : outlen - 1] = 0;
 }
 
-static void classify(const worker_t *w, worker_exit_t *ex) {
-    char sigbuf[24], tail[REASON_STDERR * 2], limit[64];
-    const char *sig = w->term_signal ? signal_name(w->term_signal, sigbuf, sizeof sigbuf) : NULL;
-    const cJSON *rs = w->result ? cJSON_GetObjectItemCaseSensitive(w->result, "status") : NULL;
-    const cJSON *rr = w->result ? cJSON_GetObjectItemCaseSensitive(w->result, "reason") : NULL;
-    const char *result_reason = cJSON_IsString(rr) ? rr->valuestring : NULL;
+/* The ending: one the daemon caused (a deadline or worker_stop) is said
+ * here; any other the worker protocol classifies (executor_classify). */
+static void classify(const worker_t *w, executor_exit_t *ex) {
+    char sigbuf[24], tail[REASON_STDERR * 2];
+    const char *sig =
+        w->term_signal ? executor_signal_name(w->term_signal, sigbuf, sizeof sigbuf) : NULL;
     int code = (int)w->exit_status;
 
     stderr_excerpt(w, tail, sizeof tail);
-    if (w->memory_mb > 0)
-        snprintf(limit, sizeof limit, "limit %d MiB", w->memory_mb);
-    else
-        snprintf(limit, sizeof limit, "no memory limit set");
     ex->reason[0] = 0;
-
     if (w->stop_status >= 0) {
         char how[96] = "";
         if (sig && w->term_signal == SIGKILL && w->sigkill_sent)
@@ -369,64 +301,25 @@ static void classify(const worker_t *w, worker_exit_t *ex) {
             snprintf(how, sizeof how, " (%s)", sig);
         else
             snprintf(how, sizeof how, " (exited %d after SIGTERM)", code);
-        ex->status = (worker_status)w->stop_status;
-        if (ex->status == WORKER_TIMEOUT)
+        ex->status = (executor_status)w->stop_status;
+        if (ex->status == EXECUTOR_TIMEOUT)
             snprintf(ex->reason, sizeof ex->reason, "no exit within the deadline (%g s); killed%s",
                      w->deadline_s, how);
-        else if (ex->status == WORKER_CANCELLED)
+        else if (ex->status == EXECUTOR_CANCELLED)
             snprintf(ex->reason, sizeof ex->reason, "cancelled while running; killed%s", how);
-        else /* WORKER_INTERRUPTED */
+        else /* EXECUTOR_INTERRUPTED */
             snprintf(ex->reason, sizeof ex->reason, "interrupted by daemon shutdown; killed%s",
                      how);
-    } else if (sig) {
-        /* The daemon sent no signal here (stop_status would be set). Out of
-         * memory is what the worker said on fd 3 before it died, or a SIGKILL
-         * while the kernel's OOM-kill count rose; never the text of stderr. */
-        int said_oom = cJSON_IsString(rs) && !strcmp(rs->valuestring, "oom");
-        int oom_killed = w->term_signal == SIGKILL && w->oom_kills_spawn >= 0 &&
-                         w->oom_kills_exit > w->oom_kills_spawn;
-        if (said_oom) {
-            ex->status = WORKER_OOM;
-            snprintf(ex->reason, sizeof ex->reason, "out of memory (%s); killed by %s%s%s", limit,
-                     sig, result_reason ? ": " : "", result_reason ? result_reason : "");
-        } else if (oom_killed) {
-            ex->status = WORKER_OOM;
-            snprintf(ex->reason, sizeof ex->reason,
-                     "out of memory (%s); killed by SIGKILL from the kernel's OOM killer", limit);
-        } else {
-            ex->status = WORKER_CRASHED;
-            snprintf(ex->reason, sizeof ex->reason, "killed by %s%s%s", sig, tail[0] ? ": " : "",
-                     tail);
-        }
-    } else if (code == 0) {
-        if (cJSON_IsString(rs) && !strcmp(rs->valuestring, "succeeded")) {
-            ex->status = WORKER_SUCCEEDED;
-        } else {
-            ex->status = WORKER_FAILED;
-            if (w->result)
-                snprintf(ex->reason, sizeof ex->reason, "exit 0 but the result status is %s",
-                         cJSON_IsString(rs) ? rs->valuestring : "missing");
-            else
-                snprintf(ex->reason, sizeof ex->reason, "exit 0 without a result line");
-        }
-    } else if (code == 3) {
-        ex->status = WORKER_DIVERGED;
-        snprintf(ex->reason, sizeof ex->reason, "%s",
-                 result_reason ? result_reason
-                 : tail[0]     ? tail
-                               : "exit 3 (loss diverged)");
-    } else if (code == 4) {
-        ex->status = WORKER_OOM;
-        const char *why = tail[0] ? tail : result_reason;
-        snprintf(ex->reason, sizeof ex->reason, "out of memory (%s)%s%s", limit, why ? ": " : "",
-                 why ? why : "");
     } else {
-        ex->status = WORKER_FAILED;
-        const char *why = tail[0] ? tail : result_reason;
-        if (why)
-            snprintf(ex->reason, sizeof ex->reason, "exit %d: %s", code, why);
-        else
-            snprintf(ex->reason, sizeof ex->reason, "exit %d (no error output)", code);
+        executor_facts_t f = {
+            .exit_code = w->term_signal ? -1 : code,
+            .term_signal = w->term_signal,
+            .result = w->result,
+            .oom_killed = w->oom_kills_spawn >= 0 && w->oom_kills_exit > w->oom_kills_spawn,
+            .memory_mb = w->memory_mb,
+            .tail = tail,
+        };
+        executor_classify(&f, ex);
     }
     ex->exit_code = w->term_signal ? -1 : code;
     ex->term_signal = w->term_signal;
@@ -437,6 +330,7 @@ static void classify(const worker_t *w, worker_exit_t *ex) {
 
 /* Report the exit once the process is reaped and every pipe is closed. */
 static void maybe_report(worker_t *w) {
+    assert(w->pipes_open >= 0);
     if (!w->exited || w->pipes_open > 0 || w->reported) return;
     w->reported = 1;
     uv_timer_stop(&w->deadline_timer);
@@ -446,14 +340,14 @@ static void maybe_report(worker_t *w) {
      * id cannot be reused while any member exists, so this hits no one else. */
     signal_group(w, SIGKILL);
 
-    worker_exit_t ex;
+    executor_exit_t ex;
     memset(&ex, 0, sizeof ex);
     classify(w, &ex);
     if (w->log_fd >= 0) {
         close(w->log_fd);
         w->log_fd = -1;
     }
-    if (w->cb.on_exit) w->cb.on_exit(w, &ex, w->cb.user);
+    if (w->cb.on_exit) w->cb.on_exit(&ex, w->cb.user);
 
     close_handle(w, (uv_handle_t *)&w->proc);
     close_handle(w, (uv_handle_t *)&w->deadline_timer);
@@ -509,15 +403,15 @@ static void terminate(worker_t *w) {
 static void deadline_cb(uv_timer_t *t) {
     worker_t *w = t->data;
     if (w->exited) return;
-    if (w->stop_status < 0) w->stop_status = WORKER_TIMEOUT;
+    if (w->stop_status < 0) w->stop_status = EXECUTOR_TIMEOUT;
     terminate(w);
 }
 
-void worker_stop(worker_t *w, worker_status why) {
+void worker_stop(worker_t *w, executor_status why) {
     /* Once the process has exited its own exit code decides; the drain
      * timer bounds the wait for its pipes. */
     if (!w || w->reported || w->exited) return;
-    if (why != WORKER_TIMEOUT && why != WORKER_INTERRUPTED) why = WORKER_CANCELLED;
+    if (why != EXECUTOR_TIMEOUT && why != EXECUTOR_INTERRUPTED) why = EXECUTOR_CANCELLED;
     if (w->stop_status < 0) w->stop_status = why;
     terminate(w);
 }
@@ -583,21 +477,13 @@ static char **build_argv(const worker_opts_t *o, char *mem, char *parent, size_t
     return a;
 }
 
-int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks_t *cb,
-                 worker_t **out, char *err, size_t errlen) {
-    char **env = NULL, **args = NULL;
-    char omp[48], blas[48], mem[24], parent[24];
-    int rc, proc_init = 0;
-    *out = NULL;
-    if (!o || !o->shim || !o->argv || !o->argv[0]) {
-        snprintf(err, errlen, "worker: no shim or command given");
-        return UV_EINVAL;
-    }
+/* A new worker for o with its timers and pipes initialised (the loop owns
+ * them from here: each is closed, and the last close frees w), or NULL when
+ * out of memory. */
+static worker_t *worker_new(uv_loop_t *loop, const worker_opts_t *o,
+                            const executor_callbacks_t *cb) {
     worker_t *w = calloc(1, sizeof *w);
-    if (!w) {
-        snprintf(err, errlen, "worker: out of memory");
-        return UV_ENOMEM;
-    }
+    if (!w) return NULL;
     w->loop = loop;
     if (cb) w->cb = *cb;
     w->stop_status = -1;
@@ -608,7 +494,6 @@ int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks
     w->oom_kills_spawn = w->oom_kills_exit = -1;
     w->max_log_bytes = o->max_log_bytes ? o->max_log_bytes : DEFAULT_MAX_LOG;
     bytebuf_init(&w->lines.line, o->max_line_bytes ? o->max_line_bytes : DEFAULT_MAX_LINE);
-
     uv_timer_t *timers[] = {&w->deadline_timer, &w->kill_timer, &w->drain_timer};
     for (int i = 0; i < 3; i++) {
         uv_timer_init(loop, timers[i]);
@@ -621,24 +506,23 @@ int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks
         w->open_handles++;
         w->pipes_open++;
     }
+    return w;
+}
 
-    if (o->log_path) {
-        w->log_fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (w->log_fd < 0) {
-            rc = -errno;
-            snprintf(err, errlen, "open %s: %s", o->log_path, strerror(errno));
-            goto fail;
-        }
-    }
-    env = build_env(o->threads, omp, blas, sizeof omp);
-    args = build_argv(o, mem, parent, sizeof mem);
+/* Spawn the shim with o's command, environment and limits, its stdout,
+ * stderr and fd 3 on the worker's pipes. Returns 0, or a negative libuv
+ * error with err set (*proc_init says whether the process handle needs
+ * closing). */
+static int spawn(worker_t *w, const worker_opts_t *o, int *proc_init, char *err, size_t errlen) {
+    char omp[48], blas[48], mem[24], parent[24];
+    char **env = build_env(o->threads, omp, blas, sizeof omp);
+    char **args = build_argv(o, mem, parent, sizeof mem);
+    int rc = UV_ENOMEM;
     w->oom_counter = strdup(o->oom_counter ? o->oom_counter : OOM_COUNTER);
     if (!env || !args || !w->oom_counter) {
-        rc = UV_ENOMEM;
         snprintf(err, errlen, "worker: out of memory");
-        goto fail;
+        goto done;
     }
-
     uv_stdio_container_t stdio[4];
     stdio[0].flags = UV_IGNORE;
     for (int i = 0; i < N_PIPES; i++) {
@@ -657,18 +541,41 @@ int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks
     w->proc.data = w;
     w->oom_kills_spawn = oom_kills(w->oom_counter);
     w->t_spawn = uv_hrtime();
-    rc = uv_spawn(loop, &w->proc, &po);
+    rc = uv_spawn(w->loop, &w->proc, &po);
     w->open_handles++; /* initialised by uv_spawn even when it fails */
-    proc_init = 1;
-    if (rc < 0) {
+    *proc_init = 1;
+    if (rc < 0)
         snprintf(err, errlen, "spawn %s: %s", o->shim, uv_strerror(rc));
-        goto fail;
-    }
-    w->pid = w->proc.pid;
+    else
+        w->pid = w->proc.pid;
+done:
     free(env);
     free(args);
-    env = args = NULL;
+    return rc;
+}
 
+int worker_start(uv_loop_t *loop, const worker_opts_t *o, const executor_callbacks_t *cb,
+                 worker_t **out, char *err, size_t errlen) {
+    int rc, proc_init = 0;
+    *out = NULL;
+    if (!o || !o->shim || !o->argv || !o->argv[0]) {
+        snprintf(err, errlen, "worker: no shim or command given");
+        return UV_EINVAL;
+    }
+    worker_t *w = worker_new(loop, o, cb);
+    if (!w) {
+        snprintf(err, errlen, "worker: out of memory");
+        return UV_ENOMEM;
+    }
+    if (o->log_path) {
+        w->log_fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (w->log_fd < 0) {
+            rc = -errno;
+            snprintf(err, errlen, "open %s: %s", o->log_path, strerror(errno));
+            goto fail;
+        }
+    }
+    if ((rc = spawn(w, o, &proc_init, err, errlen)) < 0) goto fail;
     for (int i = 0; i < N_PIPES; i++) {
         rc = uv_read_start((uv_stream_t *)&w->pipes[i], alloc_cb, read_cb);
         if (rc < 0) { /* cannot happen on a fresh pipe; still, no orphan */
@@ -688,13 +595,13 @@ fail:
     /* No callback will run: the handles close on the loop and the last close
      * callback frees w. A spawned child (only after a read_start failure)
      * was killed above; its exit is not reported. */
-    free(env);
-    free(args);
     if (w->log_fd >= 0) close(w->log_fd);
     w->log_fd = -1;
     w->reported = 1;
     for (int i = 0; i < N_PIPES; i++) close_handle(w, (uv_handle_t *)&w->pipes[i]);
-    for (int i = 0; i < 3; i++) close_handle(w, (uv_handle_t *)timers[i]);
+    close_handle(w, (uv_handle_t *)&w->deadline_timer);
+    close_handle(w, (uv_handle_t *)&w->kill_timer);
+    close_handle(w, (uv_handle_t *)&w->drain_timer);
     if (proc_init) close_handle(w, (uv_handle_t *)&w->proc);
     return rc;
 }
@@ -720,17 +627,15 @@ static int local_start(executor_t *x, const executor_run_t *r, const executor_ca
                         .memory_mb = r->memory_mb,
                         .deadline_s = r->deadline_s,
                         .kill_grace_s = r->kill_grace_s};
-    worker_callbacks_t wcb = {
-        .on_progress = cb->on_progress, .on_exit = cb->on_exit, .user = cb->user};
     worker_t *w;
-    int rc = worker_start(((local_executor_t *)x)->loop, &wo, &wcb, &w, err, errlen);
+    int rc = worker_start(((local_executor_t *)x)->loop, &wo, cb, &w, err, errlen);
     if (rc < 0) return rc;
     *job = (executor_job_t *)w;
     if (cb->on_started) cb->on_started(w->pid, 0, cb->user);
     return 0;
 }
 
-static void local_stop(executor_job_t *job, worker_status why) {
+static void local_stop(executor_job_t *job, executor_status why) {
     worker_stop((worker_t *)job, why);
 }
 

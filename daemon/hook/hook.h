@@ -7,7 +7,12 @@
  *    "experiment": {id,name,status,reason,spec,result}   (experiment.finished; else null)
  *    "rejected": {"proposal": <what the agent sent>, "code": "invalid_spec",
  *                 "error": "model.n_head: ..."}          (experiment.rejected; else null)
- *    "best": {id,name,val_bpb,spec,result} | null,
+ *    "best": {id,name,val_bpb,mean_val_bpb,val_bpb_sd,n_seeds,seeds,spec,result} | null
+ *            (the best configuration of the scope the daemon last finished a run in:
+ *            its first run, and the mean, sample sd (null with one seed) and
+ *            number of its succeeded seeds),
+ *    "noise": {dataset,budget_kind,budget,eval_tokens,sd,configurations,runs,df} | null
+ *            (that scope's measured seed noise, as GET /v1/noise answers it),
  *    "recent": [{id,name,status,reason,val_bpb,spec}...] (the last HOOK_RECENT, newest first),
  *    "queue_depth": N, "running": N,
  *    "defaults": <the spec with every default filled in>}
@@ -78,8 +83,8 @@ typedef struct {
     double timeout_s;         /* per attempt; default 30 */
     double idle_resend_s;     /* default 60 */
     double backoff_base_s;    /* the first retry's delay bound, doubling; default 1 (tests: less) */
-    double proposals_per_min; /* accepted proposals per minute (and burst); default
-                                 HOOK_PROPOSALS_PER_MIN; < 0: no limit */
+    double proposals_per_min; /* accepted proposals per minute (and burst); 0: no
+                                 limit; < 0: HOOK_PROPOSALS_PER_MIN */
     api_t *api;               /* for submissions and the store */
 } hook_opts_t;
 

@@ -17,10 +17,12 @@
 #include "engine/data.h"
 #include "daemon/serve/events.h"
 #include "daemon/serve/export.h"
+#include "daemon/serve/scope.h"
 #include "daemon/shared/log.h"
 #include "engine/spec.h"
 #include "engine/util.h"
 #include "daemon/serve/web.h"
+#include "daemon/shared/bytebuf.h"
 
 #define NIGHTSHIFT_VERSION "0.1.0"
 #define MAX_METRICS_SHOWN  5000       /* metrics rows in GET /v1/experiments/{id} */
@@ -46,6 +48,25 @@ static void reply_store_error(http_response_t *res, const char *err) {
     http_error(res, 500, "store_error", "%s", err);
 }
 
+/* The scope of a scoped query (scope.h); -1 = res set. */
+static int query_scope(api_t *a, const http_request_t *req, http_response_t *res, store_scope_t *sc,
+                       const char **from) {
+    return scope_from_query(a->store, a->state_dir, a->default_dataset, req->query, sc, from, res);
+}
+
+/* o (consumed) with the scope described, as a 200 reply; a 500 when the
+ * description fails. */
+static void reply_scoped(api_t *a, http_response_t *res, cJSON *o, const store_scope_t *sc,
+                         const char *from) {
+    char err[256];
+    if (scope_describe(a->store, o, sc, from, err, sizeof err) < 0) {
+        cJSON_Delete(o);
+        reply_store_error(res, err);
+        return;
+    }
+    reply_json(res, 200, o);
+}
+
 /* -------------------------------------------------------------- submission */
 
 static int dataset_exists(const api_t *a, const char *name) {
@@ -55,59 +76,32 @@ static int dataset_exists(const api_t *a, const char *name) {
     return stat(path, &st) == 0;
 }
 
-/* bytes as "41 GB" or "350 MB" into buf. */
-static const char *human_bytes(double bytes, char *buf, size_t len) {
-    if (bytes >= 1e9)
-        snprintf(buf, len, "%.*f GB", bytes >= 1e10 ? 0 : 1, bytes / 1e9);
-    else
-        snprintf(buf, len, "%.0f MB", bytes / 1e6);
-    return buf;
-}
-
 /* Whether s can run at all: its estimated memory (cost_memory, from the
- * dataset's vocabulary and size) against what one worker may use (the spec's
- * resources.memory_mb capped by the daemon's limit, as sched.c applies it;
- * with no limit, the machine's RAM). Returns 0, or -1 with the numbers in err.
- * A dataset whose manifest cannot be read is left to the worker to report. */
-static int check_fits(const api_t *a, const spec_t *s, char *err, size_t errlen) {
-    data_info_t info;
-    char derr[256], need[32], may[32], state_b[32], acts_b[32];
-    if (data_info(a->state_dir, s->dataset, &info, derr, sizeof derr) < 0) return 0;
+ * dataset's vocabulary and size in info) against what one worker may use (the
+ * spec's resources.memory_mb capped by the daemon's limit, as sched.c applies
+ * it; with no limit, the machine's RAM). Returns 0, or -1 with the numbers in
+ * err. */
+static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, char *err,
+                      size_t errlen) {
     spec_model_t m = s->model;
-    if (m.vocab_size <= 0) m.vocab_size = info.vocab_size;
+    if (m.vocab_size <= 0) m.vocab_size = info->vocab_size;
     cost_mem_t mem;
-    cost_memory(&m, s->train.batch_size, info.train_tokens + info.val_tokens, &mem);
-    int spec_mb = s->resources.memory_mb, limit_mb = a->memory_mb;
-    if (spec_mb > 0 && (limit_mb <= 0 || spec_mb < limit_mb)) limit_mb = spec_mb;
-    const char *source = spec_mb > 0 && limit_mb == spec_mb ? "resources.memory_mb"
-                         : limit_mb > 0                     ? "the daemon's limit per worker"
-                                                            : "this machine's RAM";
-    double limit = (double)limit_mb * 1024 * 1024;
-    if (limit_mb <= 0) {
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        limit = pages > 0 && page > 0 ? (double)pages * page : 0;
-    }
-    if (limit <= 0 || mem.total <= limit) return 0;
-    snprintf(err, errlen,
-             "needs ~%s, a worker may use %s (%s): %.*f %s parameters; weights, gradients and "
-             "optimizer state %s, activations for batch_size %d x seq_len %d %s; see "
-             "`nightshift cost`",
-             human_bytes(mem.total, need, sizeof need), human_bytes(limit, may, sizeof may), source,
-             mem.weights / 4 >= 1e9 ? 1 : 0,
-             mem.weights / 4 >= 1e9 ? mem.weights / 4e9 : mem.weights / 4e6,
-             mem.weights / 4 >= 1e9 ? "billion" : "million",
-             human_bytes(mem.weights + mem.grads + mem.optimizer, state_b, sizeof state_b),
-             s->train.batch_size, m.seq_len, human_bytes(mem.activations, acts_b, sizeof acts_b));
-    return -1;
+    cost_memory(&m, s->train.batch_size, info->train_tokens + info->val_tokens, &mem);
+    const char *source;
+    double limit = cost_worker_limit(s->resources.memory_mb, a->memory_mb, &source);
+    return cost_fits(&mem, &m, s->train.batch_size, limit, source, err, errlen);
 }
 
 /* Parse and check one submitted spec: the spec parser's rules, plus what
  * only the daemon knows (the dataset and the parent exist, and the run fits
  * in a worker's memory). Returns 0 with s holding the parsed spec (release
- * with spec_free), or with err set: NS_ERR_NOT_FOUND when the parent does not
- * exist, NS_ERR_DOES_NOT_FIT when the run cannot fit, NS_ERR_IO when the
- * store failed, -1 for any other failure. */
-static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, size_t errlen) {
+ * with spec_free) and sc its scope on its dataset (may be NULL), or with err
+ * set: NS_ERR_NOT_FOUND when the parent does not exist, NS_ERR_DOES_NOT_FIT
+ * when the run cannot fit, NS_ERR_IO when the store failed, -1 for any other
+ * failure. A dataset whose manifest cannot be read is left to the worker to
+ * report (its size unknown, the scope takes eval_tokens as given). */
+static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, store_scope_t *sc, char *err,
+                      size_t errlen) {
     int rc = spec_from_json(spec_json, s, err, errlen);
     if (rc < 0) return -1;
     rc = -1;
@@ -131,10 +125,14 @@ static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, char *err, si
             goto fail;
         }
     }
-    if (check_fits(a, s, err, errlen) < 0) {
+    data_info_t info;
+    char derr[256];
+    int have_info = data_info(a->state_dir, s->dataset, &info, derr, sizeof derr) == 0;
+    if (have_info && check_fits(a, s, &info, err, errlen) < 0) {
         rc = NS_ERR_DOES_NOT_FIT;
         goto fail;
     }
+    if (sc) spec_scope_on(s, have_info ? info.val_tokens : -1, sc);
     return 0;
 fail:
     spec_free(s);
@@ -144,9 +142,10 @@ fail:
 int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, int64_t *id,
                int *duplicate, char *err, size_t errlen) {
     spec_t s;
+    store_scope_t sc;
     char hash[SPEC_HASH_HEX], serr[256];
     char *canon = NULL, *tags = NULL;
-    int rc = check_spec(a, spec_json, &s, err, errlen);
+    int rc = check_spec(a, spec_json, &s, &sc, err, errlen);
     if (rc < 0) return rc;
     rc = NS_ERR_NOMEM;
     canon = spec_canonical_json(&s);
@@ -154,13 +153,14 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     for (int i = 0; i < s.n_tags; i++) cJSON_AddItemToArray(tag_arr, cJSON_CreateString(s.tags[i]));
     tags = cJSON_PrintUnformatted(tag_arr);
     cJSON_Delete(tag_arr);
-    if (!canon || !tags || spec_identity(&s, hash) < 0) {
+    if (!canon || !tags || spec_config_hash(&s, hash) < 0) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
     *duplicate = 0;
     if (!force) {
-        int found = store_find_duplicate(a->store, hash, (int64_t)s.seed, id, serr, sizeof serr);
+        int found = store_find_duplicate(a->store, hash, (int64_t)s.seed, sc.eval_tokens, id, serr,
+                                         sizeof serr);
         if (found < 0) {
             snprintf(err, errlen, "store: %s", serr);
             rc = NS_ERR_IO;
@@ -175,11 +175,12 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     store_new_experiment_t e = {.name = s.name,
                                 .tags_json = tags,
                                 .spec_json = canon,
-                                .spec_hash = hash,
+                                .config_hash = hash,
                                 .seed = (int64_t)s.seed,
                                 .parent = s.parent,
                                 .source = source,
-                                .priority = s.priority};
+                                .priority = s.priority,
+                                .scope = sc};
     if (store_insert(a->store, &e, id, serr, sizeof serr) < 0) {
         snprintf(err, errlen, "%s", serr);
         rc = NS_ERR_IO;
@@ -238,6 +239,46 @@ static cJSON *with_seed_offset(const cJSON *spec, int k) {
     return copy;
 }
 
+/* Every spec of a submission (body, an array of n when is_array) checked,
+ * with the seeds its repeats take: 0, or -1 with res the error. */
+static int check_all(api_t *a, const cJSON *body, int is_array, int n, long long repeats,
+                     http_response_t *res) {
+    char err[512];
+    for (int i = 0; i < n; i++) {
+        spec_t s;
+        int rc =
+            check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, NULL, err, sizeof err);
+        if (rc == 0) { /* s is valid: its repeats' seeds must be too */
+            if ((double)s.seed + (double)(repeats - 1) > 9007199254740991.0) {
+                snprintf(err, sizeof err, "seed: %llu + %lld repeats passes 2^53 - 1",
+                         (unsigned long long)s.seed, repeats - 1);
+                rc = -1;
+            }
+            spec_free(&s);
+        }
+        if (rc == NS_ERR_IO || rc == NS_ERR_NOMEM) { /* the daemon failed, not the spec */
+            log_error("api: validating a submission: %s", err);
+            http_error(res, 500, rc == NS_ERR_IO ? "store_error" : "internal", "%s", err);
+            return -1;
+        }
+        if (rc == NS_ERR_DOES_NOT_FIT) {
+            if (is_array)
+                http_error(res, 422, "does_not_fit", "[%d]: %s", i, err);
+            else
+                http_error(res, 422, "does_not_fit", "%s", err);
+            return -1;
+        }
+        if (rc < 0) {
+            if (is_array)
+                http_error(res, 400, "invalid_spec", "[%d].%s", i, err);
+            else
+                http_error(res, 400, "invalid_spec", "%s", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static void post_experiments(api_t *a, const http_request_t *req, http_response_t *res) {
     char flag[16] = "", source[16] = "api", err[512];
     int force = http_query_get(req->query, "force", flag, sizeof flag) == 1 &&
@@ -263,34 +304,9 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
         return;
     }
     /* Validate every spec before queueing any: one invalid spec queues nothing. */
-    for (int i = 0; i < n; i++) {
-        spec_t s;
-        int rc = check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, err, sizeof err);
-        if (rc == 0 && (double)s.seed + (double)(repeats - 1) > 9007199254740991.0) {
-            snprintf(err, sizeof err, "seed: %llu + %lld repeats passes 2^53 - 1",
-                     (unsigned long long)s.seed, repeats - 1);
-            spec_free(&s);
-            rc = -1;
-        } else if (rc == 0) {
-            spec_free(&s);
-        }
-        int bad = rc < 0;
-        if (rc == NS_ERR_DOES_NOT_FIT) {
-            if (is_array)
-                http_error(res, 422, "does_not_fit", "[%d]: %s", i, err);
-            else
-                http_error(res, 422, "does_not_fit", "%s", err);
-            cJSON_Delete(body);
-            return;
-        }
-        if (bad) {
-            if (is_array)
-                http_error(res, 400, "invalid_spec", "[%d].%s", i, err);
-            else
-                http_error(res, 400, "invalid_spec", "%s", err);
-            cJSON_Delete(body);
-            return;
-        }
+    if (check_all(a, body, is_array, n, repeats, res) < 0) {
+        cJSON_Delete(body);
+        return;
     }
     cJSON *items = cJSON_CreateArray();
     int created = 0;
@@ -382,15 +398,21 @@ static void get_experiments(api_t *a, const http_request_t *req, http_response_t
                    sizeof dataset - 1);
         return;
     }
-    static const char *const orders[] = {"id", "-id", "val_bpb", "created"};
+    static const char *const orders[] = {"id", "-id", "val_bpb", "created", "queue"};
     int order_ok = !has_order;
     for (size_t i = 0; i < sizeof orders / sizeof *orders; i++)
         order_ok |= !strcmp(order, orders[i]);
     if (got_order < 0 || !order_ok) {
-        http_error(res, 400, "invalid_query", "order: expected id, -id, val_bpb or created");
+        http_error(res, 400, "invalid_query", "order: expected id, -id, val_bpb, created or queue");
         return;
     }
-    cJSON *list = store_list(a->store, has_status ? status : NULL, dataset,
+    /* Ranked by val_bpb, the list is one scope's, like the leaderboard's:
+     * val_bpb compares within no wider one. */
+    store_scope_t sc;
+    const char *from = NULL;
+    int ranked = has_order && !strcmp(order, "val_bpb");
+    if (ranked && query_scope(a, req, res, &sc, &from) < 0) return;
+    cJSON *list = store_list(a->store, has_status ? status : NULL, dataset, ranked ? &sc : NULL,
                              has_order ? order : NULL, (int)limit, (int64_t)after, err, sizeof err);
     if (!list) {
         reply_store_error(res, err);
@@ -405,7 +427,10 @@ static void get_experiments(api_t *a, const http_request_t *req, http_response_t
             cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(list, n - 1), "id")));
     else
         cJSON_AddNullToObject(o, "next_after");
-    reply_json(res, 200, o);
+    if (ranked)
+        reply_scoped(a, res, o, &sc, from);
+    else
+        reply_json(res, 200, o);
 }
 
 static void get_experiment(api_t *a, int64_t id, http_response_t *res) {
@@ -486,53 +511,6 @@ static void post_cancel(api_t *a, int64_t id, http_response_t *res) {
                    (long long)id);
 }
 
-/* The scope of a leaderboard, best or noise query: ?dataset= (default: the
- * daemon's default dataset, serve --dataset) and ?budget= ("time:300", "300", "300s" or
- * "tokens:5000000"; default: the budget with the most succeeded runs on the
- * dataset, else 300 s). -1 = invalid (res set). */
-static int query_scope(api_t *a, const http_request_t *req, http_response_t *res,
-                       store_scope_t *sc) {
-    char dataset[64] = "", budget[64] = "", err[256], *end;
-    int got_ds = http_query_get(req->query, "dataset", dataset, sizeof dataset);
-    int got_b = http_query_get(req->query, "budget", budget, sizeof budget);
-    if (got_ds < 0) {
-        http_error(res, 400, "invalid_query", "dataset: at most %zu characters",
-                   sizeof dataset - 1);
-        return -1;
-    }
-    if (store_default_scope(a->store, dataset[0] ? dataset : a->default_dataset, sc, err,
-                            sizeof err) < 0) {
-        reply_store_error(res, err);
-        return -1;
-    }
-    if (got_b == 0 || !budget[0]) return 0;
-    const char *num = budget, *kind = "time";
-    if (!strncmp(budget, "time:", 5)) {
-        num = budget + 5;
-    } else if (!strncmp(budget, "tokens:", 7)) {
-        num = budget + 7;
-        kind = "tokens";
-    }
-    errno = 0;
-    double v = got_b == 1 ? strtod(num, &end) : 0;
-    if (got_b == 1 && end != num && !strcmp(kind, "time") && *end == 's') end++;
-    if (got_b < 0 || errno || end == num || *end || !(v > 0) || v > 1e15) {
-        http_error(res, 400, "invalid_query",
-                   "budget: expected time:SECONDS (or SECONDS, or SECONDSs) or tokens:N");
-        return -1;
-    }
-    snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s", kind);
-    sc->budget = v;
-    return 0;
-}
-
-/* The scope as {dataset, budget_kind, budget} added to o. */
-static void add_scope(cJSON *o, const store_scope_t *sc) {
-    cJSON_AddStringToObject(o, "dataset", sc->dataset);
-    cJSON_AddStringToObject(o, "budget_kind", sc->budget_kind);
-    cJSON_AddNumberToObject(o, "budget", sc->budget);
-}
-
 /* res = text (taken) as content_type; NULL text is out of memory. */
 static void reply_text(http_response_t *res, char *text, const char *content_type) {
     if (!text) {
@@ -595,43 +573,54 @@ void api_close(api_t *a) {
     }
 }
 
-static void get_leaderboard_uncached(api_t *a, const http_request_t *req, http_response_t *res) {
+/* The leaderboard's reply; *cacheable says whether it holds until the next
+ * finish (a scope taken from the latest experiment, or the defaults, moves
+ * with submissions). */
+static void get_leaderboard_uncached(api_t *a, const http_request_t *req, http_response_t *res,
+                                     int *cacheable) {
     long long limit;
     char err[256], format[16] = "";
     store_scope_t sc;
+    const char *from;
     if (query_int(req, res, "limit", 1, 1000, 20, &limit) < 0) return;
-    if (query_scope(a, req, res, &sc) < 0) return;
     int got_format = http_query_get(req->query, "format", format, sizeof format);
     if (got_format < 0 || (got_format == 1 && strcmp(format, "json") && strcmp(format, "csv"))) {
         http_error(res, 400, "invalid_query", "format: expected json or csv");
         return;
     }
+    if (query_scope(a, req, res, &sc, &from) < 0) return;
+    *cacheable = !strcmp(from, "query") || !strcmp(from, "latest_result");
     cJSON *rows = store_leaderboard(a->store, &sc, (int)limit, err, sizeof err);
-    if (rows && !strcmp(format, "csv")) {
-        reply_text(res, export_table(rows, ','), "text/csv; charset=utf-8");
-        cJSON_Delete(rows);
-        return;
-    }
     if (!rows) {
         reply_store_error(res, err);
         return;
     }
+    if (!strcmp(format, "csv")) {
+        /* the header line even when the scope has no rows yet */
+        cJSON *columns = store_leaderboard_columns(a->store);
+        reply_text(res, columns ? export_table(rows, columns, ',') : NULL,
+                   "text/csv; charset=utf-8");
+        cJSON_Delete(columns);
+        cJSON_Delete(rows);
+        return;
+    }
     cJSON *o = cJSON_CreateObject();
-    add_scope(o, &sc);
     cJSON_AddItemToObject(o, "leaderboard", rows);
-    reply_json(res, 200, o);
+    reply_scoped(a, res, o, &sc, from);
 }
 
 static void get_leaderboard(api_t *a, const http_request_t *req, http_response_t *res) {
+    int cacheable = 0;
     if (leaderboard_cached(a, req, res)) return;
-    get_leaderboard_uncached(a, req, res);
-    leaderboard_remember(a, req, res);
+    get_leaderboard_uncached(a, req, res, &cacheable);
+    if (cacheable) leaderboard_remember(a, req, res);
 }
 
 static void get_best(api_t *a, const http_request_t *req, http_response_t *res) {
     char err[256];
     store_scope_t sc;
-    if (query_scope(a, req, res, &sc) < 0) return;
+    const char *from;
+    if (query_scope(a, req, res, &sc, &from) < 0) return;
     cJSON *best = store_best_in(a->store, &sc, err, sizeof err);
     if (!best) {
         reply_store_error(res, err);
@@ -643,37 +632,53 @@ static void get_best(api_t *a, const http_request_t *req, http_response_t *res) 
     if (cJSON_IsObject(best) && cJSON_IsNumber(bpb))
         cJSON_AddNumberToObject(best, "val_bpb", bpb->valuedouble);
     cJSON *o = cJSON_CreateObject();
-    add_scope(o, &sc);
     cJSON_AddItemToObject(o, "best", best);
-    reply_json(res, 200, o);
+    reply_scoped(a, res, o, &sc, from);
 }
 
 static void get_noise(api_t *a, const http_request_t *req, http_response_t *res) {
     char err[256];
     store_scope_t sc;
-    if (query_scope(a, req, res, &sc) < 0) return;
+    const char *from;
+    if (query_scope(a, req, res, &sc, &from) < 0) return;
     cJSON *o = store_noise(a->store, &sc, err, sizeof err);
     if (!o) {
         reply_store_error(res, err);
         return;
     }
-    reply_json(res, 200, o);
+    /* store_noise named the scope already: the rest of its description */
+    cJSON_DeleteItemFromObject(o, "dataset");
+    cJSON_DeleteItemFromObject(o, "budget_kind");
+    cJSON_DeleteItemFromObject(o, "budget");
+    cJSON_DeleteItemFromObject(o, "eval_tokens");
+    reply_scoped(a, res, o, &sc, from);
 }
 
 static void get_status(api_t *a, const http_request_t *req, http_response_t *res) {
     char err[256];
     store_scope_t sc;
+    const char *from;
     int64_t depth = store_queue_depth(a->store, err, sizeof err);
     if (depth < 0) {
         reply_store_error(res, err);
         return;
     }
-    if (query_scope(a, req, res, &sc) < 0) return;
-    cJSON *noise = store_noise(a->store, &sc, err, sizeof err);
-    if (!noise) {
-        reply_store_error(res, err);
+    /* The noise of the scope asked for; a scope that names nothing (say a
+     * mistyped serve --dataset) leaves it null rather than fail the status
+     * every watch and dashboard polls. */
+    http_response_t scratch = {0};
+    cJSON *noise = NULL;
+    if (query_scope(a, req, &scratch, &sc, &from) == 0) {
+        if (!(noise = store_noise(a->store, &sc, err, sizeof err))) {
+            reply_store_error(res, err);
+            return;
+        }
+        cJSON_AddStringToObject(noise, "scope_from", from);
+    } else if (scratch.status != 404) {
+        *res = scratch; /* a malformed query, a store failure */
         return;
     }
+    free(scratch.body);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "version", NIGHTSHIFT_VERSION);
     cJSON_AddNumberToObject(o, "uptime_s", util_now() - a->started_at);
@@ -683,7 +688,7 @@ static void get_status(api_t *a, const http_request_t *req, http_response_t *res
     char dir[PATH_MAX];
     cJSON_AddStringToObject(o, "state_dir", realpath(a->state_dir, dir) ? dir : a->state_dir);
     cJSON_AddItemToObject(o, "slots", sched_status(a->sched));
-    cJSON_AddItemToObject(o, "noise", noise);
+    cJSON_AddItemToObject(o, "noise", noise ? noise : cJSON_CreateNull());
     reply_json(res, 200, o);
 }
 
@@ -694,8 +699,8 @@ static void get_events(api_t *a, const http_request_t *req, http_response_t *res
     if (query_int(req, res, "after", 0, INT64_MAX, 0, &after) < 0 ||
         query_int(req, res, "limit", 1, 1000, 100, &limit) < 0)
         return;
-    int64_t last = events_last_id(a->store, err, sizeof err);
-    cJSON *list = last < 0 ? NULL : events_list(a->store, after, (int)limit, err, sizeof err);
+    int64_t last = store_events_last_id(a->store, err, sizeof err);
+    cJSON *list = last < 0 ? NULL : store_events(a->store, after, (int)limit, err, sizeof err);
     if (!list) {
         reply_store_error(res, err);
         return;
@@ -716,13 +721,19 @@ static void get_export(api_t *a, const http_request_t *req, http_response_t *res
         http_error(res, 400, "invalid_query", "format: expected csv, tsv, jsonl or results-tsv");
         return;
     }
-    cJSON *rows = export_rows(a->store, err, sizeof err);
+    cJSON *columns = store_export_columns(a->store);
+    cJSON *rows = columns ? store_export_rows(a->store, err, sizeof err) : NULL;
+    if (!columns) snprintf(err, sizeof err, "export: out of memory");
     if (!rows) {
+        cJSON_Delete(columns);
         reply_store_error(res, err);
         return;
     }
-    if (csv) reply_text(res, export_table(rows, ','), "text/csv; charset=utf-8");
-    if (tsv) reply_text(res, export_table(rows, '\t'), "text/tab-separated-values; charset=utf-8");
+    if (csv) reply_text(res, export_table(rows, columns, ','), "text/csv; charset=utf-8");
+    if (tsv)
+        reply_text(res, export_table(rows, columns, '\t'),
+                   "text/tab-separated-values; charset=utf-8");
+    cJSON_Delete(columns);
     if (jsonl) reply_text(res, export_jsonl(rows), "application/x-ndjson");
     if (results)
         reply_text(res, export_results_tsv(rows), "text/tab-separated-values; charset=utf-8");
@@ -747,6 +758,66 @@ static void get_asset(const http_request_t *req, http_response_t *res) {
     res->content_type = ctype;
     res->body = copy;
     res->body_len = w->len;
+}
+
+/* The body of GET path?query as the API answers req's client (its token
+ * too), or "null" when the answer is not a 200. Taken by the caller. */
+static char *answer(api_t *a, const http_request_t *req, const char *path, const char *query) {
+    http_request_t r = {.method = "GET",
+                        .path = path,
+                        .query = query,
+                        .body = "",
+                        .authorization = req->authorization,
+                        .peer = req->peer};
+    http_response_t res = {0};
+    api_handle(&r, &res, a);
+    if (res.status == 200 && res.body) return res.body;
+    free(res.body);
+    return strdup("null");
+}
+
+/* The dashboard's page with what its first paint shows inline: the answers
+ * the page would fetch first (status, the first page of experiments, the
+ * default scope's leaderboard and noise, the queue) as one JSON object in
+ * <script id="snapshot" type="application/json">, so a screenshot, a slow
+ * link or a reader of the HTML sees the state at once; the page fetches and
+ * listens for changes after. JSON escapes '<' as \u003c, so no text from
+ * the daemon can end the script element. */
+static void get_page(api_t *a, const http_request_t *req, http_response_t *res) {
+    static const char *const parts[][3] = {
+        {"status", "/v1/status", ""},
+        {"experiments", "/v1/experiments", "order=id&limit=1000"},
+        {"leaderboard", "/v1/leaderboard", "limit=200"},
+        {"noise", "/v1/noise", ""},
+        {"queue", "/v1/experiments", "status=queued&order=queue&limit=200"},
+    };
+    static const char marker[] = "<script src=\"/ui/uPlot.iife.min.js\">";
+    get_asset(req, res);
+    const char *at = res->status == 200 ? strstr(res->body, marker) : NULL;
+    if (!at) return;
+    bytebuf_t t;
+    bytebuf_init(&t, BYTEBUF_UNLIMITED);
+    bytebuf_append(&t, res->body, (size_t)(at - res->body));
+    bytebuf_puts(&t, "<script id=\"snapshot\" type=\"application/json\">{");
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char *body = answer(a, req, parts[i][1], parts[i][2]);
+        bytebuf_printf(&t, "%s\"%s\":", i ? "," : "", parts[i][0]);
+        for (const char *p = body ? body : "null"; *p; p++) {
+            if (*p == '<')
+                bytebuf_puts(&t, "\\u003c");
+            else
+                bytebuf_putc(&t, *p);
+        }
+        free(body);
+    }
+    bytebuf_puts(&t, "}</script>\n");
+    bytebuf_puts(&t, at);
+    size_t len = 0;
+    char *page = bytebuf_take(&t, &len);
+    if (!page) return; /* out of memory: the page without its snapshot */
+    free(res->body);
+    res->body = page;
+    res->body_len = len;
 }
 
 /* ----------------------------------------------------------------- routing */
@@ -810,7 +881,9 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         events_hub_stream(a->events, req, res);
     } else if (!strcmp(req->path, "/v1/export") && get) {
         get_export(a, req, res);
-    } else if (get && (!strcmp(req->path, "/") || !strncmp(req->path, "/ui/", 4))) {
+    } else if (get && !strcmp(req->path, "/")) {
+        get_page(a, req, res);
+    } else if (get && !strncmp(req->path, "/ui/", 4)) {
         get_asset(req, res);
     } else {
         http_error(res, 404, "not_found", "no route for %s %s", m, req->path);

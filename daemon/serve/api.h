@@ -6,18 +6,22 @@
  *   GET  /v1/experiments/{id}          spec, status, reason, result, metrics, progress
  *   GET  /v1/experiments/{id}/log      ?tail=BYTES, text/plain
  *   POST /v1/experiments/{id}/cancel
- *   GET  /v1/leaderboard               ?dataset=&budget=&limit= (one row per configuration)
- *   GET  /v1/best                      ?dataset=&budget=
- *   GET  /v1/noise                     ?dataset=&budget= (pooled seed-to-seed sd)
- *   GET  /v1/status                    ?dataset=&budget= (for its noise)
+ *   GET  /v1/leaderboard               ?dataset=&budget=&eval_tokens=&limit= (one row per
+ *                                      configuration)
+ *   GET  /v1/best                      ?dataset=&budget=&eval_tokens=
+ *   GET  /v1/noise                     ?dataset=&budget=&eval_tokens= (pooled seed-to-seed sd)
+ *   GET  /v1/status                    ?dataset=&budget=&eval_tokens= (for its noise)
  *
- * dataset defaults to the daemon's (serve --dataset; "default"), budget ("time:300",
- * "tokens:N") to the budget with the most succeeded runs on it, else 300 s.
+ * A scoped query's scope (dataset, budget "time:300" or "tokens:N", eval_tokens)
+ * is what it names, the rest from the latest result (scope.h); its reply
+ * names the scope and lists every scope with results. /v1/experiments ordered
+ * by val_bpb is one scope's too.
  *   GET  /healthz
  *   GET  /v1/events                    ?after=N&limit= the event log (events.h)
  *   GET  /v1/events/stream             the same as Server-Sent Events
  *   GET  /v1/leaderboard?format=csv    the leaderboard as CSV
- *   GET  /  and /ui/...                the dashboard (daemon/serve/web, compiled in)
+ *   GET  /  and /ui/...                the dashboard (daemon/serve/web, compiled in; the
+ *                                      page carries its first paint's answers inline)
  *
  * Errors are {"error":{"code":...,"message":...}}. With a token configured,
  * every POST needs `Authorization: Bearer TOKEN` (401 otherwise), and with
@@ -39,7 +43,7 @@ typedef struct {
     const char *state_dir;
     const char *token;           /* NULL = no token required */
     int guard_reads;             /* the token guards GETs too (all but /healthz) */
-    const char *default_dataset; /* of the scoped queries; NULL = STORE_DEFAULT_DATASET */
+    const char *default_dataset; /* pins the scoped queries' dataset; NULL = none */
     double started_at;           /* util_now() at startup */
     struct events_hub *events;   /* the SSE hub (events.h); NULL = no stream */
     int memory_mb; /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */

@@ -12,6 +12,7 @@
  * are its JSON keys, so the shape of each answer is visible in its SQL. */
 #include "daemon/store/store.h"
 
+#include <assert.h>
 #include <math.h>
 #include <openssl/evp.h>
 #include <sqlite3.h>
@@ -46,11 +47,13 @@ enum {
     ST_REQUEUE_METRICS,
     ST_REQUEUE,
     ST_ABANDON,
+    ST_UNSTARTED,
     ST_QUEUE_DEPTH,
     ST_LIST_ID,
     ST_LIST_ID_DESC,
     ST_LIST_CREATED,
     ST_LIST_VAL_BPB,
+    ST_LIST_QUEUE,
     ST_GET,
     ST_GET_RESULT,
     ST_GET_METRICS,
@@ -59,30 +62,46 @@ enum {
     ST_LEADERBOARD_IN,
     ST_BEST_IN,
     ST_LAST_SCOPE,
-    ST_COMMON_BUDGET,
-    ST_COMMON_BUDGET_ANY,
+    ST_LATEST_RESULT_SCOPE,
+    ST_LATEST_SCOPE,
+    ST_SCOPES,
     ST_NOISE,
     ST_PRUNE_LOSSES,
     ST_RUN_LOSS,
     ST_SET_EXECUTOR,
     ST_RUNNING,
+    ST_EVENT_ADD,
+    ST_EVENT_ENSURE_FINISHED,
+    ST_EVENTS_PENDING,
+    ST_EVENT_SET_BODY,
+    ST_EVENT_ATTEMPTED,
+    ST_EVENT_MARK,
+    ST_EVENTS_LIST,
+    ST_EVENTS_LAST_ID,
+    ST_EXPORT,
     ST_COUNT
 };
 
 /* The list queries: ?1 status filter (NULL = any), ?2 cursor id (0 = none),
- * ?3 limit. val_bpb is only reported for succeeded runs; in val_bpb order the
- * others sort last (as +Inf, 9e999). For the created and val_bpb orders the
- * cursor is the (key, id) of the row with id ?2; an unknown id yields no rows. */
+ * ?3 limit, ?4 dataset filter (NULL = any), ?5-?7 the budget and evaluation
+ * of a scope filter (?5 NULL = any). val_bpb is only reported for succeeded
+ * runs; in val_bpb order the others sort last (as +Inf, 9e999). For the
+ * created, val_bpb and queue orders the cursor is the key and id of the row
+ * with id ?2; an unknown id yields no rows. */
 #define LIST_SELECT                                                                                \
     "WITH x AS (SELECT e.id AS id, e.name AS name, e.tags AS tags, e.status AS status,"            \
     " e.reason AS reason, e.source AS source, e.priority AS priority, e.parent AS parent,"         \
     " e.seed AS seed, e.attempt AS attempt, e.created AS created, e.started AS started,"           \
     " e.finished AS finished, e.dataset AS dataset, e.budget_kind AS budget_kind,"                 \
-    " e.budget AS budget,"                                                                         \
+    " e.budget AS budget, e.eval_tokens AS eval_tokens,"                                           \
     " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"                             \
     " r.params_total AS params_total"                                                              \
     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id)"                           \
-    " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND (?4 IS NULL OR dataset = ?4) AND "
+    " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND (?4 IS NULL OR dataset = ?4) AND"      \
+    " (?5 IS NULL OR (budget_kind = ?5 AND budget = ?6 AND eval_tokens = ?7)) AND "
+
+/* The order the queue is taken in (store_claim_next), as a sort key. */
+#define QUEUE_KEY "-priority, source = 'agent', id"
 
 /* The running experiments to requeue or give up on: ?2 one id (0 = every
  * running one). ?1 is max_attempts; ?3 the finished time of those given up. */
@@ -92,20 +111,19 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, spec_hash, seed, parent, source,"
-                  " priority, created, config_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
-                  " nightshift_sha256(json_remove(?3, '$.seed', '$.name', '$.tags',"
-                  " '$.priority', '$.parent', '$.prune')))",
+    [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, config_hash, seed, parent, source,"
+                  " priority, created, dataset, budget_kind, budget, eval_tokens)"
+                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     /* The one the user most likely wants back: a result first, then a live one. */
-    [ST_FIND_DUP] = "SELECT id FROM experiments WHERE spec_hash = ?1 AND seed = ?2"
-                    " AND status IN ('succeeded', 'running', 'queued')"
-                    " ORDER BY CASE status WHEN 'succeeded' THEN 0 WHEN 'running' THEN 1"
-                    " ELSE 2 END, id LIMIT 1",
+    [ST_FIND_DUP] = "SELECT id FROM experiments WHERE config_hash = ?1 AND seed = ?2"
+                    " AND eval_tokens = ?3 AND status IN ('succeeded', 'running', 'queued',"
+                    " 'timeout') ORDER BY CASE status WHEN 'succeeded' THEN 0 WHEN 'running'"
+                    " THEN 1 WHEN 'queued' THEN 2 ELSE 3 END, id LIMIT 1",
     [ST_CLAIM] = "UPDATE experiments SET status = 'running', pid = 0, started = ?1,"
                  " finished = NULL, reason = NULL, exit_code = NULL, term_signal = NULL"
                  " WHERE id = (SELECT id FROM experiments WHERE status = 'queued'"
-                 " ORDER BY priority DESC, id LIMIT 1)"
-                 " RETURNING id, name, spec, attempt",
+                 " ORDER BY priority DESC, source = 'agent', id LIMIT 1)"
+                 " RETURNING id, name, spec, attempt, dataset, budget_kind, budget, eval_tokens",
     [ST_SET_PID] = "UPDATE experiments SET pid = ?2 WHERE id = ?1 AND status = 'running'",
     [ST_FINISH] = "UPDATE experiments SET status = ?2, reason = ?3, exit_code = ?4,"
                   " term_signal = ?5, finished = ?6 WHERE id = ?1 AND status = 'running'",
@@ -127,6 +145,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                    " reason = 'the daemon stopped during attempt ' || attempt"
                    " || '; not requeued (at most ' || ?1 || ' attempts)'"
                    " WHERE " RUNNING_MATCH,
+    [ST_UNSTARTED] = "UPDATE experiments SET status = 'queued', pid = NULL, started = NULL,"
+                     " reason = ?2 WHERE id = ?1 AND status = 'running'",
     [ST_QUEUE_DEPTH] = "SELECT count(*) FROM experiments WHERE status = 'queued'",
     [ST_LIST_ID] = LIST_SELECT "(?2 = 0 OR id > ?2) ORDER BY id LIMIT ?3",
     [ST_LIST_ID_DESC] = LIST_SELECT "(?2 = 0 OR id < ?2) ORDER BY id DESC LIMIT ?3",
@@ -138,8 +158,11 @@ static const char *const stmt_sql[ST_COUNT] = {
                     " e.status = 'succeeded' THEN r.val_bpb END, 9e999), e.id"
                     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
                     " WHERE e.id = ?2)) ORDER BY ifnull(val_bpb, 9e999), id LIMIT ?3",
+    [ST_LIST_QUEUE] =
+        LIST_SELECT "(?2 = 0 OR (" QUEUE_KEY ") > (SELECT " QUEUE_KEY
+                    " FROM experiments WHERE id = ?2)) ORDER BY " QUEUE_KEY " LIMIT ?3",
     [ST_GET] = "SELECT id, name, tags, status, reason, source, priority, parent, seed, attempt,"
-               " spec_hash, created, started, finished, pid, exit_code, term_signal, spec"
+               " config_hash, created, started, finished, pid, exit_code, term_signal, spec"
                " FROM experiments WHERE id = ?1",
     [ST_GET_RESULT] = "SELECT * FROM results WHERE experiment_id = ?1",
     /* At most ?2 rows evenly spaced over the run, always ending with the last
@@ -158,36 +181,53 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_INSERT_DELIVERY] = "INSERT INTO hook_deliveries (event_id, event_type, attempt,"
                            " http_status, latency_ms, error, created)"
                            " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    /* One scope: ?1 dataset, ?2 budget_kind, ?3 budget. */
+    /* One scope: ?1 dataset, ?2 budget_kind, ?3 budget, ?4 eval_tokens. */
     [ST_LEADERBOARD_IN] = "SELECT * FROM leaderboard WHERE dataset = ?1 AND budget_kind = ?2"
-                          " AND budget = ?3 LIMIT ?4",
+                          " AND budget = ?3 AND eval_tokens = ?4 LIMIT ?5",
     [ST_BEST_IN] = "SELECT id, val_bpb, val_bpb_sd, n_seeds, seeds FROM leaderboard"
-                   " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3 LIMIT 1",
+                   " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3"
+                   " AND eval_tokens = ?4 LIMIT 1",
     /* The scope the last finished experiment ran in (the hook's best). */
-    [ST_LAST_SCOPE] = "SELECT dataset, budget_kind, budget FROM experiments"
+    [ST_LAST_SCOPE] = "SELECT dataset, budget_kind, budget, eval_tokens FROM experiments"
                       " WHERE status NOT IN ('queued', 'running')"
                       " ORDER BY finished DESC, id DESC LIMIT 1",
-    /* The budget of dataset ?1 with the most succeeded runs, then the most
-     * runs, then the most recent. */
-    [ST_COMMON_BUDGET] = "SELECT budget_kind, budget FROM scopes WHERE dataset = ?1"
-                         " ORDER BY succeeded DESC, last_finished DESC LIMIT 1",
-    /* Dataset ?1 without a succeeded run: the budget with the most runs, then
-     * the most recent. */
-    [ST_COMMON_BUDGET_ANY] = "SELECT budget_kind, budget FROM experiments WHERE dataset = ?1"
-                             " GROUP BY budget_kind, budget ORDER BY count(*) DESC, max(id) DESC"
-                             " LIMIT 1",
+    /* The default scope (store_default_scope): what ?1-?4 give (NULL = any),
+     * from the latest result, else from the latest experiment. */
+    [ST_LATEST_RESULT_SCOPE] = "SELECT dataset, budget_kind, budget, eval_tokens FROM scopes"
+                               " WHERE (?1 IS NULL OR dataset = ?1) AND (?2 IS NULL OR"
+                               " (budget_kind = ?2 AND budget = ?3)) AND (?4 IS NULL OR"
+                               " eval_tokens = ?4) ORDER BY last_finished DESC LIMIT 1",
+    [ST_LATEST_SCOPE] = "SELECT dataset, budget_kind, budget, eval_tokens FROM experiments"
+                        " WHERE (?1 IS NULL OR dataset = ?1) AND (?2 IS NULL OR"
+                        " (budget_kind = ?2 AND budget = ?3)) AND (?4 IS NULL OR"
+                        " eval_tokens = ?4) ORDER BY id DESC LIMIT 1",
+    /* Every scope with results and its best configuration (the first row of
+     * configs_rank), the latest result first. */
+    [ST_SCOPES] = "WITH b AS (SELECT s.*, (SELECT c.config_hash FROM configs c"
+                  " WHERE c.dataset = s.dataset AND c.budget_kind = s.budget_kind"
+                  " AND c.budget = s.budget AND c.eval_tokens = s.eval_tokens"
+                  " ORDER BY c.mean, c.first_id LIMIT 1) AS h FROM scopes s WHERE s.succeeded > 0"
+                  " ORDER BY s.last_finished DESC LIMIT ?1)"
+                  " SELECT b.dataset, b.budget_kind, b.budget, b.eval_tokens, b.succeeded AS runs,"
+                  " b.last_finished, c.first_id AS best_id, c.mean AS best_val_bpb,"
+                  " CASE WHEN c.n > 1 THEN sqrt(max(0.0, (c.sumsq - c.sum * c.sum / c.n)"
+                  " / (c.n - 1))) END AS best_val_bpb_sd, c.n AS best_n_seeds"
+                  " FROM b JOIN configs c ON c.dataset = b.dataset AND c.budget_kind ="
+                  " b.budget_kind AND c.budget = b.budget AND c.eval_tokens = b.eval_tokens"
+                  " AND c.config_hash = b.h ORDER BY b.last_finished DESC",
     /* Pooled within-configuration variance over the configurations with at
      * least two succeeded seeds, kept per scope (schema 008): their count,
      * runs, degrees of freedom (sum of n - 1) and squared deviations from
      * their means. */
     [ST_NOISE] = "SELECT configs2, runs2, df, ss FROM scopes"
-                 " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3",
-    /* For pruning: the mean training loss of each of the last ?6 succeeded
-     * runs in the scope over the progress window [?4 - ?5, ?4], best first. */
+                 " WHERE dataset = ?1 AND budget_kind = ?2 AND budget = ?3 AND eval_tokens = ?4",
+    /* For pruning: the mean training loss of each of the last ?7 succeeded
+     * runs in the scope over the progress window [?5 - ?6, ?5], best first. */
     [ST_PRUNE_LOSSES] = "SELECT avg(m.loss) AS loss FROM metrics m WHERE m.experiment_id IN"
                         " (SELECT id FROM experiments WHERE dataset = ?1 AND budget_kind = ?2"
-                        " AND budget = ?3 AND status = 'succeeded' ORDER BY id DESC LIMIT ?6)"
-                        " AND m.progress BETWEEN ?4 - ?5 AND ?4 AND m.loss IS NOT NULL"
+                        " AND budget = ?3 AND eval_tokens = ?4 AND status = 'succeeded'"
+                        " ORDER BY id DESC LIMIT ?7)"
+                        " AND m.progress BETWEEN ?5 - ?6 AND ?5 AND m.loss IS NOT NULL"
                         " GROUP BY m.experiment_id ORDER BY loss",
     /* The same window of one run: mean loss and rows. */
     [ST_RUN_LOSS] = "SELECT avg(loss), count(loss) FROM metrics WHERE experiment_id = ?1"
@@ -196,6 +236,45 @@ static const char *const stmt_sql[ST_COUNT] = {
                         " WHERE id = ?1 AND status = 'running'",
     [ST_RUNNING] = "SELECT id, name, spec, attempt, executor, slurm_job_id FROM experiments"
                    " WHERE status = 'running' ORDER BY id",
+    /* The event log (schema/006_events.sql). */
+    [ST_EVENT_ADD] = "INSERT INTO events (type, experiment_id, payload)"
+                     " VALUES (?1, ?2, coalesce(?3, '{}'))",
+    /* The payload as the trigger writes it (schema/006_events.sql). */
+    [ST_EVENT_ENSURE_FINISHED] =
+        "INSERT INTO events (type, experiment_id, payload)"
+        " SELECT 'experiment.finished', e.id, json_object('experiment', json_object('id', e.id,"
+        " 'name', e.name, 'status', e.status, 'reason', e.reason))"
+        " FROM experiments e WHERE e.id = ?1 AND NOT EXISTS (SELECT 1 FROM events"
+        " WHERE experiment_id = ?1 AND type = 'experiment.finished')",
+    [ST_EVENTS_PENDING] = "SELECT id, type, webhook_id, coalesce(experiment_id, 0), payload,"
+                          " body, attempts FROM events WHERE state = 'pending' AND id > ?1"
+                          " AND (?3 = 0 OR experiment_id = ?3) ORDER BY id LIMIT ?2",
+    [ST_EVENT_SET_BODY] = "UPDATE events SET body = ?2 WHERE id = ?1",
+    [ST_EVENT_ATTEMPTED] = "UPDATE events SET attempts = attempts + 1 WHERE id = ?1",
+    [ST_EVENT_MARK] = "UPDATE events SET state = ?2, delivered = CASE WHEN ?2 ="
+                      " 'delivered' THEN strftime('%Y-%m-%dT%H:%M:%fZ', 'now') END"
+                      " WHERE id = ?1",
+    [ST_EVENTS_LIST] = "SELECT v.id, v.type, v.created, v.webhook_id, v.state, v.payload,"
+                       " r.val_bpb, v.experiment_id FROM events v LEFT JOIN results r"
+                       " ON r.experiment_id = v.experiment_id WHERE v.id > ?1"
+                       " ORDER BY v.id LIMIT ?2",
+    [ST_EVENTS_LAST_ID] = "SELECT coalesce(max(id), 0) FROM events",
+    /* Every experiment with its key spec fields and result, oldest first. */
+    [ST_EXPORT] = "SELECT e.id, e.name, e.status, e.reason, e.source, e.parent, e.seed,"
+                  " json_extract(e.spec, '$.dataset') AS dataset,"
+                  " json_extract(e.spec, '$.time_budget_s') AS time_budget_s, e.eval_tokens,"
+                  " json_extract(e.spec, '$.model.depth') AS depth,"
+                  " json_extract(e.spec, '$.model.n_embd') AS n_embd,"
+                  " json_extract(e.spec, '$.model.n_head') AS n_head,"
+                  " json_extract(e.spec, '$.model.n_kv_head') AS n_kv_head,"
+                  " json_extract(e.spec, '$.model.mlp') AS mlp,"
+                  " json_extract(e.spec, '$.model.window_pattern') AS window_pattern,"
+                  " json_extract(e.spec, '$.model.ve_layers') AS ve_layers,"
+                  " json_extract(e.spec, '$.model.seq_len') AS seq_len,"
+                  " e.created, e.started, e.finished, r.val_bpb, r.params_total, r.mfu_percent,"
+                  " r.tokens_per_second, r.num_steps, r.training_seconds, r.peak_rss_mb"
+                  " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
+                  " ORDER BY e.finished IS NULL, e.finished, e.id",
 };
 
 struct store {
@@ -237,16 +316,21 @@ static void reset(sqlite3_stmt *st) {
     sqlite3_clear_bindings(st);
 }
 
-/* Run a statement that returns no rows to completion, then reset it. */
+/* Run a statement that returns no rows to completion, then reset it. A
+ * statement is always reset after use: one still stepping here would be
+ * another call's, cut off in the middle. */
 static int run(store_t *s, int which, const char *op, char *err, size_t errlen) {
     sqlite3_stmt *st = s->st[which];
+    assert(!sqlite3_stmt_busy(st));
     int rc = sqlite3_step(st);
     if (rc != SQLITE_DONE) fail_db(s->db, err, errlen, op);
     reset(st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+/* Every change of more than one statement is one transaction, never nested. */
 static int begin(store_t *s, char *err, size_t errlen) {
+    assert(sqlite3_get_autocommit(s->db));
     return run(s, ST_BEGIN, "begin", err, errlen);
 }
 
@@ -269,6 +353,18 @@ static int bind_text(sqlite3_stmt *st, int i, const char *v) {
 static char *dup_column(sqlite3_stmt *st, int i) {
     const char *t = (const char *)sqlite3_column_text(st, i);
     return t ? strdup(t) : NULL;
+}
+
+/* Columns i..i+3 of the current row (dataset, budget_kind, budget,
+ * eval_tokens) into sc. */
+static void column_scope(sqlite3_stmt *st, int i, store_scope_t *sc) {
+    const char *ds = (const char *)sqlite3_column_text(st, i);
+    const char *kind = (const char *)sqlite3_column_text(st, i + 1);
+    memset(sc, 0, sizeof *sc);
+    snprintf(sc->dataset, sizeof sc->dataset, "%s", ds ? ds : "");
+    snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s", kind ? kind : "");
+    sc->budget = sqlite3_column_double(st, i + 2);
+    sc->eval_tokens = sqlite3_column_int64(st, i + 3);
 }
 
 static bool is_terminal(const char *status) {
@@ -309,11 +405,16 @@ static bool is_json_column(const char *name) {
            !strcmp(name, "seeds");
 }
 
+/* How a row becomes JSON: ROW_TYPED parses the JSON text columns and makes
+ * tie_embeddings (json_extract gives 0/1) a boolean; ROW_RAW keeps every
+ * text as a string and every number as a number (the export's tables). */
+typedef enum { ROW_TYPED, ROW_RAW } row_mode;
+
 /* Column i of the current row as a new cJSON value (the caller owns it), or
- * NULL when out of memory. NULL is null, numbers are numbers, JSON text columns
- * are parsed, tie_embeddings (json_extract gives 0/1) is a boolean. */
-static cJSON *column_json(sqlite3_stmt *st, int i) {
-    const char *name = sqlite3_column_name(st, i);
+ * NULL when out of memory. NULL is null, numbers are numbers, and text is a
+ * string unless mode says otherwise. */
+static cJSON *column_json(sqlite3_stmt *st, int i, row_mode mode) {
+    const char *name = mode == ROW_TYPED ? sqlite3_column_name(st, i) : NULL;
     switch (sqlite3_column_type(st, i)) {
     case SQLITE_NULL:
         return cJSON_CreateNull();
@@ -338,10 +439,10 @@ static cJSON *column_json(sqlite3_stmt *st, int i) {
 
 /* Columns [from, to) of the current row as a new object keyed by column name
  * (the caller owns it), or NULL when out of memory. */
-static cJSON *row_object(sqlite3_stmt *st, int from, int to) {
+static cJSON *row_object(sqlite3_stmt *st, int from, int to, row_mode mode) {
     cJSON *o = cJSON_CreateObject();
     for (int i = from; o && i < to; i++) {
-        cJSON *v = column_json(st, i);
+        cJSON *v = column_json(st, i, mode);
         if (!v || !cJSON_AddItemToObject(o, sqlite3_column_name(st, i), v)) {
             cJSON_Delete(v);
             cJSON_Delete(o);
@@ -353,12 +454,13 @@ static cJSON *row_object(sqlite3_stmt *st, int from, int to) {
 
 /* Every remaining row of st as an array of objects; st is reset either way.
  * The caller owns the array; NULL with err on failure. */
-static cJSON *rows_array(store_t *s, sqlite3_stmt *st, const char *op, char *err, size_t errlen) {
+static cJSON *rows_array_as(store_t *s, sqlite3_stmt *st, row_mode mode, const char *op, char *err,
+                            size_t errlen) {
     cJSON *arr = cJSON_CreateArray();
     if (!arr) goto oom;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        cJSON *o = row_object(st, 0, sqlite3_column_count(st));
+        cJSON *o = row_object(st, 0, sqlite3_column_count(st), mode);
         if (!o || !cJSON_AddItemToArray(arr, o)) {
             cJSON_Delete(o);
             goto oom;
@@ -376,6 +478,10 @@ fail:
     reset(st);
     cJSON_Delete(arr);
     return NULL;
+}
+
+static cJSON *rows_array(store_t *s, sqlite3_stmt *st, const char *op, char *err, size_t errlen) {
+    return rows_array_as(s, st, ROW_TYPED, op, err, errlen);
 }
 
 /* ---------------------------------------------------------------- migrations */
@@ -461,7 +567,7 @@ fail:
 }
 
 /* nightshift_sha256(text): the hex SHA-256 of its argument (NULL for NULL).
- * The schema uses it for experiments.config_hash. */
+ * Migration 004 filed the configurations of its time with it. */
 static void sha256_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     (void)argc;
     const unsigned char *t = sqlite3_value_text(argv[0]);
@@ -480,6 +586,38 @@ static void sha256_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     sqlite3_result_text(ctx, hex, (int)(2 * n), SQLITE_TRANSIENT);
 }
 
+/* nightshift_spec_key(spec): what the store files an experiment by, from the
+ * spec parser (spec_scope, spec_config_hash), as JSON text {"dataset",
+ * "budget_kind", "budget", "config_hash"}; NULL for a spec that does not
+ * parse. Migration 009 files the stored rows again with it. */
+static void spec_key_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    (void)argc;
+    const char *text = (const char *)sqlite3_value_text(argv[0]);
+    spec_t sp;
+    spec_scope_t sc;
+    char err[SPEC_ERR_LEN], hash[SPEC_HASH_HEX];
+    if (!text || spec_parse(text, strlen(text), &sp, err, sizeof err) < 0) {
+        sqlite3_result_null(ctx);
+        return;
+    }
+    spec_scope(&sp, &sc);
+    int rc = spec_config_hash(&sp, hash);
+    spec_free(&sp);
+    cJSON *o = rc == 0 ? cJSON_CreateObject() : NULL;
+    char *json = o && cJSON_AddStringToObject(o, "dataset", sc.dataset) &&
+                         cJSON_AddStringToObject(o, "budget_kind", sc.budget_kind) &&
+                         cJSON_AddNumberToObject(o, "budget", sc.budget) &&
+                         cJSON_AddStringToObject(o, "config_hash", hash)
+                     ? cJSON_PrintUnformatted(o)
+                     : NULL;
+    cJSON_Delete(o);
+    if (json)
+        sqlite3_result_text(ctx, json, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_result_error_nomem(ctx);
+    cJSON_free(json);
+}
+
 /* Open path and configure the connection. *out is set even on failure (it may
  * hold a handle that needs sqlite3_close). */
 static int open_db(const char *path, sqlite3 **out, char *err, size_t errlen) {
@@ -493,8 +631,10 @@ static int open_db(const char *path, sqlite3 **out, char *err, size_t errlen) {
     }
     sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
     if (sqlite3_create_function(db, "nightshift_sha256", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
-                                NULL, sha256_fn, NULL, NULL) != SQLITE_OK) {
-        fail_db(db, err, errlen, "registering nightshift_sha256");
+                                NULL, sha256_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(db, "nightshift_spec_key", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
+                                NULL, spec_key_fn, NULL, NULL) != SQLITE_OK) {
+        fail_db(db, err, errlen, "registering functions");
         goto fail;
     }
 
@@ -551,10 +691,6 @@ fail:
     return -1;
 }
 
-struct sqlite3 *store_db(store_t *s) {
-    return s->db;
-}
-
 void store_close(store_t *s) {
     if (!s) return;
     for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
@@ -566,8 +702,8 @@ void store_close(store_t *s) {
 
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
                  size_t errlen) {
-    if (!e->spec_json || !e->spec_hash)
-        return fail(err, errlen, "store: insert: spec_json and spec_hash are required");
+    if (!e->spec_json || !e->config_hash || !e->scope.dataset[0] || !e->scope.budget_kind[0])
+        return fail(err, errlen, "store: insert: spec_json, config_hash and scope are required");
     if (!e->source ||
         (strcmp(e->source, "api") && strcmp(e->source, "cli") && strcmp(e->source, "agent")))
         return fail(err, errlen, "store: insert: source must be api, cli or agent");
@@ -577,12 +713,16 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     int b = bind_text(st, 1, e->name);
     b |= bind_text(st, 2, e->tags_json ? e->tags_json : "[]");
     b |= bind_text(st, 3, e->spec_json);
-    b |= bind_text(st, 4, e->spec_hash);
+    b |= bind_text(st, 4, e->config_hash);
     b |= sqlite3_bind_int64(st, 5, e->seed);
     b |= e->parent > 0 ? sqlite3_bind_int64(st, 6, e->parent) : sqlite3_bind_null(st, 6);
     b |= bind_text(st, 7, e->source);
     b |= sqlite3_bind_int(st, 8, e->priority);
     b |= bind_text(st, 9, now);
+    b |= bind_text(st, 10, e->scope.dataset);
+    b |= bind_text(st, 11, e->scope.budget_kind);
+    b |= sqlite3_bind_double(st, 12, e->scope.budget);
+    b |= sqlite3_bind_int64(st, 13, e->scope.eval_tokens);
     if (b) {
         reset(st);
         return fail_db(s->db, err, errlen, "insert");
@@ -601,10 +741,11 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     return 0;
 }
 
-int store_find_duplicate(store_t *s, const char *spec_hash, int64_t seed, int64_t *id, char *err,
-                         size_t errlen) {
+int store_find_duplicate(store_t *s, const char *config_hash, int64_t seed, int64_t eval_tokens,
+                         int64_t *id, char *err, size_t errlen) {
     sqlite3_stmt *st = s->st[ST_FIND_DUP];
-    if (bind_text(st, 1, spec_hash) || sqlite3_bind_int64(st, 2, seed)) {
+    if (bind_text(st, 1, config_hash) || sqlite3_bind_int64(st, 2, seed) ||
+        sqlite3_bind_int64(st, 3, eval_tokens)) {
         reset(st);
         return fail_db(s->db, err, errlen, "find duplicate");
     }
@@ -637,6 +778,7 @@ int store_claim_next(store_t *s, store_experiment_t *out, char *err, size_t errl
     out->name = dup_column(st, 1);
     out->spec_json = dup_column(st, 2);
     out->attempt = sqlite3_column_int(st, 3);
+    column_scope(st, 4, &out->scope);
     if ((sqlite3_column_type(st, 1) != SQLITE_NULL && !out->name) || !out->spec_json) {
         fail(err, errlen, "store: claim: out of memory");
         goto fail;
@@ -835,6 +977,15 @@ int store_interrupt(store_t *s, int64_t id, int max_attempts, char *err, size_t 
     return requeue_running(s, id, max_attempts, NULL, NULL, err, errlen);
 }
 
+int store_requeue_unstarted(store_t *s, int64_t id, const char *reason, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_UNSTARTED];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, reason);
+    if (run(s, ST_UNSTARTED, "requeue", err, errlen) < 0) return -1;
+    if (sqlite3_changes(s->db) != 1) return explain_status(s, id, STORE_RUNNING, err, errlen);
+    return 0;
+}
+
 int64_t store_queue_depth(store_t *s, char *err, size_t errlen) {
     sqlite3_stmt *st = s->st[ST_QUEUE_DEPTH];
     int64_t n = -1;
@@ -848,8 +999,8 @@ int64_t store_queue_depth(store_t *s, char *err, size_t errlen) {
 
 /* ---------------------------------------------------------------- queries */
 
-cJSON *store_list(store_t *s, const char *status, const char *dataset, const char *order, int limit,
-                  int64_t after, char *err, size_t errlen) {
+cJSON *store_list(store_t *s, const char *status, const char *dataset, const store_scope_t *scope,
+                  const char *order, int limit, int64_t after, char *err, size_t errlen) {
     int which;
     if (!order || !strcmp(order, "-id"))
         which = ST_LIST_ID_DESC;
@@ -859,10 +1010,13 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const cha
         which = ST_LIST_CREATED;
     else if (!strcmp(order, "val_bpb"))
         which = ST_LIST_VAL_BPB;
+    else if (!strcmp(order, "queue"))
+        which = ST_LIST_QUEUE;
     else {
-        fail(err, errlen, "order: must be one of id, -id, val_bpb, created");
+        fail(err, errlen, "order: must be one of id, -id, val_bpb, created, queue");
         return NULL;
     }
+    if (scope) dataset = scope->dataset;
     if (status && !is_status(status)) {
         fail(err, errlen,
              "status: must be one of queued, running, succeeded, failed, crashed, timeout, "
@@ -878,8 +1032,12 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const cha
         return NULL;
     }
     sqlite3_stmt *st = s->st[which];
-    if (bind_text(st, 1, status) || sqlite3_bind_int64(st, 2, after) ||
-        sqlite3_bind_int(st, 3, limit) || bind_text(st, 4, dataset && *dataset ? dataset : NULL)) {
+    int b = bind_text(st, 1, status) | sqlite3_bind_int64(st, 2, after) |
+            sqlite3_bind_int(st, 3, limit) | bind_text(st, 4, dataset && *dataset ? dataset : NULL);
+    if (scope)
+        b |= bind_text(st, 5, scope->budget_kind) | sqlite3_bind_double(st, 6, scope->budget) |
+             sqlite3_bind_int64(st, 7, scope->eval_tokens);
+    if (b) {
         reset(st);
         fail_db(s->db, err, errlen, "list");
         return NULL;
@@ -902,14 +1060,14 @@ static int experiment_object(store_t *s, int64_t id, cJSON **out, char *err, siz
         goto fail;
     }
     if (rc != SQLITE_ROW) goto db_error;
-    if (!(o = row_object(st, 0, sqlite3_column_count(st)))) goto oom;
+    if (!(o = row_object(st, 0, sqlite3_column_count(st), ROW_TYPED))) goto oom;
     reset(st);
 
     st = s->st[ST_GET_RESULT];
     sqlite3_bind_int64(st, 1, id);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
-        res = row_object(st, 1, sqlite3_column_count(st)); /* without experiment_id */
+        res = row_object(st, 1, sqlite3_column_count(st), ROW_TYPED); /* without experiment_id */
     else if (rc == SQLITE_DONE)
         res = cJSON_CreateNull();
     else
@@ -944,7 +1102,7 @@ static int add_metrics(store_t *s, cJSON *o, int64_t id, int max, char *err, siz
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         total = sqlite3_column_int64(st, 5);
         if (max <= 0) continue;
-        cJSON *m = row_object(st, 0, 5);
+        cJSON *m = row_object(st, 0, 5, ROW_TYPED);
         if (!m || !cJSON_AddItemToArray(arr, m)) {
             cJSON_Delete(m);
             goto oom;
@@ -980,55 +1138,35 @@ static int bind_scope(sqlite3_stmt *st, const store_scope_t *sc) {
     int b = bind_text(st, 1, sc->dataset);
     b |= bind_text(st, 2, sc->budget_kind);
     b |= sqlite3_bind_double(st, 3, sc->budget);
+    b |= sqlite3_bind_int64(st, 4, sc->eval_tokens);
     return b;
 }
 
-int store_scope_of_spec(const char *spec_json, store_scope_t *out) {
-    cJSON *j = spec_json ? cJSON_Parse(spec_json) : NULL;
-    const char *ds = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "dataset"));
-    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(j, "token_budget");
-    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(j, "time_budget_s");
-    int rc = -1;
-    memset(out, 0, sizeof *out);
-    if (cJSON_IsObject(j)) {
-        snprintf(out->dataset, sizeof out->dataset, "%s", ds ? ds : STORE_DEFAULT_DATASET);
-        if (cJSON_IsNumber(tok) && tok->valuedouble > 0) {
-            snprintf(out->budget_kind, sizeof out->budget_kind, "tokens");
-            out->budget = tok->valuedouble;
-        } else {
-            snprintf(out->budget_kind, sizeof out->budget_kind, "time");
-            out->budget = cJSON_IsNumber(sec) ? sec->valuedouble : STORE_DEFAULT_BUDGET_S;
-        }
-        rc = 0;
-    }
-    cJSON_Delete(j);
-    return rc;
-}
-
-int store_default_scope(store_t *s, const char *dataset, store_scope_t *sc, char *err,
-                        size_t errlen) {
-    memset(sc, 0, sizeof *sc);
-    snprintf(sc->dataset, sizeof sc->dataset, "%s",
-             dataset && *dataset ? dataset : STORE_DEFAULT_DATASET);
-    snprintf(sc->budget_kind, sizeof sc->budget_kind, "time");
-    sc->budget = STORE_DEFAULT_BUDGET_S;
-    /* the budget with the most succeeded runs (one row of scopes), else, while
-     * nothing has succeeded on the dataset, the one with the most runs */
-    for (int k = ST_COMMON_BUDGET; k <= ST_COMMON_BUDGET_ANY; k++) {
+int store_default_scope(store_t *s, store_scope_t *sc, char *err, size_t errlen) {
+    /* what sc gives, the rest from the latest result, else the latest experiment */
+    for (int k = ST_LATEST_RESULT_SCOPE; k <= ST_LATEST_SCOPE; k++) {
         sqlite3_stmt *st = s->st[k];
-        bind_text(st, 1, sc->dataset);
-        int rc = sqlite3_step(st);
-        int found = rc == SQLITE_ROW && sqlite3_column_text(st, 0);
-        if (found) {
-            snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s",
-                     (const char *)sqlite3_column_text(st, 0));
-            sc->budget = sqlite3_column_double(st, 1);
-        }
+        int b = bind_text(st, 1, sc->dataset[0] ? sc->dataset : NULL);
+        if (sc->budget_kind[0])
+            b |= bind_text(st, 2, sc->budget_kind) | sqlite3_bind_double(st, 3, sc->budget);
+        if (sc->eval_tokens >= 0) b |= sqlite3_bind_int64(st, 4, sc->eval_tokens);
+        int rc = b ? SQLITE_ERROR : sqlite3_step(st);
+        if (rc == SQLITE_ROW) column_scope(st, 0, sc);
         reset(st);
-        if (rc != SQLITE_ROW && rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "scope");
-        if (found) break;
+        if (rc == SQLITE_ROW) return k == ST_LATEST_RESULT_SCOPE ? 1 : 2;
+        if (rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "scope");
     }
     return 0;
+}
+
+cJSON *store_scopes(store_t *s, int limit, char *err, size_t errlen) {
+    if (limit < 1 || limit > LIST_MAX) {
+        fail(err, errlen, "limit: must be 1..%d", LIST_MAX);
+        return NULL;
+    }
+    sqlite3_stmt *st = s->st[ST_SCOPES];
+    sqlite3_bind_int(st, 1, limit);
+    return rows_array(s, st, "scopes", err, errlen);
 }
 
 cJSON *store_leaderboard(store_t *s, const store_scope_t *sc, int limit, char *err, size_t errlen) {
@@ -1037,12 +1175,32 @@ cJSON *store_leaderboard(store_t *s, const store_scope_t *sc, int limit, char *e
         return NULL;
     }
     sqlite3_stmt *st = s->st[ST_LEADERBOARD_IN];
-    if (bind_scope(st, sc) || sqlite3_bind_int(st, 4, limit)) {
+    if (bind_scope(st, sc) || sqlite3_bind_int(st, 5, limit)) {
         reset(st);
         fail_db(s->db, err, errlen, "leaderboard");
         return NULL;
     }
     return rows_array(s, st, "leaderboard", err, errlen);
+}
+
+/* The column names of st, in order, as a new array of strings (NULL when
+ * out of memory). */
+static cJSON *column_names(sqlite3_stmt *st) {
+    cJSON *cols = cJSON_CreateArray();
+    for (int i = 0; cols && i < sqlite3_column_count(st); i++)
+        if (!cJSON_AddItemToArray(cols, cJSON_CreateString(sqlite3_column_name(st, i)))) {
+            cJSON_Delete(cols);
+            cols = NULL;
+        }
+    return cols;
+}
+
+cJSON *store_leaderboard_columns(store_t *s) {
+    return column_names(s->st[ST_LEADERBOARD_IN]);
+}
+
+cJSON *store_export_columns(store_t *s) {
+    return column_names(s->st[ST_EXPORT]);
 }
 
 cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errlen) {
@@ -1053,7 +1211,7 @@ cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errl
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         id = sqlite3_column_int64(st, 0);
-        stats = row_object(st, 1, 5);
+        stats = row_object(st, 1, 5, ROW_TYPED);
     } else if (rc != SQLITE_DONE) {
         fail_db(s->db, err, errlen, "best");
     }
@@ -1084,26 +1242,13 @@ uint64_t store_finishes(const store_t *s) {
     return s->finishes;
 }
 
-cJSON *store_best(store_t *s, char *err, size_t errlen) {
-    store_scope_t sc;
+int store_last_scope(store_t *s, store_scope_t *sc, char *err, size_t errlen) {
     sqlite3_stmt *st = s->st[ST_LAST_SCOPE];
     int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0) && sqlite3_column_text(st, 1)) {
-        memset(&sc, 0, sizeof sc);
-        snprintf(sc.dataset, sizeof sc.dataset, "%s", (const char *)sqlite3_column_text(st, 0));
-        snprintf(sc.budget_kind, sizeof sc.budget_kind, "%s",
-                 (const char *)sqlite3_column_text(st, 1));
-        sc.budget = sqlite3_column_double(st, 2);
-        reset(st);
-    } else {
-        reset(st);
-        if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-            fail_db(s->db, err, errlen, "best");
-            return NULL;
-        }
-        if (store_default_scope(s, NULL, &sc, err, errlen) < 0) return NULL;
-    }
-    return store_best_in(s, &sc, err, errlen);
+    if (rc == SQLITE_ROW) column_scope(st, 0, sc);
+    reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "last scope");
+    return rc == SQLITE_ROW;
 }
 
 cJSON *store_noise(store_t *s, const store_scope_t *sc, char *err, size_t errlen) {
@@ -1125,6 +1270,7 @@ cJSON *store_noise(store_t *s, const store_scope_t *sc, char *err, size_t errlen
     int ok = o && cJSON_AddStringToObject(o, "dataset", sc->dataset) &&
              cJSON_AddStringToObject(o, "budget_kind", sc->budget_kind) &&
              cJSON_AddNumberToObject(o, "budget", sc->budget) &&
+             cJSON_AddNumberToObject(o, "eval_tokens", (double)sc->eval_tokens) &&
              (df > 0 ? cJSON_AddNumberToObject(o, "sd", sqrt(ss / (double)df)) != NULL
                      : cJSON_AddNullToObject(o, "sd") != NULL) &&
              cJSON_AddNumberToObject(o, "configurations", (double)configs) &&
@@ -1147,9 +1293,9 @@ int store_prune_losses(store_t *s, const store_scope_t *sc, double p, double win
     *out = NULL;
     *n = 0;
     int b = bind_scope(st, sc);
-    b |= sqlite3_bind_double(st, 4, p);
-    b |= sqlite3_bind_double(st, 5, window);
-    b |= sqlite3_bind_int(st, 6, max_runs);
+    b |= sqlite3_bind_double(st, 5, p);
+    b |= sqlite3_bind_double(st, 6, window);
+    b |= sqlite3_bind_int(st, 7, max_runs);
     if (b) {
         reset(st);
         return fail_db(s->db, err, errlen, "prune");
@@ -1289,4 +1435,163 @@ fail:
 void store_jobs_free(store_job_t *jobs, size_t n) {
     for (size_t i = 0; i < n; i++) store_experiment_clear(&jobs[i].e);
     free(jobs);
+}
+
+/* ------------------------------------------------------------- the event log */
+
+int store_event_add(store_t *s, const char *type, int64_t experiment_id, const char *payload_json,
+                    int64_t *id, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENT_ADD];
+    int b = bind_text(st, 1, type);
+    b |= experiment_id > 0 ? sqlite3_bind_int64(st, 2, experiment_id) : sqlite3_bind_null(st, 2);
+    b |= bind_text(st, 3, payload_json);
+    if (b) {
+        reset(st);
+        return fail_db(s->db, err, errlen, "event");
+    }
+    if (run(s, ST_EVENT_ADD, "event", err, errlen) < 0) return -1;
+    if (id) *id = sqlite3_last_insert_rowid(s->db);
+    return 0;
+}
+
+int store_event_ensure_finished(store_t *s, int64_t experiment_id, char *err, size_t errlen) {
+    sqlite3_bind_int64(s->st[ST_EVENT_ENSURE_FINISHED], 1, experiment_id);
+    if (run(s, ST_EVENT_ENSURE_FINISHED, "finished event", err, errlen) < 0) return -1;
+    return sqlite3_changes(s->db) > 0;
+}
+
+/* Column i (JSON object text) parsed, or an empty object; NULL when out of
+ * memory. */
+static cJSON *column_object(sqlite3_stmt *st, int i) {
+    const char *text = (const char *)sqlite3_column_text(st, i);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        j = cJSON_CreateObject();
+    }
+    return j;
+}
+
+/* The outbox row of ST_EVENTS_PENDING as hook.c reads it. */
+static cJSON *pending_row(sqlite3_stmt *st) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)sqlite3_column_int64(st, 0));
+    cJSON_AddStringToObject(o, "type", (const char *)sqlite3_column_text(st, 1));
+    cJSON_AddStringToObject(o, "webhook_id", (const char *)sqlite3_column_text(st, 2));
+    cJSON_AddNumberToObject(o, "experiment_id", (double)sqlite3_column_int64(st, 3));
+    cJSON_AddItemToObject(o, "payload", column_object(st, 4));
+    const char *body = (const char *)sqlite3_column_text(st, 5);
+    if (body)
+        cJSON_AddStringToObject(o, "body", body);
+    else
+        cJSON_AddNullToObject(o, "body");
+    cJSON_AddNumberToObject(o, "attempts", sqlite3_column_int(st, 6));
+    return o;
+}
+
+/* A feed item of ST_EVENTS_LIST: the fixed members, then the payload's (the
+ * fixed ones win a clash), and the experiment's val_bpb when the payload
+ * names an experiment without one. */
+static cJSON *feed_row(sqlite3_stmt *st) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)sqlite3_column_int64(st, 0));
+    cJSON_AddStringToObject(o, "type", (const char *)sqlite3_column_text(st, 1));
+    cJSON_AddStringToObject(o, "created", (const char *)sqlite3_column_text(st, 2));
+    cJSON_AddStringToObject(o, "webhook_id", (const char *)sqlite3_column_text(st, 3));
+    cJSON_AddStringToObject(o, "state", (const char *)sqlite3_column_text(st, 4));
+    cJSON *payload = column_object(st, 5);
+    while (payload && payload->child) {
+        cJSON *item = cJSON_DetachItemViaPointer(payload, payload->child);
+        if (cJSON_GetObjectItemCaseSensitive(o, item->string))
+            cJSON_Delete(item);
+        else
+            cJSON_AddItemToObject(o, item->string, item);
+    }
+    cJSON_Delete(payload);
+    cJSON *exp = cJSON_GetObjectItemCaseSensitive(o, "experiment");
+    if (cJSON_IsObject(exp) && !cJSON_GetObjectItemCaseSensitive(exp, "val_bpb")) {
+        if (sqlite3_column_type(st, 6) == SQLITE_NULL)
+            cJSON_AddNullToObject(exp, "val_bpb");
+        else
+            cJSON_AddNumberToObject(exp, "val_bpb", sqlite3_column_double(st, 6));
+    }
+    return o;
+}
+
+/* Every remaining row of st through make as an array; st is reset either
+ * way. The caller owns the array; NULL with err on failure. */
+static cJSON *rows_made(store_t *s, sqlite3_stmt *st, cJSON *(*make)(sqlite3_stmt *),
+                        const char *op, char *err, size_t errlen) {
+    cJSON *arr = cJSON_CreateArray();
+    int rc = SQLITE_NOMEM;
+    while (arr && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        cJSON *o = make(st);
+        if (!o || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            rc = SQLITE_NOMEM;
+            break;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        if (rc == SQLITE_NOMEM)
+            fail(err, errlen, "store: %s: out of memory", op);
+        else
+            fail_db(s->db, err, errlen, op);
+        cJSON_Delete(arr);
+        arr = NULL;
+    }
+    reset(st);
+    return arr;
+}
+
+cJSON *store_events_pending(store_t *s, int64_t after, int64_t experiment_id, int limit, char *err,
+                            size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENTS_PENDING];
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit);
+    sqlite3_bind_int64(st, 3, experiment_id);
+    return rows_made(s, st, pending_row, "pending events", err, errlen);
+}
+
+int store_event_set_body(store_t *s, int64_t id, const char *body, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENT_SET_BODY];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, body);
+    return run(s, ST_EVENT_SET_BODY, "event body", err, errlen);
+}
+
+int store_event_attempted(store_t *s, int64_t id, char *err, size_t errlen) {
+    sqlite3_bind_int64(s->st[ST_EVENT_ATTEMPTED], 1, id);
+    return run(s, ST_EVENT_ATTEMPTED, "event attempt", err, errlen);
+}
+
+int store_event_mark(store_t *s, int64_t id, const char *state, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENT_MARK];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, state);
+    return run(s, ST_EVENT_MARK, "event state", err, errlen);
+}
+
+cJSON *store_events(store_t *s, int64_t after, int limit, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENTS_LIST];
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit);
+    return rows_made(s, st, feed_row, "events", err, errlen);
+}
+
+int64_t store_events_last_id(store_t *s, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENTS_LAST_ID];
+    int64_t v = -1;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    else
+        fail_db(s->db, err, errlen, "last event");
+    reset(st);
+    return v;
+}
+
+/* ------------------------------------------------------------------ export */
+
+cJSON *store_export_rows(store_t *s, char *err, size_t errlen) {
+    return rows_array_as(s, s->st[ST_EXPORT], ROW_RAW, "export", err, errlen);
 }

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/result_fields.h"
+#include "engine/spec.h"
 #include "engine/util.h"
 
 typedef struct store store_t;
@@ -36,16 +37,24 @@ typedef struct store store_t;
 #define STORE_INTERRUPTED "interrupted"
 #define STORE_PRUNED      "pruned" /* stopped: its loss lagged the median (sched.h) */
 
-/* A new experiment. Strings are borrowed for the call. */
+/* Where val_bpb values compare: one dataset, one budget and one evaluation,
+ * as the spec defines it (spec_scope_on in engine/spec.h); stored as the
+ * columns dataset, budget_kind, budget and eval_tokens of experiments,
+ * configs and scopes. */
+typedef spec_scope_t store_scope_t;
+
+/* A new experiment, filed as the spec parser says. Strings are borrowed for
+ * the call. */
 typedef struct {
-    const char *name;      /* may be NULL */
-    const char *tags_json; /* JSON array text, e.g. ["a","b"]; NULL = [] */
-    const char *spec_json; /* canonical spec (spec_canonical_json) */
-    const char *spec_hash; /* hex SHA-256 of the canonical spec without name/tags/priority/parent */
+    const char *name;        /* may be NULL */
+    const char *tags_json;   /* JSON array text, e.g. ["a","b"]; NULL = [] */
+    const char *spec_json;   /* canonical spec (spec_canonical_json) */
+    const char *config_hash; /* spec_config_hash: its configuration */
+    store_scope_t scope;     /* spec_scope_on: its dataset, budget and evaluation */
     int64_t seed;
     int64_t parent;     /* 0 = none */
     const char *source; /* "api", "cli" or "agent" */
-    int priority;       /* higher runs first; ties: oldest first */
+    int priority;       /* higher runs first; ties: a person's before the agent's, then oldest */
 } store_new_experiment_t;
 
 /* What the scheduler needs to start one. Strings are owned by the struct;
@@ -54,7 +63,8 @@ typedef struct {
     int64_t id;
     char *name;
     char *spec_json;
-    int attempt; /* 1 for the first run; incremented on each requeue */
+    int attempt;         /* 1 for the first run; incremented on each requeue */
+    store_scope_t scope; /* its scope as stored (store_claim_next fills it) */
 } store_experiment_t;
 
 /* The final numbers of a succeeded run (from the worker's result line): the
@@ -67,21 +77,6 @@ typedef struct {
     double loss, lr_mult, tok_s;
     double progress; /* fraction of the budget, 0..1; < 0 = not reported (NULL) */
 } store_metric_t;
-
-/* Where val_bpb values are comparable: one dataset and one budget. */
-typedef struct {
-    char dataset[64];
-    char budget_kind[8]; /* "time" or "tokens" */
-    double budget;       /* seconds (time) or training tokens */
-} store_scope_t;
-
-#define STORE_DEFAULT_DATASET  "default" /* the spec's default dataset */
-#define STORE_DEFAULT_BUDGET_S 300.0     /* the spec's default time budget */
-
-/* The scope of a canonical spec (JSON text): its dataset, and a token budget
- * when "token_budget" > 0, else the time budget time_budget_s. Returns 0, or
- * -1 when the text is not a spec object. */
-int store_scope_of_spec(const char *spec_json, store_scope_t *out);
 
 /* The schema: one entry per schema/NNN_name.sql in version order, generated
  * into the build as schema_sql.c by scripts/embed-schema.awk (static data). */
@@ -112,24 +107,27 @@ void store_format_time(int64_t unix_ms, char *buf, size_t len);
 int store_open(const char *path, store_t **out, char *err, size_t errlen);
 void store_close(store_t *s);
 
-/* The store's connection, for modules that own tables of their own (the
- * events table, daemon/serve/events.c); borrowed, valid until store_close. */
-struct sqlite3 *store_db(store_t *s);
-
 /* Insert a queued experiment; *id gets its id. A parent that does not exist
  * is an error ("parent: experiment 17 does not exist"). */
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
                  size_t errlen);
 
-/* An experiment with the same spec_hash and seed that is queued, running or
- * succeeded: returns 1 and sets *id, 0 when there is none, -1 on error. With
- * several, a succeeded one wins over a running one over a queued one. */
-int store_find_duplicate(store_t *s, const char *spec_hash, int64_t seed, int64_t *id, char *err,
-                         size_t errlen);
+/* An experiment with the same configuration (config_hash), seed and
+ * evaluation (its scope's eval_tokens) that is queued, running, succeeded or timed out: returns 1
+ * and sets *id, 0 when there is none, -1 on error. With several, a succeeded one wins over a
+ * running one over a queued one over a timed-out one. A timeout is an answer about the spec under
+ * the daemon's limits (it did not finish within budget * 1.25 + slack, or a token budget within its
+ * run limit): the same seed under the same limits times out again, after the longest time a slot
+ * gives any run. A failure, a crash, an interruption or a cancellation says nothing about the spec
+ * and is run again. */
+int store_find_duplicate(store_t *s, const char *config_hash, int64_t seed, int64_t eval_tokens,
+                         int64_t *id, char *err, size_t errlen);
 
-/* Claim the next queued experiment (priority desc, id asc) and mark it
- * running with pid 0 and started = now. Returns 1 with *out filled, 0 when the
- * queue is empty, -1 on error. */
+/* Claim the next queued experiment and mark it running with pid 0 and
+ * started = now: the highest priority first; among equal priorities a
+ * person's submission (source api or cli) before the agent's proposals, then
+ * the oldest. Returns 1 with *out filled, 0 when the queue is empty, -1 on
+ * error. */
 int store_claim_next(store_t *s, store_experiment_t *out, char *err, size_t errlen);
 void store_experiment_clear(store_experiment_t *e);
 
@@ -186,20 +184,30 @@ int store_recover(store_t *s, int max_attempts, int *requeued, int *abandoned, c
  * An experiment that is not running is an error. */
 int store_interrupt(store_t *s, int64_t id, int max_attempts, char *err, size_t errlen);
 
+/* Put a running experiment whose worker never started (its run directory
+ * could not be written: a full disk; the process could not be made) back in
+ * the queue with its attempt unchanged and reason saying why: no part of it
+ * ran, so nothing is charged to it. An experiment that is not running is an
+ * error. */
+int store_requeue_unstarted(store_t *s, int64_t id, const char *reason, char *err, size_t errlen);
+
 /* Number of queued experiments, or -1 on error. */
 int64_t store_queue_depth(store_t *s, char *err, size_t errlen);
 
 /* --- queries for the API (each returns a new cJSON tree, or NULL with err) --- */
 
-/* List: status filter (NULL = any), dataset filter (NULL or "" = any), order "id" | "-id" |
- * "val_bpb" | "created" (NULL = "-id"), limit 1..1000, after = id cursor (0 = none): the id of the
- * last item of the previous page, in any order (for val_bpb and created an unknown id gives an
- * empty page). val_bpb order is best first, runs without a result last. Each item: id, name, tags,
- * status, reason, source, priority, parent, seed, attempt, created/started/finished (ISO-8601 UTC),
- * val_bpb (null unless succeeded). A bad argument is an error whose message names it ("order: must
- * be one of id, -id, val_bpb, created"). */
-cJSON *store_list(store_t *s, const char *status, const char *dataset, const char *order, int limit,
-                  int64_t after, char *err, size_t errlen);
+/* List: status filter (NULL = any), dataset filter (NULL or "" = any), scope filter (NULL =
+ * any; else only that scope's experiments, and the dataset filter is its dataset), order "id" |
+ * "-id" | "val_bpb" | "created" | "queue" (NULL = "-id"), limit 1..1000, after = id cursor (0 =
+ * none): the id of the last item of the previous page, in any order (for val_bpb, created and
+ * queue an unknown id gives an empty page). val_bpb order is best first, runs without a result
+ * last; queue order is the order store_claim_next takes them in. Each item: id, name, tags,
+ * status, reason, source, priority, parent, seed, attempt, created/started/finished (ISO-8601
+ * UTC), dataset, budget_kind, budget, eval_tokens, val_bpb (null unless succeeded), params_total.
+ * A bad argument is an error whose message names it ("order: must be one of id, -id, val_bpb,
+ * created, queue"). */
+cJSON *store_list(store_t *s, const char *status, const char *dataset, const store_scope_t *scope,
+                  const char *order, int limit, int64_t after, char *err, size_t errlen);
 
 /* One experiment with its spec (parsed JSON), result object (or null) and, up
  * to max_metrics rows, its metrics ("metrics": [{step, time_s, loss, lr_mult,
@@ -209,11 +217,21 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const cha
  * id, NS_ERR_NOMEM, or NS_ERR_IO for a database error. */
 int store_get(store_t *s, int64_t id, int max_metrics, cJSON **out, char *err, size_t errlen);
 
-/* Fill sc for dataset (NULL or "" = STORE_DEFAULT_DATASET) with the budget
- * of that dataset with the most succeeded runs (then the most runs, then the
- * most recent), or a time budget of STORE_DEFAULT_BUDGET_S when it has none. */
-int store_default_scope(store_t *s, const char *dataset, store_scope_t *sc, char *err,
-                        size_t errlen);
+/* The default scope, the one rule of every query that names no scope or
+ * part of one: what sc gives (dataset "" = any, budget_kind "" = any budget,
+ * eval_tokens < 0 = any evaluation) completed from the scope of the run that
+ * succeeded most recently among those matching it, else of the experiment
+ * submitted most recently among them. Returns 1 (from a result), 2 (from an
+ * experiment without one), 0 when no experiment matches (sc unchanged), or
+ * -1 with err. */
+int store_default_scope(store_t *s, store_scope_t *sc, char *err, size_t errlen);
+
+/* Every scope that has results, the most recent result first, at most limit
+ * (1..1000): [{dataset, budget_kind, budget, eval_tokens, runs (succeeded),
+ * last_finished, best_id, best_val_bpb (its configuration's mean),
+ * best_val_bpb_sd (null with one seed), best_n_seeds}]. A new tree the caller
+ * owns, or NULL with err. */
+cJSON *store_scopes(store_t *s, int limit, char *err, size_t errlen);
 
 /* The leaderboard view within one scope: one row per configuration (the
  * repeats of a spec with different seeds are one row), best mean val_bpb
@@ -224,15 +242,19 @@ int store_default_scope(store_t *s, const char *dataset, store_scope_t *sc, char
  * tie_embeddings a boolean), config_hash, ... */
 cJSON *store_leaderboard(store_t *s, const store_scope_t *sc, int limit, char *err, size_t errlen);
 
+/* The leaderboard's columns, in order, as an array of strings (a table's
+ * header, of no rows too): a new tree the caller owns, NULL when out of memory. */
+cJSON *store_leaderboard_columns(store_t *s);
+
 /* The best configuration of a scope: store_get's object (without metrics) of
  * its first run, with its full spec and result, plus mean_val_bpb,
  * val_bpb_sd, n_seeds and seeds; a JSON null when nothing in the scope has
  * succeeded yet. */
 cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errlen);
 
-/* store_best_in for the scope of the most recently finished experiment (the
- * scope an agent is working in; the default scope when nothing finished). */
-cJSON *store_best(store_t *s, char *err, size_t errlen);
+/* The scope of the most recently finished experiment (the one an agent is
+ * working in) into sc: returns 1, 0 when nothing has finished, -1 with err. */
+int store_last_scope(store_t *s, store_scope_t *sc, char *err, size_t errlen);
 
 /* How many experiments this store has finished (store_finish commits) since it
  * was opened: results, the leaderboard, best and noise change only when it
@@ -242,8 +264,8 @@ uint64_t store_finishes(const store_t *s);
 /* The measured seed-to-seed noise of a scope: the pooled within-configuration
  * sample standard deviation of val_bpb over the configurations with at least
  * two succeeded seeds, s = sqrt(sum_c sum_i (v_ci - mean_c)^2 / sum_c (n_c - 1)).
- * A new object {dataset, budget_kind, budget, sd (null when no configuration
- * has two seeds), configurations, runs, df}. */
+ * A new object {dataset, budget_kind, budget, eval_tokens, sd (null when no
+ * configuration has two seeds), configurations, runs, df}. */
 cJSON *store_noise(store_t *s, const store_scope_t *sc, char *err, size_t errlen);
 
 /* Pruning. The loss of a run at progress p is the mean of its recorded
@@ -276,5 +298,56 @@ typedef struct {
 
 /* Record one attempt as a hook_deliveries row (created = now). */
 int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *err, size_t errlen);
+
+/* --- the event log (schema/006_events.sql; the feed is described in
+ * daemon/serve/events.h, the webhook in daemon/hook/hook.h) --- */
+
+/* Append an event; payload_json is a JSON object's text (NULL = {}),
+ * experiment_id 0 for none. *id (may be NULL) gets the new id. */
+int store_event_add(store_t *s, const char *type, int64_t experiment_id, const char *payload_json,
+                    int64_t *id, char *err, size_t errlen);
+
+/* Make sure experiment id has its experiment.finished event (the trigger
+ * writes it when the status changes; this covers a caller that announces an
+ * experiment some other way). Returns 1 if it was added, 0 if it existed. */
+int store_event_ensure_finished(store_t *s, int64_t experiment_id, char *err, size_t errlen);
+
+/* The hook's outbox: pending events with id > after (and, when
+ * experiment_id > 0, about that experiment), oldest first, at most limit:
+ * [{"id", "type", "webhook_id", "experiment_id" (0 = none), "payload"
+ * (object), "body" (the stored webhook body text, or null), "attempts"}]. */
+cJSON *store_events_pending(store_t *s, int64_t after, int64_t experiment_id, int limit, char *err,
+                            size_t errlen);
+
+/* Store the webhook body built for event id (kept for every later attempt). */
+int store_event_set_body(store_t *s, int64_t id, const char *body, char *err, size_t errlen);
+
+/* One more delivery attempt of event id has started. */
+int store_event_attempted(store_t *s, int64_t id, char *err, size_t errlen);
+
+/* Event id is "delivered" (delivered = now) or "failed". */
+int store_event_mark(store_t *s, int64_t id, const char *state, char *err, size_t errlen);
+
+/* The feed: events with id > after, oldest first, at most limit (1..1000):
+ * [{"id", "type", "created", "webhook_id", "state", ...payload}], an
+ * experiment in the payload completed with its val_bpb. */
+cJSON *store_events(store_t *s, int64_t after, int limit, char *err, size_t errlen);
+
+/* The newest event's id (0 when there is none), or -1 on error. */
+int64_t store_events_last_id(store_t *s, char *err, size_t errlen);
+
+/* --- exports (daemon/serve/export.h writes them as tables) --- */
+
+/* Every experiment with its key spec fields and its result columns, oldest
+ * first: {id, name, status, reason, source, parent, seed, dataset,
+ * time_budget_s, eval_tokens, depth, n_embd, n_head, n_kv_head, mlp,
+ * window_pattern, ve_layers, seq_len, created, started, finished, val_bpb,
+ * params_total, mfu_percent, tokens_per_second, num_steps, training_seconds,
+ * peak_rss_mb}; every value as stored (ve_layers a list's JSON text, not an
+ * array). */
+cJSON *store_export_rows(store_t *s, char *err, size_t errlen);
+
+/* store_export_rows' keys in order, as store_leaderboard_columns. */
+cJSON *store_export_columns(store_t *s);
 
 #endif

@@ -5,7 +5,8 @@
  * Fills a fresh store with N experiments (default 100,000) in 8 scopes (4
  * datasets x 2 time budgets), each scope 5 seeds of N/40 configurations, 90%
  * succeeded with a result, then times store_leaderboard (limit 20),
- * store_best_in and store_noise in one scope, REPEATS times each (default
+ * store_best_in and store_noise in one scope and store_scopes (the list
+ * every scoped reply carries), REPEATS times each (default
  * 20), and prints the median and the slowest, and the query plan of the
  * leaderboard ("keep" as a third argument keeps the database and prints its
  * path). Rows are written through a second connection in one
@@ -69,29 +70,20 @@ static void report(const char *label, double *wall, double *cpu, int reps) {
         report(label, w_, c_, reps);                                                               \
     } while (0)
 
-int main(int argc, char **argv) {
-    long n = argc > 1 ? atol(argv[1]) : 100000;
-    int reps = argc > 2 ? atoi(argv[2]) : 20;
-    if (n < 40 || reps < 1 || reps > 1000) {
-        fprintf(stderr, "usage: store-bench [N >= 40] [REPEATS 1..1000]\n");
-        return 2;
-    }
-    char dir[] = "/tmp/store-bench-XXXXXX", path[64], err[512];
-    if (!mkdtemp(dir)) return 1;
-    snprintf(path, sizeof path, "%s/nightshift.db", dir);
-    store_t *s = NULL;
-    if (store_open(path, &s, err, sizeof err) < 0) {
-        fprintf(stderr, "store-bench: %s\n", err);
-        return 1;
-    }
+/* n experiments in 8 scopes (5 seeds of each configuration, a tenth
+ * failed) written straight into the database at path, then its leaderboard
+ * query plan. */
+static void load(const char *path, long n) {
     sqlite3 *db;
     check(sqlite3_open(path, &db), db, "open");
     double t0 = now_ms();
     check(sqlite3_exec(db, "BEGIN", NULL, NULL, NULL), db, "begin");
     sqlite3_stmt *ins, *res;
     check(sqlite3_prepare_v2(db,
-                             "INSERT INTO experiments (id, spec, spec_hash, seed, source, status,"
-                             " config_hash, finished) VALUES (?1, ?2, ?3, ?4, 'api', ?5, ?6,"
+                             "INSERT INTO experiments (id, spec, dataset, budget_kind, budget, seed,"
+                             " source, status, config_hash, finished) VALUES (?1, ?2,"
+                             " json_extract(?2, '$.dataset'), 'time',"
+                             " json_extract(?2, '$.time_budget_s'), ?4, 'api', ?5, ?6,"
                              " strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
                              -1, &ins, NULL),
           db, "prepare");
@@ -102,17 +94,15 @@ int main(int argc, char **argv) {
     srand(1);
     for (long id = 1; id <= n; id++) {
         long k = id - 1, scope = k % 8, cfg = (k / 8) % configs, seed = k / (8 * configs);
-        char spec[256], hash[64], chash[64];
+        char spec[256], chash[64];
         snprintf(spec, sizeof spec,
                  "{\"dataset\":\"d%ld\",\"model\":{\"depth\":%ld,\"n_embd\":%ld},\"seed\":%ld,"
                  "\"time_budget_s\":%d}",
                  scope / 2, 1 + cfg % 8, 32 * (1 + cfg % 16), seed, scope % 2 ? 300 : 60);
-        snprintf(hash, sizeof hash, "h%ld", id);
         snprintf(chash, sizeof chash, "c%ld-%ld", scope, cfg);
         int ok = rand() % 10 != 0;
         sqlite3_bind_int64(ins, 1, id);
         sqlite3_bind_text(ins, 2, spec, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(ins, 3, hash, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(ins, 4, seed);
         sqlite3_bind_text(ins, 5, ok ? "succeeded" : "failed", -1, SQLITE_STATIC);
         sqlite3_bind_text(ins, 6, chash, -1, SQLITE_TRANSIENT);
@@ -134,7 +124,8 @@ int main(int argc, char **argv) {
     sqlite3_stmt *plan;
     check(sqlite3_prepare_v2(db,
                              "EXPLAIN QUERY PLAN SELECT * FROM leaderboard WHERE dataset = 'd1'"
-                             " AND budget_kind = 'time' AND budget = 300 LIMIT 20",
+                             " AND budget_kind = 'time' AND budget = 300 AND eval_tokens = 0"
+                             " LIMIT 20",
                              -1, &plan, NULL),
           db, "plan");
     printf("leaderboard query plan:\n");
@@ -143,12 +134,31 @@ int main(int argc, char **argv) {
     sqlite3_finalize(plan);
     sqlite3_close(db);
 
+}
+
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 100000;
+    int reps = argc > 2 ? atoi(argv[2]) : 20;
+    if (n < 40 || reps < 1 || reps > 1000) {
+        fprintf(stderr, "usage: store-bench [N >= 40] [REPEATS 1..1000]\n");
+        return 2;
+    }
+    char dir[] = "/tmp/store-bench-XXXXXX", path[64], err[512];
+    if (!mkdtemp(dir)) return 1;
+    snprintf(path, sizeof path, "%s/nightshift.db", dir);
+    store_t *s = NULL;
+    if (store_open(path, &s, err, sizeof err) < 0) {
+        fprintf(stderr, "store-bench: %s\n", err);
+        return 1;
+    }
+    load(path, n);
     store_scope_t sc = {.budget = 300};
     snprintf(sc.dataset, sizeof sc.dataset, "d1");
     snprintf(sc.budget_kind, sizeof sc.budget_kind, "time");
     TIME("leaderboard (limit 20)", reps, store_leaderboard(s, &sc, 20, err, sizeof err));
     TIME("best", reps, store_best_in(s, &sc, err, sizeof err));
     TIME("noise", reps, store_noise(s, &sc, err, sizeof err));
+    TIME("scopes", reps, store_scopes(s, 50, err, sizeof err));
     store_close(s);
     if (argc > 3 && !strcmp(argv[3], "keep")) {
         printf("kept %s\n", path);

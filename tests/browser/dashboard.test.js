@@ -3,8 +3,10 @@
 // running and one queued. Checks that the chart has one point per finished
 // experiment, the leaderboard's first row is the best val_bpb, the running
 // slot's progress advances between two reads, a cancel without the token is
-// refused and with it cancels, and that the page talks to nobody but the
-// daemon. Writes screenshots and measurements (page bytes, first paint) to
+// refused and with it cancels, that the first paint carries the state (with
+// every API request refused, and in a plain `chromium --headless
+// --screenshot`), and that the page talks to nobody but the daemon. Writes
+// screenshots and measurements (page bytes, first paint) to
 // $NIGHTSHIFT_BROWSER_OUT. Exit 0 only when every check passed.
 "use strict";
 
@@ -129,6 +131,33 @@ async function main() {
     await L.waitFor("the queued run to be cancelled", async () =>
       (await L.experiment(d, queued)).status === "cancelled", 10000);
     check(true, "with the token the click cancels it");
+
+    // the first paint carries the state: with every API request refused, the
+    // page still shows the finished runs, the leaderboard, the running slot
+    // and the queue, from what the daemon inlined into it
+    const bare = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    await bare.route("**/v1/**", (r) => r.abort());
+    const bp = await bare.newPage();
+    await bp.goto(d.url + "/", { waitUntil: "load" });
+    const first = await bp.evaluate(() => ({
+      points: document.getElementById("chart").dataset.points,
+      rows: document.querySelectorAll("#leaderboard tbody tr[data-id]").length,
+      slots: document.querySelectorAll("#slots .slot[data-id]").length,
+      summary: document.getElementById("summary").textContent,
+      scope: document.getElementById("scope").selectedOptions.length
+        ? document.getElementById("scope").selectedOptions[0].textContent : "" }));
+    check(first.points === String(finished) && first.rows > 0 && first.slots === 1 &&
+          /finished/.test(first.summary) && /best/.test(first.summary) && first.scope !== "",
+          "the first paint needs no request: " + JSON.stringify(first));
+    await bp.screenshot({ path: path.join(OUT, "first-paint.png") });
+    await bare.close();
+    // and a plain headless screenshot (no script waits for anything) shows it
+    const shot = path.join(OUT, "plain-screenshot.png");
+    require("child_process").execFileSync(L.chromiumPath(), [
+      "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+      "--disable-background-networking", "--window-size=1280,900", "--screenshot=" + shot,
+      d.url + "/"], { stdio: "ignore", timeout: 60000 });
+    check(fs.statSync(shot).size > 10000, "chromium --headless --screenshot wrote " + shot);
 
     // measurements: the page's bytes and its first paint on loopback
     const perf = await page.evaluate(() => {

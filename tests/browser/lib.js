@@ -175,4 +175,4 @@ async function withDaemon(out, body) {
 }
 
 module.exports = { TOKEN, fail, sleep, prepState, startDaemon, stopDaemon, api, spec, submit,
-                   waitFor, experiment, launchBrowser, cpuSeconds, withDaemon };
+                   waitFor, experiment, chromiumPath, launchBrowser, cpuSeconds, withDaemon };

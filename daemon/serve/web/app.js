@@ -5,9 +5,15 @@
  * arrive over one Server-Sent Events stream (/v1/events/stream?status=1): a
  * status snapshot every second and an event whenever an experiment ends, on
  * which the lists are fetched again (once, debounced). The leaderboard and
- * the seed noise (/v1/noise) are one scope's (dataset and budget: val_bpb
- * compares only within one), picked in #scope; a configuration run with
- * several seeds shows its mean ± sd (n), and the noise draws a band.
+ * the seed noise (/v1/noise) are one scope's (dataset, budget and evaluation:
+ * val_bpb compares only within one): the daemon's default scope (its latest
+ * result's) until another is picked in #scope, which lists the scopes the
+ * daemon says have results; a configuration run with several seeds shows
+ * its mean ± sd (n), and the noise draws a band.
+ *
+ * The first paint needs no request: the daemon inlines the answers the page
+ * would fetch first into the page (<script id="snapshot">), and they are
+ * drawn before anything is fetched.
  *
  * Text from the daemon is only ever set with textContent, never as HTML. */
 (function () {
@@ -18,9 +24,10 @@
   var state = {
     experiments: [],    /* every experiment, GET /v1/experiments */
     leaderboard: [],
+    board: null,        /* the last /v1/leaderboard answer: its scope and every scope's */
     status: null,       /* the last status snapshot */
     noise: null,        /* /v1/noise's answer, when it has one */
-    scope: null,        /* the picked "dataset|kind:budget", or null: the latest */
+    scope: null,        /* the picked scope's query, or null: the daemon's default */
     cache: {},          /* id -> full experiment (spec, metrics) */
     live: {},           /* running id -> {x: [], y: []} loss points */
     liveCharts: {},     /* running id -> uPlot */
@@ -31,7 +38,7 @@
     detailChart: null,
     running: "",        /* running ids, to notice changes */
     queueDepth: -1,
-    connected: false
+    connected: null     /* null until the event stream opens or fails */
   };
 
   /* ------------------------------------------------------------- helpers */
@@ -132,9 +139,18 @@
 
   /* ----------------------------------------------------------- the chart */
 
+  /* The chart, like the leaderboard, is the shown scope's: a best-so-far
+   * line across datasets or evaluations would compare what does not. */
+  function inShownScope(e) {
+    var b = state.board;
+    if (!b || typeof b.dataset !== "string") return true;
+    return e.dataset === b.dataset && e.budget_kind === b.budget_kind && e.budget === b.budget &&
+      e.eval_tokens === b.eval_tokens;
+  }
+
   function finishedRuns() {
     return state.experiments
-      .filter(function (e) { return !TERMINAL_SKIP[e.status]; })
+      .filter(function (e) { return !TERMINAL_SKIP[e.status] && inShownScope(e); })
       .sort(function (a, b) {
         return (a.finished || "").localeCompare(b.finished || "") || a.id - b.id;
       });
@@ -462,67 +478,62 @@
 
   /* ------------------------------------------------------------- scopes */
 
-  /* val_bpb compares only within one (dataset, budget): the leaderboard and
-   * the noise are asked for one scope, the one picked in #scope, else the
-   * scope of the most recent succeeded run. */
-  function scopeKey(e) {
-    return e.dataset + "|" + e.budget_kind + ":" + e.budget;
-  }
-
-  function scopesOf(exps) {
-    var seen = {}, out = [];
-    exps.filter(function (e) { return e.status === "succeeded" && e.dataset; })
-      .sort(function (a, b) { return (b.finished || "").localeCompare(a.finished || ""); })
-      .forEach(function (e) {
-        var k = scopeKey(e);
-        if (!seen[k]) { seen[k] = true; out.push(e); }
-      });
-    return out;
-  }
-
-  function currentScope() {
-    var all = scopesOf(state.experiments);
-    var picked = all.filter(function (e) { return scopeKey(e) === state.scope; })[0];
-    return picked || all[0] || null;
-  }
-
-  function scopeQuery() {
-    var sc = currentScope();
-    if (!sc) return "";
+  /* val_bpb compares only within one scope (dataset, budget, evaluation):
+   * the leaderboard and the noise are asked for the one picked in #scope,
+   * else for the daemon's default, and every answer names its scope. */
+  function scopeQueryOf(sc) {
     return "dataset=" + encodeURIComponent(sc.dataset) + "&budget=" +
-      encodeURIComponent(sc.budget_kind + ":" + sc.budget);
+      encodeURIComponent(sc.budget_kind + ":" + sc.budget) + "&eval_tokens=" + sc.eval_tokens;
+  }
+
+  function scopeLabel(sc) {
+    return sc.dataset + ", " + (sc.budget_kind === "tokens" ? fmt(sc.budget) + " tokens" : sc.budget + " s") +
+      ", eval " + (sc.eval_tokens ? fmt(sc.eval_tokens) + " tokens" : "the whole split") +
+      (typeof sc.runs === "number" ? " (" + sc.runs + " run" + (sc.runs === 1 ? ")" : "s)") : "");
+  }
+
+  /* The scope of the shown leaderboard, as a query, or "" before the first. */
+  function shownScope() {
+    var b = state.board;
+    return b && typeof b.dataset === "string" ? scopeQueryOf(b) : "";
   }
 
   function renderScopes() {
-    var sel = $("scope"), cur = currentScope();
+    var sel = $("scope"), b = state.board, cur = shownScope();
     sel.textContent = "";
-    scopesOf(state.experiments).forEach(function (e) {
-      var label = e.dataset + ", " + (e.budget_kind === "tokens" ? e.budget + " tokens"
-                                                                 : e.budget + " s");
-      var o = el("option", { text: label });
-      o.value = scopeKey(e);
-      if (cur && scopeKey(cur) === o.value) o.selected = true;
+    var list = (b && b.scopes) || [];
+    if (cur && !list.some(function (sc) { return scopeQueryOf(sc) === cur; })) list = [b].concat(list);
+    list.forEach(function (sc) {
+      var o = el("option", { text: scopeLabel(sc) });
+      o.value = scopeQueryOf(sc);
+      if (o.value === cur) o.selected = true;
       sel.appendChild(o);
     });
+  }
+
+  /* Draw the answers: every experiment, the leaderboard's (with its scope),
+   * the queue's. Any may be null (not answered). */
+  function show(exps, board, queue) {
+    if (exps) state.experiments = exps;
+    if (board) { state.board = board; state.leaderboard = board.leaderboard || []; }
+    renderScopes();
+    renderChart();
+    renderLeaderboard();
+    renderQueue(queue ? queue.experiments || [] : []);
+    renderSummary();
   }
 
   var refreshing = null, again = false;
   function refresh() {
     if (refreshing) { again = true; return refreshing; }
     refreshing = loadExperiments().then(function (exps) {
-      state.experiments = exps;
       return Promise.all([
         exps,
-        api("/v1/leaderboard?limit=200&" + scopeQuery()),
-        api("/v1/experiments?status=queued&order=id&limit=200")
+        api("/v1/leaderboard?limit=200" + (state.scope ? "&" + state.scope : "")),
+        api("/v1/experiments?status=queued&order=queue&limit=200")
       ]);
     }).then(function (res) {
-      if (res[1].ok) state.leaderboard = res[1].body.leaderboard || [];
-      renderScopes();
-      renderChart();
-      renderLeaderboard();
-      renderQueue(res[2].ok ? res[2].body.experiments || [] : []);
-      renderSummary();
+      show(res[0], res[1].ok ? res[1].body : null, res[2].ok ? res[2].body : null);
     }).catch(function (e) { say("loading: " + e.message, true); })
       .then(function () {
         refreshing = null;
@@ -538,7 +549,8 @@
   }
 
   function renderSummary() {
-    var st = state.status, done = finishedRuns().length, best = null;
+    var st = state.status, best = null;
+    var done = state.experiments.filter(function (e) { return !TERMINAL_SKIP[e.status]; }).length;
     state.leaderboard.forEach(function (r) {
       var v = sortValue(r, "val_bpb");
       if (typeof v === "number" && (best === null || v < best.v)) best = { v: v, id: r.id };
@@ -547,12 +559,12 @@
     if (st) parts.push(st.running + " running", st.queue_depth + " queued");
     parts.push(done + " finished");
     if (best) parts.push("best " + best.v.toFixed(6) + " (#" + best.id + ")");
-    parts.push(state.connected ? "live" : "reconnecting...");
+    parts.push(state.connected === null ? "connecting..." : state.connected ? "live" : "reconnecting...");
     $("summary").textContent = parts.join(" \u00b7 ");
   }
 
   function loadNoise() {
-    api("/v1/noise?" + scopeQuery()).then(function (r) {
+    api("/v1/noise?" + (shownScope() || state.scope || "")).then(function (r) {
       if (r.ok && r.body && typeof r.body === "object") { state.noise = r.body; renderChart(); }
     }).catch(function () {});
   }
@@ -730,6 +742,13 @@
     }
   }
 
+  /* The answers the daemon inlined into the page (get_page in api.c), or null. */
+  function snapshot() {
+    var node = $("snapshot");
+    if (!node) return null;
+    try { return JSON.parse(node.textContent); } catch (e) { return null; }
+  }
+
   function init() {
     var t = $("token");
     t.value = token();
@@ -746,9 +765,14 @@
     document.addEventListener("visibilitychange", visibility);
     $("scope").addEventListener("change", function () {
       state.scope = $("scope").value;
-      refresh();
-      loadNoise();
+      refresh().then(loadNoise);
     });
+    var snap = snapshot();
+    if (snap) {
+      if (snap.status) state.status = snap.status;
+      if (snap.noise) state.noise = snap.noise;
+      show(snap.experiments && snap.experiments.experiments, snap.leaderboard, snap.queue);
+    }
     route();
     refresh().then(loadNoise);
     if (!document.hidden) connect();
