@@ -176,8 +176,8 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
     snprintf(ds->name, sizeof ds->name, "%s", name);
     int rc = -1;
     if (read_manifest(ds, err, errlen) || read_token_bytes(ds, err, errlen)) goto fail;
-    if ((rc = map_tokens(ds->dir, "train.bin", ds->n_train, &ds->train_map, &ds->train_map_len,
-                         err, errlen)) < 0 ||
+    if ((rc = map_tokens(ds->dir, "train.bin", ds->n_train, &ds->train_map, &ds->train_map_len, err,
+                         errlen)) < 0 ||
         (rc = map_tokens(ds->dir, "val.bin", ds->n_val, &ds->val_map, &ds->val_map_len, err,
                          errlen)) < 0)
         goto fail;
