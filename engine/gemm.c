@@ -184,7 +184,9 @@ int gemm_select_env(char *err, size_t errlen) {
 }
 
 gemm_isa gemm_current(void) {
-    if (current == GEMM_AUTO) gemm_select(GEMM_AUTO);
+    /* first use: NIGHTSHIFT_ISA's path (engine commands have checked it), else the widest */
+    char err[256];
+    if (current == GEMM_AUTO && gemm_select_env(err, sizeof err) < 0) gemm_select(GEMM_AUTO);
     return current;
 }
 

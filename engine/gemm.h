@@ -36,7 +36,8 @@ int gemm_select(gemm_isa isa);
  * would die of SIGILL). */
 int gemm_select_env(char *err, size_t errlen);
 
-/* The kernel in use (never GEMM_AUTO). */
+/* The kernel in use (never GEMM_AUTO); before any selection, NIGHTSHIFT_ISA's
+ * path when the CPU runs it, else the widest. */
 gemm_isa gemm_current(void);
 
 /* "generic", "avx2" or "avx512" for a path; "auto" for GEMM_AUTO. */
