@@ -2,8 +2,9 @@
  *
  * prep reads every input into memory as a list of documents (a plain file is
  * one document, a .jsonl file one per line, a directory everything under it in
- * sorted order), pins the validation split, trains the tokenizer on the
- * training documents, encodes both splits and writes the files into
+ * sorted order), pins the validation split and the sealed test split before
+ * it, trains the tokenizer on the training documents, encodes the splits and
+ * writes the files into
  * STATE/datasets/.NAME.tmp.<pid>, which is renamed to NAME only when complete.
  * Any failure removes the temporary directory. */
 #include <cjson/cJSON.h>
@@ -54,8 +55,10 @@ typedef struct {
     char *path; /* as given, or given + "/" + the path below a given directory */
     uint64_t bytes;
     char sha256[65];
-    int val; /* 1: a validation source (--val) */
+    int split; /* SRC_TRAIN (an INPUT), SRC_VAL (--val) or SRC_TEST (--test) */
 } source_t;
+
+enum { SRC_TRAIN, SRC_VAL, SRC_TEST };
 
 typedef struct {
     char *text; /* every document, concatenated */
@@ -133,8 +136,8 @@ static int add_jsonl(corpus_t *c, const char *path, const char *buf, size_t len,
     return 0;
 }
 
-/* Read one file: record it as a source and add its documents. */
-static int add_file(corpus_t *c, const char *path, int val, char *err, size_t errlen) {
+/* Read one file: record it as a source (of split, SRC_*) and add its documents. */
+static int add_file(corpus_t *c, const char *path, int split, char *err, size_t errlen) {
     size_t len;
     char *buf = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen);
     if (!buf) return -1;
@@ -145,7 +148,7 @@ static int add_file(corpus_t *c, const char *path, int val, char *err, size_t er
     if (!s->path) goto oom;
     c->nsrc++;
     s->bytes = len;
-    s->val = val;
+    s->split = split;
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;
     if (!EVP_Digest(buf, len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32) {
@@ -173,13 +176,13 @@ static int cmp_str(const void *a, const void *b) {
 
 /* A file, or a directory walked recursively in byte order of the names,
  * skipping hidden entries and anything that is neither file nor directory. */
-static int add_path(corpus_t *c, const char *path, int val, int depth, char *err, size_t errlen) {
+static int add_path(corpus_t *c, const char *path, int split, int depth, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st)) {
         util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    if (S_ISREG(st.st_mode)) return add_file(c, path, val, err, errlen);
+    if (S_ISREG(st.st_mode)) return add_file(c, path, split, err, errlen);
     if (!S_ISDIR(st.st_mode)) {
         if (depth == 0) {
             util_errorf(err, errlen, "%s: not a file or directory", path);
@@ -222,7 +225,7 @@ static int add_path(corpus_t *c, const char *path, int val, int depth, char *err
             util_errorf(err, errlen, "out of memory");
             goto done;
         }
-        int r = add_path(c, child, val, depth + 1, err, errlen);
+        int r = add_path(c, child, split, depth + 1, err, errlen);
         free(child);
         if (r) goto done;
     }
@@ -369,21 +372,22 @@ typedef struct {
     const char *dir, *name;
     char name_buf[64]; /* the default name, when --name is not given */
     long vocab;
-    double val_fraction;
-    bool has_fraction, force, quiet;
-    const char **inputs, **vals;
-    size_t n_inputs, n_vals;
+    double val_fraction, test_fraction;
+    bool has_fraction, has_test_fraction, force, quiet;
+    const char **inputs, **vals, **tests;
+    size_t n_inputs, n_vals, n_tests;
 } prep_args_t;
 
 static void prep_usage(FILE *out) {
     fprintf(out,
             "usage: nightshift prep [--dir DIR] [--name NAME] [--vocab N]\n"
-            "                       [--val-fraction F | --val PATH ...] [--force] [--quiet]\n"
+            "                       [--val-fraction F | --val PATH ...]\n"
+            "                       [--test-fraction F | --test PATH ...] [--force] [--quiet]\n"
             "                       INPUT...\n"
             "\n"
             "Trains a byte-level BPE tokenizer on the training documents and writes the\n"
             "dataset DIR/datasets/NAME (tokenizer.json, token_bytes.bin, train.bin, val.bin,\n"
-            "manifest.json). A spec trains on it with \"dataset\": \"NAME\".\n"
+            "test.bin, manifest.json). A spec trains on it with \"dataset\": \"NAME\".\n"
             "\n"
             "  INPUT            a text file (one document), a .jsonl file (one document per\n"
             "                   line, from its \"text\" field), or a directory of them (read\n"
@@ -403,6 +407,16 @@ static void prep_usage(FILE *out) {
             "                   cut at the line break nearest that point\n"
             "  --val PATH       validation documents from PATH instead (repeatable); the\n"
             "                   INPUTs are then all training documents\n"
+            "  --test-fraction F  the sealed test split: text taken from the end of the\n"
+            "                   training documents, just before the validation split, about\n"
+            "                   F of all the input's bytes: whole documents (the number whose\n"
+            "                   bytes come nearest), or, when one training document is left,\n"
+            "                   its last bytes cut at a line break. Default: as many bytes as\n"
+            "                   the validation split, at most half of the training text;\n"
+            "                   0 = no test split. Training, ranking, pruning and the agent\n"
+            "                   never read it: each run is measured on it once, and the\n"
+            "                   daemon shows the figure only beside the night's answer\n"
+            "  --test PATH      test documents from PATH instead (repeatable)\n"
             "  --force          replace an existing dataset of that name\n"
             "  --quiet          no progress on stderr\n",
             PREP_DEFAULT_DIR, DATA_MAX_TOKENS, PREP_DEFAULT_VOCAB, PREP_DEFAULT_VAL_FRACTION);
@@ -441,7 +455,8 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
     a->val_fraction = PREP_DEFAULT_VAL_FRACTION;
     a->inputs = calloc((size_t)argc, sizeof *a->inputs);
     a->vals = calloc((size_t)argc, sizeof *a->vals);
-    if (!a->inputs || !a->vals) {
+    a->tests = calloc((size_t)argc, sizeof *a->tests);
+    if (!a->inputs || !a->vals || !a->tests) {
         fprintf(stderr, "prep: out of memory\n");
         return 2;
     }
@@ -475,7 +490,8 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
         memcpy(key, arg, kl);
         key[kl] = 0;
         if (strcmp(key, "--dir") && strcmp(key, "--name") && strcmp(key, "--vocab") &&
-            strcmp(key, "--val-fraction") && strcmp(key, "--val"))
+            strcmp(key, "--val-fraction") && strcmp(key, "--val") &&
+            strcmp(key, "--test-fraction") && strcmp(key, "--test"))
             goto unknown;
         if (eq) {
             val = eq + 1;
@@ -504,6 +520,15 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
                 return 2;
             }
             a->has_fraction = true;
+        } else if (!strcmp(key, "--test-fraction")) {
+            a->test_fraction = strtod(val, &end);
+            if (end == val || *end || !(a->test_fraction >= 0 && a->test_fraction < 1)) {
+                fprintf(stderr, "prep: --test-fraction %s is not a number in [0, 1)\n", val);
+                return 2;
+            }
+            a->has_test_fraction = true;
+        } else if (!strcmp(key, "--test")) {
+            a->tests[a->n_tests++] = val;
         } else {
             a->vals[a->n_vals++] = val;
         }
@@ -526,26 +551,40 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
         fprintf(stderr, "prep: --val-fraction and --val exclude each other\n");
         return 2;
     }
+    if (a->has_test_fraction && a->n_tests) {
+        fprintf(stderr, "prep: --test-fraction and --test exclude each other\n");
+        return 2;
+    }
     return 0;
 }
 
-/* How a single document was split: the validation text is bytes [cut, len). */
+/* Where the documents of each split are: train is documents [0, train_end);
+ * val and test are ranges after it ([lo, hi), empty when lo == hi). A split
+ * cut out of one document by bytes records where in that document's original
+ * text it starts (val_cut, test_cut; 0 = not cut by bytes); a test split cut
+ * by bytes ends at test_end. */
 typedef struct {
-    size_t cut; /* 0 = not split by bytes */
-} byte_split_t;
+    size_t train_end, val_lo, val_hi, test_lo, test_hi;
+    size_t val_cut, test_cut, test_end;
+    size_t test_target;  /* the test split's size asked for, in bytes of text */
+    const char *no_test; /* why there is no test split, or NULL */
+} splits_t;
 
-/* Split c's only document in two: the last `fraction` of its bytes become a
- * second (validation) document. The cut goes just after a line break: the one
- * nearest the target point with at least one byte of text on each side. A
- * text without such a line break cannot be split (an error naming the
- * alternatives). */
-static int split_one(corpus_t *c, double fraction, byte_split_t *out, char *err, size_t errlen) {
-    const char *t = c->text;
-    size_t len = c->len;
-    double want = (1.0 - fraction) * (double)len;
+static uint64_t docs_bytes(const corpus_t *c, size_t lo, size_t hi) {
+    uint64_t n = 0;
+    for (size_t d = lo; d < hi; d++) n += c->dlen[d];
+    return n;
+}
+
+/* The cut in document d nearest byte `want` of it that falls just after a
+ * line break with at least one byte on each side, or 0 when there is none. */
+static size_t line_cut(const corpus_t *c, size_t d, double want) {
+    const char *t = c->text + c->off[d];
+    size_t len = c->dlen[d];
+    if (len < 2) return 0;
     size_t target = want < 1 ? 1 : want > (double)(len - 1) ? len - 1 : (size_t)want;
     size_t best = 0, best_dist = SIZE_MAX;
-    /* A cut at k means text [0, k) trains and [k, len) validates; k follows a '\n'. */
+    /* A cut at k means [0, k) and [k, len); k follows a '\n'. */
     for (size_t k = target; k > 0; k--)
         if (t[k - 1] == '\n') {
             best = k, best_dist = target - k;
@@ -556,14 +595,13 @@ static int split_one(corpus_t *c, double fraction, byte_split_t *out, char *err,
             best = k;
             break;
         }
-    if (best == 0 || best >= len) {
-        util_errorf(err, errlen,
-                    "the input is one document of %zu bytes without a line break to split it "
-                    "at; give --val with validation text, or more text",
-                    len);
-        return -1;
-    }
-    c->dlen[0] = best;
+    return best < len ? best : 0;
+}
+
+/* Split document d at byte `at` of it (0 < at < its length): d keeps the
+ * text before, a new document d + 1 gets the rest, and the documents after d
+ * move up by one. */
+static int split_doc(corpus_t *c, size_t d, size_t at, char *err, size_t errlen) {
     if (c->n + 1 > c->capd) {
         size_t cap = c->capd;
         if (util_grow(&c->off, &cap, c->n + 1, sizeof *c->off)) goto oom;
@@ -571,20 +609,134 @@ static int split_one(corpus_t *c, double fraction, byte_split_t *out, char *err,
         if (util_grow(&c->dlen, &cap, c->n + 1, sizeof *c->dlen)) goto oom;
         c->capd = cap;
     }
-    c->off[1] = best;
-    c->dlen[1] = len - best;
-    c->n = 2;
-    out->cut = best;
+    memmove(c->off + d + 2, c->off + d + 1, (c->n - d - 1) * sizeof *c->off);
+    memmove(c->dlen + d + 2, c->dlen + d + 1, (c->n - d - 1) * sizeof *c->dlen);
+    c->off[d + 1] = c->off[d] + at;
+    c->dlen[d + 1] = c->dlen[d] - at;
+    c->dlen[d] = at;
+    c->n++;
     return 0;
 oom:
     util_errorf(err, errlen, "out of memory");
     return -1;
 }
 
+/* Pin the validation split: the --val documents (which follow the n_in
+ * INPUT documents), else the last fraction of the INPUT documents, else,
+ * for a single INPUT document, the last fraction of its bytes. The --test
+ * documents, if any, are the last of c and stay there. desc describes it. */
+static int pin_val(corpus_t *c, const prep_args_t *a, size_t n_in, size_t n_val_docs, splits_t *sp,
+                   char *desc, size_t desclen, char *err, size_t errlen) {
+    if (a->n_vals) {
+        sp->train_end = n_in;
+        sp->val_lo = n_in, sp->val_hi = n_in + n_val_docs;
+        snprintf(desc, desclen, "the %zu documents of the --val paths", n_val_docs);
+        return 0;
+    }
+    if (n_in == 1) {
+        size_t len = c->dlen[0];
+        size_t cut = line_cut(c, 0, (1.0 - a->val_fraction) * (double)len);
+        if (!cut) {
+            util_errorf(err, errlen,
+                        "the input is one document of %zu bytes without a line break to split "
+                        "it at; give --val with validation text, or more text",
+                        len);
+            return -1;
+        }
+        if (split_doc(c, 0, cut, err, errlen)) return -1;
+        sp->train_end = 1, sp->val_lo = 1, sp->val_hi = 2, sp->val_cut = cut;
+        snprintf(desc, desclen,
+                 "the last %zu of %zu bytes of the one document (fraction %g, cut after a line "
+                 "break at byte %zu)",
+                 len - cut, len, a->val_fraction, cut);
+        return 0;
+    }
+    double want = round(a->val_fraction * (double)n_in);
+    size_t nv = want < 1 ? 1 : want > (double)(n_in - 1) ? n_in - 1 : (size_t)want;
+    sp->train_end = n_in - nv;
+    sp->val_lo = n_in - nv, sp->val_hi = n_in;
+    snprintf(desc, desclen, "the last %zu of %zu documents in input order (fraction %g)", nv, n_in,
+             a->val_fraction);
+    return 0;
+}
+
+/* Pin the sealed test split: the --test documents (the last n_test_docs of
+ * c), else nothing with --test-fraction 0, else text taken from the end of
+ * the training documents (splits_t, the usage text). A default split that
+ * cannot be cut (one training document without a line break) is left out
+ * with the reason in sp->no_test; an asked-for one is an error. */
+static int pin_test(corpus_t *c, const prep_args_t *a, size_t n_test_docs, splits_t *sp, char *desc,
+                    size_t desclen, char *err, size_t errlen) {
+    if (a->n_tests) {
+        sp->test_lo = c->n - n_test_docs, sp->test_hi = c->n;
+        snprintf(desc, desclen, "the %zu documents of the --test paths", n_test_docs);
+        return 0;
+    }
+    if (a->has_test_fraction && a->test_fraction == 0) {
+        sp->no_test = "--test-fraction 0";
+        snprintf(desc, desclen, "none (--test-fraction 0)");
+        return 0;
+    }
+    double train = (double)docs_bytes(c, 0, sp->train_end), target;
+    if (a->has_test_fraction) {
+        target = a->test_fraction * (double)c->len;
+        if (target >= train) {
+            util_errorf(err, errlen,
+                        "--test-fraction %g asks for %.0f bytes of the %.0f left for training",
+                        a->test_fraction, target, train);
+            return -1;
+        }
+    } else { /* as large as the validation split, but never most of the training text */
+        target = fmin((double)docs_bytes(c, sp->val_lo, sp->val_hi), 0.5 * train);
+    }
+    sp->test_target = (size_t)target;
+    if (sp->train_end >= 2) {
+        /* Whole documents: the number k of the last ones whose bytes come
+         * nearest the target, leaving at least one to train on. */
+        size_t k = 1, best_k = 1;
+        double sum = 0, best = INFINITY;
+        for (; k < sp->train_end; k++) {
+            sum += (double)c->dlen[sp->train_end - k];
+            if (fabs(sum - target) < best) best = fabs(sum - target), best_k = k;
+            if (sum >= target) break;
+        }
+        sp->test_hi = sp->train_end;
+        sp->test_lo = sp->train_end = sp->train_end - best_k;
+        snprintf(desc, desclen,
+                 "the last %zu training documents before the validation split (%llu bytes; "
+                 "asked for %zu)",
+                 best_k, (unsigned long long)docs_bytes(c, sp->test_lo, sp->test_hi),
+                 sp->test_target);
+        return 0;
+    }
+    size_t len = c->dlen[0], cut = line_cut(c, 0, (double)len - target);
+    if (!cut) {
+        if (a->has_test_fraction) {
+            util_errorf(err, errlen,
+                        "--test-fraction: the one training document (%zu bytes) has no line "
+                        "break to cut a test split at; give --test with test text",
+                        len);
+            return -1;
+        }
+        sp->no_test = "the one training document has no line break to cut it at";
+        snprintf(desc, desclen, "none (%s)", sp->no_test);
+        return 0;
+    }
+    if (split_doc(c, 0, cut, err, errlen)) return -1;
+    sp->val_lo++, sp->val_hi++; /* the documents after 0 moved up */
+    sp->test_lo = 1, sp->test_hi = 2, sp->train_end = 1;
+    sp->test_cut = cut, sp->test_end = cut + c->dlen[1];
+    snprintf(desc, desclen,
+             "bytes %zu to %zu of the one training document (cut after a line break; asked for "
+             "%zu bytes)",
+             cut, sp->test_end, sp->test_target);
+    return 0;
+}
+
 static cJSON *manifest_json(const prep_args_t *a, const tok_t *tok, const corpus_t *c,
-                            const byte_split_t *split, const split_stats_t *tr,
-                            const split_stats_t *va, const char *split_desc, double tok_s,
-                            double total_s) {
+                            const splits_t *sp, const split_stats_t *tr, const split_stats_t *va,
+                            const split_stats_t *te, const char *val_desc, const char *test_desc,
+                            double tok_s, double total_s) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "name", a->name);
     cJSON_AddNumberToObject(m, "format", 1);
@@ -595,34 +747,65 @@ static cJSON *manifest_json(const prep_args_t *a, const tok_t *tok, const corpus
     cJSON_AddStringToObject(m, "dtype", "uint16");
     cJSON_AddNumberToObject(m, "train_tokens", (double)tr->tokens);
     cJSON_AddNumberToObject(m, "val_tokens", (double)va->tokens);
+    cJSON_AddNumberToObject(m, "test_tokens", (double)te->tokens);
     cJSON_AddNumberToObject(m, "train_docs", (double)tr->docs);
     cJSON_AddNumberToObject(m, "val_docs", (double)va->docs);
+    cJSON_AddNumberToObject(m, "test_docs", (double)te->docs);
     cJSON_AddNumberToObject(m, "train_bytes", (double)tr->bytes);
     cJSON_AddNumberToObject(m, "val_bytes", (double)va->bytes);
+    cJSON_AddNumberToObject(m, "test_bytes", (double)te->bytes);
     cJSON *vs = cJSON_AddObjectToObject(m, "val_split");
     if (a->n_vals) {
         cJSON_AddStringToObject(vs, "method", "files");
         cJSON *paths = cJSON_AddArrayToObject(vs, "paths");
         for (size_t i = 0; i < a->n_vals; i++)
             cJSON_AddItemToArray(paths, cJSON_CreateString(a->vals[i]));
-    } else if (split->cut) {
+    } else if (sp->val_cut) {
         cJSON_AddStringToObject(vs, "method", "byte_fraction");
         cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
-        cJSON_AddNumberToObject(vs, "cut_byte", (double)split->cut);
-        cJSON_AddNumberToObject(vs, "train_text_bytes", (double)split->cut);
-        cJSON_AddNumberToObject(vs, "val_text_bytes", (double)(c->len - split->cut));
+        cJSON_AddNumberToObject(vs, "cut_byte", (double)sp->val_cut);
+        cJSON_AddNumberToObject(vs, "train_text_bytes", (double)c->dlen[0]);
+        cJSON_AddNumberToObject(vs, "val_text_bytes",
+                                (double)docs_bytes(c, sp->val_lo, sp->val_hi));
     } else {
         cJSON_AddStringToObject(vs, "method", "fraction");
         cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
     }
-    cJSON_AddStringToObject(vs, "description", split_desc);
+    cJSON_AddStringToObject(vs, "description", val_desc);
+    /* The test split's cut, so a reader can tell exactly which text is sealed. */
+    cJSON *ts = cJSON_AddObjectToObject(m, "test_split");
+    if (a->n_tests) {
+        cJSON_AddStringToObject(ts, "method", "files");
+        cJSON *paths = cJSON_AddArrayToObject(ts, "paths");
+        for (size_t i = 0; i < a->n_tests; i++)
+            cJSON_AddItemToArray(paths, cJSON_CreateString(a->tests[i]));
+    } else if (sp->no_test) {
+        cJSON_AddStringToObject(ts, "method", "none");
+        cJSON_AddStringToObject(ts, "reason", sp->no_test);
+    } else if (sp->test_cut) {
+        cJSON_AddStringToObject(ts, "method", "bytes");
+        cJSON_AddNumberToObject(ts, "cut_byte", (double)sp->test_cut);
+        cJSON_AddNumberToObject(ts, "end_byte", (double)sp->test_end);
+    } else {
+        cJSON_AddStringToObject(ts, "method", "documents");
+        cJSON_AddNumberToObject(ts, "first_document", (double)sp->test_lo);
+        cJSON_AddNumberToObject(ts, "documents", (double)(sp->test_hi - sp->test_lo));
+    }
+    if (!a->n_tests && !sp->no_test) {
+        if (a->has_test_fraction) cJSON_AddNumberToObject(ts, "fraction", a->test_fraction);
+        cJSON_AddNumberToObject(ts, "target_bytes", (double)sp->test_target);
+        cJSON_AddNumberToObject(ts, "text_bytes", (double)docs_bytes(c, sp->test_lo, sp->test_hi));
+    }
+    cJSON_AddStringToObject(ts, "description", test_desc);
     cJSON *srcs = cJSON_AddArrayToObject(m, "sources");
+    static const char *const split_names[] = {"train", "val", "test"};
     for (size_t i = 0; i < c->nsrc; i++) {
         cJSON *s = cJSON_CreateObject();
         cJSON_AddStringToObject(s, "path", c->src[i].path);
         cJSON_AddNumberToObject(s, "bytes", (double)c->src[i].bytes);
         cJSON_AddStringToObject(s, "sha256", c->src[i].sha256);
-        if (a->n_vals) cJSON_AddStringToObject(s, "split", c->src[i].val ? "val" : "train");
+        if (a->n_vals || a->n_tests)
+            cJSON_AddStringToObject(s, "split", split_names[c->src[i].split]);
         cJSON_AddItemToArray(srcs, s);
     }
     cJSON_AddNumberToObject(m, "tokenizer_seconds", round(tok_s * 1000) / 1000);
@@ -681,6 +864,15 @@ fail:
         if (!a.quiet) fprintf(stderr, __VA_ARGS__);                                                \
     } while (0)
 
+/* One split in the final summary: "1234 tokens (9 docs)" or, for a split cut
+ * out of the one INPUT document, "1234 tokens (bytes A to B)". */
+static void print_split(const char *name, const split_stats_t *st, size_t from, size_t to) {
+    if (to > from)
+        printf("%s %zu tokens (bytes %zu to %zu)", name, st->tokens, from, to);
+    else
+        printf("%s %zu tokens (%zu docs)", name, st->tokens, st->docs);
+}
+
 int prep_main(int argc, char **argv) {
     prep_args_t a;
     corpus_t c = {0};
@@ -690,13 +882,14 @@ int prep_main(int argc, char **argv) {
     cJSON *manifest = NULL;
     char *mtext = NULL;
     char err[1024] = "";
-    char dsdir[4096], tmp[4400], final[4400], path[4500], desc[256];
+    char dsdir[4096], tmp[4400], final[4400], path[4500], val_desc[256], test_desc[256];
     bool made_tmp = false;
-    byte_split_t split = {0};
+    splits_t sp = {0};
     int rc = prep_parse(argc, argv, &a);
     if (rc) {
         free(a.inputs);
         free(a.vals);
+        free(a.tests);
         return rc == 1 ? 0 : 2;
     }
     rc = 1;
@@ -734,45 +927,36 @@ int prep_main(int argc, char **argv) {
         goto fail;
     }
 
-    /* Read the training inputs, then the --val paths; each must hold text. */
-    size_t n_train = 0;
-    for (size_t i = 0; i < a.n_inputs + a.n_vals; i++) {
-        int val = i >= a.n_inputs;
-        const char *p = val ? a.vals[i - a.n_inputs] : a.inputs[i];
+    /* Read the training inputs, then the --val paths, then the --test paths;
+     * each must hold text. */
+    size_t n_in = 0, n_val_docs = 0, n_test_docs = 0;
+    for (size_t i = 0; i < a.n_inputs + a.n_vals + a.n_tests; i++) {
+        int split = i < a.n_inputs ? SRC_TRAIN : i < a.n_inputs + a.n_vals ? SRC_VAL : SRC_TEST;
+        const char *p = split == SRC_TRAIN ? a.inputs[i]
+                        : split == SRC_VAL ? a.vals[i - a.n_inputs]
+                                           : a.tests[i - a.n_inputs - a.n_vals];
         size_t before = c.n;
-        if (add_path(&c, p, val, 0, err, sizeof err)) goto fail;
+        if (add_path(&c, p, split, 0, err, sizeof err)) goto fail;
         if (c.n == before) {
             util_errorf(err, sizeof err, "%s: no text (empty, or nothing but hidden files)", p);
             goto fail;
         }
-        if (!val) n_train = c.n;
+        *(split == SRC_TRAIN ? &n_in
+          : split == SRC_VAL ? &n_val_docs
+                             : &n_test_docs) += c.n - before;
     }
     PREP_LOG("prep: read %zu documents, %.2f MB, from %zu files in %.2f s\n", c.n,
              (double)c.len / 1e6, c.nsrc, util_now() - t0);
 
-    /* Pin the validation split. */
-    if (a.n_vals) {
-        snprintf(desc, sizeof desc, "the %zu documents of the --val paths", c.n - n_train);
-    } else {
-        if (c.n == 1) {
-            if (split_one(&c, a.val_fraction, &split, err, sizeof err)) goto fail;
-            snprintf(desc, sizeof desc,
-                     "the last %zu of %zu bytes of the one document (fraction %g, cut after a "
-                     "line break at byte %zu)",
-                     c.len - split.cut, c.len, a.val_fraction, split.cut);
-            n_train = 1;
-            goto split_done;
-        }
-        double want = round(a.val_fraction * (double)c.n);
-        size_t nv = want < 1 ? 1 : want > (double)(c.n - 1) ? c.n - 1 : (size_t)want;
-        n_train = c.n - nv;
-        snprintf(desc, sizeof desc, "the last %zu of %zu documents in input order (fraction %g)",
-                 nv, c.n, a.val_fraction);
-    }
-split_done:; /* a declaration follows: C11 needs a statement after a label */
+    /* Pin the validation split, then the test split before it. */
+    if (pin_val(&c, &a, n_in, n_val_docs, &sp, val_desc, sizeof val_desc, err, sizeof err) ||
+        pin_test(&c, &a, n_test_docs, &sp, test_desc, sizeof test_desc, err, sizeof err))
+        goto fail;
+    if (sp.no_test) PREP_LOG("prep: no test split: %s\n", sp.no_test);
 
     /* Train the tokenizer on the training documents only. */
     double tt = util_now();
+    size_t n_train = sp.train_end;
     if (!(tr = tok_trainer_new(err, sizeof err))) goto fail;
     progress_t pr = {a.quiet ? NULL : stderr, tt};
     for (size_t d = 0; d < n_train; d++) {
@@ -807,25 +991,32 @@ split_done:; /* a declaration follows: C11 needs a statement after a label */
     }
     made_tmp = true;
 
-    split_stats_t st_train, st_val;
+    split_stats_t st_train, st_val, st_test = {0};
     double te = util_now();
     snprintf(path, sizeof path, "%s/train.bin", tmp);
     FILE *log = a.quiet ? NULL : stderr;
     if (write_split(tok, &c, 0, n_train, path, tb, &st_train, log, err, sizeof err)) goto fail;
     snprintf(path, sizeof path, "%s/val.bin", tmp);
-    if (write_split(tok, &c, n_train, c.n, path, tb, &st_val, log, err, sizeof err)) goto fail;
+    if (write_split(tok, &c, sp.val_lo, sp.val_hi, path, tb, &st_val, log, err, sizeof err))
+        goto fail;
+    snprintf(path, sizeof path, "%s/test.bin", tmp);
+    if (sp.test_hi > sp.test_lo &&
+        write_split(tok, &c, sp.test_lo, sp.test_hi, path, tb, &st_test, log, err, sizeof err))
+        goto fail;
     double enc_s = util_now() - te;
-    PREP_LOG("prep: encoded %zu + %zu tokens (%.2f bytes per token) in %.2f s\n", st_train.tokens,
-             st_val.tokens,
-             (double)(st_train.bytes + st_val.bytes) /
-                 (double)(st_train.tokens + st_val.tokens - st_train.docs - st_val.docs),
+    PREP_LOG("prep: encoded %zu + %zu + %zu tokens (%.2f bytes per token) in %.2f s\n",
+             st_train.tokens, st_val.tokens, st_test.tokens,
+             (double)(st_train.bytes + st_val.bytes + st_test.bytes) /
+                 (double)(st_train.tokens + st_val.tokens + st_test.tokens - st_train.docs -
+                          st_val.docs - st_test.docs),
              enc_s);
 
     snprintf(path, sizeof path, "%s/token_bytes.bin", tmp);
     if (write_token_bytes(tb, nv, path, err, sizeof err)) goto fail;
     snprintf(path, sizeof path, "%s/tokenizer.json", tmp);
     if (tok_save(tok, path, err, sizeof err)) goto fail;
-    manifest = manifest_json(&a, tok, &c, &split, &st_train, &st_val, desc, tok_s, util_now() - t0);
+    manifest = manifest_json(&a, tok, &c, &sp, &st_train, &st_val, &st_test, val_desc, test_desc,
+                             tok_s, util_now() - t0);
     if (!manifest || !(mtext = cJSON_Print(manifest))) {
         util_errorf(err, sizeof err, "out of memory");
         goto fail;
@@ -835,16 +1026,17 @@ split_done:; /* a declaration follows: C11 needs a statement after a label */
     if (install(tmp, final, a.force, err, sizeof err)) goto fail;
     made_tmp = false;
 
-    if (split.cut)
-        printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (the first %zu bytes), val "
-               "%zu tokens (the last %zu bytes), %.1f s\n",
-               a.name, final, nv, st_train.tokens, split.cut, st_val.tokens, c.len - split.cut,
-               util_now() - t0);
-    else
-        printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (%zu docs), val %zu tokens "
-               "(%zu docs), %.1f s\n",
-               a.name, final, nv, st_train.tokens, st_train.docs, st_val.tokens, st_val.docs,
-               util_now() - t0);
+    /* Byte positions in the one INPUT document when it was cut. */
+    size_t train_to = sp.test_cut ? sp.test_cut : sp.val_cut;
+    printf("prep: dataset '%s' in %s: vocab %d, ", a.name, final, nv);
+    print_split("train", &st_train, 0, train_to);
+    print_split(", val", &st_val, sp.val_cut, sp.val_cut ? sp.val_cut + c.dlen[sp.val_lo] : 0);
+    if (sp.test_hi > sp.test_lo) {
+        print_split(", sealed test", &st_test, sp.test_cut, sp.test_end);
+    } else {
+        printf(", no test split");
+    }
+    printf(", %.1f s\n", util_now() - t0);
     printf("prep: a spec trains on it with \"dataset\": \"%s\"\n", a.name);
     rc = 0;
 fail:
@@ -858,5 +1050,6 @@ fail:
     corpus_free(&c);
     free(a.inputs);
     free(a.vals);
+    free(a.tests);
     return rc;
 }
