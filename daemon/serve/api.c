@@ -76,7 +76,8 @@ static int check_fits(const api_t *a, const spec_t *s, char *err, size_t errlen)
     spec_model_t m = s->model;
     if (m.vocab_size <= 0) m.vocab_size = info.vocab_size;
     cost_mem_t mem;
-    cost_memory(&m, s->train.batch_size, info.train_tokens + info.val_tokens, &mem);
+    cost_memory(&m, s->train.batch_size, info.train_tokens + info.val_tokens + info.test_tokens,
+                &mem);
     int spec_mb = s->resources.memory_mb, limit_mb = a->memory_mb;
     if (spec_mb > 0 && (limit_mb <= 0 || spec_mb < limit_mb)) limit_mb = spec_mb;
     const char *source = spec_mb > 0 && limit_mb == spec_mb ? "resources.memory_mb"
@@ -642,6 +643,18 @@ static void get_best(api_t *a, const http_request_t *req, http_response_t *res) 
     const cJSON *bpb = cJSON_GetObjectItem(best, "mean_val_bpb");
     if (cJSON_IsObject(best) && cJSON_IsNumber(bpb))
         cJSON_AddNumberToObject(best, "val_bpb", bpb->valuedouble);
+    /* And the sealed test figure of the configuration the ranking chose
+     * (store_best_in itself leaves it out: the agent hook reads that). */
+    if (cJSON_IsObject(best)) {
+        const char *hash = cJSON_GetStringValue(cJSON_GetObjectItem(best, "config_hash"));
+        cJSON *test = store_test_of(a->store, &sc, hash, err, sizeof err);
+        if (!test) {
+            cJSON_Delete(best);
+            reply_store_error(res, err);
+            return;
+        }
+        cJSON_AddItemToObject(best, "test", test);
+    }
     cJSON *o = cJSON_CreateObject();
     add_scope(o, &sc);
     cJSON_AddItemToObject(o, "best", best);
