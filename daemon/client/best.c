@@ -24,12 +24,6 @@ static const cmd_help_t best_help = {
     "                    on the dataset used)\n"
     "  --json            the daemon's JSON as is\n"};
 
-/* "?dataset=D&budget=B" for the scoped queries. */
-static void scope_query(line_t *path, const char *dataset, const char *budget) {
-    if (dataset) line_add_query(path, "dataset", dataset);
-    if (budget) line_add_query(path, "budget", budget);
-}
-
 int best_main(int argc, char **argv) {
     const cmd_help_t *h = &best_help;
     conn_opts_t o = {0};
@@ -45,7 +39,7 @@ int best_main(int argc, char **argv) {
                               {0}};
     if (!cmd_parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
-    scope_query(&path, dataset, budget);
+    line_add_scope(&path, dataset, budget);
     if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;
     const cJSON *best = jget(reply, "best"), *spec = jget(best, "spec");
     rc = CLIENT_EXIT_API;
@@ -113,7 +107,7 @@ int leaderboard_main(int argc, char **argv) {
     if (!cmd_parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (limit && cmd_positive(limit) < 0)
         return cmd_usage_error(h, "--limit: expected a positive integer, got '%s'", limit);
-    scope_query(&path, dataset, budget);
+    line_add_scope(&path, dataset, budget);
     if (limit) line_add_query(&path, "limit", limit);
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
     if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;

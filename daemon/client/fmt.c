@@ -200,6 +200,11 @@ void line_add_query(line_t *q, const char *key, const char *value) {
     }
 }
 
+void line_add_scope(line_t *q, const char *dataset, const char *budget) {
+    if (dataset) line_add_query(q, "dataset", dataset);
+    if (budget) line_add_query(q, "budget", budget);
+}
+
 void fmt_padded(const char *s, size_t chars, size_t width) {
     fputs(s, stdout);
     for (size_t i = chars; i < width; i++) fputc(' ', stdout);

@@ -17,6 +17,7 @@
 #include "engine/data.h"
 #include "daemon/serve/events.h"
 #include "daemon/serve/export.h"
+#include "daemon/serve/report.h"
 #include "daemon/shared/log.h"
 #include "engine/spec.h"
 #include "engine/util.h"
@@ -661,6 +662,23 @@ static void get_best(api_t *a, const http_request_t *req, http_response_t *res) 
     reply_json(res, 200, o);
 }
 
+/* GET /v1/report?dataset=&budget=&baseline=ID: what the night did (report.h). */
+static void get_report(api_t *a, const http_request_t *req, http_response_t *res) {
+    char err[256];
+    store_scope_t sc;
+    long long baseline;
+    int code = 0;
+    if (query_int(req, res, "baseline", 0, INT64_MAX, 0, &baseline) < 0) return;
+    if (query_scope(a, req, res, &sc) < 0) return;
+    cJSON *o = report_build(a->store, &sc, baseline, &code, err, sizeof err);
+    if (o)
+        reply_json(res, 200, o);
+    else if (code == NS_ERR_NOT_FOUND)
+        http_error(res, 404, "not_found", "%s", err);
+    else
+        reply_store_error(res, err);
+}
+
 static void get_noise(api_t *a, const http_request_t *req, http_response_t *res) {
     char err[256];
     store_scope_t sc;
@@ -811,6 +829,8 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         get_best(a, req, res);
     } else if (!strcmp(req->path, "/v1/noise") && get) {
         get_noise(a, req, res);
+    } else if (!strcmp(req->path, "/v1/report") && get) {
+        get_report(a, req, res);
     } else if (parse_experiment_path(req->path, &id, &rest) && !*rest && get) {
         get_experiment(a, id, res);
     } else if (parse_experiment_path(req->path, &id, &rest) && !strcmp(rest, "/log") && get) {

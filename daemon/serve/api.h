@@ -9,6 +9,8 @@
  *   GET  /v1/leaderboard               ?dataset=&budget=&limit= (one row per configuration)
  *   GET  /v1/best                      ?dataset=&budget=
  *   GET  /v1/noise                     ?dataset=&budget= (pooled seed-to-seed sd)
+ *   GET  /v1/report                    ?dataset=&budget=&baseline=ID what the night did
+ *                                      (report.h)
  *   GET  /v1/status                    ?dataset=&budget= (for its noise)
  *
  * dataset defaults to the daemon's (serve --dataset; "default"), budget ("time:300",
