@@ -205,8 +205,8 @@ asan:
 # one list). Unit: the engine's and the store's functions in process.
 # Integration: the nightshift binary, the daemon, servers and workers.
 UNIT_SUITES := attn bytebuf ckpt gemm gradcheck http ops optim parity spec store strategy tok
-INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook loop newuser report slurm \
-                      slurm_fake train worker
+INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook loop newuser report sealed \
+                      slurm slurm_fake train worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 suite_filter = --filter '@($(subst $(SPACE),|,$(strip $(1))))/*'
