@@ -18,6 +18,7 @@
 #include "daemon/serve/events.h"
 #include "daemon/serve/export.h"
 #include "daemon/serve/report.h"
+#include "daemon/serve/report_doc.h"
 #include "daemon/shared/log.h"
 #include "engine/spec.h"
 #include "engine/util.h"
@@ -662,21 +663,48 @@ static void get_best(api_t *a, const http_request_t *req, http_response_t *res) 
     reply_json(res, 200, o);
 }
 
-/* GET /v1/report?dataset=&budget=&baseline=ID: what the night did (report.h). */
-static void get_report(api_t *a, const http_request_t *req, http_response_t *res) {
+/* The report of the query's scope (?dataset=&budget=&baseline=ID), or NULL
+ * with res set. The caller owns it. */
+static cJSON *query_report(api_t *a, const http_request_t *req, http_response_t *res) {
     char err[256];
     store_scope_t sc;
     long long baseline;
     int code = 0;
-    if (query_int(req, res, "baseline", 0, INT64_MAX, 0, &baseline) < 0) return;
-    if (query_scope(a, req, res, &sc) < 0) return;
+    if (query_int(req, res, "baseline", 0, INT64_MAX, 0, &baseline) < 0) return NULL;
+    if (query_scope(a, req, res, &sc) < 0) return NULL;
     cJSON *o = report_build(a->store, &sc, baseline, &code, err, sizeof err);
-    if (o)
-        reply_json(res, 200, o);
-    else if (code == NS_ERR_NOT_FOUND)
+    if (!o && code == NS_ERR_NOT_FOUND)
         http_error(res, 404, "not_found", "%s", err);
-    else
+    else if (!o)
         reply_store_error(res, err);
+    return o;
+}
+
+/* GET /v1/report?dataset=&budget=&baseline=ID&format=json|md: what the night
+ * did (report.h), as JSON or as Markdown (report_doc.h). */
+static void get_report(api_t *a, const http_request_t *req, http_response_t *res) {
+    char format[16] = "";
+    int got = http_query_get(req->query, "format", format, sizeof format);
+    if (got < 0 || (got == 1 && strcmp(format, "json") && strcmp(format, "md"))) {
+        http_error(res, 400, "invalid_query", "format: expected json or md");
+        return;
+    }
+    cJSON *o = query_report(a, req, res);
+    if (!o) return;
+    if (!strcmp(format, "md")) {
+        reply_text(res, report_markdown(o), "text/markdown; charset=utf-8");
+        cJSON_Delete(o);
+    } else {
+        reply_json(res, 200, o);
+    }
+}
+
+/* GET /report?...: the same report as a page beside the dashboard. */
+static void get_report_page(api_t *a, const http_request_t *req, http_response_t *res) {
+    cJSON *o = query_report(a, req, res);
+    if (!o) return;
+    reply_text(res, report_html(o), "text/html; charset=utf-8");
+    cJSON_Delete(o);
 }
 
 static void get_noise(api_t *a, const http_request_t *req, http_response_t *res) {
@@ -843,6 +871,8 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         events_hub_stream(a->events, req, res);
     } else if (!strcmp(req->path, "/v1/export") && get) {
         get_export(a, req, res);
+    } else if (!strcmp(req->path, "/report") && get) {
+        get_report_page(a, req, res);
     } else if (get && (!strcmp(req->path, "/") || !strncmp(req->path, "/ui/", 4))) {
         get_asset(req, res);
     } else {

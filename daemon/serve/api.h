@@ -9,8 +9,8 @@
  *   GET  /v1/leaderboard               ?dataset=&budget=&limit= (one row per configuration)
  *   GET  /v1/best                      ?dataset=&budget=
  *   GET  /v1/noise                     ?dataset=&budget= (pooled seed-to-seed sd)
- *   GET  /v1/report                    ?dataset=&budget=&baseline=ID what the night did
- *                                      (report.h)
+ *   GET  /v1/report                    ?dataset=&budget=&baseline=ID&format=json|md what
+ *                                      the night did (report.h, report_doc.h)
  *   GET  /v1/status                    ?dataset=&budget= (for its noise)
  *
  * dataset defaults to the daemon's (serve --dataset; "default"), budget ("time:300",
@@ -20,6 +20,7 @@
  *   GET  /v1/events/stream             the same as Server-Sent Events
  *   GET  /v1/leaderboard?format=csv    the leaderboard as CSV
  *   GET  /  and /ui/...                the dashboard (daemon/serve/web, compiled in)
+ *   GET  /report                       the night report as a page (?dataset=&budget=&baseline=)
  *
  * Errors are {"error":{"code":...,"message":...}}. With a token configured,
  * every POST needs `Authorization: Bearer TOKEN` (401 otherwise), and with

@@ -20,6 +20,7 @@
     leaderboard: [],
     status: null,       /* the last status snapshot */
     noise: null,        /* /v1/noise's answer, when it has one */
+    bestTest: null,     /* /v1/best's test figure of the best configuration */
     scope: null,        /* the picked "dataset|kind:budget", or null: the latest */
     cache: {},          /* id -> full experiment (spec, metrics) */
     live: {},           /* running id -> {x: [], y: []} loss points */
@@ -514,10 +515,13 @@
       return Promise.all([
         exps,
         api("/v1/leaderboard?limit=200&" + scopeQuery()),
-        api("/v1/experiments?status=queued&order=id&limit=200")
+        api("/v1/experiments?status=queued&order=id&limit=200"),
+        api("/v1/best?" + scopeQuery())
       ]);
     }).then(function (res) {
       if (res[1].ok) state.leaderboard = res[1].body.leaderboard || [];
+      state.bestTest = res[3].ok && res[3].body.best ? res[3].body.best.test : null;
+      $("report-link").href = "/report?" + scopeQuery();
       renderScopes();
       renderChart();
       renderLeaderboard();
@@ -547,6 +551,9 @@
     if (st) parts.push(st.running + " running", st.queue_depth + " queued");
     parts.push(done + " finished");
     if (best) parts.push("best " + best.v.toFixed(6) + " (#" + best.id + ")");
+    /* the best configuration's sealed test split figure (GET /v1/best) */
+    if (best && state.bestTest && typeof state.bestTest.test_bpb === "number")
+      parts.push("test " + state.bestTest.test_bpb.toFixed(6));
     parts.push(state.connected ? "live" : "reconnecting...");
     $("summary").textContent = parts.join(" \u00b7 ");
   }
