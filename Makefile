@@ -173,9 +173,9 @@ $(TEST_BIN): $(TEST_OBJ) $(LIB_OBJ)
 
 # The misbehaving stand-in worker for the supervisor's tests: a program of its
 # own, never built with sanitizers (memory limits must mean what they say).
-$(BAD_WORKER): tests/bad_worker.c
+$(BAD_WORKER): tests/bad_worker.c engine/protocol.h
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wshadow $< -o $@
+	$(CC) -std=c11 -D_GNU_SOURCE -iquote . -O1 -g -Wall -Wextra -Wshadow $< -o $@
 
 # Tests find the binary and the fixtures through the environment. Criterion runs
 # each test in its own process; --timeout bounds every one of them, and an outer
@@ -204,7 +204,8 @@ asan:
 # The suites by kind (Criterion --filter over suite names; a new suite goes in
 # one list). Unit: the engine's and the store's functions in process.
 # Integration: the nightshift binary, the daemon, servers and workers.
-UNIT_SUITES := attn bytebuf ckpt gemm gradcheck http ops optim parity spec store strategy tok
+UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity spec store \
+               strategy tok
 INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook loop newuser report sealed \
                       slurm slurm_fake train worker
 EMPTY :=

@@ -74,9 +74,9 @@ typedef enum {
 
 /* How the canonical writer prints a field. Every field added after the
  * canonical form was first used must be CANON_UNLESS_DEFAULT: at its default
- * it is left out, so the canonical JSON, spec_hash and spec_identity of every
- * spec written before it do not change, and stored experiments still match
- * new submissions. */
+ * it is left out, so the canonical JSON, spec_hash and spec_config_hash of
+ * every spec written before it do not change, and stored experiments still
+ * match new submissions (tests/test_spec.c fails for a field that is not). */
 typedef enum {
     CANON_ALWAYS,         /* printed with its value */
     CANON_UNLESS_DEFAULT, /* printed when its value is not the default */
@@ -1168,8 +1168,9 @@ static bool print_fields(cJSON *obj, const char *section, const spec_t *s) {
     return true;
 }
 
-char *spec_canonical_json(const spec_t *s) {
-    char *out = NULL;
+/* s's canonical form as a tree (the caller deletes it), or NULL when out
+ * of memory. */
+static cJSON *canonical_tree(const spec_t *s) {
     cJSON *root = cJSON_CreateObject(), *tags = NULL, *betas = NULL, *ve = NULL, *num = NULL;
     bool ok = root != NULL && print_fields(root, "", s);
     if (!ok) goto fail;
@@ -1212,9 +1213,15 @@ char *spec_canonical_json(const spec_t *s) {
         }
     }
     if (!sort_keys(root)) goto fail;
-
-    out = cJSON_PrintUnformatted(root);
+    return root;
 fail:
+    cJSON_Delete(root);
+    return NULL;
+}
+
+char *spec_canonical_json(const spec_t *s) {
+    cJSON *root = canonical_tree(s);
+    char *out = root ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     return out;
 }
@@ -1237,25 +1244,126 @@ int spec_from_json(const cJSON *j, spec_t *s, char *err, size_t errlen) {
     return rc;
 }
 
-int spec_hash(const spec_t *s, char out[SPEC_HASH_HEX]) {
+/* The hex SHA-256 of text (which is freed) into out. */
+static int hash_text(char *text, char out[SPEC_HASH_HEX]) {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
-    char *canon = spec_canonical_json(s);
-    if (!canon) return NS_ERR_NOMEM;
-    int ok = EVP_Digest(canon, strlen(canon), md, &n, EVP_sha256(), NULL);
-    free(canon);
+    if (!text) return NS_ERR_NOMEM;
+    int ok = EVP_Digest(text, strlen(text), md, &n, EVP_sha256(), NULL);
+    free(text);
     if (!ok || n != 32) return -1;
     for (unsigned int i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
     return 0;
 }
 
-int spec_identity(const spec_t *s, char out[SPEC_HASH_HEX]) {
-    /* A shallow copy: spec_hash only prints it. */
-    spec_t bare = *s;
-    bare.name = NULL;
-    bare.n_tags = 0;
-    bare.priority = 0;
-    bare.parent = 0;
-    bare.prune = true; /* whether a run may be pruned does not change what it is */
-    return spec_hash(&bare, out);
+int spec_hash(const spec_t *s, char out[SPEC_HASH_HEX]) {
+    return hash_text(spec_canonical_json(s), out);
+}
+
+/* The fields of the canonical form that label an experiment, and the seed:
+ * none of them is part of its configuration. */
+static const char *const not_config[] = {"name", "tags", "priority", "parent", "prune", "seed"};
+
+/* m->window_pattern as the shortest pattern that repeats to the layers'
+ * windows (derive_windows: the last layer always sees everything). */
+static void normal_windows(spec_model_t *m) {
+    char e[SPEC_MAX_DEPTH];
+    int L = m->depth, p = 1;
+    for (int i = 0; i < L; i++) e[i] = m->window[i] < m->seq_len ? 'S' : 'L';
+    for (;; p++) { /* p = L always repeats */
+        int i = p;
+        while (i < L && e[i] == e[i % p]) i++;
+        if (i >= L) break;
+    }
+    memcpy(m->window_pattern, e, (size_t)p);
+    m->window_pattern[p] = '\0';
+}
+
+/* c, a shallow copy of a validated spec, with every spelling that trains the
+ * same model the same way written one way (spec.h lists them; gpt.c and
+ * optim.c are why they are the same). */
+static void normalise_config(spec_t *c) {
+    spec_t d;
+    spec_defaults(&d);
+    spec_model_t *m = &c->model;
+    normal_windows(m);
+    /* ve_layers as its layers: ve_layers_json names the first pattern of them */
+    size_t len = (size_t)snprintf(m->ve_layers, sizeof m->ve_layers, "[");
+    bool any_ve = false;
+    for (int i = 0; i < m->depth; i++) {
+        if (!m->has_ve[i]) continue;
+        len += (size_t)snprintf(m->ve_layers + len, sizeof m->ve_layers - len, "%s%d",
+                                any_ve ? "," : "", i);
+        any_ve = true;
+    }
+    snprintf(m->ve_layers + len, sizeof m->ve_layers - len, "]");
+    if (m->pos == POS_ROPE) m->max_pos = m->seq_len;
+    if (!any_ve) {
+        m->ve_gate_channels = d.model.ve_gate_channels;
+        c->train.value_embedding_lr = d.train.value_embedding_lr;
+    }
+    if (m->tie_embeddings && m->pos == POS_ROPE) c->train.embedding_lr = d.train.embedding_lr;
+}
+
+char *spec_config_json(const spec_t *s) {
+    spec_t c = *s; /* shallow: only printed */
+    normalise_config(&c);
+    cJSON *root = canonical_tree(&c);
+    if (!root) return NULL;
+    for (size_t i = 0; i < N_OF(not_config); i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(root, not_config[i]);
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}
+
+int spec_config_hash(const spec_t *s, char out[SPEC_HASH_HEX]) {
+    return hash_text(spec_config_json(s), out);
+}
+
+bool spec_is_label(const char *field) {
+    for (size_t i = 0; i < N_OF(not_config); i++)
+        if (!strcmp(field, not_config[i])) return true;
+    return false;
+}
+
+/* --------------------------------------------------------------- scope -- */
+
+void spec_scope(const spec_t *s, spec_scope_t *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->dataset, sizeof out->dataset, "%s", s->dataset);
+    if (s->token_budget > 0) {
+        snprintf(out->budget_kind, sizeof out->budget_kind, "%s", SPEC_BUDGET_TOKENS);
+        out->budget = (double)s->token_budget;
+    } else {
+        snprintf(out->budget_kind, sizeof out->budget_kind, "%s", SPEC_BUDGET_TIME);
+        out->budget = s->time_budget_s;
+    }
+}
+
+void spec_default_scope(const char *dataset, spec_scope_t *out) {
+    spec_t d;
+    spec_defaults(&d);
+    spec_scope(&d, out);
+    if (dataset && *dataset) snprintf(out->dataset, sizeof out->dataset, "%s", dataset);
+}
+
+const char *spec_budget_field(const spec_t *s) {
+    return s->token_budget > 0 ? "token_budget" : "time_budget_s";
+}
+
+int spec_scope_set_budget(spec_scope_t *sc, const char *text) {
+    const char *num = text;
+    bool tokens = !strncmp(text, SPEC_BUDGET_TOKENS ":", 7);
+    char *end;
+    if (!strncmp(text, SPEC_BUDGET_TIME ":", 5)) num = text + 5;
+    if (tokens) num = text + 7;
+    errno = 0;
+    double v = strtod(num, &end);
+    if (end != num && !tokens && *end == 's') end++;
+    if (errno || end == num || *end || !(v > 0) || v > 1e15) return -1;
+    snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s",
+             tokens ? SPEC_BUDGET_TOKENS : SPEC_BUDGET_TIME);
+    sc->budget = v;
+    return 0;
 }

@@ -1,7 +1,8 @@
 /* spec.h - the experiment spec: parse, default, validate and canonicalise.
  *
- * A spec is the JSON document that describes one experiment (DESIGN.md, "The
- * experiment spec"). Every field has a default; unknown fields are an error;
+ * A spec is the JSON document that describes one experiment (the README's
+ * "The spec"; experiments/specs/default.json lists every field). Every field
+ * has a default; unknown fields are an error;
  * invalid combinations are rejected with the field path and the reason and are
  * never silently corrected. The daemon validates submissions with this same
  * parser, so its messages are the API's messages.
@@ -138,10 +139,60 @@ int spec_from_json(const struct cJSON *j, spec_t *s, char *err, size_t errlen);
  * NS_ERR_NOMEM or -1 (the digest failed). */
 int spec_hash(const spec_t *s, char out[SPEC_HASH_HEX]);
 
-/* The identity of an experiment, what the daemon deduplicates submissions
- * on: spec_hash of s without the fields that describe an experiment rather
- * than define it (name, tags, priority, parent, prune). Same returns. */
-int spec_identity(const spec_t *s, char out[SPEC_HASH_HEX]);
+/* ------------------------------------------------ what a result is filed by */
+
+/* The configuration, the one identity of "the same experiment up to its
+ * seed": s's canonical JSON without the fields that label an experiment
+ * rather than define it (name, tags, priority, parent, prune) and without
+ * the seed, left out on purpose: the repeats of a configuration with other
+ * seeds are one leaderboard row, and a run is (configuration, seed).
+ * Spellings that train the same model the same way are written one way:
+ *   model.window_pattern  the shortest pattern that repeats to the layers'
+ *                         windows ("SLSLSLSL" and "SL" at depth 8; "SSSL",
+ *                         "S" and "SSS" at depth 4; any pattern at depth 1);
+ *   model.ve_layers       the first of alternate, all, none, first_half,
+ *                         last_half that selects the same layers, else the
+ *                         sorted list ("first_half" and "none" at depth 1);
+ *   model.max_pos         seq_len with rope (no position table);
+ *   model.ve_gate_channels, train.value_embedding_lr
+ *                         their defaults when no layer has a value embedding;
+ *   train.embedding_lr    its default when the table is tied to the output
+ *                         and there is no position table (unembedding_lr
+ *                         trains the table then).
+ * spec_config_json returns that text (malloc'd, the caller frees; NULL when
+ * out of memory); spec_config_hash its lowercase hex SHA-256 (returns 0,
+ * NS_ERR_NOMEM or -1). */
+char *spec_config_json(const spec_t *s);
+int spec_config_hash(const spec_t *s, char out[SPEC_HASH_HEX]);
+
+/* Whether a top-level field of the canonical form is one of those left out
+ * of the configuration above (the labels and the seed). */
+bool spec_is_label(const char *field);
+
+/* Where val_bpb values compare: one dataset and one budget. The budget rule:
+ * a spec sets one budget, seconds of training (time_budget_s) or training
+ * tokens (token_budget); a token budget makes the time budget 0. */
+#define SPEC_BUDGET_TIME   "time"
+#define SPEC_BUDGET_TOKENS "tokens"
+typedef struct {
+    char dataset[64];
+    char budget_kind[8]; /* SPEC_BUDGET_TIME or SPEC_BUDGET_TOKENS */
+    double budget;       /* seconds or training tokens */
+} spec_scope_t;
+
+/* s's scope. */
+void spec_scope(const spec_t *s, spec_scope_t *out);
+
+/* The scope of the default spec on dataset (NULL or "" = the default one). */
+void spec_default_scope(const char *dataset, spec_scope_t *out);
+
+/* The spec field that holds s's budget: "token_budget" or "time_budget_s". */
+const char *spec_budget_field(const spec_t *s);
+
+/* Set sc's budget from text: "time:SECONDS" (or "SECONDS", or "SECONDSs")
+ * or "tokens:N", a number in (0, 1e15]. Returns 0, or -1 when text is not
+ * one (sc unchanged). */
+int spec_scope_set_budget(spec_scope_t *sc, const char *text);
 
 /* Deep copy of src into dst (dst is overwritten, not freed first). Returns 0,
  * or -1 on allocation failure, when dst holds nothing that needs freeing. */

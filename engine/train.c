@@ -8,19 +8,16 @@
  * weight-decay schedules follow progress through that budget, so with a token
  * budget no clock enters the arithmetic and a run is bit-identical for a seed
  * and thread count. This is exactly what a daemon worker runs, so its outputs
- * are a contract:
+ * are a contract (engine/protocol.h writes it down):
  *
  *   stdout    the summary, `key: value` lines after a `---` line
  *   stderr    human progress (redrawn in place on a terminal, a line every
  *             few seconds otherwise) and errors
  *   --progress PATH | --progress-fd N
- *             JSON lines: {"event":"start",...}, one {"event":"step",...} per
- *             optimiser step, {"event":"eval",...}, {"event":"test",...} (the
- *             sealed test split's figure, or null and why), then
- *             {"event":"result",...} whose "status" is succeeded, diverged or
- *             failed
- *   exit      0 succeeded, 1 failed (bad input, I/O), 2 usage, 3 diverged,
- *             4 out of memory (any allocation failure, e.g. under RLIMIT_AS)
+ *             the protocol's JSON lines: start, a step line per optimiser
+ *             step, eval, test (the sealed test split's figure, or null and
+ *             why), then the result line
+ *   exit      the protocol's exit codes (PROTO_EXIT_*)
  *
  * Timing: startup (loading, building) and evaluation are reported but are not
  * part of the budget; only optimiser steps are. Rows are drawn by the spec's
@@ -45,11 +42,10 @@
 #include "engine/data.h"
 #include "engine/gpt.h"
 #include "engine/optim.h"
+#include "engine/protocol.h"
 #include "engine/result_fields.h"
 #include "engine/spec.h"
 #include "engine/util.h"
-
-enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3, EXIT_OOM = 4 };
 
 /* A loss above this (nats) counts as exploding, as in autoresearch. */
 #define DIVERGED_LOSS 100.0
@@ -98,7 +94,7 @@ static void emit(run_t *r, cJSON *obj) {
 
 static cJSON *event(const char *name) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", name);
+    cJSON_AddStringToObject(o, PROTO_KEY_EVENT, name);
     return o;
 }
 
@@ -162,9 +158,9 @@ static int fail_run(run_t *r, int code, const char *status, const char *fmt, ...
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
     fprintf(stderr, "%strain: %s\n", r->tty ? "\n" : "", reason);
-    cJSON *o = event("result");
-    cJSON_AddStringToObject(o, "status", status);
-    cJSON_AddStringToObject(o, "reason", reason);
+    cJSON *o = event(PROTO_EV_RESULT);
+    cJSON_AddStringToObject(o, PROTO_KEY_STATUS, status);
+    cJSON_AddStringToObject(o, PROTO_KEY_REASON, reason);
     emit(r, o);
     return code;
 }
@@ -359,7 +355,7 @@ static void announce(run_t *r, const loop_t *l) {
             l->token_budget > 0 ? l->token_budget : l->time_budget,
             l->token_budget > 0 ? " tokens" : "s", spec_sampler_name(s->train.sampler), r->accum,
             r->B, r->T);
-    cJSON *start = event("start");
+    cJSON *start = event(PROTO_EV_START);
     cJSON_AddNumberToObject(start, "pid", getpid());
     result_values_t counts = {0};
     params_from_cost(&counts, &r->cost);
@@ -378,7 +374,7 @@ static void announce(run_t *r, const loop_t *l) {
 /* One optimiser step: accum micro-batches forward and backward, then the
  * update at the schedules' values for the progress before this step (as
  * autoresearch computes it). Sets the mean loss and the lr multiplier used;
- * returns EXIT_OK, or EXIT_DIVERGED or EXIT_OOM after reporting a diverged
+ * returns PROTO_EXIT_OK, or PROTO_EXIT_DIVERGED or PROTO_EXIT_OOM after reporting a diverged
  * micro-batch or a failed allocation. */
 static int train_step(run_t *r, const loop_t *l, double *loss_out, double *lrm_out) {
     const spec_train_t *tr = &r->spec.train;
@@ -387,11 +383,11 @@ static int train_step(run_t *r, const loop_t *l, double *loss_out, double *lrm_o
         next_train_batch(r);
         float loss;
         if (gpt_forward(r->model, r->inputs, r->targets, r->B, r->T, GPT_TRAIN, &loss) < 0)
-            return fail_run(r, EXIT_OOM, "oom", "out of memory at step %d", l->step + 1);
+            return fail_run(r, PROTO_EXIT_OOM, PROTO_OOM, "out of memory at step %d", l->step + 1);
         /* Any one bad micro-batch fails the run: averaged over the
          * accumulation it could look harmless. */
         if (!isfinite(loss) || loss > DIVERGED_LOSS)
-            return fail_run(r, EXIT_DIVERGED, "diverged",
+            return fail_run(r, PROTO_EXIT_DIVERGED, PROTO_DIVERGED,
                             "diverged: loss %g at step %d (micro-batch %d)", loss, l->step + 1,
                             micro + 1);
         loss_sum += loss;
@@ -408,7 +404,7 @@ static int train_step(run_t *r, const loop_t *l, double *loss_out, double *lrm_o
     gpt_zero_grad(r->model);
     *loss_out = loss_sum / r->accum;
     *lrm_out = lrm;
-    return EXIT_OK;
+    return PROTO_EXIT_OK;
 }
 
 /* After a step of dt seconds: the progress line on stderr and the "step"
@@ -430,17 +426,17 @@ static bool report_step(run_t *r, const loop_t *l, double loss, double smooth_lo
     }
     bool spent = l->token_budget > 0 ? done >= l->token_budget : l->training_time >= l->time_budget;
     print_progress(r, l->step, pct, smooth_loss, lrm, dt, tok_s, mfu, epochs, remaining, 0);
-    cJSON *e = event("step");
-    cJSON_AddNumberToObject(e, "step", l->step);
-    cJSON_AddNumberToObject(e, "progress", pct / 100.0);
-    cJSON_AddNumberToObject(e, "training_seconds", l->training_time);
-    cJSON_AddNumberToObject(e, "loss", loss);
-    cJSON_AddNumberToObject(e, "smooth_loss", smooth_loss);
-    cJSON_AddNumberToObject(e, "lrm", lrm);
+    cJSON *e = event(PROTO_EV_STEP);
+    cJSON_AddNumberToObject(e, PROTO_STEP_STEP, l->step);
+    cJSON_AddNumberToObject(e, PROTO_STEP_PROGRESS, pct / 100.0);
+    cJSON_AddNumberToObject(e, PROTO_STEP_SECONDS, l->training_time);
+    cJSON_AddNumberToObject(e, PROTO_STEP_LOSS, loss);
+    cJSON_AddNumberToObject(e, PROTO_STEP_SMOOTH_LOSS, smooth_loss);
+    cJSON_AddNumberToObject(e, PROTO_STEP_LRM, lrm);
     cJSON_AddNumberToObject(e, "dt_ms", dt * 1000.0);
-    cJSON_AddNumberToObject(e, "tok_s", tok_s);
-    cJSON_AddNumberToObject(e, "mfu", mfu);
-    cJSON_AddNumberToObject(e, "remaining_s", remaining);
+    cJSON_AddNumberToObject(e, PROTO_STEP_TOK_S, tok_s);
+    cJSON_AddNumberToObject(e, PROTO_STEP_MFU, mfu);
+    cJSON_AddNumberToObject(e, PROTO_STEP_REMAINING_S, remaining);
     cJSON_AddNumberToObject(e, "epoch", epochs);
     emit(r, e);
     if (spent)
@@ -449,13 +445,13 @@ static bool report_step(run_t *r, const loop_t *l, double loss, double smooth_lo
 }
 
 /* Steps until the budget is spent (the step in flight completes). Returns
- * EXIT_OK, or EXIT_DIVERGED or EXIT_OOM (already reported). */
+ * PROTO_EXIT_OK, or PROTO_EXIT_DIVERGED or PROTO_EXIT_OOM (already reported). */
 static int train_loop(run_t *r, loop_t *l) {
     double smooth = 0.0;
     for (;;) {
         double t0 = util_now(), loss = 0.0, lrm = 0.0;
         int code = train_step(r, l, &loss, &lrm);
-        if (code != EXIT_OK) return code;
+        if (code != PROTO_EXIT_OK) return code;
         double dt = util_now() - t0;
         l->training_time += dt;
         l->step++;
@@ -464,7 +460,7 @@ static int train_loop(run_t *r, loop_t *l) {
         if (report_step(r, l, loss, smooth / (1.0 - pow(0.9, l->step)), lrm, dt)) break;
     }
     if (r->tty) fputc('\n', stderr);
-    return EXIT_OK;
+    return PROTO_EXIT_OK;
 }
 
 /* val_bpb with the "eval" event; sets the target tokens counted and the
@@ -473,7 +469,7 @@ static double run_eval(run_t *r, size_t *tokens, double *seconds) {
     double t_eval = util_now();
     double val_bpb = evaluate_bpb(r, r->data.val, r->data.n_val, tokens);
     *seconds = util_now() - t_eval;
-    cJSON *ev = event("eval");
+    cJSON *ev = event(PROTO_EV_EVAL);
     cJSON_AddNumberToObject(ev, "tokens", (double)*tokens);
     cJSON_AddNumberToObject(ev, "seconds", *seconds);
     emit(r, ev);
@@ -481,7 +477,7 @@ static double run_eval(run_t *r, size_t *tokens, double *seconds) {
 }
 
 /* The sealed test figure: bits per byte on the dataset's test split, once,
- * after val_bpb, as a "test" event of its own (never in the summary or the
+ * after val_bpb, as a test line of its own (never in the summary or the
  * result line, so nothing that reads a result can rank by it; the daemon
  * stores it apart, in test_results). Without a test split, or one too short
  * for a window, the event says why and test_bpb is null. The activations
@@ -497,20 +493,20 @@ static void run_test_eval(run_t *r) {
                  r->data.n_test, need);
     else if (!isfinite(test_bpb = evaluate_bpb(r, r->data.test, r->data.n_test, &tokens)))
         snprintf(why, sizeof why, "test_bpb is not finite (%g)", test_bpb);
-    cJSON *ev = event("test");
+    cJSON *ev = event(PROTO_EV_TEST);
     if (why[0]) {
-        cJSON_AddNullToObject(ev, "test_bpb");
-        cJSON_AddStringToObject(ev, "reason", why);
+        cJSON_AddNullToObject(ev, PROTO_TEST_BPB);
+        cJSON_AddStringToObject(ev, PROTO_KEY_REASON, why);
     } else {
-        cJSON_AddNumberToObject(ev, "test_bpb", test_bpb);
-        cJSON_AddNumberToObject(ev, "tokens", (double)tokens);
-        cJSON_AddNumberToObject(ev, "seconds", util_now() - t0);
+        cJSON_AddNumberToObject(ev, PROTO_TEST_BPB, test_bpb);
+        cJSON_AddNumberToObject(ev, PROTO_TEST_TOKENS, (double)tokens);
+        cJSON_AddNumberToObject(ev, PROTO_TEST_SECONDS, util_now() - t0);
     }
     emit(r, ev);
 }
 
 /* The trained weights to path, with the canonical spec as metadata.
- * Returns EXIT_OK, or EXIT_FAILED (already reported). */
+ * Returns PROTO_EXIT_OK, or PROTO_EXIT_FAILED (already reported). */
 static int save_checkpoint(run_t *r, const char *path) {
     char err[512];
     char *spec_json = spec_canonical_json(&r->spec);
@@ -521,8 +517,8 @@ static int save_checkpoint(run_t *r, const char *path) {
     free(meta_json);
     cJSON_Delete(meta);
     free(spec_json);
-    if (rc < 0) return fail_run(r, EXIT_FAILED, "failed", "saving checkpoint: %s", err);
-    return EXIT_OK;
+    if (rc < 0) return fail_run(r, PROTO_EXIT_FAILED, PROTO_FAILED, "saving checkpoint: %s", err);
+    return PROTO_EXIT_OK;
 }
 
 /* The summary block on stdout and the "result" event of a succeeded run. */
@@ -554,8 +550,8 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
     params_from_cost(&v, &r->cost);
     print_summary(&v);
 
-    cJSON *res = event("result");
-    cJSON_AddStringToObject(res, "status", "succeeded");
+    cJSON *res = event(PROTO_EV_RESULT);
+    cJSON_AddStringToObject(res, PROTO_KEY_STATUS, PROTO_SUCCEEDED);
     add_result_fields(res, &v, 0);
     add_params(res, &v);
     emit(r, res);
@@ -564,7 +560,7 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
 static int train_run(const train_opts_t *o) {
     run_t r = {0};
     char err[512];
-    int code = EXIT_FAILED;
+    int code = PROTO_EXIT_FAILED;
     r.t_start = util_now();
     r.tty = isatty(STDERR_FILENO);
     if (open_progress(&r, o, err, sizeof err) < 0) {
@@ -574,9 +570,9 @@ static int train_run(const train_opts_t *o) {
     int setup_rc = setup(&r, o, err, sizeof err);
     if (setup_rc < 0) {
         if (setup_rc == NS_ERR_NOMEM)
-            code = fail_run(&r, EXIT_OOM, "oom", "%s", err);
+            code = fail_run(&r, PROTO_EXIT_OOM, PROTO_OOM, "%s", err);
         else
-            code = fail_run(&r, EXIT_FAILED, "failed", "%s", err);
+            code = fail_run(&r, PROTO_EXIT_FAILED, PROTO_FAILED, "%s", err);
         goto done;
     }
     loop_t l = {.time_budget = r.spec.time_budget_s,
@@ -585,20 +581,20 @@ static int train_run(const train_opts_t *o) {
     announce(&r, &l);
 
     double t_train_start = util_now();
-    if ((code = train_loop(&r, &l)) != EXIT_OK) goto done;
+    if ((code = train_loop(&r, &l)) != PROTO_EXIT_OK) goto done;
     double startup = t_train_start - r.t_start;
 
     size_t eval_tokens = 0;
     double eval_seconds;
     double val_bpb = run_eval(&r, &eval_tokens, &eval_seconds);
     if (!isfinite(val_bpb)) {
-        code = fail_run(&r, EXIT_DIVERGED, "diverged", "diverged: val_bpb %g", val_bpb);
+        code = fail_run(&r, PROTO_EXIT_DIVERGED, PROTO_DIVERGED, "diverged: val_bpb %g", val_bpb);
         goto done;
     }
     run_test_eval(&r);
-    if (o->save_path && (code = save_checkpoint(&r, o->save_path)) != EXIT_OK) goto done;
+    if (o->save_path && (code = save_checkpoint(&r, o->save_path)) != PROTO_EXIT_OK) goto done;
     report_result(&r, &l, startup, val_bpb, eval_tokens, eval_seconds);
-    code = EXIT_OK;
+    code = PROTO_EXIT_OK;
 done:
     run_close(&r);
     return code;
@@ -610,7 +606,7 @@ static void train_usage(FILE *out) {
                  "Trains SPEC's model on DIR/datasets/<spec.dataset> (DIR default: state) for\n"
                  "spec.time_budget_s seconds or spec.token_budget tokens of training, then\n"
                  "prints val_bpb and the summary.\n"
-                 "Exit: 0 succeeded, 1 failed, 2 usage, 3 diverged, 4 out of memory.\n");
+                 "Exit: " PROTO_EXIT_HELP ".\n");
 }
 
 int train_main(int argc, char **argv) {
@@ -637,7 +633,7 @@ int train_main(int argc, char **argv) {
             o.progress_fd = (int)strtol(optarg, &end, 10);
             if (*end || o.progress_fd < 0) {
                 fprintf(stderr, "train: --progress-fd: not a descriptor: %s\n", optarg);
-                return EXIT_USAGE;
+                return PROTO_EXIT_USAGE;
             }
             break;
         case 's':
@@ -647,20 +643,20 @@ int train_main(int argc, char **argv) {
             o.peak_gflops = strtod(optarg, &end);
             if (*end || !(o.peak_gflops > 0)) {
                 fprintf(stderr, "train: --peak-gflops: expected a positive number: %s\n", optarg);
-                return EXIT_USAGE;
+                return PROTO_EXIT_USAGE;
             }
             break;
         case 'h':
             train_usage(stdout);
-            return EXIT_OK;
+            return PROTO_EXIT_OK;
         default:
             train_usage(stderr);
-            return EXIT_USAGE;
+            return PROTO_EXIT_USAGE;
         }
     }
     if (argc - optind != 1 || (o.progress_path && o.progress_fd >= 0)) {
         train_usage(stderr);
-        return EXIT_USAGE;
+        return PROTO_EXIT_USAGE;
     }
     o.spec_path = argv[optind];
     return train_run(&o);

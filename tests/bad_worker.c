@@ -3,9 +3,9 @@
  * Built as its own small program (build/.../bad-worker, never linked into the
  * test binary, never built with sanitizers so that memory limits mean what
  * they say). It follows the worker contract where the mode says so: JSON
- * progress lines on fd 3, the summary on stdout, errors on stderr, exit 0
- * succeeded / 1 failed / 3 diverged / 4 out of memory. `bad-worker help`
- * lists the modes. Writes to fd 3 are ignored when it is not open.
+ * progress lines on fd 3, the summary on stdout, errors on stderr, the exit
+ * codes of engine/protocol.h. `bad-worker help` lists the modes. Writes to
+ * fd 3 are ignored when it is not open.
  *
  * `bad-worker from-spec ... SPEC` takes its mode from the "name" field of the
  * spec file given as the last argument (the daemon appends the run's
@@ -21,6 +21,8 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "engine/protocol.h"
 
 #define PROGRESS_FD 3
 #define MiB         ((size_t)1 << 20)
@@ -94,7 +96,7 @@ static int mode_fail(void) {
     say(2, "bad-worker: reading the dataset\n");
     say(2, "bad-worker: something broke: the disk is on fire\n");
     progress("{\"event\":\"result\",\"status\":\"failed\",\"reason\":\"the disk is on fire\"}");
-    return 1;
+    return PROTO_EXIT_FAILED;
 }
 
 /* Many stderr lines, then the one that matters. */
@@ -105,7 +107,7 @@ static int mode_fail_long(void) {
         say(2, line);
     }
     say(2, "bad-worker: fatal: the last words\n");
-    return 1;
+    return PROTO_EXIT_FAILED;
 }
 
 static int mode_diverge(void) {
@@ -113,7 +115,7 @@ static int mode_diverge(void) {
     say(2, "train: diverged: loss nan at step 2\n");
     progress("{\"event\":\"result\",\"status\":\"diverged\","
              "\"reason\":\"diverged: loss nan at step 2\"}");
-    return 3;
+    return PROTO_EXIT_DIVERGED;
 }
 
 /* Non-JSON, overlong (5000 bytes), non-object, binary, trailing junk and
@@ -196,7 +198,7 @@ static int mode_oom(int by_signal) {
         progress("{\"event\":\"result\",\"status\":\"oom\"}");
         abort();
     }
-    return 4;
+    return PROTO_EXIT_OOM;
 }
 
 /* "out of memory" on stderr, then an ending that says nothing structured
@@ -205,7 +207,7 @@ static int mode_oom_text(const char *how) {
     say(2, "bad-worker: out of memory\n");
     if (!strcmp(how, "abort")) abort();
     if (!strcmp(how, "sigkill")) raise(SIGKILL);
-    return 1;
+    return PROTO_EXIT_FAILED;
 }
 
 /* What the kernel's OOM killer leaves behind: the "oom_kill N" count in path
@@ -404,7 +406,7 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "oom-text-exit1") || !strcmp(m, "oom-text-abort") ||
         !strcmp(m, "oom-text-sigkill"))
         return mode_oom_text(m + 9);
-    if (!strcmp(m, "exit4-silent")) return 4;
+    if (!strcmp(m, "exit4-silent")) return PROTO_EXIT_OOM;
     if (!strcmp(m, "oom-killed") && argc > 2) return mode_oom_killed(argv[2]);
     if (!strcmp(m, "exit0-noresult")) {
         progress("{\"event\":\"step\",\"step\":1,\"loss\":4.5}");

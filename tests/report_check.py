@@ -8,7 +8,9 @@ answered for one scope, whose dataset and budget it names. Every number of
 the report is computed again here from the base tables (experiments, results,
 test_results) with this script's own SQL and arithmetic -- never from the
 configs or scopes summaries or the leaderboard view the daemon reads -- and
-compared. Prints each mismatch and exits 1 if there is any, 0 otherwise.
+compared. Runs are placed in the scope by their spec's own fields; the one
+thing taken from the daemon as it is, is which configuration a run belongs
+to (experiments.config_hash, written by the spec parser). Prints each mismatch and exits 1 if there is any, 0 otherwise.
 tests/test_report.c runs it (python3 from Debian, no other module).
 """
 import json
@@ -110,7 +112,7 @@ def main():
     # The scope, decided from each spec's own fields.
     runs = []
     for r in db.execute(
-        "SELECT e.id, e.name, e.status, e.reason, e.seed, e.spec, e.started, e.finished,"
+        "SELECT e.id, e.name, e.status, e.reason, e.seed, e.spec, e.config_hash, e.started, e.finished,"
         " r.val_bpb, t.experiment_id AS has_test, t.test_bpb, t.reason AS test_reason"
         " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
         " LEFT JOIN test_results t ON t.experiment_id = e.id ORDER BY e.id"
@@ -122,7 +124,9 @@ def main():
             continue
         d = dict(r)
         d["spec"] = spec
-        d["config"] = text({k: v for k, v in sorted(spec.items()) if k not in NOT_AXES})
+        # The configuration: the store's config_hash column, which the spec parser
+        # writes (equivalent spellings of one model are one configuration).
+        d["config"] = r["config_hash"]
         runs.append(d)
 
     # Runs by status.

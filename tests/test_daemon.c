@@ -735,10 +735,24 @@ Test(daemon, lock_listen_and_token) {
     }
     daemon_stop(d);
 
-    /* the lock goes with the daemon */
-    daemon_t *d2 = daemon_start(state, NULL);
+    /* the lock goes with the daemon; options from --config, the line winning */
+    char *config = tu_path("%s/serve.json", tmp);
+    tu_write(config, "{\"slots\": 3, \"threads_per_slot\": 1, \"token\": \"from-config\"}");
+    const char *with_config[] = {"--config", config, "--slots", "2", NULL};
+    daemon_t *d2 = daemon_start(state, with_config);
+    cJSON *st = tu_get_json(d2, "/v1/status");
+    cJSON *slots = cJSON_GetObjectItem(st, "slots");
+    cr_expect_eq(cJSON_GetArraySize(slots), 2, "the command line's --slots wins");
+    cr_expect_eq(tu_jnum(cJSON_GetArrayItem(slots, 1), "threads"), 1, "threads_per_slot");
+    cJSON_Delete(st);
+    tu_http(d2, "POST", "/v1/experiments", s, strlen(s), NULL, &rep);
+    cr_expect_eq(rep.status, 401, "the config's token is required: %ld", rep.status);
+    tu_reply_free(&rep);
+    tu_http(d2, "POST", "/v1/experiments", s, strlen(s), "Bearer from-config", &rep);
+    cr_expect_eq(rep.status, 200, "the config's token: %ld %s", rep.status, rep.body);
+    tu_reply_free(&rep);
     daemon_stop(d2);
-    free(s), free(other), free(cmd);
+    free(s), free(other), free(cmd), free(config);
 }
 
 /* Run `nightshift CMD [ARG1 [ARG2]] --url URL` (NULL args are left out). */

@@ -650,7 +650,8 @@ Test(hook, at_most_four_transfers_run_at_once) {
     int hole_port, hole = listen_loopback(&hole_port);
     char err[256];
     int64_t id[7];
-    store_new_experiment_t e = {.spec_json = "{}", .spec_hash = "x", .source = "api"};
+    store_new_experiment_t e = {
+        .spec_json = "{}", .config_hash = "x", .scope = {"default", "time", 300}, .source = "api"};
     for (int i = 0; i < 7; i++)
         cr_assert_eq(store_insert(f.store, &e, &id[i], err, sizeof err), 0, "%s", err);
     hook_t *h = fx_hook(&f, hole_port, (hook_opts_t){.timeout_s = 20});
@@ -976,7 +977,8 @@ Test(hook, queue_empty_is_resent_while_idle_and_stops_when_work_appears) {
     /* work appears: one queued experiment (not started: no kick) */
     char err[256];
     int64_t id;
-    store_new_experiment_t e = {.spec_json = "{}", .spec_hash = "x", .source = "api"};
+    store_new_experiment_t e = {
+        .spec_json = "{}", .config_hash = "x", .scope = {"default", "time", 300}, .source = "api"};
     cr_assert_eq(store_insert(f.store, &e, &id, err, sizeof err), 0, "%s", err);
     run_until(&f, NULL, 0, 0.15);
     int n = count_requests(f.rx.dir);

@@ -497,8 +497,9 @@ Test(loop, runs_never_overlap_on_one_slot) {
 }
 
 Test(loop, agent_proposes_variants_not_repeats) {
-    long long distinct =
-        at_rest("SELECT count(DISTINCT spec_hash) FROM experiments WHERE status = 'succeeded'", 0);
+    long long distinct = at_rest("SELECT count(DISTINCT config_hash || seed) FROM experiments"
+                                 " WHERE status = 'succeeded'",
+                                 0);
     cr_expect_geq(distinct, 4, "only %lld distinct specs among the successes", distinct);
 }
 

@@ -88,29 +88,22 @@ static const night_run_t night[] = {
 };
 #define N_NIGHT (sizeof night / sizeof night[0])
 
-/* The canonical spec of {top} (the engine's parser fills every default). */
-static char *canonical(const char *top, uint64_t *seed) {
-    char text[1024], perr[SPEC_ERR_LEN] = "";
+/* Queue the spec {top} as the API files a submission: its canonical form
+ * (the engine's parser fills every default), configuration and scope. */
+static int64_t insert(store_t *s, const char *name, const char *top) {
+    char text[1024], perr[SPEC_ERR_LEN] = "", hash[SPEC_HASH_HEX];
     snprintf(text, sizeof text, "{%s}", top);
     spec_t sp;
     cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s: %s", text, perr);
-    char *c = spec_canonical_json(&sp);
-    *seed = sp.seed;
-    spec_free(&sp);
-    cr_assert_not_null(c);
-    return c;
-}
-
-static int64_t insert(store_t *s, const char *name, const char *top) {
-    static int k;
-    uint64_t seed;
-    char *spec = canonical(top, &seed), hash[32];
-    snprintf(hash, sizeof hash, "h%d", k++);
+    char *spec = spec_canonical_json(&sp);
+    cr_assert(spec && spec_config_hash(&sp, hash) == 0);
     store_new_experiment_t e = {.name = name,
                                 .spec_json = spec,
-                                .spec_hash = hash,
-                                .seed = (int64_t)seed,
+                                .config_hash = hash,
+                                .seed = (int64_t)sp.seed,
                                 .source = "agent"};
+    spec_scope(&sp, &e.scope);
+    spec_free(&sp);
     int64_t id = 0;
     cr_assert_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
     free(spec);

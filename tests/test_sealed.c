@@ -289,7 +289,7 @@ Test(sealed, a_night_ranks_prunes_and_proposes_the_same_on_poisoned_test_tokens)
     /* The databases at rest: what was proposed (spec, parent), how it ended
      * (pruned or not, and why), its val_bpb, in order. */
     const char *proposals =
-        "SELECT e.id, e.source, e.parent, e.spec_hash, e.config_hash, e.seed, e.status, e.reason,"
+        "SELECT e.id, e.source, e.parent, e.config_hash, e.seed, e.status, e.reason,"
         " r.val_bpb FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id ORDER BY e.id";
     char *text[2];
     int pruned = 0;

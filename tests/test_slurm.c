@@ -25,31 +25,31 @@ Test(slurm, states_map_one_to_one) {
     static const struct {
         const char *state;
         slurm_phase phase;
-        worker_status status;
+        executor_status status;
     } cases[] = {
         {"PENDING", SLURM_QUEUED, 0},
         {"RUNNING", SLURM_RUNNING, 0},
         {"COMPLETING", SLURM_RUNNING, 0},
-        {"COMPLETED", SLURM_ENDED, WORKER_SUCCEEDED},
-        {"TIMEOUT", SLURM_ENDED, WORKER_TIMEOUT},
-        {"OUT_OF_MEMORY", SLURM_ENDED, WORKER_OOM},
-        {"FAILED", SLURM_ENDED, WORKER_FAILED},
-        {"NODE_FAIL", SLURM_ENDED, WORKER_FAILED},
-        {"CANCELLED", SLURM_ENDED, WORKER_CANCELLED},
-        {"PREEMPTED", SLURM_ENDED, WORKER_INTERRUPTED},
+        {"COMPLETED", SLURM_ENDED, EXECUTOR_SUCCEEDED},
+        {"TIMEOUT", SLURM_ENDED, EXECUTOR_TIMEOUT},
+        {"OUT_OF_MEMORY", SLURM_ENDED, EXECUTOR_OOM},
+        {"FAILED", SLURM_ENDED, EXECUTOR_FAILED},
+        {"NODE_FAIL", SLURM_ENDED, EXECUTOR_FAILED},
+        {"CANCELLED", SLURM_ENDED, EXECUTOR_CANCELLED},
+        {"PREEMPTED", SLURM_ENDED, EXECUTOR_INTERRUPTED},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        worker_status st = (worker_status)-1;
+        executor_status st = (executor_status)-1;
         slurm_phase ph = slurm_state_map(cases[i].state, &st);
         cr_expect_eq(ph, cases[i].phase, "%s: phase %d, want %d", cases[i].state, ph,
                      cases[i].phase);
         if (cases[i].phase == SLURM_ENDED)
             cr_expect_eq(st, cases[i].status, "%s: %s, want %s", cases[i].state,
-                         worker_status_name(st), worker_status_name(cases[i].status));
+                         executor_status_name(st), executor_status_name(cases[i].status));
         else
             cr_expect_eq((int)st, -1, "%s: a live state set a status", cases[i].state);
     }
-    worker_status st;
+    executor_status st;
     cr_expect_eq(slurm_state_map("WHATEVER", &st), SLURM_UNKNOWN);
     cr_expect_eq(slurm_state_map("", &st), SLURM_UNKNOWN);
     cr_expect_eq(slurm_state_map("completed", &st), SLURM_UNKNOWN, "states are upper case");
@@ -242,13 +242,14 @@ Test(slurm, store_records_executor_and_job) {
     cr_assert_eq(store_open(tu_dir_path("ns.db"), &s, err, sizeof err), 0, "%s", err);
     store_new_experiment_t ne = {.name = "a",
                                  .spec_json = "{\"time_budget_s\":5}",
-                                 .spec_hash = "h1",
+                                 .config_hash = "h1",
+                                 .scope = {"default", "time", 5},
                                  .seed = 1,
                                  .source = "api"};
     int64_t a, b;
     cr_assert_eq(store_insert(s, &ne, &a, err, sizeof err), 0, "%s", err);
     ne.name = NULL;
-    ne.spec_hash = "h2";
+    ne.config_hash = "h2";
     cr_assert_eq(store_insert(s, &ne, &b, err, sizeof err), 0, "%s", err);
     store_experiment_t x;
     cr_assert_eq(store_claim_next(s, &x, err, sizeof err), 1, "%s", err);
@@ -427,7 +428,7 @@ Test(slurm_fake, jobs_end_as_slurm_says) {
     cr_expect(cJSON_IsObject(cJSON_GetObjectItem(e, "result")));
     cJSON_Delete(e);
     e = fake_wait(d, div, NULL, 30);
-    expect_status(e, "diverged", "FAILED, exit 3");
+    expect_status(e, "diverged", " FAILED: ");
     cJSON_Delete(e);
 
     long hang = fake_submit(d, "hang", 3, 60);

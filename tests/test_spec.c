@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/gpt.h"
+#include "engine/optim.h"
 #include "engine/spec.h"
 #include "tests/testutil.h"
 
@@ -862,14 +864,20 @@ Test(spec, upper_bounds) {
 }
 
 /* Golden canonical forms, recorded once as literals: the canonical JSON,
- * spec_hash and spec_identity of varied specs, among them every example under
- * experiments/ and every parity fixture's spec.json as they were when this was
- * recorded (copied here, so an edit of an example does not move them). The
- * daemon stores spec_identity and deduplicates new submissions against it,
- * so if any of these changes, stored experiments stop matching new ones: fix
- * the code, never these strings. */
+ * spec_hash and spec_config_hash of varied specs, among them every example
+ * under experiments/ and every parity fixture's spec.json as they were when
+ * this was recorded (copied here, so an edit of an example does not move
+ * them). The daemon stores spec_config_hash, ranks configurations by it and
+ * deduplicates new submissions against it and the seed, so if any of these
+ * changes, stored experiments stop matching new ones: fix the code, never
+ * these strings. The configuration hashes replaced spec_identity's when the
+ * daemon's two identities became one (schema/009): each is the SHA-256 of the
+ * canonical JSON without the labels and the seed, which is what the store's
+ * config_hash was before, except where an equivalent spelling is now written
+ * one way (window_pattern "sLl" at depth 4, the default "SSSL" at depths 3
+ * and 6, max_pos 1024 with rope). */
 typedef struct {
-    const char *spec, *canonical, *hash, *identity;
+    const char *spec, *canonical, *hash, *config;
 } golden_case;
 
 static const golden_case golden[] = {
@@ -891,7 +899,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "53a06c2b6ac36f18cfc7b79391670a10ff6af2da6ba18e322815f1123d1542d4",
-     "53a06c2b6ac36f18cfc7b79391670a10ff6af2da6ba18e322815f1123d1542d4"},
+     "5e38df4da4a532b17cbe01935530fd50e5fa952a274cceb3290943f38724efa7"},
     {"{\"name\":\"tab\\there \\\"q\\\" \\u00e9\",\"tags\":[\"b\","
      "\"a\"],\"seed\":0,\"priority\":-7,\"parent\":3,\"dataset\":\"brown-1.v2\","
      "\"time_budget_s\":12.5}",
@@ -912,7 +920,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "adc8b59066d1fa1681e7ad0d3c64c0bd059f600947ecb6e01537dfbae3754e4e",
-     "75dbafc13365285a8d5b76f87ea7a6cd32932197232b499f0ce4fca88deb2384"},
+     "d0ee4bd172a87e9a54ca461fe648884700807a6a676d08e095efe0e95cf6fb91"},
     {"{\"model\":{\"vocab_size\":50257,\"depth\":6,\"n_embd\":384,"
      "\"n_head\":6,\"n_kv_head\":2,\"mlp_ratio\":2.6666666666666665,"
      "\"mlp\":\"geglu\",\"seq_len\":128,\"pos\":\"learned\","
@@ -937,7 +945,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "e2f8218de185ed079d3719d89f34e7ba11f532a5cee93e1bdbf934b1c34dbc5b",
-     "e2f8218de185ed079d3719d89f34e7ba11f532a5cee93e1bdbf934b1c34dbc5b"},
+     "aaa83b444d6ada96fffeecc425dfc1ad5e2fbe0522a4412bea9ba4218d463e2e"},
     {"{\"train\":{\"matrix_lr\":0.1,\"embedding_lr\":0.30000000000000004,"
      "\"value_embedding_lr\":1e-7,\"unembedding_lr\":0.3333333333333333,"
      "\"scalar_lr\":2,\"weight_decay\":0,\"adam_betas\":[0,"
@@ -963,7 +971,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":1e-07,\"warmdown_ratio\":0.75,"
      "\"warmup_ratio\":0.25,\"weight_decay\":0,\"x0_beta1\":0.5}}",
      "d53ac5ac37f7e3125e6a37324917bcd407808b11ac584e02e8332bb842b38c83",
-     "d53ac5ac37f7e3125e6a37324917bcd407808b11ac584e02e8332bb842b38c83"},
+     "6f5082f49c60ae6a8d0b2528e7b3cee1af959fc13f3b1356e47f150ce263031d"},
     {"{\"seed\":9007199254740991,\"time_budget_s\":604800,"
      "\"model\":{\"ve_layers\":[]}}",
      "{\"dataset\":\"default\",\"model\":{\"depth\":4,\"embed_dropout\":0,"
@@ -983,7 +991,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "4371920ce37b4d620b8f9c7a1bfbc359205cd1da58e3a5a67876548b8dd8879c",
-     "4371920ce37b4d620b8f9c7a1bfbc359205cd1da58e3a5a67876548b8dd8879c"},
+     "8dcd6d3c25a4765b59587e0531e405e7348db670ae409e4e4b6fc3ccbccd7d1d"},
     {"{\"token_budget\":1000000000000,\"train\":{\"sampler\":\"sequential\"}}",
      "{\"dataset\":\"default\",\"model\":{\"depth\":4,\"embed_dropout\":0,"
      "\"max_pos\":256,\"mlp\":\"relu2\",\"mlp_ratio\":4,"
@@ -1002,7 +1010,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "f0eba4ee6ecd86442b70226194c65a0fd0079c942739a3f6fec2ce6651b89bb2",
-     "f0eba4ee6ecd86442b70226194c65a0fd0079c942739a3f6fec2ce6651b89bb2"},
+     "abd3b51ad2a2d0ed837aafc098f68ba3b14c62df1666a2e64b930121daf281f6"},
     {"{\"token_budget\":5e3,\"time_budget_s\":0.0,\"prune\":false,"
      "\"model\":{\"n_head\":8,\"window_pattern\":\"sLl\","
      "\"embed_dropout\":-0.0,\"mlp_ratio\":40e-1}}",
@@ -1023,7 +1031,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "29b09a66467347ca22e41e49af05047b284ecce46e9502c48bab4f6af747799f",
-     "e6236bf9dc9c5b2f123630e0d67b367359e4a851b044edd679edaf894e7d06f2"},
+     "3728bf1fd7d4c00ffcf6aa1eff922dab81c05431fd7706c8d7553919576caea9"},
     {"{\"model\":{\"depth\":6,\"ve_layers\":[5,1,3]}}",
      "{\"dataset\":\"default\",\"model\":{\"depth\":6,\"embed_dropout\":0,"
      "\"max_pos\":256,\"mlp\":\"relu2\",\"mlp_ratio\":4,"
@@ -1042,7 +1050,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "16d3e422ab51ec882b81b74c646fdac4908aa51696ed1b2bc80eb1f061386cfa",
-     "16d3e422ab51ec882b81b74c646fdac4908aa51696ed1b2bc80eb1f061386cfa"},
+     "070a5d1348e14e62865fada11e9d5aa60ca3c3bb1361d6d7870baf4b1bc168ae"},
     {"{\"model\":{\"depth\":6,\"ve_layers\":[4,0]}}",
      "{\"dataset\":\"default\",\"model\":{\"depth\":6,\"embed_dropout\":0,"
      "\"max_pos\":256,\"mlp\":\"relu2\",\"mlp_ratio\":4,"
@@ -1061,7 +1069,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "42c7c23f49f00a8cf119d354d28c9529447c4e2fc125ce6f05cdf0bf06f834e2",
-     "42c7c23f49f00a8cf119d354d28c9529447c4e2fc125ce6f05cdf0bf06f834e2"},
+     "7ea8ec082da4c44fe6f539b2447f55c7853a7ff03b0e364bc6092e045deabb06"},
     {"{\"model\":{\"seq_len\":2048,\"max_pos\":1024},\"train\":{\"total_batch_tokens\":32768}}",
      "{\"dataset\":\"default\",\"model\":{\"depth\":4,\"embed_dropout\":0,"
      "\"max_pos\":1024,\"mlp\":\"relu2\",\"mlp_ratio\":4,"
@@ -1080,7 +1088,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "b3be4c9e6609783de4605eeadd7a89360a1a5a8ac851aebf1a394074988ccc3d",
-     "b3be4c9e6609783de4605eeadd7a89360a1a5a8ac851aebf1a394074988ccc3d"},
+     "07f8ceb7a77d23e4b3c91789bd71a8693410010b3178ef0b0d28506755b40f4b"},
     {"{\"train\":{\"matrix_lr\":0.10000000000000002,\"scalar_lr\":1e-300,"
      "\"weight_decay\":1e6},\"resources\":{\"peak_gflops\":1e9,"
      "\"threads\":1024,\"memory_mb\":2147483647}}",
@@ -1102,7 +1110,7 @@ static const golden_case golden[] = {
      "\"warmdown_ratio\":0.5,\"warmup_ratio\":0,\"weight_decay\":1000000,"
      "\"x0_beta1\":0.96}}",
      "d9b26af0009fac5483c95cda15995414a6d5d332eb9dff52198ff77670de3d65",
-     "d9b26af0009fac5483c95cda15995414a6d5d332eb9dff52198ff77670de3d65"},
+     "17dece26b0eee18633ab0a990b79ee5e017632cbc05de34fafa969d32a3f6996"},
     {"{\"name\":\"h\\u00e9llo \\u2603 \\ud83d\\ude00\","
      "\"tags\":[\"x\",\"y\",\"z\"],\"model\":{\"depth\":64,"
      "\"n_embd\":64,\"n_head\":1,\"n_kv_head\":1,\"ve_layers\":\"first_half\","
@@ -1125,7 +1133,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "3207c4820e68d81d38640c420659e430bf4620c8a71eea5274aea58965cb3d62",
-     "5fdc3a3b448247c7758aa190666f56a8828f1d69c008eb536d2625f885d6ad68"},
+     "3393fe3b210e674488504d67d130327a3b5efc62476eee5ecc20882f6dd71bc1"},
     /* experiments/specs/baseline.json */
     {"{\"name\":\"baseline\",\"tags\":[\"baseline\"],\"seed\":42,"
      "\"dataset\":\"default\",\"time_budget_s\":300,\"model\":{\"depth\":4,"
@@ -1150,7 +1158,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "eeefc1d1bd0694b075dfbef25afdc4c1c298eb6fc693fb82b708b986b58a482c",
-     "53a06c2b6ac36f18cfc7b79391670a10ff6af2da6ba18e322815f1123d1542d4"},
+     "5e38df4da4a532b17cbe01935530fd50e5fa952a274cceb3290943f38724efa7"},
     /* experiments/specs/deep_narrow.json */
     {"{\"name\":\"deep-narrow\",\"tags\":[\"depth\"],\"model\":{\"depth\":8,"
      "\"n_embd\":128,\"n_head\":2,\"mlp\":\"geglu\",\"window_pattern\":\"SL\","
@@ -1173,7 +1181,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0.05,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "f44a22e597bfa7e2e28516276eba7ba9459226c27d9f458ea751d8ded62ac36f",
-     "def75a82904b57a36bbdfed4ae5643c3d25e7713311bbcf1e5d90e2b58dec9fa"},
+     "109ed765cf80b2846f491221c79bbd71bcfb3fac2b2ce3bae052d5d87c44983a"},
     /* experiments/specs/default.json */
     {"{\"name\":\"default\",\"tags\":[\"baseline\"],\"seed\":42,"
      "\"priority\":0,\"parent\":null,\"dataset\":\"default\","
@@ -1209,7 +1217,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "8d545428672e746890f99f73bffe2d658a237c4e41b34d4750644051abdbdbe8",
-     "53a06c2b6ac36f18cfc7b79391670a10ff6af2da6ba18e322815f1123d1542d4"},
+     "5e38df4da4a532b17cbe01935530fd50e5fa952a274cceb3290943f38724efa7"},
     /* experiments/specs/gqa_swiglu.json */
     {"{\"name\":\"gqa-swiglu\",\"tags\":[\"gqa\",\"mlp\"],"
      "\"model\":{\"n_head\":4,\"n_kv_head\":2,\"mlp\":\"swiglu\","
@@ -1231,7 +1239,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "a5791004ae64e9bf0c9ce24b55b0430a5dfd64ec001ecb6c3f9266f3863c9c03",
-     "e5e7cc006d4ec731047b266ead5a892bdd2d2c00ef25791bef4e5588252d8a8d"},
+     "eb77ed05152b761128d2e4965f8a808dfb84b10f8f99225217b87b56d4dbff80"},
     /* experiments/specs/learned_pos_tied.json */
     {"{\"name\":\"learned-pos-tied\",\"tags\":[\"positions\","
      "\"tied\"],\"model\":{\"pos\":\"learned\",\"max_pos\":512,"
@@ -1254,7 +1262,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "9e5fbc5e368f9a088715166f88452eba8bec63293c4b068579463132b3fa872f",
-     "76dc7aadc231a1e8e838f117480804f2b9f2a9cdbfeb7360ec140bca29b1b8b3"},
+     "318c08f11c00663edb3268ebec5da9939d42e5fd8dcd5302e9b44e5a2203eccd"},
     /* experiments/specs/long_context.json */
     {"{\"name\":\"long-context\",\"tags\":[\"context\","
      "\"attention\"],\"model\":{\"seq_len\":512,\"window_pattern\":\"SSSL\"},"
@@ -1276,7 +1284,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "3c9d208a42b647a867bfac75e2de53fffd672889abc101b9f3f026647bec0f59",
-     "73256726383f0a7499ee61254996f5bd80a9573d5cbdd519225f0fbacecc12a7"},
+     "e5cb0ed6534bc0bfe450e28e0037147a50261b62613e8f6ce76924bfe2d05931"},
     /* experiments/specs/more_steps.json */
     {"{\"name\":\"more-steps\",\"tags\":[\"batch\",\"schedule\"],"
      "\"train\":{\"batch_size\":8,\"total_batch_tokens\":2048,"
@@ -1298,7 +1306,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0.02,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "907c0ed60beaeb6e09cb56785cd35a53329ab76cad1963218c84e81557236881",
-     "e76756ba198eea49d1656be5500f8b4f01a75fd781c095ea0eefdd7904ed8fba"},
+     "1364a09d65759ea1597512b81ee1bb8b47f9bdafbc88c9ec8a8eb7c94f3bc98e"},
     /* experiments/specs/ve_everywhere.json */
     {"{\"name\":\"ve-everywhere\",\"tags\":[\"value-embeddings\"],"
      "\"model\":{\"ve_layers\":\"all\",\"ve_gate_channels\":64}}",
@@ -1319,7 +1327,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "624e8e4a62c0e12d1cf25a5b0445e09a7c564c597f39d691d6b8ad42cf96b93f",
-     "084b90282c8df4431707200e53b6c680cd40f3c64a3c611469c6226d849ef239"},
+     "2d73b814aedd5f6889912570063dfb70f6f84d08809c9cf4edf428b6ed90cc58"},
     /* experiments/specs/wide_shallow.json */
     {"{\"name\":\"wide-shallow\",\"tags\":[\"width\",\"depth\"],"
      "\"model\":{\"depth\":2,\"n_embd\":256,\"n_head\":4,"
@@ -1341,7 +1349,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "41dfc6c89e3bf68a15502e63ddfb587d3699710b2bad5a1b03a39701925811fb",
-     "d3033fcedbcea79a13a8f950db1437b3dbd6ab5598bc774400e408d1c72c0797"},
+     "fa193e63eee9d6d670f758836a9ca7a79bf6d9ff74ff7376de9e0f4e6bb3c3e8"},
     /* tests/fixtures/parity/geglu_list_last/spec.json */
     {"{\"model\":{\"vocab_size\":64,\"depth\":3,\"n_embd\":16,"
      "\"n_head\":2,\"n_kv_head\":1,\"mlp_ratio\":2.5,\"mlp\":\"geglu\","
@@ -1365,7 +1373,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "c2565a4e88ed0c67ff9dacbdf76bf3ebf68d8828e78fea3702ecce1d62b946da",
-     "c2565a4e88ed0c67ff9dacbdf76bf3ebf68d8828e78fea3702ecce1d62b946da"},
+     "ecf17c9421521ad717e71871bcea73f3869967f04bb3bb76e234e8037f6ca58a"},
     /* tests/fixtures/parity/gqa_sliding_ve_alternate/spec.json */
     {"{\"model\":{\"vocab_size\":64,\"depth\":4,\"n_embd\":32,"
      "\"n_head\":4,\"n_kv_head\":2,\"mlp_ratio\":1,\"mlp\":\"relu2\","
@@ -1389,7 +1397,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "e509e1d20032ad5e81972aeec14ae6d309b90e4d374f2ba08a04d5a14b099a02",
-     "e509e1d20032ad5e81972aeec14ae6d309b90e4d374f2ba08a04d5a14b099a02"},
+     "4210527f3bddd99b1d97ec30b3b06ae9578020433ae0781676c813f23904e9ed"},
     /* tests/fixtures/parity/learned_tied_gelu/spec.json */
     {"{\"model\":{\"vocab_size\":80,\"depth\":2,\"n_embd\":24,"
      "\"n_head\":2,\"n_kv_head\":2,\"mlp_ratio\":1,\"mlp\":\"gelu\","
@@ -1414,7 +1422,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "e2949ee4d88e802ac47d6856a29906f0da17262862b2b573baa1eab3ce74b088",
-     "e2949ee4d88e802ac47d6856a29906f0da17262862b2b573baa1eab3ce74b088"},
+     "26a99da5a2113a6526da65ccc3d654bbf95cd68a300fea76f7f5bf35bf28d084"},
     /* tests/fixtures/parity/relu2_last_half_learned/spec.json */
     {"{\"model\":{\"vocab_size\":96,\"depth\":3,\"n_embd\":24,"
      "\"n_head\":4,\"n_kv_head\":2,\"mlp_ratio\":1,\"mlp\":\"relu2\","
@@ -1439,7 +1447,7 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "1f82112c01d10fc4c527b2395a59b992813768fc2cf989e7aec304872335f7be",
-     "1f82112c01d10fc4c527b2395a59b992813768fc2cf989e7aec304872335f7be"},
+     "b10c4dc506caf6f1b8fd9e9cc8302031ad8551cfffcd4eccbb9c25a1227699b2"},
     /* tests/fixtures/parity/swiglu_mqa_first_half/spec.json */
     {"{\"model\":{\"vocab_size\":72,\"depth\":3,\"n_embd\":24,"
      "\"n_head\":4,\"n_kv_head\":1,\"mlp_ratio\":1,\"mlp\":\"swiglu\","
@@ -1463,22 +1471,265 @@ static const golden_case golden[] = {
      "\"value_embedding_lr\":0.6,\"warmdown_ratio\":0.5,"
      "\"warmup_ratio\":0,\"weight_decay\":0.2,\"x0_beta1\":0.96}}",
      "b3a1501efe4eb880c9c0e3e91c74f68d0103bf920b2d72f5b77f1317ad71ac52",
-     "b3a1501efe4eb880c9c0e3e91c74f68d0103bf920b2d72f5b77f1317ad71ac52"},
+     "e4a969e24f3924efe493f4f945ff5930943619507b9508d8cee6934234367f43"},
 };
 
 Test(spec, canonical_golden_hashes) {
     for (size_t i = 0; i < sizeof golden / sizeof golden[0]; i++) {
         spec_t s;
-        char hash[SPEC_HASH_HEX], identity[SPEC_HASH_HEX];
+        char hash[SPEC_HASH_HEX], config[SPEC_HASH_HEX];
         parse_ok(golden[i].spec, &s);
         char *c = spec_canonical_json(&s);
         cr_assert_not_null(c);
         cr_expect_str_eq(c, golden[i].canonical, "canonical JSON of %s", golden[i].spec);
         cr_assert_eq(spec_hash(&s, hash), 0);
         cr_expect_str_eq(hash, golden[i].hash, "spec_hash of %s", golden[i].spec);
-        cr_assert_eq(spec_identity(&s, identity), 0);
-        cr_expect_str_eq(identity, golden[i].identity, "spec_identity of %s", golden[i].spec);
+        cr_assert_eq(spec_config_hash(&s, config), 0);
+        cr_expect_str_eq(config, golden[i].config, "spec_config_hash of %s", golden[i].spec);
         free(c);
         spec_free(&s);
     }
+}
+
+/* ------------------------------------------------- configuration, scope -- */
+
+/* The canonical form's keys when it was fixed. A field added since must be
+ * CANON_UNLESS_DEFAULT (spec.c): printed at its default it would change the
+ * canonical JSON, spec_hash and spec_config_hash of every stored experiment.
+ * Never add to this list; give the new field .canon = CANON_UNLESS_DEFAULT. */
+static const char *const canonical_keys[] = {"dataset",
+                                             "model",
+                                             "model.depth",
+                                             "model.embed_dropout",
+                                             "model.max_pos",
+                                             "model.mlp",
+                                             "model.mlp_ratio",
+                                             "model.n_embd",
+                                             "model.n_head",
+                                             "model.n_kv_head",
+                                             "model.pos",
+                                             "model.seq_len",
+                                             "model.softcap",
+                                             "model.tie_embeddings",
+                                             "model.ve_gate_channels",
+                                             "model.ve_layers",
+                                             "model.vocab_size",
+                                             "model.window_pattern",
+                                             "name",
+                                             "parent",
+                                             "priority",
+                                             "prune",
+                                             "resources",
+                                             "resources.memory_mb",
+                                             "resources.peak_gflops",
+                                             "resources.threads",
+                                             "seed",
+                                             "tags",
+                                             "time_budget_s",
+                                             "token_budget",
+                                             "train",
+                                             "train.adam_betas",
+                                             "train.batch_size",
+                                             "train.embedding_lr",
+                                             "train.final_lr_frac",
+                                             "train.matrix_lr",
+                                             "train.muon_beta2",
+                                             "train.muon_momentum_end",
+                                             "train.muon_momentum_start",
+                                             "train.muon_momentum_steps",
+                                             "train.ns_steps",
+                                             "train.sampler",
+                                             "train.scalar_lr",
+                                             "train.total_batch_tokens",
+                                             "train.unembedding_lr",
+                                             "train.value_embedding_lr",
+                                             "train.warmdown_ratio",
+                                             "train.warmup_ratio",
+                                             "train.weight_decay",
+                                             "train.x0_beta1"};
+
+static void expect_known_keys(const cJSON *o, const char *section) {
+    for (const cJSON *c = o->child; c; c = c->next) {
+        char path[128];
+        snprintf(path, sizeof path, "%s%s%s", section, *section ? "." : "", c->string);
+        size_t i = 0;
+        while (i < sizeof canonical_keys / sizeof *canonical_keys &&
+               strcmp(canonical_keys[i], path))
+            i++;
+        cr_expect(i < sizeof canonical_keys / sizeof *canonical_keys,
+                  "%s is printed at its default: a field added after the canonical form was "
+                  "fixed must be CANON_UNLESS_DEFAULT (engine/spec.c), or every stored "
+                  "experiment's hashes change",
+                  path);
+        if (cJSON_IsObject(c) && !*section) expect_known_keys(c, c->string);
+    }
+}
+
+Test(spec, a_new_field_is_printed_only_when_it_is_not_its_default) {
+    char *c = canonical_of("{}");
+    cJSON *o = cJSON_Parse(c);
+    cr_assert_not_null(o);
+    expect_known_keys(o, "");
+    cJSON_Delete(o);
+    free(c);
+}
+
+static void config_of(const char *json, char out[SPEC_HASH_HEX]) {
+    spec_t s;
+    parse_ok(json, &s);
+    cr_assert_eq(spec_config_hash(&s, out), 0);
+    spec_free(&s);
+}
+
+/* Spellings of one configuration (spec.h lists the rules), and neighbours
+ * that are another one. */
+static const char *const same_config[][2] = {
+    {"{\"model\":{\"depth\":8,\"window_pattern\":\"SL\"}}",
+     "{\"model\":{\"depth\":8,\"window_pattern\":\"SLSLSLSL\"}}"},
+    {"{\"model\":{\"depth\":4,\"window_pattern\":\"SSSL\"}}",
+     "{\"model\":{\"depth\":4,\"window_pattern\":\"S\"}}"},
+    {"{\"model\":{\"depth\":4,\"window_pattern\":\"SSSL\"}}",
+     "{\"model\":{\"depth\":4,\"window_pattern\":\"SSSSLLLL\"}}"},
+    {"{\"model\":{\"depth\":1,\"window_pattern\":\"S\"}}",
+     "{\"model\":{\"depth\":1,\"window_pattern\":\"L\"}}"},
+    {"{\"model\":{\"depth\":1,\"ve_layers\":\"first_half\"}}",
+     "{\"model\":{\"depth\":1,\"ve_layers\":\"none\"}}"},
+    {"{\"model\":{\"depth\":1,\"ve_layers\":\"all\"}}",
+     "{\"model\":{\"depth\":1,\"ve_layers\":\"last_half\"}}"},
+    {"{\"model\":{\"depth\":2,\"ve_layers\":\"last_half\"}}",
+     "{\"model\":{\"depth\":2,\"ve_layers\":\"alternate\"}}"},
+    {"{\"model\":{\"depth\":4,\"ve_layers\":[1,3]}}", "{\"model\":{\"depth\":4}}"},
+    {"{\"model\":{\"seq_len\":128,\"max_pos\":1024},\"train\":{\"batch_size\":32}}",
+     "{\"model\":{\"seq_len\":128},\"train\":{\"batch_size\":32}}"},
+    {"{\"model\":{\"ve_layers\":\"none\",\"ve_gate_channels\":8},"
+     "\"train\":{\"value_embedding_lr\":0.1}}",
+     "{\"model\":{\"ve_layers\":\"none\"}}"},
+    {"{\"model\":{\"tie_embeddings\":true},\"train\":{\"embedding_lr\":0.2}}",
+     "{\"model\":{\"tie_embeddings\":true}}"},
+    {"{\"name\":\"a\",\"tags\":[\"x\"],\"priority\":3,\"parent\":7,\"prune\":false,\"seed\":5}",
+     "{\"seed\":6}"},
+};
+static const char *const other_config[][2] = {
+    {"{\"model\":{\"depth\":8,\"window_pattern\":\"SL\"}}",
+     "{\"model\":{\"depth\":8,\"window_pattern\":\"LS\"}}"},
+    {"{\"model\":{\"depth\":2,\"ve_layers\":\"first_half\"}}",
+     "{\"model\":{\"depth\":2,\"ve_layers\":\"none\"}}"},
+    {"{\"model\":{\"pos\":\"learned\",\"max_pos\":1024}}", "{\"model\":{\"pos\":\"learned\"}}"},
+    {"{\"model\":{\"ve_gate_channels\":8}}", "{}"},
+    {"{\"model\":{\"tie_embeddings\":true,\"pos\":\"learned\"},\"train\":{\"embedding_lr\":0.2}}",
+     "{\"model\":{\"tie_embeddings\":true,\"pos\":\"learned\"}}"},
+    {"{\"dataset\":\"other\"}", "{}"},
+    {"{\"time_budget_s\":60}", "{}"},
+};
+
+Test(spec, equivalent_spellings_are_one_configuration) {
+    char a[SPEC_HASH_HEX], b[SPEC_HASH_HEX];
+    for (size_t i = 0; i < sizeof same_config / sizeof *same_config; i++) {
+        config_of(same_config[i][0], a);
+        config_of(same_config[i][1], b);
+        cr_expect_str_eq(a, b, "%s and %s", same_config[i][0], same_config[i][1]);
+    }
+    for (size_t i = 0; i < sizeof other_config / sizeof *other_config; i++) {
+        config_of(other_config[i][0], a);
+        config_of(other_config[i][1], b);
+        cr_expect_str_neq(a, b, "%s and %s", other_config[i][0], other_config[i][1]);
+    }
+}
+
+/* Spec json made tiny (the spellings it tests kept): a context of T = 8,
+ * so S (T/2) and L windows differ, width 32, vocabulary 32. */
+static void tiny_of(const char *json, spec_t *s) {
+    char err[SPEC_ERR_LEN];
+    parse_ok(json, s);
+    s->model.vocab_size = 32;
+    s->model.n_embd = 32;
+    s->model.n_head = s->model.n_kv_head = 2;
+    s->model.seq_len = 8;
+    s->train.batch_size = 2;
+    s->train.total_batch_tokens = 16;
+    cr_assert_eq(spec_validate(s, err, sizeof err), 0, "%s: %s", json, err);
+}
+
+/* Two steps of training s's model: the losses, to compare. */
+static void train_two_steps(spec_t *s, float loss[2]) {
+    char err[256];
+    gpt_t *m = gpt_new(&s->model, err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    gpt_init_weights(m, 7);
+    optim_t *o = optim_new(m, &s->train, err, sizeof err);
+    cr_assert_not_null(o, "%s", err);
+    enum { B = 2, T = 8 };
+    cr_assert_eq(gpt_reserve(m, B, T, err, sizeof err), 0, "%s", err);
+    int in[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 7) % 32, tg[i] = (i * 11 + 3) % 32;
+    for (int step = 0; step < 2; step++) {
+        cr_assert_eq(gpt_forward(m, in, tg, B, T, GPT_TRAIN, &loss[step]), 0);
+        gpt_backward(m, 1.0f);
+        optim_step(o, m, 1.0, 0.9, 0.1);
+        gpt_zero_grad(m);
+    }
+    optim_free(o);
+    gpt_free(m);
+}
+
+/* What the configuration writes one way trains the same model the same way:
+ * the same losses to the bit (a field the engine starts to read where the
+ * rule calls it unused fails here). */
+Test(spec, equivalent_spellings_train_identically) {
+    for (size_t i = 0; i < sizeof same_config / sizeof *same_config; i++) {
+        spec_t a, b;
+        char ha[SPEC_HASH_HEX], hb[SPEC_HASH_HEX];
+        float la[2], lb[2];
+        tiny_of(same_config[i][0], &a);
+        tiny_of(same_config[i][1], &b);
+        cr_assert(spec_config_hash(&a, ha) == 0 && spec_config_hash(&b, hb) == 0);
+        cr_assert_str_eq(ha, hb, "made tiny, %s is another configuration", same_config[i][0]);
+        train_two_steps(&a, la);
+        train_two_steps(&b, lb);
+        cr_expect(!memcmp(la, lb, sizeof la), "%s: %.9g %.9g, %s: %.9g %.9g", same_config[i][0],
+                  la[0], la[1], same_config[i][1], lb[0], lb[1]);
+        spec_free(&a);
+        spec_free(&b);
+    }
+}
+
+Test(spec, scope_and_budget_rule) {
+    spec_t s;
+    spec_scope_t sc;
+    parse_ok("{\"dataset\":\"book\",\"token_budget\":5000}", &s);
+    spec_scope(&s, &sc);
+    cr_expect_str_eq(sc.dataset, "book");
+    cr_expect_str_eq(sc.budget_kind, SPEC_BUDGET_TOKENS);
+    cr_expect_eq(sc.budget, 5000);
+    cr_expect_str_eq(spec_budget_field(&s), "token_budget");
+    spec_free(&s);
+    parse_ok("{\"time_budget_s\":60}", &s);
+    spec_scope(&s, &sc);
+    cr_expect_str_eq(sc.dataset, "default");
+    cr_expect_str_eq(sc.budget_kind, SPEC_BUDGET_TIME);
+    cr_expect_eq(sc.budget, 60);
+    cr_expect_str_eq(spec_budget_field(&s), "time_budget_s");
+    spec_free(&s);
+    spec_default_scope(NULL, &sc);
+    cr_expect_str_eq(sc.dataset, "default");
+    cr_expect_str_eq(sc.budget_kind, SPEC_BUDGET_TIME);
+    cr_expect_eq(sc.budget, 300);
+    spec_default_scope("book", &sc);
+    cr_expect_str_eq(sc.dataset, "book");
+
+    static const struct {
+        const char *text, *kind;
+        double budget;
+    } ok[] = {{"300", "time", 300},          {"300s", "time", 300},
+              {"time:60", "time", 60},       {"time:60s", "time", 60},
+              {"tokens:5e6", "tokens", 5e6}, {"tokens:1000000000000000", "tokens", 1e15}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        cr_expect_eq(spec_scope_set_budget(&sc, ok[i].text), 0, "%s", ok[i].text);
+        cr_expect_str_eq(sc.budget_kind, ok[i].kind, "%s", ok[i].text);
+        cr_expect_eq(sc.budget, ok[i].budget, "%s", ok[i].text);
+    }
+    static const char *const bad[] = {"",  "0",     "-5",      "time:", "tokens:5s", "tokens:1e16",
+                                      "x", "300 s", "time:nan"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_expect_eq(spec_scope_set_budget(&sc, bad[i]), -1, "'%s'", bad[i]);
 }

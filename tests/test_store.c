@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,16 +99,31 @@ static char *canonical(const char *model_json) {
     return c;
 }
 
+/* The spec's configuration hash and scope, as the API files a submission. */
+static void file_spec(const char *spec_json, char hash[SPEC_HASH_HEX], store_scope_t *sc) {
+    spec_t sp;
+    char perr[SPEC_ERR_LEN];
+    cr_assert_eq(spec_parse(spec_json, strlen(spec_json), &sp, perr, sizeof perr), 0, "%s", perr);
+    cr_assert_eq(spec_config_hash(&sp, hash), 0);
+    spec_scope(&sp, sc);
+    spec_free(&sp);
+}
+
+/* Insert a queued experiment of the model; hash names its configuration
+ * (NULL: the spec's, spec_config_hash). */
 static int64_t insert_full(store_t *s, const char *name, const char *hash, int64_t seed,
                            int priority, const char *model_json) {
     char *spec = canonical(model_json ? model_json : "");
+    char config[SPEC_HASH_HEX];
     store_new_experiment_t e = {.name = name,
                                 .tags_json = "[\"t\"]",
                                 .spec_json = spec,
-                                .spec_hash = hash,
+                                .config_hash = config,
                                 .seed = seed,
                                 .source = "api",
                                 .priority = priority};
+    file_spec(spec, config, &e.scope);
+    if (hash) e.config_hash = hash;
     int64_t id = 0;
     int rc = store_insert(s, &e, &id, err, sizeof err);
     free(spec);
@@ -117,7 +133,7 @@ static int64_t insert_full(store_t *s, const char *name, const char *hash, int64
 }
 
 static int64_t insert(store_t *s, const char *name, int priority) {
-    return insert_full(s, name, name, 42, priority, NULL);
+    return insert_full(s, name, NULL, 42, priority, NULL);
 }
 
 /* Claim the next experiment, which must be want; returns its attempt. */
@@ -161,7 +177,7 @@ static store_result_t result_with(double val_bpb) {
 
 /* Insert, claim and finish one succeeded experiment with val_bpb. */
 static int64_t succeed(store_t *s, const char *name, double val_bpb, const char *model_json) {
-    int64_t id = insert_full(s, name, name, 42, 1000, model_json);
+    int64_t id = insert_full(s, name, NULL, 42, 1000, model_json);
     claim_expect(s, id);
     store_result_t r = result_with(val_bpb);
     cr_assert_eq(store_finish(s, id, STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), 0,
@@ -373,7 +389,9 @@ Test(store, insert_checks_source_and_parent) {
     store_t *s = open_store();
     int64_t a = insert(s, "a", 0), id = 0;
     char *spec = canonical("");
-    store_new_experiment_t e = {.spec_json = spec, .spec_hash = "h", .source = "web"};
+    store_new_experiment_t e = {.spec_json = spec, .config_hash = "h", .source = "web"};
+    char config[SPEC_HASH_HEX];
+    file_spec(spec, config, &e.scope);
     cr_expect_eq(store_insert(s, &e, &id, err, sizeof err), -1);
     cr_expect_str_eq(err, "store: insert: source must be api, cli or agent");
     e.source = "agent";
@@ -777,6 +795,28 @@ Test(store, get_returns_the_row_spec_result_and_not_found) {
     store_close(s);
 }
 
+/* The export's rows keep what the database holds: a ve_layers list is its
+ * JSON text (a table cell), not an array as in store_get's spec. */
+Test(store, export_rows_are_the_stored_values_oldest_first) {
+    store_t *s = open_store();
+    int64_t q = insert_full(s, "queued", NULL, 7, 0, "\"depth\":6,\"ve_layers\":[0,2]");
+    int64_t a = succeed(s, "done", 1.25, "\"depth\":2");
+    cJSON *rows = store_export_rows(s, err, sizeof err);
+    cr_assert_not_null(rows, "%s", err);
+    cr_assert_eq(cJSON_GetArraySize(rows), 2);
+    cJSON *first = cJSON_GetArrayItem(rows, 0), *second = cJSON_GetArrayItem(rows, 1);
+    cr_expect_eq(cJSON_GetObjectItem(first, "id")->valuedouble, a, "finished first");
+    cr_expect_float_eq(cJSON_GetObjectItem(first, "val_bpb")->valuedouble, 1.25, 1e-12);
+    cr_expect_str_eq(tu_jstr(first, "ve_layers"), "alternate");
+    cr_expect_eq(cJSON_GetObjectItem(second, "id")->valuedouble, q);
+    cr_expect_str_eq(tu_jstr(second, "ve_layers"), "[0,2]");
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(second, "val_bpb")));
+    cr_expect_eq(cJSON_GetObjectItem(second, "seed")->valuedouble, 7);
+    cr_expect_eq(cJSON_GetObjectItem(second, "time_budget_s")->valuedouble, 300);
+    cJSON_Delete(rows);
+    store_close(s);
+}
+
 /* The ids of a list answer, in order, into ids; returns how many. */
 static int list_ids(store_t *s, const char *status, const char *order, int limit, int64_t after,
                     int64_t *ids) {
@@ -901,14 +941,14 @@ static int64_t start_top(store_t *s, const char *name, const char *top_json) {
     spec_t sp;
     cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s: %s", text, perr);
     char *spec = spec_canonical_json(&sp);
-    char hash[32];
-    snprintf(hash, sizeof hash, "h%llu", (unsigned long long)sp.seed);
+    char hash[SPEC_HASH_HEX];
     store_new_experiment_t e = {.name = name,
                                 .spec_json = spec,
-                                .spec_hash = hash,
+                                .config_hash = hash,
                                 .seed = (int64_t)sp.seed,
                                 .source = "api",
                                 .priority = 1000};
+    file_spec(spec, hash, &e.scope);
     spec_free(&sp);
     int64_t id = 0;
     cr_assert_eq(store_insert(s, &e, &id, err, sizeof err), 0, "%s", err);
@@ -1061,14 +1101,9 @@ Test(store, leaderboard_best_and_noise_never_mix_datasets_or_budgets) {
     cr_expect_str_eq(d.budget_kind, "time");
     cr_expect_eq(d.budget, 300);
     cr_assert_eq(store_default_scope(s, "nothing", &d, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(d.budget, STORE_DEFAULT_BUDGET_S);
-    /* A spec's scope: a token budget once the spec has one. */
-    cr_assert_eq(store_scope_of_spec("{\"dataset\":\"x\",\"time_budget_s\":0,"
-                                     "\"token_budget\":1000000}",
-                                     &d),
-                 0);
-    cr_expect_str_eq(d.budget_kind, "tokens");
-    cr_expect_eq(d.budget, 1e6);
+    store_scope_t def;
+    spec_default_scope("nothing", &def);
+    cr_expect(!memcmp(&d, &def, sizeof d), "a dataset without runs: the default spec's budget");
     store_close(s);
 }
 
@@ -1133,6 +1168,190 @@ Test(store, migration_004_rebuilds_experiments_and_backfills_scope_columns) {
     cr_expect_eq(raw_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'experiments_scope'"),
                  1);
     sqlite3_close(db);
+}
+
+/* ------------------------------------------- migration 009: one identity */
+
+/* The configuration hash as the store wrote it before migration 009: the
+ * SHA-256 of the canonical spec with json_remove's list of labels. */
+static void old_sha256_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    (void)argc;
+    EVP_Digest(sqlite3_value_text(argv[0]), (size_t)sqlite3_value_bytes(argv[0]), md, &n,
+               EVP_sha256(), NULL);
+    for (unsigned int i = 0; i < n; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    sqlite3_result_text(ctx, hex, (int)(2 * n), SQLITE_TRANSIENT);
+}
+
+/* What a spec trains, as text: two specs with the same key train the same
+ * model the same way. Decided from what the model is built from (every
+ * layer's window and value embedding, the fields the engine reads), not
+ * from spec_config_json: the fields the engine does not read (spec.h's
+ * list) are set alike and the derived arrays written out. The caller frees. */
+static char *training_key(const spec_t *sp) {
+    spec_t x = *sp;
+    spec_model_t *m = &x.model;
+    x.name = NULL, x.n_tags = 0, x.priority = 0, x.parent = 0, x.prune = true, x.seed = 0;
+    snprintf(m->window_pattern, sizeof m->window_pattern, "L");
+    snprintf(m->ve_layers, sizeof m->ve_layers, "none");
+    bool any_ve = false;
+    for (int i = 0; i < m->depth; i++) any_ve |= m->has_ve[i];
+    if (m->pos == POS_ROPE) m->max_pos = 0;
+    if (!any_ve) m->ve_gate_channels = 0, x.train.value_embedding_lr = 0;
+    if (m->tie_embeddings && m->pos == POS_ROPE) x.train.embedding_lr = 0;
+    char *text = spec_canonical_json(&x), *key = malloc(strlen(text) + 4 * SPEC_MAX_DEPTH + 64);
+    cr_assert(text && key);
+    size_t n = (size_t)sprintf(key, "%s|", text);
+    for (int i = 0; i < m->depth; i++)
+        n +=
+            (size_t)sprintf(key + n, "%d%c,", sp->model.window[i], sp->model.has_ve[i] ? 'v' : '-');
+    free(text);
+    return key;
+}
+
+#define CORPUS_MAX 600
+
+/* Specs in many spellings: every window pattern and value-embedding choice
+ * below at several depths, and the fields the engine may not read. */
+static int corpus(char specs[][256]) {
+    static const char *const windows[] = {"L",    "S",    "SL",   "LS",   "SSL",
+                                          "SSSL", "SLSL", "SSSS", "SLLL", "SSSLSSSL"};
+    static const char *const ves[] = {"\"alternate\"", "\"all\"", "\"none\"", "\"first_half\"",
+                                      "\"last_half\"", "[0]",     "[]"};
+    static const int depths[] = {1, 2, 3, 4, 6, 8};
+    static const char *const extras[] = {
+        "\"model\":{\"seq_len\":128,\"max_pos\":512}",
+        "\"model\":{\"seq_len\":128}",
+        "\"model\":{\"seq_len\":128,\"max_pos\":512,\"pos\":\"learned\"}",
+        "\"model\":{\"seq_len\":128,\"pos\":\"learned\"}",
+        "\"model\":{\"ve_layers\":\"none\",\"ve_gate_channels\":8}",
+        "\"model\":{\"ve_layers\":\"none\"},\"train\":{\"value_embedding_lr\":0.1}",
+        "\"model\":{\"ve_gate_channels\":8}",
+        "\"model\":{\"tie_embeddings\":true},\"train\":{\"embedding_lr\":0.2}",
+        "\"model\":{\"tie_embeddings\":true}",
+        "\"model\":{\"tie_embeddings\":true,\"pos\":\"learned\"},\"train\":{\"embedding_lr\":0.2}",
+        "\"model\":{\"tie_embeddings\":true,\"pos\":\"learned\"}",
+        "\"token_budget\":5000",
+        "\"dataset\":\"other\"",
+        "\"name\":\"labelled\",\"tags\":[\"t\"],\"priority\":5,\"prune\":false",
+    };
+    int n = 0;
+    for (size_t d = 0; d < sizeof depths / sizeof *depths; d++)
+        for (size_t w = 0; w < sizeof windows / sizeof *windows; w++)
+            for (size_t v = 0; v < sizeof ves / sizeof *ves; v++)
+                snprintf(specs[n++], 256,
+                         "{\"model\":{\"depth\":%d,\"window_pattern\":\"%s\",\"ve_layers\":%s}}",
+                         depths[d], windows[w], ves[v]);
+    for (size_t e = 0; e < sizeof extras / sizeof *extras; e++)
+        snprintf(specs[n++], 256, "{%s}", extras[e]);
+    cr_assert_leq(n, CORPUS_MAX);
+    return n;
+}
+
+/* The old and the new hashes of the same rows map one to one, except where
+ * specs that train alike (spec.h's spellings) become one configuration; the
+ * rows are filed by the spec's scope; the summaries are summed again. */
+Test(store, migration_009_files_every_row_again_one_to_one_but_for_spellings) {
+    static char specs[CORPUS_MAX][256];
+    static spec_t parsed[CORPUS_MAX];
+    static char old_hash[CORPUS_MAX][SPEC_HASH_HEX], new_hash[CORPUS_MAX][SPEC_HASH_HEX];
+    static char *key[CORPUS_MAX];
+    int n = corpus(specs);
+    const char *path = tu_dir_path("v8.db");
+    size_t upto_8 = 0; /* the migrations before 009, whatever came after it */
+    while (upto_8 < store_n_migrations && store_migrations[upto_8].version <= 8) upto_8++;
+    cr_assert_eq(store_migrate(path, store_migrations, upto_8, err, sizeof err), 0, "%s", err);
+    sqlite3 *db = raw_open("v8.db");
+    cr_assert_eq(raw_int(db, "PRAGMA user_version"), 8);
+    cr_assert_eq(
+        sqlite3_create_function(db, "old_sha256", 1, SQLITE_UTF8, NULL, old_sha256_fn, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_stmt *ins = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "INSERT INTO experiments (id, spec, spec_hash, seed, source,"
+                                    " status, finished, config_hash) VALUES (?1, ?2, 'x', ?3,"
+                                    " 'api', 'succeeded', '2026-01-01', old_sha256(json_remove(?2,"
+                                    " '$.seed', '$.name', '$.tags', '$.priority', '$.parent',"
+                                    " '$.prune'))) RETURNING config_hash",
+                                    -1, &ins, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    raw_exec(db, "BEGIN");
+    for (int i = 0; i < n; i++) {
+        char perr[SPEC_ERR_LEN];
+        cr_assert_eq(spec_parse(specs[i], strlen(specs[i]), &parsed[i], perr, sizeof perr), 0,
+                     "%s: %s", specs[i], perr);
+        char *canon = spec_canonical_json(&parsed[i]);
+        sqlite3_bind_int(ins, 1, i + 1);
+        sqlite3_bind_text(ins, 2, canon, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(ins, 3, 1 + i % 2); /* seeds never split a configuration */
+        cr_assert_eq(sqlite3_step(ins), SQLITE_ROW, "%s", sqlite3_errmsg(db));
+        snprintf(old_hash[i], SPEC_HASH_HEX, "%s", (const char *)sqlite3_column_text(ins, 0));
+        sqlite3_reset(ins);
+        free(canon);
+    }
+    sqlite3_finalize(ins);
+    raw_exec(db, "INSERT INTO results (experiment_id, val_bpb) SELECT id, 1 + id / 1000.0"
+                 " FROM experiments;"
+                 "INSERT INTO experiments (id, spec, spec_hash, seed, source, config_hash)"
+                 " VALUES (9999, '{\"model\":{\"depth\":0}}', 'x', 1, 'api', 'kept');"
+                 "COMMIT");
+    sqlite3_close(db);
+
+    store_t *s = NULL;
+    cr_assert_eq(store_open(path, &s, err, sizeof err), 0, "%s", err);
+    store_close(s);
+    db = raw_open("v8.db");
+    cr_expect_str_eq(raw_text(db, "SELECT config_hash FROM experiments WHERE id = 9999"), "kept",
+                     "a spec this build cannot parse keeps its row as it was");
+    int merged = 0;
+    for (int i = 0; i < n; i++) {
+        char sql[128];
+        spec_scope_t sc;
+        snprintf(sql, sizeof sql, "SELECT config_hash FROM experiments WHERE id = %d", i + 1);
+        snprintf(new_hash[i], SPEC_HASH_HEX, "%s", raw_text(db, sql));
+        char want[SPEC_HASH_HEX];
+        cr_assert_eq(spec_config_hash(&parsed[i], want), 0);
+        cr_expect_str_eq(new_hash[i], want, "row %d is filed by spec_config_hash", i + 1);
+        key[i] = training_key(&parsed[i]);
+        spec_scope(&parsed[i], &sc);
+        snprintf(sql, sizeof sql,
+                 "SELECT dataset || '|' || budget_kind || '|' || budget FROM experiments"
+                 " WHERE id = %d",
+                 i + 1);
+        char scope[128];
+        snprintf(scope, sizeof scope, "%s|%s|%.1f", sc.dataset, sc.budget_kind, sc.budget);
+        cr_expect_str_eq(raw_text(db, sql), scope, "%s", specs[i]);
+        for (int j = 0; j < i; j++) {
+            bool same_old = !strcmp(old_hash[i], old_hash[j]);
+            bool same_new = !strcmp(new_hash[i], new_hash[j]);
+            bool alike = !strcmp(key[i], key[j]);
+            if (same_old)
+                cr_expect(same_new, "one old configuration became two: %s, %s", specs[j], specs[i]);
+            if (same_new && !same_old) merged++;
+            cr_expect(same_new == alike, "%s: %s, %s",
+                      alike ? "they train alike but are two configurations"
+                            : "joined, but they train differently",
+                      specs[j], specs[i]);
+        }
+    }
+    cr_expect_gt(merged, 0, "the corpus has equivalent spellings");
+    cr_log_info("migration 009: %d pairs of %d specs joined as one configuration", merged, n);
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM configs"),
+                 raw_int(db, "SELECT count(DISTINCT dataset || budget_kind || budget ||"
+                             " config_hash) FROM experiments WHERE status = 'succeeded'"),
+                 "the summary counts the configurations now");
+    cr_expect_eq(raw_int(db, "SELECT sum(n) FROM configs"), n);
+    cr_expect_eq(raw_int(db,
+                         "SELECT count(*) FROM sqlite_schema WHERE name IN"
+                         " ('experiments_dedup', 'experiments_scope', 'configs_add_on_result')"),
+                 3);
+    sqlite3_close(db);
+    for (int i = 0; i < n; i++) {
+        spec_free(&parsed[i]);
+        free(key[i]);
+    }
 }
 
 /* The configs summary (schema 008) that the leaderboard, best and noise read

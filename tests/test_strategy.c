@@ -134,7 +134,7 @@ static int has_tag(const spec_t *sp, const char *tag) {
 }
 
 static char *identity(const spec_t *sp) {
-    char *hex = malloc(65);
+    char *hex = malloc(STRATEGY_IDENT_LEN);
     cr_assert(hex && strategy_identity(sp, hex) == 0);
     return hex;
 }
@@ -804,7 +804,7 @@ Test(strategy, identity_ignores_labels_and_spellings) {
     spec_t a, b;
     const char *x = "{\"name\":\"a\",\"tags\":[\"t\"],\"parent\":3,\"priority\":5}";
     const char *y = "{\"model\":{\"ve_layers\":[1,3],\"window_pattern\":\"SSSS\"}}";
-    char err[SPEC_ERR_LEN], ha[65], hb[65];
+    char err[SPEC_ERR_LEN], ha[STRATEGY_IDENT_LEN], hb[STRATEGY_IDENT_LEN];
     cr_assert_eq(spec_parse(x, strlen(x), &a, err, sizeof err), 0, "%s", err);
     cr_assert_eq(spec_parse(y, strlen(y), &b, err, sizeof err), 0, "%s", err);
     cr_assert_eq(strategy_identity(&a, ha), 0);
@@ -820,11 +820,13 @@ Test(strategy, identity_ignores_labels_and_spellings) {
 
 /* The agent's identity of varied specs, recorded once as literals: the agent
  * saves identities in its state and skips what it has seen, so a change here
- * would make it propose again what it already ran. Fix the code, never these. */
+ * would make it propose again what it already ran. Fix the code, never these.
+ * (Recorded again when the agent's identity became the daemon's
+ * configuration and the seed, state version 3.) */
 static const struct {
     const char *spec, *identity;
 } identity_golden[] = {
-    {"{}", "53a06c2b6ac36f18cfc7b79391670a10ff6af2da6ba18e322815f1123d1542d4"},
+    {"{}", "5e38df4da4a532b17cbe01935530fd50e5fa952a274cceb3290943f38724efa7:42"},
     {"{\"model\":{\"vocab_size\":50257,\"depth\":6,\"n_embd\":384,"
      "\"n_head\":6,\"n_kv_head\":2,\"mlp_ratio\":2.6666666666666665,"
      "\"mlp\":\"geglu\",\"seq_len\":128,\"pos\":\"learned\","
@@ -832,57 +834,57 @@ static const struct {
      "\"softcap\":0,\"window_pattern\":\"ssl\",\"ve_layers\":[5,"
      "0,3],\"ve_gate_channels\":384},\"train\":{\"batch_size\":4,"
      "\"total_batch_tokens\":1024}}",
-     "93a32df63f3647558a323394353e6fb10044acad93e266f048b21865235132ef"},
+     "aaa83b444d6ada96fffeecc425dfc1ad5e2fbe0522a4412bea9ba4218d463e2e:42"},
     {"{\"seed\":9007199254740991,\"time_budget_s\":604800,"
      "\"model\":{\"ve_layers\":[]}}",
-     "4371920ce37b4d620b8f9c7a1bfbc359205cd1da58e3a5a67876548b8dd8879c"},
+     "8dcd6d3c25a4765b59587e0531e405e7348db670ae409e4e4b6fc3ccbccd7d1d:9007199254740991"},
     {"{\"token_budget\":5e3,\"time_budget_s\":0.0,\"prune\":false,"
      "\"model\":{\"n_head\":8,\"window_pattern\":\"sLl\","
      "\"embed_dropout\":-0.0,\"mlp_ratio\":40e-1}}",
-     "7cd8085303428a82a9e7aa724e323ba7ffc7efd19c0479faba35ff12f324e73b"},
+     "3728bf1fd7d4c00ffcf6aa1eff922dab81c05431fd7706c8d7553919576caea9:42"},
     {"{\"model\":{\"depth\":6,\"ve_layers\":[5,1,3]}}",
-     "c68c8afce7b5a499e95416b4f80a332fc94a2cd89cc061cc5d345e08bc107a1f"},
+     "070a5d1348e14e62865fada11e9d5aa60ca3c3bb1361d6d7870baf4b1bc168ae:42"},
     {"{\"model\":{\"depth\":6,\"ve_layers\":[4,0]}}",
-     "8e61da4c8fc30cba1c46ee48e2d1fbe89c6575982c00acb0104a8373521127ca"},
+     "7ea8ec082da4c44fe6f539b2447f55c7853a7ff03b0e364bc6092e045deabb06:42"},
     {"{\"model\":{\"seq_len\":2048,\"max_pos\":1024},\"train\":{\"total_batch_tokens\":32768}}",
-     "2eea3e4230b83e478ea9274857e057dd843247d402ade52b8e703c400fc476bc"},
+     "07f8ceb7a77d23e4b3c91789bd71a8693410010b3178ef0b0d28506755b40f4b:42"},
     {"{\"name\":\"h\\u00e9llo \\u2603 \\ud83d\\ude00\","
      "\"tags\":[\"x\",\"y\",\"z\"],\"model\":{\"depth\":64,"
      "\"n_embd\":64,\"n_head\":1,\"n_kv_head\":1,\"ve_layers\":\"first_half\","
      "\"window_pattern\":\"SSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSL\"}}",
-     "5fdc3a3b448247c7758aa190666f56a8828f1d69c008eb536d2625f885d6ad68"},
+     "3393fe3b210e674488504d67d130327a3b5efc62476eee5ecc20882f6dd71bc1:42"},
     {"{\"name\":\"deep-narrow\",\"tags\":[\"depth\"],\"model\":{\"depth\":8,"
      "\"n_embd\":128,\"n_head\":2,\"mlp\":\"geglu\",\"window_pattern\":\"SL\","
      "\"ve_layers\":[1,3,5,7]},\"train\":{\"batch_size\":8,"
      "\"total_batch_tokens\":8192,\"warmup_ratio\":0.05}}",
-     "e38a4775cdfe2d500a3989c029c531bb575abc926ce55c51f65bfb55f11e0b8f"},
+     "109ed765cf80b2846f491221c79bbd71bcfb3fac2b2ce3bae052d5d87c44983a:42"},
     {"{\"name\":\"learned-pos-tied\",\"tags\":[\"positions\","
      "\"tied\"],\"model\":{\"pos\":\"learned\",\"max_pos\":512,"
      "\"tie_embeddings\":true,\"ve_layers\":\"none\",\"embed_dropout\":0.1},"
      "\"train\":{\"embedding_lr\":0.3}}",
-     "76dc7aadc231a1e8e838f117480804f2b9f2a9cdbfeb7360ec140bca29b1b8b3"},
+     "318c08f11c00663edb3268ebec5da9939d42e5fd8dcd5302e9b44e5a2203eccd:42"},
     {"{\"name\":\"wide-shallow\",\"tags\":[\"width\",\"depth\"],"
      "\"model\":{\"depth\":2,\"n_embd\":256,\"n_head\":4,"
      "\"n_kv_head\":4,\"window_pattern\":\"L\",\"ve_layers\":\"all\"}}",
-     "d2f3d3102ad9aa475f1c2458748c79acae9ee570cbbdf3a69cb6b79418a86c93"},
+     "fa193e63eee9d6d670f758836a9ca7a79bf6d9ff74ff7376de9e0f4e6bb3c3e8:42"},
     {"{\"model\":{\"vocab_size\":64,\"depth\":3,\"n_embd\":16,"
      "\"n_head\":2,\"n_kv_head\":1,\"mlp_ratio\":2.5,\"mlp\":\"geglu\","
      "\"seq_len\":24,\"pos\":\"rope\",\"window_pattern\":\"S\","
      "\"ve_layers\":[0,2],\"ve_gate_channels\":12,\"softcap\":0},"
      "\"train\":{\"batch_size\":2,\"total_batch_tokens\":48}}",
-     "ab6c4dcea96fdded1693c84f4e2b12f1ddd380745c2998a10c8776eebe41191e"},
+     "ecf17c9421521ad717e71871bcea73f3869967f04bb3bb76e234e8037f6ca58a:42"},
     {"{\"model\":{\"vocab_size\":72,\"depth\":3,\"n_embd\":24,"
      "\"n_head\":4,\"n_kv_head\":1,\"mlp_ratio\":1,\"mlp\":\"swiglu\","
      "\"seq_len\":20,\"pos\":\"rope\",\"window_pattern\":\"SL\","
      "\"ve_layers\":\"first_half\",\"ve_gate_channels\":8,"
      "\"softcap\":30},\"train\":{\"batch_size\":2,\"total_batch_tokens\":40}}",
-     "c8e11e8d65c15593b6c409db91b8d1e8dabac0a5d16f071094798f1d685c7749"},
+     "e4a969e24f3924efe493f4f945ff5930943619507b9508d8cee6934234367f43:42"},
 };
 
 Test(strategy, identity_golden) {
     for (size_t i = 0; i < sizeof identity_golden / sizeof identity_golden[0]; i++) {
         spec_t s;
-        char err[SPEC_ERR_LEN], hex[65];
+        char err[SPEC_ERR_LEN], hex[STRATEGY_IDENT_LEN];
         const char *text = identity_golden[i].spec;
         cr_assert_eq(spec_parse(text, strlen(text), &s, err, sizeof err), 0, "%s: %s", text, err);
         cr_assert_eq(strategy_identity(&s, hex), 0);
@@ -891,10 +893,10 @@ Test(strategy, identity_golden) {
     }
 }
 
-/* Specs that train one model but are stored under two spec_identity values
- * (the canonical form keeps these fields as written, and stored experiments
- * are deduplicated on it): the agent's identity is one for each pair. */
-Test(strategy, identity_merges_spellings_spec_identity_keeps) {
+/* Specs that train one model but are stored as two canonical specs (the
+ * canonical form keeps these fields as written): the agent's identity, the
+ * configuration's (spec_config_hash) with the seed, is one for each pair. */
+Test(strategy, identity_merges_spellings_the_canonical_form_keeps) {
     static const char *const pairs[][2] = {
         {"{\"model\":{\"depth\":8,\"window_pattern\":\"SL\"},"
          "\"train\":{\"batch_size\":8,\"total_batch_tokens\":8192}}",
@@ -907,12 +909,13 @@ Test(strategy, identity_merges_spellings_spec_identity_keeps) {
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         spec_t a, b;
-        char err[SPEC_ERR_LEN], sa[65], sb[65], ia[65], ib[65];
+        char err[SPEC_ERR_LEN], sa[SPEC_HASH_HEX], sb[SPEC_HASH_HEX], ia[STRATEGY_IDENT_LEN],
+            ib[STRATEGY_IDENT_LEN];
         cr_assert_eq(spec_parse(pairs[i][0], strlen(pairs[i][0]), &a, err, sizeof err), 0, "%s",
                      err);
         cr_assert_eq(spec_parse(pairs[i][1], strlen(pairs[i][1]), &b, err, sizeof err), 0, "%s",
                      err);
-        cr_assert(spec_identity(&a, sa) == 0 && spec_identity(&b, sb) == 0);
+        cr_assert(spec_hash(&a, sa) == 0 && spec_hash(&b, sb) == 0);
         cr_assert(strategy_identity(&a, ia) == 0 && strategy_identity(&b, ib) == 0);
         cr_expect_str_neq(sa, sb, "%s", pairs[i][0]);
         cr_expect_str_eq(ia, ib, "%s", pairs[i][0]);

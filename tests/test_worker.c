@@ -45,18 +45,20 @@ TestSuite(worker, .init = setup, .fini = teardown, .timeout = 30);
 
 /* What one run saw. events and result are owned; release with run_free. */
 typedef struct {
+    worker_t *w; /* the run's worker, once started */
     int exits;
-    worker_exit_t ex; /* ex.result is cleared: see result */
-    cJSON *result;    /* copy of the exit's result line, or NULL */
-    cJSON *events;    /* copies of every progress line, in order */
+    executor_exit_t ex; /* ex.result is cleared: see result */
+    cJSON *result;      /* copy of the exit's result line, or NULL */
+    cJSON *events;      /* copies of every progress line, in order */
     int pid;
     uint64_t t_start, t_exit; /* uv_hrtime */
     int stop_on_start;        /* worker_stop(stop_why) when {"event":"start"} arrives */
-    worker_status stop_why;
+    executor_status stop_why;
 } run_t;
 
-static void on_progress(worker_t *w, const cJSON *line, void *user) {
+static void on_progress(const cJSON *line, void *user) {
     run_t *r = user;
+    worker_t *w = r->w;
     cr_assert_eq(r->exits, 0, "progress after the exit");
     cJSON_AddItemToArray(r->events, cJSON_Duplicate(line, 1));
     const cJSON *ev = cJSON_GetObjectItemCaseSensitive(line, "event");
@@ -64,19 +66,21 @@ static void on_progress(worker_t *w, const cJSON *line, void *user) {
         r->stop_on_start = 0;
         worker_stop(w, r->stop_why);
         /* A second request must not change the reason. */
-        worker_stop(w, r->stop_why == WORKER_CANCELLED ? WORKER_INTERRUPTED : WORKER_CANCELLED);
+        worker_stop(w,
+                    r->stop_why == EXECUTOR_CANCELLED ? EXECUTOR_INTERRUPTED : EXECUTOR_CANCELLED);
     }
 }
 
-static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
+static void on_exit_cb(const executor_exit_t *ex, void *user) {
     run_t *r = user;
+    worker_t *w = r->w;
     r->exits++;
     r->t_exit = uv_hrtime();
     r->ex = *ex;
     r->ex.result = NULL;
     r->result = ex->result ? cJSON_Duplicate(ex->result, 1) : NULL;
     cr_expect_eq(worker_pid(w), r->pid);
-    worker_stop(w, WORKER_CANCELLED); /* too late: must be a no-op */
+    worker_stop(w, EXECUTOR_CANCELLED); /* too late: must be a no-op */
 }
 
 /* Run bad-worker MODE under o (shim, argv and log filled in here; a zero
@@ -90,13 +94,12 @@ static void run_mode(run_t *r, const char *mode, worker_opts_t *o) {
     if (!o->log_path) o->log_path = log_path;
     if (o->kill_grace_s == 0) o->kill_grace_s = 0.5;
     r->events = cJSON_CreateArray();
-    worker_callbacks_t cb = {on_progress, on_exit_cb, r};
-    worker_t *w = NULL;
+    executor_callbacks_t cb = {.on_progress = on_progress, .on_exit = on_exit_cb, .user = r};
     char err[256] = "";
     r->t_start = uv_hrtime();
-    int rc = worker_start(&loop, o, &cb, &w, err, sizeof err);
+    int rc = worker_start(&loop, o, &cb, &r->w, err, sizeof err);
     cr_assert_eq(rc, 0, "worker_start: %s", err);
-    r->pid = worker_pid(w);
+    r->pid = worker_pid(r->w);
     cr_assert_gt(r->pid, 0);
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_assert_eq(r->exits, 1, "on_exit ran %d times", r->exits);
@@ -131,9 +134,9 @@ static const cJSON *find_event(const run_t *r, const char *event) {
     return NULL;
 }
 
-static void expect_status(const run_t *r, worker_status want) {
+static void expect_status(const run_t *r, executor_status want) {
     cr_expect_eq(r->ex.status, want, "status %s, want %s (reason: %s)",
-                 worker_status_name(r->ex.status), worker_status_name(want), r->ex.reason);
+                 executor_status_name(r->ex.status), executor_status_name(want), r->ex.reason);
 }
 
 /* Whether pid is gone (dead or a zombie) within seconds. */
@@ -150,15 +153,15 @@ static int wait_gone(int pid, double seconds) {
 Test(worker, status_names) {
     static const char *want[] = {"succeeded", "failed",   "crashed",   "timeout",
                                  "oom",       "diverged", "cancelled", "interrupted"};
-    for (int s = WORKER_SUCCEEDED; s <= WORKER_INTERRUPTED; s++)
-        cr_expect_str_eq(worker_status_name((worker_status)s), want[s]);
+    for (int s = EXECUTOR_SUCCEEDED; s <= EXECUTOR_INTERRUPTED; s++)
+        cr_expect_str_eq(executor_status_name((executor_status)s), want[s]);
 }
 
 Test(worker, ok) {
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "ok", &o);
-    expect_status(&r, WORKER_SUCCEEDED);
+    expect_status(&r, EXECUTOR_SUCCEEDED);
     cr_expect_str_eq(r.ex.reason, "");
     cr_expect_eq(r.ex.exit_code, 0);
     cr_expect_eq(r.ex.term_signal, 0);
@@ -179,7 +182,7 @@ Test(worker, log_is_appended) {
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "ok", &o);
-    expect_status(&r, WORKER_SUCCEEDED);
+    expect_status(&r, EXECUTOR_SUCCEEDED);
     size_t n;
     char *buf = tu_read_all(log_path, &n);
     cr_expect(!strncmp(buf, "an earlier attempt\n", 19), "the log was truncated: %.40s", buf);
@@ -192,7 +195,7 @@ Test(worker, fail_names_the_stderr_tail) {
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "fail", &o);
-    expect_status(&r, WORKER_FAILED);
+    expect_status(&r, EXECUTOR_FAILED);
     cr_expect_eq(r.ex.exit_code, 1);
     cr_expect_str_eq(r.ex.reason, "exit 1: bad-worker: reading the dataset | "
                                   "bad-worker: something broke: the disk is on fire");
@@ -203,7 +206,7 @@ Test(worker, fail_reason_is_trimmed_to_the_last_lines) {
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "fail-long", &o);
-    expect_status(&r, WORKER_FAILED);
+    expect_status(&r, EXECUTOR_FAILED);
     const char *want_end = " | bad-worker: fatal: the last words";
     size_t n = strlen(r.ex.reason), k = strlen(want_end);
     cr_assert_gt(n, k);
@@ -219,7 +222,7 @@ Test(worker, diverged) {
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "diverge", &o);
-    expect_status(&r, WORKER_DIVERGED);
+    expect_status(&r, EXECUTOR_DIVERGED);
     cr_expect_eq(r.ex.exit_code, 3);
     cr_expect_str_eq(r.ex.reason, "diverged: loss nan at step 2");
     cr_assert_not_null(r.result);
@@ -231,7 +234,7 @@ Test(worker, crash_names_the_signal) {
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "crash", &o);
-    expect_status(&r, WORKER_CRASHED);
+    expect_status(&r, EXECUTOR_CRASHED);
     cr_expect_str_eq(r.ex.reason, "killed by SIGSEGV");
     cr_expect_eq(r.ex.exit_code, -1);
     cr_expect_eq(r.ex.term_signal, SIGSEGV);
@@ -243,7 +246,7 @@ Test(worker, abort_quotes_stderr) {
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "abort", &o);
-    expect_status(&r, WORKER_CRASHED);
+    expect_status(&r, EXECUTOR_CRASHED);
     cr_expect_str_eq(r.ex.reason, "killed by SIGABRT: bad-worker: an assertion failed");
     cr_expect_eq(r.ex.term_signal, SIGABRT);
     run_free(&r);
@@ -253,7 +256,7 @@ Test(worker, exit0_without_result_fails) {
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "exit0-noresult", &o);
-    expect_status(&r, WORKER_FAILED);
+    expect_status(&r, EXECUTOR_FAILED);
     cr_expect_str_eq(r.ex.reason, "exit 0 without a result line");
     cr_expect_eq(r.ex.exit_code, 0);
     cr_expect_eq(cJSON_GetArraySize(r.events), 1);
@@ -264,7 +267,7 @@ Test(worker, last_line_without_newline_counts) {
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "no-newline", &o);
-    expect_status(&r, WORKER_SUCCEEDED);
+    expect_status(&r, EXECUTOR_SUCCEEDED);
     cr_assert_not_null(r.result);
     cr_expect_float_eq(cJSON_GetObjectItem(r.result, "val_bpb")->valuedouble, 1.75, 1e-9);
     run_free(&r);
@@ -276,7 +279,7 @@ Test(worker, exec_failure_is_exit_127) {
     char *argv[] = {"/nonexistent/nightshift-worker", NULL};
     o.argv = argv;
     run_mode(&r, NULL, &o);
-    expect_status(&r, WORKER_FAILED);
+    expect_status(&r, EXECUTOR_FAILED);
     cr_expect_eq(r.ex.exit_code, 127);
     cr_expect_str_eq(r.ex.reason, "exit 127: exec-limited: cannot run "
                                   "'/nonexistent/nightshift-worker': No such file or directory");
@@ -287,7 +290,7 @@ Test(worker, unusable_cpu_fails_with_reason) {
     run_t r = {0};
     worker_opts_t o = {.cpus = "1023"};
     run_mode(&r, "ok", &o);
-    expect_status(&r, WORKER_FAILED);
+    expect_status(&r, EXECUTOR_FAILED);
     cr_expect_eq(r.ex.exit_code, 1);
     cr_expect_str_eq(r.ex.reason,
                      "exit 1: exec-limited: sched_setaffinity(1023): Invalid argument");
@@ -299,7 +302,7 @@ Test(worker, spawn_failure_returns_an_error) {
     cr_assert_eq(uv_loop_init(&loop), 0);
     char *argv[] = {(char *)bad, "ok", NULL};
     worker_opts_t o = {.shim = "/nonexistent/nightshift", .argv = argv, .log_path = log_path};
-    worker_callbacks_t cb = {on_progress, on_exit_cb, NULL};
+    executor_callbacks_t cb = {.on_progress = on_progress, .on_exit = on_exit_cb};
     worker_t *w = (worker_t *)1;
     char err[256] = "";
     int rc = worker_start(&loop, &o, &cb, &w, err, sizeof err);
@@ -316,7 +319,7 @@ Test(worker, unwritable_log_returns_an_error) {
     char *argv[] = {(char *)bad, "ok", NULL};
     const char *path = tu_dir_path("missing/train.log");
     worker_opts_t o = {.shim = shim, .argv = argv, .log_path = path};
-    worker_callbacks_t cb = {on_progress, on_exit_cb, NULL};
+    executor_callbacks_t cb = {.on_progress = on_progress, .on_exit = on_exit_cb};
     worker_t *w = NULL;
     char err[700] = "";
     cr_expect_eq(worker_start(&loop, &o, &cb, &w, err, sizeof err), -ENOENT);
@@ -331,7 +334,7 @@ Test(worker, deadline_sends_sigterm) {
     run_t r = {0};
     worker_opts_t o = {.deadline_s = 0.5, .kill_grace_s = 2};
     run_mode(&r, "hang", &o);
-    expect_status(&r, WORKER_TIMEOUT);
+    expect_status(&r, EXECUTOR_TIMEOUT);
     cr_expect_str_eq(r.ex.reason, "no exit within the deadline (0.5 s); killed (SIGTERM)");
     cr_expect_eq(r.ex.term_signal, SIGTERM);
     cr_expect(elapsed(&r) >= 0.45 && elapsed(&r) < 2.0, "reported after %.2f s", elapsed(&r));
@@ -342,7 +345,7 @@ Test(worker, deadline_then_sigkill_after_grace) {
     run_t r = {0};
     worker_opts_t o = {.deadline_s = 0.3, .kill_grace_s = 0.5};
     run_mode(&r, "hang-ignore-term", &o);
-    expect_status(&r, WORKER_TIMEOUT);
+    expect_status(&r, EXECUTOR_TIMEOUT);
     cr_expect_str_eq(r.ex.reason,
                      "no exit within the deadline (0.3 s); killed (SIGKILL after the 0.5 s grace)");
     cr_expect_eq(r.ex.term_signal, SIGKILL);
@@ -351,20 +354,20 @@ Test(worker, deadline_then_sigkill_after_grace) {
 }
 
 Test(worker, stop_cancels) {
-    run_t r = {.stop_on_start = 1, .stop_why = WORKER_CANCELLED};
+    run_t r = {.stop_on_start = 1, .stop_why = EXECUTOR_CANCELLED};
     worker_opts_t o = {.deadline_s = 20};
     run_mode(&r, "hang", &o);
-    expect_status(&r, WORKER_CANCELLED);
+    expect_status(&r, EXECUTOR_CANCELLED);
     cr_expect_str_eq(r.ex.reason, "cancelled while running; killed (SIGTERM)");
     cr_expect_lt(elapsed(&r), 3.0);
     run_free(&r);
 }
 
 Test(worker, stop_interrupts_with_sigkill_after_grace) {
-    run_t r = {.stop_on_start = 1, .stop_why = WORKER_INTERRUPTED};
+    run_t r = {.stop_on_start = 1, .stop_why = EXECUTOR_INTERRUPTED};
     worker_opts_t o = {.deadline_s = 20, .kill_grace_s = 0.4};
     run_mode(&r, "hang-ignore-term", &o);
-    expect_status(&r, WORKER_INTERRUPTED);
+    expect_status(&r, EXECUTOR_INTERRUPTED);
     cr_expect_str_eq(r.ex.reason,
                      "interrupted by daemon shutdown; killed (SIGKILL after the 0.4 s grace)");
     cr_expect_eq(r.ex.term_signal, SIGKILL);
@@ -378,7 +381,7 @@ Test(worker, flood_is_capped_and_drained) {
     run_t r = {0};
     worker_opts_t o = {.max_log_bytes = 1 << 20};
     run_mode(&r, "flood", &o);
-    expect_status(&r, WORKER_SUCCEEDED);
+    expect_status(&r, EXECUTOR_SUCCEEDED);
     cr_assert_not_null(r.result, "the result after 100 MB of stdout was seen");
     struct stat st;
     cr_assert_eq(stat(log_path, &st), 0);
@@ -392,7 +395,7 @@ Test(worker, garbage_lines_are_counted_and_skipped) {
     run_t r = {0};
     worker_opts_t o = {.max_line_bytes = 1024};
     run_mode(&r, "garbage", &o);
-    expect_status(&r, WORKER_SUCCEEDED);
+    expect_status(&r, EXECUTOR_SUCCEEDED);
     cr_expect_eq(r.ex.garbage_lines, 6);
     cr_assert_eq(cJSON_GetArraySize(r.events), 3, "step 1, step 3 (split), the result");
     cr_expect_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(r.events, 0), "step")->valueint, 1);
@@ -405,7 +408,7 @@ Test(worker, grandchild_holding_the_pipes_is_killed) {
     run_t r = {0};
     worker_opts_t o = {0};
     run_mode(&r, "grandchild", &o);
-    expect_status(&r, WORKER_SUCCEEDED);
+    expect_status(&r, EXECUTOR_SUCCEEDED);
     cr_expect_lt(elapsed(&r), 1.9, "waited %.2f s for the grandchild", elapsed(&r));
     const cJSON *g = find_event(&r, "grandchild");
     cr_assert_not_null(g);
@@ -428,18 +431,18 @@ Test(worker, two_workers_on_one_loop) {
         .shim = shim, .argv = argv_a, .log_path = log_path, .max_log_bytes = 1 << 16};
     worker_opts_t ob = {.shim = shim, .argv = argv_b, .log_path = log_b};
     run_t ra = {.events = cJSON_CreateArray()}, rb = {.events = cJSON_CreateArray()};
-    worker_callbacks_t ca = {on_progress, on_exit_cb, &ra}, cb = {on_progress, on_exit_cb, &rb};
-    worker_t *wa, *wb;
+    executor_callbacks_t ca = {.on_progress = on_progress, .on_exit = on_exit_cb, .user = &ra};
+    executor_callbacks_t cb = {.on_progress = on_progress, .on_exit = on_exit_cb, .user = &rb};
     char err[256];
-    cr_assert_eq(worker_start(&loop, &oa, &ca, &wa, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(worker_start(&loop, &ob, &cb, &wb, err, sizeof err), 0, "%s", err);
-    ra.pid = worker_pid(wa);
-    rb.pid = worker_pid(wb);
+    cr_assert_eq(worker_start(&loop, &oa, &ca, &ra.w, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(worker_start(&loop, &ob, &cb, &rb.w, err, sizeof err), 0, "%s", err);
+    ra.pid = worker_pid(ra.w);
+    rb.pid = worker_pid(rb.w);
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_expect_eq(ra.exits, 1);
     cr_expect_eq(rb.exits, 1);
-    expect_status(&ra, WORKER_SUCCEEDED);
-    expect_status(&rb, WORKER_CRASHED);
+    expect_status(&ra, EXECUTOR_SUCCEEDED);
+    expect_status(&rb, EXECUTOR_CRASHED);
     cr_expect_eq(uv_loop_close(&loop), 0);
     run_free(&ra);
     run_free(&rb);
@@ -451,7 +454,7 @@ Test(worker, memory_limit_exit4_is_oom) {
     run_t r = {0};
     worker_opts_t o = {.memory_mb = 128};
     run_mode(&r, "oom", &o);
-    expect_status(&r, WORKER_OOM);
+    expect_status(&r, EXECUTOR_OOM);
     cr_expect_eq(r.ex.exit_code, 4);
     cr_expect_str_eq(r.ex.reason, "out of memory (limit 128 MiB): bad-worker: out of memory");
     run_free(&r);
@@ -461,7 +464,7 @@ Test(worker, memory_limit_signal_is_oom) {
     run_t r = {0};
     worker_opts_t o = {.memory_mb = 128};
     run_mode(&r, "oom-signal", &o);
-    expect_status(&r, WORKER_OOM);
+    expect_status(&r, EXECUTOR_OOM);
     cr_expect_eq(r.ex.term_signal, SIGABRT);
     cr_expect_str_eq(r.ex.reason, "out of memory (limit 128 MiB); killed by SIGABRT");
     run_free(&r);
@@ -473,16 +476,16 @@ Test(worker, memory_limit_signal_is_oom) {
 Test(worker, stderr_text_does_not_decide_oom) {
     static const struct {
         const char *mode;
-        worker_status status;
+        executor_status status;
         int exit_code, sig;
         const char *reason;
     } cases[] = {
-        {"oom-text-exit1", WORKER_FAILED, 1, 0, "exit 1: bad-worker: out of memory"},
-        {"oom-text-abort", WORKER_CRASHED, -1, SIGABRT,
+        {"oom-text-exit1", EXECUTOR_FAILED, 1, 0, "exit 1: bad-worker: out of memory"},
+        {"oom-text-abort", EXECUTOR_CRASHED, -1, SIGABRT,
          "killed by SIGABRT: bad-worker: out of memory"},
-        {"oom-text-sigkill", WORKER_CRASHED, -1, SIGKILL,
+        {"oom-text-sigkill", EXECUTOR_CRASHED, -1, SIGKILL,
          "killed by SIGKILL: bad-worker: out of memory"},
-        {"exit4-silent", WORKER_OOM, 4, 0, "out of memory (no memory limit set)"},
+        {"exit4-silent", EXECUTOR_OOM, 4, 0, "out of memory (no memory limit set)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_t r = {0};
@@ -506,7 +509,7 @@ Test(worker, sigkill_while_the_oom_kill_count_rises_is_oom) {
     run_t r = {0};
     worker_opts_t o = {.argv = argv, .memory_mb = 512, .oom_counter = counter};
     run_mode(&r, NULL, &o);
-    expect_status(&r, WORKER_OOM);
+    expect_status(&r, EXECUTOR_OOM);
     cr_expect_eq(r.ex.term_signal, SIGKILL);
     cr_expect_str_eq(
         r.ex.reason,
@@ -523,7 +526,7 @@ Test(worker, sigkill_while_the_oom_kill_count_rises_is_oom) {
     r = (run_t){0};
     o = (worker_opts_t){.argv = argv, .oom_counter = counter};
     run_mode(&r, NULL, &o);
-    expect_status(&r, WORKER_CRASHED);
+    expect_status(&r, EXECUTOR_CRASHED);
     cr_expect_str_eq(r.ex.reason, "killed by SIGKILL");
     run_free(&r);
 }
@@ -543,7 +546,7 @@ static void expect_affinity(const char *list, const int *want, int n) {
     run_t r = {0};
     worker_opts_t o = {.cpus = list};
     run_mode(&r, "affinity", &o);
-    expect_status(&r, WORKER_SUCCEEDED);
+    expect_status(&r, EXECUTOR_SUCCEEDED);
     const cJSON *a = find_event(&r, "affinity");
     cr_assert_not_null(a);
     const cJSON *got = cJSON_GetObjectItem(a, "cpus");
@@ -583,7 +586,7 @@ Test(worker, threads_set_and_openblas_env_passes_through) {
     run_t r = {0};
     worker_opts_t o = {.threads = 3};
     run_mode(&r, "env", &o);
-    expect_status(&r, WORKER_SUCCEEDED);
+    expect_status(&r, EXECUTOR_SUCCEEDED);
     cr_expect_str_eq(env_of(&r, "OMP_NUM_THREADS"), "3");
     cr_expect_str_eq(env_of(&r, "OPENBLAS_NUM_THREADS"), "3");
     cr_expect_str_eq(env_of(&r, "OPENBLAS_CORETYPE"), "Haswell");

@@ -12,6 +12,7 @@
 #include "daemon/client/cmd.h"
 #include "daemon/client/conn.h"
 #include "daemon/client/fmt.h"
+#include "engine/spec.h"
 
 #define LOG_TAIL_DEFAULT 16384 /* bytes of the run's log for show --log */
 #define METRICS_SHOWN    5     /* last metrics rows in show */
@@ -103,12 +104,17 @@ static void show_summary(const cJSON *e) {
     }
     show_row("worker", &l);
     l.n = 0;
-    /* the budget the run used: the other one is 0 (or absent) */
+    /* the budget the run used, as the spec's rule says (the other one is 0) */
+    spec_t parsed;
+    char perr[SPEC_ERR_LEN];
+    const char *budget = NULL;
+    if (spec_from_json(spec, &parsed, perr, sizeof perr) == 0) {
+        budget = spec_budget_field(&parsed);
+        spec_free(&parsed);
+    }
     add_fields(&l, spec, (const char *const[]){"dataset", NULL});
-    add_fields(
-        &l, spec,
-        (const char *const[]){jnum(spec, "token_budget", 0) > 0 ? "token_budget" : "time_budget_s",
-                              "seed", NULL});
+    add_fields(&l, spec,
+               (const char *const[]){budget ? budget : "seed", budget ? "seed" : NULL, NULL});
     show_row("spec", &l);
     l.n = 0;
     add_fields(&l, spec, model_f);

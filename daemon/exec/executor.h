@@ -10,30 +10,56 @@
  *   slurm  slurm.c: the same command as a Slurm batch job on a compute node,
  *          progress through a file in the shared run directory
  *
- * An executor is a table of functions; each job is opaque to the scheduler
- * (the local executor's job is its worker_t). Everything runs on the loop
- * thread, and no function blocks it. */
+ * An executor is a table of functions with types of its own; each job is
+ * opaque to the scheduler. Everything runs on the loop thread, and no
+ * function blocks it. executor.c holds what every executor shares: the
+ * statuses' names, the reading of a progress line, and the one
+ * classification of an ending by the worker protocol (engine/protocol.h). */
 #ifndef NIGHTSHIFT_EXECUTOR_H
 #define NIGHTSHIFT_EXECUTOR_H
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
-
-#include "daemon/exec/worker.h"
 
 typedef struct executor executor_t;
 typedef struct executor_job executor_job_t;
 
+/* How a run ended, as the store records it. */
+typedef enum {
+    EXECUTOR_SUCCEEDED,
+    EXECUTOR_FAILED,
+    EXECUTOR_CRASHED,
+    EXECUTOR_TIMEOUT,
+    EXECUTOR_OOM,
+    EXECUTOR_DIVERGED,
+    EXECUTOR_CANCELLED,
+    EXECUTOR_INTERRUPTED,
+} executor_status;
+
+/* The store's spelling: "succeeded", "failed", ... (STORE_* in store.h). */
+const char *executor_status_name(executor_status s);
+
+/* A run's ending, reported once through on_exit. */
 typedef struct {
-    /* A progress line (a JSON object), borrowed for the call; w is the local
-     * worker, NULL for other executors. */
-    void (*on_progress)(worker_t *w, const cJSON *line, void *user);
-    /* The run ended (exactly once), classified as worker.h describes; after it
-     * returns the job is gone. ex->detached: the run goes on without the
-     * daemon (stop with WORKER_INTERRUPTED on an executor that re-attaches)
-     * and nothing is to be recorded. */
-    void (*on_exit)(worker_t *w, const worker_exit_t *ex, void *user);
+    executor_status status;
+    char reason[1024];   /* human-readable; "" for succeeded */
+    int exit_code;       /* -1 when killed by a signal or unknown */
+    int term_signal;     /* 0 when it exited */
+    const cJSON *result; /* the last result line, or NULL; borrowed for the callback */
+    double wall_seconds; /* start (or attach) to the end */
+    uint64_t garbage_lines;
+    int detached; /* the run goes on without the daemon; nothing is to be recorded */
+} executor_exit_t;
+
+typedef struct {
+    /* A progress line (a JSON object), borrowed for the call. */
+    void (*on_progress)(const cJSON *line, void *user);
+    /* The run ended (exactly once); after it returns the job is gone.
+     * ex->detached: the run goes on without the daemon (stop with
+     * EXECUTOR_INTERRUPTED on an executor that re-attaches). */
+    void (*on_exit)(const executor_exit_t *ex, void *user);
     /* The run has a handle outside the daemon: the local worker's pid, or the
      * Slurm job id (the other one 0). May run inside start. */
     void (*on_started)(int pid, int64_t slurm_job_id, void *user);
@@ -67,9 +93,9 @@ struct executor {
      * its job name). NULL when the executor cannot re-attach. */
     int (*attach)(executor_t *x, const executor_run_t *r, int64_t slurm_job_id,
                   const executor_callbacks_t *cb, executor_job_t **job, char *err, size_t errlen);
-    /* Stop a run: WORKER_CANCELLED, or WORKER_INTERRUPTED for a daemon
+    /* Stop a run: EXECUTOR_CANCELLED, or EXECUTOR_INTERRUPTED for a daemon
      * shutdown (an executor that re-attaches detaches instead). Idempotent. */
-    void (*stop)(executor_job_t *job, worker_status why);
+    void (*stop)(executor_job_t *job, executor_status why);
     /* Add the job's handle to a status object ("pid", or "slurm_job_id" and
      * "slurm_state"). */
     void (*describe)(const executor_job_t *job, cJSON *o);
@@ -80,5 +106,39 @@ struct executor {
 /* The local executor on loop (worker.c); NULL when out of memory. Free it
  * with its free function. */
 executor_t *executor_local_new(uv_loop_t *loop);
+
+/* ------------------------------------------------- shared by executors */
+
+/* One line of a run's progress stream (without its newline). A line that is
+ * one JSON object goes to cb->on_progress; a result line is also kept in
+ * *result (the previous one freed; the caller owns it). Returns 0, or -1 for
+ * a garbage line (not one JSON object), which is skipped. */
+int executor_progress_line(const char *p, size_t n, const executor_callbacks_t *cb, cJSON **result);
+
+/* What an executor saw of an ending the daemon did not cause. */
+typedef struct {
+    int exit_code;       /* the command's exit code; -1 when it was killed */
+    int term_signal;     /* the signal that killed it; 0 when it exited */
+    const cJSON *result; /* its last result line, or NULL */
+    int oom_killed;      /* SIGKILLed while the kernel's OOM-kill count rose */
+    int memory_mb;       /* its memory limit, for the reason; 0 = none */
+    const char *tail;    /* the end of its error output as one line; "" = none */
+} executor_facts_t;
+
+/* The worker protocol's verdict (engine/protocol.h), the one rule both
+ * executors follow: ex->status and ex->reason from f.
+ *   succeeded   PROTO_EXIT_OK after a succeeded result line
+ *   failed      PROTO_EXIT_OK without one, or an exit code the protocol
+ *               does not name otherwise (PROTO_EXIT_FAILED, 127, ...): the
+ *               tail (or the result's reason) in the reason
+ *   diverged    PROTO_EXIT_DIVERGED
+ *   oom         PROTO_EXIT_OOM; or killed by a signal after a result line
+ *               whose status is oom; or oom_killed. What the tail says never
+ *               decides a status.
+ *   crashed     killed by any other signal ("killed by SIGSEGV: tail") */
+void executor_classify(const executor_facts_t *f, executor_exit_t *ex);
+
+/* "SIGSEGV", or "signal N" in buf for one this build does not name. */
+const char *executor_signal_name(int sig, char *buf, size_t len);
 
 #endif

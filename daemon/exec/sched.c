@@ -13,22 +13,17 @@
 
 #include "daemon/exec/executor.h"
 #include "daemon/shared/log.h"
+#include "engine/protocol.h"
 #include "engine/spec.h"
 #include "engine/util.h"
-#include "daemon/exec/worker.h"
 
-#define METRICS_BATCH          256    /* rows buffered per slot before a forced flush */
-#define METRICS_FLUSH_MS       1000   /* and at least this often */
-#define RETRY_START_MS         5000   /* after a start failed for want of resources */
-#define MAX_METRICS_PER_RUN    100000 /* metrics rows per run; a 5-minute run has hundreds */
-#define DEFAULT_DEADLINE_SLACK 120.0
-#define DEFAULT_KILL_GRACE     5.0
-#define DEFAULT_PRUNE_STARTUP  5
-#define DEFAULT_PRUNE_WARMUP   0.3
-#define DEFAULT_TOKEN_LIMIT    3600.0
-#define PRUNE_CHECK_S          1.0 /* at most one pruning check per slot per second */
-#define PRUNE_RUNGS            3   /* comparisons per run: at the warm-up and evenly after */
-#define PRUNE_MAX_RUNS         100 /* the median is over the last this many finished runs */
+#define METRICS_BATCH       256    /* rows buffered per slot before a forced flush */
+#define METRICS_FLUSH_MS    1000   /* and at least this often */
+#define RETRY_START_MS      5000   /* after a start failed for want of resources */
+#define MAX_METRICS_PER_RUN 100000 /* metrics rows per run; a 5-minute run has hundreds */
+#define PRUNE_CHECK_S       1.0    /* at most one pruning check per slot per second */
+#define PRUNE_RUNGS         3      /* comparisons per run: at the warm-up and evenly after */
+#define PRUNE_MAX_RUNS      100    /* the median is over the last this many finished runs */
 /* DIR/runs/<id> and the files in it; DIR itself is at most PATH_MAX. */
 #define RUN_DIR_MAX  (PATH_MAX + 32)
 #define RUN_PATH_MAX (RUN_DIR_MAX + 32)
@@ -60,7 +55,7 @@ typedef struct {
 
 /* How a worker ended, as the store records it. */
 typedef struct ending {
-    worker_status status;
+    executor_status status;
     int pruned; /* recorded as STORE_PRUNED instead of status */
     char reason[1024];
     int exit_code, term_signal;
@@ -188,7 +183,7 @@ static void maybe_prune(slot_t *sl, double p) {
              p, loss, median, n);
     if (!(sl->pruned = strdup(reason))) goto done;
     log_info("experiment %lld: %s", (long long)sl->id, reason);
-    sl->s->x->stop(sl->worker, WORKER_CANCELLED);
+    sl->s->x->stop(sl->worker, EXECUTOR_CANCELLED);
 done:
     free(v);
 }
@@ -208,31 +203,31 @@ static void flush_test(slot_t *sl) {
         log_error("experiment %lld: test figure not recorded yet: %s", (long long)sl->id, err);
 }
 
-/* The worker's "test" line: the sealed test split's figure (or null and
- * why). It goes to the store as it is and nowhere else: the scheduler's
- * pruning, the hook and the live progress never see it. */
+/* The worker's test line: the sealed test split's figure (or null and why).
+ * It goes to the store as it is and nowhere else: the scheduler's pruning,
+ * the hook and the live progress never see it. */
 static void take_test(slot_t *sl, const cJSON *line) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(line, "test_bpb");
-    const char *why = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, "reason"));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(line, PROTO_TEST_BPB);
+    const char *why =
+        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, PROTO_KEY_REASON));
     int measured = cJSON_IsNumber(v) && isfinite(v->valuedouble);
     snprintf(sl->test_reason, sizeof sl->test_reason, "%s",
              measured ? ""
              : why    ? why
                       : "the worker reported no test figure");
     sl->test = (store_test_t){.test_bpb = measured ? v->valuedouble : NAN,
-                              .tokens = jint(line, "tokens"),
-                              .seconds = jnum(line, "seconds"),
+                              .tokens = jint(line, PROTO_TEST_TOKENS),
+                              .seconds = jnum(line, PROTO_TEST_SECONDS),
                               .reason = measured ? NULL : sl->test_reason};
     sl->test_pending = 1;
     flush_test(sl);
 }
 
-static void on_progress(worker_t *w, const cJSON *line, void *user) {
+static void on_progress(const cJSON *line, void *user) {
     slot_t *sl = user;
-    (void)w;
-    const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, "event"));
-    if (ev && !strcmp(ev, "test")) take_test(sl, line);
-    if (!ev || strcmp(ev, "step") != 0) return;
+    const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, PROTO_KEY_EVENT));
+    if (ev && !strcmp(ev, PROTO_EV_TEST)) take_test(sl, line);
+    if (!ev || strcmp(ev, PROTO_EV_STEP) != 0) return;
     cJSON_Delete(sl->progress);
     sl->progress = cJSON_Duplicate(line, 1);
     /* A worker that floods step lines must not grow the table without end. */
@@ -243,12 +238,12 @@ static void on_progress(worker_t *w, const cJSON *line, void *user) {
     if (sl->n_pending > 0 && sl->pending_id != sl->id) drop_pending_metrics(sl);
     sl->pending_id = sl->id;
     store_metric_t *m = &sl->pending[sl->n_pending++];
-    m->step = jint(line, "step");
-    m->time_s = jnum(line, "training_seconds");
-    m->loss = jnum(line, "loss");
-    m->lr_mult = jnum(line, "lrm");
-    m->tok_s = jnum(line, "tok_s");
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(line, "progress");
+    m->step = jint(line, PROTO_STEP_STEP);
+    m->time_s = jnum(line, PROTO_STEP_SECONDS);
+    m->loss = jnum(line, PROTO_STEP_LOSS);
+    m->lr_mult = jnum(line, PROTO_STEP_LRM);
+    m->tok_s = jnum(line, PROTO_STEP_TOK_S);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(line, PROTO_STEP_PROGRESS);
     m->progress = cJSON_IsNumber(p) && isfinite(p->valuedouble) ? p->valuedouble : -1;
     if (sl->n_pending == METRICS_BATCH) flush_metrics(sl);
     if (sl->prunable && !sl->pruned && sl->next_rung < PRUNE_RUNGS &&
@@ -298,11 +293,11 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     sched_t *s = sl->s;
     char err[256];
     int64_t id = sl->id;
-    worker_status st = e->status; /* e may be sl->unrecorded, freed below */
-    const char *status = e->pruned ? STORE_PRUNED : worker_status_name(st);
+    executor_status st = e->status; /* e may be sl->unrecorded, freed below */
+    const char *status = e->pruned ? STORE_PRUNED : executor_status_name(st);
     flush_metrics(sl);
-    if (st != WORKER_INTERRUPTED) flush_test(sl);
-    int rc = e->status == WORKER_INTERRUPTED
+    if (st != EXECUTOR_INTERRUPTED) flush_test(sl);
+    int rc = e->status == EXECUTOR_INTERRUPTED
                  ? store_interrupt(s->store, id, s->o.max_attempts, err, sizeof err)
                  : store_finish(s->store, id, status, e->reason[0] ? e->reason : NULL, e->exit_code,
                                 e->term_signal, e->has_result ? &e->r : NULL, err, sizeof err);
@@ -316,7 +311,7 @@ static int record_ending(slot_t *sl, const ending_t *e) {
         arm_retry(s);
         return -1;
     }
-    if (e->status == WORKER_SUCCEEDED)
+    if (e->status == EXECUTOR_SUCCEEDED)
         log_info("experiment %lld succeeded: val_bpb %.6f (slot %d, %.1f s)", (long long)id,
                  e->r.val_bpb, sl->index, e->wall_seconds);
     else
@@ -325,24 +320,23 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     free(sl->unrecorded);
     sl->unrecorded = NULL;
     release_slot(sl);
-    if (s->o.on_finished && st != WORKER_INTERRUPTED) s->o.on_finished(s->o.user, id, status);
+    if (s->o.on_finished && st != EXECUTOR_INTERRUPTED) s->o.on_finished(s->o.user, id, status);
     return 0;
 }
 
-static void on_exit_cb(worker_t *w, const worker_exit_t *ex, void *user) {
+static void on_exit_cb(const executor_exit_t *ex, void *user) {
     slot_t *sl = user;
     sched_t *s = sl->s;
     ending_t e = {.status = ex->status,
                   .exit_code = ex->exit_code,
                   .term_signal = ex->term_signal,
                   .wall_seconds = ex->wall_seconds};
-    (void)w;
     snprintf(e.reason, sizeof e.reason, "%s", ex->reason);
-    if (sl->pruned && ex->status == WORKER_CANCELLED) {
+    if (sl->pruned && ex->status == EXECUTOR_CANCELLED) {
         e.pruned = 1;
         snprintf(e.reason, sizeof e.reason, "%s", sl->pruned);
     }
-    if (ex->status == WORKER_SUCCEEDED && ex->result) {
+    if (ex->status == EXECUTOR_SUCCEEDED && ex->result) {
         result_from_json(ex->result, &e.r);
         snprintf(e.peak_source, sizeof e.peak_source, "%s", e.r.peak_source ? e.r.peak_source : "");
         e.r.peak_source = e.peak_source;
@@ -403,6 +397,12 @@ static int make_run_dir(sched_t *s, const store_experiment_t *e, char run_dir[RU
 /* What start_one did. */
 enum { START_FAILED_RUN = -1, START_EMPTY = 0, START_OK = 1, START_RETRY_LATER = -2 };
 
+/* The wall-clock seconds a run may train: its time budget, or for a token
+ * budget, which has no wall-clock length, the token-run limit. */
+static double run_budget_s(const sched_t *s, const spec_scope_t *sc) {
+    return !strcmp(sc->budget_kind, SPEC_BUDGET_TOKENS) ? s->o.token_run_limit_s : sc->budget;
+}
+
 /* A spec may ask for less memory than the daemon's limit, never more. */
 static int memory_limit(int spec_mb, int daemon_mb) {
     if (spec_mb <= 0) return daemon_mb;
@@ -424,11 +424,7 @@ static int start_one(sched_t *s, slot_t *sl) {
     }
     if (rc == 0) return START_EMPTY;
     if (spec_parse(e.spec_json, strlen(e.spec_json), &spec, err, sizeof err) < 0) goto fail_run;
-    if (store_scope_of_spec(e.spec_json, &sl->scope) < 0) {
-        snprintf(err, sizeof err, "the stored spec is not a JSON object");
-        spec_free(&spec);
-        goto fail_run;
-    }
+    spec_scope(&spec, &sl->scope);
     if (make_run_dir(s, &e, run_dir, err, sizeof err) < 0) {
         spec_free(&spec);
         goto retry_later;
@@ -455,7 +451,8 @@ static int start_one(sched_t *s, slot_t *sl) {
     argv[n] = NULL;
 
     int threads = spec.resources.threads > 0 ? spec.resources.threads : sl->threads;
-    int by_tokens = !strcmp(sl->scope.budget_kind, "tokens");
+    int by_tokens = !strcmp(sl->scope.budget_kind, SPEC_BUDGET_TOKENS);
+    double budget_s = run_budget_s(s, &sl->scope);
     executor_run_t run = {
         .id = e.id,
         .shim = s->exe,
@@ -465,11 +462,9 @@ static int start_one(sched_t *s, slot_t *sl) {
         .cpus = sl->cpus,
         .threads = threads,
         .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
-        /* A token budget has no wall-clock length: its limit stands in for it. */
-        .budget_s = by_tokens ? s->o.token_run_limit_s : spec.time_budget_s,
+        .budget_s = budget_s,
         .slack_s = s->o.deadline_slack_s,
-        .deadline_s =
-            by_tokens ? s->o.token_run_limit_s : spec.time_budget_s * 1.25 + s->o.deadline_slack_s,
+        .deadline_s = by_tokens ? budget_s : budget_s * 1.25 + s->o.deadline_slack_s,
         .kill_grace_s = s->o.kill_grace_s,
     };
     executor_callbacks_t cb = {
@@ -550,7 +545,7 @@ void sched_kick(sched_t *s) {
 int sched_cancel(sched_t *s, int64_t id) {
     for (int i = 0; i < s->o.slots; i++)
         if (s->slots[i].worker && s->slots[i].id == id) {
-            s->x->stop(s->slots[i].worker, WORKER_CANCELLED);
+            s->x->stop(s->slots[i].worker, EXECUTOR_CANCELLED);
             return 1;
         }
     return 0;
@@ -569,13 +564,13 @@ int sched_slots(const sched_t *s) {
 static cJSON *progress_json(const slot_t *sl) {
     const cJSON *p = sl->progress;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "step", jnum(p, "step"));
-    cJSON_AddNumberToObject(o, "percent", 100.0 * jnum(p, "progress"));
-    cJSON_AddNumberToObject(o, "loss", jnum(p, "smooth_loss"));
-    cJSON_AddNumberToObject(o, "tok_s", jnum(p, "tok_s"));
-    cJSON_AddNumberToObject(o, "mfu", jnum(p, "mfu"));
-    cJSON_AddNumberToObject(o, "eta_s", jnum(p, "remaining_s"));
-    cJSON_AddNumberToObject(o, "training_seconds", jnum(p, "training_seconds"));
+    cJSON_AddNumberToObject(o, "step", jnum(p, PROTO_STEP_STEP));
+    cJSON_AddNumberToObject(o, "percent", 100.0 * jnum(p, PROTO_STEP_PROGRESS));
+    cJSON_AddNumberToObject(o, "loss", jnum(p, PROTO_STEP_SMOOTH_LOSS));
+    cJSON_AddNumberToObject(o, "tok_s", jnum(p, PROTO_STEP_TOK_S));
+    cJSON_AddNumberToObject(o, "mfu", jnum(p, PROTO_STEP_MFU));
+    cJSON_AddNumberToObject(o, "eta_s", jnum(p, PROTO_STEP_REMAINING_S));
+    cJSON_AddNumberToObject(o, "training_seconds", jnum(p, PROTO_STEP_SECONDS));
     cJSON_AddNumberToObject(o, "time_budget_s", sl->budget_s);
     return o;
 }
@@ -620,14 +615,17 @@ cJSON *sched_status(sched_t *s) {
 static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, size_t errlen) {
     spec_t spec;
     char run_dir[RUN_DIR_MAX], log_path[RUN_PATH_MAX];
+    spec_scope_t scope;
     if (spec_parse(j->e.spec_json, strlen(j->e.spec_json), &spec, err, errlen) < 0) return -1;
+    spec_scope(&spec, &scope);
     snprintf(run_dir, sizeof run_dir, "%s/runs/%lld", s->state_dir, (long long)j->e.id);
     snprintf(log_path, sizeof log_path, "%s/train.log", run_dir);
     executor_run_t run = {.id = j->e.id,
                           .shim = s->exe,
                           .run_dir = run_dir,
                           .log_path = log_path,
-                          .budget_s = spec.time_budget_s,
+                          .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
+                          .budget_s = run_budget_s(s, &scope),
                           .slack_s = s->o.deadline_slack_s};
     spec_free(&spec);
     executor_callbacks_t cb = {
@@ -635,7 +633,8 @@ static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, s
     sl->id = j->e.id;
     sl->n_metrics = 0;
     sl->name = j->e.name ? strdup(j->e.name) : NULL;
-    sl->budget_s = run.budget_s;
+    sl->budget_s = spec.time_budget_s;
+    sl->scope = scope;
     if (s->x->attach(s->x, &run, j->slurm_job_id, &cb, &sl->worker, err, errlen) < 0) {
         release_slot(sl);
         return -1;
@@ -714,12 +713,12 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
     s->loop = loop;
     s->store = store;
     s->o = *o;
-    if (s->o.deadline_slack_s <= 0) s->o.deadline_slack_s = DEFAULT_DEADLINE_SLACK;
-    if (s->o.kill_grace_s <= 0) s->o.kill_grace_s = DEFAULT_KILL_GRACE;
+    if (s->o.deadline_slack_s <= 0) s->o.deadline_slack_s = SCHED_DEFAULT_DEADLINE_SLACK_S;
+    if (s->o.kill_grace_s <= 0) s->o.kill_grace_s = SCHED_DEFAULT_KILL_GRACE_S;
     if (s->o.max_attempts < 1) s->o.max_attempts = 1;
-    if (s->o.prune_startup < 1) s->o.prune_startup = DEFAULT_PRUNE_STARTUP;
-    if (!(s->o.prune_warmup > 0)) s->o.prune_warmup = DEFAULT_PRUNE_WARMUP;
-    if (!(s->o.token_run_limit_s > 0)) s->o.token_run_limit_s = DEFAULT_TOKEN_LIMIT;
+    if (s->o.prune_startup < 1) s->o.prune_startup = SCHED_DEFAULT_PRUNE_STARTUP;
+    if (!(s->o.prune_warmup > 0)) s->o.prune_warmup = SCHED_DEFAULT_PRUNE_WARMUP;
+    if (!(s->o.token_run_limit_s > 0)) s->o.token_run_limit_s = SCHED_DEFAULT_TOKEN_RUN_LIMIT_S;
     /* Workers run in their run directory: every path they get is absolute. */
     if (!realpath(o->state_dir, s->state_dir) || !realpath(o->exe, s->exe)) {
         snprintf(err, errlen, "sched: %s: %s", o->state_dir, strerror(errno));
@@ -756,7 +755,7 @@ void sched_shutdown(sched_t *s, void (*done)(void *arg), void *arg) {
     int running = 0;
     for (int i = 0; i < s->o.slots; i++)
         if (s->slots[i].worker) {
-            s->x->stop(s->slots[i].worker, WORKER_INTERRUPTED);
+            s->x->stop(s->slots[i].worker, EXECUTOR_INTERRUPTED);
             running++;
         }
     if (running == 0 && done) {

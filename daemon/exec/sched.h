@@ -5,12 +5,12 @@
  * cores and a time budget means the same in every slot. When a slot is free
  * the scheduler claims the next queued experiment from the store, writes its
  * run directory (DIR/runs/<id>/spec.json; the worker appends train.log and
- * saves model.safetensors there), and starts `nightshift train` under the
- * slot's limits (worker.h). Progress lines update the slot's live progress and
- * are written to the metrics table in batches (one transaction per batch);
- * the "test" line (the sealed test split's figure) goes to the store as it is
- * (store_set_test), and nothing here reads it back; the exit is classified by
- * the worker and recorded with store_finish.
+ * saves model.safetensors there), and hands `nightshift train` to the
+ * executor (executor.h) under the slot's limits. Progress lines update the
+ * slot's live progress and are written to the metrics table in batches (one
+ * transaction per batch); the "test" line (the sealed test split's figure)
+ * goes to the store as it is (store_set_test), and nothing here reads it
+ * back; the ending, classified by the executor, is recorded with store_finish.
  *
  * Pruning (opt-in, prune = SCHED_PRUNE_MEDIAN): at three rungs of a run's
  * progress (the worker's fraction of its budget: prune_warmup and two evenly
@@ -44,13 +44,20 @@ typedef struct sched sched_t;
 enum { SCHED_PRUNE_OFF = 0, SCHED_PRUNE_MEDIAN = 1 };
 #define SCHED_PRUNE_WINDOW 0.05 /* of progress: the loss at p averages [p - 0.05, p] */
 
+/* The defaults of sched_opts_t's fields: an unset one (0) takes its own. */
+#define SCHED_DEFAULT_DEADLINE_SLACK_S  120.0
+#define SCHED_DEFAULT_KILL_GRACE_S      5.0
+#define SCHED_DEFAULT_PRUNE_STARTUP     5
+#define SCHED_DEFAULT_PRUNE_WARMUP      0.3
+#define SCHED_DEFAULT_TOKEN_RUN_LIMIT_S 3600.0
+
 typedef struct {
     const char *state_dir;    /* DIR: datasets/, runs/ */
     const char *exe;          /* the nightshift binary (the exec shim and `train`) */
     char *const *worker_cmd;  /* NULL = `exe train`; tests put a stand-in program here
                                  (NULL-terminated; the spec path and options are appended) */
     int slots;                /* concurrent workers, >= 1 */
-    int threads_per_slot;     /* 0 = the slot's share of the CPUs */
+    int threads_per_slot;     /* <= 0 = the slot's share of the CPUs */
     int memory_mb;            /* default per-worker limit when the spec has none; 0 = none */
     double deadline_slack_s;  /* deadline = budget * 1.25 + slack; default 120 */
     double kill_grace_s;      /* SIGTERM -> SIGKILL; default 5 */

@@ -33,12 +33,11 @@
 #include "daemon/shared/bytebuf.h"
 #include "daemon/shared/curl_uv.h"
 #include "daemon/shared/log.h"
+#include "engine/protocol.h"
 #include "engine/util.h"
 
 extern char **environ;
 
-#define DEFAULT_PREFIX      "nightshift"
-#define DEFAULT_POLL_S      10.0
 #define DEFAULT_TAIL_S      1.0
 #define DEFAULT_CMD_TIMEOUT 60.0
 #define MAX_STDOUT          (4u << 20)   /* bytes of a command's stdout kept (squeue) */
@@ -54,7 +53,7 @@ extern char **environ;
 static const struct {
     const char *state;
     slurm_phase phase;
-    worker_status status; /* for SLURM_ENDED */
+    executor_status status; /* for SLURM_ENDED */
 } state_table[] = {
     {"PENDING", SLURM_QUEUED, 0},
     {"CONFIGURING", SLURM_QUEUED, 0},
@@ -69,20 +68,20 @@ static const struct {
     {"RESIZING", SLURM_RUNNING, 0},
     {"SIGNALING", SLURM_RUNNING, 0},
     {"STAGE_OUT", SLURM_RUNNING, 0},
-    {"COMPLETED", SLURM_ENDED, WORKER_SUCCEEDED},
-    {"FAILED", SLURM_ENDED, WORKER_FAILED},
-    {"NODE_FAIL", SLURM_ENDED, WORKER_FAILED},
-    {"BOOT_FAIL", SLURM_ENDED, WORKER_FAILED},
-    {"SPECIAL_EXIT", SLURM_ENDED, WORKER_FAILED},
-    {"REVOKED", SLURM_ENDED, WORKER_FAILED},
-    {"TIMEOUT", SLURM_ENDED, WORKER_TIMEOUT},
-    {"DEADLINE", SLURM_ENDED, WORKER_TIMEOUT},
-    {"OUT_OF_MEMORY", SLURM_ENDED, WORKER_OOM},
-    {"CANCELLED", SLURM_ENDED, WORKER_CANCELLED},
-    {"PREEMPTED", SLURM_ENDED, WORKER_INTERRUPTED},
+    {"COMPLETED", SLURM_ENDED, EXECUTOR_SUCCEEDED},
+    {"FAILED", SLURM_ENDED, EXECUTOR_FAILED},
+    {"NODE_FAIL", SLURM_ENDED, EXECUTOR_FAILED},
+    {"BOOT_FAIL", SLURM_ENDED, EXECUTOR_FAILED},
+    {"SPECIAL_EXIT", SLURM_ENDED, EXECUTOR_FAILED},
+    {"REVOKED", SLURM_ENDED, EXECUTOR_FAILED},
+    {"TIMEOUT", SLURM_ENDED, EXECUTOR_TIMEOUT},
+    {"DEADLINE", SLURM_ENDED, EXECUTOR_TIMEOUT},
+    {"OUT_OF_MEMORY", SLURM_ENDED, EXECUTOR_OOM},
+    {"CANCELLED", SLURM_ENDED, EXECUTOR_CANCELLED},
+    {"PREEMPTED", SLURM_ENDED, EXECUTOR_INTERRUPTED},
 };
 
-slurm_phase slurm_state_map(const char *state, worker_status *status) {
+slurm_phase slurm_state_map(const char *state, executor_status *status) {
     for (size_t i = 0; state && i < sizeof state_table / sizeof state_table[0]; i++)
         if (!strcmp(state, state_table[i].state)) {
             if (state_table[i].phase == SLURM_ENDED && status) *status = state_table[i].status;
@@ -120,10 +119,10 @@ char *slurm_job_script(const executor_run_t *r) {
                    "cd ",
                    (long long)r->id);
     put_quoted(&b, r->run_dir);
-    bytebuf_puts(&b, " || exit 1\n");
+    bytebuf_printf(&b, " || exit %d\n", PROTO_EXIT_FAILED);
     if (r->memory_mb > 0 && r->shim) {
         /* The local slot's limit, so that running out of memory is the
-         * engine's exit 4 here too, not only Slurm's OUT_OF_MEMORY. */
+         * engine's PROTO_EXIT_OOM here too, not only Slurm's OUT_OF_MEMORY. */
         put_quoted(&b, r->shim);
         bytebuf_printf(&b, " exec-limited --memory-mb %d --", r->memory_mb);
     }
@@ -142,7 +141,7 @@ int slurm_sbatch_argv(const slurm_opts_t *o, const executor_run_t *r, const char
                       char **argv, int max, char *buf, size_t len) {
     int k = 0;
     size_t used = 0;
-    const char *prefix = o->job_prefix && *o->job_prefix ? o->job_prefix : DEFAULT_PREFIX;
+    const char *prefix = o->job_prefix && *o->job_prefix ? o->job_prefix : SLURM_DEFAULT_PREFIX;
 #define ARG(s)                                                                                     \
     do {                                                                                           \
         if (k >= max - 1) return -1;                                                               \
@@ -182,7 +181,8 @@ cJSON *slurm_rest_job(const slurm_opts_t *o, const executor_run_t *r, const char
     cJSON *root = cJSON_CreateObject(), *job = cJSON_AddObjectToObject(root, "job");
     cJSON *e = cJSON_AddObjectToObject(job, "environment");
     snprintf(name, sizeof name, "%s-%lld",
-             o->job_prefix && *o->job_prefix ? o->job_prefix : DEFAULT_PREFIX, (long long)r->id);
+             o->job_prefix && *o->job_prefix ? o->job_prefix : SLURM_DEFAULT_PREFIX,
+             (long long)r->id);
     cJSON_AddStringToObject(root, "script", script);
     cJSON_AddStringToObject(job, "name", name);
     cJSON_AddStringToObject(job, "current_working_directory", r->run_dir);
@@ -252,9 +252,10 @@ struct slurm_job {
     char name[128]; /* PREFIX-<id> */
     char *run_dir, *progress_path, *exit_path, *log_path;
     int time_minutes;
+    int memory_mb;     /* the run's limit (0 = none), for an out-of-memory reason */
     int submitting;    /* sbatch in flight */
     int by_name;       /* attached without an id: squeue's listing by name decides */
-    int stop_req;      /* -1, WORKER_CANCELLED or WORKER_INTERRUPTED */
+    int stop_req;      /* -1, EXECUTOR_CANCELLED or EXECUTOR_INTERRUPTED */
     int scancel_sent;  /* scancel in flight or done */
     int detach_queued; /* the zero timer reports it */
     int unseen;        /* polls in a row that did not list it */
@@ -494,26 +495,7 @@ static void job_unlink(slurm_job_t *j) {
 /* One complete progress line. */
 static void progress_line(void *user, const char *p, size_t n) {
     slurm_job_t *j = user;
-    while (n > 0 && isspace((unsigned char)p[n - 1])) n--;
-    if (n == 0) return;
-    const char *end = NULL;
-    cJSON *o = cJSON_ParseWithLengthOpts(p, n, &end, 0);
-    int ok = o && cJSON_IsObject(o) && end;
-    for (const char *q = end; ok && q < p + n; q++)
-        if (!isspace((unsigned char)*q)) ok = 0;
-    if (!ok) {
-        cJSON_Delete(o);
-        j->garbage_lines++;
-        return;
-    }
-    if (j->cb.on_progress) j->cb.on_progress(NULL, o, j->cb.user);
-    const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "event"));
-    if (ev && !strcmp(ev, "result")) {
-        cJSON_Delete(j->result);
-        j->result = o;
-    } else {
-        cJSON_Delete(o);
-    }
+    if (executor_progress_line(p, n, &j->cb, &j->result) < 0) j->garbage_lines++;
 }
 
 /* Read what the job appended to its progress file since the last read (at
@@ -569,88 +551,90 @@ static void log_tail(const slurm_job_t *j, char *out, size_t len) {
     out[o] = '\0';
 }
 
+/* The status and reason of job j that ended in Slurm's final state (its
+ * status already in ex). COMPLETED and the failed states go to the worker
+ * protocol (executor_classify): its exit code still tells diverged and oom,
+ * and COMPLETED counts only with a succeeded result line; a failed state
+ * stays failed whatever the job wrote. The other states are Slurm's word. */
+static void job_reason(const slurm_job_t *j, const char *state, int code, const char *tail,
+                       executor_exit_t *ex) {
+    long long id = (long long)j->job_id;
+    switch (ex->status) {
+    case EXECUTOR_SUCCEEDED:
+    case EXECUTOR_FAILED: {
+        executor_status slurm_says = ex->status;
+        executor_facts_t f = {
+            /* COMPLETED is a clean exit to Slurm, also before the file is visible */
+            .exit_code = code < 0 && slurm_says == EXECUTOR_SUCCEEDED ? PROTO_EXIT_OK : code,
+            .result = j->result,
+            .memory_mb = j->memory_mb,
+            .tail = tail,
+        };
+        executor_classify(&f, ex);
+        if (slurm_says == EXECUTOR_FAILED && ex->status == EXECUTOR_SUCCEEDED)
+            ex->status = EXECUTOR_FAILED;
+        if (ex->status != EXECUTOR_SUCCEEDED) {
+            char why[sizeof ex->reason];
+            snprintf(why, sizeof why, "%s", ex->reason[0] ? ex->reason : "a succeeded result");
+            snprintf(ex->reason, sizeof ex->reason, "slurm job %lld %s: %.900s", id, state, why);
+        }
+        break;
+    }
+    case EXECUTOR_TIMEOUT:
+        snprintf(ex->reason, sizeof ex->reason,
+                 "slurm job %lld %s: its time limit (%d min) passed; killed by Slurm", id, state,
+                 j->time_minutes);
+        break;
+    case EXECUTOR_OOM:
+        snprintf(ex->reason, sizeof ex->reason, "slurm job %lld %s%s%s", id, state,
+                 tail[0] ? ": " : "", tail);
+        break;
+    case EXECUTOR_CANCELLED:
+        snprintf(ex->reason, sizeof ex->reason, "slurm job %lld cancelled %s", id,
+                 j->stop_req == EXECUTOR_CANCELLED ? "by the daemon while it ran"
+                                                   : "in Slurm, not by the daemon");
+        break;
+    default:
+        snprintf(ex->reason, sizeof ex->reason, "slurm job %lld %s; re-queued", id, state);
+        break;
+    }
+}
+
 /* End job j with its classified ending: drain its progress, call on_exit,
  * free it. state is Slurm's final state, or NULL for a job squeue no longer
  * lists (then the exit_code file decides). */
 static void job_finish(slurm_job_t *j, const char *state) {
     slurm_t *sx = j->sx;
-    worker_exit_t ex;
+    executor_exit_t ex;
     char tail[REASON_TAIL + 1];
     memset(&ex, 0, sizeof ex);
     progress_read(j, 1);
     int code = read_exit_code(j);
-    worker_status st = WORKER_FAILED;
-    if (!state) {
-        state = code < 0 ? NULL : code == 0 ? "COMPLETED" : "FAILED";
-    }
+    if (!state) state = code < 0 ? NULL : code == 0 ? "COMPLETED" : "FAILED";
     log_tail(j, tail, sizeof tail);
-    const char *rr =
-        j->result ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j->result, "reason"))
-                  : NULL;
-    const char *rs =
-        j->result ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j->result, "status"))
-                  : NULL;
     if (!state) {
-        st = WORKER_INTERRUPTED; /* gone without a trace: run it again */
+        ex.status = EXECUTOR_INTERRUPTED; /* gone without a trace: run it again */
         snprintf(ex.reason, sizeof ex.reason,
                  "slurm job %lld is no longer known to Slurm and left no exit code",
                  (long long)j->job_id);
     } else {
-        slurm_state_map(state, &st);
-        switch (st) {
-        case WORKER_SUCCEEDED:
-            if (!rs || strcmp(rs, "succeeded") != 0) {
-                st = WORKER_FAILED;
-                snprintf(ex.reason, sizeof ex.reason, "slurm job %lld COMPLETED %s",
-                         (long long)j->job_id,
-                         j->result ? "but the result status is not succeeded"
-                                   : "without a result line");
-            }
-            break;
-        case WORKER_FAILED: {
-            if (code == 3) st = WORKER_DIVERGED; /* the engine's exit codes */
-            if (code == 4) st = WORKER_OOM;
-            const char *detail = code == 3 && rr ? rr : tail;
-            snprintf(ex.reason, sizeof ex.reason, "slurm job %lld %s, exit %d%s%s",
-                     (long long)j->job_id, state, code, detail[0] ? ": " : "", detail);
-            break;
-        }
-        case WORKER_TIMEOUT:
-            snprintf(ex.reason, sizeof ex.reason,
-                     "slurm job %lld %s: its time limit (%d min) passed; killed by Slurm",
-                     (long long)j->job_id, state, j->time_minutes);
-            break;
-        case WORKER_OOM:
-            snprintf(ex.reason, sizeof ex.reason, "slurm job %lld %s%s%s", (long long)j->job_id,
-                     state, tail[0] ? ": " : "", tail);
-            break;
-        case WORKER_CANCELLED:
-            snprintf(ex.reason, sizeof ex.reason, "slurm job %lld cancelled %s",
-                     (long long)j->job_id,
-                     j->stop_req == WORKER_CANCELLED ? "by the daemon while it ran"
-                                                     : "in Slurm, not by the daemon");
-            break;
-        default:
-            snprintf(ex.reason, sizeof ex.reason, "slurm job %lld %s; re-queued",
-                     (long long)j->job_id, state);
-            break;
-        }
+        slurm_state_map(state, &ex.status);
+        job_reason(j, state, code, tail, &ex);
     }
-    ex.status = st;
     ex.exit_code = code;
-    ex.result = st == WORKER_SUCCEEDED ? j->result : NULL;
+    ex.result = ex.status == EXECUTOR_SUCCEEDED ? j->result : NULL;
     ex.wall_seconds = now_s(sx) - j->t_start;
     ex.garbage_lines = j->garbage_lines + j->lines.overlong;
     job_unlink(j);
-    if (j->cb.on_exit) j->cb.on_exit(NULL, &ex, j->cb.user);
+    if (j->cb.on_exit) j->cb.on_exit(&ex, j->cb.user);
     job_free(j);
 }
 
 /* Leave the job running (daemon shutdown): reported from the zero timer. */
 static void job_detach(slurm_job_t *j) {
-    worker_exit_t ex;
+    executor_exit_t ex;
     memset(&ex, 0, sizeof ex);
-    ex.status = WORKER_INTERRUPTED;
+    ex.status = EXECUTOR_INTERRUPTED;
     ex.detached = 1;
     ex.exit_code = -1;
     ex.wall_seconds = now_s(j->sx) - j->t_start;
@@ -660,7 +644,7 @@ static void job_detach(slurm_job_t *j) {
     else
         snprintf(ex.reason, sizeof ex.reason, "slurm job %s, not listed yet", j->name);
     job_unlink(j);
-    if (j->cb.on_exit) j->cb.on_exit(NULL, &ex, j->cb.user);
+    if (j->cb.on_exit) j->cb.on_exit(&ex, j->cb.user);
     job_free(j);
 }
 
@@ -854,12 +838,12 @@ static void apply_listing(slurm_t *sx, const listing_t *rows, size_t n) {
             if (j->job_id) {
                 log_info("%s is slurm job %lld", j->name, (long long)j->job_id);
                 if (j->cb.on_started) j->cb.on_started(0, j->job_id, j->cb.user);
-                if (j->stop_req == WORKER_CANCELLED) send_cancel(j); /* asked for meanwhile */
+                if (j->stop_req == EXECUTOR_CANCELLED) send_cancel(j); /* asked for meanwhile */
             } else {
                 j->unseen = UNSEEN_LIMIT; /* never submitted: nothing to wait for */
             }
         }
-        worker_status st;
+        executor_status st;
         if (j->unseen == 0 && slurm_state_map(j->state, &st) == SLURM_ENDED)
             job_finish(j, j->state);
         else if (j->unseen >= UNSEEN_LIMIT)
@@ -871,21 +855,21 @@ static void apply_listing(slurm_t *sx, const listing_t *rows, size_t n) {
 static void job_submitted(slurm_job_t *j, int64_t id, const char *why) {
     j->submitting = 0;
     if (id <= 0) {
-        worker_exit_t ex;
+        executor_exit_t ex;
         memset(&ex, 0, sizeof ex);
-        ex.status = j->stop_req == WORKER_CANCELLED ? WORKER_CANCELLED : WORKER_FAILED;
+        ex.status = j->stop_req == EXECUTOR_CANCELLED ? EXECUTOR_CANCELLED : EXECUTOR_FAILED;
         ex.exit_code = -1;
         snprintf(ex.reason, sizeof ex.reason, "not submitted: %s", why);
         job_unlink(j);
-        if (j->cb.on_exit) j->cb.on_exit(NULL, &ex, j->cb.user);
+        if (j->cb.on_exit) j->cb.on_exit(&ex, j->cb.user);
         job_free(j);
         return;
     }
     j->job_id = id;
     j->unseen = 0;
     if (j->cb.on_started) j->cb.on_started(0, j->job_id, j->cb.user);
-    if (j->stop_req == WORKER_CANCELLED) send_cancel(j);
-    if (j->stop_req == WORKER_INTERRUPTED) queue_detach(j);
+    if (j->stop_req == EXECUTOR_CANCELLED) send_cancel(j);
+    if (j->stop_req == EXECUTOR_INTERRUPTED) queue_detach(j);
 }
 
 /* --- the commands */
@@ -1061,6 +1045,7 @@ static slurm_job_t *job_new(slurm_t *sx, const executor_run_t *r, const executor
     j->stop_req = -1;
     j->t_start = now_s(sx);
     j->time_minutes = slurm_time_minutes(r->budget_s, r->slack_s);
+    j->memory_mb = r->memory_mb;
     snprintf(j->name, sizeof j->name, "%s-%lld", sx->prefix, (long long)r->id);
     size_t n = strlen(r->run_dir) + 32;
     j->run_dir = strdup(r->run_dir);
@@ -1145,12 +1130,12 @@ static int slurm_attach(executor_t *x, const executor_run_t *r, int64_t slurm_jo
     return 0;
 }
 
-static void slurm_stop(executor_job_t *job, worker_status why) {
+static void slurm_stop(executor_job_t *job, executor_status why) {
     slurm_job_t *j = (slurm_job_t *)job;
     if (j->stop_req >= 0 || j->detach_queued) return;
-    j->stop_req = why == WORKER_INTERRUPTED ? WORKER_INTERRUPTED : WORKER_CANCELLED;
+    j->stop_req = why == EXECUTOR_INTERRUPTED ? EXECUTOR_INTERRUPTED : EXECUTOR_CANCELLED;
     if (j->submitting) return; /* sbatch_done acts on it */
-    if (j->stop_req == WORKER_INTERRUPTED)
+    if (j->stop_req == EXECUTOR_INTERRUPTED)
         queue_detach(j);
     else if (j->job_id)
         send_cancel(j);
@@ -1275,7 +1260,7 @@ executor_t *slurm_executor_new(uv_loop_t *loop, const slurm_opts_t *o, char *err
     sx->o = *o;
     sx->partition = o->partition ? strdup(o->partition) : NULL;
     sx->account = o->account ? strdup(o->account) : NULL;
-    sx->prefix = strdup(o->job_prefix && *o->job_prefix ? o->job_prefix : DEFAULT_PREFIX);
+    sx->prefix = strdup(o->job_prefix && *o->job_prefix ? o->job_prefix : SLURM_DEFAULT_PREFIX);
     size_t n = 0;
     while (o->sbatch_args && o->sbatch_args[n]) n++;
     sx->sbatch_args = calloc(n + 1, sizeof *sx->sbatch_args);
@@ -1305,7 +1290,7 @@ executor_t *slurm_executor_new(uv_loop_t *loop, const slurm_opts_t *o, char *err
     sx->o.job_prefix = sx->prefix;
     sx->o.sbatch_args = sx->sbatch_args;
     sx->o.rest_url = sx->o.rest_user = sx->o.rest_token = NULL; /* kept in sx->rest_* */
-    if (!(sx->o.poll_s > 0)) sx->o.poll_s = DEFAULT_POLL_S;
+    if (!(sx->o.poll_s > 0)) sx->o.poll_s = SLURM_DEFAULT_POLL_S;
     if (!(sx->o.tail_s > 0)) sx->o.tail_s = DEFAULT_TAIL_S;
     if (!(sx->o.command_timeout_s > 0)) sx->o.command_timeout_s = DEFAULT_CMD_TIMEOUT;
     sx->x = (executor_t){.name = "slurm",

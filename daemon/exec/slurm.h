@@ -21,8 +21,8 @@
  * nodes.
  *
  * Slurm's end states map one to one (slurm_state_map): COMPLETED succeeded
- * (when the result line is there), FAILED failed (the engine's exit codes 3
- * and 4 still mean diverged and oom), TIMEOUT timeout, OUT_OF_MEMORY oom,
+ * (when the result line is there), FAILED failed (the worker protocol's exit
+ * codes still tell diverged and oom), TIMEOUT timeout, OUT_OF_MEMORY oom,
  * NODE_FAIL failed, CANCELLED cancelled; PENDING and RUNNING keep the
  * experiment running from the daemon's view (the slot is taken) and show in
  * the slot's status. A daemon shutdown leaves the jobs running: the next
@@ -43,6 +43,9 @@
 #include <uv.h>
 
 #include "daemon/exec/executor.h"
+
+#define SLURM_DEFAULT_PREFIX "nightshift"
+#define SLURM_DEFAULT_POLL_S 10.0
 
 typedef struct {
     const char *partition;    /* NULL = the cluster's default */
@@ -75,7 +78,7 @@ typedef enum {
  * experiment's status: COMPLETED -> succeeded, FAILED/NODE_FAIL/BOOT_FAIL ->
  * failed, TIMEOUT/DEADLINE -> timeout, OUT_OF_MEMORY -> oom, CANCELLED ->
  * cancelled, PREEMPTED -> interrupted (re-queued). */
-slurm_phase slurm_state_map(const char *state, worker_status *status);
+slurm_phase slurm_state_map(const char *state, executor_status *status);
 
 /* The --time backstop in whole minutes: ceil((budget_s + slack_s) / 60), at
  * least 1. */

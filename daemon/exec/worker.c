@@ -33,7 +33,6 @@
 #include "daemon/exec/worker.h"
 
 #include "daemon/shared/bytebuf.h"
-#include "daemon/exec/executor.h"
 #include "engine/util.h"
 
 extern char **environ;
@@ -51,7 +50,7 @@ enum { PIPE_STDOUT, PIPE_STDERR, PIPE_PROGRESS, N_PIPES };
 
 struct worker {
     uv_loop_t *loop;
-    worker_callbacks_t cb;
+    executor_callbacks_t cb;
 
     uv_process_t proc;
     uv_pipe_t pipes[N_PIPES];  /* child's fds 1, 2, 3 */
@@ -87,52 +86,6 @@ struct worker {
 
     char rbuf[N_PIPES][READ_CHUNK]; /* one read buffer per pipe */
 };
-
-/* ------------------------------------------------------------------ names */
-
-const char *worker_status_name(worker_status s) {
-    switch (s) {
-    case WORKER_SUCCEEDED:
-        return "succeeded";
-    case WORKER_FAILED:
-        return "failed";
-    case WORKER_CRASHED:
-        return "crashed";
-    case WORKER_TIMEOUT:
-        return "timeout";
-    case WORKER_OOM:
-        return "oom";
-    case WORKER_DIVERGED:
-        return "diverged";
-    case WORKER_CANCELLED:
-        return "cancelled";
-    case WORKER_INTERRUPTED:
-        return "interrupted";
-    }
-    return "unknown";
-}
-
-static const struct {
-    int sig;
-    const char *name;
-} signal_names[] = {
-    {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},       {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-    {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},     {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-    {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-    {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"},     {SIGTERM, "SIGTERM"}, {SIGSTKFLT, "SIGSTKFLT"},
-    {SIGCHLD, "SIGCHLD"}, {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"},
-    {SIGTTIN, "SIGTTIN"}, {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"},
-    {SIGXFSZ, "SIGXFSZ"}, {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"},
-    {SIGIO, "SIGIO"},     {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"},
-};
-
-/* "SIGSEGV", or "signal N" in buf for one the table does not know. */
-static const char *signal_name(int sig, char *buf, size_t len) {
-    for (size_t i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++)
-        if (signal_names[i].sig == sig) return signal_names[i].name;
-    snprintf(buf, len, "signal %d", sig);
-    return buf;
-}
 
 /* ------------------------------------------------------------ handle life */
 
@@ -212,27 +165,7 @@ static void tail_append(worker_t *w, const char *p, size_t n) {
 /* One complete line from fd 3 (without its newline). */
 static void progress_line(void *user, const char *p, size_t n) {
     worker_t *w = user;
-    while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
-    if (n == 0) return; /* blank lines are not garbage */
-    const char *end = NULL;
-    cJSON *o = cJSON_ParseWithLengthOpts(p, n, &end, 0);
-    int ok = o && cJSON_IsObject(o) && end;
-    if (ok) /* the object must be the whole line */
-        for (const char *q = end; q < p + n; q++)
-            if (!isspace((unsigned char)*q)) ok = 0;
-    if (!ok) {
-        cJSON_Delete(o);
-        w->garbage_lines++;
-        return;
-    }
-    if (w->cb.on_progress) w->cb.on_progress(w, o, w->cb.user);
-    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
-    if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "result")) {
-        cJSON_Delete(w->result);
-        w->result = o;
-    } else {
-        cJSON_Delete(o);
-    }
+    if (executor_progress_line(p, n, &w->cb, &w->result) < 0) w->garbage_lines++;
 }
 
 /* ------------------------------------------------------------------ pipes */
@@ -346,21 +279,16 @@ static void stderr_excerpt(const worker_t *w, char *out, size_t outlen) {
     if (outlen) out[o < outlen ? o : outlen - 1] = 0;
 }
 
-static void classify(const worker_t *w, worker_exit_t *ex) {
-    char sigbuf[24], tail[REASON_STDERR * 2], limit[64];
-    const char *sig = w->term_signal ? signal_name(w->term_signal, sigbuf, sizeof sigbuf) : NULL;
-    const cJSON *rs = w->result ? cJSON_GetObjectItemCaseSensitive(w->result, "status") : NULL;
-    const cJSON *rr = w->result ? cJSON_GetObjectItemCaseSensitive(w->result, "reason") : NULL;
-    const char *result_reason = cJSON_IsString(rr) ? rr->valuestring : NULL;
+/* The ending: one the daemon caused (a deadline or worker_stop) is said
+ * here; any other the worker protocol classifies (executor_classify). */
+static void classify(const worker_t *w, executor_exit_t *ex) {
+    char sigbuf[24], tail[REASON_STDERR * 2];
+    const char *sig =
+        w->term_signal ? executor_signal_name(w->term_signal, sigbuf, sizeof sigbuf) : NULL;
     int code = (int)w->exit_status;
 
     stderr_excerpt(w, tail, sizeof tail);
-    if (w->memory_mb > 0)
-        snprintf(limit, sizeof limit, "limit %d MiB", w->memory_mb);
-    else
-        snprintf(limit, sizeof limit, "no memory limit set");
     ex->reason[0] = 0;
-
     if (w->stop_status >= 0) {
         char how[96] = "";
         if (sig && w->term_signal == SIGKILL && w->sigkill_sent)
@@ -369,64 +297,25 @@ static void classify(const worker_t *w, worker_exit_t *ex) {
             snprintf(how, sizeof how, " (%s)", sig);
         else
             snprintf(how, sizeof how, " (exited %d after SIGTERM)", code);
-        ex->status = (worker_status)w->stop_status;
-        if (ex->status == WORKER_TIMEOUT)
+        ex->status = (executor_status)w->stop_status;
+        if (ex->status == EXECUTOR_TIMEOUT)
             snprintf(ex->reason, sizeof ex->reason, "no exit within the deadline (%g s); killed%s",
                      w->deadline_s, how);
-        else if (ex->status == WORKER_CANCELLED)
+        else if (ex->status == EXECUTOR_CANCELLED)
             snprintf(ex->reason, sizeof ex->reason, "cancelled while running; killed%s", how);
-        else /* WORKER_INTERRUPTED */
+        else /* EXECUTOR_INTERRUPTED */
             snprintf(ex->reason, sizeof ex->reason, "interrupted by daemon shutdown; killed%s",
                      how);
-    } else if (sig) {
-        /* The daemon sent no signal here (stop_status would be set). Out of
-         * memory is what the worker said on fd 3 before it died, or a SIGKILL
-         * while the kernel's OOM-kill count rose; never the text of stderr. */
-        int said_oom = cJSON_IsString(rs) && !strcmp(rs->valuestring, "oom");
-        int oom_killed = w->term_signal == SIGKILL && w->oom_kills_spawn >= 0 &&
-                         w->oom_kills_exit > w->oom_kills_spawn;
-        if (said_oom) {
-            ex->status = WORKER_OOM;
-            snprintf(ex->reason, sizeof ex->reason, "out of memory (%s); killed by %s%s%s", limit,
-                     sig, result_reason ? ": " : "", result_reason ? result_reason : "");
-        } else if (oom_killed) {
-            ex->status = WORKER_OOM;
-            snprintf(ex->reason, sizeof ex->reason,
-                     "out of memory (%s); killed by SIGKILL from the kernel's OOM killer", limit);
-        } else {
-            ex->status = WORKER_CRASHED;
-            snprintf(ex->reason, sizeof ex->reason, "killed by %s%s%s", sig, tail[0] ? ": " : "",
-                     tail);
-        }
-    } else if (code == 0) {
-        if (cJSON_IsString(rs) && !strcmp(rs->valuestring, "succeeded")) {
-            ex->status = WORKER_SUCCEEDED;
-        } else {
-            ex->status = WORKER_FAILED;
-            if (w->result)
-                snprintf(ex->reason, sizeof ex->reason, "exit 0 but the result status is %s",
-                         cJSON_IsString(rs) ? rs->valuestring : "missing");
-            else
-                snprintf(ex->reason, sizeof ex->reason, "exit 0 without a result line");
-        }
-    } else if (code == 3) {
-        ex->status = WORKER_DIVERGED;
-        snprintf(ex->reason, sizeof ex->reason, "%s",
-                 result_reason ? result_reason
-                 : tail[0]     ? tail
-                               : "exit 3 (loss diverged)");
-    } else if (code == 4) {
-        ex->status = WORKER_OOM;
-        const char *why = tail[0] ? tail : result_reason;
-        snprintf(ex->reason, sizeof ex->reason, "out of memory (%s)%s%s", limit, why ? ": " : "",
-                 why ? why : "");
     } else {
-        ex->status = WORKER_FAILED;
-        const char *why = tail[0] ? tail : result_reason;
-        if (why)
-            snprintf(ex->reason, sizeof ex->reason, "exit %d: %s", code, why);
-        else
-            snprintf(ex->reason, sizeof ex->reason, "exit %d (no error output)", code);
+        executor_facts_t f = {
+            .exit_code = w->term_signal ? -1 : code,
+            .term_signal = w->term_signal,
+            .result = w->result,
+            .oom_killed = w->oom_kills_spawn >= 0 && w->oom_kills_exit > w->oom_kills_spawn,
+            .memory_mb = w->memory_mb,
+            .tail = tail,
+        };
+        executor_classify(&f, ex);
     }
     ex->exit_code = w->term_signal ? -1 : code;
     ex->term_signal = w->term_signal;
@@ -446,14 +335,14 @@ static void maybe_report(worker_t *w) {
      * id cannot be reused while any member exists, so this hits no one else. */
     signal_group(w, SIGKILL);
 
-    worker_exit_t ex;
+    executor_exit_t ex;
     memset(&ex, 0, sizeof ex);
     classify(w, &ex);
     if (w->log_fd >= 0) {
         close(w->log_fd);
         w->log_fd = -1;
     }
-    if (w->cb.on_exit) w->cb.on_exit(w, &ex, w->cb.user);
+    if (w->cb.on_exit) w->cb.on_exit(&ex, w->cb.user);
 
     close_handle(w, (uv_handle_t *)&w->proc);
     close_handle(w, (uv_handle_t *)&w->deadline_timer);
@@ -509,15 +398,15 @@ static void terminate(worker_t *w) {
 static void deadline_cb(uv_timer_t *t) {
     worker_t *w = t->data;
     if (w->exited) return;
-    if (w->stop_status < 0) w->stop_status = WORKER_TIMEOUT;
+    if (w->stop_status < 0) w->stop_status = EXECUTOR_TIMEOUT;
     terminate(w);
 }
 
-void worker_stop(worker_t *w, worker_status why) {
+void worker_stop(worker_t *w, executor_status why) {
     /* Once the process has exited its own exit code decides; the drain
      * timer bounds the wait for its pipes. */
     if (!w || w->reported || w->exited) return;
-    if (why != WORKER_TIMEOUT && why != WORKER_INTERRUPTED) why = WORKER_CANCELLED;
+    if (why != EXECUTOR_TIMEOUT && why != EXECUTOR_INTERRUPTED) why = EXECUTOR_CANCELLED;
     if (w->stop_status < 0) w->stop_status = why;
     terminate(w);
 }
@@ -583,7 +472,7 @@ static char **build_argv(const worker_opts_t *o, char *mem, char *parent, size_t
     return a;
 }
 
-int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks_t *cb,
+int worker_start(uv_loop_t *loop, const worker_opts_t *o, const executor_callbacks_t *cb,
                  worker_t **out, char *err, size_t errlen) {
     char **env = NULL, **args = NULL;
     char omp[48], blas[48], mem[24], parent[24];
@@ -720,17 +609,15 @@ static int local_start(executor_t *x, const executor_run_t *r, const executor_ca
                         .memory_mb = r->memory_mb,
                         .deadline_s = r->deadline_s,
                         .kill_grace_s = r->kill_grace_s};
-    worker_callbacks_t wcb = {
-        .on_progress = cb->on_progress, .on_exit = cb->on_exit, .user = cb->user};
     worker_t *w;
-    int rc = worker_start(((local_executor_t *)x)->loop, &wo, &wcb, &w, err, errlen);
+    int rc = worker_start(((local_executor_t *)x)->loop, &wo, cb, &w, err, errlen);
     if (rc < 0) return rc;
     *job = (executor_job_t *)w;
     if (cb->on_started) cb->on_started(w->pid, 0, cb->user);
     return 0;
 }
 
-static void local_stop(executor_job_t *job, worker_status why) {
+static void local_stop(executor_job_t *job, executor_status why) {
     worker_stop((worker_t *)job, why);
 }
 

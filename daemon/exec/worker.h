@@ -11,62 +11,25 @@
  * progress callback. Garbage lines (not JSON objects, or longer than the line
  * limit) are counted and skipped, never fatal.
  *
- * Every ending is classified exactly once and reported to the exit callback:
- *   succeeded   exit 0 and a {"event":"result","status":"succeeded"} line seen
- *   failed      other non-zero exit (1, 2, or 0 without a result line), with the stderr tail
- *   diverged    exit 3 (the engine's contract)
- *   oom         exit 4; or killed by a signal after a result line with
- *               "status":"oom"; or killed by a SIGKILL the daemon did not send
- *               while the kernel's OOM-kill count (oom_kill in /proc/vmstat)
- *               rose. What stderr says never decides a status.
- *   crashed     killed by a signal (reason names it: "killed by SIGSEGV")
- *   timeout     the hard deadline passed: SIGTERM, then SIGKILL after the grace
- *   cancelled   worker_stop(..., WORKER_CANCELLED)
- *   interrupted worker_stop(..., WORKER_INTERRUPTED) (daemon shutdown)
+ * Every ending is reported exactly once to the exit callback
+ * (executor_exit_t): an ending the daemon caused is timeout (the hard
+ * deadline passed: SIGTERM, then SIGKILL after the grace), cancelled or
+ * interrupted (worker_stop); any other is classified by the worker protocol
+ * (executor_classify in executor.h: succeeded, failed, diverged, oom or
+ * crashed), with the kernel's OOM-kill count (oom_kill in /proc/vmstat)
+ * read around a SIGKILL the daemon did not send.
  *
- * Exit codes of the engine: 0 ok, 1 failed, 2 usage, 3 diverged, 4 out of memory. */
+ * The worker is the local executor's job (executor_local_new): its
+ * callbacks are the executor's. */
 #ifndef NIGHTSHIFT_WORKER_H
 #define NIGHTSHIFT_WORKER_H
 
-#include <cjson/cJSON.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <uv.h>
 
-typedef enum {
-    WORKER_SUCCEEDED,
-    WORKER_FAILED,
-    WORKER_CRASHED,
-    WORKER_TIMEOUT,
-    WORKER_OOM,
-    WORKER_DIVERGED,
-    WORKER_CANCELLED,
-    WORKER_INTERRUPTED,
-} worker_status;
-
-/* The store's spelling: "succeeded", "failed", ... */
-const char *worker_status_name(worker_status s);
+#include "daemon/exec/executor.h"
 
 typedef struct worker worker_t;
-
-typedef struct {
-    worker_status status;
-    char reason[1024];   /* human-readable; "" for succeeded */
-    int exit_code;       /* -1 when killed by a signal */
-    int term_signal;     /* 0 when it exited */
-    cJSON *result;       /* the last "result" event line, or NULL; borrowed for the callback */
-    double wall_seconds; /* spawn to exit */
-    uint64_t garbage_lines;
-    int detached; /* an executor left the run going (executor.h); always 0 here */
-} worker_exit_t;
-
-typedef struct {
-    /* A progress line (a JSON object) arrived. line is borrowed for the call. */
-    void (*on_progress)(worker_t *w, const cJSON *line, void *user);
-    /* The worker ended (exactly once). After it returns the worker frees itself. */
-    void (*on_exit)(worker_t *w, const worker_exit_t *ex, void *user);
-    void *user;
-} worker_callbacks_t;
 
 typedef struct {
     const char *shim;      /* path of the nightshift binary providing exec-limited */
@@ -85,15 +48,16 @@ typedef struct {
 } worker_opts_t;
 
 /* Spawn. Returns 0 with *out set (the worker is owned by the loop until its
- * on_exit has run), or a negative libuv error with err set (nothing to free,
- * no callback will run). */
-int worker_start(uv_loop_t *loop, const worker_opts_t *o, const worker_callbacks_t *cb,
+ * on_exit has run; after it returns the worker frees itself), or a negative
+ * libuv error with err set (nothing to free, no callback will run).
+ * cb->on_started is not called here (the local executor does). */
+int worker_start(uv_loop_t *loop, const worker_opts_t *o, const executor_callbacks_t *cb,
                  worker_t **out, char *err, size_t errlen);
 
 /* Ask a running worker to stop: SIGTERM to its process group, SIGKILL after
- * the grace. why is WORKER_CANCELLED or WORKER_INTERRUPTED and becomes its
- * status. Safe to call more than once (the first reason wins). */
-void worker_stop(worker_t *w, worker_status why);
+ * the grace. why is EXECUTOR_CANCELLED or EXECUTOR_INTERRUPTED and becomes
+ * its status. Safe to call more than once (the first reason wins). */
+void worker_stop(worker_t *w, executor_status why);
 
 int worker_pid(const worker_t *w);
 

@@ -288,7 +288,7 @@ static void wait_push(hook_t *h, event_t *ev) {
 }
 
 /* An event from an outbox row ({id, type, webhook_id, experiment_id,
- * payload, body, attempts}: events_pending), queued for delivery. A row
+ * payload, body, attempts}: store_events_pending), queued for delivery. A row
  * without a body gets one, stored for every later attempt. */
 static void event_load(hook_t *h, const cJSON *row) {
     char err[256];
@@ -321,7 +321,7 @@ static void event_load(hook_t *h, const cJSON *row) {
                                     cJSON_GetObjectItemCaseSensitive(row, "payload"), "rejected"),
                                 1);
         ev->body = build_payload(h, ev->id, type, experiment, rejected);
-        if (ev->body && events_set_body(h->api->store, rowid, ev->body, err, sizeof err) < 0)
+        if (ev->body && store_event_set_body(h->api->store, rowid, ev->body, err, sizeof err) < 0)
             log_error("hook: %s: %s", ev->id, err);
     }
     if (!ev->body) {
@@ -355,7 +355,7 @@ static int outbox_load(hook_t *h, int64_t after, int64_t experiment_id, int limi
     char err[256];
     int n = 0;
     if (h->closing) return 0;
-    cJSON *rows = events_pending(h->api->store, after, experiment_id, limit, err, sizeof err);
+    cJSON *rows = store_events_pending(h->api->store, after, experiment_id, limit, err, sizeof err);
     if (!rows) log_error("hook: outbox: %s", err);
     for (const cJSON *r = rows ? rows->child : NULL; r; r = r->next, n++) {
         int64_t id = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "id"));
@@ -376,7 +376,7 @@ static void outbox_add(hook_t *h, const char *type, cJSON *payload) {
     cJSON_Delete(payload);
     if (payload && !text)
         log_error("hook: %s: out of memory; event dropped", type);
-    else if (events_add(h->api->store, type, 0, text, &id, err, sizeof err) < 0)
+    else if (store_event_add(h->api->store, type, 0, text, &id, err, sizeof err) < 0)
         log_error("hook: %s: %s; event dropped", type, err);
     cJSON_free(text);
     if (id > 0) outbox_load(h, id - 1, 0, 1, NULL);
@@ -586,7 +586,7 @@ fail:
 static int send_attempt(hook_t *h, event_t *ev) {
     char err[256];
     ev->attempt++;
-    if (events_attempted(h->api->store, ev->row, err, sizeof err) < 0)
+    if (store_event_attempted(h->api->store, ev->row, err, sizeof err) < 0)
         log_error("hook: %s: %s", ev->id, err);
     ev->sent_ns = uv_hrtime();
     bytebuf_reset(&ev->reply);
@@ -652,7 +652,7 @@ static void retry_or_give_up(hook_t *h, event_t *ev, int retryable, const char *
     log_error("hook: %s %s not delivered: %s (attempt %d%s)", ev->type, ev->id, error, ev->attempt,
               retryable ? ", the last allowed" : ", not retried");
     char err[256];
-    if (!h->closing && events_mark(h->api->store, ev->row, "failed", err, sizeof err) < 0)
+    if (!h->closing && store_event_mark(h->api->store, ev->row, "failed", err, sizeof err) < 0)
         log_error("hook: %s: %s", ev->id, err);
     event_finish(ev);
 }
@@ -677,7 +677,7 @@ static void transfer_done(hook_t *h, event_t *ev, CURLcode res) {
                  ev->id, ev->attempt, status, ev->reply.len,
                  (unsigned long long)((uv_hrtime() - ev->sent_ns) / 1000000));
         char err[256];
-        if (events_mark(h->api->store, ev->row, "delivered", err, sizeof err) < 0)
+        if (store_event_mark(h->api->store, ev->row, "delivered", err, sizeof err) < 0)
             log_error("hook: %s: %s", ev->id, err);
         handle_reply(h, ev);
         event_finish(ev);
@@ -821,8 +821,7 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
     h->timeout_s = o->timeout_s > 0 ? o->timeout_s : 30;
     h->idle_resend_s = o->idle_resend_s > 0 ? o->idle_resend_s : 60;
     h->backoff_base_s = o->backoff_base_s > 0 ? o->backoff_base_s : 1;
-    h->proposals_per_min =
-        o->proposals_per_min == 0 ? HOOK_PROPOSALS_PER_MIN : o->proposals_per_min;
+    h->proposals_per_min = o->proposals_per_min < 0 ? HOOK_PROPOSALS_PER_MIN : o->proposals_per_min;
     h->proposal_tokens = h->proposals_per_min;
     h->proposal_refill_ms = uv_now(loop);
     /* Loopback never goes through a proxy; the user's no_proxy list still applies. */
@@ -874,7 +873,7 @@ void hook_experiment_finished(hook_t *h, int64_t id) {
     if (!h || h->closing) return;
     /* The store's trigger wrote the event with the final status; an
      * experiment announced without one gets it now. */
-    if (events_ensure_finished(h->api->store, id, err, sizeof err) < 0)
+    if (store_event_ensure_finished(h->api->store, id, err, sizeof err) < 0)
         log_error("hook: experiment.finished for %lld: %s", (long long)id, err);
     outbox_load(h, 0, id, OUTBOX_LOAD, NULL);
 }

@@ -78,8 +78,8 @@ typedef struct {
     double timeout_s;         /* per attempt; default 30 */
     double idle_resend_s;     /* default 60 */
     double backoff_base_s;    /* the first retry's delay bound, doubling; default 1 (tests: less) */
-    double proposals_per_min; /* accepted proposals per minute (and burst); default
-                                 HOOK_PROPOSALS_PER_MIN; < 0: no limit */
+    double proposals_per_min; /* accepted proposals per minute (and burst); 0: no
+                                 limit; < 0: HOOK_PROPOSALS_PER_MIN */
     api_t *api;               /* for submissions and the store */
 } hook_opts_t;
 

@@ -157,7 +157,7 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     for (int i = 0; i < s.n_tags; i++) cJSON_AddItemToArray(tag_arr, cJSON_CreateString(s.tags[i]));
     tags = cJSON_PrintUnformatted(tag_arr);
     cJSON_Delete(tag_arr);
-    if (!canon || !tags || spec_identity(&s, hash) < 0) {
+    if (!canon || !tags || spec_config_hash(&s, hash) < 0) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
@@ -178,11 +178,12 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     store_new_experiment_t e = {.name = s.name,
                                 .tags_json = tags,
                                 .spec_json = canon,
-                                .spec_hash = hash,
+                                .config_hash = hash,
                                 .seed = (int64_t)s.seed,
                                 .parent = s.parent,
                                 .source = source,
                                 .priority = s.priority};
+    spec_scope(&s, &e.scope);
     if (store_insert(a->store, &e, id, serr, sizeof serr) < 0) {
         snprintf(err, errlen, "%s", serr);
         rc = NS_ERR_IO;
@@ -495,7 +496,7 @@ static void post_cancel(api_t *a, int64_t id, http_response_t *res) {
  * dataset, else 300 s). -1 = invalid (res set). */
 static int query_scope(api_t *a, const http_request_t *req, http_response_t *res,
                        store_scope_t *sc) {
-    char dataset[64] = "", budget[64] = "", err[256], *end;
+    char dataset[64] = "", budget[64] = "", err[256];
     int got_ds = http_query_get(req->query, "dataset", dataset, sizeof dataset);
     int got_b = http_query_get(req->query, "budget", budget, sizeof budget);
     if (got_ds < 0) {
@@ -509,23 +510,11 @@ static int query_scope(api_t *a, const http_request_t *req, http_response_t *res
         return -1;
     }
     if (got_b == 0 || !budget[0]) return 0;
-    const char *num = budget, *kind = "time";
-    if (!strncmp(budget, "time:", 5)) {
-        num = budget + 5;
-    } else if (!strncmp(budget, "tokens:", 7)) {
-        num = budget + 7;
-        kind = "tokens";
-    }
-    errno = 0;
-    double v = got_b == 1 ? strtod(num, &end) : 0;
-    if (got_b == 1 && end != num && !strcmp(kind, "time") && *end == 's') end++;
-    if (got_b < 0 || errno || end == num || *end || !(v > 0) || v > 1e15) {
+    if (got_b < 0 || spec_scope_set_budget(sc, budget) < 0) {
         http_error(res, 400, "invalid_query",
                    "budget: expected time:SECONDS (or SECONDS, or SECONDSs) or tokens:N");
         return -1;
     }
-    snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s", kind);
-    sc->budget = v;
     return 0;
 }
 
@@ -753,8 +742,8 @@ static void get_events(api_t *a, const http_request_t *req, http_response_t *res
     if (query_int(req, res, "after", 0, INT64_MAX, 0, &after) < 0 ||
         query_int(req, res, "limit", 1, 1000, 100, &limit) < 0)
         return;
-    int64_t last = events_last_id(a->store, err, sizeof err);
-    cJSON *list = last < 0 ? NULL : events_list(a->store, after, (int)limit, err, sizeof err);
+    int64_t last = store_events_last_id(a->store, err, sizeof err);
+    cJSON *list = last < 0 ? NULL : store_events(a->store, after, (int)limit, err, sizeof err);
     if (!list) {
         reply_store_error(res, err);
         return;
@@ -775,7 +764,7 @@ static void get_export(api_t *a, const http_request_t *req, http_response_t *res
         http_error(res, 400, "invalid_query", "format: expected csv, tsv, jsonl or results-tsv");
         return;
     }
-    cJSON *rows = export_rows(a->store, err, sizeof err);
+    cJSON *rows = store_export_rows(a->store, err, sizeof err);
     if (!rows) {
         reply_store_error(res, err);
         return;

@@ -42,7 +42,7 @@ typedef struct {
     const char *state_dir;
     const char *token;           /* NULL = no token required */
     int guard_reads;             /* the token guards GETs too (all but /healthz) */
-    const char *default_dataset; /* of the scoped queries; NULL = STORE_DEFAULT_DATASET */
+    const char *default_dataset; /* of the scoped queries; NULL = the spec's default */
     double started_at;           /* util_now() at startup */
     struct events_hub *events;   /* the SSE hub (events.h); NULL = no stream */
     int memory_mb; /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */

@@ -1,221 +1,15 @@
-/* events.c - the event log (see events.h): the events table on the store's
- * connection, and the hub that streams it to SSE clients from one timer on
- * the loop. */
+/* events.c - the event stream (see events.h): the hub that streams the
+ * store's event log to SSE clients from one timer on the loop. */
 #include "daemon/serve/events.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon/shared/bytebuf.h"
 #include "daemon/shared/log.h"
-
-/* ------------------------------------------------------------ the table */
-
-static int fail_db(sqlite3 *db, char *err, size_t errlen, const char *op) {
-    snprintf(err, errlen, "events: %s: %s", op, sqlite3_errmsg(db));
-    return -1;
-}
-
-/* Prepare sql on the store's connection; NULL with err. */
-static sqlite3_stmt *prepare(store_t *s, const char *sql, const char *op, char *err,
-                             size_t errlen) {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store_db(s), sql, -1, &st, NULL) != SQLITE_OK) {
-        fail_db(store_db(s), err, errlen, op);
-        sqlite3_finalize(st);
-        return NULL;
-    }
-    return st;
-}
-
-/* Step a statement that returns no rows and finalize it. */
-static int step_done(store_t *s, sqlite3_stmt *st, const char *op, char *err, size_t errlen) {
-    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail_db(store_db(s), err, errlen, op);
-    sqlite3_finalize(st);
-    return rc;
-}
-
-int events_add(store_t *s, const char *type, int64_t experiment_id, const char *payload_json,
-               int64_t *id, char *err, size_t errlen) {
-    sqlite3_stmt *st = prepare(s,
-                               "INSERT INTO events (type, experiment_id, payload)"
-                               " VALUES (?1, ?2, coalesce(?3, '{}'))",
-                               "add", err, errlen);
-    if (!st) return -1;
-    sqlite3_bind_text(st, 1, type, -1, SQLITE_STATIC);
-    if (experiment_id > 0)
-        sqlite3_bind_int64(st, 2, experiment_id);
-    else
-        sqlite3_bind_null(st, 2);
-    if (payload_json)
-        sqlite3_bind_text(st, 3, payload_json, -1, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(st, 3);
-    if (step_done(s, st, "add", err, errlen) < 0) return -1;
-    if (id) *id = sqlite3_last_insert_rowid(store_db(s));
-    return 0;
-}
-
-int events_ensure_finished(store_t *s, int64_t experiment_id, char *err, size_t errlen) {
-    /* The payload as the trigger writes it (schema/006_events.sql). */
-    sqlite3_stmt *st = prepare(
-        s,
-        "INSERT INTO events (type, experiment_id, payload)"
-        " SELECT 'experiment.finished', e.id, json_object('experiment', json_object('id', e.id,"
-        " 'name', e.name, 'status', e.status, 'reason', e.reason))"
-        " FROM experiments e WHERE e.id = ?1 AND NOT EXISTS (SELECT 1 FROM events"
-        " WHERE experiment_id = ?1 AND type = 'experiment.finished')",
-        "ensure", err, errlen);
-    if (!st) return -1;
-    sqlite3_bind_int64(st, 1, experiment_id);
-    if (step_done(s, st, "ensure", err, errlen) < 0) return -1;
-    return sqlite3_changes(store_db(s)) > 0;
-}
-
-/* Column i as parsed JSON (an object), or an empty object. */
-static cJSON *column_json(sqlite3_stmt *st, int i) {
-    const char *text = (const char *)sqlite3_column_text(st, i);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        j = cJSON_CreateObject();
-    }
-    return j;
-}
-
-cJSON *events_pending(store_t *s, int64_t after, int64_t experiment_id, int limit, char *err,
-                      size_t errlen) {
-    sqlite3_stmt *st = prepare(s,
-                               "SELECT id, type, webhook_id, coalesce(experiment_id, 0), payload,"
-                               " body, attempts FROM events WHERE state = 'pending' AND id > ?1"
-                               " AND (?3 = 0 OR experiment_id = ?3) ORDER BY id LIMIT ?2",
-                               "pending", err, errlen);
-    if (!st) return NULL;
-    sqlite3_bind_int64(st, 1, after);
-    sqlite3_bind_int(st, 2, limit);
-    sqlite3_bind_int64(st, 3, experiment_id);
-    cJSON *arr = cJSON_CreateArray();
-    int rc;
-    while (arr && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(arr, o);
-        cJSON_AddNumberToObject(o, "id", (double)sqlite3_column_int64(st, 0));
-        cJSON_AddStringToObject(o, "type", (const char *)sqlite3_column_text(st, 1));
-        cJSON_AddStringToObject(o, "webhook_id", (const char *)sqlite3_column_text(st, 2));
-        cJSON_AddNumberToObject(o, "experiment_id", (double)sqlite3_column_int64(st, 3));
-        cJSON_AddItemToObject(o, "payload", column_json(st, 4));
-        const char *body = (const char *)sqlite3_column_text(st, 5);
-        if (body)
-            cJSON_AddStringToObject(o, "body", body);
-        else
-            cJSON_AddNullToObject(o, "body");
-        cJSON_AddNumberToObject(o, "attempts", sqlite3_column_int(st, 6));
-    }
-    if (!arr || rc != SQLITE_DONE) {
-        if (arr)
-            fail_db(store_db(s), err, errlen, "pending");
-        else
-            snprintf(err, errlen, "events: out of memory");
-        cJSON_Delete(arr);
-        arr = NULL;
-    }
-    sqlite3_finalize(st);
-    return arr;
-}
-
-int events_set_body(store_t *s, int64_t id, const char *body, char *err, size_t errlen) {
-    sqlite3_stmt *st = prepare(s, "UPDATE events SET body = ?2 WHERE id = ?1", "body", err, errlen);
-    if (!st) return -1;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, body, -1, SQLITE_STATIC);
-    return step_done(s, st, "body", err, errlen);
-}
-
-int events_attempted(store_t *s, int64_t id, char *err, size_t errlen) {
-    sqlite3_stmt *st = prepare(s, "UPDATE events SET attempts = attempts + 1 WHERE id = ?1",
-                               "attempt", err, errlen);
-    if (!st) return -1;
-    sqlite3_bind_int64(st, 1, id);
-    return step_done(s, st, "attempt", err, errlen);
-}
-
-int events_mark(store_t *s, int64_t id, const char *state, char *err, size_t errlen) {
-    sqlite3_stmt *st = prepare(s,
-                               "UPDATE events SET state = ?2, delivered = CASE WHEN ?2 ="
-                               " 'delivered' THEN strftime('%Y-%m-%dT%H:%M:%fZ', 'now') END"
-                               " WHERE id = ?1",
-                               "mark", err, errlen);
-    if (!st) return -1;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, state, -1, SQLITE_STATIC);
-    return step_done(s, st, "mark", err, errlen);
-}
-
-cJSON *events_list(store_t *s, int64_t after, int limit, char *err, size_t errlen) {
-    sqlite3_stmt *st = prepare(s,
-                               "SELECT v.id, v.type, v.created, v.webhook_id, v.state, v.payload,"
-                               " r.val_bpb, v.experiment_id FROM events v LEFT JOIN results r"
-                               " ON r.experiment_id = v.experiment_id WHERE v.id > ?1"
-                               " ORDER BY v.id LIMIT ?2",
-                               "list", err, errlen);
-    if (!st) return NULL;
-    sqlite3_bind_int64(st, 1, after);
-    sqlite3_bind_int(st, 2, limit);
-    cJSON *arr = cJSON_CreateArray();
-    int rc;
-    while (arr && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(arr, o);
-        cJSON_AddNumberToObject(o, "id", (double)sqlite3_column_int64(st, 0));
-        cJSON_AddStringToObject(o, "type", (const char *)sqlite3_column_text(st, 1));
-        cJSON_AddStringToObject(o, "created", (const char *)sqlite3_column_text(st, 2));
-        cJSON_AddStringToObject(o, "webhook_id", (const char *)sqlite3_column_text(st, 3));
-        cJSON_AddStringToObject(o, "state", (const char *)sqlite3_column_text(st, 4));
-        cJSON *payload = column_json(st, 5);
-        /* the payload's members follow the fixed ones (which win on a clash) */
-        while (payload->child) {
-            cJSON *item = cJSON_DetachItemViaPointer(payload, payload->child);
-            if (cJSON_GetObjectItemCaseSensitive(o, item->string))
-                cJSON_Delete(item);
-            else
-                cJSON_AddItemToObject(o, item->string, item);
-        }
-        cJSON_Delete(payload);
-        cJSON *exp = cJSON_GetObjectItemCaseSensitive(o, "experiment");
-        if (cJSON_IsObject(exp) && !cJSON_GetObjectItemCaseSensitive(exp, "val_bpb")) {
-            if (sqlite3_column_type(st, 6) == SQLITE_NULL)
-                cJSON_AddNullToObject(exp, "val_bpb");
-            else
-                cJSON_AddNumberToObject(exp, "val_bpb", sqlite3_column_double(st, 6));
-        }
-    }
-    if (!arr || rc != SQLITE_DONE) {
-        if (arr)
-            fail_db(store_db(s), err, errlen, "list");
-        else
-            snprintf(err, errlen, "events: out of memory");
-        cJSON_Delete(arr);
-        arr = NULL;
-    }
-    sqlite3_finalize(st);
-    return arr;
-}
-
-int64_t events_last_id(store_t *s, char *err, size_t errlen) {
-    sqlite3_stmt *st = prepare(s, "SELECT coalesce(max(id), 0) FROM events", "last", err, errlen);
-    if (!st) return -1;
-    int64_t v = -1;
-    if (sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    else
-        fail_db(store_db(s), err, errlen, "last");
-    sqlite3_finalize(st);
-    return v;
-}
 
 /* ----------------------------------------------------------- the stream */
 
@@ -257,7 +51,7 @@ static void client_closed_cb(http_stream_t *st, void *arg) {
  * store error or out of memory. */
 static int append_events(events_hub_t *h, client_t *c, bytebuf_t *text) {
     char err[256];
-    cJSON *arr = events_list(h->store, c->cursor, EVENTS_BACKLOG_LIMIT, err, sizeof err);
+    cJSON *arr = store_events(h->store, c->cursor, EVENTS_BACKLOG_LIMIT, err, sizeof err);
     if (!arr) {
         log_error("events: stream: %s", err);
         return -1;
@@ -319,7 +113,7 @@ static void tick_cb(uv_timer_t *t) {
     events_hub_t *h = t->data;
     if (!h->clients) return;
     char err[256];
-    int64_t last = events_last_id(h->store, err, sizeof err);
+    int64_t last = store_events_last_id(h->store, err, sizeof err);
     if (last < 0) log_error("events: %s", err);
     int want_status = 0;
     for (client_t *c = h->clients; c; c = c->next) want_status |= c->status;
@@ -386,7 +180,7 @@ void events_hub_stream(events_hub_t *hub, const http_request_t *req, http_respon
             return;
         }
     } else {
-        cursor = events_last_id(hub->store, err, sizeof err);
+        cursor = store_events_last_id(hub->store, err, sizeof err);
         if (cursor < 0) {
             http_error(res, 500, "store_error", "%s", err);
             return;

@@ -14,9 +14,8 @@
  * experiment.finished carries "experiment": {id, name, status, reason,
  * val_bpb}, experiment.rejected "rejected": {proposal, code, error}.
  *
- * The table functions are short statements on the store's connection (loop
- * thread only); they return 0 or -1 with err, or a new cJSON tree the caller
- * owns (NULL with err). */
+ * The table is the store's (store_event_add, store_events, ... in
+ * daemon/store/store.h); this module streams it. */
 #ifndef NIGHTSHIFT_EVENTS_H
 #define NIGHTSHIFT_EVENTS_H
 
@@ -32,40 +31,6 @@
 #define EVENTS_FINISHED "experiment.finished"
 #define EVENTS_EMPTY    "queue.empty"
 #define EVENTS_REJECTED "experiment.rejected"
-
-/* ------------------------------------------------------------ the table */
-
-/* Append an event; payload_json is a JSON object's text (NULL = {}),
- * experiment_id 0 for none. *id (may be NULL) gets the new id. */
-int events_add(store_t *s, const char *type, int64_t experiment_id, const char *payload_json,
-               int64_t *id, char *err, size_t errlen);
-
-/* Make sure experiment id has its experiment.finished event (the trigger
- * writes it when the status changes; this covers a caller that announces an
- * experiment some other way). Returns 1 if it was added, 0 if it existed. */
-int events_ensure_finished(store_t *s, int64_t experiment_id, char *err, size_t errlen);
-
-/* The hook's outbox: pending events with id > after (and, when
- * experiment_id > 0, about that experiment), oldest first, at most limit:
- * [{"id", "type", "webhook_id", "experiment_id" (0 = none), "payload"
- * (object), "body" (the stored webhook body text, or null), "attempts"}]. */
-cJSON *events_pending(store_t *s, int64_t after, int64_t experiment_id, int limit, char *err,
-                      size_t errlen);
-
-/* Store the webhook body built for event id (kept for every later attempt). */
-int events_set_body(store_t *s, int64_t id, const char *body, char *err, size_t errlen);
-
-/* One more delivery attempt of event id has started. */
-int events_attempted(store_t *s, int64_t id, char *err, size_t errlen);
-
-/* Event id is "delivered" (delivered = now) or "failed". */
-int events_mark(store_t *s, int64_t id, const char *state, char *err, size_t errlen);
-
-/* The feed: events with id > after, oldest first, at most limit (1..1000). */
-cJSON *events_list(store_t *s, int64_t after, int limit, char *err, size_t errlen);
-
-/* The newest event's id (0 when there is none), or -1 on error. */
-int64_t events_last_id(store_t *s, char *err, size_t errlen);
 
 /* ----------------------------------------------------------- the stream */
 

@@ -2,7 +2,6 @@
 #include "daemon/serve/export.h"
 
 #include <math.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,57 +139,4 @@ char *export_results_tsv(const cJSON *rows) {
         bytebuf_puts(&t, "\n");
     }
     return bytebuf_take(&t, NULL);
-}
-
-cJSON *export_rows(store_t *s, char *err, size_t errlen) {
-    static const char *sql =
-        "SELECT e.id, e.name, e.status, e.reason, e.source, e.parent, e.seed,"
-        " json_extract(e.spec, '$.dataset') AS dataset,"
-        " json_extract(e.spec, '$.time_budget_s') AS time_budget_s,"
-        " json_extract(e.spec, '$.model.depth') AS depth,"
-        " json_extract(e.spec, '$.model.n_embd') AS n_embd,"
-        " json_extract(e.spec, '$.model.n_head') AS n_head,"
-        " json_extract(e.spec, '$.model.n_kv_head') AS n_kv_head,"
-        " json_extract(e.spec, '$.model.mlp') AS mlp,"
-        " json_extract(e.spec, '$.model.window_pattern') AS window_pattern,"
-        " json_extract(e.spec, '$.model.ve_layers') AS ve_layers,"
-        " json_extract(e.spec, '$.model.seq_len') AS seq_len,"
-        " e.created, e.started, e.finished, r.val_bpb, r.params_total, r.mfu_percent,"
-        " r.tokens_per_second, r.num_steps, r.training_seconds, r.peak_rss_mb"
-        " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
-        " ORDER BY e.finished IS NULL, e.finished, e.id";
-    sqlite3 *db = store_db(s);
-    sqlite3_stmt *st = NULL;
-    cJSON *arr = NULL;
-    int rc;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) goto fail;
-    arr = cJSON_CreateArray();
-    while (arr && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(arr, o);
-        for (int i = 0; i < sqlite3_column_count(st); i++) {
-            const char *name = sqlite3_column_name(st, i);
-            switch (sqlite3_column_type(st, i)) {
-            case SQLITE_INTEGER:
-                cJSON_AddNumberToObject(o, name, (double)sqlite3_column_int64(st, i));
-                break;
-            case SQLITE_FLOAT:
-                cJSON_AddNumberToObject(o, name, sqlite3_column_double(st, i));
-                break;
-            case SQLITE_NULL:
-                cJSON_AddNullToObject(o, name);
-                break;
-            default:
-                cJSON_AddStringToObject(o, name, (const char *)sqlite3_column_text(st, i));
-            }
-        }
-    }
-    if (!arr || rc != SQLITE_DONE) goto fail;
-    sqlite3_finalize(st);
-    return arr;
-fail:
-    snprintf(err, errlen, "export: %s", arr || !st ? sqlite3_errmsg(db) : "out of memory");
-    cJSON_Delete(arr);
-    sqlite3_finalize(st);
-    return NULL;
 }

@@ -11,8 +11,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "daemon/store/store.h"
-
 /* A header line and one line per row. sep ',' quotes a field that holds a
  * comma, a quote, CR or LF (quotes doubled); sep '\t' replaces tabs, CR and
  * LF inside a field by spaces (TSV has no quoting). Lines end in \n. */
@@ -28,15 +26,7 @@ char *export_jsonl(const cJSON *rows);
  * keep (a success that beat every earlier one), discard (a success that did
  * not) or crash (failed, crashed, timeout, oom, diverged, interrupted, or any
  * other final status but cancelled, which is left out), description its name
- * (and the reason when it did not succeed). rows come from export_rows. */
+ * (and the reason when it did not succeed). rows come from store_export_rows. */
 char *export_results_tsv(const cJSON *rows);
-
-/* Every experiment with its key spec fields and its result columns, oldest
- * first: {id, name, status, reason, source, parent, seed, dataset,
- * time_budget_s, depth, n_embd, n_head, n_kv_head, mlp, window_pattern,
- * ve_layers, seq_len, created, started, finished, val_bpb, params_total,
- * mfu_percent, tokens_per_second, num_steps, training_seconds, peak_rss_mb}.
- * A new tree the caller owns, or NULL with err. */
-cJSON *export_rows(store_t *s, char *err, size_t errlen);
 
 #endif

@@ -10,11 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/spec.h"
 #include "engine/util.h"
-
-/* The fields of a spec that are not axes: they never tell two
- * configurations apart (the store's config_hash leaves out the same ones). */
-static const char *const not_axes[] = {"seed", "name", "tags", "priority", "parent", "prune"};
 
 /* Statuses in the order the report lists them; a run's final statuses that
  * count as failures are flagged. */
@@ -174,16 +171,13 @@ typedef struct {
 } space_t;
 
 /* Visit the leaves of spec (objects are walked, anything else is a leaf),
- * without the top-level fields that are not axes. */
+ * without the top-level fields that label an experiment (spec_is_label). */
 typedef int (*leaf_fn)(void *user, const char *path, const cJSON *v);
 
 static int walk(const cJSON *o, const char *prefix, int top, leaf_fn fn, void *user) {
     const cJSON *c;
     cJSON_ArrayForEach(c, o) {
-        bool skip = false;
-        for (size_t i = 0; top && i < sizeof not_axes / sizeof not_axes[0]; i++)
-            skip |= !strcmp(c->string, not_axes[i]);
-        if (skip) continue;
+        if (top && spec_is_label(c->string)) continue; /* not part of a configuration */
         char path[256];
         snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", c->string);
         int rc = cJSON_IsObject(c) ? walk(c, path, 0, fn, user) : fn(user, path, c);

@@ -10,7 +10,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,6 +24,7 @@
 #include "daemon/hook/hook.h"
 #include "daemon/shared/http.h"
 #include "daemon/shared/log.h"
+#include "daemon/shared/opts.h"
 #include "daemon/exec/sched.h"
 #include "daemon/serve/serve.h"
 #include "daemon/exec/slurm.h"
@@ -36,6 +36,7 @@
 #define MAX_JWT               4096 /* bytes of a slurmrestd token */
 #define SLURM_DEFAULT_THREADS 2    /* cpus-per-task when neither spec nor option says */
 
+/* The options (the table below names each one once). */
 typedef struct {
     char dir[PATH_MAX];
     char host[256];
@@ -49,9 +50,9 @@ typedef struct {
     char token[MAX_TOKEN + 1];
     char *worker_cmd[33]; /* test hook: a stand-in worker program and its arguments */
     char worker_cmd_buf[1024];
-    size_t max_body_bytes;
     char agent_url[1024]; /* "" = no agent hook */
     char agent_secret[MAX_SECRET + 1];
+    int agent_rate; /* accepted agent proposals per minute; 0 = no limit */
     /* --executor slurm: where and how runs become batch jobs (slurm.h) */
     int slurm;
     char slurm_partition[128], slurm_account[128], slurm_job_prefix[64];
@@ -60,7 +61,6 @@ typedef struct {
     double slurm_poll_s;
     char slurm_rest[1024], slurm_user[64];
     char slurm_token[MAX_JWT + 1];
-    int agent_rate; /* accepted agent proposals per minute; 0 = no limit, -1 = default */
 } serve_opts_t;
 
 typedef struct {
@@ -114,302 +114,169 @@ static int split_words(const char *what, const char *cmd, char *buf, size_t len,
     return 0;
 }
 
-static int set_worker_cmd(serve_opts_t *o, const char *cmd, char *err, size_t errlen) {
-    return split_words("worker-cmd", cmd, o->worker_cmd_buf, sizeof o->worker_cmd_buf,
-                       o->worker_cmd, err, errlen);
+/* The setters of the rows whose values are not plain. */
+
+static int set_listen(void *o, const char *val, char *err, size_t errlen) {
+    serve_opts_t *so = o;
+    return http_parse_listen(val, so->host, sizeof so->host, &so->port, err, errlen);
 }
 
-/* A short string option into out (size len): 1 to len-1 characters. */
-static int set_string(const char *key, const char *val, char *out, size_t len, char *err,
-                      size_t errlen) {
-    if (!*val || strlen(val) >= len) {
-        snprintf(err, errlen, "%s: 1 to %zu characters", key, len - 1);
+static int set_token_file(void *o, const char *val, char *err, size_t errlen) {
+    return read_secret_file(val, "token", ((serve_opts_t *)o)->token, MAX_TOKEN, err, errlen);
+}
+
+static int set_agent_secret_file(void *o, const char *val, char *err, size_t errlen) {
+    return read_secret_file(val, "agent secret", ((serve_opts_t *)o)->agent_secret, MAX_SECRET, err,
+                            errlen);
+}
+
+static int set_slurm_token_file(void *o, const char *val, char *err, size_t errlen) {
+    return read_secret_file(val, "slurmrestd token", ((serve_opts_t *)o)->slurm_token, MAX_JWT, err,
+                            errlen);
+}
+
+static int set_worker_cmd(void *o, const char *val, char *err, size_t errlen) {
+    serve_opts_t *so = o;
+    return split_words("worker-cmd", val, so->worker_cmd_buf, sizeof so->worker_cmd_buf,
+                       so->worker_cmd, err, errlen);
+}
+
+static int set_sbatch_args(void *o, const char *val, char *err, size_t errlen) {
+    serve_opts_t *so = o;
+    return split_words("sbatch-args", val, so->sbatch_args_buf, sizeof so->sbatch_args_buf,
+                       so->sbatch_args, err, errlen);
+}
+
+static int set_job_prefix(void *o, const char *val, char *err, size_t errlen) {
+    serve_opts_t *so = o;
+    for (const char *p = val; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') {
+            snprintf(err, errlen, "slurm-job-prefix: letters, digits, '-', '_', '.' only");
+            return -1;
+        }
+    if (!*val || strlen(val) >= sizeof so->slurm_job_prefix) {
+        snprintf(err, errlen, "slurm-job-prefix: 1 to %zu characters",
+                 sizeof so->slurm_job_prefix - 1);
         return -1;
     }
-    snprintf(out, len, "%s", val);
+    snprintf(so->slurm_job_prefix, sizeof so->slurm_job_prefix, "%s", val);
     return 0;
 }
 
-/* One option by name, from the command line or the config file. */
-static int set_option(serve_opts_t *o, const char *key, const char *val, char *err, size_t errlen) {
-    char *end;
-    long v = 0;
-    double d = 0;
-    int is_int = !strcmp(key, "slots") || !strcmp(key, "threads-per-slot") ||
-                 !strcmp(key, "memory-mb") || !strcmp(key, "max-attempts") ||
-                 !strcmp(key, "prune-startup") || !strcmp(key, "agent-rate");
-    int is_num = !strcmp(key, "deadline-slack") || !strcmp(key, "kill-grace") ||
-                 !strcmp(key, "prune-warmup") || !strcmp(key, "token-run-limit") ||
-                 !strcmp(key, "slurm-poll");
-    if (is_int) {
-        v = strtol(val, &end, 10);
-        if (*end || end == val || v < 0 || v > 1 << 20) {
-            snprintf(err, errlen, "%s: expected a non-negative integer, got '%s'", key, val);
-            return -1;
-        }
-    } else if (is_num) {
-        d = strtod(val, &end);
-        if (*end || end == val || !(d > 0)) {
-            snprintf(err, errlen, "%s: expected a positive number, got '%s'", key, val);
-            return -1;
-        }
-    }
-    if (!strcmp(key, "dir")) {
-        snprintf(o->dir, sizeof o->dir, "%s", val);
-    } else if (!strcmp(key, "listen")) {
-        return http_parse_listen(val, o->host, sizeof o->host, &o->port, err, errlen);
-    } else if (!strcmp(key, "slots")) {
-        if (v < 1) {
-            snprintf(err, errlen, "slots: at least 1");
-            return -1;
-        }
-        o->slots = (int)v;
-    } else if (!strcmp(key, "threads-per-slot")) {
-        o->threads_per_slot = (int)v;
-    } else if (!strcmp(key, "memory-mb")) {
-        o->memory_mb = (int)v;
-    } else if (!strcmp(key, "max-attempts")) {
-        o->max_attempts = (int)v;
-    } else if (!strcmp(key, "deadline-slack")) {
-        o->deadline_slack_s = d;
-    } else if (!strcmp(key, "kill-grace")) {
-        o->kill_grace_s = d;
-    } else if (!strcmp(key, "prune")) {
-        if (strcmp(val, "median") && strcmp(val, "off")) {
-            snprintf(err, errlen, "prune: expected median or off, got '%s'", val);
-            return -1;
-        }
-        o->prune = !strcmp(val, "median") ? SCHED_PRUNE_MEDIAN : SCHED_PRUNE_OFF;
-    } else if (!strcmp(key, "prune-startup")) {
-        if (v < 1) {
-            snprintf(err, errlen, "prune-startup: at least 1");
-            return -1;
-        }
-        o->prune_startup = (int)v;
-    } else if (!strcmp(key, "prune-warmup")) {
-        if (d >= 1) {
-            snprintf(err, errlen, "prune-warmup: a fraction of the budget, below 1");
-            return -1;
-        }
-        o->prune_warmup = d;
-    } else if (!strcmp(key, "dataset")) {
-        if (!*val || strlen(val) >= sizeof o->dataset) {
-            snprintf(err, errlen, "dataset: 1 to %zu characters", sizeof o->dataset - 1);
-            return -1;
-        }
-        snprintf(o->dataset, sizeof o->dataset, "%s", val);
-    } else if (!strcmp(key, "token-run-limit")) {
-        o->token_run_limit_s = d;
-    } else if (!strcmp(key, "token")) {
-        if (!*val || strlen(val) > MAX_TOKEN) {
-            snprintf(err, errlen, "token: 1 to %d characters", MAX_TOKEN);
-            return -1;
-        }
-        snprintf(o->token, sizeof o->token, "%s", val);
-    } else if (!strcmp(key, "token-file")) {
-        return read_secret_file(val, "token", o->token, MAX_TOKEN, err, errlen);
-    } else if (!strcmp(key, "agent-url")) {
-        if (!*val || strlen(val) >= sizeof o->agent_url) {
-            snprintf(err, errlen, "agent-url: 1 to %zu characters", sizeof o->agent_url - 1);
-            return -1;
-        }
-        snprintf(o->agent_url, sizeof o->agent_url, "%s", val);
-    } else if (!strcmp(key, "agent-secret")) {
-        if (!*val || strlen(val) > MAX_SECRET) {
-            snprintf(err, errlen, "agent-secret: 1 to %d characters", MAX_SECRET);
-            return -1;
-        }
-        snprintf(o->agent_secret, sizeof o->agent_secret, "%s", val);
-    } else if (!strcmp(key, "agent-secret-file")) {
-        return read_secret_file(val, "agent secret", o->agent_secret, MAX_SECRET, err, errlen);
-    } else if (!strcmp(key, "agent-rate")) {
-        o->agent_rate = (int)v;
-    } else if (!strcmp(key, "worker-cmd")) {
-        return set_worker_cmd(o, val, err, errlen);
-    } else if (!strcmp(key, "executor")) {
-        if (strcmp(val, "local") != 0 && strcmp(val, "slurm") != 0) {
-            snprintf(err, errlen, "executor: local or slurm, not '%s'", val);
-            return -1;
-        }
-        o->slurm = !strcmp(val, "slurm");
-    } else if (!strcmp(key, "slurm-partition")) {
-        return set_string(key, val, o->slurm_partition, sizeof o->slurm_partition, err, errlen);
-    } else if (!strcmp(key, "slurm-account")) {
-        return set_string(key, val, o->slurm_account, sizeof o->slurm_account, err, errlen);
-    } else if (!strcmp(key, "slurm-job-prefix")) {
-        for (const char *p = val; *p; p++)
-            if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') {
-                snprintf(err, errlen, "slurm-job-prefix: letters, digits, '-', '_', '.' only");
-                return -1;
-            }
-        return set_string(key, val, o->slurm_job_prefix, sizeof o->slurm_job_prefix, err, errlen);
-    } else if (!strcmp(key, "sbatch-args")) {
-        return split_words("sbatch-args", val, o->sbatch_args_buf, sizeof o->sbatch_args_buf,
-                           o->sbatch_args, err, errlen);
-    } else if (!strcmp(key, "slurm-poll")) {
-        o->slurm_poll_s = d;
-    } else if (!strcmp(key, "slurm-rest")) {
-        return set_string(key, val, o->slurm_rest, sizeof o->slurm_rest, err, errlen);
-    } else if (!strcmp(key, "slurm-user")) {
-        return set_string(key, val, o->slurm_user, sizeof o->slurm_user, err, errlen);
-    } else if (!strcmp(key, "slurm-token-file")) {
-        return read_secret_file(val, "slurmrestd token", o->slurm_token, MAX_JWT, err, errlen);
-    } else {
-        snprintf(err, errlen, "unknown option '%s'", key);
-        return -1;
-    }
-    return 0;
-}
+static const char *const prune_names[] = {"off", "median", NULL}; /* SCHED_PRUNE_* */
+static const char *const executor_names[] = {"local", "slurm", NULL};
 
-/* The config file: a JSON object with the long options as keys, '-' or '_'. */
-static int load_config(const char *path, serve_opts_t *o, char *err, size_t errlen) {
-    size_t len;
-    char e2[256];
-    char *text = util_read_file(path, 1 << 20, &len, e2, sizeof e2);
-    if (!text) {
-        snprintf(err, errlen, "--config %s", e2);
-        return -1;
-    }
-    cJSON *root = http_json_parse(text, len, e2, sizeof e2);
-    free(text);
-    if (!cJSON_IsObject(root)) {
-        snprintf(err, errlen, "%s: %s", path, root ? "not a JSON object" : e2);
-        cJSON_Delete(root);
-        return -1;
-    }
-    int rc = 0;
-    const cJSON *item;
-    cJSON_ArrayForEach(item, root) {
-        char key[64], val[1024];
-        snprintf(key, sizeof key, "%s", item->string);
-        for (char *p = key; *p; p++)
-            if (*p == '_') *p = '-';
-        if (cJSON_IsString(item))
-            snprintf(val, sizeof val, "%s", item->valuestring);
-        else if (cJSON_IsNumber(item))
-            snprintf(val, sizeof val, "%.17g", item->valuedouble);
-        else {
-            snprintf(err, errlen, "%s: %s: expected a string or a number", path, item->string);
-            rc = -1;
-            break;
-        }
-        if (set_option(o, key, val, e2, sizeof e2) < 0) {
-            snprintf(err, errlen, "%s: %s", path, e2);
-            rc = -1;
-            break;
-        }
-    }
-    cJSON_Delete(root);
-    return rc;
-}
+#define FIELD(m) .offset = offsetof(serve_opts_t, m)
+#define TEXT(m)  FIELD(m), .size = sizeof((serve_opts_t *)0)->m
+#define BIG      (1 << 20)
+#define SECONDS  1e9 /* longer than any deadline means */
 
-static void serve_usage(FILE *out) {
-    fprintf(out,
-            "usage: nightshift serve [--dir DIR] [--listen HOST:PORT] [--slots N]\n"
-            "                        [--threads-per-slot N] [--memory-mb N]\n"
-            "                        [--token T | --token-file F] [--config FILE]\n"
-            "                        [--max-attempts N] [--deadline-slack S] [--kill-grace S]\n"
-            "                        [--agent-url URL --agent-secret-file F] [--agent-rate N]\n"
-            "                        [--prune median|off] [--prune-startup N] [--prune-warmup F]\n"
-            "                        [--token-run-limit S] [--dataset NAME]\n"
-            "                        [--executor local|slurm] [--slurm-partition P]\n"
-            "                        [--slurm-account A] [--sbatch-args 'OPT ...']\n"
-            "                        [--slurm-job-prefix NAME] [--slurm-poll S]\n"
-            "                        [--slurm-rest URL [--slurm-user U] [--slurm-token-file F]]\n"
-            "Runs the daemon: a queue of experiments in DIR/nightshift.db, workers in\n"
-            "DIR/runs/<id>/ under a memory limit (a spec's resources.memory_mb, else\n"
-            "--memory-mb; default 75%% of RAM shared among the slots; 0 = none), and\n"
-            "the HTTP API (default 127.0.0.1:8080; port 0 picks a free\n"
-            "port and prints it). The token (--token-file F or $NIGHTSHIFT_TOKEN) guards\n"
-            "every POST; a non-loopback --listen needs one, and there it guards every GET\n"
-            "but /healthz too. --config is a JSON object with these options as keys;\n"
-            "command-line options override it. With --agent-url, every finished experiment\n"
-            "and an empty queue are POSTed to the agent, signed with the secret\n"
-            "(--agent-secret-file F or $NIGHTSHIFT_AGENT_SECRET; HMAC-SHA256, Standard\n"
-            "Webhooks headers); its reply may propose the next specs, at most N a minute\n"
-            "(--agent-rate, default 30; 0 = no limit). --token T and --agent-secret S still\n"
-            "work but show the secret to every user of the machine (ps).\n"
-            "--prune median stops a run whose training loss, at --prune-warmup of its\n"
-            "budget (default 0.3) or at two evenly spaced points after it, is worse than\n"
-            "the median of finished runs on the same dataset and budget at the same\n"
-            "progress, once --prune-startup of them (default 5) have finished; it is\n"
-            "recorded as pruned (a spec with \"prune\": false never is). A token-budgeted\n"
-            "run is killed as a timeout after --token-run-limit seconds (default 3600).\n"
-            "val_bpb is ranked within one dataset and budget: the leaderboard, best and\n"
-            "noise default to --dataset (default \"default\") and the budget most of its\n"
-            "runs used.\n"
-            "--executor slurm submits every run as a Slurm batch job (sbatch, squeue and\n"
-            "scancel from PATH; DIR must be shared with the compute nodes): --slots jobs at\n"
-            "once, named NAME-<id> (default nightshift), states polled every S seconds\n"
-            "(default 10), 2 CPUs and no memory limit unless given; a restarted daemon\n"
-            "re-attaches to the jobs still running. With --slurm-rest (http://HOST:PORT or\n"
-            "unix:/PATH) it talks to slurmrestd (openapi/v0.0.38) instead of the commands,\n"
-            "as user U (default: this one) with the JWT in F (default $SLURM_JWT).\n");
-}
+/* Every option of serve, in the order of its help. */
+static const opt_t serve_rows[] = {
+    {"dir", OPT_STRING, TEXT(dir), .sdef = "state", .arg = "DIR",
+     .help = "the state directory: nightshift.db, datasets/, runs/"},
+    {"listen", OPT_CUSTOM, .set = set_listen, .sdef = "127.0.0.1:8080", .arg = "HOST:PORT",
+     .help = "the HTTP API's address (port 0 picks a free port and prints it)"},
+    {"slots", OPT_INT, FIELD(slots), .lo = 1, .hi = BIG, .def = 1, .arg = "N",
+     .help = "experiments run at once (with --executor slurm: jobs in Slurm at once)"},
+    {"threads-per-slot", OPT_INT, FIELD(threads_per_slot), .lo = 1, .hi = BIG, .def = OPT_AUTO,
+     .arg = "N",
+     .help = "a run's threads when its spec does not say (default the slot's share of the CPUs; "
+             "2 with --executor slurm)"},
+    {"memory-mb", OPT_INT, FIELD(memory_mb), .lo = 0, .hi = BIG, .def = OPT_AUTO, .arg = "N",
+     .help = "a run's memory limit when its spec does not say; 0 = none (default 75% of RAM "
+             "shared among the slots; none with --executor slurm)"},
+    {"max-attempts", OPT_INT, FIELD(max_attempts), .lo = 1, .hi = BIG, .def = 3, .arg = "N",
+     .help = "attempts of a run the daemon's stop interrupted"},
+    {"deadline-slack", OPT_NUM, FIELD(deadline_slack_s), .lo = 0, .hi = SECONDS,
+     .flags = OPT_LO_OPEN, .def = SCHED_DEFAULT_DEADLINE_SLACK_S, .arg = "S",
+     .help = "seconds for startup and evaluation: a run is killed at budget * 1.25 + S"},
+    {"kill-grace", OPT_NUM, FIELD(kill_grace_s), .lo = 0, .hi = SECONDS, .flags = OPT_LO_OPEN,
+     .def = SCHED_DEFAULT_KILL_GRACE_S, .arg = "S", .help = "seconds from SIGTERM to SIGKILL"},
+    {"token", OPT_STRING, TEXT(token), .flags = OPT_SECRET, .env = "NIGHTSHIFT_TOKEN", .arg = "T",
+     .help = "the API token: every POST needs it; off loopback every GET but /healthz too "
+             "(also $NIGHTSHIFT_TOKEN)"},
+    {"token-file", OPT_CUSTOM, .set = set_token_file, .arg = "F",
+     .help = "the API token from a file"},
+    {"agent-url", OPT_STRING, TEXT(agent_url), .arg = "URL",
+     .help = "POST every finished experiment and an empty queue to the agent there"},
+    {"agent-secret", OPT_STRING, TEXT(agent_secret), .flags = OPT_SECRET,
+     .env = "NIGHTSHIFT_AGENT_SECRET", .arg = "S",
+     .help = "the webhook signature's secret (HMAC-SHA256, Standard Webhooks; also "
+             "$NIGHTSHIFT_AGENT_SECRET)"},
+    {"agent-secret-file", OPT_CUSTOM, .set = set_agent_secret_file, .arg = "F",
+     .help = "the webhook secret from a file"},
+    {"agent-rate", OPT_INT, FIELD(agent_rate), .lo = 0, .hi = BIG, .def = HOOK_PROPOSALS_PER_MIN,
+     .arg = "N", .help = "agent proposals accepted a minute; 0 = no limit"},
+    {"prune", OPT_ENUM, FIELD(prune), .names = prune_names, .def = SCHED_PRUNE_OFF,
+     .arg = "median|off", .help = "stop runs whose loss lags the median of finished runs"},
+    {"prune-startup", OPT_INT, FIELD(prune_startup), .lo = 1, .hi = BIG,
+     .def = SCHED_DEFAULT_PRUNE_STARTUP, .arg = "N",
+     .help = "finished runs of the scope before any run is pruned"},
+    {"prune-warmup", OPT_NUM, FIELD(prune_warmup), .lo = 0, .hi = 1,
+     .flags = OPT_LO_OPEN | OPT_HI_OPEN, .def = SCHED_DEFAULT_PRUNE_WARMUP, .arg = "F",
+     .help = "the fraction of its budget before a run may be pruned"},
+    {"token-run-limit", OPT_NUM, FIELD(token_run_limit_s), .lo = 0, .hi = SECONDS,
+     .flags = OPT_LO_OPEN, .def = SCHED_DEFAULT_TOKEN_RUN_LIMIT_S, .arg = "S",
+     .help = "seconds before a token-budgeted run is killed as a timeout"},
+    {"dataset", OPT_STRING, TEXT(dataset), .arg = "NAME",
+     .help = "the leaderboard's, best's and noise's dataset when a request names none "
+             "(default the spec's default dataset)"},
+    {"executor", OPT_ENUM, FIELD(slurm), .names = executor_names, .def = 0, .arg = "local|slurm",
+     .help = "where runs execute"},
+    {"slurm-partition", OPT_STRING, TEXT(slurm_partition), .arg = "P",
+     .help = "the jobs' partition (default the cluster's)"},
+    {"slurm-account", OPT_STRING, TEXT(slurm_account), .arg = "A",
+     .help = "the jobs' account (default the user's)"},
+    {"sbatch-args", OPT_CUSTOM, .set = set_sbatch_args, .arg = "'OPT ...'",
+     .help = "more sbatch options for every job"},
+    {"slurm-job-prefix", OPT_CUSTOM, .set = set_job_prefix, .sdef = SLURM_DEFAULT_PREFIX,
+     .arg = "NAME", .help = "jobs are named NAME-<id>"},
+    {"slurm-poll", OPT_NUM, FIELD(slurm_poll_s), .lo = 0, .hi = SECONDS, .flags = OPT_LO_OPEN,
+     .def = SLURM_DEFAULT_POLL_S, .arg = "S", .help = "seconds between asking Slurm for states"},
+    {"slurm-rest", OPT_STRING, TEXT(slurm_rest), .arg = "URL",
+     .help = "talk to slurmrestd (http://HOST:PORT or unix:/PATH) instead of the commands"},
+    {"slurm-user", OPT_STRING, TEXT(slurm_user), .arg = "U",
+     .help = "the jobs' user with --slurm-rest (default this one)"},
+    {"slurm-token-file", OPT_CUSTOM, .set = set_slurm_token_file, .arg = "F",
+     .help = "slurmrestd's JWT (default $SLURM_JWT)"},
+    {"worker-cmd", OPT_CUSTOM, .set = set_worker_cmd, .arg = "'CMD ...'",
+     .help = "run this program instead of `nightshift train` (tests)"},
+};
+
+static const opt_table_t serve_options = {
+    .program = "serve",
+    .rows = serve_rows,
+    .n = sizeof serve_rows / sizeof serve_rows[0],
+    .about = "Runs the daemon: a queue of experiments in DIR/nightshift.db, workers in\n"
+             "DIR/runs/<id>/ under a memory limit (a spec's resources.memory_mb, else\n"
+             "--memory-mb), and the HTTP API. A non-loopback --listen needs a token.\n"
+             "With --agent-url, every finished experiment and an empty queue are POSTed\n"
+             "to the agent, signed with the secret; its reply may propose the next specs.\n"
+             "--prune median stops a run whose training loss, at --prune-warmup of its\n"
+             "budget or at two evenly spaced points after it, is worse than the median of\n"
+             "finished runs on the same dataset and budget at the same progress, once\n"
+             "--prune-startup of them have finished; it is recorded as pruned (a spec with\n"
+             "\"prune\": false never is). val_bpb is ranked within one dataset and budget:\n"
+             "the leaderboard, best and noise default to --dataset and the budget most of\n"
+             "its runs used.\n"
+             "--executor slurm submits every run as a Slurm batch job (sbatch, squeue and\n"
+             "scancel from PATH, or slurmrestd with --slurm-rest; DIR must be shared with\n"
+             "the compute nodes); a restarted daemon re-attaches to the jobs still running.\n",
+};
 
 static int parse_args(int argc, char **argv, serve_opts_t *o, char *err, size_t errlen) {
-    static const struct option opts[] = {{"dir", required_argument, 0, 0},
-                                         {"listen", required_argument, 0, 0},
-                                         {"slots", required_argument, 0, 0},
-                                         {"threads-per-slot", required_argument, 0, 0},
-                                         {"memory-mb", required_argument, 0, 0},
-                                         {"max-attempts", required_argument, 0, 0},
-                                         {"deadline-slack", required_argument, 0, 0},
-                                         {"kill-grace", required_argument, 0, 0},
-                                         {"token", required_argument, 0, 0},
-                                         {"token-file", required_argument, 0, 0},
-                                         {"worker-cmd", required_argument, 0, 0},
-                                         {"agent-url", required_argument, 0, 0},
-                                         {"agent-secret", required_argument, 0, 0},
-                                         {"agent-secret-file", required_argument, 0, 0},
-                                         {"prune", required_argument, 0, 0},
-                                         {"prune-startup", required_argument, 0, 0},
-                                         {"prune-warmup", required_argument, 0, 0},
-                                         {"token-run-limit", required_argument, 0, 0},
-                                         {"dataset", required_argument, 0, 0},
-                                         {"executor", required_argument, 0, 0},
-                                         {"slurm-partition", required_argument, 0, 0},
-                                         {"slurm-account", required_argument, 0, 0},
-                                         {"slurm-job-prefix", required_argument, 0, 0},
-                                         {"sbatch-args", required_argument, 0, 0},
-                                         {"slurm-poll", required_argument, 0, 0},
-                                         {"slurm-rest", required_argument, 0, 0},
-                                         {"slurm-user", required_argument, 0, 0},
-                                         {"slurm-token-file", required_argument, 0, 0},
-                                         {"agent-rate", required_argument, 0, 0},
-                                         {"config", required_argument, 0, 'c'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    /* First pass: the config file, so that options given on the line win. */
-    int ch, idx;
-    optind = 1;
-    opterr = 0;
-    while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1)
-        if (ch == 'c' && load_config(optarg, o, err, errlen) < 0) return -1;
-    optind = 1;
-    opterr = 1;
-    while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1) {
-        if (ch == 'h') return 1;
-        if (ch == '?') return 2;
-        if (ch == 0 && set_option(o, opts[idx].name, optarg, err, errlen) < 0) return -1;
-        if (ch == 0 &&
-            (!strcmp(opts[idx].name, "token") || !strcmp(opts[idx].name, "agent-secret")))
-            log_warn("--%s puts the secret on the command line, where every user sees it (ps); "
-                     "use --%s-file or $%s",
-                     opts[idx].name, opts[idx].name,
-                     strcmp(opts[idx].name, "token") ? "NIGHTSHIFT_AGENT_SECRET"
-                                                     : "NIGHTSHIFT_TOKEN");
-    }
-    if (optind != argc) return 2;
-    const char *env = getenv("NIGHTSHIFT_TOKEN");
-    if (!o->token[0] && env && *env && set_option(o, "token", env, err, errlen) < 0) return -1;
-    env = getenv("NIGHTSHIFT_AGENT_SECRET");
-    if (!o->agent_secret[0] && env && *env && set_option(o, "agent-secret", env, err, errlen) < 0)
-        return -1;
+    int rc = opts_parse(&serve_options, o, argc, argv, err, errlen);
+    if (rc != 0) return rc;
+    /* slurmrestd's token from the environment, when one is needed */
     const char *jwt = getenv("SLURM_JWT");
-    if (o->slurm_rest[0] && !o->slurm_token[0] && jwt && *jwt &&
-        set_string("SLURM_JWT", jwt, o->slurm_token, sizeof o->slurm_token, err, errlen) < 0)
-        return -1;
+    if (o->slurm_rest[0] && !o->slurm_token[0] && jwt && *jwt) {
+        if (strlen(jwt) > MAX_JWT) {
+            snprintf(err, errlen, "SLURM_JWT: 1 to %d characters", MAX_JWT);
+            return -1;
+        }
+        snprintf(o->slurm_token, sizeof o->slurm_token, "%s", jwt);
+    }
     if (o->agent_url[0] && !o->agent_secret[0]) {
         snprintf(err, errlen,
                  "--agent-url needs --agent-secret-file (or $NIGHTSHIFT_AGENT_SECRET)");
@@ -573,9 +440,7 @@ static int run_daemon(daemon_t *d) {
         hook_opts_t ho = {.url = d->o.agent_url,
                           .secret = d->o.agent_secret,
                           .api = &d->api,
-                          .proposals_per_min = d->o.agent_rate == 0  ? -1
-                                               : d->o.agent_rate > 0 ? d->o.agent_rate
-                                                                     : 0};
+                          .proposals_per_min = d->o.agent_rate};
         if (!(d->hook = hook_new(&d->loop, &ho, err, sizeof err))) goto out_sched;
     }
     http_limits_t lim;
@@ -634,25 +499,20 @@ int serve_main(int argc, char **argv) {
     if (!d) return 1;
     d->lock_fd = -1;
     serve_opts_t *o = &d->o;
-    snprintf(o->dir, sizeof o->dir, "state");
-    snprintf(o->host, sizeof o->host, "127.0.0.1");
-    o->port = 8080;
-    o->slots = 1;
-    o->memory_mb = -1; /* the default below, once the slot count is known */
-    o->max_attempts = 3;
-    o->agent_rate = -1;
     int rc = parse_args(argc, argv, o, err, sizeof err);
     if (rc != 0) {
         if (rc < 0) fprintf(stderr, "serve: %s\n", err);
-        serve_usage(rc == 1 ? stdout : stderr);
+        opts_usage(&serve_options, rc == 1 ? stdout : stderr, rc == 1);
         free(d);
         return rc == 1 ? 0 : 2;
     }
-    if (o->slurm) { /* the login node's CPUs and memory say nothing about the jobs' */
-        if (o->memory_mb < 0) o->memory_mb = 0; /* the partition's default */
-        if (o->threads_per_slot == 0) o->threads_per_slot = SLURM_DEFAULT_THREADS;
+    /* The defaults worked out now (OPT_AUTO). With Slurm the login node's
+     * CPUs and memory say nothing about the jobs'. */
+    if (o->slurm) {
+        if (o->memory_mb == OPT_AUTO) o->memory_mb = 0; /* the partition's default */
+        if (o->threads_per_slot == OPT_AUTO) o->threads_per_slot = SLURM_DEFAULT_THREADS;
     }
-    if (o->memory_mb < 0) {
+    if (o->memory_mb == OPT_AUTO) {
         /* Three quarters of the machine, shared among the slots, so that one
          * runaway worker cannot push the others (or the daemon) into swap. */
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

@@ -71,6 +71,15 @@ enum {
     ST_SCOPE_RUNS,
     ST_SCOPE_CONFIGS,
     ST_TEST_OF,
+    ST_EVENT_ADD,
+    ST_EVENT_ENSURE_FINISHED,
+    ST_EVENTS_PENDING,
+    ST_EVENT_SET_BODY,
+    ST_EVENT_ATTEMPTED,
+    ST_EVENT_MARK,
+    ST_EVENTS_LIST,
+    ST_EVENTS_LAST_ID,
+    ST_EXPORT,
     ST_COUNT
 };
 
@@ -97,12 +106,11 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, spec_hash, seed, parent, source,"
-                  " priority, created, config_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
-                  " nightshift_sha256(json_remove(?3, '$.seed', '$.name', '$.tags',"
-                  " '$.priority', '$.parent', '$.prune')))",
+    [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, config_hash, seed, parent, source,"
+                  " priority, created, dataset, budget_kind, budget)"
+                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     /* The one the user most likely wants back: a result first, then a live one. */
-    [ST_FIND_DUP] = "SELECT id FROM experiments WHERE spec_hash = ?1 AND seed = ?2"
+    [ST_FIND_DUP] = "SELECT id FROM experiments WHERE config_hash = ?1 AND seed = ?2"
                     " AND status IN ('succeeded', 'running', 'queued')"
                     " ORDER BY CASE status WHEN 'succeeded' THEN 0 WHEN 'running' THEN 1"
                     " ELSE 2 END, id LIMIT 1",
@@ -144,8 +152,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
                     " WHERE e.id = ?2)) ORDER BY ifnull(val_bpb, 9e999), id LIMIT ?3",
     [ST_GET] = "SELECT id, name, tags, status, reason, source, priority, parent, seed, attempt,"
-               " spec_hash, config_hash, created, started, finished, pid, exit_code, term_signal,"
-               " spec"
+               " config_hash, created, started, finished, pid, exit_code, term_signal, spec"
                " FROM experiments WHERE id = ?1",
     [ST_GET_RESULT] = "SELECT * FROM results WHERE experiment_id = ?1",
     /* At most ?2 rows evenly spaced over the run, always ending with the last
@@ -202,7 +209,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                         " WHERE id = ?1 AND status = 'running'",
     [ST_RUNNING] = "SELECT id, name, spec, attempt, executor, slurm_job_id FROM experiments"
                    " WHERE status = 'running' ORDER BY id",
-    /* The sealed test figure (schema 009): written for a running experiment,
+    /* The sealed test figure (schema 010): written for a running experiment,
      * read back only by ST_TEST_OF. */
     [ST_SET_TEST] = "INSERT OR REPLACE INTO test_results (experiment_id, test_bpb, tokens,"
                     " seconds, reason, measured) SELECT id, ?2, ?3, ?4, ?5, ?6 FROM experiments"
@@ -237,6 +244,45 @@ static const char *const stmt_sql[ST_COUNT] = {
                    " FROM experiments e LEFT JOIN test_results t ON t.experiment_id = e.id"
                    " WHERE e.dataset = ?1 AND e.budget_kind = ?2 AND e.budget = ?3"
                    " AND e.config_hash = ?4 AND e.status = 'succeeded'",
+    /* The event log (schema/006_events.sql). */
+    [ST_EVENT_ADD] = "INSERT INTO events (type, experiment_id, payload)"
+                     " VALUES (?1, ?2, coalesce(?3, '{}'))",
+    /* The payload as the trigger writes it (schema/006_events.sql). */
+    [ST_EVENT_ENSURE_FINISHED] =
+        "INSERT INTO events (type, experiment_id, payload)"
+        " SELECT 'experiment.finished', e.id, json_object('experiment', json_object('id', e.id,"
+        " 'name', e.name, 'status', e.status, 'reason', e.reason))"
+        " FROM experiments e WHERE e.id = ?1 AND NOT EXISTS (SELECT 1 FROM events"
+        " WHERE experiment_id = ?1 AND type = 'experiment.finished')",
+    [ST_EVENTS_PENDING] = "SELECT id, type, webhook_id, coalesce(experiment_id, 0), payload,"
+                          " body, attempts FROM events WHERE state = 'pending' AND id > ?1"
+                          " AND (?3 = 0 OR experiment_id = ?3) ORDER BY id LIMIT ?2",
+    [ST_EVENT_SET_BODY] = "UPDATE events SET body = ?2 WHERE id = ?1",
+    [ST_EVENT_ATTEMPTED] = "UPDATE events SET attempts = attempts + 1 WHERE id = ?1",
+    [ST_EVENT_MARK] = "UPDATE events SET state = ?2, delivered = CASE WHEN ?2 ="
+                      " 'delivered' THEN strftime('%Y-%m-%dT%H:%M:%fZ', 'now') END"
+                      " WHERE id = ?1",
+    [ST_EVENTS_LIST] = "SELECT v.id, v.type, v.created, v.webhook_id, v.state, v.payload,"
+                       " r.val_bpb, v.experiment_id FROM events v LEFT JOIN results r"
+                       " ON r.experiment_id = v.experiment_id WHERE v.id > ?1"
+                       " ORDER BY v.id LIMIT ?2",
+    [ST_EVENTS_LAST_ID] = "SELECT coalesce(max(id), 0) FROM events",
+    /* Every experiment with its key spec fields and result, oldest first. */
+    [ST_EXPORT] = "SELECT e.id, e.name, e.status, e.reason, e.source, e.parent, e.seed,"
+                  " json_extract(e.spec, '$.dataset') AS dataset,"
+                  " json_extract(e.spec, '$.time_budget_s') AS time_budget_s,"
+                  " json_extract(e.spec, '$.model.depth') AS depth,"
+                  " json_extract(e.spec, '$.model.n_embd') AS n_embd,"
+                  " json_extract(e.spec, '$.model.n_head') AS n_head,"
+                  " json_extract(e.spec, '$.model.n_kv_head') AS n_kv_head,"
+                  " json_extract(e.spec, '$.model.mlp') AS mlp,"
+                  " json_extract(e.spec, '$.model.window_pattern') AS window_pattern,"
+                  " json_extract(e.spec, '$.model.ve_layers') AS ve_layers,"
+                  " json_extract(e.spec, '$.model.seq_len') AS seq_len,"
+                  " e.created, e.started, e.finished, r.val_bpb, r.params_total, r.mfu_percent,"
+                  " r.tokens_per_second, r.num_steps, r.training_seconds, r.peak_rss_mb"
+                  " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
+                  " ORDER BY e.finished IS NULL, e.finished, e.id",
 };
 
 struct store {
@@ -350,11 +396,16 @@ static bool is_json_column(const char *name) {
            !strcmp(name, "seeds");
 }
 
+/* How a row becomes JSON: ROW_TYPED parses the JSON text columns and makes
+ * tie_embeddings (json_extract gives 0/1) a boolean; ROW_RAW keeps every
+ * text as a string and every number as a number (the export's tables). */
+typedef enum { ROW_TYPED, ROW_RAW } row_mode;
+
 /* Column i of the current row as a new cJSON value (the caller owns it), or
- * NULL when out of memory. NULL is null, numbers are numbers, JSON text columns
- * are parsed, tie_embeddings (json_extract gives 0/1) is a boolean. */
-static cJSON *column_json(sqlite3_stmt *st, int i) {
-    const char *name = sqlite3_column_name(st, i);
+ * NULL when out of memory. NULL is null, numbers are numbers, and text is a
+ * string unless mode says otherwise. */
+static cJSON *column_json(sqlite3_stmt *st, int i, row_mode mode) {
+    const char *name = mode == ROW_TYPED ? sqlite3_column_name(st, i) : NULL;
     switch (sqlite3_column_type(st, i)) {
     case SQLITE_NULL:
         return cJSON_CreateNull();
@@ -379,10 +430,10 @@ static cJSON *column_json(sqlite3_stmt *st, int i) {
 
 /* Columns [from, to) of the current row as a new object keyed by column name
  * (the caller owns it), or NULL when out of memory. */
-static cJSON *row_object(sqlite3_stmt *st, int from, int to) {
+static cJSON *row_object(sqlite3_stmt *st, int from, int to, row_mode mode) {
     cJSON *o = cJSON_CreateObject();
     for (int i = from; o && i < to; i++) {
-        cJSON *v = column_json(st, i);
+        cJSON *v = column_json(st, i, mode);
         if (!v || !cJSON_AddItemToObject(o, sqlite3_column_name(st, i), v)) {
             cJSON_Delete(v);
             cJSON_Delete(o);
@@ -394,12 +445,13 @@ static cJSON *row_object(sqlite3_stmt *st, int from, int to) {
 
 /* Every remaining row of st as an array of objects; st is reset either way.
  * The caller owns the array; NULL with err on failure. */
-static cJSON *rows_array(store_t *s, sqlite3_stmt *st, const char *op, char *err, size_t errlen) {
+static cJSON *rows_array_as(store_t *s, sqlite3_stmt *st, row_mode mode, const char *op, char *err,
+                            size_t errlen) {
     cJSON *arr = cJSON_CreateArray();
     if (!arr) goto oom;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        cJSON *o = row_object(st, 0, sqlite3_column_count(st));
+        cJSON *o = row_object(st, 0, sqlite3_column_count(st), mode);
         if (!o || !cJSON_AddItemToArray(arr, o)) {
             cJSON_Delete(o);
             goto oom;
@@ -417,6 +469,10 @@ fail:
     reset(st);
     cJSON_Delete(arr);
     return NULL;
+}
+
+static cJSON *rows_array(store_t *s, sqlite3_stmt *st, const char *op, char *err, size_t errlen) {
+    return rows_array_as(s, st, ROW_TYPED, op, err, errlen);
 }
 
 /* ---------------------------------------------------------------- migrations */
@@ -502,7 +558,7 @@ fail:
 }
 
 /* nightshift_sha256(text): the hex SHA-256 of its argument (NULL for NULL).
- * The schema uses it for experiments.config_hash. */
+ * Migration 004 filed the configurations of its time with it. */
 static void sha256_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     (void)argc;
     const unsigned char *t = sqlite3_value_text(argv[0]);
@@ -521,6 +577,38 @@ static void sha256_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     sqlite3_result_text(ctx, hex, (int)(2 * n), SQLITE_TRANSIENT);
 }
 
+/* nightshift_spec_key(spec): what the store files an experiment by, from the
+ * spec parser (spec_scope, spec_config_hash), as JSON text {"dataset",
+ * "budget_kind", "budget", "config_hash"}; NULL for a spec that does not
+ * parse. Migration 009 files the stored rows again with it. */
+static void spec_key_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    (void)argc;
+    const char *text = (const char *)sqlite3_value_text(argv[0]);
+    spec_t sp;
+    spec_scope_t sc;
+    char err[SPEC_ERR_LEN], hash[SPEC_HASH_HEX];
+    if (!text || spec_parse(text, strlen(text), &sp, err, sizeof err) < 0) {
+        sqlite3_result_null(ctx);
+        return;
+    }
+    spec_scope(&sp, &sc);
+    int rc = spec_config_hash(&sp, hash);
+    spec_free(&sp);
+    cJSON *o = rc == 0 ? cJSON_CreateObject() : NULL;
+    char *json = o && cJSON_AddStringToObject(o, "dataset", sc.dataset) &&
+                         cJSON_AddStringToObject(o, "budget_kind", sc.budget_kind) &&
+                         cJSON_AddNumberToObject(o, "budget", sc.budget) &&
+                         cJSON_AddStringToObject(o, "config_hash", hash)
+                     ? cJSON_PrintUnformatted(o)
+                     : NULL;
+    cJSON_Delete(o);
+    if (json)
+        sqlite3_result_text(ctx, json, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_result_error_nomem(ctx);
+    cJSON_free(json);
+}
+
 /* Open path and configure the connection. *out is set even on failure (it may
  * hold a handle that needs sqlite3_close). */
 static int open_db(const char *path, sqlite3 **out, char *err, size_t errlen) {
@@ -534,8 +622,10 @@ static int open_db(const char *path, sqlite3 **out, char *err, size_t errlen) {
     }
     sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
     if (sqlite3_create_function(db, "nightshift_sha256", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
-                                NULL, sha256_fn, NULL, NULL) != SQLITE_OK) {
-        fail_db(db, err, errlen, "registering nightshift_sha256");
+                                NULL, sha256_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function(db, "nightshift_spec_key", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
+                                NULL, spec_key_fn, NULL, NULL) != SQLITE_OK) {
+        fail_db(db, err, errlen, "registering functions");
         goto fail;
     }
 
@@ -592,10 +682,6 @@ fail:
     return -1;
 }
 
-struct sqlite3 *store_db(store_t *s) {
-    return s->db;
-}
-
 void store_close(store_t *s) {
     if (!s) return;
     for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
@@ -607,8 +693,8 @@ void store_close(store_t *s) {
 
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
                  size_t errlen) {
-    if (!e->spec_json || !e->spec_hash)
-        return fail(err, errlen, "store: insert: spec_json and spec_hash are required");
+    if (!e->spec_json || !e->config_hash || !e->scope.dataset[0] || !e->scope.budget_kind[0])
+        return fail(err, errlen, "store: insert: spec_json, config_hash and scope are required");
     if (!e->source ||
         (strcmp(e->source, "api") && strcmp(e->source, "cli") && strcmp(e->source, "agent")))
         return fail(err, errlen, "store: insert: source must be api, cli or agent");
@@ -618,12 +704,15 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     int b = bind_text(st, 1, e->name);
     b |= bind_text(st, 2, e->tags_json ? e->tags_json : "[]");
     b |= bind_text(st, 3, e->spec_json);
-    b |= bind_text(st, 4, e->spec_hash);
+    b |= bind_text(st, 4, e->config_hash);
     b |= sqlite3_bind_int64(st, 5, e->seed);
     b |= e->parent > 0 ? sqlite3_bind_int64(st, 6, e->parent) : sqlite3_bind_null(st, 6);
     b |= bind_text(st, 7, e->source);
     b |= sqlite3_bind_int(st, 8, e->priority);
     b |= bind_text(st, 9, now);
+    b |= bind_text(st, 10, e->scope.dataset);
+    b |= bind_text(st, 11, e->scope.budget_kind);
+    b |= sqlite3_bind_double(st, 12, e->scope.budget);
     if (b) {
         reset(st);
         return fail_db(s->db, err, errlen, "insert");
@@ -642,10 +731,10 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     return 0;
 }
 
-int store_find_duplicate(store_t *s, const char *spec_hash, int64_t seed, int64_t *id, char *err,
+int store_find_duplicate(store_t *s, const char *config_hash, int64_t seed, int64_t *id, char *err,
                          size_t errlen) {
     sqlite3_stmt *st = s->st[ST_FIND_DUP];
-    if (bind_text(st, 1, spec_hash) || sqlite3_bind_int64(st, 2, seed)) {
+    if (bind_text(st, 1, config_hash) || sqlite3_bind_int64(st, 2, seed)) {
         reset(st);
         return fail_db(s->db, err, errlen, "find duplicate");
     }
@@ -962,14 +1051,14 @@ static int experiment_object(store_t *s, int64_t id, cJSON **out, char *err, siz
         goto fail;
     }
     if (rc != SQLITE_ROW) goto db_error;
-    if (!(o = row_object(st, 0, sqlite3_column_count(st)))) goto oom;
+    if (!(o = row_object(st, 0, sqlite3_column_count(st), ROW_TYPED))) goto oom;
     reset(st);
 
     st = s->st[ST_GET_RESULT];
     sqlite3_bind_int64(st, 1, id);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
-        res = row_object(st, 1, sqlite3_column_count(st)); /* without experiment_id */
+        res = row_object(st, 1, sqlite3_column_count(st), ROW_TYPED); /* without experiment_id */
     else if (rc == SQLITE_DONE)
         res = cJSON_CreateNull();
     else
@@ -1004,7 +1093,7 @@ static int add_metrics(store_t *s, cJSON *o, int64_t id, int max, char *err, siz
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         total = sqlite3_column_int64(st, 5);
         if (max <= 0) continue;
-        cJSON *m = row_object(st, 0, 5);
+        cJSON *m = row_object(st, 0, 5, ROW_TYPED);
         if (!m || !cJSON_AddItemToArray(arr, m)) {
             cJSON_Delete(m);
             goto oom;
@@ -1043,35 +1132,9 @@ static int bind_scope(sqlite3_stmt *st, const store_scope_t *sc) {
     return b;
 }
 
-int store_scope_of_spec(const char *spec_json, store_scope_t *out) {
-    cJSON *j = spec_json ? cJSON_Parse(spec_json) : NULL;
-    const char *ds = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "dataset"));
-    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(j, "token_budget");
-    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(j, "time_budget_s");
-    int rc = -1;
-    memset(out, 0, sizeof *out);
-    if (cJSON_IsObject(j)) {
-        snprintf(out->dataset, sizeof out->dataset, "%s", ds ? ds : STORE_DEFAULT_DATASET);
-        if (cJSON_IsNumber(tok) && tok->valuedouble > 0) {
-            snprintf(out->budget_kind, sizeof out->budget_kind, "tokens");
-            out->budget = tok->valuedouble;
-        } else {
-            snprintf(out->budget_kind, sizeof out->budget_kind, "time");
-            out->budget = cJSON_IsNumber(sec) ? sec->valuedouble : STORE_DEFAULT_BUDGET_S;
-        }
-        rc = 0;
-    }
-    cJSON_Delete(j);
-    return rc;
-}
-
 int store_default_scope(store_t *s, const char *dataset, store_scope_t *sc, char *err,
                         size_t errlen) {
-    memset(sc, 0, sizeof *sc);
-    snprintf(sc->dataset, sizeof sc->dataset, "%s",
-             dataset && *dataset ? dataset : STORE_DEFAULT_DATASET);
-    snprintf(sc->budget_kind, sizeof sc->budget_kind, "time");
-    sc->budget = STORE_DEFAULT_BUDGET_S;
+    spec_default_scope(dataset, sc);
     /* the budget with the most succeeded runs (one row of scopes), else, while
      * nothing has succeeded on the dataset, the one with the most runs */
     for (int k = ST_COMMON_BUDGET; k <= ST_COMMON_BUDGET_ANY; k++) {
@@ -1113,7 +1176,7 @@ cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errl
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         id = sqlite3_column_int64(st, 0);
-        stats = row_object(st, 1, 5);
+        stats = row_object(st, 1, 5, ROW_TYPED);
     } else if (rc != SQLITE_DONE) {
         fail_db(s->db, err, errlen, "best");
     }
@@ -1373,4 +1436,163 @@ fail:
 void store_jobs_free(store_job_t *jobs, size_t n) {
     for (size_t i = 0; i < n; i++) store_experiment_clear(&jobs[i].e);
     free(jobs);
+}
+
+/* ------------------------------------------------------------- the event log */
+
+int store_event_add(store_t *s, const char *type, int64_t experiment_id, const char *payload_json,
+                    int64_t *id, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENT_ADD];
+    int b = bind_text(st, 1, type);
+    b |= experiment_id > 0 ? sqlite3_bind_int64(st, 2, experiment_id) : sqlite3_bind_null(st, 2);
+    b |= bind_text(st, 3, payload_json);
+    if (b) {
+        reset(st);
+        return fail_db(s->db, err, errlen, "event");
+    }
+    if (run(s, ST_EVENT_ADD, "event", err, errlen) < 0) return -1;
+    if (id) *id = sqlite3_last_insert_rowid(s->db);
+    return 0;
+}
+
+int store_event_ensure_finished(store_t *s, int64_t experiment_id, char *err, size_t errlen) {
+    sqlite3_bind_int64(s->st[ST_EVENT_ENSURE_FINISHED], 1, experiment_id);
+    if (run(s, ST_EVENT_ENSURE_FINISHED, "finished event", err, errlen) < 0) return -1;
+    return sqlite3_changes(s->db) > 0;
+}
+
+/* Column i (JSON object text) parsed, or an empty object; NULL when out of
+ * memory. */
+static cJSON *column_object(sqlite3_stmt *st, int i) {
+    const char *text = (const char *)sqlite3_column_text(st, i);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        j = cJSON_CreateObject();
+    }
+    return j;
+}
+
+/* The outbox row of ST_EVENTS_PENDING as hook.c reads it. */
+static cJSON *pending_row(sqlite3_stmt *st) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)sqlite3_column_int64(st, 0));
+    cJSON_AddStringToObject(o, "type", (const char *)sqlite3_column_text(st, 1));
+    cJSON_AddStringToObject(o, "webhook_id", (const char *)sqlite3_column_text(st, 2));
+    cJSON_AddNumberToObject(o, "experiment_id", (double)sqlite3_column_int64(st, 3));
+    cJSON_AddItemToObject(o, "payload", column_object(st, 4));
+    const char *body = (const char *)sqlite3_column_text(st, 5);
+    if (body)
+        cJSON_AddStringToObject(o, "body", body);
+    else
+        cJSON_AddNullToObject(o, "body");
+    cJSON_AddNumberToObject(o, "attempts", sqlite3_column_int(st, 6));
+    return o;
+}
+
+/* A feed item of ST_EVENTS_LIST: the fixed members, then the payload's (the
+ * fixed ones win a clash), and the experiment's val_bpb when the payload
+ * names an experiment without one. */
+static cJSON *feed_row(sqlite3_stmt *st) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)sqlite3_column_int64(st, 0));
+    cJSON_AddStringToObject(o, "type", (const char *)sqlite3_column_text(st, 1));
+    cJSON_AddStringToObject(o, "created", (const char *)sqlite3_column_text(st, 2));
+    cJSON_AddStringToObject(o, "webhook_id", (const char *)sqlite3_column_text(st, 3));
+    cJSON_AddStringToObject(o, "state", (const char *)sqlite3_column_text(st, 4));
+    cJSON *payload = column_object(st, 5);
+    while (payload && payload->child) {
+        cJSON *item = cJSON_DetachItemViaPointer(payload, payload->child);
+        if (cJSON_GetObjectItemCaseSensitive(o, item->string))
+            cJSON_Delete(item);
+        else
+            cJSON_AddItemToObject(o, item->string, item);
+    }
+    cJSON_Delete(payload);
+    cJSON *exp = cJSON_GetObjectItemCaseSensitive(o, "experiment");
+    if (cJSON_IsObject(exp) && !cJSON_GetObjectItemCaseSensitive(exp, "val_bpb")) {
+        if (sqlite3_column_type(st, 6) == SQLITE_NULL)
+            cJSON_AddNullToObject(exp, "val_bpb");
+        else
+            cJSON_AddNumberToObject(exp, "val_bpb", sqlite3_column_double(st, 6));
+    }
+    return o;
+}
+
+/* Every remaining row of st through make as an array; st is reset either
+ * way. The caller owns the array; NULL with err on failure. */
+static cJSON *rows_made(store_t *s, sqlite3_stmt *st, cJSON *(*make)(sqlite3_stmt *),
+                        const char *op, char *err, size_t errlen) {
+    cJSON *arr = cJSON_CreateArray();
+    int rc = SQLITE_NOMEM;
+    while (arr && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        cJSON *o = make(st);
+        if (!o || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            rc = SQLITE_NOMEM;
+            break;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        if (rc == SQLITE_NOMEM)
+            fail(err, errlen, "store: %s: out of memory", op);
+        else
+            fail_db(s->db, err, errlen, op);
+        cJSON_Delete(arr);
+        arr = NULL;
+    }
+    reset(st);
+    return arr;
+}
+
+cJSON *store_events_pending(store_t *s, int64_t after, int64_t experiment_id, int limit, char *err,
+                            size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENTS_PENDING];
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit);
+    sqlite3_bind_int64(st, 3, experiment_id);
+    return rows_made(s, st, pending_row, "pending events", err, errlen);
+}
+
+int store_event_set_body(store_t *s, int64_t id, const char *body, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENT_SET_BODY];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, body);
+    return run(s, ST_EVENT_SET_BODY, "event body", err, errlen);
+}
+
+int store_event_attempted(store_t *s, int64_t id, char *err, size_t errlen) {
+    sqlite3_bind_int64(s->st[ST_EVENT_ATTEMPTED], 1, id);
+    return run(s, ST_EVENT_ATTEMPTED, "event attempt", err, errlen);
+}
+
+int store_event_mark(store_t *s, int64_t id, const char *state, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENT_MARK];
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, state);
+    return run(s, ST_EVENT_MARK, "event state", err, errlen);
+}
+
+cJSON *store_events(store_t *s, int64_t after, int limit, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENTS_LIST];
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit);
+    return rows_made(s, st, feed_row, "events", err, errlen);
+}
+
+int64_t store_events_last_id(store_t *s, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_EVENTS_LAST_ID];
+    int64_t v = -1;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    else
+        fail_db(s->db, err, errlen, "last event");
+    reset(st);
+    return v;
+}
+
+/* ------------------------------------------------------------------ export */
+
+cJSON *store_export_rows(store_t *s, char *err, size_t errlen) {
+    return rows_array_as(s, s->st[ST_EXPORT], ROW_RAW, "export", err, errlen);
 }

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/result_fields.h"
+#include "engine/spec.h"
 #include "engine/util.h"
 
 typedef struct store store_t;
@@ -36,12 +37,18 @@ typedef struct store store_t;
 #define STORE_INTERRUPTED "interrupted"
 #define STORE_PRUNED      "pruned" /* stopped: its loss lagged the median (sched.h) */
 
-/* A new experiment. Strings are borrowed for the call. */
+/* Where val_bpb values are comparable: one dataset and one budget, as the
+ * spec defines it (spec_scope in engine/spec.h). */
+typedef spec_scope_t store_scope_t;
+
+/* A new experiment, filed as the spec parser says. Strings are borrowed for
+ * the call. */
 typedef struct {
-    const char *name;      /* may be NULL */
-    const char *tags_json; /* JSON array text, e.g. ["a","b"]; NULL = [] */
-    const char *spec_json; /* canonical spec (spec_canonical_json) */
-    const char *spec_hash; /* hex SHA-256 of the canonical spec without name/tags/priority/parent */
+    const char *name;        /* may be NULL */
+    const char *tags_json;   /* JSON array text, e.g. ["a","b"]; NULL = [] */
+    const char *spec_json;   /* canonical spec (spec_canonical_json) */
+    const char *config_hash; /* spec_config_hash: its configuration */
+    store_scope_t scope;     /* spec_scope: its dataset and budget */
     int64_t seed;
     int64_t parent;     /* 0 = none */
     const char *source; /* "api", "cli" or "agent" */
@@ -67,21 +74,6 @@ typedef struct {
     double loss, lr_mult, tok_s;
     double progress; /* fraction of the budget, 0..1; < 0 = not reported (NULL) */
 } store_metric_t;
-
-/* Where val_bpb values are comparable: one dataset and one budget. */
-typedef struct {
-    char dataset[64];
-    char budget_kind[8]; /* "time" or "tokens" */
-    double budget;       /* seconds (time) or training tokens */
-} store_scope_t;
-
-#define STORE_DEFAULT_DATASET  "default" /* the spec's default dataset */
-#define STORE_DEFAULT_BUDGET_S 300.0     /* the spec's default time budget */
-
-/* The scope of a canonical spec (JSON text): its dataset, and a token budget
- * when "token_budget" > 0, else the time budget time_budget_s. Returns 0, or
- * -1 when the text is not a spec object. */
-int store_scope_of_spec(const char *spec_json, store_scope_t *out);
 
 /* The schema: one entry per schema/NNN_name.sql in version order, generated
  * into the build as schema_sql.c by scripts/embed-schema.awk (static data). */
@@ -112,19 +104,16 @@ void store_format_time(int64_t unix_ms, char *buf, size_t len);
 int store_open(const char *path, store_t **out, char *err, size_t errlen);
 void store_close(store_t *s);
 
-/* The store's connection, for modules that own tables of their own (the
- * events table, daemon/serve/events.c); borrowed, valid until store_close. */
-struct sqlite3 *store_db(store_t *s);
-
 /* Insert a queued experiment; *id gets its id. A parent that does not exist
  * is an error ("parent: experiment 17 does not exist"). */
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
                  size_t errlen);
 
-/* An experiment with the same spec_hash and seed that is queued, running or
- * succeeded: returns 1 and sets *id, 0 when there is none, -1 on error. With
- * several, a succeeded one wins over a running one over a queued one. */
-int store_find_duplicate(store_t *s, const char *spec_hash, int64_t seed, int64_t *id, char *err,
+/* An experiment with the same configuration (config_hash) and seed that is
+ * queued, running or succeeded: returns 1 and sets *id, 0 when there is
+ * none, -1 on error. With several, a succeeded one wins over a running one
+ * over a queued one. */
+int store_find_duplicate(store_t *s, const char *config_hash, int64_t seed, int64_t *id, char *err,
                          size_t errlen);
 
 /* Claim the next queued experiment (priority desc, id asc) and mark it
@@ -164,7 +153,7 @@ int store_finish(store_t *s, int64_t id, const char *status, const char *reason,
 
 /* The sealed test split's figure of one run (the worker's "test" line,
  * engine/train.c). Kept apart from the result: no ranking, pruning or hook
- * query reads it (schema/009_test_results.sql). */
+ * query reads it (schema/010_test_results.sql). */
 typedef struct {
     double test_bpb;    /* NAN: not measured; reason says why */
     int64_t tokens;     /* target tokens counted */
@@ -224,9 +213,10 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const cha
  * id, NS_ERR_NOMEM, or NS_ERR_IO for a database error. */
 int store_get(store_t *s, int64_t id, int max_metrics, cJSON **out, char *err, size_t errlen);
 
-/* Fill sc for dataset (NULL or "" = STORE_DEFAULT_DATASET) with the budget
- * of that dataset with the most succeeded runs (then the most runs, then the
- * most recent), or a time budget of STORE_DEFAULT_BUDGET_S when it has none. */
+/* Fill sc for dataset (NULL or "" = the spec's default) with the budget of
+ * that dataset with the most succeeded runs (then the most runs, then the
+ * most recent), or the default spec's budget when it has none
+ * (spec_default_scope). */
 int store_default_scope(store_t *s, const char *dataset, store_scope_t *sc, char *err,
                         size_t errlen);
 
@@ -315,5 +305,52 @@ typedef struct {
 
 /* Record one attempt as a hook_deliveries row (created = now). */
 int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *err, size_t errlen);
+
+/* --- the event log (schema/006_events.sql; the feed is described in
+ * daemon/serve/events.h, the webhook in daemon/hook/hook.h) --- */
+
+/* Append an event; payload_json is a JSON object's text (NULL = {}),
+ * experiment_id 0 for none. *id (may be NULL) gets the new id. */
+int store_event_add(store_t *s, const char *type, int64_t experiment_id, const char *payload_json,
+                    int64_t *id, char *err, size_t errlen);
+
+/* Make sure experiment id has its experiment.finished event (the trigger
+ * writes it when the status changes; this covers a caller that announces an
+ * experiment some other way). Returns 1 if it was added, 0 if it existed. */
+int store_event_ensure_finished(store_t *s, int64_t experiment_id, char *err, size_t errlen);
+
+/* The hook's outbox: pending events with id > after (and, when
+ * experiment_id > 0, about that experiment), oldest first, at most limit:
+ * [{"id", "type", "webhook_id", "experiment_id" (0 = none), "payload"
+ * (object), "body" (the stored webhook body text, or null), "attempts"}]. */
+cJSON *store_events_pending(store_t *s, int64_t after, int64_t experiment_id, int limit, char *err,
+                            size_t errlen);
+
+/* Store the webhook body built for event id (kept for every later attempt). */
+int store_event_set_body(store_t *s, int64_t id, const char *body, char *err, size_t errlen);
+
+/* One more delivery attempt of event id has started. */
+int store_event_attempted(store_t *s, int64_t id, char *err, size_t errlen);
+
+/* Event id is "delivered" (delivered = now) or "failed". */
+int store_event_mark(store_t *s, int64_t id, const char *state, char *err, size_t errlen);
+
+/* The feed: events with id > after, oldest first, at most limit (1..1000):
+ * [{"id", "type", "created", "webhook_id", "state", ...payload}], an
+ * experiment in the payload completed with its val_bpb. */
+cJSON *store_events(store_t *s, int64_t after, int limit, char *err, size_t errlen);
+
+/* The newest event's id (0 when there is none), or -1 on error. */
+int64_t store_events_last_id(store_t *s, char *err, size_t errlen);
+
+/* --- exports (daemon/serve/export.h writes them as tables) --- */
+
+/* Every experiment with its key spec fields and its result columns, oldest
+ * first: {id, name, status, reason, source, parent, seed, dataset,
+ * time_budget_s, depth, n_embd, n_head, n_kv_head, mlp, window_pattern,
+ * ve_layers, seq_len, created, started, finished, val_bpb, params_total,
+ * mfu_percent, tokens_per_second, num_steps, training_seconds, peak_rss_mb};
+ * every value as stored (ve_layers a list's JSON text, not an array). */
+cJSON *store_export_rows(store_t *s, char *err, size_t errlen);
 
 #endif

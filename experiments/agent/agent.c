@@ -8,7 +8,6 @@
 #include "experiments/agent/agent.h"
 
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -21,6 +20,7 @@
 #include "daemon/client/client.h"
 #include "daemon/shared/http.h"
 #include "daemon/shared/log.h"
+#include "daemon/shared/opts.h"
 #include "engine/spec.h"
 #include "experiments/agent/strategy.h"
 #include "engine/util.h"
@@ -32,6 +32,7 @@
 #define DEFAULT_PORT 8090
 #define DEFAULT_BASE "experiments/specs/baseline.json"
 
+/* The options (the table below names each one once). */
 typedef struct {
     char host[256];
     int port;
@@ -39,9 +40,9 @@ typedef struct {
     size_t secret_len;
     char baseline[PATH_MAX];
     char state[PATH_MAX]; /* "" = no persistence */
-    uint64_t seed;
-    int max_proposals;
-    double noise_floor; /* 0 = adopt past two measured standard errors */
+    int64_t seed;
+    int max_proposals;  /* 0 = no limit */
+    double noise_floor; /* 0 = none: adopt past two measured standard errors */
     int noise_seeds, max_seeds, queue_target;
 } agent_opts_t;
 
@@ -221,8 +222,9 @@ static void hook_handler(const http_request_t *req, http_response_t *res, void *
 
 /* --------------------------------------------------------------- options */
 
-static int set_secret(agent_opts_t *o, const char *text, size_t len, const char *what, char *err,
+static int set_secret(void *opts, const char *text, size_t len, const char *what, char *err,
                       size_t errlen) {
+    agent_opts_t *o = opts;
     if (len == 0 || len > MAX_SECRET) {
         snprintf(err, errlen, "%s: the secret must be 1 to %d bytes", what, MAX_SECRET);
         return -1;
@@ -238,7 +240,18 @@ static int set_secret(agent_opts_t *o, const char *text, size_t len, const char 
     return 0;
 }
 
-static int read_secret_file(agent_opts_t *o, const char *path, char *err, size_t errlen) {
+/* The setters of the rows whose values are not plain. */
+
+static int set_listen(void *o, const char *val, char *err, size_t errlen) {
+    agent_opts_t *ao = o;
+    return http_parse_listen(val, ao->host, sizeof ao->host, &ao->port, err, errlen);
+}
+
+static int set_secret_arg(void *o, const char *val, char *err, size_t errlen) {
+    return set_secret(o, val, strlen(val), "--secret", err, errlen);
+}
+
+static int set_secret_file(void *o, const char *path, char *err, size_t errlen) {
     size_t len;
     char e2[256];
     char *text = util_read_secret(path, MAX_SECRET + 2, &len, e2, sizeof e2);
@@ -251,129 +264,62 @@ static int read_secret_file(agent_opts_t *o, const char *path, char *err, size_t
     return rc;
 }
 
-static int parse_number(const char *opt, const char *val, double lo, double hi, double *out,
-                        char *err, size_t errlen) {
-    char *end;
-    double d = strtod(val, &end);
-    if (*end || end == val || !(d >= lo && d <= hi)) {
-        snprintf(err, errlen, "--%s: expected a number in [%g, %g], got '%s'", opt, lo, hi, val);
-        return -1;
-    }
-    *out = d;
-    return 0;
-}
+#define FIELD(m) .offset = offsetof(agent_opts_t, m)
+#define TEXT(m)  FIELD(m), .size = sizeof((agent_opts_t *)0)->m
+#define STR_(x)  #x
+#define STR(x)   STR_(x)
 
-static void agent_usage(FILE *out) {
-    fprintf(out,
-            "usage: nightshift agent --secret S | --secret-file F [--listen HOST:PORT]\n"
-            "                        [--baseline FILE] [--state FILE] [--seed N]\n"
-            "                        [--max-proposals N] [--noise-floor BPB]\n"
-            "                        [--noise-seeds K] [--max-seeds K] [--queue N]\n"
-            "       nightshift agent status [--url URL]   (what a running agent is doing)\n"
-            "The reference search agent: point the daemon's hook at POST /hook on this\n"
-            "address (default 127.0.0.1:%d; port 0 picks a free port and prints it). Every\n"
-            "delivery must carry a valid webhook signature made with the shared secret (also\n"
-            "$NIGHTSHIFT_AGENT_SECRET). It runs the baseline spec (default %s) with\n"
-            "--noise-seeds seeds (default 3) to measure the seed-to-seed noise, mutates the\n"
-            "best configuration one or two axes at a time, and adopts a variant only when\n"
-            "its mean val_bpb beats the best mean by more than two standard errors,\n"
-            "2 * s * sqrt(1/n_best + 1/n_variant) with s the pooled standard deviation of\n"
-            "configurations run with several seeds; a variant that is better but not by that\n"
-            "much is re-run with new seeds, up to --max-seeds (default 4). --noise-floor BPB\n"
-            "replaces the two standard errors by a fixed gain. It keeps --queue proposals\n"
-            "queued (default: one per experiment it has seen running at once) and saves its\n"
-            "state to --state after every decision.\n",
-            DEFAULT_PORT, DEFAULT_BASE);
-}
+/* Every option of the agent, in the order of its help. */
+static const opt_t agent_rows[] = {
+    {"listen", OPT_CUSTOM, .set = set_listen, .sdef = "127.0.0.1:" STR(DEFAULT_PORT),
+     .arg = "HOST:PORT",
+     .help = "where the daemon's hook POSTs (port 0 picks a free port and prints it)"},
+    {"secret", OPT_CUSTOM, .set = set_secret_arg, .flags = OPT_SECRET,
+     .env = "NIGHTSHIFT_AGENT_SECRET", .arg = "S",
+     .help = "the webhook signature's secret, shared with the daemon (also "
+             "$NIGHTSHIFT_AGENT_SECRET); one of the three is required"},
+    {"secret-file", OPT_CUSTOM, .set = set_secret_file, .arg = "F",
+     .help = "the secret from a file"},
+    {"baseline", OPT_STRING, TEXT(baseline), .sdef = DEFAULT_BASE, .arg = "FILE",
+     .help = "the spec the night starts from"},
+    {"state", OPT_STRING, TEXT(state), .arg = "FILE",
+     .help = "save the agent's state here after every decision, and resume from it"},
+    {"seed", OPT_INT64, FIELD(seed), .lo = 0, .hi = 9007199254740991.0,
+     .def = STRATEGY_DEFAULT_SEED, .arg = "N", .help = "seeds the mutations"},
+    {"max-proposals", OPT_INT, FIELD(max_proposals), .lo = 0, .hi = INT_MAX, .def = 0, .arg = "N",
+     .help = "stop proposing after N; 0 = no limit"},
+    {"noise-floor", OPT_NUM, FIELD(noise_floor), .lo = 0, .hi = 1e6, .def = 0, .arg = "BPB",
+     .help = "adopt a variant that gains more than BPB; 0 = none: more than two standard "
+             "errors of the difference"},
+    {"noise-seeds", OPT_INT, FIELD(noise_seeds), .lo = 1, .hi = 64,
+     .def = STRATEGY_DEFAULT_NOISE_SEEDS, .arg = "K",
+     .help = "seeds of the baseline, to measure the noise"},
+    {"max-seeds", OPT_INT, FIELD(max_seeds), .lo = 1, .hi = 64, .def = STRATEGY_DEFAULT_MAX_SEEDS,
+     .arg = "K", .help = "seeds a promising variant gets before it is discarded"},
+    {"queue", OPT_INT, FIELD(queue_target), .lo = 1, .hi = 1024, .def = STRATEGY_QUEUE_AUTO,
+     .arg = "N", .help = "proposals kept queued (default one per experiment seen running at once)"},
+};
+
+static const opt_table_t agent_options = {
+    .program = "agent",
+    .rows = agent_rows,
+    .n = sizeof agent_rows / sizeof agent_rows[0],
+    .about = "       nightshift agent status [--url URL]   (what a running agent is doing)\n"
+             "The reference search agent: point the daemon's hook at POST /hook on this\n"
+             "address. Every delivery must carry a valid webhook signature made with the\n"
+             "shared secret. It runs the baseline spec with --noise-seeds seeds to measure\n"
+             "the seed-to-seed noise, mutates the best configuration one or two axes at a\n"
+             "time, and adopts a variant only when its mean val_bpb beats the best mean by\n"
+             "more than two standard errors, 2 * s * sqrt(1/n_best + 1/n_variant) with s\n"
+             "the pooled standard deviation of configurations run with several seeds; a\n"
+             "variant that is better but not by that much is re-run with new seeds, up to\n"
+             "--max-seeds.\n",
+};
 
 /* Returns 0, 1 for --help, 2 for a usage error, -1 with err. */
 static int parse_args(int argc, char **argv, agent_opts_t *o, char *err, size_t errlen) {
-    enum {
-        O_LISTEN = 1,
-        O_SECRET,
-        O_SECRET_FILE,
-        O_BASELINE,
-        O_STATE,
-        O_SEED,
-        O_MAX,
-        O_FLOOR,
-        O_NOISE_SEEDS,
-        O_MAX_SEEDS,
-        O_QUEUE
-    };
-    static const struct option opts[] = {{"listen", required_argument, 0, O_LISTEN},
-                                         {"secret", required_argument, 0, O_SECRET},
-                                         {"secret-file", required_argument, 0, O_SECRET_FILE},
-                                         {"baseline", required_argument, 0, O_BASELINE},
-                                         {"state", required_argument, 0, O_STATE},
-                                         {"seed", required_argument, 0, O_SEED},
-                                         {"max-proposals", required_argument, 0, O_MAX},
-                                         {"noise-floor", required_argument, 0, O_FLOOR},
-                                         {"noise-seeds", required_argument, 0, O_NOISE_SEEDS},
-                                         {"max-seeds", required_argument, 0, O_MAX_SEEDS},
-                                         {"queue", required_argument, 0, O_QUEUE},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int ch;
-    double d;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'h':
-            return 1;
-        case O_LISTEN:
-            if (http_parse_listen(optarg, o->host, sizeof o->host, &o->port, err, errlen) < 0)
-                return -1;
-            break;
-        case O_SECRET:
-            if (set_secret(o, optarg, strlen(optarg), "--secret", err, errlen) < 0) return -1;
-            break;
-        case O_SECRET_FILE:
-            if (read_secret_file(o, optarg, err, errlen) < 0) return -1;
-            break;
-        case O_BASELINE:
-            snprintf(o->baseline, sizeof o->baseline, "%s", optarg);
-            break;
-        case O_STATE:
-            snprintf(o->state, sizeof o->state, "%s", optarg);
-            break;
-        case O_SEED:
-            if (parse_number("seed", optarg, 0, 9007199254740991.0, &d, err, errlen) < 0) return -1;
-            if (d != floor(d)) {
-                snprintf(err, errlen, "--seed: expected an integer, got '%s'", optarg);
-                return -1;
-            }
-            o->seed = (uint64_t)d;
-            break;
-        case O_MAX:
-            if (parse_number("max-proposals", optarg, 0, INT_MAX, &d, err, errlen) < 0) return -1;
-            o->max_proposals = (int)d;
-            break;
-        case O_FLOOR:
-            if (parse_number("noise-floor", optarg, 0, 1e6, &d, err, errlen) < 0) return -1;
-            o->noise_floor = d;
-            break;
-        case O_NOISE_SEEDS:
-        case O_MAX_SEEDS:
-            if (parse_number(ch == O_NOISE_SEEDS ? "noise-seeds" : "max-seeds", optarg, 1, 64, &d,
-                             err, errlen) < 0)
-                return -1;
-            if (d != floor(d)) {
-                snprintf(err, errlen, "--%s: expected an integer, got '%s'",
-                         ch == O_NOISE_SEEDS ? "noise-seeds" : "max-seeds", optarg);
-                return -1;
-            }
-            *(ch == O_NOISE_SEEDS ? &o->noise_seeds : &o->max_seeds) = (int)d;
-            break;
-        case O_QUEUE:
-            if (parse_number("queue", optarg, 0, 1024, &d, err, errlen) < 0) return -1;
-            o->queue_target = (int)d;
-            break;
-        default:
-            return 2;
-        }
-    }
-    if (optind != argc) return 2;
+    int rc = opts_parse(&agent_options, o, argc, argv, err, errlen);
+    if (rc != 0) return rc;
     const char *env = getenv("NIGHTSHIFT_AGENT_SECRET");
     if (!o->secret && env && *env &&
         set_secret(o, env, strlen(env), "NIGHTSHIFT_AGENT_SECRET", err, errlen) < 0)
@@ -415,7 +361,7 @@ static int run_agent(agent_t *a) {
     so.noise_seeds = a->o.noise_seeds;
     so.max_seeds = a->o.max_seeds;
     so.queue_target = a->o.queue_target;
-    so.seed = a->o.seed;
+    so.seed = (uint64_t)a->o.seed;
     so.max_proposals = a->o.max_proposals;
     so.log = strategy_log_cb;
     so.log_user = a;
@@ -477,17 +423,10 @@ int agent_main(int argc, char **argv) {
     char err[512];
     if (!a) return 1;
     agent_opts_t *o = &a->o;
-    snprintf(o->host, sizeof o->host, "127.0.0.1");
-    o->port = DEFAULT_PORT;
-    snprintf(o->baseline, sizeof o->baseline, "%s", DEFAULT_BASE);
-    o->seed = 1;
-    o->noise_floor = 0;
-    o->noise_seeds = 3;
-    o->max_seeds = 4;
     int rc = parse_args(argc, argv, o, err, sizeof err);
     if (rc != 0) {
         if (rc < 0) fprintf(stderr, "agent: %s\n", err);
-        agent_usage(rc == 1 ? stdout : stderr);
+        opts_usage(&agent_options, rc == 1 ? stdout : stderr, rc == 1);
         free(o->secret);
         free(a);
         return rc == 1 ? 0 : 2;

@@ -21,7 +21,11 @@
 
 #include "engine/util.h"
 
-#define STATE_VERSION  2     /* 1: before configurations (its pending re-runs are dropped) */
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+#define STATE_VERSION                                                                              \
+    3                        /* 1: before configurations (its pending re-runs are dropped);        \
+                                2: before spec_config_hash (its identities are dropped) */
 #define MAX_DRAWS      200   /* mutation attempts before giving up for this event */
 #define MAX_RERUN_SEED 64    /* seeds past the highest known one tried for a re-run */
 #define MAX_WIDTH      1024  /* n_embd the agent proposes at most */
@@ -33,7 +37,7 @@
 #define JSON_MAX_SAFE  9007199254740991.0
 
 typedef struct {
-    char hex[65];
+    char key[STRATEGY_IDENT_LEN];
 } ident_t;
 
 /* One configuration (a spec identity without its seed) in the agent's scope,
@@ -80,10 +84,11 @@ const char *strategy_axis_name(strategy_axis a) {
 
 void strategy_opts_default(strategy_opts_t *o) {
     memset(o, 0, sizeof *o);
-    o->seed = 1;
+    o->seed = STRATEGY_DEFAULT_SEED;
     o->max_rejections = 5;
-    o->noise_seeds = 3;
-    o->max_seeds = 4;
+    o->noise_seeds = STRATEGY_DEFAULT_NOISE_SEEDS;
+    o->max_seeds = STRATEGY_DEFAULT_MAX_SEEDS;
+    o->queue_target = STRATEGY_QUEUE_AUTO;
 }
 
 static void say(strategy_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -101,36 +106,20 @@ static void say(strategy_t *s, const char *fmt, ...) {
 
 /* ------------------------------------------------------------- identity */
 
-int strategy_identity(const spec_t *sp, char out[65]) {
-    /* A shallow copy: only fields spec_canonical_json prints are changed.
-     * spec_identity leaves out the labels (name, tags, priority, parent) and
-     * prune; what is spelled again here are the fields that the canonical
-     * form keeps as written although they only derive the model. */
-    spec_t bare = *sp;
-    spec_model_t *m = &bare.model;
-    size_t len = 0;
-    m->ve_layers[len++] = '[';
-    for (int i = 0, first = 1; i < m->depth; i++) {
-        if (!m->has_ve[i]) continue;
-        len += (size_t)snprintf(m->ve_layers + len, sizeof m->ve_layers - len, "%s%d",
-                                first ? "" : ",", i);
-        first = 0;
-    }
-    snprintf(m->ve_layers + len, sizeof m->ve_layers - len, "]");
-    for (int i = 0; i < m->depth; i++) m->window_pattern[i] = m->window[i] < m->seq_len ? 'S' : 'L';
-    m->window_pattern[m->depth] = '\0';
-    if (m->pos == POS_ROPE) m->max_pos = m->seq_len; /* unused without a position table */
-
-    return spec_identity(&bare, out) < 0 ? -1 : 0;
+int strategy_identity(const spec_t *sp, char out[STRATEGY_IDENT_LEN]) {
+    char config[SPEC_HASH_HEX];
+    if (spec_config_hash(sp, config) < 0) return -1;
+    snprintf(out, STRATEGY_IDENT_LEN, "%s:%llu", config, (unsigned long long)sp->seed);
+    return 0;
 }
 
 static int ident_cmp(const void *a, const void *b) {
-    return strcmp(((const ident_t *)a)->hex, ((const ident_t *)b)->hex);
+    return strcmp(((const ident_t *)a)->key, ((const ident_t *)b)->key);
 }
 
 static bool seen_has(const strategy_t *s, const char *hex) {
     ident_t key;
-    snprintf(key.hex, sizeof key.hex, "%s", hex);
+    snprintf(key.key, sizeof key.key, "%s", hex);
     return s->n_seen && bsearch(&key, s->seen, s->n_seen, sizeof key, ident_cmp);
 }
 
@@ -139,7 +128,7 @@ static int seen_add(strategy_t *s, const char *hex) {
     size_t lo = 0, hi = s->n_seen;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        int c = strcmp(s->seen[mid].hex, hex);
+        int c = strcmp(s->seen[mid].key, hex);
         if (c == 0) return 0;
         if (c < 0)
             lo = mid + 1;
@@ -154,7 +143,7 @@ static int seen_add(strategy_t *s, const char *hex) {
         s->cap_seen = cap;
     }
     memmove(s->seen + lo + 1, s->seen + lo, (s->n_seen - lo) * sizeof *s->seen);
-    snprintf(s->seen[lo].hex, sizeof s->seen[lo].hex, "%s", hex);
+    snprintf(s->seen[lo].key, sizeof s->seen[lo].key, "%s", hex);
     s->n_seen++;
     return 0;
 }
@@ -162,7 +151,7 @@ static int seen_add(strategy_t *s, const char *hex) {
 /* Remove hex from the sorted set, if it is there. */
 static void seen_remove(strategy_t *s, const char *hex) {
     ident_t key, *at;
-    snprintf(key.hex, sizeof key.hex, "%s", hex);
+    snprintf(key.key, sizeof key.key, "%s", hex);
     if (!s->n_seen || !(at = bsearch(&key, s->seen, s->n_seen, sizeof key, ident_cmp))) return;
     size_t i = (size_t)(at - s->seen);
     memmove(at, at + 1, (s->n_seen - i - 1) * sizeof *at);
@@ -170,7 +159,7 @@ static void seen_remove(strategy_t *s, const char *hex) {
 }
 
 int strategy_has_seen(const strategy_t *s, const spec_t *sp) {
-    char hex[65];
+    char hex[STRATEGY_IDENT_LEN];
     return strategy_identity(sp, hex) == 0 && seen_has(s, hex);
 }
 
@@ -192,33 +181,22 @@ static int judged_add(strategy_t *s, int64_t id) {
     return 0;
 }
 
-/* The identity of sp's configuration: its identity with seed 0. */
-static int config_identity(const spec_t *sp, char out[65]) {
-    spec_t bare = *sp; /* shallow: strategy_identity prints, never frees */
-    bare.seed = 0;
-    return strategy_identity(&bare, out);
+/* The identity of sp's configuration (spec.h). */
+static int config_identity(const spec_t *sp, char out[SPEC_HASH_HEX]) {
+    return spec_config_hash(sp, out) < 0 ? -1 : 0;
 }
 
-/* sp's dataset and budget as "dataset|time|300" or "dataset|tokens|N" (a
- * spec whose canonical JSON has "token_budget" > 0 is token-budgeted).
- * Returns 0, or -1 when out of memory. */
-static int scope_of(const spec_t *sp, char *out, size_t n) {
-    char *canon = spec_canonical_json(sp);
-    cJSON *j = canon ? cJSON_Parse(canon) : NULL;
-    free(canon);
-    if (!j) return -1;
-    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(j, "token_budget");
-    if (cJSON_IsNumber(tok) && tok->valuedouble > 0)
-        snprintf(out, n, "%s|tokens|%.17g", sp->dataset, tok->valuedouble);
-    else
-        snprintf(out, n, "%s|time|%.17g", sp->dataset, sp->time_budget_s);
-    cJSON_Delete(j);
-    return 0;
+/* sp's dataset and budget (spec_scope) as "dataset|time|300" or
+ * "dataset|tokens|N". */
+static void scope_of(const spec_t *sp, char *out, size_t n) {
+    spec_scope_t sc;
+    spec_scope(sp, &sc);
+    snprintf(out, n, "%s|%s|%.17g", sc.dataset, sc.budget_kind, sc.budget);
 }
 
 static config_t *config_find(strategy_t *s, const char *hex) {
     for (size_t i = 0; i < s->n_configs; i++)
-        if (!strcmp(s->configs[i].config.hex, hex)) return &s->configs[i];
+        if (!strcmp(s->configs[i].config.key, hex)) return &s->configs[i];
     return NULL;
 }
 
@@ -235,7 +213,7 @@ static config_t *config_get(strategy_t *s, const char *hex) {
     }
     c = &s->configs[s->n_configs++];
     memset(c, 0, sizeof *c);
-    snprintf(c->config.hex, sizeof c->config.hex, "%s", hex);
+    snprintf(c->config.key, sizeof c->config.key, "%s", hex);
     return c;
 }
 
@@ -536,7 +514,7 @@ static int axis_options(strategy_axis a) {
 
 int strategy_mutate(spec_t *sp, strategy_axis axis, rng_t *rng, strategy_change_t *ch) {
     int n = axis_options(axis), order[64];
-    char before[65], after[65], err[SPEC_ERR_LEN];
+    char before[STRATEGY_IDENT_LEN], after[STRATEGY_IDENT_LEN], err[SPEC_ERR_LEN];
     if (n <= 0 || n > 64 || strategy_identity(sp, before) < 0) return -1;
     for (int i = 0; i < n; i++) order[i] = i;
     for (int i = n - 1; i > 0; i--) { /* Fisher-Yates */
@@ -581,7 +559,7 @@ static int set_label(spec_t *sp, const char *name, const char *const *tags, int 
  * and append the JSON to reply. Returns 0, or -1 (logged) when it does not
  * validate or memory runs out. */
 static int propose(strategy_t *s, const spec_t *sp, cJSON *reply) {
-    char err[SPEC_ERR_LEN], hex[65];
+    char err[SPEC_ERR_LEN], hex[STRATEGY_IDENT_LEN];
     spec_t check;
     char *canon = spec_canonical_json(sp);
     if (!canon) goto oom;
@@ -648,7 +626,7 @@ static void propose_baseline(strategy_t *s, cJSON *reply, const char *why) {
 
 static void propose_mutation(strategy_t *s, cJSON *reply) {
     const spec_t *ref = s->have_best ? &s->best : &s->baseline;
-    char about[96], hex[65];
+    char about[96], hex[STRATEGY_IDENT_LEN];
     if (s->have_best)
         snprintf(about, sizeof about, "#%lld (val_bpb %.4f)", (long long)s->best_id, s->best_val);
     else
@@ -691,7 +669,7 @@ static void propose_mutation(strategy_t *s, cJSON *reply) {
 static void propose_next(strategy_t *s, cJSON *reply) {
     if (!proposals_left(s)) return;
     if (!s->have_best) {
-        char hex[65];
+        char hex[STRATEGY_IDENT_LEN];
         if (strategy_identity(&s->baseline, hex) == 0 && !seen_has(s, hex)) {
             propose_baseline(s, reply, "nothing has run yet");
             return;
@@ -704,7 +682,7 @@ static void propose_next(strategy_t *s, cJSON *reply) {
  * result joins the configuration's mean when it is judged). Returns 0 when
  * proposed. */
 static int propose_rerun(strategy_t *s, config_t *c, int64_t id, const spec_t *sp, cJSON *reply) {
-    char hex[65];
+    char hex[STRATEGY_IDENT_LEN];
     if (!proposals_left(s)) return -1;
     uint64_t from = c->max_seed > sp->seed ? c->max_seed : sp->seed;
     for (uint64_t d = 1; d <= MAX_RERUN_SEED; d++) {
@@ -740,7 +718,7 @@ static int propose_rerun(strategy_t *s, config_t *c, int64_t id, const spec_t *s
 
 static int adopt(strategy_t *s, int64_t id, double v, const spec_t *sp) {
     spec_t c;
-    if (spec_copy(&c, sp) < 0 || config_identity(sp, s->best_config.hex) < 0) return -1;
+    if (spec_copy(&c, sp) < 0 || config_identity(sp, s->best_config.key) < 0) return -1;
     spec_free(&s->best);
     s->best = c;
     s->have_best = true;
@@ -787,7 +765,7 @@ static const char *payload_string(const cJSON *obj, const char *key, const char 
 /* Record the identity of obj's spec, if it has a valid one. */
 static void see(strategy_t *s, const cJSON *spec_json) {
     spec_t sp;
-    char err[SPEC_ERR_LEN], hex[65];
+    char err[SPEC_ERR_LEN], hex[STRATEGY_IDENT_LEN];
     if (!spec_json || payload_spec(spec_json, &sp, err, sizeof err) < 0) return;
     if (strategy_identity(&sp, hex) == 0 && seen_add(s, hex) < 0)
         say(s, "out of memory while recording a seen spec");
@@ -811,7 +789,7 @@ static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
     int64_t id = payload_id(exp);
     const char *status = payload_string(exp, "status", "unknown");
     const char *reason = payload_string(exp, "reason", NULL);
-    char err[SPEC_ERR_LEN], hex[65], cfg[65], scope[128], why[256];
+    char err[SPEC_ERR_LEN], hex[STRATEGY_IDENT_LEN], cfg[SPEC_HASH_HEX], scope[128], why[256];
     spec_t sp;
     double v = 0;
     if (id && judged_has(s, id)) {
@@ -824,11 +802,11 @@ static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
         say(s, "discarding #%lld: its spec does not parse (%s)", (long long)id, err);
         return;
     }
-    if (strategy_identity(&sp, hex) < 0 || seen_add(s, hex) < 0 || config_identity(&sp, cfg) < 0 ||
-        scope_of(&sp, scope, sizeof scope) < 0) {
+    if (strategy_identity(&sp, hex) < 0 || seen_add(s, hex) < 0 || config_identity(&sp, cfg) < 0) {
         say(s, "out of memory while judging #%lld", (long long)id);
         goto done;
     }
+    scope_of(&sp, scope, sizeof scope);
     config_t *c = config_find(s, cfg);
     if (c && c->outstanding > 0) c->outstanding--;
     if (strcmp(status, "succeeded") || !payload_val_bpb(exp, &v)) {
@@ -859,7 +837,7 @@ static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
             say(s, "keeping #%lld: the first successful run (val_bpb %.4f)", (long long)id, v);
         goto done;
     }
-    if (!strcmp(cfg, s->best_config.hex)) {
+    if (!strcmp(cfg, s->best_config.key)) {
         s->best_val = c->mean;
         say(s,
             "#%lld is seed %llu of the best #%lld: val_bpb %.4f, best mean now %.4f over %d "
@@ -868,7 +846,7 @@ static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
             df);
         goto done;
     }
-    const config_t *b = config_find(s, s->best_config.hex);
+    const config_t *b = config_find(s, s->best_config.key);
     int nb = b && b->n > 0 ? b->n : 1;
     strategy_compare_t in = {.best_mean = s->best_val,
                              .best_n = nb,
@@ -920,7 +898,7 @@ static void note_rejection(strategy_t *s, const cJSON *rej) {
     const cJSON *prop = cJSON_GetObjectItemCaseSensitive(rej, "proposal");
     const char *why = payload_string(rej, "error", "no reason given");
     const char *code = payload_string(rej, "code", "");
-    char err[SPEC_ERR_LEN], hex[65], cfg[65];
+    char err[SPEC_ERR_LEN], hex[STRATEGY_IDENT_LEN], cfg[SPEC_HASH_HEX];
     spec_t sp;
     /* Refused for what it is (or for a reason the payload does not say):
      * never again. Refused for the moment (rate limit, the daemon's own
@@ -981,7 +959,8 @@ int strategy_decide(strategy_t *s, const cJSON *ev, cJSON **reply, char *err, si
         char e2[SPEC_ERR_LEN];
         char scope[128];
         if (payload_spec(cJSON_GetObjectItemCaseSensitive(best, "spec"), &sp, e2, sizeof e2) == 0) {
-            if (scope_of(&sp, scope, sizeof scope) == 0 && strcmp(scope, s->scope))
+            scope_of(&sp, scope, sizeof scope);
+            if (strcmp(scope, s->scope))
                 say(s, "not starting from the daemon's best #%lld: it ran on %s, not %s",
                     (long long)bid, scope, s->scope);
             else if (adopt(s, bid, v, &sp) == 0)
@@ -1040,10 +1019,11 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
     if (!s) goto oom;
     s->o = *o;
     if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0 ||
-        o->noise_seeds < 1 || o->max_seeds < 1 || o->queue_target < 0) {
+        o->noise_seeds < 1 || o->max_seeds < 1 ||
+        (o->queue_target < 1 && o->queue_target != STRATEGY_QUEUE_AUTO)) {
         snprintf(err, errlen,
-                 "the noise floor must be >= 0, max_proposals and queue_target >= 0, "
-                 "noise_seeds and max_seeds >= 1");
+                 "the noise floor and max_proposals must be >= 0, queue_target >= 1 (or "
+                 "STRATEGY_QUEUE_AUTO), noise_seeds and max_seeds >= 1");
         free(s);
         return NULL;
     }
@@ -1056,10 +1036,7 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
         strategy_free(s);
         return NULL;
     }
-    if (scope_of(&s->baseline, s->scope, sizeof s->scope) < 0) {
-        strategy_free(s);
-        goto oom;
-    }
+    scope_of(&s->baseline, s->scope, sizeof s->scope);
     rng_seed(&s->rng, o->seed);
     return s;
 oom:
@@ -1096,10 +1073,10 @@ double strategy_noise(const strategy_t *s, int *df) {
 }
 
 int strategy_config(const strategy_t *s, const spec_t *sp, int *n, double *mean) {
-    char hex[65];
+    char hex[STRATEGY_IDENT_LEN];
     if (config_identity(sp, hex) < 0) return 0;
     for (size_t i = 0; i < s->n_configs; i++)
-        if (!strcmp(s->configs[i].config.hex, hex) && s->configs[i].n > 0) {
+        if (!strcmp(s->configs[i].config.key, hex) && s->configs[i].n > 0) {
             if (n) *n = s->configs[i].n;
             if (mean) *mean = s->configs[i].mean;
             return 1;
@@ -1140,7 +1117,7 @@ cJSON *strategy_state_json(const strategy_t *s) {
         if (!(obj = cJSON_AddObjectToObject(root, "best")) ||
             !cJSON_AddNumberToObject(obj, "id", (double)s->best_id) ||
             !cJSON_AddNumberToObject(obj, "val_bpb", s->best_val) ||
-            !cJSON_AddStringToObject(obj, "config", s->best_config.hex) ||
+            !cJSON_AddStringToObject(obj, "config", s->best_config.key) ||
             !cJSON_AddItemToObject(obj, "spec", spec_tree(&s->best)))
             goto fail;
     }
@@ -1149,7 +1126,7 @@ cJSON *strategy_state_json(const strategy_t *s) {
     for (size_t i = 0; i < s->n_configs; i++) {
         const config_t *c = &s->configs[i];
         if (!(obj = cJSON_CreateObject()) || !cJSON_AddItemToArray(arr, obj) ||
-            !cJSON_AddStringToObject(obj, "config", c->config.hex) ||
+            !cJSON_AddStringToObject(obj, "config", c->config.key) ||
             !cJSON_AddNumberToObject(obj, "first_id", (double)c->first_id) ||
             !cJSON_AddNumberToObject(obj, "n", c->n) ||
             !cJSON_AddNumberToObject(obj, "mean", c->mean) ||
@@ -1163,7 +1140,7 @@ cJSON *strategy_state_json(const strategy_t *s) {
         if (!cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)s->judged[i]))) goto fail;
     if (!(arr = cJSON_AddArrayToObject(root, "seen"))) goto fail;
     for (size_t i = 0; i < s->n_seen; i++)
-        if (!cJSON_AddItemToArray(arr, cJSON_CreateString(s->seen[i].hex))) goto fail;
+        if (!cJSON_AddItemToArray(arr, cJSON_CreateString(s->seen[i].key))) goto fail;
     return root;
 fail:
     cJSON_Delete(root);
@@ -1187,62 +1164,80 @@ static bool get_count(const cJSON *obj, const char *key, double lo, double *out)
     return true;
 }
 
-int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen) {
-    /* Build the new state in t, then swap it in, so a failure changes nothing. */
-    strategy_t t = {.o = s->o};
-    const cJSON *arr, *it, *best;
+/* An identity of this version: "<64 hex>:<seed>". */
+static bool is_identity(const char *h) {
+    char config[SPEC_HASH_HEX];
+    if (!h || strlen(h) < 66 || h[64] != ':' || strspn(h + 65, "0123456789") != strlen(h + 65))
+        return false;
+    snprintf(config, sizeof config, "%.64s", h);
+    return is_hex64(config);
+}
+
+/* The parts of a saved state; each returns 0, or -1 with *what saying what
+ * was expected (or err set, *what NULL). */
+
+static int load_counters(strategy_t *t, const cJSON *st, const char **what) {
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(st, "rng"), *it;
     double d;
-    char e2[SPEC_ERR_LEN];
-    const char *what = "not a JSON object";
-    if (!cJSON_IsObject(st)) goto fail;
-    what = "version: expected 1 or 2";
-    if (!get_count(st, "version", 0, &d) || d < 1 || d > STATE_VERSION) goto fail;
-    int version = (int)d;
-    what = "rng: expected 4 hex strings";
-    arr = cJSON_GetObjectItemCaseSensitive(st, "rng");
-    if (cJSON_GetArraySize(arr) != 4) goto fail;
     int i = 0;
+    *what = "rng: expected 4 hex strings";
+    if (cJSON_GetArraySize(arr) != 4) return -1;
     cJSON_ArrayForEach(it, arr) {
         char *end;
-        if (!cJSON_IsString(it) || !it->valuestring[0]) goto fail;
-        t.rng.s[i++] = strtoull(it->valuestring, &end, 16);
-        if (*end) goto fail;
+        if (!cJSON_IsString(it) || !it->valuestring[0]) return -1;
+        t->rng.s[i++] = strtoull(it->valuestring, &end, 16);
+        if (*end) return -1;
     }
-    what = "proposals, mutations, rejections_in_row: expected counts";
-    if (!get_count(st, "proposals", 0, &d) || d > INT32_MAX) goto fail;
-    t.n_proposals = (int)d;
-    if (!get_count(st, "mutations", 0, &d) || d > INT32_MAX) goto fail;
-    t.n_mutations = (int)d;
-    if (!get_count(st, "rejections_in_row", 0, &d) || d > INT32_MAX) goto fail;
-    t.rejections_in_row = (int)d;
-
-    best = cJSON_GetObjectItemCaseSensitive(st, "best");
-    what = "best: expected null or {id, val_bpb, spec}";
-    if (!cJSON_IsNull(best)) {
-        if (!cJSON_IsObject(best) || !get_count(best, "id", 0, &d) ||
-            !payload_val_bpb(best, &t.best_val))
-            goto fail;
-        t.best_id = (int64_t)d;
-        if (payload_spec(cJSON_GetObjectItemCaseSensitive(best, "spec"), &t.best, e2, sizeof e2) <
-            0) {
-            snprintf(err, errlen, "best.spec: %s", e2);
-            goto fail_quiet;
-        }
-        t.have_best = true;
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(best, "config");
-        if (cJSON_IsString(h) && is_hex64(h->valuestring))
-            snprintf(t.best_config.hex, sizeof t.best_config.hex, "%s", h->valuestring);
-        else if (config_identity(&t.best, t.best_config.hex) < 0)
-            goto oom;
-    }
-    what = "max_running: expected a count";
+    *what = "proposals, mutations, rejections_in_row: expected counts";
+    if (!get_count(st, "proposals", 0, &d) || d > INT32_MAX) return -1;
+    t->n_proposals = (int)d;
+    if (!get_count(st, "mutations", 0, &d) || d > INT32_MAX) return -1;
+    t->n_mutations = (int)d;
+    if (!get_count(st, "rejections_in_row", 0, &d) || d > INT32_MAX) return -1;
+    t->rejections_in_row = (int)d;
+    *what = "max_running: expected a count";
     if (cJSON_GetObjectItemCaseSensitive(st, "max_running")) {
-        if (!get_count(st, "max_running", 0, &d) || d > INT32_MAX) goto fail;
-        t.max_running = (int)d;
+        if (!get_count(st, "max_running", 0, &d) || d > INT32_MAX) return -1;
+        t->max_running = (int)d;
     }
-    what = "configs: expected [{config, first_id, n, mean, m2, max_seed, outstanding}]";
-    arr = cJSON_GetObjectItemCaseSensitive(st, "configs");
-    if (version >= 2 && !cJSON_IsArray(arr)) goto fail;
+    return 0;
+}
+
+/* The best; *old_config gets the configuration it was saved under ("" when
+ * none), which a state before version 3 named otherwise. */
+static int load_best(strategy_t *t, const cJSON *st, char old_config[SPEC_HASH_HEX],
+                     const char **what, char *err, size_t errlen) {
+    const cJSON *best = cJSON_GetObjectItemCaseSensitive(st, "best");
+    char e2[SPEC_ERR_LEN];
+    double d;
+    old_config[0] = '\0';
+    *what = "best: expected null or {id, val_bpb, spec}";
+    if (cJSON_IsNull(best)) return 0;
+    if (!cJSON_IsObject(best) || !get_count(best, "id", 0, &d) ||
+        !payload_val_bpb(best, &t->best_val))
+        return -1;
+    t->best_id = (int64_t)d;
+    if (payload_spec(cJSON_GetObjectItemCaseSensitive(best, "spec"), &t->best, e2, sizeof e2) < 0) {
+        snprintf(err, errlen, "best.spec: %s", e2);
+        *what = NULL;
+        return -1;
+    }
+    t->have_best = true;
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(best, "config");
+    if (cJSON_IsString(h) && is_hex64(h->valuestring))
+        snprintf(old_config, SPEC_HASH_HEX, "%s", h->valuestring);
+    *what = "out of memory";
+    return config_identity(&t->best, t->best_config.key);
+}
+
+/* The configurations. One saved before version 3 is kept under its old name
+ * (nothing finds it again but the pooled noise), except the best's, which is
+ * filed under the best's configuration now (old_best). */
+static int load_configs(strategy_t *t, const cJSON *st, int version, const char *old_best,
+                        const char **what) {
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(st, "configs"), *it;
+    *what = "configs: expected [{config, first_id, n, mean, m2, max_seed, outstanding}]";
+    if (version >= 2 && !cJSON_IsArray(arr)) return -1;
     cJSON_ArrayForEach(it, arr) {
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(it, "config");
         const cJSON *mean = cJSON_GetObjectItemCaseSensitive(it, "mean");
@@ -1254,9 +1249,13 @@ int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen)
             !(m2->valuedouble >= 0) || !isfinite(m2->valuedouble) ||
             !get_count(it, "max_seed", 0, &ms) || !get_count(it, "outstanding", 0, &out) ||
             out > INT32_MAX)
-            goto fail;
-        config_t *c = config_get(&t, h->valuestring);
-        if (!c) goto oom;
+            return -1;
+        const char *name = h->valuestring;
+        if (version < 3 && old_best[0] && !strcmp(name, old_best)) name = t->best_config.key;
+        config_t *c = config_get(t, name);
+        *what = "out of memory";
+        if (!c) return -1;
+        *what = "configs: expected [{config, first_id, n, mean, m2, max_seed, outstanding}]";
         c->first_id = (int64_t)fid;
         c->n = (int)n;
         c->mean = mean->valuedouble;
@@ -1264,26 +1263,50 @@ int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen)
         c->max_seed = (uint64_t)ms;
         c->outstanding = (int)out;
     }
+    return 0;
+}
+
+/* The judged ids and the identities seen (those of a state before version 3
+ * are dropped: no identity of now matches them). */
+static int load_seen(strategy_t *t, const cJSON *st, int version, const char **what) {
+    const cJSON *arr, *it;
     /* Version 1 kept near ties waiting for a re-run; they are dropped (the
      * near tie is judged again if it is ever re-run). */
-    what = "pending: expected an array";
+    *what = "pending: expected an array";
     arr = cJSON_GetObjectItemCaseSensitive(st, "pending");
-    if (version == 1 && !cJSON_IsArray(arr)) goto fail;
-    what = "judged: expected an array of ids";
+    if (version == 1 && !cJSON_IsArray(arr)) return -1;
+    *what = "judged: expected an array of ids";
     arr = cJSON_GetObjectItemCaseSensitive(st, "judged");
-    if (!cJSON_IsArray(arr)) goto fail;
+    if (!cJSON_IsArray(arr)) return -1;
     cJSON_ArrayForEach(it, arr) {
         if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > JSON_MAX_SAFE)
-            goto fail;
-        if (judged_add(&t, (int64_t)it->valuedouble) < 0) goto oom;
+            return -1;
+        if (judged_add(t, (int64_t)it->valuedouble) < 0) return *what = "out of memory", -1;
     }
-    what = "seen: expected an array of 64-digit hex identities";
+    *what = "seen: expected an array of identities (configuration:seed)";
     arr = cJSON_GetObjectItemCaseSensitive(st, "seen");
-    if (!cJSON_IsArray(arr)) goto fail;
+    if (!cJSON_IsArray(arr)) return -1;
     cJSON_ArrayForEach(it, arr) {
-        if (!cJSON_IsString(it) || !is_hex64(it->valuestring)) goto fail;
-        if (seen_add(&t, it->valuestring) < 0) goto oom;
+        if (version < 3) continue;
+        if (!cJSON_IsString(it) || !is_identity(it->valuestring)) return -1;
+        if (seen_add(t, it->valuestring) < 0) return *what = "out of memory", -1;
     }
+    return 0;
+}
+
+int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen) {
+    /* Build the new state in t, then swap it in, so a failure changes nothing. */
+    strategy_t t = {.o = s->o};
+    char old_best[SPEC_HASH_HEX];
+    double d;
+    const char *what = "not a JSON object";
+    if (!cJSON_IsObject(st)) goto fail;
+    what = "version: expected 1 to " STR(STATE_VERSION);
+    if (!get_count(st, "version", 0, &d) || d < 1 || d > STATE_VERSION) goto fail;
+    int version = (int)d;
+    if (load_counters(&t, st, &what) < 0 || load_best(&t, st, old_best, &what, err, errlen) < 0 ||
+        load_configs(&t, st, version, old_best, &what) < 0 || load_seen(&t, st, version, &what) < 0)
+        goto fail;
     /* Swap: t takes the old state and frees it; the baseline stays. */
     t.baseline = s->baseline;
     snprintf(t.scope, sizeof t.scope, "%s", s->scope);
@@ -1295,11 +1318,8 @@ int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen)
     free(old.seen);
     free(old.judged);
     return 0;
-oom:
-    what = "out of memory";
 fail:
-    snprintf(err, errlen, "%s", what);
-fail_quiet:
+    if (what) snprintf(err, errlen, "%s", what);
     spec_free(&t.best);
     free(t.configs);
     free(t.seen);

@@ -77,12 +77,18 @@ typedef struct {
 /* One line per decision; line has no trailing newline. */
 typedef void (*strategy_log_fn)(void *user, const char *line);
 
+#define STRATEGY_DEFAULT_SEED        1
+#define STRATEGY_DEFAULT_NOISE_SEEDS 3
+#define STRATEGY_DEFAULT_MAX_SEEDS   4
+#define STRATEGY_QUEUE_AUTO          (-1) /* queue_target: one per experiment seen running */
+
 typedef struct {
-    double noise_floor;  /* > 0: a fixed val_bpb gain to adopt instead of 2 SE; default 0 */
+    double noise_floor;  /* > 0: a fixed val_bpb gain to adopt instead of 2 SE; 0: none */
     int noise_seeds;     /* seeds of the baseline run first to measure the noise; default 3 */
     int max_seeds;       /* seeds a promising variant gets before it is discarded; default 4 */
-    int queue_target;    /* proposals kept queued; 0 = the most experiments seen running
-                            at once (at least 1), i.e. one for every busy slot */
+    int queue_target;    /* proposals kept queued; STRATEGY_QUEUE_AUTO (the default) = the
+                            most experiments seen running at once (at least 1), i.e. one
+                            for every busy slot */
     uint64_t seed;       /* seeds the mutation RNG (a loaded state keeps its own) */
     int max_proposals;   /* stop proposing after this many; 0 = no limit */
     int max_rejections;  /* rejected proposals in a row before pausing; default 5 */
@@ -135,11 +141,11 @@ int strategy_config(const strategy_t *s, const spec_t *sp, int *n, double *mean)
  * or -1 when the axis has no valid move from sp (sp is unchanged). */
 int strategy_mutate(spec_t *sp, strategy_axis axis, rng_t *rng, strategy_change_t *ch);
 
-/* The agent's identity of a validated spec: spec_identity (spec.h) after
- * spelling the derived fields (ve_layers, window_pattern, max_pos) from what
- * they derive, so two specs that train the same model have one identity.
- * Hex SHA-256, 64 characters + NUL. Returns 0, or -1 on failure. */
-int strategy_identity(const spec_t *sp, char out[65]);
+/* The agent's identity of a run of a validated spec: its configuration
+ * (spec_config_hash, which writes equivalent spellings one way) and its seed,
+ * "<64 hex>:<seed>". Returns 0, or -1 on failure. */
+#define STRATEGY_IDENT_LEN (SPEC_HASH_HEX + 21)
+int strategy_identity(const spec_t *sp, char out[STRATEGY_IDENT_LEN]);
 
 /* Has a spec with this identity been proposed or seen? */
 int strategy_has_seen(const strategy_t *s, const spec_t *sp);

@@ -60,8 +60,8 @@ t0=$(date +%s.%N)
 sqlite3 "$state/nightshift.db" <<EOF
 BEGIN;
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $rows)
-INSERT INTO experiments (name, spec, spec_hash, config_hash, seed, source, status, started,
-                         finished)
+INSERT INTO experiments (name, spec, dataset, budget_kind, budget, config_hash, seed, source,
+                         status, started, finished)
 SELECT 'load-' || i,
        json_object('name', 'load-' || i, 'dataset', 'default', 'seed', i, 'time_budget_s', 300,
                    'model', json_object('depth', 1 + i % 8, 'n_embd', 64 * (1 + i % 4),
@@ -70,7 +70,7 @@ SELECT 'load-' || i,
                                         've_layers', 'alternate', 've_gate_channels', 32,
                                         'seq_len', 256, 'pos', 'rope', 'tie_embeddings', 0,
                                         'vocab_size', 0)),
-       printf('%064x', i), printf('c%063x', i % 20000), i, 'api', 'succeeded',
+       'default', 'time', 300, printf('c%063x', i % 20000), i, 'api', 'succeeded',
        strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
 FROM n;
 INSERT INTO results (experiment_id, val_bpb, params_total, num_steps, training_seconds,

@@ -90,8 +90,10 @@ int main(int argc, char **argv) {
     check(sqlite3_exec(db, "BEGIN", NULL, NULL, NULL), db, "begin");
     sqlite3_stmt *ins, *res;
     check(sqlite3_prepare_v2(db,
-                             "INSERT INTO experiments (id, spec, spec_hash, seed, source, status,"
-                             " config_hash, finished) VALUES (?1, ?2, ?3, ?4, 'api', ?5, ?6,"
+                             "INSERT INTO experiments (id, spec, dataset, budget_kind, budget, seed,"
+                             " source, status, config_hash, finished) VALUES (?1, ?2,"
+                             " json_extract(?2, '$.dataset'), 'time',"
+                             " json_extract(?2, '$.time_budget_s'), ?4, 'api', ?5, ?6,"
                              " strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
                              -1, &ins, NULL),
           db, "prepare");
@@ -102,17 +104,15 @@ int main(int argc, char **argv) {
     srand(1);
     for (long id = 1; id <= n; id++) {
         long k = id - 1, scope = k % 8, cfg = (k / 8) % configs, seed = k / (8 * configs);
-        char spec[256], hash[64], chash[64];
+        char spec[256], chash[64];
         snprintf(spec, sizeof spec,
                  "{\"dataset\":\"d%ld\",\"model\":{\"depth\":%ld,\"n_embd\":%ld},\"seed\":%ld,"
                  "\"time_budget_s\":%d}",
                  scope / 2, 1 + cfg % 8, 32 * (1 + cfg % 16), seed, scope % 2 ? 300 : 60);
-        snprintf(hash, sizeof hash, "h%ld", id);
         snprintf(chash, sizeof chash, "c%ld-%ld", scope, cfg);
         int ok = rand() % 10 != 0;
         sqlite3_bind_int64(ins, 1, id);
         sqlite3_bind_text(ins, 2, spec, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(ins, 3, hash, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(ins, 4, seed);
         sqlite3_bind_text(ins, 5, ok ? "succeeded" : "failed", -1, SQLITE_STATIC);
         sqlite3_bind_text(ins, 6, chash, -1, SQLITE_TRANSIENT);

@@ -1,4 +1,4 @@
--- 009_test_results.sql - the sealed test split's figure of each run, kept
+-- 010_test_results.sql - the sealed test split's figure of each run, kept
 -- apart from its result.
 --
 -- `prep` sets a test split aside (test.bin); after a run has measured
