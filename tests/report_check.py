@@ -304,12 +304,13 @@ def main():
             expect(f"axes[{p}] {key} se", mv["se"], se, 1e-7)
             expect(f"axes[{p}] {key} se_from", mv["se_from"], frm)
 
-    # Failures.
-    fails = [r for r in runs if r["status"] in FAILURES]
-    expect("failures_total", rep["failures_total"], len(fails))
-    want = [{"id": r["id"], "name": r["name"], "status": r["status"], "reason": r["reason"]}
-            for r in fails[:MAX_FAILURES]]
-    expect("failures", rep["failures"], want)
+    # Failures, and the runs pruned.
+    for key, statuses in (("failures", FAILURES), ("pruned", ["pruned"])):
+        picked = [r for r in runs if r["status"] in statuses]
+        expect(f"{key}_total", rep[f"{key}_total"], len(picked))
+        want = [{"id": r["id"], "name": r["name"], "status": r["status"], "reason": r["reason"]}
+                for r in picked[:MAX_FAILURES]]
+        expect(key, rep[key], want)
 
     for p in problems:
         print(p)

@@ -134,12 +134,15 @@ static int add_anytime(cJSON *o, const cJSON *runs, double t0) {
 
 /* ---------------------------------------------------------------- failures */
 
-static void add_failures(cJSON *o, const cJSON *runs) {
-    cJSON *arr = cJSON_AddArrayToObject(o, "failures");
+/* The runs of the scope that `wanted` picks, [{id, name, status, reason}] by
+ * id, at most REPORT_MAX_FAILURES, into o[key]; o[key_total] counts all. */
+static void add_runs(cJSON *o, const cJSON *runs, bool (*wanted)(const char *status),
+                     const char *key, const char *key_total) {
+    cJSON *arr = cJSON_AddArrayToObject(o, key);
     int total = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, runs) {
-        if (!is_failure(str(e, "status"))) continue;
+        if (!wanted(str(e, "status"))) continue;
         if (total++ >= REPORT_MAX_FAILURES) continue;
         cJSON *f = cJSON_CreateObject();
         copy_item(f, e, "id");
@@ -148,7 +151,11 @@ static void add_failures(cJSON *o, const cJSON *runs) {
         copy_item(f, e, "reason");
         cJSON_AddItemToArray(arr, f);
     }
-    cJSON_AddNumberToObject(o, "failures_total", total);
+    cJSON_AddNumberToObject(o, key_total, total);
+}
+
+static bool is_pruned(const char *status) {
+    return !strcmp(status, STORE_PRUNED);
 }
 
 /* ------------------------------------------------------------------- axes */
@@ -191,6 +198,7 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 static long path_index(const space_t *sp, const char *path) {
+    if (!sp->n_paths) return -1;
     char *const *hit = bsearch(&path, sp->paths, sp->n_paths, sizeof *sp->paths, cmp_str);
     return hit ? (long)(hit - sp->paths) : -1;
 }
@@ -546,7 +554,8 @@ cJSON *report_build(store_t *store, const store_scope_t *sc, int64_t baseline, i
     best = base = NULL;
     add_versus(o, &sp, top, first, noise_sd);
     if (add_anytime(o, runs, t0) || add_axes(o, &sp, noise_sd)) goto oom;
-    add_failures(o, runs);
+    add_runs(o, runs, is_failure, "failures", "failures_total");
+    add_runs(o, runs, is_pruned, "pruned", "pruned_total");
     cJSON_Delete(runs);
     cJSON_Delete(configs);
     space_free(&sp);

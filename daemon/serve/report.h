@@ -40,6 +40,7 @@
  *   failures    the runs that failed, crashed, timed out, ran out of memory,
  *               diverged or were interrupted: [{id, name, status, reason}],
  *               by id, at most REPORT_MAX_FAILURES; failures_total counts all
+ *   pruned      the same of the runs pruned (pruned_total: all of them)
  * Sealed: test figures are read for best and baseline only, after the
  * ranking; nothing here ranks by them. */
 #ifndef NIGHTSHIFT_REPORT_H

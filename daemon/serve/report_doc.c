@@ -459,19 +459,14 @@ static void axes(doc_t *d, const cJSON *r) {
     table_end(d);
 }
 
-static void failures(doc_t *d, const cJSON *r) {
-    const cJSON *f = get(r, "failures"), *e;
-    int total = (int)num(r, "failures_total");
-    heading(d, 2, "What failed");
-    if (!(total > 0)) {
-        para(d);
-        say(d, "Nothing failed.");
-        para_end(d);
-        return;
-    }
+/* A table of the runs under key (report.h's failures or pruned), and how
+ * many there are in all when not every one is listed. */
+static void run_table(doc_t *d, const cJSON *r, const char *key, const char *key_total) {
+    const cJSON *runs = get(r, key), *e;
+    int total = (int)num(r, key_total);
     static const char *const head[] = {"run", "name", "status", "reason", NULL};
     table(d, "rlll", head);
-    cJSON_ArrayForEach(e, f) {
+    cJSON_ArrayForEach(e, runs) {
         row(d);
         cellf(d, "#%.0f", num(e, "id"));
         cellf(d, "%.200s", str(e, "name") ? str(e, "name") : "-");
@@ -480,10 +475,28 @@ static void failures(doc_t *d, const cJSON *r) {
         row_end(d);
     }
     table_end(d);
-    if (total > cJSON_GetArraySize(f)) {
+    if (total > cJSON_GetArraySize(runs)) {
         para(d);
-        say(d, "%d failures in all; the first %d are listed.", total, cJSON_GetArraySize(f));
+        say(d, "%d in all; the first %d are listed.", total, cJSON_GetArraySize(runs));
         para_end(d);
+    }
+}
+
+static void failures(doc_t *d, const cJSON *r) {
+    heading(d, 2, "What failed");
+    if (num(r, "failures_total") > 0) {
+        run_table(d, r, "failures", "failures_total");
+    } else {
+        para(d);
+        say(d, "Nothing failed.");
+        para_end(d);
+    }
+    if (num(r, "pruned_total") > 0) {
+        para(d);
+        say(d, "Pruned, because their training loss lagged the median of the finished runs at the "
+               "same progress (they never rank):");
+        para_end(d);
+        run_table(d, r, "pruned", "pruned_total");
     }
 }
 
