@@ -11,10 +11,11 @@
  *     line differs (so the poison is read where it should be);
  *   - a whole night: the daemon with median pruning and the reference agent
  *     (seeded, a fixed number of proposals, one slot, token budgets, so the
- *     night is deterministic): the same experiments proposed in the same
- *     order with the same parents, the same runs pruned with the same
- *     reasons, the same val_bpb, leaderboard, best and noise; the test
- *     figures differ, and no event the agent was sent mentions them.
+ *     night is deterministic), then one run that must be pruned: the same
+ *     experiments proposed in the same order with the same parents, the same
+ *     runs pruned with the same reasons, the same val_bpb, leaderboard, best
+ *     and noise; the test figures differ, and no event the agent was sent
+ *     mentions them.
  *
  * Pruning compares at the first step past each rung, with at most one check
  * a second per slot (sched.c); with --prune-warmup 0.9 a run of these tiny
@@ -35,9 +36,10 @@
 
 #define START_TIMEOUT_S 20.0
 #define STOP_TIMEOUT_S  10.0
-#define NIGHT_TIMEOUT_S 360.0 /* both nights, side by side (~10 s; minutes under the sanitizers)   \
-                               */
-#define PROPOSALS 6           /* the agent's --max-proposals */
+#define NIGHT_TIMEOUT_S                                                                            \
+    360.0           /* both nights, side by side (~10 s; minutes under the sanitizers)             \
+                     */
+#define PROPOSALS 6 /* the agent's --max-proposals */
 #define STR_(x)   #x
 #define STR(x)    STR_(x)
 #define SECRET    "sealed-secret"
@@ -89,6 +91,14 @@ static const char SPEC[] =
     "\"model\":{\"depth\":2,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
     "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128},"
     "\"resources\":{\"threads\":1,\"peak_gflops\":10}}\n";
+
+/* A spec whose training loss stays far above any other run's. */
+static const char LAGGARD[] =
+    "{\"name\":\"laggard\",\"seed\":7,\"dataset\":\"tiny\",\"token_budget\":8192,"
+    "\"model\":{\"depth\":2,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
+    "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128,\"matrix_lr\":1e-6,"
+    "\"embedding_lr\":1e-6,\"unembedding_lr\":1e-6},"
+    "\"resources\":{\"threads\":1,\"peak_gflops\":10}}";
 
 /* The progress lines of a `train` run on dir's dataset, by event (caller
  * deletes the array). */
@@ -193,8 +203,8 @@ static void night_start(const char *dir, int k) {
     free(baseline);
 }
 
-/* Every proposal made and run: PROPOSALS experiments, none queued or running. */
-static int night_done(tu_server_t *d) {
+/* want experiments or more, none queued or running. */
+static int night_done(tu_server_t *d, int want) {
     cJSON *list = tu_get_json(d, "/v1/experiments?limit=1000");
     const cJSON *e;
     int n = 0, live = 0;
@@ -204,7 +214,7 @@ static int night_done(tu_server_t *d) {
         live += !strcmp(st, "queued") || !strcmp(st, "running");
     }
     cJSON_Delete(list);
-    return n >= PROPOSALS && !live;
+    return n >= want && !live;
 }
 
 /* o's keys (NULL-terminated) as a new object: the fields of an answer that
@@ -270,9 +280,17 @@ Test(sealed, a_night_ranks_prunes_and_proposes_the_same_on_poisoned_test_tokens)
     night_start(dirs[0], 0);
     night_start(dirs[1], 2);
     double deadline = tu_now() + NIGHT_TIMEOUT_S;
-    while (!(night_done(&servers[1]) && night_done(&servers[3]))) {
-        if (tu_now() > deadline) tu_server_fail(&servers[1], "the nights did not end in time");
-        tu_sleep_ms(200);
+    for (int want = PROPOSALS; want <= PROPOSALS + 1; want++) {
+        while (!(night_done(&servers[1], want) && night_done(&servers[3], want))) {
+            if (tu_now() > deadline) tu_server_fail(&servers[1], "the nights did not end in time");
+            tu_sleep_ms(200);
+        }
+        /* Then one run certain to be pruned (whatever the agent tried, which
+         * depends on the build's rounding): learning rates too small to learn. */
+        if (want == PROPOSALS)
+            for (int k = 0; k < 2; k++)
+                cJSON_Delete(
+                    tu_http_json(&servers[2 * k + 1], "POST", "/v1/experiments", LAGGARD, 201));
     }
 
     /* The answers a person or an agent ranks by. */
@@ -303,7 +321,7 @@ Test(sealed, a_night_ranks_prunes_and_proposes_the_same_on_poisoned_test_tokens)
         if (!k) {
             pruned =
                 (int)tu_sql_int(db, "SELECT count(*) FROM experiments WHERE status = 'pruned'", 0);
-            cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments", 0), PROPOSALS);
+            cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments", 0), PROPOSALS + 1);
             cr_expect_geq(tu_sql_int(db,
                                      "SELECT count(*) FROM test_results WHERE test_bpb IS NOT"
                                      " NULL",
@@ -324,7 +342,7 @@ Test(sealed, a_night_ranks_prunes_and_proposes_the_same_on_poisoned_test_tokens)
     cr_expect_str_eq(text[0], text[1], "the nights differ:\n--- clean\n%s--- poisoned\n%s", text[0],
                      text[1]);
     cr_expect_gt(pruned, 0, "no run was pruned: the night did not exercise pruning\n%s", text[0]);
-    cr_log_info("sealed: %d experiments, %d pruned, alike on both nights", PROPOSALS, pruned);
+    cr_log_info("sealed: %d experiments, %d pruned, alike on both nights", PROPOSALS + 1, pruned);
     /* The figures themselves differ run by run. */
     char *path = tu_path("%s/nightshift.db", dirs[0]);
     sqlite3 *db = tu_db_open(path);

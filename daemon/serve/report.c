@@ -405,7 +405,7 @@ static int add_axes(cJSON *o, const space_t *sp, double noise_sd) {
     pair_t *pairs;
     size_t n;
     if (find_pairs(sp, &pairs, &n)) return -1;
-    qsort(pairs, n, sizeof *pairs, cmp_pair);
+    if (n) qsort(pairs, n, sizeof *pairs, cmp_pair);
     cJSON_AddStringToObject(o, "axes_from", "spec fields");
     cJSON *axes = cJSON_AddArrayToObject(o, "axes");
     for (size_t i = 0, j; i < n; i = j) {
