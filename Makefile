@@ -29,7 +29,11 @@ PKGS     := openblas libcjson libpcre2-8 libcrypto libuv sqlite3 libcurl
 TEST_PKGS := criterion
 
 # CFLAGS is the user's to set (make CFLAGS="-O0 -g"); what the code needs to
-# build at all is in BASE_CFLAGS.
+# build at all is in BASE_CFLAGS. NDEBUG is defined by no build here: the
+# assert()s guard invariants whose break would corrupt data (buffer lengths,
+# a slot's run, the store's statements and transactions) and stay in the
+# default build, the tests, ASan and the fuzz targets (tests/testutil.h refuses
+# a test build without them).
 OPT      ?= -O2 -march=native
 CFLAGS   ?= $(OPT) -g
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \

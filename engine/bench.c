@@ -55,33 +55,38 @@ static int parse_count(const char *text, int lo, int *out) {
     return 0;
 }
 
-int bench_main(int argc, char **argv) {
-    const char *spec_path = NULL;
-    int steps = 10, warmup = 2, seed = 1;
+typedef struct {
+    const char *spec_path;
+    int steps, warmup, seed;
+} bench_args_t;
+
+/* Returns 0, 1 for --help (printed), or 2 after a usage error (printed). */
+static int bench_parse(int argc, char **argv, bench_args_t *a) {
     static const struct option opts[] = {
         {"spec", required_argument, 0, 'p'},   {"steps", required_argument, 0, 'n'},
         {"warmup", required_argument, 0, 'w'}, {"seed", required_argument, 0, 's'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     int ch;
+    *a = (bench_args_t){.steps = 10, .warmup = 2, .seed = 1};
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int bad = 0;
         switch (ch) {
         case 'p':
-            spec_path = optarg;
+            a->spec_path = optarg;
             break;
         case 'n':
-            bad = parse_count(optarg, 1, &steps);
+            bad = parse_count(optarg, 1, &a->steps);
             break;
         case 'w':
-            bad = parse_count(optarg, 0, &warmup);
+            bad = parse_count(optarg, 0, &a->warmup);
             break;
         case 's':
-            bad = parse_count(optarg, 0, &seed);
+            bad = parse_count(optarg, 0, &a->seed);
             break;
         case 'h':
             usage(stdout);
-            return 0;
+            return 1;
         default:
             bad = 1;
         }
@@ -90,19 +95,56 @@ int bench_main(int argc, char **argv) {
             return 2;
         }
     }
-    if (optind != argc || !spec_path) {
+    if (optind != argc || !a->spec_path) {
         usage(stderr);
         return 2;
     }
+    return 0;
+}
 
+/* warmup untimed steps, then steps timed into step_s (their sum in *total),
+ * the phases' timers reset in between; *loss the last step's. Returns 0, or
+ * -1 after saying why on stderr. */
+static int bench_steps(gpt_t *m, optim_t *o, const spec_t *spec, const int *in, const int *tg,
+                       const bench_args_t *a, double *step_s, double *total, float *loss) {
+    const int B = spec->train.batch_size, T = spec->model.seq_len;
+    *total = 0.0;
+    for (int s = -a->warmup; s < a->steps; s++) {
+        if (s == 0) prof_reset();
+        double t0 = util_now();
+        gpt_zero_grad(m);
+        if (gpt_forward(m, in, tg, B, T, GPT_TRAIN, loss) < 0) {
+            fprintf(stderr, "bench: out of memory in the forward pass at step %d\n", s);
+            return -1;
+        }
+        if (isnan(*loss)) {
+            fprintf(stderr, "bench: forward pass gave NaN at step %d\n", s);
+            return -1;
+        }
+        gpt_backward(m, 1.0f);
+        double t1 = util_now();
+        optim_step(o, m, 1.0, spec->train.muon_momentum_end, spec->train.weight_decay);
+        prof_seconds[PROF_OPTIM] += util_now() - t1;
+        if (s >= 0) {
+            step_s[s] = util_now() - t0;
+            *total += step_s[s];
+        }
+    }
+    return 0;
+}
+
+int bench_main(int argc, char **argv) {
+    bench_args_t a;
+    int rc = bench_parse(argc, argv, &a);
+    if (rc) return rc == 1 ? 0 : 2;
     char err[512];
     spec_t spec;
     gpt_t *m = NULL;
     optim_t *o = NULL;
-    int *in = NULL, *tg = NULL;
+    int *in = NULL, *tg = NULL, steps = a.steps;
     double *step_s = NULL;
-    int rc = 1;
-    if (spec_load(spec_path, &spec, err, sizeof err) != 0) {
+    rc = 1;
+    if (spec_load(a.spec_path, &spec, err, sizeof err) != 0) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;
     }
@@ -121,42 +163,21 @@ int bench_main(int argc, char **argv) {
         fprintf(stderr, "bench: %s\n", m ? "out of memory" : err);
         goto fail;
     }
-    gpt_init_weights(m, (uint64_t)seed);
+    gpt_init_weights(m, (uint64_t)a.seed);
     o = optim_new(m, &spec.train, err, sizeof err);
     if (!o || gpt_reserve(m, B, T, err, sizeof err) != 0) {
         fprintf(stderr, "bench: %s\n", err);
         goto fail;
     }
     rng_t r;
-    rng_seed(&r, (uint64_t)seed + 1);
+    rng_seed(&r, (uint64_t)a.seed + 1);
     for (int i = 0; i < B * T; i++) {
         in[i] = (int)rng_below(&r, (uint64_t)V);
         tg[i] = (int)rng_below(&r, (uint64_t)V);
     }
-
     float loss = 0.0f;
-    double total = 0.0;
-    for (int s = -warmup; s < steps; s++) {
-        if (s == 0) prof_reset();
-        double t0 = util_now();
-        gpt_zero_grad(m);
-        if (gpt_forward(m, in, tg, B, T, GPT_TRAIN, &loss) < 0) {
-            fprintf(stderr, "bench: out of memory in the forward pass at step %d\n", s);
-            goto fail;
-        }
-        if (isnan(loss)) {
-            fprintf(stderr, "bench: forward pass gave NaN at step %d\n", s);
-            goto fail;
-        }
-        gpt_backward(m, 1.0f);
-        double t1 = util_now();
-        optim_step(o, m, 1.0, spec.train.muon_momentum_end, spec.train.weight_decay);
-        prof_seconds[PROF_OPTIM] += util_now() - t1;
-        if (s >= 0) {
-            step_s[s] = util_now() - t0;
-            total += step_s[s];
-        }
-    }
+    double total;
+    if (bench_steps(m, o, &spec, in, tg, &a, step_s, &total, &loss) < 0) goto fail;
     cost_t cost;
     cost_compute(cfg, B, &cost);
     qsort(step_s, (size_t)steps, sizeof *step_s, cmp_double);

@@ -198,69 +198,53 @@ static void fmt_shape(char *buf, size_t buflen, int ndim, const int64_t *shape) 
 static int parse_entry(const char *path, const cJSON *e, ckpt_tensor_t *t, uint64_t *begin,
                        uint64_t *end, char *err, size_t errlen) {
     const char *name = e->string;
-    if (strlen(name) >= sizeof t->name) {
-        util_errorf(err, errlen, "ckpt: %s: tensor name too long: %.60s...", path, name);
-        return -1;
-    }
+    if (strlen(name) >= sizeof t->name)
+        return util_errorf(err, errlen, "ckpt: %s: tensor name too long: %.60s...", path, name);
     snprintf(t->name, sizeof t->name, "%s", name);
-    if (!cJSON_IsObject(e)) {
-        util_errorf(err, errlen, "ckpt: %s: entry %s is not an object", path, name);
-        return -1;
-    }
+    if (!cJSON_IsObject(e))
+        return util_errorf(err, errlen, "ckpt: %s: entry %s is not an object", path, name);
     for (const cJSON *k = e->child; k; k = k->next) {
         if (strcmp(k->string, "dtype") && strcmp(k->string, "shape") &&
-            strcmp(k->string, "data_offsets")) {
-            util_errorf(err, errlen, "ckpt: %s: tensor %s has unknown field \"%s\"", path, name,
-                        k->string);
-            return -1;
-        }
+            strcmp(k->string, "data_offsets"))
+            return util_errorf(err, errlen, "ckpt: %s: tensor %s has unknown field \"%s\"", path,
+                               name, k->string);
     }
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-    if (!cJSON_IsString(dtype)) {
-        util_errorf(err, errlen, "ckpt: %s: tensor %s has no dtype string", path, name);
-        return -1;
-    }
-    if (strcmp(dtype->valuestring, "F32") != 0) {
-        util_errorf(err, errlen, "ckpt: %s: tensor %s has dtype %.16s, only F32 is supported", path,
-                    name, dtype->valuestring);
-        return -1;
-    }
-    if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > CKPT_MAX_DIMS) {
-        util_errorf(err, errlen, "ckpt: %s: tensor %s: shape must be an array of at most %d dims",
-                    path, name, CKPT_MAX_DIMS);
-        return -1;
-    }
+    if (!cJSON_IsString(dtype))
+        return util_errorf(err, errlen, "ckpt: %s: tensor %s has no dtype string", path, name);
+    if (strcmp(dtype->valuestring, "F32") != 0)
+        return util_errorf(err, errlen,
+                           "ckpt: %s: tensor %s has dtype %.16s, only F32 is supported", path, name,
+                           dtype->valuestring);
+    if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > CKPT_MAX_DIMS)
+        return util_errorf(err, errlen,
+                           "ckpt: %s: tensor %s: shape must be an array of at most %d dims", path,
+                           name, CKPT_MAX_DIMS);
     t->ndim = cJSON_GetArraySize(shape);
     uint64_t numel = 1;
     int d = 0;
     for (const cJSON *v = shape->child; v; v = v->next, d++) {
         uint64_t dim;
-        if (json_uint(v, &dim) != 0) {
-            util_errorf(err, errlen,
-                        "ckpt: %s: tensor %s: shape entries must be non-negative integers", path,
-                        name);
-            return -1;
-        }
+        if (json_uint(v, &dim) != 0)
+            return util_errorf(err, errlen,
+                               "ckpt: %s: tensor %s: shape entries must be non-negative integers",
+                               path, name);
         /* The data section bounds numel far below this; it only stops overflow. */
-        if (dim && numel > (UINT64_C(1) << 60) / dim) {
-            util_errorf(err, errlen, "ckpt: %s: tensor %s: shape too large", path, name);
-            return -1;
-        }
+        if (dim && numel > (UINT64_C(1) << 60) / dim)
+            return util_errorf(err, errlen, "ckpt: %s: tensor %s: shape too large", path, name);
         t->shape[d] = (int64_t)dim;
         numel *= dim;
     }
     t->numel = (size_t)numel;
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
         json_uint(cJSON_GetArrayItem(offs, 0), begin) != 0 ||
-        json_uint(cJSON_GetArrayItem(offs, 1), end) != 0) {
-        util_errorf(
+        json_uint(cJSON_GetArrayItem(offs, 1), end) != 0)
+        return util_errorf(
             err, errlen,
             "ckpt: %s: tensor %s: data_offsets must be two non-negative integers [begin,end]", path,
             name);
-        return -1;
-    }
     if (*end < *begin || *end - *begin != numel * sizeof(float)) {
         char sh[96];
         fmt_shape(sh, sizeof sh, t->ndim, t->shape);
@@ -294,176 +278,170 @@ static int read_exact(FILE *f, void *buf, size_t n) {
     return fread(buf, 1, n, f) == n ? 0 : -1;
 }
 
+/* The 8-byte length and the JSON header of path (open as fp): *header is
+ * malloc'd (NUL-terminated, *hlen bytes), *fsize the file's size. */
+static int read_header(FILE *fp, const char *path, uint64_t *fsize, char **header, uint64_t *hlen,
+                       char *err, size_t errlen) {
+    struct stat st;
+    unsigned char len8[8];
+    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode))
+        return util_errorf(err, errlen, "ckpt: %s is not a regular file", path);
+    *fsize = (uint64_t)st.st_size;
+    if (*fsize < 8 || read_exact(fp, len8, 8) != 0)
+        return util_errorf(err, errlen,
+                           "ckpt: %s: file too short for a safetensors header (%llu bytes)", path,
+                           (unsigned long long)*fsize);
+    *hlen = 0;
+    for (int i = 0; i < 8; i++) *hlen |= (uint64_t)len8[i] << (8 * i);
+    if (*hlen == 0 || *hlen > CKPT_MAX_HEADER || *hlen > *fsize - 8)
+        return util_errorf(
+            err, errlen, "ckpt: %s: header length %llu is invalid (file is %llu bytes, limit %u)",
+            path, (unsigned long long)*hlen, (unsigned long long)*fsize, CKPT_MAX_HEADER);
+    if (!(*header = malloc(*hlen + 1)))
+        return util_errorf(err, errlen, "ckpt: %s: out of memory", path);
+    if (read_exact(fp, *header, *hlen) != 0)
+        return util_errorf(err, errlen, "ckpt: %s: cannot read the header", path);
+    (*header)[*hlen] = '\0';
+    return 0;
+}
+
+/* The header as a JSON object, which may be followed by padding spaces and
+ * nothing else; NULL with err. The caller deletes it. */
+static cJSON *parse_header(const char *path, const char *header, uint64_t hlen, char *err,
+                           size_t errlen) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(header, hlen, &end, 0);
+    for (const char *p = end; root && end && p < header + hlen; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(root);
+            root = NULL;
+        }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        util_errorf(err, errlen, "ckpt: %s: header is not a valid JSON object", path);
+        return NULL;
+    }
+    return root;
+}
+
+/* The __metadata__ entry e into f->metadata: an object of strings, once. */
+static int read_metadata(const char *path, const cJSON *e, ckpt_file_t *f, char *err,
+                         size_t errlen) {
+    if (f->metadata) return util_errorf(err, errlen, "ckpt: %s: duplicate __metadata__", path);
+    if (!cJSON_IsObject(e))
+        return util_errorf(err, errlen, "ckpt: %s: __metadata__ is not an object", path);
+    for (const cJSON *v = e->child; v; v = v->next)
+        if (!cJSON_IsString(v))
+            return util_errorf(err, errlen, "ckpt: %s: __metadata__ value \"%s\" is not a string",
+                               path, v->string);
+    if (!(f->metadata = cJSON_PrintUnformatted(e)))
+        return util_errorf(err, errlen, "ckpt: %s: out of memory", path);
+    return 0;
+}
+
+/* Every entry of root into f->tensors and spans (the metadata aside), and
+ * the names unique (JSON objects may repeat keys; cJSON keeps both). */
+static int read_entries(const char *path, const cJSON *root, ckpt_file_t *f, span_t *spans,
+                        const char **names, char *err, size_t errlen) {
+    for (const cJSON *e = root->child; e; e = e->next) {
+        if (!strcmp(e->string, "__metadata__")) {
+            if (read_metadata(path, e, f, err, errlen)) return -1;
+            continue;
+        }
+        ckpt_tensor_t *t = &f->tensors[f->n];
+        if (parse_entry(path, e, t, &spans[f->n].begin, &spans[f->n].end, err, errlen)) return -1;
+        spans[f->n].idx = f->n;
+        f->n++;
+    }
+    for (int i = 0; i < f->n; i++) names[i] = f->tensors[i].name;
+    qsort(names, (size_t)f->n, sizeof *names, name_cmp);
+    for (int i = 1; i < f->n; i++)
+        if (!strcmp(names[i - 1], names[i]))
+            return util_errorf(err, errlen, "ckpt: %s: duplicate tensor %s", path, names[i]);
+    return 0;
+}
+
+/* The tensors must tile [0, dlen) exactly (spans sorted here). Every size is
+ * a multiple of 4 and the first begins at 0, so every float is aligned. */
+static int check_tiling(const char *path, const ckpt_file_t *f, span_t *spans, uint64_t dlen,
+                        char *err, size_t errlen) {
+    uint64_t pos = 0;
+    qsort(spans, (size_t)f->n, sizeof *spans, span_cmp);
+    for (int i = 0; i < f->n; i++) {
+        const char *name = f->tensors[spans[i].idx].name;
+        if (spans[i].end > dlen)
+            return util_errorf(err, errlen,
+                               "ckpt: %s: tensor %s: data_offsets end %llu is past the data "
+                               "section (%llu bytes)",
+                               path, name, (unsigned long long)spans[i].end,
+                               (unsigned long long)dlen);
+        if (spans[i].begin < pos)
+            return util_errorf(err, errlen, "ckpt: %s: tensor %s overlaps %s", path, name,
+                               f->tensors[spans[i - 1].idx].name);
+        if (spans[i].begin > pos)
+            return util_errorf(err, errlen, "ckpt: %s: unused bytes [%llu,%llu) before tensor %s",
+                               path, (unsigned long long)pos, (unsigned long long)spans[i].begin,
+                               name);
+        pos = spans[i].end;
+    }
+    if (pos != dlen)
+        return util_errorf(err, errlen, "ckpt: %s: %llu trailing bytes after the last tensor", path,
+                           (unsigned long long)(dlen - pos));
+    return 0;
+}
+
+/* The data section (dlen bytes) into f->buf, each tensor pointing into it. */
+static int read_data(FILE *fp, const char *path, ckpt_file_t *f, const span_t *spans, uint64_t dlen,
+                     char *err, size_t errlen) {
+    f->buflen = (size_t)dlen;
+    if (!(f->buf = malloc(dlen ? (size_t)dlen : 1)))
+        return util_errorf(err, errlen, "ckpt: %s: out of memory for %llu bytes of data", path,
+                           (unsigned long long)dlen);
+    if (read_exact(fp, f->buf, (size_t)dlen) != 0)
+        return util_errorf(err, errlen, "ckpt: %s: cannot read the data section", path);
+    for (int i = 0; i < f->n; i++)
+        f->tensors[spans[i].idx].data = (const float *)((const char *)f->buf + spans[i].begin);
+    return 0;
+}
+
 int ckpt_read(const char *path, ckpt_file_t *f, char *err, size_t errlen) {
-    FILE *fp = NULL;
     char *header = NULL;
     cJSON *root = NULL;
     span_t *spans = NULL;
     const char **names = NULL;
+    uint64_t fsize = 0, hlen = 0;
+    int rc = -1;
     memset(f, 0, sizeof *f);
-
-    fp = fopen(path, "rb");
+    FILE *fp = fopen(path, "rb");
     if (!fp) {
         util_errorf(err, errlen, "ckpt: cannot open %s: %s", path, strerror(errno));
-        goto fail;
+        goto done;
     }
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        util_errorf(err, errlen, "ckpt: %s is not a regular file", path);
-        goto fail;
-    }
-    uint64_t fsize = (uint64_t)st.st_size;
-    unsigned char len8[8];
-    if (fsize < 8 || read_exact(fp, len8, 8) != 0) {
-        util_errorf(err, errlen, "ckpt: %s: file too short for a safetensors header (%llu bytes)",
-                    path, (unsigned long long)fsize);
-        goto fail;
-    }
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
-    if (hlen == 0 || hlen > CKPT_MAX_HEADER || hlen > fsize - 8) {
-        util_errorf(err, errlen,
-                    "ckpt: %s: header length %llu is invalid (file is %llu bytes, limit %u)", path,
-                    (unsigned long long)hlen, (unsigned long long)fsize, CKPT_MAX_HEADER);
-        goto fail;
-    }
-    header = malloc(hlen + 1);
-    if (!header) {
-        util_errorf(err, errlen, "ckpt: %s: out of memory", path);
-        goto fail;
-    }
-    if (read_exact(fp, header, hlen) != 0) {
-        util_errorf(err, errlen, "ckpt: %s: cannot read the header", path);
-        goto fail;
-    }
-    header[hlen] = '\0';
-
-    /* The JSON may be followed by padding spaces, nothing else. */
-    const char *end = NULL;
-    root = cJSON_ParseWithLengthOpts(header, hlen, &end, 0);
-    if (root && end) {
-        for (const char *p = end; p < header + hlen; p++) {
-            if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-                cJSON_Delete(root);
-                root = NULL;
-                break;
-            }
-        }
-    }
-    if (!root || !cJSON_IsObject(root)) {
-        util_errorf(err, errlen, "ckpt: %s: header is not a valid JSON object", path);
-        goto fail;
-    }
-
+    if (read_header(fp, path, &fsize, &header, &hlen, err, errlen) ||
+        !(root = parse_header(path, header, hlen, err, errlen)))
+        goto done;
     int n_entries = cJSON_GetArraySize(root);
     f->tensors = calloc((size_t)n_entries + 1, sizeof *f->tensors);
     spans = calloc((size_t)n_entries + 1, sizeof *spans);
     names = calloc((size_t)n_entries + 1, sizeof *names);
     if (!f->tensors || !spans || !names) {
         util_errorf(err, errlen, "ckpt: %s: out of memory", path);
-        goto fail;
+        goto done;
     }
-    for (const cJSON *e = root->child; e; e = e->next) {
-        if (!strcmp(e->string, "__metadata__")) {
-            if (f->metadata) {
-                util_errorf(err, errlen, "ckpt: %s: duplicate __metadata__", path);
-                goto fail;
-            }
-            if (!cJSON_IsObject(e)) {
-                util_errorf(err, errlen, "ckpt: %s: __metadata__ is not an object", path);
-                goto fail;
-            }
-            for (const cJSON *v = e->child; v; v = v->next) {
-                if (!cJSON_IsString(v)) {
-                    util_errorf(err, errlen, "ckpt: %s: __metadata__ value \"%s\" is not a string",
-                                path, v->string);
-                    goto fail;
-                }
-            }
-            f->metadata = cJSON_PrintUnformatted(e);
-            if (!f->metadata) {
-                util_errorf(err, errlen, "ckpt: %s: out of memory", path);
-                goto fail;
-            }
-            continue;
-        }
-        ckpt_tensor_t *t = &f->tensors[f->n];
-        if (parse_entry(path, e, t, &spans[f->n].begin, &spans[f->n].end, err, errlen) != 0)
-            goto fail;
-        spans[f->n].idx = f->n;
-        f->n++;
-    }
-
-    /* Names must be unique (JSON objects may repeat keys; cJSON keeps both). */
-    for (int i = 0; i < f->n; i++) names[i] = f->tensors[i].name;
-    qsort(names, (size_t)f->n, sizeof *names, name_cmp);
-    for (int i = 1; i < f->n; i++) {
-        if (!strcmp(names[i - 1], names[i])) {
-            util_errorf(err, errlen, "ckpt: %s: duplicate tensor %s", path, names[i]);
-            goto fail;
-        }
-    }
-
-    /* The tensors must tile [0, data length) exactly. Every size is a multiple
-     * of 4 and the first begins at 0, so every float is aligned. */
     uint64_t dlen = fsize - 8 - hlen;
-    qsort(spans, (size_t)f->n, sizeof *spans, span_cmp);
-    uint64_t pos = 0;
-    for (int i = 0; i < f->n; i++) {
-        const char *name = f->tensors[spans[i].idx].name;
-        if (spans[i].end > dlen) {
-            util_errorf(err, errlen,
-                        "ckpt: %s: tensor %s: data_offsets end %llu is past the data section "
-                        "(%llu bytes)",
-                        path, name, (unsigned long long)spans[i].end, (unsigned long long)dlen);
-            goto fail;
-        }
-        if (spans[i].begin < pos) {
-            util_errorf(err, errlen, "ckpt: %s: tensor %s overlaps %s", path, name,
-                        f->tensors[spans[i - 1].idx].name);
-            goto fail;
-        }
-        if (spans[i].begin > pos) {
-            util_errorf(err, errlen, "ckpt: %s: unused bytes [%llu,%llu) before tensor %s", path,
-                        (unsigned long long)pos, (unsigned long long)spans[i].begin, name);
-            goto fail;
-        }
-        pos = spans[i].end;
-    }
-    if (pos != dlen) {
-        util_errorf(err, errlen, "ckpt: %s: %llu trailing bytes after the last tensor", path,
-                    (unsigned long long)(dlen - pos));
-        goto fail;
-    }
-
-    f->buflen = (size_t)dlen;
-    f->buf = malloc(dlen ? (size_t)dlen : 1);
-    if (!f->buf) {
-        util_errorf(err, errlen, "ckpt: %s: out of memory for %llu bytes of data", path,
-                    (unsigned long long)dlen);
-        goto fail;
-    }
-    if (read_exact(fp, f->buf, (size_t)dlen) != 0) {
-        util_errorf(err, errlen, "ckpt: %s: cannot read the data section", path);
-        goto fail;
-    }
-    for (int i = 0; i < f->n; i++)
-        f->tensors[spans[i].idx].data = (const float *)((const char *)f->buf + spans[i].begin);
-
-    fclose(fp);
-    free(header);
-    free(spans);
-    free(names);
-    cJSON_Delete(root);
-    return 0;
-fail:
+    rc = read_entries(path, root, f, spans, names, err, errlen) ||
+                 check_tiling(path, f, spans, dlen, err, errlen) ||
+                 read_data(fp, path, f, spans, dlen, err, errlen)
+             ? -1
+             : 0;
+done:
     if (fp) fclose(fp);
     free(header);
     free(spans);
     free(names);
     cJSON_Delete(root);
-    ckpt_file_close(f);
-    return -1;
+    if (rc) ckpt_file_close(f);
+    return rc;
 }
 
 /* Returns a pointer into f (valid until ckpt_file_close), or NULL. */

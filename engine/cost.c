@@ -175,47 +175,76 @@ static void usage(FILE *out) {
                  "  --batch B   rows per forward pass for the MAC counts and the memory\n");
 }
 
-int cost_main(int argc, char **argv) {
-    const char *spec_path = NULL, *dir = NULL;
-    long batch = 0;
+/* Returns 0, 1 for --help (printed), or 2 after a usage error (printed). */
+static int cost_parse(int argc, char **argv, const char **spec_path, const char **dir,
+                      long *batch) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
-            return 0;
+            return 1;
         } else if (!strcmp(argv[i], "--dir") || !strncmp(argv[i], "--dir=", 6)) {
-            dir = argv[i][5] == '=' ? argv[i] + 6 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!dir || !*dir) {
+            *dir = argv[i][5] == '=' ? argv[i] + 6 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!*dir || !**dir) {
                 fprintf(stderr, "cost: --dir needs a directory\n");
-                usage(stderr);
-                return 2;
+                goto usage;
             }
         } else if (!strcmp(argv[i], "--batch") || !strncmp(argv[i], "--batch=", 8)) {
             const char *v = argv[i][7] == '=' ? argv[i] + 8 : (i + 1 < argc ? argv[++i] : NULL);
             char *end = NULL;
             errno = 0;
-            batch = v ? strtol(v, &end, 10) : 0;
-            if (!v || !*v || *end || errno || batch <= 0 || batch > INT_MAX) {
+            *batch = v ? strtol(v, &end, 10) : 0;
+            if (!v || !*v || *end || errno || *batch <= 0 || *batch > INT_MAX) {
                 fprintf(stderr, "cost: --batch needs a positive integer\n");
-                usage(stderr);
-                return 2;
+                goto usage;
             }
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "cost: unknown option %s\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (!spec_path) {
-            spec_path = argv[i];
+            goto usage;
+        } else if (!*spec_path) {
+            *spec_path = argv[i];
         } else {
             fprintf(stderr, "cost: more than one spec given\n");
-            usage(stderr);
-            return 2;
+            goto usage;
         }
     }
-    if (!spec_path) {
-        usage(stderr);
-        return 2;
-    }
+    if (*spec_path) return 0;
+usage:
+    usage(stderr);
+    return 2;
+}
 
+/* The counts and the memory estimate of model m at B rows. */
+static void cost_print(const spec_model_t *m, int B, const cost_t *c, const cost_mem_t *mem) {
+    char a[64];
+    print_params("token parameters:", c->wte, "");
+    print_params("position parameters:", c->wpe, m->pos == POS_LEARNED ? "" : "  rope, no table");
+    print_params("value-embedding parameters:", c->value_embeds, "");
+    print_params("block parameters:", c->blocks, "");
+    print_params("lm_head parameters:", c->lm_head,
+                 m->tie_embeddings ? "  tied to token table" : "");
+    print_params("scalar parameters:", c->scalars, "");
+    print_params("total parameters:", c->total, "");
+    print_count("flops_per_token:", c->flops_per_token);
+    printf("%-28s %20s\n", "forward batch rows (B):", commas(B, a, sizeof a));
+    printf("%-28s %20s\n", "forward seq_len (T):", commas(m->seq_len, a, sizeof a));
+    print_count("projection+FFN MACs:", c->mac_proj_ffn);
+    print_count("attention-pair MACs:", c->mac_attn);
+    print_count("lm_head MACs:", c->mac_lm_head);
+    print_count("forward MACs (sum):", c->mac_proj_ffn + c->mac_attn + c->mac_lm_head);
+    print_mib("memory, weights:", mem->weights);
+    print_mib("memory, gradients:", mem->grads);
+    print_mib("memory, optimizer:", mem->optimizer);
+    print_mib("memory, activations:", mem->activations);
+    print_mib("memory, dataset:", mem->data);
+    print_mib("memory, process:", mem->overhead);
+    print_mib("memory needed (estimate):", mem->total);
+}
+
+int cost_main(int argc, char **argv) {
+    const char *spec_path = NULL, *dir = NULL;
+    long batch = 0;
+    int rc = cost_parse(argc, argv, &spec_path, &dir, &batch);
+    if (rc) return rc == 1 ? 0 : 2;
     spec_t spec;
     char err[SPEC_ERR_LEN];
     int spec_rc = spec_load(spec_path, &spec, err, sizeof err);
@@ -261,30 +290,7 @@ int cost_main(int argc, char **argv) {
     cost_compute(m, B, &c);
     cost_mem_t mem;
     cost_memory(m, B, have_data ? info.train_tokens + info.val_tokens + info.test_tokens : 0, &mem);
-
-    char a[64];
-    print_params("token parameters:", c.wte, "");
-    print_params("position parameters:", c.wpe, m->pos == POS_LEARNED ? "" : "  rope, no table");
-    print_params("value-embedding parameters:", c.value_embeds, "");
-    print_params("block parameters:", c.blocks, "");
-    print_params("lm_head parameters:", c.lm_head,
-                 m->tie_embeddings ? "  tied to token table" : "");
-    print_params("scalar parameters:", c.scalars, "");
-    print_params("total parameters:", c.total, "");
-    print_count("flops_per_token:", c.flops_per_token);
-    printf("%-28s %20s\n", "forward batch rows (B):", commas(B, a, sizeof a));
-    printf("%-28s %20s\n", "forward seq_len (T):", commas(m->seq_len, a, sizeof a));
-    print_count("projection+FFN MACs:", c.mac_proj_ffn);
-    print_count("attention-pair MACs:", c.mac_attn);
-    print_count("lm_head MACs:", c.mac_lm_head);
-    print_count("forward MACs (sum):", c.mac_proj_ffn + c.mac_attn + c.mac_lm_head);
-    print_mib("memory, weights:", mem.weights);
-    print_mib("memory, gradients:", mem.grads);
-    print_mib("memory, optimizer:", mem.optimizer);
-    print_mib("memory, activations:", mem.activations);
-    print_mib("memory, dataset:", mem.data);
-    print_mib("memory, process:", mem.overhead);
-    print_mib("memory needed (estimate):", mem.total);
+    cost_print(m, B, &c, &mem);
     spec_free(&spec);
     return 0;
 }

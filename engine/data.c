@@ -125,44 +125,33 @@ static int test_split(const cJSON *m, data_set_t *ds, const char *path, char *er
     return 0;
 }
 
-int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err, size_t errlen) {
-    memset(ds, 0, sizeof *ds);
-    char path[4400];
-    char *text = NULL;
-    cJSON *m = NULL;
-    if (!data_name_ok(name)) {
-        util_errorf(err, errlen, "dataset name '%s' is not a valid name", name);
-        return -1;
-    }
-    if (snprintf(ds->dir, sizeof ds->dir, "%s/datasets/%s", state_dir, name) >=
-        (int)sizeof ds->dir) {
-        util_errorf(err, errlen, "dataset path too long");
-        return -1;
-    }
-    snprintf(ds->name, sizeof ds->name, "%s", name);
-    snprintf(path, sizeof path, "%s/manifest.json", ds->dir);
-    size_t len;
-    if (!(text = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen))) goto fail;
-    m = cJSON_ParseWithLength(text, len);
-    if (!cJSON_IsObject(m)) {
-        util_errorf(err, errlen, "%s: not a JSON object", path);
-        goto fail;
-    }
-    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(m, "dtype");
-    if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "uint16")) {
-        util_errorf(err, errlen, "%s: \"dtype\" must be \"uint16\"", path);
-        goto fail;
-    }
-    double v[9];
+/* ds's counts from its manifest.json. */
+static int read_manifest(data_set_t *ds, char *err, size_t errlen) {
     static const char *const keys[9] = {"vocab_size",   "n_special",   "bos_id",
                                         "train_tokens", "val_tokens",  "train_docs",
                                         "val_docs",     "train_bytes", "val_bytes"};
-    for (int k = 0; k < 9; k++) {
+    char path[4400];
+    size_t len;
+    double v[9];
+    int rc = -1;
+    snprintf(path, sizeof path, "%s/manifest.json", ds->dir);
+    char *text = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen);
+    if (!text) return -1;
+    cJSON *m = cJSON_ParseWithLength(text, len);
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(m, "dtype");
+    if (!cJSON_IsObject(m)) {
+        util_errorf(err, errlen, "%s: not a JSON object", path);
+        goto done;
+    }
+    if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "uint16")) {
+        util_errorf(err, errlen, "%s: \"dtype\" must be \"uint16\"", path);
+        goto done;
+    }
+    for (int k = 0; k < 9; k++)
         if (!manifest_count(m, keys[k], k < 3 ? DATA_MAX_TOKENS : 9007199254740992.0, &v[k])) {
             util_errorf(err, errlen, "%s: \"%s\" missing or not a count", path, keys[k]);
-            goto fail;
+            goto done;
         }
-    }
     ds->vocab_size = (int)v[0];
     ds->n_special = (int)v[1];
     ds->bos_id = (int)v[2];
@@ -177,27 +166,40 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
         util_errorf(err, errlen,
                     "%s: vocab_size %d, bos_id %d and n_special %d do not fit together", path,
                     ds->vocab_size, ds->bos_id, ds->n_special);
-        goto fail;
+        goto done;
     }
+    if (test_split(m, ds, path, err, errlen)) goto done;
+    rc = 0;
+done:
+    cJSON_Delete(m);
+    free(text);
+    return rc;
+}
 
+/* ds->token_bytes from token_bytes.bin: one non-negative int32 a token. */
+static int read_token_bytes(data_set_t *ds, char *err, size_t errlen) {
+    char path[4400];
     size_t tl;
     snprintf(path, sizeof path, "%s/token_bytes.bin", ds->dir);
     if (!(ds->token_bytes = (int32_t *)util_read_file(path, DATA_MAX_FILE_BYTES, &tl, err, errlen)))
-        goto fail;
-    if (tl != (size_t)ds->vocab_size * sizeof(int32_t)) {
-        util_errorf(err, errlen, "%s: %zu bytes, expected %d int32 values", path, tl,
-                    ds->vocab_size);
-        goto fail;
-    }
-    for (int i = 0; i < ds->vocab_size; i++) {
-        if (ds->token_bytes[i] < 0) {
-            util_errorf(err, errlen, "%s: entry %d is negative", path, i);
-            goto fail;
-        }
-    }
+        return -1;
+    if (tl != (size_t)ds->vocab_size * sizeof(int32_t))
+        return util_errorf(err, errlen, "%s: %zu bytes, expected %d int32 values", path, tl,
+                           ds->vocab_size);
+    for (int i = 0; i < ds->vocab_size; i++)
+        if (ds->token_bytes[i] < 0)
+            return util_errorf(err, errlen, "%s: entry %d is negative", path, i);
+    return 0;
+}
 
-    if (test_split(m, ds, path, err, errlen)) goto fail;
-
+int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err, size_t errlen) {
+    memset(ds, 0, sizeof *ds);
+    if (!data_name_ok(name))
+        return util_errorf(err, errlen, "dataset name '%s' is not a valid name", name);
+    if (snprintf(ds->dir, sizeof ds->dir, "%s/datasets/%s", state_dir, name) >= (int)sizeof ds->dir)
+        return util_errorf(err, errlen, "dataset path too long");
+    snprintf(ds->name, sizeof ds->name, "%s", name);
+    if (read_manifest(ds, err, errlen) || read_token_bytes(ds, err, errlen)) goto fail;
     if (map_tokens(ds->dir, "train.bin", ds->n_train, &ds->train_map, &ds->train_map_len, err,
                    errlen) ||
         map_tokens(ds->dir, "val.bin", ds->n_val, &ds->val_map, &ds->val_map_len, err, errlen) ||
@@ -212,12 +214,8 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
         (ds->n_test &&
          check_tokens(ds->test, ds->n_test, ds->test_docs, ds, "test.bin", err, errlen)))
         goto fail;
-    cJSON_Delete(m);
-    free(text);
     return 0;
 fail:
-    cJSON_Delete(m);
-    free(text);
     data_close(ds);
     return -1;
 }

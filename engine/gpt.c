@@ -411,19 +411,11 @@ static void value_embed_forward(float *v, float *gate, const float *xn, const fl
     }
 }
 
-int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, gpt_mode mode,
-                float *loss) {
+/* Token embedding (+ learned positions), dropout when training, the norm:
+ * a->x0, and the first residual slot. */
+static void embed_forward(gpt_t *m, gpt_acts_t *a, const int *inputs, int N, int T, gpt_mode mode) {
     const spec_model_t *c = &m->cfg;
-    int N = B * T, D = c->n_embd, H = c->n_head, Hkv = c->n_kv_head, hd = c->head_dim;
-    int V = c->vocab_size, L = c->depth;
-    int qd = H * hd, kvd = Hkv * hd, qkvd = qd + 2 * kvd; /* the fused projection's columns */
-    gpt_acts_t *a = ensure_acts(m, B, T);
-    if (!a || (c->pos == POS_ROPE && ensure_rope(m, T) < 0)) return NS_ERR_NOMEM;
-    memcpy(a->ids, inputs, (size_t)N * sizeof(int));
-    a->has_targets = targets != NULL;
-    if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int));
-
-    /* embedding (+ learned positions), dropout, norm */
+    int D = c->n_embd;
     ops_embedding_forward(a->emb, m->p.wte, inputs, N, D);
     if (c->pos == POS_LEARNED)
         for (int i = 0; i < N; i++)
@@ -443,49 +435,68 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
     }
     ops_rmsnorm_forward(a->x0, a->rstd0, a->emb, N, D);
     memcpy(a->res[0], a->x0, (size_t)N * D * sizeof(float));
+}
 
-    for (int l = 0; l < L; l++) {
-        const gpt_block_ptrs_t *w = &m->p.h[l];
-        layer_acts_t *s = &a->l[l];
-        float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
-        float *x = a->res[l + 1]; /* the block works in place on the next residual slot */
+/* Block l: attention and MLP, in place on the residual slot l + 1; its MLP
+ * output is left in a->dxn for the next block's mix (or the final norm). */
+static void block_forward(gpt_t *m, gpt_acts_t *a, int l, const int *inputs, int B, int T) {
+    const spec_model_t *c = &m->cfg;
+    int N = B * T, D = c->n_embd, H = c->n_head, Hkv = c->n_kv_head, hd = c->head_dim;
+    int qd = H * hd, kvd = Hkv * hd, qkvd = qd + 2 * kvd; /* the fused projection's columns */
+    const gpt_block_ptrs_t *w = &m->p.h[l];
+    layer_acts_t *s = &a->l[l];
+    float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
+    float *x = a->res[l + 1]; /* the block works in place on the next residual slot */
 
-        /* attention. The previous block's MLP output (in a->dxn) joins the
-         * stream in the same pass as the mix and the norm. */
-        ops_mix_rmsnorm_forward(x, s->xn1, s->rstd1, a->res[l], l > 0 ? a->dxn : NULL, a->x0, rl,
-                                xl, N, D);
-        /* c_q, c_k, c_v are consecutive in params (build_table): one product,
-         * whose q and k columns RoPE and the q/k norm read in place */
-        gemm_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, qkvd);
-        if (c->pos == POS_ROPE) {
-            ops_rope_rmsnorm_forward(s->q, a->qkv, qkvd, s->rstd_q, m->rope_cos, m->rope_sin, N, T,
-                                     H, hd);
-            ops_rope_rmsnorm_forward(s->k, a->qkv + qd, qkvd, s->rstd_k, m->rope_cos, m->rope_sin,
-                                     N, T, Hkv, hd);
-        } else {
-            qkv_block(a->qkv, qkvd, 0, s->q, qd, N, 0);
-            qkv_block(a->qkv, qkvd, qd, s->k, kvd, N, 0);
-            ops_rmsnorm_forward(s->q, s->rstd_q, s->q, N * H, hd);
-            ops_rmsnorm_forward(s->k, s->rstd_k, s->k, N * Hkv, hd);
-        }
-        qkv_block(a->qkv, qkvd, qd + kvd, s->v, kvd, N, 0);
-        if (c->has_ve[l])
-            value_embed_forward(s->v, s->gate, s->xn1, w->ve_gate, w->ve, inputs, N, D,
-                                c->ve_gate_channels, Hkv, hd);
-        double t_att = prof_begin();
-        attn_forward(s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l], a->attn_work,
-                     attn_threads(a));
-        prof_end(PROF_ATTENTION, t_att);
-        /* x += y Wo^T, through a->dxn (the previous MLP output has been added) */
-        gemm_linear_forward(a->dxn, s->y, H * hd, w->c_proj, N, H * hd, D);
-
-        /* mlp (the residual add and its norm in one pass) */
-        ops_add_rmsnorm_forward(x, s->xn2, s->rstd2, a->dxn, N, D);
-        gemm_linear_forward(s->h, s->xn2, D, w->fc, N, D, fc_rows(c));
-        ops_mlp_act_forward(s->a, s->h, N, c->mlp_hidden, c->mlp);
-        gemm_linear_forward(a->dxn, s->a, c->mlp_hidden, w->mlp_proj, N, c->mlp_hidden, D);
-        /* its add into x is left to the next block's mix, or the final norm */
+    /* attention. The previous block's MLP output (in a->dxn) joins the
+     * stream in the same pass as the mix and the norm. */
+    ops_mix_rmsnorm_forward(x, s->xn1, s->rstd1, a->res[l], l > 0 ? a->dxn : NULL, a->x0, rl, xl, N,
+                            D);
+    /* c_q, c_k, c_v are consecutive in params (build_table): one product,
+     * whose q and k columns RoPE and the q/k norm read in place */
+    gemm_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, qkvd);
+    if (c->pos == POS_ROPE) {
+        ops_rope_rmsnorm_forward(s->q, a->qkv, qkvd, s->rstd_q, m->rope_cos, m->rope_sin, N, T, H,
+                                 hd);
+        ops_rope_rmsnorm_forward(s->k, a->qkv + qd, qkvd, s->rstd_k, m->rope_cos, m->rope_sin, N, T,
+                                 Hkv, hd);
+    } else {
+        qkv_block(a->qkv, qkvd, 0, s->q, qd, N, 0);
+        qkv_block(a->qkv, qkvd, qd, s->k, kvd, N, 0);
+        ops_rmsnorm_forward(s->q, s->rstd_q, s->q, N * H, hd);
+        ops_rmsnorm_forward(s->k, s->rstd_k, s->k, N * Hkv, hd);
     }
+    qkv_block(a->qkv, qkvd, qd + kvd, s->v, kvd, N, 0);
+    if (c->has_ve[l])
+        value_embed_forward(s->v, s->gate, s->xn1, w->ve_gate, w->ve, inputs, N, D,
+                            c->ve_gate_channels, Hkv, hd);
+    double t_att = prof_begin();
+    attn_forward(s->y, s->lse, s->q, s->k, s->v, B, T, H, Hkv, hd, c->window[l], a->attn_work,
+                 attn_threads(a));
+    prof_end(PROF_ATTENTION, t_att);
+    /* x += y Wo^T, through a->dxn (the previous MLP output has been added) */
+    gemm_linear_forward(a->dxn, s->y, H * hd, w->c_proj, N, H * hd, D);
+
+    /* mlp (the residual add and its norm in one pass) */
+    ops_add_rmsnorm_forward(x, s->xn2, s->rstd2, a->dxn, N, D);
+    gemm_linear_forward(s->h, s->xn2, D, w->fc, N, D, fc_rows(c));
+    ops_mlp_act_forward(s->a, s->h, N, c->mlp_hidden, c->mlp);
+    gemm_linear_forward(a->dxn, s->a, c->mlp_hidden, w->mlp_proj, N, c->mlp_hidden, D);
+    /* its add into x is left to the next block's mix, or the final norm */
+}
+
+int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, gpt_mode mode,
+                float *loss) {
+    const spec_model_t *c = &m->cfg;
+    int N = B * T, D = c->n_embd, V = c->vocab_size, L = c->depth;
+    gpt_acts_t *a = ensure_acts(m, B, T);
+    if (!a || (c->pos == POS_ROPE && ensure_rope(m, T) < 0)) return NS_ERR_NOMEM;
+    memcpy(a->ids, inputs, (size_t)N * sizeof(int));
+    a->has_targets = targets != NULL;
+    if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int));
+
+    embed_forward(m, a, inputs, N, T, mode);
+    for (int l = 0; l < L; l++) block_forward(m, a, l, inputs, B, T);
 
     /* depth >= 1 (spec_validate): a->dxn holds the last block's MLP output */
     ops_add_rmsnorm_forward(a->res[L], a->xf, a->rstdf, a->dxn, N, D);

@@ -84,7 +84,11 @@ typedef enum { GPT_EVAL = 0, GPT_TRAIN = 1 } gpt_mode;
 gpt_t *gpt_new(const spec_model_t *cfg, char *err, size_t errlen);
 void gpt_free(gpt_t *m);
 
-/* Autoresearch initialisation (DESIGN.md), reproducible from seed. */
+/* Autoresearch initialisation, reproducible from seed: token table
+ * normal(0, 1), lm_head normal(0, 0.001), q/k/v/fc and value embeddings
+ * uniform(-s, s) with s = sqrt(3/n_embd), output projections and gates zero,
+ * resid_lambdas 1, x0_lambdas 0.1; a learned position table normal(0, 0.02)
+ * as GPT-2's (autoresearch has none). */
 void gpt_init_weights(gpt_t *m, uint64_t seed);
 
 /* Look a tensor up by name; NULL if the model has none. */

@@ -198,31 +198,36 @@ static int grad_pass(gpt_t *m, const int *in, const int *tg, int B, int T, doubl
     return 0;
 }
 
-int grad_main(int argc, char **argv) {
-    const char *spec_path = NULL, *ckpt_path = NULL, *tokens_path = NULL, *out_path = NULL;
-    int repeat = 1, timed = 0; /* timed: --repeat was given, so print the times */
+typedef struct {
+    const char *spec_path, *ckpt_path, *tokens_path, *out_path;
+    int repeat, timed; /* timed: --repeat was given, so print the times */
+} grad_args_t;
+
+/* Returns 0, 1 for --help (printed), or 2 after a usage error (printed). */
+static int grad_parse(int argc, char **argv, grad_args_t *a) {
+    *a = (grad_args_t){.repeat = 1};
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *v;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
-            return 0;
+            return 1;
         } else if ((v = opt_value(argc, argv, &i, "--spec", &missing))) {
-            spec_path = v;
+            a->spec_path = v;
         } else if ((v = opt_value(argc, argv, &i, "--checkpoint", &missing))) {
-            ckpt_path = v;
+            a->ckpt_path = v;
         } else if ((v = opt_value(argc, argv, &i, "--tokens", &missing))) {
-            tokens_path = v;
+            a->tokens_path = v;
         } else if ((v = opt_value(argc, argv, &i, "--out", &missing))) {
-            out_path = v;
+            a->out_path = v;
         } else if ((v = opt_value(argc, argv, &i, "--repeat", &missing))) {
-            if (parse_repeat(v, &repeat) != 0) {
+            if (parse_repeat(v, &a->repeat) != 0) {
                 fprintf(stderr, "grad: --repeat %s: expected a whole number from 1 to %d\n", v,
                         GRAD_MAX_REPEAT);
                 usage(stderr);
                 return 2;
             }
-            timed = 1;
+            a->timed = 1;
         } else {
             fprintf(stderr, "grad: %s %s\n", missing ? "missing value for" : "unknown argument",
                     argv[i]);
@@ -230,102 +235,111 @@ int grad_main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!spec_path || !ckpt_path || !tokens_path) {
+    if (!a->spec_path || !a->ckpt_path || !a->tokens_path) {
         fprintf(stderr, "grad: --spec, --checkpoint and --tokens are required\n");
         usage(stderr);
         return 2;
     }
+    return 0;
+}
 
+/* The passes (a warm-up first when repeated: BLAS starts its threads, the
+ * allocator settles), the loss and, when timed, the times on stdout.
+ * Returns 0, or -1 after saying why on stderr. */
+static int grad_passes(gpt_t *m, const int *in, const int *tg, int B, int T, const grad_args_t *a,
+                       float *loss) {
+    double *fwd_s = NULL, *pass_s = NULL; /* seconds per timed pass, `repeat` each */
+    int rc = -1;
+    if (a->timed) {
+        fwd_s = malloc((size_t)a->repeat * sizeof *fwd_s);
+        pass_s = malloc((size_t)a->repeat * sizeof *pass_s);
+        if (!fwd_s || !pass_s) {
+            fprintf(stderr, "grad: out of memory for %d timings\n", a->repeat);
+            goto done;
+        }
+    }
+    *loss = 0.0f;
+    int pass_rc = a->repeat > 1 ? grad_pass(m, in, tg, B, T, NULL, NULL, loss) : 0;
+    for (int r = 0; r < a->repeat && pass_rc == 0 && !isnan(*loss); r++)
+        pass_rc =
+            grad_pass(m, in, tg, B, T, fwd_s ? &fwd_s[r] : NULL, pass_s ? &pass_s[r] : NULL, loss);
+    if (pass_rc < 0) {
+        fprintf(stderr, "grad: out of memory in the forward pass\n");
+        goto done;
+    }
+    if (isnan(*loss)) {
+        fprintf(stderr, "grad: forward pass gave NaN (non-finite weights)\n");
+        goto done;
+    }
+    printf("loss: %.9g\n", *loss);
+    if (a->timed) {
+        double pass_min = pass_s[0];
+        for (int r = 1; r < a->repeat; r++) pass_min = fmin(pass_min, pass_s[r]);
+        printf("fwd_bwd_ms_median: %.3f\n", 1e3 * median(pass_s, a->repeat));
+        printf("fwd_bwd_ms_min: %.3f\n", 1e3 * pass_min);
+        printf("forward_ms_median: %.3f\n", 1e3 * median(fwd_s, a->repeat));
+    }
+    fflush(stdout);
+    rc = 0;
+done:
+    free(fwd_s);
+    free(pass_s);
+    return rc;
+}
+
+int grad_main(int argc, char **argv) {
+    grad_args_t a;
+    int rc = grad_parse(argc, argv, &a);
+    if (rc) return rc == 1 ? 0 : 2;
     char err[512];
     spec_t spec;
     gpt_t *m = NULL;
     int32_t *ids = NULL;
     int *in = NULL, *tg = NULL;
-    double *fwd_s = NULL, *pass_s = NULL; /* seconds per timed pass, `repeat` each */
-    int spec_loaded = 0, B = 0, rc = 1;
-
-    int spec_rc = spec_load(spec_path, &spec, err, sizeof err);
+    int spec_loaded = 0, B = 0;
+    float loss;
+    rc = 1;
+    int spec_rc = spec_load(a.spec_path, &spec, err, sizeof err);
     if (spec_rc != 0) {
         /* spec_load names the file itself when it cannot read it. */
         if (spec_rc != NS_ERR_INVALID)
             fprintf(stderr, "grad: %s\n", err);
         else
-            fprintf(stderr, "grad: %s: %s\n", spec_path, err);
-        goto fail;
+            fprintf(stderr, "grad: %s: %s\n", a.spec_path, err);
+        goto done;
     }
     spec_loaded = 1;
     const spec_model_t *cfg = &spec.model;
     if (cfg->vocab_size <= 0) {
         fprintf(stderr, "grad: model.vocab_size is required (no dataset to take it from)\n");
-        goto fail;
+        goto done;
     }
     const int T = cfg->seq_len, V = cfg->vocab_size;
-    if (read_tokens(tokens_path, T, &ids, &B, err, sizeof err) != 0 ||
-        split_rows(ids, B, T, V, tokens_path, &in, &tg, err, sizeof err) != 0) {
-        fprintf(stderr, "grad: %s\n", err);
-        goto fail;
-    }
     threads_set(spec.resources.threads); /* as `train` does: 0 = every CPU */
-    m = gpt_new(cfg, err, sizeof err);
-    if (!m) {
+    if (read_tokens(a.tokens_path, T, &ids, &B, err, sizeof err) != 0 ||
+        split_rows(ids, B, T, V, a.tokens_path, &in, &tg, err, sizeof err) != 0 ||
+        !(m = gpt_new(cfg, err, sizeof err)) || ckpt_load(m, a.ckpt_path, err, sizeof err) != 0) {
         fprintf(stderr, "grad: %s\n", err);
-        goto fail;
+        goto done;
     }
-    if (ckpt_load(m, ckpt_path, err, sizeof err) != 0) {
-        fprintf(stderr, "grad: %s\n", err);
-        goto fail;
-    }
-    if (timed) {
-        fwd_s = malloc((size_t)repeat * sizeof *fwd_s);
-        pass_s = malloc((size_t)repeat * sizeof *pass_s);
-        if (!fwd_s || !pass_s) {
-            fprintf(stderr, "grad: out of memory for %d timings\n", repeat);
-            goto fail;
-        }
-    }
-    /* The warm-up lets BLAS start its threads and the allocator settle. */
-    float loss = 0.0f;
-    int pass_rc = repeat > 1 ? grad_pass(m, in, tg, B, T, NULL, NULL, &loss) : 0;
-    for (int r = 0; r < repeat && pass_rc == 0 && !isnan(loss); r++)
-        pass_rc =
-            grad_pass(m, in, tg, B, T, fwd_s ? &fwd_s[r] : NULL, pass_s ? &pass_s[r] : NULL, &loss);
-    if (pass_rc < 0) {
-        fprintf(stderr, "grad: out of memory in the forward pass\n");
-        goto fail;
-    }
-    if (isnan(loss)) {
-        fprintf(stderr, "grad: forward pass gave NaN (non-finite weights)\n");
-        goto fail;
-    }
-    printf("loss: %.9g\n", loss);
-    if (timed) {
-        double pass_min = pass_s[0];
-        for (int r = 1; r < repeat; r++) pass_min = fmin(pass_min, pass_s[r]);
-        printf("fwd_bwd_ms_median: %.3f\n", 1e3 * median(pass_s, repeat));
-        printf("fwd_bwd_ms_min: %.3f\n", 1e3 * pass_min);
-        printf("forward_ms_median: %.3f\n", 1e3 * median(fwd_s, repeat));
-    }
-    fflush(stdout);
-
-    if (out_path) {
+    if (grad_passes(m, in, tg, B, T, &a, &loss) < 0) goto done;
+    if (a.out_path) {
         char meta[256];
         snprintf(meta, sizeof meta,
                  "{\"format\":\"nightshift-grads\",\"loss\":\"%.9g\",\"batch_rows\":\"%d\","
                  "\"seq_len\":\"%d\"}",
                  loss, B, T);
-        if (ckpt_write(m, m->grads, meta, out_path, err, sizeof err) != 0) {
+        if (ckpt_write(m, m->grads, meta, a.out_path, err, sizeof err) != 0) {
             fprintf(stderr, "grad: %s\n", err);
-            goto fail;
+            goto done;
         }
     }
     rc = 0;
-fail:
+done:
     gpt_free(m);
     free(ids);
     free(in);
     free(tg);
-    free(fwd_s);
-    free(pass_s);
     if (spec_loaded) spec_free(&spec);
     return rc;
 }

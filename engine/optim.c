@@ -383,12 +383,10 @@ static double update_cost(const optim_t *o, const gpt_t *m, int i) {
     return (double)t->numel * (t->rows < t->cols ? t->rows : t->cols) * o->ns_steps;
 }
 
-optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t errlen) {
-    optim_t *o = NULL;
-    if (m->cfg.n_embd <= 0) {
-        snprintf(err, errlen, "optim: model width %d is not positive", m->cfg.n_embd);
-        goto fail;
-    }
+/* The settings optim_new takes from tr and m, checked. */
+static int check_settings(const gpt_t *m, const spec_train_t *tr, char *err, size_t errlen) {
+    if (m->cfg.n_embd <= 0)
+        return util_errorf(err, errlen, "optim: model width %d is not positive", m->cfg.n_embd);
     if (check_lr("matrix_lr", tr->matrix_lr, err, errlen) ||
         check_lr("embedding_lr", tr->embedding_lr, err, errlen) ||
         check_lr("value_embedding_lr", tr->value_embedding_lr, err, errlen) ||
@@ -398,42 +396,31 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
         check_beta("adam_beta2", tr->adam_beta2, err, errlen) ||
         check_beta("x0_beta1", tr->x0_beta1, err, errlen) ||
         check_beta("muon_beta2", tr->muon_beta2, err, errlen))
-        goto fail;
+        return -1;
     /* The spec's rule (spec_validate): at least one polar-express step. */
-    if (tr->ns_steps < 1 || tr->ns_steps > OPTIM_MAX_NS_STEPS) {
-        snprintf(err, errlen, "train.ns_steps: %d is not in 1..%d", tr->ns_steps,
-                 OPTIM_MAX_NS_STEPS);
-        goto fail;
-    }
+    if (tr->ns_steps < 1 || tr->ns_steps > OPTIM_MAX_NS_STEPS)
+        return util_errorf(err, errlen, "train.ns_steps: %d is not in 1..%d", tr->ns_steps,
+                           OPTIM_MAX_NS_STEPS);
+    return 0;
+}
 
-    o = calloc(1, sizeof *o);
-    if (!o) goto oom;
-    o->n = m->n_tensors;
-    o->ns_steps = tr->ns_steps;
-    o->muon_beta2 = (float)tr->muon_beta2;
-    o->params = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->params);
-    o->state_off = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->state_off);
-    o->order = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->order);
-    if (!o->params || !o->state_off || !o->order) goto oom;
-
+/* Each tensor's group settings into o->params, and the state and scratch
+ * it needs counted (o->state_off, o->state_floats, o->work_floats). */
+static int group_tensors(optim_t *o, const gpt_t *m, const spec_train_t *tr, char *err,
+                         size_t errlen) {
     const double scale = pow(m->cfg.n_embd / 768.0, -0.5);
     int tied = 1;
     for (int i = 0; i < m->n_tensors; i++)
         if (m->tensors[i].kind == GPT_LM_HEAD) tied = 0;
-
     for (int i = 0; i < m->n_tensors; i++) {
         const gpt_tensor_t *t = &m->tensors[i];
         const optim_group_t *g = group_of(t->kind);
-        if (!g) {
-            snprintf(err, errlen, "optim: %s has no optimizer group (kind %d)", t->name,
-                     (int)t->kind);
-            goto fail;
-        }
-        if (g->update == OPTIM_MUON && (t->ndim != 2 || t->rows <= 0 || t->cols <= 0 ||
-                                        (size_t)t->rows * t->cols != t->numel)) {
-            snprintf(err, errlen, "optim: %s is not a (rows, cols) matrix", t->name);
-            goto fail;
-        }
+        if (!g)
+            return util_errorf(err, errlen, "optim: %s has no optimizer group (kind %d)", t->name,
+                               (int)t->kind);
+        if (g->update == OPTIM_MUON &&
+            (t->ndim != 2 || t->rows <= 0 || t->cols <= 0 || (size_t)t->rows * t->cols != t->numel))
+            return util_errorf(err, errlen, "optim: %s is not a (rows, cols) matrix", t->name);
         optim_param_t *q = &o->params[i];
         q->kind = g->update;
         q->lr = group_lr(g, t, tr, scale, tied);
@@ -452,7 +439,22 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
             o->state_floats += 2 * t->numel;
         }
     }
+    return 0;
+}
 
+optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t errlen) {
+    optim_t *o = NULL;
+    if (check_settings(m, tr, err, errlen)) goto fail;
+    o = calloc(1, sizeof *o);
+    if (!o) goto oom;
+    o->n = m->n_tensors;
+    o->ns_steps = tr->ns_steps;
+    o->muon_beta2 = (float)tr->muon_beta2;
+    o->params = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->params);
+    o->state_off = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->state_off);
+    o->order = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *o->order);
+    if (!o->params || !o->state_off || !o->order) goto oom;
+    if (group_tensors(o, m, tr, err, errlen)) goto fail;
     if (o->state_floats) {
         o->state = calloc(o->state_floats, sizeof *o->state);
         if (!o->state) goto oom;

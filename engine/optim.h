@@ -6,9 +6,10 @@
  *   kernels    optim_adamw_step / optim_muon_step update one tensor in place;
  *              the caller owns every buffer.
  *   optimizer  optim_new groups a gpt_t's tensors as autoresearch's
- *              setup_optimizer does (DESIGN.md, optimizer table) and owns the
- *              state (Adam moments, Muon buffers, scratch); optim_step applies
- *              one update from m->grads.
+ *              setup_optimizer does (the optim_groups table in optim.c: each
+ *              kind of tensor's optimizer, learning rate and scaling) and owns
+ *              the state (Adam moments, Muon buffers, scratch); optim_step
+ *              applies one update from m->grads.
  *
  * A training step, with progress = training seconds / budget:
  *     optim_step(o, m, optim_lr_multiplier(progress, ...),

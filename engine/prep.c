@@ -448,6 +448,43 @@ static void default_name(const char *input, char *buf, size_t len) {
 }
 
 /* Returns 0, 1 after --help, or 2 on a usage error (printed). */
+/* The option key ("--vocab") with its value into a. Returns 0, or 2 after
+ * saying why on stderr. */
+static int set_value(prep_args_t *a, const char *key, const char *val) {
+    char *end;
+    if (!strcmp(key, "--dir")) {
+        a->dir = val;
+    } else if (!strcmp(key, "--name")) {
+        a->name = val;
+    } else if (!strcmp(key, "--vocab")) {
+        errno = 0;
+        a->vocab = strtol(val, &end, 10);
+        if (errno || end == val || *end) {
+            fprintf(stderr, "prep: --vocab %s is not an integer\n", val);
+            return 2;
+        }
+    } else if (!strcmp(key, "--val-fraction")) {
+        a->val_fraction = strtod(val, &end);
+        if (end == val || *end || !(a->val_fraction > 0 && a->val_fraction < 1)) {
+            fprintf(stderr, "prep: --val-fraction %s is not a number in (0, 1)\n", val);
+            return 2;
+        }
+        a->has_fraction = true;
+    } else if (!strcmp(key, "--test-fraction")) {
+        a->test_fraction = strtod(val, &end);
+        if (end == val || *end || !(a->test_fraction >= 0 && a->test_fraction < 1)) {
+            fprintf(stderr, "prep: --test-fraction %s is not a number in [0, 1)\n", val);
+            return 2;
+        }
+        a->has_test_fraction = true;
+    } else if (!strcmp(key, "--test")) {
+        a->tests[a->n_tests++] = val;
+    } else {
+        a->vals[a->n_vals++] = val;
+    }
+    return 0;
+}
+
 static int prep_parse(int argc, char **argv, prep_args_t *a) {
     memset(a, 0, sizeof *a);
     a->vocab = PREP_DEFAULT_VOCAB;
@@ -501,37 +538,7 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
             fprintf(stderr, "prep: %s needs a value\n", key);
             return 2;
         }
-        char *end;
-        if (!strcmp(key, "--dir")) {
-            a->dir = val;
-        } else if (!strcmp(key, "--name")) {
-            a->name = val;
-        } else if (!strcmp(key, "--vocab")) {
-            errno = 0;
-            a->vocab = strtol(val, &end, 10);
-            if (errno || end == val || *end) {
-                fprintf(stderr, "prep: --vocab %s is not an integer\n", val);
-                return 2;
-            }
-        } else if (!strcmp(key, "--val-fraction")) {
-            a->val_fraction = strtod(val, &end);
-            if (end == val || *end || !(a->val_fraction > 0 && a->val_fraction < 1)) {
-                fprintf(stderr, "prep: --val-fraction %s is not a number in (0, 1)\n", val);
-                return 2;
-            }
-            a->has_fraction = true;
-        } else if (!strcmp(key, "--test-fraction")) {
-            a->test_fraction = strtod(val, &end);
-            if (end == val || *end || !(a->test_fraction >= 0 && a->test_fraction < 1)) {
-                fprintf(stderr, "prep: --test-fraction %s is not a number in [0, 1)\n", val);
-                return 2;
-            }
-            a->has_test_fraction = true;
-        } else if (!strcmp(key, "--test")) {
-            a->tests[a->n_tests++] = val;
-        } else {
-            a->vals[a->n_vals++] = val;
-        }
+        if (set_value(a, key, val)) return 2;
         continue;
     unknown:
         fprintf(stderr, "prep: unknown option %s\n", arg);
@@ -733,6 +740,61 @@ static int pin_test(corpus_t *c, const prep_args_t *a, size_t n_test_docs, split
     return 0;
 }
 
+/* o["paths"]: the n paths given for a split. */
+static void add_paths(cJSON *o, const char *const *paths, size_t n) {
+    cJSON *arr = cJSON_AddArrayToObject(o, "paths");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(paths[i]));
+}
+
+/* The manifest's "val_split": how the validation split was pinned. */
+static void add_val_split(cJSON *m, const prep_args_t *a, const corpus_t *c, const splits_t *sp,
+                          const char *desc) {
+    cJSON *vs = cJSON_AddObjectToObject(m, "val_split");
+    if (a->n_vals) {
+        cJSON_AddStringToObject(vs, "method", "files");
+        add_paths(vs, a->vals, a->n_vals);
+    } else if (sp->val_cut) {
+        cJSON_AddStringToObject(vs, "method", "byte_fraction");
+        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
+        cJSON_AddNumberToObject(vs, "cut_byte", (double)sp->val_cut);
+        cJSON_AddNumberToObject(vs, "train_text_bytes", (double)c->dlen[0]);
+        cJSON_AddNumberToObject(vs, "val_text_bytes",
+                                (double)docs_bytes(c, sp->val_lo, sp->val_hi));
+    } else {
+        cJSON_AddStringToObject(vs, "method", "fraction");
+        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
+    }
+    cJSON_AddStringToObject(vs, "description", desc);
+}
+
+/* The manifest's "test_split": the cut, so a reader can tell exactly which
+ * text is sealed. */
+static void add_test_split(cJSON *m, const prep_args_t *a, const corpus_t *c, const splits_t *sp,
+                           const char *desc) {
+    cJSON *ts = cJSON_AddObjectToObject(m, "test_split");
+    if (a->n_tests) {
+        cJSON_AddStringToObject(ts, "method", "files");
+        add_paths(ts, a->tests, a->n_tests);
+    } else if (sp->no_test) {
+        cJSON_AddStringToObject(ts, "method", "none");
+        cJSON_AddStringToObject(ts, "reason", sp->no_test);
+    } else if (sp->test_cut) {
+        cJSON_AddStringToObject(ts, "method", "bytes");
+        cJSON_AddNumberToObject(ts, "cut_byte", (double)sp->test_cut);
+        cJSON_AddNumberToObject(ts, "end_byte", (double)sp->test_end);
+    } else {
+        cJSON_AddStringToObject(ts, "method", "documents");
+        cJSON_AddNumberToObject(ts, "first_document", (double)sp->test_lo);
+        cJSON_AddNumberToObject(ts, "documents", (double)(sp->test_hi - sp->test_lo));
+    }
+    if (!a->n_tests && !sp->no_test) {
+        if (a->has_test_fraction) cJSON_AddNumberToObject(ts, "fraction", a->test_fraction);
+        cJSON_AddNumberToObject(ts, "target_bytes", (double)sp->test_target);
+        cJSON_AddNumberToObject(ts, "text_bytes", (double)docs_bytes(c, sp->test_lo, sp->test_hi));
+    }
+    cJSON_AddStringToObject(ts, "description", desc);
+}
+
 static cJSON *manifest_json(const prep_args_t *a, const tok_t *tok, const corpus_t *c,
                             const splits_t *sp, const split_stats_t *tr, const split_stats_t *va,
                             const split_stats_t *te, const char *val_desc, const char *test_desc,
@@ -754,49 +816,8 @@ static cJSON *manifest_json(const prep_args_t *a, const tok_t *tok, const corpus
     cJSON_AddNumberToObject(m, "train_bytes", (double)tr->bytes);
     cJSON_AddNumberToObject(m, "val_bytes", (double)va->bytes);
     cJSON_AddNumberToObject(m, "test_bytes", (double)te->bytes);
-    cJSON *vs = cJSON_AddObjectToObject(m, "val_split");
-    if (a->n_vals) {
-        cJSON_AddStringToObject(vs, "method", "files");
-        cJSON *paths = cJSON_AddArrayToObject(vs, "paths");
-        for (size_t i = 0; i < a->n_vals; i++)
-            cJSON_AddItemToArray(paths, cJSON_CreateString(a->vals[i]));
-    } else if (sp->val_cut) {
-        cJSON_AddStringToObject(vs, "method", "byte_fraction");
-        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
-        cJSON_AddNumberToObject(vs, "cut_byte", (double)sp->val_cut);
-        cJSON_AddNumberToObject(vs, "train_text_bytes", (double)c->dlen[0]);
-        cJSON_AddNumberToObject(vs, "val_text_bytes",
-                                (double)docs_bytes(c, sp->val_lo, sp->val_hi));
-    } else {
-        cJSON_AddStringToObject(vs, "method", "fraction");
-        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
-    }
-    cJSON_AddStringToObject(vs, "description", val_desc);
-    /* The test split's cut, so a reader can tell exactly which text is sealed. */
-    cJSON *ts = cJSON_AddObjectToObject(m, "test_split");
-    if (a->n_tests) {
-        cJSON_AddStringToObject(ts, "method", "files");
-        cJSON *paths = cJSON_AddArrayToObject(ts, "paths");
-        for (size_t i = 0; i < a->n_tests; i++)
-            cJSON_AddItemToArray(paths, cJSON_CreateString(a->tests[i]));
-    } else if (sp->no_test) {
-        cJSON_AddStringToObject(ts, "method", "none");
-        cJSON_AddStringToObject(ts, "reason", sp->no_test);
-    } else if (sp->test_cut) {
-        cJSON_AddStringToObject(ts, "method", "bytes");
-        cJSON_AddNumberToObject(ts, "cut_byte", (double)sp->test_cut);
-        cJSON_AddNumberToObject(ts, "end_byte", (double)sp->test_end);
-    } else {
-        cJSON_AddStringToObject(ts, "method", "documents");
-        cJSON_AddNumberToObject(ts, "first_document", (double)sp->test_lo);
-        cJSON_AddNumberToObject(ts, "documents", (double)(sp->test_hi - sp->test_lo));
-    }
-    if (!a->n_tests && !sp->no_test) {
-        if (a->has_test_fraction) cJSON_AddNumberToObject(ts, "fraction", a->test_fraction);
-        cJSON_AddNumberToObject(ts, "target_bytes", (double)sp->test_target);
-        cJSON_AddNumberToObject(ts, "text_bytes", (double)docs_bytes(c, sp->test_lo, sp->test_hi));
-    }
-    cJSON_AddStringToObject(ts, "description", test_desc);
+    add_val_split(m, a, c, sp, val_desc);
+    add_test_split(m, a, c, sp, test_desc);
     cJSON *srcs = cJSON_AddArrayToObject(m, "sources");
     static const char *const split_names[] = {"train", "val", "test"};
     for (size_t i = 0; i < c->nsrc; i++) {
@@ -859,13 +880,163 @@ fail:
     return -1;
 }
 
-#define PREP_LOG(...)                                                                              \
+/* One run of prep: its arguments and what each stage leaves for the next.
+ * Released by prep_close. */
+typedef struct {
+    prep_args_t a;
+    corpus_t c;
+    size_t n_in, n_val_docs, n_test_docs; /* documents of the INPUTs, --val, --test */
+    splits_t sp;                          /* where each split's documents are */
+    char val_desc[256], test_desc[256];   /* how the splits were chosen, for the manifest */
+    tok_trainer_t *tr;
+    tok_t *tok;
+    double tok_s;
+    int32_t *tb; /* bytes of every token */
+    split_stats_t st_train, st_val, st_test;
+    char dsdir[4096], tmp[4400], final[4400];
+    bool made_tmp; /* tmp exists and is removed on failure */
+    double t0;
+} prep_t;
+
+#define PREP_LOG(p, ...)                                                                           \
     do {                                                                                           \
-        if (!a.quiet) fprintf(stderr, __VA_ARGS__);                                                \
+        if (!(p)->a.quiet) fprintf(stderr, __VA_ARGS__);                                           \
     } while (0)
 
-/* One split in the final summary: "1234 tokens (9 docs)" or, for a split cut
- * out of the one INPUT document, "1234 tokens (bytes A to B)". */
+/* The arguments' checks that need no file, and the dataset's paths. */
+static int prep_check(prep_t *p, char *err, size_t errlen) {
+    const prep_args_t *a = &p->a;
+    if (!data_name_ok(a->name))
+        return util_errorf(err, errlen,
+                           "--name '%s': a dataset name is 1-255 of [A-Za-z0-9_.-] and does not "
+                           "start with '.'",
+                           a->name);
+    if (a->vocab < TOK_N_BYTES)
+        return util_errorf(err, errlen, "--vocab %ld is below %d, the byte tokens alone", a->vocab,
+                           TOK_N_BYTES);
+    if (a->vocab + TOK_N_SPECIAL > DATA_MAX_TOKENS)
+        return util_errorf(err, errlen,
+                           "--vocab %ld plus %d special tokens exceeds %d, the most the uint16 "
+                           "token files hold",
+                           a->vocab, TOK_N_SPECIAL, DATA_MAX_TOKENS);
+    if (snprintf(p->dsdir, sizeof p->dsdir, "%s/datasets", a->dir) >= (int)sizeof p->dsdir)
+        return util_errorf(err, errlen, "--dir is too long");
+    snprintf(p->final, sizeof p->final, "%s/%s", p->dsdir, a->name);
+    snprintf(p->tmp, sizeof p->tmp, "%s/.%s.tmp.%ld", p->dsdir, a->name, (long)getpid());
+    if (!a->force && access(p->final, F_OK) == 0)
+        return util_errorf(err, errlen,
+                           "dataset '%s' already exists in %s (use --force to replace it)", a->name,
+                           p->dsdir);
+    return 0;
+}
+
+/* Read the training inputs, then the --val paths, then the --test paths;
+ * each must hold text. */
+static int prep_read(prep_t *p, char *err, size_t errlen) {
+    const prep_args_t *a = &p->a;
+    for (size_t i = 0; i < a->n_inputs + a->n_vals + a->n_tests; i++) {
+        int split = i < a->n_inputs ? SRC_TRAIN : i < a->n_inputs + a->n_vals ? SRC_VAL : SRC_TEST;
+        const char *path = split == SRC_TRAIN ? a->inputs[i]
+                           : split == SRC_VAL ? a->vals[i - a->n_inputs]
+                                              : a->tests[i - a->n_inputs - a->n_vals];
+        size_t before = p->c.n;
+        if (add_path(&p->c, path, split, 0, err, errlen)) return -1;
+        if (p->c.n == before)
+            return util_errorf(err, errlen, "%s: no text (empty, or nothing but hidden files)",
+                               path);
+        *(split == SRC_TRAIN ? &p->n_in
+          : split == SRC_VAL ? &p->n_val_docs
+                             : &p->n_test_docs) += p->c.n - before;
+    }
+    PREP_LOG(p, "prep: read %zu documents, %.2f MB, from %zu files in %.2f s\n", p->c.n,
+             (double)p->c.len / 1e6, p->c.nsrc, util_now() - p->t0);
+    return 0;
+}
+
+/* Pin the validation split, then the sealed test split before it. */
+static int prep_split(prep_t *p, char *err, size_t errlen) {
+    if (pin_val(&p->c, &p->a, p->n_in, p->n_val_docs, &p->sp, p->val_desc, sizeof p->val_desc, err,
+                errlen) ||
+        pin_test(&p->c, &p->a, p->n_test_docs, &p->sp, p->test_desc, sizeof p->test_desc, err,
+                 errlen))
+        return -1;
+    if (p->sp.no_test) PREP_LOG(p, "prep: no test split: %s\n", p->sp.no_test);
+    return 0;
+}
+
+/* Train the tokenizer on the training documents only, and tabulate the
+ * bytes of every token. */
+static int prep_tokenizer(prep_t *p, char *err, size_t errlen) {
+    double tt = util_now();
+    if (!(p->tr = tok_trainer_new(err, errlen))) return -1;
+    progress_t pr = {p->a.quiet ? NULL : stderr, tt};
+    for (size_t d = 0; d < p->sp.train_end; d++) {
+        if (tok_trainer_add(p->tr, p->c.text + p->c.off[d], p->c.dlen[d], err, errlen)) return -1;
+        if (progress_due(&pr))
+            fprintf(stderr, "prep: tokenizer: counted chunks of %zu/%zu documents, %.1f s\n", d + 1,
+                    p->sp.train_end, util_now() - tt);
+    }
+    PREP_LOG(p, "prep: tokenizer: %zu distinct chunks in %zu training documents, %.2f s\n",
+             tok_trainer_unique_chunks(p->tr), p->sp.train_end, util_now() - tt);
+    p->tok = tok_trainer_finish(p->tr, (int)p->a.vocab, p->a.quiet ? NULL : stderr, err, errlen);
+    if (!p->tok) return -1;
+    p->tok_s = util_now() - tt;
+    PREP_LOG(p, "prep: tokenizer: vocab %d (%d merges + 256 bytes + %d specials) in %.2f s\n",
+             tok_vocab_size(p->tok), tok_n_merges(p->tok), TOK_N_SPECIAL, p->tok_s);
+    if (!(p->tb = calloc((size_t)tok_vocab_size(p->tok), sizeof *p->tb)))
+        return util_errorf(err, errlen, "out of memory");
+    for (int id = 0; id < tok_n_regular(p->tok); id++) {
+        size_t l;
+        tok_token_bytes(p->tok, id, &l);
+        p->tb[id] = (int32_t)l;
+    }
+    return 0;
+}
+
+/* Write the dataset into the temporary directory: the token files, the
+ * token bytes, the tokenizer and the manifest. */
+static int prep_write(prep_t *p, char *err, size_t errlen) {
+    char path[4500];
+    const splits_t *sp = &p->sp;
+    if (mkdir_p(p->dsdir, err, errlen)) return -1;
+    if (mkdir(p->tmp, 0777)) return util_errorf(err, errlen, "%s: %s", p->tmp, strerror(errno));
+    p->made_tmp = true;
+    double te = util_now();
+    FILE *log = p->a.quiet ? NULL : stderr;
+    snprintf(path, sizeof path, "%s/train.bin", p->tmp);
+    if (write_split(p->tok, &p->c, 0, sp->train_end, path, p->tb, &p->st_train, log, err, errlen))
+        return -1;
+    snprintf(path, sizeof path, "%s/val.bin", p->tmp);
+    if (write_split(p->tok, &p->c, sp->val_lo, sp->val_hi, path, p->tb, &p->st_val, log, err,
+                    errlen))
+        return -1;
+    snprintf(path, sizeof path, "%s/test.bin", p->tmp);
+    if (sp->test_hi > sp->test_lo && write_split(p->tok, &p->c, sp->test_lo, sp->test_hi, path,
+                                                 p->tb, &p->st_test, log, err, errlen))
+        return -1;
+    const split_stats_t *tr = &p->st_train, *va = &p->st_val, *ts = &p->st_test;
+    PREP_LOG(p, "prep: encoded %zu + %zu + %zu tokens (%.2f bytes per token) in %.2f s\n",
+             tr->tokens, va->tokens, ts->tokens,
+             (double)(tr->bytes + va->bytes + ts->bytes) /
+                 (double)(tr->tokens + va->tokens + ts->tokens - tr->docs - va->docs - ts->docs),
+             util_now() - te);
+    snprintf(path, sizeof path, "%s/token_bytes.bin", p->tmp);
+    if (write_token_bytes(p->tb, tok_vocab_size(p->tok), path, err, errlen)) return -1;
+    snprintf(path, sizeof path, "%s/tokenizer.json", p->tmp);
+    if (tok_save(p->tok, path, err, errlen)) return -1;
+    cJSON *manifest = manifest_json(&p->a, p->tok, &p->c, sp, tr, va, ts, p->val_desc, p->test_desc,
+                                    p->tok_s, util_now() - p->t0);
+    char *mtext = manifest ? cJSON_Print(manifest) : NULL;
+    cJSON_Delete(manifest);
+    if (!mtext) return util_errorf(err, errlen, "out of memory");
+    snprintf(path, sizeof path, "%s/manifest.json", p->tmp);
+    int rc = write_text(mtext, path, err, errlen);
+    free(mtext);
+    return rc;
+}
+
+/* One split in the summary: "1234 tokens (9 docs)" or, for a split cut out
+ * of the one INPUT document, "1234 tokens (bytes A to B)". */
 static void print_split(const char *name, const split_stats_t *st, size_t from, size_t to) {
     if (to > from)
         printf("%s %zu tokens (bytes %zu to %zu)", name, st->tokens, from, to);
@@ -873,183 +1044,52 @@ static void print_split(const char *name, const split_stats_t *st, size_t from, 
         printf("%s %zu tokens (%zu docs)", name, st->tokens, st->docs);
 }
 
+/* What the dataset holds, on stdout. */
+static void prep_report(const prep_t *p) {
+    const splits_t *sp = &p->sp;
+    /* Byte positions in the one INPUT document when it was cut. */
+    size_t train_to = sp->test_cut ? sp->test_cut : sp->val_cut;
+    printf("prep: dataset '%s' in %s: vocab %d, ", p->a.name, p->final, tok_vocab_size(p->tok));
+    print_split("train", &p->st_train, 0, train_to);
+    print_split(", val", &p->st_val, sp->val_cut,
+                sp->val_cut ? sp->val_cut + p->c.dlen[sp->val_lo] : 0);
+    if (sp->test_hi > sp->test_lo)
+        print_split(", sealed test", &p->st_test, sp->test_cut, sp->test_end);
+    else
+        printf(", no test split");
+    printf(", %.1f s\n", util_now() - p->t0);
+    printf("prep: a spec trains on it with \"dataset\": \"%s\"\n", p->a.name);
+}
+
+static void prep_close(prep_t *p) {
+    if (p->made_tmp) rm_tree(p->tmp);
+    free(p->tb);
+    tok_free(p->tok);
+    tok_trainer_free(p->tr);
+    corpus_free(&p->c);
+    free(p->a.inputs);
+    free(p->a.vals);
+    free(p->a.tests);
+}
+
 int prep_main(int argc, char **argv) {
-    prep_args_t a;
-    corpus_t c = {0};
-    tok_trainer_t *tr = NULL;
-    tok_t *tok = NULL;
-    int32_t *tb = NULL;
-    cJSON *manifest = NULL;
-    char *mtext = NULL;
+    prep_t p = {0};
     char err[1024] = "";
-    char dsdir[4096], tmp[4400], final[4400], path[4500], val_desc[256], test_desc[256];
-    bool made_tmp = false;
-    splits_t sp = {0};
-    int rc = prep_parse(argc, argv, &a);
+    int rc = prep_parse(argc, argv, &p.a);
     if (rc) {
-        free(a.inputs);
-        free(a.vals);
-        free(a.tests);
+        prep_close(&p);
         return rc == 1 ? 0 : 2;
     }
-    rc = 1;
-    double t0 = util_now();
-
-    if (!data_name_ok(a.name)) {
-        util_errorf(err, sizeof err,
-                    "--name '%s': a dataset name is 1-255 of [A-Za-z0-9_.-] and does not start "
-                    "with '.'",
-                    a.name);
-        goto fail;
-    }
-    if (a.vocab < TOK_N_BYTES) {
-        util_errorf(err, sizeof err, "--vocab %ld is below %d, the byte tokens alone", a.vocab,
-                    TOK_N_BYTES);
-        goto fail;
-    }
-    if (a.vocab + TOK_N_SPECIAL > DATA_MAX_TOKENS) {
-        util_errorf(
-            err, sizeof err,
-            "--vocab %ld plus %d special tokens exceeds %d, the most the uint16 token files "
-            "hold",
-            a.vocab, TOK_N_SPECIAL, DATA_MAX_TOKENS);
-        goto fail;
-    }
-    if (snprintf(dsdir, sizeof dsdir, "%s/datasets", a.dir) >= (int)sizeof dsdir) {
-        util_errorf(err, sizeof err, "--dir is too long");
-        goto fail;
-    }
-    snprintf(final, sizeof final, "%s/%s", dsdir, a.name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dsdir, a.name, (long)getpid());
-    if (!a.force && access(final, F_OK) == 0) {
-        util_errorf(err, sizeof err,
-                    "dataset '%s' already exists in %s (use --force to replace it)", a.name, dsdir);
-        goto fail;
-    }
-
-    /* Read the training inputs, then the --val paths, then the --test paths;
-     * each must hold text. */
-    size_t n_in = 0, n_val_docs = 0, n_test_docs = 0;
-    for (size_t i = 0; i < a.n_inputs + a.n_vals + a.n_tests; i++) {
-        int split = i < a.n_inputs ? SRC_TRAIN : i < a.n_inputs + a.n_vals ? SRC_VAL : SRC_TEST;
-        const char *p = split == SRC_TRAIN ? a.inputs[i]
-                        : split == SRC_VAL ? a.vals[i - a.n_inputs]
-                                           : a.tests[i - a.n_inputs - a.n_vals];
-        size_t before = c.n;
-        if (add_path(&c, p, split, 0, err, sizeof err)) goto fail;
-        if (c.n == before) {
-            util_errorf(err, sizeof err, "%s: no text (empty, or nothing but hidden files)", p);
-            goto fail;
-        }
-        *(split == SRC_TRAIN ? &n_in
-          : split == SRC_VAL ? &n_val_docs
-                             : &n_test_docs) += c.n - before;
-    }
-    PREP_LOG("prep: read %zu documents, %.2f MB, from %zu files in %.2f s\n", c.n,
-             (double)c.len / 1e6, c.nsrc, util_now() - t0);
-
-    /* Pin the validation split, then the test split before it. */
-    if (pin_val(&c, &a, n_in, n_val_docs, &sp, val_desc, sizeof val_desc, err, sizeof err) ||
-        pin_test(&c, &a, n_test_docs, &sp, test_desc, sizeof test_desc, err, sizeof err))
-        goto fail;
-    if (sp.no_test) PREP_LOG("prep: no test split: %s\n", sp.no_test);
-
-    /* Train the tokenizer on the training documents only. */
-    double tt = util_now();
-    size_t n_train = sp.train_end;
-    if (!(tr = tok_trainer_new(err, sizeof err))) goto fail;
-    progress_t pr = {a.quiet ? NULL : stderr, tt};
-    for (size_t d = 0; d < n_train; d++) {
-        if (tok_trainer_add(tr, c.text + c.off[d], c.dlen[d], err, sizeof err)) goto fail;
-        if (progress_due(&pr))
-            fprintf(stderr, "prep: tokenizer: counted chunks of %zu/%zu documents, %.1f s\n", d + 1,
-                    n_train, util_now() - tt);
-    }
-    PREP_LOG("prep: tokenizer: %zu distinct chunks in %zu training documents, %.2f s\n",
-             tok_trainer_unique_chunks(tr), n_train, util_now() - tt);
-    tok = tok_trainer_finish(tr, (int)a.vocab, a.quiet ? NULL : stderr, err, sizeof err);
-    if (!tok) goto fail;
-    double tok_s = util_now() - tt;
-    PREP_LOG("prep: tokenizer: vocab %d (%d merges + 256 bytes + %d specials) in %.2f s\n",
-             tok_vocab_size(tok), tok_n_merges(tok), TOK_N_SPECIAL, tok_s);
-
-    int nv = tok_vocab_size(tok);
-    if (!(tb = calloc((size_t)nv, sizeof *tb))) {
-        util_errorf(err, sizeof err, "out of memory");
-        goto fail;
-    }
-    for (int id = 0; id < tok_n_regular(tok); id++) {
-        size_t l;
-        tok_token_bytes(tok, id, &l);
-        tb[id] = (int32_t)l;
-    }
-
-    if (mkdir_p(dsdir, err, sizeof err)) goto fail;
-    if (mkdir(tmp, 0777)) {
-        util_errorf(err, sizeof err, "%s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    made_tmp = true;
-
-    split_stats_t st_train, st_val, st_test = {0};
-    double te = util_now();
-    snprintf(path, sizeof path, "%s/train.bin", tmp);
-    FILE *log = a.quiet ? NULL : stderr;
-    if (write_split(tok, &c, 0, n_train, path, tb, &st_train, log, err, sizeof err)) goto fail;
-    snprintf(path, sizeof path, "%s/val.bin", tmp);
-    if (write_split(tok, &c, sp.val_lo, sp.val_hi, path, tb, &st_val, log, err, sizeof err))
-        goto fail;
-    snprintf(path, sizeof path, "%s/test.bin", tmp);
-    if (sp.test_hi > sp.test_lo &&
-        write_split(tok, &c, sp.test_lo, sp.test_hi, path, tb, &st_test, log, err, sizeof err))
-        goto fail;
-    double enc_s = util_now() - te;
-    PREP_LOG("prep: encoded %zu + %zu + %zu tokens (%.2f bytes per token) in %.2f s\n",
-             st_train.tokens, st_val.tokens, st_test.tokens,
-             (double)(st_train.bytes + st_val.bytes + st_test.bytes) /
-                 (double)(st_train.tokens + st_val.tokens + st_test.tokens - st_train.docs -
-                          st_val.docs - st_test.docs),
-             enc_s);
-
-    snprintf(path, sizeof path, "%s/token_bytes.bin", tmp);
-    if (write_token_bytes(tb, nv, path, err, sizeof err)) goto fail;
-    snprintf(path, sizeof path, "%s/tokenizer.json", tmp);
-    if (tok_save(tok, path, err, sizeof err)) goto fail;
-    manifest = manifest_json(&a, tok, &c, &sp, &st_train, &st_val, &st_test, val_desc, test_desc,
-                             tok_s, util_now() - t0);
-    if (!manifest || !(mtext = cJSON_Print(manifest))) {
-        util_errorf(err, sizeof err, "out of memory");
-        goto fail;
-    }
-    snprintf(path, sizeof path, "%s/manifest.json", tmp);
-    if (write_text(mtext, path, err, sizeof err)) goto fail;
-    if (install(tmp, final, a.force, err, sizeof err)) goto fail;
-    made_tmp = false;
-
-    /* Byte positions in the one INPUT document when it was cut. */
-    size_t train_to = sp.test_cut ? sp.test_cut : sp.val_cut;
-    printf("prep: dataset '%s' in %s: vocab %d, ", a.name, final, nv);
-    print_split("train", &st_train, 0, train_to);
-    print_split(", val", &st_val, sp.val_cut, sp.val_cut ? sp.val_cut + c.dlen[sp.val_lo] : 0);
-    if (sp.test_hi > sp.test_lo) {
-        print_split(", sealed test", &st_test, sp.test_cut, sp.test_end);
+    p.t0 = util_now();
+    rc = prep_check(&p, err, sizeof err) || prep_read(&p, err, sizeof err) ||
+         prep_split(&p, err, sizeof err) || prep_tokenizer(&p, err, sizeof err) ||
+         prep_write(&p, err, sizeof err) || install(p.tmp, p.final, p.a.force, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "prep: %s\n", err);
     } else {
-        printf(", no test split");
+        p.made_tmp = false; /* installed */
+        prep_report(&p);
     }
-    printf(", %.1f s\n", util_now() - t0);
-    printf("prep: a spec trains on it with \"dataset\": \"%s\"\n", a.name);
-    rc = 0;
-fail:
-    if (rc) fprintf(stderr, "prep: %s\n", err);
-    if (made_tmp) rm_tree(tmp);
-    free(mtext);
-    cJSON_Delete(manifest);
-    free(tb);
-    tok_free(tok);
-    tok_trainer_free(tr);
-    corpus_free(&c);
-    free(a.inputs);
-    free(a.vals);
-    free(a.tests);
-    return rc;
+    prep_close(&p);
+    return rc ? 1 : 0;
 }

@@ -65,6 +65,34 @@ static int draw(const float *logits, int V, double temperature, int top_k, rng_t
     return best;
 }
 
+/* Up to o->tokens tokens drawn after ids (which holds at least one) into
+ * ids, each from the model's logits over the last T tokens; the document's
+ * end (bos) stops it. Returns 0, or -1 with err. */
+static int generate(gpt_t *m, tok_ids_t *ids, int32_t bos, int V, int T, const sample_opts_t *o,
+                    char *err, size_t errlen) {
+    int *window = malloc((size_t)T * sizeof(int)), rc = -1;
+    float *scratch = malloc((size_t)V * sizeof(float));
+    rng_t r;
+    rng_seed(&r, o->seed);
+    if (!window || !scratch) goto oom;
+    for (int n = 0; n < o->tokens; n++) {
+        size_t len = ids->n < (size_t)T ? ids->n : (size_t)T;
+        for (size_t i = 0; i < len; i++) window[i] = ids->ids[ids->n - len + i];
+        if (gpt_forward(m, window, NULL, 1, (int)len, GPT_EVAL, NULL) < 0) goto oom;
+        int next = draw(gpt_logits(m, 0, (int)len - 1), V, o->temperature, o->top_k, &r, scratch);
+        if (next == bos) break; /* the model ended the document */
+        if (tok_ids_push(ids, next) < 0) goto oom;
+    }
+    rc = 0;
+    goto done;
+oom:
+    snprintf(err, errlen, "out of memory");
+done:
+    free(window);
+    free(scratch);
+    return rc;
+}
+
 static int sample_run(const sample_opts_t *o) {
     char err[512], path[PATH_MAX + 256];
     ckpt_file_t f = {0};
@@ -73,7 +101,6 @@ static int sample_run(const sample_opts_t *o) {
     tok_t *tok = NULL;
     gpt_t *m = NULL;
     tok_ids_t ids = {0};
-    float *scratch = NULL;
     cJSON *meta = NULL;
 
     if (ckpt_read(o->checkpoint, &f, err, sizeof err) < 0) goto fail;
@@ -99,32 +126,7 @@ static int sample_run(const sample_opts_t *o) {
         tok_encode(tok, o->prompt, strlen(o->prompt), &ids, err, sizeof err) < 0)
         goto fail;
     size_t prompt_end = ids.n;
-    int *window = malloc((size_t)T * sizeof(int));
-    scratch = malloc((size_t)V * sizeof(float));
-    if (!window || !scratch) {
-        free(window);
-        snprintf(err, sizeof err, "out of memory");
-        goto fail;
-    }
-    rng_t r;
-    rng_seed(&r, o->seed);
-    for (int n = 0; n < o->tokens; n++) {
-        size_t len = ids.n < (size_t)T ? ids.n : (size_t)T;
-        for (size_t i = 0; i < len; i++) window[i] = ids.ids[ids.n - len + i];
-        if (gpt_forward(m, window, NULL, 1, (int)len, GPT_EVAL, NULL) < 0) {
-            free(window);
-            snprintf(err, sizeof err, "out of memory");
-            goto fail;
-        }
-        int next = draw(gpt_logits(m, 0, (int)len - 1), V, o->temperature, o->top_k, &r, scratch);
-        if (next == bos) break; /* the model ended the document */
-        if (tok_ids_push(&ids, next) < 0) {
-            free(window);
-            snprintf(err, sizeof err, "out of memory");
-            goto fail;
-        }
-    }
-    free(window);
+    if (generate(m, &ids, bos, V, T, o, err, sizeof err) < 0) goto fail;
     char *text = NULL;
     size_t text_len = 0;
     if (tok_decode(tok, ids.ids + 1, ids.n - 1, &text, &text_len, err, sizeof err) < 0) goto fail;
@@ -137,7 +139,6 @@ static int sample_run(const sample_opts_t *o) {
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "sample: %s\n", err);
-    free(scratch);
     tok_ids_free(&ids);
     gpt_free(m);
     tok_free(tok);

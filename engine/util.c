@@ -52,12 +52,13 @@ int util_grow(void *p, size_t *cap, size_t need, size_t sz) {
     return 0;
 }
 
-void util_errorf(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
+int util_errorf(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return NS_ERR_INVALID;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    return NS_ERR_INVALID;
 }
 
 char *util_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen) {

@@ -31,8 +31,9 @@ double util_now(void);
  * Returns 0, or -1 when out of memory (*p and *cap unchanged). */
 int util_grow(void *p, size_t *cap, size_t need, size_t sz);
 
-/* printf into a caller's error buffer; does nothing when err is NULL. */
-void util_errorf(char *err, size_t errlen, const char *fmt, ...)
+/* printf into a caller's error buffer (nothing when err is NULL); returns
+ * NS_ERR_INVALID (-1), so a failure is one `return util_errorf(...)`. */
+int util_errorf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Read a whole file of at most max_bytes. Returns a malloc'd, NUL-terminated

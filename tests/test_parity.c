@@ -83,58 +83,39 @@ static double expected_loss(const char *dir) {
 
 /* Runs one fixture directory; every mismatch is a (non-fatal) expectation
  * failure naming the config and tensor, so one run reports all of them. */
-static void check_config(const char *root, const char *name) {
-    char dir[PATH_LEN - 64], path[PATH_LEN], err[512];
-    snprintf(dir, sizeof dir, "%s/%s", root, name);
-
-    spec_t spec;
-    snprintf(path, sizeof path, "%s/spec.json", dir);
-    cr_assert(spec_load(path, &spec, err, sizeof err) == 0, "%s: %s", path, err);
-    gpt_t *m = gpt_new(&spec.model, err, sizeof err);
-    cr_assert(m != NULL, "%s: gpt_new: %s", name, err);
-    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
-    cr_assert(ckpt_load(m, path, err, sizeof err) == 0, "%s: %s", path, err);
-
-    int T = spec.model.seq_len;
+/* The fixture's tokens.bin (rows of T + 1 little-endian int32) as inputs
+ * and targets of *B rows; the caller frees both. */
+static void read_rows(const char *dir, int T, int *B, int **inputs, int **targets) {
+    char path[PATH_LEN];
     size_t len;
     snprintf(path, sizeof path, "%s/tokens.bin", dir);
     char *raw = tu_read_all(path, &len);
     size_t row = 4 * ((size_t)T + 1);
     cr_assert(len > 0 && len % row == 0, "%s: %zu bytes is not rows of %d int32", path, len, T + 1);
-    int B = (int)(len / row);
-    int *inputs = malloc(sizeof(int) * (size_t)B * T);
-    int *targets = malloc(sizeof(int) * (size_t)B * T);
-    cr_assert(inputs && targets);
-    for (int b = 0; b < B; b++)
+    *B = (int)(len / row);
+    *inputs = malloc(sizeof(int) * (size_t)*B * T);
+    *targets = malloc(sizeof(int) * (size_t)*B * T);
+    cr_assert(*inputs && *targets);
+    for (int b = 0; b < *B; b++)
         for (int t = 0; t <= T; t++) {
             const unsigned char *p = (const unsigned char *)raw + row * b + 4 * (size_t)t;
             uint32_t u = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
             int id = (int)(int32_t)u; /* little-endian int32 */
-            if (t < T) inputs[b * T + t] = id;
-            if (t > 0) targets[b * T + t - 1] = id;
+            if (t < T) (*inputs)[b * T + t] = id;
+            if (t > 0) (*targets)[b * T + t - 1] = id;
         }
     free(raw);
+}
 
-    double ref = expected_loss(dir);
-    gpt_zero_grad(m);
-    float loss;
-    cr_assert_eq(gpt_forward(m, inputs, targets, B, T, GPT_EVAL, &loss), 0, "%s: forward", name);
-    gpt_backward(m, 1.0f);
-    double loss_err = fabs((double)loss - ref);
-    cr_expect(loss_err <= LOSS_RTOL * fabs(ref),
-              "%s: loss %.9g, reference %.9g (relative error %.3g > %g)", name, (double)loss, ref,
-              loss_err / fabs(ref), LOSS_RTOL);
-
-    ckpt_file_t g;
-    snprintf(path, sizeof path, "%s/grads.safetensors", dir);
-    cr_assert(ckpt_read(path, &g, err, sizeof err) == 0, "%s: %s", path, err);
-
-    /* Every model tensor has a reference gradient of the same shape... */
+/* Every model tensor's gradient against its reference in g (same shape,
+ * within GRAD_RTOL of the tensor's largest reference magnitude). Returns the
+ * worst ratio, its tensor in *worst_name. */
+static double compare_grads(const char *name, const gpt_t *m, const ckpt_file_t *g,
+                            const char **worst_name) {
     double worst = 0;
-    const char *worst_name = "(none)";
     for (int i = 0; i < m->n_tensors; i++) {
         const gpt_tensor_t *t = &m->tensors[i];
-        const ckpt_tensor_t *r = ckpt_file_find(&g, t->name);
+        const ckpt_tensor_t *r = ckpt_file_find(g, t->name);
         cr_expect(r != NULL, "%s: model tensor %s has no reference gradient", name, t->name);
         if (!r) continue;
         int shape_ok = r->numel == t->numel && r->ndim == t->ndim && r->shape[0] == t->rows &&
@@ -156,7 +137,7 @@ static void check_config(const char *root, const char *name) {
         double ratio = scale > 0 ? maxerr / scale : maxerr;
         if (ratio > worst || isnan(ratio)) {
             worst = ratio;
-            worst_name = t->name;
+            *worst_name = t->name;
         }
         cr_expect(maxerr <= GRAD_RTOL * scale,
                   "%s: gradient of %s differs: max |g - ref| = %.3g at element %zu (%.6g vs "
@@ -164,6 +145,41 @@ static void check_config(const char *root, const char *name) {
                   name, t->name, maxerr, at, (double)gc[at], (double)r->data[at], ratio, scale,
                   GRAD_RTOL);
     }
+    return worst;
+}
+
+static void check_config(const char *root, const char *name) {
+    char dir[PATH_LEN - 64], path[PATH_LEN], err[512];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+
+    spec_t spec;
+    snprintf(path, sizeof path, "%s/spec.json", dir);
+    cr_assert(spec_load(path, &spec, err, sizeof err) == 0, "%s: %s", path, err);
+    gpt_t *m = gpt_new(&spec.model, err, sizeof err);
+    cr_assert(m != NULL, "%s: gpt_new: %s", name, err);
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    cr_assert(ckpt_load(m, path, err, sizeof err) == 0, "%s: %s", path, err);
+
+    int T = spec.model.seq_len, B, *inputs, *targets;
+    read_rows(dir, T, &B, &inputs, &targets);
+
+    double ref = expected_loss(dir);
+    gpt_zero_grad(m);
+    float loss;
+    cr_assert_eq(gpt_forward(m, inputs, targets, B, T, GPT_EVAL, &loss), 0, "%s: forward", name);
+    gpt_backward(m, 1.0f);
+    double loss_err = fabs((double)loss - ref);
+    cr_expect(loss_err <= LOSS_RTOL * fabs(ref),
+              "%s: loss %.9g, reference %.9g (relative error %.3g > %g)", name, (double)loss, ref,
+              loss_err / fabs(ref), LOSS_RTOL);
+
+    ckpt_file_t g;
+    snprintf(path, sizeof path, "%s/grads.safetensors", dir);
+    cr_assert(ckpt_read(path, &g, err, sizeof err) == 0, "%s: %s", path, err);
+
+    /* Every model tensor has a reference gradient of the same shape... */
+    const char *worst_name = "(none)";
+    double worst = compare_grads(name, m, &g, &worst_name);
     /* ...and the reference has no tensor the model lacks. */
     for (int i = 0; i < g.n; i++)
         cr_expect(gpt_find_tensor(m, g.tensors[i].name) != NULL,

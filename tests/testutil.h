@@ -7,6 +7,11 @@
 #ifndef NIGHTSHIFT_TESTUTIL_H
 #define NIGHTSHIFT_TESTUTIL_H
 
+/* The tests check the code's assert()s too (the Makefile never defines NDEBUG). */
+#ifdef NDEBUG
+#error "build the tests without NDEBUG: the code's assert()s are part of what they check"
+#endif
+
 #include <cjson/cJSON.h>
 #include <sqlite3.h>
 #include <stddef.h>

@@ -192,6 +192,52 @@ static void print_api_error(FILE *errf, const conn_t *c, const char *method, con
     cJSON_Delete(j);
 }
 
+/* What the transfer's outcome cr means: 0 for a 2xx reply, else the exit
+ * code, the reason said on errf. */
+static int reply_code(conn_t *c, CURLcode cr, const char *method, const char *path, conn_reply_t *r,
+                      FILE *errf) {
+    const char *detail = c->errbuf[0] ? c->errbuf : curl_easy_strerror(cr);
+    curl_off_t connect_us = 0;
+    curl_easy_getinfo(c->curl, CURLINFO_CONNECT_TIME_T, &connect_us);
+    c->http_status = 0;
+    switch (cr) {
+    case CURLE_OK:
+        curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &r->status);
+        c->http_status = r->status;
+        if (r->status >= 200 && r->status < 300) return 0;
+        print_api_error(errf, c, method, path, r);
+        return CLIENT_EXIT_API;
+    case CURLE_ABORTED_BY_CALLBACK:
+        return CONN_STOPPED;
+    case CURLE_WRITE_ERROR:
+    case CURLE_FILESIZE_EXCEEDED:
+        if (cr == CURLE_FILESIZE_EXCEEDED || r->body.err == NS_ERR_TOO_LARGE)
+            fprintf(errf, "nightshift: the reply to %s %s is larger than %zu MiB\n", method, path,
+                    MAX_REPLY_BYTES >> 20);
+        else
+            fprintf(errf, "nightshift: out of memory reading the reply to %s %s\n", method, path);
+        return CLIENT_EXIT_API;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+        fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
+        return CLIENT_EXIT_UNREACHABLE;
+    case CURLE_OPERATION_TIMEDOUT:
+        if (connect_us == 0) {
+            fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
+            return CLIENT_EXIT_UNREACHABLE;
+        }
+        fprintf(errf, "nightshift: no complete reply to %s %s within %ld s: %s\n", method, path,
+                TOTAL_TIMEOUT_MS / 1000, detail);
+        return CLIENT_EXIT_API;
+    default:
+        fprintf(errf, "nightshift: %s %s%s failed: %s\n", method, c->base, path, detail);
+        return CLIENT_EXIT_API;
+    }
+}
+
 int conn_request(conn_t *c, const char *method, const char *path, const char *body, size_t body_len,
                  conn_reply_t *r) {
     CURL *k = c->curl;
@@ -219,53 +265,11 @@ int conn_request(conn_t *c, const char *method, const char *path, const char *bo
         curl_easy_setopt(k, CURLOPT_HTTPHEADER, c->get_h);
     }
     c->errbuf[0] = '\0';
-    CURLcode cr = curl_easy_perform(k);
-    c->http_status = 0;
-    const char *detail = c->errbuf[0] ? c->errbuf : curl_easy_strerror(cr);
-    curl_off_t connect_us = 0;
-    curl_easy_getinfo(k, CURLINFO_CONNECT_TIME_T, &connect_us);
-    switch (cr) {
-    case CURLE_OK:
-        curl_easy_getinfo(k, CURLINFO_RESPONSE_CODE, &r->status);
-        c->http_status = r->status;
-        if (r->status >= 200 && r->status < 300) {
-            if (errf != stderr) fclose(errf);
-            free(url);
-            return 0;
-        }
-        print_api_error(errf, c, method, path, r);
-        goto fail;
-    case CURLE_ABORTED_BY_CALLBACK:
-        rc = CONN_STOPPED;
-        goto fail;
-    case CURLE_WRITE_ERROR:
-    case CURLE_FILESIZE_EXCEEDED:
-        if (cr == CURLE_FILESIZE_EXCEEDED || r->body.err == NS_ERR_TOO_LARGE)
-            fprintf(errf, "nightshift: the reply to %s %s is larger than %zu MiB\n", method, path,
-                    MAX_REPLY_BYTES >> 20);
-        else
-            fprintf(errf, "nightshift: out of memory reading the reply to %s %s\n", method, path);
-        goto fail;
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_PEER_FAILED_VERIFICATION:
-        rc = CLIENT_EXIT_UNREACHABLE;
-        fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
-        goto fail;
-    case CURLE_OPERATION_TIMEDOUT:
-        if (connect_us == 0) {
-            rc = CLIENT_EXIT_UNREACHABLE;
-            fprintf(errf, "nightshift: cannot reach the daemon at %s: %s\n", c->base, detail);
-        } else {
-            fprintf(errf, "nightshift: no complete reply to %s %s within %ld s: %s\n", method, path,
-                    TOTAL_TIMEOUT_MS / 1000, detail);
-        }
-        goto fail;
-    default:
-        fprintf(errf, "nightshift: %s %s%s failed: %s\n", method, c->base, path, detail);
-        goto fail;
+    rc = reply_code(c, curl_easy_perform(k), method, path, r, errf);
+    if (rc == 0) {
+        if (errf != stderr) fclose(errf);
+        free(url);
+        return 0;
     }
 fail:
     if (errf != stderr) fclose(errf);

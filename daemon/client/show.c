@@ -40,28 +40,10 @@ static void show_row(const char *label, const line_t *l) {
     if (l->n) printf("  %-10s %s\n", label, l->s);
 }
 
-static void show_summary(const cJSON *e) {
-    static const char *const model_f[] = {"model.depth",
-                                          "model.n_embd",
-                                          "model.n_head",
-                                          "model.n_kv_head",
-                                          "model.mlp",
-                                          "model.mlp_ratio",
-                                          "model.seq_len",
-                                          "model.pos",
-                                          "model.window_pattern",
-                                          "model.ve_layers",
-                                          "model.ve_gate_channels",
-                                          "model.tie_embeddings",
-                                          NULL};
-    static const char *const train_f[] = {"train.batch_size",     "train.total_batch_tokens",
-                                          "train.matrix_lr",      "train.embedding_lr",
-                                          "train.unembedding_lr", NULL};
-    char a[64], b[64];
+/* The experiment line, its status, tags and origin. */
+static void show_identity(const cJSON *e) {
     line_t l = {0};
-    const cJSON *spec = jget(e, "spec"), *res = jget(e, "result"), *prog = jget(e, "progress");
-    const cJSON *metrics = jget(e, "metrics"), *tags = jget(e, "tags");
-
+    const cJSON *tags = jget(e, "tags");
     printf("experiment %" PRId64, (int64_t)jnum(e, "id", 0));
     if (jstr(e, "name")) {
         fputs(" \"", stdout);
@@ -86,7 +68,13 @@ static void show_summary(const cJSON *e) {
     l.n = 0;
     add_fields(&l, e, (const char *const[]){"source", "priority", "attempt", "parent", NULL});
     show_row("origin", &l);
+}
+
+/* When it was created, started and finished, and its worker. */
+static void show_times(const cJSON *e) {
     static const char *const times[] = {"created", "started", "finished"};
+    char a[64], b[64];
+    line_t l = {0};
     for (int i = 0; i < 3; i++) {
         if (!jstr(e, times[i])) continue;
         l.n = 0;
@@ -103,7 +91,27 @@ static void show_summary(const cJSON *e) {
         line_add(&l, "%ssignal %d (%s)", l.n ? ", " : "", sig, strsignal(sig));
     }
     show_row("worker", &l);
-    l.n = 0;
+}
+
+/* The key fields of the spec; res (may be NULL) tells a dataset's vocabulary. */
+static void show_spec(const cJSON *spec, const cJSON *res) {
+    static const char *const model_f[] = {"model.depth",
+                                          "model.n_embd",
+                                          "model.n_head",
+                                          "model.n_kv_head",
+                                          "model.mlp",
+                                          "model.mlp_ratio",
+                                          "model.seq_len",
+                                          "model.pos",
+                                          "model.window_pattern",
+                                          "model.ve_layers",
+                                          "model.ve_gate_channels",
+                                          "model.tie_embeddings",
+                                          NULL};
+    static const char *const train_f[] = {"train.batch_size",     "train.total_batch_tokens",
+                                          "train.matrix_lr",      "train.embedding_lr",
+                                          "train.unembedding_lr", NULL};
+    line_t l = {0};
     /* the budget the run used, as the spec's rule says (the other one is 0) */
     spec_t parsed;
     char perr[SPEC_ERR_LEN];
@@ -133,55 +141,74 @@ static void show_summary(const cJSON *e) {
     l.n = 0;
     add_fields(&l, spec, train_f);
     show_row("train", &l);
-    if (cJSON_IsObject(res)) {
-        l.n = 0;
-        if (cJSON_IsNumber(jget(res, "val_bpb")))
-            line_add(&l, "val_bpb %.6f", jnum(res, "val_bpb", 0));
-        if (cJSON_IsNumber(jget(res, "params_total")))
-            line_add(&l, "%sparams %s", l.n ? ", " : "",
-                     fmt_commas(jnum(res, "params_total", 0), a, sizeof a));
-        if (cJSON_IsNumber(jget(res, "num_steps")))
-            line_add(&l, "%s%s steps", l.n ? ", " : "",
-                     fmt_commas(jnum(res, "num_steps", 0), a, sizeof a));
-        if (cJSON_IsNumber(jget(res, "training_seconds")))
-            line_add(&l, "%s%.1f s training", l.n ? ", " : "", jnum(res, "training_seconds", 0));
-        if (cJSON_IsNumber(jget(res, "tokens_per_second")))
-            line_add(&l, "%s%s tok/s", l.n ? ", " : "",
-                     fmt_commas(jnum(res, "tokens_per_second", 0), a, sizeof a));
-        if (cJSON_IsNumber(jget(res, "mfu_percent")))
-            line_add(&l, "%smfu %.2f%%", l.n ? ", " : "", jnum(res, "mfu_percent", 0));
-        if (cJSON_IsNumber(jget(res, "peak_rss_mb")))
-            line_add(&l, "%speak rss %.0f MiB", l.n ? ", " : "", jnum(res, "peak_rss_mb", 0));
-        show_row("result", &l);
-    }
-    if (cJSON_IsObject(prog)) {
-        l.n = 0;
-        if (cJSON_IsNumber(jget(prog, "step")))
-            line_add(&l, "step %" PRId64, (int64_t)jnum(prog, "step", 0));
-        if (cJSON_IsNumber(jget(prog, "percent")))
-            line_add(&l, "%s%.1f%% of the budget", l.n ? ", " : "", jnum(prog, "percent", 0));
-        if (cJSON_IsNumber(jget(prog, "loss")))
-            line_add(&l, "%sloss %.3f", l.n ? ", " : "", jnum(prog, "loss", 0));
-        if (cJSON_IsNumber(jget(prog, "tok_s")))
-            line_add(&l, "%s%s tok/s", l.n ? ", " : "",
-                     fmt_commas(jnum(prog, "tok_s", 0), a, sizeof a));
-        if (cJSON_IsNumber(jget(prog, "eta_s")))
-            line_add(&l, "%sETA %s", l.n ? ", " : "",
-                     fmt_duration(jnum(prog, "eta_s", 0), b, sizeof b));
-        show_row("progress", &l);
-    }
+}
+
+/* The result's key numbers. */
+static void show_result(const cJSON *res) {
+    char a[64];
+    line_t l = {0};
+    if (cJSON_IsNumber(jget(res, "val_bpb"))) line_add(&l, "val_bpb %.6f", jnum(res, "val_bpb", 0));
+    if (cJSON_IsNumber(jget(res, "params_total")))
+        line_add(&l, "%sparams %s", l.n ? ", " : "",
+                 fmt_commas(jnum(res, "params_total", 0), a, sizeof a));
+    if (cJSON_IsNumber(jget(res, "num_steps")))
+        line_add(&l, "%s%s steps", l.n ? ", " : "",
+                 fmt_commas(jnum(res, "num_steps", 0), a, sizeof a));
+    if (cJSON_IsNumber(jget(res, "training_seconds")))
+        line_add(&l, "%s%.1f s training", l.n ? ", " : "", jnum(res, "training_seconds", 0));
+    if (cJSON_IsNumber(jget(res, "tokens_per_second")))
+        line_add(&l, "%s%s tok/s", l.n ? ", " : "",
+                 fmt_commas(jnum(res, "tokens_per_second", 0), a, sizeof a));
+    if (cJSON_IsNumber(jget(res, "mfu_percent")))
+        line_add(&l, "%smfu %.2f%%", l.n ? ", " : "", jnum(res, "mfu_percent", 0));
+    if (cJSON_IsNumber(jget(res, "peak_rss_mb")))
+        line_add(&l, "%speak rss %.0f MiB", l.n ? ", " : "", jnum(res, "peak_rss_mb", 0));
+    show_row("result", &l);
+}
+
+/* The live progress of a running experiment. */
+static void show_progress(const cJSON *prog) {
+    char a[64], b[64];
+    line_t l = {0};
+    if (cJSON_IsNumber(jget(prog, "step")))
+        line_add(&l, "step %" PRId64, (int64_t)jnum(prog, "step", 0));
+    if (cJSON_IsNumber(jget(prog, "percent")))
+        line_add(&l, "%s%.1f%% of the budget", l.n ? ", " : "", jnum(prog, "percent", 0));
+    if (cJSON_IsNumber(jget(prog, "loss")))
+        line_add(&l, "%sloss %.3f", l.n ? ", " : "", jnum(prog, "loss", 0));
+    if (cJSON_IsNumber(jget(prog, "tok_s")))
+        line_add(&l, "%s%s tok/s", l.n ? ", " : "",
+                 fmt_commas(jnum(prog, "tok_s", 0), a, sizeof a));
+    if (cJSON_IsNumber(jget(prog, "eta_s")))
+        line_add(&l, "%sETA %s", l.n ? ", " : "",
+                 fmt_duration(jnum(prog, "eta_s", 0), b, sizeof b));
+    show_row("progress", &l);
+}
+
+/* The last METRICS_SHOWN metrics rows. */
+static void show_metrics(const cJSON *metrics) {
+    char a[64];
     int n = cJSON_GetArraySize(metrics);
-    if (cJSON_IsArray(metrics) && n > 0) {
-        int first = n > METRICS_SHOWN ? n - METRICS_SHOWN : 0;
-        printf("  %-10s last %d of %d\n", "metrics", n - first, n);
-        printf("  %10s %10s %10s %10s %10s\n", "step", "time_s", "loss", "lr_mult", "tok/s");
-        for (int i = first; i < n; i++) {
-            const cJSON *m = cJSON_GetArrayItem(metrics, i);
-            printf("  %10" PRId64 " %10.1f %10.4f %10.3f %10s\n", (int64_t)jnum(m, "step", 0),
-                   jnum(m, "time_s", NAN), jnum(m, "loss", NAN), jnum(m, "lr_mult", NAN),
-                   fmt_commas(jnum(m, "tok_s", NAN), a, sizeof a));
-        }
+    if (!cJSON_IsArray(metrics) || n == 0) return;
+    int first = n > METRICS_SHOWN ? n - METRICS_SHOWN : 0;
+    printf("  %-10s last %d of %d\n", "metrics", n - first, n);
+    printf("  %10s %10s %10s %10s %10s\n", "step", "time_s", "loss", "lr_mult", "tok/s");
+    for (int i = first; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(metrics, i);
+        printf("  %10" PRId64 " %10.1f %10.4f %10.3f %10s\n", (int64_t)jnum(m, "step", 0),
+               jnum(m, "time_s", NAN), jnum(m, "loss", NAN), jnum(m, "lr_mult", NAN),
+               fmt_commas(jnum(m, "tok_s", NAN), a, sizeof a));
     }
+}
+
+static void show_summary(const cJSON *e) {
+    const cJSON *res = jget(e, "result"), *prog = jget(e, "progress");
+    show_identity(e);
+    show_times(e);
+    show_spec(jget(e, "spec"), res);
+    if (cJSON_IsObject(res)) show_result(res);
+    if (cJSON_IsObject(prog)) show_progress(prog);
+    show_metrics(jget(e, "metrics"));
 }
 
 int show_main(int argc, char **argv) {

@@ -186,6 +186,35 @@ static int watch_poll(conn_t *c, line_t **lines, int *n) {
     return 0;
 }
 
+/* The n lines, over the shown lines drawn last time on a terminal (cut to
+ * its width), else below them. Returns how many are shown now. */
+static int draw(line_t *lines, int n, int tty, int shown) {
+    if (tty) {
+        struct winsize ws;
+        int cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
+        if (shown) printf("\x1b[%dA", shown); /* back to the first line drawn */
+        for (int i = 0; i < n; i++) {
+            fit_width(&lines[i], cols);
+            printf("\r\x1b[2K%s\n", lines[i].s);
+        }
+        if (n < shown) fputs("\x1b[J", stdout); /* fewer lines than before */
+    } else {
+        for (int i = 0; i < n; i++) puts(lines[i].s);
+    }
+    fflush(stdout);
+    return tty ? n : shown;
+}
+
+/* Sleep in short naps so a signal that lands between the check and the
+ * sleep is still seen promptly. */
+static void sleep_unless_stopped(double seconds) {
+    for (double left = seconds; left > 0 && !watch_stop; left -= 0.1) {
+        double nap = left < 0.1 ? left : 0.1;
+        struct timespec ts = {0, (long)(nap * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int watch_main(int argc, char **argv) {
     const cmd_help_t *h = &watch_help;
     conn_opts_t o = {0};
@@ -245,29 +274,10 @@ int watch_main(int argc, char **argv) {
         } else {
             lost_at = 0;
         }
-        if (tty) {
-            struct winsize ws;
-            int cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
-            if (shown) printf("\x1b[%dA", shown); /* back to the first line drawn */
-            for (int i = 0; i < n; i++) {
-                fit_width(&lines[i], cols);
-                printf("\r\x1b[2K%s\n", lines[i].s);
-            }
-            if (n < shown) fputs("\x1b[J", stdout); /* fewer lines than before */
-            shown = n;
-        } else {
-            for (int i = 0; i < n; i++) puts(lines[i].s);
-        }
-        fflush(stdout);
+        shown = draw(lines, n, tty, shown);
         free(lines);
         if (once) break;
-        /* Sleep in short naps so a signal that lands between the check and
-         * the sleep is still seen promptly. */
-        for (double left = interval; left > 0 && !watch_stop; left -= 0.1) {
-            double nap = left < 0.1 ? left : 0.1;
-            struct timespec ts = {0, (long)(nap * 1e9)};
-            nanosleep(&ts, NULL);
-        }
+        sleep_unless_stopped(interval);
     }
     if (rc == CONN_STOPPED) rc = 0;
     if (tty && !once) fputs("\x1b[?25h", stdout);

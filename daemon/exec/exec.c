@@ -62,14 +62,16 @@ bad:
     return -1;
 }
 
-int exec_limited_main(int argc, char **argv) {
-    const char *cpus = NULL, *mem_s = NULL, *parent_s = NULL;
+/* The options before the program: *prog gets the program's index in argv.
+ * Returns 0, 1 for --help (printed), or 2 after a usage error (printed). */
+static int exec_parse(int argc, char **argv, const char **cpus, const char **mem_s,
+                      const char **parent_s, int *prog) {
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
-        const char **dst = !strcmp(a, "--cpus")        ? &cpus
-                           : !strcmp(a, "--memory-mb") ? &mem_s
-                           : !strcmp(a, "--parent")    ? &parent_s
+        const char **dst = !strcmp(a, "--cpus")        ? cpus
+                           : !strcmp(a, "--memory-mb") ? mem_s
+                           : !strcmp(a, "--parent")    ? parent_s
                                                        : NULL;
         if (dst) {
             if (i + 1 >= argc) {
@@ -82,7 +84,7 @@ int exec_limited_main(int argc, char **argv) {
             break;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             exec_usage(stdout);
-            return 0;
+            return 1;
         } else if (a[0] == '-') {
             fprintf(stderr, "exec-limited: unknown option '%s'\n", a);
             exec_usage(stderr);
@@ -96,6 +98,14 @@ int exec_limited_main(int argc, char **argv) {
         exec_usage(stderr);
         return 2;
     }
+    *prog = i;
+    return 0;
+}
+
+int exec_limited_main(int argc, char **argv) {
+    const char *cpus = NULL, *mem_s = NULL, *parent_s = NULL;
+    int i = 0, rc = exec_parse(argc, argv, &cpus, &mem_s, &parent_s, &i);
+    if (rc) return rc == 1 ? 0 : 2;
     cpu_set_t set;
     char err[160];
     if (cpus && parse_cpus(cpus, &set, err, sizeof err) < 0) {

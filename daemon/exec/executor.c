@@ -3,6 +3,7 @@
  * classification of an ending (engine/protocol.h). */
 #include "daemon/exec/executor.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <signal.h>
 #include <stdio.h>
@@ -146,6 +147,7 @@ static void classify_exit(const executor_facts_t *f, const char *limit, executor
 
 void executor_classify(const executor_facts_t *f, executor_exit_t *ex) {
     char limit[64];
+    assert(f->tail && (!f->term_signal || f->exit_code == -1)); /* killed: no exit code */
     if (f->memory_mb > 0)
         snprintf(limit, sizeof limit, "limit %d MiB", f->memory_mb);
     else

@@ -1,6 +1,7 @@
 /* sched.c - slots, the queue and the workers (see sched.h). */
 #include "daemon/exec/sched.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -90,6 +91,7 @@ struct sched {
  * buffer is full: then this batch is dropped (and logged) so that progress
  * keeps flowing. */
 static void flush_metrics(slot_t *sl) {
+    assert(sl->n_pending <= METRICS_BATCH);
     if (sl->n_pending == 0) return;
     char err[256];
     if (store_add_metrics(sl->s->store, sl->pending_id, sl->pending, sl->n_pending, err,
@@ -236,6 +238,7 @@ static void on_progress(const cJSON *line, void *user) {
                  (long long)sl->id, MAX_METRICS_PER_RUN);
     if (sl->n_metrics > MAX_METRICS_PER_RUN) return;
     if (sl->n_pending > 0 && sl->pending_id != sl->id) drop_pending_metrics(sl);
+    assert(sl->id > 0 && sl->n_pending < METRICS_BATCH); /* a busy slot, room in the batch */
     sl->pending_id = sl->id;
     store_metric_t *m = &sl->pending[sl->n_pending++];
     m->step = jint(line, PROTO_STEP_STEP);
@@ -291,6 +294,7 @@ static void arm_retry(sched_t *s);
  * the retry timer: nothing that finished is ever lost. */
 static int record_ending(slot_t *sl, const ending_t *e) {
     sched_t *s = sl->s;
+    assert(sl->id > 0 && !sl->worker); /* the slot's run has ended, and only once */
     char err[256];
     int64_t id = sl->id;
     executor_status st = e->status; /* e may be sl->unrecorded, freed below */
@@ -394,6 +398,26 @@ static int make_run_dir(sched_t *s, const store_experiment_t *e, char run_dir[RU
     return ok ? 0 : -1;
 }
 
+/* The worker command into argv (64 entries): the command, then the train
+ * options and the spec (the strings are borrowed from s and spec_path). */
+static void worker_argv(const sched_t *s, char *spec_path, char **argv) {
+    int n = 0;
+    if (s->o.worker_cmd) {
+        for (int i = 0; s->o.worker_cmd[i] && n < 48; i++) argv[n++] = s->o.worker_cmd[i];
+    } else {
+        argv[n++] = (char *)s->exe;
+        argv[n++] = "train";
+    }
+    argv[n++] = "--dir";
+    argv[n++] = (char *)s->state_dir;
+    argv[n++] = "--progress-fd";
+    argv[n++] = "3";
+    argv[n++] = "--save";
+    argv[n++] = "model.safetensors";
+    argv[n++] = spec_path;
+    argv[n] = NULL;
+}
+
 /* What start_one did. */
 enum { START_FAILED_RUN = -1, START_EMPTY = 0, START_OK = 1, START_RETRY_LATER = -2 };
 
@@ -415,6 +439,8 @@ static int memory_limit(int spec_mb, int daemon_mb) {
  * (nothing is charged to the experiment beyond an attempt; try again later). */
 static int start_one(sched_t *s, slot_t *sl) {
     store_experiment_t e = {0};
+    /* Only a free slot takes an experiment: a busy one would lose its run. */
+    assert(!sl->worker && !sl->unrecorded && sl->id == 0);
     spec_t spec;
     char err[512], serr[256], run_dir[RUN_DIR_MAX], spec_path[RUN_PATH_MAX], log_path[RUN_PATH_MAX];
     int rc = store_claim_next(s->store, &e, err, sizeof err);
@@ -432,23 +458,8 @@ static int start_one(sched_t *s, slot_t *sl) {
     snprintf(spec_path, sizeof spec_path, "%s/spec.json", run_dir);
     snprintf(log_path, sizeof log_path, "%s/train.log", run_dir);
 
-    /* argv: the worker command, then the train options and the spec */
     char *argv[64];
-    int n = 0;
-    if (s->o.worker_cmd) {
-        for (int i = 0; s->o.worker_cmd[i] && n < 48; i++) argv[n++] = s->o.worker_cmd[i];
-    } else {
-        argv[n++] = s->exe;
-        argv[n++] = "train";
-    }
-    argv[n++] = "--dir";
-    argv[n++] = s->state_dir;
-    argv[n++] = "--progress-fd";
-    argv[n++] = "3";
-    argv[n++] = "--save";
-    argv[n++] = "model.safetensors";
-    argv[n++] = spec_path;
-    argv[n] = NULL;
+    worker_argv(s, spec_path, argv);
 
     int threads = spec.resources.threads > 0 ? spec.resources.threads : sl->threads;
     int by_tokens = !strcmp(sl->scope.budget_kind, SPEC_BUDGET_TOKENS);

@@ -21,6 +21,7 @@
  * synchronous keeps the bytes in the order they were read with no queue of
  * thread-pool requests that could outlive the pipes. Logging is a debugging
  * aid: a failing write stops the logging, never the worker. */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -93,6 +94,7 @@ static void maybe_report(worker_t *w);
 
 static void close_cb(uv_handle_t *h) {
     worker_t *w = h->data;
+    assert(w->open_handles > 0);
     w->open_handles--;
     if (w->open_handles == 0 && w->reported) {
         free(w->oom_counter);
@@ -135,6 +137,7 @@ static void log_append(worker_t *w, const char *p, size_t n) {
     size_t room = w->max_log_bytes - w->log_bytes, m = n < room ? n : room;
     log_write(w, p, m);
     w->log_bytes += m;
+    assert(w->log_bytes <= w->max_log_bytes);
     if (m < n) {
         char note[160];
         int k = snprintf(note, sizeof note,
@@ -158,6 +161,7 @@ static void tail_append(worker_t *w, const char *p, size_t n) {
     }
     memcpy(w->err_tail + w->err_len, p, n);
     w->err_len += n;
+    assert(w->err_len <= ERR_TAIL);
 }
 
 /* ------------------------------------------------------- progress lines */
@@ -326,6 +330,7 @@ static void classify(const worker_t *w, executor_exit_t *ex) {
 
 /* Report the exit once the process is reaped and every pipe is closed. */
 static void maybe_report(worker_t *w) {
+    assert(w->pipes_open >= 0);
     if (!w->exited || w->pipes_open > 0 || w->reported) return;
     w->reported = 1;
     uv_timer_stop(&w->deadline_timer);
@@ -472,21 +477,13 @@ static char **build_argv(const worker_opts_t *o, char *mem, char *parent, size_t
     return a;
 }
 
-int worker_start(uv_loop_t *loop, const worker_opts_t *o, const executor_callbacks_t *cb,
-                 worker_t **out, char *err, size_t errlen) {
-    char **env = NULL, **args = NULL;
-    char omp[48], blas[48], mem[24], parent[24];
-    int rc, proc_init = 0;
-    *out = NULL;
-    if (!o || !o->shim || !o->argv || !o->argv[0]) {
-        snprintf(err, errlen, "worker: no shim or command given");
-        return UV_EINVAL;
-    }
+/* A new worker for o with its timers and pipes initialised (the loop owns
+ * them from here: each is closed, and the last close frees w), or NULL when
+ * out of memory. */
+static worker_t *worker_new(uv_loop_t *loop, const worker_opts_t *o,
+                            const executor_callbacks_t *cb) {
     worker_t *w = calloc(1, sizeof *w);
-    if (!w) {
-        snprintf(err, errlen, "worker: out of memory");
-        return UV_ENOMEM;
-    }
+    if (!w) return NULL;
     w->loop = loop;
     if (cb) w->cb = *cb;
     w->stop_status = -1;
@@ -497,7 +494,6 @@ int worker_start(uv_loop_t *loop, const worker_opts_t *o, const executor_callbac
     w->oom_kills_spawn = w->oom_kills_exit = -1;
     w->max_log_bytes = o->max_log_bytes ? o->max_log_bytes : DEFAULT_MAX_LOG;
     bytebuf_init(&w->lines.line, o->max_line_bytes ? o->max_line_bytes : DEFAULT_MAX_LINE);
-
     uv_timer_t *timers[] = {&w->deadline_timer, &w->kill_timer, &w->drain_timer};
     for (int i = 0; i < 3; i++) {
         uv_timer_init(loop, timers[i]);
@@ -510,24 +506,23 @@ int worker_start(uv_loop_t *loop, const worker_opts_t *o, const executor_callbac
         w->open_handles++;
         w->pipes_open++;
     }
+    return w;
+}
 
-    if (o->log_path) {
-        w->log_fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (w->log_fd < 0) {
-            rc = -errno;
-            snprintf(err, errlen, "open %s: %s", o->log_path, strerror(errno));
-            goto fail;
-        }
-    }
-    env = build_env(o->threads, omp, blas, sizeof omp);
-    args = build_argv(o, mem, parent, sizeof mem);
+/* Spawn the shim with o's command, environment and limits, its stdout,
+ * stderr and fd 3 on the worker's pipes. Returns 0, or a negative libuv
+ * error with err set (*proc_init says whether the process handle needs
+ * closing). */
+static int spawn(worker_t *w, const worker_opts_t *o, int *proc_init, char *err, size_t errlen) {
+    char omp[48], blas[48], mem[24], parent[24];
+    char **env = build_env(o->threads, omp, blas, sizeof omp);
+    char **args = build_argv(o, mem, parent, sizeof mem);
+    int rc = UV_ENOMEM;
     w->oom_counter = strdup(o->oom_counter ? o->oom_counter : OOM_COUNTER);
     if (!env || !args || !w->oom_counter) {
-        rc = UV_ENOMEM;
         snprintf(err, errlen, "worker: out of memory");
-        goto fail;
+        goto done;
     }
-
     uv_stdio_container_t stdio[4];
     stdio[0].flags = UV_IGNORE;
     for (int i = 0; i < N_PIPES; i++) {
@@ -546,18 +541,41 @@ int worker_start(uv_loop_t *loop, const worker_opts_t *o, const executor_callbac
     w->proc.data = w;
     w->oom_kills_spawn = oom_kills(w->oom_counter);
     w->t_spawn = uv_hrtime();
-    rc = uv_spawn(loop, &w->proc, &po);
+    rc = uv_spawn(w->loop, &w->proc, &po);
     w->open_handles++; /* initialised by uv_spawn even when it fails */
-    proc_init = 1;
-    if (rc < 0) {
+    *proc_init = 1;
+    if (rc < 0)
         snprintf(err, errlen, "spawn %s: %s", o->shim, uv_strerror(rc));
-        goto fail;
-    }
-    w->pid = w->proc.pid;
+    else
+        w->pid = w->proc.pid;
+done:
     free(env);
     free(args);
-    env = args = NULL;
+    return rc;
+}
 
+int worker_start(uv_loop_t *loop, const worker_opts_t *o, const executor_callbacks_t *cb,
+                 worker_t **out, char *err, size_t errlen) {
+    int rc, proc_init = 0;
+    *out = NULL;
+    if (!o || !o->shim || !o->argv || !o->argv[0]) {
+        snprintf(err, errlen, "worker: no shim or command given");
+        return UV_EINVAL;
+    }
+    worker_t *w = worker_new(loop, o, cb);
+    if (!w) {
+        snprintf(err, errlen, "worker: out of memory");
+        return UV_ENOMEM;
+    }
+    if (o->log_path) {
+        w->log_fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (w->log_fd < 0) {
+            rc = -errno;
+            snprintf(err, errlen, "open %s: %s", o->log_path, strerror(errno));
+            goto fail;
+        }
+    }
+    if ((rc = spawn(w, o, &proc_init, err, errlen)) < 0) goto fail;
     for (int i = 0; i < N_PIPES; i++) {
         rc = uv_read_start((uv_stream_t *)&w->pipes[i], alloc_cb, read_cb);
         if (rc < 0) { /* cannot happen on a fresh pipe; still, no orphan */
@@ -577,13 +595,13 @@ fail:
     /* No callback will run: the handles close on the loop and the last close
      * callback frees w. A spawned child (only after a read_start failure)
      * was killed above; its exit is not reported. */
-    free(env);
-    free(args);
     if (w->log_fd >= 0) close(w->log_fd);
     w->log_fd = -1;
     w->reported = 1;
     for (int i = 0; i < N_PIPES; i++) close_handle(w, (uv_handle_t *)&w->pipes[i]);
-    for (int i = 0; i < 3; i++) close_handle(w, (uv_handle_t *)timers[i]);
+    close_handle(w, (uv_handle_t *)&w->deadline_timer);
+    close_handle(w, (uv_handle_t *)&w->kill_timer);
+    close_handle(w, (uv_handle_t *)&w->drain_timer);
     if (proc_init) close_handle(w, (uv_handle_t *)&w->proc);
     return rc;
 }

@@ -242,6 +242,40 @@ static cJSON *with_seed_offset(const cJSON *spec, int k) {
     return copy;
 }
 
+/* Every spec of a submission (body, an array of n when is_array) checked,
+ * with the seeds its repeats take: 0, or -1 with res the error. */
+static int check_all(api_t *a, const cJSON *body, int is_array, int n, long long repeats,
+                     http_response_t *res) {
+    char err[512];
+    for (int i = 0; i < n; i++) {
+        spec_t s;
+        int rc = check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, err, sizeof err);
+        if (rc == 0) { /* s is valid: its repeats' seeds must be too */
+            if ((double)s.seed + (double)(repeats - 1) > 9007199254740991.0) {
+                snprintf(err, sizeof err, "seed: %llu + %lld repeats passes 2^53 - 1",
+                         (unsigned long long)s.seed, repeats - 1);
+                rc = -1;
+            }
+            spec_free(&s);
+        }
+        if (rc == NS_ERR_DOES_NOT_FIT) {
+            if (is_array)
+                http_error(res, 422, "does_not_fit", "[%d]: %s", i, err);
+            else
+                http_error(res, 422, "does_not_fit", "%s", err);
+            return -1;
+        }
+        if (rc < 0) {
+            if (is_array)
+                http_error(res, 400, "invalid_spec", "[%d].%s", i, err);
+            else
+                http_error(res, 400, "invalid_spec", "%s", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static void post_experiments(api_t *a, const http_request_t *req, http_response_t *res) {
     char flag[16] = "", source[16] = "api", err[512];
     int force = http_query_get(req->query, "force", flag, sizeof flag) == 1 &&
@@ -267,34 +301,9 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
         return;
     }
     /* Validate every spec before queueing any: one invalid spec queues nothing. */
-    for (int i = 0; i < n; i++) {
-        spec_t s;
-        int rc = check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, err, sizeof err);
-        if (rc == 0 && (double)s.seed + (double)(repeats - 1) > 9007199254740991.0) {
-            snprintf(err, sizeof err, "seed: %llu + %lld repeats passes 2^53 - 1",
-                     (unsigned long long)s.seed, repeats - 1);
-            spec_free(&s);
-            rc = -1;
-        } else if (rc == 0) {
-            spec_free(&s);
-        }
-        int bad = rc < 0;
-        if (rc == NS_ERR_DOES_NOT_FIT) {
-            if (is_array)
-                http_error(res, 422, "does_not_fit", "[%d]: %s", i, err);
-            else
-                http_error(res, 422, "does_not_fit", "%s", err);
-            cJSON_Delete(body);
-            return;
-        }
-        if (bad) {
-            if (is_array)
-                http_error(res, 400, "invalid_spec", "[%d].%s", i, err);
-            else
-                http_error(res, 400, "invalid_spec", "%s", err);
-            cJSON_Delete(body);
-            return;
-        }
+    if (check_all(a, body, is_array, n, repeats, res) < 0) {
+        cJSON_Delete(body);
+        return;
     }
     cJSON *items = cJSON_CreateArray();
     int created = 0;

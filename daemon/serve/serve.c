@@ -358,72 +358,80 @@ static void finished_cb(void *user, int64_t id, const char *status) {
     hook_experiment_finished(d->hook, id);
 }
 
-static int run_daemon(daemon_t *d) {
-    char err[512], path[PATH_MAX + 32];
-    int rc = 1;
-    if (util_mkdirs(d->o.dir, err, sizeof err) < 0) goto out;
-    snprintf(path, sizeof path, "%s/runs", d->o.dir);
-    if (util_mkdirs(path, err, sizeof err) < 0 || lock_dir(d, err, sizeof err) < 0) goto out;
-    snprintf(path, sizeof path, "%s/nightshift.db", d->o.dir);
-    if (store_open(path, &d->store, err, sizeof err) < 0) goto out;
+/* The state directory (created, locked for the daemon's lifetime), the
+ * store, and the runs a crash left behind requeued (a Slurm executor
+ * re-attaches to its jobs later instead). */
+static int open_state(daemon_t *d, char *err, size_t errlen) {
+    char path[PATH_MAX + 32];
     int requeued = 0, abandoned = 0;
-    /* Slurm jobs outlive the daemon: the scheduler re-attaches to them below. */
+    snprintf(path, sizeof path, "%s/runs", d->o.dir);
+    if (util_mkdirs(d->o.dir, err, errlen) < 0 || util_mkdirs(path, err, errlen) < 0 ||
+        lock_dir(d, err, errlen) < 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/nightshift.db", d->o.dir);
+    if (store_open(path, &d->store, err, errlen) < 0) return -1;
     if (!d->o.slurm &&
-        store_recover(d->store, d->o.max_attempts, &requeued, &abandoned, err, sizeof err) < 0)
-        goto out;
+        store_recover(d->store, d->o.max_attempts, &requeued, &abandoned, err, errlen) < 0)
+        return -1;
     if (requeued || abandoned)
         log_warn("recovered from an unclean stop: %d interrupted experiment%s re-queued, %d given "
                  "up after %d attempts",
                  requeued, requeued == 1 ? "" : "s", abandoned, d->o.max_attempts);
+    return 0;
+}
 
-    uv_loop_init(&d->loop);
+/* The executor (Slurm's, when asked for) and the scheduler over it. */
+static int start_sched(daemon_t *d, char *err, size_t errlen) {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-        snprintf(err, sizeof err, "cannot find the nightshift binary: %s", strerror(errno));
-        goto out_loop;
-    }
+    if (n <= 0)
+        return util_errorf(err, errlen, "cannot find the nightshift binary: %s", strerror(errno));
     exe[n] = '\0';
-    if (d->o.slurm) {
-        slurm_opts_t slo = {.partition = d->o.slurm_partition[0] ? d->o.slurm_partition : NULL,
-                            .account = d->o.slurm_account[0] ? d->o.slurm_account : NULL,
-                            .sbatch_args = d->o.sbatch_args[0] ? d->o.sbatch_args : NULL,
-                            .job_prefix = d->o.slurm_job_prefix,
-                            .poll_s = d->o.slurm_poll_s,
-                            .rest_url = d->o.slurm_rest[0] ? d->o.slurm_rest : NULL,
-                            .rest_user = d->o.slurm_user[0] ? d->o.slurm_user : NULL,
-                            .rest_token = d->o.slurm_token[0] ? d->o.slurm_token : NULL,
+    const serve_opts_t *o = &d->o;
+    if (o->slurm) {
+        slurm_opts_t slo = {.partition = o->slurm_partition[0] ? o->slurm_partition : NULL,
+                            .account = o->slurm_account[0] ? o->slurm_account : NULL,
+                            .sbatch_args = o->sbatch_args[0] ? o->sbatch_args : NULL,
+                            .job_prefix = o->slurm_job_prefix,
+                            .poll_s = o->slurm_poll_s,
+                            .rest_url = o->slurm_rest[0] ? o->slurm_rest : NULL,
+                            .rest_user = o->slurm_user[0] ? o->slurm_user : NULL,
+                            .rest_token = o->slurm_token[0] ? o->slurm_token : NULL,
                             /* progress as often as states, when that is more often */
-                            .tail_s = d->o.slurm_poll_s < 1 ? d->o.slurm_poll_s : 0};
-        if (!(d->executor = slurm_executor_new(&d->loop, &slo, err, sizeof err))) goto out_loop;
+                            .tail_s = o->slurm_poll_s < 1 ? o->slurm_poll_s : 0};
+        if (!(d->executor = slurm_executor_new(&d->loop, &slo, err, errlen))) return -1;
     }
-    sched_opts_t so = {.state_dir = d->o.dir,
+    sched_opts_t so = {.state_dir = o->dir,
                        .exe = exe,
-                       .worker_cmd = d->o.worker_cmd[0] ? d->o.worker_cmd : NULL,
-                       .slots = d->o.slots,
-                       .threads_per_slot = d->o.threads_per_slot,
-                       .memory_mb = d->o.memory_mb,
-                       .deadline_slack_s = d->o.deadline_slack_s,
-                       .kill_grace_s = d->o.kill_grace_s,
-                       .max_attempts = d->o.max_attempts,
-                       .prune = d->o.prune,
-                       .prune_startup = d->o.prune_startup,
-                       .prune_warmup = d->o.prune_warmup,
-                       .token_run_limit_s = d->o.token_run_limit_s,
+                       .worker_cmd = o->worker_cmd[0] ? o->worker_cmd : NULL,
+                       .slots = o->slots,
+                       .threads_per_slot = o->threads_per_slot,
+                       .memory_mb = o->memory_mb,
+                       .deadline_slack_s = o->deadline_slack_s,
+                       .kill_grace_s = o->kill_grace_s,
+                       .max_attempts = o->max_attempts,
+                       .prune = o->prune,
+                       .prune_startup = o->prune_startup,
+                       .prune_warmup = o->prune_warmup,
+                       .token_run_limit_s = o->token_run_limit_s,
                        .executor = d->executor,
                        .on_finished = finished_cb,
                        .on_queue_empty = queue_empty_cb,
                        .user = d};
-    d->sched = sched_new(&d->loop, d->store, &so, err, sizeof err);
-    if (!d->sched) goto out_loop;
-    if (d->o.slurm) {
-        int attached = 0;
-        if (sched_reattach(d->sched, &attached, &requeued, err, sizeof err) < 0) goto out_sched;
-        if (attached || requeued)
-            log_warn("recovered from the previous daemon: %d slurm job%s re-attached, %d "
-                     "experiment%s interrupted",
-                     attached, attached == 1 ? "" : "s", requeued, requeued == 1 ? "" : "s");
-    }
+    if (!(d->sched = sched_new(&d->loop, d->store, &so, err, errlen))) return -1;
+    if (!o->slurm) return 0;
+    int attached = 0, requeued = 0;
+    if (sched_reattach(d->sched, &attached, &requeued, err, errlen) < 0) return -1;
+    if (attached || requeued)
+        log_warn("recovered from the previous daemon: %d slurm job%s re-attached, %d "
+                 "experiment%s interrupted",
+                 attached, attached == 1 ? "" : "s", requeued, requeued == 1 ? "" : "s");
+    return 0;
+}
+
+/* The API, its event stream, the agent hook and the HTTP server; *port gets
+ * the port bound. */
+static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
     d->api = (api_t){.store = d->store,
                      .sched = d->sched,
                      .state_dir = d->o.dir,
@@ -432,54 +440,66 @@ static int run_daemon(daemon_t *d) {
                      .default_dataset = d->o.dataset[0] ? d->o.dataset : NULL,
                      .started_at = util_now(),
                      .memory_mb = d->o.memory_mb};
-    if (!(d->events = d->api.events = events_hub_new(&d->loop, d->store, d->sched))) {
-        snprintf(err, sizeof err, "out of memory");
-        goto out_sched;
-    }
+    if (!(d->events = d->api.events = events_hub_new(&d->loop, d->store, d->sched)))
+        return util_errorf(err, errlen, "out of memory");
     if (d->o.agent_url[0]) {
         hook_opts_t ho = {.url = d->o.agent_url,
                           .secret = d->o.agent_secret,
                           .api = &d->api,
                           .proposals_per_min = d->o.agent_rate};
-        if (!(d->hook = hook_new(&d->loop, &ho, err, sizeof err))) goto out_sched;
+        if (!(d->hook = hook_new(&d->loop, &ho, err, errlen))) return -1;
     }
     http_limits_t lim;
     http_limits_default(&lim);
-    int port = 0;
-    if (http_server_start(&d->loop, d->o.host, d->o.port, &lim, api_handle, &d->api, &d->http,
-                          &port, err, sizeof err) < 0)
-        goto out_hook;
+    if (http_server_start(&d->loop, d->o.host, d->o.port, &lim, api_handle, &d->api, &d->http, port,
+                          err, errlen) < 0)
+        return -1;
     http_server_set_authorize(d->http, api_authorize);
+    return 0;
+}
+
+/* Signals, the log line, and the one line on stdout: scripts and tests read
+ * the bound port from it. */
+static void announce(daemon_t *d, int port) {
     uv_signal_init(&d->loop, &d->sigint);
     uv_signal_init(&d->loop, &d->sigterm);
     d->sigint.data = d->sigterm.data = d;
     uv_signal_start(&d->sigint, signal_cb, SIGINT);
     uv_signal_start(&d->sigterm, signal_cb, SIGTERM);
-
     char mem[48] = "no memory limit";
     if (d->o.memory_mb > 0) snprintf(mem, sizeof mem, "%d MiB per worker", d->o.memory_mb);
     log_info("nightshift daemon: state %s, %d %s slot%s, %s, %s", d->o.dir, d->o.slots,
              d->o.slurm ? "slurm" : "local", d->o.slots == 1 ? "" : "s", mem,
              d->o.token[0] ? "token required for POST" : "no token");
-    /* The one line on stdout: scripts and tests read the bound port from it. */
     printf("listening on http://%s%s%s:%d\n", strchr(d->o.host, ':') ? "[" : "", d->o.host,
            strchr(d->o.host, ':') ? "]" : "", port);
     fflush(stdout);
+}
 
-    sched_kick(d->sched);
-    uv_run(&d->loop, UV_RUN_DEFAULT);
-    log_info("stopped");
-    rc = 0;
-    goto out_loop;
-
-out_hook:
+/* What a start that failed had opened, closed in the reverse order. */
+static void close_started(daemon_t *d) {
     hook_close(d->hook, NULL, NULL);
     d->hook = NULL;
-out_sched:
     events_hub_close(d->events);
     d->events = d->api.events = NULL;
     sched_free(d->sched);
     d->sched = NULL;
+}
+
+static int run_daemon(daemon_t *d) {
+    char err[512];
+    int rc = 1, port = 0;
+    if (open_state(d, err, sizeof err) < 0) goto out;
+    uv_loop_init(&d->loop);
+    if (start_sched(d, err, sizeof err) < 0 || start_api(d, &port, err, sizeof err) < 0) {
+        close_started(d);
+        goto out_loop;
+    }
+    announce(d, port);
+    sched_kick(d->sched);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    log_info("stopped");
+    rc = 0;
 out_loop:
     if (d->executor) d->executor->free(d->executor);
     d->executor = NULL;

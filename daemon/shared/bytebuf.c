@@ -1,6 +1,7 @@
 /* bytebuf.c - a growable byte buffer with a size cap (see bytebuf.h). */
 #include "daemon/shared/bytebuf.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,14 @@ static int grow(bytebuf_t *b, size_t n, int slack) {
     return 0;
 }
 
+/* The invariants every function keeps: content, its NUL and nothing past
+ * the allocation, and never more content than the cap. */
+static void check(const bytebuf_t *b) {
+    assert(b->len <= b->max);
+    assert(b->data ? b->len < b->cap && b->data[b->len] == '\0' : b->len == 0 && b->cap == 0);
+    (void)b;
+}
+
 /* Record the first failure; returns rc. */
 static int fail(bytebuf_t *b, int rc) {
     if (!b->err) b->err = rc;
@@ -55,6 +64,7 @@ int bytebuf_append(bytebuf_t *b, const void *data, size_t n) {
     if (n) memcpy(b->data + b->len, data, n);
     b->len += n;
     b->data[b->len] = '\0';
+    check(b);
     return 0;
 }
 
@@ -90,6 +100,7 @@ int bytebuf_vprintf(bytebuf_t *b, const char *fmt, va_list ap) {
         if (b->data) b->data[b->len] = '\0'; /* a cut first try wrote past len */
         return fail(b, rc);
     }
+    check(b);
     return 0;
 }
 
@@ -112,6 +123,7 @@ void bytebuf_commit(bytebuf_t *b, size_t n) {
     if (n > b->cap - b->len - 1) n = b->cap - b->len - 1; /* never past the room */
     b->len += n;
     b->data[b->len] = '\0';
+    check(b);
 }
 
 void bytebuf_drop(bytebuf_t *b, size_t n) {
@@ -122,6 +134,7 @@ void bytebuf_drop(bytebuf_t *b, size_t n) {
         b->len -= n;
     }
     if (b->data) b->data[b->len] = '\0';
+    check(b);
 }
 
 void bytebuf_reset(bytebuf_t *b) {

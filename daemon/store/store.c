@@ -12,6 +12,7 @@
  * are its JSON keys, so the shape of each answer is visible in its SQL. */
 #include "daemon/store/store.h"
 
+#include <assert.h>
 #include <math.h>
 #include <openssl/evp.h>
 #include <sqlite3.h>
@@ -324,16 +325,21 @@ static void reset(sqlite3_stmt *st) {
     sqlite3_clear_bindings(st);
 }
 
-/* Run a statement that returns no rows to completion, then reset it. */
+/* Run a statement that returns no rows to completion, then reset it. A
+ * statement is always reset after use: one still stepping here would be
+ * another call's, cut off in the middle. */
 static int run(store_t *s, int which, const char *op, char *err, size_t errlen) {
     sqlite3_stmt *st = s->st[which];
+    assert(!sqlite3_stmt_busy(st));
     int rc = sqlite3_step(st);
     if (rc != SQLITE_DONE) fail_db(s->db, err, errlen, op);
     reset(st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+/* Every change of more than one statement is one transaction, never nested. */
 static int begin(store_t *s, char *err, size_t errlen) {
+    assert(sqlite3_get_autocommit(s->db));
     return run(s, ST_BEGIN, "begin", err, errlen);
 }
 

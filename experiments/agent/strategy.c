@@ -785,11 +785,63 @@ static void describe_threshold(const strategy_t *s, double t, double sd, int df,
                  sd, df, nb, nc);
 }
 
+/* Run id of configuration c (not the best's) scored v: adopt c, re-run it,
+ * or discard it, by strategy_compare against the best; sd and df are the
+ * measured noise. */
+static void judge_against_best(strategy_t *s, config_t *c, int64_t id, double v, const spec_t *sp,
+                               double sd, int df, cJSON *reply) {
+    char why[256];
+    const config_t *b = config_find(s, s->best_config.key);
+    int nb = b && b->n > 0 ? b->n : 1;
+    strategy_compare_t in = {.best_mean = s->best_val,
+                             .best_n = nb,
+                             .cand_mean = c->mean,
+                             .cand_n = c->n,
+                             .sd = isnan(sd) ? -1 : sd,
+                             .noise_floor = s->o.noise_floor,
+                             .max_seeds = s->o.max_seeds};
+    double t;
+    strategy_verdict verdict = strategy_compare(&in, &t);
+    describe_threshold(s, t, sd, df, nb, c->n, why, sizeof why);
+    double gain = s->best_val - c->mean;
+    if (verdict == STRATEGY_ADOPT) {
+        double old = s->best_val;
+        int64_t old_id = s->best_id;
+        if (adopt(s, c->first_id, c->mean, sp) < 0)
+            say(s, "out of memory while adopting #%lld", (long long)c->first_id);
+        else
+            say(s,
+                "keeping #%lld: mean val_bpb %.4f over %d seed%s beats best %.4f over %d (#%lld) "
+                "by %.4f > %s",
+                (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", old, nb,
+                (long long)old_id, gain, why);
+    } else if (verdict == STRATEGY_RERUN && c->outstanding == 0) {
+        if (propose_rerun(s, c, id, sp, reply) == 0)
+            say(s,
+                "promising #%lld: mean val_bpb %.4f over %d seed%s vs best %.4f over %d (#%lld): "
+                "gain %.4f is within %s; re-running with seed %llu before adopting",
+                (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val, nb,
+                (long long)s->best_id, gain, why, (unsigned long long)c->max_seed);
+    } else if (verdict == STRATEGY_RERUN) {
+        say(s, "promising #%lld: mean val_bpb %.4f over %d seeds; its re-run is still queued",
+            (long long)c->first_id, c->mean, c->n);
+    } else if (gain > 0) {
+        say(s,
+            "discarding #%lld: mean val_bpb %.4f over %d seeds beats best %.4f over %d (#%lld) "
+            "by only %.4f, not more than %s, after %d seeds",
+            (long long)c->first_id, c->mean, c->n, s->best_val, nb, (long long)s->best_id, gain,
+            why, c->n);
+    } else {
+        say(s, "discarding #%lld: val_bpb %.4f (mean %.4f over %d) does not beat best %.4f (#%lld)",
+            (long long)id, v, c->mean, c->n, s->best_val, (long long)s->best_id);
+    }
+}
+
 static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
     int64_t id = payload_id(exp);
     const char *status = payload_string(exp, "status", "unknown");
     const char *reason = payload_string(exp, "reason", NULL);
-    char err[SPEC_ERR_LEN], hex[STRATEGY_IDENT_LEN], cfg[SPEC_HASH_HEX], scope[128], why[256];
+    char err[SPEC_ERR_LEN], hex[STRATEGY_IDENT_LEN], cfg[SPEC_HASH_HEX], scope[128];
     spec_t sp;
     double v = 0;
     if (id && judged_has(s, id)) {
@@ -846,50 +898,7 @@ static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
             df);
         goto done;
     }
-    const config_t *b = config_find(s, s->best_config.key);
-    int nb = b && b->n > 0 ? b->n : 1;
-    strategy_compare_t in = {.best_mean = s->best_val,
-                             .best_n = nb,
-                             .cand_mean = c->mean,
-                             .cand_n = c->n,
-                             .sd = isnan(sd) ? -1 : sd,
-                             .noise_floor = s->o.noise_floor,
-                             .max_seeds = s->o.max_seeds};
-    double t;
-    strategy_verdict verdict = strategy_compare(&in, &t);
-    describe_threshold(s, t, sd, df, nb, c->n, why, sizeof why);
-    double gain = s->best_val - c->mean;
-    if (verdict == STRATEGY_ADOPT) {
-        double old = s->best_val;
-        int64_t old_id = s->best_id;
-        if (adopt(s, c->first_id, c->mean, &sp) < 0)
-            say(s, "out of memory while adopting #%lld", (long long)c->first_id);
-        else
-            say(s,
-                "keeping #%lld: mean val_bpb %.4f over %d seed%s beats best %.4f over %d (#%lld) "
-                "by %.4f > %s",
-                (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", old, nb,
-                (long long)old_id, gain, why);
-    } else if (verdict == STRATEGY_RERUN && c->outstanding == 0) {
-        if (propose_rerun(s, c, id, &sp, reply) == 0)
-            say(s,
-                "promising #%lld: mean val_bpb %.4f over %d seed%s vs best %.4f over %d (#%lld): "
-                "gain %.4f is within %s; re-running with seed %llu before adopting",
-                (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val, nb,
-                (long long)s->best_id, gain, why, (unsigned long long)c->max_seed);
-    } else if (verdict == STRATEGY_RERUN) {
-        say(s, "promising #%lld: mean val_bpb %.4f over %d seeds; its re-run is still queued",
-            (long long)c->first_id, c->mean, c->n);
-    } else if (gain > 0) {
-        say(s,
-            "discarding #%lld: mean val_bpb %.4f over %d seeds beats best %.4f over %d (#%lld) "
-            "by only %.4f, not more than %s, after %d seeds",
-            (long long)c->first_id, c->mean, c->n, s->best_val, nb, (long long)s->best_id, gain,
-            why, c->n);
-    } else {
-        say(s, "discarding #%lld: val_bpb %.4f (mean %.4f over %d) does not beat best %.4f (#%lld)",
-            (long long)id, v, c->mean, c->n, s->best_val, (long long)s->best_id);
-    }
+    judge_against_best(s, c, id, v, &sp, sd, df, reply);
 done:
     spec_free(&sp);
 }

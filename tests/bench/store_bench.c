@@ -69,21 +69,10 @@ static void report(const char *label, double *wall, double *cpu, int reps) {
         report(label, w_, c_, reps);                                                               \
     } while (0)
 
-int main(int argc, char **argv) {
-    long n = argc > 1 ? atol(argv[1]) : 100000;
-    int reps = argc > 2 ? atoi(argv[2]) : 20;
-    if (n < 40 || reps < 1 || reps > 1000) {
-        fprintf(stderr, "usage: store-bench [N >= 40] [REPEATS 1..1000]\n");
-        return 2;
-    }
-    char dir[] = "/tmp/store-bench-XXXXXX", path[64], err[512];
-    if (!mkdtemp(dir)) return 1;
-    snprintf(path, sizeof path, "%s/nightshift.db", dir);
-    store_t *s = NULL;
-    if (store_open(path, &s, err, sizeof err) < 0) {
-        fprintf(stderr, "store-bench: %s\n", err);
-        return 1;
-    }
+/* n experiments in 8 scopes (5 seeds of each configuration, a tenth
+ * failed) written straight into the database at path, then its leaderboard
+ * query plan. */
+static void load(const char *path, long n) {
     sqlite3 *db;
     check(sqlite3_open(path, &db), db, "open");
     double t0 = now_ms();
@@ -143,6 +132,24 @@ int main(int argc, char **argv) {
     sqlite3_finalize(plan);
     sqlite3_close(db);
 
+}
+
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 100000;
+    int reps = argc > 2 ? atoi(argv[2]) : 20;
+    if (n < 40 || reps < 1 || reps > 1000) {
+        fprintf(stderr, "usage: store-bench [N >= 40] [REPEATS 1..1000]\n");
+        return 2;
+    }
+    char dir[] = "/tmp/store-bench-XXXXXX", path[64], err[512];
+    if (!mkdtemp(dir)) return 1;
+    snprintf(path, sizeof path, "%s/nightshift.db", dir);
+    store_t *s = NULL;
+    if (store_open(path, &s, err, sizeof err) < 0) {
+        fprintf(stderr, "store-bench: %s\n", err);
+        return 1;
+    }
+    load(path, n);
     store_scope_t sc = {.budget = 300};
     snprintf(sc.dataset, sizeof sc.dataset, "d1");
     snprintf(sc.budget_kind, sizeof sc.budget_kind, "time");

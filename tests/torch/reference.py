@@ -1,4 +1,4 @@
-"""PyTorch reference of the nightshift GPT (DESIGN.md, "The model (engine)").
+"""PyTorch reference of the nightshift GPT (the model the README describes, engine/gpt.h).
 
 It is autoresearch's GPT written out again, generalised to every option of the
 spec's `model` section, so that the C engine can be checked against it. Module
@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# Defaults of the spec's model section (engine/spec.h, DESIGN.md).
+# Defaults of the spec's model section (spec_fields in engine/spec.c).
 MODEL_DEFAULTS = {
     "vocab_size": 0,
     "depth": 4,
