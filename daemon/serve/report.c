@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon/shared/jsonpath.h"
 #include "engine/spec.h"
 #include "engine/util.h"
 
@@ -33,12 +34,11 @@ static bool is_failure(const char *status) {
 }
 
 static double num(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    return jsonpath_num(o, key, NAN);
 }
 
 static const char *str(const cJSON *o, const char *key) {
-    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, key));
+    return jsonpath_str(o, key);
 }
 
 /* A number, or null when it is not finite. */

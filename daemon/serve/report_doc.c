@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "daemon/shared/bytebuf.h"
+#include "daemon/shared/jsonpath.h"
 #include "engine/util.h"
 
 #define MAX_CURVE_ROWS 40 /* improvements of the anytime curve shown (the last ones) */
@@ -53,14 +54,18 @@ static void text(doc_t *d, const char *s) {
 }
 
 /* printf, then text(). */
+static void vsay(doc_t *d, const char *fmt, va_list ap) {
+    char buf[2048];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    text(d, buf);
+}
+
 static void say(doc_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(doc_t *d, const char *fmt, ...) {
-    char buf[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    vsay(d, fmt, ap);
     va_end(ap);
-    text(d, buf);
 }
 
 /* Markup as it is: md in Markdown, html in HTML (either may be NULL). */
@@ -150,14 +155,12 @@ static void cell_end(doc_t *d) {
 /* A whole cell of printf text. */
 static void cellf(doc_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void cellf(doc_t *d, const char *fmt, ...) {
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
     cell(d);
-    text(d, buf);
+    vsay(d, fmt, ap);
     cell_end(d);
+    va_end(ap);
 }
 
 static void row_end(doc_t *d) {
@@ -171,25 +174,15 @@ static void table_end(doc_t *d) {
 /* --------------------------------------------------------------- values */
 
 static const cJSON *get(const cJSON *o, const char *path) {
-    char key[64];
-    while (o && *path) {
-        size_t n = strcspn(path, ".");
-        if (n >= sizeof key) return NULL;
-        memcpy(key, path, n);
-        key[n] = '\0';
-        o = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
-        path += n + (path[n] == '.');
-    }
-    return o;
+    return jsonpath_get(o, path);
 }
 
 static double num(const cJSON *o, const char *path) {
-    const cJSON *v = get(o, path);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    return jsonpath_num(o, path, NAN);
 }
 
 static const char *str(const cJSON *o, const char *path) {
-    return cJSON_GetStringValue(get(o, path));
+    return jsonpath_str(o, path);
 }
 
 /* v with digits after the point, or "-" (buf must hold 32 bytes). */
