@@ -19,14 +19,14 @@
   var xs = [], ok = [], best = [], bad = [], top = null;
   pts.forEach(function (p) { if (typeof p.val_bpb === "number") top = top === null ? p.val_bpb : Math.max(top, p.val_bpb); });
   pts.forEach(function (p) {
-    xs.push(p.elapsed_h);
+    xs.push(Math.round(p.elapsed_h * 3600 * 1000) / 1000); /* seconds: uPlot's ticks round well */
     ok.push(typeof p.val_bpb === "number" ? p.val_bpb : null);
     best.push(typeof p.best === "number" ? p.best : null);
     bad.push(p.status !== "succeeded" && top !== null ? top : null);
   });
-  /* hours as h:mm:ss, as the tables beside the chart write them */
-  function clock(h) {
-    var t = Math.round(h * 3600), m = Math.floor(t / 60) % 60, s = t % 60;
+  /* seconds as h:mm:ss, as the tables beside the chart write them */
+  function clock(sec) {
+    var t = Math.round(sec), m = Math.floor(t / 60) % 60, s = t % 60;
     return Math.floor(t / 3600) + ":" + (m < 10 ? "0" : "") + m + ":" + (s < 10 ? "0" : "") + s;
   }
 
@@ -34,7 +34,7 @@
   new uPlot({
     width: width, height: 280,
     series: [
-      { label: "hours" },
+      { label: "time", value: function (u, v) { return v === null ? "--" : clock(v); } },
       { label: "val_bpb", stroke: "#1b1b1b", paths: function () { return null; },
         points: { show: true, size: 7, width: 1, fill: "#1b1b1b" } },
       { label: "best so far", stroke: "#1f5fa8", width: 2, spanGaps: true,
@@ -45,7 +45,7 @@
     scales: { x: { time: false } },
     axes: [{ label: "time since the first run started (h:mm:ss)",
              incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
-                     21600, 43200].map(function (s) { return s / 3600; }),
+                     21600, 43200],
              values: function (u, vals) { return vals.map(clock); } },
            { label: "val_bpb (lower is better)", size: 60 }]
   }, [xs, ok, best, bad], node);
