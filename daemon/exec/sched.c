@@ -190,8 +190,6 @@ done:
     free(v);
 }
 
-/* --------------------------------------------------------------- workers */
-
 /* --------------------------------------------------------- the test figure */
 
 /* Hand the slot's pending test figure to the store; on failure it stays
@@ -224,6 +222,8 @@ static void take_test(slot_t *sl, const cJSON *line) {
     sl->test_pending = 1;
     flush_test(sl);
 }
+
+/* --------------------------------------------------------------- workers */
 
 static void on_progress(const cJSON *line, void *user) {
     slot_t *sl = user;
