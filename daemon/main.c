@@ -35,6 +35,7 @@ static const command_t commands[] = {
     {"watch", watch_main, "live progress of the daemon's slots"},
     {"export", export_main, "every experiment as CSV, TSV, JSON lines or results.tsv"},
     {"diff", diff_main, "two experiments: spec differences and results side by side"},
+    {"report", report_main, "the morning report: what a night did and learned, as Markdown"},
     {"agent", agent_main, "the reference search agent behind the webhook"},
 };
 

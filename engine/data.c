@@ -101,6 +101,34 @@ static bool manifest_count(const cJSON *m, const char *key, double max, double *
     return true;
 }
 
+/* The test split's counts from manifest m (at path), or the reason there is
+ * none: a manifest without "test_tokens" was written before test splits. */
+static int test_split(const cJSON *m, data_set_t *ds, const char *path, char *err, size_t errlen) {
+    static const char *const keys[3] = {"test_tokens", "test_docs", "test_bytes"};
+    double v[3];
+    if (!cJSON_GetObjectItemCaseSensitive(m, keys[0])) {
+        snprintf(ds->no_test, sizeof ds->no_test,
+                 "dataset %s was prepared without a test split (prepare it again to get one)",
+                 ds->name);
+        return 0;
+    }
+    for (int k = 0; k < 3; k++)
+        if (!manifest_count(m, keys[k], 9007199254740992.0, &v[k])) {
+            util_errorf(err, errlen, "%s: \"%s\" missing or not a count", path, keys[k]);
+            return -1;
+        }
+    ds->n_test = (size_t)v[0];
+    ds->test_docs = (size_t)v[1];
+    ds->test_bytes = (uint64_t)v[2];
+    if (!ds->n_test) {
+        const cJSON *ts = cJSON_GetObjectItemCaseSensitive(m, "test_split");
+        const char *why = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ts, "reason"));
+        snprintf(ds->no_test, sizeof ds->no_test, "dataset %s has no test split (%.200s)", ds->name,
+                 why ? why : "none was prepared");
+    }
+    return 0;
+}
+
 /* ds's counts from its manifest.json. */
 static int read_manifest(data_set_t *ds, char *err, size_t errlen) {
     static const char *const keys[9] = {"vocab_size",   "n_special",   "bos_id",
@@ -144,6 +172,7 @@ static int read_manifest(data_set_t *ds, char *err, size_t errlen) {
                     ds->vocab_size, ds->bos_id, ds->n_special);
         goto done;
     }
+    if (test_split(m, ds, path, err, errlen)) goto done;
     rc = 0;
 done:
     cJSON_Delete(m);
@@ -179,13 +208,18 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
     if ((rc = map_tokens(ds->dir, "train.bin", ds->n_train, &ds->train_map, &ds->train_map_len, err,
                          errlen)) < 0 ||
         (rc = map_tokens(ds->dir, "val.bin", ds->n_val, &ds->val_map, &ds->val_map_len, err,
-                         errlen)) < 0)
+                         errlen)) < 0 ||
+        (ds->n_test && (rc = map_tokens(ds->dir, "test.bin", ds->n_test, &ds->test_map,
+                                        &ds->test_map_len, err, errlen)) < 0))
         goto fail;
     rc = -1;
     ds->train = ds->train_map;
     ds->val = ds->val_map;
+    ds->test = ds->test_map;
     if (check_tokens(ds->train, ds->n_train, ds->train_docs, ds, "train.bin", err, errlen) ||
-        check_tokens(ds->val, ds->n_val, ds->val_docs, ds, "val.bin", err, errlen))
+        check_tokens(ds->val, ds->n_val, ds->val_docs, ds, "val.bin", err, errlen) ||
+        (ds->n_test &&
+         check_tokens(ds->test, ds->n_test, ds->test_docs, ds, "test.bin", err, errlen)))
         goto fail;
     return 0;
 fail:
@@ -207,16 +241,18 @@ int data_info(const char *state_dir, const char *name, data_info_t *info, char *
     char *text = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen);
     if (!text) return -1;
     cJSON *m = cJSON_ParseWithLength(text, len);
-    double v[3];
-    static const char *const keys[3] = {"vocab_size", "train_tokens", "val_tokens"};
-    for (int k = 0; k < 3; k++)
-        if (!manifest_count(m, keys[k], k == 0 ? DATA_MAX_TOKENS : 9007199254740992.0, &v[k])) {
+    double v[4] = {0};
+    static const char *const keys[4] = {"vocab_size", "train_tokens", "val_tokens", "test_tokens"};
+    for (int k = 0; k < 4; k++)
+        if (!manifest_count(m, keys[k], k == 0 ? DATA_MAX_TOKENS : 9007199254740992.0, &v[k]) &&
+            !(k == 3 && !cJSON_GetObjectItemCaseSensitive(m, keys[k]))) { /* test: optional */
             util_errorf(err, errlen, "%s: \"%s\" missing or not a count", path, keys[k]);
             goto done;
         }
     info->vocab_size = (int)v[0];
     info->train_tokens = v[1];
     info->val_tokens = v[2];
+    info->test_tokens = v[3];
     rc = 0;
 done:
     cJSON_Delete(m);
@@ -227,6 +263,7 @@ done:
 void data_close(data_set_t *ds) {
     if (ds->train_map) munmap(ds->train_map, ds->train_map_len);
     if (ds->val_map) munmap(ds->val_map, ds->val_map_len);
+    if (ds->test_map) munmap(ds->test_map, ds->test_map_len);
     free(ds->token_bytes);
     memset(ds, 0, sizeof *ds);
 }

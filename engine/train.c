@@ -15,8 +15,9 @@
  *             few seconds otherwise) and errors
  *   --progress PATH | --progress-fd N
  *             the protocol's JSON lines: start, a step line per optimiser
- *             step, eval, then the result line (a succeeded run's reason
- *             notes a checkpoint --save could not write)
+ *             step, eval, test (the sealed test split's figure, or null and
+ *             why), then the result line (a succeeded run's reason notes a
+ *             checkpoint --save could not write)
  *   exit      the protocol's exit codes (PROTO_EXIT_*)
  *
  * Timing: startup (loading, building) and evaluation are reported but are not
@@ -182,16 +183,17 @@ static void next_train_batch(run_t *r) {
     }
 }
 
-/* val_bpb over the full (T+1)-token windows of the validation stream (stride
- * T): summed nats / (ln 2 * summed bytes) over targets that are not special
- * tokens (token_bytes 0), as autoresearch's evaluate_bpb. The spec's
- * eval_tokens (0 = all) caps the targets at the stream's first ones, whatever
- * T is: the rows that hold them, the last one's targets past the cap masked.
- * The model runs forward only (GPT_SCORE: nothing kept for a backward, the
- * logits straight into the loss) on the whole team, batch_size rows at a
- * time. NAN when the activations cannot be allocated. */
-static double evaluate_bpb(run_t *r, size_t *tokens_out) {
-    size_t n = r->data.n_val, T = (size_t)r->T, rows = n > T ? (n - 1) / T : 0;
+/* Bits per byte over the full (T+1)-token windows of a held-out stream of n
+ * tokens (stride T): summed nats / (ln 2 * summed bytes) over targets that
+ * are not special tokens (token_bytes 0), as autoresearch's evaluate_bpb. The
+ * spec's eval_tokens (0 = all) caps the targets at the stream's first ones,
+ * whatever T is: the rows that hold them, the last one's targets past the cap
+ * masked; the validation and the test split are scored alike. The model runs
+ * forward only (GPT_SCORE: nothing kept for a backward, the logits straight
+ * into the loss) on the whole team, batch_size rows at a time. NAN when the
+ * activations cannot be allocated. */
+static double evaluate_bpb(run_t *r, const uint16_t *stream, size_t n, size_t *tokens_out) {
+    size_t T = (size_t)r->T, rows = n > T ? (n - 1) / T : 0;
     size_t cap = r->spec.eval_tokens > 0 ? (size_t)r->spec.eval_tokens : SIZE_MAX;
     if (cap < rows * T) rows = (cap + T - 1) / T;
     double nats = 0.0, bytes = 0.0;
@@ -199,7 +201,7 @@ static double evaluate_bpb(run_t *r, size_t *tokens_out) {
     for (size_t row = 0; row < rows; row += (size_t)r->B) {
         int B = (int)((rows - row) < (size_t)r->B ? rows - row : (size_t)r->B);
         for (int b = 0; b < B; b++) {
-            const uint16_t *src = r->data.val + (row + b) * T;
+            const uint16_t *src = stream + (row + b) * T;
             for (size_t t = 0; t < T; t++) {
                 r->inputs[b * T + t] = src[t];
                 int tg = src[t + 1];
@@ -500,13 +502,42 @@ static int train_loop(run_t *r, loop_t *l) {
  * seconds the evaluation took. */
 static double run_eval(run_t *r, size_t *tokens, double *seconds) {
     double t_eval = util_now();
-    double val_bpb = evaluate_bpb(r, tokens);
+    double val_bpb = evaluate_bpb(r, r->data.val, r->data.n_val, tokens);
     *seconds = util_now() - t_eval;
     cJSON *ev = event(PROTO_EV_EVAL);
     cJSON_AddNumberToObject(ev, "tokens", (double)*tokens);
     cJSON_AddNumberToObject(ev, "seconds", *seconds);
     emit(r, ev);
     return val_bpb;
+}
+
+/* The sealed test figure: bits per byte on the dataset's test split, once,
+ * after val_bpb, as a test line of its own (never in the summary or the
+ * result line, so nothing that reads a result can rank by it; the daemon
+ * stores it apart, in test_results). Without a test split, or one too short
+ * for a window, the event says why and test_bpb is null. The activations
+ * were reserved for this batch shape, so the evaluation allocates nothing. */
+static void run_test_eval(run_t *r) {
+    size_t need = (size_t)r->T + 1, tokens = 0;
+    char why[sizeof r->data.no_test] = "";
+    double t0 = util_now(), test_bpb = NAN;
+    if (!r->data.n_test)
+        snprintf(why, sizeof why, "%s", r->data.no_test);
+    else if (r->data.n_test < need)
+        snprintf(why, sizeof why, "the test split of %zu tokens is shorter than seq_len + 1 = %zu",
+                 r->data.n_test, need);
+    else if (!isfinite(test_bpb = evaluate_bpb(r, r->data.test, r->data.n_test, &tokens)))
+        snprintf(why, sizeof why, "test_bpb is not finite (%g)", test_bpb);
+    cJSON *ev = event(PROTO_EV_TEST);
+    if (why[0]) {
+        cJSON_AddNullToObject(ev, PROTO_TEST_BPB);
+        cJSON_AddStringToObject(ev, PROTO_KEY_REASON, why);
+    } else {
+        cJSON_AddNumberToObject(ev, PROTO_TEST_BPB, test_bpb);
+        cJSON_AddNumberToObject(ev, PROTO_TEST_TOKENS, (double)tokens);
+        cJSON_AddNumberToObject(ev, PROTO_TEST_SECONDS, util_now() - t0);
+    }
+    emit(r, ev);
 }
 
 /* The trained weights to path, with the canonical spec as metadata.
@@ -604,6 +635,7 @@ static int train_run(const train_opts_t *o) {
         code = fail_run(&r, PROTO_EXIT_DIVERGED, PROTO_DIVERGED, "diverged: val_bpb %g", val_bpb);
         goto done;
     }
+    run_test_eval(&r);
     char ckpt_err[512], note[600];
     int saved = !o->save_path || save_checkpoint(&r, o->save_path, ckpt_err, sizeof ckpt_err) == 0;
     snprintf(note, sizeof note, "checkpoint not saved: %s", saved ? "" : ckpt_err);

@@ -1,4 +1,4 @@
--- 011_result_kernels_peak.sql - which kernels a run ran, and the sgemm peak
+-- 012_result_kernels_peak.sql - which kernels a run ran, and the sgemm peak
 -- its MFU was divided by, described (engine/result_fields.h, engine/calibrate.h).
 --
 -- isa: the engine's kernel path (avx512, avx2 or generic; NIGHTSHIFT_ISA
