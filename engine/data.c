@@ -38,7 +38,7 @@ static int map_tokens(const char *dir, const char *file, size_t n_expect, void *
                       char *err, size_t errlen) {
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    int fd = util_open_regular(path, err, errlen); /* never a FIFO that blocks */
+    int rc = -1, fd = util_open_regular(path, err, errlen); /* never a FIFO that blocks */
     if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st)) {
@@ -52,7 +52,11 @@ static int map_tokens(const char *dir, const char *file, size_t n_expect, void *
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
-        util_errorf(err, errlen, "%s: mmap: %s", path, strerror(errno));
+        /* ENOMEM: no address space left for it (RLIMIT_AS, a slot's memory
+         * limit), which is the caller's out-of-memory, not a bad dataset */
+        rc = errno == ENOMEM ? NS_ERR_NOMEM : NS_ERR_IO;
+        util_errorf(err, errlen, "%s: mmap of %lld bytes: %s", path, (long long)st.st_size,
+                    strerror(errno));
         goto fail;
     }
     close(fd);
@@ -61,7 +65,7 @@ static int map_tokens(const char *dir, const char *file, size_t n_expect, void *
     return 0;
 fail:
     close(fd);
-    return -1;
+    return rc;
 }
 
 /* Every id below vocab, the stream starts with BOS and holds one BOS per document. */
@@ -92,6 +96,34 @@ static bool manifest_count(const cJSON *m, const char *key, double max, double *
         return false;
     *out = v->valuedouble;
     return true;
+}
+
+/* The test split's counts from manifest m (at path), or the reason there is
+ * none: a manifest without "test_tokens" was written before test splits. */
+static int test_split(const cJSON *m, data_set_t *ds, const char *path, char *err, size_t errlen) {
+    static const char *const keys[3] = {"test_tokens", "test_docs", "test_bytes"};
+    double v[3];
+    if (!cJSON_GetObjectItemCaseSensitive(m, keys[0])) {
+        snprintf(ds->no_test, sizeof ds->no_test,
+                 "dataset %s was prepared without a test split (prepare it again to get one)",
+                 ds->name);
+        return 0;
+    }
+    for (int k = 0; k < 3; k++)
+        if (!manifest_count(m, keys[k], 9007199254740992.0, &v[k])) {
+            util_errorf(err, errlen, "%s: \"%s\" missing or not a count", path, keys[k]);
+            return -1;
+        }
+    ds->n_test = (size_t)v[0];
+    ds->test_docs = (size_t)v[1];
+    ds->test_bytes = (uint64_t)v[2];
+    if (!ds->n_test) {
+        const cJSON *ts = cJSON_GetObjectItemCaseSensitive(m, "test_split");
+        const char *why = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ts, "reason"));
+        snprintf(ds->no_test, sizeof ds->no_test, "dataset %s has no test split (%.200s)", ds->name,
+                 why ? why : "none was prepared");
+    }
+    return 0;
 }
 
 /* ds's counts from its manifest.json. */
@@ -137,6 +169,7 @@ static int read_manifest(data_set_t *ds, char *err, size_t errlen) {
                     ds->vocab_size, ds->bos_id, ds->n_special);
         goto done;
     }
+    if (test_split(m, ds, path, err, errlen)) goto done;
     rc = 0;
 done:
     cJSON_Delete(m);
@@ -167,20 +200,28 @@ int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err
     if (snprintf(ds->dir, sizeof ds->dir, "%s/datasets/%s", state_dir, name) >= (int)sizeof ds->dir)
         return util_errorf(err, errlen, "dataset path too long");
     snprintf(ds->name, sizeof ds->name, "%s", name);
+    int rc = -1;
     if (read_manifest(ds, err, errlen) || read_token_bytes(ds, err, errlen)) goto fail;
-    if (map_tokens(ds->dir, "train.bin", ds->n_train, &ds->train_map, &ds->train_map_len, err,
-                   errlen) ||
-        map_tokens(ds->dir, "val.bin", ds->n_val, &ds->val_map, &ds->val_map_len, err, errlen))
+    if ((rc = map_tokens(ds->dir, "train.bin", ds->n_train, &ds->train_map, &ds->train_map_len, err,
+                         errlen)) < 0 ||
+        (rc = map_tokens(ds->dir, "val.bin", ds->n_val, &ds->val_map, &ds->val_map_len, err,
+                         errlen)) < 0 ||
+        (ds->n_test && (rc = map_tokens(ds->dir, "test.bin", ds->n_test, &ds->test_map,
+                                        &ds->test_map_len, err, errlen)) < 0))
         goto fail;
+    rc = -1;
     ds->train = ds->train_map;
     ds->val = ds->val_map;
+    ds->test = ds->test_map;
     if (check_tokens(ds->train, ds->n_train, ds->train_docs, ds, "train.bin", err, errlen) ||
-        check_tokens(ds->val, ds->n_val, ds->val_docs, ds, "val.bin", err, errlen))
+        check_tokens(ds->val, ds->n_val, ds->val_docs, ds, "val.bin", err, errlen) ||
+        (ds->n_test &&
+         check_tokens(ds->test, ds->n_test, ds->test_docs, ds, "test.bin", err, errlen)))
         goto fail;
     return 0;
 fail:
     data_close(ds);
-    return -1;
+    return rc;
 }
 
 int data_info(const char *state_dir, const char *name, data_info_t *info, char *err,
@@ -197,16 +238,18 @@ int data_info(const char *state_dir, const char *name, data_info_t *info, char *
     char *text = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen);
     if (!text) return -1;
     cJSON *m = cJSON_ParseWithLength(text, len);
-    double v[3];
-    static const char *const keys[3] = {"vocab_size", "train_tokens", "val_tokens"};
-    for (int k = 0; k < 3; k++)
-        if (!manifest_count(m, keys[k], k == 0 ? DATA_MAX_TOKENS : 9007199254740992.0, &v[k])) {
+    double v[4] = {0};
+    static const char *const keys[4] = {"vocab_size", "train_tokens", "val_tokens", "test_tokens"};
+    for (int k = 0; k < 4; k++)
+        if (!manifest_count(m, keys[k], k == 0 ? DATA_MAX_TOKENS : 9007199254740992.0, &v[k]) &&
+            !(k == 3 && !cJSON_GetObjectItemCaseSensitive(m, keys[k]))) { /* test: optional */
             util_errorf(err, errlen, "%s: \"%s\" missing or not a count", path, keys[k]);
             goto done;
         }
     info->vocab_size = (int)v[0];
     info->train_tokens = v[1];
     info->val_tokens = v[2];
+    info->test_tokens = v[3];
     rc = 0;
 done:
     cJSON_Delete(m);
@@ -217,6 +260,7 @@ done:
 void data_close(data_set_t *ds) {
     if (ds->train_map) munmap(ds->train_map, ds->train_map_len);
     if (ds->val_map) munmap(ds->val_map, ds->val_map_len);
+    if (ds->test_map) munmap(ds->test_map, ds->test_map_len);
     free(ds->token_bytes);
     memset(ds, 0, sizeof *ds);
 }

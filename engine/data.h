@@ -5,7 +5,12 @@
  *     token_bytes.bin  int32 LE per token id: UTF-8 bytes it stands for, 0 for specials
  *     train.bin        uint16 LE token stream; every document is BOS + its tokens
  *     val.bin          the same for the pinned validation documents
- *     manifest.json    sizes, counts, the split and the sources with their SHA-256
+ *     test.bin         the same for the sealed test documents (none in datasets
+ *                      prepared before test splits, or with --test-fraction 0)
+ *     manifest.json    sizes, counts, the splits and the sources with their SHA-256
+ * The test split is read once per run, after training, for a figure the
+ * daemon keeps apart from val_bpb (train.c, the store's test_results): no
+ * ranking, pruning or proposal reads it.
  * A dataset is written under a temporary name and renamed into place, so a
  * reader never sees half of one.
  *
@@ -31,23 +36,27 @@ typedef struct {
     int vocab_size; /* incl. specials */
     int n_special;
     int bos_id;
-    const uint16_t *train, *val; /* token streams, n_train / n_val tokens */
-    size_t n_train, n_val;
-    size_t train_docs, val_docs;
-    uint64_t train_bytes, val_bytes; /* UTF-8 bytes of non-special tokens */
-    int32_t *token_bytes;            /* vocab_size entries (malloc'd) */
+    const uint16_t *train, *val, *test; /* token streams, n_train / n_val / n_test tokens */
+    size_t n_train, n_val, n_test;      /* n_test 0: no test split (test NULL) */
+    size_t train_docs, val_docs, test_docs;
+    uint64_t train_bytes, val_bytes, test_bytes; /* UTF-8 bytes of non-special tokens */
+    int32_t *token_bytes;                        /* vocab_size entries (malloc'd) */
+    /* Why there is no test split (n_test 0): "" when there is one. */
+    char no_test[512];
     /* mmap bookkeeping */
-    void *train_map, *val_map;
-    size_t train_map_len, val_map_len;
+    void *train_map, *val_map, *test_map;
+    size_t train_map_len, val_map_len, test_map_len;
 } data_set_t;
 
 /* A dataset name is 1-63 of [A-Za-z0-9_.-], not starting with '.' (as the spec requires). */
 bool data_name_ok(const char *name);
 
 /* Open STATE_DIR/datasets/NAME: read manifest.json and token_bytes.bin, map
- * train.bin and val.bin, and check that sizes match the manifest and that
- * every id is below vocab_size. Returns 0, or -1 with err naming the file; ds
- * then holds nothing to release. */
+ * train.bin, val.bin and test.bin (when the manifest has test tokens), and
+ * check that sizes match the manifest and that every id is below
+ * vocab_size. Returns 0, or a negative code with err naming the file:
+ * NS_ERR_NOMEM when a file cannot be mapped for want of address space
+ * (RLIMIT_AS), -1 otherwise; ds then holds nothing to release. */
 int data_open(const char *state_dir, const char *name, data_set_t *ds, char *err, size_t errlen);
 void data_close(data_set_t *ds);
 
@@ -78,7 +87,7 @@ size_t data_sampler_next(data_sampler_t *s);
  * sizing a run before it starts (cost, the daemon's submit check). */
 typedef struct {
     int vocab_size; /* incl. specials */
-    double train_tokens, val_tokens;
+    double train_tokens, val_tokens, test_tokens;
 } data_info_t;
 
 /* Read STATE_DIR/datasets/NAME/manifest.json into *info. Returns 0, or -1

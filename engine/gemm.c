@@ -4,7 +4,8 @@
  * element (i, p) of A at A[i*ars + p*acs] (so A may be a transpose read in
  * place) and row p of B contiguous at B + p*ldb. The kernel keeps an MR x
  * (NV vectors) tile of C in registers, loads NV vectors of a B row and
- * broadcasts MR floats of A per step of p. The forward reads B = W^T (packed
+ * broadcasts MR floats of A per step of p; GEMM_ROWS blocks the loops
+ * around it so B's panels stay in L1 and A's rows in L2. The forward reads B = W^T (packed
  * once per call), dx = dy W reads B = W as it is, and dW = dy^T x reads A = dy
  * transposed in place and B = x, in chunks of KC rows so a chunk of x stays in
  * cache across the row tiles. */
@@ -14,6 +15,7 @@
 #include <immintrin.h>
 #include <omp.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,32 +61,46 @@ static gemm_isa current = GEMM_AUTO;
         }                                                                                          \
     }
 
-/* Rows [m0, m1) of C over all n columns (n a multiple of VW), in MR-row tiles
- * across column panels of NVMAX vectors. ldb 0: B is packed by pack_panels
- * for this kernel's panel width. */
-#define GEMM_ROWS(NAME, TILE, TARGET, VW, NVMAX)                                                   \
+/* Rows [m0, m1) of C over all n columns (n a multiple of VW). ldb 0: B is
+ * packed by pack_panels for this kernel's panel width (NVMAX vectors).
+ * Blocked as Goto's GEMM is, without packing A: the depth in chunks of KCB
+ * so a chunk of a column panel of B (KCB x panel floats) stays in L1 while
+ * a block of MCB rows runs over it tile by tile, and that block of A (MCB x
+ * KCB, read in place) stays in L2 while it runs over every panel. A chunk
+ * after the first adds to what the last one stored, so each output is still
+ * summed over p = 0, 1, ... K-1 in order: the same floats as one pass. */
+#define GEMM_ROWS(NAME, TILE, TARGET, VW, NVMAX, KCB)                                              \
     __attribute__((target(TARGET))) static void NAME(                                              \
         int m0, int m1, int n, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,                \
         const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in) {                      \
-        for (int i = m0; i < m1; i += MR) {                                                        \
-            const int mr = m1 - i < MR ? m1 - i : MR;                                              \
-            const float *Ai = A + i * ars;                                                         \
-            float *Ci = C + i * ldc;                                                               \
-            for (int j = 0; j < n; j += NVMAX * VW) {                                              \
-                const int nv = (n - j) / VW < NVMAX ? (n - j) / VW : NVMAX;                        \
-                const float *Bj = ldb ? B + j : B + (ptrdiff_t)j * K;                              \
-                const ptrdiff_t ldbj = ldb ? ldb : nv * VW;                                        \
-                switch (mr * 8 + nv) {                                                             \
-                    GEMM_CASES(TILE, 1, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
-                    GEMM_CASES(TILE, 2, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
-                    GEMM_CASES(TILE, 3, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
-                    GEMM_CASES(TILE, 4, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
-                    GEMM_CASES(TILE, 5, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
-                    GEMM_CASES(TILE, 6, Ai, ars, acs, Bj, ldbj, Ci + j, ldc, acc_in, K)            \
+        for (int k0 = 0; k0 < K; k0 += KCB) {                                                      \
+            const int kc = K - k0 < KCB ? K - k0 : KCB, acc = acc_in || k0 > 0;                    \
+            for (int i0 = m0; i0 < m1; i0 += MCB) {                                                \
+                const int i1 = m1 - i0 < MCB ? m1 : i0 + MCB;                                      \
+                for (int j = 0; j < n; j += NVMAX * VW) {                                          \
+                    const int nv = (n - j) / VW < NVMAX ? (n - j) / VW : NVMAX;                    \
+                    const ptrdiff_t ldbj = ldb ? ldb : nv * VW;                                    \
+                    const float *Bj = (ldb ? B + j : B + (ptrdiff_t)j * K) + (ptrdiff_t)k0 * ldbj; \
+                    for (int i = i0; i < i1; i += MR) {                                            \
+                        const int mr = i1 - i < MR ? i1 - i : MR;                                  \
+                        const float *Ai = A + i * ars + k0 * acs;                                  \
+                        float *Ci = C + i * ldc + j;                                               \
+                        switch (mr * 8 + nv) {                                                     \
+                            GEMM_CASES(TILE, 1, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
+                            GEMM_CASES(TILE, 2, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
+                            GEMM_CASES(TILE, 3, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
+                            GEMM_CASES(TILE, 4, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
+                            GEMM_CASES(TILE, 5, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
+                            GEMM_CASES(TILE, 6, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
+                        }                                                                          \
+                    }                                                                              \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
+
+/* Rows of A per block of GEMM_ROWS (a multiple of MR). */
+#define MCB 96
 
 /* The cases of one row count: 1 to 4 vectors (a kernel with fewer never
  * reaches the larger ones). */
@@ -111,35 +127,73 @@ typedef float f16u_t __attribute__((vector_size(64), aligned(4)));
 
 /* AVX2: 6 x 2 vectors of 8 (12 accumulators of 16 registers). */
 GEMM_TILE(tile_avx2, "avx2,fma", f8_t, f8u_t, 8, 2, _mm256_fmadd_ps, _mm256_set1_ps)
-GEMM_ROWS(rows_avx2, tile_avx2, "avx2,fma", 8, 2)
+GEMM_ROWS(rows_avx2, tile_avx2, "avx2,fma", 8, 2, 384)
 /* AVX-512: 6 x 4 vectors of 16 (24 accumulators of 32 registers). */
 GEMM_TILE(tile_avx512, "avx512f", f16_t, f16u_t, 16, 4, _mm512_fmadd_ps, _mm512_set1_ps)
-GEMM_ROWS(rows_avx512, tile_avx512, "avx512f", 16, 4)
+GEMM_ROWS(rows_avx512, tile_avx512, "avx512f", 16, 4, 128)
 
 typedef void rows_fn(int m0, int m1, int n, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,
                      const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in);
 
 /* ------------------------------------------------------------ selection */
 
-int gemm_select(gemm_isa isa) {
+/* Whether this CPU runs a path's kernels (the OS saves the registers too:
+ * __builtin_cpu_supports checks that for AVX and AVX-512). */
+static int cpu_has(gemm_isa isa) {
     __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    int avx512 = __builtin_cpu_supports("avx512f");
-    if (isa == GEMM_AUTO) isa = avx512 ? GEMM_AVX512 : avx2 ? GEMM_AVX2 : GEMM_BLAS;
-    if ((isa == GEMM_AVX2 && !avx2) || (isa == GEMM_AVX512 && !avx512)) return -1;
+    switch (isa) {
+    case GEMM_AVX512:
+        return __builtin_cpu_supports("avx512f");
+    case GEMM_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    default:
+        return 1;
+    }
+}
+
+int gemm_select(gemm_isa isa) {
+    if (isa == GEMM_AUTO)
+        isa = cpu_has(GEMM_AVX512) ? GEMM_AVX512 : cpu_has(GEMM_AVX2) ? GEMM_AVX2 : GEMM_GENERIC;
+    if (!cpu_has(isa)) return -1;
     current = isa;
     return 0;
 }
 
+const char *gemm_isa_supported(void) {
+    return cpu_has(GEMM_AVX512) ? "avx512 avx2 generic"
+           : cpu_has(GEMM_AVX2) ? "avx2 generic"
+                                : "generic";
+}
+
+int gemm_select_env(char *err, size_t errlen) {
+    static const gemm_isa paths[] = {GEMM_AVX512, GEMM_AVX2, GEMM_GENERIC};
+    const char *v = getenv("NIGHTSHIFT_ISA");
+    if (!v || !*v || !strcmp(v, "auto")) return gemm_select(GEMM_AUTO);
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        if (strcmp(v, gemm_isa_name(paths[i]))) continue;
+        if (gemm_select(paths[i]) == 0) return 0;
+        snprintf(err, errlen,
+                 "NIGHTSHIFT_ISA=%s: this CPU cannot run the %s kernels (it lacks %s); its "
+                 "paths: %s",
+                 v, v, paths[i] == GEMM_AVX512 ? "AVX-512F" : "AVX2 or FMA", gemm_isa_supported());
+        return -1;
+    }
+    snprintf(err, errlen, "NIGHTSHIFT_ISA=%s: not a kernel path (avx512, avx2, generic or auto)",
+             v);
+    return -1;
+}
+
 gemm_isa gemm_current(void) {
-    if (current == GEMM_AUTO) gemm_select(GEMM_AUTO);
+    /* first use: NIGHTSHIFT_ISA's path (engine commands have checked it), else the widest */
+    char err[256];
+    if (current == GEMM_AUTO && gemm_select_env(err, sizeof err) < 0) gemm_select(GEMM_AUTO);
     return current;
 }
 
 const char *gemm_isa_name(gemm_isa isa) {
     switch (isa) {
-    case GEMM_BLAS:
-        return "blas";
+    case GEMM_GENERIC:
+        return "generic";
     case GEMM_AVX2:
         return "avx2";
     case GEMM_AVX512:
@@ -155,26 +209,18 @@ typedef struct {
     int panel;
 } kernel_t;
 
-/* Longest short side (in or out) the kernel takes: measured against
- * OpenBLAS's SKYLAKEX kernels, it wins up to 256 and loses from 384 on in the
- * backward. The AVX-512 forward, which BLAS runs as a clearing pass over y
- * (beta 0) and then the product, wins up to 1024 (model L's fused q, k, v,
- * MLP and projection forwards, 5-12% less CPU time with cold caches). */
-#define GEMM_MAX_SIDE                256
-#define GEMM_MAX_SIDE_AVX512_FORWARD 1024
-
-/* The kernel for a product between sides `in` and `out` whose result has n
- * columns (one of the two), for the forward or for the backward's products;
- * rows NULL for BLAS. */
-static kernel_t kernel_for(int in, int out, int n, int forward) {
-    const int side = in > out ? in : out;
+/* The kernel for a product whose result has n columns; rows NULL for BLAS
+ * (the generic path, or n not a whole number of vectors). Blocked, it takes
+ * products of any width: against OpenBLAS's SKYLAKEX kernels it uses 5-35%
+ * less CPU time at make bench's shapes and the default spec's lm_head
+ * (tests/bench/gemm_bench.c). */
+static kernel_t kernel_for(int n) {
     switch (gemm_current()) {
     case GEMM_AVX512:
-        if (n % 16 == 0 && side <= (forward ? GEMM_MAX_SIDE_AVX512_FORWARD : GEMM_MAX_SIDE))
-            return (kernel_t){rows_avx512, 64};
+        if (n % 16 == 0) return (kernel_t){rows_avx512, 64};
         __attribute__((fallthrough)); /* AVX-512 CPUs have AVX2 */
     case GEMM_AVX2:
-        if (n % 8 == 0 && side <= GEMM_MAX_SIDE) return (kernel_t){rows_avx2, 16};
+        if (n % 8 == 0) return (kernel_t){rows_avx2, 16};
         return (kernel_t){NULL, 0};
     default:
         return (kernel_t){NULL, 0};
@@ -313,9 +359,18 @@ static void pack_panels_team(float *dst, const float *src, ptrdiff_t sp, ptrdiff
     for (int j = 0; j < panels; j++) pack_panel(dst, src, sp, sc, K, n, panel, j * panel);
 }
 
+const float *gemm_pack_forward(const float *W, int in, int out, gemm_rows_fn **rows) {
+    kernel_t kn = kernel_for(out);
+    float *Wp = kn.rows ? pack_reserve((size_t)in * out) : NULL;
+    *rows = Wp ? kn.rows : NULL;
+    if (!Wp) return NULL;
+    for (int j = 0; j < out; j += kn.panel) pack_panel(Wp, W, 1, in, in, out, kn.panel, j);
+    return Wp;
+}
+
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in,
                          int out) {
-    kernel_t kn = kernel_for(in, out, out, 1);
+    kernel_t kn = kernel_for(out);
     float *Wp = kn.rows ? pack_reserve((size_t)in * out) : NULL;
     if (!Wp) {
         blas_forward(y, x, ldx, W, N, in, out);
@@ -335,7 +390,7 @@ void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int 
 
 void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float *dy,
                           const float *x, const float *W, int N, int in, int out) {
-    kernel_t kn = kernel_for(in, out, in, 0);
+    kernel_t kn = kernel_for(in);
     float *Wp = kn.rows && dx ? pack_reserve((size_t)out * in) : NULL;
     if (!kn.rows || (dx && !Wp)) {
         blas_backward(dx, ldx, beta, dW, dy, x, W, N, in, out);

@@ -10,26 +10,41 @@
  * out x in floats). Rows are split over the OpenMP team; each output float is
  * summed by one thread in a fixed order, so results do not depend on the
  * thread count. The kernel is picked at run time by CPU feature (AVX-512F,
- * else AVX2+FMA). Shapes it does not take (a short side over 256 or not a
- * whole number of vectors) and CPUs without AVX2 go to BLAS, split over the
- * team the same way with one single-threaded BLAS call per thread. */
+ * else AVX2+FMA) unless NIGHTSHIFT_ISA forces a path; blocked as Goto's
+ * GEMM is, it takes products of any size. Shapes it does not take (a result
+ * width that is not a whole number of vectors) and the generic path go to
+ * BLAS, split over the team the same way with one single-threaded BLAS call
+ * per thread. */
 #ifndef NIGHTSHIFT_GEMM_H
 #define NIGHTSHIFT_GEMM_H
 
 #include <stddef.h>
 
-typedef enum { GEMM_AUTO, GEMM_BLAS, GEMM_AVX2, GEMM_AVX512 } gemm_isa;
+/* The kernel path: the register-tiled kernels of one instruction set, or
+ * generic (every product through BLAS, the attention on its BLAS path: for
+ * CPUs without AVX2, and a reference for the others). */
+typedef enum { GEMM_AUTO, GEMM_GENERIC, GEMM_AVX2, GEMM_AVX512 } gemm_isa;
 
 /* Use `isa` from now on (GEMM_AUTO: the widest this CPU has). Returns 0, or
- * -1 (and changes nothing) when the CPU or the compiler lacks it. For tests
- * and benchmarks; the process-wide choice is not thread-safe. */
+ * -1 (and changes nothing) when the CPU lacks it. For tests and benchmarks;
+ * the process-wide choice is not thread-safe. */
 int gemm_select(gemm_isa isa);
 
-/* The kernel in use (never GEMM_AUTO). */
+/* The path NIGHTSHIFT_ISA names ("avx512", "avx2", "generic"; unset, empty
+ * or "auto": the widest this CPU has), selected. Returns 0, or -1 with err
+ * when the value is not a path or the CPU lacks it (running its kernels
+ * would die of SIGILL). */
+int gemm_select_env(char *err, size_t errlen);
+
+/* The kernel in use (never GEMM_AUTO); before any selection, NIGHTSHIFT_ISA's
+ * path when the CPU runs it, else the widest. */
 gemm_isa gemm_current(void);
 
-/* "blas", "avx2" or "avx512" for a kernel; "auto" for GEMM_AUTO. */
+/* "generic", "avx2" or "avx512" for a path; "auto" for GEMM_AUTO. */
 const char *gemm_isa_name(gemm_isa isa);
+
+/* The paths this CPU can run, widest first, as "avx512 avx2 generic". */
+const char *gemm_isa_supported(void);
 
 /* y (N, out) = x (N, in; row stride ldx >= in) W^T with W (out, in). */
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out);
@@ -50,11 +65,19 @@ typedef void gemm_rows_fn(int m0, int m1, int n, int K, const float *A, ptrdiff_
                           ptrdiff_t acs, const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
                           int acc_in);
 
+/* W (out, in) packed as gemm_linear_forward packs it, by the calling thread
+ * into its own pack buffer (valid until its next gemm call; other threads
+ * may read it meanwhile), for callers that take the product y = x W^T a
+ * few rows at a time: rows(m0, m1, out, in, x, ldx, 1, packed, 0, y, out,
+ * 0) computes rows [m0, m1) of it. NULL (and *rows NULL) when the kernel
+ * does not take width out or memory is short. */
+const float *gemm_pack_forward(const float *W, int in, int out, gemm_rows_fn **rows);
+
 /* Rows per register tile of gemm_rows_fn. */
 #define GEMM_MR 6
 
 /* The kernel in use (gemm_current) for products with n columns, or NULL when
- * that is BLAS or n is not a whole number of the kernel's vectors (16 floats
+ * that is the generic path or n is not a whole number of the kernel's vectors (16 floats
  * for AVX-512, which falls back to AVX2's 8). */
 gemm_rows_fn *gemm_rows_for(int n);
 

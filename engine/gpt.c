@@ -437,21 +437,29 @@ static void embed_forward(gpt_t *m, gpt_acts_t *a, const int *inputs, int N, int
     memcpy(a->res[0], a->x0, (size_t)N * D * sizeof(float));
 }
 
+/* The residual slot entering layer l (l = depth: the output). Scoring keeps
+ * nothing for a backward: the stream alternates between two slots. */
+static float *res_slot(gpt_acts_t *a, int l, int score) {
+    return score && l > 0 ? a->res[1 + ((l - 1) & 1)] : a->res[l];
+}
+
 /* Block l: attention and MLP, in place on the residual slot l + 1; its MLP
- * output is left in a->dxn for the next block's mix (or the final norm). */
-static void block_forward(gpt_t *m, gpt_acts_t *a, int l, const int *inputs, int B, int T) {
+ * output is left in a->dxn for the next block's mix (or the final norm).
+ * Scoring (GPT_SCORE) runs every block in layer 0's activations. */
+static void block_forward(gpt_t *m, gpt_acts_t *a, int l, const int *inputs, int B, int T,
+                          int score) {
     const spec_model_t *c = &m->cfg;
     int N = B * T, D = c->n_embd, H = c->n_head, Hkv = c->n_kv_head, hd = c->head_dim;
     int qd = H * hd, kvd = Hkv * hd, qkvd = qd + 2 * kvd; /* the fused projection's columns */
     const gpt_block_ptrs_t *w = &m->p.h[l];
-    layer_acts_t *s = &a->l[l];
+    layer_acts_t *s = &a->l[score ? 0 : l];
     float rl = m->p.resid_lambdas[l], xl = m->p.x0_lambdas[l];
-    float *x = a->res[l + 1]; /* the block works in place on the next residual slot */
+    float *x = res_slot(a, l + 1, score); /* the block works in place on the next slot */
 
     /* attention. The previous block's MLP output (in a->dxn) joins the
      * stream in the same pass as the mix and the norm. */
-    ops_mix_rmsnorm_forward(x, s->xn1, s->rstd1, a->res[l], l > 0 ? a->dxn : NULL, a->x0, rl, xl, N,
-                            D);
+    ops_mix_rmsnorm_forward(x, s->xn1, s->rstd1, res_slot(a, l, score), l > 0 ? a->dxn : NULL,
+                            a->x0, rl, xl, N, D);
     /* c_q, c_k, c_v are consecutive in params (build_table): one product,
      * whose q and k columns RoPE and the q/k norm read in place */
     gemm_linear_forward(a->qkv, s->xn1, D, w->c_q, N, D, qkvd);
@@ -485,25 +493,71 @@ static void block_forward(gpt_t *m, gpt_acts_t *a, int l, const int *inputs, int
     /* its add into x is left to the next block's mix, or the final norm */
 }
 
+/* Rows of logits per chunk of the scoring head: 24 x V floats (384 KB at a
+ * vocabulary of 4096) stay in L2 from the product to the loss. */
+#define SCORE_ROWS 24
+
+/* The head of a GPT_SCORE forward: losses (N) and lse (N) from xf through
+ * lm_head, softcap and cross-entropy, SCORE_ROWS rows at a time, each
+ * thread's chunk of logits in the first rows of the logits array. Returns
+ * the summed loss (over rows in order, in double) and sets *count; -1 when
+ * the kernel does not take the vocabulary (the caller takes the plain path). */
+static double score_head(gpt_t *m, gpt_acts_t *a, const int *targets, int N, int *count) {
+    const spec_model_t *c = &m->cfg;
+    const int D = c->n_embd, V = c->vocab_size;
+    /* rows per chunk: every thread's chunk fits in the logits array */
+    const int nt = omp_get_max_threads(), per = N / nt < SCORE_ROWS ? N / nt : SCORE_ROWS;
+    gemm_rows_fn *rows;
+    const float *Wp = per > 0 ? gemm_pack_forward(m->p.lm_head, D, V, &rows) : NULL;
+    if (!Wp) return -1.0;
+    double t0 = prof_begin();
+#pragma omp parallel num_threads(nt)
+    {
+        float *buf = a->logits + (size_t)omp_get_thread_num() * per * V;
+        int counted = 0;
+#pragma omp for schedule(static)
+        for (int i0 = 0; i0 < N; i0 += per) {
+            const int i1 = N - i0 < per ? N : i0 + per;
+            rows(0, i1 - i0, V, D, a->xf + (size_t)i0 * D, D, 1, Wp, 0, buf, V, 0);
+            ops_softcap_ce_rows(buf, a->lse, a->losses, targets, i0, i1, V, (float)c->softcap,
+                                &counted);
+        }
+    }
+    prof_end(PROF_MATMUL, t0);
+    double total = 0.0;
+    *count = 0;
+    for (int i = 0; i < N; i++)
+        if (targets[i] >= 0) {
+            total += a->losses[i];
+            (*count)++;
+        }
+    return total;
+}
+
 int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, gpt_mode mode,
                 float *loss) {
     const spec_model_t *c = &m->cfg;
     int N = B * T, D = c->n_embd, V = c->vocab_size, L = c->depth;
     gpt_acts_t *a = ensure_acts(m, B, T);
     if (!a || (c->pos == POS_ROPE && ensure_rope(m, T) < 0)) return NS_ERR_NOMEM;
+    const int score = mode == GPT_SCORE;
+    if (score && !targets) return NS_ERR_INVALID;
     memcpy(a->ids, inputs, (size_t)N * sizeof(int));
-    a->has_targets = targets != NULL;
+    a->has_targets = targets != NULL && !score; /* nothing for a backward after scoring */
     if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int));
 
     embed_forward(m, a, inputs, N, T, mode);
-    for (int l = 0; l < L; l++) block_forward(m, a, l, inputs, B, T);
+    for (int l = 0; l < L; l++) block_forward(m, a, l, inputs, B, T, score);
 
     /* depth >= 1 (spec_validate): a->dxn holds the last block's MLP output */
-    ops_add_rmsnorm_forward(a->res[L], a->xf, a->rstdf, a->dxn, N, D);
-    gemm_linear_forward(a->logits, a->xf, D, m->p.lm_head, N, D, V);
+    ops_add_rmsnorm_forward(res_slot(a, L, score), a->xf, a->rstdf, a->dxn, N, D);
     int count = 0;
-    double total = ops_softcap_ce_forward(a->logits, a->lse, a->losses, targets, N, V,
-                                          (float)c->softcap, &count);
+    double total = score ? score_head(m, a, targets, N, &count) : -1.0;
+    if (total < 0) {
+        gemm_linear_forward(a->logits, a->xf, D, m->p.lm_head, N, D, V);
+        total = ops_softcap_ce_forward(a->logits, a->lse, a->losses, targets, N, V,
+                                       (float)c->softcap, &count);
+    }
     a->loss_count = count;
     if (loss) *loss = targets && count > 0 ? (float)(total / count) : 0.0f;
     return 0;

@@ -76,7 +76,13 @@ typedef struct {
     uint64_t dropout_seed; /* advanced by every training forward */
 } gpt_t;
 
-typedef enum { GPT_EVAL = 0, GPT_TRAIN = 1 } gpt_mode;
+/* GPT_TRAIN: embedding dropout on, everything the backward needs kept.
+ * GPT_EVAL: no dropout, the same activations kept (gpt_logits works).
+ * GPT_SCORE: forward only, for evaluation: no dropout, one layer's
+ * activations reused by every layer, the logits taken a few rows at a time
+ * straight into the loss (gpt_logits and gpt_backward do not apply after
+ * it); targets are required and gpt_token_losses has the result. */
+typedef enum { GPT_EVAL = 0, GPT_TRAIN = 1, GPT_SCORE = 2 } gpt_mode;
 
 /* Build the tensor table and allocate zeroed params and grads. cfg must have
  * passed spec_validate and have vocab_size > 0. Returns NULL with a reason in

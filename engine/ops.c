@@ -446,13 +446,11 @@ void ops_mlp_act_backward(float *dh, const float *da, const float *h, int N, int
 
 /* ---------------------------------------------------- softcap + cross-entropy */
 
-/* Rows [i0, i1) of ops_softcap_ce_forward; returns their summed loss and
- * adds their counted rows to *n. */
-static double softcap_ce_rows(float *logits, float *lse, float *losses, const int *targets, int i0,
-                              int i1, int V, float softcap, int *n) {
+double ops_softcap_ce_rows(float *logits, float *lse, float *losses, const int *targets, int i0,
+                           int i1, int V, float softcap, int *n) {
     double total = 0.0;
     for (int i = i0; i < i1; i++) {
-        float *z = logits + (size_t)i * V;
+        float *z = logits + (size_t)(i - i0) * V;
         if (softcap > 0.0f) {
             const float inv = 1.0f / softcap;
             for (int j = 0; j < V; j++) z[j] = softcap * fast_tanhf(z[j] * inv);
@@ -482,8 +480,9 @@ double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const in
 #pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * V))
     for (int c = 0; c < OPS_CHUNKS; c++) {
         cnt[c] = 0;
-        part[c] = softcap_ce_rows(logits, lse, losses, targets, (int)((long)N * c / OPS_CHUNKS),
-                                  (int)((long)N * (c + 1) / OPS_CHUNKS), V, softcap, &cnt[c]);
+        const int i0 = (int)((long)N * c / OPS_CHUNKS), i1 = (int)((long)N * (c + 1) / OPS_CHUNKS);
+        part[c] = ops_softcap_ce_rows(logits + (size_t)i0 * V, lse, losses, targets, i0, i1, V,
+                                      softcap, &cnt[c]);
     }
     double total = 0.0;
     int n = 0;

@@ -114,6 +114,12 @@ void ops_mlp_act_backward(float *dh, const float *da, const float *h, int N, int
  * Returns the summed loss over rows with target >= 0; *count gets their number. */
 double ops_softcap_ce_forward(float *logits, float *lse, float *losses, const int *targets, int N,
                               int V, float softcap, int *count);
+/* Rows [i0, i1) of ops_softcap_ce_forward, with logits pointing at row i0
+ * (lse, losses and targets indexed by row): returns their summed loss and
+ * adds their counted rows to *count. For callers that compute the logits a
+ * few rows at a time. */
+double ops_softcap_ce_rows(float *logits, float *lse, float *losses, const int *targets, int i0,
+                           int i1, int V, float softcap, int *count);
 /* dlogits (N, V) = scale * d(sum of losses)/d(pre-cap logits), from the
  * forward's capped logits and lse. Rows with target < 0 get 0. */
 void ops_softcap_ce_backward(float *dlogits, const float *logits, const float *lse,

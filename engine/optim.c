@@ -6,7 +6,7 @@
  * get_weight_decay). One deliberate difference: autoresearch runs the
  * polar-express iteration in bfloat16 on the GPU; here everything, including
  * that iteration, is float32 on the CPU. Muon's matrix products go through
- * cblas_ssyrk (the symmetric ones) and cblas_sgemm. autoresearch stacks
+ * gemm.c's kernel (else cblas_ssyrk and cblas_sgemm). autoresearch stacks
  * same-shape matrices and updates them together; every quantity in its Muon
  * step is per matrix (the norms and sums run over dims (-2, -1) of each
  * stacked matrix), so updating one matrix at a time, each on one thread of
@@ -20,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine/gemm.h"
+#include "engine/threads.h"
 
 /* Polar-express coefficients (a, b, c) of the five published iterations. */
 static const float polar_express_coeffs[5][3] = {
@@ -92,18 +95,43 @@ static void mirror_upper(float *A, int s) {
                     A[(size_t)i * s + j] = A[(size_t)j * s + i];
 }
 
+/* The products below run through gemm.c's register-tiled kernel on the
+ * calling thread where it takes their width (a whole number of vectors),
+ * else through BLAS: the kernel does not depend on OpenBLAS knowing the CPU
+ * (0.3.21 runs its SSE3 kernels on CPUs newer than it), and with a
+ * (rows, cols) matrix per thread the products are small. */
+
 /* A (s, s) = the Gram matrix of X (rows, cols) on its smaller side: X^T X
- * when tall, X X^T otherwise. Symmetric, both triangles filled. */
-static void gram(float *A, const float *X, int rows, int cols) {
+ * when tall, X X^T otherwise. Symmetric, both triangles filled (the
+ * kernel computes both: element (i, j) and (j, i) are the same products
+ * summed in the same order). T: rows x cols floats of scratch. */
+static void gram(float *A, const float *X, int rows, int cols, float *T) {
     const int tall = rows > cols, s = tall ? cols : rows;
+    gemm_rows_fn *k = gemm_rows_for(s);
+    if (k && tall) {
+        k(0, s, s, rows, X, 1, cols, X, cols, A, s, 0); /* X^T read in place */
+        return;
+    }
+    if (k) {
+        for (int r = 0; r < rows; r++) /* X^T, so its rows are contiguous */
+            for (int c = 0; c < cols; c++) T[(size_t)c * rows + r] = X[(size_t)r * cols + c];
+        k(0, s, s, cols, X, cols, 1, T, rows, A, s, 0);
+        return;
+    }
     cblas_ssyrk(CblasRowMajor, CblasUpper, tall ? CblasTrans : CblasNoTrans, s, tall ? rows : cols,
                 1.0f, X, cols, 0.0f, A, s);
     mirror_upper(A, s);
 }
 
-/* P (s, s) = a I + b A + c A^2 for a symmetric A: A^2 = A A^T is one
- * symmetric rank-k update whose beta folds in b A. */
+/* P (s, s) = a I + b A + c A^2 for a symmetric A (A^2 = A A^T). */
 static void poly(float *P, const float *A, int s, float a, float b, float c) {
+    gemm_rows_fn *k = gemm_rows_for(s);
+    if (k) {
+        k(0, s, s, s, A, s, 1, A, s, P, s, 0);
+        for (size_t i = 0; i < (size_t)s * s; i++) P[i] = c * P[i] + b * A[i];
+        for (int i = 0; i < s; i++) P[(size_t)i * s + i] += a;
+        return;
+    }
     memcpy(P, A, (size_t)s * s * sizeof *P);
     cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, s, s, c, A, s, b, P, s);
     for (int i = 0; i < s; i++) P[(size_t)i * s + i] += a;
@@ -112,7 +140,12 @@ static void poly(float *P, const float *A, int s, float a, float b, float c) {
 
 /* Y (rows, cols) = X P (tall) or P X (wide or square), P (s, s). */
 static void apply_right_or_left(float *Y, const float *X, const float *P, int rows, int cols) {
-    if (rows > cols)
+    gemm_rows_fn *k = gemm_rows_for(cols);
+    if (k && rows > cols)
+        k(0, rows, cols, cols, X, cols, 1, P, cols, Y, cols, 0);
+    else if (k)
+        k(0, rows, cols, rows, P, rows, 1, X, cols, Y, cols, 0);
+    else if (rows > cols)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, cols, 1.0f, X, cols, P,
                     cols, 0.0f, Y, cols);
     else
@@ -133,7 +166,7 @@ static const float *polar_express(float *X, float *Y, int rows, int cols, int ns
     const int s = rows < cols ? rows : cols;
     for (int k = 0; k < ns_steps; k++) {
         const float *co = polar_express_coeffs[k];
-        gram(A, X, rows, cols);
+        gram(A, X, rows, cols, Y); /* Y is free until apply_right_or_left */
         poly(P, A, s, co[0], co[1], co[2]);
         apply_right_or_left(Y, X, P, rows, cols);
         float *t = X;
@@ -436,6 +469,7 @@ static int group_tensors(optim_t *o, const gpt_t *m, const spec_train_t *tr, cha
             q->beta1 = train_double(tr, g->beta1);
             q->beta2 = tr->adam_beta2;
             q->eps = OPTIM_ADAM_EPS;
+            q->skip = t->kind == GPT_RESID || t->kind == GPT_X0;
             o->state_floats += 2 * t->numel;
         }
     }
@@ -489,23 +523,29 @@ fail:
 void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, double muon_wd) {
     int team = omp_get_max_threads();
     if (team > o->work_threads) team = o->work_threads;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (team > 1)
-    for (int j = 0; j < o->n; j++) {
-        const int i = o->order[j];
-        const gpt_tensor_t *t = &m->tensors[i];
-        optim_param_t *q = &o->params[i];
-        float *p = m->params + t->offset;
-        const float *g = m->grads + t->offset;
-        float *st = o->state + o->state_off[i];
-        const float lr = (float)(q->lr * lr_mult);
-        if (q->kind == OPTIM_ADAMW) {
-            q->step++;
-            optim_adamw_step(p, g, st, st + t->numel, t->numel, q->step, lr, (float)q->beta1,
-                             (float)q->beta2, (float)q->eps, (float)q->wd);
-        } else {
-            float *work = o->work + (size_t)omp_get_thread_num() * o->work_floats;
-            optim_muon_step(p, g, st, st + t->numel, t->rows, t->cols, (float)muon_momentum, lr,
-                            (float)muon_wd, o->muon_beta2, o->ns_steps, work);
+#pragma omp parallel num_threads(team) if (team > 1)
+    {
+        threads_blas_single();
+#pragma omp for schedule(dynamic, 1)
+        for (int j = 0; j < o->n; j++) {
+            const int i = o->order[j];
+            const gpt_tensor_t *t = &m->tensors[i];
+            optim_param_t *q = &o->params[i];
+            float *p = m->params + t->offset;
+            const float *g = m->grads + t->offset;
+            float *st = o->state + o->state_off[i];
+            const float lr = (float)(q->lr * lr_mult);
+            if (q->kind == OPTIM_ADAMW && q->skip > 0) {
+                q->skip--; /* optim.h: the scalars' first gradient is rounding noise */
+            } else if (q->kind == OPTIM_ADAMW) {
+                q->step++;
+                optim_adamw_step(p, g, st, st + t->numel, t->numel, q->step, lr, (float)q->beta1,
+                                 (float)q->beta2, (float)q->eps, (float)q->wd);
+            } else {
+                float *work = o->work + (size_t)omp_get_thread_num() * o->work_floats;
+                optim_muon_step(p, g, st, st + t->numel, t->rows, t->cols, (float)muon_momentum, lr,
+                                (float)muon_wd, o->muon_beta2, o->ns_steps, work);
+            }
         }
     }
 }

@@ -85,6 +85,7 @@ typedef struct {
     double lr;
     double beta1, beta2, eps, wd;
     int step; /* AdamW updates applied so far */
+    int skip; /* optimiser steps still to leave out before its first update */
 } optim_param_t;
 
 typedef struct optim optim_t;
@@ -100,6 +101,13 @@ typedef struct optim optim_t;
  *   x0_lambdas            AdamW  scalar_lr, betas (x0_beta1, adam_beta2)
  *   2-D block matrices    Muon   matrix_lr * max(1, rows/cols)^0.5
  * AdamW: betas (adam_beta1, adam_beta2) unless noted, eps 1e-10, no weight decay.
+ * resid_lambdas and x0_lambdas sit out the first optimiser step (skip 1):
+ * at initialisation every block is an identity (zero output projections)
+ * and RMSNorm is scale-invariant, so their true gradient is zero and the
+ * computed one rounding noise (~1e-11), which AdamW's first step (a unit
+ * step in the direction of m/sqrt(v)) would turn into an update of up to
+ * the full learning rate in a direction set by rounding. Their moments and
+ * step count start at the second step, with the first real gradient.
  * (The table is optim_groups in optim.c.) tr->ns_steps must be in 1..5, as
  * spec_validate requires. Muon scratch is sized for the OpenMP team of the
  * calling thread (set the thread count first); optim_step never uses more

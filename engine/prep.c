@@ -2,8 +2,9 @@
  *
  * prep reads every input into memory as a list of documents (a plain file is
  * one document, a .jsonl file one per line, a directory everything under it in
- * sorted order), pins the validation split, trains the tokenizer on the
- * training documents, encodes both splits and writes the files into
+ * sorted order), pins the validation split and the sealed test split before
+ * it, trains the tokenizer on the training documents, encodes the splits and
+ * writes the files into
  * STATE/datasets/.NAME.tmp.<pid>, which is renamed to NAME only when complete.
  * Any failure removes the temporary directory. */
 #include <cjson/cJSON.h>
@@ -54,8 +55,10 @@ typedef struct {
     char *path; /* as given, or given + "/" + the path below a given directory */
     uint64_t bytes;
     char sha256[65];
-    int val; /* 1: a validation source (--val) */
+    int split; /* SRC_TRAIN (an INPUT), SRC_VAL (--val) or SRC_TEST (--test) */
 } source_t;
+
+enum { SRC_TRAIN, SRC_VAL, SRC_TEST };
 
 typedef struct {
     char *text; /* every document, concatenated */
@@ -133,8 +136,8 @@ static int add_jsonl(corpus_t *c, const char *path, const char *buf, size_t len,
     return 0;
 }
 
-/* Read one file: record it as a source and add its documents. */
-static int add_file(corpus_t *c, const char *path, int val, char *err, size_t errlen) {
+/* Read one file: record it as a source (of split, SRC_*) and add its documents. */
+static int add_file(corpus_t *c, const char *path, int split, char *err, size_t errlen) {
     size_t len;
     char *buf = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen);
     if (!buf) return -1;
@@ -145,7 +148,7 @@ static int add_file(corpus_t *c, const char *path, int val, char *err, size_t er
     if (!s->path) goto oom;
     c->nsrc++;
     s->bytes = len;
-    s->val = val;
+    s->split = split;
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;
     if (!EVP_Digest(buf, len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32) {
@@ -173,13 +176,13 @@ static int cmp_str(const void *a, const void *b) {
 
 /* A file, or a directory walked recursively in byte order of the names,
  * skipping hidden entries and anything that is neither file nor directory. */
-static int add_path(corpus_t *c, const char *path, int val, int depth, char *err, size_t errlen) {
+static int add_path(corpus_t *c, const char *path, int split, int depth, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st)) {
         util_errorf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    if (S_ISREG(st.st_mode)) return add_file(c, path, val, err, errlen);
+    if (S_ISREG(st.st_mode)) return add_file(c, path, split, err, errlen);
     if (!S_ISDIR(st.st_mode)) {
         if (depth == 0) {
             util_errorf(err, errlen, "%s: not a file or directory", path);
@@ -222,7 +225,7 @@ static int add_path(corpus_t *c, const char *path, int val, int depth, char *err
             util_errorf(err, errlen, "out of memory");
             goto done;
         }
-        int r = add_path(c, child, val, depth + 1, err, errlen);
+        int r = add_path(c, child, split, depth + 1, err, errlen);
         free(child);
         if (r) goto done;
     }
@@ -373,21 +376,22 @@ typedef struct {
     const char *dir, *name;
     char name_buf[64]; /* the default name, when --name is not given */
     long vocab;
-    double val_fraction;
-    bool has_fraction, force, quiet;
-    const char **inputs, **vals;
-    size_t n_inputs, n_vals;
+    double val_fraction, test_fraction;
+    bool has_fraction, has_test_fraction, force, quiet;
+    const char **inputs, **vals, **tests;
+    size_t n_inputs, n_vals, n_tests;
 } prep_args_t;
 
 static void prep_usage(FILE *out) {
     fprintf(out,
             "usage: nightshift prep [--dir DIR] [--name NAME] [--vocab N]\n"
-            "                       [--val-fraction F | --val PATH ...] [--force] [--quiet]\n"
+            "                       [--val-fraction F | --val PATH ...]\n"
+            "                       [--test-fraction F | --test PATH ...] [--force] [--quiet]\n"
             "                       INPUT...\n"
             "\n"
             "Trains a byte-level BPE tokenizer on the training documents and writes the\n"
             "dataset DIR/datasets/NAME (tokenizer.json, token_bytes.bin, train.bin, val.bin,\n"
-            "manifest.json). A spec trains on it with \"dataset\": \"NAME\".\n"
+            "test.bin, manifest.json). A spec trains on it with \"dataset\": \"NAME\".\n"
             "\n"
             "  INPUT            a text file (one document), a .jsonl file (one document per\n"
             "                   line, from its \"text\" field), or a directory of them (read\n"
@@ -409,6 +413,16 @@ static void prep_usage(FILE *out) {
             "                   cut at the line break nearest that point\n"
             "  --val PATH       validation documents from PATH instead (repeatable); the\n"
             "                   INPUTs are then all training documents\n"
+            "  --test-fraction F  the sealed test split: text taken from the end of the\n"
+            "                   training documents, just before the validation split, about\n"
+            "                   F of all the input's bytes: whole documents (the number whose\n"
+            "                   bytes come nearest), or, when one training document is left,\n"
+            "                   its last bytes cut at a line break. Default: as many bytes as\n"
+            "                   the validation split, at most half of the training text;\n"
+            "                   0 = no test split. Training, ranking, pruning and the agent\n"
+            "                   never read it: each run is measured on it once, and the\n"
+            "                   daemon shows the figure only beside the night's answer\n"
+            "  --test PATH      test documents from PATH instead (repeatable)\n"
             "  --force          replace an existing dataset of that name\n"
             "  --quiet          no progress and no warnings on stderr, errors only\n",
             PREP_DEFAULT_DIR, DATA_MAX_TOKENS, PREP_DEFAULT_VOCAB, PREP_MIN_MERGE_COUNT,
@@ -485,6 +499,15 @@ static int set_value(prep_args_t *a, const char *key, const char *val) {
             return 2;
         }
         a->has_fraction = true;
+    } else if (!strcmp(key, "--test-fraction")) {
+        a->test_fraction = strtod(val, &end);
+        if (end == val || *end || !(a->test_fraction >= 0 && a->test_fraction < 1)) {
+            fprintf(stderr, "prep: --test-fraction %s is not a number in [0, 1)\n", val);
+            return 2;
+        }
+        a->has_test_fraction = true;
+    } else if (!strcmp(key, "--test")) {
+        a->tests[a->n_tests++] = val;
     } else {
         a->vals[a->n_vals++] = val;
     }
@@ -498,7 +521,8 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
     a->val_fraction = PREP_DEFAULT_VAL_FRACTION;
     a->inputs = calloc((size_t)argc, sizeof *a->inputs);
     a->vals = calloc((size_t)argc, sizeof *a->vals);
-    if (!a->inputs || !a->vals) {
+    a->tests = calloc((size_t)argc, sizeof *a->tests);
+    if (!a->inputs || !a->vals || !a->tests) {
         fprintf(stderr, "prep: out of memory\n");
         return 2;
     }
@@ -532,7 +556,8 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
         memcpy(key, arg, kl);
         key[kl] = 0;
         if (strcmp(key, "--dir") && strcmp(key, "--name") && strcmp(key, "--vocab") &&
-            strcmp(key, "--val-fraction") && strcmp(key, "--val"))
+            strcmp(key, "--val-fraction") && strcmp(key, "--val") &&
+            strcmp(key, "--test-fraction") && strcmp(key, "--test"))
             goto unknown;
         if (eq) {
             val = eq + 1;
@@ -562,26 +587,40 @@ static int prep_parse(int argc, char **argv, prep_args_t *a) {
         fprintf(stderr, "prep: --val-fraction and --val exclude each other\n");
         return 2;
     }
+    if (a->has_test_fraction && a->n_tests) {
+        fprintf(stderr, "prep: --test-fraction and --test exclude each other\n");
+        return 2;
+    }
     return 0;
 }
 
-/* How a single document was split: the validation text is bytes [cut, len). */
+/* Where the documents of each split are: train is documents [0, train_end);
+ * val and test are ranges after it ([lo, hi), empty when lo == hi). A split
+ * cut out of one document by bytes records where in that document's original
+ * text it starts (val_cut, test_cut; 0 = not cut by bytes); a test split cut
+ * by bytes ends at test_end. */
 typedef struct {
-    size_t cut; /* 0 = not split by bytes */
-} byte_split_t;
+    size_t train_end, val_lo, val_hi, test_lo, test_hi;
+    size_t val_cut, test_cut, test_end;
+    size_t test_target;  /* the test split's size asked for, in bytes of text */
+    const char *no_test; /* why there is no test split, or NULL */
+} splits_t;
 
-/* Split c's only document in two: the last `fraction` of its bytes become a
- * second (validation) document. The cut goes just after a line break: the one
- * nearest the target point with at least one byte of text on each side. A
- * text without such a line break cannot be split (an error naming the
- * alternatives). */
-static int split_one(corpus_t *c, double fraction, byte_split_t *out, char *err, size_t errlen) {
-    const char *t = c->text;
-    size_t len = c->len;
-    double want = (1.0 - fraction) * (double)len;
+static uint64_t docs_bytes(const corpus_t *c, size_t lo, size_t hi) {
+    uint64_t n = 0;
+    for (size_t d = lo; d < hi; d++) n += c->dlen[d];
+    return n;
+}
+
+/* The cut in document d nearest byte `want` of it that falls just after a
+ * line break with at least one byte on each side, or 0 when there is none. */
+static size_t line_cut(const corpus_t *c, size_t d, double want) {
+    const char *t = c->text + c->off[d];
+    size_t len = c->dlen[d];
+    if (len < 2) return 0;
     size_t target = want < 1 ? 1 : want > (double)(len - 1) ? len - 1 : (size_t)want;
     size_t best = 0, best_dist = SIZE_MAX;
-    /* A cut at k means text [0, k) trains and [k, len) validates; k follows a '\n'. */
+    /* A cut at k means [0, k) and [k, len); k follows a '\n'. */
     for (size_t k = target; k > 0; k--)
         if (t[k - 1] == '\n') {
             best = k, best_dist = target - k;
@@ -592,14 +631,13 @@ static int split_one(corpus_t *c, double fraction, byte_split_t *out, char *err,
             best = k;
             break;
         }
-    if (best == 0 || best >= len) {
-        util_errorf(err, errlen,
-                    "the input is one document of %zu bytes without a line break to split it "
-                    "at; give --val with validation text, or more text",
-                    len);
-        return -1;
-    }
-    c->dlen[0] = best;
+    return best < len ? best : 0;
+}
+
+/* Split document d at byte `at` of it (0 < at < its length): d keeps the
+ * text before, a new document d + 1 gets the rest, and the documents after d
+ * move up by one. */
+static int split_doc(corpus_t *c, size_t d, size_t at, char *err, size_t errlen) {
     if (c->n + 1 > c->capd) {
         size_t cap = c->capd;
         if (util_grow(&c->off, &cap, c->n + 1, sizeof *c->off)) goto oom;
@@ -607,20 +645,189 @@ static int split_one(corpus_t *c, double fraction, byte_split_t *out, char *err,
         if (util_grow(&c->dlen, &cap, c->n + 1, sizeof *c->dlen)) goto oom;
         c->capd = cap;
     }
-    c->off[1] = best;
-    c->dlen[1] = len - best;
-    c->n = 2;
-    out->cut = best;
+    memmove(c->off + d + 2, c->off + d + 1, (c->n - d - 1) * sizeof *c->off);
+    memmove(c->dlen + d + 2, c->dlen + d + 1, (c->n - d - 1) * sizeof *c->dlen);
+    c->off[d + 1] = c->off[d] + at;
+    c->dlen[d + 1] = c->dlen[d] - at;
+    c->dlen[d] = at;
+    c->n++;
     return 0;
 oom:
     util_errorf(err, errlen, "out of memory");
     return -1;
 }
 
+/* Pin the validation split: the --val documents (which follow the n_in
+ * INPUT documents), else the last fraction of the INPUT documents, else,
+ * for a single INPUT document, the last fraction of its bytes. The --test
+ * documents, if any, are the last of c and stay there. desc describes it. */
+static int pin_val(corpus_t *c, const prep_args_t *a, size_t n_in, size_t n_val_docs, splits_t *sp,
+                   char *desc, size_t desclen, char *err, size_t errlen) {
+    if (a->n_vals) {
+        sp->train_end = n_in;
+        sp->val_lo = n_in, sp->val_hi = n_in + n_val_docs;
+        snprintf(desc, desclen, "the %zu documents of the --val paths", n_val_docs);
+        return 0;
+    }
+    if (n_in == 1) {
+        size_t len = c->dlen[0];
+        size_t cut = line_cut(c, 0, (1.0 - a->val_fraction) * (double)len);
+        if (!cut) {
+            util_errorf(err, errlen,
+                        "the input is one document of %zu bytes without a line break to split "
+                        "it at; give --val with validation text, or more text",
+                        len);
+            return -1;
+        }
+        if (split_doc(c, 0, cut, err, errlen)) return -1;
+        sp->train_end = 1, sp->val_lo = 1, sp->val_hi = 2, sp->val_cut = cut;
+        snprintf(desc, desclen,
+                 "the last %zu of %zu bytes of the one document (fraction %g, cut after a line "
+                 "break at byte %zu)",
+                 len - cut, len, a->val_fraction, cut);
+        return 0;
+    }
+    double want = round(a->val_fraction * (double)n_in);
+    size_t nv = want < 1 ? 1 : want > (double)(n_in - 1) ? n_in - 1 : (size_t)want;
+    sp->train_end = n_in - nv;
+    sp->val_lo = n_in - nv, sp->val_hi = n_in;
+    snprintf(desc, desclen, "the last %zu of %zu documents in input order (fraction %g)", nv, n_in,
+             a->val_fraction);
+    return 0;
+}
+
+/* Pin the sealed test split: the --test documents (the last n_test_docs of
+ * c), else nothing with --test-fraction 0, else text taken from the end of
+ * the training documents (splits_t, the usage text). A default split that
+ * cannot be cut (one training document without a line break) is left out
+ * with the reason in sp->no_test; an asked-for one is an error. */
+static int pin_test(corpus_t *c, const prep_args_t *a, size_t n_test_docs, splits_t *sp, char *desc,
+                    size_t desclen, char *err, size_t errlen) {
+    if (a->n_tests) {
+        sp->test_lo = c->n - n_test_docs, sp->test_hi = c->n;
+        snprintf(desc, desclen, "the %zu documents of the --test paths", n_test_docs);
+        return 0;
+    }
+    if (a->has_test_fraction && a->test_fraction == 0) {
+        sp->no_test = "--test-fraction 0";
+        snprintf(desc, desclen, "none (--test-fraction 0)");
+        return 0;
+    }
+    double train = (double)docs_bytes(c, 0, sp->train_end), target;
+    if (a->has_test_fraction) {
+        target = a->test_fraction * (double)c->len;
+        if (target >= train) {
+            util_errorf(err, errlen,
+                        "--test-fraction %g asks for %.0f bytes of the %.0f left for training",
+                        a->test_fraction, target, train);
+            return -1;
+        }
+    } else { /* as large as the validation split, but never most of the training text */
+        target = fmin((double)docs_bytes(c, sp->val_lo, sp->val_hi), 0.5 * train);
+    }
+    sp->test_target = (size_t)target;
+    if (sp->train_end >= 2) {
+        /* Whole documents: the number k of the last ones whose bytes come
+         * nearest the target, leaving at least one to train on. */
+        size_t k = 1, best_k = 1;
+        double sum = 0, best = INFINITY;
+        for (; k < sp->train_end; k++) {
+            sum += (double)c->dlen[sp->train_end - k];
+            if (fabs(sum - target) < best) best = fabs(sum - target), best_k = k;
+            if (sum >= target) break;
+        }
+        sp->test_hi = sp->train_end;
+        sp->test_lo = sp->train_end = sp->train_end - best_k;
+        snprintf(desc, desclen,
+                 "the last %zu training documents before the validation split (%llu bytes; "
+                 "asked for %zu)",
+                 best_k, (unsigned long long)docs_bytes(c, sp->test_lo, sp->test_hi),
+                 sp->test_target);
+        return 0;
+    }
+    size_t len = c->dlen[0], cut = line_cut(c, 0, (double)len - target);
+    if (!cut) {
+        if (a->has_test_fraction) {
+            util_errorf(err, errlen,
+                        "--test-fraction: the one training document (%zu bytes) has no line "
+                        "break to cut a test split at; give --test with test text",
+                        len);
+            return -1;
+        }
+        sp->no_test = "the one training document has no line break to cut it at";
+        snprintf(desc, desclen, "none (%s)", sp->no_test);
+        return 0;
+    }
+    if (split_doc(c, 0, cut, err, errlen)) return -1;
+    sp->val_lo++, sp->val_hi++; /* the documents after 0 moved up */
+    sp->test_lo = 1, sp->test_hi = 2, sp->train_end = 1;
+    sp->test_cut = cut, sp->test_end = cut + c->dlen[1];
+    snprintf(desc, desclen,
+             "bytes %zu to %zu of the one training document (cut after a line break; asked for "
+             "%zu bytes)",
+             cut, sp->test_end, sp->test_target);
+    return 0;
+}
+
+/* o["paths"]: the n paths given for a split. */
+static void add_paths(cJSON *o, const char *const *paths, size_t n) {
+    cJSON *arr = cJSON_AddArrayToObject(o, "paths");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(paths[i]));
+}
+
+/* The manifest's "val_split": how the validation split was pinned. */
+static void add_val_split(cJSON *m, const prep_args_t *a, const corpus_t *c, const splits_t *sp,
+                          const char *desc) {
+    cJSON *vs = cJSON_AddObjectToObject(m, "val_split");
+    if (a->n_vals) {
+        cJSON_AddStringToObject(vs, "method", "files");
+        add_paths(vs, a->vals, a->n_vals);
+    } else if (sp->val_cut) {
+        cJSON_AddStringToObject(vs, "method", "byte_fraction");
+        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
+        cJSON_AddNumberToObject(vs, "cut_byte", (double)sp->val_cut);
+        cJSON_AddNumberToObject(vs, "train_text_bytes", (double)c->dlen[0]);
+        cJSON_AddNumberToObject(vs, "val_text_bytes",
+                                (double)docs_bytes(c, sp->val_lo, sp->val_hi));
+    } else {
+        cJSON_AddStringToObject(vs, "method", "fraction");
+        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
+    }
+    cJSON_AddStringToObject(vs, "description", desc);
+}
+
+/* The manifest's "test_split": the cut, so a reader can tell exactly which
+ * text is sealed. */
+static void add_test_split(cJSON *m, const prep_args_t *a, const corpus_t *c, const splits_t *sp,
+                           const char *desc) {
+    cJSON *ts = cJSON_AddObjectToObject(m, "test_split");
+    if (a->n_tests) {
+        cJSON_AddStringToObject(ts, "method", "files");
+        add_paths(ts, a->tests, a->n_tests);
+    } else if (sp->no_test) {
+        cJSON_AddStringToObject(ts, "method", "none");
+        cJSON_AddStringToObject(ts, "reason", sp->no_test);
+    } else if (sp->test_cut) {
+        cJSON_AddStringToObject(ts, "method", "bytes");
+        cJSON_AddNumberToObject(ts, "cut_byte", (double)sp->test_cut);
+        cJSON_AddNumberToObject(ts, "end_byte", (double)sp->test_end);
+    } else {
+        cJSON_AddStringToObject(ts, "method", "documents");
+        cJSON_AddNumberToObject(ts, "first_document", (double)sp->test_lo);
+        cJSON_AddNumberToObject(ts, "documents", (double)(sp->test_hi - sp->test_lo));
+    }
+    if (!a->n_tests && !sp->no_test) {
+        if (a->has_test_fraction) cJSON_AddNumberToObject(ts, "fraction", a->test_fraction);
+        cJSON_AddNumberToObject(ts, "target_bytes", (double)sp->test_target);
+        cJSON_AddNumberToObject(ts, "text_bytes", (double)docs_bytes(c, sp->test_lo, sp->test_hi));
+    }
+    cJSON_AddStringToObject(ts, "description", desc);
+}
+
 static cJSON *manifest_json(const prep_args_t *a, const tok_t *tok, const corpus_t *c,
-                            const byte_split_t *split, const split_stats_t *tr,
-                            const split_stats_t *va, const char *split_desc, double tok_s,
-                            double total_s) {
+                            const splits_t *sp, const split_stats_t *tr, const split_stats_t *va,
+                            const split_stats_t *te, const char *val_desc, const char *test_desc,
+                            double tok_s, double total_s) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "name", a->name);
     cJSON_AddNumberToObject(m, "format", 1);
@@ -631,34 +838,24 @@ static cJSON *manifest_json(const prep_args_t *a, const tok_t *tok, const corpus
     cJSON_AddStringToObject(m, "dtype", "uint16");
     cJSON_AddNumberToObject(m, "train_tokens", (double)tr->tokens);
     cJSON_AddNumberToObject(m, "val_tokens", (double)va->tokens);
+    cJSON_AddNumberToObject(m, "test_tokens", (double)te->tokens);
     cJSON_AddNumberToObject(m, "train_docs", (double)tr->docs);
     cJSON_AddNumberToObject(m, "val_docs", (double)va->docs);
+    cJSON_AddNumberToObject(m, "test_docs", (double)te->docs);
     cJSON_AddNumberToObject(m, "train_bytes", (double)tr->bytes);
     cJSON_AddNumberToObject(m, "val_bytes", (double)va->bytes);
-    cJSON *vs = cJSON_AddObjectToObject(m, "val_split");
-    if (a->n_vals) {
-        cJSON_AddStringToObject(vs, "method", "files");
-        cJSON *paths = cJSON_AddArrayToObject(vs, "paths");
-        for (size_t i = 0; i < a->n_vals; i++)
-            cJSON_AddItemToArray(paths, cJSON_CreateString(a->vals[i]));
-    } else if (split->cut) {
-        cJSON_AddStringToObject(vs, "method", "byte_fraction");
-        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
-        cJSON_AddNumberToObject(vs, "cut_byte", (double)split->cut);
-        cJSON_AddNumberToObject(vs, "train_text_bytes", (double)split->cut);
-        cJSON_AddNumberToObject(vs, "val_text_bytes", (double)(c->len - split->cut));
-    } else {
-        cJSON_AddStringToObject(vs, "method", "fraction");
-        cJSON_AddNumberToObject(vs, "fraction", a->val_fraction);
-    }
-    cJSON_AddStringToObject(vs, "description", split_desc);
+    cJSON_AddNumberToObject(m, "test_bytes", (double)te->bytes);
+    add_val_split(m, a, c, sp, val_desc);
+    add_test_split(m, a, c, sp, test_desc);
     cJSON *srcs = cJSON_AddArrayToObject(m, "sources");
+    static const char *const split_names[] = {"train", "val", "test"};
     for (size_t i = 0; i < c->nsrc; i++) {
         cJSON *s = cJSON_CreateObject();
         cJSON_AddStringToObject(s, "path", c->src[i].path);
         cJSON_AddNumberToObject(s, "bytes", (double)c->src[i].bytes);
         cJSON_AddStringToObject(s, "sha256", c->src[i].sha256);
-        if (a->n_vals) cJSON_AddStringToObject(s, "split", c->src[i].val ? "val" : "train");
+        if (a->n_vals || a->n_tests)
+            cJSON_AddStringToObject(s, "split", split_names[c->src[i].split]);
         cJSON_AddItemToArray(srcs, s);
     }
     cJSON_AddNumberToObject(m, "tokenizer_seconds", round(tok_s * 1000) / 1000);
@@ -717,14 +914,14 @@ fail:
 typedef struct {
     prep_args_t a;
     corpus_t c;
-    size_t n_train;     /* documents [0, n_train) train, the rest validate */
-    byte_split_t split; /* one document cut in two: where */
-    char desc[256];     /* how the validation split was chosen, for the manifest */
+    size_t n_in, n_val_docs, n_test_docs; /* documents of the INPUTs, --val, --test */
+    splits_t sp;                          /* where each split's documents are */
+    char val_desc[256], test_desc[256];   /* how the splits were chosen, for the manifest */
     tok_trainer_t *tr;
     tok_t *tok;
     double tok_s;
     int32_t *tb; /* bytes of every token */
-    split_stats_t st_train, st_val;
+    split_stats_t st_train, st_val, st_test;
     char dsdir[4096], tmp[4400], final[4400];
     bool made_tmp; /* tmp exists and is removed on failure */
     double t0;
@@ -762,46 +959,37 @@ static int prep_check(prep_t *p, char *err, size_t errlen) {
     return 0;
 }
 
-/* Read the training inputs, then the --val paths; each must hold text. */
+/* Read the training inputs, then the --val paths, then the --test paths;
+ * each must hold text. */
 static int prep_read(prep_t *p, char *err, size_t errlen) {
     const prep_args_t *a = &p->a;
-    for (size_t i = 0; i < a->n_inputs + a->n_vals; i++) {
-        int val = i >= a->n_inputs;
-        const char *path = val ? a->vals[i - a->n_inputs] : a->inputs[i];
+    for (size_t i = 0; i < a->n_inputs + a->n_vals + a->n_tests; i++) {
+        int split = i < a->n_inputs ? SRC_TRAIN : i < a->n_inputs + a->n_vals ? SRC_VAL : SRC_TEST;
+        const char *path = split == SRC_TRAIN ? a->inputs[i]
+                           : split == SRC_VAL ? a->vals[i - a->n_inputs]
+                                              : a->tests[i - a->n_inputs - a->n_vals];
         size_t before = p->c.n;
-        if (add_path(&p->c, path, val, 0, err, errlen)) return -1;
+        if (add_path(&p->c, path, split, 0, err, errlen)) return -1;
         if (p->c.n == before)
             return util_errorf(err, errlen, "%s: no text (empty, or nothing but hidden files)",
                                path);
-        if (!val) p->n_train = p->c.n;
+        *(split == SRC_TRAIN ? &p->n_in
+          : split == SRC_VAL ? &p->n_val_docs
+                             : &p->n_test_docs) += p->c.n - before;
     }
     PREP_LOG(p, "prep: read %zu documents, %.2f MB, from %zu files in %.2f s\n", p->c.n,
              (double)p->c.len / 1e6, p->c.nsrc, util_now() - p->t0);
     return 0;
 }
 
-/* Pin the validation split: the --val paths, else the last documents, else
- * the end of the one document. */
+/* Pin the validation split, then the sealed test split before it. */
 static int prep_split(prep_t *p, char *err, size_t errlen) {
-    corpus_t *c = &p->c;
-    double f = p->a.val_fraction;
-    if (p->a.n_vals) {
-        snprintf(p->desc, sizeof p->desc, "the %zu documents of the --val paths",
-                 c->n - p->n_train);
-    } else if (c->n == 1) {
-        if (split_one(c, f, &p->split, err, errlen)) return -1;
-        snprintf(p->desc, sizeof p->desc,
-                 "the last %zu of %zu bytes of the one document (fraction %g, cut after a line "
-                 "break at byte %zu)",
-                 c->len - p->split.cut, c->len, f, p->split.cut);
-        p->n_train = 1;
-    } else {
-        double want = round(f * (double)c->n);
-        size_t nv = want < 1 ? 1 : want > (double)(c->n - 1) ? c->n - 1 : (size_t)want;
-        p->n_train = c->n - nv;
-        snprintf(p->desc, sizeof p->desc,
-                 "the last %zu of %zu documents in input order (fraction %g)", nv, c->n, f);
-    }
+    if (pin_val(&p->c, &p->a, p->n_in, p->n_val_docs, &p->sp, p->val_desc, sizeof p->val_desc, err,
+                errlen) ||
+        pin_test(&p->c, &p->a, p->n_test_docs, &p->sp, p->test_desc, sizeof p->test_desc, err,
+                 errlen))
+        return -1;
+    if (p->sp.no_test) PREP_LOG(p, "prep: no test split: %s\n", p->sp.no_test);
     return 0;
 }
 
@@ -811,14 +999,14 @@ static int prep_tokenizer(prep_t *p, char *err, size_t errlen) {
     double tt = util_now();
     if (!(p->tr = tok_trainer_new(err, errlen))) return -1;
     progress_t pr = {p->a.quiet ? NULL : stderr, tt};
-    for (size_t d = 0; d < p->n_train; d++) {
+    for (size_t d = 0; d < p->sp.train_end; d++) {
         if (tok_trainer_add(p->tr, p->c.text + p->c.off[d], p->c.dlen[d], err, errlen)) return -1;
         if (progress_due(&pr))
             fprintf(stderr, "prep: tokenizer: counted chunks of %zu/%zu documents, %.1f s\n", d + 1,
-                    p->n_train, util_now() - tt);
+                    p->sp.train_end, util_now() - tt);
     }
     PREP_LOG(p, "prep: tokenizer: %zu distinct chunks in %zu training documents, %.2f s\n",
-             tok_trainer_unique_chunks(p->tr), p->n_train, util_now() - tt);
+             tok_trainer_unique_chunks(p->tr), p->sp.train_end, util_now() - tt);
     p->tok = tok_trainer_finish(p->tr, (int)p->a.vocab, p->a.quiet ? NULL : stderr, err, errlen);
     if (!p->tok) return -1;
     p->tok_s = util_now() - tt;
@@ -834,34 +1022,40 @@ static int prep_tokenizer(prep_t *p, char *err, size_t errlen) {
     return 0;
 }
 
-/* Write the dataset into the temporary directory: the two token files, the
+/* Write the dataset into the temporary directory: the token files, the
  * token bytes, the tokenizer and the manifest. */
 static int prep_write(prep_t *p, char *err, size_t errlen) {
     char path[4500];
+    const splits_t *sp = &p->sp;
     if (mkdir_p(p->dsdir, err, errlen)) return -1;
     if (mkdir(p->tmp, 0777)) return util_errorf(err, errlen, "%s: %s", p->tmp, strerror(errno));
     p->made_tmp = true;
     double te = util_now();
     FILE *log = p->a.quiet ? NULL : stderr;
     snprintf(path, sizeof path, "%s/train.bin", p->tmp);
-    if (write_split(p->tok, &p->c, 0, p->n_train, path, p->tb, &p->st_train, log, err, errlen))
+    if (write_split(p->tok, &p->c, 0, sp->train_end, path, p->tb, &p->st_train, log, err, errlen))
         return -1;
     snprintf(path, sizeof path, "%s/val.bin", p->tmp);
-    if (write_split(p->tok, &p->c, p->n_train, p->c.n, path, p->tb, &p->st_val, log, err, errlen))
+    if (write_split(p->tok, &p->c, sp->val_lo, sp->val_hi, path, p->tb, &p->st_val, log, err,
+                    errlen))
         return -1;
-    const split_stats_t *tr = &p->st_train, *va = &p->st_val;
+    snprintf(path, sizeof path, "%s/test.bin", p->tmp);
+    if (sp->test_hi > sp->test_lo && write_split(p->tok, &p->c, sp->test_lo, sp->test_hi, path,
+                                                 p->tb, &p->st_test, log, err, errlen))
+        return -1;
+    const split_stats_t *tr = &p->st_train, *va = &p->st_val, *ts = &p->st_test;
     if (!p->a.quiet) warn_rare_merges(p->tr, p->tok, p->a.vocab, tr->tokens);
-    PREP_LOG(p, "prep: encoded %zu + %zu tokens (%.2f bytes per token) in %.2f s\n", tr->tokens,
-             va->tokens,
-             (double)(tr->bytes + va->bytes) /
-                 (double)(tr->tokens + va->tokens - tr->docs - va->docs),
+    PREP_LOG(p, "prep: encoded %zu + %zu + %zu tokens (%.2f bytes per token) in %.2f s\n",
+             tr->tokens, va->tokens, ts->tokens,
+             (double)(tr->bytes + va->bytes + ts->bytes) /
+                 (double)(tr->tokens + va->tokens + ts->tokens - tr->docs - va->docs - ts->docs),
              util_now() - te);
     snprintf(path, sizeof path, "%s/token_bytes.bin", p->tmp);
     if (write_token_bytes(p->tb, tok_vocab_size(p->tok), path, err, errlen)) return -1;
     snprintf(path, sizeof path, "%s/tokenizer.json", p->tmp);
     if (tok_save(p->tok, path, err, errlen)) return -1;
-    cJSON *manifest = manifest_json(&p->a, p->tok, &p->c, &p->split, tr, va, p->desc, p->tok_s,
-                                    util_now() - p->t0);
+    cJSON *manifest = manifest_json(&p->a, p->tok, &p->c, sp, tr, va, ts, p->val_desc, p->test_desc,
+                                    p->tok_s, util_now() - p->t0);
     char *mtext = manifest ? cJSON_Print(manifest) : NULL;
     cJSON_Delete(manifest);
     if (!mtext) return util_errorf(err, errlen, "out of memory");
@@ -871,21 +1065,30 @@ static int prep_write(prep_t *p, char *err, size_t errlen) {
     return rc;
 }
 
+/* One split in the summary: "1234 tokens (9 docs)" or, for a split cut out
+ * of the one INPUT document, "1234 tokens (bytes A to B)". */
+static void print_split(const char *name, const split_stats_t *st, size_t from, size_t to) {
+    if (to > from)
+        printf("%s %zu tokens (bytes %zu to %zu)", name, st->tokens, from, to);
+    else
+        printf("%s %zu tokens (%zu docs)", name, st->tokens, st->docs);
+}
+
 /* What the dataset holds, on stdout. */
 static void prep_report(const prep_t *p) {
-    int nv = tok_vocab_size(p->tok);
-    const char *name = p->a.name;
-    if (p->split.cut)
-        printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (the first %zu bytes), val "
-               "%zu tokens (the last %zu bytes), %.1f s\n",
-               name, p->final, nv, p->st_train.tokens, p->split.cut, p->st_val.tokens,
-               p->c.len - p->split.cut, util_now() - p->t0);
+    const splits_t *sp = &p->sp;
+    /* Byte positions in the one INPUT document when it was cut. */
+    size_t train_to = sp->test_cut ? sp->test_cut : sp->val_cut;
+    printf("prep: dataset '%s' in %s: vocab %d, ", p->a.name, p->final, tok_vocab_size(p->tok));
+    print_split("train", &p->st_train, 0, train_to);
+    print_split(", val", &p->st_val, sp->val_cut,
+                sp->val_cut ? sp->val_cut + p->c.dlen[sp->val_lo] : 0);
+    if (sp->test_hi > sp->test_lo)
+        print_split(", sealed test", &p->st_test, sp->test_cut, sp->test_end);
     else
-        printf("prep: dataset '%s' in %s: vocab %d, train %zu tokens (%zu docs), val %zu tokens "
-               "(%zu docs), %.1f s\n",
-               name, p->final, nv, p->st_train.tokens, p->st_train.docs, p->st_val.tokens,
-               p->st_val.docs, util_now() - p->t0);
-    printf("prep: a spec trains on it with \"dataset\": \"%s\"\n", name);
+        printf(", no test split");
+    printf(", %.1f s\n", util_now() - p->t0);
+    printf("prep: a spec trains on it with \"dataset\": \"%s\"\n", p->a.name);
 }
 
 static void prep_close(prep_t *p) {
@@ -896,6 +1099,7 @@ static void prep_close(prep_t *p) {
     corpus_free(&p->c);
     free(p->a.inputs);
     free(p->a.vals);
+    free(p->a.tests);
 }
 
 int prep_main(int argc, char **argv) {

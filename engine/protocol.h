@@ -8,6 +8,10 @@
  *   PROTO_EV_START   once the model is built (parameter counts, budget)
  *   PROTO_EV_STEP    after every optimiser step (the PROTO_STEP_* keys)
  *   PROTO_EV_EVAL    after the evaluation
+ *   PROTO_EV_TEST    after it: the sealed test split's figure (the
+ *                    PROTO_TEST_* keys), or a null PROTO_TEST_BPB and a
+ *                    PROTO_KEY_REASON; the daemon stores it apart from the
+ *                    result (the store's test_results), for no ranking
  *   PROTO_EV_RESULT  last: PROTO_KEY_STATUS is PROTO_SUCCEEDED with the
  *                    fields of result_fields.h (and a PROTO_KEY_REASON when
  *                    something that does not undo the result went wrong: a
@@ -35,6 +39,7 @@
 #define PROTO_EV_START   "start"
 #define PROTO_EV_STEP    "step"
 #define PROTO_EV_EVAL    "eval"
+#define PROTO_EV_TEST    "test"
 #define PROTO_EV_RESULT  "result"
 
 /* The result line's statuses. */
@@ -53,5 +58,10 @@
 #define PROTO_STEP_TOK_S       "tok_s"            /* tokens per second of this step */
 #define PROTO_STEP_MFU         "mfu"              /* percent of the peak */
 #define PROTO_STEP_REMAINING_S "remaining_s"      /* seconds left (estimated for tokens) */
+
+/* The test line's keys. */
+#define PROTO_TEST_BPB     "test_bpb" /* bits per byte on the test split, or null */
+#define PROTO_TEST_TOKENS  "tokens"   /* target tokens counted */
+#define PROTO_TEST_SECONDS "seconds"  /* the evaluation's time */
 
 #endif

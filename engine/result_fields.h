@@ -40,6 +40,12 @@
     X(mfu_percent, REAL, STORED, "mfu_percent", "mfu_percent", "%.2f", 1)                          \
     X(peak_gflops, REAL, STORED, "peak_gflops", "peak_gflops", "%.1f", 1)                          \
     X(peak_source, TEXT, STORED, "peak_source", "peak_source", "%s", 1)                            \
+    X(peak_isa, TEXT, STORED, "peak_isa", "peak_isa", "%s", 1)                                     \
+    X(peak_cpu, TEXT, STORED, "peak_cpu", "peak_cpu", "%s", 1)                                     \
+    X(peak_measured_at, TEXT, STORED, "peak_measured_at", "peak_measured_at", "%s", 1)             \
+    X(peak_others_cpu, REAL, STORED, "peak_others_cpu", "peak_others_cpu", "%.3f", 1)              \
+    X(isa, TEXT, STORED, "isa", "isa", "%s", 1)                                                    \
+    X(blas_core, TEXT, STORED, "blas_core", "blas_core", "%s", 1)                                  \
     X(total_tokens, REAL, STORED, "total_tokens", "total_tokens_M", "%.1f", 1e6)                   \
     X(tokens_per_second, REAL, STORED, "tokens_per_second", "tokens_per_second", "%.0f", 1)        \
     X(num_steps, INTEGER, STORED, "num_steps", "num_steps", "%lld", 1)                             \

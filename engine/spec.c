@@ -1324,6 +1324,12 @@ int spec_config_hash(const spec_t *s, char out[SPEC_HASH_HEX]) {
     return hash_text(spec_config_json(s), out);
 }
 
+bool spec_is_label(const char *field) {
+    for (size_t i = 0; i < N_OF(not_config); i++)
+        if (!strcmp(field, not_config[i])) return true;
+    return false;
+}
+
 /* --------------------------------------------------------------- scope -- */
 
 void spec_scope(const spec_t *s, spec_scope_t *out) {

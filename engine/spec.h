@@ -179,6 +179,10 @@ int spec_hash(const spec_t *s, char out[SPEC_HASH_HEX]);
 char *spec_config_json(const spec_t *s);
 int spec_config_hash(const spec_t *s, char out[SPEC_HASH_HEX]);
 
+/* Whether a top-level field of the canonical form is one of those left out
+ * of the configuration above (the labels and the seed). */
+bool spec_is_label(const char *field);
+
 /* Where val_bpb values compare: one dataset, one budget and one evaluation;
  * results of different scopes are never ranked together. The budget rule:
  * a spec sets one budget, seconds of training (time_budget_s) or training

@@ -1,4 +1,5 @@
-/* threads.c - the engine's thread count and OpenMP wait policy (see threads.h). */
+/* threads.c - the engine's threads: count, BLAS, floating-point mode (see
+ * threads.h), and the OpenMP wait policy (cli.h). */
 #include "engine/threads.h"
 
 #include <omp.h>
@@ -6,11 +7,37 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 #include "engine/cli.h"
 
 /* OpenBLAS's own controls; not in the standard cblas.h of every vendor. */
 void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);
+
+void threads_ftz(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ (bit 15) and DAZ (bit 6) */
+#elif defined(__aarch64__)
+    unsigned long fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr | (1ul << 24))); /* FZ */
+#endif
+}
+
+int threads_ftz_on(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    return (_mm_getcsr() & 0x8040) == 0x8040;
+#elif defined(__aarch64__)
+    unsigned long fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    return (fpcr >> 24) & 1;
+#else
+    return 0;
+#endif
+}
 
 int threads_set(int n) {
     /* "All CPUs" means the ones this process may run on: a daemon slot pins
@@ -21,7 +48,16 @@ int threads_set(int n) {
     /* One pool: OpenBLAS's OpenMP build runs on the engine's OpenMP team. */
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
+    /* The calling thread first, so threads created later inherit the mode;
+     * then every thread of a team that may already exist. */
+    threads_ftz();
+#pragma omp parallel num_threads(n)
+    threads_ftz();
     return openblas_get_num_threads();
+}
+
+void threads_blas_single(void) {
+    if (omp_get_num_threads() == 1) omp_set_num_threads(1);
 }
 
 void threads_passive_wait(char **argv) {

@@ -15,8 +15,9 @@
  *             few seconds otherwise) and errors
  *   --progress PATH | --progress-fd N
  *             the protocol's JSON lines: start, a step line per optimiser
- *             step, eval, then the result line (a succeeded run's reason
- *             notes a checkpoint --save could not write)
+ *             step, eval, test (the sealed test split's figure, or null and
+ *             why), then the result line (a succeeded run's reason notes a
+ *             checkpoint --save could not write)
  *   exit      the protocol's exit codes (PROTO_EXIT_*)
  *
  * Timing: startup (loading, building) and evaluation are reported but are not
@@ -42,6 +43,7 @@
 #include "engine/cli.h"
 #include "engine/cost.h"
 #include "engine/data.h"
+#include "engine/gemm.h"
 #include "engine/gpt.h"
 #include "engine/optim.h"
 #include "engine/protocol.h"
@@ -74,7 +76,7 @@ typedef struct {
     int B, T, accum;
     data_sampler_t sampler;
     int threads;
-    double peak_gflops;
+    calibrate_peak_t peak; /* the MFU denominator and its circumstances */
     const char *peak_source;
     double t_start;
     int tty;
@@ -182,14 +184,17 @@ static void next_train_batch(run_t *r) {
     }
 }
 
-/* val_bpb over the full (T+1)-token windows of the validation stream (stride
- * T): summed nats / (ln 2 * summed bytes) over targets that are not special
- * tokens (token_bytes 0), as autoresearch's evaluate_bpb. The spec's
- * eval_tokens (0 = all) caps the targets at the stream's first ones, whatever
- * T is: the rows that hold them, the last one's targets past the cap masked.
- * NAN when the activations cannot be allocated. */
-static double evaluate_bpb(run_t *r, size_t *tokens_out) {
-    size_t n = r->data.n_val, T = (size_t)r->T, rows = n > T ? (n - 1) / T : 0;
+/* Bits per byte over the full (T+1)-token windows of a held-out stream of n
+ * tokens (stride T): summed nats / (ln 2 * summed bytes) over targets that
+ * are not special tokens (token_bytes 0), as autoresearch's evaluate_bpb. The
+ * spec's eval_tokens (0 = all) caps the targets at the stream's first ones,
+ * whatever T is: the rows that hold them, the last one's targets past the cap
+ * masked; the validation and the test split are scored alike. The model runs
+ * forward only (GPT_SCORE: nothing kept for a backward, the logits straight
+ * into the loss) on the whole team, batch_size rows at a time. NAN when the
+ * activations cannot be allocated. */
+static double evaluate_bpb(run_t *r, const uint16_t *stream, size_t n, size_t *tokens_out) {
+    size_t T = (size_t)r->T, rows = n > T ? (n - 1) / T : 0;
     size_t cap = r->spec.eval_tokens > 0 ? (size_t)r->spec.eval_tokens : SIZE_MAX;
     if (cap < rows * T) rows = (cap + T - 1) / T;
     double nats = 0.0, bytes = 0.0;
@@ -197,7 +202,7 @@ static double evaluate_bpb(run_t *r, size_t *tokens_out) {
     for (size_t row = 0; row < rows; row += (size_t)r->B) {
         int B = (int)((rows - row) < (size_t)r->B ? rows - row : (size_t)r->B);
         for (int b = 0; b < B; b++) {
-            const uint16_t *src = r->data.val + (row + b) * T;
+            const uint16_t *src = stream + (row + b) * T;
             for (size_t t = 0; t < T; t++) {
                 r->inputs[b * T + t] = src[t];
                 int tg = src[t + 1];
@@ -205,7 +210,7 @@ static double evaluate_bpb(run_t *r, size_t *tokens_out) {
                 r->targets[b * T + t] = scored ? tg : -1;
             }
         }
-        if (gpt_forward(r->model, r->inputs, r->targets, B, r->T, GPT_EVAL, NULL) < 0) return NAN;
+        if (gpt_forward(r->model, r->inputs, r->targets, B, r->T, GPT_SCORE, NULL) < 0) return NAN;
         const float *loss = gpt_token_losses(r->model);
         for (size_t i = 0; i < (size_t)B * T; i++) {
             if (r->targets[i] < 0) continue;
@@ -238,25 +243,41 @@ static int open_progress(run_t *r, const train_opts_t *o, char *err, size_t errl
 }
 
 /* The MFU denominator: a flag, the spec, the calibration cache, or a short
- * measurement that is then cached. */
+ * measurement, stored when the machine was quiet during it (calibrate.h). A
+ * measurement taken while other processes used the CPUs serves this run
+ * only, and says so in the run's summary. */
 static void choose_peak(run_t *r, const train_opts_t *o) {
-    if (o->peak_gflops > 0) {
-        r->peak_gflops = o->peak_gflops;
-        r->peak_source = "flag";
-    } else if (r->spec.resources.peak_gflops > 0) {
-        r->peak_gflops = r->spec.resources.peak_gflops;
-        r->peak_source = "spec";
-    } else if (calibrate_cached_peak(o->dir, r->threads, &r->peak_gflops) == 0) {
-        r->peak_source = "calibration";
-    } else {
-        char err[256];
-        fprintf(stderr, "train: no calibrated peak for %d threads; measuring sgemm (1 s)\n",
-                r->threads);
-        r->peak_gflops = calibrate_measure_peak_gflops(1024, 1.0);
-        r->peak_source = "measured";
-        if (calibrate_store_peak(o->dir, r->threads, r->peak_gflops, err, sizeof err) < 0)
-            fprintf(stderr, "train: could not cache the peak: %s\n", err);
+    calibrate_peak_t *p = &r->peak;
+    double given = o->peak_gflops > 0 ? o->peak_gflops : r->spec.resources.peak_gflops;
+    if (given > 0) {
+        memset(p, 0, sizeof *p);
+        p->gflops = given;
+        p->threads = r->threads;
+        p->quiet = true;
+        snprintf(p->isa, sizeof p->isa, "given");
+        r->peak_source = o->peak_gflops > 0 ? "flag" : "spec";
+        return;
     }
+    if (calibrate_cached_peak(o->dir, r->threads, p) == 0) {
+        r->peak_source = p->quiet ? "calibration" : "calibration, accepted under load";
+        return;
+    }
+    char err[256], desc[256];
+    fprintf(stderr, "train: no calibrated peak for %d threads and %s kernels; measuring sgemm\n",
+            r->threads, calibrate_blas_core());
+    if (calibrate_measure_quiet(r->threads, 1024, 0.5, 2, 1.0, p)) {
+        r->peak_source = "measured";
+        if (calibrate_store_peak(o->dir, p, err, sizeof err) < 0)
+            fprintf(stderr, "train: could not store the peak: %s\n", err);
+        return;
+    }
+    r->peak_source = "measured under load, this run only";
+    calibrate_describe(p, desc, sizeof desc);
+    fprintf(stderr,
+            "train: the machine was busy while the sgemm peak was measured (%s): it is used "
+            "for this run's MFU only and not stored; `nightshift calibrate` on a quiet machine "
+            "stores one\n",
+            desc);
 }
 
 /* Load the spec and the dataset, build the model and the optimizer. Returns
@@ -266,7 +287,7 @@ static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
     spec_model_t *mc = &r->spec.model;
     int rc = spec_load(o->spec_path, &r->spec, err, errlen);
     if (rc < 0) return rc;
-    if (data_open(o->dir, r->spec.dataset, &r->data, err, errlen) < 0) return -1;
+    if ((rc = data_open(o->dir, r->spec.dataset, &r->data, err, errlen)) < 0) return rc;
     r->data_open = 1;
     if (mc->vocab_size == 0) {
         mc->vocab_size = r->data.vocab_size;
@@ -356,10 +377,12 @@ static void announce(run_t *r, const loop_t *l) {
     const spec_t *s = &r->spec;
     fprintf(stderr,
             "train: %s | dataset %s (%zu train / %zu val tokens, vocab %d) | %.2fM params | "
-            "%d threads | peak %.1f GFLOP/s (%s) | budget %.0f%s | %s sampler | "
+            "%d threads | %s kernels, %s BLAS | peak %.1f GFLOP/s (%s, %s) | budget %.0f%s | %s "
+            "sampler | "
             "%d x %d x %d tokens/step\n",
             s->name ? s->name : "(unnamed)", s->dataset, r->data.n_train, r->data.n_val,
-            s->model.vocab_size, r->cost.total / 1e6, r->threads, r->peak_gflops, r->peak_source,
+            s->model.vocab_size, r->cost.total / 1e6, r->threads, gemm_isa_name(gemm_current()),
+            calibrate_blas_core(), r->peak.gflops, r->peak.isa, r->peak_source,
             l->token_budget > 0 ? l->token_budget : l->time_budget,
             l->token_budget > 0 ? " tokens" : "s", spec_sampler_name(s->train.sampler), r->accum,
             r->B, r->T);
@@ -369,8 +392,14 @@ static void announce(run_t *r, const loop_t *l) {
     params_from_cost(&counts, &r->cost);
     add_params(start, &counts);
     cJSON_AddNumberToObject(start, "flops_per_token", r->cost.flops_per_token);
-    cJSON_AddNumberToObject(start, "peak_gflops", r->peak_gflops);
+    cJSON_AddNumberToObject(start, "peak_gflops", r->peak.gflops);
     cJSON_AddStringToObject(start, "peak_source", r->peak_source);
+    cJSON_AddStringToObject(start, "peak_isa", r->peak.isa);
+    cJSON_AddStringToObject(start, "peak_cpu", r->peak.cpu);
+    cJSON_AddStringToObject(start, "peak_measured_at", r->peak.measured_at);
+    cJSON_AddNumberToObject(start, "peak_others_cpu", r->peak.others_cpu);
+    cJSON_AddStringToObject(start, "isa", gemm_isa_name(gemm_current()));
+    cJSON_AddStringToObject(start, "blas_core", calibrate_blas_core());
     cJSON_AddNumberToObject(start, "threads", r->threads);
     cJSON_AddNumberToObject(start, "time_budget_s", l->time_budget);
     cJSON_AddNumberToObject(start, "token_budget", l->token_budget);
@@ -420,7 +449,7 @@ static int train_step(run_t *r, const loop_t *l, double *loss_out, double *lrm_o
 static bool report_step(run_t *r, const loop_t *l, double loss, double smooth_loss, double lrm,
                         double dt) {
     double tok_s = l->tokens_per_step / dt;
-    double mfu = 100.0 * r->cost.flops_per_token * tok_s / (r->peak_gflops * 1e9);
+    double mfu = 100.0 * r->cost.flops_per_token * tok_s / (r->peak.gflops * 1e9);
     /* The fraction of the chosen budget spent, and the seconds left (for a
      * token budget, estimated at the mean rate). */
     double done = l->step * l->tokens_per_step, epochs = done / (double)r->data.n_train;
@@ -475,13 +504,42 @@ static int train_loop(run_t *r, loop_t *l) {
  * seconds the evaluation took. */
 static double run_eval(run_t *r, size_t *tokens, double *seconds) {
     double t_eval = util_now();
-    double val_bpb = evaluate_bpb(r, tokens);
+    double val_bpb = evaluate_bpb(r, r->data.val, r->data.n_val, tokens);
     *seconds = util_now() - t_eval;
     cJSON *ev = event(PROTO_EV_EVAL);
     cJSON_AddNumberToObject(ev, "tokens", (double)*tokens);
     cJSON_AddNumberToObject(ev, "seconds", *seconds);
     emit(r, ev);
     return val_bpb;
+}
+
+/* The sealed test figure: bits per byte on the dataset's test split, once,
+ * after val_bpb, as a test line of its own (never in the summary or the
+ * result line, so nothing that reads a result can rank by it; the daemon
+ * stores it apart, in test_results). Without a test split, or one too short
+ * for a window, the event says why and test_bpb is null. The activations
+ * were reserved for this batch shape, so the evaluation allocates nothing. */
+static void run_test_eval(run_t *r) {
+    size_t need = (size_t)r->T + 1, tokens = 0;
+    char why[sizeof r->data.no_test] = "";
+    double t0 = util_now(), test_bpb = NAN;
+    if (!r->data.n_test)
+        snprintf(why, sizeof why, "%s", r->data.no_test);
+    else if (r->data.n_test < need)
+        snprintf(why, sizeof why, "the test split of %zu tokens is shorter than seq_len + 1 = %zu",
+                 r->data.n_test, need);
+    else if (!isfinite(test_bpb = evaluate_bpb(r, r->data.test, r->data.n_test, &tokens)))
+        snprintf(why, sizeof why, "test_bpb is not finite (%g)", test_bpb);
+    cJSON *ev = event(PROTO_EV_TEST);
+    if (why[0]) {
+        cJSON_AddNullToObject(ev, PROTO_TEST_BPB);
+        cJSON_AddStringToObject(ev, PROTO_KEY_REASON, why);
+    } else {
+        cJSON_AddNumberToObject(ev, PROTO_TEST_BPB, test_bpb);
+        cJSON_AddNumberToObject(ev, PROTO_TEST_TOKENS, (double)tokens);
+        cJSON_AddNumberToObject(ev, PROTO_TEST_SECONDS, util_now() - t0);
+    }
+    emit(r, ev);
 }
 
 /* The trained weights to path, with the canonical spec as metadata.
@@ -514,9 +572,15 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
         .eval_seconds = eval_seconds,
         .peak_rss_mb = util_peak_rss_mb(),
         .mfu_percent =
-            100.0 * r->cost.flops_per_token * tokens / training_time / (r->peak_gflops * 1e9),
-        .peak_gflops = r->peak_gflops,
+            100.0 * r->cost.flops_per_token * tokens / training_time / (r->peak.gflops * 1e9),
+        .peak_gflops = r->peak.gflops,
         .peak_source = r->peak_source,
+        .peak_isa = r->peak.isa,
+        .peak_cpu = r->peak.cpu,
+        .peak_measured_at = r->peak.measured_at,
+        .peak_others_cpu = r->peak.others_cpu,
+        .isa = gemm_isa_name(gemm_current()),
+        .blas_core = calibrate_blas_core(),
         .total_tokens = tokens,
         .tokens_per_second = tokens / training_time,
         .num_steps = l->step,
@@ -573,6 +637,7 @@ static int train_run(const train_opts_t *o) {
         code = fail_run(&r, PROTO_EXIT_DIVERGED, PROTO_DIVERGED, "diverged: val_bpb %g", val_bpb);
         goto done;
     }
+    run_test_eval(&r);
     char ckpt_err[512], note[600];
     int saved = !o->save_path || save_checkpoint(&r, o->save_path, ckpt_err, sizeof ckpt_err) == 0;
     snprintf(note, sizeof note, "checkpoint not saved: %s", saved ? "" : ckpt_err);

@@ -44,6 +44,12 @@ double util_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+double util_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 int util_grow(void *p, size_t *cap, size_t need, size_t sz) {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 16;

@@ -26,6 +26,9 @@ const char *ns_strerror(int code);
 /* Monotonic seconds. */
 double util_now(void);
 
+/* CPU seconds this process has used, every thread, user and system. */
+double util_cpu_seconds(void);
+
 /* Grow *p, a malloc'd array of *cap elements of sz bytes (NULL and 0 at
  * first), to hold at least need elements: the capacity doubles from 16.
  * Returns 0, or -1 when out of memory (*p and *cap unchanged). */

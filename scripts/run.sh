@@ -7,7 +7,8 @@
 #   scripts/run.sh BIN STATE
 #
 # Environment: NIGHTSHIFT_PORT (default 8080) and NIGHTSHIFT_AGENT_PORT (8090),
-# NIGHTSHIFT_SLOTS (1), NIGHTSHIFT_BASELINE (experiments/specs/baseline.json),
+# NIGHTSHIFT_SLOTS (auto: serve picks slots and threads from the CPUs, the memory
+# and the default spec; a number fixes it), NIGHTSHIFT_BASELINE (experiments/specs/baseline.json),
 # NIGHTSHIFT_PRUNE (off; "median" stops runs that lag the median, see serve --help).
 set -euo pipefail
 
@@ -15,7 +16,7 @@ bin=$1
 state=$2
 port=${NIGHTSHIFT_PORT:-8080}
 agent_port=${NIGHTSHIFT_AGENT_PORT:-8090}
-slots=${NIGHTSHIFT_SLOTS:-1}
+slots=${NIGHTSHIFT_SLOTS:-auto}
 baseline=${NIGHTSHIFT_BASELINE:-experiments/specs/baseline.json}
 prune=${NIGHTSHIFT_PRUNE:-off}
 url=http://127.0.0.1:$port

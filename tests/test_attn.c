@@ -12,6 +12,7 @@
 #include "engine/gemm.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
+#include "tests/testutil.h"
 
 typedef struct {
     int B, T, H, Hkv, hd, window, threads;
@@ -73,16 +74,12 @@ static void check(shape_t s) {
     free(dq_ref), free(dk_ref), free(dv_ref), free(dq), free(dk), free(dv), free(work);
 }
 
-/* The kernels to try: BLAS and each one this CPU has. */
-static const gemm_isa isas[] = {GEMM_BLAS, GEMM_AVX2, GEMM_AVX512};
-
-/* check(s) under every kernel this CPU has. */
+/* check(s) under every kernel path this CPU runs, each forced through
+ * NIGHTSHIFT_ISA as a run forces it. */
 static void check_isas(shape_t s) {
-    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
-        if (gemm_select(isas[i]) != 0) continue;
-        check(s);
-    }
-    gemm_select(GEMM_AUTO);
+    for (int i = 0; i < 3; i++)
+        if (tu_select_isa(tu_isas[i], 2) == 0) check(s);
+    tu_select_isa_auto();
 }
 
 Test(attn, matches_reference_small_and_odd) {
@@ -131,14 +128,14 @@ Test(attn, same_bits_for_any_thread_count) {
     rng_t r;
     rng_seed(&r, 7);
     for (size_t i = 0; i < nin; i++) in[i] = rng_normal(&r);
-    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
-        if (gemm_select(isas[i]) != 0) continue;
+    for (int i = 0; i < 3; i++) {
+        if (tu_select_isa(tu_isas[i], 2) != 0) continue;
         s.threads = 1;
         run(a, s, in);
         s.threads = 2;
         run(b, s, in);
-        cr_expect(memcmp(a, b, nout * 4) == 0, "%s: 1 and 2 threads differ",
-                  gemm_isa_name(isas[i]));
+        cr_expect(memcmp(a, b, nout * 4) == 0, "%s: 1 and 2 threads differ", tu_isas[i]);
     }
+    tu_select_isa_auto();
     free(in), free(a), free(b);
 }

@@ -1376,3 +1376,69 @@ Test(daemon, ls_by_val_bpb_never_ranks_two_datasets_together) {
     daemon_stop(d);
     free(a), free(b), free(c), free(cmd);
 }
+
+/* The night report of real runs: the JSON, the Markdown and the page over
+ * HTTP, `nightshift report`, and best's sealed test figure (the tiny dataset
+ * has a test split). */
+Test(daemon, the_report_over_http_on_the_page_and_in_the_cli) {
+    daemon_t *d = daemon_start(state, NULL);
+    char *specs[3] = {spec("base", 1, 1, 1, NULL), spec("base", 2, 1, 1, NULL),
+                      spec("deeper", 1, 1, 2, NULL)};
+    long ids[3];
+    for (int i = 0; i < 3; i++) ids[i] = submit(d, specs[i]);
+    for (int i = 0; i < 3; i++) cJSON_Delete(wait_for(d, ids[i], "succeeded", 60));
+
+    cJSON *r = tu_get_json(d, "/v1/report?dataset=tiny&budget=time:1");
+    cr_expect_eq(tu_jnum(cJSON_GetObjectItem(r, "runs"), "total"), 3);
+    cr_expect_eq(tu_jnum(cJSON_GetObjectItem(r, "baseline"), "id"), ids[0]);
+    const cJSON *best = cJSON_GetObjectItem(r, "best");
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(best, "test"), "test_bpb")),
+              "the best has no test figure");
+    const cJSON *axis = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "axes"), 0);
+    cr_expect_str_eq(tu_jstr(axis, "axis"), "model.depth");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r, "anytime")), 3);
+    cJSON_Delete(r);
+    cJSON *b = tu_get_json(d, "/v1/best?dataset=tiny&budget=time:1");
+    const cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(b, "best"), "test");
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(t, "test_bpb")), "/v1/best has no test figure");
+    cr_expect_eq(tu_jnum(t, "test_n"), tu_jnum(cJSON_GetObjectItem(b, "best"), "n_seeds"));
+    cJSON_Delete(b);
+
+    tu_reply_t rep;
+    tu_http(d, "GET", "/v1/report?dataset=tiny&budget=time:1&format=md", NULL, 0, NULL, &rep);
+    cr_expect_eq(rep.status, 200);
+    cr_expect(!strncmp(rep.content_type, "text/markdown", 13), "%s", rep.content_type);
+    cr_expect(!strncmp(rep.body, "# Night report: tiny, 1 s a run\n", 32), "%.200s", rep.body);
+    cr_expect(strstr(rep.body, "| model.depth | 1 → 2 | 1 |"), "%s", rep.body);
+    tu_reply_free(&rep);
+    tu_http(d, "GET", "/report?dataset=tiny&budget=time:1", NULL, 0, NULL, &rep);
+    cr_expect_eq(rep.status, 200);
+    cr_expect(!strncmp(rep.content_type, "text/html", 9), "%s", rep.content_type);
+    cr_expect(strstr(rep.body, "<h2>Night report: tiny, 1 s a run</h2>"), "%.300s", rep.body);
+    cr_expect(strstr(rep.body, "id=\"report-data\">{"), "no report JSON in the page");
+    cr_expect(strstr(rep.body, "<script src=\"/ui/report.js\">"), "no chart script");
+    tu_reply_free(&rep);
+    tu_http(d, "GET", "/ui/report.js", NULL, 0, NULL, &rep);
+    cr_expect_eq(rep.status, 200);
+    tu_reply_free(&rep);
+    expect_error(d, "GET", "/v1/report?dataset=tiny&budget=time:1&baseline=999", NULL, 0, 404,
+                 "not_found", "baseline: experiment 999 is not in this scope");
+    expect_error(d, "GET", "/v1/report?format=pdf", NULL, 0, 400, "invalid_query", "format");
+
+    /* The CLI prints the daemon's Markdown. */
+    tu_run_t run;
+    char bl[32];
+    snprintf(bl, sizeof bl, "%ld", ids[2]);
+    tu_run_bin(&run, 30, "report", "--url", d->url, "--dataset", "tiny", "--budget", "time:1",
+               "--baseline", bl, NULL);
+    cr_expect_eq(run.exit_code, 0, "%s", run.err);
+    cr_expect(strstr(run.out, "## The answer"), "%s", run.out);
+    cr_expect(strstr(run.out, "test_bpb (sealed)"), "%s", run.out);
+    cr_expect(strstr(run.out, "## What failed\n\nNothing failed."), "%s", run.out);
+    tu_run_free(&run);
+    tu_run_bin(&run, 30, "report", "--url", d->url, "--baseline", "x", NULL);
+    cr_expect_eq(run.exit_code, 2);
+    tu_run_free(&run);
+    daemon_stop(d);
+    for (int i = 0; i < 3; i++) free(specs[i]);
+}

@@ -209,16 +209,23 @@ Test(data, prep_end_to_end) {
     cr_assert_eq(ds.vocab_size, 304);
     cr_assert_eq(ds.n_special, 4);
     cr_assert_eq(ds.bos_id, 300);
-    cr_assert_eq(ds.train_docs, 8);
+    /* val: the last 2 of 10 documents (87 bytes); the sealed test split
+     * before it: the last training documents nearest that size, h.txt (63
+     * bytes; h and g would be 120). */
+    cr_assert_eq(ds.train_docs, 7);
     cr_assert_eq(ds.val_docs, 2);
+    cr_assert_eq(ds.test_docs, 1);
+    cr_assert_str_empty(ds.no_test);
 
     /* One BOS per document; token bytes add up to the document bytes. */
-    uint64_t want_train = 0, want_val = 0;
-    for (int i = 0; i < 10; i++) *(i < 8 ? &want_train : &want_val) += doc_len(i);
-    const uint16_t *streams[2] = {ds.train, ds.val};
-    size_t lens[2] = {ds.n_train, ds.n_val}, docs[2] = {8, 2};
-    uint64_t want[2] = {want_train, want_val}, have[2] = {ds.train_bytes, ds.val_bytes};
-    for (int s = 0; s < 2; s++) {
+    uint64_t want_train = 0, want_val = 0, want_test = 0;
+    for (int i = 0; i < 10; i++)
+        *(i < 7 ? &want_train : i < 8 ? &want_test : &want_val) += doc_len(i);
+    const uint16_t *streams[3] = {ds.train, ds.val, ds.test};
+    size_t lens[3] = {ds.n_train, ds.n_val, ds.n_test}, docs[3] = {7, 2, 1};
+    uint64_t want[3] = {want_train, want_val, want_test};
+    uint64_t have[3] = {ds.train_bytes, ds.val_bytes, ds.test_bytes};
+    for (int s = 0; s < 3; s++) {
         size_t bos = 0;
         uint64_t bytes = 0;
         for (size_t i = 0; i < lens[s]; i++) {
@@ -239,7 +246,8 @@ Test(data, prep_end_to_end) {
     tok_t *tok = tok_load(tpath, msg, sizeof msg);
     cr_assert_not_null(tok, "%s", msg);
     cr_assert_eq(tok_vocab_size(tok), 304);
-    check_docs(ds.train, ds.n_train, ds.bos_id, tok, 0, 8);
+    check_docs(ds.train, ds.n_train, ds.bos_id, tok, 0, 7);
+    check_docs(ds.test, ds.n_test, ds.bos_id, tok, 7, 1);
     check_docs(ds.val, ds.n_val, ds.bos_id, tok, 8, 2);
 
     /* The manifest. */
@@ -252,10 +260,20 @@ Test(data, prep_end_to_end) {
     cr_assert_eq(jnum(m, "bos_id"), 300);
     cr_assert_eq(jnum(m, "train_tokens"), (double)ds.n_train);
     cr_assert_eq(jnum(m, "val_tokens"), (double)ds.n_val);
-    cr_assert_eq(jnum(m, "train_docs"), 8);
+    cr_assert_eq(jnum(m, "test_tokens"), (double)ds.n_test);
+    cr_assert_eq(jnum(m, "train_docs"), 7);
     cr_assert_eq(jnum(m, "val_docs"), 2);
+    cr_assert_eq(jnum(m, "test_docs"), 1);
     cr_assert_eq(jnum(m, "train_bytes"), (double)want_train);
     cr_assert_eq(jnum(m, "val_bytes"), (double)want_val);
+    cr_assert_eq(jnum(m, "test_bytes"), (double)want_test);
+    /* The manifest records the cut: which documents are sealed. */
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(m, "test_split");
+    cr_assert_str_eq(jstr(ts, "method"), "documents");
+    cr_assert_eq(jnum(ts, "first_document"), 7);
+    cr_assert_eq(jnum(ts, "documents"), 1);
+    cr_assert_eq(jnum(ts, "target_bytes"), (double)want_val);
+    cr_assert_eq(jnum(ts, "text_bytes"), (double)want_test);
     cr_assert_geq(jnum(m, "tokenizer_seconds"), 0);
     cr_assert_eq(strlen(jstr(m, "created")), 20);
     const cJSON *vs = cJSON_GetObjectItemCaseSensitive(m, "val_split");
@@ -299,8 +317,8 @@ Test(data, val_split_pinned) {
         cr_assert_eq(rc, 0, "%s", err);
         free(err);
     }
-    const char *files[] = {"train.bin", "val.bin", "tokenizer.json", "token_bytes.bin"};
-    for (int f = 0; f < 4; f++) {
+    const char *files[] = {"train.bin", "val.bin", "test.bin", "tokenizer.json", "token_bytes.bin"};
+    for (int f = 0; f < 5; f++) {
         char *p1 = tu_path("%s/datasets/one/%s", state, files[f]);
         char *p2 = tu_path("%s/datasets/two/%s", state, files[f]);
         size_t l1, l2;
@@ -311,13 +329,16 @@ Test(data, val_split_pinned) {
         free(p1);
         free(p2);
     }
-    /* Default fraction 0.1 of 10 documents: exactly the last one. */
+    /* Default fraction 0.1 of 10 documents: exactly the last one; the test
+     * split the one before (44 bytes against val's 43). */
     data_set_t ds;
     char msg[512];
     cr_assert_eq(data_open(state, "one", &ds, msg, sizeof msg), 0, "%s", msg);
     cr_assert_eq(ds.val_docs, 1);
-    cr_assert_eq(ds.train_docs, 9);
+    cr_assert_eq(ds.test_docs, 1);
+    cr_assert_eq(ds.train_docs, 8);
     cr_assert_eq(ds.val_bytes, doc_len(9));
+    cr_assert_eq(ds.test_bytes, doc_len(8));
     data_close(&ds);
     free(state);
     free(in);
@@ -341,7 +362,7 @@ Test(data, val_files_and_jsonl) {
     char *vj = tu_path("%s/val.jsonl", work), *state = tu_path("%s/state", work);
     char *err;
     int rc = run_prep(work, &err, "--quiet", "--dir", state, "--name", "j", "--vocab", "260",
-                      "--val", vj, tj, ex, NULL);
+                      "--test-fraction", "0", "--val", vj, tj, ex, NULL);
     cr_assert_eq(rc, 0, "%s", err);
     free(err);
     data_set_t ds;
@@ -349,6 +370,8 @@ Test(data, val_files_and_jsonl) {
     cr_assert_eq(data_open(state, "j", &ds, msg, sizeof msg), 0, "%s", msg);
     cr_assert_eq(ds.train_docs, 4, "the empty text is no document");
     cr_assert_eq(ds.val_docs, 2);
+    cr_assert_eq(ds.n_test, 0);
+    cr_assert(strstr(ds.no_test, "has no test split (--test-fraction 0)"), "%s", ds.no_test);
     const char *train_text[] = {"first document\nwith two lines",
                                 "second: caf\xc3\xa9 \xf0\x9f\x98\x80",
                                 "third, no newline at the end", "a plain file is one document\n"};
@@ -388,6 +411,167 @@ Test(data, val_files_and_jsonl) {
     free(tj);
     free(ex);
     free(vj);
+    free(state);
+    tu_rmrf(work);
+    free(work);
+}
+
+/* The decoded text of a split's only document. Caller frees. */
+static char *decode_one(const data_set_t *ds, const uint16_t *t, size_t n) {
+    char msg[512], *out, *tpath = tu_path("%s/tokenizer.json", ds->dir);
+    tok_t *tok = tok_load(tpath, msg, sizeof msg);
+    cr_assert_not_null(tok, "%s", msg);
+    cr_assert(n > 0 && t[0] == ds->bos_id);
+    int32_t *ids = malloc(n * sizeof *ids);
+    for (size_t i = 1; i < n; i++) ids[i - 1] = t[i];
+    size_t outlen;
+    cr_assert_eq(tok_decode(tok, ids, n - 1, &out, &outlen, msg, sizeof msg), 0, "%s", msg);
+    free(ids);
+    tok_free(tok);
+    free(tpath);
+    return out;
+}
+
+/* The sealed test split from --test files, and cut by bytes out of one text
+ * file: just before the validation text, as many bytes as it, at a line
+ * break, the cut in the manifest; what cannot be cut is no split by
+ * default and an error when asked for. */
+Test(data, test_split_files_and_bytes) {
+    char *work = tu_tmpdir(), *state = tu_path("%s/state", work), *err, msg[512];
+    /* A book of 200 numbered lines, one document. */
+    char book[200 * 40] = "";
+    size_t len = 0;
+    for (int i = 0; i < 200; i++)
+        len +=
+            (size_t)snprintf(book + len, sizeof book - len, "line %03d of the little book.\n", i);
+    write_str(work, "book.txt", book);
+    write_str(work, "t.jsonl", "{\"text\": \"sealed one\"}\n{\"text\": \"sealed two\"}\n");
+    char *bk = tu_path("%s/book.txt", work), *tj = tu_path("%s/t.jsonl", work);
+
+    /* By bytes: val is the last tenth, the test split the tenth before it. */
+    cr_assert_eq(
+        run_prep(work, &err, "--quiet", "--dir", state, "--name", "b", "--vocab", "260", bk, NULL),
+        0, "%s", err);
+    free(err);
+    data_set_t ds;
+    cr_assert_eq(data_open(state, "b", &ds, msg, sizeof msg), 0, "%s", msg);
+    char *mpath = tu_path("%s/manifest.json", ds.dir);
+    cJSON *m = load_json(mpath);
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(m, "test_split");
+    const cJSON *vs = cJSON_GetObjectItemCaseSensitive(m, "val_split");
+    cr_assert_str_eq(jstr(ts, "method"), "bytes");
+    size_t cut = (size_t)jnum(ts, "cut_byte"), end = (size_t)jnum(ts, "end_byte");
+    size_t vcut = (size_t)jnum(vs, "cut_byte");
+    cr_assert_eq(end, vcut, "the test text ends where the validation text starts");
+    cr_assert_eq(book[cut - 1], '\n');
+    cr_assert_lt(fabs((double)(end - cut) - (double)(len - vcut)), 40.0, "test %zu, val %zu bytes",
+                 end - cut, len - vcut);
+    cr_assert_eq(jnum(vs, "train_text_bytes"), (double)cut);
+    char *test_text = decode_one(&ds, ds.test, ds.n_test);
+    cr_assert(strlen(test_text) == end - cut && !memcmp(test_text, book + cut, end - cut),
+              "test.bin holds other text: %s", test_text);
+    cr_assert_eq(ds.test_bytes, end - cut);
+    cr_assert_eq(ds.train_bytes, cut);
+    free(test_text);
+    cJSON_Delete(m);
+    data_close(&ds);
+
+    /* --test files: those documents, the training text untouched. */
+    cr_assert_eq(run_prep(work, &err, "--quiet", "--dir", state, "--name", "f", "--vocab", "260",
+                          "--test", tj, bk, NULL),
+                 0, "%s", err);
+    free(err);
+    cr_assert_eq(data_open(state, "f", &ds, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ds.test_docs, 2);
+    cr_assert_eq(ds.test_bytes, strlen("sealed one") + strlen("sealed two"));
+    cr_assert_eq(ds.train_bytes + ds.val_bytes, len);
+    free(mpath);
+    mpath = tu_path("%s/manifest.json", ds.dir);
+    m = load_json(mpath);
+    cr_assert_str_eq(jstr(cJSON_GetObjectItemCaseSensitive(m, "test_split"), "method"), "files");
+    cr_assert_str_eq(jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "sources"), 1), "split"),
+                     "test");
+    cJSON_Delete(m);
+    data_close(&ds);
+
+    /* More than the training text: refused, and nothing is left behind. */
+    cr_assert_eq(run_prep(work, &err, "--quiet", "--dir", state, "--name", "x", "--vocab", "260",
+                          "--test-fraction", "0.95", bk, NULL),
+                 1);
+    cr_assert(strstr(err, "--test-fraction 0.95 asks for"), "%s", err);
+    free(err);
+    cr_assert_eq(run_prep(work, &err, "--quiet", "--dir", state, "--name", "x", "--vocab", "260",
+                          "--test-fraction", "0.1", "--test", tj, bk, NULL),
+                 2);
+    free(err);
+
+    /* One training line that cannot be cut: no test split by default (said
+     * on stderr, in the manifest and by data_open), an error when asked. */
+    write_str(work, "one.txt", "a single training line without a break");
+    write_str(work, "v.txt", "validation text\n");
+    char *one = tu_path("%s/one.txt", work), *v = tu_path("%s/v.txt", work);
+    cr_assert_eq(run_prep(work, &err, "--dir", state, "--name", "o", "--vocab", "256", "--val", v,
+                          one, NULL),
+                 0, "%s", err);
+    cr_assert(strstr(err, "no test split: the one training document has no line break"), "%s", err);
+    free(err);
+    cr_assert_eq(data_open(state, "o", &ds, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ds.n_test, 0);
+    cr_assert(strstr(ds.no_test, "has no test split (the one training document"), "%s", ds.no_test);
+    data_close(&ds);
+    cr_assert_eq(run_prep(work, &err, "--quiet", "--dir", state, "--name", "o2", "--vocab", "256",
+                          "--test-fraction", "0.1", "--val", v, one, NULL),
+                 1);
+    cr_assert(strstr(err, "no line break to cut a test split at"), "%s", err);
+    free(err);
+    char *o2 = tu_path("%s/datasets/o2", state);
+    cr_assert_neq(access(o2, F_OK), 0, "a refused prep left %s", o2);
+
+    free(o2);
+    free(one);
+    free(v);
+    free(mpath);
+    free(bk);
+    free(tj);
+    free(state);
+    tu_rmrf(work);
+    free(work);
+}
+
+/* A dataset prepared before test splits existed (no test fields, no
+ * test.bin) still opens, and says it has none. */
+Test(data, dataset_without_test_split_still_opens) {
+    char *work = tu_tmpdir(), *in = make_corpus(work), *state = tu_path("%s/state", work), *err;
+    char msg[512];
+    cr_assert_eq(run_prep(work, &err, "--quiet", "--dir", state, "--name", "old", "--vocab", "260",
+                          in, NULL),
+                 0, "%s", err);
+    free(err);
+    char *mpath = tu_path("%s/datasets/old/manifest.json", state);
+    char *bin = tu_path("%s/datasets/old/test.bin", state);
+    cJSON *m = load_json(mpath);
+    cJSON_DeleteItemFromObject(m, "test_tokens");
+    cJSON_DeleteItemFromObject(m, "test_docs");
+    cJSON_DeleteItemFromObject(m, "test_bytes");
+    cJSON_DeleteItemFromObject(m, "test_split");
+    char *text = cJSON_Print(m);
+    tu_write(mpath, text);
+    cr_assert_eq(unlink(bin), 0);
+    data_set_t ds;
+    cr_assert_eq(data_open(state, "old", &ds, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ds.n_test, 0);
+    cr_assert_null(ds.test);
+    cr_assert(strstr(ds.no_test, "dataset old was prepared without a test split"), "%s",
+              ds.no_test);
+    data_close(&ds);
+    data_info_t info;
+    cr_assert_eq(data_info(state, "old", &info, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(info.test_tokens, 0);
+    free(text);
+    cJSON_Delete(m);
+    free(mpath);
+    free(bin);
+    free(in);
     free(state);
     tu_rmrf(work);
     free(work);
@@ -641,7 +825,7 @@ static char *make_halves(const char *work) {
     }
     char *state = tu_path("%s/state", work), *err;
     int rc = run_prep(work, &err, "--quiet", "--dir", state, "--name", "halves", "--vocab", "256",
-                      "--val-fraction", "0.09", in, NULL);
+                      "--val-fraction", "0.09", "--test-fraction", "0", in, NULL);
     cr_assert_eq(rc, 0, "prep failed: %s", err);
     free(err);
     free(in);

@@ -189,6 +189,27 @@ static void check_config(const char *root, const char *name) {
             "parity %-26s loss %.7f ref %.7f rel err %.2e | worst grad err %.2e of max|g| (%s)\n",
             name, (double)loss, ref, loss_err / fabs(ref), worst, worst_name);
 
+    /* The forward-only mode the evaluation runs gives every token's loss
+     * bit for bit, and leaves nothing for a backward to use. */
+    float *losses = malloc(sizeof(float) * (size_t)B * T);
+    cr_assert(losses);
+    memcpy(losses, gpt_token_losses(m), sizeof(float) * (size_t)B * T);
+    float score_loss;
+    cr_assert_eq(gpt_forward(m, inputs, targets, B, T, GPT_SCORE, &score_loss), 0);
+    cr_expect(!memcmp(losses, gpt_token_losses(m), sizeof(float) * (size_t)B * T),
+              "%s: GPT_SCORE's token losses differ from GPT_EVAL's", name);
+    cr_expect(fabs((double)score_loss - (double)loss) <= 1e-6 * fabs((double)loss),
+              "%s: GPT_SCORE's mean loss %.9g, GPT_EVAL's %.9g", name, (double)score_loss,
+              (double)loss);
+    gpt_zero_grad(m);
+    gpt_backward(m, 1.0f);
+    for (size_t j = 0; j < m->n_params; j++)
+        if (m->grads[j] != 0.0f) {
+            cr_expect(0, "%s: a backward after GPT_SCORE changed gradient %zu", name, j);
+            break;
+        }
+    free(losses);
+
     ckpt_file_close(&g);
     free(inputs);
     free(targets);

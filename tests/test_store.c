@@ -1634,5 +1634,108 @@ Test(store, migration_010_gives_earlier_runs_the_whole_split_as_their_evaluation
     cr_expect_eq(x.scope.eval_tokens, 0);
     spec_free(&sp);
     store_experiment_clear(&x);
+}
+
+/* ------------------------------------------------- the sealed test figure */
+
+static void set_test(store_t *s, int64_t id, double v, const char *reason) {
+    store_test_t t = {.test_bpb = v, .tokens = 1000, .seconds = 0.5, .reason = reason};
+    cr_assert_eq(store_set_test(s, id, &t, err, sizeof err), 0, "%s", err);
+}
+
+static void finish_ok(store_t *s, int64_t id, double val_bpb) {
+    store_result_t r = result_with(val_bpb);
+    cr_assert_eq(store_finish(s, id, STORE_SUCCEEDED, NULL, 0, -1, &r, err, sizeof err), 0, "%s",
+                 err);
+}
+
+/* Test figures are written while a run runs, averaged per configuration over
+ * its succeeded runs, say why when there are none, go with a re-queued
+ * attempt, and appear in no ranking answer. */
+Test(store, test_figures_are_kept_apart_and_averaged_per_configuration) {
+    store_t *s = open_store();
+    store_scope_t sc = scope("default", "time", 300);
+    int64_t a1 = start_top(s, "a", "\"seed\":1,\"model\":{\"depth\":2}");
+    set_test(s, a1, 2.5, NULL); /* replaced by the next line of the same attempt */
+    set_test(s, a1, 2.0, NULL);
+    finish_ok(s, a1, 1.9);
+    int64_t a2 = start_top(s, "a", "\"seed\":2,\"model\":{\"depth\":2}");
+    set_test(s, a2, 2.2, NULL);
+    finish_ok(s, a2, 2.1);
+    /* A failed run of A measured before it failed: not one of A's figures. */
+    int64_t a3 = start_top(s, "a", "\"seed\":3,\"model\":{\"depth\":2}");
+    set_test(s, a3, 9.0, NULL);
+    cr_assert_eq(store_finish(s, a3, STORE_FAILED, "x", 1, -1, NULL, err, sizeof err), 0);
+    int64_t b = start_top(s, "b", "\"seed\":1,\"model\":{\"depth\":3}");
+    set_test(s, b, NAN, "dataset default has no test split (--test-fraction 0)");
+    finish_ok(s, b, 1.5);
+    int64_t c = succeed_top(s, "c", "\"seed\":1,\"model\":{\"depth\":4}", 1.7);
+
+    /* Only a running experiment takes one. */
+    store_test_t t = {.test_bpb = 1.0};
+    cr_expect_eq(store_set_test(s, c, &t, err, sizeof err), -1);
+    cr_expect(strstr(err, "is not running (it is succeeded)"), "%s", err);
+    cr_expect_eq(store_set_test(s, 999, &t, err, sizeof err), -1);
+
+    cJSON *e = get(s, a1, 0);
+    cr_assert_not_null(e, "%s", err);
+    cJSON *o = store_test_of(s, &sc, tu_jstr(e, "config_hash"), err, sizeof err);
+    cJSON_Delete(e);
+    cr_assert_not_null(o, "%s", err);
+    cr_expect_float_eq(tu_jnum(o, "test_bpb"), 2.1, 1e-12);
+    cr_expect_float_eq(tu_jnum(o, "test_bpb_sd"), sqrt(0.02), 1e-12);
+    cr_expect_eq(tu_jnum(o, "test_n"), 2);
+    cr_expect_eq(tu_jnum(o, "runs"), 2);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "test_reason")));
+    cJSON_Delete(o);
+
+    /* store_scope_configs carries the hashes: B has a reason, C predates figures. */
+    cJSON *cfgs = store_scope_configs(s, &sc, err, sizeof err);
+    cr_assert_not_null(cfgs, "%s", err);
+    cr_assert_eq(cJSON_GetArraySize(cfgs), 3);
+    const cJSON *row;
+    cJSON_ArrayForEach(row, cfgs) {
+        double id = tu_jnum(row, "id");
+        cJSON *f = store_test_of(s, &sc, tu_jstr(row, "config_hash"), err, sizeof err);
+        cr_assert_not_null(f, "%s", err);
+        if (id == b) {
+            cr_expect(cJSON_IsNull(cJSON_GetObjectItem(f, "test_bpb")));
+            cr_expect_str_eq(tu_jstr(f, "test_reason"),
+                             "dataset default has no test split (--test-fraction 0)");
+        } else if (id == c) {
+            cr_expect(strstr(tu_jstr(f, "test_reason"), "not measured"), "%s",
+                      tu_jstr(f, "test_reason"));
+            cr_expect_eq(tu_jnum(f, "test_n"), 0);
+        }
+        cJSON_Delete(f);
+    }
+    cJSON_Delete(cfgs);
+
+    /* No ranking answer carries a test figure. */
+    cJSON *lb = store_leaderboard(s, &sc, 10, err, sizeof err),
+          *best = store_best_in(s, &sc, err, sizeof err);
+    char *text = cJSON_PrintUnformatted(lb), *btext = cJSON_PrintUnformatted(best);
+    cr_expect_null(strstr(text, "test"), "%s", text);
+    cr_expect_null(strstr(btext, "test"), "%s", btext);
+    free(text);
+    free(btext);
+    cJSON_Delete(lb);
+    cJSON_Delete(best);
+
+    /* A re-queued attempt loses its figure with its metrics. */
+    int64_t d = start_top(s, "d", "\"seed\":1,\"model\":{\"depth\":5}");
+    set_test(s, d, 3.0, NULL);
+    store_close(s);
+    s = open_store();
+    int requeued = 0;
+    cr_assert_eq(store_recover(s, 3, &requeued, NULL, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(requeued, 1);
+    sqlite3 *db = raw_open("nightshift.db");
+    char *sql =
+        tu_path("SELECT count(*) FROM test_results WHERE experiment_id = %lld", (long long)d);
+    cr_expect_eq(raw_int(db, sql), 0);
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM test_results"), 4);
+    free(sql);
+    sqlite3_close(db);
     store_close(s);
 }

@@ -1,13 +1,19 @@
 /* test_train.c - `nightshift train` end to end on a tiny prepared corpus:
  * the summary block, the JSON progress lines, the time budget, that learning
- * happens, reproducibility, the failure exits (diverged, bad input), and
- * sampling from the saved checkpoint. */
+ * happens, reproducibility, the failure exits (diverged, bad input, out of
+ * memory), sampling from the saved checkpoint, and the MFU's sgemm peak
+ * measured under load. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/testutil.h"
 
@@ -400,4 +406,106 @@ Test(train, eval_tokens_caps_the_tokens_scored) {
     cr_expect_eq(scored[3], scored[2], "a cap past the split scores all of it");
     cr_expect(bpb[3] == bpb[2], "%.17g vs %.17g", bpb[3], bpb[2]);
     cr_expect(bpb[0] != bpb[2], "the first 100 tokens score as the whole split: %.17g", bpb[0]);
+}
+
+/* A training file that cannot be mapped for want of address space (a
+ * slot's memory limit is RLIMIT_AS) is the run's out-of-memory, exit 4, not
+ * a failed run: the manifest claims 2^32 tokens and train.bin is a sparse
+ * file of that size, mapped under a 2 GiB limit. */
+Test(train, unmappable_dataset_is_out_of_memory) {
+    char *manifest = tu_path("%s/datasets/tiny/manifest.json", dir);
+    char *text = tu_read(manifest);
+    cJSON *m = cJSON_Parse(text);
+    cr_assert(cJSON_IsObject(m));
+    const double tokens = 4294967296.0;
+    cJSON_ReplaceItemInObject(m, "train_tokens", cJSON_CreateNumber(tokens));
+    char *out = cJSON_Print(m);
+    tu_write(manifest, out);
+    char *bin_path = tu_path("%s/datasets/tiny/train.bin", dir);
+    cr_assert_eq(truncate(bin_path, (off_t)(2 * tokens)), 0, "%s", strerror(errno));
+    char *spec = write_spec("enomem", 1.0, "", "");
+    tu_run_t r;
+    char *argv[] = {
+        "/usr/bin/prlimit", "--as=2147483648", (char *)tu_bin(), "train", "--dir", dir, spec, NULL};
+    tu_run(&r, argv, 30);
+    cr_expect_eq(r.exit_code, 4, "exit %d, stderr: %s", r.exit_code, r.err);
+    cr_expect(strstr(r.err, "train.bin: mmap"), "%s", r.err);
+    tu_run_free(&r);
+    free(spec), free(bin_path), free(out), free(text), free(manifest);
+    cJSON_Delete(m);
+}
+
+/* Children that keep every CPU of this process busy until killed. */
+static int spin_children(pid_t *pids, int max) {
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int n = CPU_COUNT(&set) < max ? CPU_COUNT(&set) : max;
+    for (int i = 0; i < n; i++) {
+        pids[i] = fork();
+        cr_assert(pids[i] >= 0);
+        if (pids[i] == 0)
+            for (volatile unsigned long x = 0;; x++) {
+            }
+    }
+    return n;
+}
+
+static void stop_children(pid_t *pids, int n) {
+    for (int i = 0; i < n; i++) {
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], NULL, 0);
+    }
+}
+
+/* The sgemm peak of MFU measured while other processes keep the CPUs busy
+ * reads low, and every MFU divided by it high: calibrate refuses to store
+ * it (unless told to, and then marked), and a run that measures its own
+ * under load uses it for itself only and says so in its summary. */
+Test(train, peak_measured_under_load_is_not_accepted_silently) {
+    pid_t pids[64];
+    int n = spin_children(pids, 64);
+    char *cal = tu_path("%s/calibration.json", dir);
+    tu_run_t r;
+    tu_run_bin(&r, 60, "calibrate", "--dir", dir, "--threads", "1", "--seconds", "0.5",
+               "--attempts", "2", NULL);
+    cr_expect_eq(r.exit_code, 1, "exit %d: %s", r.exit_code, r.err);
+    cr_expect(strstr(r.err, "not stored") && strstr(r.err, "NOT QUIET"), "%s", r.err);
+    cr_expect(strstr(r.out, "quiet: no"), "%s", r.out);
+    cr_expect_eq(access(cal, F_OK), -1, "a busy peak was stored");
+    tu_run_free(&r);
+
+    /* a run with no stored peak measures one: under load, for itself only */
+    char *path = tu_path("%s/peak.json", dir);
+    tu_write(path, "{\"name\":\"peak\",\"dataset\":\"tiny\",\"token_budget\":256,"
+                   "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
+                   "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128},"
+                   "\"resources\":{\"threads\":1}}");
+    char *argv[] = {(char *)tu_bin(), "train", "--dir", dir, path, NULL};
+    tu_run(&r, argv, 60);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "peak_source:        measured under load, this run only"), "%s", r.out);
+    cr_expect(summary(r.out, "peak_others_cpu") > 0.1, "%s", r.out);
+    cr_expect(strstr(r.err, "busy while the sgemm peak was measured"), "%s", r.err);
+    cr_expect_eq(access(cal, F_OK), -1, "the run stored a busy peak");
+    tu_run_free(&r);
+
+    /* --accept-load stores it, marked; runs then name it as such */
+    tu_run_bin(&r, 60, "calibrate", "--dir", dir, "--threads", "1", "--seconds", "0.5",
+               "--attempts", "1", "--accept-load", NULL);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    tu_run_free(&r);
+    char *text = tu_read(cal);
+    cJSON *c = cJSON_Parse(text);
+    const cJSON *peaks = cJSON_GetObjectItem(c, "peaks");
+    cr_assert(cJSON_IsObject(peaks) && peaks->child, "%s", text);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(peaks->child, "quiet")), "%s", text);
+    cr_expect(cJSON_GetObjectItem(peaks->child, "others_cpu")->valuedouble > 0.1, "%s", text);
+    stop_children(pids, n);
+    tu_run(&r, argv, 60);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "peak_source:        calibration, accepted under load"), "%s", r.out);
+    cr_expect(strstr(r.out, "peak_measured_at:"), "%s", r.out);
+    tu_run_free(&r);
+    cJSON_Delete(c);
+    free(text), free(path), free(cal);
 }

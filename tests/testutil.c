@@ -18,6 +18,25 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/gemm.h"
+#include "engine/threads.h"
+
+const char *const tu_isas[3] = {"avx512", "avx2", "generic"};
+
+int tu_select_isa(const char *name, int threads) {
+    char err[256];
+    setenv("NIGHTSHIFT_ISA", name, 1);
+    threads_set(threads);
+    if (gemm_select_env(err, sizeof err) == 0) return 0;
+    cr_log_info("%s", err);
+    return -1;
+}
+
+void tu_select_isa_auto(void) {
+    unsetenv("NIGHTSHIFT_ISA");
+    cr_assert_eq(gemm_select(GEMM_AUTO), 0);
+}
+
 char *tu_tmpdir(void) {
     const char *base = getenv("TMPDIR");
     char *dir = tu_path("%s/nightshift-test.XXXXXX", base && *base ? base : "/tmp");

@@ -17,6 +17,17 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* The engine's kernel paths, widest first: the values NIGHTSHIFT_ISA takes. */
+extern const char *const tu_isas[3];
+
+/* Select kernel path `name` as an engine command does, through
+ * NIGHTSHIFT_ISA (gemm_select_env), on a team of `threads` (threads_set).
+ * Returns 0, or -1 (logged) when this CPU cannot run that path. */
+int tu_select_isa(const char *name, int threads);
+
+/* Back to the widest path, NIGHTSHIFT_ISA unset. */
+void tu_select_isa_auto(void);
+
 /* A fresh directory under $TMPDIR (or /tmp); caller frees the string and
  * removes the tree with tu_rmrf. */
 char *tu_tmpdir(void);

@@ -35,20 +35,12 @@ static const cmd_help_t best_help = {
     "when no run has succeeded in the scope.\n\n" SCOPE_OPTIONS_HELP
     "  --json            the daemon's JSON as is\n"};
 
-/* "?dataset=D&budget=B&eval_tokens=N" for the scoped queries. */
-static void scope_query(line_t *path, const char *dataset, const char *budget, const char *eval) {
-    if (dataset) line_add_query(path, "dataset", dataset);
-    if (budget) line_add_query(path, "budget", budget);
-    if (eval) line_add_query(path, "eval_tokens", eval);
-}
-
 /* "scope: dataset D, budget B, eval_tokens N (how it was chosen)" on f. */
 static void print_scope(FILE *f, const char *lead, const cJSON *reply) {
     char scope[200];
     board_scope_text(reply, scope, sizeof scope);
     fprintf(f, "%s%s (%s)\n", lead, scope, board_scope_from(reply));
 }
-
 int best_main(int argc, char **argv) {
     const cmd_help_t *h = &best_help;
     conn_opts_t o = {0};
@@ -65,7 +57,7 @@ int best_main(int argc, char **argv) {
                               {0}};
     if (!cmd_parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
-    scope_query(&path, dataset, budget, eval);
+    line_add_scope(&path, dataset, budget, eval);
     if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;
     const cJSON *best = jget(reply, "best"), *spec = jget(best, "spec");
     rc = CLIENT_EXIT_API;
@@ -132,7 +124,7 @@ int leaderboard_main(int argc, char **argv) {
     if (!cmd_parse_args(argc, argv, h, &o, opts, NULL, &rc)) return rc;
     if (limit && cmd_positive(limit) < 0)
         return cmd_usage_error(h, "--limit: expected a positive integer, got '%s'", limit);
-    scope_query(&path, dataset, budget, eval);
+    line_add_scope(&path, dataset, budget, eval);
     if (limit) line_add_query(&path, "limit", limit);
     if ((rc = conn_open(&c, &o, h)) != 0) goto fail;
     if ((rc = conn_get_raw(&c, path.s, json, &reply)) != 0 || json) goto fail;

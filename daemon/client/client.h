@@ -1,5 +1,6 @@
 /* client.h - the command-line client of the daemon's HTTP API (libcurl):
- * `nightshift submit`, `ls`, `show`, `best`, `cancel`, `watch`, `export` and `diff`.
+ * `nightshift submit`, `ls`, `show`, `best`, `cancel`, `watch`, `export`, `diff` and
+ * `report`.
  *
  * Every command talks to one daemon: --url, else $NIGHTSHIFT_URL, else port
  * $NIGHTSHIFT_PORT on 127.0.0.1, else
@@ -25,6 +26,7 @@ int cancel_main(int argc, char **argv);      /* cancel a queued or running exper
 int watch_main(int argc, char **argv);       /* live progress of every slot */
 int export_main(int argc, char **argv); /* every experiment as CSV, TSV, JSONL or results.tsv */
 int diff_main(int argc, char **argv);   /* two experiments' spec differences and results */
+int report_main(int argc, char **argv); /* the morning report of one scope, as Markdown */
 /* `nightshift agent status`: what a running agent (GET on its port) is doing. */
 int agent_status_main(int argc, char **argv);
 /* `nightshift sample`: with --url, the daemon's state directory as --dir for

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon/shared/jsonpath.h"
 #include "engine/util.h"
 
 void line_add(line_t *l, const char *fmt, ...) {
@@ -115,26 +116,15 @@ const char *fmt_local_time(const char *iso, char *buf, size_t len) {
 /* ------------------------------------------------------------ JSON helpers */
 
 const cJSON *jget(const cJSON *o, const char *path) {
-    char key[64];
-    while (o && *path) {
-        size_t n = strcspn(path, ".");
-        if (n >= sizeof key) return NULL;
-        memcpy(key, path, n);
-        key[n] = '\0';
-        o = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
-        path += n + (path[n] == '.');
-    }
-    return o;
+    return jsonpath_get(o, path);
 }
 
 double jnum(const cJSON *o, const char *path, double dflt) {
-    const cJSON *v = jget(o, path);
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+    return jsonpath_num(o, path, dflt);
 }
 
 const char *jstr(const cJSON *o, const char *path) {
-    const cJSON *v = jget(o, path);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
+    return jsonpath_str(o, path);
 }
 
 int jtext(const cJSON *v, char *buf, size_t len) {
@@ -198,6 +188,12 @@ void line_add_query(line_t *q, const char *key, const char *value) {
         else
             line_add(q, "%%%02X", *p);
     }
+}
+
+void line_add_scope(line_t *q, const char *dataset, const char *budget, const char *eval) {
+    if (dataset) line_add_query(q, "dataset", dataset);
+    if (budget) line_add_query(q, "budget", budget);
+    if (eval) line_add_query(q, "eval_tokens", eval);
 }
 
 void fmt_padded(const char *s, size_t chars, size_t width) {

@@ -65,6 +65,10 @@ int fmt_json(FILE *f, const cJSON *v, int indent);
 /* Append "?key=value" or "&key=value" to the path in q, value percent-encoded. */
 void line_add_query(line_t *q, const char *key, const char *value);
 
+/* The scope of a scoped query (?dataset=D&budget=B&eval_tokens=N), each only
+ * when given. */
+void line_add_scope(line_t *q, const char *dataset, const char *budget, const char *eval);
+
 /* s (chars characters wide) on stdout, padded with spaces to width. */
 void fmt_padded(const char *s, size_t chars, size_t width);
 

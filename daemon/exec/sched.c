@@ -51,6 +51,9 @@ typedef struct {
     int next_rung;             /* the next of the PRUNE_RUNGS comparisons (rung_progress) */
     char *pruned;              /* the reason, once the run is being stopped as pruned */
     struct ending *unrecorded; /* an ending the store refused so far; retried */
+    int test_pending;          /* test holds a figure the store has not taken yet */
+    store_test_t test;         /* the run's sealed test figure (its "test" line) */
+    char test_reason[256];     /* test.reason points here */
 } slot_t;
 
 /* How a worker ended, as the store records it. */
@@ -191,11 +194,45 @@ done:
     free(v);
 }
 
+/* --------------------------------------------------------- the test figure */
+
+/* Hand the slot's pending test figure to the store; on failure it stays
+ * pending for the next try (the ending tries again before it is recorded). */
+static void flush_test(slot_t *sl) {
+    char err[256];
+    if (!sl->test_pending) return;
+    if (store_set_test(sl->s->store, sl->id, &sl->test, err, sizeof err) == 0)
+        sl->test_pending = 0;
+    else
+        log_error("experiment %lld: test figure not recorded yet: %s", (long long)sl->id, err);
+}
+
+/* The worker's test line: the sealed test split's figure (or null and why).
+ * It goes to the store as it is and nowhere else: the scheduler's pruning,
+ * the hook and the live progress never see it. */
+static void take_test(slot_t *sl, const cJSON *line) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(line, PROTO_TEST_BPB);
+    const char *why =
+        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, PROTO_KEY_REASON));
+    int measured = cJSON_IsNumber(v) && isfinite(v->valuedouble);
+    snprintf(sl->test_reason, sizeof sl->test_reason, "%s",
+             measured ? ""
+             : why    ? why
+                      : "the worker reported no test figure");
+    sl->test = (store_test_t){.test_bpb = measured ? v->valuedouble : NAN,
+                              .tokens = jint(line, PROTO_TEST_TOKENS),
+                              .seconds = jnum(line, PROTO_TEST_SECONDS),
+                              .reason = measured ? NULL : sl->test_reason};
+    sl->test_pending = 1;
+    flush_test(sl);
+}
+
 /* --------------------------------------------------------------- workers */
 
 static void on_progress(const cJSON *line, void *user) {
     slot_t *sl = user;
     const char *ev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, PROTO_KEY_EVENT));
+    if (ev && !strcmp(ev, PROTO_EV_TEST)) take_test(sl, line);
     if (!ev || strcmp(ev, PROTO_EV_STEP) != 0) return;
     cJSON_Delete(sl->progress);
     sl->progress = cJSON_Duplicate(line, 1);
@@ -242,6 +279,7 @@ static void result_from_json(const cJSON *r, store_result_t *out) {
 
 static void release_slot(slot_t *sl) {
     drop_pending_metrics(sl);
+    sl->test_pending = 0;
     sl->worker = NULL;
     sl->id = 0;
     free(sl->pruned);
@@ -266,6 +304,7 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     executor_status st = e->status; /* e may be sl->unrecorded, freed below */
     const char *status = e->pruned ? STORE_PRUNED : executor_status_name(st);
     flush_metrics(sl);
+    if (st != EXECUTOR_INTERRUPTED) flush_test(sl);
     int rc = e->status == EXECUTOR_INTERRUPTED
                  ? store_interrupt(s->store, id, s->o.max_attempts, err, sizeof err)
                  : store_finish(s->store, id, status, e->reason[0] ? e->reason : NULL, e->exit_code,

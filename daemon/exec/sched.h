@@ -8,8 +8,9 @@
  * saves model.safetensors there), and hands `nightshift train` to the
  * executor (executor.h) under the slot's limits. Progress lines update the
  * slot's live progress and are written to the metrics table in batches (one
- * transaction per batch); the ending, classified by the executor, is
- * recorded with store_finish.
+ * transaction per batch); the "test" line (the sealed test split's figure)
+ * goes to the store as it is (store_set_test), and nothing here reads it
+ * back; the ending, classified by the executor, is recorded with store_finish.
  *
  * Pruning (opt-in, prune = SCHED_PRUNE_MEDIAN): at three rungs of a run's
  * progress (the worker's fraction of its budget: prune_warmup and two evenly

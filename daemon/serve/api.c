@@ -18,6 +18,8 @@
 #include "engine/data.h"
 #include "daemon/serve/events.h"
 #include "daemon/serve/export.h"
+#include "daemon/serve/report.h"
+#include "daemon/serve/report_doc.h"
 #include "daemon/serve/scope.h"
 #include "daemon/shared/log.h"
 #include "daemon/shared/origin.h"
@@ -95,7 +97,8 @@ static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, 
     spec_model_t m = s->model;
     if (m.vocab_size <= 0) m.vocab_size = info->vocab_size;
     cost_mem_t mem;
-    cost_memory(&m, s->train.batch_size, info->train_tokens + info->val_tokens, &mem);
+    cost_memory(&m, s->train.batch_size, info->train_tokens + info->val_tokens + info->test_tokens,
+                &mem);
     const char *source;
     double limit = cost_worker_limit(s->resources.memory_mb, a->memory_mb, &source);
     int limited = s->resources.memory_mb > 0 || a->memory_mb > 0;
@@ -692,9 +695,71 @@ static void get_best(api_t *a, const http_request_t *req, http_response_t *res) 
     const cJSON *bpb = cJSON_GetObjectItem(best, "mean_val_bpb");
     if (cJSON_IsObject(best) && cJSON_IsNumber(bpb))
         cJSON_AddNumberToObject(best, "val_bpb", bpb->valuedouble);
+    /* And the sealed test figure of the configuration the ranking chose
+     * (store_best_in itself leaves it out: the agent hook reads that). */
+    if (cJSON_IsObject(best)) {
+        const char *hash = cJSON_GetStringValue(cJSON_GetObjectItem(best, "config_hash"));
+        cJSON *test = store_test_of(a->store, &sc, hash, err, sizeof err);
+        if (!test) {
+            cJSON_Delete(best);
+            reply_store_error(res, err);
+            return;
+        }
+        cJSON_AddItemToObject(best, "test", test);
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "best", best);
     reply_scoped(a, res, o, &sc, from);
+}
+
+/* The report of the query's scope (?dataset=&budget=&baseline=ID), or NULL
+ * with res set. The caller owns it. */
+static cJSON *query_report(api_t *a, const http_request_t *req, http_response_t *res) {
+    char err[256];
+    store_scope_t sc;
+    long long baseline;
+    const char *from;
+    int code = 0;
+    if (query_int(req, res, "baseline", 0, INT64_MAX, 0, &baseline) < 0) return NULL;
+    if (query_scope(a, req, res, &sc, &from) < 0) return NULL;
+    cJSON *o = report_build(a->store, &sc, baseline, &code, err, sizeof err);
+    if (!o && code == NS_ERR_NOT_FOUND)
+        http_error(res, 404, "not_found", "%s", err);
+    else if (!o)
+        reply_store_error(res, err);
+    else if (scope_describe(a->store, o, &sc, from, err, sizeof err) < 0) {
+        cJSON_Delete(o);
+        reply_store_error(res, err);
+        return NULL;
+    }
+    return o;
+}
+
+/* GET /v1/report?dataset=&budget=&baseline=ID&format=json|md: what the night
+ * did (report.h), as JSON or as Markdown (report_doc.h). */
+static void get_report(api_t *a, const http_request_t *req, http_response_t *res) {
+    char format[16] = "";
+    int got = http_query_get(req->query, "format", format, sizeof format);
+    if (got < 0 || (got == 1 && strcmp(format, "json") && strcmp(format, "md"))) {
+        http_error(res, 400, "invalid_query", "format: expected json or md");
+        return;
+    }
+    cJSON *o = query_report(a, req, res);
+    if (!o) return;
+    if (!strcmp(format, "md")) {
+        reply_text(res, report_markdown(o), "text/markdown; charset=utf-8");
+        cJSON_Delete(o);
+    } else {
+        reply_json(res, 200, o);
+    }
+}
+
+/* GET /report?...: the same report as a page beside the dashboard. */
+static void get_report_page(api_t *a, const http_request_t *req, http_response_t *res) {
+    cJSON *o = query_report(a, req, res);
+    if (!o) return;
+    reply_text(res, report_html(o), "text/html; charset=utf-8");
+    cJSON_Delete(o);
 }
 
 static void get_noise(api_t *a, const http_request_t *req, http_response_t *res) {
@@ -925,6 +990,8 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         get_best(a, req, res);
     } else if (!strcmp(req->path, "/v1/noise") && get) {
         get_noise(a, req, res);
+    } else if (!strcmp(req->path, "/v1/report") && get) {
+        get_report(a, req, res);
     } else if (parse_experiment_path(req->path, &id, &rest) && !*rest && get) {
         get_experiment(a, id, res);
     } else if (parse_experiment_path(req->path, &id, &rest) && !strcmp(rest, "/log") && get) {
@@ -937,6 +1004,8 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         events_hub_stream(a->events, req, res);
     } else if (!strcmp(req->path, "/v1/export") && get) {
         get_export(a, req, res);
+    } else if (!strcmp(req->path, "/report") && get) {
+        get_report_page(a, req, res);
     } else if (get && !strcmp(req->path, "/")) {
         get_page(a, req, res);
     } else if (get && !strncmp(req->path, "/ui/", 4)) {

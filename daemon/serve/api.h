@@ -10,6 +10,8 @@
  *                                      configuration)
  *   GET  /v1/best                      ?dataset=&budget=&eval_tokens=
  *   GET  /v1/noise                     ?dataset=&budget=&eval_tokens= (pooled seed-to-seed sd)
+ *   GET  /v1/report                    ?dataset=&budget=&eval_tokens=&baseline=ID&format=json|md
+ *                                      what the night did (report.h, report_doc.h)
  *   GET  /v1/status                    ?dataset=&budget=&eval_tokens= (for its noise)
  *
  * A scoped query's scope (dataset, budget "time:300" or "tokens:N", eval_tokens)
@@ -22,6 +24,7 @@
  *   GET  /v1/leaderboard?format=csv    the leaderboard as CSV
  *   GET  /  and /ui/...                the dashboard (daemon/serve/web, compiled in; the
  *                                      page carries its first paint's answers inline)
+ *   GET  /report                       the night report as a page (the scope's query, &baseline=)
  *
  * Errors are {"error":{"code":...,"message":...}}. Every request passes
  * api_guard first: the Host, Origin and Content-Type rules of

@@ -169,17 +169,26 @@ int scope_from_query(store_t *store, const char *state_dir, const char *pinned_d
     return rc > 0 ? 0 : no_match(store, state_dir, sc, res);
 }
 
+/* o[key] = item (consumed), replacing a member of that name: an answer that
+ * already names its scope is described once. */
+static int set_member(cJSON *o, const char *key, cJSON *item) {
+    if (!item) return 0;
+    if (cJSON_GetObjectItemCaseSensitive(o, key))
+        return cJSON_ReplaceItemInObjectCaseSensitive(o, key, item);
+    return cJSON_AddItemToObject(o, key, item);
+}
+
 int scope_describe(store_t *store, cJSON *o, const store_scope_t *sc, const char *from, char *err,
                    size_t errlen) {
     cJSON *list = store_scopes(store, SCOPE_LIST_MAX, err, errlen);
-    int ok = list && cJSON_AddStringToObject(o, "dataset", sc->dataset) &&
-             cJSON_AddStringToObject(o, "budget_kind", sc->budget_kind) &&
-             cJSON_AddNumberToObject(o, "budget", sc->budget) &&
-             cJSON_AddNumberToObject(o, "eval_tokens", (double)sc->eval_tokens) &&
-             cJSON_AddStringToObject(o, "scope_from", from) &&
-             cJSON_AddItemToObject(o, "scopes", list);
-    if (list && !ok) {
-        if (!cJSON_GetObjectItem(o, "scopes")) cJSON_Delete(list);
+    if (!list) return -1;
+    int ok = set_member(o, "dataset", cJSON_CreateString(sc->dataset)) &&
+             set_member(o, "budget_kind", cJSON_CreateString(sc->budget_kind)) &&
+             set_member(o, "budget", cJSON_CreateNumber(sc->budget)) &&
+             set_member(o, "eval_tokens", cJSON_CreateNumber((double)sc->eval_tokens)) &&
+             set_member(o, "scope_from", cJSON_CreateString(from)) && set_member(o, "scopes", list);
+    if (!ok) {
+        if (cJSON_GetObjectItem(o, "scopes") != list) cJSON_Delete(list);
         snprintf(err, errlen, "out of memory");
     }
     return ok ? 0 : -1;

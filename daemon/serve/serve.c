@@ -27,6 +27,7 @@
 #include "daemon/shared/opts.h"
 #include "daemon/shared/origin.h"
 #include "daemon/exec/sched.h"
+#include "daemon/exec/slots.h"
 #include "daemon/serve/serve.h"
 #include "daemon/exec/slurm.h"
 #include "daemon/exec/worker.h"
@@ -174,6 +175,22 @@ static int set_job_prefix(void *o, const char *val, char *err, size_t errlen) {
     return 0;
 }
 
+/* --slots N, or auto: OPT_AUTO, worked out in serve_main (daemon/exec/slots.h). */
+static int set_slots(void *o, const char *val, char *err, size_t errlen) {
+    serve_opts_t *so = o;
+    char *end;
+    long v = strtol(val, &end, 10);
+    if (!strcmp(val, "auto")) {
+        so->slots = OPT_AUTO;
+    } else if (*end || end == val || v < 1 || v > 1 << 20) {
+        snprintf(err, errlen, "slots: expected auto or an integer from 1, got '%s'", val);
+        return -1;
+    } else {
+        so->slots = (int)v;
+    }
+    return 0;
+}
+
 /* Append val to the comma-separated list in out (size len). */
 static int add_to_list(const char *key, const char *val, char *out, size_t len, char *err,
                        size_t errlen) {
@@ -210,8 +227,10 @@ static const opt_t serve_rows[] = {
      .help = "the state directory: nightshift.db, datasets/, runs/"},
     {"listen", OPT_CUSTOM, .set = set_listen, .sdef = "127.0.0.1:8080", .arg = "HOST:PORT",
      .help = "the HTTP API's address (port 0 picks a free port and prints it)"},
-    {"slots", OPT_INT, FIELD(slots), .lo = 1, .hi = BIG, .def = 1, .arg = "N",
-     .help = "experiments run at once (with --executor slurm: jobs in Slurm at once)"},
+    {"slots", OPT_CUSTOM, .set = set_slots, .sdef = "1", .arg = "N|auto",
+     .help = "experiments run at once (with --executor slurm: jobs in Slurm at once); auto: "
+             "slots and their threads from the CPUs, the memory and the default spec's size "
+             "(README: Slots)"},
     {"threads-per-slot", OPT_INT, FIELD(threads_per_slot), .lo = 1, .hi = BIG, .def = OPT_AUTO,
      .arg = "N",
      .help = "a run's threads when its spec does not say (default the slot's share of the CPUs; "
@@ -669,6 +688,13 @@ int serve_main(int argc, char **argv) {
     }
     /* The defaults worked out now (OPT_AUTO). With Slurm the login node's
      * CPUs and memory say nothing about the jobs'. */
+    if (o->slots == OPT_AUTO) {
+        slots_plan_t plan;
+        slots_auto(&plan);
+        o->slots = o->slurm ? 1 : plan.slots;
+        if (!o->slurm && o->threads_per_slot == OPT_AUTO) o->threads_per_slot = plan.threads;
+        if (!o->slurm) fprintf(stderr, "serve: --slots auto: %s\n", plan.why);
+    }
     if (o->slurm) {
         if (o->memory_mb == OPT_AUTO) o->memory_mb = 0; /* the partition's default */
         if (o->threads_per_slot == OPT_AUTO) o->threads_per_slot = SLURM_DEFAULT_THREADS;

@@ -71,6 +71,11 @@ enum {
     ST_RUN_LOSS,
     ST_SET_EXECUTOR,
     ST_RUNNING,
+    ST_SET_TEST,
+    ST_REQUEUE_TEST,
+    ST_SCOPE_RUNS,
+    ST_SCOPE_CONFIGS,
+    ST_TEST_OF,
     ST_EVENT_ADD,
     ST_EVENT_ENSURE_FINISHED,
     ST_EVENTS_PENDING,
@@ -240,6 +245,41 @@ static const char *const stmt_sql[ST_COUNT] = {
                         " WHERE id = ?1 AND status = 'running'",
     [ST_RUNNING] = "SELECT id, name, spec, attempt, executor, slurm_job_id FROM experiments"
                    " WHERE status = 'running' ORDER BY id",
+    /* The sealed test figure (schema 010): written for a running experiment,
+     * read back only by ST_TEST_OF. */
+    [ST_SET_TEST] = "INSERT OR REPLACE INTO test_results (experiment_id, test_bpb, tokens,"
+                    " seconds, reason, measured) SELECT id, ?2, ?3, ?4, ?5, ?6 FROM experiments"
+                    " WHERE id = ?1 AND status = 'running'",
+    [ST_REQUEUE_TEST] = "DELETE FROM test_results WHERE experiment_id IN (SELECT id FROM"
+                        " experiments WHERE " RUNNING_MATCH " AND attempt < ?1)",
+    /* One scope: ?1 dataset, ?2 budget_kind, ?3 budget. */
+    [ST_SCOPE_RUNS] = "SELECT e.id AS id, e.name AS name, e.status AS status, e.reason AS reason,"
+                      " e.parent AS parent, e.seed AS seed, e.config_hash AS config_hash,"
+                      " e.started AS started, e.finished AS finished,"
+                      " (julianday(e.started) - 2440587.5) * 86400.0 AS started_s,"
+                      " (julianday(e.finished) - 2440587.5) * 86400.0 AS finished_s,"
+                      " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb"
+                      " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
+                      " WHERE e.dataset = ?1 AND e.budget_kind = ?2 AND e.budget = ?3"
+                      " AND e.eval_tokens = ?4 ORDER BY e.id",
+    [ST_SCOPE_CONFIGS] = "SELECT c.config_hash AS config_hash, c.first_id AS id, e.name AS name,"
+                         " c.n AS n_seeds, c.mean AS val_bpb,"
+                         " CASE WHEN c.n > 1 THEN sqrt(max(0.0, (c.sumsq - c.sum * c.sum / c.n)"
+                         " / (c.n - 1))) END AS val_bpb_sd, e.spec AS spec"
+                         " FROM configs c JOIN experiments e ON e.id = c.first_id"
+                         " WHERE c.dataset = ?1 AND c.budget_kind = ?2 AND c.budget = ?3"
+                         " AND c.eval_tokens = ?4 ORDER BY c.mean, c.first_id",
+    /* ?5 config_hash. A run without a row predates test figures. */
+    [ST_TEST_OF] = "SELECT avg(t.test_bpb) AS test_bpb,"
+                   " CASE WHEN count(t.test_bpb) > 1 THEN sqrt(max(0.0, (sum(t.test_bpb *"
+                   " t.test_bpb) - count(t.test_bpb) * avg(t.test_bpb) * avg(t.test_bpb))"
+                   " / (count(t.test_bpb) - 1))) END AS test_bpb_sd,"
+                   " count(t.test_bpb) AS test_n, count(*) AS runs,"
+                   " CASE WHEN count(t.test_bpb) = 0 THEN ifnull(max(t.reason), 'not measured:"
+                   " the runs finished before the daemon kept test figures') END AS test_reason"
+                   " FROM experiments e LEFT JOIN test_results t ON t.experiment_id = e.id"
+                   " WHERE e.dataset = ?1 AND e.budget_kind = ?2 AND e.budget = ?3"
+                   " AND e.eval_tokens = ?4 AND e.config_hash = ?5 AND e.status = 'succeeded'",
     /* The event log (schema/006_events.sql). */
     [ST_EVENT_ADD] = "INSERT INTO events (type, experiment_id, payload)"
                      " VALUES (?1, ?2, coalesce(?3, '{}'))",
@@ -1025,6 +1065,25 @@ fail:
     return -1;
 }
 
+int store_set_test(store_t *s, int64_t id, const store_test_t *t, char *err, size_t errlen) {
+    char now[STORE_TIME_LEN];
+    now_iso(now);
+    sqlite3_stmt *st = s->st[ST_SET_TEST];
+    int b = sqlite3_bind_int64(st, 1, id);
+    b |= isfinite(t->test_bpb) ? sqlite3_bind_double(st, 2, t->test_bpb) : sqlite3_bind_null(st, 2);
+    b |= sqlite3_bind_int64(st, 3, t->tokens);
+    b |= sqlite3_bind_double(st, 4, t->seconds);
+    b |= bind_text(st, 5, t->reason);
+    b |= bind_text(st, 6, now);
+    if (b) {
+        reset(st);
+        return fail_db(s->db, err, errlen, "test figure");
+    }
+    if (run(s, ST_SET_TEST, "test figure", err, errlen) < 0) return -1;
+    if (sqlite3_changes(s->db) != 1) return explain_status(s, id, STORE_RUNNING, err, errlen);
+    return 0;
+}
+
 int store_cancel_queued(store_t *s, int64_t id, char *err, size_t errlen) {
     char now[STORE_TIME_LEN];
     now_iso(now);
@@ -1053,9 +1112,9 @@ static int requeue_running(store_t *s, int64_t id, int max_attempts, int *requeu
     char now[STORE_TIME_LEN];
     now_iso(now);
     if (begin(s, err, errlen) < 0) return -1;
-    static const int steps[] = {ST_REQUEUE_METRICS, ST_REQUEUE, ST_ABANDON};
-    int changed[3] = {0};
-    for (int i = 0; i < 3; i++) {
+    static const int steps[] = {ST_REQUEUE_METRICS, ST_REQUEUE_TEST, ST_REQUEUE, ST_ABANDON};
+    int changed[4] = {0};
+    for (int i = 0; i < 4; i++) {
         sqlite3_stmt *st = s->st[steps[i]];
         sqlite3_bind_int(st, 1, max_attempts);
         sqlite3_bind_int64(st, 2, id);
@@ -1063,13 +1122,13 @@ static int requeue_running(store_t *s, int64_t id, int max_attempts, int *requeu
         if (run(s, steps[i], "requeue", err, errlen) < 0) goto fail;
         changed[i] = sqlite3_changes(s->db);
     }
-    if (id && changed[1] + changed[2] == 0) {
+    if (id && changed[2] + changed[3] == 0) {
         explain_status(s, id, STORE_RUNNING, err, errlen);
         goto fail;
     }
     if (commit(s, err, errlen) < 0) goto fail;
-    if (requeued) *requeued = changed[1];
-    if (abandoned) *abandoned = changed[2];
+    if (requeued) *requeued = changed[2];
+    if (abandoned) *abandoned = changed[3];
     return 0;
 fail:
     rollback(s);
@@ -1390,6 +1449,30 @@ cJSON *store_noise(store_t *s, const store_scope_t *sc, char *err, size_t errlen
         fail(err, errlen, "store: noise: out of memory");
         return NULL;
     }
+    return o;
+}
+
+cJSON *store_scope_runs(store_t *s, const store_scope_t *sc, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_SCOPE_RUNS];
+    bind_scope(st, sc);
+    return rows_array(s, st, "scope runs", err, errlen);
+}
+
+cJSON *store_scope_configs(store_t *s, const store_scope_t *sc, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_SCOPE_CONFIGS];
+    bind_scope(st, sc);
+    return rows_array(s, st, "scope configurations", err, errlen);
+}
+
+cJSON *store_test_of(store_t *s, const store_scope_t *sc, const char *config_hash, char *err,
+                     size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_TEST_OF];
+    bind_scope(st, sc);
+    bind_text(st, 5, config_hash);
+    cJSON *rows = rows_array(s, st, "test figure", err, errlen);
+    cJSON *o = rows ? cJSON_DetachItemFromArray(rows, 0) : NULL; /* an aggregate: one row */
+    if (rows && !o) fail(err, errlen, "store: test figure: no row");
+    cJSON_Delete(rows);
     return o;
 }
 

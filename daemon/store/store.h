@@ -173,6 +173,21 @@ void store_jobs_free(store_job_t *jobs, size_t n);
 int store_finish(store_t *s, int64_t id, const char *status, const char *reason, int exit_code,
                  int term_signal, const store_result_t *r, char *err, size_t errlen);
 
+/* The sealed test split's figure of one run (the worker's "test" line,
+ * engine/train.c). Kept apart from the result: no ranking, pruning or hook
+ * query reads it (schema/011_test_results.sql). */
+typedef struct {
+    double test_bpb;    /* NAN: not measured; reason says why */
+    int64_t tokens;     /* target tokens counted */
+    double seconds;     /* the evaluation's time */
+    const char *reason; /* borrowed; NULL when measured */
+} store_test_t;
+
+/* Record the test figure of a running experiment, replacing one an earlier
+ * line of the same attempt wrote. An experiment that is not running is an
+ * error. A re-queued experiment loses it (store_recover, store_interrupt). */
+int store_set_test(store_t *s, int64_t id, const store_test_t *t, char *err, size_t errlen);
+
 /* Append metrics rows for one experiment in one transaction. A step already
  * stored is skipped, so a replayed batch adds nothing. */
 int store_add_metrics(store_t *s, int64_t id, const store_metric_t *m, size_t n, char *err,
@@ -277,6 +292,30 @@ int store_last_scope(store_t *s, store_scope_t *sc, char *err, size_t errlen);
  * was opened: results, the leaderboard, best and noise change only when it
  * moves, so a reader may cache their answers against it. */
 uint64_t store_finishes(const store_t *s);
+
+/* --- what a night did (daemon/serve/report.c) --- */
+
+/* Every experiment of a scope, by id: [{id, name, status, reason, parent,
+ * seed, config_hash, started, finished, started_s, finished_s (the same
+ * times in seconds since the epoch; null when not yet), val_bpb (null unless
+ * succeeded)}].
+ * A new tree the caller owns, or NULL with err. */
+cJSON *store_scope_runs(store_t *s, const store_scope_t *sc, char *err, size_t errlen);
+
+/* Every configuration of a scope with a succeeded run, best mean first:
+ * [{config_hash, id (its first run), name, n_seeds, val_bpb (the mean),
+ * val_bpb_sd (null with one seed), spec (its first run's, parsed)}]. A new
+ * tree the caller owns, or NULL with err. */
+cJSON *store_scope_configs(store_t *s, const store_scope_t *sc, char *err, size_t errlen);
+
+/* The sealed test figure of one configuration (config_hash) of a scope, over
+ * its succeeded runs: {test_bpb (their mean, null when none was measured),
+ * test_bpb_sd (null under two), test_n (runs measured), runs (succeeded),
+ * test_reason (why test_bpb is null, else null)}. Read only for answers
+ * that report a night's outcome (best, the report), never to rank. A new
+ * object the caller owns, or NULL with err. */
+cJSON *store_test_of(store_t *s, const store_scope_t *sc, const char *config_hash, char *err,
+                     size_t errlen);
 
 /* The measured seed-to-seed noise of a scope: the pooled within-configuration
  * sample standard deviation of val_bpb over the configurations with at least

@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
                               {"M", 16, 256, 4, 4, 32, 256},
                               {"L", 8, 256, 4, 2, 64, 256},
                               {"L/2", 8, 256, 4, 2, 64, 128}};
-    const gemm_isa all[] = {GEMM_BLAS, GEMM_AVX2, GEMM_AVX512};
+    const gemm_isa all[] = {GEMM_GENERIC, GEMM_AVX2, GEMM_AVX512};
     gemm_isa isas[3];
     int n_isa = 0;
     for (int i = 0; i < 3; i++)

@@ -17,7 +17,9 @@ process's peak RSS. The table shows medians over the rounds: tokens/s of both,
 their ratio, the model GFLOP/s (`nightshift cost` FLOPs per token x tokens/s),
 MFU against the sgemm peak (`nightshift calibrate`, 2 s, measured right
 before each of nightshift's rounds: the machine's speed drifts over a run, and
-a peak taken minutes earlier would measure that drift), peak RSS of both, and the share of nightshift's step time in
+a peak taken minutes earlier would measure that drift; printed with the
+instruction set of OpenBLAS's kernels and how busy the CPUs were), the kernel
+path that ran (--isa or NIGHTSHIFT_ISA forces one), peak RSS of both, and the share of nightshift's step time in
 attention, matrix products, element-wise work and the optimiser (from the
 engine's own timers, engine/prof.h).
 
@@ -65,6 +67,9 @@ def parse_args():
     p.add_argument("--omp-wait-policy", default=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
                    help="OMP_WAIT_POLICY of both sides (default PASSIVE)")
     p.add_argument("--no-torch", action="store_true", help="time nightshift alone")
+    p.add_argument("--isa", default=os.environ.get("NIGHTSHIFT_ISA", ""),
+                   help="the kernel path nightshift runs (NIGHTSHIFT_ISA: avx512, avx2, generic; "
+                        "default: the widest this CPU has)")
     p.add_argument("--torch-worker", nargs=3, metavar=("SPEC", "STEPS", "WARMUP"),
                    help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -148,10 +153,12 @@ def parse_keys(text):
     got = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
+        if not sep or not value.strip():
+            continue
         try:
-            got[key.strip()] = float(value.split()[0]) if sep else None
-        except (ValueError, IndexError):
-            pass
+            got[key.strip()] = float(value.split()[0])
+        except ValueError:
+            got[key.strip()] = value.strip()
     return got
 
 
@@ -164,6 +171,15 @@ def run(cmd, env, want):
     if missing:
         raise RuntimeError(f"{shlex.join(cmd)}\nprinted no {missing}")
     return got
+
+
+def calibrate(binary, tmp, threads, seconds, env):
+    """The sgemm peak, measured now whatever the load (a benchmark wants this
+    moment's peak beside its round; the share of the CPUs other processes
+    used meanwhile is printed with it)."""
+    return run([binary, "calibrate", "--dir", tmp, "--threads", str(threads), "--seconds",
+                str(seconds), "--attempts", "1", "--accept-load"], env,
+               ["peak_gflops", "isa", "blas_core", "others_cpu"])
 
 
 def have_torch():
@@ -197,6 +213,8 @@ def main():
 
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads),
                OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY=args.omp_wait_policy)
+    if args.isa:
+        env["NIGHTSHIFT_ISA"] = args.isa
     binary = os.path.abspath(args.bin)
     use_torch = not args.no_torch and have_torch()
     wanted = CONFIGS
@@ -212,6 +230,8 @@ def main():
           f"OMP_WAIT_POLICY={args.omp_wait_policy}")
     print(f"cpu: {cpu_name()} ({os.cpu_count()} online), load average at start "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"kernel path: {args.isa or 'auto'} (NIGHTSHIFT_ISA); OPENBLAS_CORETYPE="
+          f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     if not use_torch:
         print("torch: not available to /usr/bin/python3 (scripts/setup.sh --torch installs "
               "python3-torch); nightshift's columns only" if not args.no_torch
@@ -220,11 +240,12 @@ def main():
     tmp = tempfile.mkdtemp(prefix="nightshift-bench-")
     failed = False
     try:
-        cal = run([binary, "calibrate", "--dir", tmp, "--threads", str(args.threads),
-                   "--seconds", "3"], env, ["peak_gflops"])
+        cal = calibrate(binary, tmp, args.threads, 3, env)
         peak = cal["peak_gflops"]
         print(f"sgemm peak ({args.threads} threads, `nightshift calibrate`): {peak:.1f} GFLOP/s "
-              f"at the start; MFU uses the peak measured before each round")
+              f"at the start, OpenBLAS's {cal['blas_core']} kernels ({cal['isa']}), others used "
+              f"{100 * cal['others_cpu']:.0f}% of the CPUs meanwhile; MFU uses the peak measured "
+              f"before each round")
         print(f"each side per round: a fresh process, warm-up steps, then timed steps; "
               f"{args.rounds} rounds alternating; medians over rounds")
         print()
@@ -239,15 +260,16 @@ def main():
             ours, theirs = [], []
             try:
                 for _ in range(args.rounds):
-                    round_peak = run([binary, "calibrate", "--dir", tmp, "--threads",
-                                      str(args.threads), "--seconds", "2"], env,
-                                     ["peak_gflops"])["peak_gflops"]
+                    rc = calibrate(binary, tmp, args.threads, 2, env)
                     ours.append(run([binary, "bench", "--spec", path, "--steps", str(steps),
                                      "--warmup", str(warmup)], env,
-                                    ["tokens_per_second", "flops_per_token", "peak_rss_mb"]))
+                                    ["tokens_per_second", "flops_per_token", "peak_rss_mb",
+                                     "isa", "blas_core"]))
                     ours[-1]["mfu"] = (ours[-1]["flops_per_token"] * ours[-1]["tokens_per_second"]
-                                       / 1e9 / round_peak)
-                    ours[-1]["peak_gflops"] = round_peak
+                                       / 1e9 / rc["peak_gflops"])
+                    ours[-1]["peak_gflops"] = rc["peak_gflops"]
+                    ours[-1]["peak_isa"] = rc["isa"]
+                    ours[-1]["peak_others"] = rc["others_cpu"]
                     if use_torch:
                         theirs.append(run(["/usr/bin/python3", os.path.abspath(__file__),
                                            "--torch-worker", path, str(steps), str(warmup)],
@@ -265,7 +287,15 @@ def main():
             rounds = " ".join(f"{r['tokens_per_second']:.0f}" for r in ours)
             mfus = " ".join(f"{100 * r['mfu']:.1f}" for r in ours)
             peaks = " ".join(f"{r['peak_gflops']:.0f}" for r in ours)
-            print(f"{line} (nightshift rounds: {rounds}; MFU % {mfus}; peak GFLOP/s {peaks})")
+            others = " ".join(f"{100 * r['peak_others']:.0f}" for r in ours)
+            print(f"{line} (path {ours[0]['isa']}, OpenBLAS {ours[0]['blas_core']}; nightshift "
+                  f"rounds: {rounds}; MFU % {mfus}; peak GFLOP/s {peaks} from "
+                  f"{ours[0]['peak_isa']} sgemm, others used % of the CPUs {others})")
+            if ours[0]["peak_isa"] != ours[0]["isa"]:
+                print(f"{name}: note: the peak is OpenBLAS's {ours[0]['peak_isa']} sgemm, the "
+                      f"path {ours[0]['isa']}: MFU against another instruction set's peak. Set "
+                      "OPENBLAS_CORETYPE by hand for this benchmark (SkylakeX for avx512, Haswell "
+                      "for avx2) to compare like with like.")
             sys.stdout.flush()
     finally:
         subprocess.run(["rm", "-rf", tmp])

@@ -29,13 +29,12 @@ val_bpb. What makes the two runs the same computation:
             (token_bytes > 0) / (ln 2 x their summed UTF-8 bytes)
 
 The float arithmetic differs (PyTorch's kernels and summation orders), so
-with a token budget the two val_bpb agree closely but not bit for bit. Most
-of the difference comes from the first step: at initialisation every block
-is an identity (zero output projections) and RMSNorm is scale-invariant, so
-the gradients of resid_lambdas and x0_lambdas are rounding noise (~1e-11),
-which AdamW's first step (eps 1e-10) turns into updates of up to the full
-learning rate, different on each side. With train.scalar_lr 0 the two
-val_bpb agree to about 1e-5 after 20 steps of the M model. Embedding dropout
+with a token budget the two val_bpb agree closely but not bit for bit. At
+initialisation every block is an identity (zero output projections) and
+RMSNorm is scale-invariant, so the gradients of resid_lambdas and x0_lambdas
+are rounding noise (~1e-11), which AdamW's first step (eps 1e-10) would turn
+into updates of up to the full learning rate, different on each side: both
+sides leave the scalars out of the first step (engine/optim.h). Embedding dropout
 (model.embed_dropout > 0) draws its masks from torch's generator, not the
 engine's.
 
@@ -81,7 +80,7 @@ def load_spec(path):
     its default), with the two rules of engine/spec.c that change a default:
     max_pos follows seq_len, and a token_budget makes time_budget_s 0 unless
     the spec gives it."""
-    with open(os.path.join(SRC, "experiments", "default.json")) as f:
+    with open(os.path.join(SRC, "experiments", "specs", "default.json")) as f:
         spec = json.load(f)
     with open(path) as f:
         user = json.load(f)
@@ -293,8 +292,11 @@ class Optimizer:
                 lr, b1 = train["scalar_lr"], train["x0_beta1"]
             else:
                 raise ValueError(f"{name}: no optimizer group")
+            # The scalars sit out the first step (engine/optim.h): their
+            # gradient at initialisation is rounding noise.
+            skip = 1 if name in ("resid_lambdas", "x0_lambdas") else 0
             self.groups.append(["adamw", p, lr, torch.zeros_like(p), torch.zeros_like(p),
-                                0, opt.f32(b1), opt.f32(beta2)])
+                                0, opt.f32(b1), opt.f32(beta2), skip])
 
     def step(self, lr_mult, momentum, wd):
         f32 = opt.f32
@@ -305,6 +307,8 @@ class Optimizer:
                     # muon_step overwrites its gradient argument, as the C kernel's copy.
                     opt.muon_step(p.grad, p, g[3], g[4], f32(momentum), lr, f32(wd),
                                   self.muon_beta2, self.ns_steps, g[5])
+                elif g[8] > 0:
+                    g[8] -= 1
                 else:
                     g[5] += 1
                     opt.adamw_step(p, p.grad, g[3], g[4], f32(g[5]), lr, g[6], g[7],

@@ -5,9 +5,10 @@
 // slot's progress advances between two reads, a cancel without the token is
 // refused and with it cancels, the live feed is opened again after a 503,
 // that the first paint carries the state (with every API request refused,
-// and in a plain `chromium --headless --screenshot`), and that the page talks
-// to nobody but the daemon. Writes screenshots and measurements (page bytes,
-// first paint) to
+// and in a plain `chromium --headless --screenshot`), that the night report
+// page (/report) renders with its chart and the best's test figure, and that
+// the page talks to nobody but the daemon. Writes screenshots and
+// measurements (page bytes, first paint) to
 // $NIGHTSHIFT_BROWSER_OUT. Exit 0 only when every check passed.
 "use strict";
 
@@ -188,6 +189,28 @@ async function main() {
     check(diff.some((x) => /^(seed|model\.)/.test(x)), "the compare view lists spec differences: " +
           diff.slice(0, 3).join("; "));
     await page.waitForSelector("#detail-chart .u-over", { timeout: 10000 });
+
+    // the morning report page, reached from the dashboard's link: its text
+    // from the daemon, the anytime curve drawn, the best's sealed test figure
+    await page.goto(d.url + "/");
+    await page.waitForFunction(() => /test \d\.\d{6}/.test(document.getElementById("summary").textContent),
+                               null, { timeout: 10000 });
+    check(true, "the summary shows the best configuration's test_bpb: " +
+          (await page.textContent("#summary")).replace(/\s+/g, " "));
+    const href = await page.$eval("#report-link", (a) => a.getAttribute("href"));
+    check(/^\/report\?dataset=/.test(href), `the report link carries the scope: ${href}`);
+    await page.click("#report-link");
+    await page.waitForSelector("#anytime-chart .u-over", { timeout: 10000 });
+    const rtitle = await page.textContent("main h2");
+    check(/^Night report: /.test(rtitle), `the report page renders: "${rtitle}"`);
+    const points = await page.$eval("#anytime-chart", (n) => Number(n.dataset.points));
+    const want = (await L.api(d, "GET", "/v1/report?" + href.split("?")[1])).json.anytime.length;
+    check(points === want && points >= done.length,
+          `its anytime curve has one point per finished run (${points})`);
+    const answer = await page.$$eval("main table", (t) => t[1].textContent);
+    check(/best/.test(answer) && /\d\.\d{6} \(1 of 1 runs\)/.test(answer),
+          "its answer carries the best's sealed test_bpb");
+    await page.screenshot({ path: path.join(OUT, "report.png"), fullPage: true });
 
     // phone width
     const phone = await browser.newContext({ viewport: { width: 390, height: 844 },

@@ -28,6 +28,7 @@
     status: null,       /* the last status snapshot */
     noise: null,        /* /v1/noise's answer, when it has one */
     scope: null,        /* the picked scope's query, or null: the daemon's default */
+    bestTest: null,     /* /v1/best's test figure of the best configuration */
     cache: {},          /* id -> full experiment (spec, metrics) */
     live: {},           /* running id -> {x: [], y: []} loss points */
     liveCharts: {},     /* running id -> uPlot */
@@ -534,10 +535,13 @@
       return Promise.all([
         exps,
         api("/v1/leaderboard?limit=200" + (state.scope ? "&" + state.scope : "")),
-        api("/v1/experiments?status=queued&order=queue&limit=200")
+        api("/v1/experiments?status=queued&order=queue&limit=200"),
+        api("/v1/best" + (state.scope ? "?" + state.scope : ""))
       ]);
     }).then(function (res) {
+      state.bestTest = res[3].ok && res[3].body.best ? res[3].body.best.test : null;
       show(res[0], res[1].ok ? res[1].body : null, res[2].ok ? res[2].body : null);
+      $("report-link").href = "/report?" + shownScope();
     }).catch(function (e) { say("loading: " + e.message, true); })
       .then(function () {
         refreshing = null;
@@ -563,6 +567,9 @@
     if (st) parts.push(st.running + " running", st.queue_depth + " queued");
     parts.push(done + " finished");
     if (best) parts.push("best " + best.v.toFixed(6) + " (#" + best.id + ")");
+    /* the best configuration's sealed test split figure (GET /v1/best) */
+    if (best && state.bestTest && typeof state.bestTest.test_bpb === "number")
+      parts.push("test " + state.bestTest.test_bpb.toFixed(6));
     parts.push(state.connected === null ? "connecting..." : state.connected ? "live" : "reconnecting...");
     $("summary").textContent = parts.join(" \u00b7 ");
   }

@@ -1,0 +1,88 @@
+/* test_threads.c - the engine's threads: flush-to-zero and
+ * denormals-are-zero in every thread of the team (threads.h; suite threads),
+ * and the kernel path an engine command runs (suite isa, the binary):
+ * NIGHTSHIFT_ISA forces it, and one the CPU lacks is refused with a message
+ * rather than a SIGILL. */
+#include <criterion/criterion.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/attn.h"
+#include "engine/gemm.h"
+#include "engine/threads.h"
+#include "tests/testutil.h"
+
+/* MXCSR (or FPCR) of each thread of a team of n, read inside the region. */
+static void expect_team_flushes(int n, const char *when) {
+    int on[64] = {0}, team = 0;
+#pragma omp parallel num_threads(n)
+    {
+        on[omp_get_thread_num()] = threads_ftz_on();
+#pragma omp single
+        team = omp_get_num_threads();
+    }
+    cr_assert_eq(team, n, "%s: a team of %d, not %d", when, team, n);
+    for (int t = 0; t < n; t++) cr_expect(on[t], "%s: thread %d does not flush denormals", when, t);
+}
+
+Test(threads, every_engine_thread_flushes_denormals) {
+#if !defined(__x86_64__) && !defined(__aarch64__)
+    cr_skip_test("no flush-to-zero control on this architecture");
+#endif
+    threads_set(2);
+    cr_expect(threads_ftz_on(), "the calling thread");
+    expect_team_flushes(2, "after threads_set(2)");
+    /* threads the runtime creates later inherit the mode */
+    expect_team_flushes(4, "a larger team");
+    /* and keep it through the kernels (BLAS's too: it runs on this team) */
+    float q[64 * 16], y[64 * 16], lse[64], work[1 << 16];
+    for (int i = 0; i < 64 * 16; i++) q[i] = (float)(i % 7) * 0.1f;
+    cr_assert(attn_work_floats(16, 64, 2) <= sizeof work / sizeof *work);
+    attn_forward(y, lse, q, q, q, 1, 64, 1, 1, 16, 64, work, 2);
+    expect_team_flushes(2, "after the attention");
+    /* a denormal operand reads as zero, a denormal result is flushed */
+    volatile float tiny = 1e-39f, one = 1.0f, half = 0.5f;
+    cr_expect_eq(tiny * one, 0.0f);
+    volatile float small = 1e-38f;
+    cr_expect_eq(small * half * half, 0.0f);
+}
+
+/* NIGHTSHIFT_ISA names a path; one that is not a path, or that this CPU
+ * cannot run, stops an engine command with exit 2 and says why. */
+Test(isa, forced_path_is_checked, .timeout = 60) {
+    char *spec = tu_path("%s/nightshift-isa-%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                         (int)getpid());
+    tu_write(spec, "{\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":16,"
+                   "\"vocab_size\":64},\"train\":{\"batch_size\":2,\"total_batch_tokens\":32},"
+                   "\"resources\":{\"threads\":1}}");
+    tu_run_t r;
+    setenv("NIGHTSHIFT_ISA", "avx1024", 1);
+    tu_run_bin(&r, 30, "bench", "--spec", spec, "--steps", "1", "--warmup", "0", NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "NIGHTSHIFT_ISA=avx1024: not a kernel path"), "%s", r.err);
+    tu_run_free(&r);
+    const char *supported = gemm_isa_supported();
+    for (int i = 0; i < 3; i++) {
+        setenv("NIGHTSHIFT_ISA", tu_isas[i], 1);
+        tu_run_bin(&r, 30, "bench", "--spec", spec, "--steps", "1", "--warmup", "0", NULL);
+        if (strstr(supported, tu_isas[i])) {
+            /* the path that ran is the one forced */
+            cr_expect_eq(r.exit_code, 0, "%s: %s", tu_isas[i], r.err);
+            char want[32];
+            snprintf(want, sizeof want, "isa: %s\n", tu_isas[i]);
+            cr_expect(strstr(r.out, want), "%s: %s", tu_isas[i], r.out);
+        } else {
+            cr_log_info("this CPU cannot run %s: checking the refusal", tu_isas[i]);
+            cr_expect_eq(r.exit_code, 2, "%s: exit %d (signal %d)", tu_isas[i], r.exit_code,
+                         r.signal);
+            cr_expect(strstr(r.err, "this CPU cannot run"), "%s", r.err);
+        }
+        tu_run_free(&r);
+    }
+    unsetenv("NIGHTSHIFT_ISA");
+    unlink(spec);
+    free(spec);
+}
