@@ -1,0 +1,503 @@
+/* test_asha.c - multi-fidelity search: asynchronous successive halving in the
+ * scheduler (serve --prune asha, daemon/exec/sched.h).
+ *
+ * In process, a store and a scheduler with scripted results: submissions
+ * filed at rung 0's budget, the promotions after every finish against an
+ * oracle that replays the rule over the finishes in their order (kept by the
+ * test, not read back from SQL), failed and diverged runs ranked last,
+ * cancelled ones left out, the queue order, the promoted experiments' specs
+ * rebuilt from their text, one transaction per promotion, and the
+ * leaderboards of the rungs. With the real daemon: promotions a stopped
+ * daemon left due are queued at its next start, and a night of tiny real
+ * runs checked through the API and in SQL. */
+#include <criterion/criterion.h>
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "daemon/exec/sched.h"
+#include "daemon/store/store.h"
+#include "engine/spec.h"
+#include "tests/testutil.h"
+
+#define MAX_RUNS 128
+
+static char err[512];
+
+static void setup(void) {
+    unsetenv("NIGHTSHIFT_TOKEN");
+    tu_dir_init();
+    cr_assert_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
+}
+
+static void teardown(void) {
+    tu_dir_fini();
+    curl_global_cleanup();
+}
+
+TestSuite(asha, .init = setup, .fini = teardown, .timeout = 300);
+
+/* ------------------------------------------------------------- in process */
+
+typedef struct {
+    uv_loop_t loop;
+    store_t *store;
+    sched_t *sched;
+    sqlite3 *db; /* read-only, as a person with the sqlite3 shell */
+} lab_t;
+
+static void lab_open(lab_t *l, int eta, int rungs) {
+    memset(l, 0, sizeof *l);
+    cr_assert_eq(uv_loop_init(&l->loop), 0);
+    cr_assert_eq(store_open(tu_dir_path("nightshift.db"), &l->store, err, sizeof err), 0, "%s",
+                 err);
+    sched_opts_t o = {.state_dir = tu_dir(),
+                      .exe = tu_bin(),
+                      .slots = 1,
+                      .prune = SCHED_PRUNE_ASHA,
+                      .asha_eta = eta,
+                      .asha_rungs = rungs};
+    l->sched = sched_new(&l->loop, l->store, &o, err, sizeof err);
+    cr_assert_not_null(l->sched, "%s", err);
+    l->db = tu_db_open(tu_dir_path("nightshift.db"));
+}
+
+static void lab_close(lab_t *l) {
+    sqlite3_close(l->db);
+    sched_free(l->sched);
+    uv_run(&l->loop, UV_RUN_DEFAULT);
+    cr_assert_eq(uv_loop_close(&l->loop), 0);
+    store_close(l->store);
+}
+
+/* The spec text of configuration c (its matrix_lr) at a token budget. */
+static char *spec_text(int c, int seed, double budget, int prune) {
+    return tu_path("{\"name\":\"c%d\",\"seed\":%d,\"dataset\":\"tiny\",\"token_budget\":%.0f,"
+                   "\"prune\":%s,\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
+                   "\"train\":{\"matrix_lr\":%g,\"batch_size\":4,\"total_batch_tokens\":128}}",
+                   c, seed, budget, prune ? "true" : "false", 0.001 * (c + 1));
+}
+
+/* Its configuration hash, from the text alone. */
+static void hash_of(const char *text, char hash[SPEC_HASH_HEX]) {
+    spec_t sp;
+    char perr[SPEC_ERR_LEN];
+    cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s", perr);
+    cr_assert_eq(spec_config_hash(&sp, hash), 0);
+    spec_free(&sp);
+}
+
+/* Submit configuration c at full budget B as the API files it: through
+ * sched_asha_file, then canonical JSON, hash and scope of what it made. */
+static int64_t submit(lab_t *l, int c, double budget) {
+    char *text = spec_text(c, 1, budget, 1), hash[SPEC_HASH_HEX], full[SPEC_HASH_HEX];
+    spec_t sp;
+    store_asha_t a;
+    char perr[SPEC_ERR_LEN];
+    cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s", perr);
+    cr_assert_eq(sched_asha_file(l->sched, &sp, &a, full, err, sizeof err), 1);
+    char *canon = spec_canonical_json(&sp);
+    cr_assert_eq(spec_config_hash(&sp, hash), 0);
+    store_new_experiment_t e = {.name = sp.name,
+                                .spec_json = canon,
+                                .config_hash = hash,
+                                .seed = 1,
+                                .source = "api",
+                                .asha = &a};
+    spec_scope(&sp, &e.scope);
+    int64_t id;
+    cr_assert_eq(store_insert(l->store, &e, &id, err, sizeof err), 0, "%s", err);
+    spec_free(&sp);
+    free(canon);
+    free(text);
+    return id;
+}
+
+/* What the test knows of each run it finished, in finish order. */
+typedef struct {
+    int64_t id;
+    int rung;
+    int ok;   /* succeeded */
+    double v; /* its val_bpb when ok */
+} fin_t;
+
+/* Whether a ranks before b in its rung: succeeded runs by val_bpb, then
+ * the others; ties by id. */
+static int ranks_before(const fin_t *a, const fin_t *b) {
+    if (a->ok != b->ok) return a->ok;
+    if (a->ok && a->v != b->v) return a->v < b->v;
+    return a->id < b->id;
+}
+
+/* The oracle: replay the finishes in order; after each one, the first
+ * floor(n / eta) of its rung's finished runs (failures last, ties by id) that
+ * succeeded and are below the top rung are promoted, once. promoted[k] = 1
+ * for the k-th finish promoted. */
+static void oracle(const fin_t *f, int n, int eta, int rungs, int *promoted) {
+    memset(promoted, 0, sizeof(int) * (size_t)n);
+    for (int t = 0; t < n; t++) {
+        int r = f[t].rung, idx[MAX_RUNS], m = 0;
+        if (r >= rungs - 1) continue;
+        for (int k = 0; k <= t; k++)
+            if (f[k].rung == r) idx[m++] = k;
+        for (int i = 1; i < m; i++) /* insertion sort by rank_before */
+            for (int j = i; j > 0 && ranks_before(&f[idx[j]], &f[idx[j - 1]]); j--) {
+                int x = idx[j];
+                idx[j] = idx[j - 1];
+                idx[j - 1] = x;
+            }
+        for (int i = 0; i < m / eta; i++)
+            if (f[idx[i]].ok) promoted[idx[i]] = 1;
+    }
+}
+
+static int64_t rung_of(lab_t *l, int64_t id) {
+    return tu_sql_int(l->db, "SELECT rung FROM experiments WHERE id = ?1", id);
+}
+
+/* The scripted val_bpb of configuration c at rung r: a fixed shuffle of the
+ * configurations, better at higher rungs. */
+static double value_of(int c, int r) {
+    return 2.0 + 0.01 * ((c * 37) % 101) - 0.1 * r;
+}
+
+static int config_of(lab_t *l, int64_t id) {
+    return (int)tu_sql_int(l->db,
+                           "SELECT CAST(substr(name, 2) AS INTEGER) FROM experiments"
+                           " WHERE id = ?1",
+                           id);
+}
+
+/* Claim the next run (it must be of the highest rung queued), finish it as
+ * configuration c's script says, record it in f, and apply the rule. */
+static void run_next(lab_t *l, fin_t *f, int *n) {
+    long long top = tu_sql_int(l->db,
+                               "SELECT max(coalesce(rung, 0)) FROM experiments"
+                               " WHERE status = 'queued'",
+                               0);
+    store_experiment_t e;
+    cr_assert_eq(store_claim_next(l->store, &e, err, sizeof err), 1, "%s", err);
+    int r = (int)rung_of(l, e.id), c = config_of(l, e.id);
+    cr_expect_eq(r, top, "experiment %lld of rung %d claimed while rung %lld waits",
+                 (long long)e.id, r, top);
+    cr_assert(*n < MAX_RUNS);
+    fin_t *x = &f[(*n)++];
+    *x = (fin_t){.id = e.id, .rung = r, .ok = c % 7 != 3 && c % 11 != 5, .v = value_of(c, r)};
+    if (x->ok) {
+        store_result_t res = {.val_bpb = x->v};
+        cr_assert_eq(
+            store_finish(l->store, e.id, STORE_SUCCEEDED, NULL, 0, -1, &res, err, sizeof err), 0,
+            "%s", err);
+    } else {
+        const char *st = c % 7 == 3 ? STORE_FAILED : STORE_DIVERGED;
+        cr_assert_eq(store_finish(l->store, e.id, st, "scripted", 1, -1, NULL, err, sizeof err), 0,
+                     "%s", err);
+    }
+    store_experiment_clear(&e);
+    sched_asha_promote(l->sched);
+}
+
+/* The promotions in the store are the oracle's, each a run at the next
+ * rung's budget of the same configuration and seed, parent the promoted run. */
+static void expect_promotions(lab_t *l, const fin_t *f, int n, int eta, int rungs, double full) {
+    int promoted[MAX_RUNS];
+    oracle(f, n, eta, rungs, promoted);
+    int want = 0;
+    for (int k = 0; k < n; k++) {
+        long long to =
+            tu_sql_int(l->db, "SELECT promoted_to FROM experiments WHERE id = ?1", f[k].id);
+        cr_expect_eq(to > 0, promoted[k], "experiment %lld (rung %d, %s %.2f): promoted %s",
+                     (long long)f[k].id, f[k].rung, f[k].ok ? "val_bpb" : "failed", f[k].v,
+                     to > 0 ? "but should not be" : "should be");
+        if (!promoted[k] || to <= 0) continue;
+        want++;
+        int c = config_of(l, f[k].id), r = f[k].rung + 1;
+        double b = sched_asha_budget(full, 1, eta, rungs, r);
+        char *text = spec_text(c, 1, b, 1), hash[SPEC_HASH_HEX], full_hash[SPEC_HASH_HEX];
+        hash_of(text, hash);
+        free(text);
+        text = spec_text(c, 1, full, 1);
+        hash_of(text, full_hash);
+        free(text);
+        cr_expect_eq(rung_of(l, to), r);
+        cr_expect_eq(tu_sql_int(l->db, "SELECT parent FROM experiments WHERE id = ?1", to),
+                     f[k].id);
+        cr_expect_eq(tu_sql_int(l->db, "SELECT seed FROM experiments WHERE id = ?1", to), 1);
+        cr_expect_eq(tu_sql_double(l->db, "SELECT budget FROM experiments WHERE id = ?1", to), b);
+        cr_expect_eq(tu_sql_double(l->db,
+                                   "SELECT json_extract(spec, '$.token_budget') FROM experiments"
+                                   " WHERE id = ?1",
+                                   to),
+                     b);
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(l->db,
+                                        "SELECT config_hash, full_config_hash FROM experiments"
+                                        " WHERE id = ?1",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+        sqlite3_bind_int64(st, 1, to);
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), hash);
+        cr_expect_str_eq((const char *)sqlite3_column_text(st, 1), full_hash);
+        sqlite3_finalize(st);
+    }
+    cr_expect_eq(tu_sql_int(l->db, "SELECT count(*) FROM experiments WHERE rung > 0", 0), want,
+                 "one experiment per promotion, no more");
+}
+
+/* Submissions are filed at rung 0's budget with their full budget beside it;
+ * a spec that does not allow pruning is not. */
+Test(asha, submissions_are_filed_at_the_lowest_rung) {
+    lab_t l;
+    lab_open(&l, 3, 3);
+    cr_expect_eq(sched_asha_budget(9000, 1, 3, 3, 0), 1000);
+    cr_expect_eq(sched_asha_budget(9000, 1, 3, 3, 1), 3000);
+    cr_expect_eq(sched_asha_budget(9000, 1, 3, 3, 2), 9000);
+    cr_expect_eq(sched_asha_budget(1000, 1, 3, 3, 0), 111, "tokens: rounded");
+    cr_expect(fabs(sched_asha_budget(300, 0, 3, 3, 0) - 300.0 / 9) < 1e-12, "seconds: as is");
+    cr_expect_eq(sched_asha_budget(300, 0, 2, 1, 0), 300, "one rung: the full budget");
+
+    int64_t id = submit(&l, 4, 9000);
+    cr_expect_eq(tu_sql_double(l.db, "SELECT budget FROM experiments WHERE id = ?1", id), 1000);
+    cr_expect_eq(tu_sql_double(l.db, "SELECT full_budget FROM experiments WHERE id = ?1", id),
+                 9000);
+    cr_expect_eq(tu_sql_int(l.db, "SELECT rung FROM experiments WHERE id = ?1", id), 0);
+    cr_expect_eq(tu_sql_int(l.db, "SELECT rungs * 10 + eta FROM experiments WHERE id = ?1", id),
+                 33);
+
+    char *text = spec_text(4, 1, 300, 0);
+    spec_t sp;
+    store_asha_t a;
+    char full[SPEC_HASH_HEX], perr[SPEC_ERR_LEN];
+    cr_assert_eq(spec_parse(text, strlen(text), &sp, perr, sizeof perr), 0, "%s", perr);
+    cr_expect_eq(sched_asha_file(l.sched, &sp, &a, full, err, sizeof err), 0,
+                 "\"prune\": false runs as submitted");
+    cr_expect_eq(sp.token_budget, 300);
+    spec_free(&sp);
+    free(text);
+
+    cJSON *got = NULL;
+    cr_assert_eq(store_get(l.store, id, 0, &got, err, sizeof err), 0, "%s", err);
+    const cJSON *as = cJSON_GetObjectItem(got, "asha");
+    cr_expect_eq(tu_jnum(as, "rung"), 0);
+    cr_expect_eq(tu_jnum(as, "full_budget"), 9000);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(as, "promoted_to")));
+    cJSON_Delete(got);
+    lab_close(&l);
+}
+
+/* A night of 30 configurations, submitted while earlier ones finish: after
+ * every finish the promotions are exactly the oracle's, promotions are
+ * claimed before rung-0 work, and a second pass of the rule adds nothing. */
+Test(asha, promotes_exactly_the_top_of_each_rung_as_results_arrive) {
+    enum { N = 30, ETA = 3, RUNGS = 3 };
+    lab_t l;
+    lab_open(&l, ETA, RUNGS);
+    fin_t f[MAX_RUNS];
+    int n = 0, submitted = 0;
+    /* one run cancelled while queued: it is not a result of its rung */
+    int64_t cancelled = submit(&l, 1000, 9000);
+    cr_assert_eq(store_cancel_queued(l.store, cancelled, err, sizeof err), 1);
+    while (submitted < N || tu_sql_int(l.db,
+                                       "SELECT count(*) FROM experiments"
+                                       " WHERE status = 'queued'",
+                                       0) > 0) {
+        for (int k = 0; k < 2 && submitted < N; k++) submit(&l, submitted++, 9000);
+        run_next(&l, f, &n);
+        expect_promotions(&l, f, n, ETA, RUNGS, 9000);
+    }
+    cr_expect_eq(sched_asha_promote(l.sched), 0, "the rule is applied once per run");
+    /* every rung reached: a run of rung 2 (the full budget) was made */
+    cr_expect_gt(tu_sql_int(l.db, "SELECT count(*) FROM experiments WHERE rung = 2", 0), 0);
+    cr_expect_eq(
+        tu_sql_int(l.db, "SELECT promoted_to IS NULL FROM experiments WHERE id = ?1", cancelled),
+        1);
+    lab_close(&l);
+}
+
+/* Failures rank last: three runs of a rung, two failed, one succeeded with the
+ * worst number: it is the top 1/3. All failed: none is promoted. */
+Test(asha, failed_runs_rank_last_and_are_never_promoted) {
+    lab_t l;
+    lab_open(&l, 3, 2);
+    fin_t f[MAX_RUNS];
+    int n = 0;
+    submit(&l, 3, 900);  /* c % 7 == 3: fails */
+    submit(&l, 16, 900); /* c % 11 == 5: diverges */
+    submit(&l, 17, 900); /* 17 % 7 = 3: fails */
+    for (int k = 0; k < 3; k++) run_next(&l, f, &n);
+    cr_expect_eq(tu_sql_int(l.db, "SELECT count(*) FROM experiments WHERE rung = 1", 0), 0);
+    submit(&l, 0, 900);
+    submit(&l, 1, 900);
+    submit(&l, 2, 900);
+    while (tu_sql_int(l.db, "SELECT count(*) FROM experiments WHERE status = 'queued'", 0) > 0)
+        run_next(&l, f, &n);
+    expect_promotions(&l, f, n, 3, 2, 900);
+    /* n = 6 at rung 0, floor(6 / 3) = 2: two of the succeeded runs */
+    cr_expect_eq(tu_sql_int(l.db, "SELECT count(*) FROM experiments WHERE rung = 1", 0), 2);
+    lab_close(&l);
+}
+
+/* A promotion and its experiment are one transaction: promoting a run that
+ * is promoted already writes nothing, not even the new experiment. */
+Test(asha, a_promotion_is_written_once_with_its_experiment) {
+    lab_t l;
+    lab_open(&l, 2, 2);
+    fin_t f[MAX_RUNS];
+    int n = 0;
+    int64_t a = submit(&l, 0, 800);
+    submit(&l, 1, 800);
+    run_next(&l, f, &n);
+    run_next(&l, f, &n);
+    long long to = tu_sql_int(l.db, "SELECT promoted_to FROM experiments WHERE id = ?1", a);
+    long long before = tu_sql_int(l.db, "SELECT count(*) FROM experiments", 0);
+    cr_assert_gt(to, 0);
+
+    char *text = spec_text(0, 1, 800, 1), hash[SPEC_HASH_HEX];
+    hash_of(text, hash);
+    store_asha_t as = {
+        .rung = 1, .rungs = 2, .eta = 2, .full_budget = 800, .full_config_hash = hash};
+    store_new_experiment_t e = {
+        .spec_json = text, .config_hash = hash, .seed = 1, .source = "api", .asha = &as};
+    snprintf(e.scope.dataset, sizeof e.scope.dataset, "tiny");
+    snprintf(e.scope.budget_kind, sizeof e.scope.budget_kind, "tokens");
+    e.scope.budget = 800;
+    int64_t id = 0;
+    cr_expect_eq(store_asha_promote(l.store, a, &e, &id, err, sizeof err), 1);
+    cr_expect_eq(tu_sql_int(l.db, "SELECT count(*) FROM experiments", 0), before);
+    cr_expect_eq(tu_sql_int(l.db, "SELECT promoted_to FROM experiments WHERE id = ?1", a), to);
+    free(text);
+    lab_close(&l);
+}
+
+/* The leaderboard of the full budget holds only full-budget runs (the top
+ * rung's, which trained from scratch at it); a lower rung's leaderboard shows
+ * each configuration's highest rung. */
+Test(asha, lower_rungs_never_appear_in_the_full_budget_leaderboard) {
+    lab_t l;
+    lab_open(&l, 3, 3);
+    fin_t f[MAX_RUNS];
+    int n = 0;
+    for (int c = 0; c < 12; c++) submit(&l, c, 9000);
+    while (tu_sql_int(l.db, "SELECT count(*) FROM experiments WHERE status = 'queued'", 0) > 0)
+        run_next(&l, f, &n);
+    int64_t eval = tu_sql_int(l.db, "SELECT eval_tokens FROM experiments LIMIT 1", 0);
+    store_scope_t full = {.dataset = "tiny", .budget_kind = "tokens", .budget = 9000},
+                  low = {.dataset = "tiny", .budget_kind = "tokens", .budget = 1000};
+    full.eval_tokens = low.eval_tokens = eval;
+    cJSON *lb = store_leaderboard(l.store, &full, 1000, err, sizeof err);
+    cr_assert_not_null(lb, "%s", err);
+    int rows = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, lb) {
+        rows++;
+        int64_t id = (int64_t)tu_jnum(r, "id");
+        cr_expect_eq(rung_of(&l, id), 2, "experiment %lld of rung %lld in the full leaderboard",
+                     (long long)id, (long long)rung_of(&l, id));
+        cr_expect_eq(tu_jnum(r, "rung"), 2);
+    }
+    cr_expect_eq(rows, tu_sql_int(l.db,
+                                  "SELECT count(*) FROM experiments WHERE rung = 2"
+                                  " AND status = 'succeeded'",
+                                  0));
+    cr_expect_gt(rows, 0);
+    cJSON_Delete(lb);
+
+    lb = store_leaderboard(l.store, &low, 1000, err, sizeof err);
+    cr_assert_not_null(lb, "%s", err);
+    cJSON_ArrayForEach(r, lb) {
+        int64_t id = (int64_t)tu_jnum(r, "id"), top = 0;
+        for (int64_t x = id; x > 0;) { /* follow promoted_to up the ladder */
+            top = rung_of(&l, x);
+            x = tu_sql_int(l.db, "SELECT promoted_to FROM experiments WHERE id = ?1", x);
+        }
+        cr_expect_eq(tu_jnum(r, "rung"), top, "experiment %lld", (long long)id);
+    }
+    cJSON_Delete(lb);
+    lab_close(&l);
+}
+
+/* ------------------------------------------------------------- the daemon */
+
+static void start_daemon(tu_server_t *d, const char *state, const char *const *extra) {
+    char *argv[32];
+    int n = 0;
+    argv[n++] = (char *)tu_bin();
+    argv[n++] = "serve";
+    argv[n++] = "--dir";
+    argv[n++] = (char *)state;
+    argv[n++] = "--listen";
+    argv[n++] = "127.0.0.1:0";
+    argv[n++] = "--memory-mb";
+    argv[n++] = "0";
+    argv[n++] = "--prune";
+    argv[n++] = "asha";
+    for (int i = 0; extra[i]; i++) argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    tu_server_start(d, "daemon", argv, tu_dir_path("daemon.err"), 60);
+}
+
+/* Wait (at most limit_s) until nothing is queued or running. */
+static void wait_idle(const tu_server_t *d, sqlite3 *db, double limit_s) {
+    double t0 = tu_now();
+    while (tu_sql_int(db, "SELECT count(*) FROM experiments WHERE status IN ('queued', 'running')",
+                      0) > 0) {
+        if (tu_now() - t0 > limit_s) tu_server_fail(d, "not idle after %.0f s", limit_s);
+        tu_sleep_ms(200);
+    }
+}
+
+/* A daemon that stopped between runs' ends and the rule (the store written
+ * here as it left it) queues the promotions at its next start. */
+Test(asha, a_restarted_daemon_queues_the_promotions_left_due) {
+    const char *state = tu_dir();
+    char *corpus = tu_path("%s/corpus.jsonl", tu_dir());
+    tu_prep_tiny(corpus, state, "tiny");
+    free(corpus);
+    lab_t l;
+    lab_open(&l, 2, 2);
+    fin_t f[MAX_RUNS];
+    int n = 0;
+    for (int c = 0; c < 4; c++) submit(&l, c, 4096);
+    /* the runs finish, and the rule never runs: as a daemon killed in between */
+    for (int k = 0; k < 4; k++) {
+        store_experiment_t e;
+        cr_assert_eq(store_claim_next(l.store, &e, err, sizeof err), 1);
+        int c = config_of(&l, e.id);
+        f[n++] = (fin_t){.id = e.id, .rung = 0, .ok = 1, .v = value_of(c, 0)};
+        store_result_t res = {.val_bpb = value_of(c, 0)};
+        cr_assert_eq(
+            store_finish(l.store, e.id, STORE_SUCCEEDED, NULL, 0, -1, &res, err, sizeof err), 0);
+        store_experiment_clear(&e);
+    }
+    lab_close(&l);
+
+    tu_server_t d = {0};
+    char *cmd = tu_path("%s ok", tu_bad_worker());
+    const char *extra[] = {"--asha-eta", "2", "--asha-rungs", "2", "--worker-cmd", cmd, NULL};
+    start_daemon(&d, state, extra);
+    sqlite3 *db = tu_db_open(tu_dir_path("nightshift.db"));
+    wait_idle(&d, db, 60);
+    int promoted[MAX_RUNS];
+    oracle(f, n, 2, 2, promoted); /* the whole rung at once: its top two */
+    for (int k = 0; k < n; k++)
+        cr_expect_eq(tu_sql_int(db, "SELECT promoted_to IS NOT NULL FROM experiments WHERE id = ?1",
+                                f[k].id),
+                     promoted[k], "experiment %lld", (long long)f[k].id);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE rung = 1", 0), 2);
+    cr_expect_eq(tu_sql_int(db,
+                            "SELECT count(*) FROM experiments WHERE rung = 1"
+                            " AND status = 'succeeded'",
+                            0),
+                 2);
+    sqlite3_close(db);
+    tu_server_stop(&d, 30);
+    tu_server_release(&d);
+    free(cmd);
+}
