@@ -501,3 +501,128 @@ Test(asha, a_restarted_daemon_queues_the_promotions_left_due) {
     tu_server_release(&d);
     free(cmd);
 }
+
+/* The finished runs of the ladder in the order they finished, as the store
+ * recorded it (a daemon with one slot finishes one at a time). */
+static int finishes_of(sqlite3 *db, fin_t *f) {
+    sqlite3_stmt *st;
+    int n = 0;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT e.id, e.rung, e.status = 'succeeded', r.val_bpb"
+                                    " FROM experiments e LEFT JOIN results r"
+                                    " ON r.experiment_id = e.id WHERE e.rung IS NOT NULL"
+                                    " AND e.status NOT IN ('queued', 'running', 'cancelled',"
+                                    " 'interrupted') ORDER BY e.finished, e.id",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW && n < MAX_RUNS)
+        f[n++] =
+            (fin_t){.id = sqlite3_column_int64(st, 0),
+                    .rung = sqlite3_column_int(st, 1),
+                    .ok = sqlite3_column_int(st, 2) && sqlite3_column_type(st, 3) != SQLITE_NULL,
+                    .v = sqlite3_column_double(st, 3)};
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* A night of tiny real runs under --prune asha, eta 2 and three rungs over
+ * 8192 tokens: every submission ran at 2048 tokens first; the promotions are
+ * the oracle's over the finishes in their order, each ahead of the rung-0
+ * work queued when it was made; the API shows each run's place; the
+ * full-budget leaderboard holds only full-budget runs, and `nightshift
+ * leaderboard` prints the rungs. */
+Test(asha, a_night_of_real_runs_through_the_api, .timeout = 400) {
+    enum { N = 8 };
+    const char *state = tu_dir();
+    char *corpus = tu_path("%s/corpus.jsonl", tu_dir());
+    tu_prep_tiny(corpus, state, "tiny");
+    free(corpus);
+    tu_server_t d = {0};
+    const char *extra[] = {"--asha-eta", "2", "--asha-rungs", "3", NULL};
+    start_daemon(&d, state, extra);
+    int64_t ids[N + 1];
+    for (int c = 0; c <= N; c++) { /* the last one does not allow pruning */
+        char *text = tu_path(
+            "{\"name\":\"c%d\",\"seed\":1,\"dataset\":\"tiny\",\"token_budget\":8192,\"prune\":%s,"
+            "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
+            "\"train\":{\"matrix_lr\":%g,\"embedding_lr\":%g,\"batch_size\":4,"
+            "\"total_batch_tokens\":128},\"resources\":{\"threads\":1,\"peak_gflops\":10}}",
+            c, c == N ? "false" : "true", 0.005 * (c + 1), c % 3 == 1 ? 1e-4 : 0.6);
+        cJSON *o = tu_http_json(&d, "POST", "/v1/experiments", text, 201);
+        ids[c] = (int64_t)tu_jnum(o, "id");
+        cJSON_Delete(o);
+        free(text);
+    }
+    sqlite3 *db = tu_db_open(tu_dir_path("nightshift.db"));
+    wait_idle(&d, db, 300);
+
+    for (int c = 0; c < N; c++) {
+        cr_expect_eq(tu_sql_double(db, "SELECT budget FROM experiments WHERE id = ?1", ids[c]),
+                     2048);
+        cr_expect_eq(
+            tu_sql_int(db, "SELECT num_steps FROM results WHERE experiment_id = ?1", ids[c]), 16,
+            "2048 tokens of 128 a step");
+    }
+    cr_expect_eq(tu_sql_double(db, "SELECT budget FROM experiments WHERE id = ?1", ids[N]), 8192);
+    cr_expect_eq(tu_sql_int(db, "SELECT rung IS NULL FROM experiments WHERE id = ?1", ids[N]), 1);
+
+    fin_t f[MAX_RUNS];
+    int promoted[MAX_RUNS], n = finishes_of(db, f), want = 0;
+    oracle(f, n, 2, 3, promoted);
+    for (int k = 0; k < n; k++) {
+        long long to = tu_sql_int(db, "SELECT promoted_to FROM experiments WHERE id = ?1", f[k].id);
+        cr_expect_eq(to > 0, promoted[k], "experiment %lld (rung %d)", (long long)f[k].id,
+                     f[k].rung);
+        if (to <= 0) continue;
+        want++;
+        char path[64];
+        snprintf(path, sizeof path, "/v1/experiments/%lld", (long long)f[k].id);
+        cJSON *e = tu_get_json(&d, path);
+        cr_expect_eq(tu_jnum(cJSON_GetObjectItem(e, "asha"), "promoted_to"), to);
+        cJSON_Delete(e);
+        snprintf(path, sizeof path, "/v1/experiments/%lld", to);
+        e = tu_get_json(&d, path);
+        const cJSON *as = cJSON_GetObjectItem(e, "asha");
+        cr_expect_eq(tu_jnum(as, "rung"), f[k].rung + 1);
+        cr_expect_eq(tu_jnum(as, "full_budget"), 8192);
+        cr_expect_eq(tu_jnum(e, "parent"), f[k].id);
+        cJSON_Delete(e);
+        /* ahead of the rung-0 work queued when it was made */
+        cr_expect_eq(tu_sql_int(db,
+                                "SELECT count(*) FROM experiments z, experiments p"
+                                " WHERE p.id = ?1 AND z.rung = 0 AND z.started > p.created"
+                                " AND z.started < p.started",
+                                to),
+                     0, "rung-0 work started before promotion %lld", to);
+    }
+    cr_expect_gt(want, 0);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE rung > 0", 0), want);
+    cr_expect_gt(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE rung = 2", 0), 0);
+
+    cJSON *lb = tu_get_json(&d, "/v1/leaderboard?dataset=tiny&budget=tokens:8192");
+    const cJSON *r;
+    int rows = 0;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(lb, "leaderboard")) {
+        int64_t id = (int64_t)tu_jnum(r, "id");
+        rows++;
+        cr_expect_eq(tu_sql_double(db, "SELECT budget FROM experiments WHERE id = ?1", id), 8192);
+        if (id == ids[N])
+            cr_expect(cJSON_IsNull(cJSON_GetObjectItem(r, "rung")));
+        else
+            cr_expect_eq(tu_jnum(r, "rung"), 2, "experiment %lld", (long long)id);
+    }
+    cr_expect_eq(rows, 1 + tu_sql_int(db,
+                                      "SELECT count(*) FROM experiments WHERE rung = 2"
+                                      " AND status = 'succeeded'",
+                                      0));
+    cJSON_Delete(lb);
+
+    tu_run_t run;
+    tu_run_bin(&run, 30, "leaderboard", "--url", d.url, "--budget", "tokens:2048", NULL);
+    cr_expect_eq(run.exit_code, 0, "%s", run.err);
+    cr_expect(strstr(run.out, "RUNG"), "%s", run.out);
+    tu_run_free(&run);
+    sqlite3_close(db);
+    tu_server_stop(&d, 30);
+    tu_server_release(&d);
+}
