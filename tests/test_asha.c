@@ -525,6 +525,66 @@ static int finishes_of(sqlite3 *db, fin_t *f) {
     return n;
 }
 
+/* The promotions of a daemon's night (eta 2, three rungs over full) are the
+ * oracle's over its finishes; the API shows each on both ends; each went ahead of the rung-0 work
+ * queued when it was made. */
+static void check_promotions(const tu_server_t *dp, sqlite3 *db, double full) {
+    fin_t f[MAX_RUNS];
+    int promoted[MAX_RUNS], n = finishes_of(db, f), want = 0;
+    oracle(f, n, 2, 3, promoted);
+    for (int k = 0; k < n; k++) {
+        long long to = tu_sql_int(db, "SELECT promoted_to FROM experiments WHERE id = ?1", f[k].id);
+        cr_expect_eq(to > 0, promoted[k], "experiment %lld (rung %d)", (long long)f[k].id,
+                     f[k].rung);
+        if (to <= 0) continue;
+        want++;
+        char path[64];
+        snprintf(path, sizeof path, "/v1/experiments/%lld", (long long)f[k].id);
+        cJSON *e = tu_get_json(dp, path);
+        cr_expect_eq(tu_jnum(cJSON_GetObjectItem(e, "asha"), "promoted_to"), to);
+        cJSON_Delete(e);
+        snprintf(path, sizeof path, "/v1/experiments/%lld", to);
+        e = tu_get_json(dp, path);
+        const cJSON *as = cJSON_GetObjectItem(e, "asha");
+        cr_expect_eq(tu_jnum(as, "rung"), f[k].rung + 1);
+        cr_expect_eq(tu_jnum(as, "full_budget"), full);
+        cr_expect_eq(tu_jnum(e, "parent"), f[k].id);
+        cJSON_Delete(e);
+        /* ahead of the rung-0 work queued when it was made */
+        cr_expect_eq(tu_sql_int(db,
+                                "SELECT count(*) FROM experiments z, experiments p"
+                                " WHERE p.id = ?1 AND z.rung = 0 AND z.started > p.created"
+                                " AND z.started < p.started",
+                                to),
+                     0, "rung-0 work started before promotion %lld", to);
+    }
+    cr_expect_gt(want, 0);
+    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE rung > 0", 0), want);
+    cr_expect_gt(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE rung = 2", 0), 0);
+}
+
+/* The full-budget leaderboard holds only full-budget runs: the top rung's
+ * (rung 2) and the one that never was on the ladder (plain, rung null). */
+static void check_full_leaderboard(const tu_server_t *dp, sqlite3 *db, int64_t plain) {
+    cJSON *lb = tu_get_json(dp, "/v1/leaderboard?dataset=tiny&budget=tokens:8192");
+    const cJSON *r;
+    int rows = 0;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(lb, "leaderboard")) {
+        int64_t id = (int64_t)tu_jnum(r, "id");
+        rows++;
+        cr_expect_eq(tu_sql_double(db, "SELECT budget FROM experiments WHERE id = ?1", id), 8192);
+        if (id == plain)
+            cr_expect(cJSON_IsNull(cJSON_GetObjectItem(r, "rung")));
+        else
+            cr_expect_eq(tu_jnum(r, "rung"), 2, "experiment %lld", (long long)id);
+    }
+    cr_expect_eq(rows, 1 + tu_sql_int(db,
+                                      "SELECT count(*) FROM experiments WHERE rung = 2"
+                                      " AND status = 'succeeded'",
+                                      0));
+    cJSON_Delete(lb);
+}
+
 /* A night of tiny real runs under --prune asha, eta 2 and three rungs over
  * 8192 tokens: every submission ran at 2048 tokens first; the promotions are
  * the oracle's over the finishes in their order, each ahead of the rung-0
@@ -566,57 +626,8 @@ Test(asha, a_night_of_real_runs_through_the_api, .timeout = 400) {
     cr_expect_eq(tu_sql_double(db, "SELECT budget FROM experiments WHERE id = ?1", ids[N]), 8192);
     cr_expect_eq(tu_sql_int(db, "SELECT rung IS NULL FROM experiments WHERE id = ?1", ids[N]), 1);
 
-    fin_t f[MAX_RUNS];
-    int promoted[MAX_RUNS], n = finishes_of(db, f), want = 0;
-    oracle(f, n, 2, 3, promoted);
-    for (int k = 0; k < n; k++) {
-        long long to = tu_sql_int(db, "SELECT promoted_to FROM experiments WHERE id = ?1", f[k].id);
-        cr_expect_eq(to > 0, promoted[k], "experiment %lld (rung %d)", (long long)f[k].id,
-                     f[k].rung);
-        if (to <= 0) continue;
-        want++;
-        char path[64];
-        snprintf(path, sizeof path, "/v1/experiments/%lld", (long long)f[k].id);
-        cJSON *e = tu_get_json(&d, path);
-        cr_expect_eq(tu_jnum(cJSON_GetObjectItem(e, "asha"), "promoted_to"), to);
-        cJSON_Delete(e);
-        snprintf(path, sizeof path, "/v1/experiments/%lld", to);
-        e = tu_get_json(&d, path);
-        const cJSON *as = cJSON_GetObjectItem(e, "asha");
-        cr_expect_eq(tu_jnum(as, "rung"), f[k].rung + 1);
-        cr_expect_eq(tu_jnum(as, "full_budget"), 8192);
-        cr_expect_eq(tu_jnum(e, "parent"), f[k].id);
-        cJSON_Delete(e);
-        /* ahead of the rung-0 work queued when it was made */
-        cr_expect_eq(tu_sql_int(db,
-                                "SELECT count(*) FROM experiments z, experiments p"
-                                " WHERE p.id = ?1 AND z.rung = 0 AND z.started > p.created"
-                                " AND z.started < p.started",
-                                to),
-                     0, "rung-0 work started before promotion %lld", to);
-    }
-    cr_expect_gt(want, 0);
-    cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE rung > 0", 0), want);
-    cr_expect_gt(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE rung = 2", 0), 0);
-
-    cJSON *lb = tu_get_json(&d, "/v1/leaderboard?dataset=tiny&budget=tokens:8192");
-    const cJSON *r;
-    int rows = 0;
-    cJSON_ArrayForEach(r, cJSON_GetObjectItem(lb, "leaderboard")) {
-        int64_t id = (int64_t)tu_jnum(r, "id");
-        rows++;
-        cr_expect_eq(tu_sql_double(db, "SELECT budget FROM experiments WHERE id = ?1", id), 8192);
-        if (id == ids[N])
-            cr_expect(cJSON_IsNull(cJSON_GetObjectItem(r, "rung")));
-        else
-            cr_expect_eq(tu_jnum(r, "rung"), 2, "experiment %lld", (long long)id);
-    }
-    cr_expect_eq(rows, 1 + tu_sql_int(db,
-                                      "SELECT count(*) FROM experiments WHERE rung = 2"
-                                      " AND status = 'succeeded'",
-                                      0));
-    cJSON_Delete(lb);
-
+    check_promotions(&d, db, 8192);
+    check_full_leaderboard(&d, db, ids[N]);
     tu_run_t run;
     tu_run_bin(&run, 30, "leaderboard", "--url", d.url, "--budget", "tokens:2048", NULL);
     cr_expect_eq(run.exit_code, 0, "%s", run.err);
