@@ -14,7 +14,9 @@
 -- budget_kind says); full_config_hash: the configuration at that budget
 -- (spec_config_hash), one identity across the rungs; promoted_to: the
 -- experiment it was promoted to, written in the same transaction that queues
--- that experiment, so a promotion is never lost or made twice.
+-- that experiment, so a promotion is never lost or made twice; promoted_by:
+-- the run whose end the promotion was decided at (NULL: at a daemon's start),
+-- so that run's experiment.finished event can say what its end promoted.
 --   sqlite3 DIR/nightshift.db "select id, rung, budget, full_budget, promoted_to from experiments where rung is not null"
 
 ALTER TABLE experiments ADD COLUMN rung INTEGER CHECK (rung >= 0);
@@ -23,8 +25,10 @@ ALTER TABLE experiments ADD COLUMN eta INTEGER CHECK (eta >= 2);
 ALTER TABLE experiments ADD COLUMN full_budget REAL;
 ALTER TABLE experiments ADD COLUMN full_config_hash TEXT;
 ALTER TABLE experiments ADD COLUMN promoted_to INTEGER REFERENCES experiments(id);
+ALTER TABLE experiments ADD COLUMN promoted_by INTEGER REFERENCES experiments(id);
 
 CREATE INDEX experiments_rung ON experiments (full_config_hash, rung) WHERE rung IS NOT NULL;
+CREATE INDEX experiments_promoted_by ON experiments (promoted_by) WHERE promoted_by IS NOT NULL;
 
 -- The queue: among equal priorities a higher rung first (a promotion goes
 -- ahead of new rung-0 work), then a person's before the agent's, the oldest

@@ -137,10 +137,10 @@ static int ranks_before(const fin_t *a, const fin_t *b) {
 
 /* The oracle: replay the finishes in order; after each one, the first
  * floor(n / eta) of its rung's finished runs (failures last, ties by id) that
- * succeeded and are below the top rung are promoted, once. promoted[k] = 1
- * for the k-th finish promoted. */
-static void oracle(const fin_t *f, int n, int eta, int rungs, int *promoted) {
-    memset(promoted, 0, sizeof(int) * (size_t)n);
+ * succeeded and are below the top rung are promoted, once. promoted[k] = the
+ * id of the finish the k-th finish was promoted at, 0 when it never was. */
+static void oracle(const fin_t *f, int n, int eta, int rungs, int64_t *promoted) {
+    memset(promoted, 0, sizeof(int64_t) * (size_t)n);
     for (int t = 0; t < n; t++) {
         int r = f[t].rung, idx[MAX_RUNS], m = 0;
         if (r >= rungs - 1) continue;
@@ -153,7 +153,7 @@ static void oracle(const fin_t *f, int n, int eta, int rungs, int *promoted) {
                 idx[j - 1] = x;
             }
         for (int i = 0; i < m / eta; i++)
-            if (f[idx[i]].ok) promoted[idx[i]] = 1;
+            if (f[idx[i]].ok && !promoted[idx[i]]) promoted[idx[i]] = f[t].id;
     }
 }
 
@@ -199,24 +199,28 @@ static void run_next(lab_t *l, fin_t *f, int *n) {
         cr_assert_eq(store_finish(l->store, e.id, st, "scripted", 1, -1, NULL, err, sizeof err), 0,
                      "%s", err);
     }
+    int64_t ended = e.id;
     store_experiment_clear(&e);
-    sched_asha_promote(l->sched);
+    sched_asha_promote(l->sched, ended);
 }
 
 /* The promotions in the store are the oracle's, each a run at the next
  * rung's budget of the same configuration and seed, parent the promoted run. */
 static void expect_promotions(lab_t *l, const fin_t *f, int n, int eta, int rungs, double full) {
-    int promoted[MAX_RUNS];
+    int64_t promoted[MAX_RUNS];
     oracle(f, n, eta, rungs, promoted);
     int want = 0;
     for (int k = 0; k < n; k++) {
         long long to =
             tu_sql_int(l->db, "SELECT promoted_to FROM experiments WHERE id = ?1", f[k].id);
-        cr_expect_eq(to > 0, promoted[k], "experiment %lld (rung %d, %s %.2f): promoted %s",
+        cr_expect_eq(to > 0, promoted[k] > 0, "experiment %lld (rung %d, %s %.2f): promoted %s",
                      (long long)f[k].id, f[k].rung, f[k].ok ? "val_bpb" : "failed", f[k].v,
                      to > 0 ? "but should not be" : "should be");
         if (!promoted[k] || to <= 0) continue;
         want++;
+        cr_expect_eq(
+            tu_sql_int(l->db, "SELECT promoted_by FROM experiments WHERE id = ?1", f[k].id),
+            promoted[k], "decided at the end of the wrong run");
         int c = config_of(l, f[k].id), r = f[k].rung + 1;
         double b = sched_asha_budget(full, 1, eta, rungs, r);
         char *text = spec_text(c, 1, b, 1), hash[SPEC_HASH_HEX], full_hash[SPEC_HASH_HEX];
@@ -312,7 +316,7 @@ Test(asha, promotes_exactly_the_top_of_each_rung_as_results_arrive) {
         run_next(&l, f, &n);
         expect_promotions(&l, f, n, ETA, RUNGS, 9000);
     }
-    cr_expect_eq(sched_asha_promote(l.sched), 0, "the rule is applied once per run");
+    cr_expect_eq(sched_asha_promote(l.sched, 0), 0, "the rule is applied once per run");
     /* every rung reached: a run of rung 2 (the full budget) was made */
     cr_expect_gt(tu_sql_int(l.db, "SELECT count(*) FROM experiments WHERE rung = 2", 0), 0);
     cr_expect_eq(
@@ -369,7 +373,7 @@ Test(asha, a_promotion_is_written_once_with_its_experiment) {
     snprintf(e.scope.budget_kind, sizeof e.scope.budget_kind, "tokens");
     e.scope.budget = 800;
     int64_t id = 0;
-    cr_expect_eq(store_asha_promote(l.store, a, &e, &id, err, sizeof err), 1);
+    cr_expect_eq(store_asha_promote(l.store, a, 0, &e, &id, err, sizeof err), 1);
     cr_expect_eq(tu_sql_int(l.db, "SELECT count(*) FROM experiments", 0), before);
     cr_expect_eq(tu_sql_int(l.db, "SELECT promoted_to FROM experiments WHERE id = ?1", a), to);
     free(text);
@@ -484,12 +488,15 @@ Test(asha, a_restarted_daemon_queues_the_promotions_left_due) {
     start_daemon(&d, state, extra);
     sqlite3 *db = tu_db_open(tu_dir_path("nightshift.db"));
     wait_idle(&d, db, 60);
-    int promoted[MAX_RUNS];
+    int64_t promoted[MAX_RUNS];
     oracle(f, n, 2, 2, promoted); /* the whole rung at once: its top two */
-    for (int k = 0; k < n; k++)
+    for (int k = 0; k < n; k++) {
         cr_expect_eq(tu_sql_int(db, "SELECT promoted_to IS NOT NULL FROM experiments WHERE id = ?1",
                                 f[k].id),
-                     promoted[k], "experiment %lld", (long long)f[k].id);
+                     promoted[k] > 0, "experiment %lld", (long long)f[k].id);
+        cr_expect_eq(tu_sql_int(db, "SELECT promoted_by FROM experiments WHERE id = ?1", f[k].id),
+                     -1, "decided at a start, not at a run's end");
+    }
     cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments WHERE rung = 1", 0), 2);
     cr_expect_eq(tu_sql_int(db,
                             "SELECT count(*) FROM experiments WHERE rung = 1"
@@ -525,19 +532,36 @@ static int finishes_of(sqlite3 *db, fin_t *f) {
     return n;
 }
 
+/* GET /v1/experiments/BY (the object the hook's experiment.finished carries)
+ * lists the promotion of `from` to `to` among those its end decided. */
+static void expect_announced(const tu_server_t *dp, int64_t by, int64_t from, int64_t to) {
+    char path[64];
+    snprintf(path, sizeof path, "/v1/experiments/%lld", (long long)by);
+    cJSON *e = tu_get_json(dp, path);
+    const cJSON *p, *list = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "asha"), "promotions");
+    int found = 0;
+    cJSON_ArrayForEach(p, list) found +=
+        tu_jnum(p, "id") == from && tu_jnum(p, "promoted_to") == to;
+    cr_expect_eq(found, 1, "experiment %lld: the promotion of %lld to %lld is not among its %d",
+                 (long long)by, (long long)from, (long long)to, cJSON_GetArraySize(list));
+    cJSON_Delete(e);
+}
+
 /* The promotions of a daemon's night (eta 2, three rungs over full) are the
  * oracle's over its finishes; the API shows each on both ends; each went ahead of the rung-0 work
  * queued when it was made. */
 static void check_promotions(const tu_server_t *dp, sqlite3 *db, double full) {
     fin_t f[MAX_RUNS];
-    int promoted[MAX_RUNS], n = finishes_of(db, f), want = 0;
+    int64_t promoted[MAX_RUNS];
+    int n = finishes_of(db, f), want = 0;
     oracle(f, n, 2, 3, promoted);
     for (int k = 0; k < n; k++) {
         long long to = tu_sql_int(db, "SELECT promoted_to FROM experiments WHERE id = ?1", f[k].id);
-        cr_expect_eq(to > 0, promoted[k], "experiment %lld (rung %d)", (long long)f[k].id,
+        cr_expect_eq(to > 0, promoted[k] > 0, "experiment %lld (rung %d)", (long long)f[k].id,
                      f[k].rung);
         if (to <= 0) continue;
         want++;
+        expect_announced(dp, promoted[k], f[k].id, to);
         char path[64];
         snprintf(path, sizeof path, "/v1/experiments/%lld", (long long)f[k].id);
         cJSON *e = tu_get_json(dp, path);

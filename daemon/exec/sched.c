@@ -233,7 +233,7 @@ int sched_asha_file(const sched_t *s, spec_t *spec, store_asha_t *out, char hash
 }
 
 /* Queue the promotion of d: its spec at the next rung's budget, parent d. */
-static int promote_one(sched_t *s, const store_asha_due_t *d, int64_t *id, char *err,
+static int promote_one(sched_t *s, const store_asha_due_t *d, int64_t ended, int64_t *id, char *err,
                        size_t errlen) {
     spec_t spec;
     char hash[SPEC_HASH_HEX];
@@ -262,14 +262,14 @@ static int promote_one(sched_t *s, const store_asha_due_t *d, int64_t *id, char 
                                 .asha = &a};
     spec_scope(&spec, &e.scope);
     e.scope.eval_tokens = d->scope.eval_tokens; /* as its dataset filed it */
-    rc = store_asha_promote(s->store, d->id, &e, id, err, errlen);
+    rc = store_asha_promote(s->store, d->id, ended, &e, id, err, errlen);
 done:
     free(canon);
     spec_free(&spec);
     return rc;
 }
 
-int sched_asha_promote(sched_t *s) {
+int sched_asha_promote(sched_t *s, int64_t ended) {
     store_asha_due_t *due;
     size_t n;
     char err[512];
@@ -280,7 +280,7 @@ int sched_asha_promote(sched_t *s) {
     }
     for (size_t i = 0; i < n; i++) {
         int64_t id = 0;
-        int rc = promote_one(s, &due[i], &id, err, sizeof err);
+        int rc = promote_one(s, &due[i], ended, &id, err, sizeof err);
         if (rc < 0)
             log_error("asha: experiment %lld not promoted: %s", (long long)due[i].id, err);
         else if (rc == 0 && ++queued)
@@ -426,7 +426,7 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     sl->unrecorded = NULL;
     release_slot(sl);
     /* Promotions first, so the hook's event already says where this run went. */
-    if (s->o.prune == SCHED_PRUNE_ASHA && st != EXECUTOR_INTERRUPTED) sched_asha_promote(s);
+    if (s->o.prune == SCHED_PRUNE_ASHA && st != EXECUTOR_INTERRUPTED) sched_asha_promote(s, id);
     if (s->o.on_finished && st != EXECUTOR_INTERRUPTED) s->o.on_finished(s->o.user, id, status);
     return 0;
 }
@@ -913,7 +913,7 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
     uv_unref((uv_handle_t *)&s->flush_timer);
     /* A daemon that stopped between a run's end and the rule left its
      * promotions due: they are queued now. */
-    if (s->o.prune == SCHED_PRUNE_ASHA) sched_asha_promote(s);
+    if (s->o.prune == SCHED_PRUNE_ASHA) sched_asha_promote(s, 0);
     return s;
 }
 

@@ -142,9 +142,10 @@ int sched_asha_file(const sched_t *s, spec_t *spec, store_asha_t *out, char hash
                     char *err, size_t errlen);
 
 /* Apply the rule of successive halving now (sched.h): queue every promotion
- * due. The scheduler calls it when a run ends and when it starts; returns
- * how many were queued. */
-int sched_asha_promote(sched_t *s);
+ * due, recorded as decided at the end of experiment ended (0 = none). The
+ * scheduler calls it when a run ends and when it starts; returns how many
+ * were queued. */
+int sched_asha_promote(sched_t *s, int64_t ended);
 
 /* Start queued experiments while slots are free. Call after submissions; the
  * scheduler calls it itself whenever a worker ends. */

@@ -177,7 +177,10 @@ static const char *const stmt_sql[ST_COUNT] = {
                     " FROM experiments WHERE id = ?2)) ORDER BY " QUEUE_KEY " LIMIT ?3",
     [ST_GET] = "SELECT id, name, tags, status, reason, source, priority, parent, seed, attempt,"
                " config_hash, created, started, finished, pid, exit_code, term_signal, spec,"
-               " rung, rungs, eta, full_budget, promoted_to FROM experiments WHERE id = ?1",
+               " rung, rungs, eta, full_budget, promoted_to, (SELECT json_group_array("
+               "json_object('id', p.id, 'rung', p.rung + 1, 'promoted_to', p.promoted_to))"
+               " FROM experiments p WHERE p.promoted_by = experiments.id) AS promotions"
+               " FROM experiments WHERE id = ?1",
     [ST_GET_RESULT] = "SELECT * FROM results WHERE experiment_id = ?1",
     /* At most ?2 rows evenly spaced over the run, always ending with the last
      * step; column 5 is the total number of rows. */
@@ -342,7 +345,7 @@ static const char *const stmt_sql[ST_COUNT] = {
         " e.full_config_hash FROM k JOIN experiments e ON e.id = k.id"
         " WHERE k.v IS NOT NULL AND k.promoted_to IS NULL AND k.rung < k.rungs - 1"
         " AND k.pos <= k.n / k.eta ORDER BY e.id",
-    [ST_ASHA_MARK] = "UPDATE experiments SET promoted_to = ?2 WHERE id = ?1"
+    [ST_ASHA_MARK] = "UPDATE experiments SET promoted_to = ?2, promoted_by = ?3 WHERE id = ?1"
                      " AND promoted_to IS NULL",
 };
 
@@ -474,7 +477,7 @@ static void now_iso(char buf[STORE_TIME_LEN]) {
 /* Columns holding JSON text that is returned parsed. */
 static bool is_json_column(const char *name) {
     return !strcmp(name, "tags") || !strcmp(name, "spec") || !strcmp(name, "ve_layers") ||
-           !strcmp(name, "seeds");
+           !strcmp(name, "seeds") || !strcmp(name, "promotions");
 }
 
 /* How a row becomes JSON: ROW_TYPED parses the JSON text columns and makes
@@ -1272,14 +1275,18 @@ fail:
     return -1;
 }
 
-int store_asha_promote(store_t *s, int64_t from, const store_new_experiment_t *e, int64_t *id,
-                       char *err, size_t errlen) {
+int store_asha_promote(store_t *s, int64_t from, int64_t by, const store_new_experiment_t *e,
+                       int64_t *id, char *err, size_t errlen) {
     if (!e->asha) return fail(err, errlen, "store: promote: the experiment has no rung");
     if (begin(s, err, errlen) < 0) return -1;
     if (store_insert(s, e, id, err, errlen) < 0) goto fail;
     sqlite3_stmt *st = s->st[ST_ASHA_MARK];
     sqlite3_bind_int64(st, 1, from);
     sqlite3_bind_int64(st, 2, *id);
+    if (by > 0)
+        sqlite3_bind_int64(st, 3, by);
+    else
+        sqlite3_bind_null(st, 3);
     if (run(s, ST_ASHA_MARK, "promote", err, errlen) < 0) goto fail;
     if (sqlite3_changes(s->db) != 1) { /* promoted already (or gone): nothing is written */
         rollback(s);
@@ -1340,7 +1347,7 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const sto
     return rows_array(s, st, "list", err, errlen);
 }
 
-#define ASHA_GET_COLUMNS 5 /* rung, rungs, eta, full_budget, promoted_to */
+#define ASHA_GET_COLUMNS 6 /* rung, rungs, eta, full_budget, promoted_to, promotions */
 
 /* The experiment row with its spec, its rung under asha (or null) and its
  * result (or null) into *out; the caller owns it. Returns 0 or a store_get error code with err. */

@@ -264,11 +264,13 @@ int store_asha_due(store_t *s, store_asha_due_t **out, size_t *n, char *err, siz
 void store_asha_due_free(store_asha_due_t *d, size_t n);
 
 /* Promote run from: queue e (the next rung's experiment; e->asha set) and
- * record it as from's promoted_to, in one transaction. Returns 0 with *id the
+ * record it as from's promoted_to, with by (the experiment whose end the
+ * promotion was decided at; 0 = none, at a start) as its promoted_by, in one
+ * transaction. Returns 0 with *id the
  * new experiment, 1 when from was promoted already (nothing written), -1 with
  * err. */
-int store_asha_promote(store_t *s, int64_t from, const store_new_experiment_t *e, int64_t *id,
-                       char *err, size_t errlen);
+int store_asha_promote(store_t *s, int64_t from, int64_t by, const store_new_experiment_t *e,
+                       int64_t *id, char *err, size_t errlen);
 
 /* --- queries for the API (each returns a new cJSON tree, or NULL with err) --- */
 
@@ -287,8 +289,9 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const sto
                   const char *order, int limit, int64_t after, char *err, size_t errlen);
 
 /* One experiment with its spec (parsed JSON), its rung under serve --prune asha
- * ("asha": {rung, rungs, eta, full_budget, promoted_to (null until promoted)},
- * or null), result object (or null) and, up
+ * ("asha": {rung, rungs, eta, full_budget, promoted_to (null until promoted),
+ * promotions: [{id, rung, promoted_to}], the promotions decided when this run
+ * ended: of id to rung as experiment promoted_to}, or null), result object (or null) and, up
  * to max_metrics rows, its metrics ("metrics": [{step, time_s, loss, lr_mult,
  * tok_s}], evenly spaced over the run and always ending with the last step;
  * "metrics_total": how many are stored) into *out, which the caller owns.
