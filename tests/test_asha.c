@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <uv.h>
 
 #include "daemon/exec/sched.h"
@@ -660,4 +661,126 @@ Test(asha, a_night_of_real_runs_through_the_api, .timeout = 400) {
     sqlite3_close(db);
     tu_server_stop(&d, 30);
     tu_server_release(&d);
+}
+
+/* A webhook receiver (Python's http.server on loopback): every POST body is
+ * saved as DIR/req-N.json, the answer is 200 with no body (no proposals). */
+static const char RECEIVER_PY[] =
+    "import http.server, os, sys\n"
+    "d = sys.argv[1]\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    n = 0\n"
+    "    def do_POST(self):\n"
+    "        body = self.rfile.read(int(self.headers['Content-Length']))\n"
+    "        H.n += 1\n"
+    "        with open(os.path.join(d, 'req-%03d.tmp' % H.n), 'wb') as f: f.write(body)\n"
+    "        os.rename(os.path.join(d, 'req-%03d.tmp' % H.n), os.path.join(d, 'req-%03d.json' % "
+    "H.n))\n"
+    "        self.send_response(200); self.send_header('Content-Length', '0'); self.end_headers()\n"
+    "    def log_message(self, *a): pass\n"
+    "s = http.server.HTTPServer(('127.0.0.1', 0), H)\n"
+    "print('listening on http://127.0.0.1:%d' % s.server_address[1], flush=True)\n"
+    "s.serve_forever()\n";
+
+/* The experiment.finished body the receiver got for experiment id, or NULL
+ * (caller deletes). */
+static cJSON *finished_body(const char *dir, int64_t id) {
+    for (int k = 1; k < 100; k++) {
+        char *path = tu_path("%s/req-%03d.json", dir, k), *text = tu_read(path);
+        free(path);
+        if (!text) return NULL;
+        cJSON *o = cJSON_Parse(text);
+        free(text);
+        const cJSON *e = cJSON_GetObjectItem(o, "experiment");
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(o, "type"));
+        if (type && !strcmp(type, "experiment.finished") && cJSON_IsObject(e) &&
+            tu_jnum(e, "id") == id)
+            return o;
+        cJSON_Delete(o);
+    }
+    return NULL;
+}
+
+/* The bodies of the three experiment.finished events (the two rung-0 runs,
+ * then the promoted one's): every key the experiment had, its asha object,
+ * and the promotion of the first run in the second's. */
+static void expect_bodies(const tu_server_t *d, const char *rx, const int64_t ids[2], int64_t to) {
+    static const char *const keys[] = {"id", "name", "status", "reason", "spec", "result"};
+    int64_t want[3] = {ids[0], ids[1], to};
+    cJSON *b[3] = {NULL, NULL, NULL};
+    double t0 = tu_now();
+    for (int k = 0; k < 3; k++)
+        while (!(b[k] = finished_body(rx, want[k]))) {
+            if (tu_now() - t0 > 60)
+                tu_server_fail(d, "no experiment.finished for %lld", (long long)want[k]);
+            tu_sleep_ms(100);
+        }
+    for (int k = 0; k < 3; k++) {
+        const cJSON *e = cJSON_GetObjectItem(b[k], "experiment");
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            cr_expect(cJSON_HasObjectItem(e, keys[i]), "experiment.%s is gone", keys[i]);
+        const cJSON *as = cJSON_GetObjectItem(e, "asha");
+        cr_expect_eq(tu_jnum(as, "rung"), k == 2 ? 1 : 0);
+        cr_expect_eq(tu_jnum(as, "full_budget"), 4096);
+        const cJSON *list = cJSON_GetObjectItem(as, "promotions");
+        cr_expect_eq(cJSON_GetArraySize(list), k == 1, "experiment %lld: %d promotions",
+                     (long long)want[k], cJSON_GetArraySize(list));
+        if (k != 1) continue;
+        const cJSON *p = cJSON_GetArrayItem(list, 0);
+        cr_expect_eq(tu_jnum(p, "id"), ids[0]);
+        cr_expect_eq(tu_jnum(p, "promoted_to"), to);
+        cr_expect_eq(tu_jnum(p, "rung"), 1);
+    }
+    for (int k = 0; k < 3; k++) cJSON_Delete(b[k]);
+}
+
+/* The agent hook still gets experiment.finished for every run, its
+ * experiment with every key it had, and an asha object beside them that
+ * says where the run stands and what its end promoted. */
+Test(asha, the_hook_hears_every_run_and_each_promotion) {
+    const char *state = tu_dir();
+    char *corpus = tu_path("%s/corpus.jsonl", tu_dir()), *rx = tu_path("%s/rx", tu_dir());
+    tu_prep_tiny(corpus, state, "tiny");
+    tu_write(tu_dir_path("receiver.py"), RECEIVER_PY);
+    cr_assert_eq(mkdir(rx, 0700), 0);
+    tu_server_t agent = {0}, d = {0};
+    char *const rargv[] = {"/usr/bin/python3", (char *)tu_dir_path("receiver.py"), rx, NULL};
+    tu_server_start(&agent, "receiver", rargv, tu_dir_path("receiver.err"), 30);
+    char *cmd = tu_path("%s ok", tu_bad_worker());
+    const char *extra[] = {"--asha-eta",
+                           "2",
+                           "--asha-rungs",
+                           "2",
+                           "--worker-cmd",
+                           cmd,
+                           "--agent-url",
+                           agent.url,
+                           "--agent-secret",
+                           "s3cret",
+                           NULL};
+    start_daemon(&d, state, extra);
+    int64_t ids[2];
+    for (int k = 0; k < 2; k++) {
+        char *text = tu_path("{\"name\":\"ok\",\"seed\":%d,\"dataset\":\"tiny\",\"token_budget\":"
+                             "4096,\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":"
+                             "32}}",
+                             k + 1);
+        cJSON *o = tu_http_json(&d, "POST", "/v1/experiments", text, 201);
+        ids[k] = (int64_t)tu_jnum(o, "id");
+        cJSON_Delete(o);
+        free(text);
+    }
+    sqlite3 *db = tu_db_open(tu_dir_path("nightshift.db"));
+    wait_idle(&d, db, 60);
+    /* equal val_bpb: the older run ranks first, promoted when the second ends */
+    long long to = tu_sql_int(db, "SELECT promoted_to FROM experiments WHERE id = ?1", ids[0]);
+    cr_assert_gt(to, 0);
+    expect_bodies(&d, rx, ids, to);
+    sqlite3_close(db);
+    tu_server_stop(&d, 30);
+    tu_server_release(&d);
+    tu_server_release(&agent);
+    free(cmd);
+    free(rx);
+    free(corpus);
 }
