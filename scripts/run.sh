@@ -9,7 +9,8 @@
 # Environment: NIGHTSHIFT_PORT (default 8080) and NIGHTSHIFT_AGENT_PORT (8090),
 # NIGHTSHIFT_SLOTS (auto: serve picks slots and threads from the CPUs, the memory
 # and the default spec; a number fixes it), NIGHTSHIFT_BASELINE (experiments/specs/baseline.json),
-# NIGHTSHIFT_PRUNE (off; "median" stops runs that lag the median, see serve --help).
+# NIGHTSHIFT_PRUNE (off; "median" stops runs that lag the median, "asha" runs successive
+# halving over budgets; see serve --help).
 set -euo pipefail
 
 bin=$1

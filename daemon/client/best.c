@@ -105,7 +105,8 @@ static const cmd_help_t leaderboard_help = {
     "leaderboard", "[--dataset D] [--budget B] [--eval-tokens N] [--limit N] [--json]",
     "The leaderboard of one scope: one row per configuration (its repeats with\n"
     "different seeds together), best mean val_bpb first, with the standard\n"
-    "deviation and number of seeds.\n\n" SCOPE_OPTIONS_HELP
+    "deviation and number of seeds; under serve --prune asha, RUNG: the\n"
+    "highest rung the configuration was promoted to.\n\n" SCOPE_OPTIONS_HELP
     "  --limit N         at most N rows (default 20)\n"
     "  --json            the daemon's JSON as is\n"};
 
@@ -138,14 +139,22 @@ int leaderboard_main(int argc, char **argv) {
     if (!rows->child) {
         puts("nothing has succeeded yet in this scope");
     } else {
-        printf("%6s  %9s  %9s  %5s  %s\n", "ID", "MEAN_BPB", "SD", "SEEDS", "NAME");
+        /* RUNG (serve --prune asha): the highest rung the configuration reached */
+        int rungs = 0;
+        for (const cJSON *r = rows->child; r; r = r->next) rungs |= cJSON_IsNumber(jget(r, "rung"));
+        printf("%6s  %9s  %9s  %5s  %s%s\n", "ID", "MEAN_BPB", "SD", "SEEDS", rungs ? "RUNG  " : "",
+               "NAME");
         for (const cJSON *r = rows->child; r; r = r->next) {
-            char name[NAME_WIDTH * 4 + 8], sd[32] = "-";
+            char name[NAME_WIDTH * 4 + 8], sd[32] = "-", rung[16] = "";
             double v = jnum(r, "val_bpb_sd", NAN);
             if (isfinite(v)) snprintf(sd, sizeof sd, "%.6f", v);
+            if (rungs && cJSON_IsNumber(jget(r, "rung")))
+                snprintf(rung, sizeof rung, "%4.0f  ", jnum(r, "rung", 0));
+            else if (rungs)
+                snprintf(rung, sizeof rung, "%4s  ", "-");
             fmt_clean(name, sizeof name, jstr(r, "name") ? jstr(r, "name") : "-", NAME_WIDTH);
-            printf("%6" PRId64 "  %9.6f  %9s  %5.0f  %s\n", (int64_t)jnum(r, "id", 0),
-                   jnum(r, "val_bpb", NAN), sd, jnum(r, "n_seeds", 0), name);
+            printf("%6" PRId64 "  %9.6f  %9s  %5.0f  %s%s\n", (int64_t)jnum(r, "id", 0),
+                   jnum(r, "val_bpb", NAN), sd, jnum(r, "n_seeds", 0), rung, name);
         }
     }
     board_print_other_scopes(stdout, reply, "other scopes with results:");

@@ -194,6 +194,103 @@ done:
     free(v);
 }
 
+/* ---------------------------------------------------- successive halving */
+
+double sched_asha_budget(double full, int by_tokens, int eta, int rungs, int rung) {
+    double b = full;
+    for (int k = rung; k < rungs - 1; k++) b /= eta;
+    if (!by_tokens) return b;
+    b = round(b);
+    return b < 1 ? 1 : b;
+}
+
+/* Set spec's budget (the field it already uses) to rung r's on ladder a. */
+static void set_rung_budget(spec_t *spec, const store_asha_t *a, int r) {
+    int by_tokens = spec->token_budget > 0;
+    double b = sched_asha_budget(a->full_budget, by_tokens, a->eta, a->rungs, r);
+    if (by_tokens)
+        spec->token_budget = (int64_t)b;
+    else
+        spec->time_budget_s = b;
+}
+
+int sched_asha_file(const sched_t *s, spec_t *spec, store_asha_t *out, char hash[SPEC_HASH_HEX],
+                    char *err, size_t errlen) {
+    if (s->o.prune != SCHED_PRUNE_ASHA || !spec->prune) return 0;
+    if (spec_config_hash(spec, hash) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    spec_scope_t sc;
+    spec_scope(spec, &sc);
+    *out = (store_asha_t){.rung = 0,
+                          .rungs = s->o.asha_rungs,
+                          .eta = s->o.asha_eta,
+                          .full_budget = sc.budget,
+                          .full_config_hash = hash};
+    set_rung_budget(spec, out, 0);
+    return 1;
+}
+
+/* Queue the promotion of d: its spec at the next rung's budget, parent d. */
+static int promote_one(sched_t *s, const store_asha_due_t *d, int64_t ended, int64_t *id, char *err,
+                       size_t errlen) {
+    spec_t spec;
+    char hash[SPEC_HASH_HEX];
+    if (spec_parse(d->spec_json, strlen(d->spec_json), &spec, err, errlen) < 0) return -1;
+    store_asha_t a = {.rung = d->rung + 1,
+                      .rungs = d->rungs,
+                      .eta = d->eta,
+                      .full_budget = d->full_budget,
+                      .full_config_hash = d->full_config_hash};
+    set_rung_budget(&spec, &a, a.rung);
+    spec.parent = d->id;
+    char *canon = spec_canonical_json(&spec);
+    int rc = -1;
+    if (!canon || spec_config_hash(&spec, hash) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    store_new_experiment_t e = {.name = d->name,
+                                .tags_json = d->tags_json,
+                                .spec_json = canon,
+                                .config_hash = hash,
+                                .seed = d->seed,
+                                .parent = d->id,
+                                .source = d->source,
+                                .priority = d->priority,
+                                .asha = &a};
+    spec_scope(&spec, &e.scope);
+    e.scope.eval_tokens = d->scope.eval_tokens; /* as its dataset filed it */
+    rc = store_asha_promote(s->store, d->id, ended, &e, id, err, errlen);
+done:
+    free(canon);
+    spec_free(&spec);
+    return rc;
+}
+
+int sched_asha_promote(sched_t *s, int64_t ended) {
+    store_asha_due_t *due;
+    size_t n;
+    char err[512];
+    int queued = 0;
+    if (store_asha_due(s->store, &due, &n, err, sizeof err) < 0) {
+        log_error("asha: promotions not decided: %s", err);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = 0;
+        int rc = promote_one(s, &due[i], ended, &id, err, sizeof err);
+        if (rc < 0)
+            log_error("asha: experiment %lld not promoted: %s", (long long)due[i].id, err);
+        else if (rc == 0 && ++queued)
+            log_info("asha: experiment %lld promoted to rung %d (of 0..%d) as experiment %lld",
+                     (long long)due[i].id, due[i].rung + 1, due[i].rungs - 1, (long long)id);
+    }
+    store_asha_due_free(due, n);
+    return queued;
+}
+
 /* --------------------------------------------------------- the test figure */
 
 /* Hand the slot's pending test figure to the store; on failure it stays
@@ -328,6 +425,8 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     free(sl->unrecorded);
     sl->unrecorded = NULL;
     release_slot(sl);
+    /* Promotions first, so the hook's event already says where this run went. */
+    if (s->o.prune == SCHED_PRUNE_ASHA && st != EXECUTOR_INTERRUPTED) sched_asha_promote(s, id);
     if (s->o.on_finished && st != EXECUTOR_INTERRUPTED) s->o.on_finished(s->o.user, id, status);
     return 0;
 }
@@ -783,6 +882,9 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
     if (s->o.prune_startup < 1) s->o.prune_startup = SCHED_DEFAULT_PRUNE_STARTUP;
     if (!(s->o.prune_warmup > 0)) s->o.prune_warmup = SCHED_DEFAULT_PRUNE_WARMUP;
     if (!(s->o.token_run_limit_s > 0)) s->o.token_run_limit_s = SCHED_DEFAULT_TOKEN_RUN_LIMIT_S;
+    if (s->o.asha_eta < 2) s->o.asha_eta = SCHED_DEFAULT_ASHA_ETA;
+    if (s->o.asha_rungs < 1 || s->o.asha_rungs > SCHED_MAX_ASHA_RUNGS)
+        s->o.asha_rungs = SCHED_DEFAULT_ASHA_RUNGS;
     /* Workers run in their run directory: every path they get is absolute. */
     if (!realpath(o->state_dir, s->state_dir) || !realpath(o->exe, s->exe)) {
         snprintf(err, errlen, "sched: %s: %s", o->state_dir, strerror(errno));
@@ -809,6 +911,9 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
     s->open_handles = 2;
     uv_timer_start(&s->flush_timer, flush_timer_cb, METRICS_FLUSH_MS, METRICS_FLUSH_MS);
     uv_unref((uv_handle_t *)&s->flush_timer);
+    /* A daemon that stopped between a run's end and the rule left its
+     * promotions due: they are queued now. */
+    if (s->o.prune == SCHED_PRUNE_ASHA) sched_asha_promote(s, 0);
     return s;
 }
 

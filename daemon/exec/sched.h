@@ -24,6 +24,39 @@
  * progress in [p - SCHED_PRUNE_WINDOW, p] (store_prune_losses). A spec with
  * "prune": false is never pruned.
  *
+ * Successive halving (prune = SCHED_PRUNE_ASHA: asynchronous successive
+ * halving, ASHA, over budgets). Rungs r = 0 .. R-1 (R = asha_rungs, default
+ * 3) have budgets B / eta^(R-1-r) (eta = asha_eta, default 3: B/9, B/3, B)
+ * where B is the budget the spec was submitted with: a time budget in
+ * seconds as it is, a token budget rounded to the nearest token (at least 1;
+ * the run stops after the step reaching it). Every submission whose spec
+ * allows pruning (API, CLI, the agent hook's proposals) is queued at rung 0's
+ * budget (sched_asha_file). When a run of a rung ends, the finished runs of
+ * that rung (same dataset, evaluation, full budget and rung) are ranked by
+ * val_bpb, every run that did not succeed (failed, crashed, timed out, out of
+ * memory, diverged, pruned) counting as worst (cancelled and interrupted ones
+ * say nothing about the configuration and are left out); each succeeded run
+ * in the first floor(n / eta) that is below the top rung and not yet
+ * promoted is promoted: a new experiment at the next rung's budget, parent =
+ * the promoted run, the same configuration and seed, queued in the same
+ * transaction that records the promotion (store_asha_promote), so a crash
+ * loses no promotion and makes none twice. The rule is re-applied when the
+ * scheduler starts. Queue order: among equal priorities a higher rung first
+ * (a promotion goes ahead of new rung-0 work), then a person's before the
+ * agent's, then the oldest; a higher priority still goes first.
+ *
+ * A promotion trains from scratch; it does not continue the lower rung's
+ * checkpoint. The learning rate and weight decay follow progress through the
+ * run's own budget (engine/train.c: warmup, then warmdown over the last
+ * warmdown_ratio to final_lr_frac), so a rung-0 run has already decayed its
+ * learning rate to the floor at B/9: continuing it at B/3 would be a run with
+ * a second warmdown, not the run B/3 trains, and its val_bpb would not
+ * compare with the scope it lands in. Restarted, the top rung's run is
+ * exactly a full-budget run (bit-identical for a token budget and a thread
+ * count) and ranks with them as one; the cost is the lower rungs' budget
+ * again, 1/eta + 1/eta^2 + ... < 1/(eta-1) of the full budget for a run
+ * that reaches the top rung.
+ *
  * Deadlines: a time-budgeted run is killed as a timeout at budget * 1.25 +
  * deadline_slack_s; a token-budgeted run, which has no wall-clock budget, at
  * token_run_limit_s.
@@ -46,7 +79,7 @@
 
 typedef struct sched sched_t;
 
-enum { SCHED_PRUNE_OFF = 0, SCHED_PRUNE_MEDIAN = 1 };
+enum { SCHED_PRUNE_OFF = 0, SCHED_PRUNE_MEDIAN = 1, SCHED_PRUNE_ASHA = 2 };
 #define SCHED_PRUNE_WINDOW 0.05 /* of progress: the loss at p averages [p - 0.05, p] */
 
 /* The defaults of sched_opts_t's fields: an unset one (0) takes its own. */
@@ -55,6 +88,9 @@ enum { SCHED_PRUNE_OFF = 0, SCHED_PRUNE_MEDIAN = 1 };
 #define SCHED_DEFAULT_PRUNE_STARTUP     5
 #define SCHED_DEFAULT_PRUNE_WARMUP      0.3
 #define SCHED_DEFAULT_TOKEN_RUN_LIMIT_S 3600.0
+#define SCHED_DEFAULT_ASHA_ETA          3
+#define SCHED_DEFAULT_ASHA_RUNGS        3
+#define SCHED_MAX_ASHA_RUNGS            8
 
 typedef struct {
     const char *state_dir;    /* DIR: datasets/, runs/ */
@@ -67,10 +103,12 @@ typedef struct {
     double deadline_slack_s;  /* deadline = budget * 1.25 + slack; default 120 */
     double kill_grace_s;      /* SIGTERM -> SIGKILL; default 5 */
     int max_attempts;         /* interrupted runs are retried up to this many attempts */
-    int prune;                /* SCHED_PRUNE_OFF (default) or SCHED_PRUNE_MEDIAN */
+    int prune;                /* SCHED_PRUNE_OFF (default), _MEDIAN or _ASHA */
     int prune_startup;        /* finished runs to compare against first; default 5 */
     double prune_warmup;      /* progress before a run may be pruned; default 0.3 */
     double token_run_limit_s; /* wall-clock deadline of a token-budgeted run; default 3600 */
+    int asha_eta;             /* successive halving's eta, >= 2; default 3 */
+    int asha_rungs;           /* its rungs, 1..SCHED_MAX_ASHA_RUNGS; default 3 */
     executor_t *executor;     /* where runs execute (executor.h); NULL = a local one of its
                                  own. Borrowed: free it after sched_free. */
     /* Events for the agent hook (may be NULL). */
@@ -90,6 +128,24 @@ sched_t *sched_new(uv_loop_t *loop, store_t *store, const sched_opts_t *o, char 
  * recorded as interrupted and re-queued (store_interrupt). Counts go to
  * *attached and *requeued. */
 int sched_reattach(sched_t *s, int *attached, int *requeued, char *err, size_t errlen);
+
+/* The budget of rung `rung` of a ladder of `rungs` rungs over full budget
+ * `full` (seconds, or tokens when by_tokens: then rounded, at least 1). */
+double sched_asha_budget(double full, int by_tokens, int eta, int rungs, int rung);
+
+/* Put a submission on the ladder: when successive halving is on and spec
+ * allows pruning, set spec's budget to rung 0's and fill *out (rung 0, the
+ * ladder, the full budget, and full_config_hash pointing into hash, the
+ * configuration at the full budget): returns 1. Returns 0 (spec untouched)
+ * when it runs as submitted, -1 with err when spec cannot be hashed. */
+int sched_asha_file(const sched_t *s, spec_t *spec, store_asha_t *out, char hash[SPEC_HASH_HEX],
+                    char *err, size_t errlen);
+
+/* Apply the rule of successive halving now (sched.h): queue every promotion
+ * due, recorded as decided at the end of experiment ended (0 = none). The
+ * scheduler calls it when a run ends and when it starts; returns how many
+ * were queued. */
+int sched_asha_promote(sched_t *s, int64_t ended);
 
 /* Start queued experiments while slots are free. Call after submissions; the
  * scheduler calls it itself whenever a worker ends. */

@@ -191,9 +191,10 @@ static cJSON *best_json(hook_t *h, cJSON **noise) {
 }
 
 /* The experiment of an experiment.finished event, {id, name, status, reason,
- * spec, result}; NULL (logged) when it cannot be read. */
+ * spec, result, asha}; NULL (logged) when it cannot be read. */
 static cJSON *experiment_json(hook_t *h, int64_t id) {
-    static const char *const keys[] = {"id", "name", "status", "reason", "spec", "result", NULL};
+    static const char *const keys[] = {"id",   "name",   "status", "reason",
+                                       "spec", "result", "asha",   NULL};
     char err[256];
     cJSON *e = NULL;
     if (store_get(h->api->store, id, 0, &e, err, sizeof err) < 0) {

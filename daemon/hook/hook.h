@@ -4,7 +4,11 @@
  * Events (JSON body):
  *   {"id":"evt_<32 hex>", "type":"experiment.finished"|"queue.empty"|"experiment.rejected",
  *    "created":"2026-11-29T19:37:00.123Z",
- *    "experiment": {id,name,status,reason,spec,result}   (experiment.finished; else null)
+ *    "experiment": {id,name,status,reason,spec,result,asha} (experiment.finished; else null;
+ *            asha: null, or under serve --prune asha the run's {rung, rungs, eta,
+ *            full_budget, promoted_to, promotions}: promoted_to the experiment it was
+ *            promoted to, or null; promotions [{id, rung, promoted_to}] the
+ *            promotions its end decided, of this run or of others of its rung)
  *    "rejected": {"proposal": <what the agent sent>, "code": "invalid_spec",
  *                 "error": "model.n_head: ..."}          (experiment.rejected; else null)
  *    "best": {id,name,val_bpb,mean_val_bpb,val_bpb_sd,n_seeds,seeds,spec,result} | null

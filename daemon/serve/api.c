@@ -190,10 +190,22 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
                int *duplicate, char *err, size_t errlen) {
     spec_t s;
     store_scope_t sc;
-    char hash[SPEC_HASH_HEX], serr[256];
+    store_asha_t asha;
+    char hash[SPEC_HASH_HEX], full_hash[SPEC_HASH_HEX], serr[256];
     char *canon = NULL, *tags = NULL;
     int rc = check_spec(a, spec_json, &s, &sc, err, errlen);
     if (rc < 0) return rc;
+    /* Under --prune asha the run is queued at the lowest rung's budget (sched.h). */
+    int on_ladder = a->sched ? sched_asha_file(a->sched, &s, &asha, full_hash, err, errlen) : 0;
+    if (on_ladder < 0) {
+        spec_free(&s);
+        return NS_ERR_NOMEM;
+    }
+    if (on_ladder) { /* its scope's budget is rung 0's; the evaluation as filed */
+        store_scope_t r0;
+        spec_scope(&s, &r0);
+        sc.budget = r0.budget;
+    }
     rc = NS_ERR_NOMEM;
     canon = spec_canonical_json(&s);
     cJSON *tag_arr = cJSON_CreateArray();
@@ -227,7 +239,8 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
                                 .parent = s.parent,
                                 .source = source,
                                 .priority = s.priority,
-                                .scope = sc};
+                                .scope = sc,
+                                .asha = on_ladder ? &asha : NULL};
     if (store_insert(a->store, &e, id, serr, sizeof serr) < 0) {
         snprintf(err, errlen, "%s", serr);
         rc = NS_ERR_IO;

@@ -51,6 +51,7 @@ typedef struct {
     int prune, prune_startup; /* SCHED_PRUNE_*; runs to compare against first */
     double prune_warmup;      /* progress before pruning */
     double token_run_limit_s; /* deadline of a token-budgeted run */
+    int asha_eta, asha_rungs; /* --prune asha's ladder (sched.h) */
     char dataset[64];         /* pins the scoped queries' dataset; "" = the latest result's */
     char token[MAX_TOKEN + 1];
     /* More names the daemon answers to, and origins whose pages may call it
@@ -213,7 +214,7 @@ static int set_allowed_origin(void *o, const char *val, char *err, size_t errlen
                        errlen);
 }
 
-static const char *const prune_names[] = {"off", "median", NULL}; /* SCHED_PRUNE_* */
+static const char *const prune_names[] = {"off", "median", "asha", NULL}; /* SCHED_PRUNE_* */
 static const char *const executor_names[] = {"local", "slurm", NULL};
 
 #define FIELD(m) .offset = offsetof(serve_opts_t, m)
@@ -267,13 +268,20 @@ static const opt_t serve_rows[] = {
     {"agent-rate", OPT_INT, FIELD(agent_rate), .lo = 0, .hi = BIG, .def = HOOK_PROPOSALS_PER_MIN,
      .arg = "N", .help = "agent proposals accepted a minute; 0 = no limit"},
     {"prune", OPT_ENUM, FIELD(prune), .names = prune_names, .def = SCHED_PRUNE_OFF,
-     .arg = "median|off", .help = "stop runs whose loss lags the median of finished runs"},
+     .arg = "median|asha|off",
+     .help = "median: stop runs whose loss lags the median of finished runs; asha: successive "
+             "halving over budgets (README: Pruning)"},
     {"prune-startup", OPT_INT, FIELD(prune_startup), .lo = 1, .hi = BIG,
      .def = SCHED_DEFAULT_PRUNE_STARTUP, .arg = "N",
      .help = "finished runs of the scope before any run is pruned"},
     {"prune-warmup", OPT_NUM, FIELD(prune_warmup), .lo = 0, .hi = 1,
      .flags = OPT_LO_OPEN | OPT_HI_OPEN, .def = SCHED_DEFAULT_PRUNE_WARMUP, .arg = "F",
      .help = "the fraction of its budget before a run may be pruned"},
+    {"asha-eta", OPT_INT, FIELD(asha_eta), .lo = 2, .hi = 100, .def = SCHED_DEFAULT_ASHA_ETA,
+     .arg = "N", .help = "--prune asha: the top 1/N of a rung is promoted; rungs N times apart"},
+    {"asha-rungs", OPT_INT, FIELD(asha_rungs), .lo = 1, .hi = SCHED_MAX_ASHA_RUNGS,
+     .def = SCHED_DEFAULT_ASHA_RUNGS, .arg = "N",
+     .help = "--prune asha: budgets B/eta^(N-1) .. B/eta, B for a spec of budget B"},
     {"token-run-limit", OPT_NUM, FIELD(token_run_limit_s), .lo = 0, .hi = SECONDS,
      .flags = OPT_LO_OPEN, .def = SCHED_DEFAULT_TOKEN_RUN_LIMIT_S, .arg = "S",
      .help = "seconds before a token-budgeted run is killed as a timeout"},
@@ -315,7 +323,9 @@ static const opt_table_t serve_options = {
              "budget or at two evenly spaced points after it, is worse than the median of\n"
              "finished runs of its scope at the same progress, once --prune-startup of\n"
              "them have finished; it is recorded as pruned (a spec with \"prune\": false\n"
-             "never is). val_bpb is ranked within one scope (a dataset, budget and\n"
+             "never is). --prune asha queues each submission at the lowest rung's budget\n"
+             "and promotes the top 1/--asha-eta of each rung to the next (README: Pruning).\n"
+             "val_bpb is ranked within one scope (a dataset, budget and\n"
              "evaluation): the leaderboard, best and noise answer for the scope a request\n"
              "names, what it leaves out taken from the latest result.\n"
              "--executor slurm submits every run as a Slurm batch job (sbatch, squeue and\n"
@@ -564,6 +574,8 @@ static int start_sched(daemon_t *d, char *err, size_t errlen) {
                        .prune_startup = o->prune_startup,
                        .prune_warmup = o->prune_warmup,
                        .token_run_limit_s = o->token_run_limit_s,
+                       .asha_eta = o->asha_eta,
+                       .asha_rungs = o->asha_rungs,
                        .executor = d->executor,
                        .on_finished = finished_cb,
                        .on_queue_empty = queue_empty_cb,

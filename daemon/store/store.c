@@ -85,6 +85,8 @@ enum {
     ST_EVENTS_LIST,
     ST_EVENTS_LAST_ID,
     ST_EXPORT,
+    ST_ASHA_DUE,
+    ST_ASHA_MARK,
     ST_COUNT
 };
 
@@ -99,7 +101,7 @@ enum {
     " e.reason AS reason, e.source AS source, e.priority AS priority, e.parent AS parent,"         \
     " e.seed AS seed, e.attempt AS attempt, e.created AS created, e.started AS started,"           \
     " e.finished AS finished, e.dataset AS dataset, e.budget_kind AS budget_kind,"                 \
-    " e.budget AS budget, e.eval_tokens AS eval_tokens,"                                           \
+    " e.budget AS budget, e.eval_tokens AS eval_tokens, e.rung AS rung,"                           \
     " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"                             \
     " r.params_total AS params_total"                                                              \
     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id)"                           \
@@ -107,7 +109,7 @@ enum {
     " (?5 IS NULL OR (budget_kind = ?5 AND budget = ?6 AND eval_tokens = ?7)) AND "
 
 /* The order the queue is taken in (store_claim_next), as a sort key. */
-#define QUEUE_KEY "-priority, source = 'agent', id"
+#define QUEUE_KEY "-priority, -coalesce(rung, 0), source = 'agent', id"
 
 /* The running experiments to requeue or give up on: ?2 one id, or 0 for
  * every one a local daemon's crash interrupted (a Slurm job runs on without
@@ -121,8 +123,10 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, config_hash, seed, parent, source,"
-                  " priority, created, dataset, budget_kind, budget, eval_tokens)"
-                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                  " priority, created, dataset, budget_kind, budget, eval_tokens, rung, rungs,"
+                  " eta, full_budget, full_config_hash)"
+                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
+                  " ?16, ?17, ?18)",
     /* The one the user most likely wants back: a result first, then a live one. */
     [ST_FIND_DUP] = "SELECT id FROM experiments WHERE config_hash = ?1 AND seed = ?2"
                     " AND eval_tokens = ?3 AND status IN ('succeeded', 'running', 'queued',"
@@ -131,7 +135,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_CLAIM] = "UPDATE experiments SET status = 'running', pid = 0, started = ?1,"
                  " finished = NULL, reason = NULL, exit_code = NULL, term_signal = NULL"
                  " WHERE id = (SELECT id FROM experiments WHERE status = 'queued'"
-                 " ORDER BY priority DESC, source = 'agent', id LIMIT 1)"
+                 " ORDER BY priority DESC, coalesce(rung, 0) DESC, source = 'agent', id"
+                 " LIMIT 1)"
                  " RETURNING id, name, spec, attempt, dataset, budget_kind, budget, eval_tokens",
     [ST_SET_PID] = "UPDATE experiments SET pid = ?2 WHERE id = ?1 AND status = 'running'",
     [ST_FINISH] = "UPDATE experiments SET status = ?2, reason = ?3, exit_code = ?4,"
@@ -171,7 +176,10 @@ static const char *const stmt_sql[ST_COUNT] = {
         LIST_SELECT "(?2 = 0 OR (" QUEUE_KEY ") > (SELECT " QUEUE_KEY
                     " FROM experiments WHERE id = ?2)) ORDER BY " QUEUE_KEY " LIMIT ?3",
     [ST_GET] = "SELECT id, name, tags, status, reason, source, priority, parent, seed, attempt,"
-               " config_hash, created, started, finished, pid, exit_code, term_signal, spec"
+               " config_hash, created, started, finished, pid, exit_code, term_signal, spec,"
+               " rung, rungs, eta, full_budget, promoted_to, (SELECT json_group_array("
+               "json_object('id', p.id, 'rung', p.rung + 1, 'promoted_to', p.promoted_to))"
+               " FROM experiments p WHERE p.promoted_by = experiments.id) AS promotions"
                " FROM experiments WHERE id = ?1",
     [ST_GET_RESULT] = "SELECT * FROM results WHERE experiment_id = ?1",
     /* At most ?2 rows evenly spaced over the run, always ending with the last
@@ -319,6 +327,26 @@ static const char *const stmt_sql[ST_COUNT] = {
                   " r.tokens_per_second, r.num_steps, r.training_seconds, r.peak_rss_mb"
                   " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
                   " ORDER BY e.finished IS NULL, e.finished, e.id",
+    /* Successive halving (store_asha_due): the finished runs of each rung
+     * ranked (val_bpb, the others last as +Inf), the first floor(n / eta)
+     * that succeeded and are not promoted yet, below the top rung. */
+    [ST_ASHA_DUE] =
+        "WITH f AS (SELECT e.id, e.dataset, e.budget_kind, e.budget, e.eval_tokens, e.rung,"
+        " e.rungs, e.eta, e.full_budget, e.promoted_to,"
+        " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS v"
+        " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
+        " WHERE e.rung IS NOT NULL AND e.status NOT IN ('queued', 'running', 'cancelled',"
+        " 'interrupted')),"
+        " k AS (SELECT *, row_number() OVER w AS pos, count(*) OVER p AS n FROM f"
+        " WINDOW p AS (PARTITION BY dataset, budget_kind, budget, eval_tokens, rung,"
+        " full_budget), w AS (p ORDER BY v IS NULL, v, id))"
+        " SELECT e.id, e.spec, e.name, e.tags, e.source, e.priority, e.seed, e.dataset,"
+        " e.budget_kind, e.budget, e.eval_tokens, e.rung, e.rungs, e.eta, e.full_budget,"
+        " e.full_config_hash FROM k JOIN experiments e ON e.id = k.id"
+        " WHERE k.v IS NOT NULL AND k.promoted_to IS NULL AND k.rung < k.rungs - 1"
+        " AND k.pos <= k.n / k.eta ORDER BY e.id",
+    [ST_ASHA_MARK] = "UPDATE experiments SET promoted_to = ?2, promoted_by = ?3 WHERE id = ?1"
+                     " AND promoted_to IS NULL",
 };
 
 struct store {
@@ -449,7 +477,7 @@ static void now_iso(char buf[STORE_TIME_LEN]) {
 /* Columns holding JSON text that is returned parsed. */
 static bool is_json_column(const char *name) {
     return !strcmp(name, "tags") || !strcmp(name, "spec") || !strcmp(name, "ve_layers") ||
-           !strcmp(name, "seeds");
+           !strcmp(name, "seeds") || !strcmp(name, "promotions");
 }
 
 /* How a row becomes JSON: ROW_TYPED parses the JSON text columns and makes
@@ -849,6 +877,19 @@ void store_close(store_t *s) {
 
 /* ---------------------------------------------------------------- the queue */
 
+/* An experiment's rung (store_asha_t) into the five parameters from i on,
+ * NULLs when a is NULL. */
+static int bind_asha(sqlite3_stmt *st, int i, const store_asha_t *a) {
+    if (!a) {
+        int b = 0;
+        for (int k = 0; k < 5; k++) b |= sqlite3_bind_null(st, i + k);
+        return b;
+    }
+    return sqlite3_bind_int(st, i, a->rung) | sqlite3_bind_int(st, i + 1, a->rungs) |
+           sqlite3_bind_int(st, i + 2, a->eta) | sqlite3_bind_double(st, i + 3, a->full_budget) |
+           bind_text(st, i + 4, a->full_config_hash);
+}
+
 int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char *err,
                  size_t errlen) {
     if (!e->spec_json || !e->config_hash || !e->scope.dataset[0] || !e->scope.budget_kind[0])
@@ -872,6 +913,7 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     b |= bind_text(st, 11, e->scope.budget_kind);
     b |= sqlite3_bind_double(st, 12, e->scope.budget);
     b |= sqlite3_bind_int64(st, 13, e->scope.eval_tokens);
+    b |= bind_asha(st, 14, e->asha);
     if (b) {
         reset(st);
         return fail_db(s->db, err, errlen, "insert");
@@ -1165,6 +1207,98 @@ int64_t store_queue_depth(store_t *s, char *err, size_t errlen) {
     return n;
 }
 
+/* ----------------------------------------------------- successive halving */
+
+void store_asha_due_free(store_asha_due_t *d, size_t n) {
+    for (size_t i = 0; d && i < n; i++) {
+        free(d[i].spec_json);
+        free(d[i].name);
+        free(d[i].tags_json);
+        free(d[i].source);
+    }
+    free(d);
+}
+
+/* The current row of ST_ASHA_DUE into d: 0, or -1 when out of memory. */
+static int asha_due_row(sqlite3_stmt *st, store_asha_due_t *d) {
+    memset(d, 0, sizeof *d);
+    d->id = sqlite3_column_int64(st, 0);
+    d->spec_json = dup_column(st, 1);
+    d->name = dup_column(st, 2);
+    d->tags_json = dup_column(st, 3);
+    d->source = dup_column(st, 4);
+    d->priority = sqlite3_column_int(st, 5);
+    d->seed = sqlite3_column_int64(st, 6);
+    column_scope(st, 7, &d->scope);
+    d->rung = sqlite3_column_int(st, 11);
+    d->rungs = sqlite3_column_int(st, 12);
+    d->eta = sqlite3_column_int(st, 13);
+    d->full_budget = sqlite3_column_double(st, 14);
+    const char *h = (const char *)sqlite3_column_text(st, 15);
+    snprintf(d->full_config_hash, sizeof d->full_config_hash, "%s", h ? h : "");
+    return d->spec_json && d->tags_json && d->source &&
+                   (d->name || sqlite3_column_type(st, 2) == SQLITE_NULL)
+               ? 0
+               : -1;
+}
+
+int store_asha_due(store_t *s, store_asha_due_t **out, size_t *n, char *err, size_t errlen) {
+    sqlite3_stmt *st = s->st[ST_ASHA_DUE];
+    store_asha_due_t *d = NULL;
+    size_t cap = 0, len = 0;
+    int rc;
+    *out = NULL;
+    *n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            size_t c = cap ? 2 * cap : 8;
+            store_asha_due_t *grown = realloc(d, c * sizeof *d);
+            if (!grown) goto oom;
+            d = grown;
+            cap = c;
+        }
+        if (asha_due_row(st, &d[len++]) < 0) goto oom;
+    }
+    if (rc != SQLITE_DONE) {
+        fail_db(s->db, err, errlen, "asha");
+        goto fail;
+    }
+    reset(st);
+    *out = d;
+    *n = len;
+    return 0;
+oom:
+    fail(err, errlen, "store: asha: out of memory");
+fail:
+    reset(st);
+    store_asha_due_free(d, len);
+    return -1;
+}
+
+int store_asha_promote(store_t *s, int64_t from, int64_t by, const store_new_experiment_t *e,
+                       int64_t *id, char *err, size_t errlen) {
+    if (!e->asha) return fail(err, errlen, "store: promote: the experiment has no rung");
+    if (begin(s, err, errlen) < 0) return -1;
+    if (store_insert(s, e, id, err, errlen) < 0) goto fail;
+    sqlite3_stmt *st = s->st[ST_ASHA_MARK];
+    sqlite3_bind_int64(st, 1, from);
+    sqlite3_bind_int64(st, 2, *id);
+    if (by > 0)
+        sqlite3_bind_int64(st, 3, by);
+    else
+        sqlite3_bind_null(st, 3);
+    if (run(s, ST_ASHA_MARK, "promote", err, errlen) < 0) goto fail;
+    if (sqlite3_changes(s->db) != 1) { /* promoted already (or gone): nothing is written */
+        rollback(s);
+        return 1;
+    }
+    if (commit(s, err, errlen) < 0) goto fail;
+    return 0;
+fail:
+    rollback(s);
+    return -1;
+}
+
 /* ---------------------------------------------------------------- queries */
 
 cJSON *store_list(store_t *s, const char *status, const char *dataset, const store_scope_t *scope,
@@ -1213,8 +1347,10 @@ cJSON *store_list(store_t *s, const char *status, const char *dataset, const sto
     return rows_array(s, st, "list", err, errlen);
 }
 
-/* The experiment row with its spec and result (or null) into *out; the
- * caller owns it. Returns 0 or a store_get error code with err. */
+#define ASHA_GET_COLUMNS 6 /* rung, rungs, eta, full_budget, promoted_to, promotions */
+
+/* The experiment row with its spec, its rung under asha (or null) and its
+ * result (or null) into *out; the caller owns it. Returns 0 or a store_get error code with err. */
 static int experiment_object(store_t *s, int64_t id, cJSON **out, char *err, size_t errlen) {
     cJSON *o = NULL, *res = NULL;
     int code = NS_ERR_IO;
@@ -1228,7 +1364,13 @@ static int experiment_object(store_t *s, int64_t id, cJSON **out, char *err, siz
         goto fail;
     }
     if (rc != SQLITE_ROW) goto db_error;
-    if (!(o = row_object(st, 0, sqlite3_column_count(st), ROW_TYPED))) goto oom;
+    /* ST_GET's last ASHA_GET_COLUMNS columns (from rung on) are its "asha" object. */
+    int ncol = sqlite3_column_count(st), a = ncol - ASHA_GET_COLUMNS;
+    if (!(o = row_object(st, 0, a, ROW_TYPED))) goto oom;
+    res = sqlite3_column_type(st, a) == SQLITE_NULL ? cJSON_CreateNull()
+                                                    : row_object(st, a, ncol, ROW_TYPED);
+    if (!res || !cJSON_AddItemToObject(o, "asha", res)) goto oom;
+    res = NULL;
     reset(st);
 
     st = s->st[ST_GET_RESULT];

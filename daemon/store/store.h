@@ -54,8 +54,19 @@ typedef struct {
     int64_t seed;
     int64_t parent;     /* 0 = none */
     const char *source; /* "api", "cli" or "agent" */
-    int priority;       /* higher runs first; ties: a person's before the agent's, then oldest */
+    int priority;       /* higher runs first; ties: a higher rung, a person's before the agent's,
+                           then oldest */
+    const struct store_asha *asha; /* its rung under serve --prune asha; NULL = none */
 } store_new_experiment_t;
+
+/* A run's place on the ladder of asynchronous successive halving
+ * (schema/013_asha.sql, sched.h). Strings are borrowed for the call. */
+typedef struct store_asha {
+    int rung;                     /* 0 .. rungs - 1 */
+    int rungs, eta;               /* the ladder it was filed under */
+    double full_budget;           /* the budget the spec was submitted at (its budget_kind) */
+    const char *full_config_hash; /* spec_config_hash of the spec at full_budget */
+} store_asha_t;
 
 /* What the scheduler needs to start one. Strings are owned by the struct;
  * release with store_experiment_clear. */
@@ -226,6 +237,41 @@ int store_requeue_unstarted(store_t *s, int64_t id, const char *reason, char *er
 /* Number of queued experiments, or -1 on error. */
 int64_t store_queue_depth(store_t *s, char *err, size_t errlen);
 
+/* --- asynchronous successive halving (serve --prune asha, sched.h) --- */
+
+/* A finished run that is due for promotion: the spec it ran, its seed, and
+ * its place (full_config_hash points into the struct); release the array
+ * with store_asha_due_free. */
+typedef struct {
+    int64_t id;
+    char *spec_json, *name, *tags_json, *source;
+    int priority;
+    int64_t seed;
+    store_scope_t scope; /* the rung it finished at */
+    int rung, rungs, eta;
+    double full_budget;
+    char full_config_hash[SPEC_HASH_HEX];
+} store_asha_due_t;
+
+/* Every run that the rule of successive halving promotes and that is not
+ * promoted yet: among the finished runs of a rung (same dataset, budget,
+ * evaluation, rung and full budget; every final status but cancelled and
+ * interrupted, which say nothing about the configuration), ranked by val_bpb
+ * with every run that did not succeed last, the first floor(n / eta) that
+ * succeeded, are below the top rung and have no promoted_to. Oldest first,
+ * into a new array *out of *n (NULL when 0). */
+int store_asha_due(store_t *s, store_asha_due_t **out, size_t *n, char *err, size_t errlen);
+void store_asha_due_free(store_asha_due_t *d, size_t n);
+
+/* Promote run from: queue e (the next rung's experiment; e->asha set) and
+ * record it as from's promoted_to, with by (the experiment whose end the
+ * promotion was decided at; 0 = none, at a start) as its promoted_by, in one
+ * transaction. Returns 0 with *id the
+ * new experiment, 1 when from was promoted already (nothing written), -1 with
+ * err. */
+int store_asha_promote(store_t *s, int64_t from, int64_t by, const store_new_experiment_t *e,
+                       int64_t *id, char *err, size_t errlen);
+
 /* --- queries for the API (each returns a new cJSON tree, or NULL with err) --- */
 
 /* List: status filter (NULL = any), dataset filter (NULL or "" = any), scope filter (NULL =
@@ -235,13 +281,17 @@ int64_t store_queue_depth(store_t *s, char *err, size_t errlen);
  * queue an unknown id gives an empty page). val_bpb order is best first, runs without a result
  * last; queue order is the order store_claim_next takes them in. Each item: id, name, tags,
  * status, reason, source, priority, parent, seed, attempt, created/started/finished (ISO-8601
- * UTC), dataset, budget_kind, budget, eval_tokens, val_bpb (null unless succeeded), params_total.
+ * UTC), dataset, budget_kind, budget, eval_tokens, rung (under asha, else null), val_bpb (null
+ * unless succeeded), params_total.
  * A bad argument is an error whose message names it ("order: must be one of id, -id, val_bpb,
  * created, queue"). */
 cJSON *store_list(store_t *s, const char *status, const char *dataset, const store_scope_t *scope,
                   const char *order, int limit, int64_t after, char *err, size_t errlen);
 
-/* One experiment with its spec (parsed JSON), result object (or null) and, up
+/* One experiment with its spec (parsed JSON), its rung under serve --prune asha
+ * ("asha": {rung, rungs, eta, full_budget, promoted_to (null until promoted),
+ * promotions: [{id, rung, promoted_to}], the promotions decided when this run
+ * ended: of id to rung as experiment promoted_to}, or null), result object (or null) and, up
  * to max_metrics rows, its metrics ("metrics": [{step, time_s, loss, lr_mult,
  * tok_s}], evenly spaced over the run and always ending with the last step;
  * "metrics_total": how many are stored) into *out, which the caller owns.
@@ -271,7 +321,8 @@ cJSON *store_scopes(store_t *s, int limit, char *err, size_t errlen);
  * configuration's first run), val_bpb (the mean), val_bpb_sd (sample standard
  * deviation, null with one seed), n_seeds, seeds, best_val_bpb, dataset,
  * budget_kind, budget, the spec columns (ve_layers a name or an array,
- * tie_embeddings a boolean), config_hash, ... */
+ * tie_embeddings a boolean), config_hash, ..., rung (the highest rung any run of
+ * the configuration was queued at under asha; null when none was). */
 cJSON *store_leaderboard(store_t *s, const store_scope_t *sc, int limit, char *err, size_t errlen);
 
 /* The leaderboard's columns, in order, as an array of strings (a table's
