@@ -14,7 +14,9 @@
 
 #include "engine/rng.h"
 #include "engine/spec.h"
+#include "experiments/agent/space.h"
 #include "experiments/agent/strategy.h"
+#include "experiments/agent/tpe.h"
 #include "tests/testutil.h"
 
 /* ------------------------------------------------------------- helpers */
@@ -46,11 +48,33 @@ static void load_example(const char *name, spec_t *s) {
     free(path);
 }
 
+/* The night's search space (experiments/search/space.json), loaded once per
+ * test process and freed by the suite's fini. */
+static space_t *the_space;
+
+static const space_t *space(void) {
+    char err[512];
+    if (the_space) return the_space;
+    char *path = tu_path("%s/experiments/search/space.json", tu_src());
+    the_space = space_load(path, err, sizeof err);
+    cr_assert_not_null(the_space, "%s", err);
+    free(path);
+    return the_space;
+}
+
+static void free_space(void) {
+    space_free(the_space);
+    the_space = NULL;
+}
+
+TestSuite(strategy, .fini = free_space);
+
 static strategy_t *new_strategy(log_t *l, int max_proposals) {
     strategy_opts_t o;
     spec_t base;
     char err[256];
     strategy_opts_default(&o);
+    o.space = space();
     o.seed = 7;
     o.max_proposals = max_proposals;
     /* The older cases: one baseline run and a fixed noise floor (the manual
@@ -395,6 +419,7 @@ Test(strategy, measures_the_baseline_noise_then_adopts_past_two_standard_errors)
     spec_t base, p, v2;
     char err[256];
     strategy_opts_default(&o);
+    o.space = space();
     o.seed = 7;
     o.log = log_cb;
     o.log_user = &l;
@@ -563,60 +588,91 @@ Test(strategy, rejected_specs_are_not_proposed_again) {
     free(l.text);
 }
 
-/* The invariants of a valid variant, beyond what spec_validate checks. */
-static void check_variant(const spec_t *parent, const spec_t *v, strategy_axis a) {
+/* Whether path is the axis' path, one of its "also" paths, or the one
+ * repair (train.total_batch_tokens). */
+static int axis_may_move(const space_axis_t *ax, const char *path) {
+    if (!strcmp(path, ax->path) || !strcmp(path, "train.total_batch_tokens")) return 1;
+    for (int i = 0; i < ax->n_also; i++)
+        if (!strcmp(path, ax->also[i])) return 1;
+    return 0;
+}
+
+/* Every leaf of a (a spec's canonical tree) equals b's, except those ax may
+ * move; prefix is the path so far. */
+static void same_but_axis(const cJSON *a, const cJSON *b, const char *prefix,
+                          const space_axis_t *ax) {
+    for (const cJSON *x = a->child; x; x = x->next) {
+        char path[128];
+        snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", x->string);
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
+        cr_assert_not_null(y, "%s is gone", path);
+        if (cJSON_IsObject(x))
+            same_but_axis(x, y, path, ax);
+        else if (!axis_may_move(ax, path))
+            cr_assert(cJSON_Compare(x, y, 1), "moving %s changed %s", ax->path, path);
+    }
+}
+
+static cJSON *canonical_tree(const spec_t *sp) {
+    char *text = spec_canonical_json(sp);
+    cJSON *t = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(t);
+    return t;
+}
+
+/* The invariants of a valid variant: it parses, it is another spec, and only
+ * the axis (with its "also" paths and the repair) moved, to a value of the
+ * space. */
+static void check_variant(const spec_t *parent, const spec_t *v, int a) {
+    const space_t *sp = space();
+    const space_axis_t *ax = &sp->axes[a];
     char err[SPEC_ERR_LEN];
     spec_t copy;
-    const spec_model_t *m = &v->model;
-    cr_assert_eq(spec_copy(&copy, v), 0);
-    cr_assert_eq(spec_validate(&copy, err, sizeof err), 0, "axis %s: %s", strategy_axis_name(a),
-                 err);
-    spec_free(&copy);
     char *text = spec_canonical_json(v);
     cr_assert_eq(spec_parse(text, strlen(text), &copy, err, sizeof err), 0, "axis %s: %s: %s",
-                 strategy_axis_name(a), text, err);
+                 ax->path, text, err);
     spec_free(&copy);
     free(text);
-    cr_assert_eq(m->n_embd % m->n_head, 0);
-    cr_assert_eq(m->n_head % m->n_kv_head, 0);
-    cr_assert_eq(m->head_dim % 2, 0);
-    if (a == STRATEGY_N_EMBD || a == STRATEGY_HEADS) cr_assert_geq(m->head_dim, 16);
-    cr_assert_leq(m->ve_gate_channels, m->n_embd);
-    cr_assert_eq(v->train.total_batch_tokens % (v->train.batch_size * m->seq_len), 0);
+    cr_assert_eq(v->train.total_batch_tokens % (v->train.batch_size * v->model.seq_len), 0);
     char *a_id = identity(parent), *b_id = identity(v);
-    cr_assert_str_neq(a_id, b_id, "axis %s changed nothing", strategy_axis_name(a));
+    cr_assert_str_neq(a_id, b_id, "axis %s changed nothing", ax->path);
     free(a_id);
     free(b_id);
-    /* Only the axis' own fields (and their stated consequences) move. */
-    const spec_model_t *pm = &parent->model;
-    if (a != STRATEGY_DEPTH) cr_assert_eq(m->depth, pm->depth);
-    if (a != STRATEGY_N_EMBD) cr_assert_eq(m->n_embd, pm->n_embd);
-    if (a != STRATEGY_HEADS) cr_assert(m->n_head == pm->n_head && m->n_kv_head == pm->n_kv_head);
-    if (a != STRATEGY_MLP) cr_assert_eq(m->mlp, pm->mlp);
-    if (a != STRATEGY_WINDOW) cr_assert_str_eq(m->window_pattern, pm->window_pattern);
-    if (a != STRATEGY_LR) cr_assert_eq(v->train.matrix_lr, parent->train.matrix_lr);
-    if (a != STRATEGY_BATCH) cr_assert_eq(v->train.batch_size, parent->train.batch_size);
+    cJSON *pt = canonical_tree(parent), *vt = canonical_tree(v);
+    same_but_axis(pt, vt, "", ax);
+    cJSON_Delete(pt);
+    cJSON_Delete(vt);
+    space_point_t x;
+    cr_assert_eq(space_read(sp, v, &x), 0);
+    if (ax->n_values)
+        cr_assert(x.v[a] >= 0 && x.v[a] < ax->n_values, "axis %s: not a listed value", ax->path);
+    else
+        cr_assert(x.v[a] >= ax->low && x.v[a] <= ax->high, "axis %s: %g outside %g..%g", ax->path,
+                  x.v[a], ax->low, ax->high);
     cr_assert_eq(v->seed, parent->seed);
 }
 
 Test(strategy, every_axis_gives_valid_variants) {
     const char *examples[] = {"baseline.json", "gqa_swiglu.json", "deep_narrow.json",
                               "learned_pos_tied.json"};
+    const space_t *sp = space();
     rng_t rng;
     rng_seed(&rng, 12345);
-    int moved[STRATEGY_N_AXES] = {0};
+    int moved[SPACE_MAX_AXES] = {0};
     for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) {
         spec_t parent;
         load_example(examples[e], &parent);
         /* Each example, and a chain of random variants of it: many shapes of best. */
-        for (int step = 0; step < 60; step++) {
-            for (int a = 0; a < STRATEGY_N_AXES; a++) {
+        for (int step = 0; step < 30; step++) {
+            for (int a = 0; a < sp->n_axes; a++) {
                 spec_t v;
                 strategy_change_t ch;
                 cr_assert_eq(spec_copy(&v, &parent), 0);
-                if (strategy_mutate(&v, (strategy_axis)a, &rng, &ch) == 0) {
-                    check_variant(&parent, &v, (strategy_axis)a);
+                if (strategy_mutate(sp, &v, a, &rng, &ch) == 0) {
+                    check_variant(&parent, &v, a);
                     cr_assert(ch.desc[0] && ch.label[0]);
+                    cr_assert(strstr(ch.label, sp->axes[a].name) == ch.label, "%s", ch.label);
                     moved[a]++;
                 } else {
                     char *x = identity(&parent), *y = identity(&v);
@@ -628,12 +684,12 @@ Test(strategy, every_axis_gives_valid_variants) {
             }
             /* Walk on: the parent becomes a random variant of itself. */
             strategy_change_t ch;
-            strategy_mutate(&parent, (strategy_axis)rng_below(&rng, STRATEGY_N_AXES), &rng, &ch);
+            strategy_mutate(sp, &parent, (int)rng_below(&rng, (uint64_t)sp->n_axes), &rng, &ch);
         }
         spec_free(&parent);
     }
-    for (int a = 0; a < STRATEGY_N_AXES; a++)
-        cr_expect_gt(moved[a], 100, "axis %s moved only %d times", strategy_axis_name(a), moved[a]);
+    for (int a = 0; a < sp->n_axes; a++)
+        cr_expect_gt(moved[a], 40, "axis %s moved only %d times", sp->axes[a].path, moved[a]);
 }
 
 /* Long runs: every proposal validates and no spec is ever proposed twice,
