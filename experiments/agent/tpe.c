@@ -40,8 +40,9 @@ static int unit_points(const space_t *sp, int a, const side_t *s, double *u, dou
         sum2 += v * v;
     }
     double sd = m > 1 ? sqrt(fmax(0, (sum2 - sum * sum / m) / (m - 1))) : 0.25;
-    double h = 1.06 * sd * pow(m > 0 ? m : 1, -0.2);
-    *bw = h < MIN_BW ? MIN_BW : h > MAX_BW ? MAX_BW : h;
+    double h = 1.06 * sd * pow(m > 0 ? m : 1, -0.2), lo = 1.0 / (m + 1 < 100 ? m + 1 : 100);
+    if (lo < MIN_BW) lo = MIN_BW;
+    *bw = h < lo ? lo : h > MAX_BW ? MAX_BW : h;
     return m;
 }
 
