@@ -1295,3 +1295,108 @@ Test(strategy, tpe_beats_random_search_on_a_scripted_objective, .timeout = 240) 
     compare_on(0);
     compare_on(1);
 }
+
+/* Proposals of a seeded tpe night, as names: the same seed and results give
+ * the same night. */
+static char *tpe_names(uint64_t seed) {
+    strategy_opts_t o;
+    spec_t base;
+    char err[256];
+    strategy_opts_default(&o);
+    o.space = space();
+    o.kind = STRATEGY_TPE;
+    o.seed = seed;
+    o.noise_seeds = 1;
+    o.log = quiet_cb;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    far_objective = 1;
+    size_t len = 0;
+    char *names = calloc(1, 1);
+    for (int i = 0; i < 20; i++) {
+        spec_t p;
+        only_proposal(decide(s, queue_empty()), &p);
+        names = realloc(names, len + strlen(p.name) + 2);
+        len += (size_t)sprintf(names + len, "%s\n", p.name);
+        cJSON_Delete(decide(s, finished(i + 1, "succeeded", spec_json(&p), objective(&p), 1)));
+        spec_free(&p);
+    }
+    strategy_free(s);
+    spec_free(&base);
+    return names;
+}
+
+Test(strategy, tpe_is_deterministic_given_the_seed) {
+    char *a = tpe_names(5), *b = tpe_names(5), *c = tpe_names(6);
+    cr_expect_str_eq(a, b);
+    cr_expect_str_neq(a, c, "another seed, the same night");
+    cr_expect(strstr(a, "tpe#"), "%s", a);
+    free(a), free(b), free(c);
+}
+
+/* The confirmation rule: a variant that beats the best by less than one
+ * standard error gets no further seed; the lowest mean past one SE gets one;
+ * and confirmation seeds never pass confirm_frac of the proposals. */
+Test(strategy, confirmation_seeds_are_bounded) {
+    log_t l = {0};
+    strategy_opts_t o;
+    spec_t base, p, v;
+    char err[256];
+    strategy_opts_default(&o);
+    o.space = space();
+    o.kind = STRATEGY_RANDOM;
+    o.seed = 3;
+    o.log = log_cb;
+    o.log_user = &l;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    cJSON *r = decide(s, queue_empty());
+    cr_assert_eq(cJSON_GetArraySize(r), 3, "the baseline's three noise seeds");
+    cJSON_Delete(r);
+    const double seeds[] = {2.50, 2.52, 2.48}; /* sd 0.02: one SE vs one seed 0.0231 */
+    for (int i = 0; i < 3; i++) {
+        spec_t b;
+        spec_copy(&b, &base);
+        b.seed = base.seed + i;
+        cJSON_Delete(decide(s, finished(1 + i, "succeeded", spec_json(&b), seeds[i], 5)));
+        spec_free(&b);
+    }
+    /* 0.01 better: within one SE, so the next proposal is a new point */
+    spec_copy(&v, &base);
+    v.model.mlp = MLP_GELU;
+    cr_assert_eq(spec_validate(&v, NULL, 0), 0);
+    only_proposal(decide(s, finished(4, "succeeded", spec_json(&v), 2.49, 0)), &p);
+    cr_expect(!has_tag(&p, "rerun"), "a gain within one SE was confirmed: %s", p.name);
+    cr_expect(has_tag(&p, "random"), "%s", p.name);
+    cr_expect(logged(&l, "a further seed is the confirmation rule's to give"));
+    spec_free(&p);
+    /* 0.03 better: past one SE (0.0231), not past two (0.0462): one more seed */
+    v.model.mlp = MLP_SWIGLU;
+    cr_assert_eq(spec_validate(&v, NULL, 0), 0);
+    only_proposal(decide(s, finished(5, "succeeded", spec_json(&v), 2.47, 0)), &p);
+    cr_expect(has_tag(&p, "rerun"), "%s", p.name);
+    cr_expect_eq(p.model.mlp, MLP_SWIGLU);
+    cr_expect(logged(&l, "confirming #5, the lowest mean: 2.4700 over 1 seed beats best 2.5000 "
+                         "(#1) by 0.0300 > one SE 0.0231"));
+    spec_free(&p);
+    spec_free(&v);
+    /* A long night where every new point beats the best past one SE but not two:
+     * re-runs stay within a quarter of the proposals. */
+    int reruns = 0;
+    for (int i = 0; i < 80; i++) {
+        only_proposal(decide(s, queue_empty()), &p);
+        reruns += has_tag(&p, "rerun");
+        double val = has_tag(&p, "rerun") ? 2.50 : 2.469 - 0.0001 * i;
+        cJSON_Delete(decide(s, finished(10 + i, "succeeded", spec_json(&p), val, 1)));
+        spec_free(&p);
+        cr_expect_leq(reruns + 1, 0.25 * (strategy_n_proposals(s)) + 1,
+                      "%d re-runs in %d proposals", reruns + 1, strategy_n_proposals(s));
+    }
+    cr_expect_gt(reruns, 5, "the rule confirmed nothing");
+    cr_expect(logged(&l, "confirmation seeds would pass 25% of the proposals"));
+    strategy_free(s);
+    spec_free(&base);
+    free(l.text);
+}

@@ -461,10 +461,11 @@ static int run_agent(agent_t *a) {
     uv_signal_start(&a->sigterm, signal_cb, SIGTERM);
     char rule[64] = "2 standard errors";
     if (a->o.noise_floor > 0) snprintf(rule, sizeof rule, "noise floor %g", a->o.noise_floor);
-    log_info("nightshift agent: strategy %s over %d axes of %s, baseline %s (%d seeds), adopting "
-             "past %s, state %s",
-             strategy_kind_name(so.kind), a->space->n_axes, a->o.space, a->o.baseline,
-             a->o.noise_seeds, rule, a->o.state[0] ? a->o.state : "not kept");
+    log_info("nightshift agent: strategy %s over %d ax%s of %s, baseline %s (%d seeds), "
+             "adopting past %s, state %s",
+             strategy_kind_name(so.kind), a->space->n_axes, a->space->n_axes == 1 ? "is" : "es",
+             a->o.space, a->o.baseline, a->o.noise_seeds, rule,
+             a->o.state[0] ? a->o.state : "not kept");
     /* The one line on stdout: scripts and tests read the bound port from it. */
     printf("listening on http://%s%s%s:%d\n", strchr(a->o.host, ':') ? "[" : "", a->o.host,
            strchr(a->o.host, ':') ? "]" : "", port);
