@@ -1400,3 +1400,51 @@ Test(strategy, confirmation_seeds_are_bounded) {
     spec_free(&base);
     free(l.text);
 }
+
+/* tpe's state: the points of its configurations survive a save and a load,
+ * and both copies go on with the same proposals. */
+Test(strategy, tpe_state_round_trip) {
+    strategy_opts_t o;
+    spec_t base;
+    char err[512];
+    strategy_opts_default(&o);
+    o.space = space();
+    o.kind = STRATEGY_TPE;
+    o.noise_seeds = 1;
+    o.log = quiet_cb;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    strategy_t *t = strategy_new(&base, &o, err, sizeof err);
+    cr_assert(s && t, "%s", err);
+    far_objective = 1;
+    for (int i = 0; i < 10; i++) {
+        spec_t p;
+        only_proposal(decide(s, queue_empty()), &p);
+        const char *status = i == 3 ? "diverged" : "succeeded";
+        cJSON_Delete(decide(s, finished(i + 1, status, spec_json(&p), objective(&p), 1)));
+        spec_free(&p);
+    }
+    char *dir = tu_tmpdir(), *path = tu_path("%s/tpe-state.json", dir);
+    cr_assert_eq(strategy_save(s, path, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(strategy_load(t, path, err, sizeof err), 0, "%s", err);
+    char *text = tu_read(path);
+    cr_expect(strstr(text, "\"point\"") && strstr(text, "\"train.matrix_lr\""), "%s", text);
+    cr_expect(strstr(text, "\"diverged\":\t1") || strstr(text, "\"diverged\": 1") ||
+                  strstr(text, "\"diverged\":1"),
+              "the diverged run is not kept");
+    free(text);
+    for (int i = 0; i < 5; i++) {
+        spec_t x, y;
+        only_proposal(decide(s, queue_empty()), &x);
+        only_proposal(decide(t, queue_empty()), &y);
+        cr_expect_str_eq(x.name, y.name, "proposal %d differs after the reload", i);
+        spec_free(&x);
+        spec_free(&y);
+    }
+    tu_rmrf(dir);
+    free(dir);
+    free(path);
+    strategy_free(s);
+    strategy_free(t);
+    spec_free(&base);
+}
