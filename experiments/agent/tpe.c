@@ -113,10 +113,9 @@ static void draw(const space_t *sp, const side_t *s, rng_t *rng, space_point_t *
 }
 
 /* Observation order: by y, then by index (a stable, seed-free order). */
-static const tpe_obs_t *sort_obs;
-static int by_y(const void *pa, const void *pb) {
+static int by_y(const void *pa, const void *pb, void *obs) {
     int a = *(const int *)pa, b = *(const int *)pb;
-    double ya = sort_obs[a].y, yb = sort_obs[b].y;
+    double ya = ((const tpe_obs_t *)obs)[a].y, yb = ((const tpe_obs_t *)obs)[b].y;
     if (ya != yb) return ya < yb ? -1 : 1;
     return a - b;
 }
@@ -129,8 +128,7 @@ static void split(const tpe_obs_t *obs, int n, double gamma, int *idx, side_t *g
         idx[i] = i;
         finite += isfinite(obs[i].y);
     }
-    sort_obs = obs;
-    qsort(idx, (size_t)n, sizeof *idx, by_y);
+    qsort_r(idx, (size_t)n, sizeof *idx, by_y, (void *)obs);
     int n_good = (int)ceil(gamma * n);
     if (n_good < 1) n_good = 1;
     if (n_good > finite) n_good = finite;
