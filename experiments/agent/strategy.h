@@ -20,7 +20,8 @@
  * Decisions, in order:
  *   - no success yet and the baseline has not been run: propose the baseline
  *     with noise_seeds seeds (seed .. seed + k - 1) to measure the noise;
- *   - a run that did not succeed (failed, diverged, pruned, ...) is discarded;
+ *   - a run that did not succeed (failed, diverged, pruned, ...) is discarded
+ *     (one that diverged in the scope is a bad result for tpe's model);
  *   - a run of the best configuration updates the best mean;
  *   - a run of another scope is logged and ignored;
  *   - otherwise its configuration's mean (over its n_c seeds) is compared with
@@ -49,7 +50,14 @@
  * confirm_frac of the proposals (counting this one). Any other variant is
  * left as it is: its seed still informs the model. Runs of the baseline's
  * noise are not confirmations.
-
+ *
+ * The mix of tpe: a quarter of its proposals (local_frac) move one or two
+ * axes of the lowest mean seen to neighbouring values, the rest are the
+ * model's. The model scores each axis on its own (tpe.h), so it cannot see
+ * that two axes must move together, and it spreads its draws over every good
+ * result; a local move spends a few runs polishing the leader, which is what
+ * a short night's answer is made of.
+ *
  * Identity: the canonical spec without name, tags, priority and parent (the
  * daemon's dedup key) with the per-layer choices written out, so that
  * ve_layers "alternate" and [1,3] at depth 4 are the same spec.
