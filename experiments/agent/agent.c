@@ -45,7 +45,7 @@ typedef struct {
     char baseline[PATH_MAX];
     char space[PATH_MAX]; /* "" = DEFAULT_SPACE, found by find_space */
     int strategy;         /* a strategy_kind */
-    double confirm_frac;
+    double confirm_frac, local_frac;
     int startup;
     char state[PATH_MAX]; /* "" = no persistence */
     int64_t seed;
@@ -309,6 +309,10 @@ static const opt_t agent_rows[] = {
      .help = "random, tpe: confirmation seeds at most this fraction of the proposals"},
     {"startup", OPT_INT, FIELD(startup), .lo = 0, .hi = 1 << 20, .def = STRATEGY_DEFAULT_STARTUP,
      .arg = "N", .help = "tpe: random draws until N configurations have results"},
+    {"local-frac", OPT_NUM, FIELD(local_frac), .lo = 0, .hi = 1, .def = STRATEGY_DEFAULT_LOCAL,
+     .arg = "F",
+     .help = "tpe: this fraction of the proposals moves one or two axes of the lowest mean "
+             "seen instead of asking the model"},
     {"state", OPT_STRING, TEXT(state), .arg = "FILE",
      .help = "save the agent's state here after every decision, and resume from it"},
     {"seed", OPT_INT64, FIELD(seed), .lo = 0, .hi = 9007199254740991.0,
@@ -417,6 +421,7 @@ static int run_agent(agent_t *a) {
     so.space = a->space;
     so.confirm_frac = a->o.confirm_frac;
     so.n_startup = a->o.startup;
+    so.local_frac = a->o.local_frac;
     so.noise_floor = a->o.noise_floor;
     so.noise_seeds = a->o.noise_seeds;
     so.max_seeds = a->o.max_seeds;

@@ -102,7 +102,7 @@ void strategy_opts_default(strategy_opts_t *o) {
     o->kind = STRATEGY_CLIMB;
     o->confirm_frac = STRATEGY_DEFAULT_CONFIRM;
     o->n_startup = STRATEGY_DEFAULT_STARTUP;
-    o->local_frac = 0.25;
+    o->local_frac = STRATEGY_DEFAULT_LOCAL;
 }
 
 static void say(strategy_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -56,7 +56,12 @@
  * model's. The model scores each axis on its own (tpe.h), so it cannot see
  * that two axes must move together, and it spreads its draws over every good
  * result; a local move spends a few runs polishing the leader, which is what
- * a short night's answer is made of.
+ * a short night's answer is made of. Measured on the scripted surfaces of
+ * the tests (mean gap to the optimum after 40 runs, 5 seeds, near / far):
+ * local_frac 0: 0.050 / 0.049; 0.25: 0.020 / 0.059; 0.5: 0.034 / 0.019. Any
+ * mix beats none; between a quarter and a half, five seeds do not decide, so
+ * the default leaves the model most of the night (--local-frac to change it).
+ * A startup of 10 (Optuna's) instead of 5: 0.034 / 0.102.
  *
  * Identity: the canonical spec without name, tags, priority and parent (the
  * daemon's dedup key) with the per-layer choices written out, so that
@@ -109,6 +114,7 @@ typedef void (*strategy_log_fn)(void *user, const char *line);
 #define STRATEGY_QUEUE_AUTO          (-1) /* queue_target: one per experiment seen running */
 #define STRATEGY_DEFAULT_CONFIRM     0.25 /* confirm_frac of random and tpe */
 #define STRATEGY_DEFAULT_STARTUP     5    /* results before tpe's model is used */
+#define STRATEGY_DEFAULT_LOCAL       0.25 /* local_frac of tpe */
 
 typedef struct {
     strategy_kind kind;   /* default STRATEGY_CLIMB */
@@ -116,7 +122,8 @@ typedef struct {
     double confirm_frac;  /* random, tpe: confirmation seeds at most this fraction of the
                              proposals; default STRATEGY_DEFAULT_CONFIRM */
     int n_startup;        /* tpe: random draws until this many configurations have results */
-    double local_frac;    /* tpe: this fraction of proposals moves the lowest mean locally */
+    double local_frac;    /* tpe: this fraction of proposals moves the lowest mean locally;
+                             default STRATEGY_DEFAULT_LOCAL */
     double noise_floor;   /* > 0: a fixed val_bpb gain to adopt instead of 2 SE; 0: none */
     int noise_seeds;      /* seeds of the baseline run first to measure the noise; default 3;
                              0 = the baseline is not run first */
