@@ -10,8 +10,13 @@
 # NIGHTSHIFT_SLOTS (auto: serve picks slots and threads from the CPUs, the memory
 # and the default spec; a number fixes it), NIGHTSHIFT_BASELINE (experiments/specs/baseline.json),
 # NIGHTSHIFT_PRUNE (off; "median" stops runs that lag the median, "asha" runs successive
-# halving over budgets; see serve --help).
+# halving over budgets; see serve --help),
+# NIGHTSHIFT_STRATEGY (the agent's --strategy: climb, tpe or random; default below).
 set -euo pipefail
+
+# The agent's strategy when NIGHTSHIFT_STRATEGY does not name one: the one
+# place to change it (make bench-search measures the strategies side by side).
+default_strategy=climb
 
 bin=$1
 state=$2
@@ -20,6 +25,7 @@ agent_port=${NIGHTSHIFT_AGENT_PORT:-8090}
 slots=${NIGHTSHIFT_SLOTS:-auto}
 baseline=${NIGHTSHIFT_BASELINE:-experiments/specs/baseline.json}
 prune=${NIGHTSHIFT_PRUNE:-off}
+strategy=${NIGHTSHIFT_STRATEGY:-$default_strategy}
 url=http://127.0.0.1:$port
 
 # Already running (a second `make run`)? Say where, rather than fail on the port.
@@ -85,7 +91,8 @@ start() {
 }
 
 start agent "$state/agent.log" "$bin" agent --listen "127.0.0.1:$agent_port" \
-    --secret-file "$secret" --baseline "$baseline" --state "$state/agent-state.json"
+    --secret-file "$secret" --baseline "$baseline" --strategy "$strategy" \
+    --space experiments/search/space.json --state "$state/agent-state.json"
 daemon_from=$(log_end "$state/daemon.log")
 start daemon "$state/daemon.log" "$bin" serve --dir "$state" --listen "127.0.0.1:$port" \
     --slots "$slots" --prune "$prune" --agent-url "http://127.0.0.1:$agent_port/hook" \
@@ -109,7 +116,7 @@ fi
 
 cat <<EOF
 
-nightshift is running: the daemon at $url, the reference agent at 127.0.0.1:$agent_port.
+nightshift is running: the daemon at $url, the reference agent ($strategy) at 127.0.0.1:$agent_port.
   dashboard:       $url/
   live progress:   $bin watch --url $url
   the agent:       $bin agent status --url http://127.0.0.1:$agent_port

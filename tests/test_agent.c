@@ -31,17 +31,24 @@ static char *dir;      /* the test's directory */
 static char *err_path; /* the agent's stderr, dir/agent.err */
 static tu_server_t A;  /* the agent, while one runs */
 
-/* Start the agent (with --state when state is not NULL); it must print its
- * address within START_TIMEOUT_S. */
-static void agent_start(const char *state) {
+/* Start the agent with more arguments (NULL-terminated, at most 8); it must
+ * print its address within START_TIMEOUT_S. */
+static void agent_start_with(const char *const *more) {
     char *baseline = tu_path("%s/experiments/specs/baseline.json", tu_src());
-    char *argv[] = {(char *)tu_bin(), "agent",    "--listen",
-                    "127.0.0.1:0",    "--secret", SECRET,
-                    "--baseline",     baseline,   state ? "--state" : NULL,
-                    (char *)state,    NULL};
+    char *argv[24] = {(char *)tu_bin(), "agent", "--listen",   "127.0.0.1:0",
+                      "--secret",       SECRET,  "--baseline", baseline};
+    int n = 8;
+    for (int i = 0; more && more[i] && i < 8; i++) argv[n++] = (char *)more[i];
+    argv[n] = NULL;
     tu_server_release(&A); /* an earlier run's */
     tu_server_start(&A, "agent", argv, err_path, START_TIMEOUT_S);
     free(baseline);
+}
+
+/* Start the agent (with --state when state is not NULL). */
+static void agent_start(const char *state) {
+    const char *more[] = {state ? "--state" : NULL, state, NULL};
+    agent_start_with(more);
 }
 
 /* SIGTERM: the agent must exit 0 within STOP_TIMEOUT_S, with no sanitizer
@@ -428,4 +435,58 @@ Test(agent, a_rebinding_page_cannot_read_the_status) {
     tu_http_headers(&A, "GET", "/", NULL, 0, own, &r);
     cr_expect_eq(r.status, 200, "%ld %s", r.status, r.body);
     tu_reply_free(&r);
+}
+
+/* --space and --strategy: a bad space file stops the agent with the file and
+ * the axis named; a space of one axis the code has no table for, searched by
+ * tpe, is what the proposals move; GET says which strategy runs. */
+Test(agent, the_space_file_and_the_strategy) {
+    tu_run_t r;
+    tu_run_bin(&r, 10, "agent", "--secret", "x", "--space", "/nonexistent/space.json", "--listen",
+               "127.0.0.1:0", NULL);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "/nonexistent/space.json"), "%s", r.err);
+    tu_run_free(&r);
+    char *bad = tu_path("%s/bad-space.json", dir);
+    tu_write(bad, "{\"axes\":[{\"path\":\"model.widht\",\"type\":\"int\",\"low\":1,"
+                  "\"high\":2}]}");
+    tu_run_bin(&r, 10, "agent", "--secret", "x", "--space", bad, "--listen", "127.0.0.1:0", NULL);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "bad-space.json: axes[0]: model.widht is not a field of a spec"), "%s",
+              r.err);
+    tu_run_free(&r);
+    tu_run_bin(&r, 10, "agent", "--secret", "x", "--strategy", "annealing", NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "strategy"), "%s", r.err);
+    tu_run_free(&r);
+
+    char *good = tu_path("%s/space.json", dir);
+    tu_write(good, "{\"axes\":[{\"path\":\"model.mlp_ratio\",\"type\":\"float\","
+                   "\"values\":[2,3,6]}]}");
+    const char *more[] = {"--space", good, "--strategy", "tpe", "--noise-seeds", "0", NULL};
+    agent_start_with(more);
+    int ratios[3] = {0};
+    for (int i = 0; i < 3; i++) { /* three points: the whole space, one each */
+        char id[16], *resp = NULL;
+        snprintf(id, sizeof id, "evt_s%d", i);
+        cr_assert_eq(post_signed(id, 0, QUEUE_EMPTY, &resp), 200, "%s", resp);
+        spec_t p;
+        reply_spec(resp, &p);
+        cr_expect(has_tag(&p, "tpe"), "%s", p.name);
+        cr_expect_eq(p.model.depth, 4, "a field outside the space moved");
+        for (int k = 0; k < 3; k++) ratios[k] += p.model.mlp_ratio == (double[]){2, 3, 6}[k];
+        spec_free(&p);
+        free(resp);
+    }
+    for (int k = 0; k < 3; k++) cr_expect_eq(ratios[k], 1, "mlp_ratio value %d: %d", k, ratios[k]);
+    tu_reply_t st;
+    tu_http(&A, "GET", "/", NULL, 0, NULL, &st);
+    cr_expect(st.status == 200 && strstr(st.body, "\"strategy\":\"tpe\""), "%s", st.body);
+    tu_reply_free(&st);
+    agent_stop();
+    char *log = tu_read(err_path);
+    cr_expect(log && strstr(log, "strategy tpe over 1 axis of"), "%s", log);
+    free(log);
+    free(good);
+    free(bad);
 }

@@ -14,7 +14,9 @@
 
 #include "engine/rng.h"
 #include "engine/spec.h"
+#include "experiments/agent/space.h"
 #include "experiments/agent/strategy.h"
+#include "experiments/agent/tpe.h"
 #include "tests/testutil.h"
 
 /* ------------------------------------------------------------- helpers */
@@ -46,11 +48,33 @@ static void load_example(const char *name, spec_t *s) {
     free(path);
 }
 
+/* The night's search space (experiments/search/space.json), loaded once per
+ * test process and freed by the suite's fini. */
+static space_t *the_space;
+
+static const space_t *space(void) {
+    char err[512];
+    if (the_space) return the_space;
+    char *path = tu_path("%s/experiments/search/space.json", tu_src());
+    the_space = space_load(path, err, sizeof err);
+    cr_assert_not_null(the_space, "%s", err);
+    free(path);
+    return the_space;
+}
+
+static void free_space(void) {
+    space_free(the_space);
+    the_space = NULL;
+}
+
+TestSuite(strategy, .fini = free_space);
+
 static strategy_t *new_strategy(log_t *l, int max_proposals) {
     strategy_opts_t o;
     spec_t base;
     char err[256];
     strategy_opts_default(&o);
+    o.space = space();
     o.seed = 7;
     o.max_proposals = max_proposals;
     /* The older cases: one baseline run and a fixed noise floor (the manual
@@ -395,6 +419,7 @@ Test(strategy, measures_the_baseline_noise_then_adopts_past_two_standard_errors)
     spec_t base, p, v2;
     char err[256];
     strategy_opts_default(&o);
+    o.space = space();
     o.seed = 7;
     o.log = log_cb;
     o.log_user = &l;
@@ -563,60 +588,91 @@ Test(strategy, rejected_specs_are_not_proposed_again) {
     free(l.text);
 }
 
-/* The invariants of a valid variant, beyond what spec_validate checks. */
-static void check_variant(const spec_t *parent, const spec_t *v, strategy_axis a) {
+/* Whether path is the axis' path, one of its "also" paths, or the one
+ * repair (train.total_batch_tokens). */
+static int axis_may_move(const space_axis_t *ax, const char *path) {
+    if (!strcmp(path, ax->path) || !strcmp(path, "train.total_batch_tokens")) return 1;
+    for (int i = 0; i < ax->n_also; i++)
+        if (!strcmp(path, ax->also[i])) return 1;
+    return 0;
+}
+
+/* Every leaf of a (a spec's canonical tree) equals b's, except those ax may
+ * move; prefix is the path so far. */
+static void same_but_axis(const cJSON *a, const cJSON *b, const char *prefix,
+                          const space_axis_t *ax) {
+    for (const cJSON *x = a->child; x; x = x->next) {
+        char path[128];
+        snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", x->string);
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
+        cr_assert_not_null(y, "%s is gone", path);
+        if (cJSON_IsObject(x))
+            same_but_axis(x, y, path, ax);
+        else if (!axis_may_move(ax, path))
+            cr_assert(cJSON_Compare(x, y, 1), "moving %s changed %s", ax->path, path);
+    }
+}
+
+static cJSON *canonical_tree(const spec_t *sp) {
+    char *text = spec_canonical_json(sp);
+    cJSON *t = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(t);
+    return t;
+}
+
+/* The invariants of a valid variant: it parses, it is another spec, and only
+ * the axis (with its "also" paths and the repair) moved, to a value of the
+ * space. */
+static void check_variant(const spec_t *parent, const spec_t *v, int a) {
+    const space_t *sp = space();
+    const space_axis_t *ax = &sp->axes[a];
     char err[SPEC_ERR_LEN];
     spec_t copy;
-    const spec_model_t *m = &v->model;
-    cr_assert_eq(spec_copy(&copy, v), 0);
-    cr_assert_eq(spec_validate(&copy, err, sizeof err), 0, "axis %s: %s", strategy_axis_name(a),
-                 err);
-    spec_free(&copy);
     char *text = spec_canonical_json(v);
     cr_assert_eq(spec_parse(text, strlen(text), &copy, err, sizeof err), 0, "axis %s: %s: %s",
-                 strategy_axis_name(a), text, err);
+                 ax->path, text, err);
     spec_free(&copy);
     free(text);
-    cr_assert_eq(m->n_embd % m->n_head, 0);
-    cr_assert_eq(m->n_head % m->n_kv_head, 0);
-    cr_assert_eq(m->head_dim % 2, 0);
-    if (a == STRATEGY_N_EMBD || a == STRATEGY_HEADS) cr_assert_geq(m->head_dim, 16);
-    cr_assert_leq(m->ve_gate_channels, m->n_embd);
-    cr_assert_eq(v->train.total_batch_tokens % (v->train.batch_size * m->seq_len), 0);
+    cr_assert_eq(v->train.total_batch_tokens % (v->train.batch_size * v->model.seq_len), 0);
     char *a_id = identity(parent), *b_id = identity(v);
-    cr_assert_str_neq(a_id, b_id, "axis %s changed nothing", strategy_axis_name(a));
+    cr_assert_str_neq(a_id, b_id, "axis %s changed nothing", ax->path);
     free(a_id);
     free(b_id);
-    /* Only the axis' own fields (and their stated consequences) move. */
-    const spec_model_t *pm = &parent->model;
-    if (a != STRATEGY_DEPTH) cr_assert_eq(m->depth, pm->depth);
-    if (a != STRATEGY_N_EMBD) cr_assert_eq(m->n_embd, pm->n_embd);
-    if (a != STRATEGY_HEADS) cr_assert(m->n_head == pm->n_head && m->n_kv_head == pm->n_kv_head);
-    if (a != STRATEGY_MLP) cr_assert_eq(m->mlp, pm->mlp);
-    if (a != STRATEGY_WINDOW) cr_assert_str_eq(m->window_pattern, pm->window_pattern);
-    if (a != STRATEGY_LR) cr_assert_eq(v->train.matrix_lr, parent->train.matrix_lr);
-    if (a != STRATEGY_BATCH) cr_assert_eq(v->train.batch_size, parent->train.batch_size);
+    cJSON *pt = canonical_tree(parent), *vt = canonical_tree(v);
+    same_but_axis(pt, vt, "", ax);
+    cJSON_Delete(pt);
+    cJSON_Delete(vt);
+    space_point_t x;
+    cr_assert_eq(space_read(sp, v, &x), 0);
+    if (ax->n_values)
+        cr_assert(x.v[a] >= 0 && x.v[a] < ax->n_values, "axis %s: not a listed value", ax->path);
+    else
+        cr_assert(x.v[a] >= ax->low && x.v[a] <= ax->high, "axis %s: %g outside %g..%g", ax->path,
+                  x.v[a], ax->low, ax->high);
     cr_assert_eq(v->seed, parent->seed);
 }
 
 Test(strategy, every_axis_gives_valid_variants) {
     const char *examples[] = {"baseline.json", "gqa_swiglu.json", "deep_narrow.json",
                               "learned_pos_tied.json"};
+    const space_t *sp = space();
     rng_t rng;
     rng_seed(&rng, 12345);
-    int moved[STRATEGY_N_AXES] = {0};
+    int moved[SPACE_MAX_AXES] = {0};
     for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) {
         spec_t parent;
         load_example(examples[e], &parent);
         /* Each example, and a chain of random variants of it: many shapes of best. */
-        for (int step = 0; step < 60; step++) {
-            for (int a = 0; a < STRATEGY_N_AXES; a++) {
+        for (int step = 0; step < 30; step++) {
+            for (int a = 0; a < sp->n_axes; a++) {
                 spec_t v;
                 strategy_change_t ch;
                 cr_assert_eq(spec_copy(&v, &parent), 0);
-                if (strategy_mutate(&v, (strategy_axis)a, &rng, &ch) == 0) {
-                    check_variant(&parent, &v, (strategy_axis)a);
+                if (strategy_mutate(sp, &v, a, &rng, &ch) == 0) {
+                    check_variant(&parent, &v, a);
                     cr_assert(ch.desc[0] && ch.label[0]);
+                    cr_assert(strstr(ch.label, sp->axes[a].name) == ch.label, "%s", ch.label);
                     moved[a]++;
                 } else {
                     char *x = identity(&parent), *y = identity(&v);
@@ -628,12 +684,12 @@ Test(strategy, every_axis_gives_valid_variants) {
             }
             /* Walk on: the parent becomes a random variant of itself. */
             strategy_change_t ch;
-            strategy_mutate(&parent, (strategy_axis)rng_below(&rng, STRATEGY_N_AXES), &rng, &ch);
+            strategy_mutate(sp, &parent, (int)rng_below(&rng, (uint64_t)sp->n_axes), &rng, &ch);
         }
         spec_free(&parent);
     }
-    for (int a = 0; a < STRATEGY_N_AXES; a++)
-        cr_expect_gt(moved[a], 100, "axis %s moved only %d times", strategy_axis_name(a), moved[a]);
+    for (int a = 0; a < sp->n_axes; a++)
+        cr_expect_gt(moved[a], 40, "axis %s moved only %d times", sp->axes[a].path, moved[a]);
 }
 
 /* Long runs: every proposal validates and no spec is ever proposed twice,
@@ -922,4 +978,473 @@ Test(strategy, identity_merges_spellings_the_canonical_form_keeps) {
         spec_free(&a);
         spec_free(&b);
     }
+}
+
+/* ------------------------------------------------------------- the space */
+
+/* A space file's text with one axis (the JSON of an axis object). */
+static space_t *space_of(const char *axes, char *err, size_t errlen) {
+    char *text = tu_path("{\"axes\":[%s]}", axes);
+    space_t *sp = space_parse(text, strlen(text), "test.json", err, errlen);
+    free(text);
+    return sp;
+}
+
+/* Every refusal names the file, the axis and what is wrong with it. */
+Test(strategy, space_load_errors_say_what_and_where) {
+    static const struct {
+        const char *axes, *want;
+    } cases[] = {
+        {"{\"path\":\"model.dept\",\"type\":\"int\",\"low\":1,\"high\":4}",
+         "test.json: axes[0]: model.dept is not a field of a spec"},
+        {"{\"path\":\"model\",\"type\":\"int\",\"low\":1,\"high\":4}",
+         "axes[0]: model is not a field of a spec"},
+        {"{\"path\":\"seed\",\"type\":\"int\",\"low\":1,\"high\":4}",
+         "axes[0]: seed labels the run or sets its scope"},
+        {"{\"path\":\"time_budget_s\",\"type\":\"float\",\"low\":1,\"high\":4}",
+         "time_budget_s labels the run or sets its scope"},
+        {"{\"path\":\"model.depth\",\"type\":\"int\",\"low\":4,\"high\":4}",
+         "axes[0]: low 4 is not below high 4"},
+        {"{\"path\":\"model.depth\",\"type\":\"int\",\"low\":8,\"high\":2}",
+         "axes[0]: low 8 is not below high 2"},
+        {"{\"path\":\"model.depth\",\"type\":\"int\",\"low\":1.5,\"high\":4}",
+         "an int range has integer bounds"},
+        {"{\"path\":\"train.matrix_lr\",\"type\":\"float\",\"low\":0,\"high\":0.1,\"log\":true}",
+         "a log range needs low > 0"},
+        {"{\"path\":\"train.matrix_lr\",\"type\":\"float\",\"low\":0.01}",
+         "expected \"values\", or numbers \"low\" and \"high\""},
+        {"{\"path\":\"model.depth\",\"type\":\"integer\",\"low\":1,\"high\":4}",
+         "axes[0].type: expected \"int\", \"float\" or \"choice\""},
+        {"{\"path\":\"model.depth\",\"type\":\"int\",\"low\":1,\"hgih\":4}",
+         "axes[0]: unknown key \"hgih\""},
+        {"{\"path\":\"model.n_embd\",\"type\":\"int\",\"values\":[64,96.5]}",
+         "axes[0].values[1]: expected an integer"},
+        {"{\"path\":\"model.n_embd\",\"type\":\"int\",\"values\":[64,64]}",
+         "axes[0].values[1]: repeats values[0]"},
+        {"{\"path\":\"model.n_embd\",\"type\":\"int\",\"values\":[]}",
+         "axes[0].values: expected an array of 1 to 64 values"},
+        {"{\"path\":\"model.mlp\",\"type\":\"choice\",\"values\":[\"gelu\",\"bogus\"]}",
+         "axes[0].values[1]: the spec refuses it (model.mlp: "},
+        {"{\"path\":\"model.mlp\",\"type\":\"choice\",\"low\":1,\"high\":2}",
+         "a choice lists its \"values\""},
+        {"{\"path\":\"model.depth\",\"type\":\"int\",\"values\":[2,3],\"low\":1,\"high\":4}",
+         "either \"values\" or \"low\"/\"high\", not both"},
+        {"{\"path\":\"model.n_head\",\"type\":\"int\",\"values\":[1,2],\"also\":[\"model.kv\"]}",
+         "axes[0].also[0]: model.kv is not a field of a spec"},
+        {"{\"path\":\"model.depth\",\"type\":\"int\",\"low\":1,\"high\":4},"
+         "{\"path\":\"model.depth\",\"type\":\"int\",\"low\":1,\"high\":4}",
+         "axes[1]: model.depth is already axes[0]"},
+        {"3", "axes[0]: expected an object"},
+    };
+    char err[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        space_t *sp = space_of(cases[i].axes, err, sizeof err);
+        cr_expect_null(sp, "case %zu was accepted", i);
+        space_free(sp);
+        if (!sp) cr_expect(strstr(err, cases[i].want), "case %zu: %s", i, err);
+    }
+    const char *empty = "{\"axes\":[]}";
+    cr_expect_null(space_parse(empty, strlen(empty), "e.json", err, sizeof err));
+    cr_expect(strstr(err, "e.json: axes: expected an array of 1 to 32 axes"), "%s", err);
+    cr_expect_null(space_parse("nope", 4, "n.json", err, sizeof err));
+    cr_expect(strstr(err, "n.json: not a JSON object"), "%s", err);
+    cr_expect_null(space_load("/nonexistent/space.json", err, sizeof err));
+    cr_expect(strstr(err, "/nonexistent/space.json"), "%s", err);
+    /* and the night's own file loads */
+    cr_expect_geq(space()->n_axes, 10);
+}
+
+/* Uniform draws: every listed value comes up, ranges stay inside their
+ * bounds, ints are whole, and a log range's median is near the geometric
+ * mean of its bounds (a linear draw's would be near their mean). */
+Test(strategy, random_draws_cover_the_space_and_stay_in_it) {
+    const space_t *sp = space();
+    rng_t rng;
+    rng_seed(&rng, 3);
+    enum { N = 4000 };
+    int hits[SPACE_MAX_AXES][SPACE_MAX_VALUES] = {{0}}, below_geo[SPACE_MAX_AXES] = {0};
+    for (int k = 0; k < N; k++) {
+        space_point_t x;
+        space_sample(sp, &rng, &x);
+        for (int a = 0; a < sp->n_axes; a++) {
+            const space_axis_t *ax = &sp->axes[a];
+            if (ax->n_values) {
+                cr_assert(x.v[a] >= 0 && x.v[a] < ax->n_values && x.v[a] == floor(x.v[a]));
+                hits[a][(int)x.v[a]]++;
+                continue;
+            }
+            cr_assert(x.v[a] >= ax->low && x.v[a] <= ax->high, "%s: %g", ax->path, x.v[a]);
+            if (ax->type == SPACE_INT) cr_assert_eq(x.v[a], floor(x.v[a]));
+            if (ax->log) below_geo[a] += x.v[a] < sqrt(ax->low * ax->high);
+        }
+    }
+    for (int a = 0; a < sp->n_axes; a++) {
+        const space_axis_t *ax = &sp->axes[a];
+        for (int k = 0; k < ax->n_values; k++) /* expected N/K, at least 1000 */
+            cr_expect_gt(hits[a][k], N / ax->n_values / 2, "%s: value %d drawn %d times", ax->path,
+                         k, hits[a][k]);
+        if (ax->log)
+            cr_expect(below_geo[a] > N * 0.45 && below_geo[a] < N * 0.55,
+                      "%s: %d of %d below the geometric mean", ax->path, below_geo[a], N);
+    }
+}
+
+/* A space with axes the code has never heard of: the agent proposes them,
+ * whatever the strategy. */
+Test(strategy, an_axis_added_to_the_file_is_proposed) {
+    char err[512];
+    const char *axes =
+        "{\"path\":\"train.unembedding_lr\",\"type\":\"float\",\"low\":0.001,"
+        "\"high\":0.02,\"log\":true},"
+        "{\"path\":\"model.mlp_ratio\",\"type\":\"float\",\"values\":[2,3,4,6]},"
+        "{\"path\":\"model.mlp\",\"type\":\"choice\",\"values\":[\"relu2\",\"gelu\"]}";
+    space_t *sp = space_of(axes, err, sizeof err);
+    cr_assert_not_null(sp, "%s", err);
+    static const strategy_kind kinds[] = {STRATEGY_CLIMB, STRATEGY_RANDOM, STRATEGY_TPE};
+    for (size_t k = 0; k < 3; k++) {
+        strategy_opts_t o;
+        spec_t base;
+        log_t l = {0};
+        strategy_opts_default(&o);
+        o.space = sp;
+        o.kind = kinds[k];
+        o.noise_seeds = 1;
+        o.log = log_cb;
+        o.log_user = &l;
+        load_example("baseline.json", &base);
+        strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+        cr_assert_not_null(s, "%s", err);
+        int moved_lr = 0, ratios[4] = {0}, other = 0;
+        for (int i = 0; i < 60; i++) {
+            spec_t p;
+            only_proposal(decide(s, queue_empty()), &p);
+            moved_lr += p.train.unembedding_lr != base.train.unembedding_lr;
+            for (int r = 0; r < 4; r++) ratios[r] += p.model.mlp_ratio == (double[]){2, 3, 4, 6}[r];
+            cr_expect((p.train.unembedding_lr >= 0.001 && p.train.unembedding_lr <= 0.02) ||
+                          p.train.unembedding_lr == base.train.unembedding_lr,
+                      "unembedding_lr %g", p.train.unembedding_lr);
+            /* nothing outside the space moves */
+            other += p.model.depth != base.model.depth || p.model.n_embd != base.model.n_embd ||
+                     p.train.matrix_lr != base.train.matrix_lr;
+            /* the results: lower with a higher unembedding_lr, so the model has a slope */
+            if (i % 2 == 0) {
+                double v = 3.0 - 10 * p.train.unembedding_lr + 0.01 * (p.model.mlp_ratio == 3);
+                cJSON_Delete(decide(s, finished(100 + i, "succeeded", spec_json(&p), v, 1)));
+            }
+            spec_free(&p);
+        }
+        const char *name = strategy_kind_name(kinds[k]);
+        cr_expect_gt(moved_lr, 20, "%s: unembedding_lr moved in %d of 60", name, moved_lr);
+        /* climb moves to neighbours of the best (4: 3 or 6); the others draw all */
+        cr_expect_gt(ratios[1] + ratios[3], 0, "%s: mlp_ratio never moved", name);
+        for (int r = 0; r < 4 && kinds[k] != STRATEGY_CLIMB; r++)
+            cr_expect_gt(ratios[r], 0, "%s: mlp_ratio %d never proposed", name, r);
+        cr_expect_eq(other, 0, "%s: a field outside the space moved", name);
+        strategy_free(s);
+        spec_free(&base);
+        free(l.text);
+    }
+    space_free(sp);
+}
+
+/* --------------------------------------------------- a scripted objective */
+
+/* Two known val_bpb surfaces over the night's space, both lowest (2.0) at one
+ * point: "near" at matrix_lr 0.06, swiglu, depth 5, embedding_lr 0.6 and
+ * batch_size 8 (the baseline, 0.04, relu2, 4, 0.6, 16, scores 2.288); "far"
+ * at matrix_lr 0.12, geglu, depth 3, embedding_lr 1.2, batch_size 4 and
+ * n_embd 256, several moves from the baseline (which scores 2.6), as the
+ * night measured in the issue found its best. Every other axis does not
+ * matter. */
+static int far_objective;
+
+static double objective(const spec_t *sp) {
+    static const double near_mlp[] = {
+        [MLP_RELU2] = 0.15, [MLP_GELU] = 0.10, [MLP_SWIGLU] = 0, [MLP_GEGLU] = 0.05};
+    static const double far_mlp[] = {
+        [MLP_RELU2] = 0.10, [MLP_GELU] = 0.10, [MLP_SWIGLU] = 0.05, [MLP_GEGLU] = 0};
+    const spec_model_t *m = &sp->model;
+    const spec_train_t *t = &sp->train;
+    if (!far_objective) {
+        double lr = log2(t->matrix_lr / 0.06), elr = log2(t->embedding_lr / 0.6);
+        return 2.0 + 0.2 * lr * lr + near_mlp[m->mlp] + 0.04 * abs(m->depth - 5) +
+               0.05 * elr * elr + 0.03 * fabs(log2(t->batch_size / 8.0));
+    }
+    double lr = log2(t->matrix_lr / 0.12), elr = log2(t->embedding_lr / 1.2);
+    return 2.0 + 0.2 * lr * lr + far_mlp[m->mlp] + 0.04 * abs(m->depth - 3) + 0.05 * elr * elr +
+           0.05 * log2(t->batch_size / 4.0) + 0.05 * log2(256.0 / m->n_embd);
+}
+#define OPTIMUM 2.0
+
+static void quiet_cb(void *user, const char *line) {
+    (void)user, (void)line;
+}
+
+typedef struct {
+    double found;  /* the lowest true value among the runs */
+    double called; /* the true value of what the strategy calls its best */
+    int reruns;    /* runs that were re-runs of a configuration */
+} night_t;
+
+/* One night of runs of a strategy against the objective plus seed noise
+ * (sd 0.01), one slot: every finished run is answered before the next
+ * starts. */
+static night_t run_night(strategy_kind kind, uint64_t seed, int runs) {
+    strategy_opts_t o;
+    spec_t base, queue[16];
+    char err[256];
+    int head = 0, n = 0;
+    strategy_opts_default(&o);
+    o.space = space();
+    o.kind = kind;
+    o.seed = seed;
+    o.noise_seeds = 1;
+    o.log = quiet_cb;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    rng_t noise;
+    rng_seed(&noise, 1000 + seed);
+    night_t out = {INFINITY, NAN, 0};
+    for (int run = 0; run < runs; run++) {
+        cJSON *r = n ? NULL : decide(s, queue_empty());
+        for (cJSON *it = r ? r->child : NULL; it; it = it->next) {
+            char *text = cJSON_PrintUnformatted(it);
+            cr_assert(n < 16 &&
+                      !spec_parse(text, strlen(text), &queue[(head + n++) % 16], NULL, 0));
+            free(text);
+        }
+        cJSON_Delete(r);
+        cr_assert_gt(n, 0, "%s proposed nothing at run %d", strategy_kind_name(kind), run);
+        spec_t p = queue[head];
+        head = (head + 1) % 16, n--;
+        double t = objective(&p);
+        out.found = fmin(out.found, t);
+        out.reruns += has_tag(&p, "rerun");
+        r = decide(s,
+                   finished(run + 1, "succeeded", spec_json(&p), t + 0.01 * rng_normal(&noise), n));
+        for (cJSON *it = r->child; it; it = it->next) {
+            char *text = cJSON_PrintUnformatted(it);
+            cr_assert(n < 16 &&
+                      !spec_parse(text, strlen(text), &queue[(head + n++) % 16], NULL, 0));
+            free(text);
+        }
+        cJSON_Delete(r);
+        spec_free(&p);
+    }
+    const spec_t *best;
+    if (strategy_best(s, NULL, NULL, &best)) out.called = objective(best);
+    while (n--) spec_free(&queue[head++ % 16]);
+    strategy_free(s);
+    spec_free(&base);
+    return out;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A table row: the median and mean gap of found[] over the seeds. */
+static double median_of(const double *x, int n) {
+    double sorted[16];
+    memcpy(sorted, x, (size_t)n * sizeof *x);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+    return sorted[n / 2];
+}
+
+/* The oracle is the known optimum: after 40 runs on each of 5 seeds, TPE's
+ * best is within half of random search's median distance to it on at least
+ * 4 seeds, and closer on average, on both surfaces. The table (printed) is
+ * the numbers the README quotes; climb is shown beside them. */
+static void compare_on(int far) {
+    enum { SEEDS = 5, RUNS = 40 };
+    static const strategy_kind kinds[] = {STRATEGY_RANDOM, STRATEGY_TPE, STRATEGY_CLIMB};
+    double found[3][SEEDS], called[3][SEEDS], mean[3] = {0};
+    int reruns[3] = {0};
+    far_objective = far;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < SEEDS; i++) {
+            night_t nt = run_night(kinds[k], (uint64_t)i + 1, RUNS);
+            found[k][i] = nt.found - OPTIMUM;
+            called[k][i] = nt.called - OPTIMUM;
+            reruns[k] += nt.reruns;
+            mean[k] += found[k][i] / SEEDS;
+        }
+    fprintf(stderr, "%s surface, %d runs a night, 5 seeds, gap to the optimum:\n",
+            far ? "far" : "near", RUNS);
+    for (int k = 0; k < 3; k++) {
+        double cmean = 0;
+        for (int i = 0; i < SEEDS; i++) cmean += called[k][i] / SEEDS;
+        fprintf(stderr,
+                "  %-6s best run: median %.4f mean %.4f (%.4f %.4f %.4f %.4f %.4f); "
+                "called best: mean %.4f; re-runs %d of %d\n",
+                strategy_kind_name(kinds[k]), median_of(found[k], SEEDS), mean[k], found[k][0],
+                found[k][1], found[k][2], found[k][3], found[k][4], cmean, reruns[k], SEEDS * RUNS);
+    }
+    double rmed = median_of(found[0], SEEDS);
+    int wins = 0;
+    for (int i = 0; i < SEEDS; i++) wins += found[1][i] < 0.5 * rmed;
+    cr_expect_geq(wins, 4, "%s: tpe was within half of random's median gap %.4f on %d of %d seeds",
+                  far ? "far" : "near", rmed, wins, SEEDS);
+    cr_expect_lt(mean[1], mean[0], "%s: tpe's mean gap %.4f, random's %.4f", far ? "far" : "near",
+                 mean[1], mean[0]);
+}
+
+Test(strategy, tpe_beats_random_search_on_a_scripted_objective, .timeout = 240) {
+    compare_on(0);
+    compare_on(1);
+}
+
+/* Proposals of a seeded tpe night, as names: the same seed and results give
+ * the same night. */
+static char *tpe_names(uint64_t seed) {
+    strategy_opts_t o;
+    spec_t base;
+    char err[256];
+    strategy_opts_default(&o);
+    o.space = space();
+    o.kind = STRATEGY_TPE;
+    o.seed = seed;
+    o.noise_seeds = 1;
+    o.log = quiet_cb;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    far_objective = 1;
+    size_t len = 0;
+    char *names = calloc(1, 1);
+    for (int i = 0; i < 20; i++) {
+        spec_t p;
+        only_proposal(decide(s, queue_empty()), &p);
+        names = realloc(names, len + strlen(p.name) + 2);
+        len += (size_t)sprintf(names + len, "%s\n", p.name);
+        cJSON_Delete(decide(s, finished(i + 1, "succeeded", spec_json(&p), objective(&p), 1)));
+        spec_free(&p);
+    }
+    strategy_free(s);
+    spec_free(&base);
+    return names;
+}
+
+Test(strategy, tpe_is_deterministic_given_the_seed) {
+    char *a = tpe_names(5), *b = tpe_names(5), *c = tpe_names(6);
+    cr_expect_str_eq(a, b);
+    cr_expect_str_neq(a, c, "another seed, the same night");
+    cr_expect(strstr(a, "tpe#"), "%s", a);
+    free(a), free(b), free(c);
+}
+
+/* The confirmation rule: a variant that beats the best by less than one
+ * standard error gets no further seed; the lowest mean past one SE gets one;
+ * and confirmation seeds never pass confirm_frac of the proposals. */
+Test(strategy, confirmation_seeds_are_bounded) {
+    log_t l = {0};
+    strategy_opts_t o;
+    spec_t base, p, v;
+    char err[256];
+    strategy_opts_default(&o);
+    o.space = space();
+    o.kind = STRATEGY_RANDOM;
+    o.seed = 3;
+    o.log = log_cb;
+    o.log_user = &l;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    cJSON *r = decide(s, queue_empty());
+    cr_assert_eq(cJSON_GetArraySize(r), 3, "the baseline's three noise seeds");
+    cJSON_Delete(r);
+    const double seeds[] = {2.50, 2.52, 2.48}; /* sd 0.02: one SE vs one seed 0.0231 */
+    for (int i = 0; i < 3; i++) {
+        spec_t b;
+        spec_copy(&b, &base);
+        b.seed = base.seed + i;
+        cJSON_Delete(decide(s, finished(1 + i, "succeeded", spec_json(&b), seeds[i], 5)));
+        spec_free(&b);
+    }
+    /* 0.01 better: within one SE, so the next proposal is a new point */
+    spec_copy(&v, &base);
+    v.model.mlp = MLP_GELU;
+    cr_assert_eq(spec_validate(&v, NULL, 0), 0);
+    only_proposal(decide(s, finished(4, "succeeded", spec_json(&v), 2.49, 0)), &p);
+    cr_expect(!has_tag(&p, "rerun"), "a gain within one SE was confirmed: %s", p.name);
+    cr_expect(has_tag(&p, "random"), "%s", p.name);
+    cr_expect(logged(&l, "a further seed is the confirmation rule's to give"));
+    spec_free(&p);
+    /* 0.03 better: past one SE (0.0231), not past two (0.0462): one more seed */
+    v.model.mlp = MLP_SWIGLU;
+    cr_assert_eq(spec_validate(&v, NULL, 0), 0);
+    only_proposal(decide(s, finished(5, "succeeded", spec_json(&v), 2.47, 0)), &p);
+    cr_expect(has_tag(&p, "rerun"), "%s", p.name);
+    cr_expect_eq(p.model.mlp, MLP_SWIGLU);
+    cr_expect(logged(&l, "confirming #5, the lowest mean: 2.4700 over 1 seed beats best 2.5000 "
+                         "(#1) by 0.0300 > one SE 0.0231"));
+    spec_free(&p);
+    spec_free(&v);
+    /* A long night where every new point beats the best past one SE but not two:
+     * re-runs stay within a quarter of the proposals. */
+    int reruns = 0;
+    for (int i = 0; i < 80; i++) {
+        only_proposal(decide(s, queue_empty()), &p);
+        reruns += has_tag(&p, "rerun");
+        double val = has_tag(&p, "rerun") ? 2.50 : 2.469 - 0.0001 * i;
+        cJSON_Delete(decide(s, finished(10 + i, "succeeded", spec_json(&p), val, 1)));
+        spec_free(&p);
+        cr_expect_leq(reruns + 1, 0.25 * (strategy_n_proposals(s)) + 1,
+                      "%d re-runs in %d proposals", reruns + 1, strategy_n_proposals(s));
+    }
+    cr_expect_gt(reruns, 5, "the rule confirmed nothing");
+    cr_expect(logged(&l, "confirmation seeds would pass 25% of the proposals"));
+    strategy_free(s);
+    spec_free(&base);
+    free(l.text);
+}
+
+/* tpe's state: the points of its configurations survive a save and a load,
+ * and both copies go on with the same proposals. */
+Test(strategy, tpe_state_round_trip) {
+    strategy_opts_t o;
+    spec_t base;
+    char err[512];
+    strategy_opts_default(&o);
+    o.space = space();
+    o.kind = STRATEGY_TPE;
+    o.noise_seeds = 1;
+    o.log = quiet_cb;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    strategy_t *t = strategy_new(&base, &o, err, sizeof err);
+    cr_assert(s && t, "%s", err);
+    far_objective = 1;
+    for (int i = 0; i < 10; i++) {
+        spec_t p;
+        only_proposal(decide(s, queue_empty()), &p);
+        const char *status = i == 3 ? "diverged" : "succeeded";
+        cJSON_Delete(decide(s, finished(i + 1, status, spec_json(&p), objective(&p), 1)));
+        spec_free(&p);
+    }
+    char *dir = tu_tmpdir(), *path = tu_path("%s/tpe-state.json", dir);
+    cr_assert_eq(strategy_save(s, path, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(strategy_load(t, path, err, sizeof err), 0, "%s", err);
+    char *text = tu_read(path);
+    cr_expect(strstr(text, "\"point\"") && strstr(text, "\"train.matrix_lr\""), "%s", text);
+    cr_expect(strstr(text, "\"diverged\":\t1") || strstr(text, "\"diverged\": 1") ||
+                  strstr(text, "\"diverged\":1"),
+              "the diverged run is not kept");
+    free(text);
+    for (int i = 0; i < 5; i++) {
+        spec_t x, y;
+        only_proposal(decide(s, queue_empty()), &x);
+        only_proposal(decide(t, queue_empty()), &y);
+        cr_expect_str_eq(x.name, y.name, "proposal %d differs after the reload", i);
+        spec_free(&x);
+        spec_free(&y);
+    }
+    tu_rmrf(dir);
+    free(dir);
+    free(path);
+    strategy_free(s);
+    strategy_free(t);
+    spec_free(&base);
 }

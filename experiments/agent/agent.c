@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "daemon/client/client.h"
@@ -23,15 +24,17 @@
 #include "daemon/shared/origin.h"
 #include "daemon/shared/opts.h"
 #include "engine/spec.h"
+#include "experiments/agent/space.h"
 #include "experiments/agent/strategy.h"
 #include "engine/util.h"
 #include "daemon/shared/webhook.h"
 
-#define MAX_SECRET   4096
-#define REPLAY_SLOTS 64  /* deliveries whose replies are kept for repeats */
-#define MAX_EVENT_ID 128 /* longest webhook-id kept for replay */
-#define DEFAULT_PORT 8090
-#define DEFAULT_BASE "experiments/specs/baseline.json"
+#define MAX_SECRET    4096
+#define REPLAY_SLOTS  64  /* deliveries whose replies are kept for repeats */
+#define MAX_EVENT_ID  128 /* longest webhook-id kept for replay */
+#define DEFAULT_PORT  8090
+#define DEFAULT_BASE  "experiments/specs/baseline.json"
+#define DEFAULT_SPACE "experiments/search/space.json"
 
 /* The options (the table below names each one once). */
 typedef struct {
@@ -40,6 +43,10 @@ typedef struct {
     char *secret; /* malloc'd */
     size_t secret_len;
     char baseline[PATH_MAX];
+    char space[PATH_MAX]; /* "" = DEFAULT_SPACE, found by find_space */
+    int strategy;         /* a strategy_kind */
+    double confirm_frac, local_frac;
+    int startup;
     char state[PATH_MAX]; /* "" = no persistence */
     int64_t seed;
     int max_proposals;  /* 0 = no limit */
@@ -55,6 +62,7 @@ typedef struct {
 typedef struct {
     uv_loop_t loop;
     agent_opts_t o;
+    space_t *space;
     strategy_t *strategy;
     http_server_t *http;
     origin_policy_t *origin; /* no web page may read the status or post a hook */
@@ -137,6 +145,7 @@ static void status_reply(agent_t *a, http_response_t *res) {
     char *text = NULL;
     if (!o) goto oom;
     cJSON_AddStringToObject(o, "agent", "nightshift reference agent");
+    cJSON_AddStringToObject(o, "strategy", strategy_kind_name((strategy_kind)a->o.strategy));
     cJSON_AddNumberToObject(o, "proposals", strategy_n_proposals(a->strategy));
     cJSON_AddNumberToObject(o, "pending_reruns", strategy_n_pending(a->strategy));
     int df = 0;
@@ -272,6 +281,9 @@ static int set_secret_file(void *o, const char *path, char *err, size_t errlen) 
 #define STR_(x)  #x
 #define STR(x)   STR_(x)
 
+static const char *const strategy_names[] = {
+    [STRATEGY_CLIMB] = "climb", [STRATEGY_TPE] = "tpe", [STRATEGY_RANDOM] = "random", NULL};
+
 /* Every option of the agent, in the order of its help. */
 static const opt_t agent_rows[] = {
     {"listen", OPT_CUSTOM, .set = set_listen, .sdef = "127.0.0.1:" STR(DEFAULT_PORT),
@@ -285,6 +297,22 @@ static const opt_t agent_rows[] = {
      .help = "the secret from a file"},
     {"baseline", OPT_STRING, TEXT(baseline), .sdef = DEFAULT_BASE, .arg = "FILE",
      .help = "the spec the night starts from"},
+    {"space", OPT_STRING, TEXT(space), .arg = "FILE",
+     .help = "the search space (default " DEFAULT_SPACE " under the working directory, else "
+             "under the source tree the binary was built in)"},
+    {"strategy", OPT_ENUM, FIELD(strategy), .names = strategy_names, .def = STRATEGY_CLIMB,
+     .arg = "S",
+     .help = "climb (mutate the best), random (uniform draws) or tpe (a model of everything "
+             "seen, with local moves of the lowest mean)"},
+    {"confirm-frac", OPT_NUM, FIELD(confirm_frac), .lo = 0, .hi = 1,
+     .def = STRATEGY_DEFAULT_CONFIRM, .arg = "F",
+     .help = "random, tpe: confirmation seeds at most this fraction of the proposals"},
+    {"startup", OPT_INT, FIELD(startup), .lo = 0, .hi = 1 << 20, .def = STRATEGY_DEFAULT_STARTUP,
+     .arg = "N", .help = "tpe: random draws until N configurations have results"},
+    {"local-frac", OPT_NUM, FIELD(local_frac), .lo = 0, .hi = 1, .def = STRATEGY_DEFAULT_LOCAL,
+     .arg = "F",
+     .help = "tpe: this fraction of the proposals moves one or two axes of the lowest mean "
+             "seen instead of asking the model"},
     {"state", OPT_STRING, TEXT(state), .arg = "FILE",
      .help = "save the agent's state here after every decision, and resume from it"},
     {"seed", OPT_INT64, FIELD(seed), .lo = 0, .hi = 9007199254740991.0,
@@ -294,9 +322,9 @@ static const opt_t agent_rows[] = {
     {"noise-floor", OPT_NUM, FIELD(noise_floor), .lo = 0, .hi = 1e6, .def = 0, .arg = "BPB",
      .help = "adopt a variant that gains more than BPB; 0 = none: more than two standard "
              "errors of the difference"},
-    {"noise-seeds", OPT_INT, FIELD(noise_seeds), .lo = 1, .hi = 64,
+    {"noise-seeds", OPT_INT, FIELD(noise_seeds), .lo = 0, .hi = 64,
      .def = STRATEGY_DEFAULT_NOISE_SEEDS, .arg = "K",
-     .help = "seeds of the baseline, to measure the noise"},
+     .help = "seeds of the baseline, to measure the noise; 0 = do not run the baseline first"},
     {"max-seeds", OPT_INT, FIELD(max_seeds), .lo = 1, .hi = 64, .def = STRATEGY_DEFAULT_MAX_SEEDS,
      .arg = "K", .help = "seeds a promising variant gets before it is discarded"},
     {"queue", OPT_INT, FIELD(queue_target), .lo = 1, .hi = 1024, .def = STRATEGY_QUEUE_AUTO,
@@ -311,12 +339,16 @@ static const opt_table_t agent_options = {
              "The reference search agent: point the daemon's hook at POST /hook on this\n"
              "address. Every delivery must carry a valid webhook signature made with the\n"
              "shared secret. It runs the baseline spec with --noise-seeds seeds to measure\n"
-             "the seed-to-seed noise, mutates the best configuration one or two axes at a\n"
-             "time, and adopts a variant only when its mean val_bpb beats the best mean by\n"
-             "more than two standard errors, 2 * s * sqrt(1/n_best + 1/n_variant) with s\n"
-             "the pooled standard deviation of configurations run with several seeds; a\n"
-             "variant that is better but not by that much is re-run with new seeds, up to\n"
-             "--max-seeds.\n",
+             "the seed-to-seed noise, then proposes points of the search space (--space) by\n"
+             "--strategy: climb mutates the best configuration one or two axes at a time;\n"
+             "random draws uniformly; tpe models val_bpb over every result it has seen.\n"
+             "Whatever the strategy, it adopts a variant as the night's best only when its\n"
+             "mean val_bpb beats the best mean by more than two standard errors,\n"
+             "2 * s * sqrt(1/n_best + 1/n_variant) with s the pooled standard deviation of\n"
+             "configurations run with several seeds. climb re-runs every variant that is\n"
+             "better but not by that much, up to --max-seeds; random and tpe give a further\n"
+             "seed only to the lowest mean seen, past one standard error, within\n"
+             "--confirm-frac of the proposals.\n",
 };
 
 /* Returns 0, 1 for --help, 2 for a usage error, -1 with err. */
@@ -353,13 +385,43 @@ static void signal_cb(uv_signal_t *h, int signum) {
     uv_close((uv_handle_t *)&a->sigterm, close_signal_cb);
 }
 
+/* The default space: DEFAULT_SPACE under the working directory (as the
+ * default --baseline is), else under the source tree the binary was built in
+ * (the binary is <tree>/build/nightshift). Writes the path into out. */
+static void find_space(char *out, size_t n) {
+    char exe[PATH_MAX];
+    snprintf(out, n, "%s", DEFAULT_SPACE);
+    if (access(out, R_OK) == 0) return;
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return;
+    exe[len] = '\0';
+    for (int up = 0; up < 2; up++) {
+        char *slash = strrchr(exe, '/');
+        if (!slash) return;
+        *slash = '\0';
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", exe, DEFAULT_SPACE) < (int)sizeof path &&
+            access(path, R_OK) == 0) {
+            snprintf(out, n, "%s", path);
+            return;
+        }
+    }
+}
+
 static int run_agent(agent_t *a) {
     char err[512];
     spec_t base;
     int rc = 1, loop_ready = 0;
+    if (!a->o.space[0]) find_space(a->o.space, sizeof a->o.space);
+    if (!(a->space = space_load(a->o.space, err, sizeof err))) goto out;
     if (spec_load(a->o.baseline, &base, err, sizeof err) < 0) goto out;
     strategy_opts_t so;
     strategy_opts_default(&so);
+    so.kind = (strategy_kind)a->o.strategy;
+    so.space = a->space;
+    so.confirm_frac = a->o.confirm_frac;
+    so.n_startup = a->o.startup;
+    so.local_frac = a->o.local_frac;
     so.noise_floor = a->o.noise_floor;
     so.noise_seeds = a->o.noise_seeds;
     so.max_seeds = a->o.max_seeds;
@@ -404,8 +466,11 @@ static int run_agent(agent_t *a) {
     uv_signal_start(&a->sigterm, signal_cb, SIGTERM);
     char rule[64] = "2 standard errors";
     if (a->o.noise_floor > 0) snprintf(rule, sizeof rule, "noise floor %g", a->o.noise_floor);
-    log_info("nightshift agent: baseline %s (%d seeds), adopting past %s, state %s", a->o.baseline,
-             a->o.noise_seeds, rule, a->o.state[0] ? a->o.state : "not kept");
+    log_info("nightshift agent: strategy %s over %d ax%s of %s, baseline %s (%d seeds), "
+             "adopting past %s, state %s",
+             strategy_kind_name(so.kind), a->space->n_axes, a->space->n_axes == 1 ? "is" : "es",
+             a->o.space, a->o.baseline, a->o.noise_seeds, rule,
+             a->o.state[0] ? a->o.state : "not kept");
     /* The one line on stdout: scripts and tests read the bound port from it. */
     printf("listening on http://%s%s%s:%d\n", strchr(a->o.host, ':') ? "[" : "", a->o.host,
            strchr(a->o.host, ':') ? "]" : "", port);
@@ -439,6 +504,7 @@ int agent_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     rc = run_agent(a);
     strategy_free(a->strategy);
+    space_free(a->space);
     origin_policy_free(a->origin);
     for (int i = 0; i < REPLAY_SLOTS; i++) free(a->seen[i].reply);
     free(o->secret);

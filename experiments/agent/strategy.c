@@ -20,20 +20,18 @@
 #include <sys/stat.h>
 
 #include "engine/util.h"
+#include "experiments/agent/tpe.h"
 
 #define STR_(x) #x
 #define STR(x)  STR_(x)
 #define STATE_VERSION                                                                              \
-    3                        /* 1: before configurations (its pending re-runs are dropped);        \
-                                2: before spec_config_hash (its identities are dropped) */
-#define MAX_DRAWS      200   /* mutation attempts before giving up for this event */
-#define MAX_RERUN_SEED 64    /* seeds past the highest known one tried for a re-run */
-#define MAX_WIDTH      1024  /* n_embd the agent proposes at most */
-#define MAX_DEPTH      16    /* depth likewise */
-#define MAX_HEADS      16    /* n_head likewise */
-#define MAX_BATCH      128   /* batch_size likewise */
-#define MAX_TOTAL      65536 /* total_batch_tokens likewise */
+    4                      /* 1: before configurations (its pending re-runs are dropped);          \
+                              2: before spec_config_hash (its identities are dropped);             \
+                              3: before points (its configurations inform no model) */
+#define MAX_DRAWS      200 /* mutation attempts before giving up for this event */
+#define MAX_RERUN_SEED 64  /* seeds past the highest known one tried for a re-run */
 #define MAX_STATE      (64 << 20)
+#define TPE_SHORTLIST  8 /* tpe's best candidates tried in turn (invalid or seen ones skipped) */
 #define JSON_MAX_SAFE  9007199254740991.0
 
 typedef struct {
@@ -50,6 +48,9 @@ typedef struct {
     double mean, m2;   /* of their val_bpb; m2 = sum of squared deviations */
     uint64_t max_seed; /* the highest seed run or proposed */
     int outstanding;   /* re-runs proposed and not judged yet */
+    int n_bad;         /* runs that diverged: a bad result for the model */
+    bool has_x;        /* x is known (a state before version 4 has none) */
+    space_point_t x;   /* where it is in the space */
 } config_t;
 
 struct strategy {
@@ -70,16 +71,25 @@ struct strategy {
     size_t n_configs, cap_configs;
     int max_running;       /* the most experiments the payloads said were running */
     int n_proposals;       /* every spec proposed */
-    int n_mutations;       /* mutations proposed: the N of "mut#N" */
+    int n_mutations;       /* points proposed: the N of "mut#N", "tpe#N", "random#N" */
+    int n_confirmations;   /* re-runs proposed by the confirmation rule (random, tpe) */
     int rejections_in_row; /* reset by a finished experiment */
 };
 
-static const char *const axis_names[STRATEGY_N_AXES] = {
-    "ve_layers", "ve_gate_channels", "n_embd", "depth", "heads",
-    "mlp",       "window_pattern",   "lr",     "batch"};
+static const char *const kind_names[] = {
+    [STRATEGY_CLIMB] = "climb", [STRATEGY_TPE] = "tpe", [STRATEGY_RANDOM] = "random"};
 
-const char *strategy_axis_name(strategy_axis a) {
-    return (unsigned)a < STRATEGY_N_AXES ? axis_names[a] : "?";
+const char *strategy_kind_name(strategy_kind k) {
+    return (unsigned)k < sizeof kind_names / sizeof *kind_names ? kind_names[k] : "?";
+}
+
+int strategy_kind_parse(const char *name, strategy_kind *k) {
+    for (size_t i = 0; i < sizeof kind_names / sizeof *kind_names; i++)
+        if (name && !strcmp(name, kind_names[i])) {
+            *k = (strategy_kind)i;
+            return 0;
+        }
+    return -1;
 }
 
 void strategy_opts_default(strategy_opts_t *o) {
@@ -89,6 +99,10 @@ void strategy_opts_default(strategy_opts_t *o) {
     o->noise_seeds = STRATEGY_DEFAULT_NOISE_SEEDS;
     o->max_seeds = STRATEGY_DEFAULT_MAX_SEEDS;
     o->queue_target = STRATEGY_QUEUE_AUTO;
+    o->kind = STRATEGY_CLIMB;
+    o->confirm_frac = STRATEGY_DEFAULT_CONFIRM;
+    o->n_startup = STRATEGY_DEFAULT_STARTUP;
+    o->local_frac = STRATEGY_DEFAULT_LOCAL;
 }
 
 static void say(strategy_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -256,284 +270,30 @@ strategy_verdict strategy_compare(const strategy_compare_t *c, double *threshold
 
 /* ----------------------------------------------------------------- axes */
 
-static const char *const ve_names[] = {"alternate", "all", "none", "first_half", "last_half"};
-static const int gate_choices[] = {8, 16, 32, 64, 128};
-static const double width_factors[] = {0.5, 0.75, 1.25, 1.5, 2.0};
-static const int depth_steps[] = {-2, -1, 1, 2};
-static const char *const window_patterns[] = {"L", "SL", "LS", "SSL", "SSSL", "SLL", "SSLL"};
-static const char *const lr_names[] = {"matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr"};
-
-#define N_OF(a)      (int)(sizeof(a) / sizeof((a)[0]))
-#define N_VE_OPTIONS (N_OF(ve_names) + 1) /* the names, then an explicit list */
-
-/* The (n_head, n_kv_head) pairs with n_kv_head dividing n_head <= MAX_HEADS. */
-static int head_pairs(int pairs[][2]) {
-    int n = 0;
-    for (int h = 1; h <= MAX_HEADS; h++)
-        for (int kv = 1; kv <= h; kv++)
-            if (h % kv == 0) {
-                if (pairs) pairs[n][0] = h, pairs[n][1] = kv;
-                n++;
-            }
-    return n;
-}
-
-/* The layers a named ve_layers choice selects at depth L (spec.c's rule). */
-static void ve_named_mask(int kind, int L, bool *mask) {
-    for (int i = 0; i < L; i++) {
-        switch (kind) {
-        case 0:
-            mask[i] = i % 2 == (L - 1) % 2;
-            break;
-        case 1:
-            mask[i] = true;
-            break;
-        case 2:
-            mask[i] = false;
-            break;
-        case 3:
-            mask[i] = i < L / 2;
-            break;
-        default:
-            mask[i] = i >= L / 2;
-            break;
-        }
-    }
-}
-
-/* "[0,2,3]" from a mask of L layers. */
-static void ve_list_string(const bool *mask, int L, char *buf, size_t n) {
-    size_t len = (size_t)snprintf(buf, n, "[");
-    for (int i = 0, first = 1; i < L && len < n; i++) {
-        if (!mask[i]) continue;
-        len += (size_t)snprintf(buf + len, n - len, "%s%d", first ? "" : ",", i);
-        first = 0;
-    }
-    if (len < n) snprintf(buf + len, n - len, "]");
-}
-
-/* A random explicit layer set that no name already spells. */
-static int ve_explicit(const spec_model_t *p, spec_model_t *t, rng_t *rng) {
-    int L = p->depth;
-    bool mask[SPEC_MAX_DEPTH], named[SPEC_MAX_DEPTH];
-    for (int tries = 0; tries < 8; tries++) {
-        for (int i = 0; i < L; i++) mask[i] = rng_below(rng, 2);
-        bool clash = !memcmp(mask, p->has_ve, (size_t)L * sizeof *mask);
-        for (int k = 0; k < N_OF(ve_names) && !clash; k++) {
-            ve_named_mask(k, L, named);
-            clash = !memcmp(mask, named, (size_t)L * sizeof *mask);
-        }
-        if (clash) continue;
-        ve_list_string(mask, L, t->ve_layers, sizeof t->ve_layers);
-        return 0;
-    }
-    return -1;
-}
-
-/* Rebuild an explicit ve_layers list for a new depth: layers beyond it go;
- * an empty set falls back to the default "alternate". */
-static void ve_fit_depth(const spec_model_t *p, spec_model_t *t) {
-    if (p->ve_layers[0] != '[') return;
-    bool any = false;
-    for (int i = 0; i < t->depth && i < p->depth; i++) any |= p->has_ve[i];
-    if (!any) {
-        strcpy(t->ve_layers, "alternate");
-        return;
-    }
-    ve_list_string(p->has_ve, t->depth < p->depth ? t->depth : p->depth, t->ve_layers,
-                   sizeof t->ve_layers);
-}
-
-static const size_t lr_offsets[] = {
-    offsetof(spec_train_t, matrix_lr), offsetof(spec_train_t, embedding_lr),
-    offsetof(spec_train_t, unembedding_lr), offsetof(spec_train_t, scalar_lr)};
-
-static void desc_append(strategy_change_t *ch, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void desc_append(strategy_change_t *ch, const char *fmt, ...) {
-    size_t n = strlen(ch->desc);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(ch->desc + n, sizeof ch->desc - n, fmt, ap);
-    va_end(ap);
-}
-
-#define DESC(...)  snprintf(ch->desc, sizeof ch->desc, __VA_ARGS__)
-#define LABEL(...) snprintf(ch->label, sizeof ch->label, __VA_ARGS__)
-
-/* Each axis is a row of the axes table below: its number of candidate moves
- * and the function that applies move k (0 <= k < options) of it from p into
- * t (a copy of p), describing the change in ch. A move returns -1 when it
- * does not apply to p; t is validated by the caller. */
-typedef int (*move_fn)(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch);
-
-static int move_ve_layers(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
-    const spec_model_t *pm = &p->model;
-    spec_model_t *tm = &t->model;
-    if (k < N_OF(ve_names)) {
-        if (!strcmp(pm->ve_layers, ve_names[k])) return -1;
-        strcpy(tm->ve_layers, ve_names[k]);
-    } else if (ve_explicit(pm, tm, rng) < 0) {
-        return -1;
-    }
-    DESC("ve_layers %.80s -> %.80s", pm->ve_layers, tm->ve_layers);
-    LABEL("ve_layers=%.80s", tm->ve_layers);
-    return 0;
-}
-
-static int move_ve_gate(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
-    const spec_model_t *pm = &p->model;
-    spec_model_t *tm = &t->model;
-    if (gate_choices[k] == pm->ve_gate_channels || gate_choices[k] > pm->n_embd) return -1;
-    tm->ve_gate_channels = gate_choices[k];
-    DESC("ve_gate_channels %d -> %d", pm->ve_gate_channels, tm->ve_gate_channels);
-    LABEL("ve_gate_channels=%d", tm->ve_gate_channels);
-    return 0;
-}
-
-static int move_n_embd(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
-    const spec_model_t *pm = &p->model;
-    spec_model_t *tm = &t->model;
-    int unit = pm->n_head * 8; /* head_dim a multiple of 8: even, and >= 16 below */
-    int v = (int)lround(pm->n_embd * width_factors[k] / unit) * unit;
-    if (v == pm->n_embd || v < pm->n_head * 16 || v > MAX_WIDTH) return -1;
-    tm->n_embd = v;
-    DESC("n_embd %d -> %d", pm->n_embd, v);
-    if (tm->ve_gate_channels > v) {
-        tm->ve_gate_channels = v;
-        desc_append(ch, " (ve_gate_channels %d -> %d)", pm->ve_gate_channels, v);
-    }
-    LABEL("n_embd=%d", v);
-    return 0;
-}
-
-static int move_depth(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
-    const spec_model_t *pm = &p->model;
-    spec_model_t *tm = &t->model;
-    int d = pm->depth + depth_steps[k];
-    if (d < 1 || d > MAX_DEPTH) return -1;
-    tm->depth = d;
-    ve_fit_depth(pm, tm);
-    DESC("depth %d -> %d", pm->depth, d);
-    if (strcmp(pm->ve_layers, tm->ve_layers))
-        desc_append(ch, " (ve_layers %.60s -> %.60s)", pm->ve_layers, tm->ve_layers);
-    LABEL("depth=%d", d);
-    return 0;
-}
-
-static int move_heads(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
-    const spec_model_t *pm = &p->model;
-    spec_model_t *tm = &t->model;
-    int pairs[64][2];
-    head_pairs(pairs);
-    int h = pairs[k][0], kv = pairs[k][1];
-    if (h == pm->n_head && kv == pm->n_kv_head) return -1;
-    if (pm->n_embd % h || (pm->n_embd / h) % 2 || pm->n_embd / h < 16) return -1;
-    tm->n_head = h;
-    tm->n_kv_head = kv;
-    DESC("n_head/n_kv_head %d/%d -> %d/%d", pm->n_head, pm->n_kv_head, h, kv);
-    LABEL("heads=%d/%d", h, kv);
-    return 0;
-}
-
-static int move_mlp(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
-    const spec_model_t *pm = &p->model;
-    spec_model_t *tm = &t->model;
-    if ((int)pm->mlp == k) return -1;
-    tm->mlp = (spec_mlp_kind)k;
-    DESC("mlp %s -> %s", spec_mlp_name(pm->mlp), spec_mlp_name(tm->mlp));
-    LABEL("mlp=%s", spec_mlp_name(tm->mlp));
-    return 0;
-}
-
-static int move_window(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
-    const spec_model_t *pm = &p->model;
-    spec_model_t *tm = &t->model;
-    if (!strcmp(pm->window_pattern, window_patterns[k])) return -1;
-    strcpy(tm->window_pattern, window_patterns[k]);
-    DESC("window_pattern %s -> %s", pm->window_pattern, tm->window_pattern);
-    LABEL("window=%s", tm->window_pattern);
-    return 0;
-}
-
-static int move_lr(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
-    const double *from = (const double *)((const char *)&p->train + lr_offsets[k / 2]);
-    double *to = (double *)((char *)&t->train + lr_offsets[k / 2]);
-    *to = *from * (k % 2 ? 2.0 : 0.5); /* powers of two: exact, so x2 then x0.5 returns */
-    if (!(*to > 0) || !isfinite(*to)) return -1;
-    DESC("%s %g -> %g", lr_names[k / 2], *from, *to);
-    LABEL("%s=%g", lr_names[k / 2], *to);
-    return 0;
-}
-
-static int move_batch(int k, const spec_t *p, spec_t *t, rng_t *rng, strategy_change_t *ch) {
-    const spec_train_t *pt = &p->train;
-    spec_train_t *tt = &t->train;
-    long long T = p->model.seq_len;
-    if (k < 2) { /* batch_size; total_batch_tokens rounded up to a multiple if needed */
-        if (k == 1 && pt->batch_size % 2) return -1;
-        int b = k == 0 ? pt->batch_size * 2 : pt->batch_size / 2;
-        if (b < 1 || b > MAX_BATCH) return -1;
-        long long row = b * T;
-        long long total = (pt->total_batch_tokens + row - 1) / row * row;
-        if (total > MAX_TOTAL) return -1;
-        tt->batch_size = b;
-        tt->total_batch_tokens = (int)total;
-        DESC("batch_size %d -> %d", pt->batch_size, b);
-        if (total != pt->total_batch_tokens)
-            desc_append(ch, " (total_batch_tokens %d -> %lld)", pt->total_batch_tokens, total);
-        LABEL("batch_size=%d", b);
-    } else { /* total_batch_tokens, a multiple of batch_size*seq_len */
-        long long row = pt->batch_size * T;
-        long long total = k == 2 ? 2LL * pt->total_batch_tokens : pt->total_batch_tokens / 2;
-        if (total < row || total % row || total > MAX_TOTAL) return -1;
-        tt->total_batch_tokens = (int)total;
-        DESC("total_batch_tokens %d -> %lld", pt->total_batch_tokens, total);
-        LABEL("total_batch_tokens=%lld", total);
-    }
-    return 0;
-}
-
-/* The axes: how many moves each has (its table's rows), and the move. */
-static const struct {
-    int options;
-    move_fn move;
-} axis_table[STRATEGY_N_AXES] = {
-    [STRATEGY_VE_LAYERS] = {N_VE_OPTIONS, move_ve_layers},
-    [STRATEGY_VE_GATE] = {N_OF(gate_choices), move_ve_gate},
-    [STRATEGY_N_EMBD] = {N_OF(width_factors), move_n_embd},
-    [STRATEGY_DEPTH] = {N_OF(depth_steps), move_depth},
-    [STRATEGY_HEADS] = {-1, move_heads}, /* head_pairs(NULL), counted at run time */
-    [STRATEGY_MLP] = {4, move_mlp},
-    [STRATEGY_WINDOW] = {N_OF(window_patterns), move_window},
-    [STRATEGY_LR] = {2 * N_OF(lr_names), move_lr},
-    [STRATEGY_BATCH] = {4, move_batch},
-};
-
-static int axis_options(strategy_axis a) {
-    if ((unsigned)a >= STRATEGY_N_AXES) return 0;
-    return a == STRATEGY_HEADS ? head_pairs(NULL) : axis_table[a].options;
-}
-
-int strategy_mutate(spec_t *sp, strategy_axis axis, rng_t *rng, strategy_change_t *ch) {
-    int n = axis_options(axis), order[64];
+int strategy_mutate(const space_t *space, spec_t *sp, int a, rng_t *rng, strategy_change_t *ch) {
     char before[STRATEGY_IDENT_LEN], after[STRATEGY_IDENT_LEN], err[SPEC_ERR_LEN];
-    if (n <= 0 || n > 64 || strategy_identity(sp, before) < 0) return -1;
-    for (int i = 0; i < n; i++) order[i] = i;
-    for (int i = n - 1; i > 0; i--) { /* Fisher-Yates */
-        int j = (int)rng_below(rng, (uint64_t)i + 1), tmp = order[i];
-        order[i] = order[j];
-        order[j] = tmp;
-    }
-    for (int i = 0; i < n; i++) {
-        spec_t t = *sp; /* shallow: moves change no name, tag or other pointer */
-        strategy_change_t c = {{0}, {0}};
-        if (axis_table[axis].move(order[i], sp, &t, rng, &c) < 0) continue;
-        if (spec_validate(&t, err, sizeof err) < 0) continue;
-        if (strategy_identity(&t, after) < 0) return -1;
-        if (!strcmp(before, after)) continue;
+    char from[64], to[64];
+    space_point_t p, q;
+    bool which[SPACE_MAX_AXES] = {false};
+    if (a < 0 || a >= space->n_axes || strategy_identity(sp, before) < 0 ||
+        space_read(space, sp, &p) < 0)
+        return -1;
+    which[a] = true;
+    /* A list has few neighbours, a range two: a few draws find a valid one. */
+    for (int tries = 0; tries < 8; tries++) {
+        spec_t t;
+        if (space_neighbour(space, a, &p, rng, &q) < 0) return -1;
+        if (space_write(space, &q, which, sp, &t, err, sizeof err) < 0) continue;
+        if (strategy_identity(&t, after) < 0 || !strcmp(before, after)) {
+            spec_free(&t);
+            continue;
+        }
+        space_value_text(space, a, &p, from, sizeof from);
+        space_value_text(space, a, &q, to, sizeof to);
+        snprintf(ch->desc, sizeof ch->desc, "%s %.60s -> %.60s", space->axes[a].name, from, to);
+        snprintf(ch->label, sizeof ch->label, "%s=%.60s", space->axes[a].name, to);
+        spec_free(sp);
         *sp = t;
-        *ch = c;
         return 0;
     }
     return -1;
@@ -629,6 +389,7 @@ static void propose_baseline(strategy_t *s, cJSON *reply, const char *why) {
 
 static void propose_mutation(strategy_t *s, cJSON *reply) {
     const spec_t *ref = s->have_best ? &s->best : &s->baseline;
+    const space_t *sp = s->o.space;
     char about[96], hex[STRATEGY_IDENT_LEN];
     if (s->have_best)
         snprintf(about, sizeof about, "#%lld (val_bpb %.4f)", (long long)s->best_id, s->best_val);
@@ -637,21 +398,22 @@ static void propose_mutation(strategy_t *s, cJSON *reply) {
     for (int attempt = 0; attempt < MAX_DRAWS; attempt++) {
         spec_t c;
         if (spec_copy(&c, ref) < 0) break;
-        int n_axes = rng_below(&s->rng, 10) < 7 ? 1 : 2;
-        strategy_axis axes[2];
+        int n_axes = rng_below(&s->rng, 10) < 7 || sp->n_axes < 2 ? 1 : 2, axes[2];
         strategy_change_t ch[2];
-        axes[0] = (strategy_axis)rng_below(&s->rng, STRATEGY_N_AXES);
-        axes[1] = (strategy_axis)((axes[0] + 1 + rng_below(&s->rng, STRATEGY_N_AXES - 1)) %
-                                  STRATEGY_N_AXES);
+        axes[0] = (int)rng_below(&s->rng, (uint64_t)sp->n_axes);
+        axes[1] = sp->n_axes < 2
+                      ? axes[0]
+                      : (int)((axes[0] + 1 + (int)rng_below(&s->rng, (uint64_t)sp->n_axes - 1)) %
+                              sp->n_axes);
         bool ok = true;
         for (int j = 0; j < n_axes && ok; j++)
-            ok = strategy_mutate(&c, axes[j], &s->rng, &ch[j]) == 0;
+            ok = strategy_mutate(sp, &c, axes[j], &s->rng, &ch[j]) == 0;
         if (!ok || strategy_identity(&c, hex) < 0 || seen_has(s, hex)) {
             spec_free(&c);
             continue;
         }
         char name[256]; /* at most 4 + 11 + 2 + 2 * 90 characters: under SPEC_MAX_NAME */
-        const char *tags[3] = {"agent", axis_names[axes[0]], axis_names[axes[1]]};
+        const char *tags[3] = {"agent", sp->axes[axes[0]].name, sp->axes[axes[1]].name};
         snprintf(name, sizeof name, "mut#%d %.90s%s%.90s", s->n_mutations + 1, ch[0].label,
                  n_axes == 2 ? " " : "", n_axes == 2 ? ch[1].label : "");
         c.parent = s->have_best ? s->best_id : 0;
@@ -669,16 +431,172 @@ static void propose_mutation(strategy_t *s, cJSON *reply) {
     say(s, "no new valid variant of %s in %d draws: proposing nothing", about, MAX_DRAWS);
 }
 
-static void propose_next(strategy_t *s, cJSON *reply) {
-    if (!proposals_left(s)) return;
-    if (!s->have_best) {
-        char hex[STRATEGY_IDENT_LEN];
-        if (strategy_identity(&s->baseline, hex) == 0 && !seen_has(s, hex)) {
-            propose_baseline(s, reply, "nothing has run yet");
-            return;
+/* -------------------------------------------------- random and tpe points */
+
+/* The configuration with the lowest mean seen (a result, a point), or NULL. */
+static config_t *leader(strategy_t *s) {
+    config_t *best = NULL;
+    for (size_t i = 0; i < s->n_configs; i++) {
+        config_t *c = &s->configs[i];
+        if (c->n > 0 && c->has_x && (!best || c->mean < best->mean)) best = c;
+    }
+    return best;
+}
+
+/* Write x into the baseline (the axes it has values for). Returns 0 with
+ * out validated, or -1. */
+static int point_spec(const strategy_t *s, const space_point_t *x, spec_t *out) {
+    const space_t *sp = s->o.space;
+    bool which[SPACE_MAX_AXES];
+    char err[SPEC_ERR_LEN];
+    for (int i = 0; i < sp->n_axes; i++)
+        which[i] = sp->axes[i].n_values ? x->v[i] >= 0 : !isnan(x->v[i]);
+    return space_write(sp, x, which, &s->baseline, out, err, sizeof err);
+}
+
+/* "depth=3 n_embd=256 ..." for the axes where x differs from the baseline. */
+static void point_label(const strategy_t *s, const space_point_t *x, char *buf, size_t n) {
+    const space_t *sp = s->o.space;
+    space_point_t b;
+    size_t len = 0;
+    buf[0] = '\0';
+    if (space_read(sp, &s->baseline, &b) < 0) return;
+    for (int i = 0; i < sp->n_axes && len + 1 < n; i++) {
+        char v[64];
+        if (space_same(sp, i, x, &b)) continue;
+        space_value_text(sp, i, x, v, sizeof v);
+        int w = snprintf(buf + len, n - len, "%s%s=%s", len ? " " : "", sp->axes[i].name, v);
+        if (w < 0 || (size_t)w >= n - len) { /* cut at the last whole item */
+            buf[len] = '\0';
+            break;
+        }
+        len += (size_t)w;
+    }
+}
+
+/* Propose x written into the baseline, when valid and not seen. kind names
+ * the tag and the name's prefix; why is logged. Returns 0 when proposed, 1
+ * when x is invalid or seen, -1 when out of memory. */
+static int propose_point(strategy_t *s, const space_point_t *x, const char *kind, int64_t parent,
+                         const char *why, cJSON *reply) {
+    char hex[STRATEGY_IDENT_LEN], label[160], name[SPEC_MAX_NAME];
+    spec_t c;
+    if (point_spec(s, x, &c) < 0) return 1;
+    c.seed = s->baseline.seed;
+    if (strategy_identity(&c, hex) < 0 || seen_has(s, hex)) {
+        spec_free(&c);
+        return 1;
+    }
+    char cfg[SPEC_HASH_HEX];
+    const config_t *known = config_identity(&c, cfg) == 0 ? config_find(s, cfg) : NULL;
+    if (known && (known->n > 0 || known->n_bad > 0)) { /* run with another seed */
+        spec_free(&c);
+        return 1;
+    }
+    point_label(s, x, label, sizeof label);
+    snprintf(name, sizeof name, "%s#%d%s%s", kind, s->n_mutations + 1, label[0] ? " " : "",
+             label[0] ? label : "(the baseline's values)");
+    const char *tags[2] = {"agent", kind};
+    c.parent = parent;
+    c.priority = 0;
+    c.prune = true;
+    int rc = set_label(&c, name, tags, 2);
+    if (rc == 0) rc = propose(s, &c, reply);
+    spec_free(&c);
+    if (rc < 0) return -1;
+    s->n_mutations++;
+    say(s, "proposing %s: %s", name, why);
+    return 0;
+}
+
+/* A uniform draw from the space. */
+static void propose_random(strategy_t *s, const char *why, cJSON *reply) {
+    for (int attempt = 0; attempt < MAX_DRAWS; attempt++) {
+        space_point_t x;
+        space_sample(s->o.space, &s->rng, &x);
+        int rc = propose_point(s, &x, strategy_kind_name(s->o.kind), 0, why, reply);
+        if (rc <= 0) return;
+    }
+    say(s, "no new valid point in %d random draws: proposing nothing", MAX_DRAWS);
+}
+
+/* The observations for the model: every configuration with a point and a
+ * result (its mean) or only diverged runs (+inf). Returns how many (a new
+ * array in *out, the caller frees), or -1 when out of memory. */
+static int observations(const strategy_t *s, tpe_obs_t **out) {
+    tpe_obs_t *o = malloc((s->n_configs ? s->n_configs : 1) * sizeof *o);
+    int n = 0;
+    if (!o) return -1;
+    for (size_t i = 0; i < s->n_configs; i++) {
+        const config_t *c = &s->configs[i];
+        if (!c->has_x || (c->n == 0 && c->n_bad == 0)) continue;
+        o[n].x = c->x;
+        o[n++].y = c->n > 0 ? c->mean : INFINITY;
+    }
+    *out = o;
+    return n;
+}
+
+/* A move of one or two axes from the lowest mean seen. Returns 0 when
+ * proposed. */
+static int propose_local(strategy_t *s, const config_t *lead, cJSON *reply) {
+    const space_t *sp = s->o.space;
+    char why[160];
+    snprintf(why, sizeof why, "a local move from the lowest mean, #%lld (%.4f over %d)",
+             (long long)lead->first_id, lead->mean, lead->n);
+    for (int attempt = 0; attempt < 32; attempt++) {
+        space_point_t x = lead->x, y;
+        int n_axes = rng_below(&s->rng, 10) < 7 || sp->n_axes < 2 ? 1 : 2;
+        for (int j = 0; j < n_axes; j++)
+            if (space_neighbour(sp, (int)rng_below(&s->rng, (uint64_t)sp->n_axes), &x, &s->rng,
+                                &y) == 0)
+                x = y;
+        int rc = propose_point(s, &x, "tpe", lead->first_id, why, reply);
+        if (rc <= 0) return rc;
+    }
+    return 1;
+}
+
+/* tpe: after the startup, a local move (local_frac of the time) or the
+ * model's best candidate that is valid and new; random draws otherwise. */
+static void propose_tpe(strategy_t *s, cJSON *reply) {
+    tpe_obs_t *obs = NULL;
+    int n = observations(s, &obs);
+    char why[160];
+    if (n < 0) {
+        say(s, "out of memory while building a proposal");
+        return;
+    }
+    if (n < s->o.n_startup || n < 2) {
+        free(obs);
+        snprintf(why, sizeof why, "a random draw (startup: %d of %d results before the model)", n,
+                 s->o.n_startup);
+        propose_random(s, why, reply);
+        return;
+    }
+    const config_t *lead = leader(s);
+    double r = (double)(rng_next(&s->rng) >> 11) * 0x1.0p-53;
+    if (lead && r < s->o.local_frac && propose_local(s, lead, reply) == 0) {
+        free(obs);
+        return;
+    }
+    space_point_t cand[TPE_SHORTLIST];
+    double score[TPE_SHORTLIST];
+    for (int round = 0; round < 4; round++) {
+        int k = tpe_suggest(s->o.space, obs, n, TPE_DEFAULT_GAMMA, TPE_DEFAULT_CANDIDATES, &s->rng,
+                            cand, score, TPE_SHORTLIST);
+        for (int i = 0; i < k; i++) {
+            snprintf(why, sizeof why, "the model's pick over %d results (log l/g %.2f)", n,
+                     score[i]);
+            int rc = propose_point(s, &cand[i], "tpe", 0, why, reply);
+            if (rc <= 0) {
+                free(obs);
+                return;
+            }
         }
     }
-    propose_mutation(s, reply);
+    free(obs);
+    propose_random(s, "a random draw (the model's candidates were invalid or seen)", reply);
 }
 
 /* A promising configuration: propose sp again with the next unseen seed (its
@@ -715,6 +633,80 @@ static int propose_rerun(strategy_t *s, config_t *c, int64_t id, const spec_t *s
     }
     say(s, "every re-run seed of #%lld was already run", (long long)c->first_id);
     return -1;
+}
+
+/* The confirmation rule (strategy.h): one more seed for the lowest mean
+ * seen when it beats the best by more than one standard error, within the
+ * budget. Returns 0 when a re-run was proposed. */
+static int try_confirm(strategy_t *s, cJSON *reply) {
+    config_t *c = leader(s);
+    if (!s->have_best || !c || !strcmp(c->config.key, s->best_config.key) ||
+        c->n >= s->o.max_seeds || c->outstanding > 0 || !(c->mean < s->best_val))
+        return -1;
+    int df = 0;
+    double sd = pooled_sd(s, &df), t;
+    const config_t *b = config_find(s, s->best_config.key);
+    strategy_compare_t in = {.best_mean = s->best_val,
+                             .best_n = b && b->n > 0 ? b->n : 1,
+                             .cand_mean = c->mean,
+                             .cand_n = c->n,
+                             .sd = isnan(sd) ? -1 : sd,
+                             .noise_floor = s->o.noise_floor,
+                             .max_seeds = s->o.max_seeds};
+    strategy_compare(&in, &t);
+    double gain = s->best_val - c->mean, one_se = isnan(t) ? 0 : t / 2;
+    if (!(gain > one_se)) return -1;
+    if (s->n_confirmations + 1 > s->o.confirm_frac * (s->n_proposals + 1)) {
+        say(s,
+            "not confirming #%lld (mean %.4f over %d, gain %.4f): confirmation seeds would pass "
+            "%.0f%% of the proposals (%d of %d)",
+            (long long)c->first_id, c->mean, c->n, gain, 100 * s->o.confirm_frac,
+            s->n_confirmations + 1, s->n_proposals + 1);
+        return -1;
+    }
+    spec_t sp;
+    char cfg[SPEC_HASH_HEX];
+    if (point_spec(s, &c->x, &sp) < 0) return -1;
+    if (config_identity(&sp, cfg) < 0 || strcmp(cfg, c->config.key)) {
+        spec_free(&sp); /* its point does not spell it out (a field outside the space) */
+        return -1;
+    }
+    sp.seed = s->baseline.seed;
+    int rc = propose_rerun(s, c, c->first_id, &sp, reply);
+    spec_free(&sp);
+    if (rc < 0) return -1;
+    s->n_confirmations++;
+    char one[64] = "any gain: the noise is not measured yet";
+    if (!isnan(t)) snprintf(one, sizeof one, "one SE %.4f", one_se);
+    say(s,
+        "confirming #%lld, the lowest mean: %.4f over %d seed%s beats best %.4f (#%lld) by %.4f > "
+        "%s; re-running with seed %llu (confirmation %d, at most %.0f%% of the proposals)",
+        (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val,
+        (long long)s->best_id, gain, one, (unsigned long long)c->max_seed, s->n_confirmations,
+        100 * s->o.confirm_frac);
+    return 0;
+}
+
+static void propose_next(strategy_t *s, cJSON *reply) {
+    if (!proposals_left(s)) return;
+    if (!s->have_best && s->o.noise_seeds > 0) {
+        char hex[STRATEGY_IDENT_LEN];
+        if (strategy_identity(&s->baseline, hex) == 0 && !seen_has(s, hex)) {
+            propose_baseline(s, reply, "nothing has run yet");
+            return;
+        }
+    }
+    switch (s->o.kind) {
+    case STRATEGY_CLIMB:
+        propose_mutation(s, reply);
+        break;
+    case STRATEGY_RANDOM:
+        if (try_confirm(s, reply) < 0) propose_random(s, "a uniform draw from the space", reply);
+        break;
+    case STRATEGY_TPE:
+        if (try_confirm(s, reply) < 0) propose_tpe(s, reply);
+        break;
+    }
 }
 
 /* ---------------------------------------------------------------- judge */
@@ -818,6 +810,12 @@ static void judge_against_best(strategy_t *s, config_t *c, int64_t id, double v,
                 "by %.4f > %s",
                 (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", old, nb,
                 (long long)old_id, gain, why);
+    } else if (verdict == STRATEGY_RERUN && s->o.kind != STRATEGY_CLIMB) {
+        say(s,
+            "promising #%lld: mean val_bpb %.4f over %d seed%s vs best %.4f over %d (#%lld): "
+            "gain %.4f is within %s; a further seed is the confirmation rule's to give",
+            (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val, nb,
+            (long long)s->best_id, gain, why);
     } else if (verdict == STRATEGY_RERUN && c->outstanding == 0) {
         if (propose_rerun(s, c, id, sp, reply) == 0)
             say(s,
@@ -838,6 +836,14 @@ static void judge_against_best(strategy_t *s, config_t *c, int64_t id, double v,
         say(s, "discarding #%lld: val_bpb %.4f (mean %.4f over %d) does not beat best %.4f (#%lld)",
             (long long)id, v, c->mean, c->n, s->best_val, (long long)s->best_id);
     }
+}
+
+/* Where c is in the space, read from one of its runs' spec once. */
+static int place(strategy_t *s, config_t *c, const spec_t *sp) {
+    if (c->has_x) return 0;
+    if (space_read(s->o.space, sp, &c->x) < 0) return -1;
+    c->has_x = true;
+    return 0;
 }
 
 static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
@@ -865,9 +871,13 @@ static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
     config_t *c = config_find(s, cfg);
     if (c && c->outstanding > 0) c->outstanding--;
     if (strcmp(status, "succeeded") || !payload_val_bpb(exp, &v)) {
-        /* failed, crashed, pruned, ...: nothing to rank */
+        /* failed, crashed, pruned, ...: nothing to rank; a divergence is a
+         * bad result for the model (its learning rates, most often) */
         say(s, "discarding #%lld: %s%s%s", (long long)id, status, reason ? ": " : "",
             reason ? reason : "");
+        if (!strcmp(status, "diverged") && !strcmp(scope, s->scope) && (c = config_get(s, cfg)) &&
+            place(s, c, &sp) == 0)
+            c->n_bad++;
         goto done;
     }
     if (strcmp(scope, s->scope)) {
@@ -875,7 +885,7 @@ static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
             s->scope);
         goto done;
     }
-    if (!(c = config_get(s, cfg))) {
+    if (!(c = config_get(s, cfg)) || place(s, c, &sp) < 0) {
         say(s, "out of memory while judging #%lld", (long long)id);
         goto done;
     }
@@ -1031,11 +1041,19 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
     if (!s) goto oom;
     s->o = *o;
     if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0 ||
-        o->noise_seeds < 1 || o->max_seeds < 1 ||
-        (o->queue_target < 1 && o->queue_target != STRATEGY_QUEUE_AUTO)) {
+        o->noise_seeds < 0 || o->max_seeds < 1 ||
+        (o->queue_target < 1 && o->queue_target != STRATEGY_QUEUE_AUTO) ||
+        !(o->confirm_frac >= 0 && o->confirm_frac <= 1) || o->n_startup < 0 ||
+        !(o->local_frac >= 0 && o->local_frac <= 1) || strategy_kind_name(o->kind)[0] == '?') {
         snprintf(err, errlen,
-                 "the noise floor and max_proposals must be >= 0, queue_target >= 1 (or "
-                 "STRATEGY_QUEUE_AUTO), noise_seeds and max_seeds >= 1");
+                 "the noise floor, noise_seeds, n_startup and max_proposals must be >= 0, "
+                 "queue_target >= 1 (or STRATEGY_QUEUE_AUTO), max_seeds >= 1, confirm_frac and "
+                 "local_frac in [0, 1], the kind climb, tpe or random");
+        free(s);
+        return NULL;
+    }
+    if (!o->space || o->space->n_axes < 1) {
+        snprintf(err, errlen, "no search space");
         free(s);
         return NULL;
     }
@@ -1121,6 +1139,8 @@ cJSON *strategy_state_json(const strategy_t *s) {
     }
     if (!cJSON_AddNumberToObject(root, "proposals", s->n_proposals) ||
         !cJSON_AddNumberToObject(root, "mutations", s->n_mutations) ||
+        !cJSON_AddNumberToObject(root, "confirmations", s->n_confirmations) ||
+        !cJSON_AddStringToObject(root, "strategy", strategy_kind_name(s->o.kind)) ||
         !cJSON_AddNumberToObject(root, "rejections_in_row", s->rejections_in_row))
         goto fail;
     if (!s->have_best) {
@@ -1144,7 +1164,10 @@ cJSON *strategy_state_json(const strategy_t *s) {
             !cJSON_AddNumberToObject(obj, "mean", c->mean) ||
             !cJSON_AddNumberToObject(obj, "m2", c->m2) ||
             !cJSON_AddNumberToObject(obj, "max_seed", (double)c->max_seed) ||
-            !cJSON_AddNumberToObject(obj, "outstanding", c->outstanding))
+            !cJSON_AddNumberToObject(obj, "outstanding", c->outstanding) ||
+            !cJSON_AddNumberToObject(obj, "diverged", c->n_bad))
+            goto fail;
+        if (c->has_x && !cJSON_AddItemToObject(obj, "point", space_point_json(s->o.space, &c->x)))
             goto fail;
     }
     if (!(arr = cJSON_AddArrayToObject(root, "judged"))) goto fail;
@@ -1205,6 +1228,12 @@ static int load_counters(strategy_t *t, const cJSON *st, const char **what) {
     t->n_proposals = (int)d;
     if (!get_count(st, "mutations", 0, &d) || d > INT32_MAX) return -1;
     t->n_mutations = (int)d;
+    *what = "confirmations: expected a count";
+    if (cJSON_GetObjectItemCaseSensitive(st, "confirmations")) {
+        if (!get_count(st, "confirmations", 0, &d) || d > INT32_MAX) return -1;
+        t->n_confirmations = (int)d;
+    }
+    *what = "proposals, mutations, rejections_in_row: expected counts";
     if (!get_count(st, "rejections_in_row", 0, &d) || d > INT32_MAX) return -1;
     t->rejections_in_row = (int)d;
     *what = "max_running: expected a count";
@@ -1274,6 +1303,17 @@ static int load_configs(strategy_t *t, const cJSON *st, int version, const char 
         c->m2 = m2->valuedouble;
         c->max_seed = (uint64_t)ms;
         c->outstanding = (int)out;
+        double bad = 0;
+        if (cJSON_GetObjectItemCaseSensitive(it, "diverged") &&
+            (!get_count(it, "diverged", 0, &bad) || bad > INT32_MAX))
+            return -1;
+        c->n_bad = (int)bad;
+        /* A point is read in the space of now: an axis added since is unknown. */
+        const cJSON *pt = cJSON_GetObjectItemCaseSensitive(it, "point");
+        if (cJSON_IsObject(pt)) {
+            space_point_from_json(t->o.space, pt, &c->x);
+            c->has_x = true;
+        }
     }
     return 0;
 }

@@ -1,0 +1,118 @@
+/* space.h - the search space of a night, read from a file
+ * (experiments/search/space.json; the Optuna bridge and the search benchmark
+ * read the same file).
+ *
+ * The file is {"about": "...", "axes": [axis, ...]}. An axis is a path into a
+ * spec ("model.depth", "train.matrix_lr") and the values it may take:
+ *   {"path": P, "type": "int"|"float"|"choice", "values": [v, ...]}  listed, in
+ *       order, so a local move goes to a neighbour in the list;
+ *   {"path": P, "type": "int"|"float", "low": L, "high": H, "log": true}  a
+ *       range, drawn and moved on a log scale when "log" is true;
+ *   "also": [P2, ...]  copies the axis' value to other paths (n_head to
+ *       n_kv_head).
+ * Every path must be a field of a spec (present in the canonical form of the
+ * default spec) that defines a configuration: not a label (name, tags, seed,
+ * priority, parent, prune) and not the scope (dataset, budget, eval_tokens).
+ *
+ * A point is a value for every axis. Writing a point into a spec makes one
+ * repair, the file's: train.total_batch_tokens is rounded up to a multiple of
+ * batch_size x seq_len. A point the spec still refuses (spec_parse: n_head
+ * dividing n_embd into an even head_dim, ve_gate_channels at most n_embd,
+ * ...) is refused with the spec's message; the caller draws again.
+ *
+ * Floats are kept to 4 significant digits (0.05657), so that names stay short
+ * and values that train alike are one configuration.
+ *
+ * Ownership: space_load/space_parse return a space the caller frees with
+ * space_free; nothing else allocates. */
+#ifndef NIGHTSHIFT_SPACE_H
+#define NIGHTSHIFT_SPACE_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/rng.h"
+#include "engine/spec.h"
+
+#define SPACE_MAX_AXES   32
+#define SPACE_MAX_VALUES 64
+#define SPACE_MAX_ALSO   4
+#define SPACE_PATH_LEN   64
+#define SPACE_MAX_BYTES  (1 << 20) /* of a space file */
+
+typedef enum { SPACE_INT, SPACE_FLOAT, SPACE_CHOICE } space_type;
+
+typedef struct {
+    char path[SPACE_PATH_LEN]; /* "model.n_embd" */
+    const char *name;          /* its last component, "n_embd" (points into path) */
+    space_type type;
+    int n_values;                    /* > 0: the listed values; 0: a range */
+    cJSON *values[SPACE_MAX_VALUES]; /* the listed values (owned copies) */
+    double low, high;                /* a range's bounds */
+    bool log;                        /* a range on a log scale */
+    int n_also;                      /* paths that copy the value */
+    char also[SPACE_MAX_ALSO][SPACE_PATH_LEN];
+} space_axis_t;
+
+typedef struct {
+    int n_axes;
+    space_axis_t axes[SPACE_MAX_AXES];
+} space_t;
+
+/* A point: v[i] is the index of the value for a listed axis (-1 when a
+ * spec's value is not listed), the value itself for a range. */
+typedef struct {
+    double v[SPACE_MAX_AXES];
+} space_point_t;
+
+/* Parse the text of a space file (what names it in the errors, e.g. its
+ * path). Returns a new space, or NULL with "what: axes[2].low: ..." in err. */
+space_t *space_parse(const char *text, size_t len, const char *what, char *err, size_t errlen);
+/* Read and parse a file; NULL with err naming the file when it cannot be read. */
+space_t *space_load(const char *path, char *err, size_t errlen);
+void space_free(space_t *sp);
+
+/* A uniform draw: each listed value equally likely, a range uniform on its
+ * (log) scale. */
+void space_sample(const space_t *sp, rng_t *rng, space_point_t *pt);
+
+/* The point a spec is at (a range takes the spec's value even outside it).
+ * Returns 0, or -1 when out of memory. */
+int space_read(const space_t *sp, const spec_t *spec, space_point_t *pt);
+
+/* Write pt into a copy of in: every axis (which == NULL) or those with
+ * which[i], their "also" paths, then the repair, then spec_parse. Returns 0
+ * with out a validated spec (release with spec_free), or -1 with err (the
+ * spec's refusal). in's labels, seed and other fields are kept. */
+int space_write(const space_t *sp, const space_point_t *pt, const bool *which, const spec_t *in,
+                spec_t *out, char *err, size_t errlen);
+
+/* A neighbour of from along axis a into to (to = from elsewhere): a listed
+ * axis moves one place up or down its list (a value not listed moves to any
+ * listed one); a range 1/16 to 3/16 of its (log) width (uniform), at least 1
+ * for an int, staying inside it. Returns 0, or -1 when the axis has a single
+ * value. */
+int space_neighbour(const space_t *sp, int a, const space_point_t *from, rng_t *rng,
+                    space_point_t *to);
+
+/* Whether two points have the same value on axis a. */
+bool space_same(const space_t *sp, int a, const space_point_t *x, const space_point_t *y);
+
+/* The value of axis a at pt as text ("192", "0.05657", "swiglu"; "?" when
+ * not listed) into buf. */
+void space_value_text(const space_t *sp, int a, const space_point_t *pt, char *buf, size_t n);
+
+/* A range axis' position on its (log) scale, 0 at low and 1 at high (may be
+ * outside [0, 1] for a spec's value outside the range); and back, rounded
+ * (an int) or to 4 significant digits (a float), clamped into the range. */
+double space_unit(const space_axis_t *ax, double value);
+double space_from_unit(const space_axis_t *ax, double u);
+
+/* The point as {path: value, ...} (a new tree, NULL when out of memory), and
+ * back: an axis the object does not name, or names with a value not in the
+ * space, is -1 (listed) or NAN (range). */
+cJSON *space_point_json(const space_t *sp, const space_point_t *pt);
+void space_point_from_json(const space_t *sp, const cJSON *obj, space_point_t *pt);
+
+#endif
