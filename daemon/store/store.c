@@ -96,7 +96,8 @@ enum {
  * with id ?2; an unknown id yields no rows. */
 #define LIST_SELECT                                                                                \
     "WITH x AS (SELECT e.id AS id, e.name AS name, e.tags AS tags, e.status AS status,"            \
-    " e.reason AS reason, e.source AS source, e.priority AS priority, e.parent AS parent,"         \
+    " e.reason AS reason, e.source AS source, e.via AS via, e.priority AS priority,"               \
+    " e.parent AS parent,"                                                                         \
     " e.seed AS seed, e.attempt AS attempt, e.created AS created, e.started AS started,"           \
     " e.finished AS finished, e.dataset AS dataset, e.budget_kind AS budget_kind,"                 \
     " e.budget AS budget, e.eval_tokens AS eval_tokens,"                                           \
@@ -121,8 +122,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, config_hash, seed, parent, source,"
-                  " priority, created, dataset, budget_kind, budget, eval_tokens)"
-                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                  " priority, created, dataset, budget_kind, budget, eval_tokens, via)"
+                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     /* The one the user most likely wants back: a result first, then a live one. */
     [ST_FIND_DUP] = "SELECT id FROM experiments WHERE config_hash = ?1 AND seed = ?2"
                     " AND eval_tokens = ?3 AND status IN ('succeeded', 'running', 'queued',"
@@ -170,9 +171,10 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_LIST_QUEUE] =
         LIST_SELECT "(?2 = 0 OR (" QUEUE_KEY ") > (SELECT " QUEUE_KEY
                     " FROM experiments WHERE id = ?2)) ORDER BY " QUEUE_KEY " LIMIT ?3",
-    [ST_GET] = "SELECT id, name, tags, status, reason, source, priority, parent, seed, attempt,"
-               " config_hash, created, started, finished, pid, exit_code, term_signal, spec"
-               " FROM experiments WHERE id = ?1",
+    [ST_GET] =
+        "SELECT id, name, tags, status, reason, source, via, priority, parent, seed, attempt,"
+        " config_hash, created, started, finished, pid, exit_code, term_signal, spec"
+        " FROM experiments WHERE id = ?1",
     [ST_GET_RESULT] = "SELECT * FROM results WHERE experiment_id = ?1",
     /* At most ?2 rows evenly spaced over the run, always ending with the last
      * step; column 5 is the total number of rows. */
@@ -872,6 +874,7 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     b |= bind_text(st, 11, e->scope.budget_kind);
     b |= sqlite3_bind_double(st, 12, e->scope.budget);
     b |= sqlite3_bind_int64(st, 13, e->scope.eval_tokens);
+    b |= bind_text(st, 14, e->via);
     if (b) {
         reset(st);
         return fail_db(s->db, err, errlen, "insert");

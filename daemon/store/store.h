@@ -54,6 +54,7 @@ typedef struct {
     int64_t seed;
     int64_t parent;     /* 0 = none */
     const char *source; /* "api", "cli" or "agent" */
+    const char *via;    /* an agent's: "webhook" or "mcp" (the protocol it came by); NULL */
     int priority;       /* higher runs first; ties: a person's before the agent's, then oldest */
 } store_new_experiment_t;
 
