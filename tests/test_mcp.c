@@ -258,6 +258,30 @@ Test(mcp, a_refusal_is_a_tool_result_with_its_code) {
     mcp_server_free(srv);
 }
 
+/* Found by fuzz_mcp: diff freed the failed call's error envelope before
+ * answering with it, and leaked the first spec when the second call failed. */
+Test(mcp, diff_answers_either_side_failing_with_its_error) {
+    static const char *const found =
+        "{\"status\":\"succeeded\",\"spec\":{\"seed\":1},\"result\":{\"val_bpb\":2}}";
+    static const char *const missing =
+        "{\"error\":{\"code\":\"not_found\",\"message\":\"experiment 9 not found\"}}";
+    for (int side = 0; side < 2; side++) {
+        mcp_server_t *srv = mcp_server_new();
+        script_t sc = {
+            .n = 2, .status = {side ? 200 : 404, 404}, .body = {side ? found : missing, missing}};
+        mcp_out_t kind;
+        const char *t = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
+                        "\"name\":\"diff\",\"arguments\":{\"a\":1,\"b\":9}}}";
+        cJSON *j = handle(srv, &sc, t, strlen(t), &kind);
+        cJSON *r = cJSON_GetObjectItem(j, "result");
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r, "isError")), "side %d", side);
+        cJSON *e = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "structuredContent"), "error");
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(e, "code")), "not_found");
+        cJSON_Delete(j);
+        mcp_server_free(srv);
+    }
+}
+
 static mcp_wait_t *start_wait(mcp_server_t *srv, script_t *sc, const char *id) {
     mcp_backend_t b = {.call = script_call, .user = sc};
     char *reply = NULL,

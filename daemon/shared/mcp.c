@@ -122,8 +122,8 @@ static int api_call(const mcp_backend_t *b, const char *method, const char *path
         return 0;
     }
     cJSON_Delete(j);
-    char msg[64];
-    snprintf(msg, sizeof msg, "HTTP %d from %s %s", status, method, "the API");
+    char msg[400];
+    snprintf(msg, sizeof msg, "HTTP %d from %s %.300s", status, method, path);
     *reply = api_error("api_error", msg);
     return 0;
 }
@@ -333,9 +333,12 @@ static int tool_diff(call_t *c) {
         char path[64];
         snprintf(path, sizeof path, "/v1/experiments/%lld", ids[i]);
         if (!api_call(c->b, "GET", path, NULL, &got[i])) {
-            c->out = got[i];
+            c->out = got[i]; /* the error envelope */
             c->failed = 1;
-            cJSON_Delete(got[0]);
+            if (i == 1) {
+                cJSON_Delete(got[0]);
+                cJSON_Delete(flat[0]);
+            }
             return 0;
         }
         flat[i] = cJSON_CreateObject();
@@ -384,6 +387,7 @@ static int tool_wait(call_t *c) {
     return 1;
 }
 
+/* The tool table (names, descriptions, schemas) over the handlers above. */
 #include "daemon/shared/mcp_tools.h"
 
 /* ------------------------------------------------------------------- wait */
