@@ -368,6 +368,10 @@ static void daemon_start(tu_server_t *d, const char *const *extra) {
     argv[k++] = "1";
     argv[k++] = "--threads-per-slot";
     argv[k++] = "1";
+    /* no address-space limit: a sanitizer build's worker could not start
+     * under one; a spec of terabytes is still refused against the RAM */
+    argv[k++] = "--memory-mb";
+    argv[k++] = "0";
     for (int i = 0; extra && extra[i]; i++) argv[k++] = (char *)extra[i];
     if (!extra) {
         argv[k++] = "--listen";
