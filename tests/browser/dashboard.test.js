@@ -43,7 +43,8 @@ async function main() {
         const e = await L.experiment(d, id);
         return e && e.status !== "queued" && e.status !== "running";
       }, 90000);
-    const running = await L.submit(d, L.spec("long", 4, 20));
+    // long enough to still run when the slot and first-paint checks come, on a loaded machine
+    const running = await L.submit(d, L.spec("long", 4, 120));
     const queued = await L.submit(d, L.spec("waiting", 5, 1.5));
     await L.waitFor("the long run to start", async () =>
       (await L.experiment(d, running)).status === "running", 30000);
@@ -71,7 +72,7 @@ async function main() {
           list.filter((e) => done.includes(e.id)).map((e) => e.status).join(", ") + ")");
     await page.waitForFunction((n) => document.getElementById("chart").dataset.points === String(n)
                                       && document.querySelector("#chart .u-over"), finished,
-                               { timeout: 15000 });
+                               { timeout: 45000 });
     check(true, `the chart has one point per finished experiment (${finished})`);
 
     // hover: "wider" (a child of "small") shows its name and what its spec
@@ -88,7 +89,7 @@ async function main() {
     });
     await page.mouse.move(box.x + box.w * ((at + 0.5) / finished), box.y + box.h / 2);
     await page.waitForFunction(() => /n_embd: 32 -> 64/.test(document.getElementById("tip").textContent),
-                               null, { timeout: 10000 });
+                               null, { timeout: 30000 });
     const tip = await page.textContent("#tip");
     check(/wider/.test(tip), "hovering a point shows its name and its spec's difference from its " +
           "parent: " + tip.replace(/\s+/g, " ").slice(0, 120));
@@ -102,7 +103,7 @@ async function main() {
     const best = ok.reduce((a, b) => (b.val_bpb < a.val_bpb ? b : a));
     const lb = (await L.api(d, "GET", `/v1/leaderboard?dataset=${best.dataset}` +
                                       `&budget=${best.budget_kind}:${best.budget}`)).json.leaderboard;
-    await page.waitForSelector("#leaderboard tbody tr[data-id]", { timeout: 10000 });
+    await page.waitForSelector("#leaderboard tbody tr[data-id]", { timeout: 30000 });
     const firstId = await page.$eval("#leaderboard tbody tr[data-id]", (r) => r.dataset.id);
     check(Number(firstId) === best.id,
           `the leaderboard's first row is #${firstId}, the best val_bpb (${best.val_bpb})`);
@@ -112,20 +113,20 @@ async function main() {
 
     // the running slot: its progress advances
     const sel = `#slots .slot[data-id="${running}"]`;
-    await page.waitForSelector(sel, { timeout: 10000 });
+    await page.waitForSelector(sel, { timeout: 30000 });
     const p1 = parseFloat(await page.$eval(sel, (e) => e.dataset.percent));
     await L.sleep(2500);
     const p2 = parseFloat(await page.$eval(sel, (e) => e.dataset.percent));
     check(p2 > p1, `the running slot's progress advanced from ${p1}% to ${p2}%`);
-    await page.waitForSelector(`${sel} .u-over`, { timeout: 10000 });
+    await page.waitForSelector(`${sel} .u-over`, { timeout: 30000 });
     check(true, "the running slot shows a live loss curve");
 
     // cancel: refused without the token, done with it
     const btn = `#queue button[data-cancel="${queued}"]`;
-    await page.waitForSelector(btn, { timeout: 10000 });
+    await page.waitForSelector(btn, { timeout: 30000 });
     await page.click(btn);
     await page.waitForFunction(() => /401/.test(document.getElementById("msg").textContent),
-                               null, { timeout: 10000 });
+                               null, { timeout: 30000 });
     check((await L.experiment(d, queued)).status === "queued",
           "a cancel click without the token is refused (401) and the run stays queued");
     await page.fill("#token", L.TOKEN);
@@ -179,28 +180,28 @@ async function main() {
 
     // the experiment page of the best run, and the compare view
     await page.goto(d.url + "/#/e/" + lb[0].id);
-    await page.waitForSelector("#detail-chart .u-over", { timeout: 10000 });
+    await page.waitForSelector("#detail-chart .u-over", { timeout: 30000 });
     const title = await page.textContent("#detail-title");
     check(title.indexOf("#" + lb[0].id) === 0, `the experiment page shows #${lb[0].id}`);
     await page.screenshot({ path: path.join(OUT, "experiment.png"), fullPage: true });
     await page.goto(d.url + `/#/c/${lb[0].id}/${lb[lb.length - 1].id}`);
-    await page.waitForSelector("#detail-diff li", { timeout: 10000 });
+    await page.waitForSelector("#detail-diff li", { timeout: 30000 });
     const diff = await page.$$eval("#detail-diff li", (li) => li.map((x) => x.textContent));
     check(diff.some((x) => /^(seed|model\.)/.test(x)), "the compare view lists spec differences: " +
           diff.slice(0, 3).join("; "));
-    await page.waitForSelector("#detail-chart .u-over", { timeout: 10000 });
+    await page.waitForSelector("#detail-chart .u-over", { timeout: 30000 });
 
     // the morning report page, reached from the dashboard's link: its text
     // from the daemon, the anytime curve drawn, the best's sealed test figure
     await page.goto(d.url + "/");
     await page.waitForFunction(() => /test \d\.\d{6}/.test(document.getElementById("summary").textContent),
-                               null, { timeout: 10000 });
+                               null, { timeout: 30000 });
     check(true, "the summary shows the best configuration's test_bpb: " +
           (await page.textContent("#summary")).replace(/\s+/g, " "));
     const href = await page.$eval("#report-link", (a) => a.getAttribute("href"));
     check(/^\/report\?dataset=/.test(href), `the report link carries the scope: ${href}`);
     await page.click("#report-link");
-    await page.waitForSelector("#anytime-chart .u-over", { timeout: 10000 });
+    await page.waitForSelector("#anytime-chart .u-over", { timeout: 30000 });
     const rtitle = await page.textContent("main h2");
     check(/^Night report: /.test(rtitle), `the report page renders: "${rtitle}"`);
     const points = await page.$eval("#anytime-chart", (n) => Number(n.dataset.points));
@@ -218,7 +219,7 @@ async function main() {
     const pp = await phone.newPage();
     pp.on("request", (r) => { if (!r.url().startsWith(d.url)) foreign.push(r.url()); });
     await pp.goto(d.url + "/");
-    await pp.waitForSelector("#chart .u-over", { timeout: 15000 });
+    await pp.waitForSelector("#chart .u-over", { timeout: 45000 });
     const overflow = await pp.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     check(overflow <= 0, `nothing overflows the page at phone width (${overflow} px)`);
     await pp.waitForTimeout(500);
@@ -236,10 +237,10 @@ async function main() {
     const lp = await later.newPage();
     await lp.goto(d.url + "/");
     await lp.waitForFunction(() => /best \+ noise/.test(document.querySelector("#chart").textContent),
-                             null, { timeout: 10000 });
+                             null, { timeout: 30000 });
     check(true, "a noise band is drawn when /v1/noise answers");
     await lp.waitForFunction(() => /\u00b1.*n=3/.test(document.querySelector("#leaderboard tbody").textContent),
-                             null, { timeout: 10000 });
+                             null, { timeout: 30000 });
     check(true, "grouped leaderboard rows show mean \u00b1 sd (n)");
     await lp.screenshot({ path: path.join(OUT, "later-api.png") });
     await later.close();
@@ -255,7 +256,7 @@ async function main() {
     const retry = await busy.newPage();
     await retry.goto(d.url + "/");
     await retry.waitForFunction(() => /\blive\b/.test(document.getElementById("summary").textContent),
-                             null, { timeout: 15000 });
+                             null, { timeout: 45000 });
     check(streams >= 2, `after a 503 the page opens the live feed again (${streams} attempts)`);
     await busy.close();
 
