@@ -6,6 +6,7 @@
 #   make test-unit / test-integration  only the unit / integration suites
 #   make asan       the same tests under AddressSanitizer + UBSan
 #   make test-browser  the dashboard end to end in headless chromium
+#   make test-mcp   the MCP server against the official SDK's client and the conformance suite
 #   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
 #   make test-slurm the Slurm executor on a one-node Slurm on localhost (root; ~2 min)
 #   make bench      engine benchmarks side by side with the PyTorch reference
@@ -117,7 +118,7 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
-.PHONY: bench-isa bench-train-vs-step bench-export
+.PHONY: bench-isa bench-train-vs-step bench-export test-mcp
 .PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn \
         bench-gemm
 all: $(BIN)
@@ -227,7 +228,7 @@ asan:
 # Integration: the nightshift binary, the daemon, servers and workers.
 UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
                store strategy threads tok
-INTEGRATION_SUITES := agent asha client cost daemon data events grad_cli guard hook isa loop newuser \
+INTEGRATION_SUITES := agent asha client cost daemon data events grad_cli guard hook isa loop mcp newuser \
                       report sealed slurm slurm_fake train worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
@@ -242,6 +243,13 @@ test-integration:
 # screenshots and measurements land in build/browser-out.
 test-browser: $(BIN)
 	bash tests/browser/run.sh $(BIN) build/browser-out
+
+# The MCP server (stdio and /mcp) against the official TypeScript SDK's
+# client and the MCP conformance suite's server scenarios that apply, both
+# pinned from npm (tests/mcp/package-lock.json); the scripted night's
+# transcript and the tool-call latency land in build/mcp-out.
+test-mcp: $(BIN)
+	bash tests/mcp/run.sh $(BIN) build/mcp-out
 
 # The daemon's CPU share during training with ten dashboard tabs open (2 min).
 bench-dashboard: $(BIN)

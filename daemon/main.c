@@ -37,6 +37,7 @@ static const command_t commands[] = {
     {"export", export_main, "every experiment as CSV, TSV, JSON lines or results.tsv"},
     {"diff", diff_main, "two experiments: spec differences and results side by side"},
     {"report", report_main, "the morning report: what a night did and learned, as Markdown"},
+    {"mcp", mcp_main, "an MCP server on stdio for LLM clients, driving the daemon at --url"},
     {"agent", agent_main, "the reference search agent behind the webhook"},
 };
 

@@ -99,7 +99,9 @@ typedef struct {
     const char *follows;      /* when absent, take this field's value (same section, same type) */
     const char *const *names; /* F_ENUM */
     size_t n_names;
-    parse_fn *parse; /* F_SPECIAL */
+    parse_fn *parse;    /* F_SPECIAL */
+    const char *schema; /* F_SPECIAL: its JSON Schema (spec_json_schema) */
+    const char *desc;   /* one line for people and for the JSON Schema */
 } spec_field_t;
 
 /* One line of the table per field; the spec_t member names the path. A
@@ -119,10 +121,10 @@ typedef struct {
         .type = F_ENUM, AT(member), .def = (def_), .names = (names_), .n_names = N_OF(names_),     \
         __VA_ARGS__                                                                                \
     }
-#define SECTION(name)                                                                              \
-    { .type = F_SECTION, .path = (name) }
-#define SPECIAL(path_, parse_)                                                                     \
-    { .type = F_SPECIAL, .path = (path_), .parse = (parse_) }
+#define SECTION(name, ...)                                                                         \
+    { .type = F_SECTION, .path = (name), __VA_ARGS__ }
+#define SPECIAL(path_, parse_, schema_, ...)                                                       \
+    { .type = F_SPECIAL, .path = (path_), .parse = (parse_), .schema = (schema_), __VA_ARGS__ }
 
 /* Every field of a spec. A section's fields are parsed and range-checked in
  * this order (it decides which error a document with several gets), the
@@ -146,60 +148,115 @@ typedef struct {
  * in .follows, their .def being its default; cross-field rules are in
  * validate_model and validate_train. */
 static const spec_field_t spec_fields[] = {
-    SPECIAL("name", parse_name),
-    SPECIAL("tags", parse_tags),
-    SPECIAL("seed", parse_seed),
-    INT_FIELD(priority, 0, INT_MIN, INT_MAX),
-    SPECIAL("parent", parse_parent),
-    SPECIAL("dataset", parse_dataset),
-    NUM_FIELD(time_budget_s, 300, NUM_BY_HAND, 0, SPEC_MAX_TIME_BUDGET_S),
-    SECTION("model"),
-    SECTION("train"),
-    SECTION("resources"),
-    SPECIAL("token_budget", parse_token_budget),
-    BOOL_FIELD(prune, true),
-    INT_FIELD(eval_tokens, SPEC_DEFAULT_EVAL_TOKENS, 0, INT_MAX, .canon = CANON_UNLESS_DEFAULT),
+    SPECIAL("name", parse_name, "{\"type\":[\"string\",\"null\"],\"maxLength\":200}",
+            .desc = "a label for people; not part of the configuration"),
+    SPECIAL("tags", parse_tags,
+            "{\"type\":\"array\",\"maxItems\":32,\"items\":{\"type\":\"string\","
+            "\"maxLength\":64}}",
+            .desc = "labels for people; not part of the configuration"),
+    SPECIAL("seed", parse_seed,
+            "{\"type\":\"integer\",\"minimum\":0,\"maximum\":9007199254740991,"
+            "\"default\":42}",
+            .desc = "the random seed (init and batches); repeats of a spec differ only in it"),
+    INT_FIELD(priority, 0, INT_MIN, INT_MAX,
+              .desc = "higher runs first; a person's submissions go before an agent's at equal "
+                      "priority"),
+    SPECIAL("parent", parse_parent, "{\"type\":[\"integer\",\"null\"],\"minimum\":1}",
+            .desc = "the id of the experiment this one varies (must exist), or null"),
+    SPECIAL("dataset", parse_dataset,
+            "{\"type\":\"string\",\"maxLength\":63,\"default\":\"default\"}",
+            .desc = "a prepared dataset's name (the datasets tool lists them)"),
+    NUM_FIELD(time_budget_s, 300, NUM_BY_HAND, 0, SPEC_MAX_TIME_BUDGET_S,
+              .desc = "training wall-clock seconds; exactly one of it and token_budget is "
+                      "nonzero (0 when token_budget is given)"),
+    SECTION("model", .desc = "the GPT's shape"),
+    SECTION("train", .desc = "the optimisation"),
+    SECTION("resources", .desc = "what one run may use"),
+    SPECIAL("token_budget", parse_token_budget,
+            "{\"type\":\"integer\",\"minimum\":0,\"maximum\":1000000000000}",
+            .desc = "training tokens instead of seconds: bit-identical for a seed and thread "
+                    "count, comparable across machines"),
+    BOOL_FIELD(prune, true, .desc = "may the daemon stop this run early when it lags (--prune)"),
+    INT_FIELD(eval_tokens, SPEC_DEFAULT_EVAL_TOKENS, 0, INT_MAX, .canon = CANON_UNLESS_DEFAULT,
+              .desc = "validation tokens scored (0 = the whole split); part of the scope"),
 
-    INT_FIELD(model.vocab_size, 0, 0, MAX_VOCAB),
-    INT_FIELD(model.depth, 4, 1, SPEC_MAX_DEPTH),
-    INT_FIELD(model.n_embd, 128, 1, MAX_WIDTH),
-    INT_FIELD(model.n_head, 2, 1, MAX_WIDTH),
-    INT_FIELD(model.n_kv_head, 2, 1, MAX_WIDTH, .follows = "model.n_head"),
-    NUM_FIELD(model.mlp_ratio, 4, NUM_ABOVE, 0, INFINITY),
-    ENUM_FIELD(model.mlp, MLP_RELU2, mlp_names),
-    INT_FIELD(model.seq_len, 256, 1, MAX_SEQ),
-    ENUM_FIELD(model.pos, POS_ROPE, pos_names),
-    INT_FIELD(model.max_pos, 256, 1, MAX_SEQ, .follows = "model.seq_len"),
-    BOOL_FIELD(model.tie_embeddings, false),
-    NUM_FIELD(model.embed_dropout, 0, NUM_IN_OPEN, 0, 1),
-    NUM_FIELD(model.softcap, 15, NUM_AT_LEAST, 0, MAX_SOFTCAP),
-    SPECIAL("model.window_pattern", parse_window_pattern),
-    SPECIAL("model.ve_layers", parse_ve_layers),
-    INT_FIELD(model.ve_gate_channels, 32, 1, MAX_WIDTH),
+    INT_FIELD(model.vocab_size, 0, 0, MAX_VOCAB,
+              .desc = "0 = the dataset's; must match it when given"),
+    INT_FIELD(model.depth, 4, 1, SPEC_MAX_DEPTH, .desc = "transformer layers"),
+    INT_FIELD(model.n_embd, 128, 1, MAX_WIDTH, .desc = "model width; n_head must divide it"),
+    INT_FIELD(model.n_head, 2, 1, MAX_WIDTH, .desc = "attention heads"),
+    INT_FIELD(model.n_kv_head, 2, 1, MAX_WIDTH, .follows = "model.n_head",
+              .desc = "key/value heads (GQA); must divide n_head; default n_head"),
+    NUM_FIELD(model.mlp_ratio, 4, NUM_ABOVE, 0, INFINITY, .desc = "MLP hidden width / n_embd"),
+    ENUM_FIELD(model.mlp, MLP_RELU2, mlp_names,
+               .desc = "MLP activation; the gated ones double the first projection's width"),
+    INT_FIELD(model.seq_len, 256, 1, MAX_SEQ, .desc = "context length in tokens"),
+    ENUM_FIELD(model.pos, POS_ROPE, pos_names,
+               .desc = "positions: rotary, or a learned table (seq_len <= max_pos)"),
+    INT_FIELD(model.max_pos, 256, 1, MAX_SEQ, .follows = "model.seq_len",
+              .desc = "rows of the learned position table; default seq_len"),
+    BOOL_FIELD(model.tie_embeddings, false, .desc = "lm_head shares the token table"),
+    NUM_FIELD(model.embed_dropout, 0, NUM_IN_OPEN, 0, 1,
+              .desc = "dropout on the embeddings, training only"),
+    NUM_FIELD(model.softcap, 15, NUM_AT_LEAST, 0, MAX_SOFTCAP, .desc = "logit soft cap (0 = none)"),
+    SPECIAL("model.window_pattern", parse_window_pattern,
+            "{\"type\":\"string\",\"pattern\":\"^[SsLl]{1,64}$\",\"default\":\"SSSL\"}",
+            .desc = "attention windows per layer, repeated: S = half the context, L = full; the "
+                    "last layer is always full"),
+    SPECIAL("model.ve_layers", parse_ve_layers,
+            "{\"oneOf\":[{\"type\":\"string\",\"enum\":[\"alternate\",\"all\","
+            "\"none\",\"first_half\",\"last_half\"]},{\"type\":\"array\",\"items\":"
+            "{\"type\":\"integer\",\"minimum\":0}}],\"default\":\"alternate\"}",
+            .desc = "layers with value embeddings: a name or a list of layer indices"),
+    INT_FIELD(model.ve_gate_channels, 32, 1, MAX_WIDTH,
+              .desc = "channels the value-embedding gate reads; at most n_embd"),
 
-    INT_FIELD(train.batch_size, 16, 1, MAX_WIDTH),
-    INT_FIELD(train.total_batch_tokens, 4096, 1, INT_MAX),
-    NUM_FIELD(train.matrix_lr, 0.04, NUM_AT_LEAST, 0, MAX_LR),
-    NUM_FIELD(train.embedding_lr, 0.6, NUM_AT_LEAST, 0, MAX_LR),
-    NUM_FIELD(train.value_embedding_lr, 0.6, NUM_AT_LEAST, 0, MAX_LR),
-    NUM_FIELD(train.unembedding_lr, 0.004, NUM_AT_LEAST, 0, MAX_LR),
-    NUM_FIELD(train.scalar_lr, 0.5, NUM_AT_LEAST, 0, MAX_LR),
-    NUM_FIELD(train.weight_decay, 0.2, NUM_AT_LEAST, 0, MAX_LR),
-    NUM_FIELD(train.x0_beta1, 0.96, NUM_IN_OPEN, 0, 1),
-    NUM_FIELD(train.warmup_ratio, 0, NUM_IN, 0, 1),
-    NUM_FIELD(train.warmdown_ratio, 0.5, NUM_IN, 0, 1),
-    NUM_FIELD(train.final_lr_frac, 0, NUM_IN, 0, 1),
-    NUM_FIELD(train.muon_momentum_start, 0.85, NUM_IN_OPEN, 0, 1),
-    NUM_FIELD(train.muon_momentum_end, 0.95, NUM_IN_OPEN, 0, 1),
-    NUM_FIELD(train.muon_beta2, 0.95, NUM_IN_OPEN, 0, 1),
-    SPECIAL("train.adam_betas", parse_adam_betas),
-    INT_FIELD(train.muon_momentum_steps, 300, 0, INT_MAX),
-    INT_FIELD(train.ns_steps, 5, 1, 5),
-    ENUM_FIELD(train.sampler, SAMPLER_RANDOM, sampler_names),
+    INT_FIELD(train.batch_size, 16, 1, MAX_WIDTH, .desc = "sequences per micro-batch"),
+    INT_FIELD(train.total_batch_tokens, 4096, 1, INT_MAX,
+              .desc = "tokens per optimizer step: a multiple of batch_size * seq_len "
+                      "(gradient accumulation)"),
+    NUM_FIELD(train.matrix_lr, 0.04, NUM_AT_LEAST, 0, MAX_LR,
+              .desc = "Muon learning rate of the block matrices"),
+    NUM_FIELD(train.embedding_lr, 0.6, NUM_AT_LEAST, 0, MAX_LR,
+              .desc = "AdamW learning rate of the token table"),
+    NUM_FIELD(train.value_embedding_lr, 0.6, NUM_AT_LEAST, 0, MAX_LR,
+              .desc = "AdamW learning rate of the value embeddings"),
+    NUM_FIELD(train.unembedding_lr, 0.004, NUM_AT_LEAST, 0, MAX_LR,
+              .desc = "AdamW learning rate of lm_head"),
+    NUM_FIELD(train.scalar_lr, 0.5, NUM_AT_LEAST, 0, MAX_LR,
+              .desc = "AdamW learning rate of the per-layer scalars"),
+    NUM_FIELD(train.weight_decay, 0.2, NUM_AT_LEAST, 0, MAX_LR,
+              .desc = "Muon's cautious weight decay, scaled by 1 - progress"),
+    NUM_FIELD(train.x0_beta1, 0.96, NUM_IN_OPEN, 0, 1, .desc = "Adam beta1 of the x0 lambdas"),
+    NUM_FIELD(train.warmup_ratio, 0, NUM_IN, 0, 1,
+              .desc = "fraction of the budget with a rising learning rate"),
+    NUM_FIELD(train.warmdown_ratio, 0.5, NUM_IN, 0, 1,
+              .desc = "fraction of the budget at the end with a falling learning rate"),
+    NUM_FIELD(train.final_lr_frac, 0, NUM_IN, 0, 1,
+              .desc = "the learning rate at the end, as a fraction of the peak"),
+    NUM_FIELD(train.muon_momentum_start, 0.85, NUM_IN_OPEN, 0, 1,
+              .desc = "Muon momentum at step 0"),
+    NUM_FIELD(train.muon_momentum_end, 0.95, NUM_IN_OPEN, 0, 1,
+              .desc = "Muon momentum after muon_momentum_steps"),
+    NUM_FIELD(train.muon_beta2, 0.95, NUM_IN_OPEN, 0, 1, .desc = "NorMuon's second-moment beta"),
+    SPECIAL("train.adam_betas", parse_adam_betas,
+            "{\"type\":\"array\",\"minItems\":2,\"maxItems\":2,\"items\":"
+            "{\"type\":\"number\",\"minimum\":0,\"exclusiveMaximum\":1},"
+            "\"default\":[0.8,0.95]}",
+            .desc = "AdamW's (beta1, beta2)"),
+    INT_FIELD(train.muon_momentum_steps, 300, 0, INT_MAX,
+              .desc = "steps over which Muon's momentum ramps"),
+    INT_FIELD(train.ns_steps, 5, 1, 5, .desc = "polar-express orthogonalisation steps"),
+    ENUM_FIELD(train.sampler, SAMPLER_RANDOM, sampler_names,
+               .desc = "how batches are drawn from the training stream"),
 
-    INT_FIELD(resources.threads, 0, 0, MAX_THREADS),
-    INT_FIELD(resources.memory_mb, 0, 0, INT_MAX),
-    NUM_FIELD(resources.peak_gflops, 0, NUM_AT_LEAST, 0, MAX_PEAK_GFLOPS),
+    INT_FIELD(resources.threads, 0, 0, MAX_THREADS,
+              .desc = "threads of the run (0 = the slot's); at most a slot's"),
+    INT_FIELD(resources.memory_mb, 0, 0, INT_MAX,
+              .desc = "memory limit in MiB (0 = the daemon's); a run that cannot fit is refused "
+                      "with does_not_fit"),
+    NUM_FIELD(resources.peak_gflops, 0, NUM_AT_LEAST, 0, MAX_PEAK_GFLOPS,
+              .desc = "the machine's peak for mfu (0 = calibrated)"),
 };
 
 /* F_ENUM values are read and written as int. */
@@ -1376,4 +1433,83 @@ int spec_scope_set_budget(spec_scope_t *sc, const char *text) {
              tokens ? SPEC_BUDGET_TOKENS : SPEC_BUDGET_TIME);
     sc->budget = v;
     return 0;
+}
+
+/* ---------------------------------------------------------- JSON Schema -- */
+
+/* One plain field's schema from its table line. */
+static cJSON *field_schema(const spec_field_t *f) {
+    cJSON *o = f->type == F_SPECIAL ? cJSON_Parse(f->schema) : cJSON_CreateObject();
+    if (!o) return NULL;
+    switch (f->type) {
+    case F_INT:
+        cJSON_AddStringToObject(o, "type", "integer");
+        cJSON_AddNumberToObject(o, "minimum", f->lo);
+        cJSON_AddNumberToObject(o, "maximum", f->hi);
+        break;
+    case F_NUM:
+        cJSON_AddStringToObject(o, "type", "number");
+        cJSON_AddNumberToObject(o, f->rule == NUM_ABOVE ? "exclusiveMinimum" : "minimum", f->lo);
+        if (isfinite(f->hi))
+            cJSON_AddNumberToObject(o, f->rule == NUM_IN_OPEN ? "exclusiveMaximum" : "maximum",
+                                    f->hi);
+        break;
+    case F_BOOL:
+        cJSON_AddStringToObject(o, "type", "boolean");
+        break;
+    case F_ENUM: {
+        cJSON_AddStringToObject(o, "type", "string");
+        cJSON *e = cJSON_AddArrayToObject(o, "enum");
+        for (size_t i = 0; i < f->n_names; i++)
+            cJSON_AddItemToArray(e, cJSON_CreateString(f->names[i]));
+        break;
+    }
+    default:
+        break;
+    }
+    if (f->follows) {
+        /* its default is another field's value, which JSON Schema cannot say */
+    } else if (f->type == F_INT || f->type == F_NUM) {
+        cJSON_AddNumberToObject(o, "default", f->def);
+    } else if (f->type == F_BOOL) {
+        cJSON_AddBoolToObject(o, "default", f->def != 0);
+    } else if (f->type == F_ENUM) {
+        cJSON_AddStringToObject(o, "default", f->names[(int)f->def]);
+    }
+    if (f->desc) cJSON_AddStringToObject(o, "description", f->desc);
+    return o;
+}
+
+static cJSON *object_schema(const char *desc) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "object");
+    if (desc) cJSON_AddStringToObject(o, "description", desc);
+    cJSON_AddItemToObject(o, "properties", cJSON_CreateObject());
+    cJSON_AddBoolToObject(o, "additionalProperties", 0);
+    return o;
+}
+
+cJSON *spec_json_schema(void) {
+    cJSON *root = object_schema("one experiment: a GPT variant trained for a budget and "
+                                "scored by val_bpb (bits per byte, lower is better)");
+    if (!root) return NULL;
+    cJSON_AddStringToObject(root, "$schema", "https://json-schema.org/draft/2020-12/schema");
+    cJSON *props = cJSON_GetObjectItem(root, "properties");
+    for (const spec_field_t *f = spec_fields; f < spec_fields + N_OF(spec_fields); f++) {
+        const char *dot = strchr(f->path, '.');
+        cJSON *into = props, *item;
+        if (dot) { /* a section's field: the section is earlier in the table */
+            char sec[32];
+            snprintf(sec, sizeof sec, "%.*s", (int)(dot - f->path), f->path);
+            into = cJSON_GetObjectItem(cJSON_GetObjectItem(props, sec), "properties");
+        }
+        item = f->type == F_SECTION ? object_schema(f->desc) : field_schema(f);
+        if (!item || !into) {
+            cJSON_Delete(item);
+            cJSON_Delete(root);
+            return NULL;
+        }
+        cJSON_AddItemToObject(into, field_key(f), item);
+    }
+    return root;
 }

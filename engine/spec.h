@@ -145,6 +145,14 @@ char *spec_canonical_json(const spec_t *s);
  * NS_ERR_NOMEM when the text cannot be printed. */
 int spec_from_json(const struct cJSON *j, spec_t *s, char *err, size_t errlen);
 
+/* The spec's JSON Schema (draft 2020-12), written from the field table: every
+ * field's type, default, bounds, names and description, unknown fields
+ * refused (additionalProperties false) like the parser refuses them.
+ * Cross-field rules (n_head divides n_embd, exactly one budget, ...) are the
+ * parser's alone. Returns a new cJSON object (caller deletes) or NULL when out
+ * of memory. */
+struct cJSON *spec_json_schema(void);
+
 #define SPEC_HASH_HEX 65 /* bytes of a hex SHA-256 with its NUL */
 
 /* Lowercase hex SHA-256 of s's canonical JSON into out. Returns 0, or

@@ -27,6 +27,7 @@ int watch_main(int argc, char **argv);       /* live progress of every slot */
 int export_main(int argc, char **argv); /* every experiment as CSV, TSV, JSONL or results.tsv */
 int diff_main(int argc, char **argv);   /* two experiments' spec differences and results */
 int report_main(int argc, char **argv); /* the morning report of one scope, as Markdown */
+int mcp_main(int argc, char **argv);    /* the MCP server over stdio, a client of the daemon */
 /* `nightshift agent status`: what a running agent (GET on its port) is doing. */
 int agent_status_main(int argc, char **argv);
 /* `nightshift sample`: with --url, the daemon's state directory as --dir for

@@ -128,7 +128,9 @@ static int add_header(conn_t *c, const char *line, int post_only) {
 int conn_open(conn_t *c, const conn_opts_t *o, const cmd_help_t *h) {
     char token[MAX_TOKEN_BYTES + 1], hdr[MAX_TOKEN_BYTES + 64], noproxy[1024], port_url[64];
     const char *url = o->url;
+    const char *source = c->source; /* the one setting made before */
     memset(c, 0, sizeof *c);
+    c->source = source;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "nightshift %s: cannot initialise libcurl\n", h->name);
         return CLIENT_EXIT_API;
@@ -155,7 +157,8 @@ int conn_open(conn_t *c, const conn_opts_t *o, const cmd_help_t *h) {
 
     /* Headers: the source of the submission, the token, and no
      * "Expect: 100-continue" round trip for larger bodies. */
-    if (add_header(c, "X-Nightshift-Source: cli", 0) < 0 || add_header(c, "Expect:", 0) < 0 ||
+    snprintf(hdr, sizeof hdr, "X-Nightshift-Source: %s", c->source ? c->source : "cli");
+    if (add_header(c, hdr, 0) < 0 || add_header(c, "Expect:", 0) < 0 ||
         add_header(c, "Accept: application/json", 0) < 0 ||
         add_header(c, "Content-Type: application/json", 1) < 0)
         goto oom;
@@ -247,6 +250,7 @@ static int reply_code(conn_t *c, CURLcode cr, const char *method, const char *pa
         curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &r->status);
         c->http_status = r->status;
         if (r->status >= 200 && r->status < 300) return 0;
+        if (c->keep_errors) return CLIENT_EXIT_API;
         print_api_error(errf, c, method, path, r);
         return CLIENT_EXIT_API;
     case CURLE_ABORTED_BY_CALLBACK:
@@ -308,7 +312,7 @@ int conn_request(conn_t *c, const char *method, const char *path, const char *bo
     }
     c->errbuf[0] = '\0';
     rc = reply_code(c, curl_easy_perform(k), method, path, r, errf);
-    if (rc == 0) {
+    if (rc == 0 || (rc == CLIENT_EXIT_API && c->keep_errors && c->http_status)) {
         if (errf != stderr) fclose(errf);
         free(url);
         return 0;

@@ -28,6 +28,8 @@ typedef struct {
     long http_status;                  /* of the last request; 0 = no HTTP reply */
     char said[512];                    /* the last failure's message when quiet */
     int agent;                         /* the peer is the agent (agent status), not the daemon */
+    const char *source;                /* X-Nightshift-Source (set before conn_open); NULL = cli */
+    int keep_errors; /* an HTTP error reply is kept in *r (status and body), not printed */
 } conn_t;
 
 /* A reply: its status and body (capped at MAX_REPLY_BYTES; body.data is

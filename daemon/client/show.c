@@ -66,7 +66,8 @@ static void show_identity(const cJSON *e) {
         }
     show_row("tags", &l);
     l.n = 0;
-    add_fields(&l, e, (const char *const[]){"source", "priority", "attempt", "parent", NULL});
+    add_fields(&l, e,
+               (const char *const[]){"source", "via", "priority", "attempt", "parent", NULL});
     show_row("origin", &l);
 }
 

@@ -258,6 +258,7 @@ static int promote_one(sched_t *s, const store_asha_due_t *d, int64_t ended, int
                                 .seed = d->seed,
                                 .parent = d->id,
                                 .source = d->source,
+                                .via = d->via,
                                 .priority = d->priority,
                                 .asha = &a};
     spec_scope(&spec, &e.scope);

@@ -2,6 +2,7 @@
  * each does a few short SQLite transactions, nothing slower. */
 #include "daemon/serve/api.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -194,6 +195,7 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
     char hash[SPEC_HASH_HEX], full_hash[SPEC_HASH_HEX], serr[256];
     char *canon = NULL, *tags = NULL;
     int rc = check_spec(a, spec_json, &s, &sc, err, errlen);
+    int mcp = !strcmp(source, "mcp"); /* an agent that came over MCP */
     if (rc < 0) return rc;
     /* Under --prune asha the run is queued at the lowest rung's budget (sched.h). */
     int on_ladder = a->sched ? sched_asha_file(a->sched, &s, &asha, full_hash, err, errlen) : 0;
@@ -237,7 +239,10 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
                                 .config_hash = hash,
                                 .seed = (int64_t)s.seed,
                                 .parent = s.parent,
-                                .source = source,
+                                .source = mcp ? "agent" : source,
+                                .via = mcp                        ? "mcp"
+                                       : !strcmp(source, "agent") ? "webhook"
+                                                                  : NULL,
                                 .priority = s.priority,
                                 .scope = sc,
                                 .asha = on_ladder ? &asha : NULL};
@@ -254,6 +259,98 @@ done:
     free(canon);
     free(tags);
     return rc;
+}
+
+/* POST /v1/cost: one spec's size, FLOPs and memory, and whether the daemon
+ * would queue it, without queueing it. An invalid spec is a 400 like a
+ * submission's; one that cannot fit is a 200 with "fits": false and the
+ * refusal a submission would get ({"code":"does_not_fit","message"}). */
+static void post_cost(api_t *a, const http_request_t *req, http_response_t *res) {
+    char err[512];
+    spec_t s;
+    cJSON *body = http_json_parse(req->body, req->body_len, err, sizeof err);
+    if (!body) {
+        http_error(res, 400, "invalid_json", "the body is not valid JSON: %s", err);
+        return;
+    }
+    int rc = check_spec(a, body, &s, NULL, err, sizeof err);
+    /* a spec that does not fit is valid: parsed again for its numbers */
+    if (rc == NS_ERR_DOES_NOT_FIT && spec_from_json(body, &s, err + 256, 256) < 0)
+        rc = NS_ERR_NOMEM;
+    cJSON_Delete(body);
+    if (rc == NS_ERR_IO || rc == NS_ERR_NOMEM) {
+        http_error(res, 500, rc == NS_ERR_IO ? "store_error" : "internal", "%s", err);
+        return;
+    }
+    if (rc < 0 && rc != NS_ERR_DOES_NOT_FIT) {
+        http_error(res, 400, "invalid_spec", "%s", err);
+        return;
+    }
+    data_info_t info = {0};
+    char derr[256];
+    int have_info = data_info(a->state_dir, s.dataset, &info, derr, sizeof derr) == 0;
+    spec_model_t m = s.model;
+    if (m.vocab_size <= 0) m.vocab_size = info.vocab_size > 0 ? info.vocab_size : 256;
+    cost_t c;
+    cost_mem_t mem;
+    cost_compute(&m, s.train.batch_size, &c);
+    cost_memory(&m, s.train.batch_size,
+                have_info ? info.train_tokens + info.val_tokens + info.test_tokens : 0, &mem);
+    const char *source;
+    double limit = cost_worker_limit(s.resources.memory_mb, a->memory_mb, &source);
+    cJSON *o = cJSON_CreateObject(), *p = cJSON_AddObjectToObject(o, "params");
+    cJSON_AddBoolToObject(o, "fits", rc == 0);
+    if (rc == 0) {
+        cJSON_AddNullToObject(o, "refusal");
+    } else {
+        cJSON *r = cJSON_AddObjectToObject(o, "refusal");
+        cJSON_AddStringToObject(r, "code", "does_not_fit");
+        cJSON_AddStringToObject(r, "message", err);
+    }
+    cJSON_AddNumberToObject(p, "total", (double)c.total);
+    cJSON_AddNumberToObject(p, "wte", (double)c.wte);
+    cJSON_AddNumberToObject(p, "blocks", (double)c.blocks);
+    cJSON_AddNumberToObject(p, "lm_head", (double)c.lm_head);
+    cJSON_AddNumberToObject(o, "flops_per_token", c.flops_per_token);
+    cJSON *mo = cJSON_AddObjectToObject(o, "memory_bytes");
+    cJSON_AddNumberToObject(mo, "weights", mem.weights);
+    cJSON_AddNumberToObject(mo, "grads", mem.grads);
+    cJSON_AddNumberToObject(mo, "optimizer", mem.optimizer);
+    cJSON_AddNumberToObject(mo, "activations", mem.activations);
+    cJSON_AddNumberToObject(mo, "data", mem.data);
+    cJSON_AddNumberToObject(mo, "total", mem.total);
+    cJSON_AddNumberToObject(o, "limit_bytes", limit);
+    cJSON_AddStringToObject(o, "limit_from", source);
+    cJSON_AddNumberToObject(o, "vocab_size", m.vocab_size);
+    spec_free(&s);
+    reply_json(res, 200, o);
+}
+
+/* GET /v1/datasets: every prepared dataset with its vocabulary and sizes in
+ * tokens ({"datasets":[...]}); a directory whose manifest cannot be read is
+ * listed with its error. */
+static void get_datasets(api_t *a, http_response_t *res) {
+    char dir[PATH_MAX], err[256];
+    snprintf(dir, sizeof dir, "%s/datasets", a->state_dir);
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "datasets");
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        data_info_t info;
+        if (e->d_name[0] == '.' || dataset_exists(a, e->d_name) <= 0) continue;
+        cJSON *one = cJSON_CreateObject();
+        cJSON_AddStringToObject(one, "name", e->d_name);
+        if (data_info(a->state_dir, e->d_name, &info, err, sizeof err) == 0) {
+            cJSON_AddNumberToObject(one, "vocab_size", info.vocab_size);
+            cJSON_AddNumberToObject(one, "train_tokens", info.train_tokens);
+            cJSON_AddNumberToObject(one, "val_tokens", info.val_tokens);
+            cJSON_AddNumberToObject(one, "test_tokens", info.test_tokens);
+        } else {
+            cJSON_AddStringToObject(one, "error", err);
+        }
+        cJSON_AddItemToArray(arr, one);
+    }
+    if (d) closedir(d);
+    reply_json(res, 200, o);
 }
 
 static int authorized(const api_t *a, const http_request_t *req) {
@@ -346,6 +443,8 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
     long long repeats;
     if (query_int(req, res, "repeats", 1, MAX_REPEATS, 1, &repeats) < 0) return;
     if (req->source && !strcmp(req->source, "cli")) snprintf(source, sizeof source, "cli");
+    /* An MCP client is an agent: it proposes, and a person's runs go first. */
+    if (req->source && !strcmp(req->source, "mcp")) snprintf(source, sizeof source, "mcp");
     cJSON *body = http_json_parse(req->body, req->body_len, err, sizeof err);
     if (!body) {
         http_error(res, 400, "invalid_json", "the body is not valid JSON: %s", err);
@@ -997,6 +1096,10 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         post_experiments(a, req, res);
     } else if (!strcmp(req->path, "/v1/experiments") && get) {
         get_experiments(a, req, res);
+    } else if (!strcmp(req->path, "/v1/cost") && post) {
+        post_cost(a, req, res);
+    } else if (!strcmp(req->path, "/v1/datasets") && get) {
+        get_datasets(a, res);
     } else if (!strcmp(req->path, "/v1/leaderboard") && get) {
         get_leaderboard(a, req, res);
     } else if (!strcmp(req->path, "/v1/best") && get) {

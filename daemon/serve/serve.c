@@ -21,6 +21,7 @@
 
 #include "daemon/serve/api.h"
 #include "daemon/serve/events.h"
+#include "daemon/serve/mcp_http.h"
 #include "daemon/hook/hook.h"
 #include "daemon/shared/http.h"
 #include "daemon/shared/log.h"
@@ -81,6 +82,7 @@ typedef struct {
     api_t api;
     hook_t *hook;            /* NULL without --agent-url, and once closed */
     events_hub_t *events;    /* the SSE streams of GET /v1/events/stream */
+    mcp_http_t *mcp;         /* /mcp, the MCP endpoint (mcp_http.h) */
     origin_policy_t *origin; /* the Host and Origin rules of every request */
     worker_floor_t floor;    /* the engine's address-space floor (local runs of the engine) */
     int have_floor;
@@ -594,6 +596,16 @@ static int start_sched(daemon_t *d, char *err, size_t errlen) {
     return 0;
 }
 
+/* Every request: /mcp to the MCP endpoint, the rest to the API (user is
+ * the daemon's api_t, as api_authorize also takes it). */
+static void handle_cb(const http_request_t *req, http_response_t *res, void *user) {
+    daemon_t *d = (daemon_t *)((char *)user - offsetof(daemon_t, api));
+    if (!strcmp(req->path, "/mcp") && d->mcp)
+        mcp_http_handle(d->mcp, req, res);
+    else
+        api_handle(req, res, user);
+}
+
 /* The API, its event stream, the agent hook and the HTTP server; *port gets
  * the port bound. */
 static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
@@ -610,6 +622,8 @@ static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
                      .floor = d->have_floor ? &d->floor : NULL};
     if (!(d->events = d->api.events = events_hub_new(&d->loop, d->store, d->sched)))
         return util_errorf(err, errlen, "out of memory");
+    if (!(d->mcp = mcp_http_new(&d->loop, &d->api)))
+        return util_errorf(err, errlen, "out of memory");
     if (d->o.agent_url[0]) {
         hook_opts_t ho = {.url = d->o.agent_url,
                           .secret = d->o.agent_secret,
@@ -619,7 +633,7 @@ static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
     }
     http_limits_t lim;
     http_limits_default(&lim);
-    if (http_server_start(&d->loop, d->o.host, d->o.port, &lim, api_handle, &d->api, &d->http, port,
+    if (http_server_start(&d->loop, d->o.host, d->o.port, &lim, handle_cb, &d->api, &d->http, port,
                           err, errlen) < 0)
         return -1;
     http_server_set_authorize(d->http, api_authorize);
@@ -678,6 +692,7 @@ out_loop:
     if (uv_loop_close(&d->loop) != 0) log_warn("some handles were still open at exit");
 out:
     if (rc) log_error("%s", err);
+    mcp_http_free(d->mcp);
     api_close(&d->api);
     store_close(d->store);
     if (d->lock_fd >= 0) close(d->lock_fd);

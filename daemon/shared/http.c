@@ -121,6 +121,7 @@ enum {
     HDR_LAST_ID,
     HDR_HOST,
     HDR_ORIGIN,
+    HDR_MCP_VERSION,
     N_HDRS
 };
 static const char *const header_names[N_HDRS] = {
@@ -134,6 +135,7 @@ static const char *const header_names[N_HDRS] = {
     [HDR_LAST_ID] = "last-event-id",
     [HDR_HOST] = "host",
     [HDR_ORIGIN] = "origin",
+    [HDR_MCP_VERSION] = "mcp-protocol-version",
 };
 
 typedef struct conn {
@@ -528,6 +530,7 @@ static http_request_t conn_request(const conn_t *c) {
         .last_event_id = header(c, HDR_LAST_ID),
         .host = header(c, HDR_HOST),
         .origin = header(c, HDR_ORIGIN),
+        .mcp_protocol_version = header(c, HDR_MCP_VERSION),
         .conn = (void *)c,
     };
 }

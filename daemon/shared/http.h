@@ -48,11 +48,12 @@ typedef struct {
     const char *webhook_id;
     const char *webhook_timestamp;
     const char *webhook_signature;
-    const char *peer;          /* "127.0.0.1:54321" */
-    const char *last_event_id; /* the Last-Event-ID header (SSE reconnects), or NULL */
-    const char *host;          /* the Host header, or NULL */
-    const char *origin;        /* the Origin header (sent by browsers), or NULL */
-    void *conn;                /* the server's connection, for http_stream_open only */
+    const char *peer;                 /* "127.0.0.1:54321" */
+    const char *last_event_id;        /* the Last-Event-ID header (SSE reconnects), or NULL */
+    const char *host;                 /* the Host header, or NULL */
+    const char *origin;               /* the Origin header (sent by browsers), or NULL */
+    const char *mcp_protocol_version; /* the MCP-Protocol-Version header (/mcp), or NULL */
+    void *conn;                       /* the server's connection, for http_stream_open only */
 } http_request_t;
 
 #define HTTP_MAX_EXTRA_HEADERS 512

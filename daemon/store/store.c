@@ -98,7 +98,8 @@ enum {
  * with id ?2; an unknown id yields no rows. */
 #define LIST_SELECT                                                                                \
     "WITH x AS (SELECT e.id AS id, e.name AS name, e.tags AS tags, e.status AS status,"            \
-    " e.reason AS reason, e.source AS source, e.priority AS priority, e.parent AS parent,"         \
+    " e.reason AS reason, e.source AS source, e.via AS via, e.priority AS priority,"               \
+    " e.parent AS parent,"                                                                         \
     " e.seed AS seed, e.attempt AS attempt, e.created AS created, e.started AS started,"           \
     " e.finished AS finished, e.dataset AS dataset, e.budget_kind AS budget_kind,"                 \
     " e.budget AS budget, e.eval_tokens AS eval_tokens, e.rung AS rung,"                           \
@@ -123,10 +124,10 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO experiments (name, tags, spec, config_hash, seed, parent, source,"
-                  " priority, created, dataset, budget_kind, budget, eval_tokens, rung, rungs,"
-                  " eta, full_budget, full_config_hash)"
+                  " priority, created, dataset, budget_kind, budget, eval_tokens, via, rung,"
+                  " rungs, eta, full_budget, full_config_hash)"
                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-                  " ?16, ?17, ?18)",
+                  " ?16, ?17, ?18, ?19)",
     /* The one the user most likely wants back: a result first, then a live one. */
     [ST_FIND_DUP] = "SELECT id FROM experiments WHERE config_hash = ?1 AND seed = ?2"
                     " AND eval_tokens = ?3 AND status IN ('succeeded', 'running', 'queued',"
@@ -175,12 +176,13 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_LIST_QUEUE] =
         LIST_SELECT "(?2 = 0 OR (" QUEUE_KEY ") > (SELECT " QUEUE_KEY
                     " FROM experiments WHERE id = ?2)) ORDER BY " QUEUE_KEY " LIMIT ?3",
-    [ST_GET] = "SELECT id, name, tags, status, reason, source, priority, parent, seed, attempt,"
-               " config_hash, created, started, finished, pid, exit_code, term_signal, spec,"
-               " rung, rungs, eta, full_budget, promoted_to, (SELECT json_group_array("
-               "json_object('id', p.id, 'rung', p.rung + 1, 'promoted_to', p.promoted_to))"
-               " FROM experiments p WHERE p.promoted_by = experiments.id) AS promotions"
-               " FROM experiments WHERE id = ?1",
+    [ST_GET] =
+        "SELECT id, name, tags, status, reason, source, via, priority, parent, seed, attempt,"
+        " config_hash, created, started, finished, pid, exit_code, term_signal, spec,"
+        " rung, rungs, eta, full_budget, promoted_to, (SELECT json_group_array("
+        "json_object('id', p.id, 'rung', p.rung + 1, 'promoted_to', p.promoted_to))"
+        " FROM experiments p WHERE p.promoted_by = experiments.id) AS promotions"
+        " FROM experiments WHERE id = ?1",
     [ST_GET_RESULT] = "SELECT * FROM results WHERE experiment_id = ?1",
     /* At most ?2 rows evenly spaced over the run, always ending with the last
      * step; column 5 is the total number of rows. */
@@ -342,7 +344,7 @@ static const char *const stmt_sql[ST_COUNT] = {
         " full_budget), w AS (p ORDER BY v IS NULL, v, id))"
         " SELECT e.id, e.spec, e.name, e.tags, e.source, e.priority, e.seed, e.dataset,"
         " e.budget_kind, e.budget, e.eval_tokens, e.rung, e.rungs, e.eta, e.full_budget,"
-        " e.full_config_hash FROM k JOIN experiments e ON e.id = k.id"
+        " e.full_config_hash, e.via FROM k JOIN experiments e ON e.id = k.id"
         " WHERE k.v IS NOT NULL AND k.promoted_to IS NULL AND k.rung < k.rungs - 1"
         " AND k.pos <= k.n / k.eta ORDER BY e.id",
     [ST_ASHA_MARK] = "UPDATE experiments SET promoted_to = ?2, promoted_by = ?3 WHERE id = ?1"
@@ -913,7 +915,8 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
     b |= bind_text(st, 11, e->scope.budget_kind);
     b |= sqlite3_bind_double(st, 12, e->scope.budget);
     b |= sqlite3_bind_int64(st, 13, e->scope.eval_tokens);
-    b |= bind_asha(st, 14, e->asha);
+    b |= bind_text(st, 14, e->via);
+    b |= bind_asha(st, 15, e->asha);
     if (b) {
         reset(st);
         return fail_db(s->db, err, errlen, "insert");
@@ -1215,6 +1218,7 @@ void store_asha_due_free(store_asha_due_t *d, size_t n) {
         free(d[i].name);
         free(d[i].tags_json);
         free(d[i].source);
+        free(d[i].via);
     }
     free(d);
 }
@@ -1236,7 +1240,9 @@ static int asha_due_row(sqlite3_stmt *st, store_asha_due_t *d) {
     d->full_budget = sqlite3_column_double(st, 14);
     const char *h = (const char *)sqlite3_column_text(st, 15);
     snprintf(d->full_config_hash, sizeof d->full_config_hash, "%s", h ? h : "");
+    d->via = dup_column(st, 16); /* NULL for a person's run */
     return d->spec_json && d->tags_json && d->source &&
+                   (d->via || sqlite3_column_type(st, 16) == SQLITE_NULL) &&
                    (d->name || sqlite3_column_type(st, 2) == SQLITE_NULL)
                ? 0
                : -1;

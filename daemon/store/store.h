@@ -54,6 +54,7 @@ typedef struct {
     int64_t seed;
     int64_t parent;     /* 0 = none */
     const char *source; /* "api", "cli" or "agent" */
+    const char *via;    /* an agent's: "webhook" or "mcp" (the protocol it came by); NULL */
     int priority;       /* higher runs first; ties: a higher rung, a person's before the agent's,
                            then oldest */
     const struct store_asha *asha; /* its rung under serve --prune asha; NULL = none */
@@ -244,7 +245,7 @@ int64_t store_queue_depth(store_t *s, char *err, size_t errlen);
  * with store_asha_due_free. */
 typedef struct {
     int64_t id;
-    char *spec_json, *name, *tags_json, *source;
+    char *spec_json, *name, *tags_json, *source, *via;
     int priority;
     int64_t seed;
     store_scope_t scope; /* the rung it finished at */

@@ -447,7 +447,7 @@
         el("td", { cls: "num" }, [el("a", { href: "#/e/" + e.id, text: String(e.id) })]),
         el("td", { text: e.name || "(unnamed)" }),
         el("td", { cls: "num", text: fmt(e.priority) }),
-        el("td", { text: e.source || "" }),
+        el("td", { text: (e.source || "") + (e.via ? " (" + e.via + ")" : "") }),
         el("td", { text: (e.created || "").replace("T", " ").replace(/\.\d+Z$/, "Z") }),
         el("td", {}, [b])
       ]));
@@ -722,7 +722,7 @@
     experiment(id).then(function (e) {
       $("detail-title").textContent = "#" + e.id + " " + (e.name || "(unnamed)");
       facts([["status", e.status], ["reason", e.reason], ["parent", e.parent ? "#" + e.parent : null, e.parent ? "#/e/" + e.parent : null],
-             ["seed", e.seed], ["source", e.source], ["created", e.created], ["started", e.started], ["finished", e.finished],
+             ["seed", e.seed], ["source", (e.source || "") + (e.via ? " (" + e.via + ")" : "")], ["created", e.created], ["started", e.started], ["finished", e.finished],
              ["compare with parent", e.parent ? "#" + e.parent + " vs #" + e.id : null, e.parent ? "#/c/" + e.parent + "/" + e.id : null]]);
       resultTable([e]);
       var parent = e.parent ? experiment(e.parent) : Promise.resolve(null);
