@@ -258,6 +258,28 @@ Test(mcp, a_refusal_is_a_tool_result_with_its_code) {
     mcp_server_free(srv);
 }
 
+/* Found by fuzz_mcp: a wait id or a log tail beyond a long long's range was
+ * converted from its double (undefined); now an id out of range is the tool's
+ * error and a tail is capped before it becomes a number in a path. */
+Test(mcp, numbers_beyond_a_long_long_are_refused_or_capped) {
+    mcp_server_t *srv = mcp_server_new();
+    script_t sc = {.n = 1, .status = {200}, .body = {"{\"id\":3,\"status\":\"succeeded\"}"}};
+    mcp_out_t kind;
+    const char *t = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+                    "\"wait\",\"arguments\":{\"ids\":[7.7e71,2],\"timeout_s\":0}}}";
+    cJSON *j = handle(srv, &sc, t, strlen(t), &kind);
+    cr_expect_eq(kind, MCP_OUT_REPLY);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "result"), "isError")));
+    cr_expect_str_eq(sc.calls, "");
+    cJSON_Delete(j);
+    t = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
+        "\"get_experiment\",\"arguments\":{\"id\":3,\"log_tail_bytes\":1e300}}}";
+    j = handle(srv, &sc, t, strlen(t), &kind);
+    cr_expect_str_eq(sc.calls, "GET /v1/experiments/3 \nGET /v1/experiments/3/log?tail=65536 \n");
+    cJSON_Delete(j);
+    mcp_server_free(srv);
+}
+
 /* Found by fuzz_mcp: diff freed the failed call's error envelope before
  * answering with it, and leaked the first spec when the second call failed. */
 Test(mcp, diff_answers_either_side_failing_with_its_error) {

@@ -172,18 +172,24 @@ static void query_arg(bytebuf_t *q, const cJSON *args, const char *key) {
     if (cJSON_IsString(v)) {
         query_add(q, key, v->valuestring);
     } else if (cJSON_IsNumber(v)) {
-        snprintf(num, sizeof num, "%.0f", v->valuedouble);
+        snprintf(num, sizeof num, "%.17g", v->valuedouble); /* the API refuses a non-integer */
         query_add(q, key, num);
     }
 }
 
-/* An experiment id argument (a positive integer), or 0. */
-static long long arg_id(const cJSON *args, const char *key) {
-    const cJSON *v = cJSON_GetObjectItem(args, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 9007199254740991.0 ||
+/* v as a positive integer a double holds exactly (at most 2^53 - 1), or 0:
+ * the one check before any JSON number becomes a long long, since converting a
+ * double beyond its range is undefined. */
+static long long positive_integer(const cJSON *v) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1 && v->valuedouble <= 9007199254740991.0) ||
         v->valuedouble != floor(v->valuedouble))
         return 0;
     return (long long)v->valuedouble;
+}
+
+/* An experiment id argument (a positive integer), or 0. */
+static long long arg_id(const cJSON *args, const char *key) {
+    return positive_integer(cJSON_GetObjectItem(args, key));
 }
 
 /* ------------------------------------------------------------------ tools */
@@ -287,10 +293,10 @@ static int tool_get(call_t *c) {
     snprintf(path, sizeof path, "/v1/experiments/%lld", id);
     call_api(c, "GET", path, NULL);
     const cJSON *t = cJSON_GetObjectItem(c->args, "log_tail_bytes");
-    long long tail = cJSON_IsNumber(t) ? (long long)t->valuedouble : 2000;
-    if (c->failed || tail <= 0) return 0;
+    double tail = cJSON_IsNumber(t) ? t->valuedouble : 2000;
+    if (c->failed || !(tail >= 1)) return 0;
     if (tail > MAX_LOG_TAIL) tail = MAX_LOG_TAIL;
-    snprintf(path, sizeof path, "/v1/experiments/%lld/log?tail=%lld", id, tail);
+    snprintf(path, sizeof path, "/v1/experiments/%lld/log?tail=%.0f", id, floor(tail));
     int status = c->b->call(c->b->user, "GET", path, NULL, &log);
     cJSON *w = cJSON_CreateObject();
     cJSON_AddItemToObject(w, "experiment", c->out);
@@ -511,11 +517,12 @@ static mcp_wait_t *wait_start(mcp_server_t *s, const cJSON *id, const cJSON *arg
     mcp_wait_t *w = bad ? NULL : calloc(1, sizeof *w);
     for (int i = 0; w && i < n; i++) {
         const cJSON *v = cJSON_GetArrayItem(ids, i);
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble != floor(v->valuedouble)) {
+        long long eid = positive_integer(v);
+        if (!eid) {
             bad = "ids: expected positive integers";
             break;
         }
-        w->ids[w->n++] = (long long)v->valuedouble;
+        w->ids[w->n++] = eid;
     }
     if (bad || !w) {
         free(w);
