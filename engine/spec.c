@@ -1419,6 +1419,15 @@ const char *spec_budget_field(const spec_t *s) {
     return s->token_budget > 0 ? "token_budget" : "time_budget_s";
 }
 
+void spec_set_budget(spec_t *s, double budget) {
+    if (s->token_budget > 0) {
+        double t = round(budget);
+        s->token_budget = t < 1 ? 1 : (int64_t)t;
+    } else {
+        s->time_budget_s = budget;
+    }
+}
+
 int spec_scope_set_budget(spec_scope_t *sc, const char *text) {
     const char *num = text;
     bool tokens = !strncmp(text, SPEC_BUDGET_TOKENS ":", 7);

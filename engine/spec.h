@@ -219,6 +219,10 @@ void spec_default_scope(const char *dataset, spec_scope_t *out);
 /* The spec field that holds s's budget: "token_budget" or "time_budget_s". */
 const char *spec_budget_field(const spec_t *s);
 
+/* Set s's budget to budget in the kind s already has: seconds of training,
+ * or training tokens (rounded, at least 1). The other budget stays 0. */
+void spec_set_budget(spec_t *s, double budget);
+
 /* Set sc's budget from text: "time:SECONDS" (or "SECONDS", or "SECONDSs")
  * or "tokens:N", a number in (0, 1e15]. Returns 0, or -1 when text is not
  * one (sc unchanged). */

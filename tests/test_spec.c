@@ -1769,3 +1769,26 @@ Test(spec, eval_tokens_is_in_the_scope_not_the_configuration) {
     cr_expect_eq(spec_parse(bad, strlen(bad), &a, err, sizeof err), NS_ERR_INVALID);
     cr_expect(strstr(err, "eval_tokens: "), "%s", err);
 }
+
+/* spec_set_budget keeps the kind the spec has (the scheduler's rungs set their
+ * budget through it): tokens round and stay at least 1, seconds pass as they are. */
+Test(spec, set_budget_keeps_the_kind) {
+    spec_t s;
+    spec_scope_t sc;
+    parse_ok("{\"token_budget\": 65536}", &s);
+    spec_set_budget(&s, 7281.5);
+    spec_scope(&s, &sc);
+    cr_expect_str_eq(sc.budget_kind, SPEC_BUDGET_TOKENS);
+    cr_expect_eq(s.token_budget, 7282);
+    cr_expect_eq(s.time_budget_s, 0);
+    spec_set_budget(&s, 0.2);
+    cr_expect_eq(s.token_budget, 1);
+    spec_free(&s);
+    parse_ok("{\"time_budget_s\": 300}", &s);
+    spec_set_budget(&s, 33.3);
+    spec_scope(&s, &sc);
+    cr_expect_str_eq(sc.budget_kind, SPEC_BUDGET_TIME);
+    cr_expect_float_eq(s.time_budget_s, 33.3, 1e-12);
+    cr_expect_eq(s.token_budget, 0);
+    spec_free(&s);
+}

@@ -204,14 +204,12 @@ double sched_asha_budget(double full, int by_tokens, int eta, int rungs, int run
     return b < 1 ? 1 : b;
 }
 
-/* Set spec's budget (the field it already uses) to rung r's on ladder a. */
+/* Set spec's budget (the kind it already has; spec.c's rule) to rung r's. */
 static void set_rung_budget(spec_t *spec, const store_asha_t *a, int r) {
-    int by_tokens = spec->token_budget > 0;
-    double b = sched_asha_budget(a->full_budget, by_tokens, a->eta, a->rungs, r);
-    if (by_tokens)
-        spec->token_budget = (int64_t)b;
-    else
-        spec->time_budget_s = b;
+    spec_scope_t sc;
+    spec_scope(spec, &sc);
+    int by_tokens = !strcmp(sc.budget_kind, SPEC_BUDGET_TOKENS);
+    spec_set_budget(spec, sched_asha_budget(a->full_budget, by_tokens, a->eta, a->rungs, r));
 }
 
 int sched_asha_file(const sched_t *s, spec_t *spec, store_asha_t *out, char hash[SPEC_HASH_HEX],
