@@ -1803,3 +1803,32 @@ Test(store, totals_follow_every_status_change_and_result) {
     sqlite3_close(db);
     store_close(s);
 }
+
+/* A store from before 015 gets totals of what it already holds. */
+Test(store, totals_start_from_what_an_older_store_holds) {
+    size_t before = 0;
+    while (before < store_n_migrations && store_migrations[before].version < 15) before++;
+    cr_assert_lt(before, store_n_migrations);
+    cr_assert_eq(
+        store_migrate(tu_dir_path("nightshift.db"), store_migrations, before, err, sizeof err), 0,
+        "%s", err);
+    sqlite3 *db = raw_open("nightshift.db");
+    raw_exec(db, "INSERT INTO experiments (id, spec, seed, source, status, config_hash, dataset,"
+                 " budget_kind, budget) VALUES"
+                 " (1, '{}', 1, 'api', 'succeeded', 'c', 'd', 'time', 60),"
+                 " (2, '{}', 2, 'api', 'queued', 'c', 'd', 'time', 60),"
+                 " (3, '{}', 3, 'api', 'failed', 'c', 'd', 'time', 60)");
+    raw_exec(db, "INSERT INTO results (experiment_id, total_tokens, training_seconds) VALUES"
+                 " (1, 1000, 2.5), (3, 7, 0.5)");
+    store_t *s = open_store();
+    store_totals_t t;
+    cr_assert_eq(store_totals(s, &t, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(t.by_status[0], 1, "queued");
+    cr_expect_eq(t.by_status[2], 1, "succeeded");
+    cr_expect_eq(t.by_status[3], 1, "failed");
+    cr_expect_eq(t.tokens_trained, 1007);
+    cr_expect_eq(t.seconds_trained, 3);
+    expect_totals_match(s, db);
+    sqlite3_close(db);
+    store_close(s);
+}
