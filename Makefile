@@ -7,6 +7,7 @@
 #   make asan       the same tests under AddressSanitizer + UBSan
 #   make test-browser  the dashboard end to end in headless chromium
 #   make test-mcp   the MCP server against the official SDK's client and the conformance suite
+#   make test-metrics  GET /metrics of a daemon after a tiny run through `promtool check metrics`
 #   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
 #   make test-slurm the Slurm executor on a one-node Slurm on localhost (root; ~2 min)
 #   make bench      engine benchmarks side by side with the PyTorch reference
@@ -118,7 +119,7 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
-.PHONY: bench-isa bench-train-vs-step bench-export test-mcp
+.PHONY: bench-isa bench-train-vs-step bench-export test-mcp test-metrics
 .PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn \
         bench-gemm
 all: $(BIN)
@@ -228,8 +229,8 @@ asan:
 # Integration: the nightshift binary, the daemon, servers and workers.
 UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
                store strategy threads tok
-INTEGRATION_SUITES := agent asha client cost daemon data events grad_cli guard hook isa loop mcp newuser \
-                      report sealed slurm slurm_fake train worker
+INTEGRATION_SUITES := agent asha client cost daemon data events grad_cli guard hook isa loop mcp \
+                      metrics newuser report sealed slurm slurm_fake train worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 suite_filter = --filter '@($(subst $(SPACE),|,$(strip $(1))))/*'
@@ -250,6 +251,14 @@ test-browser: $(BIN)
 # transcript and the tool-call latency land in build/mcp-out.
 test-mcp: $(BIN)
 	bash tests/mcp/run.sh $(BIN) build/mcp-out
+
+# GET /metrics through Prometheus' checker (promtool, from Debian's
+# prometheus package, installed by the script through setup.sh --prometheus):
+# a daemon on a free loopback port runs a tiny experiment, then its scrape
+# must pass `promtool check metrics` without a complaint; the scrape lands in
+# build/metrics-out.
+test-metrics: $(BIN)
+	timeout -k 10 300 bash tests/metrics/run.sh $(BIN) build/metrics-out
 
 # The daemon's CPU share during training with ten dashboard tabs open (2 min).
 bench-dashboard: $(BIN)

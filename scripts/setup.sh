@@ -13,6 +13,10 @@
 #   scripts/setup.sh --slurm  also Slurm (with slurmrestd and its JWT plugin) and
 #                             munge, for the one-node cluster of `make test-slurm`
 #                             (tests/slurm/run.sh)
+#   scripts/setup.sh --prometheus  also Debian's prometheus, for its promtool, which
+#                             `make test-metrics` checks GET /metrics with (the
+#                             package also installs a prometheus service; where systemd
+#                             runs it listens on :9090, and nothing here uses it)
 set -euo pipefail
 
 packages=(
@@ -30,6 +34,7 @@ for arg in "$@"; do
         browser=1
         ;;
     --slurm) packages+=(slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge curl) ;;
+    --prometheus) packages+=(prometheus curl) ;;
     *)
         echo "setup: unknown option $arg" >&2
         exit 2

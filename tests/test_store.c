@@ -1739,3 +1739,96 @@ Test(store, test_figures_are_kept_apart_and_averaged_per_configuration) {
     sqlite3_close(db);
     store_close(s);
 }
+
+/* ------------------------------------------------------------- the totals */
+
+/* store_totals against counts and sums taken from the tables themselves. */
+static void expect_totals_match(store_t *s, sqlite3 *db) {
+    store_totals_t t;
+    cr_assert_eq(store_totals(s, &t, err, sizeof err), 0, "totals: %s", err);
+    for (int i = 0; i < STORE_N_STATUSES; i++) {
+        sqlite3_stmt *st = NULL;
+        cr_assert_eq(sqlite3_prepare_v2(db, "SELECT count(*) FROM experiments WHERE status = ?1",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+        sqlite3_bind_text(st, 1, store_status_name(i), -1, SQLITE_STATIC);
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        cr_expect_eq(t.by_status[i], sqlite3_column_int64(st, 0), "%s: %lld", store_status_name(i),
+                     (long long)t.by_status[i]);
+        sqlite3_finalize(st);
+    }
+    cr_expect_eq(t.tokens_trained, (double)raw_int(db, "SELECT total(total_tokens) FROM results"));
+    cr_expect_float_eq(t.seconds_trained,
+                       raw_int(db, "SELECT total(training_seconds) * 1000 FROM results") / 1000.0,
+                       1e-3);
+    cr_expect_gt(t.db_bytes, 0);
+}
+
+Test(store, totals_follow_every_status_change_and_result) {
+    store_t *s = open_store();
+    sqlite3 *db = raw_open("nightshift.db");
+    cr_expect_null(store_status_name(-1));
+    cr_expect_null(store_status_name(STORE_N_STATUSES));
+    cr_expect_str_eq(store_status_name(0), STORE_QUEUED);
+    expect_totals_match(s, db);
+
+    succeed(s, "a", 1.5, NULL);
+    succeed(s, "b", 1.4, NULL);
+    int64_t q = insert_full(s, "q", "hq", 1, 0, NULL);
+    int64_t bad = insert_full(s, "bad", "hbad", 1, 100, NULL);
+    claim_expect(s, bad);
+    expect_totals_match(s, db);
+    cr_assert_eq(store_finish(s, bad, STORE_FAILED, "exit 1", 1, -1, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_cancel_queued(s, q, err, sizeof err), 1);
+    int64_t r = insert_full(s, "r", "hr", 1, 100, NULL);
+    claim_expect(s, r);
+    expect_totals_match(s, db);
+    store_totals_t t;
+    cr_assert_eq(store_totals(s, &t, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(t.by_status[1], 1, "one running");
+    cr_expect_eq(t.tokens_trained, 3e6, "two results of 1.5M tokens");
+
+    /* a daemon that died with r running: requeued at the next start */
+    store_close(s);
+    s = open_store();
+    int requeued = 0, abandoned = 0;
+    cr_assert_eq(store_recover(s, 3, &requeued, &abandoned, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(requeued, 1);
+    expect_totals_match(s, db);
+
+    /* a person's edits with the sqlite3 shell are counted too */
+    raw_exec(db, "UPDATE results SET total_tokens = 1e6 WHERE experiment_id = 1");
+    raw_exec(db, "DELETE FROM results WHERE experiment_id = 2");
+    expect_totals_match(s, db);
+    sqlite3_close(db);
+    store_close(s);
+}
+
+/* A store from before 015 gets totals of what it already holds. */
+Test(store, totals_start_from_what_an_older_store_holds) {
+    size_t before = 0;
+    while (before < store_n_migrations && store_migrations[before].version < 15) before++;
+    cr_assert_lt(before, store_n_migrations);
+    cr_assert_eq(
+        store_migrate(tu_dir_path("nightshift.db"), store_migrations, before, err, sizeof err), 0,
+        "%s", err);
+    sqlite3 *db = raw_open("nightshift.db");
+    raw_exec(db, "INSERT INTO experiments (id, spec, seed, source, status, config_hash, dataset,"
+                 " budget_kind, budget) VALUES"
+                 " (1, '{}', 1, 'api', 'succeeded', 'c', 'd', 'time', 60),"
+                 " (2, '{}', 2, 'api', 'queued', 'c', 'd', 'time', 60),"
+                 " (3, '{}', 3, 'api', 'failed', 'c', 'd', 'time', 60)");
+    raw_exec(db, "INSERT INTO results (experiment_id, total_tokens, training_seconds) VALUES"
+                 " (1, 1000, 2.5), (3, 7, 0.5)");
+    store_t *s = open_store();
+    store_totals_t t;
+    cr_assert_eq(store_totals(s, &t, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(t.by_status[0], 1, "queued");
+    cr_expect_eq(t.by_status[2], 1, "succeeded");
+    cr_expect_eq(t.by_status[3], 1, "failed");
+    cr_expect_eq(t.tokens_trained, 1007);
+    cr_expect_eq(t.seconds_trained, 3);
+    expect_totals_match(s, db);
+    sqlite3_close(db);
+    store_close(s);
+}

@@ -38,6 +38,7 @@
 #include "daemon/shared/bytebuf.h"
 #include "daemon/shared/curl_uv.h"
 #include "daemon/serve/events.h"
+#include "daemon/serve/metrics.h"
 #include "daemon/shared/log.h"
 #include "daemon/exec/sched.h"
 #include "engine/spec.h"
@@ -549,6 +550,7 @@ malformed:
 
 static void record_attempt(hook_t *h, event_t *ev, int status, const char *error) {
     char err[256];
+    metrics_count_hook_attempt(h->api->metrics, status >= 200 && status <= 299);
     store_hook_delivery_t d = {.event_id = ev->id,
                                .event_type = ev->type,
                                .attempt = ev->attempt,

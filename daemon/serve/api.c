@@ -19,6 +19,7 @@
 #include "engine/data.h"
 #include "daemon/serve/events.h"
 #include "daemon/serve/export.h"
+#include "daemon/serve/metrics.h"
 #include "daemon/serve/report.h"
 #include "daemon/serve/report_doc.h"
 #include "daemon/serve/scope.h"
@@ -1061,6 +1062,34 @@ static int parse_experiment_path(const char *path, int64_t *id, const char **res
     return 1;
 }
 
+static const char *const route_templates[] = {
+#define API_ROUTE_TEMPLATE(name, tmpl) tmpl,
+    API_ROUTES(API_ROUTE_TEMPLATE)
+#undef API_ROUTE_TEMPLATE
+};
+
+const char *api_route_template(api_route_t r) {
+    return r >= 0 && r < API_N_ROUTES ? route_templates[r] : route_templates[API_ROUTE_OTHER];
+}
+
+api_route_t api_route(const char *path, int64_t *id) {
+    int64_t scratch;
+    const char *rest = "";
+    if (!id) id = &scratch;
+    if (!path) return API_ROUTE_OTHER;
+    if (parse_experiment_path(path, id, &rest)) {
+        if (!*rest) return API_ROUTE_EXPERIMENT;
+        if (!strcmp(rest, "/log")) return API_ROUTE_EXPERIMENT_LOG;
+        if (!strcmp(rest, "/cancel")) return API_ROUTE_EXPERIMENT_CANCEL;
+        return API_ROUTE_OTHER;
+    }
+    if (!strncmp(path, "/ui/", 4)) return API_ROUTE_UI;
+    for (int r = 0; r < API_N_ROUTES; r++)
+        if (!strchr(route_templates[r], '{') && !strcmp(path, route_templates[r]))
+            return (api_route_t)r;
+    return API_ROUTE_OTHER;
+}
+
 int api_guard(const api_t *a, const http_request_t *req, http_response_t *res) {
     int rc = origin_check(a->origin, req, res);
     if (rc) return rc;
@@ -1082,51 +1111,84 @@ int api_authorize(const http_request_t *req, http_response_t *res, void *user) {
 
 void api_handle(const http_request_t *req, http_response_t *res, void *user) {
     api_t *a = user;
-    const char *m = req->method, *rest = "";
+    const char *m = req->method;
     int get = !strcmp(m, "GET"), post = !strcmp(m, "POST");
     int64_t id = 0;
     if (api_guard(a, req, res) || origin_cors(a->origin, req, res)) return;
-    if (!strcmp(req->path, "/healthz") && get) {
+    api_route_t route = api_route(req->path, &id);
+    /* The key: the route for a GET, ON_POST(route) for a POST, -1 for others. */
+#define ON_POST(r) ((int)API_N_ROUTES + (int)(r))
+    int key = get ? (int)route : -1;
+    if (post) key = ON_POST(route);
+    switch (key) {
+    case API_ROUTE_HEALTHZ: {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddBoolToObject(o, "ok", 1);
         reply_json(res, 200, o);
-    } else if (!strcmp(req->path, "/v1/status") && get) {
+        break;
+    }
+    case API_ROUTE_STATUS:
         get_status(a, req, res);
-    } else if (!strcmp(req->path, "/v1/experiments") && post) {
+        break;
+    case ON_POST(API_ROUTE_EXPERIMENTS):
         post_experiments(a, req, res);
-    } else if (!strcmp(req->path, "/v1/experiments") && get) {
+        break;
+    case API_ROUTE_EXPERIMENTS:
         get_experiments(a, req, res);
-    } else if (!strcmp(req->path, "/v1/cost") && post) {
+        break;
+    case ON_POST(API_ROUTE_COST):
         post_cost(a, req, res);
-    } else if (!strcmp(req->path, "/v1/datasets") && get) {
+        break;
+    case API_ROUTE_DATASETS:
         get_datasets(a, res);
-    } else if (!strcmp(req->path, "/v1/leaderboard") && get) {
+        break;
+    case API_ROUTE_LEADERBOARD:
         get_leaderboard(a, req, res);
-    } else if (!strcmp(req->path, "/v1/best") && get) {
+        break;
+    case API_ROUTE_BEST:
         get_best(a, req, res);
-    } else if (!strcmp(req->path, "/v1/noise") && get) {
+        break;
+    case API_ROUTE_NOISE:
         get_noise(a, req, res);
-    } else if (!strcmp(req->path, "/v1/report") && get) {
+        break;
+    case API_ROUTE_REPORT:
         get_report(a, req, res);
-    } else if (parse_experiment_path(req->path, &id, &rest) && !*rest && get) {
+        break;
+    case API_ROUTE_EXPERIMENT:
         get_experiment(a, id, res);
-    } else if (parse_experiment_path(req->path, &id, &rest) && !strcmp(rest, "/log") && get) {
+        break;
+    case API_ROUTE_EXPERIMENT_LOG:
         get_log(a, req, id, res);
-    } else if (parse_experiment_path(req->path, &id, &rest) && !strcmp(rest, "/cancel") && post) {
+        break;
+    case ON_POST(API_ROUTE_EXPERIMENT_CANCEL):
         post_cancel(a, id, res);
-    } else if (!strcmp(req->path, "/v1/events") && get) {
+        break;
+    case API_ROUTE_EVENTS:
         get_events(a, req, res);
-    } else if (!strcmp(req->path, "/v1/events/stream") && get) {
+        break;
+    case API_ROUTE_EVENTS_STREAM:
         events_hub_stream(a->events, req, res);
-    } else if (!strcmp(req->path, "/v1/export") && get) {
+        break;
+    case API_ROUTE_EXPORT:
         get_export(a, req, res);
-    } else if (!strcmp(req->path, "/report") && get) {
+        break;
+    case API_ROUTE_REPORT_PAGE:
         get_report_page(a, req, res);
-    } else if (get && !strcmp(req->path, "/")) {
+        break;
+    case API_ROUTE_PAGE:
         get_page(a, req, res);
-    } else if (get && !strncmp(req->path, "/ui/", 4)) {
+        break;
+    case API_ROUTE_UI:
         get_asset(req, res);
-    } else {
+        break;
+    case API_ROUTE_METRICS:
+        if (a->metrics) {
+            metrics_reply(a->metrics, res);
+            break;
+        }
+        /* fall through */
+    default:
         http_error(res, 404, "not_found", "no route for %s %s", m, req->path);
     }
+#undef ON_POST
 }

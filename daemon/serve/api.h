@@ -25,6 +25,8 @@
  *   GET  /  and /ui/...                the dashboard (daemon/serve/web, compiled in; the
  *                                      page carries its first paint's answers inline)
  *   GET  /report                       the night report as a page (the scope's query, &baseline=)
+ *   GET  /metrics                      Prometheus' text format (metrics.h)
+ *   POST /mcp                          the MCP endpoint (mcp_http.h; routed by serve.c)
  *
  * Errors are {"error":{"code":...,"message":...}}. Every request passes
  * api_guard first: the Host, Origin and Content-Type rules of
@@ -72,7 +74,49 @@ typedef struct {
     } leaderboard_cache[4];
     unsigned leaderboard_cache_next; /* the entry to replace next */
     struct export_lane exports;      /* the exports streaming now (export.h) */
+    struct metrics *metrics;         /* GET /metrics (metrics.h); NULL = not served */
 } api_t;
+
+/* The routes of the daemon's port, by path template: the router dispatches
+ * on them and GET /metrics counts requests by them (a path with an id is
+ * one route, so ids do not make new series). API_ROUTES(X): X(enum suffix,
+ * template). */
+#define API_ROUTES(X)                                                                              \
+    X(HEALTHZ, "/healthz")                                                                         \
+    X(STATUS, "/v1/status")                                                                        \
+    X(EXPERIMENTS, "/v1/experiments")                                                              \
+    X(EXPERIMENT, "/v1/experiments/{id}")                                                          \
+    X(EXPERIMENT_LOG, "/v1/experiments/{id}/log")                                                  \
+    X(EXPERIMENT_CANCEL, "/v1/experiments/{id}/cancel")                                            \
+    X(COST, "/v1/cost")                                                                            \
+    X(DATASETS, "/v1/datasets")                                                                    \
+    X(LEADERBOARD, "/v1/leaderboard")                                                              \
+    X(BEST, "/v1/best")                                                                            \
+    X(NOISE, "/v1/noise")                                                                          \
+    X(REPORT, "/v1/report")                                                                        \
+    X(EVENTS, "/v1/events")                                                                        \
+    X(EVENTS_STREAM, "/v1/events/stream")                                                          \
+    X(EXPORT, "/v1/export")                                                                        \
+    X(REPORT_PAGE, "/report")                                                                      \
+    X(PAGE, "/")                                                                                   \
+    X(UI, "/ui/{file}")                                                                            \
+    X(METRICS, "/metrics")                                                                         \
+    X(MCP, "/mcp")                                                                                 \
+    X(OTHER, "other") /* any other path, and a request whose path was never read */
+
+typedef enum {
+#define API_ROUTE_ENUM(name, tmpl) API_ROUTE_##name,
+    API_ROUTES(API_ROUTE_ENUM)
+#undef API_ROUTE_ENUM
+        API_N_ROUTES
+} api_route_t;
+
+/* The route of path (NULL: API_ROUTE_OTHER); *id (may be NULL) gets the
+ * experiment id of the /v1/experiments/{id} routes. */
+api_route_t api_route(const char *path, int64_t *id);
+
+/* The template of route r ("/v1/experiments/{id}"); static. */
+const char *api_route_template(api_route_t r);
 
 /* Free what the API holds (its cached replies). */
 void api_close(api_t *a);

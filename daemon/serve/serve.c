@@ -22,6 +22,7 @@
 #include "daemon/serve/api.h"
 #include "daemon/serve/events.h"
 #include "daemon/serve/mcp_http.h"
+#include "daemon/serve/metrics.h"
 #include "daemon/hook/hook.h"
 #include "daemon/shared/http.h"
 #include "daemon/shared/log.h"
@@ -83,6 +84,7 @@ typedef struct {
     hook_t *hook;            /* NULL without --agent-url, and once closed */
     events_hub_t *events;    /* the SSE streams of GET /v1/events/stream */
     mcp_http_t *mcp;         /* /mcp, the MCP endpoint (mcp_http.h) */
+    metrics_t *metrics;      /* GET /metrics and its in-memory counters (metrics.h) */
     origin_policy_t *origin; /* the Host and Origin rules of every request */
     worker_floor_t floor;    /* the engine's address-space floor (local runs of the engine) */
     int have_floor;
@@ -600,10 +602,16 @@ static int start_sched(daemon_t *d, char *err, size_t errlen) {
  * the daemon's api_t, as api_authorize also takes it). */
 static void handle_cb(const http_request_t *req, http_response_t *res, void *user) {
     daemon_t *d = (daemon_t *)((char *)user - offsetof(daemon_t, api));
-    if (!strcmp(req->path, "/mcp") && d->mcp)
+    if (api_route(req->path, NULL) == API_ROUTE_MCP && d->mcp)
         mcp_http_handle(d->mcp, req, res);
     else
         api_handle(req, res, user);
+}
+
+/* Every response the server sends, counted by its route (user: as for
+ * handle_cb). */
+static void observe_cb(const char *path, int status, void *user) {
+    metrics_count_request(((api_t *)user)->metrics, path, status);
 }
 
 /* The API, its event stream, the agent hook and the HTTP server; *port gets
@@ -620,6 +628,8 @@ static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
                      .started_at = util_now(),
                      .memory_mb = d->o.memory_mb,
                      .floor = d->have_floor ? &d->floor : NULL};
+    if (!(d->metrics = d->api.metrics = metrics_new(d->store, d->sched)))
+        return util_errorf(err, errlen, "out of memory");
     if (!(d->events = d->api.events = events_hub_new(&d->loop, d->store, d->sched)))
         return util_errorf(err, errlen, "out of memory");
     if (!(d->mcp = mcp_http_new(&d->loop, &d->api)))
@@ -637,6 +647,7 @@ static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
                           err, errlen) < 0)
         return -1;
     http_server_set_authorize(d->http, api_authorize);
+    http_server_set_observer(d->http, observe_cb);
     return 0;
 }
 
@@ -694,6 +705,7 @@ out:
     if (rc) log_error("%s", err);
     mcp_http_free(d->mcp);
     api_close(&d->api);
+    metrics_free(d->metrics);
     store_close(d->store);
     if (d->lock_fd >= 0) close(d->lock_fd);
     if (d->dir_lock_fd >= 0) close(d->dir_lock_fd);

@@ -105,6 +105,7 @@ struct http_server {
     void (*done)(void *arg);
     void *done_arg;
     http_authorize_fn authorize; /* or NULL */
+    http_observe_fn observe;     /* or NULL */
 };
 
 /* The request headers a handler sees (each kept in its own buffer, and
@@ -325,6 +326,7 @@ static void conn_send(conn_t *c, int status, const char *ctype, char *body, size
     const char *reason = reason_phrase(status);
     wreq_t *w = NULL;
     int n;
+    if (final && c->srv->observe) c->srv->observe(c->path, status, c->srv->user);
     if (final)
         n = snprintf(NULL, 0, fmt, status, reason, ctype, body_len, conn_hdr, extra);
     else
@@ -1002,6 +1004,7 @@ static void stream_begin(conn_t *c, const char *headers) {
     c->streaming = 1;
     c->last = 1;
     conn_timer(c, 0);
+    if (c->srv->observe) c->srv->observe(c->path, 200, c->srv->user);
     int rc = n > 0 && n < (int)sizeof head ? stream_queue(c, head, (size_t)n) : -1;
     if (rc == 0 && st->initial_len) rc = stream_put(c, st->initial, st->initial_len);
     free(st->initial);
@@ -1142,6 +1145,10 @@ fail:
 
 static void listener_close_cb(uv_handle_t *h) {
     server_release(h->data);
+}
+
+void http_server_set_observer(http_server_t *s, http_observe_fn fn) {
+    s->observe = fn;
 }
 
 void http_server_set_authorize(http_server_t *s, http_authorize_fn fn) {

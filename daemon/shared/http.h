@@ -94,6 +94,16 @@ int http_server_start(uv_loop_t *loop, const char *host, int port, const http_li
  * fn gets the server's user pointer. */
 void http_server_set_authorize(http_server_t *s, http_authorize_fn fn);
 
+/* Called once for every final response the server sends: the handler's, a
+ * refusal of authorize, the server's own errors (400, 408, 413, 431, 503)
+ * and a stream's head; path is the request's decoded path, or NULL when the
+ * connection ended before one was read; user is the server's user pointer.
+ * The one place where requests can be counted (GET /metrics). */
+typedef void (*http_observe_fn)(const char *path, int status, void *user);
+
+/* Tell fn (NULL: nobody) about every response. */
+void http_server_set_observer(http_server_t *s, http_observe_fn fn);
+
 /* Stop listening and close every connection (responses in flight are
  * dropped). The memory is freed once libuv has closed every handle; done (may
  * be NULL) is called then. May be called from the handler. s == NULL calls

@@ -50,6 +50,8 @@ enum {
     ST_ABANDON,
     ST_UNSTARTED,
     ST_QUEUE_DEPTH,
+    ST_STATUS_COUNTS,
+    ST_TRAINED,
     ST_LIST_ID,
     ST_LIST_ID_DESC,
     ST_LIST_CREATED,
@@ -163,6 +165,9 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_UNSTARTED] = "UPDATE experiments SET status = 'queued', pid = NULL, started = NULL,"
                      " reason = ?2 WHERE id = ?1 AND status = 'running'",
     [ST_QUEUE_DEPTH] = "SELECT count(*) FROM experiments WHERE status = 'queued'",
+    /* store_totals: the running totals kept by triggers (schema/015_totals.sql) */
+    [ST_STATUS_COUNTS] = "SELECT status, n FROM status_counts",
+    [ST_TRAINED] = "SELECT tokens, seconds FROM trained_totals",
     [ST_LIST_ID] = LIST_SELECT "(?2 = 0 OR id > ?2) ORDER BY id LIMIT ?3",
     [ST_LIST_ID_DESC] = LIST_SELECT "(?2 = 0 OR id < ?2) ORDER BY id DESC LIMIT ?3",
     [ST_LIST_CREATED] = LIST_SELECT "(?2 = 0 OR (created, id) > (SELECT created, id"
@@ -366,6 +371,7 @@ static const char *const statuses[] = {
     STORE_OOM,    STORE_DIVERGED, STORE_CANCELLED, STORE_INTERRUPTED, STORE_PRUNED,
 };
 #define N_STATUSES (sizeof statuses / sizeof statuses[0])
+_Static_assert(N_STATUSES == STORE_N_STATUSES, "store.h's STORE_N_STATUSES");
 
 /* ------------------------------------------------------------------- helpers */
 
@@ -1556,6 +1562,37 @@ cJSON *store_best_in(store_t *s, const store_scope_t *sc, char *err, size_t errl
 
 uint64_t store_finishes(const store_t *s) {
     return s->finishes;
+}
+
+/* ------------------------------------------------------------ the totals */
+
+const char *store_status_name(int i) {
+    return i >= 0 && i < (int)N_STATUSES ? statuses[i] : NULL;
+}
+
+int store_totals(store_t *s, store_totals_t *t, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    sqlite3_stmt *st = s->st[ST_STATUS_COUNTS];
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *status = (const char *)sqlite3_column_text(st, 0);
+        for (size_t i = 0; status && i < N_STATUSES; i++)
+            if (!strcmp(status, statuses[i])) t->by_status[i] = sqlite3_column_int64(st, 1);
+    }
+    reset(st);
+    if (rc != SQLITE_DONE) return fail_db(s->db, err, errlen, "status counts");
+    st = s->st[ST_TRAINED];
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        t->tokens_trained = sqlite3_column_double(st, 0);
+        t->seconds_trained = sqlite3_column_double(st, 1);
+    }
+    reset(st);
+    if (rc != SQLITE_ROW) return fail_db(s->db, err, errlen, "trained totals");
+    struct stat f;
+    t->db_bytes = stat_file(s, 0, &f) == 0 ? (int64_t)f.st_size : 0;
+    t->wal_bytes = stat_file(s, 1, &f) == 0 ? (int64_t)f.st_size : 0;
+    return 0;
 }
 
 int store_last_scope(store_t *s, store_scope_t *sc, char *err, size_t errlen) {

@@ -345,6 +345,26 @@ int store_last_scope(store_t *s, store_scope_t *sc, char *err, size_t errlen);
  * moves, so a reader may cache their answers against it. */
 uint64_t store_finishes(const store_t *s);
 
+/* --- the totals of GET /metrics (daemon/serve/metrics.c) --- */
+
+#define STORE_N_STATUSES 11 /* the statuses above */
+
+/* The status of index i (0 .. STORE_N_STATUSES - 1: queued, running, then
+ * the final ones in the order above), or NULL; static. */
+const char *store_status_name(int i);
+
+typedef struct {
+    int64_t by_status[STORE_N_STATUSES]; /* experiments per status (store_status_name) */
+    double tokens_trained;       /* sum of the results' total_tokens (runs that reported one) */
+    double seconds_trained;      /* sum of the results' training_seconds */
+    int64_t db_bytes, wal_bytes; /* the database file and its WAL (0 when absent) */
+} store_totals_t;
+
+/* The store's totals into t: a dozen rows of running totals that triggers
+ * keep (schema/015_totals.sql), and two stat(2) calls. Returns 0, or -1
+ * with err. */
+int store_totals(store_t *s, store_totals_t *t, char *err, size_t errlen);
+
 /* --- what a night did (daemon/serve/report.c) --- */
 
 /* Every experiment of a scope, by id: [{id, name, status, reason, parent,

@@ -8,8 +8,10 @@
  * store_best_in and store_noise in one scope and store_scopes (the list
  * every scoped reply carries), REPEATS times each (default
  * 20), and prints the median and the slowest, and the query plan of the
- * leaderboard ("keep" as a third argument keeps the database and prints its
- * path). Rows are written through a second connection in one
+ * leaderboard; then GET /metrics' body (metrics_render, whose store part is
+ * store_totals) as a scrape sees it right after a run finished (the sums
+ * of the results read again) and as the next scrape does ("keep" as a
+ * third argument keeps the database and prints its path). Rows are written through a second connection in one
  * transaction (the store's own inserts are one transaction each). */
 #include <sqlite3.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon/serve/metrics.h"
 #include "daemon/store/store.h"
 
 static double now_ms(void) {
@@ -87,8 +90,10 @@ static void load(const char *path, long n) {
                              " strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
                              -1, &ins, NULL),
           db, "prepare");
-    check(sqlite3_prepare_v2(db, "INSERT INTO results (experiment_id, val_bpb) VALUES (?1, ?2)", -1,
-                             &res, NULL),
+    check(sqlite3_prepare_v2(db,
+                             "INSERT INTO results (experiment_id, val_bpb, total_tokens,"
+                             " training_seconds) VALUES (?1, ?2, ?3, ?4)",
+                             -1, &res, NULL),
           db, "prepare");
     long configs = n / 40; /* per scope, 5 seeds each */
     srand(1);
@@ -111,6 +116,8 @@ static void load(const char *path, long n) {
         if (ok) {
             sqlite3_bind_int64(res, 1, id);
             sqlite3_bind_double(res, 2, 1.0 + (cfg % 997) / 1000.0 + (rand() % 100) / 1e5);
+            sqlite3_bind_double(res, 3, 1e7 + rand() % 1000000);
+            sqlite3_bind_double(res, 4, scope % 2 ? 300 : 60);
             check(sqlite3_step(res), db, "result");
             sqlite3_reset(res);
         }
@@ -136,6 +143,52 @@ static void load(const char *path, long n) {
 
 }
 
+/* One run through the store as the scheduler takes it: queued, claimed,
+ * finished with a result (store_finishes moves). */
+static void finish_one(store_t *s, long k) {
+    char err[512], spec[128];
+    int64_t id;
+    snprintf(spec, sizeof spec, "{\"dataset\":\"d0\",\"time_budget_s\":60,\"seed\":%ld}", k);
+    store_new_experiment_t e = {.spec_json = spec, .config_hash = "bench", .seed = k,
+                                .source = "api", .scope = {.dataset = "d0", .budget_kind = "time", .budget = 60}};
+    store_experiment_t got = {0};
+    store_result_t r = {.val_bpb = 1.5, .total_tokens = 1e7, .training_seconds = 60};
+    if (store_insert(s, &e, &id, err, sizeof err) < 0 || store_claim_next(s, &got, err, sizeof err) < 0 ||
+        store_finish(s, got.id, STORE_SUCCEEDED, NULL, 0, 0, &r, err, sizeof err) < 0) {
+        fprintf(stderr, "store-bench: finish: %s\n", err);
+        exit(1);
+    }
+    store_experiment_clear(&got);
+}
+
+/* metrics_render reps times right after a run finished, and reps times
+ * with nothing finished in between. */
+static void time_metrics(store_t *s, int reps) {
+    metrics_t *m = metrics_new(s, NULL);
+    double w[2][1000], c[2][1000];
+    size_t bytes = 0;
+    char err[512];
+    for (int i = 0; m && i < 2 * reps; i++) {
+        int after_finish = i % 2 == 0;
+        if (after_finish) finish_one(s, i);
+        bytebuf_t b;
+        bytebuf_init(&b, BYTEBUF_UNLIMITED);
+        double w0 = now_ms(), c0 = cpu_ms();
+        if (metrics_render(m, &b, err, sizeof err) < 0) {
+            fprintf(stderr, "store-bench: metrics: %s\n", err);
+            exit(1);
+        }
+        w[!after_finish][i / 2] = now_ms() - w0;
+        c[!after_finish][i / 2] = cpu_ms() - c0;
+        bytes = b.len;
+        bytebuf_free(&b);
+    }
+    report("metrics, a run finished", w[0], c[0], reps);
+    report("metrics, next scrape", w[1], c[1], reps);
+    printf("metrics body: %zu bytes\n", bytes);
+    metrics_free(m);
+}
+
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 100000;
     int reps = argc > 2 ? atoi(argv[2]) : 20;
@@ -159,6 +212,7 @@ int main(int argc, char **argv) {
     TIME("best", reps, store_best_in(s, &sc, err, sizeof err));
     TIME("noise", reps, store_noise(s, &sc, err, sizeof err));
     TIME("scopes", reps, store_scopes(s, 50, err, sizeof err));
+    time_metrics(s, reps);
     store_close(s);
     if (argc > 3 && !strcmp(argv[3], "keep")) {
         printf("kept %s\n", path);
