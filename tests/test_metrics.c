@@ -209,6 +209,16 @@ Test(metrics, the_counters_move_when_a_run_finishes) {
         if (tu_now() > deadline) tu_server_fail(&d, "experiment %ld never finished", id);
         tu_sleep_ms(100);
     }
+    /* the stored result is the engine's whole (its peak's source was once cut
+     * to 31 bytes by the scheduler's copy) */
+    cJSON *e = tu_get_json(&d, path);
+    const char *src =
+        cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "result"), "peak_source"));
+    cr_expect(src && (!strcmp(src, "measured") || !strcmp(src, "calibration") ||
+                      !strcmp(src, "calibration, accepted under load") ||
+                      !strcmp(src, "measured under load, this run only")),
+              "peak_source: %s", src ? src : "(none)");
+    cJSON_Delete(e);
     char *after = scrape(&d);
     expect_well_formed(after);
     const char *ok = "nightshift_experiments_total{status=\"succeeded\"}";

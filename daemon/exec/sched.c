@@ -64,7 +64,7 @@ typedef struct ending {
     int exit_code, term_signal;
     int has_result;
     store_result_t r;
-    char peak_source[32]; /* r.peak_source points here */
+    char peak_source[128]; /* r.peak_source points here (the engine's longest: 34 bytes) */
     double wall_seconds;
 } ending_t;
 
