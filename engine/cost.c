@@ -16,8 +16,10 @@
 #include "engine/attn.h"
 #include "engine/cli.h"
 #include "engine/data.h"
+#include "engine/floor.h"
 #include "engine/optim.h"
 #include "engine/spec.h"
+#include "engine/threads.h"
 
 void cost_compute(const spec_model_t *m, int B, cost_t *out) {
     const int64_t V = m->vocab_size, D = m->n_embd, L = m->depth;
@@ -355,10 +357,32 @@ int cost_main(int argc, char **argv) {
     cost_memory(m, B, have_data ? info.train_tokens + info.val_tokens + info.test_tokens : 0, &mem);
     cost_print(m, B, &c, &mem);
 
-    /* The daemon's verdict at submission (does_not_fit), in its words. */
+    /* The daemon's verdict at submission (does_not_fit), in its words. A
+     * worker's limit is on address space, so under one the run also needs the
+     * engine's floor, measured here as the daemon measures it at start (this
+     * process has allocated next to nothing yet). */
     const char *source;
     char verdict[512], may[32];
     double limit = cost_worker_limit(spec.resources.memory_mb, (int)memory_mb, &source);
+#if defined(__SANITIZE_ADDRESS__)
+    /* as serve does: a sanitizer's shadow memory is terabytes of address
+     * space, and such a floor would refuse everything */
+    const int count_floor = 0;
+#else
+    const int count_floor = 1;
+#endif
+    if (limit > 0 && count_floor) {
+        int threads = threads_set(spec.resources.threads);
+        double floor = floor_measure(threads, NULL, NULL);
+        if (floor > 0) {
+            char label[64];
+            snprintf(label, sizeof label, "engine floor, %d thread%s:", threads,
+                     threads == 1 ? "" : "s");
+            print_bytes(label, floor);
+            mem.total += floor;
+            print_bytes("memory needed, with it:", mem.total);
+        }
+    }
     int fits = cost_fits(&mem, m, B, limit, source, verdict, sizeof verdict) == 0;
     if (fits && limit > 0)
         printf("%-28s %20s  (%s)\n", "a worker may use:", cost_human_bytes(limit, may, sizeof may),

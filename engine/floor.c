@@ -96,6 +96,18 @@ static double status_bytes(const char *text, const char *key) {
     return p ? atof(p + strlen(key)) * 1024.0 : -1;
 }
 
+double floor_measure(int threads, double *size, double *rss) {
+    floor_reserve(threads);
+    char text[4096];
+    FILE *f = fopen("/proc/self/status", "re");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    if (size) *size = status_bytes(text, "VmSize:");
+    if (rss) *rss = status_bytes(text, "VmRSS:");
+    return status_bytes(text, "VmPeak:");
+}
+
 int floor_main(int argc, char **argv) {
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -115,14 +127,7 @@ int floor_main(int argc, char **argv) {
         }
     }
     threads = threads_set(threads);
-    floor_reserve(threads);
-    char text[4096];
-    FILE *f = fopen("/proc/self/status", "re");
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f) fclose(f);
-    text[n] = '\0';
-    double peak = status_bytes(text, "VmPeak:"), size = status_bytes(text, "VmSize:"),
-           rss = status_bytes(text, "VmRSS:");
+    double size, rss, peak = floor_measure(threads, &size, &rss);
     if (peak < 0) {
         fprintf(stderr, "floor: /proc/self/status has no VmPeak\n");
         return PROTO_EXIT_FAILED;

@@ -25,6 +25,12 @@
  * return then. */
 void floor_reserve(int n);
 
+/* floor_reserve(threads) in this process (a team as threads_set made it),
+ * then its peak address space in bytes (VmPeak; -1 when /proc says none),
+ * and its current size and resident memory when size and rss are given. In a
+ * fresh process that has allocated little, this is the floor. */
+double floor_measure(int threads, double *size, double *rss);
+
 /* `nightshift floor [--threads N]`: threads_set(N) and floor_reserve, then
  * {"threads": N, "vm_peak": B, "vm_size": B, "rss": B} (bytes, from
  * /proc/self/status) on stdout. */
