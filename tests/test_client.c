@@ -698,7 +698,8 @@ Test(client, ls_by_val_bpb_ranks_one_scope_and_says_which) {
     "\"finished\":\"2026-11-29T19:42:05.500Z\",\"pid\":4242,\"exit_code\":0,"                      \
     "\"term_signal\":null,\"spec\":" SPEC_JSON ","                                                 \
     "\"result\":{\"val_bpb\":1.2345678,\"params_total\":3456789,\"num_steps\":456,"                \
-    "\"training_seconds\":300.04,\"tokens_per_second\":12345.4,\"mfu_percent\":12.3},"             \
+    "\"training_seconds\":300.04,\"tokens_per_second\":12345.4,\"mfu_percent\":12.3,\"peak_"       \
+    "gflops\":140.25,\"peak_source\":\"calibration\"},"                                            \
     "\"metrics\":[{\"step\":1,\"time_s\":0.5,\"loss\":9.1,\"lr_mult\":1,\"tok_s\":1000},"          \
     "{\"step\":2,\"time_s\":1,\"loss\":8.2,\"lr_mult\":1,\"tok_s\":2000},"                         \
     "{\"step\":3,\"time_s\":1.5,\"loss\":7.3,\"lr_mult\":1,\"tok_s\":3000},"                       \
@@ -727,7 +728,7 @@ Test(client, show_summary_json_and_log) {
                "window_pattern SSSL, ve_layers [0,2], vocab_size from the dataset\n"
                "  train      batch_size 16\n"
                "  result     val_bpb 1.234568, params 3,456,789, 456 steps, 300.0 s training, "
-               "12,345 tok/s, mfu 12.30%\n"
+               "12,345 tok/s, mfu 12.30% of 140.2 GFLOP/s (calibration)\n"
                "  metrics    last 5 of 6\n"
                "        step     time_s       loss    lr_mult      tok/s\n"
                "           2        1.0     8.2000      1.000      2,000\n"

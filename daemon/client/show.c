@@ -160,8 +160,13 @@ static void show_result(const cJSON *res) {
     if (cJSON_IsNumber(jget(res, "tokens_per_second")))
         line_add(&l, "%s%s tok/s", l.n ? ", " : "",
                  fmt_commas(jnum(res, "tokens_per_second", 0), a, sizeof a));
-    if (cJSON_IsNumber(jget(res, "mfu_percent")))
+    if (cJSON_IsNumber(jget(res, "mfu_percent"))) {
         line_add(&l, "%smfu %.2f%%", l.n ? ", " : "", jnum(res, "mfu_percent", 0));
+        /* an MFU says little without the peak it divides by, and where that came from */
+        if (cJSON_IsNumber(jget(res, "peak_gflops")))
+            line_add(&l, " of %.1f GFLOP/s (%s)", jnum(res, "peak_gflops", 0),
+                     jstr(res, "peak_source") ? jstr(res, "peak_source") : "peak");
+    }
     if (cJSON_IsNumber(jget(res, "peak_rss_mb")))
         line_add(&l, "%speak rss %.0f MiB", l.n ? ", " : "", jnum(res, "peak_rss_mb", 0));
     show_row("result", &l);
