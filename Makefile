@@ -119,7 +119,7 @@ BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
-.PHONY: bench-isa bench-train-vs-step bench-export test-mcp test-metrics
+.PHONY: bench-isa bench-train-vs-step bench-export test-mcp test-metrics check-layers
 .PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn \
         bench-gemm
 all: $(BIN)
@@ -217,7 +217,7 @@ test: $(BIN) $(TEST_BIN) $(BAD_WORKER)
 	@! grep -E "ERROR: (Address|Leak)Sanitizer|runtime error:" $(BUILD)/test.log \
 	  || { echo "sanitizer reports above" >&2; exit 1; }
 else
-test: $(BIN) $(TEST_BIN) $(BAD_WORKER)
+test: check-layers $(BIN) $(TEST_BIN) $(BAD_WORKER)
 	$(TEST_ENV) timeout -k 10 900 $(TEST_BIN) --timeout 120 -j2 $(TEST_ARGS)
 endif
 
@@ -400,6 +400,25 @@ load: $(BIN)
 
 fixtures: $(BIN)
 	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures
+
+# The layer rule, checked (make test runs it): no source includes with "../"
+# (which would reach past its root), and a probe outside the tree including
+# another layer's header fails to compile under the engine's and the client's
+# roots, while one including its own layer's compiles (so the check cannot
+# pass for a broken probe).
+LAYER_PROBE := $(BUILD)/layer-probe/probe.c
+check-layers:
+	@! grep -rn '#include "\.\./' engine daemon experiments/agent \
+	  || { echo 'check-layers: an include reaches past its layer with "../"' >&2; exit 1; }
+	@mkdir -p $(dir $(LAYER_PROBE))
+	@probe() { printf '#include "%s"\n' "$$2" > $(LAYER_PROBE); \
+	  $(CC) $(BASE_CFLAGS) -iquote $(INC)/$$1 $(PKG_CFLAGS) -fsyntax-only $(LAYER_PROBE) 2>/dev/null; }; \
+	  probe engine engine/spec.h || { echo "check-layers: the probe does not compile" >&2; exit 1; }; \
+	  for bad in engine:daemon/store/store.h engine:daemon/shared/http.h \
+	             client:daemon/serve/api.h client:daemon/exec/sched.h shared:daemon/client/conn.h; do \
+	    if probe $${bad%%:*} $${bad#*:}; then \
+	      echo "check-layers: the $${bad%%:*} layer can include $${bad#*:}" >&2; exit 1; fi; \
+	  done
 
 FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] daemon/*/*.[ch] experiments/agent/*.[ch] \
                tests/*.[ch] tests/fuzz/*.[ch])
