@@ -373,7 +373,7 @@ def make_study(args):
     import optuna  # here, so --check-space needs no Optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.sampler == "tpe":
-        sampler = optuna.samplers.TPESampler(seed=args.seed)
+        sampler = optuna.samplers.TPESampler(seed=args.seed, n_startup_trials=args.startup)
     else:
         sampler = optuna.samplers.RandomSampler(seed=args.seed)
     if args.pruner == "median":
@@ -543,6 +543,8 @@ def main(argv=None):
     ap.add_argument("--dataset", help="replace the base spec's dataset")
     ap.add_argument("--tokens", type=int, help="a token budget instead of the base spec's budget")
     ap.add_argument("--sampler", choices=("tpe", "random"), default="tpe")
+    ap.add_argument("--startup", type=int, default=10,
+                    help="tpe: random trials before the model is used (default Optuna's 10)")
     ap.add_argument("--pruner", choices=("none", "median", "sha", "threshold"), default="none")
     ap.add_argument("--prune-above", type=float, default=math.inf,
                     help="--pruner threshold: prune a run whose training loss is above this")
