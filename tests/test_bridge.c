@@ -5,13 +5,14 @@
  * the bridge's specs (an axis appended to a copy of experiments/search/space.json
  * is read, written into the base spec with its "also" paths, and the one
  * repair made), and a bad space file is refused with the axis named.
+ * Also without Optuna: a wrong token, a refused base spec and a daemon that
+ * is not there are said before anything is asked.
  * With Optuna (tests that need it skip with a message otherwise): an axis
  * added to the space file is proposed on every trial that reaches the daemon
  * (whose worker is the bad-worker stand-in: no training); a spec the daemon
- * refuses is told FAIL with its code and the loop goes on; a daemon that is
- * not there is an error that says so; and the pruner's cancel path cancels a
- * running experiment of the real engine (its status via the API becomes
- * cancelled before its budget is trained). */
+ * refuses is told FAIL with its code and the loop goes on; and the pruner's
+ * cancel path cancels a running experiment of the real engine (its status
+ * via the API becomes cancelled before its budget is trained). */
 #include <criterion/criterion.h>
 
 #include <cjson/cJSON.h>
@@ -255,23 +256,8 @@ Test(bridge, an_axis_added_to_the_space_is_proposed_and_refusals_go_on) {
     cr_expect(strstr(r.err, "no trial succeeded"), "%s", r.err);
     tu_run_free(&r);
 
-    /* A wrong token: said, exit 1. */
-    const char *args3[] = {"--url", d.url,      "--token", "wrong", "--base",
-                           base,    "--trials", "1",       NULL};
-    run_bridge(&r, args3);
-    cr_expect_eq(r.exit_code, 1, "%s", r.err);
-    cr_expect(strstr(r.err, "refused the token"), "%s", r.err);
-    tu_run_free(&r);
-
     tu_server_stop(&d, 20);
     tu_server_release(&d);
-
-    /* No daemon there any more: said, exit 1. */
-    const char *args4[] = {"--url", d.url, "--base", base, "--trials", "1", NULL};
-    run_bridge(&r, args4);
-    cr_expect_eq(r.exit_code, 1, "%s", r.err);
-    cr_expect(strstr(r.err, "no nightshift daemon at"), "%s", r.err);
-    tu_run_free(&r);
     free(logf);
     free(space);
     free(base);
@@ -317,4 +303,41 @@ Test(bridge, the_pruner_cancels_a_running_experiment) {
     free(logf);
     free(space);
     free(base);
+}
+
+/* What goes wrong before the first trial is said, and needs no Optuna: a
+ * wrong token, a base spec the daemon refuses, no daemon at the address. */
+Test(bridge, errors_before_the_first_trial_are_said) {
+    tu_server_t d = {0};
+    char *worker = tu_path("%s ok", tu_bad_worker());
+    start_daemon(&d, worker);
+    char *base = write_base(1280);
+    tu_run_t r;
+    const char *wrong[] = {"--url", d.url, "--token", "wrong", "--base", base, NULL};
+    run_bridge(&r, wrong);
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "the daemon refused the token"), "%s", r.err);
+    tu_run_free(&r);
+
+    char *bad = tu_path("%s/bad.json", tu_dir());
+    tu_write(bad, "{\"dataset\": \"tiny\", \"token_budget\": 1280, \"model\": {\"n_head\": 7}}");
+    const char *refused[] = {"--url", d.url, "--token", TOKEN, "--base", bad, NULL};
+    run_bridge(&r, refused);
+    cr_expect_eq(r.exit_code, 2, "%s", r.err);
+    cr_expect(strstr(r.err, "the daemon refuses the base spec: invalid_spec: model.n_head"), "%s",
+              r.err);
+    tu_run_free(&r);
+
+    char url[64];
+    snprintf(url, sizeof url, "%s", d.url);
+    tu_server_stop(&d, 20);
+    tu_server_release(&d);
+    const char *gone[] = {"--url", url, "--base", base, NULL};
+    run_bridge(&r, gone);
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "no nightshift daemon at"), "%s", r.err);
+    tu_run_free(&r);
+    free(bad);
+    free(base);
+    free(worker);
 }

@@ -299,6 +299,22 @@ class Daemon:
             raise BridgeError(f"{self.url} does not answer like a nightshift daemon "
                               f"(GET /healthz: HTTP {status})")
 
+    def check_base(self, base):
+        """The token and the base spec, before anything is asked: POST /v1/cost
+        (a POST, so it needs the token; it validates the spec and changes
+        nothing)."""
+        status, doc = self.call("POST", "/v1/cost", base)
+        err = (doc or {}).get("error", {}) if isinstance(doc, dict) else {}
+        if status == 401:
+            raise BridgeError(f"the daemon refused the token: {err.get('message', '')} (give "
+                              "--token, --token-file or NIGHTSHIFT_TOKEN)")
+        if status == 400:
+            raise BridgeError(f"the daemon refuses the base spec: {err.get('code')}: "
+                              f"{err.get('message', '')}", 2)
+        if status != 200:
+            raise BridgeError(f"POST /v1/cost: HTTP {status} {err.get('code', '')}: "
+                              f"{err.get('message', '')}")
+
     def submit(self, spec):
         """(experiment id, duplicate) or (None, (code, message)) when refused."""
         status, doc = self.call("POST", "/v1/experiments", spec)
@@ -405,6 +421,12 @@ def run(args):
         base["token_budget"] = args.tokens
     daemon = Daemon(args.url, args.token)
     daemon.check()
+    daemon.check_base(base)
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise BridgeError("needs Optuna: apt-get install python3-optuna "
+                          "(scripts/setup.sh --bench), and run with /usr/bin/python3", 2)
     optuna, study = make_study(args)
     TrialState = optuna.trial.TrialState
     log = open(args.log, "a", buffering=1) if args.log else None
@@ -575,11 +597,6 @@ def main(argv=None):
                     args.token = f.read().strip()
             except OSError as e:
                 raise BridgeError(f"--token-file {args.token_file}: {e.strerror}", 2)
-        try:
-            import optuna  # noqa: F401
-        except ImportError:
-            raise BridgeError("needs Optuna: apt-get install python3-optuna "
-                              "(scripts/setup.sh --bench), and run with /usr/bin/python3", 2)
         return run(args)
     except BridgeError as e:
         say(str(e))
