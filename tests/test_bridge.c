@@ -241,6 +241,28 @@ Test(bridge, an_axis_added_to_the_space_is_proposed_and_refusals_go_on) {
     cr_expect_geq(n, 1, "every trial was a duplicate?");
     cJSON_Delete(list);
 
+    /* A space of one point: the trials after the first are duplicates of its
+     * run (in flight or finished), told its val_bpb, and nothing is lost
+     * with two trials on one experiment. */
+    char *one = tu_path("%s/one.jsonl", tu_dir());
+    tu_write(space, "{\"axes\": [" ADDED "]}");
+    const char *args1[] = {"--url",  d.url, "--token",  TOKEN, "--space",    space,
+                           "--base", base,  "--trials", "3",   "--parallel", "2",
+                           "--poll", "0.1", "--log",    one,   NULL};
+    run_bridge(&r, args1);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    tu_run_free(&r);
+    char *lines = tu_read(one);
+    int dups = 0, oks = 0;
+    for (const char *p = lines; (p = strstr(p, "\"outcome\": ")); p++) {
+        dups += !strncmp(p, "\"outcome\": \"duplicate\"", strlen("\"outcome\": \"duplicate\""));
+        oks += !strncmp(p, "\"outcome\": \"succeeded\"", strlen("\"outcome\": \"succeeded\""));
+    }
+    cr_expect_eq(oks, 1, "%s", lines);
+    cr_expect_eq(dups, 2, "%s", lines);
+    free(lines);
+    free(one);
+
     /* Every point refused (ve_gate_channels above n_embd): told FAIL with the
      * daemon's code, the loop goes on to its last trial, exit 0. */
     tu_write(space, "{\"axes\": ["

@@ -430,7 +430,7 @@ def run(args):
     optuna, study = make_study(args)
     TrialState = optuna.trial.TrialState
     log = open(args.log, "a", buffering=1) if args.log else None
-    inflight = {}  # experiment id -> dict
+    inflight = {}  # trial number -> its experiment ("eid") and state
     asked = 0
     spent = 0  # training tokens of the trials told so far
     stopping = []
@@ -455,12 +455,14 @@ def run(args):
             + (f" ({rec['why']})" if rec.get("why") else "")
             + (f"; best {best['val_bpb']:.4f} (#{best['id']})" if best else ""))
 
-    def finish(eid, exp):
-        f = inflight.pop(eid)
-        trial, status = f["trial"], exp.get("status")
+    def finish(number, exp):
+        f = inflight.pop(number)
+        trial, status, eid = f["trial"], exp.get("status"), f["eid"]
         res = exp.get("result") or {}
+        # A duplicate trained nothing: its run's tokens were counted with it.
         rec = {"trial": trial.number, "id": eid, "status": status, "params": f["point"],
-               "duplicate": f["duplicate"], "tokens": tokens_used(exp, f["step_tokens"]),
+               "duplicate": f["duplicate"],
+               "tokens": 0 if f["duplicate"] else tokens_used(exp, f["step_tokens"]),
                "val_bpb": None, "why": exp.get("reason")}
         if status == TERMINAL_OK and isinstance(res.get("val_bpb"), (int, float)) \
                 and math.isfinite(res["val_bpb"]):
@@ -483,8 +485,8 @@ def run(args):
     try:
         while True:
             while not stopping and asked < args.trials and len(inflight) < args.parallel:
-                if args.max_tokens and spent + sum(f["budget"] for f in inflight.values()) \
-                        >= args.max_tokens:
+                committed = sum(f["budget"] for f in inflight.values() if not f["duplicate"])
+                if args.max_tokens and spent + committed >= args.max_tokens:
                     break
                 trial = study.ask()
                 asked += 1
@@ -505,24 +507,27 @@ def run(args):
                 if args.max_tokens and kind != "tokens":
                     raise BridgeError("--max-tokens needs a token budget (--tokens N, or a base "
                                       "spec with token_budget)", 2)
-                inflight[eid] = {"trial": trial, "point": point, "duplicate": info,
-                                 "kind": kind, "budget": budget, "step_tokens": step_tokens,
-                                 "reported": set(), "cancelled": False}
+                inflight[trial.number] = {"eid": eid, "trial": trial, "point": point,
+                                          "duplicate": info, "kind": kind, "budget": budget,
+                                          "step_tokens": step_tokens, "reported": set(),
+                                          "cancelled": False}
                 say(f"trial {trial.number}: submitted #{eid}"
                     + (" (a duplicate of a run already there)" if info else "") + f": {label}")
             if not inflight:
                 break
             if stopping:
-                for eid, f in inflight.items():
-                    if not f["cancelled"]:
-                        daemon.cancel(eid)
+                for f in inflight.values():
+                    if not f["cancelled"] and not f["duplicate"]:
+                        daemon.cancel(f["eid"])
                         f["cancelled"] = True
             time.sleep(args.poll)
-            for eid in list(inflight):
-                f = inflight[eid]
-                exp = daemon.experiment(eid)
+            seen = {}
+            for number in list(inflight):
+                f = inflight[number]
+                eid = f["eid"]
+                exp = seen[eid] if eid in seen else seen.setdefault(eid, daemon.experiment(eid))
                 if exp.get("status") not in ("queued", "running"):
-                    finish(eid, exp)
+                    finish(number, exp)
                     continue
                 if args.pruner == "none" or f["cancelled"] or f["duplicate"]:
                     continue
