@@ -185,6 +185,7 @@ class Daemon:
                "--slots", str(args.slots), "--threads-per-slot", str(args.threads),
                "--token", self.token, "--prune", prune, "--agent-rate", "0",
                "--agent-url", f"http://127.0.0.1:{self.agent_port}/hook",
+               "--asha-eta", str(args.asha_eta), "--asha-rungs", str(args.asha_rungs),
                "--agent-secret-file", self.secret_file]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      start_new_session=True)
@@ -251,7 +252,10 @@ def exp_tokens(api, e, cache):
         steps = [m.get("step", 0) for m in d.get("metrics") or []]
         steps.append((d.get("progress") or {}).get("step") or 0)
         used = max(steps) * step
-    out = (used, int(spec["token_budget"]), d)
+    # A run trains whole steps: it stops after the step that reaches its budget
+    # (an ASHA rung of B/9 may be less than one step).
+    budget = int(spec["token_budget"])
+    out = (used, budget, d, math.ceil(budget / step) * step)
     if d["status"] not in ACTIVE:
         cache[eid] = out
     return out
@@ -353,9 +357,9 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
         for e in exps:
             if e["status"] == "queued":
                 continue
-            used, b, d = exp_tokens(api, e, cache)
+            used, b, d, will = exp_tokens(api, e, cache)
             if e["status"] == "running":
-                committed += b
+                committed += will
             else:
                 spent += used
                 n_done += 1
@@ -392,7 +396,7 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
     for e in exps:
         if not e.get("started"):  # queued, then cancelled at the night's end: never ran
             continue
-        used, b, d = exp_tokens(api, e, cache)
+        used, b, d, _ = exp_tokens(api, e, cache)
         runs.append({"id": e["id"], "status": e["status"], "val_bpb": e.get("val_bpb"),
                      "tokens": used, "budget": b, "finished": e.get("finished") or "",
                      "pruned": e["status"] == "pruned" or e["id"] in pruned_ids,
@@ -521,6 +525,14 @@ def summarize(args, nights, strategies):
                "(refused specs cost nothing; cut = runs cancelled when the night's budget ran out). "
                "The anytime columns are the night's running best val_bpb *as read* (one seed, not "
                "re-measured) at that share of the budget, mean over the nights.")
+    out.append("")
+    out.append("Strategies: random = Optuna's RandomSampler through experiments/bridges/"
+               "optuna_bridge.py; optuna-tpe = its TPESampler (5 startup trials), optuna-median = "
+               "the same + MedianPruner (the bridge cancels what it prunes); climb, agent-tpe = "
+               "`nightshift agent --strategy climb|tpe` (three baseline seeds first, the noise "
+               "rule names the best); agent-asha = `agent --strategy tpe` on a second daemon "
+               "started with `serve --prune asha` (rungs B/9, B/3, B). Every strategy of seed k "
+               "draws with seed k.")
     ranked = sorted([r for r in rows if r[1] is not None], key=lambda r: r[1])
     if len(ranked) >= 2:
         a, b = ranked[0], ranked[1]
@@ -613,6 +625,10 @@ def main():
     ap.add_argument("--remeasure", type=int, default=3, help="fresh seeds for each night's best (3)")
     ap.add_argument("--slots", type=int, default=2, help="the daemon's slots (default 2)")
     ap.add_argument("--threads", type=int, default=1, help="threads per slot (default 1)")
+    ap.add_argument("--asha-eta", type=int, default=3, help="agent-asha's daemon: --asha-eta (3)")
+    ap.add_argument("--asha-rungs", type=int, default=3,
+                    help="agent-asha's daemon: --asha-rungs (3: B/9, B/3, B; at 65,536 tokens "
+                    "B/9 is one or two steps)")
     ap.add_argument("--space", default=SPACE)
     ap.add_argument("--corpus", default=os.path.join(ROOT, "state", "corpus"),
                     help="where the Brown corpus is (fetched there when missing)")
