@@ -63,9 +63,13 @@ here (7 s training at ~9,400 tok/s, 2 s start, 1-2 s evaluation); a
 uniform draw from the space averages about twice the baseline's work
 (depth 2-8, mean 5; n_embd's mean square about 162^2), ~20 s; so a night is
 about 11 x 20 s / 2 slots = 110 s and 30 nights 55 min, ASHA's many short
-runs (each pays the start and the evaluation) included. --quick: K = 1, 4
-runs of 16,384 tokens (4 steps), evaluation 4,096 tokens: 6-7 minutes on a
-loaded machine. --runs, --tokens and --k scale it (a 16-run night doubles
+runs (each pays the start and the evaluation) included. --quick: K = 1, 6
+runs of 16,384 tokens (4 steps), evaluation 4,096 tokens, about 4 minutes:
+enough for Optuna's TPE to ask its model once and the agents to propose
+past the baseline, not to rank anything. Measured here (2-core AMD EPYC,
+AVX-512, another process using about one core): three full-size nights
+(random, agent-tpe, agent-asha; K = 1) took 2:41, 1:30 and 2:44, about 70
+minutes for 30 nights at that load, so about 45-50 on a quiet machine. --runs, --tokens and --k scale it (a 16-run night doubles
 the time).
 
 Output: the Markdown table on stdout and in OUT/search.md, the per-night
@@ -615,11 +619,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "nightshift"))
     ap.add_argument("--quick", action="store_true",
-                    help="prove the harness in a few minutes: K=1, 4 runs of 16,384 tokens a night")
+                    help="prove the harness in a few minutes: K=1, 6 runs of 16,384 tokens a night")
     ap.add_argument("--k", type=int, help="search seeds per strategy (default 5; --quick 1)")
     ap.add_argument("--strategies", default=DEFAULT_STRATEGIES,
                     help=f"comma-separated, from {', '.join(STRATEGIES)} (default %(default)s)")
-    ap.add_argument("--runs", type=float, help="full-run equivalents a night (default 8; --quick 4)")
+    ap.add_argument("--runs", type=float, help="full-run equivalents a night (default 8; --quick 6)")
     ap.add_argument("--tokens", type=int, help="training tokens of a full run (default 65536; --quick 16384)")
     ap.add_argument("--eval-tokens", type=int, help="validation tokens scored (default 16384; --quick 4096)")
     ap.add_argument("--remeasure", type=int, default=3, help="fresh seeds for each night's best (3)")
@@ -639,7 +643,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
     q = args.quick
     args.k = args.k or (1 if q else 5)
-    args.runs = args.runs or (4 if q else 8)
+    args.runs = args.runs or (6 if q else 8)
     args.tokens = args.tokens or (16384 if q else 65536)
     args.eval_tokens = args.eval_tokens or (4096 if q else 16384)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
