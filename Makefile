@@ -19,6 +19,9 @@
 #   make bench-export  /healthz during two exports of 100,000 experiments
 #   make bench-sampler / bench-noise   val_bpb by row sampler; seed-to-seed noise
 #                   (long: five-minute runs on the default corpus; BENCH_ARGS adds options)
+#   make bench-search search strategies side by side on one daemon: random, Optuna TPE
+#                   (with and without its pruner), the reference agent (climb, tpe, asha);
+#                   about an hour; ARGS=--quick proves it in minutes (tests/bench/search.py)
 #   make bench-train  nightshift train beside the PyTorch reference trainer: tokens and
 #                   val_bpb in one budget (BUDGET=300 s, TOKENS=N, SPEC=, DATASET=)
 #   make fuzz       every libFuzzer target for FUZZ_SECONDS (default 60) each
@@ -229,8 +232,8 @@ asan:
 # Integration: the nightshift binary, the daemon, servers and workers.
 UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
                store strategy threads tok
-INTEGRATION_SUITES := agent asha client cost daemon data events grad_cli guard hook isa loop mcp \
-                      metrics newuser report sealed slurm slurm_fake train worker
+INTEGRATION_SUITES := agent asha bridge client cost daemon data events grad_cli guard hook isa loop \
+                      mcp metrics newuser report sealed slurm slurm_fake train worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 suite_filter = --filter '@($(subst $(SPACE),|,$(strip $(1))))/*'
@@ -337,6 +340,18 @@ bench-sampler: $(BIN) $(DEFAULT_DATASET)
 	bash tests/bench/sampler.sh $(BIN) $(STATE) $(BENCH_ARGS)
 bench-noise: $(BIN) $(DEFAULT_DATASET)
 	bash tests/bench/noise.sh $(BIN) $(STATE) $(BENCH_ARGS)
+
+# Search strategies side by side (tests/bench/search.py): every strategy drives
+# one daemon over its API on 1 MB of the default corpus (fetched like
+# `make dataset`), K nights each, every night's best re-measured on 3 seeds;
+# the table goes to stdout and build/bench-search/search.md, the plot to
+# build/bench-search/search.png. ARGS=--quick (a few minutes), ARGS="--k 3
+# --strategies random,agent-tpe" for a subset; --help lists the rest.
+.PHONY: bench-search
+bench-search: $(BIN)
+	@bash scripts/setup.sh --bench
+	/usr/bin/python3 tests/bench/search.py --bin $(BIN) --corpus $(STATE)/corpus \
+	  --out $(BUILD)/bench-search $(BENCH_ARGS) $(ARGS)
 
 # One training run of nightshift and then one of the PyTorch reference, same
 # model, data, budget, seed and threads (2), with tokens trained, steps and

@@ -1,0 +1,700 @@
+#!/usr/bin/python3
+"""search.py - `make bench-search`: search strategies side by side on one daemon.
+
+    /usr/bin/python3 tests/bench/search.py --bin build/nightshift [--quick]
+        [--k K] [--strategies a,b,...] [--runs R] [--tokens B] [--eval-tokens E]
+        [--remeasure N] [--slots S] [--out DIR] [--corpus DIR] [--keep]
+
+Every strategy drives the same daemon over its HTTP API (same engine, same
+data, same base spec, same search space: experiments/search/space.json):
+
+  random        Optuna's RandomSampler through experiments/bridges/optuna_bridge.py
+                (uniform draws, no confirmation seeds: what a researcher runs)
+  optuna-tpe    Optuna's TPESampler through the bridge, no pruner, 5 random
+                startup trials (the agent's tpe startup) instead of Optuna's 10:
+                with 10 a night of 10 runs would be random search throughout
+  optuna-median Optuna's TPESampler (startup 5) + MedianPruner (the bridge
+                reports training losses and cancels the runs it prunes)
+  climb         the reference agent, --strategy climb
+  agent-tpe     the reference agent, --strategy tpe
+  agent-asha    the reference agent, --strategy tpe, on a second daemon started
+                with --prune asha (successive halving is a mode of the daemon)
+  (also available: agent-random, optuna-sha, optuna-tpe10: Optuna's defaults)
+
+Every strategy of a seed k draws with seed k: the bridge's samplers all start
+from the same random draws (Optuna's TPE starts with its sampler's random
+trials), so random and the TPEs share their first points, common random
+numbers that make their differences less noisy.
+
+A night is one strategy with one search seed k. Every night has its own
+dataset name (the same bytes prepared again under another name), so that no
+night sees another's results: the daemon's duplicates, the pruners' medians,
+ASHA's rungs and the agent's scope are all per dataset. A night gets R
+full-run equivalents (R x B training tokens; a pruned, cancelled or
+lower-rung run counts by the tokens it trained). The harness counts the
+tokens of the night's runs (finished runs' tokens + running runs' full
+budgets); once that reaches R x B it stops the strategy, cancels what is
+queued and lets the running runs finish, so a night may overrun by less than
+one run (the table shows what each night spent).
+
+The night's answer: the agent's best (its noise-aware rule, from its state
+file), for the others the succeeded full-budget run with the lowest val_bpb.
+That configuration is re-measured on N fresh seeds (1000..), full budget,
+never pruned; a night's score is their mean. The table gives, per strategy,
+the mean +- sd over the K nights of that score, what the nights themselves
+read for their best, runs, runs wasted (failed/diverged/oom/timeout,
+duplicates, pruned by a pruner, refused specs) and the anytime curve.
+
+The anytime curve: re-measuring every intermediate best would cost N runs
+per improvement, so only the final best is re-measured. The curve is the
+night's running best val_bpb AS READ (one seed, the lucky one) against the
+full-run equivalents spent, averaged over the K nights at 25/50/75/100% of
+the budget; the plot draws it with the re-measured final score beside it.
+
+Sizing (the defaults fit an hour on a quiet 2-core machine): a full run is
+65,536 training tokens (16 steps of the baseline's 4,096; the budget the
+issue's first measurement used) scored on 16,384 validation tokens; a night
+is R = 8 full-run equivalents, plus 3 re-measure runs; K = 5 seeds of 6
+strategies is 30 nights, about 330 runs. Two slots of one thread each (two
+1-thread slots finish more runs an hour at a token budget than one 2-thread
+slot: README, Slots; and two lanes keep the bridge and the agent each with
+two runs in flight). A 1-thread baseline run of 65,536 tokens took 10-11 s
+here (7 s training at ~9,400 tok/s, 2 s start, 1-2 s evaluation); a
+uniform draw from the space averages about twice the baseline's work
+(depth 2-8, mean 5; n_embd's mean square about 162^2), ~20 s; so a night is
+about 11 x 20 s / 2 slots = 110 s and 30 nights 55 min, ASHA's many short
+runs (each pays the start and the evaluation) included. --quick: K = 1, 6
+runs of 16,384 tokens (4 steps), evaluation 4,096 tokens, about 4 minutes:
+enough for Optuna's TPE to ask its model once and the agents to propose
+past the baseline, not to rank anything. Measured here (2-core AMD EPYC,
+AVX-512, another process using about one core): three full-size nights
+(random, agent-tpe, agent-asha; K = 1) took 2:41, 1:30 and 2:44, about 70
+minutes for 30 nights at that load, so about 45-50 on a quiet machine. --runs, --tokens and --k scale it (a 16-run night doubles
+the time).
+
+Output: the Markdown table on stdout and in OUT/search.md, the per-night
+data in OUT/search.json, the plot in OUT/search.png (matplotlib; an SVG
+written by hand when matplotlib is missing).
+"""
+import argparse
+import json
+import math
+import os
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+BRIDGE = os.path.join(ROOT, "experiments", "bridges", "optuna_bridge.py")
+SPACE = os.path.join(ROOT, "experiments", "search", "space.json")
+BASELINE = os.path.join(ROOT, "experiments", "specs", "baseline.json")
+PY = "/usr/bin/python3"
+
+STRATEGIES = {
+    # name: (driver, options, daemon)
+    "random": ("bridge", ["--sampler", "random", "--pruner", "none"], "main"),
+    "optuna-tpe": ("bridge", ["--sampler", "tpe", "--startup", "5", "--pruner", "none"], "main"),
+    "optuna-median": ("bridge", ["--sampler", "tpe", "--startup", "5", "--pruner", "median"],
+                      "main"),
+    "optuna-tpe10": ("bridge", ["--sampler", "tpe", "--pruner", "none"], "main"),
+    "climb": ("agent", ["--strategy", "climb"], "main"),
+    "agent-tpe": ("agent", ["--strategy", "tpe"], "main"),
+    "agent-asha": ("agent", ["--strategy", "tpe"], "asha"),
+    "agent-random": ("agent", ["--strategy", "random"], "main"),
+    "optuna-sha": ("bridge", ["--sampler", "tpe", "--pruner", "sha"], "main"),
+}
+DEFAULT_STRATEGIES = "random,optuna-tpe,optuna-median,climb,agent-tpe,agent-asha"
+ACTIVE = ("queued", "running")
+FAILED = ("failed", "diverged", "oom", "timeout", "crashed")
+CORPUS_BYTES = 1_000_000
+REMEASURE_SEED = 1000
+NIGHT_LIMIT_S = 1800  # a night that takes longer is cut (a hung run, a stuck agent)
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def fmt_s(s):
+    s = int(max(s, 0))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Api:
+    def __init__(self, url, token):
+        self.url, self.token = url, token
+
+    def call(self, method, path, body=None):
+        headers = {}
+        data = None
+        if method == "POST":
+            headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"}
+            data = json.dumps(body if body is not None else {}).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=15) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw)
+            except ValueError:
+                return e.code, None
+
+    def get(self, path):
+        status, doc = self.call("GET", path)
+        if status != 200:
+            raise RuntimeError(f"GET {path}: HTTP {status}: {doc}")
+        return doc
+
+    def experiments(self, dataset):
+        out, after = [], None
+        while True:
+            q = f"/v1/experiments?dataset={dataset}&order=id&limit=1000" + (f"&after={after}" if after else "")
+            doc = self.get(q)
+            out += doc["experiments"]
+            after = doc.get("next_after")
+            if not after:
+                return out
+
+
+class Daemon:
+    """One `nightshift serve` on loopback, a free port, a temporary state dir."""
+
+    def __init__(self, args, work, name, prune):
+        self.dir = os.path.join(work, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.token = secrets.token_hex(16)
+        self.secret_file = os.path.join(self.dir, "agent.secret")
+        with open(self.secret_file, "w") as f:
+            f.write(secrets.token_hex(16))
+        self.agent_port = free_port()
+        self.log = open(os.path.join(self.dir, "daemon.log"), "w")
+        cmd = [args.bin, "serve", "--dir", self.dir, "--listen", "127.0.0.1:0",
+               "--slots", str(args.slots), "--threads-per-slot", str(args.threads),
+               "--token", self.token, "--prune", prune, "--agent-rate", "0",
+               "--agent-url", f"http://127.0.0.1:{self.agent_port}/hook",
+               "--asha-eta", str(args.asha_eta), "--asha-rungs", str(args.asha_rungs),
+               "--agent-secret-file", self.secret_file]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     start_new_session=True)
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            raise RuntimeError(f"the daemon did not start ({line.strip()}); see {self.dir}/daemon.log")
+        self.url = line.split("listening on", 1)[1].strip()
+        self.api = Api(self.url, self.token)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def prep_corpus(args, work):
+    """The search corpus: 1 MB of the Brown corpus, every fifth document from
+    the first on (all fifteen genres), then from the second, in order."""
+    brown = os.path.join(args.corpus, "brown")
+    if not os.path.isdir(brown):
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "fetch-corpus.sh"), args.corpus],
+                       check=True)
+    docs = sorted(f for f in os.listdir(brown) if f.endswith(".txt"))
+    parts, n = [], 0
+    for f in docs[::5] + docs[1::5]:
+        with open(os.path.join(brown, f), encoding="utf-8") as fh:
+            t = fh.read().strip() + "\n\n"
+        b = len(t.encode())
+        if n + b > CORPUS_BYTES:
+            break
+        parts.append(t)
+        n += b
+    path = os.path.join(work, "search.txt")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("".join(parts))
+    return path, n
+
+
+def prep_dataset(args, daemon, corpus, name):
+    # Byte vocabulary (no tokenizer to train), the last 10% the validation
+    # split, no test split: nothing here reads one.
+    subprocess.run([args.bin, "prep", "--dir", daemon.dir, "--name", name, "--vocab", "256",
+                    "--test-fraction", "0", "--quiet", corpus], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def exp_tokens(api, e, cache):
+    """Training tokens an experiment used (finished: cached), and its budget."""
+    eid = e["id"]
+    if eid in cache:
+        return cache[eid]
+    d = api.get(f"/v1/experiments/{eid}")
+    spec = d["spec"]
+    step = spec["train"]["total_batch_tokens"]
+    res = d.get("result") or {}
+    if res.get("total_tokens"):
+        used = int(res["total_tokens"])
+    else:
+        steps = [m.get("step", 0) for m in d.get("metrics") or []]
+        steps.append((d.get("progress") or {}).get("step") or 0)
+        used = max(steps) * step
+    # A run trains whole steps: it stops after the step that reaches its budget
+    # (an ASHA rung of B/9 may be less than one step).
+    budget = int(spec["token_budget"])
+    out = (used, budget, d, math.ceil(budget / step) * step)
+    if d["status"] not in ACTIVE:
+        cache[eid] = out
+    return out
+
+
+def stop_proc(p, grace=20):
+    if p and p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def cancel_active(api, dataset):
+    for e in api.experiments(dataset):
+        if e["status"] == "queued":
+            api.call("POST", f"/v1/experiments/{e['id']}/cancel")
+
+
+def wait_idle(api, dataset, limit=600):
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        if not any(e["status"] in ACTIVE for e in api.experiments(dataset)):
+            return
+        time.sleep(0.5)
+    for e in api.experiments(dataset):
+        if e["status"] in ACTIVE:
+            api.call("POST", f"/v1/experiments/{e['id']}/cancel")
+
+
+class Progress:
+    def __init__(self, n_nights):
+        self.t0 = time.time()
+        self.n = n_nights
+        self.done = 0
+        self.last = 0
+
+    def show(self, night, label, force=False):
+        now = time.time()
+        if not force and now - self.last < 5:
+            return
+        self.last = now
+        el = now - self.t0
+        frac = (self.done + night) / self.n if self.n else 1
+        eta = el / frac - el if frac > 0.02 else float("nan")
+        log(f"bench-search: {label} | night {self.done + 1}/{self.n} | elapsed {fmt_s(el)}"
+            + (f" | ETA {fmt_s(eta)}" if math.isfinite(eta) else ""))
+
+
+def run_night(args, daemons, corpus, strategy, k, prog, work):
+    driver, opts, which = STRATEGIES[strategy]
+    dm = daemons[which]
+    api = dm.api
+    dataset = f"{strategy}-k{k}"
+    prep_dataset(args, dm, corpus, dataset)
+    if which != "main":  # the re-measure runs on the main daemon
+        prep_dataset(args, daemons["main"], corpus, dataset)
+    with open(BASELINE) as f:
+        base = json.load(f)
+    base.pop("time_budget_s", None)
+    base.update(dataset=dataset, token_budget=args.tokens, eval_tokens=args.eval_tokens)
+    base_path = os.path.join(work, f"base-{dataset}.json")
+    with open(base_path, "w") as f:
+        json.dump(base, f)
+    budget = args.runs * args.tokens
+    nlog = open(os.path.join(work, f"{dataset}.log"), "w")
+    bridge_log = os.path.join(work, f"{dataset}.trials.jsonl")
+    agent_state = os.path.join(work, f"{dataset}.agent.json")
+    if driver == "bridge":
+        cmd = [PY, BRIDGE, "--url", dm.url, "--token", dm.token, "--base", base_path,
+               "--space", args.space, "--trials", "100000", "--seed", str(k),
+               "--parallel", str(args.slots), "--poll", "0.5", "--log", bridge_log,
+               "--max-tokens", str(int(budget)),
+               "--study-name", dataset] + opts
+    else:
+        cmd = [args.bin, "agent", "--listen", f"127.0.0.1:{dm.agent_port}",
+               "--secret-file", dm.secret_file, "--baseline", base_path, "--space", args.space,
+               "--state", agent_state, "--seed", str(k)] + opts
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, stdout=nlog, stderr=subprocess.STDOUT, start_new_session=True)
+    if driver == "agent":
+        # What the agent does first on a fresh daemon: the baseline with its
+        # three noise seeds (never pruned). The daemon is not fresh, so the
+        # harness queues them; the finished events bring the agent in.
+        time.sleep(0.3)
+        b = dict(base, name="baseline", tags=["baseline", "agent"], prune=False)
+        api.call("POST", "/v1/experiments?repeats=3", b)
+    cache = {}
+    stopped = False
+    while True:
+        exps = api.experiments(dataset)
+        spent = committed = 0
+        n_done = 0
+        for e in exps:
+            if e["status"] == "queued":
+                continue
+            used, b, d, will = exp_tokens(api, e, cache)
+            if e["status"] == "running":
+                committed += will
+            else:
+                spent += used
+                n_done += 1
+        active = any(e["status"] in ACTIVE for e in exps)
+        label = (f"{strategy} k={k}: run {n_done} done, {spent / args.tokens:.1f}/{args.runs}"
+                 f" full-run equivalents")
+        prog.show(min((spent + committed) / budget, 1.0), label)
+        # A bridge keeps the budget itself (--max-tokens, the same rule) and
+        # exits when its last run ends; an agent is stopped here.
+        over = spent + committed >= budget and driver == "agent"
+        if not stopped and (over or proc.poll() is not None or time.time() - t0 > NIGHT_LIMIT_S):
+            stopped = True
+            stop_proc(proc)
+            cancel_active(api, dataset)
+        if stopped and not active:
+            break
+        if stopped:  # what was queued since (an agent's reply, an ASHA promotion)
+            for e in exps:
+                if e["status"] == "queued":
+                    api.call("POST", f"/v1/experiments/{e['id']}/cancel")
+        if stopped and time.time() - t0 > NIGHT_LIMIT_S + 600:
+            wait_idle(api, dataset, 1)
+        time.sleep(0.5)
+    stop_proc(proc)
+    nlog.close()
+    # What the night did, from the daemon.
+    exps = api.experiments(dataset)
+    trials = []
+    if os.path.exists(bridge_log):
+        with open(bridge_log) as f:
+            trials = [json.loads(x) for x in f if x.strip()]
+    pruned_ids = {t["id"] for t in trials if t.get("outcome") == "pruned" and t.get("id")}
+    runs = []
+    for e in exps:
+        if not e.get("started"):  # queued, then cancelled at the night's end: never ran
+            continue
+        used, b, d, _ = exp_tokens(api, e, cache)
+        runs.append({"id": e["id"], "status": e["status"], "val_bpb": e.get("val_bpb"),
+                     "tokens": used, "budget": b, "finished": e.get("finished") or "",
+                     "pruned": e["status"] == "pruned" or e["id"] in pruned_ids,
+                     "cut": e["status"] == "cancelled" and e["id"] not in pruned_ids})
+    order = sorted(runs, key=lambda r: (r["finished"], r["id"]))
+    curve, cum, best = [], 0, math.inf
+    for r in order:
+        cum += r["tokens"]
+        if r["status"] == "succeeded" and r["budget"] == args.tokens and r["val_bpb"] is not None:
+            best = min(best, r["val_bpb"])
+        curve.append((cum / args.tokens, best))
+    # The night's answer.
+    best_id, best_read = None, None
+    if driver == "agent":
+        try:
+            with open(agent_state) as f:
+                st = json.load(f)
+            if st.get("best"):
+                best_id, best_read = int(st["best"]["id"]), st["best"]["val_bpb"]
+        except (OSError, ValueError, KeyError):
+            pass
+    if best_id is None:
+        ok = [r for r in runs if r["status"] == "succeeded" and r["budget"] == args.tokens
+              and r["val_bpb"] is not None]
+        if ok:
+            r = min(ok, key=lambda r: r["val_bpb"])
+            best_id, best_read = r["id"], r["val_bpb"]
+    night = {"strategy": strategy, "k": k, "dataset": dataset, "seconds": time.time() - t0,
+             "fre": cum / args.tokens, "runs": len(runs),
+             "failed": sum(r["status"] in FAILED for r in runs),
+             "pruned": sum(r["pruned"] for r in runs),
+             "cut": sum(r["cut"] for r in runs),
+             "duplicates": sum(t.get("outcome") == "duplicate" for t in trials),
+             "refused": sum(t.get("outcome") == "refused" for t in trials),
+             "lower_rung": sum(r["budget"] < args.tokens and r["status"] == "succeeded" for r in runs),
+             "best_id": best_id, "best_read": best_read, "curve": curve, "remeasured": []}
+    if best_id is not None:
+        night["remeasured"] = remeasure(args, daemons["main"].api, dm.api, best_id, dataset, prog, label)
+        spec = dm.api.get(f"/v1/experiments/{best_id}")["spec"]
+        night["best_spec"] = {"model": spec["model"], "train": {
+            k2: spec["train"][k2] for k2 in ("matrix_lr", "embedding_lr", "batch_size",
+                                             "total_batch_tokens")}}
+    night["seconds"] = time.time() - t0
+    vals = [v for v in night["remeasured"] if v is not None]
+    night["score"] = statistics.mean(vals) if vals else None
+    return night
+
+
+def remeasure(args, api, src_api, best_id, dataset, prog, label):
+    spec = src_api.get(f"/v1/experiments/{best_id}")["spec"]
+    spec = dict(spec, name=f"remeasure of {dataset} #{best_id}", tags=["remeasure"],
+                prune=False, parent=None, priority=1, seed=REMEASURE_SEED,
+                token_budget=args.tokens, time_budget_s=0)
+    status, doc = api.call("POST", f"/v1/experiments?repeats={args.remeasure}", spec)
+    if status not in (200, 201):
+        log(f"bench-search: re-measure of #{best_id} refused: {doc}")
+        return []
+    items = doc if isinstance(doc, list) else doc.get("experiments", [doc])
+    ids = [it["id"] for it in items]
+    while True:
+        ds = [api.get(f"/v1/experiments/{i}") for i in ids]
+        if all(d["status"] not in ACTIVE for d in ds):
+            break
+        prog.show(1.0, label + f"; re-measuring #{best_id} on {args.remeasure} seeds")
+        time.sleep(0.5)
+    return [(d.get("result") or {}).get("val_bpb") if d["status"] == "succeeded" else None
+            for d in ds]
+
+
+def mean_sd(xs):
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return None, None, 0
+    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else float("nan")), len(xs)
+
+
+def fmt_ms(m, s, n=None):
+    if m is None:
+        return "-"
+    t = f"{m:.4f}" + (f" ± {s:.4f}" if s is not None and math.isfinite(s) else "")
+    return t
+
+
+def curve_at(curve, x):
+    best = math.inf
+    for fre, b in curve:
+        if fre <= x + 1e-9:
+            best = b
+    return best
+
+
+def summarize(args, nights, strategies):
+    rows = []
+    points = (0.25, 0.5, 0.75, 1.0)
+    out = []
+    out.append(f"## make bench-search: {len(nights)} nights, K = {args.k}, {args.runs} full-run "
+               f"equivalents a night of {args.tokens} tokens, eval_tokens {args.eval_tokens}, "
+               f"{args.slots} slot(s) x {args.threads} thread(s), best re-measured on "
+               f"{args.remeasure} fresh seeds\n")
+    out.append("| strategy | re-measured best (mean ± sd over K) | n | best as read | "
+               "runs/night | FRE spent/night | failed | pruned | duplicate | refused | "
+               "cut at the end | anytime best-as-read @25/50/75/100% |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in strategies:
+        ns = [n for n in nights if n["strategy"] == s]
+        if not ns:
+            continue
+        m, sd, n = mean_sd([x["score"] for x in ns])
+        rm, rsd, _ = mean_sd([x["best_read"] for x in ns])
+        any_ = []
+        for p in points:
+            v = [curve_at(x["curve"], p * args.runs) for x in ns]
+            v = [x for x in v if math.isfinite(x)]
+            any_.append(f"{statistics.mean(v):.3f}" if v else "-")
+        tot = lambda key: sum(x[key] for x in ns)
+        out.append(f"| {s} | {fmt_ms(m, sd)} | {n} | {fmt_ms(rm, rsd)} | "
+                   f"{statistics.mean(x['runs'] for x in ns):.1f} | "
+                   f"{statistics.mean(x['fre'] for x in ns):.2f} | {tot('failed')} | "
+                   f"{tot('pruned')} | {tot('duplicates')} | {tot('refused')} | {tot('cut')} | "
+                   f"{' / '.join(any_)} |")
+        rows.append((s, m, sd, n))
+    out.append("")
+    out.append("Re-measured best: each night's answer (the agent's noise-aware best; the others' "
+               "lowest val_bpb at the full budget) trained again on fresh seeds; a night's score "
+               "is their mean. Failed, pruned, duplicate and refused count runs over all K nights "
+               "(refused specs cost nothing; cut = runs cancelled when the night's budget ran out). "
+               "The anytime columns are the night's running best val_bpb *as read* (one seed, not "
+               "re-measured) at that share of the budget, mean over the nights.")
+    out.append("")
+    out.append("Strategies: random = Optuna's RandomSampler through experiments/bridges/"
+               "optuna_bridge.py; optuna-tpe = its TPESampler (5 startup trials), optuna-median = "
+               "the same + MedianPruner (the bridge cancels what it prunes); climb, agent-tpe = "
+               "`nightshift agent --strategy climb|tpe` (three baseline seeds first, the noise "
+               "rule names the best); agent-asha = `agent --strategy tpe` on a second daemon "
+               "started with `serve --prune asha` (rungs B/9, B/3, B). Every strategy of seed k "
+               "draws with seed k.")
+    ranked = sorted([r for r in rows if r[1] is not None], key=lambda r: r[1])
+    if len(ranked) >= 2:
+        a, b = ranked[0], ranked[1]
+        se = math.sqrt((a[2] ** 2 / a[3] if a[3] > 1 else 0) + (b[2] ** 2 / b[3] if b[3] > 1 else 0)) \
+            if all(math.isfinite(x[2]) for x in (a, b)) else float("nan")
+        gap = b[1] - a[1]
+        out.append("")
+        out.append(f"Lowest: **{a[0]}** {a[1]:.4f}, ahead of {b[0]} by {gap:.4f}"
+                   + (f" = {gap / se:.1f} standard errors of the difference" if se > 0 else
+                      " (standard error not measurable with these K)") + ".")
+    return "\n".join(out) + "\n"
+
+
+def plot(args, nights, strategies, path):
+    grid = [i * args.runs / 40 for i in range(41)]
+    series = []
+    for s in strategies:
+        ns = [n for n in nights if n["strategy"] == s]
+        if not ns:
+            continue
+        ys = []
+        for x in grid:
+            v = [curve_at(n["curve"], x) for n in ns]
+            v = [y for y in v if math.isfinite(y)]
+            ys.append(statistics.mean(v) if len(v) == len(ns) else None)
+        m, sd, _ = mean_sd([n["score"] for n in ns])
+        series.append((s, ys, m, sd))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return plot_svg(args, grid, series, path[:-4] + ".svg")
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    for i, (s, ys, m, sd) in enumerate(series):
+        xs = [x for x, y in zip(grid, ys) if y is not None]
+        line, = ax.step(xs, [y for y in ys if y is not None], where="post", label=f"{s} (best as read)")
+        if m is not None:
+            ax.errorbar([args.runs * (1.02 + 0.015 * i)], [m], yerr=[sd if sd and math.isfinite(sd) else 0],
+                        fmt="o", color=line.get_color(), capsize=3)
+    ax.set_xlabel("full-run equivalents spent (training tokens / tokens of one full run)")
+    ax.set_ylabel("val_bpb")
+    ax.set_title("Running best val_bpb as read (mean over search seeds);\n"
+                 "dots at the right: the final best re-measured on fresh seeds (mean ± sd)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+def plot_svg(args, grid, series, path):
+    W, H, L, B = 720, 420, 60, 40
+    ys = [y for _, v, m, _ in series for y in v + [m] if y is not None]
+    if not ys:
+        return None
+    lo, hi = min(ys), max(ys)
+    hi = hi if hi > lo else lo + 1
+    sx = lambda x: L + (W - L - 20) * x / (args.runs * 1.1)
+    sy = lambda y: 20 + (H - B - 20) * (hi - y) / (hi - lo)
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+    el = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}">',
+          f'<text x="{L}" y="14" font-size="11">running best val_bpb as read (mean over seeds); '
+          'dots: final best re-measured</text>']
+    for i, (s, v, m, sd) in enumerate(series):
+        c = colors[i % len(colors)]
+        pts = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(grid, v) if y is not None)
+        el.append(f'<polyline fill="none" stroke="{c}" points="{pts}"/>')
+        if m is not None:
+            el.append(f'<circle cx="{sx(args.runs * 1.05):.1f}" cy="{sy(m):.1f}" r="3" fill="{c}"/>')
+        el.append(f'<text x="{W - 150}" y="{30 + 14 * i}" font-size="11" fill="{c}">{s}</text>')
+    el.append(f'<text x="{L}" y="{H - 8}" font-size="11">full-run equivalents spent (0..{args.runs}); '
+              f'val_bpb {lo:.3f}..{hi:.3f}</text></svg>')
+    with open(path, "w") as f:
+        f.write("\n".join(el))
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "nightshift"))
+    ap.add_argument("--quick", action="store_true",
+                    help="prove the harness in a few minutes: K=1, 6 runs of 16,384 tokens a night")
+    ap.add_argument("--k", type=int, help="search seeds per strategy (default 5; --quick 1)")
+    ap.add_argument("--strategies", default=DEFAULT_STRATEGIES,
+                    help=f"comma-separated, from {', '.join(STRATEGIES)} (default %(default)s)")
+    ap.add_argument("--runs", type=float, help="full-run equivalents a night (default 8; --quick 6)")
+    ap.add_argument("--tokens", type=int, help="training tokens of a full run (default 65536; --quick 16384)")
+    ap.add_argument("--eval-tokens", type=int, help="validation tokens scored (default 16384; --quick 4096)")
+    ap.add_argument("--remeasure", type=int, default=3, help="fresh seeds for each night's best (3)")
+    ap.add_argument("--slots", type=int, default=2, help="the daemon's slots (default 2)")
+    ap.add_argument("--threads", type=int, default=1, help="threads per slot (default 1)")
+    ap.add_argument("--asha-eta", type=int, default=3, help="agent-asha's daemon: --asha-eta (3)")
+    ap.add_argument("--asha-rungs", type=int, default=3,
+                    help="agent-asha's daemon: --asha-rungs (3: B/9, B/3, B; at 65,536 tokens "
+                    "B/9 is one or two steps)")
+    ap.add_argument("--space", default=SPACE)
+    ap.add_argument("--corpus", default=os.path.join(ROOT, "state", "corpus"),
+                    help="where the Brown corpus is (fetched there when missing)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-search"))
+    ap.add_argument("--keep", action="store_true", help="keep the daemons' state directories")
+    args = ap.parse_args()
+    # SIGTERM (make interrupted, a timeout) cleans up like Ctrl-C: the daemons stop.
+    signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    q = args.quick
+    args.k = args.k or (1 if q else 5)
+    args.runs = args.runs or (6 if q else 8)
+    args.tokens = args.tokens or (16384 if q else 65536)
+    args.eval_tokens = args.eval_tokens or (4096 if q else 16384)
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    for s in strategies:
+        if s not in STRATEGIES:
+            ap.error(f"unknown strategy {s} (from {', '.join(STRATEGIES)})")
+    if any(STRATEGIES[s][0] == "bridge" for s in strategies):
+        try:
+            import optuna  # noqa: F401
+        except ImportError:
+            sys.exit("bench-search: needs python3-optuna (scripts/setup.sh --bench)")
+    if not os.access(args.bin, os.X_OK):
+        sys.exit(f"bench-search: {args.bin} is not an executable (run make first)")
+    os.makedirs(args.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="bench-search.")
+    corpus, nbytes = prep_corpus(args, work)
+    log(f"bench-search: corpus {nbytes} bytes (1 MB of Brown, byte vocabulary), {len(strategies)} "
+        f"strategies x K={args.k}, {args.runs:g} full-run equivalents of {args.tokens} tokens a "
+        f"night, re-measure on {args.remeasure} seeds; state in {work}")
+    daemons = {}
+    nights = []
+    try:
+        daemons["main"] = Daemon(args, work, "main", "off")
+        if any(STRATEGIES[s][2] == "asha" for s in strategies):
+            daemons["asha"] = Daemon(args, work, "asha", "asha")
+        prog = Progress(len(strategies) * args.k)
+        # Interleaved: seed 1 of every strategy, then seed 2, ... so a stopped
+        # benchmark has every strategy at the same K and a drifting machine
+        # load spreads over all of them.
+        for k in range(1, args.k + 1):
+            for s in strategies:
+                night = run_night(args, daemons, corpus, s, k, prog, work)
+                nights.append(night)
+                prog.done += 1
+                log(f"bench-search: {s} k={k} done in {fmt_s(night['seconds'])}: {night['runs']} runs, "
+                    f"{night['fre']:.2f} FRE, best #{night['best_id']} read {night['best_read']}, "
+                    f"re-measured {night['remeasured']}")
+                with open(os.path.join(args.out, "search.json"), "w") as f:
+                    json.dump({"args": vars(args), "nights": nights}, f, indent=1)
+    finally:
+        for d in daemons.values():
+            d.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    table = summarize(args, nights, strategies)
+    img = plot(args, nights, strategies, os.path.join(args.out, "search.png"))
+    table += f"\nPlot: {img}. Total {fmt_s(time.time() - prog.t0)} on {os.cpu_count()} CPUs.\n"
+    with open(os.path.join(args.out, "search.md"), "w") as f:
+        f.write(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

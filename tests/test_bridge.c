@@ -1,0 +1,365 @@
+/* test_bridge.c - the Optuna bridge (experiments/bridges/optuna_bridge.py)
+ * as a user runs it: /usr/bin/python3, against a daemon on loopback.
+ *
+ * Without Optuna (CI need not have python3-optuna): the space file drives
+ * the bridge's specs (an axis appended to a copy of experiments/search/space.json
+ * is read, written into the base spec with its "also" paths, and the one
+ * repair made), and a bad space file is refused with the axis named.
+ * Also without Optuna: a wrong token, a refused base spec and a daemon that
+ * is not there are said before anything is asked.
+ * With Optuna (tests that need it skip with a message otherwise): an axis
+ * added to the space file is proposed on every trial that reaches the daemon
+ * (whose worker is the bad-worker stand-in: no training); a spec the daemon
+ * refuses is told FAIL with its code and the loop goes on; and the pruner's
+ * cancel path cancels a running experiment of the real engine (its status
+ * via the API becomes cancelled before its budget is trained). */
+#include <criterion/criterion.h>
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/testutil.h"
+
+#define PY       "/usr/bin/python3"
+#define BRIDGE_S 60.0 /* hard limit of one bridge run */
+#define TOKEN    "bridge-test-token"
+#define ADDED    "{\"path\": \"model.mlp_ratio\", \"type\": \"int\", \"values\": [3]}"
+
+static void setup(void) {
+    tu_dir_init();
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void teardown(void) {
+    curl_global_cleanup();
+    tu_dir_fini();
+}
+
+TestSuite(bridge, .init = setup, .fini = teardown, .timeout = 90);
+
+static char *bridge_path(void) {
+    return tu_path("%s/experiments/bridges/optuna_bridge.py", tu_src());
+}
+
+/* The repository's space file with one more axis appended, at path. */
+static void write_space_plus(const char *path, const char *axis) {
+    char *src = tu_path("%s/experiments/search/space.json", tu_src());
+    char *text = tu_read(src);
+    cJSON *doc = cJSON_Parse(text);
+    cr_assert_not_null(doc, "%s is not JSON", src);
+    cJSON *ax = cJSON_Parse(axis);
+    cr_assert_not_null(ax);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(doc, "axes"), ax);
+    char *out = cJSON_Print(doc);
+    tu_write(path, out);
+    free(out);
+    cJSON_Delete(doc);
+    free(text);
+    free(src);
+}
+
+static int have_optuna(void) {
+    char *const argv[] = {PY, "-c", "import optuna", NULL};
+    tu_run_t r;
+    tu_run(&r, argv, 30);
+    int ok = !r.timed_out && r.exit_code == 0;
+    tu_run_free(&r);
+    return ok;
+}
+
+#define NEED_OPTUNA()                                                                              \
+    do {                                                                                           \
+        if (!have_optuna())                                                                        \
+            cr_skip_test("python3-optuna is not installed (scripts/setup.sh --bench): the "        \
+                         "bridge's Optuna loop is not tested");                                    \
+    } while (0)
+
+/* Run the bridge with args (NULL-terminated, at most 40); r captures it. */
+static void run_bridge(tu_run_t *r, const char *const *args) {
+    char *script = bridge_path();
+    char *argv[48] = {PY, script};
+    int n = 2;
+    for (int i = 0; args[i] && n < 46; i++) argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    tu_run(r, argv, BRIDGE_S);
+    cr_assert(!r->timed_out, "the bridge ran past %.0f s:\n%s", BRIDGE_S, r->err);
+    free(script);
+}
+
+/* ---------------------------------------------------- the space, no Optuna */
+
+Test(bridge, the_space_file_drives_the_specs_without_optuna) {
+    char *space = tu_path("%s/space.json", tu_dir());
+    write_space_plus(space, ADDED);
+    /* --check-space lists every axis of the file, the added one with them */
+    const char *check[] = {"--check-space", "--space", space, NULL};
+    tu_run_t r;
+    run_bridge(&r, check);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cJSON *axes = cJSON_Parse(r.out);
+    cr_assert(cJSON_IsArray(axes), "%s", r.out);
+    cr_expect_eq(cJSON_GetArraySize(axes), 11);
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(axes, 10), "path")->valuestring,
+                     "model.mlp_ratio");
+    cJSON_Delete(axes);
+    tu_run_free(&r);
+
+    /* A point written into the baseline the way the agent writes one: the
+     * axes and their also paths, then total_batch_tokens rounded up to a
+     * multiple of batch_size x seq_len (32 x 256). */
+    char *code = tu_path("import json, sys; sys.path.insert(0, '%s/experiments/bridges');"
+                         "import optuna_bridge as b;"
+                         "axes, d = b.load_space('%s');"
+                         "base = json.load(open('%s/experiments/specs/baseline.json'));"
+                         "pt = {'model.n_head': 4, 'train.batch_size': 32, 'model.mlp_ratio': 3,"
+                         "      'train.matrix_lr': 0.05};"
+                         "print(json.dumps(b.build_spec(base, d, axes, pt)))",
+                         tu_src(), space, tu_src());
+    char *const argv[] = {PY, "-c", code, NULL};
+    tu_run(&r, argv, 30);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cJSON *spec = cJSON_Parse(r.out);
+    cr_assert_not_null(spec, "%s", r.out);
+    cJSON *model = cJSON_GetObjectItem(spec, "model"), *train = cJSON_GetObjectItem(spec, "train");
+    cr_expect_eq(tu_jnum(model, "mlp_ratio"), 3, "the added axis is written");
+    cr_expect_eq(tu_jnum(model, "n_head"), 4);
+    cr_expect_eq(tu_jnum(model, "n_kv_head"), 4, "also: n_head to n_kv_head");
+    cr_expect_eq(tu_jnum(train, "batch_size"), 32);
+    cr_expect_eq(tu_jnum(train, "total_batch_tokens"), 8192, "the repair: 4096 up to 32 x 256");
+    cr_expect_float_eq(tu_jnum(train, "matrix_lr"), 0.05, 1e-12);
+    cr_expect_eq(tu_jnum(model, "depth"), 4, "an axis the point leaves out keeps the base's");
+    cJSON_Delete(spec);
+    tu_run_free(&r);
+    free(code);
+
+    /* A bad space file: exit 2, the axis and the problem named. */
+    static const struct {
+        const char *axis, *want;
+    } bad[] = {
+        {"{\"path\": \"model.nope\", \"type\": \"int\", \"values\": [1]}",
+         "axes[10].path: model.nope is not a field of a spec"},
+        {"{\"path\": \"train.weight_decay\", \"type\": \"float\", \"low\": 0.3, \"high\": 0.1}",
+         "axes[10]: low 0.3 is not below high 0.1"},
+        {"{\"path\": \"dataset\", \"type\": \"choice\", \"values\": [\"x\"]}",
+         "it is not an axis to search"},
+        {"{\"path\": \"train.weight_decay\", \"type\": \"float\", \"low\": 0, \"high\": 1, "
+         "\"log\": true}",
+         "a log range needs low > 0"},
+        {"{\"path\": \"train.weight_decay\", \"type\": \"float\", \"values\": [0.1], \"step\": 1}",
+         "unknown key \"step\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_space_plus(space, bad[i].axis);
+        run_bridge(&r, check);
+        cr_expect_eq(r.exit_code, 2, "%s: exit %d", bad[i].axis, r.exit_code);
+        cr_expect(strstr(r.err, bad[i].want), "%s: want \"%s\" in:\n%s", bad[i].axis, bad[i].want,
+                  r.err);
+        tu_run_free(&r);
+    }
+    tu_write(space, "{\"axes\": [");
+    run_bridge(&r, check);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "not JSON"), "%s", r.err);
+    tu_run_free(&r);
+    free(space);
+}
+
+/* ------------------------------------------------------- with a daemon */
+
+/* A daemon on dir with the tiny dataset; worker NULL = the real engine. */
+static void start_daemon(tu_server_t *d, const char *worker) {
+    char *corpus = tu_path("%s/corpus.jsonl", tu_dir());
+    tu_prep_tiny(corpus, tu_dir(), "tiny");
+    free(corpus);
+    char *argv[24] = {(char *)tu_bin(), "serve",       "--dir",       (char *)tu_dir(),
+                      "--listen",       "127.0.0.1:0", "--token",     TOKEN,
+                      "--slots",        "1",           "--memory-mb", "0"};
+    int n = 12;
+    if (worker) {
+        argv[n++] = "--worker-cmd";
+        argv[n++] = (char *)worker;
+    } else {
+        argv[n++] = "--threads-per-slot";
+        argv[n++] = "1";
+    }
+    argv[n] = NULL;
+    tu_server_start(d, "daemon", argv, tu_dir_path("daemon.err"), 30);
+}
+
+/* A small base spec on the tiny dataset; steps of 128 tokens. */
+static char *write_base(long long tokens) {
+    char *path = tu_path("%s/base.json", tu_dir());
+    char *text =
+        tu_path("{\"name\": \"base\", \"dataset\": \"tiny\", \"seed\": 1, \"token_budget\": %lld,"
+                " \"eval_tokens\": 256, \"model\": {\"depth\": 1, \"n_embd\": 32, \"n_head\": 2,"
+                " \"n_kv_head\": 2, \"seq_len\": 32, \"max_pos\": 32, \"window_pattern\": \"L\","
+                " \"ve_layers\": \"none\", \"ve_gate_channels\": 8},"
+                " \"train\": {\"batch_size\": 4, \"total_batch_tokens\": 128}}",
+                tokens);
+    tu_write(path, text);
+    free(text);
+    return path;
+}
+
+Test(bridge, an_axis_added_to_the_space_is_proposed_and_refusals_go_on) {
+    NEED_OPTUNA();
+    tu_server_t d = {0};
+    char *worker = tu_path("%s ok", tu_bad_worker());
+    start_daemon(&d, worker);
+    char *base = write_base(1280);
+    char *space = tu_path("%s/space.json", tu_dir());
+    /* A space of small axes and the added one (the repository's axes would
+     * do as well: the worker is a stand-in that trains nothing). */
+    tu_write(space, "{\"axes\": ["
+                    "{\"path\": \"model.depth\", \"type\": \"int\", \"low\": 1, \"high\": 2},"
+                    "{\"path\": \"train.matrix_lr\", \"type\": \"float\", \"low\": 0.01,"
+                    " \"high\": 0.1, \"log\": true}," ADDED "]}");
+    char *logf = tu_path("%s/trials.jsonl", tu_dir());
+    const char *args[] = {"--url", d.url,      "--token",   TOKEN,    "--space", space,    "--base",
+                          base,    "--trials", "3",         "--seed", "7",       "--poll", "0.1",
+                          "--log", logf,       "--sampler", "tpe",    NULL};
+    tu_run_t r;
+    run_bridge(&r, args);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    tu_run_free(&r);
+    cJSON *list = tu_get_json(&d, "/v1/experiments?limit=100");
+    cJSON *exps = cJSON_GetObjectItem(list, "experiments"), *e;
+    int n = 0;
+    cJSON_ArrayForEach(e, exps) {
+        char path[64];
+        snprintf(path, sizeof path, "/v1/experiments/%lld", (long long)tu_jnum(e, "id"));
+        cJSON *full = tu_get_json(&d, path);
+        cJSON *model = cJSON_GetObjectItem(cJSON_GetObjectItem(full, "spec"), "model");
+        cr_expect_eq(tu_jnum(model, "mlp_ratio"), 3, "experiment %s: the added axis", path);
+        cr_expect_str_eq(tu_jstr(full, "status"), "succeeded");
+        cJSON_Delete(full);
+        n++;
+    }
+    cr_expect_geq(n, 1, "every trial was a duplicate?");
+    cJSON_Delete(list);
+
+    /* A space of one point: the trials after the first are duplicates of its
+     * run (in flight or finished), told its val_bpb, and nothing is lost
+     * with two trials on one experiment. */
+    char *one = tu_path("%s/one.jsonl", tu_dir());
+    tu_write(space, "{\"axes\": [" ADDED "]}");
+    const char *args1[] = {"--url",  d.url, "--token",  TOKEN, "--space",    space,
+                           "--base", base,  "--trials", "3",   "--parallel", "2",
+                           "--poll", "0.1", "--log",    one,   NULL};
+    run_bridge(&r, args1);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    tu_run_free(&r);
+    char *lines = tu_read(one);
+    int dups = 0, oks = 0;
+    for (const char *p = lines; (p = strstr(p, "\"outcome\": ")); p++) {
+        dups += !strncmp(p, "\"outcome\": \"duplicate\"", strlen("\"outcome\": \"duplicate\""));
+        oks += !strncmp(p, "\"outcome\": \"succeeded\"", strlen("\"outcome\": \"succeeded\""));
+    }
+    cr_expect_eq(oks, 1, "%s", lines);
+    cr_expect_eq(dups, 2, "%s", lines);
+    free(lines);
+    free(one);
+
+    /* Every point refused (ve_gate_channels above n_embd): told FAIL with the
+     * daemon's code, the loop goes on to its last trial, exit 0. */
+    tu_write(space, "{\"axes\": ["
+                    "{\"path\": \"model.n_embd\", \"type\": \"int\", \"values\": [32]},"
+                    "{\"path\": \"model.ve_gate_channels\", \"type\": \"int\", \"values\": [64]},"
+                    "{\"path\": \"model.ve_layers\", \"type\": \"choice\", \"values\": [\"all\"]}"
+                    "]}");
+    const char *args2[] = {"--url", d.url,      "--token", TOKEN,    "--space", space, "--base",
+                           base,    "--trials", "2",       "--poll", "0.1",     NULL};
+    run_bridge(&r, args2);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.err, "trial 1: refused (invalid_spec: model.ve_gate_channels"), "%s", r.err);
+    cr_expect(strstr(r.err, "no trial succeeded"), "%s", r.err);
+    tu_run_free(&r);
+
+    tu_server_stop(&d, 20);
+    tu_server_release(&d);
+    free(logf);
+    free(space);
+    free(base);
+    free(worker);
+}
+
+Test(bridge, the_pruner_cancels_a_running_experiment) {
+    NEED_OPTUNA();
+    tu_server_t d = {0};
+    start_daemon(&d, NULL);
+    /* 4000 steps of 128 tokens: far longer than the test waits. */
+    char *base = write_base(128 * 4000);
+    char *space = tu_path("%s/space.json", tu_dir());
+    tu_write(space, "{\"axes\": [{\"path\": \"train.matrix_lr\", \"type\": \"float\", \"low\":"
+                    " 0.02, \"high\": 0.04, \"log\": true}]}");
+    char *logf = tu_path("%s/trials.jsonl", tu_dir());
+    /* Every loss is above 0: the threshold pruner prunes at the first report
+     * (a tenth of the budget), and the bridge cancels the run. */
+    const char *args[] = {"--url",     d.url,           "--token", TOKEN,      "--space",
+                          space,       "--base",        base,      "--trials", "1",
+                          "--poll",    "0.2",           "--log",   logf,       "--pruner",
+                          "threshold", "--prune-above", "0",       NULL};
+    double t0 = tu_now();
+    tu_run_t r;
+    run_bridge(&r, args);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.err, "pruned by Optuna's threshold pruner at 10% of the budget"), "%s",
+              r.err);
+    cr_expect(strstr(r.err, "cancel: HTTP 200"), "%s", r.err);
+    tu_run_free(&r);
+    cJSON *e = tu_get_json(&d, "/v1/experiments/1");
+    cr_expect_str_eq(tu_jstr(e, "status"), "cancelled", "took %.1f s", tu_now() - t0);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(e, "result")), "a cancelled run has no result");
+    cJSON *metrics = cJSON_GetObjectItem(e, "metrics");
+    cJSON *last = cJSON_GetArrayItem(metrics, cJSON_GetArraySize(metrics) - 1);
+    cr_expect(last && tu_jnum(last, "step") < 4000, "it stopped before its budget");
+    cJSON_Delete(e);
+    char *text = tu_read(logf);
+    cr_expect(strstr(text, "\"outcome\": \"pruned\""), "%s", text);
+    free(text);
+    tu_server_stop(&d, 20);
+    tu_server_release(&d);
+    free(logf);
+    free(space);
+    free(base);
+}
+
+/* What goes wrong before the first trial is said, and needs no Optuna: a
+ * wrong token, a base spec the daemon refuses, no daemon at the address. */
+Test(bridge, errors_before_the_first_trial_are_said) {
+    tu_server_t d = {0};
+    char *worker = tu_path("%s ok", tu_bad_worker());
+    start_daemon(&d, worker);
+    char *base = write_base(1280);
+    tu_run_t r;
+    const char *wrong[] = {"--url", d.url, "--token", "wrong", "--base", base, NULL};
+    run_bridge(&r, wrong);
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "the daemon refused the token"), "%s", r.err);
+    tu_run_free(&r);
+
+    char *bad = tu_path("%s/bad.json", tu_dir());
+    tu_write(bad, "{\"dataset\": \"tiny\", \"token_budget\": 1280, \"model\": {\"n_head\": 7}}");
+    const char *refused[] = {"--url", d.url, "--token", TOKEN, "--base", bad, NULL};
+    run_bridge(&r, refused);
+    cr_expect_eq(r.exit_code, 2, "%s", r.err);
+    cr_expect(strstr(r.err, "the daemon refuses the base spec: invalid_spec: model.n_head"), "%s",
+              r.err);
+    tu_run_free(&r);
+
+    char url[64];
+    snprintf(url, sizeof url, "%s", d.url);
+    tu_server_stop(&d, 20);
+    tu_server_release(&d);
+    const char *gone[] = {"--url", url, "--base", base, NULL};
+    run_bridge(&r, gone);
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "no nightshift daemon at"), "%s", r.err);
+    tu_run_free(&r);
+    free(bad);
+    free(base);
+    free(worker);
+}
