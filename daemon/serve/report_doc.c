@@ -375,7 +375,7 @@ static void anytime(doc_t *d, const cJSON *r) {
     mark(d, NULL, "<div id=\"anytime-chart\" class=\"chart\" data-points=\"0\"></div>\n");
     para(d);
     say(d, "The lowest val_bpb of any single run, against the time since the first run started "
-           "and the run time spent; one row per improvement.");
+           "and the run time spent; one row per improvement, then the last run that finished.");
     para_end(d);
     int rows = 0, shown = 0;
     double prev = NAN;
