@@ -535,13 +535,16 @@ def summarize(args, nights, strategies):
                "The anytime columns are the night's running best val_bpb *as read* (one seed, not "
                "re-measured) at that share of the budget, mean over the nights.")
     out.append("")
+    rungs = ", ".join([f"B/{args.asha_eta ** r}" for r in range(args.asha_rungs - 1, 0, -1)] + ["B"])
     out.append("Strategies: random = Optuna's RandomSampler through experiments/bridges/"
                "optuna_bridge.py; optuna-tpe = its TPESampler (5 startup trials), optuna-median = "
                "the same + MedianPruner (the bridge cancels what it prunes); climb, agent-tpe = "
                "`nightshift agent --strategy climb|tpe` (three baseline seeds first, the noise "
-               "rule names the best); agent-asha = `agent --strategy tpe` on a second daemon "
-               "started with `serve --prune asha` (rungs B/9, B/3, B). Every strategy of seed k "
-               "draws with seed k.")
+               "rule names the best); agent-tpe-lazy = the same with `--noise-seeds 1` (one "
+               "baseline seed, a second seed only to confirm a lowest mean); agent-asha = "
+               "`agent --strategy tpe` on a second daemon started with `serve --prune asha "
+               f"--asha-eta {args.asha_eta} --asha-rungs {args.asha_rungs}` (rungs {rungs})"
+               ". Every strategy of seed k draws with seed k.")
     ranked = sorted([r for r in rows if r[1] is not None], key=lambda r: r[1])
     if len(ranked) >= 2:
         a, b = ranked[0], ranked[1]
