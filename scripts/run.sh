@@ -16,7 +16,7 @@ set -euo pipefail
 
 # The agent's strategy when NIGHTSHIFT_STRATEGY does not name one: the one
 # place to change it (make bench-search measures the strategies side by side).
-default_strategy=climb
+default_strategy=tpe
 
 bin=$1
 state=$2
