@@ -43,32 +43,8 @@ TestSuite(metrics, .init = setup, .fini = teardown, .timeout = 150);
 
 /* ------------------------------------------------------------- helpers */
 
-/* `nightshift serve` with one one-thread slot on the state directory;
- * extra (NULL-terminated, may be NULL) replaces the loopback --listen. */
 static void daemon_start(tu_server_t *d, const char *const *extra) {
-    static int n;
-    char *argv[24];
-    int k = 0;
-    argv[k++] = (char *)tu_bin();
-    argv[k++] = "serve";
-    argv[k++] = "--dir";
-    argv[k++] = state;
-    argv[k++] = "--slots";
-    argv[k++] = "1";
-    argv[k++] = "--threads-per-slot";
-    argv[k++] = "1";
-    /* no address-space limit: a sanitizer build's worker could not start under one */
-    argv[k++] = "--memory-mb";
-    argv[k++] = "0";
-    for (int i = 0; extra && extra[i]; i++) argv[k++] = (char *)extra[i];
-    if (!extra) {
-        argv[k++] = "--listen";
-        argv[k++] = "127.0.0.1:0";
-    }
-    argv[k] = NULL;
-    char *errlog = tu_path("%s/daemon-%d.err", tu_dir(), n++);
-    tu_server_start(d, "daemon", argv, errlog, START_TIMEOUT_S);
-    free(errlog);
+    tu_daemon_start(d, state, extra, START_TIMEOUT_S);
 }
 
 /* GET /metrics, which must answer 200 in the exposition format; the body

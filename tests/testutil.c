@@ -362,6 +362,32 @@ void tu_server_fail(const tu_server_t *s, const char *fmt, ...) {
     abort(); /* not reached */
 }
 
+void tu_daemon_start(tu_server_t *d, const char *state, const char *const *extra,
+                     double timeout_s) {
+    static int n;
+    char *argv[24];
+    int k = 0;
+    argv[k++] = (char *)tu_bin();
+    argv[k++] = "serve";
+    argv[k++] = "--dir";
+    argv[k++] = (char *)state;
+    argv[k++] = "--slots";
+    argv[k++] = "1";
+    argv[k++] = "--threads-per-slot";
+    argv[k++] = "1";
+    argv[k++] = "--memory-mb";
+    argv[k++] = "0";
+    for (int i = 0; extra && extra[i]; i++) argv[k++] = (char *)extra[i];
+    if (!extra) {
+        argv[k++] = "--listen";
+        argv[k++] = "127.0.0.1:0";
+    }
+    argv[k] = NULL;
+    char *errlog = tu_path("%s/daemon-%d.err", tu_dir(), n++);
+    tu_server_start(d, "daemon", argv, errlog, timeout_s);
+    free(errlog);
+}
+
 void tu_server_start(tu_server_t *s, const char *name, char *const argv[], const char *errlog,
                      double timeout_s) {
     memset(s, 0, sizeof *s);

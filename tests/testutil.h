@@ -121,6 +121,13 @@ typedef struct {
 void tu_server_start(tu_server_t *s, const char *name, char *const argv[], const char *errlog,
                      double timeout_s);
 
+/* `nightshift serve` on state with one one-thread slot and no address-space
+ * limit (a sanitizer build's worker could not start under one; a spec of
+ * terabytes is still refused against the RAM), waiting at most timeout_s;
+ * extra (NULL-terminated, may be NULL) replaces the loopback --listen. Its
+ * stderr goes to a file of its own under tu_dir(). */
+void tu_daemon_start(tu_server_t *d, const char *state, const char *const *extra, double timeout_s);
+
 /* SIGTERM and wait at most timeout_s: anything but exit 0 (or a sanitizer
  * report in its stderr) fails the test; a server still running at the limit is
  * killed first. */
