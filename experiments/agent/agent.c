@@ -323,8 +323,9 @@ static const opt_t agent_rows[] = {
      .help = "adopt a variant that gains more than BPB; 0 = none: more than two standard "
              "errors of the difference"},
     {"noise-seeds", OPT_INT, FIELD(noise_seeds), .lo = 0, .hi = 64,
-     .def = STRATEGY_DEFAULT_NOISE_SEEDS, .arg = "K",
-     .help = "seeds of the baseline, to measure the noise; 0 = do not run the baseline first"},
+     .def = STRATEGY_NOISE_SEEDS_AUTO, .arg = "K",
+     .help = "seeds of the baseline, to measure the noise; 0 = do not run the baseline first "
+             "(default 3 for climb, 1 for random and tpe: their confirmation seeds measure it)"},
     {"max-seeds", OPT_INT, FIELD(max_seeds), .lo = 1, .hi = 64, .def = STRATEGY_DEFAULT_MAX_SEEDS,
      .arg = "K", .help = "seeds a promising variant gets before it is discarded"},
     {"queue", OPT_INT, FIELD(queue_target), .lo = 1, .hi = 1024, .def = STRATEGY_QUEUE_AUTO,
@@ -339,9 +340,11 @@ static const opt_table_t agent_options = {
              "The reference search agent: point the daemon's hook at POST /hook on this\n"
              "address. Every delivery must carry a valid webhook signature made with the\n"
              "shared secret. It runs the baseline spec with --noise-seeds seeds to measure\n"
-             "the seed-to-seed noise, then proposes points of the search space (--space) by\n"
-             "--strategy: climb mutates the best configuration one or two axes at a time;\n"
-             "random draws uniformly; tpe models val_bpb over every result it has seen.\n"
+             "the seed-to-seed noise (climb: 3; random and tpe: 1, and the confirmation\n"
+             "seeds of the lowest mean measure it), then proposes points of the search\n"
+             "space (--space) by --strategy: climb mutates the best configuration one or\n"
+             "two axes at a time; random draws uniformly; tpe models val_bpb over every\n"
+             "result it has seen.\n"
              "Whatever the strategy, it adopts a variant as the night's best only when its\n"
              "mean val_bpb beats the best mean by more than two standard errors,\n"
              "2 * s * sqrt(1/n_best + 1/n_variant) with s the pooled standard deviation of\n"
@@ -423,7 +426,9 @@ static int run_agent(agent_t *a) {
     so.n_startup = a->o.startup;
     so.local_frac = a->o.local_frac;
     so.noise_floor = a->o.noise_floor;
-    so.noise_seeds = a->o.noise_seeds;
+    so.noise_seeds = a->o.noise_seeds == STRATEGY_NOISE_SEEDS_AUTO
+                         ? strategy_default_noise_seeds(so.kind)
+                         : a->o.noise_seeds;
     so.max_seeds = a->o.max_seeds;
     so.queue_target = a->o.queue_target;
     so.seed = (uint64_t)a->o.seed;
@@ -469,7 +474,7 @@ static int run_agent(agent_t *a) {
     log_info("nightshift agent: strategy %s over %d ax%s of %s, baseline %s (%d seeds), "
              "adopting past %s, state %s",
              strategy_kind_name(so.kind), a->space->n_axes, a->space->n_axes == 1 ? "is" : "es",
-             a->o.space, a->o.baseline, a->o.noise_seeds, rule,
+             a->o.space, a->o.baseline, so.noise_seeds, rule,
              a->o.state[0] ? a->o.state : "not kept");
     /* The one line on stdout: scripts and tests read the bound port from it. */
     printf("listening on http://%s%s%s:%d\n", strchr(a->o.host, ':') ? "[" : "", a->o.host,

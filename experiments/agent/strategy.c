@@ -96,13 +96,17 @@ void strategy_opts_default(strategy_opts_t *o) {
     memset(o, 0, sizeof *o);
     o->seed = STRATEGY_DEFAULT_SEED;
     o->max_rejections = 5;
-    o->noise_seeds = STRATEGY_DEFAULT_NOISE_SEEDS;
+    o->noise_seeds = STRATEGY_NOISE_SEEDS_AUTO;
     o->max_seeds = STRATEGY_DEFAULT_MAX_SEEDS;
     o->queue_target = STRATEGY_QUEUE_AUTO;
     o->kind = STRATEGY_CLIMB;
     o->confirm_frac = STRATEGY_DEFAULT_CONFIRM;
     o->n_startup = STRATEGY_DEFAULT_STARTUP;
     o->local_frac = STRATEGY_DEFAULT_LOCAL;
+}
+
+int strategy_default_noise_seeds(strategy_kind k) {
+    return k == STRATEGY_CLIMB ? 3 : 1;
 }
 
 static void say(strategy_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1040,13 +1044,16 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
     strategy_t *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->o = *o;
+    if (o->noise_seeds == STRATEGY_NOISE_SEEDS_AUTO)
+        s->o.noise_seeds = strategy_default_noise_seeds(o->kind);
     if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0 ||
-        o->noise_seeds < 0 || o->max_seeds < 1 ||
+        s->o.noise_seeds < 0 || o->max_seeds < 1 ||
         (o->queue_target < 1 && o->queue_target != STRATEGY_QUEUE_AUTO) ||
         !(o->confirm_frac >= 0 && o->confirm_frac <= 1) || o->n_startup < 0 ||
         !(o->local_frac >= 0 && o->local_frac <= 1) || strategy_kind_name(o->kind)[0] == '?') {
         snprintf(err, errlen,
-                 "the noise floor, noise_seeds, n_startup and max_proposals must be >= 0, "
+                 "the noise floor, noise_seeds (or STRATEGY_NOISE_SEEDS_AUTO), n_startup and "
+                 "max_proposals must be >= 0, "
                  "queue_target >= 1 (or STRATEGY_QUEUE_AUTO), max_seeds >= 1, confirm_frac and "
                  "local_frac in [0, 1], the kind climb, tpe or random");
         free(s);

@@ -108,13 +108,13 @@ typedef struct {
 /* One line per decision; line has no trailing newline. */
 typedef void (*strategy_log_fn)(void *user, const char *line);
 
-#define STRATEGY_DEFAULT_SEED        1
-#define STRATEGY_DEFAULT_NOISE_SEEDS 3
-#define STRATEGY_DEFAULT_MAX_SEEDS   4
-#define STRATEGY_QUEUE_AUTO          (-1) /* queue_target: one per experiment seen running */
-#define STRATEGY_DEFAULT_CONFIRM     0.25 /* confirm_frac of random and tpe */
-#define STRATEGY_DEFAULT_STARTUP     5    /* results before tpe's model is used */
-#define STRATEGY_DEFAULT_LOCAL       0.25 /* local_frac of tpe */
+#define STRATEGY_DEFAULT_SEED      1
+#define STRATEGY_NOISE_SEEDS_AUTO  (-1) /* noise_seeds: strategy_default_noise_seeds */
+#define STRATEGY_DEFAULT_MAX_SEEDS 4
+#define STRATEGY_QUEUE_AUTO        (-1) /* queue_target: one per experiment seen running */
+#define STRATEGY_DEFAULT_CONFIRM   0.25 /* confirm_frac of random and tpe */
+#define STRATEGY_DEFAULT_STARTUP   5    /* results before tpe's model is used */
+#define STRATEGY_DEFAULT_LOCAL     0.25 /* local_frac of tpe */
 
 typedef struct {
     strategy_kind kind;   /* default STRATEGY_CLIMB */
@@ -125,8 +125,8 @@ typedef struct {
     double local_frac;    /* tpe: this fraction of proposals moves the lowest mean locally;
                              default STRATEGY_DEFAULT_LOCAL */
     double noise_floor;   /* > 0: a fixed val_bpb gain to adopt instead of 2 SE; 0: none */
-    int noise_seeds;      /* seeds of the baseline run first to measure the noise; default 3;
-                             0 = the baseline is not run first */
+    int noise_seeds;      /* seeds of the baseline run first to measure the noise; 0 = the
+                             baseline is not run first; default STRATEGY_NOISE_SEEDS_AUTO */
     int max_seeds;        /* seeds a promising variant gets before it is discarded; default 4 */
     int queue_target;     /* proposals kept queued; STRATEGY_QUEUE_AUTO (the default) = the
                              most experiments seen running at once (at least 1), i.e. one
@@ -139,6 +139,18 @@ typedef struct {
 } strategy_opts_t;
 
 void strategy_opts_default(strategy_opts_t *o);
+
+/* The baseline's seeds when noise_seeds is STRATEGY_NOISE_SEEDS_AUTO: 3 for
+ * climb, whose every adoption waits on the measured noise; 1 for random and
+ * tpe, whose noise comes from the confirmation seeds of the lowest mean (runs
+ * the night needs anyway). On nights of 16 runs, two slots, seed noise 0.025,
+ * the scripted surfaces of test_strategy (30 nights each; the gap to the
+ * optimum of the configuration with the lowest mean, the daemon's answer):
+ * tpe 0.151 / 0.209 (near / far) with one baseline seed, 0.159 / 0.238 with
+ * three; random search 0.185 / 0.297. In make bench-search's nights of 8
+ * runs, three baseline seeds and five startup draws left tpe's model no run
+ * at all. */
+int strategy_default_noise_seeds(strategy_kind k);
 
 /* baseline must be a validated spec (spec_parse/spec_load). Returns NULL with
  * err on allocation failure or an invalid option. */

@@ -37,9 +37,12 @@ budgets); once that reaches R x B it stops the strategy, cancels what is
 queued and lets the running runs finish, so a night may overrun by less than
 one run (the table shows what each night spent).
 
-The night's answer: the agent's best (its noise-aware rule, from its state
-file), for the others the succeeded full-budget run with the lowest val_bpb.
-That configuration is re-measured on N fresh seeds (1000..), full budget,
+The night's answer, for every strategy alike: what the user reads in the
+morning, the daemon's GET /v1/best of the night's scope (the configuration
+with the lowest mean val_bpb over its seeds at the full budget; for a
+strategy that runs each point once, its lowest val_bpb). The agent's own
+pick (its noise-aware rule, from its state file) is kept in OUT/search.json
+beside it. That configuration is re-measured on N fresh seeds (1000..), full budget,
 never pruned; a night's score is their mean. The table gives, per strategy,
 the mean +- sd over the K nights of that score, what the nights themselves
 read for their best, runs, runs wasted (failed/diverged/oom/timeout,
@@ -110,9 +113,8 @@ STRATEGIES = {
     "agent-tpe": ("agent", ["--strategy", "tpe"], "main"),
     "agent-asha": ("agent", ["--strategy", "tpe"], "asha"),
     "agent-random": ("agent", ["--strategy", "random"], "main"),
-    # tpe measuring the noise lazily: the baseline once, a second seed only
-    # for a configuration whose lowest mean is worth confirming
-    "agent-tpe-lazy": ("agent", ["--strategy", "tpe", "--noise-seeds", "1"], "main"),
+    # tpe as it was before the baseline's seeds became 1: three first
+    "agent-tpe-3": ("agent", ["--strategy", "tpe", "--noise-seeds", "3"], "main"),
     "optuna-sha": ("bridge", ["--sampler", "tpe", "--pruner", "sha"], "main"),
 }
 DEFAULT_STRATEGIES = "random,optuna-tpe,optuna-median,climb,agent-tpe,agent-asha"
@@ -350,11 +352,14 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
     proc = subprocess.Popen(cmd, stdout=nlog, stderr=subprocess.STDOUT, start_new_session=True)
     if driver == "agent":
         # What the agent does first on a fresh daemon: the baseline with its
-        # noise seeds (--noise-seeds, 3 by default; never pruned). The daemon
-        # is not fresh, so the harness queues them; the finished events bring
-        # the agent in.
+        # noise seeds (--noise-seeds; by default 3 for climb, 1 for random
+        # and tpe; never pruned). The daemon is not fresh, so the harness
+        # queues them; the finished events bring the agent in.
         time.sleep(0.3)
-        seeds = int(opts[opts.index("--noise-seeds") + 1]) if "--noise-seeds" in opts else 3
+        if "--noise-seeds" in opts:
+            seeds = int(opts[opts.index("--noise-seeds") + 1])
+        else:
+            seeds = 3 if opts[opts.index("--strategy") + 1] == "climb" else 1
         b = dict(base, name="baseline", tags=["baseline", "agent"], prune=False)
         api.call("POST", f"/v1/experiments?repeats={seeds}", b)
     cache = {}
@@ -417,22 +422,23 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
         if r["status"] == "succeeded" and r["budget"] == args.tokens and r["val_bpb"] is not None:
             best = min(best, r["val_bpb"])
         curve.append((cum / args.tokens, best))
-    # The night's answer.
+    # The night's answer: the daemon's best of the scope, for every strategy.
     best_id, best_read = None, None
+    status, doc = api.call("GET", f"/v1/best?dataset={dataset}&budget=tokens:{args.tokens}"
+                                  f"&eval_tokens={args.eval_tokens}")
+    if status == 200 and isinstance(doc, dict) and isinstance(doc.get("best"), dict):
+        best_id, best_read = int(doc["best"]["id"]), doc["best"]["val_bpb"]
+    else:
+        log(f"bench-search: {dataset}: no best ({status}: {doc})")
+    agent_pick = None
     if driver == "agent":
         try:
             with open(agent_state) as f:
                 st = json.load(f)
             if st.get("best"):
-                best_id, best_read = int(st["best"]["id"]), st["best"]["val_bpb"]
+                agent_pick = {"id": int(st["best"]["id"]), "val_bpb": st["best"]["val_bpb"]}
         except (OSError, ValueError, KeyError):
             pass
-    if best_id is None:
-        ok = [r for r in runs if r["status"] == "succeeded" and r["budget"] == args.tokens
-              and r["val_bpb"] is not None]
-        if ok:
-            r = min(ok, key=lambda r: r["val_bpb"])
-            best_id, best_read = r["id"], r["val_bpb"]
     night = {"strategy": strategy, "k": k, "dataset": dataset, "seconds": time.time() - t0,
              "fre": cum / args.tokens, "runs": len(runs),
              "failed": sum(r["status"] in FAILED for r in runs),
@@ -441,7 +447,8 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
              "duplicates": sum(t.get("outcome") == "duplicate" for t in trials),
              "refused": sum(t.get("outcome") == "refused" for t in trials),
              "lower_rung": sum(r["budget"] < args.tokens and r["status"] == "succeeded" for r in runs),
-             "best_id": best_id, "best_read": best_read, "curve": curve, "remeasured": []}
+             "best_id": best_id, "best_read": best_read, "agent_pick": agent_pick,
+             "curve": curve, "remeasured": []}
     if best_id is not None:
         night["remeasured"] = remeasure(args, daemons["main"].api, dm.api, best_id, dataset, prog, label)
         spec = dm.api.get(f"/v1/experiments/{best_id}")["spec"]
@@ -528,9 +535,10 @@ def summarize(args, nights, strategies):
                    f"{' / '.join(any_)} |")
         rows.append((s, m, sd, n))
     out.append("")
-    out.append("Re-measured best: each night's answer (the agent's noise-aware best; the others' "
-               "lowest val_bpb at the full budget) trained again on fresh seeds; a night's score "
-               "is their mean. Failed, pruned, duplicate and refused count runs over all K nights "
+    out.append("Re-measured best: each night's answer (the daemon's best of the night's scope, "
+               "GET /v1/best: the lowest mean val_bpb at the full budget, what `nightshift best` "
+               "prints in the morning) trained again on fresh seeds; a night's score is their "
+               "mean; best as read is that mean as the night read it. Failed, pruned, duplicate and refused count runs over all K nights "
                "(refused specs cost nothing; cut = runs cancelled when the night's budget ran out). "
                "The anytime columns are the night's running best val_bpb *as read* (one seed, not "
                "re-measured) at that share of the budget, mean over the nights.")
@@ -539,9 +547,9 @@ def summarize(args, nights, strategies):
     out.append("Strategies: random = Optuna's RandomSampler through experiments/bridges/"
                "optuna_bridge.py; optuna-tpe = its TPESampler (5 startup trials), optuna-median = "
                "the same + MedianPruner (the bridge cancels what it prunes); climb, agent-tpe = "
-               "`nightshift agent --strategy climb|tpe` (three baseline seeds first, the noise "
-               "rule names the best); agent-tpe-lazy = the same with `--noise-seeds 1` (one "
-               "baseline seed, a second seed only to confirm a lowest mean); agent-asha = "
+               "`nightshift agent --strategy climb|tpe` as make run starts it (climb: three "
+               "baseline seeds first; tpe: one, and confirmation seeds for the lowest mean); "
+               "agent-tpe-3 = tpe with `--noise-seeds 3`; agent-asha = "
                "`agent --strategy tpe` on a second daemon started with `serve --prune asha "
                f"--asha-eta {args.asha_eta} --asha-rungs {args.asha_rungs}` (rungs {rungs})"
                ". Every strategy of seed k draws with seed k.")
@@ -555,6 +563,21 @@ def summarize(args, nights, strategies):
         out.append(f"Lowest: **{a[0]}** {a[1]:.4f}, ahead of {b[0]} by {gap:.4f}"
                    + (f" = {gap / se:.1f} standard errors of the difference" if se > 0 else
                       " (standard error not measurable with these K)") + ".")
+    # make run's default against every other strategy of the run
+    default = {r[0]: r for r in rows}.get("agent-tpe")
+    if default and default[1] is not None:
+        parts = []
+        for r in rows:
+            if r[0] == "agent-tpe" or r[1] is None or r[3] < 2 or default[3] < 2:
+                continue
+            se = math.sqrt(default[2] ** 2 / default[3] + r[2] ** 2 / r[3])
+            d = r[1] - default[1]
+            parts.append(f"{r[0]} {d:+.4f}" + (f" ({d / se:+.1f} SE)" if se > 0 else ""))
+        if parts:
+            out.append("")
+            out.append("agent-tpe (make run's default) against the others, their re-measured "
+                       "best minus its own (positive: the default is better): " +
+                       ", ".join(parts) + ".")
     return "\n".join(out) + "\n"
 
 
