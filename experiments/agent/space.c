@@ -294,20 +294,59 @@ double space_from_unit(const space_axis_t *ax, double u) {
     return x < ax->low ? ax->low : x > ax->high ? ax->high : x;
 }
 
+/* A log-scale int at u in [0, 1): the edges' halves rounded in. */
+static double log_int_at(const space_axis_t *ax, double u) {
+    double lo = log(ax->low - 0.5 > 0 ? ax->low - 0.5 : ax->low), hi = log(ax->high + 0.5);
+    double x = round(exp(lo + u * (hi - lo)));
+    return x < ax->low ? ax->low : x > ax->high ? ax->high : x;
+}
+
 void space_sample(const space_t *sp, rng_t *rng, space_point_t *pt) {
     for (int i = 0; i < sp->n_axes; i++) {
         const space_axis_t *ax = &sp->axes[i];
-        if (ax->n_values) {
+        if (ax->n_values)
             pt->v[i] = (double)rng_below(rng, (uint64_t)ax->n_values);
-        } else if (ax->type == SPACE_INT && !ax->log) {
+        else if (ax->type == SPACE_INT && !ax->log)
             pt->v[i] = ax->low + (double)rng_below(rng, (uint64_t)(ax->high - ax->low) + 1);
-        } else if (ax->type == SPACE_INT) { /* log ints: round the edges' halves in */
-            double lo = log(ax->low - 0.5 > 0 ? ax->low - 0.5 : ax->low), hi = log(ax->high + 0.5);
-            double x = round(exp(lo + uniform01(rng) * (hi - lo)));
-            pt->v[i] = x < ax->low ? ax->low : x > ax->high ? ax->high : x;
-        } else {
+        else if (ax->type == SPACE_INT)
+            pt->v[i] = log_int_at(ax, uniform01(rng));
+        else
             pt->v[i] = space_from_unit(ax, uniform01(rng));
+    }
+}
+
+/* The value of axis ax at u in [0, 1), the inverse of a uniform draw's
+ * distribution: a listed value's index, an int or a float on its scale. */
+static double value_at(const space_axis_t *ax, double u) {
+    if (ax->n_values) {
+        int k = (int)floor(u * ax->n_values);
+        return k < 0 ? 0 : k >= ax->n_values ? ax->n_values - 1 : k;
+    }
+    if (ax->type == SPACE_INT && !ax->log) {
+        double x = ax->low + floor(u * (ax->high - ax->low + 1));
+        return x > ax->high ? ax->high : x;
+    }
+    return ax->type == SPACE_INT ? log_int_at(ax, u) : space_from_unit(ax, u);
+}
+
+void space_sample_stratified(const space_t *sp, rng_t *rng, uint64_t seed, int draw, int n,
+                             space_point_t *pt) {
+    if (n < 2 || n > SPACE_MAX_STRATA || draw < 0) {
+        space_sample(sp, rng, pt);
+        return;
+    }
+    for (int i = 0; i < sp->n_axes; i++) {
+        /* This axis's order of the strata: the same for every draw of a
+         * design (seed and axis fix it), a new one for every axis. */
+        int perm[SPACE_MAX_STRATA];
+        rng_t r;
+        rng_seed(&r, seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(i + 1)));
+        for (int k = 0; k < n; k++) perm[k] = k;
+        for (int k = n - 1; k > 0; k--) {
+            int j = (int)rng_below(&r, (uint64_t)k + 1), t = perm[k];
+            perm[k] = perm[j], perm[j] = t;
         }
+        pt->v[i] = value_at(&sp->axes[i], (perm[draw % n] + uniform01(rng)) / n);
     }
 }
 

@@ -77,6 +77,18 @@ void space_free(space_t *sp);
  * (log) scale. */
 void space_sample(const space_t *sp, rng_t *rng, space_point_t *pt);
 
+/* Draw number draw (0 .. n-1) of a Latin hypercube design of n points: every
+ * axis cut into n strata of equal probability under the uniform draw, each
+ * stratum taken by exactly one of the n draws (in an order that seed fixes
+ * per axis), the value uniform within it. n draws then cover each axis's
+ * range evenly (a range's top fifth, a list's every value when n is at
+ * least its length), where n uniform draws leave gaps: the first results of
+ * a model-based search see more of the space. draw is taken modulo n; n < 2
+ * or above SPACE_MAX_STRATA is a uniform draw. */
+#define SPACE_MAX_STRATA 256
+void space_sample_stratified(const space_t *sp, rng_t *rng, uint64_t seed, int draw, int n,
+                             space_point_t *pt);
+
 /* The point a spec is at (a range takes the spec's value even outside it).
  * Returns 0, or -1 when out of memory. */
 int space_read(const space_t *sp, const spec_t *spec, space_point_t *pt);

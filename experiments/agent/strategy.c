@@ -524,6 +524,24 @@ static void propose_random(strategy_t *s, const char *why, cJSON *reply) {
     say(s, "no new valid point in %d random draws: proposing nothing", MAX_DRAWS);
 }
 
+/* tpe's startup: draw number n_mutations of a Latin hypercube design of
+ * n_startup points (space_sample_stratified), so the results the model first
+ * sees cover every axis's range; a draw the spec refuses or one already seen
+ * is drawn again within its strata, then uniformly. */
+static void propose_startup(strategy_t *s, const char *why, cJSON *reply) {
+    for (int attempt = 0; attempt < MAX_DRAWS; attempt++) {
+        space_point_t x;
+        if (attempt < MAX_DRAWS / 2)
+            space_sample_stratified(s->o.space, &s->rng, s->o.seed, s->n_mutations, s->o.n_startup,
+                                    &x);
+        else
+            space_sample(s->o.space, &s->rng, &x);
+        int rc = propose_point(s, &x, strategy_kind_name(s->o.kind), 0, why, reply);
+        if (rc <= 0) return;
+    }
+    say(s, "no new valid point in %d draws: proposing nothing", MAX_DRAWS);
+}
+
 /* The observations for the model: every configuration with a point and a
  * result (its mean) or only diverged runs (+inf). Returns how many (a new
  * array in *out, the caller frees), or -1 when out of memory. */
@@ -573,9 +591,10 @@ static void propose_tpe(strategy_t *s, cJSON *reply) {
     }
     if (n < s->o.n_startup || n < 2) {
         free(obs);
-        snprintf(why, sizeof why, "a random draw (startup: %d of %d results before the model)", n,
+        snprintf(why, sizeof why,
+                 "a draw of the startup design (%d of %d results before the model)", n,
                  s->o.n_startup);
-        propose_random(s, why, reply);
+        propose_startup(s, why, reply);
         return;
     }
     const config_t *lead = leader(s);
