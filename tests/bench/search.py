@@ -54,26 +54,27 @@ night's running best val_bpb AS READ (one seed, the lucky one) against the
 full-run equivalents spent, averaged over the K nights at 25/50/75/100% of
 the budget; the plot draws it with the re-measured final score beside it.
 
-Sizing (the defaults fit an hour on a quiet 2-core machine): a full run is
-65,536 training tokens (16 steps of the baseline's 4,096; the budget the
-issue's first measurement used) scored on 16,384 validation tokens; a night
-is R = 8 full-run equivalents, plus 3 re-measure runs; K = 5 seeds of 6
-strategies is 30 nights, about 330 runs. Two slots of one thread each (two
-1-thread slots finish more runs an hour at a token budget than one 2-thread
-slot: README, Slots; and two lanes keep the bridge and the agent each with
-two runs in flight). A 1-thread baseline run of 65,536 tokens took 10-11 s
-here (7 s training at ~9,400 tok/s, 2 s start, 1-2 s evaluation); a
-uniform draw from the space averages about twice the baseline's work
-(depth 2-8, mean 5; n_embd's mean square about 162^2), ~20 s; so a night is
-about 11 x 20 s / 2 slots = 110 s and 30 nights 55 min, ASHA's many short
-runs (each pays the start and the evaluation) included. --quick: K = 1, 6
-runs of 16,384 tokens (4 steps), evaluation 4,096 tokens, about 4 minutes:
-enough for Optuna's TPE to ask its model once and the agents to propose
-past the baseline, not to rank anything. Measured here (2-core AMD EPYC,
-AVX-512, another process using about one core): three full-size nights
-(random, agent-tpe, agent-asha; K = 1) took 2:41, 1:30 and 2:44, about 70
-minutes for 30 nights at that load, so about 45-50 on a quiet machine. --runs, --tokens and --k scale it (a 16-run night doubles
-the time).
+Sizing. The defaults: a full run is 65,536 training tokens (16 steps of
+the baseline's 4,096; the budget the issue's first measurement used) scored
+on 16,384 validation tokens; a night is R = 8 full-run equivalents, plus 3
+re-measure runs; K = 5 seeds of 6 strategies is 30 nights, about 330 runs.
+Two slots of one thread each (two 1-thread slots finish more runs an hour at
+a token budget than one 2-thread slot: README, Slots; and two lanes keep the
+bridge and the agent each with two runs in flight). A 1-thread baseline run
+of 65,536 tokens took 10-11 s here (7 s training at ~9,400 tok/s, 2 s start,
+1-2 s evaluation); a uniform draw from the space averages about twice the
+baseline's work (depth 2-8, mean 5; n_embd's mean square about 162^2). On a
+quiet 2-core AMD EPYC the default run took 1:23 (a random night 3-4
+minutes, an agent night half that: its local moves stay near the small
+baseline). Eight runs are too few for a model: the agent's tpe asks its
+model only after 5 startup draws. The record behind make run's default
+(experiments/search/bench/) is therefore the other sizing with the same
+hour: `--strategies random,optuna-tpe,agent-tpe --runs 16 --tokens 32768`,
+16 runs of 8 steps a night, 15 nights. --runs, --tokens, --k and
+--strategies scale it. --quick: K = 1, 6 runs of 16,384 tokens (4 steps),
+evaluation 4,096 tokens, a few minutes: enough for Optuna's TPE to ask its
+model once and the agents to propose past the baseline, not to rank
+anything.
 
 Output: the Markdown table on stdout and in OUT/search.md, the per-night
 data in OUT/search.json, the plot in OUT/search.png (matplotlib; an SVG
