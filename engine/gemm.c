@@ -63,41 +63,115 @@ static gemm_isa current = GEMM_AUTO;
 
 /* Rows [m0, m1) of C over all n columns (n a multiple of VW). ldb 0: B is
  * packed by pack_panels for this kernel's panel width (NVMAX vectors).
- * Blocked as Goto's GEMM is, without packing A: the depth in chunks of KCB
- * so a chunk of a column panel of B (KCB x panel floats) stays in L1 while
- * a block of MCB rows runs over it tile by tile, and that block of A (MCB x
- * KCB, read in place) stays in L2 while it runs over every panel. A chunk
- * after the first adds to what the last one stored, so each output is still
- * summed over p = 0, 1, ... K-1 in order: the same floats as one pass. */
-#define GEMM_ROWS(NAME, TILE, TARGET, VW, NVMAX, KCB)                                              \
+ * Blocked as Goto's GEMM is: the depth in chunks of KCB so a chunk of a
+ * column panel of B (KCB x panel floats) stays in L1 while a block of MCB
+ * rows runs over it tile by tile, and that block of A (MCB x KCB) stays in
+ * L2 while it runs over every panel. With PACK, a wide product's operands
+ * are copied as they are read (pack_b, pack_a; see PACK_MIN_ROWS): a B read
+ * in place with a power-of-two row stride maps its panel onto a few L1 sets,
+ * and A^T read in place (the weight gradient's dy, the Gram matrix's X)
+ * touches a line per step of p. A chunk after the first adds to what the last one stored, so
+ * each output is still summed over p = 0, 1, ... K-1 in order: the same
+ * floats as one pass, packed or not. */
+#define GEMM_ROWS(NAME, TILE, TARGET, VW, NVMAX, KCB, PACK)                                        \
     __attribute__((target(TARGET))) static void NAME(                                              \
         int m0, int m1, int n, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,                \
         const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in) {                      \
+        const int pack = PACK && n >= PACK_MIN_COLS && m1 - m0 >= PACK_MIN_ROWS;                   \
         for (int k0 = 0; k0 < K; k0 += KCB) {                                                      \
             const int kc = K - k0 < KCB ? K - k0 : KCB, acc = acc_in || k0 > 0;                    \
+            const float *Bp =                                                                      \
+                pack && ldb ? pack_b(B + (ptrdiff_t)k0 * ldb, ldb, kc, n, NVMAX * VW) : NULL;      \
             for (int i0 = m0; i0 < m1; i0 += MCB) {                                                \
                 const int i1 = m1 - i0 < MCB ? m1 : i0 + MCB;                                      \
+                const float *Ap = pack && acs != 1                                                 \
+                                      ? pack_a(A + i0 * ars + k0 * acs, ars, acs, i1 - i0, kc)     \
+                                      : NULL;                                                      \
                 for (int j = 0; j < n; j += NVMAX * VW) {                                          \
                     const int nv = (n - j) / VW < NVMAX ? (n - j) / VW : NVMAX;                    \
-                    const ptrdiff_t ldbj = ldb ? ldb : nv * VW;                                    \
-                    const float *Bj = (ldb ? B + j : B + (ptrdiff_t)j * K) + (ptrdiff_t)k0 * ldbj; \
+                    const ptrdiff_t ldbj = ldb && !Bp ? ldb : nv * VW;                             \
+                    const float *Bj = Bp    ? Bp + (ptrdiff_t)j * kc                               \
+                                      : ldb ? B + j + (ptrdiff_t)k0 * ldb                          \
+                                            : B + (ptrdiff_t)j * K + (ptrdiff_t)k0 * ldbj;         \
                     for (int i = i0; i < i1; i += MR) {                                            \
                         const int mr = i1 - i < MR ? i1 - i : MR;                                  \
-                        const float *Ai = A + i * ars + k0 * acs;                                  \
+                        const float *Ai =                                                          \
+                            Ap ? Ap + (ptrdiff_t)(i - i0) * kc : A + i * ars + k0 * acs;           \
+                        const ptrdiff_t tars = Ap ? 1 : ars, tacs = Ap ? mr : acs;                 \
                         float *Ci = C + i * ldc + j;                                               \
                         switch (mr * 8 + nv) {                                                     \
-                            GEMM_CASES(TILE, 1, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
-                            GEMM_CASES(TILE, 2, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
-                            GEMM_CASES(TILE, 3, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
-                            GEMM_CASES(TILE, 4, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
-                            GEMM_CASES(TILE, 5, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
-                            GEMM_CASES(TILE, 6, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, kc)          \
+                            GEMM_CASES(TILE, 1, Ai, tars, tacs, Bj, ldbj, Ci, ldc, acc, kc)        \
+                            GEMM_CASES(TILE, 2, Ai, tars, tacs, Bj, ldbj, Ci, ldc, acc, kc)        \
+                            GEMM_CASES(TILE, 3, Ai, tars, tacs, Bj, ldbj, Ci, ldc, acc, kc)        \
+                            GEMM_CASES(TILE, 4, Ai, tars, tacs, Bj, ldbj, Ci, ldc, acc, kc)        \
+                            GEMM_CASES(TILE, 5, Ai, tars, tacs, Bj, ldbj, Ci, ldc, acc, kc)        \
+                            GEMM_CASES(TILE, 6, Ai, tars, tacs, Bj, ldbj, Ci, ldc, acc, kc)        \
                         }                                                                          \
                     }                                                                              \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
+
+/* The products GEMM_ROWS packs for (PACK 1): at least this many rows of C
+ * in the thread's share and columns. Measured single-threaded at make bench's
+ * shapes on an AMD EPYC (Zen 4, 32 KB L1), medians of 8 paired rounds: with
+ * AVX2, packing takes L's weight gradients from 58 to 84 (fc) and 53 to 60
+ * (proj) GFLOP/s and its Muon products up 4-39%; packing every product cost
+ * M's and S's narrower or shorter ones up to a fifth. The AVX-512 kernel (a
+ * 64-float panel, KCB 128) lost 2-20% on every shape packed, so it reads its
+ * operands in place. */
+#define PACK_MIN_ROWS 128
+#define PACK_MIN_COLS 256
+
+/* GEMM_ROWS's packed operands, per thread (the OpenMP team's threads live as
+ * long as the process; reachable until exit like pack_buf below). */
+static _Thread_local float *rows_a_buf, *rows_b_buf;
+static _Thread_local size_t rows_a_cap, rows_b_cap;
+
+/* *buf grown to `need` floats; NULL when out of memory (the caller then reads
+ * its operand in place). */
+static float *rows_reserve(float **buf, size_t *cap, size_t need) {
+    if (need > *cap) {
+        float *b = realloc(*buf, need * sizeof *b);
+        if (!b) return NULL;
+        *buf = b;
+        *cap = need;
+    }
+    return *buf;
+}
+
+/* kc rows of B (row p at B + p*ldb, n columns) as panels of `panel` columns
+ * (the last may be narrower), one after another, each kc rows of its width:
+ * panel j starts at j*kc. NULL when out of memory. */
+static const float *pack_b(const float *B, ptrdiff_t ldb, int kc, int n, int panel) {
+    float *d = rows_reserve(&rows_b_buf, &rows_b_cap, (size_t)kc * n);
+    if (!d) return NULL;
+    for (int j = 0; j < n; j += panel) {
+        const int w = n - j < panel ? n - j : panel;
+        float *dj = d + (size_t)j * kc;
+        for (int p = 0; p < kc; p++)
+            memcpy(dj + (size_t)p * w, B + p * ldb + j, (size_t)w * sizeof *d);
+    }
+    return d;
+}
+
+/* Rows [0, m) of A (element (i, p) at A[i*ars + p*acs]) over kc steps of p,
+ * as tiles of MR rows (the last may be shorter): tile t starts at t*MR*kc
+ * and holds element (r, p) of its mr rows at p*mr + r, so the kernel reads it
+ * with ars 1, acs mr. NULL when out of memory. */
+static const float *pack_a(const float *A, ptrdiff_t ars, ptrdiff_t acs, int m, int kc) {
+    float *d = rows_reserve(&rows_a_buf, &rows_a_cap, (size_t)m * kc);
+    if (!d) return NULL;
+    for (int i = 0; i < m; i += MR) {
+        const int mr = m - i < MR ? m - i : MR;
+        float *di = d + (size_t)i * kc;
+        const float *ai = A + i * ars;
+        for (int p = 0; p < kc; p++)
+            for (int r = 0; r < mr; r++) di[(size_t)p * mr + r] = ai[r * ars + p * acs];
+    }
+    return d;
+}
 
 /* Rows of A per block of GEMM_ROWS (a multiple of MR). */
 #define MCB 96
@@ -127,10 +201,10 @@ typedef float f16u_t __attribute__((vector_size(64), aligned(4)));
 
 /* AVX2: 6 x 2 vectors of 8 (12 accumulators of 16 registers). */
 GEMM_TILE(tile_avx2, "avx2,fma", f8_t, f8u_t, 8, 2, _mm256_fmadd_ps, _mm256_set1_ps)
-GEMM_ROWS(rows_avx2, tile_avx2, "avx2,fma", 8, 2, 384)
+GEMM_ROWS(rows_avx2, tile_avx2, "avx2,fma", 8, 2, 384, 1)
 /* AVX-512: 6 x 4 vectors of 16 (24 accumulators of 32 registers). */
 GEMM_TILE(tile_avx512, "avx512f", f16_t, f16u_t, 16, 4, _mm512_fmadd_ps, _mm512_set1_ps)
-GEMM_ROWS(rows_avx512, tile_avx512, "avx512f", 16, 4, 128)
+GEMM_ROWS(rows_avx512, tile_avx512, "avx512f", 16, 4, 128, 0)
 
 typedef void rows_fn(int m0, int m1, int n, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,
                      const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in);

@@ -107,6 +107,8 @@ static const shape_t shapes[] = {
     {50, 384, 128, 384},  /* the forward's depth in chunks (AVX-512) */
     {20, 1280, 32, 1280}, /* the forward's depth in chunks, both kernels */
     {130, 64, 800, 64},   /* the backward's dx depth in chunks; row blocks of A */
+    {450, 264, 262, 280}, /* dW with its operands packed (AVX2): 131+ rows a thread, partial
+                           * tile and panel, two depth chunks, x's stride not a power of 2 */
 };
 
 /* Every shape on kernel path `isa`, forced through NIGHTSHIFT_ISA as a run
