@@ -101,21 +101,38 @@ static void mirror_upper(float *A, int s) {
  * (0.3.21 runs its SSE3 kernels on CPUs newer than it), and with a
  * (rows, cols) matrix per thread the products are small. */
 
+/* C (s, s) = a symmetric product by kernel k (taking width s): C's rows in
+ * blocks of SYM_ROWS, each from its first column rounded down to a whole
+ * vector, so only the upper triangle and the blocks on the diagonal are
+ * computed, then the lower triangle is mirrored from the upper. Element
+ * (j, i) is the same products as (i, j) summed in the same order, so C is
+ * the full product's, bit for bit, for about 60% of its work at s = 256. A
+ * (s, K) element (i, p) at A[i*ars + p*acs], B (K, s) row p at B + p*ldb. */
+static void sym_product(gemm_rows_fn *k, int s, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+                        const float *B, ptrdiff_t ldb, float *C) {
+    enum { SYM_ROWS = 8 * GEMM_MR };
+    const int vw = s % 16 == 0 ? 16 : 8; /* gemm_rows_for(s)'s vector width divides it */
+    for (int m0 = 0; m0 < s; m0 += SYM_ROWS) {
+        const int m1 = s - m0 < SYM_ROWS ? s : m0 + SYM_ROWS, j0 = m0 - m0 % vw;
+        k(m0, m1, s - j0, K, A, ars, acs, B + j0, ldb, C + j0, s, 0);
+    }
+    mirror_upper(C, s);
+}
+
 /* A (s, s) = the Gram matrix of X (rows, cols) on its smaller side: X^T X
- * when tall, X X^T otherwise. Symmetric, both triangles filled (the
- * kernel computes both: element (i, j) and (j, i) are the same products
- * summed in the same order). T: rows x cols floats of scratch. */
+ * when tall, X X^T otherwise. Symmetric, both triangles filled. T: rows x
+ * cols floats of scratch. */
 static void gram(float *A, const float *X, int rows, int cols, float *T) {
     const int tall = rows > cols, s = tall ? cols : rows;
     gemm_rows_fn *k = gemm_rows_for(s);
     if (k && tall) {
-        k(0, s, s, rows, X, 1, cols, X, cols, A, s, 0); /* X^T read in place */
+        sym_product(k, s, rows, X, 1, cols, X, cols, A); /* X^T read in place */
         return;
     }
     if (k) {
         for (int r = 0; r < rows; r++) /* X^T, so its rows are contiguous */
             for (int c = 0; c < cols; c++) T[(size_t)c * rows + r] = X[(size_t)r * cols + c];
-        k(0, s, s, cols, X, cols, 1, T, rows, A, s, 0);
+        sym_product(k, s, cols, X, cols, 1, T, rows, A);
         return;
     }
     cblas_ssyrk(CblasRowMajor, CblasUpper, tall ? CblasTrans : CblasNoTrans, s, tall ? rows : cols,
@@ -127,7 +144,7 @@ static void gram(float *A, const float *X, int rows, int cols, float *T) {
 static void poly(float *P, const float *A, int s, float a, float b, float c) {
     gemm_rows_fn *k = gemm_rows_for(s);
     if (k) {
-        k(0, s, s, s, A, s, 1, A, s, P, s, 0);
+        sym_product(k, s, s, A, s, 1, A, s, P);
         for (size_t i = 0; i < (size_t)s * s; i++) P[i] = c * P[i] + b * A[i];
         for (int i = 0; i < s; i++) P[(size_t)i * s + i] += a;
         return;
