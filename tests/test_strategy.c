@@ -1361,7 +1361,8 @@ typedef struct {
     int n;
 } sim_config_t;
 
-static double short_night(strategy_kind kind, int noise_seeds, uint64_t seed, int runs) {
+static double short_night(strategy_kind kind, int noise_seeds, uint64_t seed, int runs,
+                          bool end_known, double noise) {
     enum { QUEUE = 16, CONFIGS = 64 };
     strategy_opts_t o;
     spec_t base, queue[QUEUE];
@@ -1374,12 +1375,13 @@ static double short_night(strategy_kind kind, int noise_seeds, uint64_t seed, in
     o.seed = seed;
     o.noise_seeds = noise_seeds;
     o.queue_target = 2;
+    o.max_proposals = end_known ? runs : 0;
     o.log = quiet_cb;
     load_example("baseline.json", &base);
     strategy_t *s = strategy_new(&base, &o, err, sizeof err);
     cr_assert_not_null(s, "%s", err);
-    rng_t noise;
-    rng_seed(&noise, 1000 + seed);
+    rng_t rng;
+    rng_seed(&rng, 1000 + seed);
     cJSON *r = decide(s, queue_empty());
     for (int run = 0; run < runs; run++) {
         for (cJSON *it = r ? r->child : NULL; it; it = it->next) {
@@ -1392,7 +1394,7 @@ static double short_night(strategy_kind kind, int noise_seeds, uint64_t seed, in
         cr_assert_gt(n, 0, "%s proposed nothing at run %d", strategy_kind_name(kind), run);
         spec_t p = queue[head];
         head = (head + 1) % QUEUE, n--;
-        double t = objective(&p), v = t + 0.025 * rng_normal(&noise);
+        double t = objective(&p), v = t + noise * rng_normal(&rng);
         char key[SPEC_HASH_HEX];
         cr_assert_eq(spec_config_hash(&p, key), 0);
         int j = 0;
@@ -1427,10 +1429,13 @@ Test(strategy, one_baseline_seed_serves_a_short_night_better, .timeout = 120) {
         far_objective = far;
         double one = 0, three = 0, rnd = 0;
         for (int k = 1; k <= NIGHTS; k++) {
-            one += short_night(STRATEGY_TPE, STRATEGY_NOISE_SEEDS_AUTO, (uint64_t)k, RUNS) / NIGHTS;
-            three += short_night(STRATEGY_TPE, 3, (uint64_t)k, RUNS) / NIGHTS;
-            rnd +=
-                short_night(STRATEGY_RANDOM, STRATEGY_NOISE_SEEDS_AUTO, (uint64_t)k, RUNS) / NIGHTS;
+            one += short_night(STRATEGY_TPE, STRATEGY_NOISE_SEEDS_AUTO, (uint64_t)k, RUNS, false,
+                               0.025) /
+                   NIGHTS;
+            three += short_night(STRATEGY_TPE, 3, (uint64_t)k, RUNS, false, 0.025) / NIGHTS;
+            rnd += short_night(STRATEGY_RANDOM, STRATEGY_NOISE_SEEDS_AUTO, (uint64_t)k, RUNS, false,
+                               0.025) /
+                   NIGHTS;
         }
         fprintf(stderr,
                 "%s surface, %d nights of %d runs, seed noise 0.025, the lowest mean's gap to the "
@@ -1441,6 +1446,65 @@ Test(strategy, one_baseline_seed_serves_a_short_night_better, .timeout = 120) {
     }
     cr_expect_lt(one_both, three_both, "both surfaces: one seed %.4f, three %.4f", one_both,
                  three_both);
+}
+
+/* Proposals of a night of `max` runs with one slot and no confirmation
+ * budget, whose seventh proposal reads the lowest val_bpb; returns the
+ * eighth's name and whether a ninth was proposed. */
+static char *eighth_proposal(strategy_kind kind, int max, bool *ninth) {
+    strategy_opts_t o;
+    spec_t base, p;
+    char err[256];
+    strategy_opts_default(&o);
+    o.space = space();
+    o.kind = kind;
+    o.seed = 3;
+    o.noise_seeds = 1;
+    o.queue_target = 1;
+    o.confirm_frac = 0; /* only the night's last proposals confirm */
+    o.max_proposals = max;
+    o.log = quiet_cb;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    for (int i = 0; i < 7; i++) {
+        only_proposal(decide(s, queue_empty()), &p);
+        double v = i == 6 ? 3.5 : 3.9 + 0.01 * i;
+        cJSON_Delete(decide(s, finished(i + 1, "succeeded", spec_json(&p), v, 1)));
+        spec_free(&p);
+    }
+    only_proposal(decide(s, queue_empty()), &p);
+    char *name = strdup(p.name);
+    cJSON_Delete(decide(s, finished(8, "succeeded", spec_json(&p), 3.95, 1)));
+    spec_free(&p);
+    cJSON *next = decide(s, queue_empty());
+    *ninth = cJSON_GetArraySize(next) > 0;
+    cJSON_Delete(next);
+    strategy_free(s);
+    spec_free(&base);
+    return name;
+}
+
+/* When the night's length is known (--max-proposals), its last proposal
+ * gives the lowest mean, read on one seed, its second seed; when it is not,
+ * that proposal explores. */
+Test(strategy, the_nights_last_proposal_gives_its_answer_a_second_seed) {
+    strategy_kind kinds[] = {STRATEGY_TPE, STRATEGY_RANDOM};
+    for (int k = 0; k < 2; k++) {
+        bool ninth;
+        char *name = eighth_proposal(kinds[k], 8, &ninth);
+        cr_expect(!strncmp(name, "rerun of #7 ", 12), "%s, 8 runs: the last proposal is \"%s\"",
+                  strategy_kind_name(kinds[k]), name);
+        cr_expect_not(ninth, "%s: a ninth proposal past --max-proposals 8",
+                      strategy_kind_name(kinds[k]));
+        free(name);
+        name = eighth_proposal(kinds[k], 0, &ninth);
+        cr_expect(strncmp(name, "rerun", 5), "%s, no end: the eighth proposal is \"%s\"",
+                  strategy_kind_name(kinds[k]), name);
+        cr_expect(ninth, "%s: no ninth proposal without --max-proposals",
+                  strategy_kind_name(kinds[k]));
+        free(name);
+    }
 }
 
 /* Proposals of a seeded tpe night, as names: the same seed and results give

@@ -318,7 +318,8 @@ static const opt_t agent_rows[] = {
     {"seed", OPT_INT64, FIELD(seed), .lo = 0, .hi = 9007199254740991.0,
      .def = STRATEGY_DEFAULT_SEED, .arg = "N", .help = "seeds the mutations"},
     {"max-proposals", OPT_INT, FIELD(max_proposals), .lo = 0, .hi = INT_MAX, .def = 0, .arg = "N",
-     .help = "stop proposing after N; 0 = no limit"},
+     .help = "stop proposing after N (the night's length in runs: random and tpe spend its "
+             "last proposals confirming the lowest mean); 0 = no limit"},
     {"noise-floor", OPT_NUM, FIELD(noise_floor), .lo = 0, .hi = 1e6, .def = 0, .arg = "BPB",
      .help = "adopt a variant that gains more than BPB; 0 = none: more than two standard "
              "errors of the difference"},

@@ -70,6 +70,7 @@ struct strategy {
     config_t *configs;
     size_t n_configs, cap_configs;
     int max_running;       /* the most experiments the payloads said were running */
+    int queue_target;      /* proposals kept queued, as last computed (at least 1) */
     int n_proposals;       /* every spec proposed */
     int n_mutations;       /* points proposed: the N of "mut#N", "tpe#N", "random#N" */
     int n_confirmations;   /* re-runs proposed by the confirmation rule (random, tpe) */
@@ -658,13 +659,24 @@ static int propose_rerun(strategy_t *s, config_t *c, int64_t id, const spec_t *s
     return -1;
 }
 
+/* Whether the next proposal is among the night's last ones: the few that
+ * --max-proposals leaves, as many as are kept queued. */
+static bool in_last_proposals(const strategy_t *s) {
+    return s->o.max_proposals > 0 && s->o.max_proposals - s->n_proposals <= s->queue_target;
+}
+
 /* The confirmation rule (strategy.h): one more seed for the lowest mean
  * seen when it beats the best by more than one standard error, within the
- * budget. Returns 0 when a re-run was proposed. */
+ * budget; among the night's last proposals, a second seed for the lowest
+ * mean whatever its gain. Returns 0 when a re-run was proposed. */
 static int try_confirm(strategy_t *s, cJSON *reply) {
     config_t *c = leader(s);
-    if (!s->have_best || !c || !strcmp(c->config.key, s->best_config.key) ||
-        c->n >= s->o.max_seeds || c->outstanding > 0 || !(c->mean < s->best_val))
+    if (!c || c->n >= s->o.max_seeds || c->outstanding > 0) return -1;
+    /* The morning's answer is the lowest mean (GET /v1/best); a night's last
+     * new leader would otherwise rest on its one, possibly lucky, seed. */
+    bool last = in_last_proposals(s) && c->n < 2;
+    if (!last &&
+        (!s->have_best || !strcmp(c->config.key, s->best_config.key) || !(c->mean < s->best_val)))
         return -1;
     int df = 0;
     double sd = pooled_sd(s, &df), t;
@@ -678,8 +690,8 @@ static int try_confirm(strategy_t *s, cJSON *reply) {
                              .max_seeds = s->o.max_seeds};
     strategy_compare(&in, &t);
     double gain = s->best_val - c->mean, one_se = isnan(t) ? 0 : t / 2;
-    if (!(gain > one_se)) return -1;
-    if (s->n_confirmations + 1 > s->o.confirm_frac * (s->n_proposals + 1)) {
+    if (!last && !(gain > one_se)) return -1;
+    if (!last && s->n_confirmations + 1 > s->o.confirm_frac * (s->n_proposals + 1)) {
         say(s,
             "not confirming #%lld (mean %.4f over %d, gain %.4f): confirmation seeds would pass "
             "%.0f%% of the proposals (%d of %d)",
@@ -699,6 +711,13 @@ static int try_confirm(strategy_t *s, cJSON *reply) {
     spec_free(&sp);
     if (rc < 0) return -1;
     s->n_confirmations++;
+    if (last) {
+        say(s,
+            "confirming #%lld, the lowest mean (%.4f over one seed): among the night's last %d "
+            "proposals the answer gets a second seed whatever its gain; re-running with seed %llu",
+            (long long)c->first_id, c->mean, s->queue_target, (unsigned long long)c->max_seed);
+        return 0;
+    }
     char one[64] = "any gain: the noise is not measured yet";
     if (!isnan(t)) snprintf(one, sizeof one, "one SE %.4f", one_se);
     say(s,
@@ -1025,6 +1044,7 @@ int strategy_decide(strategy_t *s, const cJSON *ev, cJSON **reply, char *err, si
     int target = s->o.queue_target > 0 ? s->o.queue_target
                  : s->max_running > 1  ? s->max_running
                                        : 1;
+    s->queue_target = target;
     bool fill = true;
     if (!strcmp(type, "experiment.finished")) {
         if (!cJSON_IsObject(exp))

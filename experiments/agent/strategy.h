@@ -49,7 +49,13 @@
  * max_seeds seeds and none queued, and (3) confirmation seeds stay within
  * confirm_frac of the proposals (counting this one). Any other variant is
  * left as it is: its seed still informs the model. Runs of the baseline's
- * noise are not confirmations.
+ * noise are not confirmations. When the night's end is known (max_proposals),
+ * its last proposals, as many as are kept queued, give the lowest mean a
+ * second seed whatever its gain and the budget: the morning's answer is the
+ * lowest mean (GET /v1/best), and the night's last new leader would otherwise
+ * rest on one seed, the one most likely lucky (make bench-search: each of
+ * five 16-run nights' answers was among its last runs, one re-measured 0.07
+ * worse than it read).
  *
  * The mix of tpe: a quarter of its proposals (local_frac) move one or two
  * axes of the lowest mean seen to neighbouring values, the rest are the
@@ -136,7 +142,8 @@ typedef struct {
                              most experiments seen running at once (at least 1), i.e. one
                              for every busy slot */
     uint64_t seed;        /* seeds the mutation RNG (a loaded state keeps its own) */
-    int max_proposals;    /* stop proposing after this many; 0 = no limit */
+    int max_proposals;    /* stop proposing after this many; 0 = no limit (and no last
+                             proposals for the confirmation rule) */
     int max_rejections;   /* rejected proposals in a row before pausing; default 5 */
     strategy_log_fn log;  /* NULL = stderr */
     void *log_user;

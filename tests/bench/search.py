@@ -339,6 +339,7 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
     nlog = open(os.path.join(work, f"{dataset}.log"), "w")
     bridge_log = os.path.join(work, f"{dataset}.trials.jsonl")
     agent_state = os.path.join(work, f"{dataset}.agent.json")
+    max_proposals, seeds = None, 0
     if driver == "bridge":
         cmd = [PY, BRIDGE, "--url", dm.url, "--token", dm.token, "--base", base_path,
                "--space", args.space, "--trials", "100000", "--seed", str(k),
@@ -346,9 +347,19 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
                "--max-tokens", str(int(budget)),
                "--study-name", dataset] + opts
     else:
+        if "--noise-seeds" in opts:
+            seeds = int(opts[opts.index("--noise-seeds") + 1])
+        else:
+            seeds = 3 if opts[opts.index("--strategy") + 1] == "climb" else 1
         cmd = [args.bin, "agent", "--listen", f"127.0.0.1:{dm.agent_port}",
                "--secret-file", dm.secret_file, "--baseline", base_path, "--space", args.space,
                "--state", agent_state, "--seed", str(k)] + opts
+        # The night's length in runs, as a user who knows when morning comes
+        # gives it: the agent spends its last proposals confirming the lowest
+        # mean. Not under ASHA, where a run's cost depends on its rung.
+        if which == "main":
+            max_proposals = max(1, int(args.runs) - seeds)
+            cmd += ["--max-proposals", str(max_proposals)]
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=nlog, stderr=subprocess.STDOUT, start_new_session=True)
     if driver == "agent":
@@ -357,10 +368,6 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
         # and tpe; never pruned). The daemon is not fresh, so the harness
         # queues them; the finished events bring the agent in.
         time.sleep(0.3)
-        if "--noise-seeds" in opts:
-            seeds = int(opts[opts.index("--noise-seeds") + 1])
-        else:
-            seeds = 3 if opts[opts.index("--strategy") + 1] == "climb" else 1
         b = dict(base, name="baseline", tags=["baseline", "agent"], prune=False)
         api.call("POST", f"/v1/experiments?repeats={seeds}", b)
     cache = {}
@@ -385,6 +392,10 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
         # A bridge keeps the budget itself (--max-tokens, the same rule) and
         # exits when its last run ends; an agent is stopped here.
         over = spent + committed >= budget and driver == "agent"
+        # An agent that made its last proposal ends the night when those end
+        # (failed runs leave budget it will not spend).
+        over = over or (driver == "agent" and max_proposals is not None and not active
+                        and n_done >= seeds + max_proposals)
         if not stopped and (over or proc.poll() is not None or time.time() - t0 > NIGHT_LIMIT_S):
             stopped = True
             stop_proc(proc)
