@@ -11,7 +11,9 @@
 # and the default spec; a number fixes it), NIGHTSHIFT_BASELINE (experiments/specs/baseline.json),
 # NIGHTSHIFT_PRUNE (off; "median" stops runs that lag the median, "asha" runs successive
 # halving over budgets; see serve --help),
-# NIGHTSHIFT_STRATEGY (the agent's --strategy: climb, tpe or random; default below).
+# NIGHTSHIFT_STRATEGY (the agent's --strategy: climb, tpe or random; default below),
+# NIGHTSHIFT_UNTIL (HH:MM, the agent's --until: the night's end, a local time; its
+# last runs then confirm the answer, and nothing starts that cannot end in time).
 set -euo pipefail
 
 # The agent's strategy when NIGHTSHIFT_STRATEGY does not name one: the one
@@ -26,6 +28,8 @@ slots=${NIGHTSHIFT_SLOTS:-auto}
 baseline=${NIGHTSHIFT_BASELINE:-experiments/specs/baseline.json}
 prune=${NIGHTSHIFT_PRUNE:-off}
 strategy=${NIGHTSHIFT_STRATEGY:-$default_strategy}
+until_args=()
+[ -n "${NIGHTSHIFT_UNTIL:-}" ] && until_args=(--until "$NIGHTSHIFT_UNTIL")
 url=http://127.0.0.1:$port
 
 # Already running (a second `make run`)? Say where, rather than fail on the port.
@@ -92,7 +96,7 @@ start() {
 
 start agent "$state/agent.log" "$bin" agent --listen "127.0.0.1:$agent_port" \
     --secret-file "$secret" --baseline "$baseline" --strategy "$strategy" \
-    --space experiments/search/space.json --state "$state/agent-state.json"
+    --space experiments/search/space.json --state "$state/agent-state.json" "${until_args[@]}"
 daemon_from=$(log_end "$state/daemon.log")
 start daemon "$state/daemon.log" "$bin" serve --dir "$state" --listen "127.0.0.1:$port" \
     --slots "$slots" --prune "$prune" --agent-url "http://127.0.0.1:$agent_port/hook" \

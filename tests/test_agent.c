@@ -421,6 +421,41 @@ Test(agent, usage) {
     tu_run_free(&r);
 }
 
+/* --until: a bad time is refused; a good one is the next such local time,
+ * and the runs that can end before it are counted once the pace is known
+ * (three ends) and shown in the status. */
+Test(agent, until_the_night_ends) {
+    tu_run_t r;
+    tu_run_bin(&r, 10, "agent", "--secret", "x", "--until", "24:00", NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "--until: expected a local time HH:MM"), "%s", r.err);
+    tu_run_free(&r);
+    time_t later = time(NULL) + 3 * 3600 + 90;
+    struct tm t;
+    char until[8];
+    strftime(until, sizeof until, "%H:%M", localtime_r(&later, &t));
+    const char *more[] = {"--until", until, NULL};
+    agent_start_with(more);
+    for (int i = 1; i <= 3; i++) {
+        char *resp = NULL, *body = finished_body(i, 2.5 - 0.01 * i), id[16];
+        snprintf(id, sizeof id, "evt_u%d", i);
+        cr_assert_eq(post_signed(id, 0, body, &resp), 200, "%s", resp);
+        free(resp);
+        free(body);
+        usleep(50 * 1000);
+    }
+    char *log = tu_read(err_path);
+    cr_expect(log && strstr(log, "(--until)"), "%s", log);
+    const char *at = log ? strstr(log, "more runs can end in time (") : NULL;
+    int minutes = at ? atoi(at + strlen("more runs can end in time (")) : -1;
+    cr_expect(minutes >= 179 && minutes <= 181, "minutes left %d: %s", minutes, log);
+    free(log);
+    cJSON *st = tu_get_json(&A, "/");
+    cr_expect(tu_jstr(st, "until") && strlen(tu_jstr(st, "until")) >= 19, "no until");
+    cr_expect_gt(tu_jnum(st, "runs_left"), 1000, "three ends 50 ms apart, three hours left");
+    cJSON_Delete(st);
+}
+
 /* The agent's status is no page's to read: a request naming another host
  * (DNS rebinding) is refused, as the daemon refuses it; one naming the
  * agent's own address is answered. */

@@ -1448,10 +1448,11 @@ Test(strategy, one_baseline_seed_serves_a_short_night_better, .timeout = 120) {
                  three_both);
 }
 
-/* Proposals of a night of `max` runs with one slot and no confirmation
- * budget, whose seventh proposal reads the lowest val_bpb; returns the
- * eighth's name and whether a ninth was proposed. */
-static char *eighth_proposal(strategy_kind kind, int max, bool *ninth) {
+/* Proposals of a night of `max` runs (0: no end) with one slot and no
+ * confirmation budget, whose seventh proposal reads the lowest val_bpb;
+ * runs_left >= 0 is told before the eighth (strategy_set_runs_left). Returns
+ * the eighth's name and whether a ninth was proposed. */
+static char *eighth_proposal(strategy_kind kind, int max, int runs_left, bool *ninth) {
     strategy_opts_t o;
     spec_t base, p;
     char err[256];
@@ -1473,6 +1474,7 @@ static char *eighth_proposal(strategy_kind kind, int max, bool *ninth) {
         cJSON_Delete(decide(s, finished(i + 1, "succeeded", spec_json(&p), v, 1)));
         spec_free(&p);
     }
+    if (runs_left >= 0) strategy_set_runs_left(s, runs_left);
     only_proposal(decide(s, queue_empty()), &p);
     char *name = strdup(p.name);
     cJSON_Delete(decide(s, finished(8, "succeeded", spec_json(&p), 3.95, 1)));
@@ -1492,19 +1494,39 @@ Test(strategy, the_nights_last_proposal_gives_its_answer_a_second_seed) {
     strategy_kind kinds[] = {STRATEGY_TPE, STRATEGY_RANDOM};
     for (int k = 0; k < 2; k++) {
         bool ninth;
-        char *name = eighth_proposal(kinds[k], 8, &ninth);
+        char *name = eighth_proposal(kinds[k], 8, -1, &ninth);
         cr_expect(!strncmp(name, "rerun of #7 ", 12), "%s, 8 runs: the last proposal is \"%s\"",
                   strategy_kind_name(kinds[k]), name);
         cr_expect_not(ninth, "%s: a ninth proposal past --max-proposals 8",
                       strategy_kind_name(kinds[k]));
         free(name);
-        name = eighth_proposal(kinds[k], 0, &ninth);
+        name = eighth_proposal(kinds[k], 0, -1, &ninth);
         cr_expect(strncmp(name, "rerun", 5), "%s, no end: the eighth proposal is \"%s\"",
                   strategy_kind_name(kinds[k]), name);
         cr_expect(ninth, "%s: no ninth proposal without --max-proposals",
                   strategy_kind_name(kinds[k]));
         free(name);
+        /* The agent's --until: one run can still end in time. */
+        name = eighth_proposal(kinds[k], 0, 1, &ninth);
+        cr_expect(!strncmp(name, "rerun of #7 ", 12), "%s, one run left: the proposal is \"%s\"",
+                  strategy_kind_name(kinds[k]), name);
+        cr_expect_not(ninth, "%s: a proposal past the night's end", strategy_kind_name(kinds[k]));
+        free(name);
     }
+}
+
+/* The pace --until counts with: runs ended a second over the last ones,
+ * times the seconds left, less what is running and queued. */
+Test(strategy, runs_that_can_end_before_the_night_does) {
+    double ends[] = {100, 160, 220, 280}; /* a run ends every 60 s */
+    cr_expect_eq(strategy_runs_before(600, ends, 4, 2, 1), 7, "10 fit, 3 taken");
+    cr_expect_eq(strategy_runs_before(659, ends, 4, 0, 0), 10, "whole runs only");
+    cr_expect_eq(strategy_runs_before(600, ends, 4, 8, 4), 0, "more running than fit");
+    cr_expect_eq(strategy_runs_before(0, ends, 4, 0, 0), 0, "the night is over");
+    cr_expect_eq(strategy_runs_before(-5, ends, 4, 0, 0), 0, "past the night's end");
+    cr_expect_eq(strategy_runs_before(600, ends, 2, 0, 0), -1, "two ends set no pace");
+    double same[] = {5, 5, 5};
+    cr_expect_eq(strategy_runs_before(600, same, 3, 0, 0), -1, "no time between the ends");
 }
 
 /* Proposals of a seeded tpe night, as names: the same seed and results give

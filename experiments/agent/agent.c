@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@
 #define DEFAULT_PORT  8090
 #define DEFAULT_BASE  "experiments/specs/baseline.json"
 #define DEFAULT_SPACE "experiments/search/space.json"
+#define PACE_RUNS     16 /* ends of runs that set the pace --until counts with */
 
 /* The options (the table below names each one once). */
 typedef struct {
@@ -52,6 +54,8 @@ typedef struct {
     int max_proposals;  /* 0 = no limit */
     double noise_floor; /* 0 = none: adopt past two measured standard errors */
     int noise_seeds, max_seeds, queue_target;
+    bool has_until;
+    int until_min; /* --until: minutes after local midnight */
 } agent_opts_t;
 
 typedef struct {
@@ -75,6 +79,10 @@ typedef struct {
     double last_event_at;    /* util_now() then */
     char last_decision[256]; /* the strategy's last log line */
     int last_proposed;       /* specs in the last reply */
+    /* --until: the night's end, and when the last runs ended (util_now()). */
+    time_t until;               /* 0 = none */
+    double ends[PACE_RUNS];     /* oldest first */
+    int n_ends, last_runs_left; /* last_runs_left: -1 = unknown */
 } agent_t;
 
 /* ---------------------------------------------------------------- server */
@@ -162,6 +170,16 @@ static void status_reply(agent_t *a, http_response_t *res) {
     } else {
         cJSON_AddNullToObject(o, "best");
     }
+    if (a->until) {
+        char when[32];
+        struct tm t;
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S%z", localtime_r(&a->until, &t));
+        cJSON_AddStringToObject(o, "until", when);
+        if (a->last_runs_left >= 0)
+            cJSON_AddNumberToObject(o, "runs_left", a->last_runs_left);
+        else
+            cJSON_AddNullToObject(o, "runs_left");
+    }
     status_activity(a, o);
     text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -170,6 +188,30 @@ static void status_reply(agent_t *a, http_response_t *res) {
     return;
 oom:
     http_error(res, 503, "out_of_memory", "out of memory");
+}
+
+/* --until: how many runs can still end before the night does, at the pace
+ * of the last PACE_RUNS that ended, told to the strategy before it decides
+ * on ev (its last proposals then confirm the lowest mean, and it proposes
+ * nothing that cannot end in time). */
+static void tell_runs_left(agent_t *a, const cJSON *ev) {
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ev, "type"));
+    if (type && !strcmp(type, "experiment.finished")) {
+        if (a->n_ends == PACE_RUNS) memmove(a->ends, a->ends + 1, --a->n_ends * sizeof *a->ends);
+        a->ends[a->n_ends++] = util_now();
+    }
+    const cJSON *running = cJSON_GetObjectItemCaseSensitive(ev, "running");
+    const cJSON *queued = cJSON_GetObjectItemCaseSensitive(ev, "queue_depth");
+    double left = difftime(a->until, time(NULL));
+    int runs = strategy_runs_before(
+        left, a->ends, a->n_ends,
+        cJSON_IsNumber(running) && running->valuedouble > 0 ? (int)running->valuedouble : 0,
+        cJSON_IsNumber(queued) && queued->valuedouble > 0 ? (int)queued->valuedouble : 0);
+    if (runs < 0 && left <= 0) runs = 0;
+    if (runs != a->last_runs_left && runs >= 0)
+        log_info("--until: %d more runs can end in time (%.0f minutes left)", runs, left / 60);
+    a->last_runs_left = runs;
+    strategy_set_runs_left(a->strategy, runs);
 }
 
 static void hook_handler(const http_request_t *req, http_response_t *res, void *user) {
@@ -209,6 +251,7 @@ static void hook_handler(const http_request_t *req, http_response_t *res, void *
         http_error(res, 400, "invalid_json", "the body is %s", err);
         return;
     }
+    if (a->until) tell_runs_left(a, ev);
     if (strategy_decide(a->strategy, ev, &reply, err, sizeof err) < 0) {
         cJSON_Delete(ev);
         http_error(res, 400, "invalid_event", "%s", err);
@@ -257,6 +300,41 @@ static int set_secret(void *opts, const char *text, size_t len, const char *what
 static int set_listen(void *o, const char *val, char *err, size_t errlen) {
     agent_opts_t *ao = o;
     return http_parse_listen(val, ao->host, sizeof ao->host, &ao->port, err, errlen);
+}
+
+/* --until HH:MM (or H:MM), a local time on the 24-hour clock. */
+static int set_until(void *o, const char *val, char *err, size_t errlen) {
+    agent_opts_t *ao = o;
+    int h, m, end = 0;
+    size_t len = strlen(val);
+    if (len < 4 || len > 5 || val[len - 3] != ':' || sscanf(val, "%2d:%2d%n", &h, &m, &end) != 2 ||
+        (size_t)end != len || h < 0 || h > 23 || m < 0 || m > 59) {
+        snprintf(err, errlen,
+                 "--until: expected a local time HH:MM (00:00 to 23:59), got \"%.32s\"", val);
+        return -1;
+    }
+    ao->has_until = true;
+    ao->until_min = h * 60 + m;
+    return 0;
+}
+
+/* The next local time of day `minutes` after midnight, after now. */
+static time_t next_local_time(int minutes, time_t now) {
+    struct tm t;
+    localtime_r(&now, &t);
+    t.tm_hour = minutes / 60;
+    t.tm_min = minutes % 60;
+    t.tm_sec = 0;
+    t.tm_isdst = -1;
+    time_t at = mktime(&t);
+    if (at <= now) {
+        t.tm_mday++; /* mktime normalises the day, across months and DST */
+        t.tm_hour = minutes / 60;
+        t.tm_min = minutes % 60;
+        t.tm_isdst = -1;
+        at = mktime(&t);
+    }
+    return at;
 }
 
 static int set_secret_arg(void *o, const char *val, char *err, size_t errlen) {
@@ -320,6 +398,10 @@ static const opt_t agent_rows[] = {
     {"max-proposals", OPT_INT, FIELD(max_proposals), .lo = 0, .hi = INT_MAX, .def = 0, .arg = "N",
      .help = "stop proposing after N (the night's length in runs: random and tpe spend its "
              "last proposals confirming the lowest mean); 0 = no limit"},
+    {"until", OPT_CUSTOM, .set = set_until, .arg = "HH:MM",
+     .help = "the night's end, a local time: random and tpe spend the last proposals that can "
+             "end before it (at the pace of the last runs) confirming the lowest mean, and "
+             "propose nothing that cannot end in time"},
     {"noise-floor", OPT_NUM, FIELD(noise_floor), .lo = 0, .hi = 1e6, .def = 0, .arg = "BPB",
      .help = "adopt a variant that gains more than BPB; 0 = none: more than two standard "
              "errors of the difference"},
@@ -439,6 +521,14 @@ static int run_agent(agent_t *a) {
     a->strategy = strategy_new(&base, &so, err, sizeof err);
     spec_free(&base);
     if (!a->strategy) goto out;
+    a->last_runs_left = -1;
+    if (a->o.has_until) {
+        char when[64];
+        struct tm t;
+        a->until = next_local_time(a->o.until_min, time(NULL));
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M %Z", localtime_r(&a->until, &t));
+        log_info("the night ends at %s (--until)", when);
+    }
     if (a->o.state[0]) {
         int loaded = strategy_load(a->strategy, a->o.state, err, sizeof err);
         if (loaded < 0) goto out;

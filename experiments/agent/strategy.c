@@ -10,6 +10,7 @@
 #include "experiments/agent/strategy.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -71,6 +72,7 @@ struct strategy {
     size_t n_configs, cap_configs;
     int max_running;       /* the most experiments the payloads said were running */
     int queue_target;      /* proposals kept queued, as last computed (at least 1) */
+    int horizon;           /* n_proposals at which the caller's night ends; -1 = unknown */
     int n_proposals;       /* every spec proposed */
     int n_mutations;       /* points proposed: the N of "mut#N", "tpe#N", "random#N" */
     int n_confirmations;   /* re-runs proposed by the confirmation rule (random, tpe) */
@@ -351,10 +353,35 @@ oom:
     return -1;
 }
 
+/* Proposals the night has left: --max-proposals' and the caller's estimate
+ * (strategy_set_runs_left), whichever ends first; INT_MAX when neither is
+ * known. */
+static int proposals_remaining(const strategy_t *s) {
+    int left = s->o.max_proposals ? s->o.max_proposals - s->n_proposals : INT_MAX;
+    if (s->horizon >= 0 && s->horizon - s->n_proposals < left) left = s->horizon - s->n_proposals;
+    return left;
+}
+
 static bool proposals_left(strategy_t *s) {
-    if (!s->o.max_proposals || s->n_proposals < s->o.max_proposals) return true;
-    say(s, "reached --max-proposals %d: proposing nothing", s->o.max_proposals);
+    if (proposals_remaining(s) > 0) return true;
+    if (s->o.max_proposals && s->n_proposals >= s->o.max_proposals)
+        say(s, "reached --max-proposals %d: proposing nothing", s->o.max_proposals);
+    else
+        say(s, "no run proposed now would end before the night does: proposing nothing");
     return false;
+}
+
+int strategy_runs_before(double seconds_left, const double *finished, int n, int running,
+                         int queued) {
+    if (n < 3 || !(finished[n - 1] - finished[0] > 0)) return -1;
+    if (!(seconds_left > 0)) return 0;
+    double pace = (n - 1) / (finished[n - 1] - finished[0]); /* runs ended a second */
+    double fit = floor(pace * seconds_left) - running - queued;
+    return fit <= 0 ? 0 : fit >= INT_MAX / 2 ? INT_MAX / 2 : (int)fit;
+}
+
+void strategy_set_runs_left(strategy_t *s, int runs) {
+    s->horizon = runs < 0 ? -1 : s->n_proposals + runs;
 }
 
 static void propose_baseline(strategy_t *s, cJSON *reply, const char *why) {
@@ -659,10 +686,10 @@ static int propose_rerun(strategy_t *s, config_t *c, int64_t id, const spec_t *s
     return -1;
 }
 
-/* Whether the next proposal is among the night's last ones: the few that
- * --max-proposals leaves, as many as are kept queued. */
+/* Whether the next proposal is among the night's last ones, as many as are
+ * kept queued, when the night's end is known. */
 static bool in_last_proposals(const strategy_t *s) {
-    return s->o.max_proposals > 0 && s->o.max_proposals - s->n_proposals <= s->queue_target;
+    return proposals_remaining(s) <= s->queue_target;
 }
 
 /* The confirmation rule (strategy.h): one more seed for the lowest mean
@@ -1083,6 +1110,7 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
     strategy_t *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->o = *o;
+    s->horizon = -1;
     if (o->noise_seeds == STRATEGY_NOISE_SEEDS_AUTO)
         s->o.noise_seeds = strategy_default_noise_seeds(o->kind);
     if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0 ||
@@ -1394,7 +1422,7 @@ static int load_seen(strategy_t *t, const cJSON *st, int version, const char **w
 
 int strategy_load_json(strategy_t *s, const cJSON *st, char *err, size_t errlen) {
     /* Build the new state in t, then swap it in, so a failure changes nothing. */
-    strategy_t t = {.o = s->o};
+    strategy_t t = {.o = s->o, .horizon = -1}; /* the caller tells the night's end again */
     char old_best[SPEC_HASH_HEX];
     double d;
     const char *what = "not a JSON object";

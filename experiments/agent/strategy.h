@@ -49,7 +49,8 @@
  * max_seeds seeds and none queued, and (3) confirmation seeds stay within
  * confirm_frac of the proposals (counting this one). Any other variant is
  * left as it is: its seed still informs the model. Runs of the baseline's
- * noise are not confirmations. When the night's end is known (max_proposals),
+ * noise are not confirmations. When the night's end is known (max_proposals,
+ * or strategy_set_runs_left from the agent's --until),
  * its last proposals, as many as are kept queued, give the lowest mean a
  * second seed whatever its gain and the budget: the morning's answer is the
  * lowest mean (GET /v1/best), and the night's last new leader would otherwise
@@ -168,6 +169,20 @@ int strategy_default_noise_seeds(strategy_kind k);
 strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char *err,
                          size_t errlen);
 void strategy_free(strategy_t *s);
+
+/* The night's end as the caller estimates it (the agent's --until): `runs`
+ * more experiments, counted from the next proposal, can end before it; < 0 =
+ * unknown (the default). Like max_proposals, whichever ends first: the last
+ * proposals confirm the lowest mean, and at 0 nothing is proposed. */
+void strategy_set_runs_left(strategy_t *s, int runs);
+
+/* Runs that can still end within seconds_left at the pace of the recent
+ * ones: finished holds the times (seconds, any clock) of the last n
+ * experiments that ended, oldest first; running and queued experiments come
+ * out of the count. -1 when the pace is unknown (fewer than 3 times, or no
+ * time between them). */
+int strategy_runs_before(double seconds_left, const double *finished, int n, int running,
+                         int queued);
 
 /* Decide on one hook event (hook.h's payload). Returns 0 with *reply a new
  * JSON array of zero or more specs to propose, or -1 with err when the event
