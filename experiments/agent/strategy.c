@@ -740,8 +740,8 @@ static int try_confirm(strategy_t *s, cJSON *reply) {
     s->n_confirmations++;
     if (last) {
         say(s,
-            "confirming #%lld, the lowest mean (%.4f over one seed): among the night's last %d "
-            "proposals the answer gets a second seed whatever its gain; re-running with seed %llu",
+            "confirming #%lld, the lowest mean (%.4f over one seed): %d or fewer proposals "
+            "left, and the answer gets a second seed whatever its gain; re-running with seed %llu",
             (long long)c->first_id, c->mean, s->queue_target, (unsigned long long)c->max_seed);
         return 0;
     }
