@@ -356,9 +356,13 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
                "--state", agent_state, "--seed", str(k)] + opts
         # The night's length in runs, as a user who knows when morning comes
         # gives it: the agent spends its last proposals confirming the lowest
-        # mean. Not under ASHA, where a run's cost depends on its rung.
+        # mean. Not under ASHA, where a run's cost depends on its rung. The
+        # agent proposes the baseline too when the queue first runs dry,
+        # and the daemon takes that as the harness's (a duplicate): so the
+        # night's runs, not less the baseline's; the budget ends the night
+        # when the agent's baseline came after the first result instead.
         if which == "main":
-            max_proposals = max(1, int(args.runs) - seeds)
+            max_proposals = max(1, int(args.runs))
             cmd += ["--max-proposals", str(max_proposals)]
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=nlog, stderr=subprocess.STDOUT, start_new_session=True)
@@ -372,6 +376,7 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
         api.call("POST", f"/v1/experiments?repeats={seeds}", b)
     cache = {}
     stopped = False
+    done_polls = 0
     while True:
         exps = api.experiments(dataset)
         spent = committed = 0
@@ -393,9 +398,14 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
         # exits when its last run ends; an agent is stopped here.
         over = spent + committed >= budget and driver == "agent"
         # An agent that made its last proposal ends the night when those end
-        # (failed runs leave budget it will not spend).
-        over = over or (driver == "agent" and max_proposals is not None and not active
-                        and n_done >= seeds + max_proposals)
+        # (a failed run, or a proposal the daemon refused as a duplicate,
+        # leaves budget it will not spend).
+        # Twice in a row: the daemon queues the last proposal just after the
+        # agent saved its state.
+        done = (driver == "agent" and max_proposals is not None and not active
+                and agent_proposals(agent_state) >= max_proposals)
+        done_polls = done_polls + 1 if done else 0
+        over = over or done_polls >= 2
         if not stopped and (over or proc.poll() is not None or time.time() - t0 > NIGHT_LIMIT_S):
             stopped = True
             stop_proc(proc)
@@ -471,6 +481,16 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
     vals = [v for v in night["remeasured"] if v is not None]
     night["score"] = statistics.mean(vals) if vals else None
     return night
+
+
+def agent_proposals(state_path):
+    """The proposals an agent made so far, from its state file (0 before it
+    saved one)."""
+    try:
+        with open(state_path) as f:
+            return int(json.load(f).get("proposals", 0))
+    except (OSError, ValueError, TypeError):
+        return 0
 
 
 def remeasure(args, api, src_api, best_id, dataset, prog, label):
