@@ -427,7 +427,7 @@ check-layers:
 	  || { echo 'check-layers: an include reaches past its layer with "../"' >&2; exit 1; }
 	@mkdir -p $(dir $(LAYER_PROBE))
 	@probe() { printf '#include "%s"\n' "$$2" > $(LAYER_PROBE); \
-	  $(CC) $(BASE_CFLAGS) -iquote $(INC)/$$1 $(PKG_CFLAGS) -fsyntax-only $(LAYER_PROBE) 2>/dev/null; }; \
+	  $(CC) $(BASE_CFLAGS) -MF /dev/null -iquote $(INC)/$$1 $(PKG_CFLAGS) -fsyntax-only $(LAYER_PROBE) 2>/dev/null; }; \
 	  probe engine engine/spec.h || { echo "check-layers: the probe does not compile" >&2; exit 1; }; \
 	  for bad in engine:daemon/store/store.h engine:daemon/shared/http.h \
 	             client:daemon/serve/api.h client:daemon/exec/sched.h shared:daemon/client/conn.h; do \
