@@ -32,10 +32,23 @@
 #error "attn_kern.c is built with -DATTN_KERN_AVX512 or -DATTN_KERN_AVX2 (see the Makefile)"
 #endif
 
+/* Rows this far ahead are prefetched by the copies below (copy_rows; 2 VW
+ * blocks in pack_keys_t): a kv head's rows are ks floats apart and were last
+ * written by another pass, so each row's first touch waits on L3 unless it
+ * was asked for earlier. */
+#define AHEAD 16
+
+/* The lines of row x (hd floats), asked for ahead of their use. */
+static inline void prefetch_row(const float *x, int hd) {
+    for (int d = 0; d < hd; d += 16) __builtin_prefetch(x + d);
+}
+
 /* R (T, hd) = one kv head's rows (row stride ks), contiguous. */
 static void copy_rows(float *R, const float *k, int ks, int hd, int T) {
-    for (int j = 0; j < T; j++)
+    for (int j = 0; j < T; j++) {
+        if (j + AHEAD < T) prefetch_row(k + (size_t)(j + AHEAD) * ks, hd);
         memcpy(R + (size_t)j * hd, k + (size_t)j * ks, (size_t)hd * sizeof *R);
+    }
 }
 
 /* ------------------------------------------------------------- vectors */
@@ -180,6 +193,8 @@ static void pack_keys_t(float *Kt, int ld, const float *k, int ks, int hd, int j
     for (int c0 = 0; c0 < nc; c0 += VW) {
         const int n = imin(VW, nc - c0), live = imax(0, imin(n, T - j0 - c0));
         const float *kc = k + (size_t)(j0 + c0) * ks;
+        for (int c = 2 * VW; c < 3 * VW; c++)
+            if (j0 + c0 + c < T) prefetch_row(kc + (size_t)c * ks, hd);
         int d0 = 0;
         if (live == VW)
             for (; d0 + VW <= hd; d0 += VW)
