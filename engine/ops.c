@@ -234,25 +234,54 @@ void ops_rope_backward(float *dx, const float *cos, const float *sin, int N, int
     }
 }
 
-/* RoPE then the head's rmsnorm, one head of hd at a time while it is in L1. */
+/* Rows of a strided q/k slice asked for this many rows ahead of their use:
+ * its rows are ld apart in the fused q, k, v buffer (or its gradient), a
+ * pattern the hardware prefetchers follow late, so without it a row's first
+ * touch waits on L3. */
+#define OPS_AHEAD 8
+
+/* The nf floats at x, asked for ahead of their use (write: to be written). */
+static inline void prefetch_floats(const float *x, int nf, int write) {
+    for (int d = 0; d < nf; d += 16) {
+        if (write)
+            __builtin_prefetch(x + d, 1);
+        else
+            __builtin_prefetch(x + d, 0);
+    }
+}
+
+/* Heads per group of ops_rope_rmsnorm_forward: their sums of squares are
+ * taken first, then their square roots, which do not wait on one another. */
+#define OPS_HEADS 8
+
+/* RoPE then the head's rmsnorm, a row's heads at a time while they are in
+ * L1. */
 void ops_rope_rmsnorm_forward(float *x, const float *in, int ld_in, float *rstd, const float *cos,
                               const float *sin, int N, int T, int nh, int hd) {
     int half = hd / 2;
 #pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * nh * hd))
     for (int i = 0; i < N; i++) {
         const float *c = cos + (size_t)(i % T) * half, *s = sin + (size_t)(i % T) * half;
-        for (int h = 0; h < nh; h++) {
-            const float *in1 = in + (size_t)i * ld_in + (size_t)h * hd, *in2 = in1 + half;
-            float *x1 = x + ((size_t)i * nh + h) * hd, *x2 = x1 + half;
-            for (int j = 0; j < half; j++) {
-                float a = in1[j], b = in2[j];
-                x1[j] = a * c[j] + b * s[j];
-                x2[j] = b * c[j] - a * s[j];
+        if (i + OPS_AHEAD < N) prefetch_floats(in + (size_t)(i + OPS_AHEAD) * ld_in, nh * hd, 0);
+        for (int h0 = 0; h0 < nh; h0 += OPS_HEADS) {
+            const int h1 = nh - h0 < OPS_HEADS ? nh : h0 + OPS_HEADS;
+            double ss[OPS_HEADS];
+            for (int h = h0; h < h1; h++) {
+                const float *in1 = in + (size_t)i * ld_in + (size_t)h * hd, *in2 = in1 + half;
+                float *x1 = x + ((size_t)i * nh + h) * hd, *x2 = x1 + half;
+                for (int j = 0; j < half; j++) {
+                    float a = in1[j], b = in2[j];
+                    x1[j] = a * c[j] + b * s[j];
+                    x2[j] = b * c[j] - a * s[j];
+                }
+                ss[h - h0] = dot_f64(x1, x1, hd);
             }
-            double ss = dot_f64(x1, x1, hd);
-            float r = (float)(1.0 / sqrt(ss / hd + FLT_EPSILON));
-            for (int j = 0; j < hd; j++) x1[j] *= r;
-            rstd[(size_t)i * nh + h] = r;
+            for (int h = h0; h < h1; h++) {
+                float *x1 = x + ((size_t)i * nh + h) * hd;
+                float r = (float)(1.0 / sqrt(ss[h - h0] / hd + FLT_EPSILON));
+                for (int j = 0; j < hd; j++) x1[j] *= r;
+                rstd[(size_t)i * nh + h] = r;
+            }
         }
     }
 }
@@ -264,6 +293,7 @@ void ops_rmsnorm_rope_backward(float *dx, int ld_dx, const float *dout, const fl
 #pragma omp parallel for schedule(static) if (OPS_PAR((size_t)N * nh * hd))
     for (int i = 0; i < N; i++) {
         const float *c = cos + (size_t)(i % T) * half, *s = sin + (size_t)(i % T) * half;
+        if (i + OPS_AHEAD < N) prefetch_floats(dx + (size_t)(i + OPS_AHEAD) * ld_dx, nh * hd, 1);
         for (int h = 0; h < nh; h++) {
             const size_t o = ((size_t)i * nh + h) * hd;
             const float *dy = dout + o, *y = out + o;
