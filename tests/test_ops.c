@@ -1,6 +1,7 @@
 /* test_ops.c - unit tests of single layers (ops.c) on hand-checkable inputs. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/fastmath.h"
@@ -185,37 +186,39 @@ Test(ops, fused_mix_rmsnorm_matches_plain_kernels) {
 
 /* RoPE and the per-head norm fused give the floats of ops_rope_forward then
  * ops_rmsnorm_forward, and the fused backward those of ops_rmsnorm_backward
- * then ops_rope_backward; positions wrap at T (two sequences of T rows). */
-Test(ops, fused_rope_rmsnorm_matches_plain_kernels) {
-    enum { T = 3, N = 2 * T, NH = 3, HD = 10, HALF = HD / 2, NX = N * NH * HD };
-    float cos[T * HALF], sin[T * HALF];
+ * then ops_rope_backward; positions wrap at T (N / T sequences of T rows).
+ * Through rows of a wider matrix too (the fused q, k, v rows): the forward
+ * reads them, the backward writes them, nothing else is touched. */
+static void check_fused_rope_rmsnorm(int T, int N, int NH, int HD) {
+    const int HALF = HD / 2, NX = N * NH * HD, LD = NH * HD + 7;
+    float *cos = malloc(T * HALF * sizeof *cos), *sin = malloc(T * HALF * sizeof *sin);
+    float *x_ref = malloc(NX * sizeof *x_ref), *x = malloc(NX * sizeof *x);
+    float *x_ref_in = malloc(NX * sizeof *x_ref_in), *dout = malloc(NX * sizeof *dout);
+    float *rstd_ref = malloc(N * NH * sizeof *rstd_ref), *rstd = malloc(N * NH * sizeof *rstd);
+    float *dx_ref = malloc(NX * sizeof *dx_ref), *dx = malloc(NX * sizeof *dx);
+    float *wide = malloc(N * LD * sizeof *wide), *x2 = malloc(NX * sizeof *x2);
+    cr_assert(cos && sin && x_ref && x && x_ref_in && dout && rstd_ref && rstd && dx_ref && dx &&
+              wide && x2);
     for (int t = 0; t < T; t++)
         for (int j = 0; j < HALF; j++) {
             float f = t * powf(10000.0f, -2.0f * j / HD);
             cos[t * HALF + j] = cosf(f);
             sin[t * HALF + j] = sinf(f);
         }
-    float x_ref[NX], x[NX], rstd_ref[N * NH], rstd[N * NH], dout[NX];
     fill(x_ref, NX, 0.3f), fill(dout, NX, 2.2f);
-    memcpy(x, x_ref, sizeof x);
-    float x_ref_in[NX];
-    memcpy(x_ref_in, x_ref, sizeof x_ref_in);
+    memcpy(x, x_ref, NX * sizeof *x);
+    memcpy(x_ref_in, x_ref, NX * sizeof *x_ref_in);
     ops_rope_forward(x_ref, cos, sin, N, T, NH, HD);
     ops_rmsnorm_forward(x_ref, rstd_ref, x_ref, N * NH, HD);
     ops_rope_rmsnorm_forward(x, x, NH * HD, rstd, cos, sin, N, T, NH, HD);
     expect_same("x", x, x_ref, NX, 0.0f);
     expect_same("rstd", rstd, rstd_ref, N * NH, 0.0f);
 
-    float dx_ref[NX], dx[NX];
     ops_rmsnorm_backward(dx_ref, dout, x_ref, rstd_ref, N * NH, HD);
     ops_rope_backward(dx_ref, cos, sin, N, T, NH, HD);
     ops_rmsnorm_rope_backward(dx, NH * HD, dout, x, rstd, cos, sin, N, T, NH, HD);
     expect_same("dx", dx, dx_ref, NX, 0.0f);
 
-    /* The same through rows of a wider matrix (the fused q, k, v rows): the
-     * forward reads them, the backward writes them, nothing else is touched. */
-    enum { LD = NH * HD + 7 };
-    float wide[N * LD], x2[NX];
     for (int i = 0; i < N * LD; i++) wide[i] = -1.0f;
     for (int i = 0; i < N; i++) memcpy(wide + i * LD, x_ref_in + i * NH * HD, NH * HD * 4);
     ops_rope_rmsnorm_forward(x2, wide, LD, rstd, cos, sin, N, T, NH, HD);
@@ -225,6 +228,15 @@ Test(ops, fused_rope_rmsnorm_matches_plain_kernels) {
         expect_same("dx into wide rows", wide + i * LD, dx_ref + i * NH * HD, NH * HD, 0.0f);
         for (int j = NH * HD; j < LD; j++) cr_assert_eq(wide[i * LD + j], -1.0f);
     }
+    free(cos), free(sin), free(x_ref), free(x), free(x_ref_in), free(dout), free(rstd_ref);
+    free(rstd), free(dx_ref), free(dx), free(wide), free(x2);
+}
+
+Test(ops, fused_rope_rmsnorm_matches_plain_kernels) {
+    check_fused_rope_rmsnorm(3, 6, 3, 10);
+    /* more heads than a group of the forward's square roots, more rows than
+     * the distance rows are prefetched ahead */
+    check_fused_rope_rmsnorm(5, 20, 11, 8);
 }
 
 /* The residual add and the norm fused give the floats of ops_add then
