@@ -374,12 +374,21 @@ int gpt_reserve(gpt_t *m, int B, int T, char *err, size_t errlen) {
 
 /* ------------------------------------------------------------------ forward */
 
+/* Rows of qkv that qkv_block's join asks for ahead of writing them: rows
+ * w floats apart are a pattern the hardware prefetchers follow late, so
+ * without it each row's first write waits on L3 (copying out gained nothing
+ * from it). */
+#define QKV_AHEAD 8
+
 /* Between columns [off, off + width) of the fused projection's rows qkv
  * (N, w) and x (N, width): copy out (join = 0) or in (join = 1). */
 static void qkv_block(float *qkv, int w, int off, float *x, int width, int N, int join) {
 #pragma omp parallel for schedule(static) if ((size_t)N * width >= 16384)
     for (int i = 0; i < N; i++) {
         float *row = qkv + (size_t)i * w + off, *xi = x + (size_t)i * width;
+        if (join && i + QKV_AHEAD < N)
+            for (int d = 0; d < width; d += 16)
+                __builtin_prefetch(row + (size_t)QKV_AHEAD * w + d, 1);
         if (join)
             memcpy(row, xi, (size_t)width * sizeof *row);
         else
