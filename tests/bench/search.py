@@ -67,11 +67,14 @@ baseline's work (depth 2-8, mean 5; n_embd's mean square about 162^2). On a
 quiet 2-core AMD EPYC the default run took 1:23 (a random night 3-4
 minutes, an agent night half that: its local moves stay near the small
 baseline). Eight runs are too few for a model: the agent's tpe asks its
-model only after 5 startup draws. The record behind make run's default
-(experiments/search/bench/) is therefore the other sizing with the same
-hour: `--strategies random,optuna-tpe,agent-tpe --runs 16 --tokens 32768`,
-16 runs of 8 steps a night, 15 nights. --runs, --tokens, --k and
---strategies scale it. --quick: K = 1, 6 runs of 16,384 tokens (4 steps),
+model only after 5 startup draws. The other sizing of the same hour is
+`--strategies random,optuna-tpe,agent-tpe --runs 16 --tokens 32768`, 16
+runs of 8 steps a night, 15 nights (36 minutes); at 16 runs no strategy
+was told apart. The record behind make run's default
+(experiments/search/bench/2026-12-03-32runs.md) doubles the nights:
+`--runs 32`, 1:52 on a 2-core machine that was part of the time running the
+test suite too (a night of 32 runs about 5 minutes when it was not).
+--runs, --tokens, --k and --strategies scale it. --quick: K = 1, 6 runs of 16,384 tokens (4 steps),
 evaluation 4,096 tokens, a few minutes: enough for Optuna's TPE to ask its
 model once and the agents to propose past the baseline, not to rank
 anything.
