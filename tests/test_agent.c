@@ -454,6 +454,13 @@ Test(agent, until_the_night_ends) {
     cr_expect(tu_jstr(st, "until") && strlen(tu_jstr(st, "until")) >= 19, "no until");
     cr_expect_gt(tu_jnum(st, "runs_left"), 1000, "three ends 50 ms apart, three hours left");
     cJSON_Delete(st);
+    /* and `agent status` says so */
+    tu_run_bin(&r, 10, "agent", "status", "--url", A.url, NULL);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "  night ends:    ") &&
+                  strstr(r.out, "more run(s) can end before then"),
+              "%s", r.out);
+    tu_run_free(&r);
 }
 
 /* The agent's status is no page's to read: a request naming another host

@@ -53,6 +53,16 @@ int agent_status_main(int argc, char **argv) {
                jnum(best, "val_bpb", 0));
     else
         printf("  best:          none yet\n");
+    if (jstr(st, "until")) {
+        /* --until: the night's end, and the runs the agent still counts on */
+        fputs("  night ends:    ", stdout);
+        fmt_put_clean(stdout, jstr(st, "until"));
+        const cJSON *left = jget(st, "runs_left");
+        if (cJSON_IsNumber(left))
+            printf(", %" PRId64 " more run(s) can end before then\n", (int64_t)left->valuedouble);
+        else
+            printf(", runs left not known yet (counted from the pace of the first ends)\n");
+    }
     if (cJSON_IsObject(ev)) {
         fputs("  last event:    ", stdout);
         fmt_put_clean(stdout, jstr(ev, "type") ? jstr(ev, "type") : "?");
