@@ -194,6 +194,10 @@ int bench_main(int argc, char **argv) {
     double other = total;
     for (int p = 0; p < PROF_PHASES; p++) other -= prof_seconds[p];
     printf("threads: %d\n", threads);
+    /* the team's wait between regions (libgomp reads both once, at load) */
+    printf("omp_wait_policy: %s\n",
+           getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
+    printf("gomp_spincount: %s\n", getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(unset)");
     printf("isa: %s\n", gemm_isa_name(gemm_current()));
     printf("blas_core: %s\n", calibrate_blas_core());
     printf("loss: %.6f\n", loss);

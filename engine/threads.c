@@ -63,6 +63,7 @@ void threads_blas_single(void) {
 void threads_passive_wait(char **argv) {
     if (getenv("OMP_WAIT_POLICY")) return;
     if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+    if (!getenv("GOMP_SPINCOUNT")) setenv("GOMP_SPINCOUNT", THREADS_SPIN_COUNT, 1);
     execv("/proc/self/exe", argv);
     /* exec failed: carry on with the default policy */
 }

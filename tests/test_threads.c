@@ -1,5 +1,6 @@
 /* test_threads.c - the engine's threads: flush-to-zero and
  * denormals-are-zero in every thread of the team (threads.h; suite threads),
+ * how an engine command's team waits between regions (cli.h; the binary),
  * and the kernel path an engine command runs (suite isa, the binary):
  * NIGHTSHIFT_ISA forces it, and one the CPU lacks is refused with a message
  * rather than a SIGILL. */
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/attn.h"
+#include "engine/cli.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
 #include "tests/testutil.h"
@@ -83,6 +85,43 @@ Test(isa, forced_path_is_checked, .timeout = 60) {
         tu_run_free(&r);
     }
     unsetenv("NIGHTSHIFT_ISA");
+    unlink(spec);
+    free(spec);
+}
+
+/* An engine command's team waits briefly, then sleeps (cli.h,
+ * threads_passive_wait): with OMP_WAIT_POLICY and GOMP_SPINCOUNT unset the
+ * command runs with PASSIVE and THREADS_SPIN_COUNT; a count the caller set
+ * stays, and so does a policy the caller set (and no count is added). */
+Test(threads, engine_commands_spin_briefly_then_sleep, .timeout = 60) {
+    char *spec = tu_path("%s/nightshift-spin-%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                         (int)getpid());
+    tu_write(spec, "{\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":16,"
+                   "\"vocab_size\":64},\"train\":{\"batch_size\":2,\"total_batch_tokens\":32},"
+                   "\"resources\":{\"threads\":2}}");
+    static const struct {
+        const char *policy, *count, *want_policy, *want_count;
+    } cases[] = {
+        {NULL, NULL, "PASSIVE", THREADS_SPIN_COUNT},
+        {NULL, "0", "PASSIVE", "0"},
+        {"ACTIVE", NULL, "ACTIVE", "(unset)"},
+        {"PASSIVE", NULL, "PASSIVE", "(unset)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cases[i].policy ? setenv("OMP_WAIT_POLICY", cases[i].policy, 1)
+                        : unsetenv("OMP_WAIT_POLICY");
+        cases[i].count ? setenv("GOMP_SPINCOUNT", cases[i].count, 1) : unsetenv("GOMP_SPINCOUNT");
+        tu_run_t r;
+        tu_run_bin(&r, 30, "bench", "--spec", spec, "--steps", "1", "--warmup", "0", NULL);
+        cr_expect_eq(r.exit_code, 0, "case %zu: %s", i, r.err);
+        char want[128];
+        snprintf(want, sizeof want, "omp_wait_policy: %s\ngomp_spincount: %s\n",
+                 cases[i].want_policy, cases[i].want_count);
+        cr_expect(strstr(r.out, want), "case %zu: expected\n%s\nin\n%s", i, want, r.out);
+        tu_run_free(&r);
+    }
+    unsetenv("OMP_WAIT_POLICY");
+    unsetenv("GOMP_SPINCOUNT");
     unlink(spec);
     free(spec);
 }
