@@ -1,7 +1,7 @@
 """`make bench-train-vs-step`: a real run's speed against the benchmark's, interleaved.
 
     /usr/bin/python3 tests/bench/train_vs_step.py --bin BIN --dir STATE [--dataset NAME]
-                     [--rounds R] [--seconds S] [--steps N] [--threads T]
+                     [--rounds R] [--seconds S] [--steps N] [--threads T] [--only M|default]
 
 For make bench's M model and the default spec (experiments/specs/default.json),
 both on STATE's dataset (its vocabulary), R rounds of: `nightshift bench` (N
@@ -54,6 +54,7 @@ def main():
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--only", choices=["M", "default"], help="one of the two specs")
     a = p.parse_args()
     with open(os.path.join(a.dir, "datasets", a.dataset, "manifest.json")) as f:
         vocab = json.load(f)["vocab_size"]
@@ -61,7 +62,8 @@ def main():
         default = json.load(f)
     m_model = dict(default["model"], depth=4, n_embd=128, n_head=4, n_kv_head=4,
                    window_pattern="L")
-    specs = [("M", m_model), ("default", default["model"])]
+    specs = [(n, m) for n, m in [("M", m_model), ("default", default["model"])]
+             if a.only in (None, n)]
     env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{a.rounds} rounds of bench ({a.steps} steps) then train ({a.seconds:g} s), "
