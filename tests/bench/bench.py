@@ -24,8 +24,10 @@ attention, matrix products, element-wise work and the optimiser (from the
 engine's own timers, engine/prof.h).
 
 Both sides run under the same environment: OPENBLAS_NUM_THREADS and
-OMP_NUM_THREADS = --threads, and OMP_WAIT_POLICY as the caller set it (or
-PASSIVE, as the issue's PyTorch figures were taken; --omp-wait-policy).
+OMP_NUM_THREADS = --threads, OMP_WAIT_POLICY as the caller set it (or
+PASSIVE, as the issue's PyTorch figures were taken; --omp-wait-policy) and
+GOMP_SPINCOUNT as the caller set it (or 2000, what an engine command sets
+when both are unset: engine/cli.h, THREADS_SPIN_COUNT; --gomp-spincount).
 Without Debian's python3-torch only nightshift's columns are printed.
 """
 
@@ -66,6 +68,8 @@ def parse_args():
     p.add_argument("--only", nargs="*", default=None, help="config names to run")
     p.add_argument("--omp-wait-policy", default=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
                    help="OMP_WAIT_POLICY of both sides (default PASSIVE)")
+    p.add_argument("--gomp-spincount", default=os.environ.get("GOMP_SPINCOUNT", "2000"),
+                   help="GOMP_SPINCOUNT of both sides (default 2000, the engine's own)")
     p.add_argument("--no-torch", action="store_true", help="time nightshift alone")
     p.add_argument("--isa", default=os.environ.get("NIGHTSHIFT_ISA", ""),
                    help="the kernel path nightshift runs (NIGHTSHIFT_ISA: avx512, avx2, generic; "
@@ -212,7 +216,8 @@ def main():
         return torch_worker(spec, int(steps), int(warmup))
 
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads),
-               OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY=args.omp_wait_policy)
+               OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY=args.omp_wait_policy,
+               GOMP_SPINCOUNT=args.gomp_spincount)
     if args.isa:
         env["NIGHTSHIFT_ISA"] = args.isa
     binary = os.path.abspath(args.bin)
@@ -227,7 +232,7 @@ def main():
 
     print(f"command: /usr/bin/python3 {shlex.join(sys.argv)}")
     print(f"both sides: OPENBLAS_NUM_THREADS={args.threads} OMP_NUM_THREADS={args.threads} "
-          f"OMP_WAIT_POLICY={args.omp_wait_policy}")
+          f"OMP_WAIT_POLICY={args.omp_wait_policy} GOMP_SPINCOUNT={args.gomp_spincount}")
     print(f"cpu: {cpu_name()} ({os.cpu_count()} online), load average at start "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"kernel path: {args.isa or 'auto'} (NIGHTSHIFT_ISA); OPENBLAS_CORETYPE="

@@ -64,7 +64,9 @@ def main():
                    window_pattern="L")
     specs = [(n, m) for n, m in [("M", m_model), ("default", default["model"])]
              if a.only in (None, n)]
-    env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+    # both sides as a night runs them: the engine's own wait policy and spin
+    # count (engine/cli.h) unless the caller set them
+    env = dict(os.environ)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{a.rounds} rounds of bench ({a.steps} steps) then train ({a.seconds:g} s), "
           f"{a.threads} threads, dataset {a.dataset} (vocab {vocab})")
