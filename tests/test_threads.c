@@ -52,14 +52,25 @@ Test(threads, every_engine_thread_flushes_denormals) {
     cr_expect_eq(small * half * half, 0.0f);
 }
 
+/* A one-layer spec for `nightshift bench` on `threads` threads, written to a
+ * temporary file named after `what` (malloc'd path; the caller unlinks it). */
+static char *tiny_bench_spec(const char *what, int threads) {
+    char *spec = tu_path("%s/nightshift-%s-%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                         what, (int)getpid());
+    char *text =
+        tu_path("{\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":16,"
+                "\"vocab_size\":64},\"train\":{\"batch_size\":2,\"total_batch_tokens\":32},"
+                "\"resources\":{\"threads\":%d}}",
+                threads);
+    tu_write(spec, text);
+    free(text);
+    return spec;
+}
+
 /* NIGHTSHIFT_ISA names a path; one that is not a path, or that this CPU
  * cannot run, stops an engine command with exit 2 and says why. */
 Test(isa, forced_path_is_checked, .timeout = 60) {
-    char *spec = tu_path("%s/nightshift-isa-%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-                         (int)getpid());
-    tu_write(spec, "{\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":16,"
-                   "\"vocab_size\":64},\"train\":{\"batch_size\":2,\"total_batch_tokens\":32},"
-                   "\"resources\":{\"threads\":1}}");
+    char *spec = tiny_bench_spec("isa", 1);
     tu_run_t r;
     setenv("NIGHTSHIFT_ISA", "avx1024", 1);
     tu_run_bin(&r, 30, "bench", "--spec", spec, "--steps", "1", "--warmup", "0", NULL);
@@ -94,11 +105,7 @@ Test(isa, forced_path_is_checked, .timeout = 60) {
  * command runs with PASSIVE and THREADS_SPIN_COUNT; a count the caller set
  * stays, and so does a policy the caller set (and no count is added). */
 Test(threads, engine_commands_spin_briefly_then_sleep, .timeout = 60) {
-    char *spec = tu_path("%s/nightshift-spin-%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-                         (int)getpid());
-    tu_write(spec, "{\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":16,"
-                   "\"vocab_size\":64},\"train\":{\"batch_size\":2,\"total_batch_tokens\":32},"
-                   "\"resources\":{\"threads\":2}}");
+    char *spec = tiny_bench_spec("spin", 2);
     static const struct {
         const char *policy, *count, *want_policy, *want_count;
     } cases[] = {
