@@ -12,6 +12,13 @@ seconds, every step counted, the first included) over the benchmark's (its
 median step). Prints every round and the median ratio with its range; a
 machine whose speed drifts by a third within minutes can only be compared
 with itself minutes apart, hence the rounds.
+
+Where a gap goes, from the run's own step events (--progress): the median
+step against the benchmark's median step (like with like), the first step's
+time beyond the run's median step (the start-up cost: first touch of the
+activations, the team's first regions), and the rest of the mean's excess
+over the median (slow steps: a busy or shared machine). The three explain the
+ratio: ratio = median ratio x median step / mean step.
 """
 
 import argparse
@@ -43,6 +50,16 @@ def run(cmd, env):
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()[-500:]}")
     return keys(r.stdout)
+
+
+def step_seconds(path):
+    """Every training step's seconds, in order, from a run's --progress events."""
+    with open(path) as f:
+        events = [json.loads(line) for line in f if line.strip()]
+    dts = [e["dt_ms"] / 1e3 for e in events if e.get("event") == "step"]
+    if not dts:
+        raise RuntimeError(f"{path}: no step events")
+    return dts
 
 
 def main():
@@ -78,17 +95,32 @@ def main():
         path = os.path.join(tmp, f"{name}.json")
         with open(path, "w") as f:
             json.dump(spec, f)
-        ratios = []
+        ratios, med_ratios, firsts, tails = [], [], [], []
+        events = os.path.join(tmp, "steps.jsonl")
         for r in range(a.rounds):
             b = run([a.bin, "bench", "--spec", path, "--steps", str(a.steps)], env)
-            t = run([a.bin, "train", "--dir", a.dir, path], env)
+            t = run([a.bin, "train", "--dir", a.dir, "--progress", events, path], env)
+            dts = step_seconds(events)
+            med, total = statistics.median(dts), sum(dts)
             ratio = t["tokens_per_second"] / b["tokens_per_second"]
+            med_ratio = b["step_ms_median"] / 1e3 / med
+            first = (dts[0] - med) / total  # share of the training time
+            tail = (total - len(dts) * med) / total - first
             ratios.append(ratio)
+            med_ratios.append(med_ratio)
+            firsts.append(first)
+            tails.append(tail)
             print(f"{name} round {r + 1}: bench {b['tokens_per_second']:,.0f} tok/s, train "
                   f"{t['tokens_per_second']:,.0f} tok/s ({t['num_steps']:.0f} steps, eval "
-                  f"{t['eval_seconds']:.1f} s), ratio {ratio:.3f}", flush=True)
+                  f"{t['eval_seconds']:.1f} s), ratio {ratio:.3f}; median step "
+                  f"{med * 1e3:.0f} ms against the bench's {b['step_ms_median']:.0f} ms "
+                  f"(ratio {med_ratio:.3f}), first step +{(dts[0] - med) * 1e3:.0f} ms "
+                  f"({100 * first:.1f}% of the run), slower steps {100 * tail:.1f}%", flush=True)
         print(f"{name}: train / bench median {statistics.median(ratios):.3f} "
-              f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)")
+              f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds); median steps "
+              f"{statistics.median(med_ratios):.3f} (range {min(med_ratios):.3f}-"
+              f"{max(med_ratios):.3f}); the first step {100 * statistics.median(firsts):.1f}% "
+              f"and slower steps {100 * statistics.median(tails):.1f}% of a run (medians)")
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     subprocess.run(["rm", "-rf", tmp])
     return 0
