@@ -113,15 +113,24 @@ static gemm_isa current = GEMM_AUTO;
     }
 
 /* The products GEMM_ROWS packs for (PACK 1): at least this many rows of C
- * in the thread's share and columns. Measured single-threaded at make bench's
- * shapes on an AMD EPYC (Zen 4, 32 KB L1), medians of 8 paired rounds: with
- * AVX2, packing takes L's weight gradients from 58 to 84 (fc) and 53 to 60
- * (proj) GFLOP/s and its Muon products up 4-39%; packing every product cost
- * M's and S's narrower or shorter ones up to a fifth. The AVX-512 kernel (a
- * 64-float panel, KCB 128) lost 2-20% on every shape packed, so it reads its
- * operands in place. */
-#define PACK_MIN_ROWS 128
-#define PACK_MIN_COLS 256
+ * in the thread's share and columns. Packing copies each operand once per
+ * chunk; it pays when the kernel would otherwise read B with a power-of-two
+ * row stride (a few L1 sets) or A^T a line per step of p, and costs where the
+ * product is too small to amortise the copy. The copies are fixed-size
+ * (PACK_PANEL, MR floats), so the compiler emits vector moves rather than a
+ * memcpy call per row. Measured on an AMD EPYC (Zen 4, 32 KB L1), AVX2
+ * kernel, 2 threads, weight gradients at make bench's shapes, medians of 7
+ * interleaved rounds of process CPU time against the earlier thresholds (128
+ * rows, 256 columns, a memcpy call per row): M's qkv and fc 1.53x and 1.35x
+ * faster, L's qkv, fc and proj 1.51x, 1.44x and 1.23x, the default spec's
+ * lm_head 1.23x; M's proj (64 rows a thread) 1.01x. S's products (64
+ * columns, or 32 rows a thread) stay in place: packed, they measured
+ * 0.96-1.11x, within the noise. The AVX-512 kernel (a 64-float
+ * panel, KCB 128) lost 2-20% on every shape packed, so it reads its operands
+ * in place. */
+#define PACK_MIN_ROWS 64
+#define PACK_MIN_COLS 128
+#define PACK_PANEL    16 /* the AVX2 kernel's panel, the only one packed */
 
 /* GEMM_ROWS's packed operands, per thread (the OpenMP team's threads live as
  * long as the process; reachable until exit like pack_buf below). */
@@ -149,8 +158,12 @@ static const float *pack_b(const float *B, ptrdiff_t ldb, int kc, int n, int pan
     for (int j = 0; j < n; j += panel) {
         const int w = n - j < panel ? n - j : panel;
         float *dj = d + (size_t)j * kc;
-        for (int p = 0; p < kc; p++)
-            memcpy(dj + (size_t)p * w, B + p * ldb + j, (size_t)w * sizeof *d);
+        if (w == PACK_PANEL) /* a copy of constant size: vector moves, not a call per row */
+            for (int p = 0; p < kc; p++)
+                memcpy(dj + (size_t)p * PACK_PANEL, B + p * ldb + j, sizeof(float) * PACK_PANEL);
+        else
+            for (int p = 0; p < kc; p++)
+                memcpy(dj + (size_t)p * w, B + p * ldb + j, (size_t)w * sizeof *d);
     }
     return d;
 }
@@ -166,8 +179,12 @@ static const float *pack_a(const float *A, ptrdiff_t ars, ptrdiff_t acs, int m, 
         const int mr = m - i < MR ? m - i : MR;
         float *di = d + (size_t)i * kc;
         const float *ai = A + i * ars;
-        for (int p = 0; p < kc; p++)
-            for (int r = 0; r < mr; r++) di[(size_t)p * mr + r] = ai[r * ars + p * acs];
+        if (ars == 1 && mr == MR) /* the weight gradient's dy^T: MR floats of a row of dy */
+            for (int p = 0; p < kc; p++)
+                memcpy(di + (size_t)p * MR, ai + p * acs, sizeof(float) * MR);
+        else
+            for (int p = 0; p < kc; p++)
+                for (int r = 0; r < mr; r++) di[(size_t)p * mr + r] = ai[r * ars + p * acs];
     }
     return d;
 }
