@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "experiments/agent/agent.h"
 #include "daemon/shared/webhook.h"
