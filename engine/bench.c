@@ -206,6 +206,8 @@ int bench_main(int argc, char **argv) {
     printf("tokens_per_second: %.1f\n", (double)B * T / med);
     printf("cpu_ms_per_step: %.3f\n", 1e3 * cpu / a.steps);
     printf("flops_per_token: %.0f\n", cost.flops_per_token);
+    /* outside MFU's count (one optimiser step per B x T tokens here) */
+    printf("optim_flops_per_token: %.0f\n", optim_flops_per_step(o, m) / ((double)B * T));
     printf("attention_share: %.4f\n", prof_seconds[PROF_ATTENTION] / total);
     printf("matmul_share: %.4f\n", prof_seconds[PROF_MATMUL] / total);
     printf("elementwise_share: %.4f\n", other / total);

@@ -108,15 +108,34 @@ static void mirror_upper(float *A, int s) {
  * (j, i) is the same products as (i, j) summed in the same order, so C is
  * the full product's, bit for bit, for about 60% of its work at s = 256. A
  * (s, K) element (i, p) at A[i*ars + p*acs], B (K, s) row p at B + p*ldb. */
+#define SYM_ROWS (8 * GEMM_MR)
+
+/* The first column of sym_product's row block from row m0: m0 rounded down
+ * to a whole vector of gemm_rows_for(s)'s width (which divides s). */
+static int sym_first_col(int s, int m0) {
+    return m0 - m0 % (s % 16 == 0 ? 16 : 8);
+}
+
 static void sym_product(gemm_rows_fn *k, int s, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,
                         const float *B, ptrdiff_t ldb, float *C) {
-    enum { SYM_ROWS = 8 * GEMM_MR };
-    const int vw = s % 16 == 0 ? 16 : 8; /* gemm_rows_for(s)'s vector width divides it */
     for (int m0 = 0; m0 < s; m0 += SYM_ROWS) {
-        const int m1 = s - m0 < SYM_ROWS ? s : m0 + SYM_ROWS, j0 = m0 - m0 % vw;
+        const int m1 = s - m0 < SYM_ROWS ? s : m0 + SYM_ROWS, j0 = sym_first_col(s, m0);
         k(m0, m1, s - j0, K, A, ars, acs, B + j0, ldb, C + j0, s, 0);
     }
     mirror_upper(C, s);
+}
+
+/* Multiply-adds of a symmetric (s, s) product over depth K as it runs:
+ * sym_product's row blocks where the kernel takes width s, else the upper
+ * triangle cblas_ssyrk computes. */
+static double sym_product_fmas(int s, int K) {
+    if (!gemm_rows_for(s)) return (double)s * (s + 1) / 2 * K;
+    double fmas = 0;
+    for (int m0 = 0; m0 < s; m0 += SYM_ROWS) {
+        const int m1 = s - m0 < SYM_ROWS ? s : m0 + SYM_ROWS;
+        fmas += (double)(m1 - m0) * (s - sym_first_col(s, m0)) * K;
+    }
+    return fmas;
 }
 
 /* A (s, s) = the Gram matrix of X (rows, cols) on its smaller side: X^T X
@@ -191,6 +210,13 @@ static const float *polar_express(float *X, float *Y, int rows, int cols, int ns
         Y = t;
     }
     return X;
+}
+
+double optim_muon_flops(int rows, int cols, int ns_steps) {
+    const int s = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
+    /* per step: the Gram matrix (depth n), c A^2 (depth s), p(A) applied */
+    const double step = sym_product_fmas(s, n) + sym_product_fmas(s, s) + (double)s * s * n;
+    return 2.0 * ns_steps * step;
 }
 
 /* fs[j] = the mean of u^2 over row j (per_row) or column j of u (rows, cols),
@@ -431,6 +457,14 @@ static double update_cost(const optim_t *o, const gpt_t *m, int i) {
     const gpt_tensor_t *t = &m->tensors[i];
     if (o->params[i].kind == OPTIM_ADAMW) return (double)t->numel;
     return (double)t->numel * (t->rows < t->cols ? t->rows : t->cols) * o->ns_steps;
+}
+
+double optim_flops_per_step(const optim_t *o, const gpt_t *m) {
+    double flops = 0;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (o->params[i].kind == OPTIM_MUON)
+            flops += optim_muon_flops(m->tensors[i].rows, m->tensors[i].cols, o->ns_steps);
+    return flops;
 }
 
 /* The settings optim_new takes from tr and m, checked. */

@@ -123,6 +123,14 @@ void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, doub
 
 void optim_free(optim_t *o);
 
+/* FLOPs (2 per multiply-add) of Muon's Newton-Schulz iterations on one
+ * (rows, cols) matrix as this engine runs them (the symmetric products'
+ * upper blocks only), and of all of them in one step of o on m. Not in the
+ * model's training FLOPs (engine/cost.h), which MFU counts: at a small batch
+ * they are a large share of what the machine does. */
+double optim_muon_flops(int rows, int cols, int ns_steps);
+double optim_flops_per_step(const optim_t *o, const gpt_t *m);
+
 /* Bytes of optimizer state and scratch held by o. */
 size_t optim_state_bytes(const optim_t *o);
 

@@ -413,6 +413,49 @@ Test(optim, groups_tied_learned) {
     check_model_groups(1, POS_LEARNED);
 }
 
+/* Muon's FLOPs as the engine runs them, against hand counts: on a kernel
+ * path a symmetric (96, 96) product computes two row blocks of 48 (96 and
+ * then 48 columns wide: 6912 multiply-adds per step of depth), on the
+ * generic path cblas_ssyrk's upper triangle (96 * 97 / 2 = 4656). A step is
+ * the Gram matrix (depth: the longer side), c A^2 (depth 96) and p(A)
+ * applied (96 * 96 * the longer side), 2 FLOPs per multiply-add. A model's
+ * step counts exactly its Muon matrices: q, k, v, proj, fc, proj of the MLP
+ * per layer and the gates of the value-embedding layers. */
+Test(optim, flops_of_the_newton_schulz_iterations) {
+    for (int path = 0; path < 3; path++) {
+        if (tu_select_isa(tu_isas[path], 1) != 0) continue;
+        const int generic = !strcmp(tu_isas[path], "generic");
+        const double sym = generic ? 4656 : 6912;
+        cr_expect_float_eq(optim_muon_flops(96, 96, 1), 2 * (sym * 96 * 2 + 96.0 * 96 * 96), 0.5,
+                           "%s: square", tu_isas[path]);
+        const double wide = 2 * 5 * (sym * 256 + sym * 96 + 96.0 * 96 * 256);
+        cr_expect_float_eq(optim_muon_flops(96, 256, 5), wide, 0.5, "%s: wide", tu_isas[path]);
+        cr_expect_float_eq(optim_muon_flops(256, 96, 5), wide, 0.5, "%s: tall", tu_isas[path]);
+    }
+    tu_select_isa_auto();
+
+    char err[256] = "";
+    spec_model_t c = small_model(0, POS_ROPE);
+    gpt_t *m = gpt_new(&c, err, sizeof err);
+    cr_assert_not_null(m, "gpt_new: %s", err);
+    spec_train_t tr = train_defaults();
+    optim_t *o = optim_new(m, &tr, err, sizeof err);
+    cr_assert_not_null(o, "optim_new: %s", err);
+    const int D = c.n_embd, q = c.n_head * c.head_dim, kv = c.n_kv_head * c.head_dim;
+    const int shapes[][2] = {
+        {q, D},           {kv, D}, {kv, D}, {D, q}, {2 * c.mlp_hidden, D}, /* SwiGLU */
+        {D, c.mlp_hidden}};
+    double want = 0;
+    for (int l = 0; l < c.depth; l++) {
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+            want += optim_muon_flops(shapes[k][0], shapes[k][1], tr.ns_steps);
+        if (c.has_ve[l]) want += optim_muon_flops(c.n_kv_head, c.ve_gate_channels, tr.ns_steps);
+    }
+    cr_expect_float_eq(optim_flops_per_step(o, m), want, 0.5 + 1e-12 * want);
+    optim_free(o);
+    gpt_free(m);
+}
+
 Test(optim, new_rejects_bad_hyperparameters) {
     char err[256] = "";
     spec_model_t c = small_model(0, POS_ROPE);
