@@ -95,6 +95,18 @@ static void mirror_upper(float *A, int s) {
                     A[(size_t)i * s + j] = A[(size_t)j * s + i];
 }
 
+/* T (cols, rows) = X (rows, cols) transposed, in square blocks as
+ * mirror_upper: written a column at a time, T's rows would each be a
+ * different cache line for every float stored. */
+static void transpose(float *T, const float *X, int rows, int cols) {
+    enum { BLOCK = 16 };
+    for (int r0 = 0; r0 < rows; r0 += BLOCK)
+        for (int c0 = 0; c0 < cols; c0 += BLOCK)
+            for (int c = c0; c < c0 + BLOCK && c < cols; c++)
+                for (int r = r0; r < r0 + BLOCK && r < rows; r++)
+                    T[(size_t)c * rows + r] = X[(size_t)r * cols + c];
+}
+
 /* The products below run through gemm.c's register-tiled kernel on the
  * calling thread where it takes their width (a whole number of vectors),
  * else through BLAS: the kernel does not depend on OpenBLAS knowing the CPU
@@ -149,8 +161,7 @@ static void gram(float *A, const float *X, int rows, int cols, float *T) {
         return;
     }
     if (k) {
-        for (int r = 0; r < rows; r++) /* X^T, so its rows are contiguous */
-            for (int c = 0; c < cols; c++) T[(size_t)c * rows + r] = X[(size_t)r * cols + c];
+        transpose(T, X, rows, cols); /* X^T, so its rows are contiguous */
         sym_product(k, s, cols, X, cols, 1, T, rows, A);
         return;
     }
