@@ -56,8 +56,9 @@ CONFIGS = [
     ("M", dict(COMMON, depth=4, n_embd=128, n_head=4, n_kv_head=4), 16, 8, 2),
     ("L", dict(COMMON, depth=6, n_embd=256, n_head=4, n_kv_head=2), 8, 8, 2),
 ]
-# The targets: nightshift tokens/s over PyTorch's.
-TARGETS = {"S": 3.0, "M": 2.0, "L": 1.5}
+# The targets, nightshift tokens/s over PyTorch's: 3x on S, and at least 2x
+# on every config on every kernel path.
+TARGETS = {"S": 3.0, "M": 2.0, "L": 2.0}
 
 
 def parse_args():
