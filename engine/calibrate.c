@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/cli.h"
+#include "engine/gemm.h"
 #include "engine/threads.h"
 #include "engine/util.h"
 
@@ -35,6 +36,16 @@ const char *calibrate_blas_isa(void) {
     for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
         if (!strcasecmp(c, avx2[i])) return "avx2";
     return "generic";
+}
+
+/* Instruction sets by width. */
+static int isa_rank(const char *isa) {
+    return !strcmp(isa, "avx512") ? 2 : !strcmp(isa, "avx2") ? 1 : 0;
+}
+
+const char *calibrate_wider_path(void) {
+    const char *path = gemm_isa_name(gemm_current());
+    return isa_rank(path) > isa_rank(calibrate_blas_isa()) ? path : "";
 }
 
 /* The CPU's model name from /proc/cpuinfo ("unknown" where there is none). */
@@ -91,9 +102,10 @@ static int affinity_cpus(void) {
 /* ------------------------------------------------------------ measuring */
 
 /* Best sgemm GFLOP/s over square sizes from max_n/2 to max_n for about
- * `seconds`, OpenBLAS splitting each product over `threads` threads (the
- * team of threads_set). */
-static double time_sgemm(int threads, int max_n, double seconds) {
+ * `seconds` on the team of threads_set: OpenBLAS's cblas_sgemm splitting
+ * each product over it, or with `engine` the engine's kernel (a linear
+ * layer's forward, y = x W^T, the same 2 n^3 FLOPs). */
+static double time_sgemm(int max_n, double seconds, bool engine) {
     size_t n = (size_t)max_n;
     float *a = malloc(n * n * sizeof(float)), *b = malloc(n * n * sizeof(float));
     float *c = malloc(n * n * sizeof(float));
@@ -106,8 +118,11 @@ static double time_sgemm(int threads, int max_n, double seconds) {
     double deadline = util_now() + seconds;
     for (int size = max_n / 2; util_now() < deadline; size = size >= max_n ? max_n / 2 : size * 2) {
         double t0 = util_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, size, size, size, 1.0f, a, size, b,
-                    size, 0.0f, c, size);
+        if (engine)
+            gemm_linear_forward(c, a, size, b, size, size, size);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, size, size, size, 1.0f, a, size,
+                        b, size, 0.0f, c, size);
         double dt = util_now() - t0;
         double gflops = 2.0 * size * (double)size * size / dt / 1e9;
         if (gflops > best) best = gflops;
@@ -132,7 +147,17 @@ void calibrate_measure(int threads, int max_n, double seconds, calibrate_peak_t 
     const long hz = sysconf(_SC_CLK_TCK);
     const long long busy0 = busy_jiffies();
     const double self0 = util_cpu_seconds(), t0 = util_now();
-    p->gflops = time_sgemm(threads, max_n, seconds);
+    snprintf(p->isa, sizeof p->isa, "%s", calibrate_blas_isa());
+    snprintf(p->path, sizeof p->path, "%s", calibrate_wider_path());
+    p->gflops = time_sgemm(max_n, seconds, false);
+    if (*p->path) {
+        const double engine = time_sgemm(max_n, seconds, true);
+        if (engine > p->gflops) {
+            p->gflops = engine;
+            p->engine_sgemm = true;
+            snprintf(p->isa, sizeof p->isa, "%s", p->path);
+        }
+    }
     const long long busy1 = busy_jiffies();
     const double wall = util_now() - t0, self = util_cpu_seconds() - self0;
     /* The CPUs' busy time that was not ours, over what they could give. */
@@ -144,7 +169,6 @@ void calibrate_measure(int threads, int max_n, double seconds, calibrate_peak_t 
     p->quiet = p->others_cpu <= CALIBRATE_QUIET_OTHERS;
     p->threads = threads;
     snprintf(p->blas_core, sizeof p->blas_core, "%s", calibrate_blas_core());
-    snprintf(p->isa, sizeof p->isa, "%s", calibrate_blas_isa());
 }
 
 bool calibrate_measure_quiet(int threads, int max_n, double seconds, int attempts, double pause,
@@ -164,10 +188,15 @@ bool calibrate_measure_quiet(int threads, int max_n, double seconds, int attempt
 }
 
 void calibrate_describe(const calibrate_peak_t *p, char *buf, size_t len) {
-    snprintf(buf, len,
-             "%.1f GFLOP/s (%d thread%s, %s/%s sgemm, %s, %s, others used %.0f%% of the CPUs%s)",
-             p->gflops, p->threads, p->threads == 1 ? "" : "s", p->blas_core, p->isa, p->cpu,
-             p->measured_at, 100.0 * p->others_cpu, p->quiet ? "" : ": NOT QUIET");
+    char sgemm[96];
+    if (p->engine_sgemm)
+        snprintf(sgemm, sizeof sgemm, "the engine's %s sgemm, OpenBLAS's %s kernels narrower",
+                 p->isa, p->blas_core);
+    else
+        snprintf(sgemm, sizeof sgemm, "%s/%s sgemm", p->blas_core, p->isa);
+    snprintf(buf, len, "%.1f GFLOP/s (%d thread%s, %s, %s, %s, others used %.0f%% of the CPUs%s)",
+             p->gflops, p->threads, p->threads == 1 ? "" : "s", sgemm, p->cpu, p->measured_at,
+             100.0 * p->others_cpu, p->quiet ? "" : ": NOT QUIET");
 }
 
 /* --------------------------------------------------------------- the file */
@@ -178,9 +207,11 @@ static char *cache_path(const char *dir) {
     return p;
 }
 
-/* The entry's key: its thread count and OpenBLAS kernel set. */
-static void entry_key(char *key, size_t len, int threads, const char *core) {
-    snprintf(key, len, "%d threads, %s", threads, core);
+/* The entry's key: its thread count, OpenBLAS kernel set and, where the
+ * engine's kernels are wider, their path. */
+static void entry_key(char *key, size_t len, int threads, const char *core, const char *path) {
+    snprintf(key, len, "%d threads, %s%s%s%s", threads, core, *path ? ", " : "", path,
+             *path ? " kernels" : "");
 }
 
 static const char *json_str(const cJSON *o, const char *k) {
@@ -194,12 +225,12 @@ static double json_num(const cJSON *o, const char *k) {
 }
 
 int calibrate_cached_peak(const char *dir, int threads, calibrate_peak_t *p) {
-    char *path = cache_path(dir), key[64];
+    char *path = cache_path(dir), key[96];
     size_t len = 0;
     char *text = path ? util_read_file(path, 1 << 20, &len, NULL, 0) : NULL;
     int rc = -1;
     cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
-    entry_key(key, sizeof key, threads, calibrate_blas_core());
+    entry_key(key, sizeof key, threads, calibrate_blas_core(), calibrate_wider_path());
     const cJSON *e =
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "peaks"), key);
     if (cJSON_IsObject(e) && json_num(e, "gflops") > 0) {
@@ -208,6 +239,8 @@ int calibrate_cached_peak(const char *dir, int threads, calibrate_peak_t *p) {
         p->threads = threads;
         snprintf(p->blas_core, sizeof p->blas_core, "%s", json_str(e, "blas_core"));
         snprintf(p->isa, sizeof p->isa, "%s", json_str(e, "isa"));
+        snprintf(p->path, sizeof p->path, "%s", calibrate_wider_path());
+        p->engine_sgemm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "engine_sgemm"));
         snprintf(p->cpu, sizeof p->cpu, "%s", json_str(e, "cpu"));
         snprintf(p->measured_at, sizeof p->measured_at, "%s", json_str(e, "measured_at"));
         p->others_cpu = json_num(e, "others_cpu");
@@ -222,7 +255,7 @@ int calibrate_cached_peak(const char *dir, int threads, calibrate_peak_t *p) {
 }
 
 int calibrate_store_peak(const char *dir, const calibrate_peak_t *p, char *err, size_t errlen) {
-    char *path = cache_path(dir), key[64];
+    char *path = cache_path(dir), key[96];
     size_t len = 0;
     char *text = path ? util_read_file(path, 1 << 20, &len, NULL, 0) : NULL;
     cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
@@ -237,13 +270,14 @@ int calibrate_store_peak(const char *dir, const calibrate_peak_t *p, char *err, 
         cJSON_DeleteItemFromObjectCaseSensitive(root, "peaks");
         table = cJSON_AddObjectToObject(root, "peaks");
     }
-    entry_key(key, sizeof key, p->threads, p->blas_core);
+    entry_key(key, sizeof key, p->threads, p->blas_core, p->path);
     cJSON_DeleteItemFromObjectCaseSensitive(table, key);
     cJSON *e = cJSON_AddObjectToObject(table, key);
     cJSON_AddNumberToObject(e, "gflops", p->gflops);
     cJSON_AddNumberToObject(e, "threads", p->threads);
     cJSON_AddStringToObject(e, "blas_core", p->blas_core);
     cJSON_AddStringToObject(e, "isa", p->isa);
+    cJSON_AddBoolToObject(e, "engine_sgemm", p->engine_sgemm);
     cJSON_AddStringToObject(e, "cpu", p->cpu);
     cJSON_AddStringToObject(e, "measured_at", p->measured_at);
     cJSON_AddNumberToObject(e, "others_cpu", p->others_cpu);
@@ -327,10 +361,10 @@ int calibrate_main(int argc, char **argv) {
     calibrate_peak_t p;
     bool quiet = calibrate_measure_quiet(threads, 2048, seconds, attempts, 2.0, &p);
     calibrate_describe(&p, desc, sizeof desc);
-    printf("threads: %d\npeak_gflops: %.2f\nblas_core: %s\nisa: %s\ncpu: %s\nmeasured_at: %s\n"
-           "others_cpu: %.3f\nload1: %.2f\nquiet: %s\n",
-           threads, p.gflops, p.blas_core, p.isa, p.cpu, p.measured_at, p.others_cpu, p.load1,
-           quiet ? "yes" : "no");
+    printf("threads: %d\npeak_gflops: %.2f\nblas_core: %s\nisa: %s\nsgemm: %s\ncpu: %s\n"
+           "measured_at: %s\nothers_cpu: %.3f\nload1: %.2f\nquiet: %s\n",
+           threads, p.gflops, p.blas_core, p.isa, p.engine_sgemm ? "nightshift" : "openblas", p.cpu,
+           p.measured_at, p.others_cpu, p.load1, quiet ? "yes" : "no");
     if (!quiet && !accept_load) {
         fprintf(stderr,
                 "calibrate: not stored: other processes used %.0f%% of this process's CPUs "

@@ -10,7 +10,15 @@
  * every MFU after it read high, so a measurement is taken as the peak only
  * when the others used at most CALIBRATE_QUIET_OTHERS of the CPUs it ran on;
  * otherwise it is measured again, and a busy result is refused (calibrate)
- * or used for one run only, marked as such (train). */
+ * or used for one run only, marked as such (train).
+ *
+ * The peak is of the instruction set the engine's kernels run. An OpenBLAS
+ * older than the CPU runs narrower kernels than the engine (0.3.21 runs its
+ * Haswell, AVX2, kernels on AMD's Zen 5, which does twice the AVX2 FLOPs a
+ * cycle with AVX-512), and MFU against that peak would read up to twice too
+ * high. There the engine's own kernel is timed on the same products too and
+ * the faster sgemm is the peak, stored apart from OpenBLAS's (a run forced
+ * onto a narrower path reads OpenBLAS's). */
 #ifndef NIGHTSHIFT_CALIBRATE_H
 #define NIGHTSHIFT_CALIBRATE_H
 
@@ -26,6 +34,9 @@ typedef struct {
     int threads;          /* threads it ran on */
     char blas_core[32];   /* OpenBLAS's kernel set, e.g. "SkylakeX", "Haswell" */
     char isa[16];         /* its instruction set: "avx512", "avx2" or "generic" */
+    char path[16];        /* the engine's kernel path it was measured for, where that is
+                           * wider than OpenBLAS's kernels; else "" */
+    bool engine_sgemm;    /* the engine's kernel was the faster sgemm (isa is path's) */
     char cpu[96];         /* the CPU's model name */
     char measured_at[32]; /* UTC, ISO 8601 */
     double others_cpu;    /* share of this process's CPUs others used meanwhile (0..1) */
@@ -54,6 +65,10 @@ int calibrate_store_peak(const char *dir, const calibrate_peak_t *p, char *err, 
  * instruction set its sgemm runs ("avx512", "avx2" or "generic"). */
 const char *calibrate_blas_core(void);
 const char *calibrate_blas_isa(void);
+
+/* The engine's kernel path when it is wider than OpenBLAS's kernels (the
+ * peak is then measured with the engine's kernel too), else "". */
+const char *calibrate_wider_path(void);
 
 /* One line for people: "251.3 GFLOP/s (2 threads, SkylakeX/avx512 sgemm,
  * Intel Xeon ..., 2026-12-02T13:50:07Z, others used 3% of the CPUs)". */

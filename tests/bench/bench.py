@@ -184,7 +184,15 @@ def calibrate(binary, tmp, threads, seconds, env):
     used meanwhile is printed with it)."""
     return run([binary, "calibrate", "--dir", tmp, "--threads", str(threads), "--seconds",
                 str(seconds), "--attempts", "1", "--accept-load"], env,
-               ["peak_gflops", "isa", "blas_core", "others_cpu"])
+               ["peak_gflops", "isa", "blas_core", "sgemm", "others_cpu"])
+
+
+def peak_source(cal):
+    """Whose sgemm the peak is: OpenBLAS's, or the engine's kernel where
+    OpenBLAS's kernels are narrower than the path (engine/calibrate.h)."""
+    if cal["sgemm"] == "nightshift":
+        return f"the engine's {cal['isa']} kernel (OpenBLAS's {cal['blas_core']} kernels narrower)"
+    return f"OpenBLAS's {cal['blas_core']} kernels ({cal['isa']})"
 
 
 def have_torch():
@@ -249,7 +257,7 @@ def main():
         cal = calibrate(binary, tmp, args.threads, 3, env)
         peak = cal["peak_gflops"]
         print(f"sgemm peak ({args.threads} threads, `nightshift calibrate`): {peak:.1f} GFLOP/s "
-              f"at the start, OpenBLAS's {cal['blas_core']} kernels ({cal['isa']}), others used "
+              f"at the start, {peak_source(cal)}, others used "
               f"{100 * cal['others_cpu']:.0f}% of the CPUs meanwhile; MFU uses the peak measured "
               f"before each round")
         print(f"each side per round: a fresh process, warm-up steps, then timed steps; "
@@ -279,6 +287,7 @@ def main():
                                                  / o["flops_per_token"])
                     ours[-1]["peak_gflops"] = rc["peak_gflops"]
                     ours[-1]["peak_isa"] = rc["isa"]
+                    ours[-1]["peak_sgemm"] = rc["sgemm"]
                     ours[-1]["peak_others"] = rc["others_cpu"]
                     if use_torch:
                         theirs.append(run(["/usr/bin/python3", os.path.abspath(__file__),
@@ -300,8 +309,15 @@ def main():
             others = " ".join(f"{100 * r['peak_others']:.0f}" for r in ours)
             print(f"{line} (path {ours[0]['isa']}, OpenBLAS {ours[0]['blas_core']}; nightshift "
                   f"rounds: {rounds}; MFU % {mfus}; peak GFLOP/s {peaks} from "
-                  f"{ours[0]['peak_isa']} sgemm, others used % of the CPUs {others})")
-            if ours[0]["peak_isa"] != ours[0]["isa"]:
+                  f"{ours[0]['peak_isa']} sgemm of {ours[0]['peak_sgemm']}, others used % of "
+                  f"the CPUs {others})")
+            if ours[0]["peak_sgemm"] == "nightshift":
+                print(f"{name}: note: OpenBLAS's {ours[0]['blas_core']} kernels are narrower than "
+                      f"the path, so the peak is the engine's own {ours[0]['peak_isa']} sgemm; "
+                      "OpenBLAS's kernels of that instruction set may be faster, and MFU against "
+                      "them lower. Set OPENBLAS_CORETYPE by hand for this benchmark (SkylakeX for "
+                      "avx512) to compare with them.")
+            elif ours[0]["peak_isa"] != ours[0]["isa"]:
                 print(f"{name}: note: the peak is OpenBLAS's {ours[0]['peak_isa']} sgemm, the "
                       f"path {ours[0]['isa']}: MFU against another instruction set's peak. Set "
                       "OPENBLAS_CORETYPE by hand for this benchmark (SkylakeX for avx512, Haswell "
