@@ -24,6 +24,7 @@
 #include "engine/ops.h"
 #include "engine/prof.h"
 #include "engine/rng.h"
+#include "engine/util.h"
 
 /* ------------------------------------------------------------ tensor table */
 
@@ -142,8 +143,8 @@ gpt_t *gpt_new(const spec_model_t *cfg, char *err, size_t errlen) {
     m->tensors = calloc(5 + 8 * (size_t)cfg->depth, sizeof *m->tensors);
     if (!m->tensors) goto oom;
     build_table(m);
-    m->params = calloc(m->n_params, sizeof(float));
-    m->grads = calloc(m->n_params, sizeof(float));
+    m->params = util_calloc_huge(m->n_params * sizeof(float));
+    m->grads = util_calloc_huge(m->n_params * sizeof(float));
     if (!m->params || !m->grads) goto oom;
     split_views(m, m->params, &m->p);
     split_views(m, m->grads, &m->g);
@@ -347,11 +348,11 @@ static gpt_acts_t *ensure_acts(gpt_t *m, int B, int T) {
     if (a->B == B && a->T == T && a->threads >= threads) return a;
     a->threads = threads;
     size_t need = layout_acts(a, &m->cfg, B, T, NULL), N = (size_t)B * T;
-    a->B = a->T = 0; /* invalid until laid out: a failed realloc may have moved buf */
-    if (need > a->capacity) {
-        float *buf = realloc(a->buf, need * sizeof(float));
-        if (!buf) return NULL;
-        a->buf = buf;
+    a->B = a->T = 0;          /* invalid until laid out: a failed allocation leaves no buffer */
+    if (need > a->capacity) { /* scratch: nothing in it outlives a layout */
+        free(a->buf);
+        a->capacity = 0;
+        if (!(a->buf = util_calloc_huge(need * sizeof(float)))) return NULL;
         a->capacity = need;
     }
     int *ids = realloc(a->ids, N * sizeof(int));

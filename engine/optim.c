@@ -23,6 +23,7 @@
 
 #include "engine/gemm.h"
 #include "engine/threads.h"
+#include "engine/util.h"
 
 /* Polar-express coefficients (a, b, c) of the five published iterations. */
 static const float polar_express_coeffs[5][3] = {
@@ -552,7 +553,7 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
     if (!o->params || !o->state_off || !o->order) goto oom;
     if (group_tensors(o, m, tr, err, errlen)) goto fail;
     if (o->state_floats) {
-        o->state = calloc(o->state_floats, sizeof *o->state);
+        o->state = util_calloc_huge(o->state_floats * sizeof *o->state);
         if (!o->state) goto oom;
     }
     /* Insertion sort by cost, descending; ties keep table order. */
@@ -565,7 +566,7 @@ optim_t *optim_new(const gpt_t *m, const spec_train_t *tr, char *err, size_t err
     /* One scratch slice per thread of the team optim_step will run on. */
     o->work_threads = omp_get_max_threads();
     if (o->work_floats) {
-        o->work = malloc(o->work_floats * (size_t)o->work_threads * sizeof *o->work);
+        o->work = util_calloc_huge(o->work_floats * (size_t)o->work_threads * sizeof *o->work);
         if (!o->work) goto oom;
     }
     return o;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -48,6 +49,18 @@ double util_cpu_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void *util_calloc_huge(size_t bytes) {
+    if (bytes < UTIL_HUGE_MIN) return calloc(1, bytes ? bytes : 1);
+    /* whole, aligned huge pages (malloc's own mmap would start 16 bytes
+     * past a page and leave the ends in small pages) */
+    const size_t size = (bytes + UTIL_HUGE_MIN - 1) / UTIL_HUGE_MIN * UTIL_HUGE_MIN;
+    void *p = aligned_alloc(UTIL_HUGE_MIN, size);
+    if (!p) return NULL;
+    madvise(p, size, MADV_HUGEPAGE); /* a hint: where refused, small pages serve */
+    memset(p, 0, size);              /* the pages are faulted in here, not in a step */
+    return p;
 }
 
 int util_grow(void *p, size_t *cap, size_t need, size_t sz) {
