@@ -6,15 +6,18 @@
  * rather than a SIGILL. */
 #include <criterion/criterion.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "engine/attn.h"
 #include "engine/cli.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
+#include "engine/util.h"
 #include "tests/testutil.h"
 
 /* MXCSR (or FPCR) of each thread of a team of n, read inside the region. */
@@ -131,4 +134,63 @@ Test(threads, engine_commands_spin_briefly_then_sleep, .timeout = 60) {
     unsetenv("GOMP_SPINCOUNT");
     unlink(spec);
     free(spec);
+}
+
+/* kB of AnonHugePages in the mapping of /proc/self/smaps holding p; -1 when
+ * no mapping holds it. */
+static long huge_kb_at(const void *p) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    cr_assert(f);
+    char line[512];
+    long kb = -1;
+    int inside = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+            continue;
+        }
+        if (inside && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
+    }
+    fclose(f);
+    return kb;
+}
+
+static long minor_faults(void) {
+    struct rusage ru;
+    cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+    return ru.ru_minflt;
+}
+
+/* The arrays a step streams through (util_calloc_huge) come zeroed every
+ * time, aligned to whole 2 MB pages, already faulted in (a step's first
+ * touch costs no page fault), and in huge pages where the kernel offers
+ * them to a process that asks (THP "always" or "madvise"). */
+Test(memory, large_arrays_are_zeroed_in_huge_pages) {
+    const size_t bytes = 5 * UTIL_HUGE_MIN + 12;
+    for (int round = 0; round < 2; round++) { /* the second may reuse the first's memory */
+        unsigned char *p = util_calloc_huge(bytes);
+        cr_assert(p);
+        cr_expect_eq((uintptr_t)p % UTIL_HUGE_MIN, 0, "%p", (void *)p);
+        const long faults = minor_faults();
+        size_t nonzero = 0;
+        for (size_t i = 0; i < bytes; i++) nonzero += p[i] != 0;
+        cr_expect_leq(minor_faults() - faults, 2, "reading it faulted %ld times",
+                      minor_faults() - faults);
+        cr_expect_eq(nonzero, 0, "round %d: %zu bytes not zero", round, nonzero);
+        char mode[128] = "";
+        FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+        if (f) {
+            if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
+            fclose(f);
+        }
+        if (strstr(mode, "[always]") || strstr(mode, "[madvise]"))
+            cr_expect_gt(huge_kb_at(p), 0, "THP is %s but no huge page backs the array", mode);
+        memset(p, 0xab, bytes);
+        free(p);
+    }
+    unsigned char *small = util_calloc_huge(100);
+    cr_assert(small);
+    for (int i = 0; i < 100; i++) cr_expect_eq(small[i], 0);
+    free(small);
 }
