@@ -149,11 +149,11 @@ void calibrate_measure(int threads, int max_n, double seconds, calibrate_peak_t 
     const double self0 = util_cpu_seconds(), t0 = util_now();
     snprintf(p->isa, sizeof p->isa, "%s", calibrate_blas_isa());
     snprintf(p->path, sizeof p->path, "%s", calibrate_wider_path());
-    p->gflops = time_sgemm(max_n, seconds, false);
+    p->gflops = p->blas_gflops = time_sgemm(max_n, seconds, false);
     if (*p->path) {
-        const double engine = time_sgemm(max_n, seconds, true);
-        if (engine > p->gflops) {
-            p->gflops = engine;
+        p->engine_gflops = time_sgemm(max_n, seconds, true);
+        if (p->engine_gflops > p->gflops) {
+            p->gflops = p->engine_gflops;
             p->engine_sgemm = true;
             snprintf(p->isa, sizeof p->isa, "%s", p->path);
         }
@@ -241,6 +241,8 @@ int calibrate_cached_peak(const char *dir, int threads, calibrate_peak_t *p) {
         snprintf(p->isa, sizeof p->isa, "%s", json_str(e, "isa"));
         snprintf(p->path, sizeof p->path, "%s", calibrate_wider_path());
         p->engine_sgemm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "engine_sgemm"));
+        p->blas_gflops = json_num(e, "openblas_gflops");
+        p->engine_gflops = json_num(e, "engine_gflops");
         snprintf(p->cpu, sizeof p->cpu, "%s", json_str(e, "cpu"));
         snprintf(p->measured_at, sizeof p->measured_at, "%s", json_str(e, "measured_at"));
         p->others_cpu = json_num(e, "others_cpu");
@@ -278,6 +280,8 @@ int calibrate_store_peak(const char *dir, const calibrate_peak_t *p, char *err, 
     cJSON_AddStringToObject(e, "blas_core", p->blas_core);
     cJSON_AddStringToObject(e, "isa", p->isa);
     cJSON_AddBoolToObject(e, "engine_sgemm", p->engine_sgemm);
+    cJSON_AddNumberToObject(e, "openblas_gflops", p->blas_gflops);
+    if (*p->path) cJSON_AddNumberToObject(e, "engine_gflops", p->engine_gflops);
     cJSON_AddStringToObject(e, "cpu", p->cpu);
     cJSON_AddStringToObject(e, "measured_at", p->measured_at);
     cJSON_AddNumberToObject(e, "others_cpu", p->others_cpu);
@@ -361,10 +365,12 @@ int calibrate_main(int argc, char **argv) {
     calibrate_peak_t p;
     bool quiet = calibrate_measure_quiet(threads, 2048, seconds, attempts, 2.0, &p);
     calibrate_describe(&p, desc, sizeof desc);
-    printf("threads: %d\npeak_gflops: %.2f\nblas_core: %s\nisa: %s\nsgemm: %s\ncpu: %s\n"
-           "measured_at: %s\nothers_cpu: %.3f\nload1: %.2f\nquiet: %s\n",
-           threads, p.gflops, p.blas_core, p.isa, p.engine_sgemm ? "nightshift" : "openblas", p.cpu,
-           p.measured_at, p.others_cpu, p.load1, quiet ? "yes" : "no");
+    printf("threads: %d\npeak_gflops: %.2f\nopenblas_gflops: %.2f\nengine_gflops: %.2f\n"
+           "blas_core: %s\nisa: %s\nsgemm: %s\ncpu: %s\nmeasured_at: %s\nothers_cpu: %.3f\n"
+           "load1: %.2f\nquiet: %s\n",
+           threads, p.gflops, p.blas_gflops, p.engine_gflops, p.blas_core, p.isa,
+           p.engine_sgemm ? "nightshift" : "openblas", p.cpu, p.measured_at, p.others_cpu, p.load1,
+           quiet ? "yes" : "no");
     if (!quiet && !accept_load) {
         fprintf(stderr,
                 "calibrate: not stored: other processes used %.0f%% of this process's CPUs "

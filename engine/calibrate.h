@@ -30,7 +30,9 @@
 #define CALIBRATE_QUIET_OTHERS 0.10
 
 typedef struct {
-    double gflops;        /* best sgemm GFLOP/s */
+    double gflops;        /* best sgemm GFLOP/s: the larger of the two below */
+    double blas_gflops;   /* OpenBLAS's */
+    double engine_gflops; /* the engine's kernel's where path is set, else 0 */
     int threads;          /* threads it ran on */
     char blas_core[32];   /* OpenBLAS's kernel set, e.g. "SkylakeX", "Haswell" */
     char isa[16];         /* its instruction set: "avx512", "avx2" or "generic" */
