@@ -440,6 +440,20 @@ Test(train, unmappable_dataset_is_out_of_memory) {
     cJSON_Delete(m);
 }
 
+/* DIR/peak.json: a tiny model on one thread with no peak of its own, so a
+ * run takes its MFU peak from the calibration or measures one. */
+static char *write_peak_spec(int token_budget) {
+    char *path = tu_path("%s/peak.json", dir);
+    char *json = tu_path("{\"name\":\"peak\",\"dataset\":\"tiny\",\"token_budget\":%d,"
+                         "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
+                         "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128},"
+                         "\"resources\":{\"threads\":1}}",
+                         token_budget);
+    tu_write(path, json);
+    free(json);
+    return path;
+}
+
 /* Children that keep every CPU of this process busy until killed. */
 static int spin_children(pid_t *pids, int max) {
     cpu_set_t set;
@@ -480,11 +494,7 @@ Test(train, peak_measured_under_load_is_not_accepted_silently) {
     tu_run_free(&r);
 
     /* a run with no stored peak measures one: under load, for itself only */
-    char *path = tu_path("%s/peak.json", dir);
-    tu_write(path, "{\"name\":\"peak\",\"dataset\":\"tiny\",\"token_budget\":256,"
-                   "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
-                   "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128},"
-                   "\"resources\":{\"threads\":1}}");
+    char *path = write_peak_spec(256);
     char *argv[] = {(char *)tu_bin(), "train", "--dir", dir, path, NULL};
     tu_run(&r, argv, 60);
     cr_expect_eq(r.exit_code, 0, "%s", r.err);
@@ -571,11 +581,7 @@ Test(train, peak_is_of_the_instruction_set_the_kernels_run) {
              "\"%s\":{\"gflops\":222,\"isa\":\"%s\",\"engine_sgemm\":true,\"quiet\":true}}}",
              plain, blas, own, path);
     tu_write(cal, body);
-    char *spec = tu_path("%s/peak.json", dir);
-    tu_write(spec, "{\"name\":\"peak\",\"dataset\":\"tiny\",\"token_budget\":128,"
-                   "\"model\":{\"depth\":1,\"n_embd\":32,\"n_head\":2,\"seq_len\":32},"
-                   "\"train\":{\"batch_size\":4,\"total_batch_tokens\":128},"
-                   "\"resources\":{\"threads\":1}}");
+    char *spec = write_peak_spec(128);
     char *argv[] = {(char *)tu_bin(), "train", "--dir", dir, spec, NULL};
     tu_run(&r, argv, 60);
     cr_expect_eq(r.exit_code, 0, "%s", r.err);
