@@ -21,6 +21,7 @@
 
 #include "engine/ops.h"
 #include "engine/prof.h"
+#include "engine/transpose.h"
 
 #define MR 6 /* rows of C per register tile */
 
@@ -433,8 +434,8 @@ static float *pack_reserve(size_t need) {
  * panels of `panel` columns (the last may be narrower) laid out one after
  * another in dst, each K rows of its width: the panel starts at dst + j0*K.
  * Rows of B are either contiguous in src (sc 1: copied row by row) or its
- * columns are (sp 1: the forward's W^T, transposed through blocks of 16
- * rows so both sides stay within a few cache lines). */
+ * columns are (sp 1: the forward's W^T, the panel's w rows of W transposed
+ * in 8 x 8 blocks). */
 static void pack_panel(float *dst, const float *src, ptrdiff_t sp, ptrdiff_t sc, int K, int n,
                        int panel, int j0) {
     const int w = n - j0 < panel ? n - j0 : panel;
@@ -444,11 +445,12 @@ static void pack_panel(float *dst, const float *src, ptrdiff_t sp, ptrdiff_t sc,
             memcpy(d + (size_t)p * w, src + p * sp + j0, (size_t)w * sizeof *d);
         return;
     }
-    for (int p0 = 0; p0 < K; p0 += 16) {
-        const int p1 = K - p0 < 16 ? K : p0 + 16;
-        for (int c = 0; c < w; c++)
-            for (int p = p0; p < p1; p++) d[(size_t)p * w + c] = src[p * sp + (j0 + c) * sc];
+    if (sp == 1) {
+        transpose_matrix(d, w, src + j0 * sc, sc, w, K);
+        return;
     }
+    for (int p = 0; p < K; p++)
+        for (int c = 0; c < w; c++) d[(size_t)p * w + c] = src[p * sp + (j0 + c) * sc];
 }
 
 /* Inside a parallel region: the team packs B's panels into dst, without a

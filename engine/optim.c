@@ -23,6 +23,7 @@
 
 #include "engine/gemm.h"
 #include "engine/threads.h"
+#include "engine/transpose.h"
 #include "engine/util.h"
 
 /* Polar-express coefficients (a, b, c) of the five published iterations. */
@@ -84,28 +85,17 @@ size_t optim_muon_work_floats(int rows, int cols) {
 }
 
 /* Copy the upper triangle of the (s, s) row-major matrix A into its lower
- * one (cblas_ssyrk writes only the upper triangle), in square blocks so the
- * column reads stay within a few cache lines (the plain loop reads a column
- * of s lines per row). */
+ * one (cblas_ssyrk and sym_product fill only the upper triangle): the
+ * blocks below the diagonal as transposed 8 x 8 blocks, the diagonal's
+ * blocks and the last s % 8 rows float by float. */
 static void mirror_upper(float *A, int s) {
-    enum { BLOCK = 16 };
-    for (int i0 = 0; i0 < s; i0 += BLOCK)
-        for (int j0 = 0; j0 <= i0; j0 += BLOCK)
-            for (int i = i0; i < i0 + BLOCK && i < s; i++)
-                for (int j = j0; j < j0 + BLOCK && j < i; j++)
-                    A[(size_t)i * s + j] = A[(size_t)j * s + i];
-}
-
-/* T (cols, rows) = X (rows, cols) transposed, in square blocks as
- * mirror_upper: written a column at a time, T's rows would each be a
- * different cache line for every float stored. */
-static void transpose(float *T, const float *X, int rows, int cols) {
-    enum { BLOCK = 16 };
-    for (int r0 = 0; r0 < rows; r0 += BLOCK)
-        for (int c0 = 0; c0 < cols; c0 += BLOCK)
-            for (int c = c0; c < c0 + BLOCK && c < cols; c++)
-                for (int r = r0; r < r0 + BLOCK && r < rows; r++)
-                    T[(size_t)c * rows + r] = X[(size_t)r * cols + c];
+    const int s8 = s - s % 8;
+    for (int i0 = 8; i0 < s8; i0 += 8)
+        for (int j0 = 0; j0 < i0; j0 += 8)
+            transpose_8x8(A + (size_t)i0 * s + j0, s, A + (size_t)j0 * s + i0, s);
+    for (int i = 0; i < s; i++)
+        for (int j = i < s8 ? i - i % 8 : 0; j < i; j++)
+            A[(size_t)i * s + j] = A[(size_t)j * s + i];
 }
 
 /* The products below run through gemm.c's register-tiled kernel on the
@@ -162,7 +152,7 @@ static void gram(float *A, const float *X, int rows, int cols, float *T) {
         return;
     }
     if (k) {
-        transpose(T, X, rows, cols); /* X^T, so its rows are contiguous */
+        transpose_matrix(T, rows, X, cols, rows, cols); /* X^T, so its rows are contiguous */
         sym_product(k, s, cols, X, cols, 1, T, rows, A);
         return;
     }

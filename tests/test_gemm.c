@@ -10,6 +10,7 @@
 
 #include "engine/gemm.h"
 #include "engine/rng.h"
+#include "engine/transpose.h"
 #include "tests/testutil.h"
 
 typedef struct {
@@ -167,4 +168,26 @@ Test(gemm, same_bits_for_any_thread_count) {
     tu_select_isa_auto();
     free(x), free(W), free(dy);
     for (int t = 0; t < 2; t++) free(y[t]), free(dW[t]), free(dx[t]);
+}
+
+/* transpose.h's blocked transpose moves every float to its transposed place
+ * and writes nothing else: every shape from 1 x 1 to 19 x 19 (whole 8 x 8
+ * blocks, ragged edges, both), with row strides wider than the rows. */
+Test(gemm, transpose_moves_each_float_to_its_place) {
+    enum { MAX = 19, PAD = 3 };
+    float src[MAX * (MAX + PAD)], dst[MAX * (MAX + PAD)];
+    for (int i = 0; i < MAX * (MAX + PAD); i++) src[i] = (float)i;
+    for (int rows = 1; rows <= MAX; rows++)
+        for (int cols = 1; cols <= MAX; cols++) {
+            const int ss = cols + PAD, ds = rows + PAD;
+            for (int i = 0; i < MAX * (MAX + PAD); i++) dst[i] = -1.0f;
+            transpose_matrix(dst, ds, src, ss, rows, cols);
+            for (int c = 0; c < MAX; c++)
+                for (int r = 0; r < ds; r++) {
+                    const float want = c < cols && r < rows ? src[r * ss + c] : -1.0f;
+                    if (dst[c * ds + r] != want)
+                        cr_assert_fail("%d x %d: dst[%d][%d] = %g, expected %g", rows, cols, c, r,
+                                       dst[c * ds + r], want);
+                }
+        }
 }

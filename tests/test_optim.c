@@ -80,11 +80,14 @@ static float fixture_scalar(const fixture_t *f, const char *name) {
 static void expect_close(const char *what, const float *got, const float *want, size_t n) {
     float maxabs = 0.0f, maxerr = 0.0f;
     for (size_t i = 0; i < n; i++) {
+        /* fmaxf drops a NaN: each float is checked on its own */
+        cr_assert(isfinite(got[i]) && isfinite(want[i]), "%s: element %zu is %g, expected %g", what,
+                  i, got[i], want[i]);
         maxabs = fmaxf(maxabs, fabsf(want[i]));
         maxerr = fmaxf(maxerr, fabsf(got[i] - want[i]));
     }
-    cr_assert(isfinite(maxerr) && maxerr <= 1e-5f * maxabs,
-              "%s: max |error| %g exceeds 1e-5 * max |value| %g", what, maxerr, maxabs);
+    cr_assert(maxerr <= 1e-5f * maxabs, "%s: max |error| %g exceeds 1e-5 * max |value| %g", what,
+              maxerr, maxabs);
 }
 
 /* ----------------------------------------------------------- kernel parity */
@@ -188,6 +191,47 @@ Test(optim, muon_same_on_every_path) {
         tu_select_isa_auto();
         free(p0), free(g), free(want), free(got), free(buf), free(second), free(work);
     }
+}
+
+/* Muon on a matrix and on its transpose: the tall one iterates on X^T X
+ * (the Gram matrix's upper triangle mirrored into the lower one), the wide
+ * one on X X^T of X^T (transposed first where the kernel reads it in place),
+ * and NorMuon normalises the same axis; so the updates are each other's
+ * transposes to rounding. A mirror or transpose that put a float in the
+ * wrong place makes p(A) unsymmetric and the two disagree by far more.
+ * s = 72: the kernels' symmetric products compute two blocks of rows, the
+ * second from column 48 on, and a multiple of 8 but not of 16; every path. */
+Test(optim, muon_of_the_transpose_is_the_transposed_update) {
+    enum { R = 104, C = 72, N = R * C };
+    static float g[N], gt[N], p[N], pt[N], pt_t[N], buf[N], second[R];
+    float *work = malloc(optim_muon_work_floats(R, C) * sizeof(float));
+    cr_assert(work);
+    for (int i = 0; i < N; i++) g[i] = 0.01f * (float)((i * 13) % 23) - 0.1f + 0.002f * (i % 7);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) gt[c * R + r] = g[r * C + c];
+    for (int path = 2; path >= 0; path--) {
+        if (tu_select_isa(tu_isas[path], 1) != 0) continue;
+        memset(p, 0, sizeof p), memset(buf, 0, sizeof buf), memset(second, 0, sizeof second);
+        cr_assert_eq(optim_muon_step(p, g, buf, second, R, C, 0.0f, 1.0f, 0.0f, 0.95f, 5, work), 0);
+        memset(pt, 0, sizeof pt), memset(buf, 0, sizeof buf), memset(second, 0, sizeof second);
+        cr_assert_eq(optim_muon_step(pt, gt, buf, second, C, R, 0.0f, 1.0f, 0.0f, 0.95f, 5, work),
+                     0);
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) pt_t[r * C + c] = pt[c * R + r];
+        float maxabs = 0.0f, maxerr = 0.0f;
+        for (int i = 0; i < N; i++) {
+            cr_assert(isfinite(p[i]) && isfinite(pt_t[i]), "%s: element %d is %g and %g",
+                      tu_isas[path], i, p[i], pt_t[i]);
+            maxabs = fmaxf(maxabs, fabsf(p[i]));
+            maxerr = fmaxf(maxerr, fabsf(pt_t[i] - p[i]));
+        }
+        cr_assert_gt(maxabs, 0.01f, "%s: no update", tu_isas[path]);
+        /* rounding: the two sum in different orders (about 1e-5 of the largest) */
+        cr_expect(maxerr <= 1e-4f * maxabs, "%s: max |difference| %g against max |value| %g",
+                  tu_isas[path], maxerr, maxabs);
+    }
+    tu_select_isa_auto();
+    free(work);
 }
 
 Test(optim, muon_rejects_bad_ns_steps) {
