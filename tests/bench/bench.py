@@ -307,8 +307,18 @@ def main():
             mfus = " ".join(f"{100 * r['mfu']:.1f}" for r in ours)
             peaks = " ".join(f"{r['peak_gflops']:.0f}" for r in ours)
             others = " ".join(f"{100 * r['peak_others']:.0f}" for r in ours)
+            paired = ""
+            if theirs:
+                # each round runs the two sides back to back, so a round's own
+                # ratio cancels the machine's drift between rounds
+                ratios = [o["tokens_per_second"] / t["tokens_per_second"]
+                          for o, t in zip(ours, theirs)]
+                paired = (f"; torch rounds: "
+                          + " ".join(f"{t['tokens_per_second']:.0f}" for t in theirs)
+                          + f"; ratio by round: {' '.join(f'{x:.2f}' for x in ratios)} (median "
+                          f"{statistics.median(ratios):.2f})")
             print(f"{line} (path {ours[0]['isa']}, OpenBLAS {ours[0]['blas_core']}; nightshift "
-                  f"rounds: {rounds}; MFU % {mfus}; peak GFLOP/s {peaks} from "
+                  f"rounds: {rounds}{paired}; MFU % {mfus}; peak GFLOP/s {peaks} from "
                   f"{ours[0]['peak_isa']} sgemm of {ours[0]['peak_sgemm']}, others used % of "
                   f"the CPUs {others})")
             if ours[0]["peak_sgemm"] == "nightshift":
@@ -355,6 +365,10 @@ def main():
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("tok/s: tokens per second of full training steps (median step of a round, median "
           "over rounds); ratio = nightshift / torch.")
+    if use_torch:
+        print("ratio by round (each config's line): a round's nightshift over its torch, run back "
+              "to back; where the machine's speed drifts between rounds, their median is the "
+              "steadier figure.")
     print("GFLOP/s: `nightshift cost` training FLOPs per token x nightshift tok/s; MFU: a "
           "round's GFLOP/s over the sgemm peak measured right before it, median over rounds.")
     print("+optim: the same with the optimiser's FLOPs counted too (Muon's Newton-Schulz "
