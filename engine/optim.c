@@ -5,7 +5,9 @@
  * muon_step_fused, setup_optimizer, get_lr_multiplier, get_muon_momentum,
  * get_weight_decay). One deliberate difference: autoresearch runs the
  * polar-express iteration in bfloat16 on the GPU; here everything, including
- * that iteration, is float32 on the CPU. Muon's matrix products go through
+ * that iteration, is float32 on the CPU, and on matrices at least twice as
+ * long as wide its last three steps run in the Gram space (polar_express
+ * says what that costs in accuracy). Muon's matrix products go through
  * gemm.c's kernel (else cblas_ssyrk and cblas_sgemm). autoresearch stacks
  * same-shape matrices and updates them together; every quantity in its Muon
  * step is per matrix (the norms and sums run over dims (-2, -1) of each
@@ -76,12 +78,13 @@ void optim_adamw_step(float *p, const float *g, float *m, float *v, size_t n, in
 
 /* Scratch layout for a (rows, cols) matrix with s = min(rows, cols) and
  * l = max(rows, cols): l doubles (2 l floats, first so they are aligned) of
- * per-column sums, A (s, s) Gram matrix, P (s, s) polynomial in A, X and Y
- * (rows, cols) the iterates, fs (l) NorMuon per-row or per-column scale. */
+ * per-column sums, four (s, s) matrices (the Gram matrix, the polynomial in
+ * it, and polar_express's Q and a temporary), X and Y (rows, cols) the
+ * iterates, fs (l) NorMuon per-row or per-column scale. */
 size_t optim_muon_work_floats(int rows, int cols) {
     const size_t r = (size_t)rows, c = (size_t)cols;
     const size_t s = r < c ? r : c, l = r < c ? c : r;
-    return 2 * s * s + 2 * r * c + 3 * l;
+    return 4 * s * s + 2 * r * c + 3 * l;
 }
 
 /* Copy the upper triangle of the (s, s) row-major matrix A into its lower
@@ -191,34 +194,102 @@ static void apply_right_or_left(float *Y, const float *X, const float *P, int ro
                     cols, 0.0f, Y, cols);
 }
 
+/* C (s, s) = A B for symmetric A and B that commute (polynomials in one
+ * matrix), so C is symmetric too: only its upper triangle is computed. */
+static void commuting_product(float *C, const float *A, const float *B, int s) {
+    gemm_rows_fn *k = gemm_rows_for(s);
+    if (k) {
+        sym_product(k, s, s, A, s, 1, B, s, C);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, 1.0f, A, s, B, s, 0.0f, C, s);
+    mirror_upper(C, s);
+}
+
+/* Polar express's first PLAIN_STEPS iterations run on X itself; the rest run
+ * in the Gram space when X is at least GRAM_ASPECT times as long as it is
+ * wide, where they cost less (below). */
+#define PLAIN_STEPS 2
+#define GRAM_ASPECT 2
+
+/* Whether polar_express runs its iterations from PLAIN_STEPS on in the Gram
+ * space for a (rows, cols) matrix over ns_steps iterations: at least two of
+ * them left (one alone is a plain step) and the long side GRAM_ASPECT times
+ * the short one. */
+static int gram_space_steps(int rows, int cols, int ns_steps) {
+    const int s = rows < cols ? rows : cols, l = rows < cols ? cols : rows;
+    return ns_steps - PLAIN_STEPS >= 2 && l >= GRAM_ASPECT * s;
+}
+
 /* The polar-express approximation of the orthogonal polar factor of X
- * (rows, cols), computed on the smaller Gram side: each step is X <- X p(A)
- * (tall) or p(A) X with A the Gram matrix of X and p(A) = a I + b A + c A^2,
- * two symmetric rank-k updates and one product. X and Y are the two iterates'
- * buffers (both overwritten); returns the one holding the result. (Iterating
- * in the Gram space, A <- A p(A)^2, would skip the (rows, cols) products but
- * loses an order of magnitude of float32 accuracy against the parity
- * fixtures.) */
-static const float *polar_express(float *X, float *Y, int rows, int cols, int ns_steps, float *A,
-                                  float *P) {
+ * (rows, cols), computed on the smaller Gram side: each plain step is
+ * X <- X p(A) (tall) or p(A) X with A the Gram matrix of X and
+ * p(A) = a I + b A + c A^2, two symmetric products and one (rows, cols)
+ * product.
+ *
+ * Every iterate is X_k = Q_k X_j (wide; X_j Q_k tall) with Q_k a polynomial
+ * in R_j = the Gram matrix of X_j, and the Gram matrix of X_k is
+ * R_k = Q_k R_j Q_k: all of them are symmetric and commute. So from step j
+ * on, the iteration runs on (s, s) matrices only (Gram Newton-Schulz):
+ * Z = p(R), Q <- Z Q, R <- Z R Z, and X = Q X_j once at the end. On a
+ * matrix four times as long as wide, with j = 2 this is 28% fewer
+ * multiply-adds than five plain steps (optim_muon_flops), and make bench's L
+ * steps 4.5% shorter. The price is accuracy: Q's rounding error is amplified
+ * by its norm, which grows with each step's coefficient a (8.2 in the first).
+ * Against a float64 plain iteration, on a gradient with singular values down
+ * to 1e-5, the largest error is 5.9e-5 of the largest value from j = 2
+ * (five plain float32 steps: 1.7e-5; j = 1: 8.8e-4; j = 0: 1.4e-3; test
+ * optim::muon_in_the_gram_space_stays_close_to_float64). autoresearch runs
+ * the iteration in bfloat16, whose rounding alone is 4e-3.
+ *
+ * X and Y are the iterates' buffers (both overwritten); returns the one
+ * holding the result. R, Z, Q and T are (s, s) scratch. */
+static const float *polar_express(float *X, float *Y, int rows, int cols, int ns_steps, float *R,
+                                  float *Z, float *Q, float *T) {
     const int s = rows < cols ? rows : cols;
-    for (int k = 0; k < ns_steps; k++) {
+    const int plain = gram_space_steps(rows, cols, ns_steps) ? PLAIN_STEPS : ns_steps;
+    for (int k = 0; k < plain; k++) {
         const float *co = polar_express_coeffs[k];
-        gram(A, X, rows, cols, Y); /* Y is free until apply_right_or_left */
-        poly(P, A, s, co[0], co[1], co[2]);
-        apply_right_or_left(Y, X, P, rows, cols);
+        gram(R, X, rows, cols, Y); /* Y is free until apply_right_or_left */
+        poly(Z, R, s, co[0], co[1], co[2]);
+        apply_right_or_left(Y, X, Z, rows, cols);
         float *t = X;
         X = Y;
         Y = t;
     }
-    return X;
+    if (plain == ns_steps) return X;
+    gram(R, X, rows, cols, Y);
+    for (int k = plain; k < ns_steps; k++) {
+        const float *co = polar_express_coeffs[k];
+        poly(Z, R, s, co[0], co[1], co[2]);
+        if (k == plain) {
+            memcpy(Q, Z, (size_t)s * s * sizeof *Q); /* Q was I */
+        } else {
+            commuting_product(T, Z, Q, s);
+            float *t = Q;
+            Q = T;
+            T = t;
+        }
+        if (k + 1 < ns_steps) { /* R <- Z (Z R) */
+            commuting_product(T, Z, R, s);
+            commuting_product(R, Z, T, s);
+        }
+    }
+    apply_right_or_left(Y, X, Q, rows, cols);
+    return Y;
 }
 
 double optim_muon_flops(int rows, int cols, int ns_steps) {
-    const int s = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
-    /* per step: the Gram matrix (depth n), c A^2 (depth s), p(A) applied */
-    const double step = sym_product_fmas(s, n) + sym_product_fmas(s, s) + (double)s * s * n;
-    return 2.0 * ns_steps * step;
+    const int s = rows < cols ? rows : cols, l = rows < cols ? cols : rows;
+    /* a plain step: the Gram matrix (depth l), c A^2 (depth s), p(A) applied */
+    const double plain = sym_product_fmas(s, l) + sym_product_fmas(s, s) + (double)s * s * l;
+    if (!gram_space_steps(rows, cols, ns_steps)) return 2.0 * ns_steps * plain;
+    /* then the Gram matrix once; per step p(R), Z Q (not the first), Z R Z
+     * (not the last), each symmetric product of depth s; X = Q X_j once */
+    const int g = ns_steps - PLAIN_STEPS;
+    const double sym = sym_product_fmas(s, s);
+    const double gram_space = sym_product_fmas(s, l) + (g + (g - 1) + 2.0 * (g - 1)) * sym;
+    return 2.0 * (PLAIN_STEPS * plain + gram_space + (double)s * s * l);
 }
 
 /* fs[j] = the mean of u^2 over row j (per_row) or column j of u (rows, cols),
@@ -259,7 +330,8 @@ int optim_muon_step(float *p, const float *g, float *momentum_buf, float *second
     const size_t s = (size_t)(rows < cols ? rows : cols);
     const size_t l = (size_t)(rows < cols ? cols : rows);
     double *acc = (double *)work;
-    float *A = work + 2 * l, *P = A + s * s, *X = P + s * s, *Y = X + n, *fs = Y + n;
+    float *R = work + 2 * l, *Z = R + s * s, *Q = Z + s * s, *T = Q + s * s;
+    float *X = T + s * s, *Y = X + n, *fs = Y + n;
 
     /* Nesterov momentum: buf = lerp(buf, g, 1-mu); X = lerp(g, buf, mu); in
      * the same pass the sum of squares for X /= ||X||_F * 1.02 + 1e-6. */
@@ -281,7 +353,7 @@ int optim_muon_step(float *p, const float *g, float *momentum_buf, float *second
 #pragma omp parallel for schedule(static) if (OPTIM_PAR(n))
     for (size_t i = 0; i < n; i++) X[i] /= denom;
 
-    const float *u = polar_express(X, Y, rows, cols, ns_steps, A, P);
+    const float *u = polar_express(X, Y, rows, cols, ns_steps, R, Z, Q, T);
 
     /* NorMuon. rows >= cols: v_mean is the mean of u^2 over each row (the
      * reduced dim is the last, of size cols), one entry per row; otherwise the
@@ -453,12 +525,12 @@ static int check_lr(const char *name, double lr, char *err, size_t errlen) {
     return 0;
 }
 
-/* Rough cost of tensor i's update, for ordering: Muon's products are
- * O(numel * min(rows, cols)), AdamW one pass over numel. */
+/* Rough cost of tensor i's update, for ordering: Muon's products' FLOPs,
+ * AdamW one pass over numel. */
 static double update_cost(const optim_t *o, const gpt_t *m, int i) {
     const gpt_tensor_t *t = &m->tensors[i];
     if (o->params[i].kind == OPTIM_ADAMW) return (double)t->numel;
-    return (double)t->numel * (t->rows < t->cols ? t->rows : t->cols) * o->ns_steps;
+    return optim_muon_flops(t->rows, t->cols, o->ns_steps);
 }
 
 double optim_flops_per_step(const optim_t *o, const gpt_t *m) {
