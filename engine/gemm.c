@@ -354,6 +354,14 @@ static void thread_rows(int M, int *m0, int *m1) {
     if (*m1 > M) *m1 = M;
 }
 
+/* This thread's share [*j0, *j1) of n columns, in whole panels of `panel`. */
+static void thread_cols(int n, int panel, int *j0, int *j1) {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads(), panels = (n + panel - 1) / panel;
+    *j0 = (int)((long)panels * t / nt) * panel;
+    *j1 = (int)((long)panels * (t + 1) / nt) * panel;
+    if (*j1 > n) *j1 = n;
+}
+
 /* --------------------------------------------------------------- products */
 
 /* Products the kernel does not take, split over the team by rows like the
@@ -504,14 +512,23 @@ void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float
     {
         /* W's panels for dx are packed while the team starts on dW */
         if (dx) pack_panels_team(Wp, W, in, 1, out, in, kn.panel);
-        int m0, m1;
-        /* dW (out, in) += dy^T x: A = dy^T read in place, B = x, K = N in chunks */
-        thread_rows(out, &m0, &m1);
-        if (m0 < m1)
+        int m0, m1, j0 = 0, j1 = in;
+        /* dW (out, in) += dy^T x: A = dy^T read in place, B = x, K = N in
+         * chunks. The team splits dW along the side that leaves each thread
+         * the fewer floats of dy and x to read (and to copy where the kernel
+         * packs them): its rows (all of x, its rows of dy^T) when in <= out,
+         * else its columns (all of dy^T, its columns of x). */
+        if (in <= out) {
+            thread_rows(out, &m0, &m1);
+        } else {
+            m0 = 0, m1 = out;
+            thread_cols(in, kn.panel, &j0, &j1);
+        }
+        if (m0 < m1 && j0 < j1)
             for (int k0 = 0; k0 < N; k0 += kn.kc) {
                 int kc = N - k0 < kn.kc ? N - k0 : kn.kc;
-                kn.rows(m0, m1, in, kc, dy + (size_t)k0 * out, 1, out, x + (size_t)k0 * ldx, ldx,
-                        dW, in, 1);
+                kn.rows(m0, m1, j1 - j0, kc, dy + (size_t)k0 * out, 1, out,
+                        x + (size_t)k0 * ldx + j0, ldx, dW + j0, in, 1);
             }
         /* dx (N, in) (+)= dy (N, out) W (out, in) */
         if (dx) {
