@@ -374,7 +374,7 @@ Test(optim, muon_in_the_gram_space_stays_close_to_float64) {
 
 Test(optim, muon_rejects_bad_ns_steps) {
     float p[4] = {1, 2, 3, 4}, g[4] = {1, 1, 1, 1}, b[4] = {0}, s[2] = {0};
-    float work[32];
+    float work[128];
     cr_assert_geq(sizeof work / sizeof *work, optim_muon_work_floats(2, 2));
     cr_assert_eq(optim_muon_step(p, g, b, s, 2, 2, 0.9f, 0.1f, 0.0f, 0.95f, 6, work), -1);
     cr_assert_eq(optim_muon_step(p, g, b, s, 2, 2, 0.9f, 0.1f, 0.0f, 0.95f, -1, work), -1);
@@ -392,7 +392,7 @@ Test(optim, muon_orthogonalises) {
     /* orthonormal columns u0, u1, u2 scaled by 4, 1, 1/4 */
     const float u[C][R] = {{1, 1, 1, 1, 1, 1}, {1, -1, 1, -1, 1, -1}, {1, 1, -1, -1, 0, 0}};
     const float scale[C] = {4.0f / sqrtf(6), 1.0f / sqrtf(6), 0.25f / 2};
-    float p[R * C] = {0}, g[R * C], b[R * C] = {0}, s[R], work[128];
+    float p[R * C] = {0}, g[R * C], b[R * C] = {0}, s[R], work[512];
     cr_assert_geq(sizeof work / sizeof *work, optim_muon_work_floats(R, C));
     for (int r = 0; r < R; r++) {
         s[r] = 1.0f;
