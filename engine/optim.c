@@ -202,16 +202,19 @@ static void apply_right_or_left(float *Y, const float *X, const float *P, int ro
                     cols, 0.0f, Y, cols);
 }
 
-/* C (s, s) = A B for symmetric A and B that commute (polynomials in one
- * matrix), so C is symmetric too: only its upper triangle is computed. */
-static void commuting_product(float *C, const float *A, const float *B, int s) {
+/* C (s, s) = A B. sym: A and B are symmetric and commute (polynomials in
+ * one matrix), so C is symmetric too and only its upper triangle is
+ * computed. */
+static void square_product(float *C, const float *A, const float *B, int s, int sym) {
     gemm_rows_fn *k = gemm_rows_for(s);
-    if (k) {
+    if (k && sym)
         sym_product(k, s, s, A, s, 1, B, s, C);
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, 1.0f, A, s, B, s, 0.0f, C, s);
-    mirror_upper(C, s);
+    else if (k)
+        k(0, s, s, s, A, s, 1, B, s, C, s, 0);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, 1.0f, A, s, B, s, 0.0f, C,
+                    s);
+    if (!k && sym) mirror_upper(C, s);
 }
 
 /* Polar express's first PLAIN_STEPS iterations run on X itself; the rest run
@@ -239,16 +242,21 @@ static int gram_space_steps(int rows, int cols, int ns_steps) {
  * in R_j = the Gram matrix of X_j, and the Gram matrix of X_k is
  * R_k = Q_k R_j Q_k: all of them are symmetric and commute. So from step j
  * on, the iteration runs on (s, s) matrices only (Gram Newton-Schulz):
- * Z = p(R), Q <- Z Q, R <- Z R Z, and X = Q X_j once at the end. On a
- * matrix four times as long as wide, with j = 2 this is 28% fewer
- * multiply-adds than five plain steps (optim_muon_flops), and make bench's L
- * steps 4.5% shorter. The price is accuracy: Q's rounding error is amplified
- * by its norm, which grows with each step's coefficient a (8.2 in the first).
- * Against a float64 plain iteration, on a gradient with singular values down
- * to 1e-5, the largest error is 5.9e-5 of the largest value from j = 2
- * (five plain float32 steps: 1.7e-5; j = 1: 8.8e-4; j = 0: 1.4e-3; test
+ * Z = p(R), Q <- Z Q, R <- Z R Z, and X = Q X_j once at the end (tall:
+ * Q <- Q Z and X = X_j Q). On a matrix four times as long as wide, with
+ * j = 2 this is 24% fewer multiply-adds than five plain steps
+ * (optim_muon_flops), and make bench's L steps 0.966x the time on the AVX2
+ * path. The price is accuracy: Q's rounding error is amplified by its norm,
+ * which grows with each step's coefficient a (8.2 in the first). Against a
+ * float64 plain iteration, on a gradient with singular values down to 1e-5,
+ * the largest error is 2.8e-5 of the largest value from j = 2 (five plain
+ * float32 steps: 1.7e-5; j = 1: 2.9e-4; j = 0: 1.4e-3; test
  * optim::muon_in_the_gram_space_stays_close_to_float64). autoresearch runs
- * the iteration in bfloat16, whose rounding alone is 4e-3.
+ * the iteration in bfloat16, whose rounding alone is 4e-3. The Z's commute
+ * only to rounding, so Q is accumulated in full, in the order the plain
+ * steps would apply them: with only Z Q's upper triangle computed, the
+ * error above was 1.6e-4, and on a gradient of rank 23 (32 x 64) the paths
+ * disagreed by 3e-3 (optim::muon_same_on_every_path).
  *
  * X and Y are the iterates' buffers (both overwritten); returns the one
  * holding the result. R, Z, Q and T are (s, s) scratch. */
@@ -273,14 +281,17 @@ static const float *polar_express(float *X, float *Y, int rows, int cols, int ns
         if (k == plain) {
             memcpy(Q, Z, (size_t)s * s * sizeof *Q); /* Q was I */
         } else {
-            commuting_product(T, Z, Q, s);
+            if (rows > cols) /* Q <- Q Z: the order the plain steps apply them */
+                square_product(T, Q, Z, s, 0);
+            else
+                square_product(T, Z, Q, s, 0);
             float *t = Q;
             Q = T;
             T = t;
         }
         if (k + 1 < ns_steps) { /* R <- Z (Z R) */
-            commuting_product(T, Z, R, s);
-            commuting_product(R, Z, T, s);
+            square_product(T, Z, R, s, 1);
+            square_product(R, Z, T, s, 1);
         }
     }
     apply_right_or_left(Y, X, Q, rows, cols);
@@ -292,11 +303,13 @@ double optim_muon_flops(int rows, int cols, int ns_steps) {
     /* a plain step: the Gram matrix (depth l), c A^2 (depth s), p(A) applied */
     const double plain = sym_product_fmas(s, l) + sym_product_fmas(s, s) + (double)s * s * l;
     if (!gram_space_steps(rows, cols, ns_steps)) return 2.0 * ns_steps * plain;
-    /* then the Gram matrix once; per step p(R), Z Q (not the first), Z R Z
-     * (not the last), each symmetric product of depth s; X = Q X_j once */
+    /* then the Gram matrix once; per step p(R) and Z R Z (not the last),
+     * symmetric products of depth s, and Z Q in full (not the first);
+     * X = Q X_j once */
     const int g = ns_steps - PLAIN_STEPS;
     const double sym = sym_product_fmas(s, s);
-    const double gram_space = sym_product_fmas(s, l) + (g + (g - 1) + 2.0 * (g - 1)) * sym;
+    const double gram_space =
+        sym_product_fmas(s, l) + (g + 2.0 * (g - 1)) * sym + (g - 1.0) * s * s * s;
     return 2.0 * (PLAIN_STEPS * plain + gram_space + (double)s * s * l);
 }
 
