@@ -71,10 +71,13 @@ static double list_density(const space_t *sp, int a, const side_t *s, int k) {
     return (c + 1.0) / (n + K);
 }
 
+/* The log density of x on one side, over the axes x has (an inactive axis
+ * is not part of the point: its density is left out on both sides). */
 static double log_density(const space_t *sp, const side_t *s, const space_point_t *x) {
     double lp = 0;
     for (int a = 0; a < sp->n_axes; a++) {
         const space_axis_t *ax = &sp->axes[a];
+        if (ax->n_values ? x->v[a] < 0 || x->v[a] >= ax->n_values : isnan(x->v[a])) continue;
         if (ax->n_values)
             lp += log(list_density(sp, a, s, (int)x->v[a]));
         else
@@ -83,7 +86,8 @@ static double log_density(const space_t *sp, const side_t *s, const space_point_
     return lp;
 }
 
-/* Draw one point from a side's densities, axis by axis. */
+/* Draw one point from a side's densities, axis by axis; the axes the drawn
+ * values make inactive are then left out (space_canon). */
 static void draw(const space_t *sp, const side_t *s, rng_t *rng, space_point_t *x) {
     for (int a = 0; a < sp->n_axes; a++) {
         const space_axis_t *ax = &sp->axes[a];
@@ -110,6 +114,7 @@ static void draw(const space_t *sp, const side_t *s, rng_t *rng, space_point_t *
         }
         x->v[a] = space_from_unit(ax, v);
     }
+    space_canon(sp, x);
 }
 
 /* Observation order: by y, then by index (a stable, seed-free order). */
