@@ -1749,3 +1749,384 @@ Test(strategy, tpe_state_round_trip) {
     strategy_free(t);
     spec_free(&base);
 }
+
+/* ------------------------------------- conditional axes, derived micro-batch */
+
+/* A space where ve_gate_channels counts only when ve_layers is not none and
+ * final_lr_frac only when warmdown_ratio is above 0. */
+static const char COND_AXES[] =
+    "{\"path\":\"model.ve_layers\",\"type\":\"choice\",\"values\":[\"none\",\"alternate\"],"
+    "\"why\":\"value embeddings or not\"},"
+    "{\"path\":\"model.ve_gate_channels\",\"type\":\"int\",\"values\":[8,16,32],"
+    "\"when\":{\"path\":\"model.ve_layers\",\"not\":[\"none\"]},\"why\":\"the gate's width\"},"
+    "{\"path\":\"train.warmdown_ratio\",\"type\":\"float\",\"values\":[0,0.5]},"
+    "{\"path\":\"train.final_lr_frac\",\"type\":\"float\",\"values\":[0,0.1],"
+    "\"when\":{\"path\":\"train.warmdown_ratio\",\"above\":0}},"
+    "{\"path\":\"train.total_batch_tokens\",\"type\":\"int\",\"values\":[1024,2048,4096,8192]}";
+
+/* A conditional axis is parsed; it is inactive (not part of the point, the
+ * base spec's value kept) when its condition is false, active when true;
+ * two points that differ only there are the same point and the same spec. */
+Test(strategy, a_conditional_axis_is_inactive_when_its_condition_is_false) {
+    char err[512];
+    space_t *sp = space_of(COND_AXES, err, sizeof err);
+    cr_assert_not_null(sp, "%s", err);
+    cr_expect_eq(sp->axes[1].when.kind, SPACE_WHEN_NOT);
+    cr_expect_eq(sp->axes[1].when.axis, 0);
+    cr_expect_eq(sp->axes[3].when.kind, SPACE_WHEN_ABOVE);
+    cr_expect_eq(sp->axes[3].when.above, 0);
+    spec_t base, a, b;
+    load_example("baseline.json", &base); /* ve_gate_channels 32, warmdown 0.5, final 0 */
+    /* ve_layers none, gate 8 vs gate 16: the same point, the same spec */
+    space_point_t x = {{0, 0, 0, 0, 2}}, y = {{0, 1, 0, 1, 2}};
+    cr_expect(!space_active(sp, &x, 1), "ve_gate_channels is active without value embeddings");
+    cr_expect(!space_active(sp, &x, 3), "final_lr_frac is active without a warmdown");
+    cr_expect(space_active(sp, &x, 0) && space_active(sp, &x, 4));
+    cr_expect(space_point_equal(sp, &x, &y), "points differing only in inactive axes differ");
+    cr_assert_eq(space_write(sp, &x, NULL, &base, &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(space_write(sp, &y, NULL, &base, &b, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(a.model.ve_gate_channels, base.model.ve_gate_channels, "the base's value kept");
+    cr_expect_eq(a.train.final_lr_frac, base.train.final_lr_frac);
+    cr_expect_eq(a.train.warmdown_ratio, 0);
+    char *ia = identity(&a), *ib = identity(&b);
+    cr_expect_str_eq(ia, ib, "two points differing only in inactive axes are two specs");
+    free(ia), free(ib);
+    /* read back: the inactive axes are not part of the point */
+    space_point_t r;
+    cr_assert_eq(space_read(sp, &a, &r), 0);
+    cr_expect(r.v[1] == -1 && r.v[3] == -1, "read: %g %g", r.v[1], r.v[3]);
+    cr_expect(space_point_equal(sp, &r, &x));
+    cJSON *j = space_point_json(sp, &x);
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "model.ve_gate_channels"));
+    cr_expect_not_null(cJSON_GetObjectItemCaseSensitive(j, "model.ve_layers"));
+    cJSON_Delete(j);
+    spec_free(&a), spec_free(&b);
+    /* active: ve_layers alternate, warmdown 0.5: the values are written */
+    space_point_t z = {{1, 0, 1, 1, 2}}, w = {{1, 1, 1, 1, 2}};
+    cr_expect(space_active(sp, &z, 1) && space_active(sp, &z, 3));
+    cr_expect(!space_point_equal(sp, &z, &w));
+    cr_assert_eq(space_write(sp, &z, NULL, &base, &a, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(a.model.ve_gate_channels, 8);
+    cr_expect_eq(a.train.final_lr_frac, 0.1);
+    /* a neighbour of an inactive axis is refused; a move that switches the
+     * condition off leaves the dependent axis out */
+    rng_t rng;
+    rng_seed(&rng, 5);
+    space_point_t to;
+    cr_expect_eq(space_neighbour(sp, 1, &x, &rng, &to), -1);
+    cr_assert_eq(space_neighbour(sp, 0, &z, &rng, &to), 0);
+    cr_expect(to.v[0] == 0 && to.v[1] == -1, "%g %g", to.v[0], to.v[1]);
+    /* a mutation of the inactive axis changes nothing */
+    spec_t m;
+    strategy_change_t ch;
+    cr_assert_eq(space_write(sp, &x, NULL, &base, &m, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(strategy_mutate(sp, &m, 1, &rng, &ch), -1);
+    spec_free(&m);
+    /* draws leave the inactive axes out, and tpe scores without them */
+    int inactive = 0;
+    for (int i = 0; i < 200; i++) {
+        space_point_t d;
+        space_sample(sp, &rng, &d);
+        if (!space_active(sp, &d, 1)) {
+            inactive++;
+            cr_expect_eq(d.v[1], -1);
+        }
+    }
+    cr_expect(inactive > 60 && inactive < 140, "ve_gate_channels inactive in %d of 200", inactive);
+    tpe_obs_t obs[4] = {{z, 2.0}, {w, 2.5}, {x, 2.6}, {y, 2.7}};
+    double s1 = tpe_score(sp, obs, 4, 0.25, &x), s2 = tpe_score(sp, obs, 4, 0.25, &y);
+    cr_expect_eq(s1, s2, "tpe tells apart points that differ only in inactive axes");
+    spec_free(&a);
+    spec_free(&base);
+    space_free(sp);
+}
+
+/* A condition must name an earlier axis, with values that axis holds. */
+Test(strategy, a_condition_on_a_later_or_unknown_axis_is_refused) {
+    static const struct {
+        const char *axes, *want;
+    } cases[] = {
+        {"{\"path\":\"model.ve_gate_channels\",\"type\":\"int\",\"values\":[8,16],"
+         "\"when\":{\"path\":\"model.ve_layers\",\"not\":[\"none\"]}},"
+         "{\"path\":\"model.ve_layers\",\"type\":\"choice\",\"values\":[\"none\",\"all\"]}",
+         "test.json: axes[0].when.path: model.ve_layers is a later axis; a condition names an "
+         "axis before this one"},
+        {"{\"path\":\"model.ve_gate_channels\",\"type\":\"int\",\"values\":[8,16],"
+         "\"when\":{\"path\":\"model.ve_layers\",\"not\":[\"none\"]}}",
+         "axes[0].when.path: model.ve_layers is not an axis of the file"},
+        {"{\"path\":\"model.depth\",\"type\":\"int\",\"low\":1,\"high\":4,"
+         "\"when\":{\"path\":\"model.depth\",\"above\":1}}",
+         "axes[0].when.path: model.depth is this axis"},
+        {"{\"path\":\"model.ve_layers\",\"type\":\"choice\",\"values\":[\"none\",\"all\"]},"
+         "{\"path\":\"model.ve_gate_channels\",\"type\":\"int\",\"values\":[8,16],"
+         "\"when\":{\"path\":\"model.ve_layers\",\"not\":[\"nnoe\"]}}",
+         "axes[1].when.not[0]: not a value of model.ve_layers"},
+        {"{\"path\":\"model.ve_layers\",\"type\":\"choice\",\"values\":[\"none\",\"all\"]},"
+         "{\"path\":\"model.ve_gate_channels\",\"type\":\"int\",\"values\":[8,16],"
+         "\"when\":{\"path\":\"model.ve_layers\",\"above\":0}}",
+         "axes[1].when.above: expected a number, on a numeric axis"},
+        {"{\"path\":\"model.ve_layers\",\"type\":\"choice\",\"values\":[\"none\",\"all\"]},"
+         "{\"path\":\"model.ve_gate_channels\",\"type\":\"int\",\"values\":[8,16],"
+         "\"when\":{\"path\":\"model.ve_layers\",\"in\":[\"all\"],\"not\":[\"none\"]}}",
+         "axes[1].when: expected exactly one of \"not\", \"in\", \"above\""},
+        {"{\"path\":\"model.ve_layers\",\"type\":\"choice\",\"values\":[\"none\",\"all\"]},"
+         "{\"path\":\"model.ve_gate_channels\",\"type\":\"int\",\"values\":[8,16],"
+         "\"when\":{\"path\":\"model.ve_layers\",\"is\":[\"all\"]}}",
+         "axes[1].when: unknown key \"is\""},
+        {"{\"path\":\"model.depth\",\"type\":\"int\",\"low\":1,\"high\":4,\"why\":3}",
+         "axes[0].why: expected a sentence"},
+        {"{\"path\":\"train.batch_size\",\"type\":\"int\",\"values\":[4,8]}",
+         "axes[0]: train.batch_size is derived, never an axis"},
+    };
+    char err[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        space_t *sp = space_of(cases[i].axes, err, sizeof err);
+        cr_expect_null(sp, "case %zu was accepted", i);
+        space_free(sp);
+        if (!sp) cr_expect(strstr(err, cases[i].want), "case %zu: %s", i, err);
+    }
+}
+
+/* The micro-batch is derived: the largest power of two at most the base's
+ * batch_size that divides total_batch_tokens / seq_len (an independent
+ * count: try every power of two). */
+Test(strategy, the_micro_batch_is_derived_from_tokens_per_step) {
+    for (int bs = 1; bs <= 40; bs++)
+        for (int rows = 1; rows <= 70; rows++) {
+            int want = 1;
+            for (int p = 1; p <= bs; p *= 2)
+                if (rows % p == 0) want = p;
+            cr_assert_eq(space_micro_batch(bs, (long long)rows * 256, 256), want,
+                         "batch %d, %d rows", bs, rows);
+        }
+    cr_expect_eq(space_micro_batch(16, 1000, 256), 16, "not a whole number of rows: kept");
+    char err[512];
+    space_t *sp = space_of(COND_AXES, err, sizeof err);
+    cr_assert_not_null(sp, "%s", err);
+    spec_t base, out;
+    load_example("baseline.json", &base); /* batch_size 16, seq_len 256 */
+    static const int tokens[] = {1024, 2048, 4096, 8192}, micro[] = {4, 8, 16, 16};
+    for (int k = 0; k < 4; k++) {
+        space_point_t x = {{1, 0, 1, 0, k}};
+        cr_assert_eq(space_write(sp, &x, NULL, &base, &out, err, sizeof err), 0, "%s", err);
+        cr_expect_eq(out.train.total_batch_tokens, tokens[k], "tokens per step is not repaired");
+        cr_expect_eq(out.train.batch_size, micro[k], "%d tokens: micro-batch %d", tokens[k],
+                     out.train.batch_size);
+        spec_free(&out);
+    }
+    spec_free(&base);
+    space_free(sp);
+}
+
+/* ------------------------------------------------------ the night's plan */
+
+/* The plan for nights of 8, 16, 32, 96 and 200 runs (strategy.h's table),
+ * with the noise known from earlier nights, and of unknown length (the rule
+ * before plans). */
+Test(strategy, the_plan_is_sized_to_the_night) {
+    static const struct {
+        strategy_kind k;
+        int runs;
+        bool known;
+        int noise, startup, confirm, model;
+    } rows[] = {
+        {STRATEGY_TPE, 8, false, 1, 3, 1, 4},      {STRATEGY_TPE, 16, false, 1, 4, 1, 11},
+        {STRATEGY_TPE, 32, false, 1, 6, 2, 24},    {STRATEGY_TPE, 96, false, 2, 10, 3, 82},
+        {STRATEGY_TPE, 200, false, 3, 10, 3, 185}, {STRATEGY_TPE, 8, true, 0, 3, 1, 4},
+        {STRATEGY_TPE, 16, true, 0, 4, 1, 11},     {STRATEGY_TPE, 96, true, 0, 10, 3, 83},
+        {STRATEGY_RANDOM, 8, false, 1, 0, 1, 6},   {STRATEGY_RANDOM, 96, false, 2, 0, 3, 91},
+        {STRATEGY_CLIMB, 8, false, 2, 0, 1, 5},    {STRATEGY_CLIMB, 16, false, 2, 0, 1, 13},
+        {STRATEGY_CLIMB, 96, false, 3, 0, 3, 90},  {STRATEGY_TPE, 4, false, 1, 3, 0, 1},
+        {STRATEGY_TPE, -1, false, 1, 5, 1, -1},    {STRATEGY_CLIMB, -1, false, 3, 0, 1, -1},
+        {STRATEGY_TPE, -1, true, 0, 5, 1, -1},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        strategy_plan_t p;
+        strategy_plan(rows[i].k, rows[i].runs, rows[i].known, &p);
+        cr_expect(p.noise_seeds == rows[i].noise && p.startup == rows[i].startup &&
+                      p.confirm_seeds == rows[i].confirm && p.model == rows[i].model,
+                  "%s, %d runs%s: noise %d startup %d confirm %d model %d",
+                  strategy_kind_name(rows[i].k), rows[i].runs, rows[i].known ? ", noise known" : "",
+                  p.noise_seeds, p.startup, p.confirm_seeds, p.model);
+    }
+}
+
+/* A night of `runs` (max_proposals) on one slot against the scripted
+ * surface; returns the proposals' kinds in order ('b' baseline, 's' a
+ * startup draw, 'm' the model's or a local move, 'r' a re-run) in out, and
+ * the log in l. noise, when not NULL, is the first event's payload noise. */
+static void planned_night(int runs, cJSON *noise, char *out, log_t *full) {
+    log_t cur = {0}, *l = &cur; /* the lines of one decision */
+    strategy_opts_t o;
+    spec_t base;
+    char err[256];
+    strategy_opts_default(&o);
+    o.space = scripted_space();
+    o.kind = STRATEGY_TPE;
+    o.seed = 3;
+    o.queue_target = 1;
+    o.confirm_frac = 0; /* the mid-night confirmations aside: the plan's own */
+    o.max_proposals = runs;
+    o.log = log_cb;
+    o.log_user = l;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    rng_t rng;
+    rng_seed(&rng, 77);
+    far_objective = 1;
+    cJSON *ev = queue_empty();
+    if (noise) cJSON_AddItemToObject(ev, "noise", noise);
+    cJSON *r = decide(s, ev);
+    enum { QUEUE = 8 };
+    spec_t queue[QUEUE];
+    int n = 0, head = 0, queued = 0;
+    for (;;) {
+        /* each proposal in turn, named by the log line that proposed it */
+        const char *line = l->text;
+        for (cJSON *it = r->child; it; it = it->next) {
+            char *text = cJSON_PrintUnformatted(it);
+            spec_t *p = &queue[(head + queued++) % QUEUE];
+            cr_assert(queued <= QUEUE && !spec_parse(text, strlen(text), p, NULL, 0));
+            free(text);
+            cr_assert_lt(n, runs, "more proposals than the night's length");
+            char kind = has_tag(p, "rerun") ? 'r' : has_tag(p, "baseline") ? 'b' : 'm';
+            if (kind == 'm') { /* its "proposing tpe#N ...: why" line */
+                const char *at = line ? strstr(line, "proposing tpe#") : NULL;
+                cr_assert_not_null(at, "no line proposed %s", p->name);
+                line = strchr(at, '\n');
+                const char *why = strchr(at, ':');
+                if (why && !strncmp(why, ": a draw of the startup design", 30)) kind = 's';
+            }
+            out[n++] = kind;
+        }
+        cJSON_Delete(r);
+        if (l->text) log_cb(full, l->text);
+        free(l->text); /* the next decision's lines alone */
+        *l = (log_t){0};
+        if (!queued) break;
+        spec_t p = queue[head];
+        head = (head + 1) % QUEUE, queued--;
+        r = decide(s, finished(n + 100, "succeeded", spec_json(&p),
+                               objective(&p) + 0.025 * rng_normal(&rng), queued));
+        spec_free(&p);
+    }
+    out[n] = '\0';
+    strategy_free(s);
+    spec_free(&base);
+}
+
+/* What 8-, 16- and 96-run nights spend: the plan is logged, the baseline's
+ * noise seeds, the startup draws and the last proposals' confirmation seeds
+ * are what it says, and the rest is the model's. */
+Test(strategy, a_planned_night_spends_what_it_plans, .timeout = 60) {
+    static const struct {
+        int runs;
+        const char *plan, *head, *tail;
+    } cases[] = {
+        {8,
+         "plan: night of 8 runs: 1 baseline seed (noise), 3 startup results, 4 runs of the "
+         "model, 1 confirmation seed for the answer",
+         "bss", "mmmmr"},
+        {16,
+         "plan: night of 16 runs: 1 baseline seed (noise), 4 startup results, 11 runs of the "
+         "model, 1 confirmation seed for the answer",
+         "bsssm", "r"},
+        {96,
+         "plan: night of 96 runs: 2 baseline seeds (noise), 10 startup results, 82 runs of the "
+         "model, 3 confirmation seeds for the answer",
+         "bbsssssssssm", "rrr"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char kinds[256];
+        log_t l = {0};
+        planned_night(cases[i].runs, NULL, kinds, &l);
+        cr_expect(logged(&l, cases[i].plan), "%d runs: %s", cases[i].runs, l.text);
+        cr_expect_eq((int)strlen(kinds), cases[i].runs, "%d runs: %s", cases[i].runs, kinds);
+        cr_expect(!strncmp(kinds, cases[i].head, strlen(cases[i].head)), "%d runs: %s",
+                  cases[i].runs, kinds);
+        size_t n = strlen(kinds), t = strlen(cases[i].tail);
+        cr_expect(n >= t && !strcmp(kinds + n - t, cases[i].tail), "%d runs: %s", cases[i].runs,
+                  kinds);
+        /* nothing but the plan's re-runs: the startup and the model get the rest */
+        int reruns = 0, planned = 0;
+        for (size_t k = 0; k < n; k++) reruns += kinds[k] == 'r';
+        for (size_t k = 0; k < t; k++) planned += cases[i].tail[k] == 'r';
+        cr_expect_eq(reruns, planned, "%d runs: %s", cases[i].runs, kinds);
+        free(l.text);
+    }
+}
+
+/* The scope's noise as the payload carries it (GET /v1/noise's answer). */
+static cJSON *noise_of(const char *dataset, double sd, int df) {
+    spec_t base;
+    spec_scope_t sc;
+    load_example("baseline.json", &base);
+    spec_scope(&base, &sc);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "dataset", dataset ? dataset : sc.dataset);
+    cJSON_AddStringToObject(o, "budget_kind", sc.budget_kind);
+    cJSON_AddNumberToObject(o, "budget", sc.budget);
+    cJSON_AddNumberToObject(o, "eval_tokens", (double)sc.eval_tokens);
+    cJSON_AddNumberToObject(o, "sd", sd);
+    cJSON_AddNumberToObject(o, "configurations", 3);
+    cJSON_AddNumberToObject(o, "runs", df + 3);
+    cJSON_AddNumberToObject(o, "df", df);
+    spec_free(&base);
+    return o;
+}
+
+/* Noise that earlier nights measured in the scope is not measured again: no
+ * baseline seed, the noise pooled with the night's own from the start; noise
+ * of another scope, or of one degree of freedom, does not count. */
+Test(strategy, noise_known_from_earlier_nights_is_reused, .timeout = 60) {
+    char kinds[256];
+    log_t l = {0};
+    planned_night(16, noise_of(NULL, 0.02, 6), kinds, &l);
+    cr_expect(logged(&l, "earlier nights measured this scope's noise: sd 0.0200 over 6 df"), "%s",
+              l.text);
+    cr_expect(logged(&l, "plan: night of 16 runs: no baseline noise seeds (earlier nights "
+                         "measured it), 4 startup results, 11 runs of the model"),
+              "%s", l.text);
+    cr_expect(!strchr(kinds, 'b'), "the baseline was run: %s", kinds);
+    cr_expect(!strncmp(kinds, "ssss", 4), "%s", kinds);
+    free(l.text);
+    l = (log_t){0};
+    planned_night(16, noise_of("other", 0.02, 6), kinds, &l);
+    cr_expect(kinds[0] == 'b' && !logged(&l, "earlier nights measured"), "another scope: %s",
+              kinds);
+    free(l.text);
+    l = (log_t){0};
+    planned_night(16, noise_of(NULL, 0.02, 1), kinds, &l);
+    cr_expect(kinds[0] == 'b', "one df is not a measured noise: %s", kinds);
+    free(l.text);
+    /* the pooled noise: the known one until the night's own comes */
+    strategy_opts_t o;
+    spec_t base;
+    char err[256];
+    strategy_opts_default(&o);
+    o.space = scripted_space();
+    o.kind = STRATEGY_TPE;
+    o.log = quiet_cb;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    cJSON *ev = queue_empty();
+    cJSON_AddItemToObject(ev, "noise", noise_of(NULL, 0.03, 4));
+    cJSON_Delete(decide(s, ev));
+    int df = 0;
+    cr_expect(fabs(strategy_noise(s, &df) - 0.03) < 1e-12 && df == 4, "%g over %d",
+              strategy_noise(s, &df), df);
+    /* and it survives the state's round trip */
+    cJSON *st = strategy_state_json(s);
+    strategy_t *t = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_eq(strategy_load_json(t, st, err, sizeof err), 0, "%s", err);
+    cr_expect(fabs(strategy_noise(t, &df) - 0.03) < 1e-12 && df == 4);
+    strategy_plan_t p;
+    strategy_current_plan(t, &p);
+    cr_expect(p.noise_known && p.noise_seeds == 0);
+    cJSON_Delete(st);
+    strategy_free(t);
+    strategy_free(s);
+    spec_free(&base);
+}
