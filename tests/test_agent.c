@@ -546,8 +546,8 @@ Test(agent, the_plan_is_sized_to_the_night) {
         int noise, startup, confirm, model;
         const char *line;
     } cases[] = {
-        {"8", 1, 3, 1, 4,
-         "plan: night of 8 runs: 1 baseline seed (noise), 3 startup results, 4 runs of the model, "
+        {"8", 1, 5, 1, 2,
+         "plan: night of 8 runs: 1 baseline seed (noise), 5 startup results, 2 runs of the model, "
          "1 confirmation seed for the answer"},
         {"96", 2, 10, 3, 82,
          "plan: night of 96 runs: 2 baseline seeds (noise), 10 startup results, 82 runs of the "

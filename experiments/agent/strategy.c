@@ -167,7 +167,7 @@ void strategy_plan(strategy_kind k, int runs, bool noise_known, strategy_plan_t 
         p->noise_seeds = runs < 64 ? 1 : runs < 128 ? 2 : 3;
     if (p->noise_seeds > runs) p->noise_seeds = runs;
     p->confirm_seeds = runs < 6 ? 0 : runs < 32 ? 1 : runs < 64 ? 2 : 3;
-    if (k == STRATEGY_TPE) p->startup = clamp_int((int)lround(sqrt((double)runs)), 3, 10);
+    if (k == STRATEGY_TPE) p->startup = clamp_int((int)lround(sqrt((double)runs)), 5, 10);
     plan_model(p);
 }
 

@@ -185,10 +185,15 @@ int strategy_default_noise_seeds(strategy_kind k);
  *                  below 128, 3 from there (about 2% of a long night: the
  *                  confirmation seeds measure the rest of the noise);
  *   startup        tpe: results before the model, the night's square root in
- *                  [3, 10] (3 at 8 runs, 4 at 16, 6 at 32, 10 from 90): a
- *                  short night's model gets most of it, a long one starts from
- *                  Optuna's 10; the baseline's result counts; 0 for climb and
- *                  random;
+ *                  [5, 10] (5 up to 30 runs, 6 at 32, 10 from 90; the
+ *                  baseline's result counts; 0 for climb and random). On the
+ *                  scripted surfaces (test_strategy, 40 nights a length, the
+ *                  answer's true gap, planned minus the rule before plans):
+ *                  a startup of 3 at 8 runs was worse by 0.018 / 0.078 (near
+ *                  / far, SE 0.013 / 0.032) and of 4 by 0.011 / 0.022, so a
+ *                  short night keeps 5; at 32 runs 6 gained 0.026 / lost
+ *                  0.010 (SE 0.009 / 0.015) against 5, 8 gained 0.005 / lost
+ *                  0.009: a long night starts from Optuna's 10;
  *   confirm_seeds  further seeds the night's answer (the lowest mean) gets
  *                  among the last proposals, whatever its gain: 0 below 6
  *                  runs, 1 below 32, 2 below 64, 3 from there (capped at
