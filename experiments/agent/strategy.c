@@ -228,12 +228,16 @@ void strategy_plan_text(strategy_kind k, const strategy_plan_t *p, char *buf, si
              p->confirm_seeds, p->confirm_seeds == 1 ? "" : "s");
 }
 
-/* Log the plan when it differs from the one last logged. */
+/* Log the plan the first time, and when what it spends changes (not every
+ * time --until's count of the runs left moves by one). */
 static void say_plan(strategy_t *s) {
     strategy_plan_t p;
     char text[320];
     strategy_current_plan(s, &p);
-    if (!memcmp(&p, &s->said, sizeof p)) return;
+    if (s->said.runs != 0 && p.noise_seeds == s->said.noise_seeds && p.startup == s->said.startup &&
+        p.confirm_seeds == s->said.confirm_seeds && p.noise_known == s->said.noise_known &&
+        (p.runs < 0) == (s->said.runs < 0))
+        return;
     s->said = p;
     strategy_plan_text(s->o.kind, &p, text, sizeof text);
     say(s, "plan: %s", text);
