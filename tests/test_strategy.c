@@ -2107,6 +2107,19 @@ Test(strategy, noise_known_from_earlier_nights_is_reused, .timeout = 60) {
     planned_night(16, noise_of(NULL, 0.02, 1), kinds, &l);
     cr_expect(kinds[0] == 'b', "one df is not a measured noise: %s", kinds);
     free(l.text);
+    /* the daemon's scope writes a cap covering the whole split as 0 */
+    l = (log_t){0};
+    cJSON *whole = noise_of(NULL, 0.02, 6);
+    cJSON_ReplaceItemInObject(whole, "eval_tokens", cJSON_CreateNumber(0));
+    planned_night(16, whole, kinds, &l);
+    cr_expect(kinds[0] == 's', "eval_tokens 0 (the whole split): %s", kinds);
+    free(l.text);
+    l = (log_t){0};
+    cJSON *other = noise_of(NULL, 0.02, 6);
+    cJSON_ReplaceItemInObject(other, "budget", cJSON_CreateNumber(60));
+    planned_night(16, other, kinds, &l);
+    cr_expect(kinds[0] == 'b', "another budget: %s", kinds);
+    free(l.text);
     /* the pooled noise: the known one until the night's own comes */
     strategy_opts_t o;
     spec_t base;

@@ -1181,9 +1181,14 @@ int strategy_set_known_noise(strategy_t *s, const cJSON *noise) {
         !cJSON_IsNumber(df) || !(df->valuedouble >= STRATEGY_NOISE_KNOWN_DF) ||
         df->valuedouble > INT32_MAX || !cJSON_IsNumber(budget) || !cJSON_IsNumber(eval))
         return 0;
+    /* The daemon writes a cap that covers the whole validation split as 0
+     * (spec_scope_on); the agent knows no split's size, so 0 matches its cap. */
     snprintf(scope, sizeof scope, "%s|%s|%.17g|eval %lld", dataset, kind, budget->valuedouble,
              (long long)eval->valuedouble);
-    if (strcmp(scope, s->scope)) return 0;
+    size_t at = strlen(s->scope);
+    while (at > 0 && s->scope[at - 1] != ' ') at--;
+    if (strcmp(scope, s->scope) && !(eval->valuedouble == 0 && !strncmp(scope, s->scope, at)))
+        return 0;
     s->noise_known = true;
     s->prior_df = (int)df->valuedouble;
     s->prior_m2 = sd->valuedouble * sd->valuedouble * s->prior_df;
