@@ -1942,9 +1942,9 @@ Test(strategy, the_plan_is_sized_to_the_night) {
         {STRATEGY_TPE, 200, false, 3, 10, 3, 185}, {STRATEGY_TPE, 8, true, 0, 5, 1, 2},
         {STRATEGY_TPE, 16, true, 0, 5, 1, 10},     {STRATEGY_TPE, 96, true, 0, 10, 3, 83},
         {STRATEGY_RANDOM, 8, false, 1, 0, 1, 6},   {STRATEGY_RANDOM, 96, false, 2, 0, 3, 91},
-        {STRATEGY_CLIMB, 8, false, 2, 0, 1, 5},    {STRATEGY_CLIMB, 16, false, 2, 0, 1, 13},
-        {STRATEGY_CLIMB, 96, false, 3, 0, 3, 90},  {STRATEGY_TPE, 4, false, 1, 5, 0, 0},
-        {STRATEGY_TPE, -1, false, 1, 5, 1, -1},    {STRATEGY_CLIMB, -1, false, 3, 0, 1, -1},
+        {STRATEGY_CLIMB, 8, false, 2, 0, 0, 6},    {STRATEGY_CLIMB, 16, false, 2, 0, 0, 14},
+        {STRATEGY_CLIMB, 96, false, 3, 0, 0, 93},  {STRATEGY_TPE, 4, false, 1, 5, 0, 0},
+        {STRATEGY_TPE, -1, false, 1, 5, 1, -1},    {STRATEGY_CLIMB, -1, false, 3, 0, 0, -1},
         {STRATEGY_TPE, -1, true, 0, 5, 1, -1},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

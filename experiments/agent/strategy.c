@@ -155,7 +155,7 @@ void strategy_plan(strategy_kind k, int runs, bool noise_known, strategy_plan_t 
     if (runs < 0) {
         p->noise_seeds = noise_known ? 0 : strategy_default_noise_seeds(k);
         p->startup = k == STRATEGY_TPE ? STRATEGY_DEFAULT_STARTUP : 0;
-        p->confirm_seeds = 1;
+        p->confirm_seeds = k == STRATEGY_CLIMB ? 0 : 1;
         plan_model(p);
         return;
     }
@@ -166,7 +166,8 @@ void strategy_plan(strategy_kind k, int runs, bool noise_known, strategy_plan_t 
     else
         p->noise_seeds = runs < 64 ? 1 : runs < 128 ? 2 : 3;
     if (p->noise_seeds > runs) p->noise_seeds = runs;
-    p->confirm_seeds = runs < 6 ? 0 : runs < 32 ? 1 : runs < 64 ? 2 : 3;
+    /* climb confirms by its own rule: every promising variant is re-run */
+    p->confirm_seeds = k == STRATEGY_CLIMB ? 0 : runs < 6 ? 0 : runs < 32 ? 1 : runs < 64 ? 2 : 3;
     if (k == STRATEGY_TPE) p->startup = clamp_int((int)lround(sqrt((double)runs)), 5, 10);
     plan_model(p);
 }

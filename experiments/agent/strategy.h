@@ -198,7 +198,8 @@ int strategy_default_noise_seeds(strategy_kind k);
  *                  among the last proposals, whatever its gain: 0 below 6
  *                  runs, 1 below 32, 2 below 64, 3 from there (capped at
  *                  max_seeds - 1), so the answer of a 96-run night rests on 4
- *                  seeds and an 8-run night's on 2;
+ *                  seeds and an 8-run night's on 2; random and tpe only
+ *                  (climb re-runs every promising variant by its own rule);
  *   model          the runs left to the strategy's own points (startup draws,
  *                  the model, local moves), before mid-night confirmations.
  * runs < 0 (the length unknown) is the rule before plans: the baseline's
