@@ -158,9 +158,21 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
     /* Define-by-run: a stand-in trial that takes each axis's first value
      * (ve_layers none, warmdown_ratio 0) is asked for no axis whose
      * condition is then false; with the second values it is asked for them. */
+    char *cond = tu_path("%s/cond.json", tu_dir());
+    tu_write(cond,
+             "{\"axes\": ["
+             "{\"path\": \"model.ve_layers\", \"type\": \"choice\", \"values\": [\"none\", "
+             "\"alternate\"]},"
+             "{\"path\": \"model.ve_gate_channels\", \"type\": \"int\", \"values\": [8, 16],"
+             " \"when\": {\"path\": \"model.ve_layers\", \"not\": [\"none\"]}},"
+             "{\"path\": \"train.value_embedding_lr\", \"type\": \"float\", \"low\": 0.1,"
+             " \"high\": 1, \"when\": {\"path\": \"model.ve_layers\", \"in\": [\"alternate\"]}},"
+             "{\"path\": \"train.warmdown_ratio\", \"type\": \"float\", \"values\": [0, 0.5]},"
+             "{\"path\": \"train.final_lr_frac\", \"type\": \"float\", \"values\": [0, 0.1],"
+             " \"when\": {\"path\": \"train.warmdown_ratio\", \"above\": 0}}]}");
     code = tu_path("import json, sys; sys.path.insert(0, '%s/experiments/bridges');"
                    "import optuna_bridge as b;"
-                   "axes, d = b.load_space('%s/experiments/search/space.json');\n"
+                   "axes, d = b.load_space('%s');\n"
                    "class T:\n"
                    "  def __init__(s, k): s.k, s.asked = k, []\n"
                    "  def suggest_categorical(s, p, v): s.asked.append(p); return v[min(s.k, "
@@ -171,7 +183,8 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
                    "  t = T(k); pt = b.sample_point(t, axes)\n"
                    "  assert sorted(pt) == sorted(t.asked)\n"
                    "  print(json.dumps(sorted(pt)))\n",
-                   tu_src(), tu_src());
+                   tu_src(), cond);
+    free(cond);
     char *const argv2[] = {PY, "-c", code, NULL};
     tu_run(&r, argv2, 30);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
