@@ -535,3 +535,70 @@ Test(agent, the_space_file_and_the_strategy) {
     free(good);
     free(bad);
 }
+
+/* The night's plan, sized to its length: from --max-proposals (8 and 96
+ * runs of tpe), and from --until at the pace the baseline's budget suggests
+ * on --slots before any run has ended; printed in the log at start, in the
+ * status JSON and by `agent status`. */
+Test(agent, the_plan_is_sized_to_the_night) {
+    static const struct {
+        const char *runs;
+        int noise, startup, confirm, model;
+        const char *line;
+    } cases[] = {
+        {"8", 1, 5, 1, 2,
+         "plan: night of 8 runs: 1 baseline seed (noise), 5 startup results, 2 runs of the model, "
+         "1 confirmation seed for the answer"},
+        {"96", 2, 10, 3, 82,
+         "plan: night of 96 runs: 2 baseline seeds (noise), 10 startup results, 82 runs of the "
+         "model, 3 confirmation seeds for the answer"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *more[] = {"--strategy", "tpe", "--max-proposals", cases[i].runs, NULL};
+        agent_start_with(more);
+        cJSON *st = tu_get_json(&A, "/");
+        cJSON *plan = cJSON_GetObjectItem(st, "plan");
+        cr_assert(cJSON_IsObject(plan), "no plan in the status");
+        cr_expect_eq(tu_jnum(plan, "runs"), atoi(cases[i].runs));
+        cr_expect_eq(tu_jnum(plan, "noise_seeds"), cases[i].noise);
+        cr_expect_eq(tu_jnum(plan, "startup"), cases[i].startup);
+        cr_expect_eq(tu_jnum(plan, "confirm_seeds"), cases[i].confirm);
+        cr_expect_eq(tu_jnum(plan, "model"), cases[i].model);
+        cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(plan, "noise_known")));
+        cJSON_Delete(st);
+        tu_run_t r;
+        tu_run_bin(&r, 10, "agent", "status", "--url", A.url, NULL);
+        char want[128];
+        snprintf(want, sizeof want,
+                 "  plan:          a night of %s runs: %d baseline noise seed(s)", cases[i].runs,
+                 cases[i].noise);
+        cr_expect(strstr(r.out, want), "%s", r.out);
+        tu_run_free(&r);
+        agent_stop();
+        char *log = tu_read(err_path);
+        cr_expect(log && strstr(log, cases[i].line), "%s", log);
+        free(log);
+    }
+    /* --until in 3 h (and 30 to 90 s) of 300 s runs on 2 slots: 345 s a run,
+     * 31 a slot, 62 runs */
+    time_t later = time(NULL) + 3 * 3600 + 90;
+    struct tm t;
+    char until[8];
+    strftime(until, sizeof until, "%H:%M", localtime_r(&later, &t));
+    const char *more[] = {"--strategy", "tpe", "--until", until, "--slots", "2", NULL};
+    agent_start_with(more);
+    cJSON *st = tu_get_json(&A, "/");
+    cJSON *plan = cJSON_GetObjectItem(st, "plan");
+    cr_expect_eq(tu_jnum(plan, "runs"), 62, "runs %g", tu_jnum(plan, "runs"));
+    cr_expect_eq(tu_jnum(st, "runs_left"), 62);
+    cr_expect_eq(tu_jnum(plan, "confirm_seeds"), 2);
+    cr_expect_eq(tu_jnum(plan, "startup"), 8);
+    cJSON_Delete(st);
+    agent_stop();
+    char *log = tu_read(err_path);
+    cr_expect(log && strstr(log, "--until: about 62 runs can end in time (300 s budget, 2 slots)"),
+              "%s", log);
+    cr_expect(log && strstr(log, "plan: night of 62 runs: 1 baseline seed (noise), 8 startup"),
+              "%s", log);
+    free(log);
+}

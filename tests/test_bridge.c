@@ -3,8 +3,10 @@
  *
  * Without Optuna (CI need not have python3-optuna): the space file drives
  * the bridge's specs (an axis appended to a copy of experiments/search/space.json
- * is read, written into the base spec with its "also" paths, and the one
- * repair made), and a bad space file is refused with the axis named.
+ * is read, written into the base spec with its "also" paths and the derived
+ * micro-batch, a conditional axis left out of the point define-by-run and
+ * the base's value kept where it is inactive), and a bad space file is
+ * refused with the axis named.
  * Also without Optuna: a wrong token, a refused base spec and a daemon that
  * is not there are said before anything is asked.
  * With Optuna (tests that need it skip with a message otherwise): an axis
@@ -42,6 +44,19 @@ TestSuite(bridge, .init = setup, .fini = teardown, .timeout = 90);
 
 static char *bridge_path(void) {
     return tu_path("%s/experiments/bridges/optuna_bridge.py", tu_src());
+}
+
+/* The number of axes of the repository's space file. */
+static int repo_axes(void) {
+    char *src = tu_path("%s/experiments/search/space.json", tu_src());
+    char *text = tu_read(src);
+    cJSON *doc = cJSON_Parse(text);
+    cr_assert_not_null(doc, "%s is not JSON", src);
+    int n = cJSON_GetArraySize(cJSON_GetObjectItem(doc, "axes"));
+    cJSON_Delete(doc);
+    free(text);
+    free(src);
+    return n;
 }
 
 /* The repository's space file with one more axis appended, at path. */
@@ -101,21 +116,24 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     cJSON *axes = cJSON_Parse(r.out);
     cr_assert(cJSON_IsArray(axes), "%s", r.out);
-    cr_expect_eq(cJSON_GetArraySize(axes), 11);
-    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(axes, 10), "path")->valuestring,
+    int n = repo_axes();
+    cr_expect_eq(cJSON_GetArraySize(axes), n + 1);
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(axes, n), "path")->valuestring,
                      "model.mlp_ratio");
     cJSON_Delete(axes);
     tu_run_free(&r);
 
     /* A point written into the baseline the way the agent writes one: the
-     * axes and their also paths, then total_batch_tokens rounded up to a
-     * multiple of batch_size x seq_len (32 x 256). */
+     * axes and their also paths, then the derived micro-batch (1,024 tokens
+     * a step of 256-token rows: 4 rows, so 4 of the base's 16); ve_layers
+     * none leaves ve_gate_channels (written 64) inactive: the base's 32. */
     char *code = tu_path("import json, sys; sys.path.insert(0, '%s/experiments/bridges');"
                          "import optuna_bridge as b;"
                          "axes, d = b.load_space('%s');"
                          "base = json.load(open('%s/experiments/specs/baseline.json'));"
-                         "pt = {'model.n_head': 4, 'train.batch_size': 32, 'model.mlp_ratio': 3,"
-                         "      'train.matrix_lr': 0.05};"
+                         "pt = {'model.n_head': 4, 'train.total_batch_tokens': 1024,"
+                         "      'model.mlp_ratio': 3, 'train.matrix_lr': 0.05,"
+                         "      'model.ve_layers': 'none', 'model.ve_gate_channels': 64};"
                          "print(json.dumps(b.build_spec(base, d, axes, pt)))",
                          tu_src(), space, tu_src());
     char *const argv[] = {PY, "-c", code, NULL};
@@ -127,11 +145,60 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
     cr_expect_eq(tu_jnum(model, "mlp_ratio"), 3, "the added axis is written");
     cr_expect_eq(tu_jnum(model, "n_head"), 4);
     cr_expect_eq(tu_jnum(model, "n_kv_head"), 4, "also: n_head to n_kv_head");
-    cr_expect_eq(tu_jnum(train, "batch_size"), 32);
-    cr_expect_eq(tu_jnum(train, "total_batch_tokens"), 8192, "the repair: 4096 up to 32 x 256");
+    cr_expect_eq(tu_jnum(train, "total_batch_tokens"), 1024, "tokens per step as the point says");
+    cr_expect_eq(tu_jnum(train, "batch_size"), 4, "the derived micro-batch: 1024 / 256 rows");
+    cr_expect_str_eq(tu_jstr(model, "ve_layers"), "none");
+    cr_expect_eq(tu_jnum(model, "ve_gate_channels"), 32, "an inactive axis keeps the base's");
     cr_expect_float_eq(tu_jnum(train, "matrix_lr"), 0.05, 1e-12);
     cr_expect_eq(tu_jnum(model, "depth"), 4, "an axis the point leaves out keeps the base's");
     cJSON_Delete(spec);
+    tu_run_free(&r);
+    free(code);
+
+    /* Define-by-run: a stand-in trial that takes each axis's first value
+     * (ve_layers none, warmdown_ratio 0) is asked for no axis whose
+     * condition is then false; with the second values it is asked for them. */
+    char *cond = tu_path("%s/cond.json", tu_dir());
+    tu_write(cond,
+             "{\"axes\": ["
+             "{\"path\": \"model.ve_layers\", \"type\": \"choice\", \"values\": [\"none\", "
+             "\"alternate\"]},"
+             "{\"path\": \"model.ve_gate_channels\", \"type\": \"int\", \"values\": [8, 16],"
+             " \"when\": {\"path\": \"model.ve_layers\", \"not\": [\"none\"]}},"
+             "{\"path\": \"train.value_embedding_lr\", \"type\": \"float\", \"low\": 0.1,"
+             " \"high\": 1, \"when\": {\"path\": \"model.ve_layers\", \"in\": [\"alternate\"]}},"
+             "{\"path\": \"train.warmdown_ratio\", \"type\": \"float\", \"values\": [0, 0.5]},"
+             "{\"path\": \"train.final_lr_frac\", \"type\": \"float\", \"values\": [0, 0.1],"
+             " \"when\": {\"path\": \"train.warmdown_ratio\", \"above\": 0}}]}");
+    code = tu_path("import json, sys; sys.path.insert(0, '%s/experiments/bridges');"
+                   "import optuna_bridge as b;"
+                   "axes, d = b.load_space('%s');\n"
+                   "class T:\n"
+                   "  def __init__(s, k): s.k, s.asked = k, []\n"
+                   "  def suggest_categorical(s, p, v): s.asked.append(p); return v[min(s.k, "
+                   "len(v) - 1)]\n"
+                   "  def suggest_int(s, p, lo, hi, log=False): s.asked.append(p); return lo\n"
+                   "  def suggest_float(s, p, lo, hi, log=False): s.asked.append(p); return lo\n"
+                   "for k in (0, 1):\n"
+                   "  t = T(k); pt = b.sample_point(t, axes)\n"
+                   "  assert sorted(pt) == sorted(t.asked)\n"
+                   "  print(json.dumps(sorted(pt)))\n",
+                   tu_src(), cond);
+    free(cond);
+    char *const argv2[] = {PY, "-c", code, NULL};
+    tu_run(&r, argv2, 30);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    char *second = strchr(r.out, '\n');
+    cr_assert_not_null(second, "%s", r.out);
+    *second++ = '\0';
+    cr_expect(!strstr(r.out, "ve_gate_channels") && !strstr(r.out, "value_embedding_lr") &&
+                  !strstr(r.out, "final_lr_frac"),
+              "inactive axes were sampled: %s", r.out);
+    cr_expect(strstr(r.out, "model.ve_layers") && strstr(r.out, "train.warmdown_ratio"), "%s",
+              r.out);
+    cr_expect(strstr(second, "ve_gate_channels") && strstr(second, "value_embedding_lr") &&
+                  strstr(second, "final_lr_frac"),
+              "active axes were not sampled: %s", second);
     tu_run_free(&r);
     free(code);
 
@@ -140,16 +207,25 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
         const char *axis, *want;
     } bad[] = {
         {"{\"path\": \"model.nope\", \"type\": \"int\", \"values\": [1]}",
-         "axes[10].path: model.nope is not a field of a spec"},
-        {"{\"path\": \"train.weight_decay\", \"type\": \"float\", \"low\": 0.3, \"high\": 0.1}",
-         "axes[10]: low 0.3 is not below high 0.1"},
+         ".path: model.nope is not a field of a spec"},
+        {"{\"path\": \"model.mlp_ratio\", \"type\": \"float\", \"low\": 0.3, \"high\": 0.1}",
+         ": low 0.3 is not below high 0.1"},
         {"{\"path\": \"dataset\", \"type\": \"choice\", \"values\": [\"x\"]}",
          "it is not an axis to search"},
-        {"{\"path\": \"train.weight_decay\", \"type\": \"float\", \"low\": 0, \"high\": 1, "
+        {"{\"path\": \"model.mlp_ratio\", \"type\": \"float\", \"low\": 0, \"high\": 1, "
          "\"log\": true}",
          "a log range needs low > 0"},
-        {"{\"path\": \"train.weight_decay\", \"type\": \"float\", \"values\": [0.1], \"step\": 1}",
+        {"{\"path\": \"model.mlp_ratio\", \"type\": \"float\", \"values\": [0.1], \"step\": 1}",
          "unknown key \"step\""},
+        {"{\"path\": \"model.mlp_ratio\", \"type\": \"int\", \"values\": [2, 4],"
+         " \"when\": {\"path\": \"model.nope\", \"in\": [1]}}",
+         ".when.path: model.nope is not an axis of the file; a condition names an axis before "
+         "this one"},
+        {"{\"path\": \"model.mlp_ratio\", \"type\": \"int\", \"values\": [2, 4],"
+         " \"when\": {\"path\": \"model.mlp\", \"in\": [\"relu3\"]}}",
+         ".when.in[0]: not a value of model.mlp"},
+        {"{\"path\": \"train.batch_size\", \"type\": \"int\", \"values\": [4, 8]}",
+         "train.batch_size is derived, never an axis"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_space_plus(space, bad[i].axis);
@@ -159,6 +235,16 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
                   r.err);
         tu_run_free(&r);
     }
+    /* a condition on a later axis */
+    tu_write(space,
+             "{\"axes\": ["
+             "{\"path\": \"model.ve_gate_channels\", \"type\": \"int\", \"values\": [8],"
+             " \"when\": {\"path\": \"model.ve_layers\", \"not\": [\"none\"]}},"
+             "{\"path\": \"model.ve_layers\", \"type\": \"choice\", \"values\": [\"none\"]}]}");
+    run_bridge(&r, check);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "axes[0].when.path: model.ve_layers is a later axis"), "%s", r.err);
+    tu_run_free(&r);
     tu_write(space, "{\"axes\": [");
     run_bridge(&r, check);
     cr_expect_eq(r.exit_code, 2);

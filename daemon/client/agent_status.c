@@ -53,6 +53,21 @@ int agent_status_main(int argc, char **argv) {
                jnum(best, "val_bpb", 0));
     else
         printf("  best:          none yet\n");
+    const cJSON *plan = jget(st, "plan");
+    if (cJSON_IsObject(plan)) {
+        /* the night sized to its length: what it spends on noise, startup, confirmation */
+        const cJSON *runs = jget(plan, "runs");
+        if (cJSON_IsNumber(runs))
+            printf("  plan:          a night of %" PRId64 " runs: ", (int64_t)runs->valuedouble);
+        else
+            printf("  plan:          a night of unknown length: ");
+        printf("%" PRId64 " baseline noise seed(s)%s, %" PRId64 " startup result(s), %" PRId64
+               " confirmation seed(s) for the answer\n",
+               (int64_t)jnum(plan, "noise_seeds", 0),
+               cJSON_IsTrue(jget(plan, "noise_known")) ? " (earlier nights measured the noise)"
+                                                       : "",
+               (int64_t)jnum(plan, "startup", 0), (int64_t)jnum(plan, "confirm_seeds", 0));
+    }
     if (jstr(st, "until")) {
         /* --until: the night's end, and the runs the agent still counts on */
         fputs("  night ends:    ", stdout);

@@ -37,6 +37,11 @@
 #define DEFAULT_BASE  "experiments/specs/baseline.json"
 #define DEFAULT_SPACE "experiments/search/space.json"
 #define PACE_RUNS     16 /* ends of runs that set the pace --until counts with */
+/* Before three runs have ended, --until counts runs at a pace estimated from
+ * the baseline's time budget: a run takes its budget plus RUN_OVERHEAD of it
+ * and RUN_START_S (start, data, evaluation), on --slots slots at once. */
+#define RUN_OVERHEAD 0.1
+#define RUN_START_S  15.0
 
 /* The options (the table below names each one once). */
 typedef struct {
@@ -48,7 +53,7 @@ typedef struct {
     char space[PATH_MAX]; /* "" = DEFAULT_SPACE, found by find_space */
     int strategy;         /* a strategy_kind */
     double confirm_frac, local_frac;
-    int startup;
+    int startup, confirm_seeds, slots;
     char state[PATH_MAX]; /* "" = no persistence */
     int64_t seed;
     int max_proposals;  /* 0 = no limit */
@@ -81,6 +86,7 @@ typedef struct {
     int last_proposed;       /* specs in the last reply */
     /* --until: the night's end, and when the last runs ended (util_now()). */
     time_t until;               /* 0 = none */
+    double budget_s;            /* the baseline's time budget; 0 = a token budget */
     double ends[PACE_RUNS];     /* oldest first */
     int n_ends, last_runs_left; /* last_runs_left: -1 = unknown */
 } agent_t;
@@ -180,6 +186,9 @@ static void status_reply(agent_t *a, http_response_t *res) {
         else
             cJSON_AddNullToObject(o, "runs_left");
     }
+    strategy_plan_t plan;
+    strategy_current_plan(a->strategy, &plan);
+    cJSON_AddItemToObject(o, "plan", strategy_plan_json(&plan));
     status_activity(a, o);
     text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -190,10 +199,22 @@ oom:
     http_error(res, 503, "out_of_memory", "out of memory");
 }
 
+/* Runs that can end within seconds_left at the pace the time budget
+ * suggests (RUN_OVERHEAD, RUN_START_S) on --slots slots, less those running
+ * and queued; -1 under a token budget (no pace to suggest). */
+static int estimated_runs(const agent_t *a, double seconds_left, int running, int queued) {
+    if (!(a->budget_s > 0)) return -1;
+    if (!(seconds_left > 0)) return 0;
+    double per_run = a->budget_s * (1 + RUN_OVERHEAD) + RUN_START_S;
+    double fit = floor(seconds_left / per_run) * a->o.slots - running - queued;
+    return fit <= 0 ? 0 : fit >= INT_MAX / 2 ? INT_MAX / 2 : (int)fit;
+}
+
 /* --until: how many runs can still end before the night does, at the pace
- * of the last PACE_RUNS that ended, told to the strategy before it decides
- * on ev (its last proposals then confirm the lowest mean, and it proposes
- * nothing that cannot end in time). */
+ * of the last PACE_RUNS that ended (before three have, at the pace the
+ * budget suggests), told to the strategy before it decides on ev: the plan
+ * sizes the night to it, its last proposals confirm the lowest mean, and it
+ * proposes nothing that cannot end in time. */
 static void tell_runs_left(agent_t *a, const cJSON *ev) {
     const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ev, "type"));
     if (type && !strcmp(type, "experiment.finished")) {
@@ -203,10 +224,11 @@ static void tell_runs_left(agent_t *a, const cJSON *ev) {
     const cJSON *running = cJSON_GetObjectItemCaseSensitive(ev, "running");
     const cJSON *queued = cJSON_GetObjectItemCaseSensitive(ev, "queue_depth");
     double left = difftime(a->until, time(NULL));
-    int runs = strategy_runs_before(
-        left, a->ends, a->n_ends,
-        cJSON_IsNumber(running) && running->valuedouble > 0 ? (int)running->valuedouble : 0,
-        cJSON_IsNumber(queued) && queued->valuedouble > 0 ? (int)queued->valuedouble : 0);
+    int n_running =
+        cJSON_IsNumber(running) && running->valuedouble > 0 ? (int)running->valuedouble : 0;
+    int n_queued = cJSON_IsNumber(queued) && queued->valuedouble > 0 ? (int)queued->valuedouble : 0;
+    int runs = strategy_runs_before(left, a->ends, a->n_ends, n_running, n_queued);
+    if (runs < 0) runs = estimated_runs(a, left, n_running, n_queued);
     if (runs < 0 && left <= 0) runs = 0;
     if (runs != a->last_runs_left && runs >= 0)
         log_info("--until: %d more runs can end in time (%.0f minutes left)", runs, left / 60);
@@ -385,8 +407,14 @@ static const opt_t agent_rows[] = {
     {"confirm-frac", OPT_NUM, FIELD(confirm_frac), .lo = 0, .hi = 1,
      .def = STRATEGY_DEFAULT_CONFIRM, .arg = "F",
      .help = "random, tpe: confirmation seeds at most this fraction of the proposals"},
-    {"startup", OPT_INT, FIELD(startup), .lo = 0, .hi = 1 << 20, .def = STRATEGY_DEFAULT_STARTUP,
-     .arg = "N", .help = "tpe: random draws until N configurations have results"},
+    {"startup", OPT_INT, FIELD(startup), .lo = 0, .hi = 1 << 20, .def = STRATEGY_STARTUP_AUTO,
+     .arg = "N",
+     .help = "tpe: random draws until N configurations have results (default the plan's: the "
+             "night's square root in [3, 10], 5 when its length is unknown)"},
+    {"confirm-seeds", OPT_INT, FIELD(confirm_seeds), .lo = 0, .hi = 63,
+     .def = STRATEGY_CONFIRM_AUTO, .arg = "K",
+     .help = "random, tpe: further seeds the night's answer gets among its last proposals "
+             "(default the plan's: 1 below 32 runs, 2 below 64, 3 from there)"},
     {"local-frac", OPT_NUM, FIELD(local_frac), .lo = 0, .hi = 1, .def = STRATEGY_DEFAULT_LOCAL,
      .arg = "F",
      .help = "tpe: this fraction of the proposals moves one or two axes of the lowest mean "
@@ -399,16 +427,22 @@ static const opt_t agent_rows[] = {
      .help = "stop proposing after N (the night's length in runs: random and tpe spend its "
              "last proposals confirming the lowest mean); 0 = no limit"},
     {"until", OPT_CUSTOM, .set = set_until, .arg = "HH:MM",
-     .help = "the night's end, a local time: random and tpe spend the last proposals that can "
-             "end before it (at the pace of the last runs) confirming the lowest mean, and "
-             "propose nothing that cannot end in time"},
+     .help = "the night's end, a local time: the plan is sized to the runs that can end "
+             "before it (at the pace of the last runs; before three have ended, at the "
+             "baseline's time budget on --slots slots), random and tpe spend the last ones "
+             "confirming the lowest mean, and nothing that cannot end in time is proposed"},
+    {"slots", OPT_INT, FIELD(slots), .lo = 1, .hi = 1024, .def = 1, .arg = "N",
+     .help = "runs the daemon trains at once, for --until's count before the pace is measured"},
     {"noise-floor", OPT_NUM, FIELD(noise_floor), .lo = 0, .hi = 1e6, .def = 0, .arg = "BPB",
      .help = "adopt a variant that gains more than BPB; 0 = none: more than two standard "
              "errors of the difference"},
     {"noise-seeds", OPT_INT, FIELD(noise_seeds), .lo = 0, .hi = 64,
      .def = STRATEGY_NOISE_SEEDS_AUTO, .arg = "K",
      .help = "seeds of the baseline, to measure the noise; 0 = do not run the baseline first "
-             "(default 3 for climb, 1 for random and tpe: their confirmation seeds measure it)"},
+             "(default the plan's: none when earlier nights of the scope measured the noise; "
+             "else climb 2 below 24 runs, 3 from there; random and tpe 1 below 64 runs, 2 "
+             "below 128, 3 from there, their confirmation seeds measuring the rest; 3 and 1 "
+             "when the night's length is unknown)"},
     {"max-seeds", OPT_INT, FIELD(max_seeds), .lo = 1, .hi = 64, .def = STRATEGY_DEFAULT_MAX_SEEDS,
      .arg = "K", .help = "seeds a promising variant gets before it is discarded"},
     {"queue", OPT_INT, FIELD(queue_target), .lo = 1, .hi = 1024, .def = STRATEGY_QUEUE_AUTO,
@@ -422,9 +456,12 @@ static const opt_table_t agent_options = {
     .about = "       nightshift agent status [--url URL]   (what a running agent is doing)\n"
              "The reference search agent: point the daemon's hook at POST /hook on this\n"
              "address. Every delivery must carry a valid webhook signature made with the\n"
-             "shared secret. It runs the baseline spec with --noise-seeds seeds to measure\n"
-             "the seed-to-seed noise (climb: 3; random and tpe: 1, and the confirmation\n"
-             "seeds of the lowest mean measure it), then proposes points of the search\n"
+             "shared secret. It sizes its plan to the night's length (--max-proposals, or\n"
+             "--until at the runs' pace): the baseline's noise seeds (none when earlier\n"
+             "nights of the scope measured the noise), tpe's startup draws, and the\n"
+             "confirmation seeds of the answer; the plan is in its log and its status. It\n"
+             "runs the baseline first to measure the seed-to-seed noise, then proposes\n"
+             "points of the search\n"
              "space (--space) by --strategy: climb mutates the best configuration one or\n"
              "two axes at a time; random draws uniformly; tpe models val_bpb over every\n"
              "result it has seen.\n"
@@ -507,11 +544,11 @@ static int run_agent(agent_t *a) {
     so.space = a->space;
     so.confirm_frac = a->o.confirm_frac;
     so.n_startup = a->o.startup;
+    so.confirm_seeds = a->o.confirm_seeds;
     so.local_frac = a->o.local_frac;
     so.noise_floor = a->o.noise_floor;
-    so.noise_seeds = a->o.noise_seeds == STRATEGY_NOISE_SEEDS_AUTO
-                         ? strategy_default_noise_seeds(so.kind)
-                         : a->o.noise_seeds;
+    so.noise_seeds = a->o.noise_seeds;
+    a->budget_s = base.token_budget > 0 ? 0 : base.time_budget_s;
     so.max_seeds = a->o.max_seeds;
     so.queue_target = a->o.queue_target;
     so.seed = (uint64_t)a->o.seed;
@@ -544,6 +581,24 @@ static int run_agent(agent_t *a) {
                      strategy_n_proposals(a->strategy));
     }
 
+    if (a->until) { /* the night's length before any run has ended: the budget's pace */
+        int runs = estimated_runs(a, difftime(a->until, time(NULL)), 0, 0);
+        a->last_runs_left = runs;
+        if (runs >= 0) {
+            log_info("--until: about %d runs can end in time (%g s budget, %d slot%s), until "
+                     "the runs' own pace is measured",
+                     runs, a->budget_s, a->o.slots, a->o.slots == 1 ? "" : "s");
+            strategy_set_runs_left(a->strategy, runs);
+        }
+    }
+    {
+        strategy_plan_t plan;
+        char text[320];
+        strategy_current_plan(a->strategy, &plan);
+        strategy_plan_text(so.kind, &plan, text, sizeof text);
+        log_info("plan: %s", text);
+    }
+
     uv_loop_init(&a->loop);
     loop_ready = 1;
     http_limits_t lim;
@@ -562,11 +617,10 @@ static int run_agent(agent_t *a) {
     uv_signal_start(&a->sigterm, signal_cb, SIGTERM);
     char rule[64] = "2 standard errors";
     if (a->o.noise_floor > 0) snprintf(rule, sizeof rule, "noise floor %g", a->o.noise_floor);
-    log_info("nightshift agent: strategy %s over %d ax%s of %s, baseline %s (%d seeds), "
+    log_info("nightshift agent: strategy %s over %d ax%s of %s, baseline %s, "
              "adopting past %s, state %s",
              strategy_kind_name(so.kind), a->space->n_axes, a->space->n_axes == 1 ? "is" : "es",
-             a->o.space, a->o.baseline, so.noise_seeds, rule,
-             a->o.state[0] ? a->o.state : "not kept");
+             a->o.space, a->o.baseline, rule, a->o.state[0] ? a->o.state : "not kept");
     /* The one line on stdout: scripts and tests read the bound port from it. */
     printf("listening on http://%s%s%s:%d\n", strchr(a->o.host, ':') ? "[" : "", a->o.host,
            strchr(a->o.host, ':') ? "]" : "", port);

@@ -4,6 +4,7 @@
  * code here knowing it. */
 #include "experiments/agent/space.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +23,11 @@ static const char *const not_axes[] = {"name",         "tags",       "seed",    
 
 void space_free(space_t *sp) {
     if (!sp) return;
-    for (int i = 0; i < sp->n_axes; i++)
+    for (int i = 0; i < sp->n_axes; i++) {
         for (int k = 0; k < sp->axes[i].n_values; k++) cJSON_Delete(sp->axes[i].values[k]);
+        for (int k = 0; k < sp->axes[i].when.n_values; k++)
+            cJSON_Delete(sp->axes[i].when.values[k]);
+    }
     free(sp);
 }
 
@@ -65,6 +69,12 @@ static int check_path(cJSON *defaults, const char *path, const char *where, char
                                "%s: %s labels the run or sets its scope (dataset, budget, "
                                "evaluation); it is not an axis to search",
                                where, path);
+    if (!strcmp(path, "train.batch_size"))
+        return util_errorf(err, errlen,
+                           "%s: train.batch_size is derived, never an axis (the largest power of "
+                           "two at most the base spec's that divides total_batch_tokens / "
+                           "seq_len): make train.total_batch_tokens the axis",
+                           where);
     cJSON *f = at_path(defaults, path);
     if (!f || cJSON_IsObject(f))
         return util_errorf(err, errlen, "%s: %s is not a field of a spec", where, path);
@@ -139,9 +149,92 @@ static int parse_range(space_axis_t *ax, const cJSON *obj, const char *where, ch
     return 0;
 }
 
-static int parse_axis(space_t *sp, cJSON *defaults, const cJSON *obj, int i, char *err,
-                      size_t errlen) {
-    static const char *const keys[] = {"path", "type", "values", "low", "high", "log", "also"};
+/* Is v one of axis ax's values (a listed axis), or a number in its range? */
+static bool axis_holds(const space_axis_t *ax, const cJSON *v) {
+    for (int k = 0; k < ax->n_values; k++)
+        if (cJSON_Compare(ax->values[k], v, 1)) return true;
+    return !ax->n_values && cJSON_IsNumber(v) && v->valuedouble >= ax->low &&
+           v->valuedouble <= ax->high;
+}
+
+/* An axis' "when": {"path": an earlier axis, and one of "not": [values],
+ * "in": [values] (each a value of that axis) or "above": a number (that axis
+ * numeric)}. */
+static int parse_when(space_t *sp, int i, const cJSON *w, const cJSON *all, const char *where,
+                      char *err, size_t errlen) {
+    space_when_t *wh = &sp->axes[i].when;
+    char path[SPACE_PATH_LEN], ww[48];
+    snprintf(ww, sizeof ww, "%s.when", where);
+    if (!cJSON_IsObject(w))
+        return util_errorf(err, errlen,
+                           "%s: expected {\"path\": an earlier axis, and \"not\", \"in\" or "
+                           "\"above\"}",
+                           ww);
+    if (get_path(w, "path", path, ww, err, errlen) < 0) return -1;
+    wh->axis = -1;
+    for (int j = 0; j < i; j++)
+        if (!strcmp(sp->axes[j].path, path)) wh->axis = j;
+    if (wh->axis < 0) {
+        const char *what = "not an axis of the file", *p;
+        const cJSON *a;
+        cJSON_ArrayForEach(a, all) {
+            p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, "path"));
+            if (p && !strcmp(p, path))
+                what = !strcmp(p, sp->axes[i].path) ? "this axis" : "a later axis";
+        }
+        return util_errorf(err, errlen,
+                           "%s.path: %s is %s; a condition names an axis before this one", ww, path,
+                           what);
+    }
+    const space_axis_t *on = &sp->axes[wh->axis];
+    const cJSON *not = NULL, *in = NULL, *above = NULL;
+    int n_ops = 0;
+    for (const cJSON *m = w->child; m; m = m->next) {
+        if (!strcmp(m->string, "path")) continue;
+        if (!strcmp(m->string, "not"))
+            not = m;
+        else if (!strcmp(m->string, "in"))
+            in = m;
+        else if (!strcmp(m->string, "above"))
+            above = m;
+        else
+            return util_errorf(err, errlen, "%s: unknown key \"%.40s\" (path, not, in, above)", ww,
+                               m->string);
+        n_ops++;
+    }
+    if (n_ops != 1)
+        return util_errorf(err, errlen, "%s: expected exactly one of \"not\", \"in\", \"above\"",
+                           ww);
+    if (above) {
+        bool numeric = cJSON_IsNumber(above) && isfinite(above->valuedouble);
+        for (int k = 0; numeric && k < on->n_values; k++) numeric = cJSON_IsNumber(on->values[k]);
+        if (!numeric)
+            return util_errorf(err, errlen, "%s.above: expected a number, on a numeric axis", ww);
+        wh->kind = SPACE_WHEN_ABOVE;
+        wh->above = above->valuedouble;
+        return 0;
+    }
+    const cJSON *list = not ? not : in, *v;
+    wh->kind = not ? SPACE_WHEN_NOT : SPACE_WHEN_IN;
+    int n = cJSON_GetArraySize(list);
+    if (!cJSON_IsArray(list) || n < 1 || n > SPACE_MAX_VALUES)
+        return util_errorf(err, errlen, "%s.%s: expected an array of 1 to %d values", ww,
+                           not ? "not" : "in", SPACE_MAX_VALUES);
+    cJSON_ArrayForEach(v, list) {
+        if (!axis_holds(on, v))
+            return util_errorf(err, errlen, "%s.%s[%d]: not a value of %s", ww, not ? "not" : "in",
+                               wh->n_values, on->path);
+        if (!(wh->values[wh->n_values] = cJSON_Duplicate(v, 1)))
+            return util_errorf(err, errlen, "out of memory");
+        wh->n_values++;
+    }
+    return 0;
+}
+
+static int parse_axis(space_t *sp, cJSON *defaults, const cJSON *obj, const cJSON *all, int i,
+                      char *err, size_t errlen) {
+    static const char *const keys[] = {"path", "type", "values", "low", "high",
+                                       "log",  "also", "why",    "when"};
     char where[32];
     space_axis_t *ax = &sp->axes[i];
     snprintf(where, sizeof where, "axes[%d]", i);
@@ -152,7 +245,7 @@ static int parse_axis(space_t *sp, cJSON *defaults, const cJSON *obj, int i, cha
         if (k == sizeof keys / sizeof *keys)
             return util_errorf(err, errlen,
                                "%s: unknown key \"%.40s\" (path, type, values, low, "
-                               "high, log, also)",
+                               "high, log, also, why, when)",
                                where, m->string);
     }
     if (get_path(obj, "path", ax->path, where, err, errlen) < 0 ||
@@ -189,7 +282,11 @@ static int parse_axis(space_t *sp, cJSON *defaults, const cJSON *obj, int i, cha
         if (check_path(defaults, a->valuestring, w, err, errlen) < 0) return -1;
         snprintf(ax->also[ax->n_also++], SPACE_PATH_LEN, "%s", a->valuestring);
     }
-    return 0;
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(obj, "why");
+    if (why && !cJSON_IsString(why))
+        return util_errorf(err, errlen, "%s.why: expected a sentence (a string)", where);
+    const cJSON *when = cJSON_GetObjectItemCaseSensitive(obj, "when");
+    return when ? parse_when(sp, i, when, all, where, err, errlen) : 0;
 }
 
 /* Every listed choice is a value its field accepts: written alone into the
@@ -241,7 +338,7 @@ space_t *space_parse(const char *text, size_t len, const char *what, char *err, 
     }
     cJSON_ArrayForEach(it, axes) {
         sp->n_axes = i + 1;
-        if (parse_axis(sp, defaults, it, i++, e2, sizeof e2) < 0) goto fail;
+        if (parse_axis(sp, defaults, it, axes, i++, e2, sizeof e2) < 0) goto fail;
     }
     if (check_choices(sp, e2, sizeof e2) < 0) goto fail;
     cJSON_Delete(root);
@@ -301,6 +398,57 @@ static double log_int_at(const space_axis_t *ax, double u) {
     return x < ax->low ? ax->low : x > ax->high ? ax->high : x;
 }
 
+/* ----------------------------------------------------------- conditions */
+
+/* The value of axis ax at x as a new JSON item, or NULL (not listed / OOM). */
+static cJSON *value_json(const space_axis_t *ax, double x) {
+    if (ax->n_values) {
+        int k = (int)x;
+        return k >= 0 && k < ax->n_values ? cJSON_Duplicate(ax->values[k], 1) : NULL;
+    }
+    return isnan(x) ? NULL : cJSON_CreateNumber(x);
+}
+
+/* Does the condition hold on v (the condition axis's value; NULL: none)? */
+static bool when_holds(const space_when_t *w, const cJSON *v) {
+    if (w->kind == SPACE_WHEN_ALWAYS) return true;
+    if (!v) return false;
+    if (w->kind == SPACE_WHEN_ABOVE) return cJSON_IsNumber(v) && v->valuedouble > w->above;
+    bool listed = false;
+    for (int k = 0; k < w->n_values && !listed; k++) listed = cJSON_Compare(w->values[k], v, 1);
+    return w->kind == SPACE_WHEN_IN ? listed : !listed;
+}
+
+bool space_active(const space_t *sp, const space_point_t *pt, int a) {
+    const space_when_t *w = &sp->axes[a].when;
+    if (w->kind == SPACE_WHEN_ALWAYS) return true;
+    if (!space_active(sp, pt, w->axis)) return false;
+    const space_axis_t *on = &sp->axes[w->axis];
+    double x = pt->v[w->axis];
+    if (on->n_values) {
+        int k = (int)x;
+        return k >= 0 && k < on->n_values && when_holds(w, on->values[k]);
+    }
+    if (isnan(x)) return false;
+    cJSON num = {.type = cJSON_Number, .valuedouble = x, .valueint = (int)x};
+    return when_holds(w, &num);
+}
+
+void space_canon(const space_t *sp, space_point_t *pt) {
+    /* In the file's order: an axis's condition reads an earlier axis, already
+     * decided. */
+    for (int i = 0; i < sp->n_axes; i++)
+        if (!space_active(sp, pt, i)) pt->v[i] = sp->axes[i].n_values ? -1 : NAN;
+}
+
+bool space_point_equal(const space_t *sp, const space_point_t *x, const space_point_t *y) {
+    for (int i = 0; i < sp->n_axes; i++)
+        if (!space_same(sp, i, x, y)) return false;
+    return true;
+}
+
+/* --------------------------------------------------------------- draws */
+
 void space_sample(const space_t *sp, rng_t *rng, space_point_t *pt) {
     for (int i = 0; i < sp->n_axes; i++) {
         const space_axis_t *ax = &sp->axes[i];
@@ -313,6 +461,7 @@ void space_sample(const space_t *sp, rng_t *rng, space_point_t *pt) {
         else
             pt->v[i] = space_from_unit(ax, uniform01(rng));
     }
+    space_canon(sp, pt);
 }
 
 /* The value of axis ax at u in [0, 1), the inverse of a uniform draw's
@@ -348,10 +497,12 @@ void space_sample_stratified(const space_t *sp, rng_t *rng, uint64_t seed, int d
         }
         pt->v[i] = value_at(&sp->axes[i], (perm[draw % n] + uniform01(rng)) / n);
     }
+    space_canon(sp, pt);
 }
 
 bool space_same(const space_t *sp, int a, const space_point_t *x, const space_point_t *y) {
-    (void)sp;
+    bool on_x = space_active(sp, x, a), on_y = space_active(sp, y, a);
+    if (!on_x || !on_y) return on_x == on_y;
     return x->v[a] == y->v[a] || (isnan(x->v[a]) && isnan(y->v[a]));
 }
 
@@ -360,15 +511,15 @@ int space_neighbour(const space_t *sp, int a, const space_point_t *from, rng_t *
     const space_axis_t *ax = &sp->axes[a];
     int dir = rng_below(rng, 2) ? 1 : -1;
     *to = *from;
+    if (!space_active(sp, from, a)) return -1;
     if (ax->n_values) {
         int k = (int)from->v[a], n = ax->n_values;
         if (n < 2 && k == 0) return -1;
-        if (k < 0 || k >= n) { /* not listed: any listed value */
+        if (k < 0 || k >= n) /* not listed: any listed value */
             to->v[a] = (double)rng_below(rng, (uint64_t)n);
-            return 0;
-        }
-        if (k + dir < 0 || k + dir >= n) dir = -dir;
-        to->v[a] = k + dir;
+        else
+            to->v[a] = k + (k + dir < 0 || k + dir >= n ? -dir : dir);
+        space_canon(sp, to);
         return 0;
     }
     double x = from->v[a];
@@ -379,6 +530,7 @@ int space_neighbour(const space_t *sp, int a, const space_point_t *from, rng_t *
         if (ax->type == SPACE_INT && y == x) y = x + dir;
         if (y >= ax->low && y <= ax->high && y != x) {
             to->v[a] = y;
+            space_canon(sp, to);
             return 0;
         }
     }
@@ -408,15 +560,6 @@ void space_value_text(const space_t *sp, int a, const space_point_t *pt, char *b
 
 /* ------------------------------------------------------- specs and points */
 
-/* The value of axis a at pt as a new JSON item, or NULL (not listed / OOM). */
-static cJSON *value_json(const space_axis_t *ax, double x) {
-    if (ax->n_values) {
-        int k = (int)x;
-        return k >= 0 && k < ax->n_values ? cJSON_Duplicate(ax->values[k], 1) : NULL;
-    }
-    return isnan(x) ? NULL : cJSON_CreateNumber(x);
-}
-
 /* Read axis a's value from a tree into pt. */
 static void read_axis(const space_axis_t *ax, const cJSON *v, double *x) {
     if (ax->n_values) {
@@ -435,6 +578,7 @@ int space_read(const space_t *sp, const spec_t *spec, space_point_t *pt) {
     if (!tree) return -1;
     for (int i = 0; i < sp->n_axes; i++)
         read_axis(&sp->axes[i], at_path(tree, sp->axes[i].path), &pt->v[i]);
+    space_canon(sp, pt);
     cJSON_Delete(tree);
     return 0;
 }
@@ -455,15 +599,36 @@ static int set_path(cJSON *tree, const char *path, const cJSON *v) {
     return cJSON_AddItemToObject(obj, key, copy) ? 0 : -1;
 }
 
-/* The file's one repair: total_batch_tokens up to a multiple of a row. */
-static void repair(cJSON *tree) {
+int space_micro_batch(int batch_size, long long total_batch_tokens, int seq_len) {
+    if (batch_size < 1 || seq_len < 1 || total_batch_tokens < seq_len ||
+        total_batch_tokens % seq_len)
+        return batch_size;
+    long long rows = total_batch_tokens / seq_len;
+    int b = 1;
+    while (b <= batch_size / 2) b *= 2;
+    while (rows % b) b /= 2;
+    return b;
+}
+
+/* The derived micro-batch (space_micro_batch) written into tree, from the
+ * written-into spec's batch_size. */
+static void derive_micro_batch(cJSON *tree, int batch_size) {
     cJSON *b = at_path(tree, "train.batch_size"), *t = at_path(tree, "train.total_batch_tokens");
     cJSON *T = at_path(tree, "model.seq_len");
-    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(t) || !cJSON_IsNumber(T)) return;
-    double row = b->valuedouble * T->valuedouble;
-    if (!(row >= 1)) return;
-    double total = ceil(t->valuedouble / row) * row;
-    if (total != t->valuedouble) cJSON_SetNumberValue(t, total);
+    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(t) || !cJSON_IsNumber(T) ||
+        !(t->valuedouble >= 1 && t->valuedouble < 9e15) || !(T->valuedouble >= 1) ||
+        T->valuedouble > INT_MAX)
+        return;
+    int m = space_micro_batch(batch_size, (long long)t->valuedouble, (int)T->valuedouble);
+    if (m != b->valuedouble) cJSON_SetNumberValue(b, m);
+}
+
+/* Is axis a active in tree (its condition read from the tree's values, the
+ * condition axis itself active)? */
+static bool tree_active(const space_t *sp, cJSON *tree, int a) {
+    const space_when_t *w = &sp->axes[a].when;
+    if (w->kind == SPACE_WHEN_ALWAYS) return true;
+    return tree_active(sp, tree, w->axis) && when_holds(w, at_path(tree, sp->axes[w->axis].path));
 }
 
 int space_write(const space_t *sp, const space_point_t *pt, const bool *which, const spec_t *in,
@@ -474,7 +639,7 @@ int space_write(const space_t *sp, const space_point_t *pt, const bool *which, c
     if (!tree) return util_errorf(err, errlen, "out of memory");
     for (int i = 0; i < sp->n_axes; i++) {
         const space_axis_t *ax = &sp->axes[i];
-        if (which && !which[i]) continue;
+        if ((which && !which[i]) || !tree_active(sp, tree, i)) continue;
         cJSON *v = value_json(ax, pt->v[i]);
         int rc = v ? set_path(tree, ax->path, v) : -1;
         for (int j = 0; rc == 0 && j < ax->n_also; j++) rc = set_path(tree, ax->also[j], v);
@@ -484,7 +649,7 @@ int space_write(const space_t *sp, const space_point_t *pt, const bool *which, c
             return util_errorf(err, errlen, "%s: no value to write", ax->path);
         }
     }
-    repair(tree);
+    derive_micro_batch(tree, in->train.batch_size);
     int rc = spec_from_json(tree, out, err, errlen);
     cJSON_Delete(tree);
     return rc < 0 ? -1 : 0;
@@ -493,6 +658,7 @@ int space_write(const space_t *sp, const space_point_t *pt, const bool *which, c
 cJSON *space_point_json(const space_t *sp, const space_point_t *pt) {
     cJSON *o = cJSON_CreateObject();
     for (int i = 0; o && i < sp->n_axes; i++) {
+        if (!space_active(sp, pt, i)) continue;
         cJSON *v = value_json(&sp->axes[i], pt->v[i]);
         if (!v) v = cJSON_CreateNull();
         if (!v || !cJSON_AddItemToObject(o, sp->axes[i].path, v)) {
@@ -507,4 +673,5 @@ cJSON *space_point_json(const space_t *sp, const space_point_t *pt) {
 void space_point_from_json(const space_t *sp, const cJSON *obj, space_point_t *pt) {
     for (int i = 0; i < sp->n_axes; i++)
         read_axis(&sp->axes[i], cJSON_GetObjectItemCaseSensitive(obj, sp->axes[i].path), &pt->v[i]);
+    space_canon(sp, pt);
 }

@@ -77,6 +77,11 @@ struct strategy {
     int n_mutations;       /* points proposed: the N of "mut#N", "tpe#N", "random#N" */
     int n_confirmations;   /* re-runs proposed by the confirmation rule (random, tpe) */
     int rejections_in_row; /* reset by a finished experiment */
+    int noise_decided;     /* the baseline's seeds, decided at the first proposal; -1 before */
+    bool noise_known;      /* earlier nights of the scope measured the noise */
+    double prior_m2;       /* their noise as a sum of squared deviations ... */
+    int prior_df;          /* ... over these degrees of freedom, pooled with the night's */
+    strategy_plan_t said;  /* the plan last logged */
 };
 
 static const char *const kind_names[] = {
@@ -104,7 +109,8 @@ void strategy_opts_default(strategy_opts_t *o) {
     o->queue_target = STRATEGY_QUEUE_AUTO;
     o->kind = STRATEGY_CLIMB;
     o->confirm_frac = STRATEGY_DEFAULT_CONFIRM;
-    o->n_startup = STRATEGY_DEFAULT_STARTUP;
+    o->n_startup = STRATEGY_STARTUP_AUTO;
+    o->confirm_seeds = STRATEGY_CONFIRM_AUTO;
     o->local_frac = STRATEGY_DEFAULT_LOCAL;
 }
 
@@ -123,6 +129,119 @@ static void say(strategy_t *s, const char *fmt, ...) {
         s->o.log(s->o.log_user, line);
     else
         fprintf(stderr, "%s\n", line);
+}
+
+/* ----------------------------------------------------------------- plan */
+
+static int clamp_int(int x, int lo, int hi) {
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* The plan's model runs: what the rest leaves (see strategy.h). */
+static void plan_model(strategy_plan_t *p) {
+    if (p->runs < 0) {
+        p->model = -1;
+        return;
+    }
+    int draws = p->startup > 0 ? p->startup - (p->noise_seeds > 0) : 0;
+    p->model = p->runs - p->noise_seeds - draws - p->confirm_seeds;
+    if (p->model < 0) p->model = 0;
+}
+
+void strategy_plan(strategy_kind k, int runs, bool noise_known, strategy_plan_t *p) {
+    memset(p, 0, sizeof *p);
+    p->runs = runs < 0 ? -1 : runs;
+    p->noise_known = noise_known;
+    if (runs < 0) {
+        p->noise_seeds = noise_known ? 0 : strategy_default_noise_seeds(k);
+        p->startup = k == STRATEGY_TPE ? STRATEGY_DEFAULT_STARTUP : 0;
+        p->confirm_seeds = k == STRATEGY_CLIMB ? 0 : 1;
+        plan_model(p);
+        return;
+    }
+    if (noise_known)
+        p->noise_seeds = 0;
+    else if (k == STRATEGY_CLIMB)
+        p->noise_seeds = runs < 24 ? 2 : 3;
+    else
+        p->noise_seeds = runs < 64 ? 1 : runs < 128 ? 2 : 3;
+    if (p->noise_seeds > runs) p->noise_seeds = runs;
+    /* climb confirms by its own rule: every promising variant is re-run */
+    p->confirm_seeds = k == STRATEGY_CLIMB ? 0 : runs < 6 ? 0 : runs < 32 ? 1 : runs < 64 ? 2 : 3;
+    if (k == STRATEGY_TPE) p->startup = clamp_int((int)lround(sqrt((double)runs)), 5, 10);
+    plan_model(p);
+}
+
+/* The night's length in runs as the strategy knows it; -1 when unknown. */
+static int night_runs(const strategy_t *s) {
+    int left = s->o.max_proposals ? s->o.max_proposals - s->n_proposals : INT_MAX;
+    if (s->horizon >= 0 && s->horizon - s->n_proposals < left) left = s->horizon - s->n_proposals;
+    return left == INT_MAX ? -1 : s->n_proposals + (left > 0 ? left : 0);
+}
+
+void strategy_current_plan(const strategy_t *s, strategy_plan_t *p) {
+    strategy_plan(s->o.kind, night_runs(s), s->noise_known, p);
+    if (s->noise_decided >= 0)
+        p->noise_seeds = s->noise_decided;
+    else if (s->o.noise_seeds != STRATEGY_NOISE_SEEDS_AUTO)
+        p->noise_seeds = s->o.noise_seeds;
+    if (s->o.n_startup != STRATEGY_STARTUP_AUTO) p->startup = s->o.n_startup;
+    if (s->o.confirm_seeds != STRATEGY_CONFIRM_AUTO) p->confirm_seeds = s->o.confirm_seeds;
+    if (p->confirm_seeds > s->o.max_seeds - 1) p->confirm_seeds = s->o.max_seeds - 1;
+    if (s->o.kind != STRATEGY_TPE) p->startup = 0;
+    plan_model(p);
+}
+
+cJSON *strategy_plan_json(const strategy_plan_t *p) {
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o &&
+              (p->runs < 0 ? cJSON_AddNullToObject(o, "runs") != NULL
+                           : cJSON_AddNumberToObject(o, "runs", p->runs) != NULL) &&
+              cJSON_AddBoolToObject(o, "noise_known", p->noise_known) &&
+              cJSON_AddNumberToObject(o, "noise_seeds", p->noise_seeds) &&
+              cJSON_AddNumberToObject(o, "startup", p->startup) &&
+              cJSON_AddNumberToObject(o, "confirm_seeds", p->confirm_seeds) &&
+              (p->model < 0 ? cJSON_AddNullToObject(o, "model") != NULL
+                            : cJSON_AddNumberToObject(o, "model", p->model) != NULL);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+void strategy_plan_text(strategy_kind k, const strategy_plan_t *p, char *buf, size_t n) {
+    char len[48], noise[96], start[64] = "", model[64] = "";
+    if (p->runs < 0)
+        snprintf(len, sizeof len, "night of unknown length");
+    else
+        snprintf(len, sizeof len, "night of %d runs", p->runs);
+    if (p->noise_seeds == 0 && p->noise_known)
+        snprintf(noise, sizeof noise, "no baseline noise seeds (earlier nights measured it)");
+    else
+        snprintf(noise, sizeof noise, "%d baseline seed%s (noise)", p->noise_seeds,
+                 p->noise_seeds == 1 ? "" : "s");
+    if (k == STRATEGY_TPE) snprintf(start, sizeof start, ", %d startup results", p->startup);
+    if (p->model >= 0)
+        snprintf(model, sizeof model, ", %d run%s of the %s", p->model, p->model == 1 ? "" : "s",
+                 k == STRATEGY_TPE ? "model" : "search");
+    snprintf(buf, n, "%s: %s%s%s, %d confirmation seed%s for the answer", len, noise, start, model,
+             p->confirm_seeds, p->confirm_seeds == 1 ? "" : "s");
+}
+
+/* Log the plan the first time, and when what it spends changes (not every
+ * time --until's count of the runs left moves by one). */
+static void say_plan(strategy_t *s) {
+    strategy_plan_t p;
+    char text[320];
+    strategy_current_plan(s, &p);
+    if (s->said.runs != 0 && p.noise_seeds == s->said.noise_seeds && p.startup == s->said.startup &&
+        p.confirm_seeds == s->said.confirm_seeds && p.noise_known == s->said.noise_known &&
+        (p.runs < 0) == (s->said.runs < 0))
+        return;
+    s->said = p;
+    strategy_plan_text(s->o.kind, &p, text, sizeof text);
+    say(s, "plan: %s", text);
 }
 
 /* ------------------------------------------------------------- identity */
@@ -249,11 +368,12 @@ static void config_add_value(config_t *c, double v) {
 }
 
 /* The pooled within-configuration sample standard deviation over the
- * configurations with at least two seeds, sqrt(sum m2 / sum (n - 1)); NAN
+ * configurations with at least two seeds, and earlier nights' noise when it
+ * was known at the start, sqrt(sum m2 / sum (n - 1)); NAN
  * when there is none. *df gets sum (n - 1). */
 static double pooled_sd(const strategy_t *s, int *df) {
-    double m2 = 0;
-    int d = 0;
+    double m2 = s->prior_m2; /* earlier nights' (strategy_set_known_noise) */
+    int d = s->prior_df;
     for (size_t i = 0; i < s->n_configs; i++)
         if (s->configs[i].n >= 2) {
             m2 += s->configs[i].m2;
@@ -402,8 +522,8 @@ static void propose_baseline(strategy_t *s, cJSON *reply, const char *why) {
     /* Runs that measure noise are never pruned: a prune on one early loss
      * reading would drop the very spread they are there to measure. */
     b.prune = false;
-    /* Its noise first: noise_seeds runs, seeds seed .. seed + k - 1. */
-    int k = s->o.noise_seeds > 0 ? s->o.noise_seeds : 1, proposed = 0;
+    /* Its noise first: the plan's noise seeds, seeds seed .. seed + k - 1. */
+    int k = s->noise_decided > 0 ? s->noise_decided : 1, proposed = 0;
     if (set_label(&b, s->baseline.name ? s->baseline.name : "baseline", tags, n) == 0)
         for (int i = 0; i < k && (double)(s->baseline.seed + i) <= JSON_MAX_SAFE; i++) {
             b.seed = s->baseline.seed + (uint64_t)i;
@@ -495,7 +615,7 @@ static void point_label(const strategy_t *s, const space_point_t *x, char *buf, 
     if (space_read(sp, &s->baseline, &b) < 0) return;
     for (int i = 0; i < sp->n_axes && len + 1 < n; i++) {
         char v[64];
-        if (space_same(sp, i, x, &b)) continue;
+        if (!space_active(sp, x, i) || space_same(sp, i, x, &b)) continue;
         space_value_text(sp, i, x, v, sizeof v);
         int w = snprintf(buf + len, n - len, "%s%s=%s", len ? " " : "", sp->axes[i].name, v);
         if (w < 0 || (size_t)w >= n - len) { /* cut at the last whole item */
@@ -553,15 +673,14 @@ static void propose_random(strategy_t *s, const char *why, cJSON *reply) {
 }
 
 /* tpe's startup: draw number n_mutations of a Latin hypercube design of
- * n_startup points (space_sample_stratified), so the results the model first
+ * the plan's startup points (space_sample_stratified), so the results the model first
  * sees cover every axis's range; a draw the spec refuses or one already seen
  * is drawn again within its strata, then uniformly. */
-static void propose_startup(strategy_t *s, const char *why, cJSON *reply) {
+static void propose_startup(strategy_t *s, int n_startup, const char *why, cJSON *reply) {
     for (int attempt = 0; attempt < MAX_DRAWS; attempt++) {
         space_point_t x;
         if (attempt < MAX_DRAWS / 2)
-            space_sample_stratified(s->o.space, &s->rng, s->o.seed, s->n_mutations, s->o.n_startup,
-                                    &x);
+            space_sample_stratified(s->o.space, &s->rng, s->o.seed, s->n_mutations, n_startup, &x);
         else
             space_sample(s->o.space, &s->rng, &x);
         int rc = propose_point(s, &x, strategy_kind_name(s->o.kind), 0, why, reply);
@@ -597,10 +716,14 @@ static int propose_local(strategy_t *s, const config_t *lead, cJSON *reply) {
     for (int attempt = 0; attempt < 32; attempt++) {
         space_point_t x = lead->x, y;
         int n_axes = rng_below(&s->rng, 10) < 7 || sp->n_axes < 2 ? 1 : 2;
-        for (int j = 0; j < n_axes; j++)
-            if (space_neighbour(sp, (int)rng_below(&s->rng, (uint64_t)sp->n_axes), &x, &s->rng,
-                                &y) == 0)
+        for (int j = 0; j < n_axes; j++) {
+            int on[SPACE_MAX_AXES], n_on = 0; /* an inactive axis is not part of the point */
+            for (int a = 0; a < sp->n_axes; a++)
+                if (space_active(sp, &x, a)) on[n_on++] = a;
+            if (n_on > 0 &&
+                space_neighbour(sp, on[rng_below(&s->rng, (uint64_t)n_on)], &x, &s->rng, &y) == 0)
                 x = y;
+        }
         int rc = propose_point(s, &x, "tpe", lead->first_id, why, reply);
         if (rc <= 0) return rc;
     }
@@ -617,12 +740,14 @@ static void propose_tpe(strategy_t *s, cJSON *reply) {
         say(s, "out of memory while building a proposal");
         return;
     }
-    if (n < s->o.n_startup || n < 2) {
+    strategy_plan_t plan;
+    strategy_current_plan(s, &plan);
+    if (n < plan.startup || n < 2) {
         free(obs);
         snprintf(why, sizeof why,
                  "a draw of the startup design (%d of %d results before the model)", n,
-                 s->o.n_startup);
-        propose_startup(s, why, reply);
+                 plan.startup);
+        propose_startup(s, plan.startup, why, reply);
         return;
     }
     const config_t *lead = leader(s);
@@ -687,9 +812,11 @@ static int propose_rerun(strategy_t *s, config_t *c, int64_t id, const spec_t *s
 }
 
 /* Whether the next proposal is among the night's last ones, as many as are
- * kept queued, when the night's end is known. */
-static bool in_last_proposals(const strategy_t *s) {
-    return proposals_remaining(s) <= s->queue_target;
+ * kept queued or the plan's confirmation seeds, whichever is more, when the
+ * night's end is known. */
+static bool in_last_proposals(const strategy_t *s, const strategy_plan_t *plan) {
+    int last = s->queue_target > plan->confirm_seeds ? s->queue_target : plan->confirm_seeds;
+    return proposals_remaining(s) <= last;
 }
 
 /* The confirmation rule (strategy.h): one more seed for the lowest mean
@@ -698,10 +825,16 @@ static bool in_last_proposals(const strategy_t *s) {
  * mean whatever its gain. Returns 0 when a re-run was proposed. */
 static int try_confirm(strategy_t *s, cJSON *reply) {
     config_t *c = leader(s);
-    if (!c || c->n >= s->o.max_seeds || c->outstanding > 0) return -1;
+    strategy_plan_t plan;
+    if (!c || c->n >= s->o.max_seeds) return -1;
     /* The morning's answer is the lowest mean (GET /v1/best); a night's last
-     * new leader would otherwise rest on its one, possibly lucky, seed. */
-    bool last = in_last_proposals(s) && c->n < 2;
+     * new leader would otherwise rest on its one, possibly lucky, seed: among
+     * the last proposals it gets the plan's confirmation seeds (counting
+     * those still queued). */
+    strategy_current_plan(s, &plan);
+    bool last = plan.confirm_seeds > 0 && in_last_proposals(s, &plan) &&
+                c->n + c->outstanding < 1 + plan.confirm_seeds;
+    if (!last && c->outstanding > 0) return -1;
     if (!last &&
         (!s->have_best || !strcmp(c->config.key, s->best_config.key) || !(c->mean < s->best_val)))
         return -1;
@@ -738,11 +871,20 @@ static int try_confirm(strategy_t *s, cJSON *reply) {
     spec_free(&sp);
     if (rc < 0) return -1;
     s->n_confirmations++;
-    if (last) {
+    if (last && plan.confirm_seeds == 1) {
         say(s,
             "confirming #%lld, the lowest mean (%.4f over one seed): %d or fewer proposals "
             "left, and the answer gets a second seed whatever its gain; re-running with seed %llu",
             (long long)c->first_id, c->mean, s->queue_target, (unsigned long long)c->max_seed);
+        return 0;
+    }
+    if (last) {
+        say(s,
+            "confirming #%lld, the lowest mean (%.4f over %d seed%s, %d queued): among the "
+            "night's last proposals the answer gets %d confirmation seeds whatever its gain; "
+            "re-running with seed %llu",
+            (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", c->outstanding - 1,
+            plan.confirm_seeds, (unsigned long long)c->max_seed);
         return 0;
     }
     char one[64] = "any gain: the noise is not measured yet";
@@ -758,7 +900,13 @@ static int try_confirm(strategy_t *s, cJSON *reply) {
 
 static void propose_next(strategy_t *s, cJSON *reply) {
     if (!proposals_left(s)) return;
-    if (!s->have_best && s->o.noise_seeds > 0) {
+    if (s->noise_decided < 0) { /* the night's first proposal: its noise seeds */
+        strategy_plan_t plan;
+        strategy_current_plan(s, &plan);
+        s->noise_decided = plan.noise_seeds;
+    }
+    say_plan(s);
+    if (!s->have_best && s->noise_decided > 0) {
         char hex[STRATEGY_IDENT_LEN];
         if (strategy_identity(&s->baseline, hex) == 0 && !seen_has(s, hex)) {
             propose_baseline(s, reply, "nothing has run yet");
@@ -1021,6 +1169,37 @@ static void note_rejection(strategy_t *s, const cJSON *rej) {
     }
 }
 
+int strategy_set_known_noise(strategy_t *s, const cJSON *noise) {
+    const cJSON *sd = cJSON_GetObjectItemCaseSensitive(noise, "sd");
+    const cJSON *df = cJSON_GetObjectItemCaseSensitive(noise, "df");
+    const cJSON *budget = cJSON_GetObjectItemCaseSensitive(noise, "budget");
+    const cJSON *eval = cJSON_GetObjectItemCaseSensitive(noise, "eval_tokens");
+    const char *dataset = payload_string(noise, "dataset", NULL);
+    const char *kind = payload_string(noise, "budget_kind", NULL);
+    char scope[128];
+    if (s->noise_known || s->n_proposals > 0 || !cJSON_IsObject(noise) || !dataset || !kind ||
+        !cJSON_IsNumber(sd) || !(sd->valuedouble > 0) || !isfinite(sd->valuedouble) ||
+        !cJSON_IsNumber(df) || !(df->valuedouble >= STRATEGY_NOISE_KNOWN_DF) ||
+        df->valuedouble > INT32_MAX || !cJSON_IsNumber(budget) || !cJSON_IsNumber(eval))
+        return 0;
+    /* The daemon writes a cap that covers the whole validation split as 0
+     * (spec_scope_on); the agent knows no split's size, so 0 matches its cap. */
+    snprintf(scope, sizeof scope, "%s|%s|%.17g|eval %lld", dataset, kind, budget->valuedouble,
+             (long long)eval->valuedouble);
+    size_t at = strlen(s->scope);
+    while (at > 0 && s->scope[at - 1] != ' ') at--;
+    if (strcmp(scope, s->scope) && !(eval->valuedouble == 0 && !strncmp(scope, s->scope, at)))
+        return 0;
+    s->noise_known = true;
+    s->prior_df = (int)df->valuedouble;
+    s->prior_m2 = sd->valuedouble * sd->valuedouble * s->prior_df;
+    say(s,
+        "earlier nights measured this scope's noise: sd %.4f over %d df; the night runs no "
+        "noise seeds of the baseline and pools that noise with its own",
+        sd->valuedouble, s->prior_df);
+    return 1;
+}
+
 int strategy_decide(strategy_t *s, const cJSON *ev, cJSON **reply, char *err, size_t errlen) {
     const char *type = payload_string(ev, "type", NULL);
     *reply = NULL;
@@ -1041,6 +1220,8 @@ int strategy_decide(strategy_t *s, const cJSON *ev, cJSON **reply, char *err, si
     cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(ev, "recent")) {
         see(s, cJSON_GetObjectItemCaseSensitive(item, "spec"));
     }
+    /* Noise that earlier nights measured in the scope is not measured again. */
+    strategy_set_known_noise(s, cJSON_GetObjectItemCaseSensitive(ev, "noise"));
     /* A fresh agent on a daemon with history starts from the daemon's best. */
     double v;
     int64_t bid = payload_id(best);
@@ -1111,15 +1292,16 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
     if (!s) goto oom;
     s->o = *o;
     s->horizon = -1;
-    if (o->noise_seeds == STRATEGY_NOISE_SEEDS_AUTO)
-        s->o.noise_seeds = strategy_default_noise_seeds(o->kind);
+    s->noise_decided = -1;
     if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0 ||
-        s->o.noise_seeds < 0 || o->max_seeds < 1 ||
+        (o->noise_seeds < 0 && o->noise_seeds != STRATEGY_NOISE_SEEDS_AUTO) || o->max_seeds < 1 ||
         (o->queue_target < 1 && o->queue_target != STRATEGY_QUEUE_AUTO) ||
-        !(o->confirm_frac >= 0 && o->confirm_frac <= 1) || o->n_startup < 0 ||
+        !(o->confirm_frac >= 0 && o->confirm_frac <= 1) ||
+        (o->n_startup < 0 && o->n_startup != STRATEGY_STARTUP_AUTO) ||
+        (o->confirm_seeds < 0 && o->confirm_seeds != STRATEGY_CONFIRM_AUTO) ||
         !(o->local_frac >= 0 && o->local_frac <= 1) || strategy_kind_name(o->kind)[0] == '?') {
         snprintf(err, errlen,
-                 "the noise floor, noise_seeds (or STRATEGY_NOISE_SEEDS_AUTO), n_startup and "
+                 "the noise floor, noise_seeds, n_startup, confirm_seeds (each or its AUTO) and "
                  "max_proposals must be >= 0, "
                  "queue_target >= 1 (or STRATEGY_QUEUE_AUTO), max_seeds >= 1, confirm_frac and "
                  "local_frac in [0, 1], the kind climb, tpe or random");
@@ -1227,7 +1409,13 @@ cJSON *strategy_state_json(const strategy_t *s) {
             !cJSON_AddItemToObject(obj, "spec", spec_tree(&s->best)))
             goto fail;
     }
-    if (!cJSON_AddNumberToObject(root, "max_running", s->max_running)) goto fail;
+    if (!cJSON_AddNumberToObject(root, "max_running", s->max_running) ||
+        !cJSON_AddNumberToObject(root, "noise_seeds", s->noise_decided))
+        goto fail;
+    if (s->noise_known && (!(obj = cJSON_AddObjectToObject(root, "known_noise")) ||
+                           !cJSON_AddNumberToObject(obj, "sd", sqrt(s->prior_m2 / s->prior_df)) ||
+                           !cJSON_AddNumberToObject(obj, "df", s->prior_df)))
+        goto fail;
     if (!(arr = cJSON_AddArrayToObject(root, "configs"))) goto fail;
     for (size_t i = 0; i < s->n_configs; i++) {
         const config_t *c = &s->configs[i];
@@ -1314,6 +1502,28 @@ static int load_counters(strategy_t *t, const cJSON *st, const char **what) {
     if (cJSON_GetObjectItemCaseSensitive(st, "max_running")) {
         if (!get_count(st, "max_running", 0, &d) || d > INT32_MAX) return -1;
         t->max_running = (int)d;
+    }
+    /* The plan's noise seeds, once decided (-1 before; absent before plans:
+     * decided by then when anything was proposed). */
+    *what = "noise_seeds: expected -1 or a count";
+    const cJSON *ns = cJSON_GetObjectItemCaseSensitive(st, "noise_seeds");
+    t->noise_decided = t->n_proposals > 0 ? 0 : -1;
+    if (ns) {
+        if (!cJSON_IsNumber(ns) || ns->valuedouble < -1 || ns->valuedouble > 64 ||
+            ns->valuedouble != floor(ns->valuedouble))
+            return -1;
+        t->noise_decided = (int)ns->valuedouble;
+    }
+    *what = "known_noise: expected {sd > 0, df >= 1}";
+    const cJSON *kn = cJSON_GetObjectItemCaseSensitive(st, "known_noise");
+    if (kn) {
+        const cJSON *sd = cJSON_GetObjectItemCaseSensitive(kn, "sd");
+        if (!cJSON_IsNumber(sd) || !(sd->valuedouble > 0) || !isfinite(sd->valuedouble) ||
+            !get_count(kn, "df", 1, &d) || d > INT32_MAX)
+            return -1;
+        t->noise_known = true;
+        t->prior_df = (int)d;
+        t->prior_m2 = sd->valuedouble * sd->valuedouble * d;
     }
     return 0;
 }

@@ -81,6 +81,7 @@
 #define NIGHTSHIFT_STRATEGY_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -124,20 +125,29 @@ typedef void (*strategy_log_fn)(void *user, const char *line);
 #define STRATEGY_DEFAULT_MAX_SEEDS 4
 #define STRATEGY_QUEUE_AUTO        (-1) /* queue_target: one per experiment seen running */
 #define STRATEGY_DEFAULT_CONFIRM   0.25 /* confirm_frac of random and tpe */
-#define STRATEGY_DEFAULT_STARTUP   5    /* results before tpe's model is used */
-#define STRATEGY_DEFAULT_LOCAL     0.25 /* local_frac of tpe */
+#define STRATEGY_DEFAULT_STARTUP   5    /* results before tpe's model, the night's length unknown */
+#define STRATEGY_STARTUP_AUTO      (-1) /* n_startup: the plan's (strategy_plan) */
+#define STRATEGY_CONFIRM_AUTO      (-1) /* confirm_seeds: the plan's */
+#define STRATEGY_NOISE_KNOWN_DF                                                                    \
+    2                               /* degrees of freedom of earlier nights' noise that make       \
+                                       the baseline's noise seeds unnecessary */
+#define STRATEGY_DEFAULT_LOCAL 0.25 /* local_frac of tpe */
 
 typedef struct {
     strategy_kind kind;   /* default STRATEGY_CLIMB */
     const space_t *space; /* the axes (required; borrowed: it must outlive the strategy) */
     double confirm_frac;  /* random, tpe: confirmation seeds at most this fraction of the
                              proposals; default STRATEGY_DEFAULT_CONFIRM */
-    int n_startup;        /* tpe: startup draws until this many configurations have results */
+    int n_startup;        /* tpe: startup draws until this many configurations have results;
+                             default STRATEGY_STARTUP_AUTO (the plan's) */
+    int confirm_seeds;    /* further seeds the night's answer gets among its last proposals;
+                             default STRATEGY_CONFIRM_AUTO (the plan's) */
     double local_frac;    /* tpe: this fraction of proposals moves the lowest mean locally;
                              default STRATEGY_DEFAULT_LOCAL */
     double noise_floor;   /* > 0: a fixed val_bpb gain to adopt instead of 2 SE; 0: none */
     int noise_seeds;      /* seeds of the baseline run first to measure the noise; 0 = the
-                             baseline is not run first; default STRATEGY_NOISE_SEEDS_AUTO */
+                             baseline is not run first; default STRATEGY_NOISE_SEEDS_AUTO
+                             (the plan's) */
     int max_seeds;        /* seeds a promising variant gets before it is discarded; default 4 */
     int queue_target;     /* proposals kept queued; STRATEGY_QUEUE_AUTO (the default) = the
                              most experiments seen running at once (at least 1), i.e. one
@@ -163,6 +173,66 @@ void strategy_opts_default(strategy_opts_t *o);
  * runs, three baseline seeds and five startup draws left tpe's model no run
  * at all. */
 int strategy_default_noise_seeds(strategy_kind k);
+
+/* The night's plan: what a night of `runs` runs spends on what, so that a
+ * short night spends nothing it cannot use and a long one buys certainty.
+ *   noise_seeds    seeds of the baseline run first (its noise): none when
+ *                  earlier nights of the scope measured the noise (the
+ *                  payload's noise, at least STRATEGY_NOISE_KNOWN_DF degrees
+ *                  of freedom: that noise is pooled with the night's own);
+ *                  climb, whose every adoption waits on the noise, 2 below 24
+ *                  runs and 3 from there; random and tpe 1 below 64 runs, 2
+ *                  below 128, 3 from there (about 2% of a long night: the
+ *                  confirmation seeds measure the rest of the noise);
+ *   startup        tpe: results before the model, the night's square root in
+ *                  [5, 10] (5 up to 30 runs, 6 at 32, 10 from 90; the
+ *                  baseline's result counts; 0 for climb and random). On the
+ *                  scripted surfaces (test_strategy, 40 nights a length, the
+ *                  answer's true gap, planned minus the rule before plans):
+ *                  a startup of 3 at 8 runs was worse by 0.018 / 0.078 (near
+ *                  / far, SE 0.013 / 0.032) and of 4 by 0.011 / 0.022, so a
+ *                  short night keeps 5; at 32 runs 6 gained 0.026 / lost
+ *                  0.010 (SE 0.009 / 0.015) against 5, 8 gained 0.005 / lost
+ *                  0.009: a long night starts from Optuna's 10;
+ *   confirm_seeds  further seeds the night's answer (the lowest mean) gets
+ *                  among the last proposals, whatever its gain: 0 below 6
+ *                  runs, 1 below 32, 2 below 64, 3 from there (capped at
+ *                  max_seeds - 1), so the answer of a 96-run night rests on 4
+ *                  seeds and an 8-run night's on 2; random and tpe only
+ *                  (climb re-runs every promising variant by its own rule);
+ *   model          the runs left to the strategy's own points (startup draws,
+ *                  the model, local moves), before mid-night confirmations.
+ * runs < 0 (the length unknown) is the rule before plans: the baseline's
+ * seeds strategy_default_noise_seeds, startup STRATEGY_DEFAULT_STARTUP, one
+ * confirmation seed. */
+typedef struct {
+    int runs; /* the night's length in runs; -1 = unknown */
+    bool noise_known;
+    int noise_seeds, startup, confirm_seeds, model;
+} strategy_plan_t;
+
+void strategy_plan(strategy_kind k, int runs, bool noise_known, strategy_plan_t *p);
+
+/* The plan the strategy follows now: strategy_plan for the night's length as
+ * it knows it (max_proposals, the caller's estimate from
+ * strategy_set_runs_left, whichever ends first) and for the noise it knows,
+ * with the options that were given (not AUTO) in place of the plan's. The
+ * noise seeds are the ones decided at the night's first proposal. */
+void strategy_current_plan(const strategy_t *s, strategy_plan_t *p);
+/* p as {"runs","noise_known","noise_seeds","startup","confirm_seeds","model"}
+ * (runs and model null when unknown); a new tree, NULL when out of memory. */
+cJSON *strategy_plan_json(const strategy_plan_t *p);
+/* "night of 16 runs: 1 baseline seed (noise), 4 startup results, 11 runs of
+ * the model, 1 confirmation seed" into buf. */
+void strategy_plan_text(strategy_kind k, const strategy_plan_t *p, char *buf, size_t n);
+
+/* Earlier nights' noise of the scope (as the hook payload's "noise" and GET
+ * /v1/noise give it): when it matches the baseline's scope, has at least
+ * STRATEGY_NOISE_KNOWN_DF degrees of freedom and nothing has been proposed
+ * yet, the plan runs no noise seeds and the noise is pooled with the night's
+ * own. Returns 1 when taken, 0 when not. strategy_decide calls it with each
+ * payload's noise. */
+int strategy_set_known_noise(strategy_t *s, const cJSON *noise);
 
 /* baseline must be a validated spec (spec_parse/spec_load). Returns NULL with
  * err on allocation failure or an invalid option. */

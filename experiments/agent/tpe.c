@@ -71,10 +71,13 @@ static double list_density(const space_t *sp, int a, const side_t *s, int k) {
     return (c + 1.0) / (n + K);
 }
 
+/* The log density of x on one side, over the axes x has (an inactive axis
+ * is not part of the point: its density is left out on both sides). */
 static double log_density(const space_t *sp, const side_t *s, const space_point_t *x) {
     double lp = 0;
     for (int a = 0; a < sp->n_axes; a++) {
         const space_axis_t *ax = &sp->axes[a];
+        if (ax->n_values ? x->v[a] < 0 || x->v[a] >= ax->n_values : isnan(x->v[a])) continue;
         if (ax->n_values)
             lp += log(list_density(sp, a, s, (int)x->v[a]));
         else
@@ -83,7 +86,8 @@ static double log_density(const space_t *sp, const side_t *s, const space_point_
     return lp;
 }
 
-/* Draw one point from a side's densities, axis by axis. */
+/* Draw one point from a side's densities, axis by axis; the axes the drawn
+ * values make inactive are then left out (space_canon). */
 static void draw(const space_t *sp, const side_t *s, rng_t *rng, space_point_t *x) {
     for (int a = 0; a < sp->n_axes; a++) {
         const space_axis_t *ax = &sp->axes[a];
@@ -110,6 +114,7 @@ static void draw(const space_t *sp, const side_t *s, rng_t *rng, space_point_t *
         }
         x->v[a] = space_from_unit(ax, v);
     }
+    space_canon(sp, x);
 }
 
 /* Observation order: by y, then by index (a stable, seed-free order). */
@@ -137,17 +142,37 @@ static void split(const tpe_obs_t *obs, int n, double gamma, int *idx, side_t *g
     *bad = (side_t){obs, idx + n_good, n - n_good};
 }
 
-double tpe_score(const space_t *sp, const tpe_obs_t *obs, int n_obs, double gamma,
-                 const space_point_t *x) {
-    int idx[n_obs > 0 ? n_obs : 1];
-    side_t good, bad;
-    split(obs, n_obs, gamma, idx, &good, &bad);
-    return log_density(sp, &good, x) - log_density(sp, &bad, x);
+/* A copy of obs with the inactive axes of each point left out (space_canon),
+ * so that no density counts a value that is not part of its point; NULL
+ * when out of memory (the caller frees). */
+static tpe_obs_t *canon_obs(const space_t *sp, const tpe_obs_t *obs, int n) {
+    tpe_obs_t *c = malloc((size_t)(n > 0 ? n : 1) * sizeof *c);
+    for (int i = 0; c && i < n; i++) {
+        c[i] = obs[i];
+        space_canon(sp, &c[i].x);
+    }
+    return c;
 }
 
-int tpe_suggest(const space_t *sp, const tpe_obs_t *obs, int n_obs, double gamma, int n_candidates,
-                rng_t *rng, space_point_t *out, double *score, int n_out) {
+double tpe_score(const space_t *sp, const tpe_obs_t *obs_in, int n_obs, double gamma,
+                 const space_point_t *x_in) {
+    int idx[n_obs > 0 ? n_obs : 1];
+    side_t good, bad;
+    tpe_obs_t *obs = canon_obs(sp, obs_in, n_obs);
+    space_point_t x = *x_in;
+    if (!obs) return NAN;
+    space_canon(sp, &x);
+    split(obs, n_obs, gamma, idx, &good, &bad);
+    double r = log_density(sp, &good, &x) - log_density(sp, &bad, &x);
+    free(obs);
+    return r;
+}
+
+int tpe_suggest(const space_t *sp, const tpe_obs_t *obs_in, int n_obs, double gamma,
+                int n_candidates, rng_t *rng, space_point_t *out, double *score, int n_out) {
     if (n_obs < 2 || n_candidates < 1 || n_out < 1) return 0;
+    tpe_obs_t *obs = canon_obs(sp, obs_in, n_obs);
+    if (!obs) return 0;
     int idx[n_obs], n = 0;
     double r[n_out];
     side_t good, bad;
@@ -168,5 +193,6 @@ int tpe_suggest(const space_t *sp, const tpe_obs_t *obs, int n_obs, double gamma
         if (n < n_out) n++;
     }
     if (score) memcpy(score, r, (size_t)n * sizeof *r);
+    free(obs);
     return n;
 }

@@ -21,8 +21,11 @@
  * bandwidth Scott's rule (1.06 sd n^-1/5) kept in [0.05, 0.5]. Candidates
  * are drawn from l, axis by axis, and ranked by sum over axes of
  * log l(x) - log g(x): the expected improvement of TPE grows with l/g.
- * Observations with an axis not in the space (-1 or NAN) leave that axis out
- * of its densities. */
+ * Observations with an axis not in the space (-1 or NAN: a value not listed,
+ * or an axis inactive there, space.h) leave that axis out of its densities,
+ * and a candidate's score leaves out the axes inactive at it: a conditional
+ * axis is modelled only over the results where it was active (Optuna's
+ * define-by-run TPE does the same). */
 #ifndef NIGHTSHIFT_TPE_H
 #define NIGHTSHIFT_TPE_H
 

@@ -19,12 +19,18 @@ prints the axes without Optuna or a daemon.
 The space file (space.h says the same for the agent): {"axes": [axis, ...]},
 an axis {"path": "model.depth", "type": "int"|"float"|"choice", "values":
 [...]} or {"path": ..., "type": "int"|"float", "low": L, "high": H, "log":
-true}, "also": [paths] copying the value to other paths. A listed axis is
-Optuna's categorical, a range suggest_int / suggest_float (log when "log");
-a float is kept to 4 significant digits, as the agent keeps it. After the
-axes are written, the one repair: train.total_batch_tokens is rounded up to
-a multiple of train.batch_size x model.seq_len (each read from the base
-spec, else from experiments/specs/default.json).
+true}, "also": [paths] copying the value to other paths, "why": a sentence
+(read and ignored), "when": {"path": an EARLIER axis, and "not": [values],
+"in": [values] or "above": x}. A listed axis is Optuna's categorical, a
+range suggest_int / suggest_float (log when "log"); a float is kept to 4
+significant digits, as the agent keeps it. The point is built define-by-run:
+an axis whose condition is false (or whose condition's axis is itself
+inactive) is not sampled and not part of the point, and the spec keeps the
+base spec's value there. train.batch_size is never an axis: after the axes
+are written, the micro-batch is derived, the largest power of two at most
+the base spec's train.batch_size that divides train.total_batch_tokens /
+model.seq_len (each read from the spec, else from
+experiments/specs/default.json), so gradient accumulation divides evenly.
 
 Pruning (--pruner median|sha): while a run trains, the bridge reads its
 training losses from GET /v1/experiments/ID ("metrics": step, loss) and
@@ -65,7 +71,9 @@ DEFAULT_BASE = os.path.join(ROOT, "experiments", "specs", "baseline.json")
 DEFAULT_SPEC = os.path.join(ROOT, "experiments", "specs", "default.json")
 NOT_AXES = ("name", "tags", "seed", "priority", "parent", "prune", "dataset",
             "time_budget_s", "token_budget", "eval_tokens")
-AXIS_KEYS = ("path", "type", "values", "low", "high", "log", "also")
+AXIS_KEYS = ("path", "type", "values", "low", "high", "log", "also", "why", "when")
+WHEN_OPS = ("not", "in", "above")
+DERIVED = "train.batch_size"
 MAX_AXES, MAX_VALUES, MAX_ALSO = 32, 64, 4
 MAX_SPACE_BYTES = 1 << 20
 HTTP_TIMEOUT = 10
@@ -141,6 +149,10 @@ def parse_space(doc, what, defaults):
         if p.split(".")[0] in NOT_AXES:
             bad(f"{where}: {p} labels the run or sets its scope (dataset, budget, "
                 "evaluation); it is not an axis to search")
+        if p == DERIVED:
+            bad(f"{where}: {DERIVED} is derived, never an axis (the largest power of two "
+                "at most the base spec's that divides total_batch_tokens / seq_len): make "
+                "train.total_batch_tokens the axis")
         v, found = get_path(defaults, p)
         if not found or isinstance(v, dict):
             bad(f"{where}: {p} is not a field of a spec")
@@ -205,8 +217,99 @@ def parse_space(doc, what, defaults):
         for k, p in enumerate(also):
             check_path(p, f"{where}.also[{k}]")
         axis["also"] = list(also)
+        if "why" in ax and not isinstance(ax["why"], str):
+            bad(f"{where}.why: expected a sentence (a string)")
+        if "when" in ax:
+            axis["when"] = parse_when(ax["when"], out, axes, i, path, f"{where}.when", bad)
         out.append(axis)
     return out
+
+
+def same_value(a, b):
+    """Two JSON values equal as the C reader compares them (a number by value)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    return type(a) is type(b) and a == b
+
+
+def axis_holds(axis, v):
+    """Is v one of a listed axis' values, or a number in a range axis' bounds?"""
+    if "values" in axis:
+        return any(same_value(x, v) for x in axis["values"])
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and \
+        axis["low"] <= v <= axis["high"]
+
+
+def parse_when(w, earlier, all_axes, i, path, where, bad):
+    """An axis' condition: {"path": an earlier axis, and one of not / in / above}."""
+    if not isinstance(w, dict):
+        bad(f'{where}: expected {{"path": an earlier axis, and "not", "in" or "above"}}')
+    p = w.get("path")
+    if not isinstance(p, str) or not p:
+        bad(f'{where}.path: expected a spec path like "model.depth"')
+    on = next((j for j, a in enumerate(earlier) if a["path"] == p), None)
+    if on is None:
+        what = "not an axis of the file"
+        for a in all_axes:
+            if isinstance(a, dict) and a.get("path") == p:
+                what = "this axis" if p == path else "a later axis"
+        bad(f"{where}.path: {p} is {what}; a condition names an axis before this one")
+    for k in w:
+        if k != "path" and k not in WHEN_OPS:
+            bad(f'{where}: unknown key "{k}" (path, not, in, above)')
+    ops = [k for k in WHEN_OPS if k in w]
+    if len(ops) != 1:
+        bad(f'{where}: expected exactly one of "not", "in", "above"')
+    op, arg, cond = ops[0], w[ops[0]], earlier[on]
+    if op == "above":
+        numeric = isinstance(arg, (int, float)) and not isinstance(arg, bool) and \
+            math.isfinite(arg) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                       for v in cond.get("values", []))
+        if not numeric:
+            bad(f"{where}.above: expected a number, on a numeric axis")
+        return {"path": p, "above": arg}
+    if not isinstance(arg, list) or not 1 <= len(arg) <= MAX_VALUES:
+        bad(f"{where}.{op}: expected an array of 1 to {MAX_VALUES} values")
+    for k, v in enumerate(arg):
+        if not axis_holds(cond, v):
+            bad(f"{where}.{op}[{k}]: not a value of {p}")
+    return {"path": p, op: list(arg)}
+
+
+def when_holds(when, value, found):
+    """Does an axis' condition hold on its axis' value (found: it has one)?"""
+    if not found:
+        return False
+    if "above" in when:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            value > when["above"]
+    listed = any(same_value(v, value) for v in when.get("in", when.get("not", [])))
+    return listed if "in" in when else not listed
+
+
+def active(axes, i, lookup):
+    """Is axes[i] active, its condition read through lookup(path) -> (value, found)
+    (the condition's axis itself active)?"""
+    when = axes[i].get("when")
+    if when is None:
+        return True
+    j = next(k for k, a in enumerate(axes) if a["path"] == when["path"])
+    return active(axes, j, lookup) and when_holds(when, *lookup(when["path"]))
+
+
+def micro_batch(batch_size, total, seq_len):
+    """The largest power of two at most batch_size dividing total / seq_len
+    (batch_size when total is not a whole number of rows)."""
+    if batch_size < 1 or seq_len < 1 or total < seq_len or total % seq_len:
+        return batch_size
+    rows, b = total // seq_len, 1
+    while b * 2 <= batch_size:
+        b *= 2
+    while rows % b:
+        b //= 2
+    return b
 
 
 def load_space(path, defaults_path=DEFAULT_SPEC):
@@ -225,26 +328,39 @@ def suggest(trial, axis):
     return min(max(v, axis["low"]), axis["high"])
 
 
+def sample_point(trial, axes):
+    """A point, define-by-run: each axis in the file's order, sampled only when
+    its condition holds on what is sampled so far (an inactive axis is not a
+    parameter of the trial, and not part of the point)."""
+    point = {}
+    for i, ax in enumerate(axes):
+        if active(axes, i, lambda p: (point.get(p), p in point)):
+            point[ax["path"]] = suggest(trial, ax)
+    return point
+
+
 def build_spec(base, defaults, axes, point):
-    """base with point ({path: value}) written in, its also paths, then the repair."""
+    """base with point ({path: value}) written in, in the file's order and only
+    where the axis is active (its condition read from what is written so far),
+    its also paths, then the derived micro-batch."""
     spec = copy.deepcopy(base)
-    for ax in axes:
-        if ax["path"] not in point:
+
+    def value(tree, p):
+        v, found = get_path(tree, p)
+        return (v, True) if found else get_path(defaults, p)
+
+    for i, ax in enumerate(axes):
+        if ax["path"] not in point or not active(axes, i, lambda p: value(spec, p)):
             continue
         for p in [ax["path"]] + ax["also"]:
             set_path(spec, p, point[ax["path"]])
 
-    def value(p):
-        v, found = get_path(spec, p)
-        return v if found else get_path(defaults, p)[0]
-
-    b, t, T = value("train.batch_size"), value("train.total_batch_tokens"), value("model.seq_len")
-    if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (b, t, T)):
-        row = b * T
-        if row >= 1:
-            total = math.ceil(t / row) * row
-            if total != t:
-                set_path(spec, "train.total_batch_tokens", int(total))
+    b = value(base, DERIVED)[0]
+    t, T = value(spec, "train.total_batch_tokens")[0], value(spec, "model.seq_len")[0]
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in (b, t, T)):
+        m = micro_batch(b, t, T)
+        if m != b or get_path(spec, DERIVED)[1]:
+            set_path(spec, DERIVED, m)
     return spec
 
 
@@ -490,7 +606,7 @@ def run(args):
                     break
                 trial = study.ask()
                 asked += 1
-                point = {ax["path"]: suggest(trial, ax) for ax in axes}
+                point = sample_point(trial, axes)
                 spec = build_spec(base, defaults, axes, point)
                 label = " ".join(f"{p.split('.')[-1]}={v}" for p, v in point.items())
                 spec["name"] = f"optuna#{trial.number} {label}"[:120]
