@@ -30,6 +30,10 @@ prune=${NIGHTSHIFT_PRUNE:-off}
 strategy=${NIGHTSHIFT_STRATEGY:-$default_strategy}
 until_args=()
 [ -n "${NIGHTSHIFT_UNTIL:-}" ] && until_args=(--until "$NIGHTSHIFT_UNTIL")
+# The agent sizes its night by the runs --until leaves at its pace: told the
+# slots when they are a number (with auto it counts one slot until three runs
+# have ended and their pace is known).
+[[ $slots =~ ^[0-9]+$ ]] && until_args+=(--slots "$slots")
 url=http://127.0.0.1:$port
 
 # Already running (a second `make run`)? Say where, rather than fail on the port.
