@@ -2158,7 +2158,13 @@ Test(strategy, noise_known_from_earlier_nights_is_reused, .timeout = 60) {
  * seed. Printed for strategy.h's numbers; the plan must not be worse summed
  * over the lengths and surfaces by more than two standard errors. */
 Test(strategy, the_plan_against_the_rule_before_it, .timeout = 240) {
+#if defined(__SANITIZE_ADDRESS__)
+    enum { NIGHTS = 4 }; /* a sanitizer build checks the nights' memory, not their statistics */
+    const bool judge = false;
+#else
     enum { NIGHTS = 40 };
+    const bool judge = true;
+#endif
     static const int lengths[] = {8, 16, 32, 96};
     double planned_all = 0, before_all = 0, var_all = 0;
     for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
@@ -2184,6 +2190,8 @@ Test(strategy, the_plan_against_the_rule_before_it, .timeout = 240) {
             planned_all += p, before_all += b, var_all += sd * sd / NIGHTS;
         }
     }
-    cr_expect_lt(planned_all - before_all, 2 * sqrt(var_all),
-                 "the plan's gaps sum to %.4f, the rule before it %.4f", planned_all, before_all);
+    if (judge)
+        cr_expect_lt(planned_all - before_all, 2 * sqrt(var_all),
+                     "the plan's gaps sum to %.4f, the rule before it %.4f", planned_all,
+                     before_all);
 }
