@@ -575,6 +575,105 @@ Test(guard, exports_stream_while_the_loop_answers) {
     tu_server_stop(d, 20);
 }
 
+/* ------------------------------------------- reports off the loop (issue 36) */
+
+/* The report, its Markdown and its page, one after the other. */
+typedef struct {
+    export_run_t runs[3];
+    double longest; /* the slowest one's seconds */
+    volatile int done;
+} report_runs_t;
+
+static void *reports_thread(void *arg) {
+    report_runs_t *r = arg;
+    for (int i = 0; i < 3; i++) {
+        double t0 = tu_now();
+        export_thread(&r->runs[i]);
+        if (tu_now() - t0 > r->longest) r->longest = tu_now() - t0;
+    }
+    __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* The report of a large night, as JSON, as Markdown and as the page, while
+ * /healthz is asked every 10 ms. Before, each was built on the loop (about
+ * 2 s at 100,000 experiments) and the probes waited for all of it; now
+ * reports are built on the thread pool, one at a time, and the loop answers
+ * meanwhile: no probe waits as long as half a report, and the 95th
+ * percentile stays under 50 ms (see exports_stream_while_the_loop_answers
+ * for why not the maximum). NIGHTSHIFT_REPORT_EXPERIMENTS sets the size
+ * (default 20,000). */
+Test(guard, reports_are_built_off_the_loop) {
+    const char *env = getenv("NIGHTSHIFT_REPORT_EXPERIMENTS");
+    long n = env && atol(env) > 0 ? atol(env) : 20000;
+    fill_experiments(n);
+    tu_server_t *d = daemon_start(NULL);
+    report_runs_t r = {.runs = {{.d = d, .path = "/v1/report"},
+                                {.d = d, .path = "/v1/report?format=md"},
+                                {.d = d, .path = "/report"}}};
+    enum { MAX_PROBES = 100000 };
+    double *lat = calloc(MAX_PROBES, sizeof *lat);
+    char busy_text[128];
+    pthread_t th;
+    double t0 = tu_now();
+    pthread_create(&th, NULL, reports_thread, &r);
+    int probes = probe_healthz(d, &r.done, &r.done, 0, lat, MAX_PROBES);
+    double took = tu_now() - t0;
+    pthread_join(th, NULL);
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(r.runs[i].rc, CURLE_OK, "%s: %s", r.runs[i].path,
+                     curl_easy_strerror(r.runs[i].rc));
+        cr_expect_eq(r.runs[i].status, 200, "%s: HTTP %ld", r.runs[i].path, r.runs[i].status);
+        cr_expect_gt(r.runs[i].bytes, 100, "%s: %zu bytes", r.runs[i].path, r.runs[i].bytes);
+    }
+    cr_assert(probes > 0);
+    latency_summary(lat, probes, busy_text, sizeof busy_text);
+    fprintf(stderr,
+            "reports: %ld experiments, 3 reports in %.2f s (the longest %.2f s); /healthz "
+            "during them %s\n",
+            n, took, r.longest, busy_text);
+    cr_expect_lt(lat[probes - 1], r.longest * 1e3 / 2, "/healthz during the reports: %s",
+                 busy_text);
+    cr_expect_lt(lat[probes * 95 / 100], 50, "/healthz during the reports: %s", busy_text);
+    free(lat);
+    tu_server_stop(d, 20);
+}
+
+/* A page on another site that puts the report or an export in an <img>, a
+ * <script> or a frame (Sec-Fetch-Site cross-site or same-site, no Origin)
+ * is refused before any work; the daemon's own page, an address typed in,
+ * a link followed to the page and clients without Fetch Metadata are
+ * answered. Before, all of them were answered. */
+Test(guard, cross_site_gets_that_cost_work_are_refused) {
+    tu_server_t *d = daemon_start(NULL);
+    static const char *const paths[] = {"/v1/report", "/report", "/v1/export?format=csv"};
+    const char *img[] = {"Sec-Fetch-Site: cross-site", "Sec-Fetch-Mode: no-cors",
+                         "Sec-Fetch-Dest: image", NULL};
+    const char *script[] = {"Sec-Fetch-Site: same-site", "Sec-Fetch-Mode: no-cors",
+                            "Sec-Fetch-Dest: script", NULL};
+    const char *frame[] = {"Sec-Fetch-Site: cross-site", "Sec-Fetch-Mode: navigate",
+                           "Sec-Fetch-Dest: iframe", NULL};
+    const char *own[] = {"Sec-Fetch-Site: same-origin", "Sec-Fetch-Mode: cors",
+                         "Sec-Fetch-Dest: empty", NULL};
+    const char *typed[] = {"Sec-Fetch-Site: none", "Sec-Fetch-Mode: navigate",
+                           "Sec-Fetch-Dest: document", NULL};
+    const char *link[] = {"Sec-Fetch-Site: cross-site", "Sec-Fetch-Mode: navigate",
+                          "Sec-Fetch-Dest: document", NULL};
+    const char *none[] = {NULL};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        expect(d, "GET", paths[i], NULL, img, 403, "cross_site");
+        expect(d, "GET", paths[i], NULL, script, 403, "cross_site");
+        expect(d, "GET", paths[i], NULL, frame, 403, "cross_site");
+        expect(d, "GET", paths[i], NULL, own, 200, NULL);
+        expect(d, "GET", paths[i], NULL, typed, 200, NULL);
+        expect(d, "GET", paths[i], NULL, link, 200, NULL);
+        expect(d, "GET", paths[i], NULL, none, 200, NULL);
+    }
+    /* what costs nothing is answered to any page, as before */
+    expect(d, "GET", "/healthz", NULL, img, 200, NULL);
+    tu_server_stop(d, 20);
+}
+
 /* ------------------------------------------- requests whose client has gone */
 
 /* Poll the daemon's stderr until it holds needle (at most timeout_s);

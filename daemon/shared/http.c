@@ -123,6 +123,9 @@ enum {
     HDR_HOST,
     HDR_ORIGIN,
     HDR_MCP_VERSION,
+    HDR_FETCH_SITE,
+    HDR_FETCH_MODE,
+    HDR_FETCH_DEST,
     N_HDRS
 };
 static const char *const header_names[N_HDRS] = {
@@ -137,6 +140,9 @@ static const char *const header_names[N_HDRS] = {
     [HDR_HOST] = "host",
     [HDR_ORIGIN] = "origin",
     [HDR_MCP_VERSION] = "mcp-protocol-version",
+    [HDR_FETCH_SITE] = "sec-fetch-site",
+    [HDR_FETCH_MODE] = "sec-fetch-mode",
+    [HDR_FETCH_DEST] = "sec-fetch-dest",
 };
 
 typedef struct conn {
@@ -309,6 +315,18 @@ static void conn_write_cb(uv_write_t *req, int status) {
     conn_process(c);
 }
 
+/* The header lines every response carries: nosniff, so that no browser
+ * reads a JSON or text answer as a script or a page, and on HTML (the
+ * dashboard, the report page) a refusal to be framed by any page, so that no
+ * other site can show the daemon's buttons under its own. */
+static const char *safety_headers(const char *ctype) {
+    if (ctype && !strncasecmp(ctype, "text/html", 9))
+        return "X-Content-Type-Options: nosniff\r\n"
+               "X-Frame-Options: DENY\r\n"
+               "Content-Security-Policy: frame-ancestors 'none'\r\n";
+    return "X-Content-Type-Options: nosniff\r\n";
+}
+
 /* Queue one response. Takes body (malloc'd, may be NULL) in every case;
  * extra holds header lines to add ("" for none). With head_only the body is
  * counted in Content-Length but not sent (HEAD). final = 0 writes an interim
@@ -321,21 +339,23 @@ static void conn_send(conn_t *c, int status, const char *ctype, char *body, size
                       "Content-Type: %s\r\n"
                       "Content-Length: %zu\r\n"
                       "Connection: %s\r\n"
-                      "%s"
+                      "%s%s"
                       "Cache-Control: no-store\r\n\r\n";
     const char *reason = reason_phrase(status);
     wreq_t *w = NULL;
     int n;
     if (final && c->srv->observe) c->srv->observe(c->path, status, c->srv->user);
     if (final)
-        n = snprintf(NULL, 0, fmt, status, reason, ctype, body_len, conn_hdr, extra);
+        n = snprintf(NULL, 0, fmt, status, reason, ctype, body_len, conn_hdr, extra,
+                     safety_headers(ctype));
     else
         n = snprintf(NULL, 0, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
     if (n < 0 || c->closing) goto fail;
     w = malloc(sizeof *w + (size_t)n + 1);
     if (!w) goto fail;
     if (final)
-        snprintf(w->head, (size_t)n + 1, fmt, status, reason, ctype, body_len, conn_hdr, extra);
+        snprintf(w->head, (size_t)n + 1, fmt, status, reason, ctype, body_len, conn_hdr, extra,
+                 safety_headers(ctype));
     else
         snprintf(w->head, (size_t)n + 1, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
     if (c->raw_out) { /* http_feed_raw: the bytes are the result, and "written" at once */
@@ -533,6 +553,9 @@ static http_request_t conn_request(const conn_t *c) {
         .host = header(c, HDR_HOST),
         .origin = header(c, HDR_ORIGIN),
         .mcp_protocol_version = header(c, HDR_MCP_VERSION),
+        .fetch_site = header(c, HDR_FETCH_SITE),
+        .fetch_mode = header(c, HDR_FETCH_MODE),
+        .fetch_dest = header(c, HDR_FETCH_DEST),
         .conn = (void *)c,
     };
 }
@@ -911,10 +934,12 @@ struct http_stream {
     const char *content_type; /* static string */
     char *initial;            /* sent after the head */
     size_t initial_len;
-    size_t queued;                 /* bytes handed to uv_write and not yet written */
-    http_stream_closed_fn drained; /* called when queued falls to 0; or NULL */
-    int finishing;                 /* http_stream_finish: end once queued is 0 */
-    int chunked;                   /* Transfer-Encoding: chunked */
+    size_t queued;                        /* bytes handed to uv_write and not yet written */
+    http_stream_closed_fn drained;        /* called when queued falls to 0; or NULL */
+    int finishing;                        /* http_stream_finish: end once queued is 0 */
+    int chunked;                          /* Transfer-Encoding: chunked */
+    int deferred;                         /* http_defer: one response to come, not a stream */
+    char headers[HTTP_MAX_EXTRA_HEADERS]; /* deferred: the handler's header lines */
 };
 
 typedef struct {
@@ -991,16 +1016,24 @@ http_stream_t *http_stream_open(const http_request_t *req, http_response_t *res,
  * extra header lines) and the initial bytes. */
 static void stream_begin(conn_t *c, const char *headers) {
     http_stream_t *st = c->stream;
-    char head[256 + HTTP_MAX_EXTRA_HEADERS];
-    int n =
-        snprintf(head, sizeof head,
-                 "HTTP/1.1 200 OK\r\n"
-                 "Content-Type: %s\r\n"
-                 "Cache-Control: no-store\r\n"
-                 "Connection: close\r\n"
-                 "%s%s"
-                 "X-Accel-Buffering: no\r\n\r\n",
-                 st->content_type, st->chunked ? "Transfer-Encoding: chunked\r\n" : "", headers);
+    if (st->deferred) { /* http_defer: nothing is sent until the answer */
+        snprintf(st->headers, sizeof st->headers, "%s", headers);
+        c->streaming = 1; /* no deadline, input discarded */
+        c->last = 1;
+        conn_timer(c, 0);
+        conn_read_start(c); /* to notice the client going away */
+        return;
+    }
+    char head[512 + HTTP_MAX_EXTRA_HEADERS];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 200 OK\r\n"
+                     "Content-Type: %s\r\n"
+                     "Cache-Control: no-store\r\n"
+                     "Connection: close\r\n"
+                     "%s%s%s"
+                     "X-Accel-Buffering: no\r\n\r\n",
+                     st->content_type, st->chunked ? "Transfer-Encoding: chunked\r\n" : "", headers,
+                     safety_headers(st->content_type));
     c->streaming = 1;
     c->last = 1;
     conn_timer(c, 0);
@@ -1071,6 +1104,38 @@ void http_stream_finish(http_stream_t *st) {
     }
     st->finishing = 1;
     if (st->queued == 0 && c->streaming) stream_done(c);
+}
+
+http_stream_t *http_defer(const http_request_t *req, http_response_t *res,
+                          http_stream_closed_fn closed, void *arg) {
+    conn_t *c = req->conn;
+    if (!c || c->raw_out) {
+        http_error(res, 503, "unavailable", "this answer cannot be deferred here");
+        return NULL;
+    }
+    http_stream_t *st = http_stream_open(req, res, "application/json", NULL, 0, closed, arg);
+    if (st) st->deferred = 1;
+    return st;
+}
+
+void http_deferred_reply(http_stream_t *st, http_response_t *res) {
+    conn_t *c = st->conn;
+    st->closed = NULL;
+    if (!c || c->closing || !c->streaming) {
+        free(res->body);
+        res->body = NULL;
+        return;
+    }
+    if (res->status < 100 || res->status > 599)
+        http_error(res, 500, "internal", "the handler produced no valid status (%d)", res->status);
+    char headers[2 * HTTP_MAX_EXTRA_HEADERS];
+    snprintf(headers, sizeof headers, "%s%s", st->headers, res->headers);
+    c->streaming = 0;
+    c->last = 1;
+    conn_read_stop(c);
+    conn_send(c, res->status, res->content_type ? res->content_type : "application/json", res->body,
+              res->body ? res->body_len : 0, headers, c->parser.method == HTTP_HEAD, 1);
+    res->body = NULL;
 }
 
 /* --------------------------------------------------------------- server */

@@ -53,7 +53,10 @@ typedef struct {
     const char *host;                 /* the Host header, or NULL */
     const char *origin;               /* the Origin header (sent by browsers), or NULL */
     const char *mcp_protocol_version; /* the MCP-Protocol-Version header (/mcp), or NULL */
-    void *conn;                       /* the server's connection, for http_stream_open only */
+    /* A browser's Fetch Metadata: Sec-Fetch-Site, -Mode and -Dest, or NULL
+     * (origin_costly_check reads them). */
+    const char *fetch_site, *fetch_mode, *fetch_dest;
+    void *conn; /* the server's connection, for http_stream_open only */
 } http_request_t;
 
 #define HTTP_MAX_EXTRA_HEADERS 512
@@ -177,6 +180,22 @@ void http_stream_finish(http_stream_t *st);
  * http_stream_finish (the last chunk) from one cut short by an error or
  * http_stream_end (none). */
 void http_stream_chunked(http_stream_t *st);
+
+/* ------------------------------------------------ deferred responses
+ *
+ * A handler whose answer is made off the loop (a report on the thread pool)
+ * calls http_defer instead of filling res, and answers later, on the loop,
+ * with http_deferred_reply. Meanwhile the connection has no deadline and
+ * reads nothing but its client's going away (pipelined requests behind it
+ * are dropped: the reply closes the connection); closed(st, arg) is called
+ * if that happens first, and st is invalid after it returns. The header
+ * lines the handler put in res (CORS) go out with the reply. */
+http_stream_t *http_defer(const http_request_t *req, http_response_t *res,
+                          http_stream_closed_fn closed, void *arg);
+
+/* Send res (its body taken) as the deferred answer of st and close the
+ * connection after it; closed is not called after this. */
+void http_deferred_reply(http_stream_t *st, http_response_t *res);
 /* Parse a whole JSON text strictly: exactly one value with only whitespace
  * around it, no raw control characters (below 0x20) inside strings and no
  * \u0000 escape (a string with a NUL in it cannot be stored faithfully).
