@@ -325,6 +325,7 @@ static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...
     va_start(ap, fmt);
     vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
     va_end(ap);
+    util_utf8_scrub(err); /* the path and values quote the spec as it was sent */
     return -1;
 }
 

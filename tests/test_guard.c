@@ -674,6 +674,65 @@ Test(guard, cross_site_gets_that_cost_work_are_refused) {
     tu_server_stop(d, 20);
 }
 
+/* ------------------------------------------- framing and quoting (issue 36) */
+
+/* Every HTML answer refuses to be framed (X-Frame-Options and CSP
+ * frame-ancestors), so no other site can lay the dashboard's cancel buttons
+ * under its own; every answer (the handlers', the server's own errors, a
+ * stream's head) carries nosniff. An error that quotes a field name or a
+ * value that is not UTF-8 quotes it with '?' and stays JSON. Before: none of
+ * the headers, and the bytes echoed raw. */
+Test(guard, no_framing_no_sniffing_and_errors_in_utf8) {
+    tu_server_t *d = daemon_start(NULL);
+    const char *none[] = {NULL};
+    static const char *const html[] = {"/", "/report"};
+    for (size_t i = 0; i < 2; i++) {
+        tu_reply_t r = request(d, "GET", html[i], NULL, none, 200);
+        cr_expect(strcasestr(r.headers, "X-Frame-Options: DENY"), "%s: %s", html[i], r.headers);
+        cr_expect(strcasestr(r.headers, "Content-Security-Policy: frame-ancestors 'none'"),
+                  "%s: %s", html[i], r.headers);
+        cr_expect(strcasestr(r.headers, "X-Content-Type-Options: nosniff"), "%s: %s", html[i],
+                  r.headers);
+        tu_reply_free(&r);
+    }
+    static const struct {
+        const char *path;
+        long status;
+    } others[] = {{"/healthz", 200},
+                  {"/v1/status", 200},
+                  {"/nope", 404},
+                  {"/v1/export?format=csv", 200},
+                  {"/ui/app.js", 200}};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        tu_reply_t r = request(d, "GET", others[i].path, NULL, none, others[i].status);
+        cr_expect(strcasestr(r.headers, "X-Content-Type-Options: nosniff"), "%s: %s",
+                  others[i].path, r.headers);
+        tu_reply_free(&r);
+    }
+    char *bad = raw_request(d, "BREW /pot HTCPCP/1.0\r\n\r\n", 2.0);
+    cr_expect(!strncmp(bad, "HTTP/1.1 400", 12) && strcasestr(bad, "nosniff"), "%.300s", bad);
+    free(bad);
+
+    const char *json[] = {"Content-Type: application/json", NULL};
+    static const char *const specs[] = {
+        "{\"dataset\":\"tiny\",\"train\":{\"\xdd"
+        "0_beta1\":0.9}}",
+        "{\"dataset\":\"tiny\",\"model\":{\"mlp\":\"\xff\xfe\"}}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        tu_reply_t r;
+        tu_http_headers(d, "POST", "/v1/experiments", specs[i], strlen(specs[i]), json, &r);
+        cr_expect(r.status == 400 || r.status == 422, "HTTP %ld: %s", r.status, r.body);
+        cr_expect(tu_utf8_valid(r.body, r.len), "not UTF-8: %s", r.body);
+        cJSON *j = cJSON_Parse(r.body);
+        cr_expect(j, "not JSON: %s", r.body);
+        cJSON_Delete(j);
+        cr_expect(strstr(r.body, i ? "model.mlp" : "train.?0_beta1"), "%s", r.body);
+        tu_reply_free(&r);
+    }
+    tu_server_stop(d, 20);
+}
+
 /* ------------------------------------------- requests whose client has gone */
 
 /* Poll the daemon's stderr until it holds needle (at most timeout_s);

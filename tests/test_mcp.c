@@ -137,6 +137,30 @@ Test(mcp, unknown_methods_keep_the_id_and_notifications_get_nothing) {
     mcp_server_free(srv);
 }
 
+/* A method or an id that is not valid UTF-8 is quoted with '?' for each
+ * stray byte: before, the bytes went into the reply as they were, and the
+ * reply was not JSON (which must be UTF-8). */
+Test(mcp, errors_quote_input_as_valid_utf8) {
+    mcp_server_t *srv = mcp_server_new();
+    script_t sc = {.n = 1, .status = {200}, .body = {"{}"}};
+    mcp_backend_t b = {.call = script_call, .user = &sc};
+    static const char *const texts[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\xfe\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":\"\xc3(\",\"method\":\"tools/\xe2\x82\"}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        char *reply = NULL;
+        mcp_wait_t *w = NULL;
+        mcp_handle(srv, &b, texts[i], strlen(texts[i]), &reply, &w);
+        cr_assert(reply, "%s: a reply", texts[i]);
+        cr_expect(tu_utf8_valid(reply, strlen(reply)), "not UTF-8: %s", reply);
+        cr_expect(strstr(reply, i ? "method not found: tools/??" : "method not found: ??"), "%s",
+                  reply);
+        free(reply);
+    }
+    mcp_server_free(srv);
+}
+
 Test(mcp, oversized_messages_are_refused_unread) {
     mcp_server_t *srv = mcp_server_new();
     script_t sc = {.n = 1, .status = {200}, .body = {"{}"}};

@@ -324,6 +324,12 @@ Test(spec, unknown_fields) {
         {"{\"model\":{\"head_dim\":64}}", "model.head_dim: unknown field"},
         {"{\"model\":{\"depth\":4,\"depth\":5}}", "model.depth: duplicate field"},
         {"{\"seed\":1,\"seed\":1}", "seed: duplicate field"},
+        /* input quoted as valid UTF-8: a byte that starts no sequence is '?' */
+        {"{\"train\":{\"\xdd"
+         "0_beta1\":0.9}}",
+         "train.?0_beta1: unknown field (did you mean train.x0_beta1?)"},
+        {"{\"model\":{\"mlp\":\"\xff\xfe\xc3\xa9\"}}",
+         "model.mlp: unknown value \"??\xc3\xa9\" (expected relu2, gelu, swiglu or geglu)"},
     };
     run_cases(cases, sizeof cases / sizeof cases[0]);
 }

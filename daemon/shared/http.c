@@ -48,6 +48,7 @@
 #include <sys/socket.h>
 
 #include "daemon/shared/bytebuf.h"
+#include "engine/util.h"
 
 #define READ_CHUNK     16384 /* bytes of free space offered to each read */
 #define LINGER_MS      2000  /* longest lingering close */
@@ -1256,6 +1257,7 @@ void http_error(http_response_t *res, int status, const char *code, const char *
     } else if (n < 0) {
         small[0] = '\0';
     }
+    util_utf8_scrub(msg); /* a message may quote input: JSON must be UTF-8 */
     free(res->body);
     res->body = NULL;
     res->body_len = 0;

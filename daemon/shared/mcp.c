@@ -52,9 +52,12 @@ const char mcp_night_prompt[] =
 
 /* ------------------------------------------------------------ JSON helpers */
 
+/* o (consumed) as JSON text, valid UTF-8 whatever o quotes (a method or an
+ * id as the client sent it). */
 static char *print(cJSON *o) {
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
+    if (t) util_utf8_scrub(t);
     return t;
 }
 
