@@ -1272,3 +1272,48 @@ Test(guard, idle_readers_and_slow_senders_lock_nobody_out) {
     for (int i = 0; i < SLOW; i++) close(slow[i]);
     tu_server_stop(d, 20);
 }
+
+/* ---------------------------------------- a connection flood (issue 36) */
+
+/* 300 connections from this machine, each with a request begun, and 20
+ * ordinary requests made meanwhile: all of loopback was one client capped
+ * at 64 connections, so the ordinary requests got 503 (or, a second on,
+ * pushed out connections that were sending their requests). Now loopback
+ * shares the server's cap (4096), so every ordinary request is answered and
+ * every one of the 300 finishes its request and is answered too. */
+Test(guard, a_flood_of_connections_locks_nobody_out) {
+    tu_server_t *d = daemon_start(NULL);
+    enum { FLOOD = 300, ORDINARY = 20 };
+    int *fds = calloc(FLOOD, sizeof *fds);
+    for (int i = 0; i < FLOOD; i++) {
+        fds[i] = connect_from(d, "127.0.0.1");
+        const char *begun = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n";
+        cr_assert_eq(write(fds[i], begun, strlen(begun)), (ssize_t)strlen(begun));
+    }
+    int ok = 0;
+    for (int i = 0; i < ORDINARY; i++) {
+        tu_reply_t r;
+        tu_http(d, "GET", "/v1/status", NULL, 0, NULL, &r);
+        ok += r.status == 200;
+        if (r.status != 200) cr_log_warn("an ordinary request: HTTP %ld %.200s", r.status, r.body);
+        tu_reply_free(&r);
+    }
+    cr_expect_eq(ok, ORDINARY, "%d of %d ordinary requests answered among %d connections", ok,
+                 ORDINARY, FLOOD);
+    int finished = 0;
+    for (int i = 0; i < FLOOD; i++) {
+        char buf[4096] = "";
+        size_t got = 0;
+        if (write(fds[i], "\r\n", 2) == 2) {
+            for (double t0 = tu_now(); tu_now() - t0 < 5 && got < 12;) {
+                struct pollfd p = {fds[i], POLLIN, 0};
+                if (poll(&p, 1, 100) > 0 && !tu_read_some(fds[i], buf, &got, sizeof buf)) break;
+            }
+        }
+        finished += !strncmp(buf, "HTTP/1.1 200", 12);
+        close(fds[i]);
+    }
+    cr_expect_eq(finished, FLOOD, "%d of %d flooding connections were answered", finished, FLOOD);
+    free(fds);
+    tu_server_stop(d, 20);
+}

@@ -11,10 +11,16 @@
  * client that never reads cannot make the server buffer without bound. Then
  * the connection either parses what is already buffered or waits again.
  *
- * Connection caps. At most max_connections are served, and at most
- * max_per_client from one client: a peer address, except that every
- * loopback address is one client (all of 127.0.0.0/8 is this machine) and an
- * IPv6 /64 is one. At either cap the oldest idle connection (waiting for a
+ * Connection caps. At most max_connections are served (4096 by default, and
+ * never more than the process may open), at most max_per_client from one
+ * remote client (a peer address; an IPv6 /64 is one), and at most
+ * max_loopback from this machine (every loopback address together; no cap
+ * of its own by default: a cap per address lumps every local program into
+ * one bucket, and one of them flooding locked out the rest, while a
+ * connection costs the server a few kilobytes and each is served in turn,
+ * one request at a time). A request's headers must arrive within
+ * header_timeout_ms of its first byte, the whole request within
+ * request_timeout_ms (408 otherwise). At either cap the oldest idle connection (waiting for a
  * request, nothing half-received) within that cap is closed silently to make
  * room, as its idle timer would have; when none is idle, the one that has
  * been sending its request for longest, past SLOW_SENDER_MS (headers sent a
@@ -45,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "daemon/shared/bytebuf.h"
@@ -214,8 +221,10 @@ void http_limits_default(http_limits_t *lim) {
     lim->max_body_bytes = 1024 * 1024;
     lim->idle_timeout_ms = 30000;
     lim->request_timeout_ms = 10000;
-    lim->max_connections = 256;
+    lim->header_timeout_ms = 5000;
+    lim->max_connections = 4096;
     lim->max_per_client = 64;
+    lim->max_loopback = 0;
     lim->first_byte_timeout_ms = 5000;
 }
 
@@ -450,7 +459,9 @@ static int on_message_begin(http_parser *p) {
     c->query = "";
     c->in_request = 1;
     c->request_since = c->raw_out ? 0 : uv_now(c->srv->loop);
-    conn_timer(c, c->srv->lim.request_timeout_ms);
+    const http_limits_t *lim = &c->srv->lim;
+    uint64_t ms = lim->request_timeout_ms, h = lim->header_timeout_ms;
+    conn_timer(c, h && (!ms || h < ms) ? h : ms); /* the headers first */
     return 0;
 }
 
@@ -565,6 +576,10 @@ static int on_headers_complete(http_parser *p) {
     conn_t *c = p->data;
     const http_limits_t *lim = &c->srv->lim;
     if (parse_target(c)) return -1;
+    if (lim->header_timeout_ms && !c->raw_out) { /* the rest of the request time for the body */
+        uint64_t spent = uv_now(c->srv->loop) - c->request_since, ms = lim->request_timeout_ms;
+        conn_timer(c, ms ? (spent < ms ? ms - spent : 1) : 0);
+    }
     if (c->srv->authorize) { /* before a byte of the body is read or buffered */
         http_request_t req = conn_request(c);
         http_response_t *no = &c->refusal;
@@ -842,7 +857,8 @@ static conn_t *slowest_sender(http_server_t *s, const char *addr) {
 /* May c be served under the caps? Closes an idle connection, else a slow
  * sender, to make room. */
 static int conn_admit(http_server_t *s, conn_t *c) {
-    int per = s->lim.max_per_client, lim = s->lim.max_connections;
+    int loopback = !strcmp(c->addr, "loopback");
+    int per = loopback ? s->lim.max_loopback : s->lim.max_per_client, lim = s->lim.max_connections;
     if (per > 0) {
         int mine = 0;
         for (conn_t *o = s->conns; o; o = o->next) mine += o->counted && !strcmp(o->addr, c->addr);
@@ -1179,6 +1195,15 @@ int http_server_start(uv_loop_t *loop, const char *host, int port, const http_li
         s->lim = *lim;
     else
         http_limits_default(&s->lim);
+    /* A cap beyond the descriptors the process may open would only turn
+     * into failed accepts; the rest of the process keeps HTTP_FD_RESERVE. */
+    struct rlimit rl;
+    if (s->lim.max_connections > 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+        rl.rlim_cur != RLIM_INFINITY) {
+        long room = (long)rl.rlim_cur - HTTP_FD_RESERVE;
+        if (room < 16) room = 16;
+        if (s->lim.max_connections > room) s->lim.max_connections = (int)room;
+    }
     s->handler = handler;
     s->user = user;
     r = uv_tcp_init(loop, &s->listener);

@@ -3,14 +3,14 @@
  * Accepts connections, parses requests with keep-alive, enforces limits (header
  * bytes, body bytes, idle time between requests, time to the first byte of a
  * new connection, time to receive a whole request, concurrent connections in
- * all and per client: a peer address, all of loopback as one, an IPv6 /64 as
- * one), and hands each complete request to one handler callback that answers
- * synchronously. At the connection cap the oldest idle connection (one
- * waiting for a request) is closed to make room, else the one that has been
- * sending a request for longest (over a second); only when there is neither
- * does a new connection get 503. An optional authorize callback
- * sees each request once its headers are in, before its body is read. Limit violations and
- * malformed requests are answered by the server itself with the JSON error envelope
+ * all and per remote client: a peer address, an IPv6 /64 as one; loopback
+ * has a cap of its own, none by default), and hands each complete request to
+ * one handler callback that answers synchronously. At the connection cap the oldest idle connection
+ * (one waiting for a request) is closed to make room, else the one that has been sending a request
+ * for longest (over a second); only when there is neither does a new connection get 503. An
+ * optional authorize callback sees each request once its headers are in, before its body is read.
+ * Limit violations and malformed requests are answered by the server itself with the JSON error
+ * envelope
  * {"error":{"code":...,"message":...}} (400, 408, 413, 431, 503) and the
  * connection is closed.
  *
@@ -29,10 +29,15 @@ typedef struct {
     size_t max_body_bytes;          /* default 1 MiB */
     uint64_t idle_timeout_ms;       /* keep-alive connection with no request; default 30 s */
     uint64_t request_timeout_ms;    /* first byte to complete request; default 10 s */
-    int max_connections;            /* default 256; beyond it new connections get 503 */
-    int max_per_client;             /* connections from one peer address; default 64 */
+    uint64_t header_timeout_ms;     /* first byte to the end of the headers; default 5 s */
+    int max_connections;            /* default 4096 (at most the open files allowed, less
+                                       HTTP_FD_RESERVE); beyond it new connections get 503 */
+    int max_per_client;             /* connections from one remote client; default 64 */
+    int max_loopback;               /* connections from loopback, all together; default none */
     uint64_t first_byte_timeout_ms; /* a new connection that starts no request; default 5 s */
 } http_limits_t;                    /* a timeout of 0 disables it; a cap <= 0 means no limit */
+
+#define HTTP_FD_RESERVE 256 /* descriptors max_connections leaves to the rest of the process */
 
 /* A parsed request. Everything is borrowed for the duration of the handler. */
 typedef struct {
