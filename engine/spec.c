@@ -650,7 +650,10 @@ static int parse_tags(const cJSON *it, spec_t *s, char *err, size_t errlen) {
 static int parse_seed(const cJSON *it, spec_t *s, char *err, size_t errlen) {
     double d = 0;
     if (get_integer(it, "seed", -HUGE_VAL, HUGE_VAL, &d, err, errlen)) return -1;
-    if (d < 0 || d > JSON_MAX_SAFE_INT)
+    if (d > JSON_MAX_SAFE_INT) /* read as the nearest double: its digits are not the input's */
+        return fail(err, errlen, "seed", "must be in [0, %.17g], got a larger number",
+                    JSON_MAX_SAFE_INT);
+    if (d < 0)
         return fail(err, errlen, "seed", "must be in [0, %.17g], got %.17g", JSON_MAX_SAFE_INT, d);
     s->seed = (uint64_t)d;
     return 0;

@@ -254,7 +254,10 @@ Test(spec, range_messages) {
          "time_budget_s out or set it to 0)"},
         {"{\"seed\":-1}", "seed: must be in [0, 9007199254740991], got -1"},
         {"{\"seed\":9007199254740992}",
-         "seed: must be in [0, 9007199254740991], got 9007199254740992"},
+         "seed: must be in [0, 9007199254740991], got a larger number"},
+        /* read as 9007199254740992: the message must not quote a number never sent */
+        {"{\"seed\":9007199254740993}",
+         "seed: must be in [0, 9007199254740991], got a larger number"},
         {"{\"parent\":1e20}", "parent: must be a positive id or null, got 1e+20"},
         {"{\"parent\":0}", "parent: must be a positive id or null, got 0"},
         {"{\"dataset\":\"a/b\"}",
