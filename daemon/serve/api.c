@@ -593,10 +593,15 @@ static void get_experiments(api_t *a, const http_request_t *req, http_response_t
         reply_json(res, 200, o);
 }
 
-static void get_experiment(api_t *a, int64_t id, http_response_t *res) {
+/* GET /v1/experiments/{id}?metrics=N: N metrics rows at most (default and
+ * most MAX_METRICS_SHOWN; 0 for none, as a wait asks: metrics_total still
+ * counts them). */
+static void get_experiment(api_t *a, const http_request_t *req, int64_t id, http_response_t *res) {
     char err[256];
     cJSON *o = NULL;
-    int rc = store_get(a->store, id, MAX_METRICS_SHOWN, &o, err, sizeof err);
+    long long max;
+    if (query_int(req, res, "metrics", 0, MAX_METRICS_SHOWN, MAX_METRICS_SHOWN, &max) < 0) return;
+    int rc = store_get(a->store, id, (int)max, &o, err, sizeof err);
     if (rc < 0) {
         if (rc == NS_ERR_NOT_FOUND)
             http_error(res, 404, "not_found", "no experiment %lld", (long long)id);
@@ -1132,7 +1137,7 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         get_report(a, req, res, 0);
         break;
     case API_ROUTE_EXPERIMENT:
-        get_experiment(a, id, res);
+        get_experiment(a, req, id, res);
         break;
     case API_ROUTE_EXPERIMENT_LOG:
         get_log(a, req, id, res);

@@ -473,6 +473,7 @@ static void finished_cb(void *user, int64_t id, const char *status) {
     daemon_t *d = user;
     (void)status;
     hook_experiment_finished(d->hook, id);
+    mcp_http_wake(d->mcp);
 }
 
 /* The state directory (created, locked for the daemon's lifetime), the
@@ -603,10 +604,13 @@ static int start_sched(daemon_t *d, char *err, size_t errlen) {
  * the daemon's api_t, as api_authorize also takes it). */
 static void handle_cb(const http_request_t *req, http_response_t *res, void *user) {
     daemon_t *d = (daemon_t *)((char *)user - offsetof(daemon_t, api));
-    if (api_route(req->path, NULL) == API_ROUTE_MCP && d->mcp)
+    api_route_t route = api_route(req->path, NULL);
+    if (route == API_ROUTE_MCP && d->mcp)
         mcp_http_handle(d->mcp, req, res);
     else
         api_handle(req, res, user);
+    /* a queued experiment cancelled ends the MCP waits on it */
+    if (route == API_ROUTE_EXPERIMENT_CANCEL && res->status == 200) mcp_http_wake(d->mcp);
 }
 
 /* Every response the server sends, counted by its route (user: as for
