@@ -1067,7 +1067,15 @@ Test(guard, memory_limits_count_the_engines_floor_and_fail_fast) {
     int need = about ? atoi(about + strlen("this run needs about ")) : 0;
     tu_reply_free(&r);
     cr_assert_gt(need, 300, "the refusal's numbers: %d MiB", need);
-    /* What admission says a run needs is what it needs under the limit. */
+    /* It is the least that admission takes (rounded up to a MiB), and what
+     * a run needs under the limit: with the margin, a spec accepted at its
+     * edge trains (without it, elsewhere, one ended oom at once). */
+    char *under = mem_spec(2, need - 1);
+    tu_http(d, "POST", "/v1/experiments", under, strlen(under), NULL, &r);
+    cr_expect_eq(r.status, 422, "%d MiB: %ld %s", need - 1, r.status, r.body);
+    cr_expect(strstr(r.body, "and a margin of "), "%s", r.body);
+    tu_reply_free(&r);
+    free(under);
     char *enough = mem_spec(2, need);
     cJSON *o = tu_http_json(d, "POST", "/v1/experiments", enough, 201);
     long id = (long)tu_jnum(o, "id");

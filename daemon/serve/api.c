@@ -92,8 +92,8 @@ static int dataset_exists(const api_t *a, const char *name) {
  * it; with no limit, the machine's RAM). A local worker's limit is on
  * address space, so under one the run also needs the engine's floor for its
  * threads (a->floor: what OpenBLAS and OpenMP map per thread, measured at
- * start); a Slurm job's --mem is on resident memory (a->floor NULL). Returns
- * 0, or -1 with the numbers in err. */
+ * start) and a margin (worker_as_margin); a Slurm job's --mem is on resident
+ * memory (a->floor NULL). Returns 0, or -1 with the numbers in err. */
 static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, char *err,
                       size_t errlen) {
     spec_model_t m = s->model;
@@ -108,6 +108,7 @@ static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, 
                   : a->sched               ? sched_default_threads(a->sched)
                                            : 1;
     double floor = a->floor && limited ? worker_floor(a->floor, threads) : 0, mib = 1 << 20;
+    double margin = floor > 0 ? worker_as_margin(mem.total + floor) : 0;
     if (floor > 0 && floor >= limit) {
         snprintf(err, errlen,
                  "%s %.0f MiB is below the %.0f MiB of address space the engine maps with %d "
@@ -115,16 +116,17 @@ static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, 
                  "thread, measured at start: `nightshift floor --threads %d`); this run needs "
                  "about %.0f MiB",
                  source, limit / mib, ceil(floor / mib), threads, threads == 1 ? "" : "s", threads,
-                 ceil((mem.total + floor) / mib));
+                 ceil((mem.total + floor + margin) / mib));
         return -1;
     }
-    mem.total += floor;
+    mem.total += floor + margin;
     if (cost_fits(&mem, &m, s->train.batch_size, limit, source, err, errlen) == 0) return 0;
     size_t n = strlen(err);
     if (floor > 0 && n < errlen)
         snprintf(err + n, errlen - n,
-                 " (the %.0f MiB of address space the engine maps with %d thread%s counted)",
-                 ceil(floor / mib), threads, threads == 1 ? "" : "s");
+                 " (the %.0f MiB of address space the engine maps with %d thread%s and a margin "
+                 "of %.0f MiB counted)",
+                 ceil(floor / mib), threads, threads == 1 ? "" : "s", ceil(margin / mib));
     return -1;
 }
 
