@@ -726,11 +726,6 @@ int worker_floor_measure(const char *exe, int max_threads, worker_floor_t *f, ch
     return 0;
 }
 
-double worker_as_margin(double need) {
-    double m = WORKER_AS_MARGIN_FRAC * need;
-    return m > WORKER_AS_MARGIN_MIN ? m : WORKER_AS_MARGIN_MIN;
-}
-
 double worker_floor(const worker_floor_t *f, int threads) {
     return f->base + f->per_thread * (threads > 1 ? threads : 1);
 }

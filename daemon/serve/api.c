@@ -92,7 +92,7 @@ static int dataset_exists(const api_t *a, const char *name) {
  * it; with no limit, the machine's RAM). A local worker's limit is on
  * address space, so under one the run also needs the engine's floor for its
  * threads (a->floor: what OpenBLAS and OpenMP map per thread, measured at
- * start) and a margin (worker_as_margin); a Slurm job's --mem is on resident
+ * start) and a margin (WORKER_AS_MARGIN); a Slurm job's --mem is on resident
  * memory (a->floor NULL). Returns 0, or -1 with the numbers in err. */
 static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, char *err,
                       size_t errlen) {
@@ -108,7 +108,7 @@ static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, 
                   : a->sched               ? sched_default_threads(a->sched)
                                            : 1;
     double floor = a->floor && limited ? worker_floor(a->floor, threads) : 0, mib = 1 << 20;
-    double margin = floor > 0 ? worker_as_margin(mem.total + floor) : 0;
+    double margin = floor > 0 ? WORKER_AS_MARGIN : 0;
     if (floor > 0 && floor >= limit) {
         snprintf(err, errlen,
                  "%s %.0f MiB is below the %.0f MiB of address space the engine maps with %d "
