@@ -642,7 +642,15 @@ Test(mcp, waits_are_woken_by_events_not_polling, .timeout = 120) {
     cJSON_Delete(sub);
     int fds[N_WAITS];
     for (int i = 0; i < N_WAITS; i++) fds[i] = open_wait_stream(&d, ids);
-    tu_sleep_ms(1000); /* every wait's first step */
+    /* Every wait's first step reads its 64 experiments (a second of CPU in
+     * a sanitizer build): wait until a half second passes with (almost)
+     * none used, at most 15 s, which polling waits never allow. */
+    for (double t = tu_now(), c = cpu_seconds(d.pid); tu_now() - t < 15;) {
+        tu_sleep_ms(500);
+        double now = cpu_seconds(d.pid);
+        if (now - c < 0.03) break;
+        c = now;
+    }
     double c0 = cpu_seconds(d.pid), t0 = tu_now();
     tu_sleep_ms(3000);
     double used = cpu_seconds(d.pid) - c0, took = tu_now() - t0;
