@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -73,6 +74,7 @@ def main():
     binary, state, dataset = os.path.realpath(sys.argv[1]), sys.argv[2], sys.argv[3]
     specs = sys.argv[4:] or sorted(glob.glob("experiments/specs/*.json"))
     work = tempfile.mkdtemp(prefix="nightshift-mem-edge.")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the daemon on the way out
     daemon, url = start_daemon(binary, state)
     try:
         for path in specs:
