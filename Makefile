@@ -123,7 +123,7 @@ SETUP_STAMP := build/.setup-done
 
 .PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
 .PHONY: bench-isa bench-train-vs-step bench-export test-mcp test-metrics check-layers
-.PHONY: bench-sampler bench-noise fuzz soak load test-unit test-integration bench-tok bench-attn \
+.PHONY: bench-sampler bench-noise fuzz soak load flood report-load test-unit test-integration bench-tok bench-attn \
         bench-gemm
 all: $(BIN)
 
@@ -417,6 +417,12 @@ soak: $(BIN)
 	bash tests/soak/soak.sh $(BIN) $(MINUTES)
 load: $(BIN)
 	bash tests/bench/load.sh $(BIN)
+# Ordinary requests under wrk -c1000 and 200 slow-header connections (tests/load/flood.py).
+flood: $(BIN)
+	timeout -k 10 120 /usr/bin/python3 tests/load/flood.py $(BIN)
+# /healthz while pages fire report and export GETs at 100,000 experiments (tests/load/report_load.py).
+report-load: $(BIN)
+	timeout -k 10 900 /usr/bin/python3 tests/load/report_load.py $(BIN)
 
 fixtures: $(BIN)
 	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures

@@ -194,6 +194,8 @@ int sample_main(int argc, char **argv) {
     char *end = NULL, ckpt_buf[PATH_MAX + 64], dir_buf[PATH_MAX];
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        long v = 0;
+        errno = 0;
         switch (ch) {
         case 'd':
             o.dir = optarg;
@@ -206,13 +208,15 @@ int sample_main(int argc, char **argv) {
             o.prompt = optarg;
             break;
         case 'n':
-            o.tokens = (int)strtol(optarg, &end, 10);
+            v = strtol(optarg, &end, 10);
+            o.tokens = v < INT_MIN || v > INT_MAX ? (errno = ERANGE, 0) : (int)v;
             break;
         case 't':
             o.temperature = strtod(optarg, &end);
             break;
         case 'k':
-            o.top_k = (int)strtol(optarg, &end, 10);
+            v = strtol(optarg, &end, 10);
+            o.top_k = v < INT_MIN || v > INT_MAX ? (errno = ERANGE, 0) : (int)v;
             break;
         case 's':
             o.seed = strtoull(optarg, &end, 10);
@@ -228,13 +232,18 @@ int sample_main(int argc, char **argv) {
             fprintf(stderr, "sample: not a number: %s\n", optarg);
             return 2;
         }
+        if (errno == ERANGE) {
+            fprintf(stderr, "sample: out of range: %s\n", optarg);
+            return 2;
+        }
         end = NULL;
     }
     /* One positional argument: an experiment id, whose checkpoint the daemon keeps. */
     if (optind + 1 == argc && !o.checkpoint) {
         const char *id = argv[optind++];
+        errno = 0;
         long long v = strtoll(id, &end, 10);
-        if (!*id || *end || v <= 0) {
+        if (!*id || *end || v <= 0 || errno == ERANGE) {
             fprintf(stderr, "sample: expected an experiment id, got '%s'\n", id);
             return 2;
         }

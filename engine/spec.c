@@ -325,6 +325,7 @@ static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...
     va_start(ap, fmt);
     vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
     va_end(ap);
+    util_utf8_scrub(err); /* the path and values quote the spec as it was sent */
     return -1;
 }
 
@@ -649,7 +650,10 @@ static int parse_tags(const cJSON *it, spec_t *s, char *err, size_t errlen) {
 static int parse_seed(const cJSON *it, spec_t *s, char *err, size_t errlen) {
     double d = 0;
     if (get_integer(it, "seed", -HUGE_VAL, HUGE_VAL, &d, err, errlen)) return -1;
-    if (d < 0 || d > JSON_MAX_SAFE_INT)
+    if (d > JSON_MAX_SAFE_INT) /* read as the nearest double: its digits are not the input's */
+        return fail(err, errlen, "seed", "must be in [0, %.17g], got a larger number",
+                    JSON_MAX_SAFE_INT);
+    if (d < 0)
         return fail(err, errlen, "seed", "must be in [0, %.17g], got %.17g", JSON_MAX_SAFE_INT, d);
     s->seed = (uint64_t)d;
     return 0;

@@ -249,6 +249,38 @@ size_t util_clean_text(char *dst, const char *src, size_t len, unsigned flags) {
     return o;
 }
 
+size_t util_utf8_len(const unsigned char *p, size_t len) {
+    if (len == 0) return 0;
+    if (p[0] < 0x80) return 1;
+    size_t n = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
+               : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+               : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+                                              : 0;
+    if (n == 0 || n > len) return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    /* the second byte's range rules out overlongs, surrogates and > U+10FFFF */
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))
+        return 0;
+    return n;
+}
+
+size_t util_utf8_scrub(char *s) {
+    unsigned char *p = (unsigned char *)s;
+    size_t len = strlen(s), replaced = 0;
+    for (size_t i = 0; i < len;) {
+        size_t n = util_utf8_len(p + i, len - i);
+        if (n == 0) {
+            p[i] = '?';
+            replaced++;
+            n = 1;
+        }
+        i += n;
+    }
+    return replaced;
+}
+
 /* The integral numbers in item and below it that cJSON would not print
  * exactly (see util_json_print) become raw numbers, written out here; each
  * is listed in *nodes (*n of them) to be put back. Returns 0, or -1 when out
@@ -281,5 +313,6 @@ char *util_json_print(const cJSON *item, int formatted) {
         nodes[i]->type = cJSON_Number;
     }
     free(nodes);
+    if (text) util_utf8_scrub(text); /* cJSON copies a string's bytes as they are */
     return text;
 }

@@ -92,6 +92,17 @@ int util_is_control(const unsigned char *p, size_t len, unsigned flags);
  * bytes become one '?'. Returns the bytes written before the NUL. */
 size_t util_clean_text(char *dst, const char *src, size_t len, unsigned flags);
 
+/* The length of the valid UTF-8 sequence at p (at most len bytes): 1 to 4,
+ * or 0 when none starts there (a stray continuation byte, an overlong form, a
+ * surrogate, a code point beyond U+10FFFF, a sequence cut short). */
+size_t util_utf8_len(const unsigned char *p, size_t len);
+
+/* Make the NUL-terminated s valid UTF-8 in place: every byte that starts no
+ * valid sequence becomes '?', so text quoted from input (a field name, a
+ * method) can go into JSON, which must be UTF-8. Returns how many bytes were
+ * replaced. */
+size_t util_utf8_scrub(char *s);
+
 struct cJSON;
 
 /* item as JSON text (malloc'd; the caller frees it), as cJSON_Print (with
@@ -99,7 +110,9 @@ struct cJSON;
  * number up to 2^53 in magnitude is written exactly. cJSON writes one beyond
  * 2^31 with 15 significant digits whenever that reads back within its
  * relative tolerance, so 8999999999999999 became 9e+15: a seed changed on
- * its way through a spec. item is left as it was. NULL when out of memory. */
+ * its way through a spec. The text is valid UTF-8: a byte of a string that
+ * starts no valid sequence is written as '?' (util_utf8_scrub). item is left
+ * as it was. NULL when out of memory. */
 char *util_json_print(const struct cJSON *item, int formatted);
 
 #endif

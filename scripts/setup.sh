@@ -5,7 +5,7 @@
 #
 #   scripts/setup.sh          build + test + run dependencies (python3: a test checks
 #                             webhook signatures with its hmac module; clang and its
-#                             runtime: the libFuzzer targets; wrk: `make load`)
+#                             runtime: the libFuzzer targets; wrk: `make load`, `make flood`)
 #   scripts/setup.sh --torch  also python3-torch, used only to regenerate fixtures
 #                             and for `make bench` comparisons
 #   scripts/setup.sh --browser  also chromium and Node.js, for the dashboard's

@@ -10,7 +10,9 @@
  * `bad-worker from-spec ... SPEC` takes its mode from the "name" field of the
  * spec file given as the last argument (the daemon appends the run's
  * spec.json), so one daemon can run a different behaviour per experiment;
- * slow-ok then runs for the spec's time_budget_s. */
+ * slow-ok then runs for the spec's time_budget_s, or with `--until PATH`
+ * among the ARGS until PATH exists (at most that budget), so that a test can
+ * end it when it has seen what it waits for rather than guess a duration. */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
@@ -160,6 +162,8 @@ static int mode_flood(void) {
 
 /* Step lines every 100 ms for `seconds`, with the fields `nightshift train`
  * sends, then a result: a well-behaved run that takes a while. */
+static const char *until_path; /* from-spec --until: slow-ok ends once this exists */
+
 static int mode_slow_ok(double seconds) {
     struct timespec t0, now, tick = {0, 100 * 1000 * 1000};
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -176,7 +180,7 @@ static int mode_slow_ok(double seconds) {
                  "\"training_seconds\":%.3f,\"loss\":%.4f,\"smooth_loss\":%.4f,"
                  "\"lrm\":%.3f,\"tok_s\":1000,\"mfu\":1,\"remaining_s\":%.3f}",
                  step, frac, t, loss, loss, 1.0 - frac, seconds > t ? seconds - t : 0.0);
-        if (t >= seconds) break;
+        if (t >= seconds || (until_path && access(until_path, F_OK) == 0)) break;
     }
     say(1, "---\nval_bpb:          2.000000\n");
     progress("{\"event\":\"result\",\"status\":\"succeeded\",\"val_bpb\":2.0,"
@@ -375,6 +379,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: bad-worker from-spec [ARGS...] SPEC_PATH\n");
             return 2;
         }
+        for (int i = 2; i + 2 < argc; i++)
+            if (!strcmp(argv[i], "--until")) until_path = argv[i + 1];
         if (read_spec(argv[argc - 1], spec_mode, sizeof spec_mode, &slow_seconds) < 0) return 2;
         if (!strcmp(spec_mode, "from-spec")) {
             fprintf(stderr, "bad-worker: from-spec: the spec's name cannot be from-spec\n");

@@ -360,6 +360,32 @@ Test(agent, repeated_delivery_gets_the_same_answer) {
     free(r3);
 }
 
+/* A delivery sent again after many others, within the signature's
+ * tolerance, is still answered from memory: the agent kept the last 64
+ * deliveries, so a replay after 64 others was decided again. Now every
+ * delivery of the tolerance window is kept. */
+Test(agent, a_replay_within_the_tolerance_is_never_decided_again) {
+    agent_start(NULL);
+    char ts[32], sig[128], *first = NULL, *again = NULL;
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    sign(SECRET, "evt_replayed", ts, QUEUE_EMPTY, sig);
+    cr_assert_eq(post_raw("evt_replayed", ts, sig, QUEUE_EMPTY, &first), 200);
+    for (int i = 0; i < 70; i++) {
+        char id[32], *r = NULL;
+        snprintf(id, sizeof id, "evt_other_%d", i);
+        cr_assert_eq(post_signed(id, 0, QUEUE_EMPTY, &r), 200, "%s: %s", id, r);
+        free(r);
+    }
+    cr_assert_eq(post_raw("evt_replayed", ts, sig, QUEUE_EMPTY, &again), 200);
+    cr_expect_str_eq(again, first, "the replay was decided again");
+    free(first);
+    free(again);
+    char *log = tu_read(A.errlog);
+    cr_expect(log && strstr(log, "delivery evt_replayed again: answering as the first time"), "%s",
+              log);
+    free(log);
+}
+
 Test(agent, not_json_is_400) {
     agent_start(NULL);
     char *resp = NULL;

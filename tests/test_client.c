@@ -209,6 +209,22 @@ static char *write_file(const char *name, const char *text) {
 
 /* ------------------------------------------------------------------ submit */
 
+/* An id or a number beyond what the command can hold is refused with exit
+ * 2: before, `sample 99999999999999999999` looked for experiment
+ * 9223372036854775807 and --tokens wrapped silently. */
+Test(client, sample_refuses_numbers_out_of_range) {
+    tu_run_t r;
+    tu_run_bin(&r, RUN_TIMEOUT_S, "sample", "99999999999999999999", "--dir", "/nonexistent", NULL);
+    cr_expect_eq(r.exit_code, 2, "%s", r.err);
+    cr_expect(strstr(r.err, "expected an experiment id, got '99999999999999999999'"), "%s", r.err);
+    tu_run_free(&r);
+    tu_run_bin(&r, RUN_TIMEOUT_S, "sample", "1", "--dir", "/nonexistent", "--tokens", "99999999999",
+               NULL);
+    cr_expect_eq(r.exit_code, 2, "%s", r.err);
+    cr_expect(strstr(r.err, "out of range: 99999999999"), "%s", r.err);
+    tu_run_free(&r);
+}
+
 Test(client, submit_one_spec) {
     S.token = "s3cret";
     route("POST", "/v1/experiments", 201, "{\"id\":5,\"status\":\"queued\",\"duplicate\":false}");

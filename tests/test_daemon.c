@@ -425,29 +425,38 @@ Test(daemon, runs_record_results_and_rank) {
 
 /* The stand-in crashes, fails, hangs, runs out of memory, floods stdout and
  * writes garbage in one slot while a well-behaved run keeps going in the
- * other; each ends with its status and reason and the API stays responsive. */
+ * other; each ends with its status and reason and the API stays responsive.
+ * Nothing here races the machine's load: only the hang has a deadline it
+ * can reach (a budget of 1 s); the other faults end on their own, well
+ * inside theirs (60 s), however slowly they start; and the slow run goes
+ * on until the test, having seen every fault end and the run advance,
+ * creates its stop file (bad-worker's --until). Before, every run had
+ * 2 s (and the slow run 6 s) from its spawn, and a flood of 100 MB or a
+ * slow start on a loaded machine ended as a timeout. */
 Test(daemon, faults_are_contained) {
-    char *cmd = stand_in_cmd();
+    char *stop_file = tu_path("%s/slow-run.stop", state);
+    char *cmd = tu_path("%s from-spec --until %s", tu_bad_worker(), stop_file);
     const char *extra[] = {
         "--slots", "2", "--worker-cmd", cmd, "--deadline-slack", "1", "--kill-grace", "0.5", NULL};
     daemon_t *d = daemon_start(state, extra);
 
-    const double slow_budget = 5.0;
+    const double slow_budget = 60.0;
     char *slow = spec("slow-ok", 100, slow_budget, 1, NULL);
     long id_slow = submit(d, slow);
     cJSON_Delete(wait_for(d, id_slow, "running", 20));
 
     static const struct {
         const char *mode, *status, *reason;
+        double budget;
     } faults[] = {
-        {"crash", "crashed", "SIGSEGV"}, {"fail", "failed", "the disk is on fire"},
-        {"hang", "timeout", "deadline"}, {"oom", "oom", "out of memory (limit 64 MiB)"},
-        {"flood", "succeeded", NULL},    {"garbage", "succeeded", NULL},
+        {"crash", "crashed", "SIGSEGV", 60}, {"fail", "failed", "the disk is on fire", 60},
+        {"hang", "timeout", "deadline", 1},  {"oom", "oom", "out of memory (limit 64 MiB)", 60},
+        {"flood", "succeeded", NULL, 60},    {"garbage", "succeeded", NULL, 60},
     };
     enum { N_FAULTS = sizeof faults / sizeof faults[0] };
     char *batch = strdup("[");
     for (int i = 0; i < N_FAULTS; i++) {
-        char *s = spec(faults[i].mode, i + 1, 1, 1,
+        char *s = spec(faults[i].mode, i + 1, faults[i].budget, 1,
                        !strcmp(faults[i].mode, "oom") ? ",\"memory_mb\":64" : NULL);
         char *next = tu_path("%s%s%s", batch, i ? "," : "", s);
         free(batch), free(s);
@@ -462,13 +471,16 @@ Test(daemon, faults_are_contained) {
     for (int i = 0; i < N_FAULTS; i++) ids[i] = (long)tu_jnum(cJSON_GetArrayItem(items, i), "id");
     cJSON_Delete(sub);
 
-    /* Poll until every fault has ended: health and status answer fast each
-     * time, and the slow run keeps its slot and keeps making progress. */
-    double deadline = tu_now() + 40, worst = 0;
+    /* Poll until every fault has ended and the slow run has been seen
+     * advancing (it runs until told to stop): health and status answer
+     * fast each time, and the slow run keeps its slot. */
+    double deadline = tu_now() + 90, worst = 0;
     int polls = 0, slow_seen = 0, slow_advanced = 0, done = 0;
     double last_step = -1;
-    while (!done) {
-        if (tu_now() > deadline) tu_server_fail(d, "the faults did not all end within 40 s");
+    while (!done || slow_advanced <= 3 || last_step < 10) {
+        if (tu_now() > deadline)
+            tu_server_fail(d, "the faults did not all end, or the slow run did not advance, "
+                              "within 90 s");
         tu_reply_t r;
         tu_http(d, "GET", "/healthz", NULL, 0, NULL, &r);
         cr_assert_eq(r.status, 200);
@@ -497,11 +509,15 @@ Test(daemon, faults_are_contained) {
         done = 1;
         const cJSON *e;
         cJSON_ArrayForEach(e, cJSON_GetObjectItem(list, "experiments")) {
-            if ((long)tu_jnum(e, "id") != id_slow) done &= is_terminal(tu_jstr(e, "status"));
+            if ((long)tu_jnum(e, "id") != id_slow)
+                done &= is_terminal(tu_jstr(e, "status"));
+            else
+                cr_assert_str_eq(tu_jstr(e, "status"), "running",
+                                 "the slow run ended before it was told to");
         }
         cJSON_Delete(list);
         polls++;
-        if (!done) tu_sleep_ms(50);
+        tu_sleep_ms(50);
     }
     cr_log_info("faults: %d polls, worst health/status latency %.3f s", polls, worst);
     cr_expect_lt(worst, LATENCY_BOUND_S, "the API took %.3f s to answer during the faults", worst);
@@ -541,7 +557,10 @@ Test(daemon, faults_are_contained) {
     cr_expect(strstr(r.body, "log capped"), "the flood's log tail: %.300s", r.body);
     tu_reply_free(&r);
 
-    /* the slow run was never disturbed: one attempt, all of its budget */
+    /* the slow run was never disturbed: one attempt, and it ends when told */
+    FILE *f = fopen(stop_file, "w");
+    cr_assert(f, "%s: %s", stop_file, strerror(errno));
+    fclose(f);
     cJSON *e = wait_for(d, id_slow, "succeeded", 20);
     cr_expect_eq((long)tu_jnum(e, "attempt"), 1);
     cr_expect_geq(tu_jnum(e, "metrics_total"), 10, "slow-ok recorded too few steps");
@@ -551,6 +570,7 @@ Test(daemon, faults_are_contained) {
     daemon_stop(d);
     free(slow);
     free(cmd);
+    free(stop_file);
 }
 
 /* kill -9 the daemon while a real training run is in progress; its worker

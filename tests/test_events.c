@@ -505,7 +505,7 @@ Test(events, csv_fields_survive_a_real_csv_parser) {
     char *file = tu_path("%s/t.csv", tu_dir());
     tu_write(file, csv);
     char *out = python_csv(file, "", 0, "name");
-    cr_expect_str_eq(out, "2 6 a, \"quoted\"\nname\n");
+    cr_expect_str_eq(out, "2 6 a, \"quoted\"?name\n");
     free(out);
     out = python_csv(file, "", 0, "ve_layers");
     cr_expect_str_eq(out, "2 6 [0,2]\n");
@@ -518,6 +518,24 @@ Test(events, csv_fields_survive_a_real_csv_parser) {
     free(tsv);
     free(csv);
     free(file);
+    cJSON_Delete(rows);
+    cJSON_Delete(cols);
+}
+
+/* CR and LF are control characters in CSV too ('?': no field holds a line
+ * break, a leading CR hides nothing), and a formula after leading spaces is
+ * quoted like one without: before, CR and LF were kept (quoted) and " =1+1"
+ * went out as it was. */
+Test(events, csv_has_no_line_breaks_and_spaced_formulas_are_quoted) {
+    cJSON *rows = cJSON_Parse("[{\"name\":\"\\r=1+1\"},{\"name\":\"  =2+2\"},"
+                              "{\"name\":\"two\\r\\nlines\"},{\"name\":\" @x\"}]");
+    cJSON *cols = cJSON_Parse("[\"name\"]");
+    char *csv = export_table(rows, cols, ',');
+    cr_expect_str_eq(csv, "name\n'?=1+1\n'  =2+2\ntwo??lines\n' @x\n");
+    char *tsv = export_table(rows, cols, '\t');
+    cr_expect_str_eq(tsv, "name\n' =1+1\n'  =2+2\ntwo  lines\n' @x\n");
+    free(csv);
+    free(tsv);
     cJSON_Delete(rows);
     cJSON_Delete(cols);
 }

@@ -750,7 +750,7 @@ Test(http, idle_connections_are_evicted_at_the_cap) {
  * own is idle the next gets 503, while other limits are far away. */
 Test(http, per_client_connection_cap) {
     http_limits_t lim = default_limits();
-    lim.max_per_client = 3;
+    lim.max_loopback = 3; /* the test's client is on loopback */
     srv_start(&lim);
     client_t *busy[3];
     for (int i = 0; i < 3; i++) {
@@ -775,6 +775,30 @@ Test(http, per_client_connection_cap) {
     cli_expect_status(c, 200);
     cr_assert(cli_closed(busy[0]), "the client's idle connection was kept");
     for (int i = 0; i < 3; i++) cli_close(busy[i]);
+    srv_client_stop(c);
+}
+
+/* Headers sent a byte at a time (slowloris) get 408 once the header
+ * deadline passes, long before the whole request's; a request whose
+ * headers came in time has the rest of the request time for its body. */
+Test(http, header_timeout) {
+    http_limits_t lim = default_limits();
+    lim.header_timeout_ms = 300;
+    lim.request_timeout_ms = 20000;
+    client_t *c = srv_client(&lim);
+    double t0 = now_ms();
+    cli_send(c, "GET / HTTP/1.1\r\nX-Slow: a");
+    resp_t r;
+    cli_expect(c, &r, 408);
+    resp_free(&r);
+    double dt = now_ms() - t0;
+    cr_assert(dt > 250 && dt < 5000, "408 after %.0f ms", dt);
+    cli_close(c);
+    c = cli_open(F.port[0]);
+    cli_send(c, "POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\na"); /* headers in time */
+    usleep(600 * 1000);
+    cli_send(c, "b");
+    cli_expect_status(c, 201);
     srv_client_stop(c);
 }
 

@@ -6,12 +6,17 @@
  * for over an event stream, a refused one, the token off loopback, a
  * foreign Origin and Host, GET and protocol-version refusals) and
  * `nightshift mcp` on stdio. */
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "daemon/shared/mcp.h"
 #include "engine/spec.h"
@@ -133,6 +138,30 @@ Test(mcp, unknown_methods_keep_the_id_and_notifications_get_nothing) {
         j = handle(srv, &sc, quiet[i], strlen(quiet[i]), &kind);
         cr_expect_eq(kind, MCP_OUT_NONE, "%s: nothing to answer", quiet[i]);
         cr_expect_null(j);
+    }
+    mcp_server_free(srv);
+}
+
+/* A method or an id that is not valid UTF-8 is quoted with '?' for each
+ * stray byte: before, the bytes went into the reply as they were, and the
+ * reply was not JSON (which must be UTF-8). */
+Test(mcp, errors_quote_input_as_valid_utf8) {
+    mcp_server_t *srv = mcp_server_new();
+    script_t sc = {.n = 1, .status = {200}, .body = {"{}"}};
+    mcp_backend_t b = {.call = script_call, .user = &sc};
+    static const char *const texts[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\xfe\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":\"\xc3(\",\"method\":\"tools/\xe2\x82\"}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        char *reply = NULL;
+        mcp_wait_t *w = NULL;
+        mcp_handle(srv, &b, texts[i], strlen(texts[i]), &reply, &w);
+        cr_assert(reply, "%s: a reply", texts[i]);
+        cr_expect(tu_utf8_valid(reply, strlen(reply)), "not UTF-8: %s", reply);
+        cr_expect(strstr(reply, i ? "method not found: tools/??" : "method not found: ??"), "%s",
+                  reply);
+        free(reply);
     }
     mcp_server_free(srv);
 }
@@ -539,4 +568,116 @@ Test(mcp, stdio_answers_each_line_and_refuses_an_oversized_one) {
     free(input);
     tu_server_stop(&d, STOP_TIMEOUT_S);
     tu_server_release(&d);
+}
+
+/* ------------------------------------------ waits woken by events (issue 36) */
+
+/* The CPU seconds process pid has used (user + system, /proc). */
+static double cpu_seconds(int pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+    unsigned long long ut = 0, st = 0;
+    cr_assert(
+        p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* A wait's stream opened on a new connection (not read); returns the fd. */
+static int open_wait_stream(const tu_server_t *d, const char *ids) {
+    char *body = tu_path("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":"
+                         "{\"name\":\"wait\",\"arguments\":{\"ids\":[%s],\"timeout_s\":300}}}",
+                         ids);
+    char *req = tu_path("POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+                        "application/json\r\nAccept: application/json, text/event-stream\r\n"
+                        "Content-Length: %zu\r\n\r\n%s",
+                        strlen(body), body);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    free(body);
+    free(req);
+    return fd;
+}
+
+/* Sixty waits on 64 experiments that neither end nor move cost the daemon
+ * (almost) no CPU: before, each read all 64 every second (3,840 reads a
+ * second, a fifth of a core in the probe). A wait on a queued experiment
+ * that is cancelled ends at once: the cancellation wakes it. */
+Test(mcp, waits_are_woken_by_events_not_polling, .timeout = 120) {
+    tu_prep_tiny(tu_dir_path("corpus.jsonl"), state, "tiny");
+    char *cmd = tu_path("%s from-spec", tu_bad_worker());
+    const char *extra[] = {"--worker-cmd", cmd, "--listen", "127.0.0.1:0", NULL};
+    tu_server_t d;
+    daemon_start(&d, extra);
+    enum { N_IDS = 64, N_WAITS = 60 };
+    char *batch = strdup("["), ids[N_IDS * 8] = "";
+    for (int i = 0; i < N_IDS; i++) {
+        char *next = tu_path("%s%s{\"name\":\"hang\",\"dataset\":\"tiny\",\"seed\":%d,"
+                             "\"time_budget_s\":120,\"model\":{\"depth\":1,\"n_embd\":32,"
+                             "\"n_head\":2,\"seq_len\":32},\"train\":{\"batch_size\":4,"
+                             "\"total_batch_tokens\":128}}",
+                             batch, i ? "," : "", i + 1);
+        free(batch);
+        batch = next;
+    }
+    char *closed = tu_path("%s]", batch);
+    cJSON *sub = tu_http_json(&d, "POST", "/v1/experiments", closed, 201);
+    free(batch), free(closed);
+    const cJSON *items = cJSON_GetObjectItem(sub, "experiments");
+    cr_assert_eq(cJSON_GetArraySize(items), N_IDS);
+    for (int i = 0; i < N_IDS; i++) {
+        size_t k = strlen(ids);
+        snprintf(ids + k, sizeof ids - k, "%s%.0f", i ? "," : "",
+                 tu_jnum(cJSON_GetArrayItem(items, i), "id"));
+    }
+    double last_id = tu_jnum(cJSON_GetArrayItem(items, N_IDS - 1), "id");
+    cJSON_Delete(sub);
+    int fds[N_WAITS];
+    for (int i = 0; i < N_WAITS; i++) fds[i] = open_wait_stream(&d, ids);
+    /* Every wait's first step reads its 64 experiments (a second of CPU in
+     * a sanitizer build): wait until a half second passes with (almost)
+     * none used, at most 15 s, which polling waits never allow. */
+    for (double t = tu_now(), c = cpu_seconds(d.pid); tu_now() - t < 15;) {
+        tu_sleep_ms(500);
+        double now = cpu_seconds(d.pid);
+        if (now - c < 0.03) break;
+        c = now;
+    }
+    double c0 = cpu_seconds(d.pid), t0 = tu_now();
+    tu_sleep_ms(3000);
+    double used = cpu_seconds(d.pid) - c0, took = tu_now() - t0;
+    fprintf(stderr, "waits: %d waits on %d ids: the daemon used %.3f s of CPU in %.1f s\n", N_WAITS,
+            N_IDS, used, took);
+    cr_expect_lt(used, 0.1 * took, "%d idle waits used %.3f s of CPU in %.1f s", N_WAITS, used,
+                 took);
+    for (int i = 0; i < N_WAITS; i++) close(fds[i]);
+
+    /* one wait on a queued experiment, which is cancelled */
+    char one[32], path[64];
+    snprintf(one, sizeof one, "%.0f", last_id);
+    int fd = open_wait_stream(&d, one);
+    tu_sleep_ms(300);
+    snprintf(path, sizeof path, "/v1/experiments/%.0f/cancel", last_id);
+    cJSON_Delete(tu_http_json(&d, "POST", path, "", 200));
+    double t1 = tu_now();
+    char buf[16384] = "";
+    size_t got = 0;
+    while (tu_now() - t1 < 10 && !strstr(buf, "\"id\":1,\"result\"")) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) > 0 && !tu_read_some(fd, buf, &got, sizeof buf)) break;
+    }
+    cr_expect(strstr(buf, "cancelled"), "the wait did not end with the cancellation: %s", buf);
+    cr_expect_lt(tu_now() - t1, 5, "the wait ended %.1f s after the cancellation", tu_now() - t1);
+    close(fd);
+    tu_server_stop(&d, STOP_TIMEOUT_S);
+    tu_server_release(&d);
+    free(cmd);
 }

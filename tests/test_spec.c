@@ -254,7 +254,10 @@ Test(spec, range_messages) {
          "time_budget_s out or set it to 0)"},
         {"{\"seed\":-1}", "seed: must be in [0, 9007199254740991], got -1"},
         {"{\"seed\":9007199254740992}",
-         "seed: must be in [0, 9007199254740991], got 9007199254740992"},
+         "seed: must be in [0, 9007199254740991], got a larger number"},
+        /* read as 9007199254740992: the message must not quote a number never sent */
+        {"{\"seed\":9007199254740993}",
+         "seed: must be in [0, 9007199254740991], got a larger number"},
         {"{\"parent\":1e20}", "parent: must be a positive id or null, got 1e+20"},
         {"{\"parent\":0}", "parent: must be a positive id or null, got 0"},
         {"{\"dataset\":\"a/b\"}",
@@ -324,6 +327,12 @@ Test(spec, unknown_fields) {
         {"{\"model\":{\"head_dim\":64}}", "model.head_dim: unknown field"},
         {"{\"model\":{\"depth\":4,\"depth\":5}}", "model.depth: duplicate field"},
         {"{\"seed\":1,\"seed\":1}", "seed: duplicate field"},
+        /* input quoted as valid UTF-8: a byte that starts no sequence is '?' */
+        {"{\"train\":{\"\xdd"
+         "0_beta1\":0.9}}",
+         "train.?0_beta1: unknown field (did you mean train.x0_beta1?)"},
+        {"{\"model\":{\"mlp\":\"\xff\xfe\xc3\xa9\"}}",
+         "model.mlp: unknown value \"??\xc3\xa9\" (expected relu2, gelu, swiglu or geglu)"},
     };
     run_cases(cases, sizeof cases / sizeof cases[0]);
 }

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <iconv.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
@@ -635,4 +636,19 @@ double tu_sql_double(sqlite3 *db, const char *sql, long long arg) {
     sqlite3_finalize(st);
     cr_assert(row, "%s: no row for %lld", sql, arg);
     return v;
+}
+
+int tu_utf8_valid(const char *s, size_t len) {
+    iconv_t cd = iconv_open("UTF-8", "UTF-8");
+    cr_assert(cd != (iconv_t)-1, "iconv_open: %s", strerror(errno));
+    char *in = (char *)s, out[4096];
+    size_t left = len;
+    int ok = 1;
+    while (left > 0 && ok) {
+        char *o = out;
+        size_t room = sizeof out;
+        if (iconv(cd, &in, &left, &o, &room) == (size_t)-1 && errno != E2BIG) ok = 0;
+    }
+    iconv_close(cd);
+    return ok;
 }

@@ -188,6 +188,10 @@ cJSON *tu_get_json(const tu_server_t *s, const char *path);
 const char *tu_jstr(const cJSON *o, const char *key);
 double tu_jnum(const cJSON *o, const char *key);
 
+/* Is s (len bytes) valid UTF-8? glibc's iconv decides, an oracle apart
+ * from the daemon's own check. */
+int tu_utf8_valid(const char *s, size_t len);
+
 /* -------------------------------------------------------------------- SQL */
 
 /* An SQLite database opened read-only with a busy timeout (its writer may be

@@ -1,5 +1,6 @@
 /* api.c - the HTTP API's routes (see api.h). Handlers run on the loop thread:
- * each does a few short SQLite transactions, nothing slower. */
+ * each does a few short SQLite transactions, nothing slower (a report is
+ * built on the thread pool, report_lane.h; an export streams, export.h). */
 #include "daemon/serve/api.h"
 
 #include <dirent.h>
@@ -20,8 +21,7 @@
 #include "daemon/serve/events.h"
 #include "daemon/serve/export.h"
 #include "daemon/serve/metrics.h"
-#include "daemon/serve/report.h"
-#include "daemon/serve/report_doc.h"
+#include "daemon/serve/report_lane.h"
 #include "daemon/serve/scope.h"
 #include "daemon/shared/log.h"
 #include "daemon/shared/origin.h"
@@ -92,8 +92,8 @@ static int dataset_exists(const api_t *a, const char *name) {
  * it; with no limit, the machine's RAM). A local worker's limit is on
  * address space, so under one the run also needs the engine's floor for its
  * threads (a->floor: what OpenBLAS and OpenMP map per thread, measured at
- * start); a Slurm job's --mem is on resident memory (a->floor NULL). Returns
- * 0, or -1 with the numbers in err. */
+ * start) and a margin (WORKER_AS_MARGIN); a Slurm job's --mem is on resident
+ * memory (a->floor NULL). Returns 0, or -1 with the numbers in err. */
 static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, char *err,
                       size_t errlen) {
     spec_model_t m = s->model;
@@ -108,6 +108,7 @@ static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, 
                   : a->sched               ? sched_default_threads(a->sched)
                                            : 1;
     double floor = a->floor && limited ? worker_floor(a->floor, threads) : 0, mib = 1 << 20;
+    double margin = floor > 0 ? WORKER_AS_MARGIN : 0;
     if (floor > 0 && floor >= limit) {
         snprintf(err, errlen,
                  "%s %.0f MiB is below the %.0f MiB of address space the engine maps with %d "
@@ -115,16 +116,17 @@ static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, 
                  "thread, measured at start: `nightshift floor --threads %d`); this run needs "
                  "about %.0f MiB",
                  source, limit / mib, ceil(floor / mib), threads, threads == 1 ? "" : "s", threads,
-                 ceil((mem.total + floor) / mib));
+                 ceil((mem.total + floor + margin) / mib));
         return -1;
     }
-    mem.total += floor;
+    mem.total += floor + margin;
     if (cost_fits(&mem, &m, s->train.batch_size, limit, source, err, errlen) == 0) return 0;
     size_t n = strlen(err);
     if (floor > 0 && n < errlen)
         snprintf(err + n, errlen - n,
-                 " (the %.0f MiB of address space the engine maps with %d thread%s counted)",
-                 ceil(floor / mib), threads, threads == 1 ? "" : "s");
+                 " (the %.0f MiB of address space the engine maps with %d thread%s and a margin "
+                 "of %.0f MiB counted)",
+                 ceil(floor / mib), threads, threads == 1 ? "" : "s", ceil(margin / mib));
     return -1;
 }
 
@@ -593,10 +595,15 @@ static void get_experiments(api_t *a, const http_request_t *req, http_response_t
         reply_json(res, 200, o);
 }
 
-static void get_experiment(api_t *a, int64_t id, http_response_t *res) {
+/* GET /v1/experiments/{id}?metrics=N: N metrics rows at most (default and
+ * most MAX_METRICS_SHOWN; 0 for none, as a wait asks: metrics_total still
+ * counts them). */
+static void get_experiment(api_t *a, const http_request_t *req, int64_t id, http_response_t *res) {
     char err[256];
     cJSON *o = NULL;
-    int rc = store_get(a->store, id, MAX_METRICS_SHOWN, &o, err, sizeof err);
+    long long max;
+    if (query_int(req, res, "metrics", 0, MAX_METRICS_SHOWN, MAX_METRICS_SHOWN, &max) < 0) return;
+    int rc = store_get(a->store, id, (int)max, &o, err, sizeof err);
     if (rc < 0) {
         if (rc == NS_ERR_NOT_FOUND)
             http_error(res, 404, "not_found", "no experiment %lld", (long long)id);
@@ -825,54 +832,28 @@ static void get_best(api_t *a, const http_request_t *req, http_response_t *res) 
     reply_scoped(a, res, o, &sc, from);
 }
 
-/* The report of the query's scope (?dataset=&budget=&baseline=ID), or NULL
- * with res set. The caller owns it. */
-static cJSON *query_report(api_t *a, const http_request_t *req, http_response_t *res) {
-    char err[256];
-    store_scope_t sc;
-    long long baseline;
-    const char *from;
-    int code = 0;
-    if (query_int(req, res, "baseline", 0, INT64_MAX, 0, &baseline) < 0) return NULL;
-    if (query_scope(a, req, res, &sc, &from) < 0) return NULL;
-    cJSON *o = report_build(a->store, &sc, baseline, &code, err, sizeof err);
-    if (!o && code == NS_ERR_NOT_FOUND)
-        http_error(res, 404, "not_found", "%s", err);
-    else if (!o)
-        reply_store_error(res, err);
-    else if (scope_describe(a->store, o, &sc, from, err, sizeof err) < 0) {
-        cJSON_Delete(o);
-        reply_store_error(res, err);
-        return NULL;
-    }
-    return o;
-}
-
-/* GET /v1/report?dataset=&budget=&baseline=ID&format=json|md: what the night
- * did (report.h), as JSON or as Markdown (report_doc.h). */
-static void get_report(api_t *a, const http_request_t *req, http_response_t *res) {
+/* GET /v1/report?dataset=&budget=&baseline=ID&format=json|md (report.h,
+ * report_doc.h) and GET /report (the same as a page beside the dashboard):
+ * built off the loop (report_lane.h), or here when there is no loop. */
+static void get_report(api_t *a, const http_request_t *req, http_response_t *res, int page) {
     char format[16] = "";
-    int got = http_query_get(req->query, "format", format, sizeof format);
+    long long baseline;
+    report_ask_t ask = {.state_dir = a->state_dir,
+                        .pinned_dataset = a->default_dataset,
+                        .query = req->query,
+                        .fmt = page ? REPORT_HTML : REPORT_JSON};
+    int got = page ? 0 : http_query_get(req->query, "format", format, sizeof format);
     if (got < 0 || (got == 1 && strcmp(format, "json") && strcmp(format, "md"))) {
         http_error(res, 400, "invalid_query", "format: expected json or md");
         return;
     }
-    cJSON *o = query_report(a, req, res);
-    if (!o) return;
-    if (!strcmp(format, "md")) {
-        reply_text(res, report_markdown(o), "text/markdown; charset=utf-8");
-        cJSON_Delete(o);
-    } else {
-        reply_json(res, 200, o);
-    }
-}
-
-/* GET /report?...: the same report as a page beside the dashboard. */
-static void get_report_page(api_t *a, const http_request_t *req, http_response_t *res) {
-    cJSON *o = query_report(a, req, res);
-    if (!o) return;
-    reply_text(res, report_html(o), "text/html; charset=utf-8");
-    cJSON_Delete(o);
+    if (!strcmp(format, "md")) ask.fmt = REPORT_MARKDOWN;
+    if (query_int(req, res, "baseline", 0, INT64_MAX, 0, &baseline) < 0) return;
+    ask.baseline = baseline;
+    if (a->loop)
+        report_lane_answer(&a->reports, a->loop, a->store, &ask, req, res);
+    else
+        report_answer(a->store, &ask, res);
 }
 
 static void get_noise(api_t *a, const http_request_t *req, http_response_t *res) {
@@ -1116,7 +1097,10 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
     int64_t id = 0;
     if (api_guard(a, req, res) || origin_cors(a->origin, req, res)) return;
     api_route_t route = api_route(req->path, &id);
-    /* The key: the route for a GET, ON_POST(route) for a POST, -1 for others. */
+    int costly =
+        route == API_ROUTE_REPORT || route == API_ROUTE_REPORT_PAGE || route == API_ROUTE_EXPORT;
+    if (get && costly && origin_costly_check(req, res)) return;
+        /* The key: the route for a GET, ON_POST(route) for a POST, -1 for others. */
 #define ON_POST(r) ((int)API_N_ROUTES + (int)(r))
     int key = get ? (int)route : -1;
     if (post) key = ON_POST(route);
@@ -1152,10 +1136,10 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         get_noise(a, req, res);
         break;
     case API_ROUTE_REPORT:
-        get_report(a, req, res);
+        get_report(a, req, res, 0);
         break;
     case API_ROUTE_EXPERIMENT:
-        get_experiment(a, id, res);
+        get_experiment(a, req, id, res);
         break;
     case API_ROUTE_EXPERIMENT_LOG:
         get_log(a, req, id, res);
@@ -1173,7 +1157,7 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         get_export(a, req, res);
         break;
     case API_ROUTE_REPORT_PAGE:
-        get_report_page(a, req, res);
+        get_report(a, req, res, 1);
         break;
     case API_ROUTE_PAGE:
         get_page(a, req, res);

@@ -45,6 +45,7 @@
 #include "daemon/exec/sched.h"
 #include "daemon/exec/worker.h"
 #include "daemon/serve/export.h"
+#include "daemon/serve/report_lane.h"
 #include "daemon/store/store.h"
 
 typedef struct {
@@ -74,6 +75,7 @@ typedef struct {
     } leaderboard_cache[4];
     unsigned leaderboard_cache_next; /* the entry to replace next */
     struct export_lane exports;      /* the exports streaming now (export.h) */
+    struct report_lane reports;      /* the reports being built (report_lane.h) */
     struct metrics *metrics;         /* GET /metrics (metrics.h); NULL = not served */
 } api_t;
 

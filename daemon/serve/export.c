@@ -65,21 +65,21 @@ static char *field_text(const cJSON *v) {
 }
 
 /* Append s as one field; text (a string value, not a number) that a
- * spreadsheet would read as a formula gets a leading quote. Control
- * characters become '?' (TSV's tab, CR and LF a space; CSV keeps CR and LF,
- * which it quotes). A failure stays in t->err. */
+ * spreadsheet would read as a formula (= + - @ first, after any spaces,
+ * tabs, CR or LF: a sheet may trim them) gets a leading quote. Control characters become '?'
+ * (TSV's tab, CR and LF a space), CR and LF in CSV too, so no field holds a
+ * line break. A failure stays in t->err. */
 static void put_field(bytebuf_t *t, const char *s, char sep, int text) {
-    int quote = sep == ',' && strpbrk(s, ",\"\r\n");
+    int quote = sep == ',' && strpbrk(s, ",\"");
+    const char *first = s + strspn(s, " \t\r\n"); /* what a sheet may trim */
     if (quote) bytebuf_putc(t, '"');
-    if (text && *s && strchr("=+-@", *s)) bytebuf_putc(t, '\'');
+    if (text && *first && strchr("=+-@", *first)) bytebuf_putc(t, '\'');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         /* a C1 control is c2 80..c2 9f in UTF-8 */
         size_t n = p[0] == 0xc2 && (p[1] & 0xc0) == 0x80 ? 2 : 1;
         if (*p == '"' && quote) bytebuf_putc(t, '"'); /* doubled */
         if (sep == '\t' && strchr("\t\r\n", *p))
             bytebuf_putc(t, ' ');
-        else if (sep == ',' && (*p == '\r' || *p == '\n'))
-            bytebuf_putc(t, (char)*p);
         else if (util_is_control(p, n, UTIL_CTRL_C1))
             bytebuf_putc(t, '?');
         else

@@ -5,10 +5,11 @@
  * Values: strings as they are, numbers in their shortest exact form,
  * booleans as true/false, null as an empty field, arrays and objects as their
  * JSON text. Tables are made safe to open in a spreadsheet: a text field that
- * starts with = + - or @ (a formula) gets a leading ' , and control
- * characters (C0, DEL, C1; in TSV also tab, CR and LF) become '?' (a space
- * for TSV's tab, CR and LF), so neither a formula nor a terminal escape in a
- * name or a reason reaches whoever opens the file. JSON lines escape what
+ * starts with = + - or @ (a formula; after any leading spaces) gets a
+ * leading ' , and control characters (C0 with CR and LF, DEL, C1) become '?'
+ * (a space for TSV's tab, CR and LF), so neither a formula nor a terminal
+ * escape nor a line break in a name or a reason reaches whoever opens the
+ * file. JSON lines escape what
  * JSON must and are left as they are.
  *
  * The export runs off the loop's critical path: each page of rows is read
@@ -39,7 +40,7 @@ int export_format_parse(const char *name, export_format_t *fmt);
 
 /* A header line of columns (an array of strings: the keys, in order) and
  * one line per row, so a table of no rows is its header line alone. sep ','
- * quotes a field that holds a comma, a quote, CR or LF (quotes doubled); sep
+ * quotes a field that holds a comma or a quote (quotes doubled); sep
  * '\t' replaces tabs, CR and LF inside a field by spaces (TSV has no
  * quoting). Lines end in \n. A malloc'd text, or NULL when out of memory. */
 char *export_table(const cJSON *rows, const cJSON *columns, char sep);

@@ -32,6 +32,11 @@ mcp_http_t *mcp_http_new(uv_loop_t *loop, api_t *api);
 /* Free m; its waits' streams must have closed (http_server_close first). */
 void mcp_http_free(mcp_http_t *m);
 
+/* An experiment ended or was cancelled: step every wait now (on the loop's next turn); its
+ * waits are stepped otherwise only at their deadlines and, for a client
+ * that asked for progress, every MCP_WAIT_POLL_MS. m may be NULL. */
+void mcp_http_wake(mcp_http_t *m);
+
 /* The handler of /mcp. */
 void mcp_http_handle(mcp_http_t *m, const http_request_t *req, http_response_t *res);
 

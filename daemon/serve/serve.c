@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -472,6 +473,7 @@ static void finished_cb(void *user, int64_t id, const char *status) {
     daemon_t *d = user;
     (void)status;
     hook_experiment_finished(d->hook, id);
+    mcp_http_wake(d->mcp);
 }
 
 /* The state directory (created, locked for the daemon's lifetime), the
@@ -602,10 +604,13 @@ static int start_sched(daemon_t *d, char *err, size_t errlen) {
  * the daemon's api_t, as api_authorize also takes it). */
 static void handle_cb(const http_request_t *req, http_response_t *res, void *user) {
     daemon_t *d = (daemon_t *)((char *)user - offsetof(daemon_t, api));
-    if (api_route(req->path, NULL) == API_ROUTE_MCP && d->mcp)
+    api_route_t route = api_route(req->path, NULL);
+    if (route == API_ROUTE_MCP && d->mcp)
         mcp_http_handle(d->mcp, req, res);
     else
         api_handle(req, res, user);
+    /* a queued experiment cancelled ends the MCP waits on it */
+    if (route == API_ROUTE_EXPERIMENT_CANCEL && res->status == 200) mcp_http_wake(d->mcp);
 }
 
 /* Every response the server sends, counted by its route (user: as for
@@ -682,10 +687,25 @@ static void close_started(daemon_t *d) {
     d->sched = NULL;
 }
 
+/* As many open files as the system lets this process have, up to 65,536:
+ * each HTTP connection takes one, and a soft limit of 1,024 (a common
+ * default) would cap connections far below what the server can serve
+ * (http.h's max_connections is cut to fit the limit). */
+static void raise_open_files(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 65536 ? 65536 : rl.rlim_max;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0) log_warn("cannot raise the open-file limit");
+    }
+}
+
 static int run_daemon(daemon_t *d) {
     char err[512];
     int rc = 1, port = 0;
     if (open_state(d, err, sizeof err) < 0) goto out;
+    raise_open_files();
     uv_loop_init(&d->loop);
     if (start_sched(d, err, sizeof err) < 0 || start_api(d, &port, err, sizeof err) < 0) {
         close_started(d);

@@ -11,10 +11,16 @@
  * client that never reads cannot make the server buffer without bound. Then
  * the connection either parses what is already buffered or waits again.
  *
- * Connection caps. At most max_connections are served, and at most
- * max_per_client from one client: a peer address, except that every
- * loopback address is one client (all of 127.0.0.0/8 is this machine) and an
- * IPv6 /64 is one. At either cap the oldest idle connection (waiting for a
+ * Connection caps. At most max_connections are served (4096 by default, and
+ * never more than the process may open), at most max_per_client from one
+ * remote client (a peer address; an IPv6 /64 is one), and at most
+ * max_loopback from this machine (every loopback address together; no cap
+ * of its own by default: a cap per address lumps every local program into
+ * one bucket, and one of them flooding locked out the rest, while a
+ * connection costs the server a few kilobytes and each is served in turn,
+ * one request at a time). A request's headers must arrive within
+ * header_timeout_ms of its first byte, the whole request within
+ * request_timeout_ms (408 otherwise). At either cap the oldest idle connection (waiting for a
  * request, nothing half-received) within that cap is closed silently to make
  * room, as its idle timer would have; when none is idle, the one that has
  * been sending its request for longest, past SLOW_SENDER_MS (headers sent a
@@ -45,9 +51,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "daemon/shared/bytebuf.h"
+#include "engine/util.h"
 
 #define READ_CHUNK     16384 /* bytes of free space offered to each read */
 #define LINGER_MS      2000  /* longest lingering close */
@@ -123,6 +131,9 @@ enum {
     HDR_HOST,
     HDR_ORIGIN,
     HDR_MCP_VERSION,
+    HDR_FETCH_SITE,
+    HDR_FETCH_MODE,
+    HDR_FETCH_DEST,
     N_HDRS
 };
 static const char *const header_names[N_HDRS] = {
@@ -137,6 +148,9 @@ static const char *const header_names[N_HDRS] = {
     [HDR_HOST] = "host",
     [HDR_ORIGIN] = "origin",
     [HDR_MCP_VERSION] = "mcp-protocol-version",
+    [HDR_FETCH_SITE] = "sec-fetch-site",
+    [HDR_FETCH_MODE] = "sec-fetch-mode",
+    [HDR_FETCH_DEST] = "sec-fetch-dest",
 };
 
 typedef struct conn {
@@ -207,8 +221,10 @@ void http_limits_default(http_limits_t *lim) {
     lim->max_body_bytes = 1024 * 1024;
     lim->idle_timeout_ms = 30000;
     lim->request_timeout_ms = 10000;
-    lim->max_connections = 256;
+    lim->header_timeout_ms = 5000;
+    lim->max_connections = 4096;
     lim->max_per_client = 64;
+    lim->max_loopback = 0;
     lim->first_byte_timeout_ms = 5000;
 }
 
@@ -309,6 +325,18 @@ static void conn_write_cb(uv_write_t *req, int status) {
     conn_process(c);
 }
 
+/* The header lines every response carries: nosniff, so that no browser
+ * reads a JSON or text answer as a script or a page, and on HTML (the
+ * dashboard, the report page) a refusal to be framed by any page, so that no
+ * other site can show the daemon's buttons under its own. */
+static const char *safety_headers(const char *ctype) {
+    if (ctype && !strncasecmp(ctype, "text/html", 9))
+        return "X-Content-Type-Options: nosniff\r\n"
+               "X-Frame-Options: DENY\r\n"
+               "Content-Security-Policy: frame-ancestors 'none'\r\n";
+    return "X-Content-Type-Options: nosniff\r\n";
+}
+
 /* Queue one response. Takes body (malloc'd, may be NULL) in every case;
  * extra holds header lines to add ("" for none). With head_only the body is
  * counted in Content-Length but not sent (HEAD). final = 0 writes an interim
@@ -321,21 +349,23 @@ static void conn_send(conn_t *c, int status, const char *ctype, char *body, size
                       "Content-Type: %s\r\n"
                       "Content-Length: %zu\r\n"
                       "Connection: %s\r\n"
-                      "%s"
+                      "%s%s"
                       "Cache-Control: no-store\r\n\r\n";
     const char *reason = reason_phrase(status);
     wreq_t *w = NULL;
     int n;
     if (final && c->srv->observe) c->srv->observe(c->path, status, c->srv->user);
     if (final)
-        n = snprintf(NULL, 0, fmt, status, reason, ctype, body_len, conn_hdr, extra);
+        n = snprintf(NULL, 0, fmt, status, reason, ctype, body_len, conn_hdr, extra,
+                     safety_headers(ctype));
     else
         n = snprintf(NULL, 0, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
     if (n < 0 || c->closing) goto fail;
     w = malloc(sizeof *w + (size_t)n + 1);
     if (!w) goto fail;
     if (final)
-        snprintf(w->head, (size_t)n + 1, fmt, status, reason, ctype, body_len, conn_hdr, extra);
+        snprintf(w->head, (size_t)n + 1, fmt, status, reason, ctype, body_len, conn_hdr, extra,
+                 safety_headers(ctype));
     else
         snprintf(w->head, (size_t)n + 1, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
     if (c->raw_out) { /* http_feed_raw: the bytes are the result, and "written" at once */
@@ -429,7 +459,9 @@ static int on_message_begin(http_parser *p) {
     c->query = "";
     c->in_request = 1;
     c->request_since = c->raw_out ? 0 : uv_now(c->srv->loop);
-    conn_timer(c, c->srv->lim.request_timeout_ms);
+    const http_limits_t *lim = &c->srv->lim;
+    uint64_t ms = lim->request_timeout_ms, h = lim->header_timeout_ms;
+    conn_timer(c, h && (!ms || h < ms) ? h : ms); /* the headers first */
     return 0;
 }
 
@@ -533,6 +565,9 @@ static http_request_t conn_request(const conn_t *c) {
         .host = header(c, HDR_HOST),
         .origin = header(c, HDR_ORIGIN),
         .mcp_protocol_version = header(c, HDR_MCP_VERSION),
+        .fetch_site = header(c, HDR_FETCH_SITE),
+        .fetch_mode = header(c, HDR_FETCH_MODE),
+        .fetch_dest = header(c, HDR_FETCH_DEST),
         .conn = (void *)c,
     };
 }
@@ -541,6 +576,10 @@ static int on_headers_complete(http_parser *p) {
     conn_t *c = p->data;
     const http_limits_t *lim = &c->srv->lim;
     if (parse_target(c)) return -1;
+    if (lim->header_timeout_ms && !c->raw_out) { /* the rest of the request time for the body */
+        uint64_t spent = uv_now(c->srv->loop) - c->request_since, ms = lim->request_timeout_ms;
+        conn_timer(c, ms ? (spent < ms ? ms - spent : 1) : 0);
+    }
     if (c->srv->authorize) { /* before a byte of the body is read or buffered */
         http_request_t req = conn_request(c);
         http_response_t *no = &c->refusal;
@@ -818,7 +857,8 @@ static conn_t *slowest_sender(http_server_t *s, const char *addr) {
 /* May c be served under the caps? Closes an idle connection, else a slow
  * sender, to make room. */
 static int conn_admit(http_server_t *s, conn_t *c) {
-    int per = s->lim.max_per_client, lim = s->lim.max_connections;
+    int loopback = !strcmp(c->addr, "loopback");
+    int per = loopback ? s->lim.max_loopback : s->lim.max_per_client, lim = s->lim.max_connections;
     if (per > 0) {
         int mine = 0;
         for (conn_t *o = s->conns; o; o = o->next) mine += o->counted && !strcmp(o->addr, c->addr);
@@ -911,10 +951,12 @@ struct http_stream {
     const char *content_type; /* static string */
     char *initial;            /* sent after the head */
     size_t initial_len;
-    size_t queued;                 /* bytes handed to uv_write and not yet written */
-    http_stream_closed_fn drained; /* called when queued falls to 0; or NULL */
-    int finishing;                 /* http_stream_finish: end once queued is 0 */
-    int chunked;                   /* Transfer-Encoding: chunked */
+    size_t queued;                        /* bytes handed to uv_write and not yet written */
+    http_stream_closed_fn drained;        /* called when queued falls to 0; or NULL */
+    int finishing;                        /* http_stream_finish: end once queued is 0 */
+    int chunked;                          /* Transfer-Encoding: chunked */
+    int deferred;                         /* http_defer: one response to come, not a stream */
+    char headers[HTTP_MAX_EXTRA_HEADERS]; /* deferred: the handler's header lines */
 };
 
 typedef struct {
@@ -991,16 +1033,24 @@ http_stream_t *http_stream_open(const http_request_t *req, http_response_t *res,
  * extra header lines) and the initial bytes. */
 static void stream_begin(conn_t *c, const char *headers) {
     http_stream_t *st = c->stream;
-    char head[256 + HTTP_MAX_EXTRA_HEADERS];
-    int n =
-        snprintf(head, sizeof head,
-                 "HTTP/1.1 200 OK\r\n"
-                 "Content-Type: %s\r\n"
-                 "Cache-Control: no-store\r\n"
-                 "Connection: close\r\n"
-                 "%s%s"
-                 "X-Accel-Buffering: no\r\n\r\n",
-                 st->content_type, st->chunked ? "Transfer-Encoding: chunked\r\n" : "", headers);
+    if (st->deferred) { /* http_defer: nothing is sent until the answer */
+        snprintf(st->headers, sizeof st->headers, "%s", headers);
+        c->streaming = 1; /* no deadline, input discarded */
+        c->last = 1;
+        conn_timer(c, 0);
+        conn_read_start(c); /* to notice the client going away */
+        return;
+    }
+    char head[512 + HTTP_MAX_EXTRA_HEADERS];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 200 OK\r\n"
+                     "Content-Type: %s\r\n"
+                     "Cache-Control: no-store\r\n"
+                     "Connection: close\r\n"
+                     "%s%s%s"
+                     "X-Accel-Buffering: no\r\n\r\n",
+                     st->content_type, st->chunked ? "Transfer-Encoding: chunked\r\n" : "", headers,
+                     safety_headers(st->content_type));
     c->streaming = 1;
     c->last = 1;
     conn_timer(c, 0);
@@ -1073,6 +1123,38 @@ void http_stream_finish(http_stream_t *st) {
     if (st->queued == 0 && c->streaming) stream_done(c);
 }
 
+http_stream_t *http_defer(const http_request_t *req, http_response_t *res,
+                          http_stream_closed_fn closed, void *arg) {
+    conn_t *c = req->conn;
+    if (!c || c->raw_out) {
+        http_error(res, 503, "unavailable", "this answer cannot be deferred here");
+        return NULL;
+    }
+    http_stream_t *st = http_stream_open(req, res, "application/json", NULL, 0, closed, arg);
+    if (st) st->deferred = 1;
+    return st;
+}
+
+void http_deferred_reply(http_stream_t *st, http_response_t *res) {
+    conn_t *c = st->conn;
+    st->closed = NULL;
+    if (!c || c->closing || !c->streaming) {
+        free(res->body);
+        res->body = NULL;
+        return;
+    }
+    if (res->status < 100 || res->status > 599)
+        http_error(res, 500, "internal", "the handler produced no valid status (%d)", res->status);
+    char headers[2 * HTTP_MAX_EXTRA_HEADERS];
+    snprintf(headers, sizeof headers, "%s%s", st->headers, res->headers);
+    c->streaming = 0;
+    c->last = 1;
+    conn_read_stop(c);
+    conn_send(c, res->status, res->content_type ? res->content_type : "application/json", res->body,
+              res->body ? res->body_len : 0, headers, c->parser.method == HTTP_HEAD, 1);
+    res->body = NULL;
+}
+
 /* --------------------------------------------------------------- server */
 
 static void server_free_cb(uv_handle_t *h) {
@@ -1113,6 +1195,15 @@ int http_server_start(uv_loop_t *loop, const char *host, int port, const http_li
         s->lim = *lim;
     else
         http_limits_default(&s->lim);
+    /* A cap beyond the descriptors the process may open would only turn
+     * into failed accepts; the rest of the process keeps HTTP_FD_RESERVE. */
+    struct rlimit rl;
+    if (s->lim.max_connections > 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+        rl.rlim_cur != RLIM_INFINITY) {
+        long room = (long)rl.rlim_cur - HTTP_FD_RESERVE;
+        if (room < 16) room = 16;
+        if (s->lim.max_connections > room) s->lim.max_connections = (int)room;
+    }
     s->handler = handler;
     s->user = user;
     r = uv_tcp_init(loop, &s->listener);
@@ -1191,6 +1282,7 @@ void http_error(http_response_t *res, int status, const char *code, const char *
     } else if (n < 0) {
         small[0] = '\0';
     }
+    util_utf8_scrub(msg); /* a message may quote input: JSON must be UTF-8 */
     free(res->body);
     res->body = NULL;
     res->body_len = 0;

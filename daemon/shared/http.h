@@ -3,14 +3,14 @@
  * Accepts connections, parses requests with keep-alive, enforces limits (header
  * bytes, body bytes, idle time between requests, time to the first byte of a
  * new connection, time to receive a whole request, concurrent connections in
- * all and per client: a peer address, all of loopback as one, an IPv6 /64 as
- * one), and hands each complete request to one handler callback that answers
- * synchronously. At the connection cap the oldest idle connection (one
- * waiting for a request) is closed to make room, else the one that has been
- * sending a request for longest (over a second); only when there is neither
- * does a new connection get 503. An optional authorize callback
- * sees each request once its headers are in, before its body is read. Limit violations and
- * malformed requests are answered by the server itself with the JSON error envelope
+ * all and per remote client: a peer address, an IPv6 /64 as one; loopback
+ * has a cap of its own, none by default), and hands each complete request to
+ * one handler callback that answers synchronously. At the connection cap the oldest idle connection
+ * (one waiting for a request) is closed to make room, else the one that has been sending a request
+ * for longest (over a second); only when there is neither does a new connection get 503. An
+ * optional authorize callback sees each request once its headers are in, before its body is read.
+ * Limit violations and malformed requests are answered by the server itself with the JSON error
+ * envelope
  * {"error":{"code":...,"message":...}} (400, 408, 413, 431, 503) and the
  * connection is closed.
  *
@@ -29,10 +29,15 @@ typedef struct {
     size_t max_body_bytes;          /* default 1 MiB */
     uint64_t idle_timeout_ms;       /* keep-alive connection with no request; default 30 s */
     uint64_t request_timeout_ms;    /* first byte to complete request; default 10 s */
-    int max_connections;            /* default 256; beyond it new connections get 503 */
-    int max_per_client;             /* connections from one peer address; default 64 */
+    uint64_t header_timeout_ms;     /* first byte to the end of the headers; default 5 s */
+    int max_connections;            /* default 4096 (at most the open files allowed, less
+                                       HTTP_FD_RESERVE); beyond it new connections get 503 */
+    int max_per_client;             /* connections from one remote client; default 64 */
+    int max_loopback;               /* connections from loopback, all together; default none */
     uint64_t first_byte_timeout_ms; /* a new connection that starts no request; default 5 s */
 } http_limits_t;                    /* a timeout of 0 disables it; a cap <= 0 means no limit */
+
+#define HTTP_FD_RESERVE 256 /* descriptors max_connections leaves to the rest of the process */
 
 /* A parsed request. Everything is borrowed for the duration of the handler. */
 typedef struct {
@@ -53,7 +58,10 @@ typedef struct {
     const char *host;                 /* the Host header, or NULL */
     const char *origin;               /* the Origin header (sent by browsers), or NULL */
     const char *mcp_protocol_version; /* the MCP-Protocol-Version header (/mcp), or NULL */
-    void *conn;                       /* the server's connection, for http_stream_open only */
+    /* A browser's Fetch Metadata: Sec-Fetch-Site, -Mode and -Dest, or NULL
+     * (origin_costly_check reads them). */
+    const char *fetch_site, *fetch_mode, *fetch_dest;
+    void *conn; /* the server's connection, for http_stream_open only */
 } http_request_t;
 
 #define HTTP_MAX_EXTRA_HEADERS 512
@@ -177,6 +185,22 @@ void http_stream_finish(http_stream_t *st);
  * http_stream_finish (the last chunk) from one cut short by an error or
  * http_stream_end (none). */
 void http_stream_chunked(http_stream_t *st);
+
+/* ------------------------------------------------ deferred responses
+ *
+ * A handler whose answer is made off the loop (a report on the thread pool)
+ * calls http_defer instead of filling res, and answers later, on the loop,
+ * with http_deferred_reply. Meanwhile the connection has no deadline and
+ * reads nothing but its client's going away (pipelined requests behind it
+ * are dropped: the reply closes the connection); closed(st, arg) is called
+ * if that happens first, and st is invalid after it returns. The header
+ * lines the handler put in res (CORS) go out with the reply. */
+http_stream_t *http_defer(const http_request_t *req, http_response_t *res,
+                          http_stream_closed_fn closed, void *arg);
+
+/* Send res (its body taken) as the deferred answer of st and close the
+ * connection after it; closed is not called after this. */
+void http_deferred_reply(http_stream_t *st, http_response_t *res);
 /* Parse a whole JSON text strictly: exactly one value with only whitespace
  * around it, no raw control characters (below 0x20) inside strings and no
  * \u0000 escape (a string with a NUL in it cannot be stored faithfully).

@@ -52,9 +52,12 @@ const char mcp_night_prompt[] =
 
 /* ------------------------------------------------------------ JSON helpers */
 
+/* o (consumed) as JSON text, valid UTF-8 whatever o quotes (a method or an
+ * id as the client sent it). */
 static char *print(cJSON *o) {
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
+    if (t) util_utf8_scrub(t);
     return t;
 }
 
@@ -414,7 +417,7 @@ static int poll_wait(const mcp_wait_t *w, const mcp_backend_t *b, cJSON **rows, 
     for (int i = 0; i < w->n; i++) {
         char path[64];
         cJSON *e;
-        snprintf(path, sizeof path, "/v1/experiments/%lld", w->ids[i]);
+        snprintf(path, sizeof path, "/v1/experiments/%lld?metrics=0", w->ids[i]);
         if (!api_call(b, "GET", path, NULL, &e)) {
             cJSON_Delete(arr);
             *rows = e;
@@ -454,6 +457,14 @@ static void wait_unlink(mcp_server_t *s, mcp_wait_t *w) {
     cJSON_Delete(w->id);
     cJSON_Delete(w->progress);
     free(w);
+}
+
+int mcp_wait_wants_progress(const mcp_wait_t *w) {
+    return w->progress != NULL;
+}
+
+double mcp_wait_deadline(const mcp_wait_t *w) {
+    return w->deadline;
 }
 
 void mcp_wait_drop(mcp_server_t *s, mcp_wait_t *w) {

@@ -72,6 +72,14 @@ int mcp_wait_step(mcp_server_t *s, mcp_wait_t *w, const mcp_backend_t *b, char *
 /* Forget w (its transport is gone). */
 void mcp_wait_drop(mcp_server_t *s, mcp_wait_t *w);
 
+/* What a transport that learns of experiments ending (the daemon's own)
+ * needs to step w only when something can have changed: whether its client
+ * asked for progress notifications (a progressToken: step it every
+ * MCP_WAIT_POLL_MS while it waits), and when it times out (util_now()
+ * seconds; step it then). */
+int mcp_wait_wants_progress(const mcp_wait_t *w);
+double mcp_wait_deadline(const mcp_wait_t *w);
+
 /* Whether this server speaks protocol revision v ("2025-11-25"). */
 int mcp_version_supported(const char *v);
 

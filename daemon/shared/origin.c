@@ -302,6 +302,20 @@ int origin_check(const origin_policy_t *p, const http_request_t *req, http_respo
     return 0;
 }
 
+int origin_costly_check(const http_request_t *req, http_response_t *res) {
+    const char *site = req->fetch_site;
+    if (!site || !strcasecmp(site, "same-origin") || !strcasecmp(site, "none")) return 0;
+    if (req->origin) return 0; /* a CORS request, which origin_check let through */
+    if (req->fetch_mode && !strcasecmp(req->fetch_mode, "navigate") && req->fetch_dest &&
+        !strcasecmp(req->fetch_dest, "document"))
+        return 0;
+    http_error(res, 403, "cross_site",
+               "%s costs the daemon work and is not answered to another site's page "
+               "(Sec-Fetch-Site: %.20s); open it from the daemon's own page or by its address",
+               req->path, site);
+    return 403;
+}
+
 int origin_cors(const origin_policy_t *p, const http_request_t *req, http_response_t *res) {
     const allowed_origin_t *o = p ? find_origin(p, req->origin) : NULL;
     if (!o) return 0;

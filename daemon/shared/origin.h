@@ -56,6 +56,19 @@ void origin_policy_free(origin_policy_t *p);
  * 421) with res holding the error envelope. A NULL policy checks nothing. */
 int origin_check(const origin_policy_t *p, const http_request_t *req, http_response_t *res);
 
+/* For the GETs that cost the daemon work (a report, an export): a
+ * browser's request that another site's page made without asking (an
+ * <img>, a <script>, a frame: Sec-Fetch-Site cross-site or same-site with
+ * no Origin header) gets 403 cross_site, so a page cannot keep the daemon
+ * busy; the daemon's own pages (same-origin), an address typed or
+ * bookmarked (none), a link followed to a page of its own (a top-level
+ * navigation: mode navigate, dest document) and a CORS request from an
+ * --allowed-origin pass, as does every request without Fetch Metadata
+ * (curl, scripts, and browsers too old to send it, which only the lanes'
+ * bounds then hold: export.h, report_lane.h). Returns 0, or 403 with res
+ * holding the refusal. */
+int origin_costly_check(const http_request_t *req, http_response_t *res);
+
 /* CORS for a request from an allowed origin: its headers appended to
  * res->headers. Returns 1 when req is a preflight (OPTIONS) that res now
  * answers completely (204), else 0. */

@@ -363,6 +363,7 @@ struct store {
     char *path;                    /* the database file, for connections of their own (exports) */
     sqlite3_stmt *st[ST_COUNT];
     uint64_t finishes; /* store_finish commits on this connection */
+    int readonly;      /* store_open_reader's */
 };
 
 /* The live statuses first; from index 2 on, the final ones. */
@@ -703,10 +704,12 @@ static void spec_key_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 
 /* Open path and configure the connection. *out is set even on failure (it may
  * hold a handle that needs sqlite3_close). */
-static int open_db(const char *path, sqlite3 **out, char *err, size_t errlen) {
+static int open_db(const char *path, sqlite3 **out, int readonly, char *err, size_t errlen) {
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    int rc = sqlite3_open_v2(
+        path, &db, readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+        NULL);
     *out = db;
     if (rc != SQLITE_OK) {
         if (!db) return fail(err, errlen, "store: %s: out of memory", base_name(path));
@@ -721,7 +724,8 @@ static int open_db(const char *path, sqlite3 **out, char *err, size_t errlen) {
         goto fail;
     }
 
-    if (sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK ||
+    if (sqlite3_prepare_v2(db, readonly ? "PRAGMA journal_mode" : "PRAGMA journal_mode = WAL", -1,
+                           &st, NULL) != SQLITE_OK ||
         sqlite3_step(st) != SQLITE_ROW) {
         fail_db(db, err, errlen, "setting journal_mode");
         goto fail;
@@ -746,7 +750,7 @@ fail:
 int store_migrate(const char *path, const store_migration_t *m, size_t n, char *err,
                   size_t errlen) {
     sqlite3 *db = NULL;
-    int rc = open_db(path, &db, err, errlen);
+    int rc = open_db(path, &db, 0, err, errlen);
     if (rc == 0) rc = migrate(db, path, m, n, err, errlen);
     sqlite3_close(db);
     return rc;
@@ -802,7 +806,7 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int frames) {
 
 /* Open the connection and prepare every statement (the schema is there). */
 static int connect_db(store_t *s, char *err, size_t errlen) {
-    if (open_db(s->path, &s->db, err, errlen) < 0) return -1;
+    if (open_db(s->path, &s->db, s->readonly, err, errlen) < 0) return -1;
     sqlite3_wal_hook(s->db, wal_hook, s);
     note_files(s);
     for (int i = 0; i < ST_COUNT; i++) {
@@ -863,7 +867,7 @@ int store_open(const char *path, store_t **out, char *err, size_t errlen) {
     }
     /* The schema first, on a connection of its own; then the store's. */
     sqlite3 *db = NULL;
-    int rc = open_db(path, &db, err, errlen) < 0 ||
+    int rc = open_db(path, &db, 0, err, errlen) < 0 ||
                      migrate(db, path, store_migrations, store_n_migrations, err, errlen) < 0
                  ? -1
                  : 0;
@@ -874,6 +878,22 @@ int store_open(const char *path, store_t **out, char *err, size_t errlen) {
 fail:
     store_close(s);
     return -1;
+}
+
+int store_open_reader(const store_t *s, store_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    store_t *r = calloc(1, sizeof *r);
+    if (!r || !(r->path = strdup(s->path))) {
+        free(r);
+        return fail(err, errlen, "store: out of memory");
+    }
+    r->readonly = 1;
+    if (connect_db(r, err, errlen) < 0) {
+        store_close(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
 }
 
 void store_close(store_t *s) {

@@ -119,6 +119,13 @@ void store_format_time(int64_t unix_ms, char *buf, size_t len);
 int store_open(const char *path, store_t **out, char *err, size_t errlen);
 void store_close(store_t *s);
 
+/* A read-only connection of its own to s's database (already migrated by
+ * s), for the store's queries off the loop (a report on the thread pool):
+ * it never touches s's connection, so it may be used on another thread, one
+ * call at a time, while the loop goes on. *out is owned by the caller and
+ * closed with store_close; every write through it fails. */
+int store_open_reader(const store_t *s, store_t **out, char *err, size_t errlen);
+
 /* Are the store's files still where the connection has them? Someone may
  * delete the WAL (nightshift.db-wal) under the running daemon: what was
  * committed since the last checkpoint is then only in a file a crash would

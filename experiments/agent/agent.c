@@ -30,9 +30,13 @@
 #include "engine/util.h"
 #include "daemon/shared/webhook.h"
 
-#define MAX_SECRET    4096
-#define REPLAY_SLOTS  64  /* deliveries whose replies are kept for repeats */
-#define MAX_EVENT_ID  128 /* longest webhook-id kept for replay */
+#define MAX_SECRET   4096
+#define REPLAY_MAX   4096 /* deliveries remembered at once (their ids and replies) */
+#define MAX_EVENT_ID 128  /* longest webhook-id accepted */
+/* How long a delivery is remembered: its timestamp may be up to the
+ * tolerance before its arrival, and a replay of it is accepted until the
+ * tolerance after that timestamp. */
+#define REPLAY_KEEP_S (2.0 * WEBHOOK_TOLERANCE_S)
 #define DEFAULT_PORT  8090
 #define DEFAULT_BASE  "experiments/specs/baseline.json"
 #define DEFAULT_SPACE "experiments/search/space.json"
@@ -64,8 +68,9 @@ typedef struct {
 } agent_opts_t;
 
 typedef struct {
-    char id[MAX_EVENT_ID]; /* "" = free slot */
-    char *reply;           /* malloc'd body sent the first time */
+    char id[MAX_EVENT_ID];
+    char *reply; /* malloc'd body sent the first time */
+    double at;   /* util_now() when it was answered */
 } delivery_t;
 
 typedef struct {
@@ -76,8 +81,11 @@ typedef struct {
     http_server_t *http;
     origin_policy_t *origin; /* no web page may read the status or post a hook */
     uv_signal_t sigint, sigterm;
-    delivery_t seen[REPLAY_SLOTS]; /* a ring, oldest overwritten */
-    int next;
+    /* Every delivery answered in the last REPLAY_KEEP_S (at most
+     * REPLAY_MAX, oldest first): a delivery sent again within the
+     * signature's tolerance is answered from here, never decided twice. */
+    delivery_t seen[REPLAY_MAX];
+    int n_seen;
     int stopping;
     /* What GET reports about the agent's activity (status_activity). */
     char last_event[32];     /* the type of the last hook event decided on; "" = none yet */
@@ -100,20 +108,35 @@ static void strategy_log_cb(void *user, const char *line) {
 }
 
 static const char *replay(agent_t *a, const char *id) {
-    for (int i = 0; i < REPLAY_SLOTS; i++)
-        if (a->seen[i].id[0] && !strcmp(a->seen[i].id, id)) return a->seen[i].reply;
+    for (int i = 0; i < a->n_seen; i++)
+        if (!strcmp(a->seen[i].id, id)) return a->seen[i].reply;
     return NULL;
 }
 
+/* Forget the first n deliveries (the oldest). */
+static void forget(agent_t *a, int n) {
+    for (int i = 0; i < n; i++) free(a->seen[i].reply);
+    memmove(a->seen, a->seen + n, (size_t)(a->n_seen - n) * sizeof *a->seen);
+    a->n_seen -= n;
+}
+
 static void remember(agent_t *a, const char *id, const char *reply) {
-    if (strlen(id) >= MAX_EVENT_ID) return;
+    double now = util_now();
+    int old = 0;
+    while (old < a->n_seen && now - a->seen[old].at > REPLAY_KEEP_S) old++;
+    if (old == 0 && a->n_seen == REPLAY_MAX) {
+        log_warn("over %d deliveries within %.0f s: the oldest is forgotten, and a replay of it "
+                 "would be decided again",
+                 REPLAY_MAX, REPLAY_KEEP_S);
+        old = 1;
+    }
+    forget(a, old);
     char *copy = strdup(reply);
     if (!copy) return;
-    delivery_t *d = &a->seen[a->next];
-    a->next = (a->next + 1) % REPLAY_SLOTS;
-    free(d->reply);
+    delivery_t *d = &a->seen[a->n_seen++];
     snprintf(d->id, sizeof d->id, "%s", id);
     d->reply = copy;
+    d->at = now;
 }
 
 static void respond(http_response_t *res, char *body) {
@@ -253,6 +276,11 @@ static void hook_handler(const http_request_t *req, http_response_t *res, void *
                        sizeof err) < 0) {
         log_warn("refusing a delivery from %s: %s", req->peer, err);
         http_error(res, 401, "unauthorized", "%s", err);
+        return;
+    }
+    if (strlen(req->webhook_id) >= MAX_EVENT_ID) { /* it could not be remembered */
+        http_error(res, 400, "invalid_webhook_id", "webhook-id: at most %d bytes",
+                   MAX_EVENT_ID - 1);
         return;
     }
     const char *again = replay(a, req->webhook_id);
@@ -656,7 +684,7 @@ int agent_main(int argc, char **argv) {
     strategy_free(a->strategy);
     space_free(a->space);
     origin_policy_free(a->origin);
-    for (int i = 0; i < REPLAY_SLOTS; i++) free(a->seen[i].reply);
+    forget(a, a->n_seen);
     free(o->secret);
     free(a);
     return rc;
