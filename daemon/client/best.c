@@ -33,7 +33,7 @@ static const cmd_help_t best_help = {
     "  nightshift best > next.json\n"
     "Says `nothing has succeeded yet` and which scopes have results (exit 0)\n"
     "when no run has succeeded in the scope.\n\n" SCOPE_OPTIONS_HELP
-    "  --json            the daemon's JSON as is\n"};
+    "  --json            the daemon's JSON as is\n" CMD_OFFLINE_HELP};
 
 /* "scope: dataset D, budget B, eval_tokens N (how it was chosen)" on f. */
 static void print_scope(FILE *f, const char *lead, const cJSON *reply) {
@@ -44,7 +44,7 @@ static void print_scope(FILE *f, const char *lead, const cJSON *reply) {
 int best_main(int argc, char **argv) {
     const cmd_help_t *h = &best_help;
     conn_opts_t o = {0};
-    conn_t c = {0};
+    conn_t c = {.offline_ok = 1};
     int json = 0, rc;
     cJSON *reply = NULL;
     const char *dataset = NULL, *budget = NULL, *eval = NULL;
@@ -108,12 +108,12 @@ static const cmd_help_t leaderboard_help = {
     "deviation and number of seeds; under serve --prune asha, RUNG: the\n"
     "highest rung the configuration was promoted to.\n\n" SCOPE_OPTIONS_HELP
     "  --limit N         at most N rows (default 20)\n"
-    "  --json            the daemon's JSON as is\n"};
+    "  --json            the daemon's JSON as is\n" CMD_OFFLINE_HELP};
 
 int leaderboard_main(int argc, char **argv) {
     const cmd_help_t *h = &leaderboard_help;
     conn_opts_t o = {0};
-    conn_t c = {0};
+    conn_t c = {.offline_ok = 1};
     int json = 0, rc;
     cJSON *reply = NULL;
     const char *dataset = NULL, *budget = NULL, *eval = NULL, *limit = NULL;

@@ -33,7 +33,7 @@ static const cmd_help_t ls_help = {
     "  --budget B        with --order val_bpb: time:SECONDS or tokens:N\n"
     "  --eval-tokens N   with --order val_bpb: validation tokens scored\n"
     "  --after ID        the page after the row with id ID\n"
-    "  --json            the daemon's JSON as is\n"};
+    "  --json            the daemon's JSON as is\n" CMD_OFFLINE_HELP};
 
 typedef struct {
     char id[24], status[64], bpb[32], name[NAME_WIDTH * 4 + 8], created[32];
@@ -104,7 +104,7 @@ static void ls_table(const cJSON *items, const cJSON *board) {
 int ls_main(int argc, char **argv) {
     const cmd_help_t *h = &ls_help;
     conn_opts_t o = {0};
-    conn_t c = {0};
+    conn_t c = {.offline_ok = 1};
     const char *status = NULL, *limit = NULL, *order = NULL, *after = NULL, *dataset = NULL,
                *budget = NULL, *eval = NULL;
     int json = 0, rc;

@@ -604,7 +604,7 @@ static void get_experiment(api_t *a, int64_t id, http_response_t *res) {
             reply_store_error(res, err);
         return;
     }
-    cJSON *p = sched_progress(a->sched, id);
+    cJSON *p = a->sched ? sched_progress(a->sched, id) : NULL;
     if (p)
         cJSON_AddItemToObject(o, "progress", p);
     else
