@@ -324,6 +324,14 @@ Test(spec, unknown_fields) {
         {"{\"model\":{\"head_dim\":64}}", "model.head_dim: unknown field"},
         {"{\"model\":{\"depth\":4,\"depth\":5}}", "model.depth: duplicate field"},
         {"{\"seed\":1,\"seed\":1}", "seed: duplicate field"},
+        /* every unknown field at once, the root's and the sections', in order */
+        {"{\"bogus\":1,\"model\":{\"n_embed\":128,\"depth\":2,\"layers\":3},\"Name\":\"x\","
+         "\"train\":{\"lr\":0.1}}",
+         "bogus: unknown field; model.n_embed: unknown field (did you mean model.n_embd?); "
+         "model.layers: unknown field; Name: unknown field (did you mean name?); train.lr: "
+         "unknown field"},
+        /* an unknown field beside a bad value: the unknown field first */
+        {"{\"model\":{\"depth\":-1},\"bogus\":1}", "bogus: unknown field"},
     };
     run_cases(cases, sizeof cases / sizeof cases[0]);
 }
