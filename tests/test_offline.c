@@ -1,8 +1,8 @@
 /* test_offline.c - the morning answer without the daemon: a real daemon runs
  * two tiny experiments and is stopped; `best`, `leaderboard`, `ls`, `show`
  * and `report` then answer from its state directory's database, read-only,
- * with what they said while it ran, and say so on stderr. Every wait is
- * bounded. */
+ * with what they said while it ran, and say so on stderr. The daemon's log
+ * of the same runs gives their token budgets. Every wait is bounded. */
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <stdio.h>
@@ -97,6 +97,13 @@ Test(offline, best_and_report_answer_from_a_stopped_daemons_state) {
         tu_run_free(&r);
     }
     tu_server_stop(&d, 30);
+    /* the daemon's log gives a token-budget run its budget in tokens */
+    char *log = tu_read(d.errlog);
+    cr_assert(log);
+    cr_expect(strstr(log, "experiment 1 started (") && strstr(log, ", budget 2048 tokens)\n") &&
+                  !strstr(log, "budget 0 s"),
+              "%s", log);
+    free(log);
     char *db_path = tu_path("%s/nightshift.db", state);
     size_t db_len;
     char *db_before = tu_read_all(db_path, &db_len);
