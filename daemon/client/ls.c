@@ -163,7 +163,7 @@ int ls_main(int argc, char **argv) {
         goto fail;
     }
     if (ranked) {
-        char scope[200];
+        char scope[320];
         board_scope_text(list, scope, sizeof scope);
         printf("ranked within %s (%s)\n", scope, board_scope_from(list));
     }
