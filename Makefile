@@ -238,7 +238,7 @@ asan:
 UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
                store strategy threads tok
 INTEGRATION_SUITES := agent asha bridge client cost daemon data events grad_cli guard hook isa loop \
-                      mcp metrics newuser report sealed slurm slurm_fake train worker
+                      mcp metrics newuser offline report run sealed slurm slurm_fake train worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 suite_filter = --filter '@($(subst $(SPACE),|,$(strip $(1))))/*'

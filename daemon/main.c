@@ -6,6 +6,8 @@
 #include "engine/cli.h"
 #include "engine/gemm.h"
 #include "daemon/client/client.h"
+#include "daemon/client/conn.h"
+#include "daemon/serve/offline.h"
 #include "daemon/serve/serve.h"
 #include "daemon/exec/exec.h"
 #include "daemon/exec/worker.h"
@@ -57,6 +59,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    conn_set_offline(offline_get); /* the reading commands, when no daemon runs */
     /* Commands that run the engine's OpenMP team (engine/cli.h, threads_passive_wait). */
     static const char *const engine_commands[] = {"bench", "calibrate", "floor",
                                                   "grad",  "sample",    "train"};

@@ -330,7 +330,7 @@ int cost_main(int argc, char **argv) {
     const char *state = dir ? dir : "state";
     int have_data = data_info(state, spec.dataset, &info, derr, sizeof derr) == 0;
     if (!have_data && (dir || m->vocab_size <= 0)) {
-        fprintf(stderr, "cost: %s\n", derr);
+        fprintf(stderr, "cost: dataset: %s\n", derr);
         if (m->vocab_size <= 0)
             fprintf(stderr,
                     "cost: model.vocab_size comes from the dataset '%s': give --dir with "

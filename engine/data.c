@@ -235,6 +235,10 @@ int data_info(const char *state_dir, const char *name, data_info_t *info, char *
         return -1;
     }
     snprintf(path, sizeof path, "%s/datasets/%s/manifest.json", state_dir, name);
+    if (access(path, F_OK) != 0 && errno == ENOENT) { /* in the daemon's words at submission */
+        util_errorf(err, errlen, "no dataset named '%s' (prepare it with nightshift prep)", name);
+        return -1;
+    }
     char *text = util_read_file(path, DATA_MAX_FILE_BYTES, &len, err, errlen);
     if (!text) return -1;
     cJSON *m = cJSON_ParseWithLength(text, len);

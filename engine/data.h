@@ -91,7 +91,8 @@ typedef struct {
 } data_info_t;
 
 /* Read STATE_DIR/datasets/NAME/manifest.json into *info. Returns 0, or -1
- * with err naming the file. */
+ * with err naming the file, or saying "no dataset named 'NAME' (prepare it
+ * with nightshift prep)" when there is none, as the daemon's submit does. */
 int data_info(const char *state_dir, const char *name, data_info_t *info, char *err, size_t errlen);
 
 #endif

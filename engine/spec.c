@@ -451,6 +451,52 @@ static int edit_distance(const char *a, const char *b) {
     return d[la][lb] > 3 ? 4 : d[la][lb];
 }
 
+/* The field of section ("" for the root) named key, or NULL. */
+static const spec_field_t *field_named(const char *section, const char *key) {
+    for (const spec_field_t *f = spec_fields; f < spec_fields + N_OF(spec_fields); f++)
+        if (field_in(f, section) && !strcmp(field_key(f), key)) return f;
+    return NULL;
+}
+
+/* Append "path: unknown field", with the closest known name when it is close
+ * enough to be a typo, to err (after "; " when err holds one already). */
+static void add_unknown(const char *section, const char *key, char *err, size_t errlen) {
+    char prefix[32];
+    const char *best = NULL;
+    int best_d = 4;
+    snprintf(prefix, sizeof prefix, "%s%s", section, *section ? "." : "");
+    for (const spec_field_t *f = spec_fields; f < spec_fields + N_OF(spec_fields); f++) {
+        if (!field_in(f, section)) continue;
+        int d = edit_distance(key, field_key(f));
+        if (d < best_d) best = field_key(f), best_d = d;
+    }
+    size_t n = strlen(err);
+    if (n + 1 >= errlen) return;
+    if (best && best_d <= (strlen(best) > 4 ? 2 : 1))
+        snprintf(err + n, errlen - n, "%s%s%s: unknown field (did you mean %s%s?)", n ? "; " : "",
+                 prefix, key, prefix, best);
+    else
+        snprintf(err + n, errlen - n, "%s%s%s: unknown field", n ? "; " : "", prefix, key);
+    util_utf8_scrub(err); /* the key quotes the spec as it was sent */
+}
+
+/* Every unknown key of obj, a field of section, and of the sections under
+ * the root, all in one message: -1 with err when there is any. */
+static int check_unknown(const cJSON *obj, const char *section, char *err, size_t errlen) {
+    char none[1] = "";
+    if (!err || !errlen) err = none, errlen = 1;
+    if (!*section) err[0] = '\0';
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        const char *key = it->string ? it->string : "";
+        const spec_field_t *f = field_named(section, key);
+        if (!f)
+            add_unknown(section, key, err, errlen);
+        else if (!*section && f->type == F_SECTION && cJSON_IsObject(it))
+            check_unknown(it, f->path, err, errlen);
+    }
+    return *section || !err[0] ? 0 : -1;
+}
+
 /* Every key of obj must be a field of section ("" for the root), at most once. */
 static int check_keys(const cJSON *obj, const char *section, char *err, size_t errlen) {
     char path[320], prefix[32];
@@ -458,20 +504,10 @@ static int check_keys(const cJSON *obj, const char *section, char *err, size_t e
     for (const cJSON *it = obj->child; it; it = it->next) {
         const char *key = it->string ? it->string : "";
         snprintf(path, sizeof path, "%s%s", prefix, key);
-        const spec_field_t *f = spec_fields, *end = spec_fields + N_OF(spec_fields);
-        while (f < end && !(field_in(f, section) && !strcmp(field_key(f), key))) f++;
-        if (f == end) {
-            /* The closest known name, when it is close enough to be a typo. */
-            const char *best = NULL;
-            int best_d = 4;
-            for (f = spec_fields; f < end; f++) {
-                if (!field_in(f, section)) continue;
-                int d = edit_distance(key, field_key(f));
-                if (d < best_d) best = field_key(f), best_d = d;
-            }
-            if (best && best_d <= (strlen(best) > 4 ? 2 : 1))
-                return fail(err, errlen, path, "unknown field (did you mean %s%s?)", prefix, best);
-            return fail(err, errlen, path, "unknown field");
+        if (!field_named(section, key)) {
+            if (err && errlen) err[0] = '\0';
+            add_unknown(section, key, err, errlen);
+            return -1;
         }
         for (const cJSON *later = it->next; later; later = later->next)
             if (later->string && !strcmp(later->string, key))
@@ -729,7 +765,9 @@ static int parse_adam_betas(const cJSON *it, spec_t *s, char *err, size_t errlen
  * by s even on failure; the caller frees them. */
 static int parse_root(const cJSON *root, spec_t *s, char *err, size_t errlen) {
     if (!cJSON_IsObject(root)) return fail(err, errlen, "spec", "expected a JSON object");
-    if (check_keys(root, "", err, errlen) || parse_fields(root, "", s, err, errlen)) return -1;
+    if (check_unknown(root, "", err, errlen) || check_keys(root, "", err, errlen) ||
+        parse_fields(root, "", s, err, errlen))
+        return -1;
     /* A token budget replaces the default time budget; one given explicitly
      * as well is left for spec_validate to refuse. */
     if (s->token_budget > 0 && !FIELD(root, "time_budget_s")) s->time_budget_s = 0;

@@ -67,11 +67,36 @@ stop() {
     trap - INT TERM HUP
     echo
     echo "run: stopping (the daemon re-queues a running experiment)"
+    [ -z "${watcher:-}" ] || kill -TERM "$watcher" 2>/dev/null || true
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     wait "${pids[@]}" 2>/dev/null || true
     exit "${1:-0}"
 }
 trap stop INT TERM HUP
+
+# A signal sent to make alone (`kill -INT <make's pid>`, not to its process
+# group) would not reach this script: make forwards SIGTERM only, and on
+# SIGINT or SIGHUP waits for its job to end. Make stops catching a signal once
+# it has one (its handler resets it to the default), so watch the parent's
+# caught signals (SigCgt in /proc/PPID/status: bit 0 SIGHUP, 1 SIGINT, 14
+# SIGTERM) and stop when one of them leaves the set, or the parent goes.
+caught() { awk '/^SigCgt:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
+watch_make() {
+    local parent=$PPID had now
+    [ "$(cat "/proc/$parent/comm" 2>/dev/null)" = make ] || return 0
+    had=$(caught "$parent")
+    [ -n "$had" ] && (((0x$had & 0x4003) != 0)) || return 0
+    while sleep 0.5; do
+        now=$(caught "$parent")
+        if [ -z "$now" ] || (((0x$now & 0x4003) != (0x$had & 0x4003))); then
+            echo "run: make was signalled" >&2
+            kill -TERM $$
+            return 0
+        fi
+    done
+}
+watch_make &
+watcher=$!
 
 # The byte just past the end of a log (1 for none), for `tail -c +N`: what
 # this run wrote, not what earlier runs left.

@@ -699,6 +699,32 @@ Test(client, ls_by_val_bpb_ranks_one_scope_and_says_which) {
     tu_run_free(&r);
 }
 
+/* --order queue lists the queue alone; unranked, the best of each of two
+ * scopes says its budget. */
+Test(client, ls_queue_and_the_best_of_each_scope) {
+    route("GET", "/v1/experiments", 200,
+          "{\"experiments\":[" BOOK_RUN(5, 1.79) "," BOOK_RUN(
+              6, 1.9) ","
+                      "{\"id\":2,\"status\":\"succeeded\",\"val_bpb\":2.5,\"dataset\":\"default\","
+                      "\"budget_kind\":\"time\",\"budget\":300,\"eval_tokens\":0}],"
+                      "\"next_after\":null}");
+    route("GET", "/v1/leaderboard", 200, "{\"leaderboard\":[]," SCOPED "}");
+    tu_run_t r;
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--order", "queue", NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect_str_eq(seen(0)->query, "status=queued&order=queue");
+    cr_expect(strstr(r.out, " 1.790000  best time:300 eval 65536 "), "%s", r.out);
+    cr_expect(strstr(r.out, " 2.500000  best time:300 eval 0 "), "%s", r.out);
+    cr_expect(strstr(r.out, " 1.900000  +0.1000 vs config #5 mean (3 seeds) "), "%s", r.out);
+    tu_run_free(&r);
+    /* a status given is kept */
+    tu_run_bin(&r, RUN_TIMEOUT_S, "ls", "--url", S.url, "--order", "queue", "--status", "running",
+               NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect_str_eq(seen(2)->query, "status=running&order=queue");
+    tu_run_free(&r);
+}
+
 /* ------------------------------------------------------------------- show */
 
 #define SPEC_JSON                                                                                  \

@@ -308,6 +308,14 @@ Test(cost, command_errors) {
                                      "give --dir with the state directory that holds it, or set "
                                      "model.vocab_size"),
                        "%s", r.err);
+    tu_run_free(&r);
+    /* a dataset that is not there: what `submit` says of it (daemon/serve/api.c) */
+    const char *book =
+        write_spec("book.json", "{\"dataset\":\"book\",\"model\":{\"vocab_size\":300}}");
+    tu_run_bin(&r, 30, "cost", book, "--dir", empty, NULL);
+    cr_assert_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect_str_eq(r.err,
+                     "cost: dataset: no dataset named 'book' (prepare it with nightshift prep)\n");
     tu_rmrf(empty);
     free(empty);
     tu_run_free(&r);

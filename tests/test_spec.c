@@ -333,6 +333,14 @@ Test(spec, unknown_fields) {
          "train.?0_beta1: unknown field (did you mean train.x0_beta1?)"},
         {"{\"model\":{\"mlp\":\"\xff\xfe\xc3\xa9\"}}",
          "model.mlp: unknown value \"??\xc3\xa9\" (expected relu2, gelu, swiglu or geglu)"},
+        /* every unknown field at once, the root's and the sections', in order */
+        {"{\"bogus\":1,\"model\":{\"n_embed\":128,\"depth\":2,\"layers\":3},\"Name\":\"x\","
+         "\"train\":{\"lr\":0.1}}",
+         "bogus: unknown field; model.n_embed: unknown field (did you mean model.n_embd?); "
+         "model.layers: unknown field; Name: unknown field (did you mean name?); train.lr: "
+         "unknown field"},
+        /* an unknown field beside a bad value: the unknown field first */
+        {"{\"model\":{\"depth\":-1},\"bogus\":1}", "bogus: unknown field"},
     };
     run_cases(cases, sizeof cases / sizeof cases[0]);
 }

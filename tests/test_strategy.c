@@ -533,7 +533,7 @@ Test(strategy, measures_the_baseline_noise_then_adopts_past_two_standard_errors)
     cJSON_Delete(r);
     cr_assert(strategy_best(s, &id, NULL, NULL));
     cr_expect_eq(id, 4);
-    cr_expect(logged(&l, "not ranking #9: it ran on elsewhere|time|"));
+    cr_expect(logged(&l, "not ranking #9: it ran on dataset elsewhere, budget time:"));
     spec_free(&other);
     spec_free(&p);
     spec_free(&v2);

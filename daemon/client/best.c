@@ -31,20 +31,23 @@ static const cmd_help_t best_help = {
     "Its scope, id, mean val_bpb and seeds go to stderr and its spec to stdout\n"
     "as indented JSON, ready to edit and resubmit:\n"
     "  nightshift best > next.json\n"
+    "Which experiment it is stays out of stdout, so that it is the spec exactly:\n"
+    "an \"id\" there is an unknown field to submit, and a \"parent\" would change\n"
+    "what the resubmission records; `--json` has it as best.id.\n"
     "Says `nothing has succeeded yet` and which scopes have results (exit 0)\n"
     "when no run has succeeded in the scope.\n\n" SCOPE_OPTIONS_HELP
-    "  --json            the daemon's JSON as is\n"};
+    "  --json            the daemon's JSON as is\n" CMD_OFFLINE_HELP};
 
 /* "scope: dataset D, budget B, eval_tokens N (how it was chosen)" on f. */
 static void print_scope(FILE *f, const char *lead, const cJSON *reply) {
-    char scope[200];
+    char scope[320];
     board_scope_text(reply, scope, sizeof scope);
     fprintf(f, "%s%s (%s)\n", lead, scope, board_scope_from(reply));
 }
 int best_main(int argc, char **argv) {
     const cmd_help_t *h = &best_help;
     conn_opts_t o = {0};
-    conn_t c = {0};
+    conn_t c = {.offline_ok = 1};
     int json = 0, rc;
     cJSON *reply = NULL;
     const char *dataset = NULL, *budget = NULL, *eval = NULL;
@@ -108,12 +111,12 @@ static const cmd_help_t leaderboard_help = {
     "deviation and number of seeds; under serve --prune asha, RUNG: the\n"
     "highest rung the configuration was promoted to.\n\n" SCOPE_OPTIONS_HELP
     "  --limit N         at most N rows (default 20)\n"
-    "  --json            the daemon's JSON as is\n"};
+    "  --json            the daemon's JSON as is\n" CMD_OFFLINE_HELP};
 
 int leaderboard_main(int argc, char **argv) {
     const cmd_help_t *h = &leaderboard_help;
     conn_opts_t o = {0};
-    conn_t c = {0};
+    conn_t c = {.offline_ok = 1};
     int json = 0, rc;
     cJSON *reply = NULL;
     const char *dataset = NULL, *budget = NULL, *eval = NULL, *limit = NULL;

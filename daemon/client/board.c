@@ -54,7 +54,9 @@ void board_scope_text(const cJSON *o, char *buf, size_t len) {
     scope_of(o, &b);
     snprintf(buf, len, "dataset %s, budget %s:%.15g, eval_tokens %" PRId64 "%s", b.dataset,
              b.budget_kind, b.budget, b.eval_tokens,
-             b.eval_tokens == 0 ? " (the whole split)" : "");
+             b.eval_tokens == 0 ? " (the whole split: 0, or a cap past its size such as the "
+                                  "default 65536)"
+                                : "");
 }
 
 void board_scope_label(const board_best_t *b, char *buf, size_t len) {

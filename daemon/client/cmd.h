@@ -36,6 +36,13 @@ typedef struct {
     int n;                /* how many were given */
 } cmd_args_t;
 
+/* The end of the help of a command that may answer without the daemon
+ * (conn_t.offline_ok). */
+#define CMD_OFFLINE_HELP                                                                           \
+    "\nWith no daemon answering on loopback, the answer comes from the state\n"                    \
+    "directory's database ($NIGHTSHIFT_DIR, else ./state), opened read-only,\n"                    \
+    "and stderr says so.\n"
+
 /* The usage text of a command, with the common options, on f. */
 void cmd_usage(FILE *f, const cmd_help_t *h);
 

@@ -20,6 +20,13 @@
 #define CONNECT_TIMEOUT_MS 5000L
 #define TOTAL_TIMEOUT_MS   30000L
 #define MAX_TOKEN_BYTES    4096
+#define CONN_OFFLINE       (-2) /* reply_code: no daemon; the database may answer */
+
+static conn_offline_fn offline_fn;
+
+void conn_set_offline(conn_offline_fn fn) {
+    offline_fn = fn;
+}
 
 void conn_reply_free(conn_reply_t *r) {
     bytebuf_free(&r->body);
@@ -65,9 +72,13 @@ static int url_is_loopback(const char *url) {
  * (scripts/run.sh writes DIR/token, mode 0600): $NIGHTSHIFT_DIR/token, by
  * default state/token as `serve` defaults to --dir state. NULL when there is
  * none. The path is in buf. */
-static const char *state_token_file(char *buf, size_t len) {
+static const char *state_dir(void) {
     const char *dir = getenv("NIGHTSHIFT_DIR");
-    snprintf(buf, len, "%s/token", dir && *dir ? dir : "state");
+    return dir && *dir ? dir : "state";
+}
+
+static const char *state_token_file(char *buf, size_t len) {
+    snprintf(buf, len, "%s/token", state_dir());
     return access(buf, R_OK) == 0 ? buf : NULL;
 }
 
@@ -128,9 +139,11 @@ static int add_header(conn_t *c, const char *line, int post_only) {
 int conn_open(conn_t *c, const conn_opts_t *o, const cmd_help_t *h) {
     char token[MAX_TOKEN_BYTES + 1], hdr[MAX_TOKEN_BYTES + 64], noproxy[1024], port_url[64];
     const char *url = o->url;
-    const char *source = c->source; /* the one setting made before */
+    const char *source = c->source; /* the settings made before */
+    int offline_ok = c->offline_ok;
     memset(c, 0, sizeof *c);
     c->source = source;
+    c->offline_ok = offline_ok;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "nightshift %s: cannot initialise libcurl\n", h->name);
         return CLIENT_EXIT_API;
@@ -237,6 +250,50 @@ static void unreachable(FILE *errf, const conn_t *c, const char *detail) {
                       "NIGHTSHIFT_URL\n");
 }
 
+/* No daemon answered: CONN_OFFLINE when the state directory's database may
+ * answer instead (a reading command, a GET, a daemon meant on loopback, the
+ * database there), else the reason said and CLIENT_EXIT_UNREACHABLE. */
+static int no_daemon(FILE *errf, const conn_t *c, const char *method, const char *detail) {
+    char db[4096];
+    snprintf(db, sizeof db, "%s/nightshift.db", state_dir());
+    if (c->offline_ok && offline_fn && !c->agent && !strcmp(method, "GET") &&
+        url_is_loopback(c->base) && access(db, R_OK) == 0)
+        return CONN_OFFLINE;
+    unreachable(errf, c, detail);
+    return CLIENT_EXIT_UNREACHABLE;
+}
+
+/* GET path answered from the state directory's database (offline_fn): as
+ * reply_code, saying once that the answer comes from there. */
+static int offline_reply(conn_t *c, const char *path, conn_reply_t *r, FILE *errf) {
+    char err[512], *body = NULL;
+    size_t len = 0;
+    if (offline_fn(state_dir(), path, &r->status, &body, &len, err, sizeof err) < 0) {
+        unreachable(errf, c, c->errbuf[0] ? c->errbuf : "no connection");
+        fprintf(errf, "  and its state directory cannot answer: ");
+        fmt_put_clean(errf, err);
+        fputc('\n', errf);
+        return CLIENT_EXIT_UNREACHABLE;
+    }
+    if (!c->offline)
+        fprintf(errf,
+                "nightshift: answering from %s/nightshift.db because no daemon answers at %s\n",
+                state_dir(), c->base);
+    c->offline = 1;
+    int rc = bytebuf_append(&r->body, body, len);
+    free(body);
+    if (rc < 0) {
+        fprintf(errf, "nightshift: the answer to GET %s is larger than %zu MiB\n", path,
+                MAX_REPLY_BYTES >> 20);
+        return CLIENT_EXIT_API;
+    }
+    c->http_status = r->status;
+    if (r->status >= 200 && r->status < 300) return 0;
+    if (c->keep_errors) return CLIENT_EXIT_API;
+    print_api_error(errf, c, "GET", path, r);
+    return CLIENT_EXIT_API;
+}
+
 /* What the transfer's outcome cr means: 0 for a 2xx reply, else the exit
  * code, the reason said on errf. */
 static int reply_code(conn_t *c, CURLcode cr, const char *method, const char *path, conn_reply_t *r,
@@ -268,13 +325,9 @@ static int reply_code(conn_t *c, CURLcode cr, const char *method, const char *pa
     case CURLE_COULDNT_CONNECT:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_PEER_FAILED_VERIFICATION:
-        unreachable(errf, c, detail);
-        return CLIENT_EXIT_UNREACHABLE;
+        return no_daemon(errf, c, method, detail);
     case CURLE_OPERATION_TIMEDOUT:
-        if (connect_us == 0) {
-            unreachable(errf, c, detail);
-            return CLIENT_EXIT_UNREACHABLE;
-        }
+        if (connect_us == 0) return no_daemon(errf, c, method, detail);
         fprintf(errf, "nightshift: no complete reply to %s %s within %ld s: %s\n", method, path,
                 TOTAL_TIMEOUT_MS / 1000, detail);
         return CLIENT_EXIT_API;
@@ -311,7 +364,10 @@ int conn_request(conn_t *c, const char *method, const char *path, const char *bo
         curl_easy_setopt(k, CURLOPT_HTTPHEADER, c->get_h);
     }
     c->errbuf[0] = '\0';
-    rc = reply_code(c, curl_easy_perform(k), method, path, r, errf);
+    rc = c->offline && !strcmp(method, "GET")
+             ? CONN_OFFLINE
+             : reply_code(c, curl_easy_perform(k), method, path, r, errf);
+    if (rc == CONN_OFFLINE) rc = offline_reply(c, path, r, errf);
     if (rc == 0 || (rc == CLIENT_EXIT_API && c->keep_errors && c->http_status)) {
         if (errf != stderr) fclose(errf);
         free(url);

@@ -30,6 +30,11 @@ typedef struct {
     int agent;                         /* the peer is the agent (agent status), not the daemon */
     const char *source;                /* X-Nightshift-Source (set before conn_open); NULL = cli */
     int keep_errors; /* an HTTP error reply is kept in *r (status and body), not printed */
+    /* Set before conn_open (kept by it): a command that only reads (best,
+     * leaderboard, ls, show, report) may be answered from the state
+     * directory's database when no daemon answers on loopback. */
+    int offline_ok;
+    int offline; /* from here on, requests go to the database (one notice said) */
 } conn_t;
 
 /* A reply: its status and body (capped at MAX_REPLY_BYTES; body.data is
@@ -40,6 +45,16 @@ typedef struct {
 } conn_reply_t;
 
 #define CONN_STOPPED (-1) /* conn_request: the transfer was aborted through conn_t.stop */
+
+/* The answer to a GET from a state directory's database, read-only, for
+ * when no daemon runs (daemon/serve/offline.h's offline_get, which main.c
+ * hands over: the client layer cannot reach the daemon's). 0 with *status
+ * and *body (malloc'd, *len bytes), or -1 with err. */
+typedef int (*conn_offline_fn)(const char *state_dir, const char *path, long *status, char **body,
+                               size_t *len, char *err, size_t errlen);
+
+/* Set the offline answerer (NULL: none, an unreachable daemon is an error). */
+void conn_set_offline(conn_offline_fn fn);
 
 /* Free r's body and zero it; a no-op on a zeroed reply. */
 void conn_reply_free(conn_reply_t *r);
@@ -52,7 +67,10 @@ void conn_close(conn_t *c);
 int conn_open(conn_t *c, const conn_opts_t *o, const cmd_help_t *h);
 
 /* Send one request: method "GET" or "POST", path (with its query) under the
- * base URL, body (POST only, may be NULL). On a 2xx reply returns 0 with *r
+ * base URL, body (POST only, may be NULL). With c->offline_ok, a GET that no
+ * daemon on loopback answers is answered from the state directory's
+ * database ($NIGHTSHIFT_DIR, else ./state), saying so once on stderr. On a
+ * 2xx reply returns 0 with *r
  * filled (release with conn_reply_free). Otherwise prints the error and returns
  * CLIENT_EXIT_API (an HTTP error, a broken or oversized reply) or
  * CLIENT_EXIT_UNREACHABLE (no connection), or CONN_STOPPED without a word

@@ -16,7 +16,8 @@
 static const cmd_help_t ls_help = {
     "ls", "[--status S] [--dataset D] [--limit N] [--order O] [--after ID] [--json]",
     "List experiments as a table: id, status, val_bpb, its verdict (`best` when it\n"
-    "is its scope's best configuration, else how far behind that configuration's\n"
+    "is its scope's best configuration, with the scope's budget when there are\n"
+    "several scopes, else how far behind that configuration's\n"
     "mean it is, over how many seeds), dataset, parameters, the parent it\n"
     "varies, name and creation time (local). When more rows exist than --limit,\n"
     "the next page's --after is printed on stderr.\n\n"
@@ -26,14 +27,14 @@ static const cmd_help_t ls_help = {
     "  --dataset D       only experiments on dataset D\n"
     "  --limit N         at most N rows (the daemon's default is 100, at most 1000)\n"
     "  --order O         id, -id (newest first, the default), val_bpb, created or\n"
-    "                    queue (the order queued runs start in). val_bpb ranks\n"
+    "                    queue (the queued runs, in the order they start). val_bpb ranks\n"
     "                    within one scope (a dataset, budget and evaluation, as\n"
     "                    `nightshift best` picks it: --budget and --eval-tokens\n"
     "                    choose another), named on the first line\n"
     "  --budget B        with --order val_bpb: time:SECONDS or tokens:N\n"
     "  --eval-tokens N   with --order val_bpb: validation tokens scored\n"
     "  --after ID        the page after the row with id ID\n"
-    "  --json            the daemon's JSON as is\n"};
+    "  --json            the daemon's JSON as is\n" CMD_OFFLINE_HELP};
 
 typedef struct {
     char id[24], status[64], bpb[32], name[NAME_WIDTH * 4 + 8], created[32];
@@ -41,7 +42,10 @@ typedef struct {
     size_t name_chars, dataset_chars;
 } ls_row_t;
 
-static void ls_table(const cJSON *items, const cJSON *board) {
+/* ranked: every row is of one scope, named above the table; else a row that
+ * is the best of its scope says which budget (and evaluation, when the scopes
+ * differ in it) that scope has, when there is more than one. */
+static void ls_table(const cJSON *items, const cJSON *board, int ranked) {
     int n = cJSON_GetArraySize(items), i = 0;
     size_t w_id = 2, w_st = 6, w_bpb = 7, w_name = 4, w_v = 7, w_ds = 7, w_p = 6, w_par = 6;
     ls_row_t *rows = calloc(n > 0 ? (size_t)n : 1, sizeof *rows);
@@ -52,7 +56,8 @@ static void ls_table(const cJSON *items, const cJSON *board) {
         free(bests);
         return;
     }
-    int nbest = board ? board_bests(board, bests) : 0;
+    int nbest = board ? board_bests(board, bests) : 0, evals_differ = 0;
+    for (int k = 1; k < nbest; k++) evals_differ |= bests[k].eval_tokens != bests[0].eval_tokens;
     for (const cJSON *e = items->child; e && i < n; e = e->next, i++) {
         ls_row_t *r = &rows[i];
         const cJSON *bpb = jget(e, "val_bpb"), *name = jget(e, "name");
@@ -66,6 +71,13 @@ static void ls_table(const cJSON *items, const cJSON *board) {
                                   cJSON_IsString(name) ? name->valuestring : "-", NAME_WIDTH);
         fmt_local_time(jstr(e, "created"), r->created, sizeof r->created);
         board_verdict(e, bests, nbest, 0, r->verdict, sizeof r->verdict);
+        const board_best_t *b = board_best_of(bests, nbest, e);
+        if (!ranked && nbest > 1 && b && !strcmp(r->verdict, "best")) {
+            char eval[40] = "";
+            if (evals_differ) snprintf(eval, sizeof eval, " eval %" PRId64, b->eval_tokens);
+            snprintf(r->verdict, sizeof r->verdict, "best %s:%.15g%s", b->budget_kind, b->budget,
+                     eval);
+        }
         if (!r->verdict[0]) snprintf(r->verdict, sizeof r->verdict, "-");
         r->dataset_chars = fmt_clean(r->dataset, sizeof r->dataset,
                                      jstr(e, "dataset") ? jstr(e, "dataset") : "-", 24);
@@ -104,7 +116,7 @@ static void ls_table(const cJSON *items, const cJSON *board) {
 int ls_main(int argc, char **argv) {
     const cmd_help_t *h = &ls_help;
     conn_opts_t o = {0};
-    conn_t c = {0};
+    conn_t c = {.offline_ok = 1};
     const char *status = NULL, *limit = NULL, *order = NULL, *after = NULL, *dataset = NULL,
                *budget = NULL, *eval = NULL;
     int json = 0, rc;
@@ -129,6 +141,8 @@ int ls_main(int argc, char **argv) {
         return cmd_usage_error(h, "--status and --order take a single word");
     if (dataset && strlen(dataset) > 63)
         return cmd_usage_error(h, "--dataset: at most 63 characters");
+    /* The queue's order is the queue's: only queued runs have a place in it. */
+    if (order && !strcmp(order, "queue") && !status) status = "queued";
     if (status) line_add_query(&path, "status", status);
     int ranked = order && !strcmp(order, "val_bpb");
     if ((budget || eval) && !ranked)
@@ -149,21 +163,21 @@ int ls_main(int argc, char **argv) {
         goto fail;
     }
     if (ranked) {
-        char scope[200];
+        char scope[320];
         board_scope_text(list, scope, sizeof scope);
         printf("ranked within %s (%s)\n", scope, board_scope_from(list));
     }
     if (!items->child) {
         puts(ranked ? "no experiments in this scope" : "no experiments");
     } else if (ranked) {
-        ls_table(items, list); /* a scoped reply lists every scope's best */
+        ls_table(items, list, 1); /* a scoped reply lists every scope's best */
     } else {
         /* The verdicts need the best of each scope, which any scoped reply
          * lists: best effort. */
         cJSON *board = NULL;
         c.quiet = 1;
         if (conn_json(&c, "GET", "/v1/leaderboard?limit=1", NULL, 0, &board) != 0) board = NULL;
-        ls_table(items, board);
+        ls_table(items, board, 0);
         cJSON_Delete(board);
     }
     if (ranked) board_print_other_scopes(stdout, list, "other scopes with results:");

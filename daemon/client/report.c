@@ -26,12 +26,12 @@ static const cmd_help_t report_help = {
     "                    `nightshift best`)\n"
     "  --baseline ID     compare with the configuration of experiment ID (default:\n"
     "                    that of the scope's first succeeded run)\n"
-    "  --json            the report's numbers as the daemon's JSON\n"};
+    "  --json            the report's numbers as the daemon's JSON\n" CMD_OFFLINE_HELP};
 
 int report_main(int argc, char **argv) {
     const cmd_help_t *h = &report_help;
     conn_opts_t o = {0};
-    conn_t c = {0};
+    conn_t c = {.offline_ok = 1};
     conn_reply_t r = {0};
     int json = 0, rc;
     const char *dataset = NULL, *budget = NULL, *eval = NULL, *baseline = NULL;

@@ -23,7 +23,7 @@ static const cmd_help_t show_help = {
     "key numbers, live progress while it runs, and the last metrics.\n\n"
     "  --json            the daemon's JSON as is (full spec, result and metrics)\n"
     "  --log             print the tail of the run's log instead\n"
-    "  --tail BYTES      how much of the log (default 16384)\n"};
+    "  --tail BYTES      how much of the log (default 16384)\n" CMD_OFFLINE_HELP};
 
 /* Append "key value" for each path present in o, comma-separated; the key
  * shown is the path's last component. */
@@ -220,7 +220,7 @@ static void show_summary(const cJSON *e) {
 int show_main(int argc, char **argv) {
     const cmd_help_t *h = &show_help;
     conn_opts_t o = {0};
-    conn_t c = {0};
+    conn_t c = {.offline_ok = 1};
     const char *id_arg = NULL, *tail = NULL;
     int json = 0, log = 0, rc;
     cJSON *e = NULL;

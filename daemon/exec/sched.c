@@ -613,6 +613,11 @@ static int start_one(sched_t *s, slot_t *sl) {
     sl->n_metrics = 0;
     sl->name = e.name ? strdup(e.name) : NULL;
     sl->budget_s = spec.time_budget_s;
+    char budget[64]; /* the budget the run has: seconds or training tokens */
+    if (spec.token_budget > 0)
+        snprintf(budget, sizeof budget, "%.15g tokens", (double)spec.token_budget);
+    else
+        snprintf(budget, sizeof budget, "%.15g s", spec.time_budget_s);
     spec_free(&spec);
     if (store_set_executor(s->store, e.id, s->x->name, 0, serr, sizeof serr) < 0)
         log_warn("experiment %lld: executor not recorded: %s", (long long)e.id, serr);
@@ -621,8 +626,8 @@ static int start_one(sched_t *s, slot_t *sl) {
         goto retry_later;
     }
     log_info("experiment %lld started (attempt %d, slot %d, %s, cpus %s, %d threads, "
-             "budget %.0f s)",
-             (long long)e.id, e.attempt, sl->index, s->x->name, sl->cpus, threads, sl->budget_s);
+             "budget %s)",
+             (long long)e.id, e.attempt, sl->index, s->x->name, sl->cpus, threads, budget);
     s->queue_empty_notified = 0;
     store_experiment_clear(&e);
     return START_OK;

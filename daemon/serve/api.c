@@ -611,7 +611,7 @@ static void get_experiment(api_t *a, const http_request_t *req, int64_t id, http
             reply_store_error(res, err);
         return;
     }
-    cJSON *p = sched_progress(a->sched, id);
+    cJSON *p = a->sched ? sched_progress(a->sched, id) : NULL;
     if (p)
         cJSON_AddItemToObject(o, "progress", p);
     else

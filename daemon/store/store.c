@@ -363,7 +363,7 @@ struct store {
     char *path;                    /* the database file, for connections of their own (exports) */
     sqlite3_stmt *st[ST_COUNT];
     uint64_t finishes; /* store_finish commits on this connection */
-    int readonly;      /* store_open_reader's */
+    int readonly;      /* store_open_reader's and store_open_readonly's: SQLITE_OPEN_READONLY */
 };
 
 /* The live statuses first; from index 2 on, the final ones. */
@@ -702,9 +702,11 @@ static void spec_key_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     cJSON_free(json);
 }
 
-/* Open path and configure the connection. *out is set even on failure (it may
- * hold a handle that needs sqlite3_close). */
-static int open_db(const char *path, sqlite3 **out, int readonly, char *err, size_t errlen) {
+/* Open path and configure the connection; readonly opens it with
+ * SQLITE_OPEN_READONLY and changes nothing (the journal mode is the
+ * writer's). *out is set even on failure (it may hold a handle that needs
+ * sqlite3_close). */
+static int open_db(const char *path, int readonly, sqlite3 **out, char *err, size_t errlen) {
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_open_v2(
@@ -723,9 +725,9 @@ static int open_db(const char *path, sqlite3 **out, int readonly, char *err, siz
         fail_db(db, err, errlen, "registering functions");
         goto fail;
     }
+    if (readonly) return 0;
 
-    if (sqlite3_prepare_v2(db, readonly ? "PRAGMA journal_mode" : "PRAGMA journal_mode = WAL", -1,
-                           &st, NULL) != SQLITE_OK ||
+    if (sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK ||
         sqlite3_step(st) != SQLITE_ROW) {
         fail_db(db, err, errlen, "setting journal_mode");
         goto fail;
@@ -750,7 +752,7 @@ fail:
 int store_migrate(const char *path, const store_migration_t *m, size_t n, char *err,
                   size_t errlen) {
     sqlite3 *db = NULL;
-    int rc = open_db(path, &db, 0, err, errlen);
+    int rc = open_db(path, 0, &db, err, errlen);
     if (rc == 0) rc = migrate(db, path, m, n, err, errlen);
     sqlite3_close(db);
     return rc;
@@ -806,7 +808,7 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int frames) {
 
 /* Open the connection and prepare every statement (the schema is there). */
 static int connect_db(store_t *s, char *err, size_t errlen) {
-    if (open_db(s->path, &s->db, s->readonly, err, errlen) < 0) return -1;
+    if (open_db(s->path, s->readonly, &s->db, err, errlen) < 0) return -1;
     sqlite3_wal_hook(s->db, wal_hook, s);
     note_files(s);
     for (int i = 0; i < ST_COUNT; i++) {
@@ -867,7 +869,7 @@ int store_open(const char *path, store_t **out, char *err, size_t errlen) {
     }
     /* The schema first, on a connection of its own; then the store's. */
     sqlite3 *db = NULL;
-    int rc = open_db(path, &db, 0, err, errlen) < 0 ||
+    int rc = open_db(path, 0, &db, err, errlen) < 0 ||
                      migrate(db, path, store_migrations, store_n_migrations, err, errlen) < 0
                  ? -1
                  : 0;
@@ -894,6 +896,33 @@ int store_open_reader(const store_t *s, store_t **out, char *err, size_t errlen)
     }
     *out = r;
     return 0;
+}
+
+int store_open_readonly(const char *path, store_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    store_t *s = calloc(1, sizeof *s);
+    if (!s || !(s->path = strdup(path))) {
+        free(s);
+        return fail(err, errlen, "store: out of memory");
+    }
+    s->readonly = 1;
+    /* The schema must be this build's: an older one is migrated by the
+     * daemon, not by a reader. */
+    sqlite3 *db = NULL;
+    int have = -1, want = store_migrations[store_n_migrations - 1].version;
+    int rc =
+        open_db(path, 1, &db, err, errlen) < 0 || user_version(db, &have, err, errlen) < 0 ? -1 : 0;
+    sqlite3_close(db);
+    if (rc == 0 && have != want)
+        rc = fail(err, errlen, "store: %s has schema version %d, this build reads %d",
+                  base_name(path), have, want);
+    if (rc < 0 || connect_db(s, err, errlen) < 0) goto fail;
+    *out = s;
+    return 0;
+fail:
+    store_close(s);
+    return -1;
 }
 
 void store_close(store_t *s) {

@@ -117,6 +117,12 @@ void store_format_time(int64_t unix_ms, char *buf, size_t len);
  * set WAL, busy_timeout and foreign keys. *out is owned by the caller and
  * closed with store_close. */
 int store_open(const char *path, store_t **out, char *err, size_t errlen);
+
+/* Open the database at path read-only (SQLITE_OPEN_READONLY): nothing is
+ * created or migrated, and a schema other than this build's is refused. For
+ * the client's answers while no daemon runs; writing through it fails. *out
+ * is owned by the caller and closed with store_close. */
+int store_open_readonly(const char *path, store_t **out, char *err, size_t errlen);
 void store_close(store_t *s);
 
 /* A read-only connection of its own to s's database (already migrated by

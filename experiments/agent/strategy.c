@@ -63,7 +63,7 @@ struct strategy {
     double best_val; /* the mean over the best configuration's seeds */
     spec_t best;
     ident_t best_config;
-    char scope[128]; /* the baseline's dataset, budget and evaluation: only these rank */
+    char scope[192]; /* the baseline's dataset, budget and evaluation: only these rank */
     ident_t *seen;   /* sorted */
     size_t n_seen, cap_seen;
     int64_t *judged; /* ids whose experiment.finished was decided, in arrival order */
@@ -326,15 +326,15 @@ static int config_identity(const spec_t *sp, char out[SPEC_HASH_HEX]) {
     return spec_config_hash(sp, out) < 0 ? -1 : 0;
 }
 
-/* sp's scope (spec_scope: dataset, budget and evaluation) as
- * "dataset|time|300|eval 65536" or "dataset|tokens|N|eval 0". The agent
+/* sp's scope (spec_scope: dataset, budget and evaluation) as the CLI names a
+ * scope, "dataset D, budget time:300, eval_tokens 65536". The agent
  * knows no dataset's size, so a cap is compared as written: the baseline's
  * variants keep its cap. */
 static void scope_of(const spec_t *sp, char *out, size_t n) {
     spec_scope_t sc;
     spec_scope(sp, &sc);
-    snprintf(out, n, "%s|%s|%.17g|eval %lld", sc.dataset, sc.budget_kind, sc.budget,
-             (long long)sc.eval_tokens);
+    snprintf(out, n, "dataset %s, budget %s:%.17g, eval_tokens %lld", sc.dataset, sc.budget_kind,
+             sc.budget, (long long)sc.eval_tokens);
 }
 
 static config_t *config_find(strategy_t *s, const char *hex) {
@@ -1067,7 +1067,7 @@ static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
     int64_t id = payload_id(exp);
     const char *status = payload_string(exp, "status", "unknown");
     const char *reason = payload_string(exp, "reason", NULL);
-    char err[SPEC_ERR_LEN], hex[STRATEGY_IDENT_LEN], cfg[SPEC_HASH_HEX], scope[128];
+    char err[SPEC_ERR_LEN], hex[STRATEGY_IDENT_LEN], cfg[SPEC_HASH_HEX], scope[192];
     spec_t sp;
     double v = 0;
     if (id && judged_has(s, id)) {
@@ -1176,7 +1176,7 @@ int strategy_set_known_noise(strategy_t *s, const cJSON *noise) {
     const cJSON *eval = cJSON_GetObjectItemCaseSensitive(noise, "eval_tokens");
     const char *dataset = payload_string(noise, "dataset", NULL);
     const char *kind = payload_string(noise, "budget_kind", NULL);
-    char scope[128];
+    char scope[192];
     if (s->noise_known || s->n_proposals > 0 || !cJSON_IsObject(noise) || !dataset || !kind ||
         !cJSON_IsNumber(sd) || !(sd->valuedouble > 0) || !isfinite(sd->valuedouble) ||
         !cJSON_IsNumber(df) || !(df->valuedouble >= STRATEGY_NOISE_KNOWN_DF) ||
@@ -1184,8 +1184,8 @@ int strategy_set_known_noise(strategy_t *s, const cJSON *noise) {
         return 0;
     /* The daemon writes a cap that covers the whole validation split as 0
      * (spec_scope_on); the agent knows no split's size, so 0 matches its cap. */
-    snprintf(scope, sizeof scope, "%s|%s|%.17g|eval %lld", dataset, kind, budget->valuedouble,
-             (long long)eval->valuedouble);
+    snprintf(scope, sizeof scope, "dataset %s, budget %s:%.17g, eval_tokens %lld", dataset, kind,
+             budget->valuedouble, (long long)eval->valuedouble);
     size_t at = strlen(s->scope);
     while (at > 0 && s->scope[at - 1] != ' ') at--;
     if (strcmp(scope, s->scope) && !(eval->valuedouble == 0 && !strncmp(scope, s->scope, at)))
@@ -1229,7 +1229,7 @@ int strategy_decide(strategy_t *s, const cJSON *ev, cJSON **reply, char *err, si
         payload_val_bpb(best, &v)) {
         spec_t sp;
         char e2[SPEC_ERR_LEN];
-        char scope[128];
+        char scope[192];
         if (payload_spec(cJSON_GetObjectItemCaseSensitive(best, "spec"), &sp, e2, sizeof e2) == 0) {
             scope_of(&sp, scope, sizeof scope);
             if (strcmp(scope, s->scope))
