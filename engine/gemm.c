@@ -305,6 +305,21 @@ int gemm_set_precision(gemm_precision p, char *err, size_t errlen) {
     return 0;
 }
 
+int gemm_set_precision_named(const char *name, char *err, size_t errlen) {
+    char why[200];
+    if (!strcmp(name, "fp32")) return gemm_set_precision(GEMM_FP32, err, errlen);
+    if (!strcmp(name, "auto"))
+        return gemm_set_precision(gemm_bf16_available(why, sizeof why) ? GEMM_BF16 : GEMM_FP32, err,
+                                  errlen);
+    if (strcmp(name, "bf16")) {
+        snprintf(err, errlen, "train.precision: %s: not fp32, bf16 or auto", name);
+        return -1;
+    }
+    if (gemm_set_precision(GEMM_BF16, why, sizeof why) == 0) return 0;
+    snprintf(err, errlen, "train.precision: bf16: %s; use fp32 (or auto: bf16 where it runs)", why);
+    return -1;
+}
+
 gemm_precision gemm_current_precision(void) {
     return precision;
 }

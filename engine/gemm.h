@@ -57,6 +57,12 @@ typedef enum { GEMM_FP32, GEMM_BF16 } gemm_precision;
  * cannot run it. Not thread-safe, like gemm_select. */
 int gemm_set_precision(gemm_precision p, char *err, size_t errlen);
 
+/* The precision train.precision names ("fp32", "bf16" or "auto": bf16
+ * where gemm_bf16_available, else fp32), selected for the path in use (call
+ * it after gemm_select_env). Returns 0, or -1 with err ("train.precision:
+ * bf16: " and the reason, naming the CPU feature or the forced path). */
+int gemm_set_precision_named(const char *name, char *err, size_t errlen);
+
 /* The precision in use (GEMM_FP32 until set). */
 gemm_precision gemm_current_precision(void);
 
