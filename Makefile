@@ -426,6 +426,7 @@ report-load: $(BIN)
 
 fixtures: $(BIN)
 	/usr/bin/python3 tests/torch/gen_fixtures.py tests/fixtures
+	/usr/bin/python3 tests/torch/gen_bf16_fixtures.py tests/fixtures
 
 # The layer rule, checked (make test runs it): no source includes with "../"
 # (which would reach past its root), and a probe outside the tree including

@@ -13,7 +13,8 @@
  * per token (`cost`), each phase's share of the timed steps from the
  * engine's timers (prof.h: attention, matmul, elementwise = the rest of
  * forward and backward, optim), the kernel path that ran (gemm.h; forced by
- * NIGHTSHIFT_ISA) and OpenBLAS's kernels, and the process's peak RSS in MiB.
+ * NIGHTSHIFT_ISA), the precision of its products (train.precision) and
+ * OpenBLAS's kernels, and the process's peak RSS in MiB.
  * tests/bench/bench.py runs it beside the PyTorch reference. */
 #include <errno.h>
 #include <getopt.h>
@@ -164,6 +165,10 @@ int bench_main(int argc, char **argv) {
         goto fail;
     }
     int threads = threads_set(spec.resources.threads);
+    if (gemm_set_precision_named(spec_precision_name(spec.train.precision), err, sizeof err) < 0) {
+        fprintf(stderr, "bench: %s\n", err);
+        goto fail;
+    }
     in = malloc((size_t)B * T * sizeof *in);
     tg = malloc((size_t)B * T * sizeof *tg);
     step_s = malloc((size_t)steps * sizeof *step_s);
@@ -199,6 +204,8 @@ int bench_main(int argc, char **argv) {
            getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
     printf("gomp_spincount: %s\n", getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(unset)");
     printf("isa: %s\n", gemm_isa_name(gemm_current()));
+    printf("precision: %s\n", gemm_precision_name(gemm_current_precision()));
+    if (gemm_current_precision() == GEMM_BF16) printf("bf16_kernel: %s\n", calibrate_bf16_kernel());
     printf("blas_core: %s\n", calibrate_blas_core());
     printf("loss: %.6f\n", loss);
     printf("step_ms_median: %.3f\n", 1e3 * med);

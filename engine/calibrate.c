@@ -15,6 +15,7 @@
 
 #include "engine/cli.h"
 #include "engine/gemm.h"
+#include "engine/gemm_bf16.h"
 #include "engine/threads.h"
 #include "engine/util.h"
 
@@ -158,6 +159,14 @@ void calibrate_measure(int threads, int max_n, double seconds, calibrate_peak_t 
             snprintf(p->isa, sizeof p->isa, "%s", p->path);
         }
     }
+    char why[200];
+    if (gemm_bf16_available(why, sizeof why)) {
+        const gemm_precision was = gemm_current_precision();
+        gemm_set_precision(GEMM_BF16, why, sizeof why);
+        p->bf16_gflops = time_sgemm(max_n, seconds, true);
+        snprintf(p->bf16_kernel, sizeof p->bf16_kernel, "%s", calibrate_bf16_kernel());
+        gemm_set_precision(was, why, sizeof why);
+    }
     const long long busy1 = busy_jiffies();
     const double wall = util_now() - t0, self = util_cpu_seconds() - self0;
     /* The CPUs' busy time that was not ours, over what they could give. */
@@ -187,6 +196,10 @@ bool calibrate_measure_quiet(int threads, int max_n, double seconds, int attempt
     return false;
 }
 
+const char *calibrate_bf16_kernel(void) {
+    return gemm_bf16_uses_amx() ? "amx-bf16" : "avx512-bf16";
+}
+
 void calibrate_describe(const calibrate_peak_t *p, char *buf, size_t len) {
     char sgemm[96];
     if (p->engine_sgemm)
@@ -194,8 +207,11 @@ void calibrate_describe(const calibrate_peak_t *p, char *buf, size_t len) {
                  p->isa, p->blas_core);
     else
         snprintf(sgemm, sizeof sgemm, "%s/%s sgemm", p->blas_core, p->isa);
-    snprintf(buf, len, "%.1f GFLOP/s (%d thread%s, %s, %s, %s, others used %.0f%% of the CPUs%s)",
-             p->gflops, p->threads, p->threads == 1 ? "" : "s", sgemm, p->cpu, p->measured_at,
+    char bf16[64] = "";
+    if (p->bf16_gflops > 0)
+        snprintf(bf16, sizeof bf16, ", bf16 %.1f GFLOP/s (%s)", p->bf16_gflops, p->bf16_kernel);
+    snprintf(buf, len, "%.1f GFLOP/s (%d thread%s, %s%s, %s, %s, others used %.0f%% of the CPUs%s)",
+             p->gflops, p->threads, p->threads == 1 ? "" : "s", sgemm, bf16, p->cpu, p->measured_at,
              100.0 * p->others_cpu, p->quiet ? "" : ": NOT QUIET");
 }
 
@@ -224,7 +240,7 @@ static double json_num(const cJSON *o, const char *k) {
     return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
 }
 
-int calibrate_cached_peak(const char *dir, int threads, calibrate_peak_t *p) {
+int calibrate_cached_peak(const char *dir, int threads, bool need_bf16, calibrate_peak_t *p) {
     char *path = cache_path(dir), key[96];
     size_t len = 0;
     char *text = path ? util_read_file(path, 1 << 20, &len, NULL, 0) : NULL;
@@ -233,7 +249,8 @@ int calibrate_cached_peak(const char *dir, int threads, calibrate_peak_t *p) {
     entry_key(key, sizeof key, threads, calibrate_blas_core(), calibrate_wider_path());
     const cJSON *e =
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "peaks"), key);
-    if (cJSON_IsObject(e) && json_num(e, "gflops") > 0) {
+    if (cJSON_IsObject(e) && json_num(e, "gflops") > 0 &&
+        (!need_bf16 || json_num(e, "bf16_gflops") > 0)) {
         memset(p, 0, sizeof *p);
         p->gflops = json_num(e, "gflops");
         p->threads = threads;
@@ -243,6 +260,8 @@ int calibrate_cached_peak(const char *dir, int threads, calibrate_peak_t *p) {
         p->engine_sgemm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "engine_sgemm"));
         p->blas_gflops = json_num(e, "openblas_gflops");
         p->engine_gflops = json_num(e, "engine_gflops");
+        p->bf16_gflops = json_num(e, "bf16_gflops");
+        snprintf(p->bf16_kernel, sizeof p->bf16_kernel, "%s", json_str(e, "bf16_kernel"));
         snprintf(p->cpu, sizeof p->cpu, "%s", json_str(e, "cpu"));
         snprintf(p->measured_at, sizeof p->measured_at, "%s", json_str(e, "measured_at"));
         p->others_cpu = json_num(e, "others_cpu");
@@ -282,6 +301,10 @@ int calibrate_store_peak(const char *dir, const calibrate_peak_t *p, char *err, 
     cJSON_AddBoolToObject(e, "engine_sgemm", p->engine_sgemm);
     cJSON_AddNumberToObject(e, "openblas_gflops", p->blas_gflops);
     if (*p->path) cJSON_AddNumberToObject(e, "engine_gflops", p->engine_gflops);
+    if (p->bf16_gflops > 0) {
+        cJSON_AddNumberToObject(e, "bf16_gflops", p->bf16_gflops);
+        cJSON_AddStringToObject(e, "bf16_kernel", p->bf16_kernel);
+    }
     cJSON_AddStringToObject(e, "cpu", p->cpu);
     cJSON_AddStringToObject(e, "measured_at", p->measured_at);
     cJSON_AddNumberToObject(e, "others_cpu", p->others_cpu);
@@ -366,9 +389,11 @@ int calibrate_main(int argc, char **argv) {
     bool quiet = calibrate_measure_quiet(threads, 2048, seconds, attempts, 2.0, &p);
     calibrate_describe(&p, desc, sizeof desc);
     printf("threads: %d\npeak_gflops: %.2f\nopenblas_gflops: %.2f\nengine_gflops: %.2f\n"
+           "bf16_gflops: %.2f\nbf16_kernel: %s\n"
            "blas_core: %s\nisa: %s\nsgemm: %s\ncpu: %s\nmeasured_at: %s\nothers_cpu: %.3f\n"
            "load1: %.2f\nquiet: %s\n",
-           threads, p.gflops, p.blas_gflops, p.engine_gflops, p.blas_core, p.isa,
+           threads, p.gflops, p.blas_gflops, p.engine_gflops, p.bf16_gflops,
+           *p.bf16_kernel ? p.bf16_kernel : "none", p.blas_core, p.isa,
            p.engine_sgemm ? "nightshift" : "openblas", p.cpu, p.measured_at, p.others_cpu, p.load1,
            quiet ? "yes" : "no");
     if (!quiet && !accept_load) {

@@ -18,7 +18,13 @@
  * cycle with AVX-512), and MFU against that peak would read up to twice too
  * high. There the engine's own kernel is timed on the same products too and
  * the faster sgemm is the peak, stored apart from OpenBLAS's (a run forced
- * onto a narrower path reads OpenBLAS's). */
+ * onto a narrower path reads OpenBLAS's).
+ *
+ * Where the engine's bf16 products run (gemm_bf16_available: AVX512_BF16,
+ * AMX-BF16 where present), their peak is measured beside the float32 one:
+ * the engine's bf16 product on the same square sizes, stored in the same
+ * entry as bf16_gflops with the kernel that ran (amx-bf16 or avx512-bf16).
+ * A run with train.precision bf16 divides by it. */
 #ifndef NIGHTSHIFT_CALIBRATE_H
 #define NIGHTSHIFT_CALIBRATE_H
 
@@ -39,6 +45,8 @@ typedef struct {
     char path[16];        /* the engine's kernel path it was measured for, where that is
                            * wider than OpenBLAS's kernels; else "" */
     bool engine_sgemm;    /* the engine's kernel was the faster sgemm (isa is path's) */
+    double bf16_gflops;   /* the engine's bf16 product's best GFLOP/s; 0 = not measured */
+    char bf16_kernel[16]; /* the kernel it ran: "amx-bf16" or "avx512-bf16"; "" = none */
     char cpu[96];         /* the CPU's model name */
     char measured_at[32]; /* UTC, ISO 8601 */
     double others_cpu;    /* share of this process's CPUs others used meanwhile (0..1) */
@@ -56,8 +64,12 @@ bool calibrate_measure_quiet(int threads, int max_n, double seconds, int attempt
                              calibrate_peak_t *p);
 
 /* The stored peak for `threads` and the OpenBLAS kernels in use: 0 and *p
- * filled, or -1 when there is none. */
-int calibrate_cached_peak(const char *dir, int threads, calibrate_peak_t *p);
+ * filled, or -1 when there is none (or, with `need_bf16`, when the entry has
+ * no bf16 peak: it was stored before bf16 products were measured). */
+int calibrate_cached_peak(const char *dir, int threads, bool need_bf16, calibrate_peak_t *p);
+
+/* The kernel name calibrate_measure records for the bf16 products in use. */
+const char *calibrate_bf16_kernel(void);
 
 /* Store p in dir's calibration.json (atomic rewrite), replacing the entry of
  * its thread count and kernels. Returns 0 or -1 with err. */

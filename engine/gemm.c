@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/gemm_bf16.h"
 #include "engine/ops.h"
 #include "engine/prof.h"
 #include "engine/transpose.h"
@@ -26,6 +27,7 @@
 #define MR 6 /* rows of C per register tile */
 
 static gemm_isa current = GEMM_AUTO;
+static gemm_precision precision = GEMM_FP32;
 
 /* ------------------------------------------------------------------ kernels */
 
@@ -247,6 +249,7 @@ int gemm_select(gemm_isa isa) {
         isa = cpu_has(GEMM_AVX512) ? GEMM_AVX512 : cpu_has(GEMM_AVX2) ? GEMM_AVX2 : GEMM_GENERIC;
     if (!cpu_has(isa)) return -1;
     current = isa;
+    if (isa != GEMM_AVX512) precision = GEMM_FP32; /* bf16 runs on the avx512 path only */
     return 0;
 }
 
@@ -279,6 +282,50 @@ gemm_isa gemm_current(void) {
     char err[256];
     if (current == GEMM_AUTO && gemm_select_env(err, sizeof err) < 0) gemm_select(GEMM_AUTO);
     return current;
+}
+
+int gemm_bf16_available(char *why, size_t len) {
+    if (!gemm_bf16_cpu()) {
+        snprintf(why, len, "this CPU lacks AVX512_BF16 (vdpbf16ps), which bf16 products need");
+        return 0;
+    }
+    if (gemm_current() != GEMM_AVX512) {
+        snprintf(why, len,
+                 "bf16 products run on the avx512 kernel path, and the %s path is in use "
+                 "(NIGHTSHIFT_ISA=%s)",
+                 gemm_isa_name(gemm_current()), gemm_isa_name(gemm_current()));
+        return 0;
+    }
+    return 1;
+}
+
+int gemm_set_precision(gemm_precision p, char *err, size_t errlen) {
+    if (p == GEMM_BF16 && !gemm_bf16_available(err, errlen)) return -1;
+    precision = p;
+    return 0;
+}
+
+int gemm_set_precision_named(const char *name, char *err, size_t errlen) {
+    char why[200];
+    if (!strcmp(name, "fp32")) return gemm_set_precision(GEMM_FP32, err, errlen);
+    if (!strcmp(name, "auto"))
+        return gemm_set_precision(gemm_bf16_available(why, sizeof why) ? GEMM_BF16 : GEMM_FP32, err,
+                                  errlen);
+    if (strcmp(name, "bf16")) {
+        snprintf(err, errlen, "train.precision: %s: not fp32, bf16 or auto", name);
+        return -1;
+    }
+    if (gemm_set_precision(GEMM_BF16, why, sizeof why) == 0) return 0;
+    snprintf(err, errlen, "train.precision: bf16: %s; use fp32 (or auto: bf16 where it runs)", why);
+    return -1;
+}
+
+gemm_precision gemm_current_precision(void) {
+    return precision;
+}
+
+const char *gemm_precision_name(gemm_precision p) {
+    return p == GEMM_BF16 ? "bf16" : "fp32";
 }
 
 const char *gemm_isa_name(gemm_isa isa) {
@@ -471,6 +518,10 @@ static void pack_panels_team(float *dst, const float *src, ptrdiff_t sp, ptrdiff
 }
 
 const float *gemm_pack_forward(const float *W, int in, int out, gemm_rows_fn **rows) {
+    if (precision == GEMM_BF16) {
+        *rows = NULL;
+        return NULL;
+    }
     kernel_t kn = kernel_for(out);
     float *Wp = kn.rows ? pack_reserve((size_t)in * out) : NULL;
     *rows = Wp ? kn.rows : NULL;
@@ -481,6 +532,10 @@ const float *gemm_pack_forward(const float *W, int in, int out, gemm_rows_fn **r
 
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in,
                          int out) {
+    if (precision == GEMM_BF16) {
+        gemm_bf16_forward(y, x, ldx, W, N, in, out);
+        return;
+    }
     kernel_t kn = kernel_for(out);
     float *Wp = kn.rows ? pack_reserve((size_t)in * out) : NULL;
     if (!Wp) {
@@ -501,6 +556,10 @@ void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int 
 
 void gemm_linear_backward(float *dx, int ldx, float beta, float *dW, const float *dy,
                           const float *x, const float *W, int N, int in, int out) {
+    if (precision == GEMM_BF16) {
+        gemm_bf16_backward(dx, ldx, beta, dW, dy, x, W, N, in, out);
+        return;
+    }
     kernel_t kn = kernel_for(in);
     float *Wp = kn.rows && dx ? pack_reserve((size_t)out * in) : NULL;
     if (!kn.rows || (dx && !Wp)) {

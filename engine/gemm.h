@@ -46,6 +46,34 @@ const char *gemm_isa_name(gemm_isa isa);
 /* The paths this CPU can run, widest first, as "avx512 avx2 generic". */
 const char *gemm_isa_supported(void);
 
+/* The precision of the linear layers' products: float32 throughout, or
+ * bfloat16 operands into float32 accumulators (gemm_bf16.h; AVX512_BF16 and
+ * the avx512 path). The attention's and the optimiser's products (gemm_rows_for)
+ * stay float32 whatever it is. */
+typedef enum { GEMM_FP32, GEMM_BF16 } gemm_precision;
+
+/* Use `p` for gemm_linear_forward/backward from now on. Returns 0, or -1 with
+ * err (and changes nothing) for bf16 where the CPU or the kernel path in use
+ * cannot run it. Not thread-safe, like gemm_select. */
+int gemm_set_precision(gemm_precision p, char *err, size_t errlen);
+
+/* The precision train.precision names ("fp32", "bf16" or "auto": bf16
+ * where gemm_bf16_available, else fp32), selected for the path in use (call
+ * it after gemm_select_env). Returns 0, or -1 with err ("train.precision:
+ * bf16: " and the reason, naming the CPU feature or the forced path). */
+int gemm_set_precision_named(const char *name, char *err, size_t errlen);
+
+/* The precision in use (GEMM_FP32 until set). */
+gemm_precision gemm_current_precision(void);
+
+/* "fp32" or "bf16". */
+const char *gemm_precision_name(gemm_precision p);
+
+/* Whether bf16 runs here: the CPU has AVX512_BF16 and the path in use is
+ * avx512. 0 with a reason in why (naming the CPU feature or the forced path)
+ * when not. */
+int gemm_bf16_available(char *why, size_t len);
+
 /* y (N, out) = x (N, in; row stride ldx >= in) W^T with W (out, in). */
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out);
 
@@ -72,6 +100,8 @@ typedef void gemm_rows_fn(int m0, int m1, int n, int K, const float *A, ptrdiff_
  * 0) computes rows [m0, m1) of it. NULL (and *rows NULL) when the kernel
  * does not take width out or memory is short. */
 const float *gemm_pack_forward(const float *W, int in, int out, gemm_rows_fn **rows);
+/* (NULL too while the precision is GEMM_BF16: such callers then take
+ * gemm_linear_forward.) */
 
 /* Rows per register tile of gemm_rows_fn. */
 #define GEMM_MR 6

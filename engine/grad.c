@@ -30,6 +30,7 @@
 
 #include "engine/threads.h"
 #include "engine/ckpt.h"
+#include "engine/gemm.h"
 #include "engine/cli.h"
 #include "engine/gpt.h"
 #include "engine/spec.h"
@@ -316,6 +317,10 @@ int grad_main(int argc, char **argv) {
     }
     const int T = cfg->seq_len, V = cfg->vocab_size;
     threads_set(spec.resources.threads); /* as `train` does: 0 = every CPU */
+    if (gemm_set_precision_named(spec_precision_name(spec.train.precision), err, sizeof err) < 0) {
+        fprintf(stderr, "grad: %s\n", err);
+        goto done;
+    }
     if (read_tokens(a.tokens_path, T, &ids, &B, err, sizeof err) != 0 ||
         split_rows(ids, B, T, V, a.tokens_path, &in, &tg, err, sizeof err) != 0 ||
         !(m = gpt_new(cfg, err, sizeof err)) || ckpt_load(m, a.ckpt_path, err, sizeof err) != 0) {

@@ -45,6 +45,7 @@
     X(peak_measured_at, TEXT, STORED, "peak_measured_at", "peak_measured_at", "%s", 1)             \
     X(peak_others_cpu, REAL, STORED, "peak_others_cpu", "peak_others_cpu", "%.3f", 1)              \
     X(isa, TEXT, STORED, "isa", "isa", "%s", 1)                                                    \
+    X(precision, TEXT, STORED, "precision", "precision", "%s", 1)                                  \
     X(blas_core, TEXT, STORED, "blas_core", "blas_core", "%s", 1)                                  \
     X(total_tokens, REAL, STORED, "total_tokens", "total_tokens_M", "%.1f", 1e6)                   \
     X(tokens_per_second, REAL, STORED, "tokens_per_second", "tokens_per_second", "%.0f", 1)        \

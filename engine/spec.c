@@ -48,6 +48,7 @@
 static const char *const mlp_names[] = {"relu2", "gelu", "swiglu", "geglu"};
 static const char *const pos_names[] = {"rope", "learned"};
 static const char *const sampler_names[] = {"random", "sequential"};
+static const char *const precision_names[] = {"fp32", "bf16", "auto"};
 static const char *const ve_names[] = {"alternate", "all", "none", "first_half", "last_half"};
 enum { VE_ALTERNATE, VE_ALL, VE_NONE, VE_FIRST_HALF, VE_LAST_HALF, VE_LIST };
 
@@ -249,6 +250,10 @@ static const spec_field_t spec_fields[] = {
     INT_FIELD(train.ns_steps, 5, 1, 5, .desc = "polar-express orthogonalisation steps"),
     ENUM_FIELD(train.sampler, SAMPLER_RANDOM, sampler_names,
                .desc = "how batches are drawn from the training stream"),
+    ENUM_FIELD(train.precision, PRECISION_FP32, precision_names, .canon = CANON_UNLESS_DEFAULT,
+               .desc = "the linear layers' products: fp32, bf16 (bf16 operands, fp32 "
+                       "accumulation and master weights; needs AVX512_BF16) or auto (bf16 "
+                       "where the CPU has it)"),
 
     INT_FIELD(resources.threads, 0, 0, MAX_THREADS,
               .desc = "threads of the run (0 = the slot's); at most a slot's"),
@@ -263,6 +268,7 @@ static const spec_field_t spec_fields[] = {
 _Static_assert(sizeof(spec_mlp_kind) == sizeof(int) && sizeof(spec_pos_kind) == sizeof(int) &&
                    sizeof(spec_sampler_kind) == sizeof(int),
                "spec enums are int-sized");
+_Static_assert(sizeof(spec_precision_kind) == sizeof(int), "spec enums are int-sized");
 
 /* The key of f: its path after the section. */
 static const char *field_key(const spec_field_t *f) {
@@ -339,6 +345,10 @@ const char *spec_pos_name(spec_pos_kind k) {
 
 const char *spec_sampler_name(spec_sampler_kind k) {
     return (unsigned)k < N_OF(sampler_names) ? sampler_names[k] : "?";
+}
+
+const char *spec_precision_name(spec_precision_kind k) {
+    return (unsigned)k < N_OF(precision_names) ? precision_names[k] : "?";
 }
 
 /* Fields of section (NULL: of every section) that follow another one take

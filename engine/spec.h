@@ -33,6 +33,10 @@ typedef enum { MLP_RELU2, MLP_GELU, MLP_SWIGLU, MLP_GEGLU } spec_mlp_kind;
 typedef enum { POS_ROPE, POS_LEARNED } spec_pos_kind;
 /* How training rows are drawn (data.h, data_sampler_t). */
 typedef enum { SAMPLER_RANDOM, SAMPLER_SEQUENTIAL } spec_sampler_kind;
+/* The linear layers' products: float32, bf16 operands into float32
+ * accumulators, or bf16 where the CPU multiplies it natively (gemm.h,
+ * gemm_set_precision_named resolves it when a run starts). */
+typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_AUTO } spec_precision_kind;
 
 #define SPEC_MAX_TIME_BUDGET_S 604800.0 /* a week */
 /* eval_tokens' default: the validation tokens a run scores. A fixed count,
@@ -89,7 +93,8 @@ typedef struct {
     int muon_momentum_steps;
     int ns_steps;
     double muon_beta2;
-    spec_sampler_kind sampler; /* random (default) or sequential */
+    spec_sampler_kind sampler;     /* random (default) or sequential */
+    spec_precision_kind precision; /* fp32 (default), bf16 or auto */
 } spec_train_t;
 
 typedef struct {
@@ -239,5 +244,6 @@ void spec_free(spec_t *s);
 const char *spec_mlp_name(spec_mlp_kind k);
 const char *spec_pos_name(spec_pos_kind k);
 const char *spec_sampler_name(spec_sampler_kind k);
+const char *spec_precision_name(spec_precision_kind k);
 
 #endif

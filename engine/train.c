@@ -242,6 +242,14 @@ static int open_progress(run_t *r, const train_opts_t *o, char *err, size_t errl
     return 0;
 }
 
+/* A bf16 run's MFU is against the bf16 products' peak, named by the kernel
+ * that measured it (calibrate.h); a float32 run keeps the sgemm peak. */
+static void peak_of_precision(calibrate_peak_t *p) {
+    if (gemm_current_precision() != GEMM_BF16 || p->bf16_gflops <= 0) return;
+    p->gflops = p->bf16_gflops;
+    snprintf(p->isa, sizeof p->isa, "%s", p->bf16_kernel);
+}
+
 /* The MFU denominator: a flag, the spec, the calibration cache, or a short
  * measurement, stored when the machine was quiet during it (calibrate.h). A
  * measurement taken while other processes used the CPUs serves this run
@@ -258,8 +266,10 @@ static void choose_peak(run_t *r, const train_opts_t *o) {
         r->peak_source = o->peak_gflops > 0 ? "flag" : "spec";
         return;
     }
-    if (calibrate_cached_peak(o->dir, r->threads, p) == 0) {
+    const bool bf16 = gemm_current_precision() == GEMM_BF16;
+    if (calibrate_cached_peak(o->dir, r->threads, bf16, p) == 0) {
         r->peak_source = p->quiet ? "calibration" : "calibration, accepted under load";
+        peak_of_precision(p);
         return;
     }
     char err[256], desc[256];
@@ -269,10 +279,12 @@ static void choose_peak(run_t *r, const train_opts_t *o) {
         r->peak_source = "measured";
         if (calibrate_store_peak(o->dir, p, err, sizeof err) < 0)
             fprintf(stderr, "train: could not store the peak: %s\n", err);
+        peak_of_precision(p);
         return;
     }
     r->peak_source = "measured under load, this run only";
     calibrate_describe(p, desc, sizeof desc);
+    peak_of_precision(p);
     fprintf(stderr,
             "train: the machine was busy while the sgemm peak was measured (%s): it is used "
             "for this run's MFU only and not stored; `nightshift calibrate` on a quiet machine "
@@ -310,6 +322,9 @@ static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
         return -1;
     }
     r->threads = threads_set(r->spec.resources.threads);
+    /* the kernel path is selected (main.c): bf16 runs on it, or is refused */
+    if (gemm_set_precision_named(spec_precision_name(r->spec.train.precision), err, errlen) < 0)
+        return -1;
     floor_reserve(r->threads); /* out of memory within seconds rather than a hang */
     r->model = gpt_new(mc, err, errlen);
     if (!r->model) return NS_ERR_NOMEM;
@@ -377,13 +392,14 @@ static void announce(run_t *r, const loop_t *l) {
     const spec_t *s = &r->spec;
     fprintf(stderr,
             "train: %s | dataset %s (%zu train / %zu val tokens, vocab %d) | %.2fM params | "
-            "%d threads | %s kernels, %s BLAS | peak %.1f GFLOP/s (%s, %s) | budget %.0f%s | %s "
+            "%d threads | %s kernels, %s products, %s BLAS | peak %.1f GFLOP/s (%s, %s) | budget "
+            "%.0f%s | %s "
             "sampler | "
             "%d x %d x %d tokens/step\n",
             s->name ? s->name : "(unnamed)", s->dataset, r->data.n_train, r->data.n_val,
             s->model.vocab_size, r->cost.total / 1e6, r->threads, gemm_isa_name(gemm_current()),
-            calibrate_blas_core(), r->peak.gflops, r->peak.isa, r->peak_source,
-            l->token_budget > 0 ? l->token_budget : l->time_budget,
+            gemm_precision_name(gemm_current_precision()), calibrate_blas_core(), r->peak.gflops,
+            r->peak.isa, r->peak_source, l->token_budget > 0 ? l->token_budget : l->time_budget,
             l->token_budget > 0 ? " tokens" : "s", spec_sampler_name(s->train.sampler), r->accum,
             r->B, r->T);
     cJSON *start = event(PROTO_EV_START);
@@ -399,6 +415,7 @@ static void announce(run_t *r, const loop_t *l) {
     cJSON_AddStringToObject(start, "peak_measured_at", r->peak.measured_at);
     cJSON_AddNumberToObject(start, "peak_others_cpu", r->peak.others_cpu);
     cJSON_AddStringToObject(start, "isa", gemm_isa_name(gemm_current()));
+    cJSON_AddStringToObject(start, "precision", gemm_precision_name(gemm_current_precision()));
     cJSON_AddStringToObject(start, "blas_core", calibrate_blas_core());
     cJSON_AddNumberToObject(start, "threads", r->threads);
     cJSON_AddNumberToObject(start, "time_budget_s", l->time_budget);
@@ -580,6 +597,7 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
         .peak_measured_at = r->peak.measured_at,
         .peak_others_cpu = r->peak.others_cpu,
         .isa = gemm_isa_name(gemm_current()),
+        .precision = gemm_precision_name(gemm_current_precision()),
         .blas_core = calibrate_blas_core(),
         .total_tokens = tokens,
         .tokens_per_second = tokens / training_time,

@@ -5,10 +5,12 @@
  * threads, and the same bits whatever the thread count. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/gemm.h"
+#include "engine/gemm_bf16.h"
 #include "engine/rng.h"
 #include "engine/transpose.h"
 #include "tests/testutil.h"
@@ -180,6 +182,177 @@ static void check_same_bits(shape_t s) {
 Test(gemm, same_bits_for_any_thread_count) {
     check_same_bits((shape_t){500, 64, 192, 64});
     check_same_bits((shape_t){500, 192, 64, 192});
+}
+
+/* ------------------------------------------------------------------ bf16 */
+
+/* bf16's unit roundoff (8 significant bits) and float32's. */
+#define U_BF16 0x1p-8
+#define U_F32  0x1p-24
+
+/* One product's output against two references, in double: `exact` sums the
+ * float32 operands' products, `rounded` the bf16-rounded operands' (exact
+ * in float32: 8 x 8 significant bits), `mag` sums their magnitudes. */
+typedef struct {
+    double exact, rounded, mag;
+} ref_t;
+
+/* The bounds of bf16 products, output by output: against `rounded` only the
+ * float32 accumulation errs (K additions, each within U_F32 of the partial
+ * sum, which is at most `mag`); against `exact` each operand's rounding adds
+ * a relative error of at most U_BF16, so a product's at most
+ * 2 U_BF16 + U_BF16^2. A tiny absolute slack covers float32 underflow. Sets
+ * *moved when the output differs from `exact` by more than float32 would
+ * (the operands were rounded at all). */
+static void check_bound(float got, ref_t r, int K, const char *what, int *bad, int *moved) {
+    const double acc = (K + 2) * U_F32 * r.mag + 1e-30;
+    const double round = (2 * U_BF16 + U_BF16 * U_BF16) * r.mag;
+    if (!(fabs(got - r.rounded) <= acc) || !(fabs(got - r.exact) <= round + acc)) {
+        if (*bad < 5)
+            cr_log_error(
+                "%s: got %.9g, rounded operands %.9g (bound %.3g), exact %.9g (bound %.3g)", what,
+                got, r.rounded, acc, r.exact, round + acc);
+        (*bad)++;
+    }
+    if (fabs(got - r.exact) > 4 * K * U_F32 * r.mag) *moved = 1;
+}
+
+static ref_t dot_ref(const float *a, ptrdiff_t as, const float *b, ptrdiff_t bs, int K, double c0) {
+    ref_t r = {c0, c0, fabs(c0)};
+    for (int k = 0; k < K; k++) {
+        const double x = a[k * as], y = b[k * bs];
+        r.exact += x * y;
+        r.rounded += (double)gemm_bf16_round(a[k * as]) * gemm_bf16_round(b[k * bs]);
+        r.mag += fabs(x * y);
+    }
+    return r;
+}
+
+/* The three products of shape s with bf16 operands on `threads` threads,
+ * every output within check_bound's bounds. */
+static int check_bf16(shape_t s, float beta, int threads) {
+    rng_t r;
+    rng_seed(&r, (uint64_t)(s.N * 37 + s.in * 5 + s.out));
+    const size_t xn = (size_t)s.N * s.ldx;
+    float *x = randn(&r, xn), *W = randn(&r, (size_t)s.out * s.in);
+    float *dy = randn(&r, (size_t)s.N * s.out), *dW0 = randn(&r, (size_t)s.out * s.in);
+    float *dx0 = randn(&r, xn), *y = malloc((size_t)s.N * s.out * sizeof *y);
+    float *dW = malloc((size_t)s.out * s.in * sizeof *dW), *dx = malloc(xn * sizeof *dx);
+    cr_assert(y && dW && dx);
+    if (!tu_select_bf16(threads)) {
+        free(x), free(W), free(dy), free(dW0), free(dx0), free(y), free(dW), free(dx);
+        return 0;
+    }
+    memcpy(dW, dW0, (size_t)s.out * s.in * sizeof *dW);
+    memcpy(dx, dx0, xn * sizeof *dx);
+    gemm_linear_forward(y, x, s.ldx, W, s.N, s.in, s.out);
+    gemm_linear_backward(dx, s.ldx, beta, dW, dy, x, W, s.N, s.in, s.out);
+    tu_select_isa_auto();
+
+    int bad = 0, moved = 0;
+    char what[128];
+    snprintf(what, sizeof what, "N %d in %d out %d ldx %d beta %g threads %d", s.N, s.in, s.out,
+             s.ldx, beta, threads);
+    for (int i = 0; i < s.N; i++)
+        for (int o = 0; o < s.out; o++)
+            check_bound(y[(size_t)i * s.out + o],
+                        dot_ref(x + (size_t)i * s.ldx, 1, W + (size_t)o * s.in, 1, s.in, 0), s.in,
+                        what, &bad, &moved);
+    for (int o = 0; o < s.out; o++)
+        for (int p = 0; p < s.in; p++)
+            check_bound(dW[(size_t)o * s.in + p],
+                        dot_ref(dy + o, s.out, x + p, s.ldx, s.N, dW0[(size_t)o * s.in + p]), s.N,
+                        what, &bad, &moved);
+    for (int i = 0; i < s.N; i++)
+        for (int p = 0; p < s.in; p++)
+            check_bound(dx[(size_t)i * s.ldx + p],
+                        dot_ref(dy + (size_t)i * s.out, 1, W + p, s.in, s.out,
+                                beta * dx0[(size_t)i * s.ldx + p]),
+                        s.out, what, &bad, &moved);
+    cr_expect_eq(bad, 0, "%s: %d outputs out of bounds", what, bad);
+    cr_expect(moved, "%s: no output moved by more than float32 rounding: not bf16", what);
+    for (int i = 0; i < s.N; i++)
+        for (int p = s.in; p < s.ldx; p++)
+            cr_expect_eq(dx[(size_t)i * s.ldx + p], dx0[(size_t)i * s.ldx + p]);
+    free(x), free(W), free(dy), free(dW0), free(dx0), free(y), free(dW), free(dx);
+    return 1;
+}
+
+/* Every shape of the float32 tests (odd depths, widths that are not whole
+ * vectors, strided x, both splits of dW, depth chunks) with bf16 operands. */
+Test(gemm, bf16_within_rounding_bounds) {
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        if (!check_bf16(shapes[i], 0.0f, 1) || !check_bf16(shapes[i], 1.0f, 2)) return;
+    check_bf16((shape_t){7, 3, 5, 3}, 1.0f, 1); /* odd everything, one partial vector */
+}
+
+/* The rounding the kernels apply is gemm_bf16_round's: nearest, ties to
+ * even (1 + 2^-8 is a tie between 1 and 1 + 2^-7: it goes to 1, and
+ * 1 + 3 * 2^-8 to 1 + 2^-6), denormals to zero, NaN kept. */
+Test(gemm, bf16_round_is_nearest_even) {
+    cr_expect_eq(gemm_bf16_round(1.0f + 0x1p-8f), 1.0f);
+    cr_expect_eq(gemm_bf16_round(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);
+    cr_expect_eq(gemm_bf16_round(1.0f + 0x1p-8f + 0x1p-20f), 1.0f + 0x1p-7f);
+    cr_expect_eq(gemm_bf16_round(-3.0f), -3.0f);
+    cr_expect_eq(gemm_bf16_round(0x1p-130f), 0.0f);
+    cr_expect(isnan(gemm_bf16_round(NAN)));
+    /* the kernel's rounding of a 1 x 1 x 1 product agrees */
+    if (!tu_select_bf16(1)) return;
+    const float xs[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 3.14159f, -2.71828f, 1e-3f};
+    for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) {
+        float one = 1.0f, y = 0;
+        gemm_linear_forward(&y, &xs[i], 1, &one, 1, 1, 1);
+        cr_expect_eq(y, gemm_bf16_round(xs[i]), "%.9g: kernel %.9g, reference %.9g", xs[i], y,
+                     gemm_bf16_round(xs[i]));
+    }
+    tu_select_isa_auto();
+}
+
+/* bf16 products too are summed by one thread in a fixed order. */
+Test(gemm, bf16_same_bits_for_any_thread_count) {
+    const shape_t shp[] = {{500, 64, 192, 64}, {500, 192, 64, 192}, {451, 200, 130, 200}};
+    for (size_t k = 0; k < sizeof shp / sizeof *shp; k++) {
+        const shape_t s = shp[k];
+        rng_t r;
+        rng_seed(&r, 9);
+        float *x = randn(&r, (size_t)s.N * s.in), *W = randn(&r, (size_t)s.out * s.in);
+        float *dy = randn(&r, (size_t)s.N * s.out);
+        float *out[2][3];
+        for (int t = 0; t < 2; t++) {
+            out[t][0] = malloc((size_t)s.N * s.out * sizeof(float));
+            out[t][1] = calloc((size_t)s.out * s.in, sizeof(float));
+            out[t][2] = malloc((size_t)s.N * s.in * sizeof(float));
+            cr_assert(out[t][0] && out[t][1] && out[t][2]);
+            if (!tu_select_bf16(t + 1)) return; /* (a skip: the buffers go with the process) */
+            gemm_linear_forward(out[t][0], x, s.in, W, s.N, s.in, s.out);
+            gemm_linear_backward(out[t][2], s.in, 0.0f, out[t][1], dy, x, W, s.N, s.in, s.out);
+        }
+        tu_select_isa_auto();
+        const size_t n[3] = {(size_t)s.N * s.out, (size_t)s.out * s.in, (size_t)s.N * s.in};
+        for (int j = 0; j < 3; j++)
+            cr_expect(!memcmp(out[0][j], out[1][j], n[j] * sizeof(float)), "shape %zu: %s", k,
+                      (const char *[]){"y", "dW", "dx"}[j]);
+        free(x), free(W), free(dy);
+        for (int t = 0; t < 2; t++)
+            for (int j = 0; j < 3; j++) free(out[t][j]);
+    }
+}
+
+/* A path without bf16 refuses it with the reason, and leaving the avx512
+ * path drops back to float32 products. */
+Test(gemm, bf16_refused_off_the_avx512_path) {
+    char why[256] = "";
+    if (tu_select_isa("avx2", 1) != 0) cr_skip_test("this CPU lacks AVX2");
+    cr_expect_eq(gemm_set_precision(GEMM_BF16, why, sizeof why), -1);
+    cr_expect(strstr(why, gemm_bf16_cpu() ? "NIGHTSHIFT_ISA=avx2" : "AVX512_BF16"), "%s", why);
+    cr_expect_eq(gemm_current_precision(), GEMM_FP32);
+    if (gemm_bf16_cpu() && gemm_select(GEMM_AVX512) == 0) {
+        cr_assert_eq(gemm_set_precision(GEMM_BF16, why, sizeof why), 0, "%s", why);
+        cr_assert_eq(gemm_current_precision(), GEMM_BF16);
+        cr_assert_eq(tu_select_isa("avx2", 1), 0);
+        cr_expect_eq(gemm_current_precision(), GEMM_FP32);
+    }
+    tu_select_isa_auto();
 }
 
 /* transpose.h's blocked transpose moves every float to its transposed place

@@ -365,6 +365,8 @@ Test(spec, type_errors) {
         {"{\"train\":{\"sampler\":\"shuffled\"}}",
          "train.sampler: unknown value \"shuffled\" (expected random or sequential)"},
         {"{\"train\":{\"sampler\":1}}", "train.sampler: expected a string"},
+        {"{\"train\":{\"precision\":\"fp16\"}}",
+         "train.precision: unknown value \"fp16\" (expected fp32, bf16 or auto)"},
         {"{\"model\":[]}", "model: expected an object"},
         {"{\"model\":null}", "model: expected an object"},
         {"{\"train\":1}", "train: expected an object"},
@@ -1808,4 +1810,24 @@ Test(spec, set_budget_keeps_the_kind) {
     cr_expect_float_eq(s.time_budget_s, 33.3, 1e-12);
     cr_expect_eq(s.token_budget, 0);
     spec_free(&s);
+}
+
+/* train.precision belongs to the configuration: left out of the canonical
+ * JSON at its default (fp32), so every spec written before it keeps its
+ * hash, and printed otherwise, so bf16 and auto are other configurations. */
+Test(spec, precision_is_part_of_the_identity) {
+    char *fp32 = canonical_of("{\"train\":{\"precision\":\"fp32\"}}");
+    char *none = canonical_of("{}");
+    char *bf16 = canonical_of("{\"train\":{\"precision\":\"bf16\"}}");
+    char *autop = canonical_of("{\"train\":{\"precision\":\"auto\"}}");
+    cr_expect_str_eq(fp32, none);
+    cr_expect_null(strstr(none, "precision"));
+    cr_expect(strstr(bf16, "\"precision\":\"bf16\""), "%s", bf16);
+    cr_expect(strstr(autop, "\"precision\":\"auto\""), "%s", autop);
+    cr_expect_str_neq(bf16, none);
+    cr_expect_str_neq(bf16, autop);
+    char *again = canonical_of(bf16);
+    cr_expect_str_eq(again, bf16);
+    free(again);
+    free(fp32), free(none), free(bf16), free(autop);
 }

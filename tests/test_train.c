@@ -595,3 +595,71 @@ Test(train, peak_is_of_the_instruction_set_the_kernels_run) {
     tu_run_free(&r);
     free(spec), free(cal);
 }
+
+/* The summary's text value of key, or "" (a static buffer). */
+static const char *summary_text(const char *out, const char *key) {
+    static char val[64];
+    char pat[64];
+    snprintf(pat, sizeof pat, "\n%s:", key);
+    const char *at = strstr(out, pat);
+    val[0] = 0;
+    if (at) sscanf(at + strlen(pat), " %63s", val);
+    return val;
+}
+
+/* train.precision: bf16 runs where the products can (the summary, the start
+ * event and the result name it, MFU against the bf16 peak the calibration
+ * stored beside the float32 one); a path without bf16 refuses it, naming
+ * why; auto takes what runs. */
+Test(train, precision_is_recorded_and_bf16_refused_where_it_cannot_run) {
+    char *spec = write_spec_budget("bf16", "\"token_budget\":2560", "", ",\"precision\":\"bf16\"");
+    char *progress = tu_path("%s/bf16.jsonl", dir);
+    char *argv[] = {(char *)tu_bin(), "train", "--dir", dir, "--progress", progress, spec, NULL};
+    tu_run_t r;
+
+    /* forced onto avx2, as on a CPU without bf16 */
+    setenv("NIGHTSHIFT_ISA", "avx2", 1);
+    tu_run(&r, argv, 45);
+    unsetenv("NIGHTSHIFT_ISA");
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "train.precision: bf16:") && strstr(r.err, "NIGHTSHIFT_ISA=avx2"), "%s",
+              r.err);
+    tu_run_free(&r);
+
+    char why[256];
+    if (gemm_select(GEMM_AVX512) != 0 || !gemm_bf16_available(why, sizeof why)) {
+        fprintf(stderr,
+                "[SKIP] train::precision_is_recorded_and_bf16_refused_where_it_cannot_run: "
+                "the bf16 run: %s\n",
+                why);
+        /* here bf16 is refused without NIGHTSHIFT_ISA too, and auto is fp32 */
+        tu_run(&r, argv, 45);
+        cr_expect_eq(r.exit_code, 1, "%s", r.err);
+        cr_expect(strstr(r.err, "train.precision: bf16:"), "%s", r.err);
+        tu_run_free(&r);
+    } else {
+        tu_run(&r, argv, 45);
+        cr_assert_eq(r.exit_code, 0, "train failed (%d): %s", r.exit_code, r.err);
+        cr_expect_str_eq(summary_text(r.out, "precision"), "bf16", "%s", r.out);
+        cJSON *lines = read_progress(progress);
+        const cJSON *start = cJSON_GetArrayItem(lines, 0);
+        const cJSON *result = cJSON_GetArrayItem(lines, cJSON_GetArraySize(lines) - 1);
+        cr_assert_str_eq(event_of(result), "result");
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(start, "precision")), "bf16");
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(result, "precision")), "bf16");
+        cr_expect(isfinite(num(result, "val_bpb")));
+        cJSON_Delete(lines);
+        tu_run_free(&r);
+    }
+    free(spec);
+    spec = write_spec_budget("auto", "\"token_budget\":1280", "", ",\"precision\":\"auto\"");
+    argv[6] = spec;
+    setenv("NIGHTSHIFT_ISA", "avx2", 1);
+    tu_run(&r, argv, 45);
+    unsetenv("NIGHTSHIFT_ISA");
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect_str_eq(summary_text(r.out, "precision"), "fp32", "auto on avx2: %s", r.out);
+    tu_run_free(&r);
+    free(spec);
+    free(progress);
+}

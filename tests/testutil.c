@@ -34,8 +34,35 @@ int tu_select_isa(const char *name, int threads) {
 }
 
 void tu_select_isa_auto(void) {
+    char err[256];
     unsetenv("NIGHTSHIFT_ISA");
     cr_assert_eq(gemm_select(GEMM_AUTO), 0);
+    cr_assert_eq(gemm_set_precision(GEMM_FP32, err, sizeof err), 0);
+}
+
+/* "suite::test" of the running test. */
+static const char *tu_test_name(void) {
+    static char name[160];
+    snprintf(name, sizeof name, "%s::%s", criterion_current_test->category,
+             criterion_current_test->name);
+    return name;
+}
+
+int tu_select_bf16(int threads) {
+    char why[256];
+    const char *forced = getenv("NIGHTSHIFT_ISA");
+    if (forced && *forced && strcmp(forced, "auto") && strcmp(forced, "avx512")) {
+        fprintf(stderr, "[SKIP] %s: NIGHTSHIFT_ISA=%s forces a path without bf16 products\n",
+                tu_test_name(), forced);
+        return 0;
+    }
+    if (tu_select_isa("avx512", threads) != 0 || !gemm_bf16_available(why, sizeof why)) {
+        if (gemm_current() != GEMM_AVX512) snprintf(why, sizeof why, "this CPU lacks AVX-512F");
+        fprintf(stderr, "[SKIP] %s: %s\n", tu_test_name(), why);
+        return 0;
+    }
+    cr_assert_eq(gemm_set_precision(GEMM_BF16, why, sizeof why), 0, "%s", why);
+    return 1;
 }
 
 char *tu_tmpdir(void) {

@@ -25,8 +25,18 @@ extern const char *const tu_isas[3];
  * Returns 0, or -1 (logged) when this CPU cannot run that path. */
 int tu_select_isa(const char *name, int threads);
 
-/* Back to the widest path, NIGHTSHIFT_ISA unset. */
+/* Back to the widest path, NIGHTSHIFT_ISA unset, float32 products. */
 void tu_select_isa_auto(void);
+
+/* The avx512 path with bf16 products (gemm_set_precision) on a team of
+ * `threads`: 1, or 0 with the reason printed ("[SKIP] suite::test: ..."
+ * on stderr, which make test shows) where this CPU has no AVX512_BF16 or
+ * NIGHTSHIFT_ISA in the test run's environment forces a path without bf16,
+ * as a run there refuses train.precision bf16; the caller then returns (a
+ * passing test: Criterion 2.4.1 exits non-zero when a test is skipped with
+ * cr_skip_test). NIGHTSHIFT_ISA=avx2 make test thus stands in for a CPU
+ * without bf16. */
+int tu_select_bf16(int threads);
 
 /* A fresh directory under $TMPDIR (or /tmp); caller frees the string and
  * removes the tree with tu_rmrf. */

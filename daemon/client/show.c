@@ -166,6 +166,8 @@ static void show_result(const cJSON *res) {
         if (cJSON_IsNumber(jget(res, "peak_gflops")))
             line_add(&l, " of %.1f GFLOP/s (%s)", jnum(res, "peak_gflops", 0),
                      jstr(res, "peak_source") ? jstr(res, "peak_source") : "peak");
+        /* and the precision that ran: a bf16 run's peak is the bf16 one */
+        if (jstr(res, "precision")) line_add(&l, ", %s", jstr(res, "precision"));
     }
     if (cJSON_IsNumber(jget(res, "peak_rss_mb")))
         line_add(&l, "%speak rss %.0f MiB", l.n ? ", " : "", jnum(res, "peak_rss_mb", 0));

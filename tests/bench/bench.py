@@ -29,6 +29,15 @@ PASSIVE, as the issue's PyTorch figures were taken; --omp-wait-policy) and
 GOMP_SPINCOUNT as the caller set it (or 2000, what an engine command sets
 when both are unset: engine/cli.h, THREADS_SPIN_COUNT; --gomp-spincount).
 Without Debian's python3-torch only nightshift's columns are printed.
+
+Where the engine's bf16 products run (`nightshift calibrate` reports a bf16
+peak: AVX512_BF16, AMX where present), each round also runs both sides in
+bf16: `nightshift bench` with train.precision bf16 and the reference under
+torch.autocast("cpu", dtype=torch.bfloat16) (fp32 master weights and
+optimiser, as autoresearch trains), and the table gains their columns: bf16
+tok/s of both, the engine's bf16 over its fp32 (paired by round), the
+engine's bf16 over PyTorch's faster mode of the round, and the bf16 run's MFU
+against the bf16 peak. --no-bf16 leaves them out.
 """
 
 import argparse
@@ -59,6 +68,10 @@ CONFIGS = [
 # The targets, nightshift tokens/s over PyTorch's: 3x on S, and at least 2x
 # on every config on every kernel path.
 TARGETS = {"S": 3.0, "M": 2.0, "L": 2.0}
+# bf16: the engine's bf16 over its own fp32 (M and L), and over PyTorch's
+# faster mode (fp32 or bf16 autocast) on every config.
+BF16_SELF_TARGETS = {"S": None, "M": 1.6, "L": 1.6}
+BF16_TORCH_TARGET = 2.0
 
 
 def parse_args():
@@ -75,7 +88,8 @@ def parse_args():
     p.add_argument("--isa", default=os.environ.get("NIGHTSHIFT_ISA", ""),
                    help="the kernel path nightshift runs (NIGHTSHIFT_ISA: avx512, avx2, generic; "
                         "default: the widest this CPU has)")
-    p.add_argument("--torch-worker", nargs=3, metavar=("SPEC", "STEPS", "WARMUP"),
+    p.add_argument("--no-bf16", action="store_true", help="fp32 columns only")
+    p.add_argument("--torch-worker", nargs=4, metavar=("SPEC", "STEPS", "WARMUP", "PRECISION"),
                    help=argparse.SUPPRESS)
     a = p.parse_args()
     if not a.torch_worker and not a.bin:
@@ -88,9 +102,11 @@ def parse_args():
 # ----------------------------------------------------------------- torch side
 
 
-def torch_worker(spec_path, steps, warmup):
+def torch_worker(spec_path, steps, warmup, precision):
     """Runs in its own process: times `steps` training steps of the reference
-    after `warmup` and prints the same keys as `nightshift bench`."""
+    after `warmup` and prints the same keys as `nightshift bench`. precision
+    bf16: the forward and the loss under CPU bf16 autocast, the backward from
+    its loss and the optimiser outside it (fp32 weights), as autoresearch."""
     import torch
 
     import gen_optim_fixtures as opt
@@ -124,7 +140,11 @@ def torch_worker(spec_path, steps, warmup):
 
     def step():
         model.zero_grad(set_to_none=True)
-        loss = model(inputs, targets)
+        if precision == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(inputs, targets)
+        else:
+            loss = model(inputs, targets)
         loss.backward()
         with torch.no_grad():
             for kind, p, a, b, extra in state:
@@ -184,7 +204,8 @@ def calibrate(binary, tmp, threads, seconds, env):
     used meanwhile is printed with it)."""
     return run([binary, "calibrate", "--dir", tmp, "--threads", str(threads), "--seconds",
                 str(seconds), "--attempts", "1", "--accept-load"], env,
-               ["peak_gflops", "isa", "blas_core", "sgemm", "others_cpu"])
+               ["peak_gflops", "isa", "blas_core", "sgemm", "others_cpu", "bf16_gflops",
+                "bf16_kernel"])
 
 
 def peak_source(cal):
@@ -221,8 +242,8 @@ def print_table(head, rows):
 def main():
     args = parse_args()
     if args.torch_worker:
-        spec, steps, warmup = args.torch_worker
-        return torch_worker(spec, int(steps), int(warmup))
+        spec, steps, warmup, precision = args.torch_worker
+        return torch_worker(spec, int(steps), int(warmup), precision)
 
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads),
                OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY=args.omp_wait_policy,
@@ -256,10 +277,17 @@ def main():
     try:
         cal = calibrate(binary, tmp, args.threads, 3, env)
         peak = cal["peak_gflops"]
+        bf16 = not args.no_bf16 and cal["bf16_gflops"] > 0
         print(f"sgemm peak ({args.threads} threads, `nightshift calibrate`): {peak:.1f} GFLOP/s "
               f"at the start, {peak_source(cal)}, others used "
               f"{100 * cal['others_cpu']:.0f}% of the CPUs meanwhile; MFU uses the peak measured "
               f"before each round")
+        if bf16:
+            print(f"bf16 peak: {cal['bf16_gflops']:.1f} GFLOP/s at the start, the engine's "
+                  f"{cal['bf16_kernel']} product (bf16 operands, fp32 accumulation); a bf16 "
+                  "run's MFU is against the bf16 peak measured before its round")
+        elif not args.no_bf16:
+            print("bf16: this CPU (or the forced path) has no bf16 products; fp32 columns only")
         print(f"each side per round: a fresh process, warm-up steps, then timed steps; "
               f"{args.rounds} rounds alternating; medians over rounds")
         print()
@@ -271,7 +299,11 @@ def main():
             path = os.path.join(tmp, f"{name}.json")
             with open(path, "w") as f:
                 json.dump(spec, f)
-            ours, theirs = [], []
+            ours, theirs, ours16, theirs16 = [], [], [], []
+            path16 = os.path.join(tmp, f"{name}-bf16.json")
+            if bf16:
+                with open(path16, "w") as f:
+                    json.dump(dict(spec, train=dict(spec["train"], precision="bf16")), f)
             try:
                 for _ in range(args.rounds):
                     rc = calibrate(binary, tmp, args.threads, 2, env)
@@ -291,14 +323,26 @@ def main():
                     ours[-1]["peak_others"] = rc["others_cpu"]
                     if use_torch:
                         theirs.append(run(["/usr/bin/python3", os.path.abspath(__file__),
-                                           "--torch-worker", path, str(steps), str(warmup)],
-                                          env, ["tokens_per_second", "peak_rss_mb"]))
+                                           "--torch-worker", path, str(steps), str(warmup),
+                                           "fp32"], env, ["tokens_per_second", "peak_rss_mb"]))
+                    if bf16:
+                        ours16.append(run([binary, "bench", "--spec", path16, "--steps",
+                                           str(steps), "--warmup", str(warmup)], env,
+                                          ["tokens_per_second", "flops_per_token", "precision"]))
+                        o16 = ours16[-1]
+                        o16["mfu"] = (o16["flops_per_token"] * o16["tokens_per_second"] / 1e9
+                                      / rc["bf16_gflops"])
+                        o16["peak_gflops"] = rc["bf16_gflops"]
+                        if use_torch:
+                            theirs16.append(run(["/usr/bin/python3", os.path.abspath(__file__),
+                                                 "--torch-worker", path, str(steps), str(warmup),
+                                                 "bf16"], env, ["tokens_per_second"]))
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"{name}: FAILED: {e}", file=sys.stderr)
                 failed = True
                 continue
             med = lambda runs, k: statistics.median(r[k] for r in runs)  # noqa: E731
-            results.append((name, model, rows, steps, ours, theirs, med))
+            results.append((name, model, rows, steps, ours, theirs, med, ours16, theirs16))
             tps = med(ours, "tokens_per_second")
             line = f"{name}: nightshift {tps:,.0f} tok/s"
             if theirs:
@@ -332,6 +376,26 @@ def main():
                       f"path {ours[0]['isa']}: MFU against another instruction set's peak. Set "
                       "OPENBLAS_CORETYPE by hand for this benchmark (SkylakeX for avx512, Haswell "
                       "for avx2) to compare like with like.")
+            if ours16:
+                self_r = [b["tokens_per_second"] / f["tokens_per_second"]
+                          for b, f in zip(ours16, ours)]
+                rounds16 = " ".join(f"{r['tokens_per_second']:.0f}" for r in ours16)
+                mfus16 = " ".join(f"{100 * r['mfu']:.1f}" for r in ours16)
+                peaks16 = " ".join(f"{r['peak_gflops']:.0f}" for r in ours16)
+                line16 = (f"{name} bf16: nightshift {med(ours16, 'tokens_per_second'):,.0f} tok/s "
+                          f"(rounds: {rounds16}; over its fp32 by round: "
+                          f"{' '.join(f'{x:.2f}' for x in self_r)}, median "
+                          f"{statistics.median(self_r):.2f}; MFU % {mfus16} of bf16 peaks "
+                          f"{peaks16})")
+                if theirs16:
+                    best = [b["tokens_per_second"] / max(t["tokens_per_second"], t16["tokens_per_second"])
+                            for b, t, t16 in zip(ours16, theirs, theirs16)]
+                    line16 += (f"; torch autocast rounds: "
+                               + " ".join(f"{t['tokens_per_second']:.0f}" for t in theirs16)
+                               + f"; over torch's faster mode by round: "
+                               + " ".join(f"{x:.2f}" for x in best)
+                               + f" (median {statistics.median(best):.2f})")
+                print(line16)
             sys.stdout.flush()
     finally:
         subprocess.run(["rm", "-rf", tmp])
@@ -345,7 +409,7 @@ def main():
         head += ["torch RSS MB"]
     head += ["attn %", "matmul %", "elem %", "optim %"]
     rows_out = []
-    for name, model, rows, steps, ours, theirs, med in results:
+    for name, model, rows, steps, ours, theirs, med, _, _ in results:
         tps = med(ours, "tokens_per_second")
         gflops = med(ours, "flops_per_token") * tps / 1e9
         r = [name, str(model["depth"]), str(model["n_embd"]),
@@ -361,6 +425,35 @@ def main():
               for k in ("attention", "matmul", "elementwise", "optim")]
         rows_out.append(r)
     print_table(head, rows_out)
+    if any(r[7] for r in results):
+        print()
+        head16 = ["config", "ns fp32", "ns bf16", "bf16/fp32", "target"]
+        if use_torch:
+            head16 += ["torch fp32", "torch bf16", "bf16 / torch best", "target"]
+        head16 += ["MFU fp32 %", "MFU bf16 %"]
+        rows16 = []
+        for name, model, rows, steps, ours, theirs, med, ours16, theirs16 in results:
+            if not ours16:
+                continue
+            self_r = statistics.median(b["tokens_per_second"] / f["tokens_per_second"]
+                                       for b, f in zip(ours16, ours))
+            tgt = BF16_SELF_TARGETS[name]
+            r = [name, f"{med(ours, 'tokens_per_second'):,.0f}",
+                 f"{med(ours16, 'tokens_per_second'):,.0f}", f"{self_r:.2f}",
+                 f">= {tgt:.1f}" if tgt else "-"]
+            if use_torch:
+                best = statistics.median(
+                    b["tokens_per_second"] / max(t["tokens_per_second"], t16["tokens_per_second"])
+                    for b, t, t16 in zip(ours16, theirs, theirs16))
+                r += [f"{med(theirs, 'tokens_per_second'):,.0f}",
+                      f"{med(theirs16, 'tokens_per_second'):,.0f}", f"{best:.2f}",
+                      f">= {BF16_TORCH_TARGET:.1f}"]
+            r += [f"{100 * med(ours, 'mfu'):.1f}", f"{100 * med(ours16, 'mfu'):.1f}"]
+            rows16.append(r)
+        print_table(head16, rows16)
+        print("bf16 table: tok/s medians over rounds; bf16/fp32 and bf16 / torch best are "
+              "medians of each round's own ratio (torch best: the faster of PyTorch's fp32 and "
+              "bf16 autocast in that round); MFU bf16 against the bf16 peak.")
     print()
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("tok/s: tokens per second of full training steps (median step of a round, median "

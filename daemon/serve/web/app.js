@@ -691,7 +691,7 @@
     (lines.length ? lines : ["(no difference)"]).forEach(function (l) { ul.appendChild(el("li", { text: l })); });
   }
 
-  var RESULT_KEYS = ["val_bpb", "params_total", "flops_per_token", "mfu_percent", "tokens_per_second",
+  var RESULT_KEYS = ["val_bpb", "params_total", "flops_per_token", "mfu_percent", "precision", "tokens_per_second",
                      "num_steps", "training_seconds", "total_seconds", "peak_rss_mb"];
 
   function resultTable(exps) {

@@ -1,0 +1,454 @@
+/* gemm_bf16.c - bfloat16 products into float32 accumulators (see gemm_bf16.h).
+ *
+ * vdpbf16ps multiplies 16 lanes of bf16 pairs: lane c of the accumulator
+ * gains a0*b0 + a1*b1, (a0, a1) and (b0, b1) the two bf16 halves of lane c of
+ * its operands. A product C (M, n) (+)= A (M, K) B (K, n) therefore runs over
+ * the depth in pairs: A is read as pairs (A[i][2p], A[i][2p+1]), broadcast
+ * one 32-bit pair at a time, and B is packed so that lane c of row p holds
+ * (B[2p][c], B[2p+1][c]), in panels of 64 columns as the float32 AVX-512
+ * kernel reads B (gemm.c). A pair is two bf16 bit patterns in one 32-bit
+ * slot of a float array: the packing only moves those bits (no float
+ * arithmetic touches them until vdpbf16ps). An odd depth pairs its last
+ * element with a zero; a width that is not a whole number of vectors is
+ * padded with zero columns and stored through a mask.
+ *
+ * The three products of a linear layer:
+ *   forward  y = x W^T:  A = x rounded row by row, B = W^T: lane c of row p
+ *            is the pair p of W's row c, i.e. W rounded and transposed as a
+ *            matrix of 32-bit pairs;
+ *   dx = dy W:           A = dy rounded row by row, B = W's rows 2p, 2p+1
+ *            interleaved;
+ *   dW += dy^T x:        A = dy^T: the rows 2p, 2p+1 of dy interleaved and
+ *            read transposed in place, B = x's rows 2p, 2p+1 interleaved.
+ * Hand-written rather than through a library: Debian 12's OpenBLAS 0.3.21
+ * has no sbgemm for these CPUs in its OpenMP build's dispatch, and oneDNN is
+ * not a dependency of the engine. */
+#include "engine/gemm_bf16.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "engine/prof.h"
+#include "engine/transpose.h"
+
+#define TARGET "avx512f,avx512bf16"
+#define MR     6   /* rows of C per register tile */
+#define NVMAX  4   /* vectors of 16 columns per panel */
+#define PANEL  64  /* columns per panel of B */
+#define KCB    128 /* pairs per depth chunk: a panel's chunk is 32 KB */
+#define MCB    96  /* rows of A per block */
+
+/* Below this many multiply-adds a product runs on the calling thread. */
+#define PARALLEL_MIN (1 << 18)
+
+int gemm_bf16_cpu(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+}
+
+float gemm_bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) == 0) /* vcvtneps2bf16 takes a denormal for zero */
+        u &= 0x80000000u;
+    else if ((u & 0x7fffffffu) > 0x7f800000u)
+        u |= 0x00400000u; /* NaN stays NaN, quiet */
+    else
+        u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline int round16(int n) {
+    return (n + 15) & ~15;
+}
+
+/* Pairs of a product's depth K as packed: a whole number of AMX tiles' 16,
+ * the pairs past K zero (they add exact zeros on either kernel). */
+static inline int depth_pairs(int K) {
+    return round16((K + 1) / 2);
+}
+
+/* ----------------------------------------------------------------- packing */
+
+/* 16 floats rounded to bf16, widened to the low halves of 16 32-bit lanes. */
+__attribute__((target(TARGET))) static inline __m512i low_halves(__m512 v) {
+    return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
+}
+
+/* Rows [r0, r1) of src (row stride lds, K floats each) rounded to bf16 into
+ * dst's rows (ldd floats = 2*ldd bf16, ldd a multiple of 8 and >= K/2):
+ * pairs along the row, zero from K to the row's end. */
+__attribute__((target(TARGET))) static void round_rows(float *dst, ptrdiff_t ldd, const float *src,
+                                                       ptrdiff_t lds, int r0, int r1, int K) {
+    for (int i = r0; i < r1; i++) {
+        const float *s = src + i * lds;
+        uint16_t *d = (uint16_t *)(dst + i * ldd);
+        for (int k = 0; k < 2 * ldd; k += 16) {
+            const __mmask16 m = K - k >= 16 ? 0xffff : K > k ? (__mmask16)((1u << (K - k)) - 1) : 0;
+            __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + k));
+            _mm256_storeu_si256((__m256i *)(d + k), (__m256i)h);
+        }
+    }
+}
+
+/* Pair rows [p0, p1) of dst (ldd floats apart, round16(n) pairs each) from
+ * src (K rows of n floats, row stride lds): lane c of pair row p is
+ * (src[2p][c], src[2p+1][c]) rounded, zero past row K - 1 (a pair row
+ * wholly past it is zero), and the lanes from n to round16(n) zero. */
+__attribute__((target(TARGET))) static void pair_rows(float *dst, ptrdiff_t ldd, const float *src,
+                                                      ptrdiff_t lds, int K, int n, int p0, int p1) {
+    for (int p = p0; p < p1; p++) {
+        const float *s0 = 2 * p < K ? src + (ptrdiff_t)(2 * p) * lds : NULL;
+        const float *s1 = 2 * p + 1 < K ? s0 + lds : NULL;
+        float *d = dst + p * ldd;
+        for (int c = 0; c < n; c += 16) {
+            const __mmask16 m = n - c >= 16 ? 0xffff : (__mmask16)((1u << (n - c)) - 1);
+            __m512i lo = s0 ? low_halves(_mm512_maskz_loadu_ps(m, s0 + c)) : _mm512_setzero_si512();
+            __m512i hi = s1 ? low_halves(_mm512_maskz_loadu_ps(m, s1 + c)) : _mm512_setzero_si512();
+            _mm512_storeu_si512(d + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        }
+    }
+}
+
+/* Panel j0 of B (K2 pair rows of round16(n) lanes, panels of PANEL lanes one
+ * after another, the panel at dst + j0*K2) from pair rows src (K2 rows of
+ * n lanes, row stride lds): rows of the source matrix's columns when trans
+ * is 0 (a copy), or the transpose of src's (n rows of K2 pairs) when 1. */
+static void pack_panel(float *dst, const float *src, ptrdiff_t lds, int K2, int n, int j0,
+                       int trans) {
+    const int pw = round16(n) - j0 < PANEL ? round16(n) - j0 : PANEL;
+    const int w = n - j0 < pw ? n - j0 : pw;
+    float *d = dst + (ptrdiff_t)j0 * K2;
+    if (trans) {
+        transpose_matrix(d, pw, src + j0 * lds, lds, w, K2);
+        if (w < pw)
+            for (int p = 0; p < K2; p++) memset(d + p * pw + w, 0, (size_t)(pw - w) * sizeof *d);
+    } else {
+        for (int p = 0; p < K2; p++) memcpy(d + p * pw, src + p * lds + j0, (size_t)pw * sizeof *d);
+    }
+}
+
+/* Inside a parallel region: pair rows [0, K2) of x-like src (K rows of n
+ * floats) packed as B's panels into dst, the team splitting the pair rows
+ * (no barrier at the end). Each panel's rows are written by pair_rows
+ * straight into place (row stride = the panel's width). */
+static void pack_pairs_team(float *dst, const float *src, ptrdiff_t lds, int K, int n) {
+    const int K2 = depth_pairs(K), npad = round16(n);
+#pragma omp for schedule(static) nowait
+    for (int p = 0; p < K2; p++)
+        for (int j = 0; j < npad; j += PANEL) {
+            const int pw = npad - j < PANEL ? npad - j : PANEL;
+            pair_rows(dst + (ptrdiff_t)j * K2, pw, src + j, lds, K, n - j < pw ? n - j : pw, p,
+                      p + 1);
+        }
+}
+
+/* ------------------------------------------------------------------ kernel */
+
+/* One tile: mr rows, nv vectors of C over K2 pairs; A's pair (i, p) at
+ * A[i*ars + p*acs], B's pair row p at B + p*pw. lm masks the last vector's
+ * columns. acc_in: add to C. */
+__attribute__((target(TARGET), always_inline)) static inline void
+tile(const int mr, const int nv, int K2, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+     const float *B, int pw, float *C, ptrdiff_t ldc, int acc_in, __mmask16 lm) {
+    __m512 acc[MR][NVMAX];
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = acc_in
+                            ? _mm512_maskz_loadu_ps(v == nv - 1 ? lm : 0xffff, C + r * ldc + v * 16)
+                            : _mm512_setzero_ps();
+    for (int p = 0; p < K2; p++) {
+        __m512 b[NVMAX];
+        const float *a = A + p * acs;
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) b[v] = _mm512_loadu_ps(B + p * pw + v * 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < mr; r++) {
+            const __m512bh ar = (__m512bh)_mm512_set1_ps(a[r * ars]);
+#pragma GCC unroll 8
+            for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, (__m512bh)b[v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++)
+            _mm512_mask_storeu_ps(C + r * ldc + v * 16, v == nv - 1 ? lm : 0xffff, acc[r][v]);
+}
+
+#define TILE_CASE(R, V)                                                                            \
+    case R * 8 + V:                                                                                \
+        tile(R, V, kc, Ai, ars, acs, Bj, pw, Ci, ldc, acc, lm);                                    \
+        break;
+#define TILE_CASES(R) TILE_CASE(R, 1) TILE_CASE(R, 2) TILE_CASE(R, 3) TILE_CASE(R, 4)
+
+/* Rows [m0, m1) of C (n columns) (+)= A B over K2 pairs, B packed in panels
+ * (pack_panel); blocked as gemm.c's GEMM_ROWS: a depth chunk of a panel
+ * stays in L1 while a block of MCB rows runs over it, and a chunk after the
+ * first adds to what the last one stored, so every output is summed over
+ * p = 0, 1, ... in order. */
+__attribute__((target(TARGET))) static void rows(int m0, int m1, int n, int K2, const float *A,
+                                                 ptrdiff_t ars, ptrdiff_t acs, const float *B,
+                                                 float *C, ptrdiff_t ldc, int acc_in) {
+    const int npad = round16(n);
+    for (int k0 = 0; k0 < K2; k0 += KCB) {
+        const int kc = K2 - k0 < KCB ? K2 - k0 : KCB, acc = acc_in || k0 > 0;
+        for (int i0 = m0; i0 < m1; i0 += MCB) {
+            const int i1 = m1 - i0 < MCB ? m1 : i0 + MCB;
+            for (int j = 0; j < npad; j += PANEL) {
+                const int pw = npad - j < PANEL ? npad - j : PANEL, nv = pw / 16;
+                const int tail = n - (j + pw - 16);
+                const __mmask16 lm = tail >= 16 ? 0xffff : (__mmask16)((1u << tail) - 1);
+                const float *Bj = B + (ptrdiff_t)j * K2 + (ptrdiff_t)k0 * pw;
+                for (int i = i0; i < i1; i += MR) {
+                    const int mr = i1 - i < MR ? i1 - i : MR;
+                    const float *Ai = A + i * ars + k0 * acs;
+                    float *Ci = C + i * ldc + j;
+                    switch (mr * 8 + nv) {
+                        TILE_CASES(1)
+                        TILE_CASES(2)
+                        TILE_CASES(3)
+                        TILE_CASES(4)
+                        TILE_CASES(5)
+                        TILE_CASES(6)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* -------------------------------------------------------------------- AMX */
+
+/* AMX tiles, where the CPU has AMX-BF16 and Linux grants the process the
+ * tile data state (arch_prctl ARCH_REQ_XCOMP_PERM): TDPBF16PS multiplies a
+ * 16 x 32 bf16 tile of A by a 16-pair-row x 16-column tile of B (the pair
+ * rows B is packed in already) into a 16 x 16 float32 tile of C. Each output
+ * is summed over its depth 16 pairs at a time in order, by one thread, so
+ * here too results do not depend on the thread count; they differ from
+ * vdpbf16ps's in the last bits (the tile unit rounds its sums otherwise). */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA  18
+
+static int amx_allowed = 1; /* gemm_bf16_set_amx */
+
+int gemm_bf16_amx_cpu(void) {
+    static int state; /* 0 unknown, 1 usable, -1 not */
+    if (state == 0) {
+        unsigned a, b, c, d;
+        const int has = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) /* AMX-TILE */
+                        && (d >> 22 & 1) /* AMX-BF16 */;
+        state =
+            has && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 1 : -1;
+    }
+    return state == 1;
+}
+
+void gemm_bf16_set_amx(int on) {
+    amx_allowed = on;
+}
+
+int gemm_bf16_uses_amx(void) {
+    return amx_allowed && gemm_bf16_cpu() && gemm_bf16_amx_cpu();
+}
+
+/* The tile configuration, loaded once per thread: palette 1, tiles 0-7 each
+ * 16 rows of 64 bytes. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg_t;
+static _Thread_local int tiles_configured;
+
+__attribute__((target("amx-tile"))) static void amx_configure(void) {
+    if (tiles_configured) return;
+    tilecfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    _tile_loadconfig(&cfg);
+    tiles_configured = 1;
+}
+
+/* Rows [m0, m1) of C (n columns; m1 - m0 and n multiples of 16) (+)= A B
+ * over K2 pairs (a multiple of 16), A's rows of pairs lda floats apart, B
+ * in panels (pack_panel). Blocks of 32 x 32 outputs in tiles 0-3, A's two
+ * row tiles in 4-5, B's two column tiles in 6-7; a column of blocks keeps
+ * its B tiles (K2 x 32 pairs) in L1 while the rows run down it. */
+__attribute__((target("amx-tile,amx-bf16"))) static void amx_rows(int m0, int m1, int n, int K2,
+                                                                  const float *A, ptrdiff_t lda,
+                                                                  const float *B, float *C,
+                                                                  ptrdiff_t ldc, int acc_in) {
+    amx_configure();
+    for (int j = 0; j < n; j += 32) {
+        const int two_cols = j + 16 < n;
+        /* the column tiles' places in their panels */
+        const int p0 = j - j % PANEL, w0 = n - p0 < PANEL ? n - p0 : PANEL;
+        const float *b0 = B + (ptrdiff_t)p0 * K2 + (j - p0);
+        const int p1 = (j + 16) - (j + 16) % PANEL, w1 = n - p1 < PANEL ? n - p1 : PANEL;
+        const float *b1 = B + (ptrdiff_t)p1 * K2 + (j + 16 - p1);
+        for (int i = m0; i < m1; i += 32) {
+            const int two_rows = i + 16 < m1;
+            float *c00 = C + i * ldc + j, *c10 = c00 + 16 * ldc;
+            const float *a0 = A + i * lda, *a1 = a0 + 16 * lda;
+            if (acc_in) {
+                _tile_loadd(0, c00, ldc * 4);
+                if (two_cols) _tile_loadd(1, c00 + 16, ldc * 4);
+                if (two_rows) _tile_loadd(2, c10, ldc * 4);
+                if (two_rows && two_cols) _tile_loadd(3, c10 + 16, ldc * 4);
+            } else {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+            }
+            for (int p = 0; p < K2; p += 16) {
+                _tile_loadd(4, a0 + p, lda * 4);
+                _tile_loadd(6, b0 + (ptrdiff_t)p * w0, w0 * 4);
+                _tile_dpbf16ps(0, 4, 6);
+                if (two_cols) {
+                    _tile_loadd(7, b1 + (ptrdiff_t)p * w1, w1 * 4);
+                    _tile_dpbf16ps(1, 4, 7);
+                }
+                if (two_rows) {
+                    _tile_loadd(5, a1 + p, lda * 4);
+                    _tile_dpbf16ps(2, 5, 6);
+                    if (two_cols) _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, c00, ldc * 4);
+            if (two_cols) _tile_stored(1, c00 + 16, ldc * 4);
+            if (two_rows) _tile_stored(2, c10, ldc * 4);
+            if (two_rows && two_cols) _tile_stored(3, c10 + 16, ldc * 4);
+        }
+    }
+}
+
+/* Rows [m0, m1) of C, A in rows of pairs (lda floats apart): the whole
+ * 16-row tiles on AMX when `amx` (the product's full width a multiple of
+ * 16 and AMX in use; m0 a multiple of 16), the rest on vdpbf16ps. */
+static void product_rows(int amx, int m0, int m1, int n, int K2, const float *A, ptrdiff_t lda,
+                         const float *B, float *C, ptrdiff_t ldc, int acc_in) {
+    int mid = amx ? m0 + (m1 - m0) / 16 * 16 : m0;
+    if (mid > m0) amx_rows(m0, mid, n, K2, A, lda, B, C, ldc, acc_in);
+    if (mid < m1) rows(mid, m1, n, K2, A, lda, 1, B, C, ldc, acc_in);
+}
+
+/* --------------------------------------------------------------- products */
+
+/* Scratch of the calling thread's products, shared by its team: kept for
+ * the next call (reachable until exit). */
+enum { BUF_B, BUF_A, BUF_W, BUF_X, BUF_T, N_BUFS };
+static _Thread_local float *bufs[N_BUFS];
+static _Thread_local size_t caps[N_BUFS];
+
+/* Buffer k grown to `need` floats; exits on out of memory (the engine, a
+ * batch process, fails fast: its model's arrays are far larger). */
+static float *reserve(int k, size_t need) {
+    if (need > caps[k]) {
+        float *b = realloc(bufs[k], need * sizeof *b);
+        if (!b) {
+            fprintf(stderr, "%s:%d: out of memory for %zu floats\n", __FILE__, __LINE__, need);
+            abort();
+        }
+        bufs[k] = b;
+        caps[k] = need;
+    }
+    return bufs[k];
+}
+
+/* This thread's share [*m0, *m1) of M rows, in whole 16-row tiles, so that
+ * which rows run on AMX does not depend on the thread count. */
+static void thread_rows(int M, int *m0, int *m1) {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads(), tiles = (M + 15) / 16;
+    *m0 = (int)((long)tiles * t / nt) * 16;
+    *m1 = (int)((long)tiles * (t + 1) / nt) * 16;
+    if (*m1 > M) *m1 = M;
+}
+
+void gemm_bf16_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out) {
+    const int K2 = depth_pairs(in), npad = round16(out),
+              amx = gemm_bf16_uses_amx() && out % 16 == 0;
+    float *Bp = reserve(BUF_B, (size_t)K2 * npad), *Wb = reserve(BUF_W, (size_t)out * K2);
+    float *Ax = reserve(BUF_A, (size_t)N * K2);
+    double t0 = prof_begin();
+#pragma omp parallel if ((double)N * in * out >= PARALLEL_MIN)
+    {
+        /* W rounded row by row, then transposed as pairs into B's panels */
+#pragma omp for schedule(static)
+        for (int c = 0; c < out; c++) round_rows(Wb, K2, W, in, c, c + 1, in);
+#pragma omp for schedule(static) nowait
+        for (int j = 0; j < npad; j += PANEL) pack_panel(Bp, Wb, K2, K2, out, j, 1);
+        int m0, m1;
+        thread_rows(N, &m0, &m1);
+        round_rows(Ax, K2, x, ldx, m0, m1, in);
+#pragma omp barrier
+        if (m0 < m1) product_rows(amx, m0, m1, out, K2, Ax, K2, Bp, y, out, 0);
+    }
+    prof_end(PROF_MATMUL, t0);
+}
+
+void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *dy, const float *x,
+                        const float *W, int N, int in, int out) {
+    const int KN = depth_pairs(N), KO = depth_pairs(out), ldo = round16(out), ldi = round16(in);
+    const int use_amx = gemm_bf16_uses_amx();
+    float *P = reserve(BUF_A, (size_t)KN * ldo), *Xp = reserve(BUF_X, (size_t)KN * ldi);
+    float *PT = reserve(BUF_T, (size_t)out * KN);
+    float *Wp = dx ? reserve(BUF_B, (size_t)KO * ldi) : NULL;
+    float *Dy = dx ? reserve(BUF_W, (size_t)N * KO) : NULL;
+    double t0 = prof_begin();
+#pragma omp parallel if ((double)N * in * out >= PARALLEL_MIN)
+    {
+        /* dy's rows 2p, 2p+1 interleaved, then transposed into dy^T's rows
+         * of pairs; x's and W's likewise as B's panels */
+#pragma omp for schedule(static) nowait
+        for (int p = 0; p < KN; p++) pair_rows(P, ldo, dy, out, N, out, p, p + 1);
+        pack_pairs_team(Xp, x, ldx, N, in);
+        if (dx) pack_pairs_team(Wp, W, in, out, in);
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (int o = 0; o < out; o += 16)
+            transpose_matrix(PT + (ptrdiff_t)o * KN, KN, P + o, ldo, KN,
+                             out - o < 16 ? out - o : 16);
+        int m0, m1;
+        /* dW (out, in) += dy^T x: the team splits dW's rows when in <= out,
+         * else its columns in whole panels (each thread then reads all of
+         * dy^T and only its panels of x) */
+        const int amx = use_amx && in % 16 == 0;
+        if (in <= out) {
+            thread_rows(out, &m0, &m1);
+            if (m0 < m1) product_rows(amx, m0, m1, in, KN, PT, KN, Xp, dW, in, 1);
+        } else {
+            const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+            const int panels = (ldi + PANEL - 1) / PANEL;
+            int j0 = (int)((long)panels * t / nt) * PANEL;
+            int j1 = (int)((long)panels * (t + 1) / nt) * PANEL;
+            if (j1 > in) j1 = in;
+            if (j0 < j1)
+                product_rows(amx, 0, out, j1 - j0, KN, PT, KN, Xp + (ptrdiff_t)j0 * KN, dW + j0, in,
+                             1);
+        }
+        /* dx (N, in) (+)= dy (N, out) W (out, in): this thread's rows of dy
+         * rounded, then its rows of dx */
+        if (dx) {
+            thread_rows(N, &m0, &m1);
+            round_rows(Dy, KO, dy, out, m0, m1, out);
+            if (m0 < m1) product_rows(amx, m0, m1, in, KO, Dy, KO, Wp, dx, ldx, beta != 0.0f);
+        }
+    }
+    prof_end(PROF_MATMUL, t0);
+}
