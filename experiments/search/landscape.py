@@ -79,12 +79,12 @@ def corpus_text(src):
     return raw[:cut + 1 if cut > 0 else len(raw)].decode("utf-8", errors="ignore")
 
 
-def design(sp, n_lhs, seed, refused):
+def design(sp, n_lhs, seed, refused, oat_moves=True):
     """[(id, kind, point)]: baseline, one-axis moves, hypercube points, interleaved.
     refused(point) -> an error message or None (the spec's verdict)."""
     rng = random.Random(seed)
     oat = []
-    for ax in sp.axes:
+    for ax in sp.axes if oat_moves else []:
         if ax.listed:
             cur = sp.spec_value(sp.base, ax.path)
             moves = [v for v in ax.values if not spacemod._same(v, cur)]
@@ -181,7 +181,41 @@ class Runner:
         return rec
 
 
+def summary(path):
+    """What a landscape holds: points and runs by kind and status, the seed
+    noise of its pairs, and what its runs cost."""
+    recs = [json.loads(ln) for ln in open(path) if ln.strip()]
+    runs = [r for r in recs if r["status"] != "refused"]
+    pts = {}
+    for r in runs:
+        pts.setdefault(r["key"], []).append(r)
+    by_status, by_kind = {}, {}
+    for r in runs:
+        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+    for rs in pts.values():
+        by_kind[rs[0]["kind"]] = by_kind.get(rs[0]["kind"], 0) + 1
+    pairs = []
+    for rs in pts.values():
+        v = sorted((r["seed"], r["val_bpb"]) for r in rs if r["status"] == "succeeded")
+        if len(v) >= 2:
+            pairs.append((v[0][1], v[1][1]))
+    sd = (sum((a - b) ** 2 / 2 for a, b in pairs) / len(pairs)) ** 0.5 if pairs else float("nan")
+    vals = sorted(sum(p) / 2 for p in pairs)
+    wall = sum(r["wall_s"] for r in runs)
+    train = sum(r.get("summary", {}).get("training_seconds", 0) for r in runs)
+    return (f"{len(pts)} points ({', '.join(f'{k} {v}' for k, v in sorted(by_kind.items()))}), "
+            f"{len(runs)} runs ({', '.join(f'{k} {v}' for k, v in sorted(by_status.items()))}), "
+            f"{len(recs) - len(runs)} draws refused by the spec and drawn again; "
+            f"{len(pairs)} seed pairs: pooled seed sd {sd:.4f} val_bpb; point means "
+            f"{vals[0]:.3f} .. {vals[-1]:.3f} (median {vals[len(vals) // 2]:.3f}); "
+            f"run wall time {wall / 3600:.2f} h in all ({wall / max(1, len(runs)):.0f} s a run, "
+            f"{train / 3600:.2f} h of it training)")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--summary":
+        print(summary(sys.argv[2]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "nightshift"))
     ap.add_argument("--corpus", required=True,
@@ -218,7 +252,8 @@ def main():
                     "--test-fraction", "0", "--quiet", "--force", text_path], check=True,
                    stdout=subprocess.DEVNULL)
     runner = Runner(args, sp, state, args.corpus_name)
-    points, rejected = design(sp, args.lhs, args.design_seed, runner.refused)
+    points, rejected = design(sp, args.lhs, args.design_seed, runner.refused,
+                              oat_moves=not args.no_oat)
     if args.max_points:
         points = points[:args.max_points]
 

@@ -603,7 +603,9 @@ def main(argv=None):
     ap.add_argument("--landscape", action="append", help="a landscape JSONL (repeatable)")
     ap.add_argument("--stand-in", action="store_true",
                     help="a smooth stand-in surrogate instead of a landscape (tests)")
-    ap.add_argument("--space", help="the space searched (default the landscape's)")
+    ap.add_argument("--space", help="the space searched (default the last landscape's)")
+    ap.add_argument("--model", choices=surmod.MODELS, default="gp",
+                    help="the surrogate's model (surrogate.py says why gp)")
     ap.add_argument("--base", default=spacemod.BASELINE)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "nightshift"))
     ap.add_argument("--lengths", default="16,32,96,200")
@@ -638,7 +640,7 @@ def main(argv=None):
     if args.space:
         args.space_path = args.space
     elif args.landscape:
-        args.space_path = surmod.landscape_space_path(args.landscape[0])
+        args.space_path = surmod.landscape_space_path(args.landscape[-1])
     else:
         args.space_path = spacemod.SPACE
     space = spacemod.load(args.space_path, base=base)
@@ -646,10 +648,11 @@ def main(argv=None):
         sur = StandIn(space)
         meta = "Surrogate: the smooth stand-in (a test, not a landscape)."
     else:
-        feat_space = surmod.landscape_space(args.landscape[0])
-        feat_space.base = base
-        sur = surmod.ForestSurrogate(feat_space, surmod.read_landscape(args.landscape))
-        meta = (f"Surrogate: a random forest on {sur.n_points} points of "
+        feat_space = surmod.union_space([space] + [surmod.landscape_space(p)
+                                                   for p in args.landscape])
+        sur = surmod.FittedSurrogate(feat_space, surmod.read_landscape(args.landscape),
+                                     model=args.model)
+        meta = (f"Surrogate: {args.model} on {sur.n_points} points of "
                 f"{', '.join(os.path.basename(p) for p in args.landscape)}, seed noise sd "
                 f"{sur.noise_sd:.4f} (better half; {sur.noise_all:.4f} over all pairs), "
                 f"{sur.n_failed} failed runs. Space searched: {os.path.relpath(args.space_path, ROOT)}; "
@@ -665,25 +668,38 @@ def main(argv=None):
     base_true = sur.mean(space.apply(space.point_of(base)))
     log(f"replay: best known {best_v:.4f} ({time.time() - t0:.1f} s), baseline {base_true:.4f}")
     nights = []
+
+    def write():
+        md = tables(nights, strategies, lengths, best_v, base_true, meta)
+        with open(os.path.join(args.out, "replay.md"), "w") as f:
+            f.write(md)
+        with open(os.path.join(args.out, "replay.json"), "w") as f:
+            kept = ("lengths", "k", "seed", "strategies", "agent_args", "slots", "tokens",
+                    "eval_tokens", "long_search", "stand_in", "model")
+            a = {k: getattr(args, k) for k in kept}
+            a["landscape"] = [os.path.basename(p) for p in args.landscape or []]
+            a["space"] = os.path.relpath(os.path.abspath(args.space_path), ROOT)
+            json.dump({"args": a, "agent": agent_note,
+                       "best_known": best_v, "best_point": best_pt, "baseline_true": base_true,
+                       "nights": nights}, f, indent=1)
+        return md
+
     try:
-        for n in lengths:
-            for s in strategies:
+        # strategy by strategy (in the order given), each at every length: a
+        # replay cut short has whole strategies
+        for s in strategies:
+            for n in lengths:
                 t1 = time.time()
                 for k in range(args.seed, args.seed + args.k):
                     nights.append(run_night(args, space, sur, base, base_path, s, n, k, work))
                 ns = [x["true"] for x in nights if x["strategy"] == s and x["runs"] == n]
                 log(f"replay: {s} x {args.k} nights of {n} runs in {time.time() - t1:.1f} s: "
                     f"median score {statistics.median([x for x in ns if x is not None]):.4f}")
+                write()
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    md = tables(nights, strategies, lengths, best_v, base_true, meta)
-    with open(os.path.join(args.out, "replay.md"), "w") as f:
-        f.write(md)
-    with open(os.path.join(args.out, "replay.json"), "w") as f:
-        json.dump({"args": {k: v for k, v in vars(args).items()}, "best_known": best_v,
-                   "best_point": best_pt, "baseline_true": base_true, "nights": nights}, f,
-                  indent=1)
+    md = write()
     print(md)
     return nights
 
