@@ -361,21 +361,23 @@ bench-search: $(BIN)
 	  --out $(BUILD)/bench-search $(BENCH_ARGS) $(ARGS)
 
 # Search strategies replayed on a surrogate of a recorded landscape
-# (experiments/search: surrogate.py fits a random forest on
-# experiments/search/landscape/brown.jsonl and checks it on held-out points,
+# (experiments/search: surrogate.py fits extremely randomised trees on the Brown
+# landscapes in experiments/search/landscape and checks it on held-out points;
 # replay.py replays K nights per strategy and night length through a simulated
-# daemon, the agent the real binary). Minutes, not hours; build/bench-surrogate
-# gets check.txt, replay.md and replay.json. LANDSCAPE= another landscape,
-# ARGS= more replay.py options (--k, --lengths, --strategies, --space).
-LANDSCAPE ?= experiments/search/landscape/brown.jsonl
+# daemon, the agent the real binary, over the space of the last landscape).
+# Minutes, not hours; build/bench-surrogate gets check.txt, replay.md and
+# replay.json. LANDSCAPE= other landscapes, ARGS= more replay.py options
+# (--k, --lengths, --strategies, --space).
+LANDSCAPE ?= experiments/search/landscape/brown-provisional.jsonl \
+             experiments/search/landscape/brown.jsonl
 .PHONY: bench-surrogate
 bench-surrogate: $(BIN)
 	@bash scripts/setup.sh --bench
 	@mkdir -p $(BUILD)/bench-surrogate
-	/usr/bin/python3 experiments/search/surrogate.py --landscape $(LANDSCAPE) \
+	/usr/bin/python3 experiments/search/surrogate.py $(foreach l,$(LANDSCAPE),--landscape $(l)) \
 	  --out $(BUILD)/bench-surrogate/check.json | tee $(BUILD)/bench-surrogate/check.txt
-	/usr/bin/python3 experiments/search/replay.py --landscape $(LANDSCAPE) --bin $(BIN) \
-	  --out $(BUILD)/bench-surrogate $(ARGS)
+	/usr/bin/python3 experiments/search/replay.py $(foreach l,$(LANDSCAPE),--landscape $(l)) \
+	  --bin $(BIN) --out $(BUILD)/bench-surrogate $(ARGS)
 
 # One training run of nightshift and then one of the PyTorch reference, same
 # model, data, budget, seed and threads (2), with tokens trained, steps and

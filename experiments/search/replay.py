@@ -604,8 +604,8 @@ def main(argv=None):
     ap.add_argument("--stand-in", action="store_true",
                     help="a smooth stand-in surrogate instead of a landscape (tests)")
     ap.add_argument("--space", help="the space searched (default the last landscape's)")
-    ap.add_argument("--model", choices=surmod.MODELS, default="gp",
-                    help="the surrogate's model (surrogate.py says why gp)")
+    ap.add_argument("--model", choices=surmod.MODELS, default="extratrees",
+                    help="the surrogate's model (surrogate.py says why extra trees)")
     ap.add_argument("--base", default=spacemod.BASELINE)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "nightshift"))
     ap.add_argument("--lengths", default="16,32,96,200")
