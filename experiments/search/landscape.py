@@ -147,7 +147,7 @@ class Runner:
         if r.returncode == 0:
             return None
         lines = (r.stderr.strip() or r.stdout.strip() or f"exit {r.returncode}").splitlines()
-        return lines[-1]
+        return lines[-1].replace(f"cost: {path}: ", "")
 
     def train(self, pid, kind, point, seed):
         spec = self.spec(point, seed, f"{pid}-s{seed}")

@@ -45,7 +45,8 @@ of the answer the daemon would give after 25/50/75/100% of the runs ended.
 Output in --out: replay.md (a table per night length: median and IQR, mean
 +- standard error of the score and the regret in val_bpb and per cent, and
 the anytime curve as median [IQR]) and replay.json (every night). The same
---seed gives the same replay.
+--seed gives the same replay. `replay.py --merge A.json B.json ... OUTDIR`
+writes the tables of replays run side by side (each with some strategies).
 """
 import argparse
 import base64
@@ -598,7 +599,38 @@ def tables(nights, strategies, lengths, best_v, base_true, meta):
     return "\n".join(out) + "\n"
 
 
+def merge(paths, out):
+    """The tables of several replay.json of one landscape and space (replays
+    run side by side, each with some strategies): nights of a strategy,
+    length and seed that two files hold are counted once."""
+    docs = [json.load(open(p)) for p in paths]
+    if len({round(d["best_known"], 9) for d in docs}) != 1:
+        sys.exit("replay: these replays do not share a surrogate (their best known differ)")
+    seen, nights, strategies, lengths = set(), [], [], []
+    for d in docs:
+        for n in d["nights"]:
+            key = (n["strategy"], n["runs"], n["k"])
+            if key not in seen:
+                seen.add(key)
+                nights.append(n)
+                if n["strategy"] not in strategies:
+                    strategies.append(n["strategy"])
+                if n["runs"] not in lengths:
+                    lengths.append(n["runs"])
+    meta = docs[0].get("meta", "")
+    md = tables(nights, strategies, sorted(lengths), docs[0]["best_known"],
+                docs[0]["baseline_true"], meta)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "replay.md"), "w") as f:
+        f.write(md)
+    with open(os.path.join(out, "replay.json"), "w") as f:
+        json.dump(dict(docs[0], nights=nights, merged_from=len(docs)), f, indent=1)
+    print(md)
+
+
 def main(argv=None):
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--merge":
+        return merge(sys.argv[2:-1], sys.argv[-1])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--landscape", action="append", help="a landscape JSONL (repeatable)")
     ap.add_argument("--stand-in", action="store_true",
@@ -679,7 +711,7 @@ def main(argv=None):
             a = {k: getattr(args, k) for k in kept}
             a["landscape"] = [os.path.basename(p) for p in args.landscape or []]
             a["space"] = os.path.relpath(os.path.abspath(args.space_path), ROOT)
-            json.dump({"args": a, "agent": agent_note,
+            json.dump({"args": a, "agent": agent_note, "meta": meta,
                        "best_known": best_v, "best_point": best_pt, "baseline_true": base_true,
                        "nights": nights}, f, indent=1)
         return md
