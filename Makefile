@@ -22,6 +22,8 @@
 #   make bench-search search strategies side by side on one daemon: random, Optuna TPE
 #                   (with and without its pruner), the reference agent (climb, tpe, asha);
 #                   about an hour; ARGS=--quick proves it in minutes (tests/bench/search.py)
+#   make bench-surrogate  the same strategies replayed on a surrogate of a recorded
+#                   landscape, K = 30 nights of 16/32/96/200 runs in minutes (experiments/search)
 #   make bench-train  nightshift train beside the PyTorch reference trainer: tokens and
 #                   val_bpb in one budget (BUDGET=300 s, TOKENS=N, SPEC=, DATASET=)
 #   make fuzz       every libFuzzer target for FUZZ_SECONDS (default 60) each
@@ -238,7 +240,8 @@ asan:
 UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
                store strategy threads tok
 INTEGRATION_SUITES := agent asha bridge client cost daemon data events grad_cli guard hook isa loop \
-                      mcp metrics newuser offline report run sealed slurm slurm_fake train worker
+                      mcp metrics newuser offline report run sealed search_py slurm slurm_fake train \
+                      worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 suite_filter = --filter '@($(subst $(SPACE),|,$(strip $(1))))/*'
@@ -357,6 +360,25 @@ bench-search: $(BIN)
 	@bash scripts/setup.sh --bench
 	/usr/bin/python3 tests/bench/search.py --bin $(BIN) --corpus $(STATE)/corpus \
 	  --out $(BUILD)/bench-search $(BENCH_ARGS) $(ARGS)
+
+# Search strategies replayed on a surrogate of a recorded landscape
+# (experiments/search: surrogate.py fits extremely randomised trees on the Brown
+# landscapes in experiments/search/landscape and checks it on held-out points;
+# replay.py replays K nights per strategy and night length through a simulated
+# daemon, the agent the real binary, over the space of the last landscape).
+# Minutes, not hours; build/bench-surrogate gets check.txt, replay.md and
+# replay.json. LANDSCAPE= other landscapes, ARGS= more replay.py options
+# (--k, --lengths, --strategies, --space).
+LANDSCAPE ?= experiments/search/landscape/brown-provisional.jsonl \
+             experiments/search/landscape/brown.jsonl
+.PHONY: bench-surrogate
+bench-surrogate: $(BIN)
+	@bash scripts/setup.sh --bench
+	@mkdir -p $(BUILD)/bench-surrogate
+	/usr/bin/python3 experiments/search/surrogate.py $(foreach l,$(LANDSCAPE),--landscape $(l)) \
+	  --out $(BUILD)/bench-surrogate/check.json | tee $(BUILD)/bench-surrogate/check.txt
+	/usr/bin/python3 experiments/search/replay.py $(foreach l,$(LANDSCAPE),--landscape $(l)) \
+	  --bin $(BIN) --out $(BUILD)/bench-surrogate $(ARGS)
 
 # One training run of nightshift and then one of the PyTorch reference, same
 # model, data, budget, seed and threads (2), with tokens trained, steps and

@@ -10,9 +10,10 @@
 #                             and for `make bench` comparisons
 #   scripts/setup.sh --browser  also chromium and Node.js, for the dashboard's
 #                             browser test (`make test-browser`)
-#   scripts/setup.sh --bench  also Optuna and matplotlib, for the Optuna bridge
-#                             (experiments/bridges/optuna_bridge.py) and
-#                             `make bench-search` (its table's plot)
+#   scripts/setup.sh --bench  also Optuna, matplotlib, numpy and sklearn, for the
+#                             Optuna bridge (experiments/bridges/optuna_bridge.py),
+#                             `make bench-search` (its table's plot) and
+#                             `make bench-surrogate` (the surrogate's random forest)
 #   scripts/setup.sh --slurm  also Slurm (with slurmrestd and its JWT plugin) and
 #                             munge, for the one-node cluster of `make test-slurm`
 #                             (tests/slurm/run.sh)
@@ -36,7 +37,7 @@ for arg in "$@"; do
         packages+=(chromium)
         browser=1
         ;;
-    --bench) packages+=(python3-optuna python3-matplotlib) ;;
+    --bench) packages+=(python3-optuna python3-matplotlib python3-numpy python3-sklearn) ;;
     --slurm) packages+=(slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge curl) ;;
     --prometheus) packages+=(prometheus curl) ;;
     *)

@@ -1,0 +1,249 @@
+#!/usr/bin/python3
+"""search_py.py - the search benchmark's Python side (experiments/search/space.py,
+surrogate.py, replay.py), run by tests/test_search_py.c.
+
+    /usr/bin/python3 tests/search_py.py --bin build/nightshift --work DIR
+
+Needs no numpy, sklearn or landscape: the space's semantics on a tiny space
+file; the engine's refusals mirrored by space.refusal against `nightshift
+cost` on random points; and a replay with a smooth stand-in surrogate and the
+real agent, the same for the same seed. The parts that need Optuna (a random
+night) or sklearn (a forest on a synthetic landscape) print SKIP and a reason
+when it is missing. Exit 0 when every check passed.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(ROOT, "experiments", "search"))
+import replay  # noqa: E402
+import space as spacemod  # noqa: E402
+import surrogate as surmod  # noqa: E402
+
+TINY = {
+    "about": "a tiny space for the test",
+    "axes": [
+        {"path": "model.ve_layers", "type": "choice", "values": ["none", "alternate"],
+         "why": "read and ignored"},
+        {"path": "model.ve_gate_channels", "type": "int", "values": [8, 16],
+         "when": {"path": "model.ve_layers", "not": ["none"]}},
+        {"path": "model.n_head", "type": "int", "values": [1, 2], "also": ["model.n_kv_head"]},
+        {"path": "train.total_batch_tokens", "type": "int", "values": [1024, 2048, 8192]},
+        {"path": "train.warmdown_ratio", "type": "float", "values": [0, 0.5]},
+        {"path": "train.final_lr_frac", "type": "float", "values": [0, 0.1],
+         "when": {"path": "train.warmdown_ratio", "above": 0}},
+        {"path": "train.matrix_lr", "type": "float", "low": 0.01, "high": 0.16, "log": True},
+        {"path": "model.depth", "type": "int", "low": 2, "high": 8},
+    ],
+}
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}", flush=True)
+
+
+def tiny_space():
+    return spacemod.parse(json.loads(json.dumps(TINY)), "tiny",
+                          base=spacemod.load_json(spacemod.BASELINE))
+
+
+def test_space():
+    sp = tiny_space()
+    # inactive axes are not part of the point, and two points that differ only
+    # in them are one point
+    a = {"model.ve_layers": "none", "model.ve_gate_channels": 8, "model.n_head": 2,
+         "train.total_batch_tokens": 4096, "train.warmdown_ratio": 0, "train.final_lr_frac": 0.1,
+         "train.matrix_lr": 0.04, "model.depth": 4}
+    b = dict(a, **{"model.ve_gate_channels": 16, "train.final_lr_frac": 0})
+    check(set(sp.canonical(a)) == set(a) - {"model.ve_gate_channels", "train.final_lr_frac"},
+          f"inactive axes dropped: {sp.canonical(a)}")
+    check(sp.key(a) == sp.key(b), "points equal but for inactive axes have one key")
+    check(sp.encode(a) == sp.encode(b), "points equal but for inactive axes encode alike")
+    c = dict(a, **{"model.ve_layers": "alternate"})
+    check(sp.key(c) != sp.key(dict(c, **{"model.ve_gate_channels": 16})),
+          "an active conditional axis is part of the key")
+    # an inactive axis keeps the base spec's value in the spec
+    spec = sp.apply(a)
+    check(spec["model"]["ve_gate_channels"] == 32 and spec["train"].get("final_lr_frac") is None,
+          f"inactive axes keep the base's values: {spec['model']}, {spec['train']}")
+    check(spec["model"]["n_kv_head"] == 2, "also copies the value")
+    # the derived micro-batch: the largest power of two <= the base's 16 dividing tbt/seq_len
+    for tbt, want in ((1024, 4), (2048, 8), (4096, 16), (8192, 16)):
+        got = sp.apply(dict(a, **{"train.total_batch_tokens": tbt}))["train"]["batch_size"]
+        check(got == want, f"total_batch_tokens {tbt}: batch_size {got}, want {want}")
+    base6 = dict(sp.base, train=dict(sp.base["train"], batch_size=6))
+    got = sp.apply(dict(a, **{"train.total_batch_tokens": 2048}), base=base6)["train"]["batch_size"]
+    check(got == 4, f"base batch 6, 8 rows: batch_size {got}, want 4")
+    # the encoding: inactive axes at -1 in every column, a choice one-hot
+    names = sp.feature_names()
+    x = dict(zip(names, sp.encode(a)))
+    check(x["model.ve_gate_channels"] == spacemod.INACTIVE and
+          x["train.final_lr_frac"] == spacemod.INACTIVE, f"inactive encoding: {x}")
+    check(x["model.ve_layers=none"] == 1 and x["model.ve_layers=alternate"] == 0, "one-hot")
+    # a condition on a later (or missing) axis is refused
+    bad = json.loads(json.dumps(TINY))
+    bad["axes"][0]["when"] = {"path": "model.ve_gate_channels", "not": [8]}
+    try:
+        spacemod.parse(bad, "bad")
+        check(False, "a condition on a later axis is refused")
+    except spacemod.SpaceError as e:
+        check("not an earlier axis" in str(e), f"the refusal names it: {e}")
+    bad = json.loads(json.dumps(TINY))
+    bad["axes"].append({"path": "train.batch_size", "type": "int", "values": [8]})
+    try:
+        spacemod.parse(bad, "bad")
+        check(False, "train.batch_size as an axis is refused")
+    except spacemod.SpaceError:
+        pass
+    # sampling: every draw's inactive axes are absent; ranges stay in bounds and
+    # keep 4 significant digits; a Latin hypercube covers each slice of an axis once
+    rng = random.Random(3)
+    for _ in range(200):
+        p = sp.sample(rng)
+        check(("model.ve_gate_channels" in p) == (p["model.ve_layers"] != "none"),
+              f"conditional draw {p}")
+        check(0.01 <= p["train.matrix_lr"] <= 0.16 and
+              p["train.matrix_lr"] == spacemod.round_sig(p["train.matrix_lr"]), f"float {p}")
+        check(2 <= p["model.depth"] <= 8, f"int {p}")
+    lhs = sp.latin_hypercube(7, random.Random(1))
+    depths = sorted(p["model.depth"] for p in lhs)
+    check(depths == [2, 3, 4, 5, 6, 7, 8], f"a 7-point hypercube hits every depth once: {depths}")
+
+
+def test_refusal_mirror(binary, work):
+    """space.refusal says what `nightshift cost` says on random points of a
+    space whose axes break every cross-field rule it mirrors."""
+    state = os.path.join(work, "state")
+    corpus = os.path.join(work, "tiny.txt")
+    with open(corpus, "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog.\n" * 200)
+    subprocess.run([binary, "prep", "--dir", state, "--name", "bench", "--vocab", "256",
+                    "--test-fraction", "0", "--quiet", corpus], check=True,
+                   stdout=subprocess.DEVNULL)
+    doc = {"axes": [
+        {"path": "model.n_embd", "type": "int", "values": [64, 96, 128, 100]},
+        {"path": "model.n_head", "type": "int", "values": [1, 2, 4, 25], "also": ["model.n_kv_head"]},
+        {"path": "model.ve_gate_channels", "type": "int", "values": [32, 64, 128]},
+        {"path": "train.total_batch_tokens", "type": "int", "values": [1024, 4096, 8192, 1000]},
+        {"path": "train.warmup_ratio", "type": "float", "values": [0, 0.2]},
+        {"path": "train.warmdown_ratio", "type": "float", "values": [0.5, 0.8, 0.9]},
+    ]}
+    base = spacemod.load_json(spacemod.BASELINE)
+    base.pop("time_budget_s", None)
+    base.update(dataset="bench", token_budget=4096, eval_tokens=1024)
+    sp = spacemod.parse(doc, "mirror", base=base)
+    rng = random.Random(5)
+    agree = refused = 0
+    for i in range(40):
+        spec = sp.apply(sp.sample(rng))
+        path = os.path.join(work, "check.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        r = subprocess.run([binary, "cost", path, "--dir", state], capture_output=True, text=True,
+                           timeout=60)
+        mine = sp.refusal(replay.merged(sp.defaults, spec))
+        check((r.returncode != 0) == (mine is not None),
+              f"refusal mirror: cost exit {r.returncode} ({r.stderr.strip()[-120:]}), "
+              f"space.refusal {mine!r} on {spec['model']} {spec['train']}")
+        agree += (r.returncode != 0) == (mine is not None)
+        refused += mine is not None
+    check(0 < refused < 40, f"the mirror saw both verdicts ({refused} of 40 refused)")
+    print(f"refusal mirror: {agree}/40 agree with nightshift cost, {refused} refused")
+
+
+def replay_nights(binary, work, strategies, seed, tag):
+    space_path = os.path.join(work, "tiny-space.json")
+    with open(space_path, "w") as f:
+        json.dump(TINY, f)
+    out = os.path.join(work, f"replay-{tag}")
+    nights = replay.main(["--stand-in", "--space", space_path, "--bin", binary,
+                          "--lengths", "8,12", "--k", "2", "--seed", str(seed),
+                          "--strategies", strategies, "--long-search", "300", "--out", out])
+    for n in nights:
+        n.pop("seconds", None)
+    return nights
+
+
+def test_replay(binary, work):
+    import contextlib
+    import io
+    strategies = "agent-tpe,agent-random"
+    try:
+        import optuna  # noqa: F401
+        strategies += ",random"
+    except ImportError:
+        print("SKIP: python3-optuna is missing (scripts/setup.sh --bench): the replay is "
+              "checked with the agent's nights only")
+    with contextlib.redirect_stdout(io.StringIO()):
+        a = replay_nights(binary, work, strategies, 1, "a")
+        b = replay_nights(binary, work, strategies, 1, "b")
+        c = replay_nights(binary, work, strategies, 2, "c")
+    check(len(a) == len(strategies.split(",")) * 2 * 2, f"{len(a)} nights")
+    check(a == b, "the same seed gives the same replay")
+    check(a != c, "another seed gives another replay")
+    for n in a:
+        check(n["started"] == n["runs"], f"{n['strategy']} k={n['k']}: {n['started']} of "
+              f"{n['runs']} runs started")
+        check(n["true"] is not None and n["true"] >= 3, f"an answer with a true mean: {n}")
+    # the agent's answer is the daemon's best: a configuration it ran, its mean as read
+    md = open(os.path.join(work, "replay-a", "replay.md")).read()
+    check("## Nights of 8 runs" in md and "## Nights of 12 runs" in md, "a table per length")
+
+
+def test_forest():
+    try:
+        import numpy  # noqa: F401
+        import sklearn  # noqa: F401
+    except ImportError:
+        print("SKIP: numpy or sklearn is missing (scripts/setup.sh --bench): the forest "
+              "surrogate is not checked")
+        return
+    sp = tiny_space()
+    rng = random.Random(7)
+    pts = {}
+    pairs = []
+    for i, p in enumerate(sp.latin_hypercube(40, rng)):
+        spec = sp.apply(p)
+        m = 3 + (spacemod.Axis.unit(sp.by_path["train.matrix_lr"], p["train.matrix_lr"]) - 0.6) ** 2
+        a, b = m + rng.gauss(0, 0.01), m + rng.gauss(0, 0.01)
+        pairs.append((a, b))
+        runs = [(1, "succeeded", a), (2, "succeeded", b)]
+        if i < 3:
+            runs = [(1, "diverged", None), (2, "diverged", None)]
+        pts[sp.key(p)] = {"spec": spec, "point": p, "runs": runs}
+    sur = surmod.FittedSurrogate(sp, pts)
+    check(sur.n_failed == 6 and sur.clf is not None, "failed runs train the classifier")
+    res = surmod.check(sp, pts)
+    check(res["spearman_oof"] > 0.5, f"the surrogate ranks a one-axis landscape: {res}")
+    spec = sp.apply(next(iter(pts.values()))["point"])
+    check(sur.run(spec, 1, 42) == sur.run(spec, 1, 42), "a run is a function of its key")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    test_space()
+    test_refusal_mirror(a.bin, a.work)
+    test_replay(a.bin, a.work)
+    test_forest()
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
