@@ -104,6 +104,18 @@ def test_space():
         check(False, "train.batch_size as an axis is refused")
     except spacemod.SpaceError:
         pass
+    # an axis whose condition names an inactive axis is inactive too (as space.c
+    # and the bridge have it), whatever the base spec holds there
+    chain = json.loads(json.dumps(TINY))
+    chain["axes"].insert(2, {"path": "train.value_embedding_lr", "type": "float",
+                             "values": [0.3, 0.6],
+                             "when": {"path": "model.ve_gate_channels", "in": [32, 8]}})
+    sc = spacemod.parse(chain, "chain", base=spacemod.load_json(spacemod.BASELINE))
+    d = dict(a, **{"train.value_embedding_lr": 0.3})
+    check("train.value_embedding_lr" not in sc.canonical(d),
+          f"a condition on an inactive axis leaves the axis inactive: {sc.canonical(d)}")
+    check("train.value_embedding_lr" in sc.canonical(dict(d, **{"model.ve_layers": "alternate"})),
+          "and active once the axis it names is active and holds the value")
     # sampling: every draw's inactive axes are absent; ranges stay in bounds and
     # keep 4 significant digits; a Latin hypercube covers each slice of an axis once
     rng = random.Random(3)

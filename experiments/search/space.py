@@ -177,13 +177,19 @@ class Space:
         return _is_num(v) and float(v) > float(ax.when["above"])
 
     def active(self, point):
-        """The axes active at a point (a dict that may hold inactive axes too)."""
+        """The axes active at a point (a dict that may hold inactive axes too).
+        An axis whose condition names an inactive axis is inactive too, as the
+        agent's reader (space.c) and the Optuna bridge have it."""
         out, seen = [], {}
+        axis_paths = {a.path for a in self.axes}
 
         def lookup(p):
             return seen[p] if p in seen else self.spec_value(self.base, p)
 
         for ax in self.axes:
+            if ax.when is not None and ax.when["path"] in axis_paths and \
+                    ax.when["path"] not in seen:
+                continue
             if self.condition(ax, lookup) and ax.path in point:
                 seen[ax.path] = point[ax.path]
                 out.append(ax)
