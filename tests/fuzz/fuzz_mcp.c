@@ -4,12 +4,13 @@
  * success, a refusal, a broken body, an unreachable daemon). Properties:
  * whatever comes in, what goes out is one JSON object (never an array),
  * "jsonrpc":"2.0", with exactly one of result and error; an error's code is
- * a number; a reply's id is the request's; a notification gets nothing; a
- * started wait steps to its end within the deadline it was given (here
- * every experiment is final at once, or the backend fails). */
+ * a number; a reply's id is the request's (a string one as valid UTF-8); a notification gets
+ * nothing; a started wait steps to its end within the deadline it was given (here every experiment
+ * is final at once, or the backend fails). */
 #include <cjson/cJSON.h>
 
 #include "daemon/shared/mcp.h"
+#include "engine/util.h"
 #include "tests/fuzz/fuzz.h"
 
 static const char *const canned[][2] = {
@@ -40,7 +41,14 @@ static void check_reply(const char *text, const cJSON *req_id) {
     if (has_error)
         FUZZ_CHECK(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "code")),
                    "an error code: %s", text);
-    if (req_id)
+    if (cJSON_IsString(req_id)) { /* quoted as valid UTF-8: bytes of no sequence are '?' */
+        char *want = strdup(req_id->valuestring);
+        util_utf8_scrub(want);
+        const cJSON *got = cJSON_GetObjectItem(j, "id");
+        FUZZ_CHECK(cJSON_IsString(got) && !strcmp(got->valuestring, want), "the request's id: %s",
+                   text);
+        free(want);
+    } else if (req_id)
         FUZZ_CHECK(cJSON_Compare(cJSON_GetObjectItem(j, "id"), req_id, 1), "the request's id: %s",
                    text);
     cJSON_Delete(j);
