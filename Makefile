@@ -2,6 +2,7 @@
 #
 #   make            build build/nightshift (installs missing Debian packages first)
 #   make run        prepare the default corpus if needed and start the main job
+#   make quick      the first look: one run of experiments/specs/quick.json (under a minute)
 #   make test       build and run every test
 #   make test-unit / test-integration  only the unit / integration suites
 #   make asan       the same tests under AddressSanitizer + UBSan
@@ -123,7 +124,7 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
+.PHONY: all setup run quick dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
 .PHONY: bench-isa bench-train-vs-step bench-export test-mcp test-metrics check-layers
 .PHONY: bench-sampler bench-noise fuzz soak load flood report-load test-unit test-integration bench-tok bench-attn \
         bench-gemm
@@ -295,6 +296,12 @@ dataset: $(DEFAULT_DATASET)
 
 run: $(BIN) $(DEFAULT_DATASET)
 	bash scripts/run.sh $(BIN) $(STATE)
+
+# The first look: one run of experiments/specs/quick.json (the baseline at a
+# token budget of 131,072 tokens, well under a minute) on the default corpus,
+# trained in the foreground by the engine alone; its summary ends with val_bpb.
+quick: $(BIN) $(DEFAULT_DATASET)
+	$(BIN) train experiments/specs/quick.json --dir $(STATE)
 
 bench: $(BIN)
 	bash tests/bench/run.sh $(BIN) $(BENCH_ARGS)
