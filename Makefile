@@ -3,6 +3,8 @@
 #   make            build build/nightshift (installs missing Debian packages first)
 #   make run        prepare the default corpus if needed and start the main job
 #   make quick      the first look: one run of experiments/specs/quick.json (under a minute)
+#   make start / stop / status  the main job detached from the terminal (survives logging out)
+#   make install-service  a systemd user unit for the main job (systemctl --user start nightshift)
 #   make test       build and run every test
 #   make test-unit / test-integration  only the unit / integration suites
 #   make asan       the same tests under AddressSanitizer + UBSan
@@ -124,7 +126,7 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run quick dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
+.PHONY: all setup run quick start stop status install-service dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
 .PHONY: bench-isa bench-train-vs-step bench-export test-mcp test-metrics check-layers
 .PHONY: bench-sampler bench-noise fuzz soak load flood report-load test-unit test-integration bench-tok bench-attn \
         bench-gemm
@@ -299,9 +301,30 @@ run: $(BIN) $(DEFAULT_DATASET)
 
 # The first look: one run of experiments/specs/quick.json (the baseline at a
 # token budget of 131,072 tokens, well under a minute) on the default corpus,
-# trained in the foreground by the engine alone; its summary ends with val_bpb.
+# trained in the foreground by the engine alone; its summary starts with val_bpb.
 quick: $(BIN) $(DEFAULT_DATASET)
 	$(BIN) train experiments/specs/quick.json --dir $(STATE)
+
+# The main job as a service (scripts/service.sh): `make run` detached from the
+# terminal, its output in $(STATE)/nightshift.log, its pid in
+# $(STATE)/nightshift.pid; it survives logging out. status exits 3 when stopped.
+start: $(BIN) $(DEFAULT_DATASET)
+	@bash scripts/service.sh start $(BIN) $(STATE)
+stop:
+	@bash scripts/service.sh stop $(BIN) $(STATE)
+status:
+	@bash scripts/service.sh status $(BIN) $(STATE)
+# The same under systemd: a user unit running run.sh (restarted on failure).
+# To keep it running after logging out: loginctl enable-linger $$USER.
+SERVICE_UNIT ?= $(HOME)/.config/systemd/user/nightshift.service
+install-service: $(BIN) $(DEFAULT_DATASET)
+	@mkdir -p $(dir $(SERVICE_UNIT))
+	@bash scripts/service.sh unit $(abspath $(BIN)) $(abspath $(STATE)) > $(SERVICE_UNIT).tmp
+	@mv -f $(SERVICE_UNIT).tmp $(SERVICE_UNIT)
+	@echo "wrote $(SERVICE_UNIT)"
+	@echo "  systemctl --user daemon-reload && systemctl --user start nightshift"
+	@echo "  systemctl --user enable nightshift   # start it at login"
+	@echo "  loginctl enable-linger $$USER        # keep it running after logging out"
 
 bench: $(BIN)
 	bash tests/bench/run.sh $(BIN) $(BENCH_ARGS)
