@@ -315,7 +315,7 @@ stop:
 status:
 	@bash scripts/service.sh status $(BIN) $(STATE)
 # The same under systemd: a user unit running run.sh (restarted on failure).
-# To keep it running after logging out: loginctl enable-linger $$USER.
+# To keep it running after logging out: loginctl enable-linger (your user name).
 SERVICE_UNIT ?= $(HOME)/.config/systemd/user/nightshift.service
 install-service: $(BIN) $(DEFAULT_DATASET)
 	@mkdir -p $(dir $(SERVICE_UNIT))
@@ -324,7 +324,7 @@ install-service: $(BIN) $(DEFAULT_DATASET)
 	@echo "wrote $(SERVICE_UNIT)"
 	@echo "  systemctl --user daemon-reload && systemctl --user start nightshift"
 	@echo "  systemctl --user enable nightshift   # start it at login"
-	@echo "  loginctl enable-linger $$USER        # keep it running after logging out"
+	@echo "  loginctl enable-linger $$(id -un)   # keep it running after logging out"
 
 bench: $(BIN)
 	bash tests/bench/run.sh $(BIN) $(BENCH_ARGS)
