@@ -307,7 +307,7 @@ quick: $(BIN) $(DEFAULT_DATASET)
 
 # The main job as a service (scripts/service.sh): `make run` detached from the
 # terminal, its output in $(STATE)/nightshift.log, its pid in
-# $(STATE)/nightshift.pid; it survives logging out. status exits 3 when stopped.
+# $(STATE)/nightshift.pid; it survives logging out. status fails when stopped.
 start: $(BIN) $(DEFAULT_DATASET)
 	@bash scripts/service.sh start $(BIN) $(STATE)
 stop:
