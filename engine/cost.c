@@ -5,9 +5,12 @@
  * section and must agree with gpt_new's tensor table (the tests check that). */
 #include "engine/cost.h"
 
+#include <math.h>
+
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +174,32 @@ int cost_fits(const cost_mem_t *mem, const spec_model_t *m, int batch_size, doub
              params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "billion" : "million",
              cost_human_bytes(mem->weights + mem->grads + mem->optimizer, state_b, sizeof state_b),
              batch_size, m->seq_len, cost_human_bytes(mem->activations, acts_b, sizeof acts_b));
+    return -1;
+}
+
+int cost_admit(cost_mem_t *mem, const spec_model_t *m, int batch_size, double limit,
+               const char *source, double floor, int threads, char *msg, size_t len) {
+    const double mib = 1024.0 * 1024.0;
+    double margin = floor > 0 ? COST_AS_MARGIN : 0;
+    if (floor > 0 && floor >= limit) {
+        snprintf(msg, len,
+                 "%s %.0f MiB is below the %.0f MiB of address space the engine maps with %d "
+                 "thread%s before a run allocates anything (OpenBLAS's and OpenMP's buffers per "
+                 "thread, measured at start: `nightshift floor --threads %d`); this run needs "
+                 "about %.0f MiB",
+                 source, limit / mib, ceil(floor / mib), threads, threads == 1 ? "" : "s", threads,
+                 ceil((mem->total + floor + margin) / mib));
+        mem->total += floor + margin;
+        return -1;
+    }
+    mem->total += floor + margin;
+    if (cost_fits(mem, m, batch_size, limit, source, msg, len) == 0) return 0;
+    size_t n = strlen(msg);
+    if (floor > 0 && n < len)
+        snprintf(msg + n, len - n,
+                 " (the %.0f MiB of address space the engine maps with %d thread%s and a margin "
+                 "of %.0f MiB counted)",
+                 ceil(floor / mib), threads, threads == 1 ? "" : "s", ceil(margin / mib));
     return -1;
 }
 
@@ -357,10 +386,11 @@ int cost_main(int argc, char **argv) {
     cost_memory(m, B, have_data ? info.train_tokens + info.val_tokens + info.test_tokens : 0, &mem);
     cost_print(m, B, &c, &mem);
 
-    /* The daemon's verdict at submission (does_not_fit), in its words. A
-     * worker's limit is on address space, so under one the run also needs the
-     * engine's floor, measured here as the daemon measures it at start (this
-     * process has allocated next to nothing yet). */
+    /* The daemon's verdict at submission (does_not_fit), in its words and by
+     * its code (cost_admit). A worker's limit is on address space, so under
+     * one the run also needs the engine's floor, measured as the daemon
+     * measures it at start (floor_probe: `nightshift floor` in a process of
+     * its own, a worker's thread counts), and the margin. */
     const char *source;
     char verdict[512], may[32];
     double limit = cost_worker_limit(spec.resources.memory_mb, (int)memory_mb, &source);
@@ -371,19 +401,30 @@ int cost_main(int argc, char **argv) {
 #else
     const int count_floor = 1;
 #endif
+    int threads = threads_set(spec.resources.threads);
+    double floor = 0;
     if (limit > 0 && count_floor) {
-        int threads = threads_set(spec.resources.threads);
-        double floor = floor_measure(threads, NULL, NULL);
-        if (floor > 0) {
-            char label[64];
-            snprintf(label, sizeof label, "engine floor, %d thread%s:", threads,
-                     threads == 1 ? "" : "s");
-            print_bytes(label, floor);
-            mem.total += floor;
-            print_bytes("memory needed, with it:", mem.total);
+        char ferr[256];
+        floor = floor_probe("/proc/self/exe", threads, NULL, ferr, sizeof ferr);
+        if (floor < 0) {
+            fprintf(stderr, "cost: %s; the engine's floor is not counted\n", ferr);
+            floor = 0;
         }
     }
-    int fits = cost_fits(&mem, m, B, limit, source, verdict, sizeof verdict) == 0;
+    int fits = cost_admit(&mem, m, B, limit, source, floor, threads, verdict, sizeof verdict) == 0;
+    if (floor > 0) { /* in MiB, as the verdict and resources.memory_mb have them */
+        const double mib = 1024.0 * 1024.0;
+        char label[64], v[64];
+        snprintf(label, sizeof label, "engine floor, %d thread%s:", threads,
+                 threads == 1 ? "" : "s");
+        snprintf(v, sizeof v, "%.0f MiB", ceil(floor / mib));
+        printf("%-28s %20s  (`nightshift floor --threads %d`)\n", label, v, threads);
+        snprintf(v, sizeof v, "%.0f MiB", ceil(COST_AS_MARGIN / mib));
+        printf("%-28s %20s\n", "address-space margin:", v);
+        snprintf(v, sizeof v, "%.0f MiB", ceil(mem.total / mib));
+        printf("%-28s %20s  (the least resources.memory_mb for it)\n",
+               "memory needed, with them:", v);
+    }
     if (fits && limit > 0)
         printf("%-28s %20s  (%s)\n", "a worker may use:", cost_human_bytes(limit, may, sizeof may),
                source);

@@ -80,4 +80,24 @@ const char *cost_human_bytes(double bytes, char *buf, size_t len);
 int cost_fits(const cost_mem_t *mem, const spec_model_t *m, int batch_size, double limit,
               const char *source, char *msg, size_t len);
 
+/* The margin a run under an address-space limit gets on top of its
+ * estimate and the engine's floor, bytes. The estimate is of resident memory;
+ * what a run maps beside it does not grow with the model so much as with its
+ * arrays and threads (each large array aligned for huge pages, malloc's
+ * arenas), and varies by machine: on a 2-core Intel Xeon a run trained from
+ * 8 MiB below its least accepted limit (tests/bench/mem_edge.py, the specs
+ * of experiments/specs), and elsewhere a spec accepted at its minimum,
+ * 558 MiB, ended oom at once where 580 trained (22 MiB short). */
+#define COST_AS_MARGIN (64.0 * 1024 * 1024)
+
+/* The verdict on a run under a worker's limit, in the words of both the
+ * daemon's admission (does_not_fit) and `nightshift cost`: mem (the run's
+ * own memory, cost_memory) against limit bytes from source. When floor > 0
+ * the limit is on address space: the engine's floor for threads threads
+ * (floor_probe) and COST_AS_MARGIN are counted too (in MiB, the unit of
+ * resources.memory_mb), and mem->total is raised by them. 0 when it fits
+ * (or limit <= 0), else -1 with the numbers in msg. */
+int cost_admit(cost_mem_t *mem, const spec_model_t *m, int batch_size, double limit,
+               const char *source, double floor, int threads, char *msg, size_t len);
+
 #endif

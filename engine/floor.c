@@ -2,11 +2,15 @@
 #include "engine/floor.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine/gpt.h"
@@ -14,6 +18,9 @@
 #include "engine/protocol.h"
 #include "engine/spec.h"
 #include "engine/threads.h"
+#include "engine/util.h"
+
+extern char **environ;
 
 /* A model small enough to cost next to nothing and large enough that its
  * products split over the team (gemm.c's GEMM_PARALLEL_MIN): one training
@@ -78,6 +85,16 @@ void floor_reserve(int n) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGALRM, &sa, &old);
     alarm(FLOOR_WATCHDOG_S);
+    /* Every thread's malloc arena: glibc gives a thread its own on its first
+     * allocation (64 MiB of address space, 128 while it is aligned). Made
+     * here, not left to the step below, where whether a thread allocates at
+     * all depends on how the work fell: the floor measured was then one
+     * figure or another 128 MiB higher from run to run (at 2 threads). */
+#pragma omp parallel num_threads(n)
+    {
+        void *volatile p = malloc(64);
+        free(p);
+    }
     /* Every thread inside a BLAS call at once: the most buffers a run maps. */
 #pragma omp parallel num_threads(n)
     {
@@ -106,6 +123,65 @@ double floor_measure(int threads, double *size, double *rss) {
     if (size) *size = status_bytes(text, "VmSize:");
     if (rss) *rss = status_bytes(text, "VmRSS:");
     return status_bytes(text, "VmPeak:");
+}
+
+#define PROBE_TIMEOUT_S 30.0 /* `nightshift floor` maps and prints in well under a second */
+
+double floor_probe(const char *exe, int threads, char *const env[], char *err, size_t errlen) {
+    char *const *base = env ? env : environ;
+    size_t n = 0;
+    while (base[n]) n++;
+    char **e = calloc(n + 3, sizeof *e), omp[48], blas[48], t[16], out[512];
+    if (!e) return util_errorf(err, errlen, "floor: out of memory"), -1;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(base[i], "OMP_NUM_THREADS=", 16) &&
+            strncmp(base[i], "OPENBLAS_NUM_THREADS=", 21))
+            e[k++] = base[i];
+    snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%d", threads);
+    snprintf(blas, sizeof blas, "OPENBLAS_NUM_THREADS=%d", threads);
+    e[k++] = omp;
+    e[k++] = blas;
+    e[k] = NULL;
+    snprintf(t, sizeof t, "%d", threads);
+    char *argv[] = {(char *)exe, "floor", "--threads", t, NULL};
+    int fds[2] = {-1, -1};
+    double peak = -1;
+    size_t len = 0;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    pid_t pid = -1;
+    if (pipe2(fds, O_CLOEXEC) < 0 || posix_spawn_file_actions_adddup2(&fa, fds[1], 1) ||
+        posix_spawn(&pid, exe, &fa, NULL, argv, e) != 0) {
+        util_errorf(err, errlen, "floor: cannot run %s: %s", exe, strerror(errno));
+        pid = -1;
+        goto done;
+    }
+    close(fds[1]);
+    fds[1] = -1;
+    for (double t0 = util_now(); len < sizeof out - 1;) {
+        int left = (int)((PROBE_TIMEOUT_S - (util_now() - t0)) * 1000);
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, left) <= 0) break;
+        ssize_t got = read(fds[0], out + len, sizeof out - 1 - len);
+        if (got <= 0) break;
+        len += (size_t)got;
+    }
+    out[len] = '\0';
+    const char *v = strstr(out, "\"vm_peak\":");
+    if (v) peak = atof(v + 10);
+    if (peak <= 0)
+        util_errorf(err, errlen, "floor: %s floor --threads %d said '%.100s'", exe, threads, out);
+done:
+    if (pid > 0) {
+        kill(pid, SIGKILL); /* it has printed, or it is late: either way it is done */
+        waitpid(pid, NULL, 0);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    free(e);
+    return peak;
 }
 
 int floor_main(int argc, char **argv) {

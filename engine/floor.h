@@ -15,6 +15,8 @@
 #ifndef NIGHTSHIFT_FLOOR_H
 #define NIGHTSHIFT_FLOOR_H
 
+#include <stddef.h>
+
 #define FLOOR_WATCHDOG_S 5 /* seconds for every thread to map its share */
 
 /* Have every thread of a team of n (as threads_set made it) map now what it
@@ -30,6 +32,13 @@ void floor_reserve(int n);
  * and its current size and resident memory when size and rss are given. In a
  * fresh process that has allocated little, this is the floor. */
 double floor_measure(int threads, double *size, double *rss);
+
+/* The floor as a worker has it: `exe floor --threads threads` run with env
+ * (NULL: this process's environment), OMP_NUM_THREADS and
+ * OPENBLAS_NUM_THREADS set to threads as a worker's are; its VmPeak in
+ * bytes, or -1 with err. The daemon (at start) and `nightshift cost` both
+ * measure it so, so they count one figure. */
+double floor_probe(const char *exe, int threads, char *const env[], char *err, size_t errlen);
 
 /* `nightshift floor [--threads N]`: threads_set(N) and floor_reserve, then
  * {"threads": N, "vm_peak": B, "vm_size": B, "rss": B} (bytes, from

@@ -659,7 +659,23 @@ Test(newuser, a_persons_submission_starts_before_the_agents_queued_proposals) {
 /* prep says when the vocabulary is too large for the text, and a size that
  * suits it; prepared with that size, the text gets no warning. */
 Test(newuser, prep_warns_when_the_vocabulary_is_large_for_the_text) {
-    char *readme = tu_path("%s/README.md", tu_src());
+    /* the READMEs in one file: about 90 KB of English */
+    const char *parts[] = {"README.md", "engine/README.md", "daemon/README.md",
+                           "experiments/README.md"};
+    size_t len = 0;
+    char *text = calloc(1, 1);
+    for (int i = 0; i < 4; i++) {
+        char *path = tu_path("%s/%s", tu_src(), parts[i]), *part = tu_read(path);
+        cr_assert(part, "cannot read %s", path);
+        text = realloc(text, len + strlen(part) + 2);
+        memcpy(text + len, part, strlen(part) + 1);
+        len += strlen(part);
+        free(part);
+        free(path);
+    }
+    char *readme = tu_path("%s/readmes.txt", tu_dir());
+    tu_write(readme, text);
+    free(text);
     tu_run_t r;
     tu_run_bin(&r, 60, "prep", "--dir", state, "--name", "big", "--vocab", "2000", readme, NULL);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);

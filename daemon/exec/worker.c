@@ -37,6 +37,7 @@
 #include "daemon/exec/worker.h"
 
 #include "daemon/shared/bytebuf.h"
+#include "engine/floor.h"
 #include "engine/util.h"
 
 extern char **environ;
@@ -664,50 +665,13 @@ executor_t *executor_local_new(uv_loop_t *loop) {
 
 /* ------------------------------------------------------- the engine's floor */
 
-#define FLOOR_TIMEOUT_MS 30000 /* `nightshift floor` maps and prints in well under a second */
-
 /* VmPeak in bytes of `exe floor --threads threads`, run with a worker's
- * environment; -1 with err. */
+ * environment (engine/floor.h's floor_probe); -1 with err. */
 static double measure_one(const char *exe, int threads, char *err, size_t errlen) {
-    char omp[48], blas[48], t[16], out[512];
-    char **env = build_env(threads, omp, blas, sizeof omp);
-    int fds[2] = {-1, -1};
-    double peak = -1;
-    size_t len = 0;
-    snprintf(t, sizeof t, "%d", threads);
-    char *argv[] = {(char *)exe, "floor", "--threads", t, NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    pid_t pid = -1;
-    if (!env || pipe2(fds, O_CLOEXEC) < 0 || posix_spawn_file_actions_adddup2(&fa, fds[1], 1) ||
-        posix_spawn(&pid, exe, &fa, NULL, argv, env) != 0) {
-        util_errorf(err, errlen, "floor: cannot run %s: %s", exe, strerror(errno));
-        pid = -1;
-        goto done;
-    }
-    close(fds[1]);
-    fds[1] = -1;
-    for (uint64_t t0 = uv_hrtime(); len < sizeof out - 1;) {
-        int left = FLOOR_TIMEOUT_MS - (int)((uv_hrtime() - t0) / 1000000);
-        struct pollfd p = {fds[0], POLLIN, 0};
-        if (left <= 0 || poll(&p, 1, left) <= 0) break;
-        ssize_t k = read(fds[0], out + len, sizeof out - 1 - len);
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    out[len] = '\0';
-    const char *v = strstr(out, "\"vm_peak\":");
-    if (v) peak = atof(v + 10);
-    if (peak <= 0)
-        util_errorf(err, errlen, "floor: %s floor --threads %d said '%.100s'", exe, threads, out);
-done:
-    if (pid > 0) {
-        kill(pid, SIGKILL); /* it has printed, or it is late: either way it is done */
-        waitpid(pid, NULL, 0);
-    }
-    posix_spawn_file_actions_destroy(&fa);
-    for (int i = 0; i < 2; i++)
-        if (fds[i] >= 0) close(fds[i]);
+    char omp[48], blas[48];
+    char **env = build_env(0, omp, blas, sizeof omp); /* the probe sets the thread counts */
+    if (!env) return util_errorf(err, errlen, "floor: out of memory"), -1;
+    double peak = floor_probe(exe, threads, env, err, errlen);
     free(env);
     return peak;
 }

@@ -79,14 +79,4 @@ int worker_floor_measure(const char *exe, int max_threads, worker_floor_t *f, ch
 /* floor(threads) in bytes. */
 double worker_floor(const worker_floor_t *f, int threads);
 
-/* The margin a run under an address-space limit gets on top of its
- * estimate and the floor, bytes. The estimate is of resident memory; what a
- * run maps beside it does not grow with the model so much as with its
- * arrays and threads (each large array aligned for huge pages, malloc's
- * arenas), and varies by machine: on a 2-core Intel Xeon a run trained from
- * 8 MiB below its least accepted limit (tests/bench/mem_edge.py, the specs
- * of experiments/specs), and elsewhere a spec accepted at its minimum,
- * 558 MiB, ended oom at once where 580 trained (22 MiB short). */
-#define WORKER_AS_MARGIN (64.0 * 1024 * 1024)
-
 #endif

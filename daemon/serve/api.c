@@ -92,8 +92,9 @@ static int dataset_exists(const api_t *a, const char *name) {
  * it; with no limit, the machine's RAM). A local worker's limit is on
  * address space, so under one the run also needs the engine's floor for its
  * threads (a->floor: what OpenBLAS and OpenMP map per thread, measured at
- * start) and a margin (WORKER_AS_MARGIN); a Slurm job's --mem is on resident
- * memory (a->floor NULL). Returns 0, or -1 with the numbers in err. */
+ * start) and a margin (engine/cost.h's cost_admit, which `nightshift cost`
+ * shares); a Slurm job's --mem is on resident memory (a->floor NULL). Returns 0, or -1 with the
+ * numbers in err. */
 static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, char *err,
                       size_t errlen) {
     spec_model_t m = s->model;
@@ -107,27 +108,8 @@ static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, 
     int threads = s->resources.threads > 0 ? s->resources.threads
                   : a->sched               ? sched_default_threads(a->sched)
                                            : 1;
-    double floor = a->floor && limited ? worker_floor(a->floor, threads) : 0, mib = 1 << 20;
-    double margin = floor > 0 ? WORKER_AS_MARGIN : 0;
-    if (floor > 0 && floor >= limit) {
-        snprintf(err, errlen,
-                 "%s %.0f MiB is below the %.0f MiB of address space the engine maps with %d "
-                 "thread%s before a run allocates anything (OpenBLAS's and OpenMP's buffers per "
-                 "thread, measured at start: `nightshift floor --threads %d`); this run needs "
-                 "about %.0f MiB",
-                 source, limit / mib, ceil(floor / mib), threads, threads == 1 ? "" : "s", threads,
-                 ceil((mem.total + floor + margin) / mib));
-        return -1;
-    }
-    mem.total += floor + margin;
-    if (cost_fits(&mem, &m, s->train.batch_size, limit, source, err, errlen) == 0) return 0;
-    size_t n = strlen(err);
-    if (floor > 0 && n < errlen)
-        snprintf(err + n, errlen - n,
-                 " (the %.0f MiB of address space the engine maps with %d thread%s and a margin "
-                 "of %.0f MiB counted)",
-                 ceil(floor / mib), threads, threads == 1 ? "" : "s", ceil(margin / mib));
-    return -1;
+    double floor = a->floor && limited ? worker_floor(a->floor, threads) : 0;
+    return cost_admit(&mem, &m, s->train.batch_size, limit, source, floor, threads, err, errlen);
 }
 
 /* Parse and check one submitted spec: the spec parser's rules, plus what

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -539,11 +540,11 @@ static void measure_floor(daemon_t *d, const char *exe) {
     double mib = 1024.0 * 1024.0, floor = worker_floor(&d->floor, threads);
     log_info("the engine maps %.0f MiB of address space with 1 thread, %.0f MiB with %d, before "
              "a run allocates anything",
-             d->floor.at_1 / mib, d->floor.at_max / mib, d->floor.max_threads);
+             ceil(d->floor.at_1 / mib), ceil(d->floor.at_max / mib), d->floor.max_threads);
     if (d->o.memory_mb > 0 && d->o.memory_mb * mib < floor)
         log_warn("--memory-mb %d is below the %.0f MiB the engine maps with %d threads: every "
                  "submission that does not ask for fewer threads will be refused",
-                 d->o.memory_mb, floor / mib, threads);
+                 d->o.memory_mb, ceil(floor / mib), threads);
 }
 
 /* The executor (Slurm's, when asked for) and the scheduler over it. */
