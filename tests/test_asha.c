@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "daemon/exec/sched.h"
+#include "daemon/shared/log.h"
 #include "daemon/store/store.h"
 #include "engine/spec.h"
 #include "tests/testutil.h"
@@ -33,6 +34,7 @@ static char err[512];
 
 static void setup(void) {
     unsetenv("NIGHTSHIFT_TOKEN");
+    log_threshold = LOG_WARN; /* the scheduler's promotions, checked in the store, not logged */
     tu_dir_init();
     cr_assert_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
 }

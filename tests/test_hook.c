@@ -546,6 +546,7 @@ Test(hook, client_errors_are_not_retried_and_attempts_are_bounded) {
     reply_t script[] = {{404, "no such hook"}, {500, ""}};
     fx_init(&f, script, 2);
     hook_t *h = fx_hook(&f, f.rx.port, (hook_opts_t){.max_attempts = 3});
+    tu_stderr_begin(); /* the daemon's log of the failed deliveries, checked below */
     hook_queue_empty(h);
     cr_assert(run_until(&f, has_deliveries, 1, 5));
     run_until(&f, NULL, 0, 0.1);
@@ -553,6 +554,12 @@ Test(hook, client_errors_are_not_retried_and_attempts_are_bounded) {
     hook_queue_empty(h); /* a new event; the receiver now answers 500 */
     cr_assert(run_until(&f, has_deliveries, 4, 10));
     run_until(&f, NULL, 0, 0.2);
+    char *logged = tu_stderr_end();
+    cr_expect(strstr(logged, "not delivered: HTTP 404: no such hook (attempt 1, not retried)"),
+              "%s", logged);
+    cr_expect(strstr(logged, "not delivered: HTTP 500 (attempt 3, the last allowed)"), "%s",
+              logged);
+    free(logged);
     cr_assert_eq(count_requests(f.rx.dir), 4, "more than max_attempts attempts");
 
     req_t r0, r1;

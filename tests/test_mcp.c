@@ -390,7 +390,7 @@ Test(mcp, wait_sends_progress_then_the_result_or_nothing_when_cancelled) {
 }
 
 Test(mcp, the_readme_says_the_prompt_in_the_same_words) {
-    char *path = tu_path("%s/README.md", tu_src()), *readme = tu_read(path);
+    char *path = tu_path("%s/daemon/README.md", tu_src()), *readme = tu_read(path);
     cr_assert(readme);
     /* the README quotes it wrapped: "\n> " is a space there */
     for (char *p; (p = strstr(readme, "\n> "));) {
@@ -400,7 +400,7 @@ Test(mcp, the_readme_says_the_prompt_in_the_same_words) {
     free(path);
     char *prompt = strdup(mcp_night_prompt);
     for (char *line = strtok(prompt, "\n"); line; line = strtok(NULL, "\n"))
-        cr_expect(strstr(readme, line), "README.md has the prompt's line: %s", line);
+        cr_expect(strstr(readme, line), "daemon/README.md has the prompt's line: %s", line);
     free(prompt);
     free(readme);
 }

@@ -124,9 +124,15 @@ Test(opts, bad_values_name_the_option_and_its_bounds) {
     demo_t d;
     char err[256] = "";
     cr_expect_eq(parse(&d, err, sizeof err, (const char *[]){"--help", NULL}), 1);
+    /* usage errors go to stderr: kept out of make test's output, and checked */
+    tu_stderr_begin();
     cr_expect_eq(parse(&d, err, sizeof err, (const char *[]){"--bogus", "1", NULL}), 2);
     cr_expect_eq(parse(&d, err, sizeof err, (const char *[]){"extra", NULL}), 2);
     cr_expect_eq(parse(&d, err, sizeof err, (const char *[]){"--count", NULL}), 2);
+    char *said = tu_stderr_end();
+    cr_expect(strstr(said, "demo: unrecognized option '--bogus'"), "%s", said);
+    cr_expect(strstr(said, "demo: option '--count' requires an argument"), "%s", said);
+    free(said);
 
     const char *config = tu_dir_path("bad.json");
     tu_write(config, "{\"count\": 11}");

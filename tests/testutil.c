@@ -151,6 +151,32 @@ static char *read_whole(const char *path, size_t *len) {
     return buf;
 }
 
+static int stderr_saved = -1;
+static char stderr_path[64];
+
+void tu_stderr_begin(void) {
+    cr_assert_eq(stderr_saved, -1, "tu_stderr_begin twice");
+    fflush(stderr);
+    snprintf(stderr_path, sizeof stderr_path, "/tmp/nightshift-stderr.XXXXXX");
+    int fd = mkstemp(stderr_path);
+    cr_assert(fd >= 0, "mkstemp: %s", strerror(errno));
+    stderr_saved = dup(STDERR_FILENO);
+    cr_assert(stderr_saved >= 0 && dup2(fd, STDERR_FILENO) >= 0, "dup: %s", strerror(errno));
+    close(fd);
+}
+
+char *tu_stderr_end(void) {
+    cr_assert_neq(stderr_saved, -1, "tu_stderr_end without tu_stderr_begin");
+    fflush(stderr);
+    dup2(stderr_saved, STDERR_FILENO);
+    close(stderr_saved);
+    stderr_saved = -1;
+    size_t len;
+    char *text = read_whole(stderr_path, &len);
+    unlink(stderr_path);
+    return text ? text : calloc(1, 1);
+}
+
 char *tu_read(const char *path) {
     size_t len;
     return read_whole(path, &len);

@@ -79,6 +79,14 @@ typedef struct {
     char *out, *err; /* captured stdout and stderr, malloc'd */
 } tu_run_t;
 
+/* This test process's stderr into a file of its own until tu_stderr_end, for
+ * code under test that reports an error it was made to meet on stderr (an
+ * option parser, the daemon's log): make test's output then shows no line
+ * that reads as a failure. tu_stderr_end restores stderr and returns what was
+ * written meanwhile (malloc'd; "" when nothing). Not nested. */
+void tu_stderr_begin(void);
+char *tu_stderr_end(void);
+
 /* Run argv (argv[0] is a path) with stdout/stderr captured; SIGKILL after
  * timeout_s. Release with tu_run_free. */
 void tu_run(tu_run_t *r, char *const argv[], double timeout_s);
