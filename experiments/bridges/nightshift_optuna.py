@@ -35,6 +35,7 @@ the daemon and PRUNED. `best(study)` is the study's best feasible trial,
 every invocation's, not only this one's.
 """
 import copy
+import importlib.util
 import json
 import math
 import os
@@ -44,8 +45,24 @@ import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "search")))
-import space as nsspace  # noqa: E402  (experiments/search/space.py)
+
+
+def _load_space_module():
+    """experiments/search/space.py under a name of its own (nightshift_space),
+    so it neither needs experiments/search on sys.path nor takes the name
+    `space` from a user's own module."""
+    name = "nightshift_space"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = os.path.normpath(os.path.join(HERE, "..", "search", "space.py"))
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+nsspace = _load_space_module()
 
 SPACE = nsspace.SPACE
 BASELINE = nsspace.BASELINE

@@ -604,12 +604,12 @@
     });
   }
 
-  /* The importance table: computed off the first paint (a timer), once the
-   * specs of every run are read. */
-  var importanceTimer = null;
+  /* The importance table: computed once the specs of every run are read,
+   * one resample at a time off the first paint (importanceAsync). */
+  var importanceCancel = null;
   function renderImportance(rows, fs, complete) {
     var node = $("importance");
-    clearTimeout(importanceTimer);
+    if (importanceCancel) { importanceCancel(); importanceCancel = null; }
     node.setAttribute("data-fields", "0");
     if (rows.length < MIN_FOR_FOREST || !fs.length || !complete) {
       node.textContent = "";
@@ -618,9 +618,9 @@
         : "Needs " + MIN_FOR_FOREST + " succeeded runs with a searched field (" + rows.length + " so far)." }));
       return;
     }
-    importanceTimer = setTimeout(function () {
-      var X = nsSweep.features(rows.map(function (r) { return r.spec; }), fs);
-      var imp = nsSweep.importance(X, rows.map(function (r) { return r.val_bpb; }), { seed: 1 });
+    var X = nsSweep.features(rows.map(function (r) { return r.spec; }), fs);
+    importanceCancel = nsSweep.importanceAsync(X, rows.map(function (r) { return r.val_bpb; }), { seed: 1 }, function (imp) {
+      importanceCancel = null;
       var order = fs.map(function (f, j) { return j; }).sort(function (a, b) { return imp.mean[b] - imp.mean[a]; });
       var t = el("table", { cls: "importance" }), body = el("tbody");
       t.appendChild(el("thead", {}, [el("tr", {}, [el("th", { text: "field" }), el("th", { text: "share of the importance" }),
@@ -640,7 +640,7 @@
       node.textContent = "";
       node.appendChild(el("div", { cls: "scroll" }, [t]));
       node.setAttribute("data-fields", String(fs.length));
-    }, 50);
+    });
   }
 
   /* val_bpb of each succeeded run against the time it finished. */

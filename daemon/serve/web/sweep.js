@@ -7,7 +7,8 @@
  * a few hundred runs is about 150 lines.
  *
  * window.nsSweep: fields(specs), features(specs, fields), importance(X, y,
- * opts), colour(t), parallel(node, rows, fields, opts). Text is only ever set
+ * opts) and importanceAsync(X, y, opts, done), colour(t), parallel(node,
+ * rows, fields, opts). Text is only ever set
  * with textContent. */
 (function () {
   "use strict";
@@ -129,53 +130,92 @@
     return node.v;
   }
 
-  /* Permutation importance of one forest fitted to rows ix: for each tree,
-   * the rise of its squared error on its out-of-bag rows when one feature's
-   * column is shuffled among them; averaged over the trees. */
-  function forestImportance(X, y, ix, trees, rand) {
-    var p = X[0].length, imp = [];
-    for (var j = 0; j < p; j++) imp.push(0);
-    var used = 0;
-    for (var t = 0; t < trees; t++) {
-      var boot = [], inBag = {};
-      ix.forEach(function () { var i = ix[Math.floor(rand() * ix.length)]; boot.push(i); inBag[i] = 1; });
-      var oob = ix.filter(function (i) { return !inBag[i]; });
-      if (oob.length < 2) continue;
-      var tree = grow(X, y, boot, 6, 2, rand);
-      var err = function (rows) {
-        var s = 0;
-        rows.forEach(function (x, k) { var d = predict(tree, x) - y[oob[k]]; s += d * d; });
-        return s / rows.length;
-      };
-      var rows = oob.map(function (i) { return X[i]; });
-      var base = err(rows);
-      for (j = 0; j < p; j++) {
-        var col = oob.map(function (i) { return X[i][j]; });
-        for (var k = col.length - 1; k > 0; k--) { var r = Math.floor(rand() * (k + 1)), c = col[k]; col[k] = col[r]; col[r] = c; }
-        var shuffled = rows.map(function (x, k2) { var z = x.slice(); z[j] = col[k2]; return z; });
-        imp[j] += err(shuffled) - base;
-      }
-      used++;
+  /* One tree's permutation importance: fitted to a bootstrap sample of rows
+   * ix, the rise of its squared error on its out-of-bag rows when one
+   * feature's column is shuffled among them; null when fewer than two rows
+   * are out of bag. */
+  function treeImportance(X, y, ix, rand) {
+    var p = X[0].length, boot = [], inBag = {};
+    ix.forEach(function () { var i = ix[Math.floor(rand() * ix.length)]; boot.push(i); inBag[i] = 1; });
+    var oob = ix.filter(function (i) { return !inBag[i]; });
+    if (oob.length < 2) return null;
+    var tree = grow(X, y, boot, 6, 2, rand);
+    var err = function (rows) {
+      var s = 0;
+      rows.forEach(function (x, k) { var d = predict(tree, x) - y[oob[k]]; s += d * d; });
+      return s / rows.length;
+    };
+    var rows = oob.map(function (i) { return X[i]; });
+    var base = err(rows), out = [];
+    for (var j = 0; j < p; j++) {
+      var col = oob.map(function (i) { return X[i][j]; });
+      for (var k = col.length - 1; k > 0; k--) { var r = Math.floor(rand() * (k + 1)), c = col[k]; col[k] = col[r]; col[r] = c; }
+      var shuffled = rows.map(function (x, k2) { var z = x.slice(); z[j] = col[k2]; return z; });
+      out.push(err(shuffled) - base);
     }
-    return imp.map(function (v) { return used ? v / used : 0; });
+    return out;
   }
 
-  /* Each feature's share of the forest's permutation importance (the
-   * negative ones counted as 0), fitted again on `resamples` bootstrap
-   * resamples of the rows: {mean: [...], lo: [...], hi: [...]} (lo and hi:
-   * the 10th and 90th percentiles over the resamples). */
-  function importance(X, y, opts) {
+  /* The work of importance(), a tree at a time: next() fits one tree and
+   * says whether there is more; result() at the end. The random draws come
+   * in one order however the work is sliced. */
+  function importanceJob(X, y, opts) {
     opts = opts || {};
     var R = opts.resamples || 10, T = opts.trees || 25, rand = rng(opts.seed || 1);
-    var n = X.length, p = X[0].length, shares = [];
-    for (var r = 0; r < R; r++) {
-      var ix = [];
-      for (var i = 0; i < n; i++) ix.push(Math.floor(rand() * n));
-      var imp = forestImportance(X, y, ix, T, rand).map(function (v) { return Math.max(0, v); });
-      var sum = imp.reduce(function (a, b) { return a + b; }, 0);
-      shares.push(imp.map(function (v) { return sum > 0 ? v / sum : 0; }));
+    var n = X.length, p = X[0].length, shares = [], ix = null, acc = null, used = 0, t = 0;
+    function next() {
+      if (!ix) {
+        ix = [];
+        for (var i = 0; i < n; i++) ix.push(Math.floor(rand() * n));
+        acc = [];
+        for (var j = 0; j < p; j++) acc.push(0);
+        used = 0;
+        t = 0;
+      }
+      var imp = treeImportance(X, y, ix, rand);
+      if (imp) { imp.forEach(function (v, k) { acc[k] += v; }); used++; }
+      if (++t === T) {
+        /* this resample's forest: each feature's share (negative rises as 0) */
+        var mean = acc.map(function (v) { return Math.max(0, used ? v / used : 0); });
+        var sum = mean.reduce(function (a, b) { return a + b; }, 0);
+        shares.push(mean.map(function (v) { return sum > 0 ? v / sum : 0; }));
+        ix = null;
+      }
+      return shares.length < R;
     }
-    var out = { mean: [], lo: [], hi: [] };
+    return { next: next, result: function () { return summarise(shares, p); } };
+  }
+
+  /* Each feature's share of a random forest's permutation importance (the
+   * mean rise over its trees, negative ones as 0), the forest (`trees`, 25)
+   * fitted again on `resamples` (10) bootstrap resamples of the rows:
+   * {mean: [...], lo: [...], hi: [...]} (lo and hi: the 10th and 90th
+   * percentiles over the resamples). */
+  function importance(X, y, opts) {
+    var job = importanceJob(X, y, opts);
+    while (job.next()) continue;
+    return job.result();
+  }
+
+  /* The same, in slices of about 20 ms of trees between turns of the event
+   * loop (400 runs take seconds on a busy machine: the page stays
+   * responsive); done(result) at the end. Returns a function that cancels it. */
+  function importanceAsync(X, y, opts, done) {
+    var job = importanceJob(X, y, opts), timer = null;
+    function slice() {
+      var t0 = Date.now();
+      for (;;) {
+        if (!job.next()) return done(job.result());
+        if (Date.now() - t0 > 20) break;
+      }
+      timer = setTimeout(slice, 0);
+    }
+    timer = setTimeout(slice, 0);
+    return function () { clearTimeout(timer); };
+  }
+
+  function summarise(shares, p) {
+    var R = shares.length, out = { mean: [], lo: [], hi: [] };
     for (var j = 0; j < p; j++) {
       var col = shares.map(function (s) { return s[j]; }).sort(function (a, b) { return a - b; });
       out.mean.push(col.reduce(function (a, b) { return a + b; }, 0) / R);
@@ -274,6 +314,6 @@
     node.setAttribute("data-axes", String(axes.length));
   }
 
-  window.nsSweep = { fields: fields, features: features, importance: importance, colour: colour,
-                     parallel: parallel, flatten: flatten };
+  window.nsSweep = { fields: fields, features: features, importance: importance,
+                     importanceAsync: importanceAsync, colour: colour, parallel: parallel, flatten: flatten };
 })();
