@@ -8,7 +8,7 @@
 #   make test       build and run every test
 #   make test-unit / test-integration  only the unit / integration suites
 #   make asan       the same tests under AddressSanitizer + UBSan
-#   make test-browser  the dashboard end to end in headless chromium
+#   make test-browser  the dashboard end to end in headless chromium (and its sweep views)
 #   make test-mcp   the MCP server against the official SDK's client and the conformance suite
 #   make test-metrics  GET /metrics of a daemon after a tiny run through `promtool check metrics`
 #   make bench-dashboard  the daemon's CPU with ten dashboard tabs open
@@ -258,6 +258,7 @@ test-integration:
 # screenshots and measurements land in build/browser-out.
 test-browser: $(BIN)
 	bash tests/browser/run.sh $(BIN) build/browser-out
+	bash tests/browser/run.sh $(BIN) build/browser-out sweep.test.js
 
 # The MCP server (stdio and /mcp) against the official TypeScript SDK's
 # client and the MCP conformance suite's server scenarios that apply, both

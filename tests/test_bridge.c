@@ -128,14 +128,14 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
      * a step of 256-token rows: 4 rows, so 4 of the base's 16); ve_layers
      * none leaves ve_gate_channels (written 64) inactive: the base's 32. */
     char *code = tu_path("import json, sys; sys.path.insert(0, '%s/experiments/bridges');"
-                         "import optuna_bridge as b;"
-                         "axes, d = b.load_space('%s');"
+                         "import nightshift_optuna as ns;"
                          "base = json.load(open('%s/experiments/specs/baseline.json'));"
+                         "sp = ns.load_space('%s', base=base);"
                          "pt = {'model.n_head': 4, 'train.total_batch_tokens': 1024,"
                          "      'model.mlp_ratio': 3, 'train.matrix_lr': 0.05,"
                          "      'model.ve_layers': 'none', 'model.ve_gate_channels': 64};"
-                         "print(json.dumps(b.build_spec(base, d, axes, pt)))",
-                         tu_src(), space, tu_src());
+                         "print(json.dumps(sp.apply(pt)))",
+                         tu_src(), tu_src(), space);
     char *const argv[] = {PY, "-c", code, NULL};
     tu_run(&r, argv, 30);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
@@ -171,8 +171,8 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
              "{\"path\": \"train.final_lr_frac\", \"type\": \"float\", \"values\": [0, 0.1],"
              " \"when\": {\"path\": \"train.warmdown_ratio\", \"above\": 0}}]}");
     code = tu_path("import json, sys; sys.path.insert(0, '%s/experiments/bridges');"
-                   "import optuna_bridge as b;"
-                   "axes, d = b.load_space('%s');\n"
+                   "import nightshift_optuna as ns;"
+                   "sp = ns.load_space('%s');\n"
                    "class T:\n"
                    "  def __init__(s, k): s.k, s.asked = k, []\n"
                    "  def suggest_categorical(s, p, v): s.asked.append(p); return v[min(s.k, "
@@ -180,7 +180,7 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
                    "  def suggest_int(s, p, lo, hi, log=False): s.asked.append(p); return lo\n"
                    "  def suggest_float(s, p, lo, hi, log=False): s.asked.append(p); return lo\n"
                    "for k in (0, 1):\n"
-                   "  t = T(k); pt = b.sample_point(t, axes)\n"
+                   "  t = T(k); pt = ns.suggest_point(t, sp)\n"
                    "  assert sorted(pt) == sorted(t.asked)\n"
                    "  print(json.dumps(sorted(pt)))\n",
                    tu_src(), cond);
@@ -210,8 +210,7 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
          ".path: model.nope is not a field of a spec"},
         {"{\"path\": \"model.mlp_ratio\", \"type\": \"float\", \"low\": 0.3, \"high\": 0.1}",
          ": low 0.3 is not below high 0.1"},
-        {"{\"path\": \"dataset\", \"type\": \"choice\", \"values\": [\"x\"]}",
-         "it is not an axis to search"},
+        {"{\"path\": \"dataset\", \"type\": \"choice\", \"values\": [\"x\"]}", "it is not an axis"},
         {"{\"path\": \"model.mlp_ratio\", \"type\": \"float\", \"low\": 0, \"high\": 1, "
          "\"log\": true}",
          "a log range needs low > 0"},
@@ -219,13 +218,12 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
          "unknown key \"step\""},
         {"{\"path\": \"model.mlp_ratio\", \"type\": \"int\", \"values\": [2, 4],"
          " \"when\": {\"path\": \"model.nope\", \"in\": [1]}}",
-         ".when.path: model.nope is not an axis of the file; a condition names an axis before "
-         "this one"},
+         ".when.path: model.nope is not an earlier axis"},
         {"{\"path\": \"model.mlp_ratio\", \"type\": \"int\", \"values\": [2, 4],"
          " \"when\": {\"path\": \"model.mlp\", \"in\": [\"relu3\"]}}",
          ".when.in[0]: not a value of model.mlp"},
         {"{\"path\": \"train.batch_size\", \"type\": \"int\", \"values\": [4, 8]}",
-         "train.batch_size is derived, never an axis"},
+         "train.batch_size is derived from total_batch_tokens, never an axis"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_space_plus(space, bad[i].axis);
@@ -243,7 +241,8 @@ Test(bridge, the_space_file_drives_the_specs_without_optuna) {
              "{\"path\": \"model.ve_layers\", \"type\": \"choice\", \"values\": [\"none\"]}]}");
     run_bridge(&r, check);
     cr_expect_eq(r.exit_code, 2);
-    cr_expect(strstr(r.err, "axes[0].when.path: model.ve_layers is a later axis"), "%s", r.err);
+    cr_expect(strstr(r.err, "axes[0].when.path: model.ve_layers is not an earlier axis"), "%s",
+              r.err);
     tu_run_free(&r);
     tu_write(space, "{\"axes\": [");
     run_bridge(&r, check);
@@ -325,7 +324,6 @@ Test(bridge, an_axis_added_to_the_space_is_proposed_and_refusals_go_on) {
         n++;
     }
     cr_expect_geq(n, 1, "every trial was a duplicate?");
-    cJSON_Delete(list);
 
     /* A space of one point: the trials after the first are duplicates of its
      * run (in flight or finished), told its val_bpb, and nothing is lost
@@ -349,24 +347,150 @@ Test(bridge, an_axis_added_to_the_space_is_proposed_and_refusals_go_on) {
     free(lines);
     free(one);
 
-    /* Every point refused (ve_gate_channels above n_embd): told FAIL with the
-     * daemon's code, the loop goes on to its last trial, exit 0. */
+    /* Every point refused (ve_gate_channels above n_embd): each refusal is
+     * recorded with the daemon's code and asked again, not counted as one of
+     * --trials, until --max-refusals in a row; nothing reached the daemon. */
     tu_write(space, "{\"axes\": ["
                     "{\"path\": \"model.n_embd\", \"type\": \"int\", \"values\": [32]},"
                     "{\"path\": \"model.ve_gate_channels\", \"type\": \"int\", \"values\": [64]},"
                     "{\"path\": \"model.ve_layers\", \"type\": \"choice\", \"values\": [\"all\"]}"
                     "]}");
-    const char *args2[] = {"--url", d.url,      "--token", TOKEN,    "--space", space, "--base",
-                           base,    "--trials", "2",       "--poll", "0.1",     NULL};
+    int before = cJSON_GetArraySize(exps);
+    const char *args2[] = {"--url",  d.url, "--token",  TOKEN, "--space",        space,
+                           "--base", base,  "--trials", "2",   "--max-refusals", "4",
+                           "--poll", "0.1", NULL};
     run_bridge(&r, args2);
     cr_expect_eq(r.exit_code, 0, "%s", r.err);
     cr_expect(strstr(r.err, "trial 1: refused (invalid_spec: model.ve_gate_channels"), "%s", r.err);
-    cr_expect(strstr(r.err, "no trial succeeded"), "%s", r.err);
+    cr_expect(strstr(r.err, "trial 3: refused (invalid_spec: model.ve_gate_channels"),
+              "a refusal is asked again: %s", r.err);
+    cr_expect(strstr(r.err, "stopped: the daemon refused 4 specs in a row"), "%s", r.err);
     tu_run_free(&r);
+    cJSON_Delete(list);
+    list = tu_get_json(&d, "/v1/experiments?limit=100");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments")), before + 1,
+                 "only the one-point space's run is new: a refusal creates no experiment");
 
+    cJSON_Delete(list);
     tu_server_stop(&d, 20);
     tu_server_release(&d);
     free(logf);
+    free(space);
+    free(base);
+    free(worker);
+}
+
+/* Run tests/bridge/user_study.py with args (NULL-terminated); r captures it. */
+static void run_user_study(tu_run_t *r, const char *const *args) {
+    char *script = tu_path("%s/tests/bridge/user_study.py", tu_src());
+    char *argv[16] = {PY, script};
+    int n = 2;
+    for (int i = 0; args[i] && n < 15; i++) argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    tu_run(r, argv, BRIDGE_S);
+    cr_assert(!r->timed_out, "the user's script ran past %.0f s:\n%s", BRIDGE_S, r->err);
+    free(script);
+}
+
+/* The library from a user's own script (tests/bridge/user_study.py): their
+ * study in a SQLite storage, their TPE sampler with the library's
+ * constraints_func, run twice (3 runs, then 2 more, load_if_exists). Read
+ * back with Optuna's own API: every trial that ran names its experiment,
+ * whose spec on the daemon holds the trial's parameter and whose val_bpb is
+ * the trial's value; every refused one (ve_gate_channels 64 above n_embd
+ * 32) carries the daemon's code, the constraint [1.0] and no experiment, and
+ * is not counted as a run; the best is the study's (both invocations). */
+Test(bridge, the_library_in_a_users_sqlite_study) {
+    NEED_OPTUNA();
+    tu_server_t d = {0};
+    char *worker = tu_path("%s ok", tu_bad_worker());
+    start_daemon(&d, worker);
+    char *base = write_base(1280);
+    char *space = tu_path("%s/space.json", tu_dir());
+    tu_write(space,
+             "{\"axes\": ["
+             "{\"path\": \"model.ve_layers\", \"type\": \"choice\", \"values\": [\"all\"]},"
+             "{\"path\": \"model.ve_gate_channels\", \"type\": \"int\", \"values\": [8, 64]},"
+             "{\"path\": \"train.matrix_lr\", \"type\": \"float\", \"low\": 0.01,"
+             " \"high\": 0.1, \"log\": true}]}");
+    char *storage = tu_path("sqlite:///%s/study.db", tu_dir());
+    tu_run_t r;
+    const char *first[] = {"run", d.url, TOKEN, space, base, storage, "3", NULL};
+    run_user_study(&r, first);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    tu_run_free(&r);
+    const char *again[] = {"run", d.url, TOKEN, space, base, storage, "2", NULL};
+    run_user_study(&r, again);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    /* every run scores the stand-in's 1.2345: the study's best is its first
+     * trial, from the first invocation, not one of this invocation's */
+    cJSON *said = cJSON_Parse(r.out);
+    cr_expect(said && tu_jnum(said, "number") == 0 && tu_jnum(said, "experiment_id") == 1,
+              "the best said at the end is the study's: %s", r.out);
+    cJSON_Delete(said);
+    tu_run_free(&r);
+    const char *read[] = {"read", storage, NULL};
+    run_user_study(&r, read);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cJSON *doc = cJSON_Parse(r.out);
+    cr_assert_not_null(doc, "%s", r.out);
+    cJSON *t;
+    int ran = 0, refused = 0;
+    double best = 1e300;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(doc, "trials")) {
+        cJSON *attrs = cJSON_GetObjectItem(t, "user_attrs");
+        cJSON *params = cJSON_GetObjectItem(t, "params");
+        int gate = (int)tu_jnum(params, "model.ve_gate_channels");
+        cJSON *refusal = cJSON_GetObjectItem(attrs, "refused");
+        if (refusal) {
+            refused++;
+            cr_expect_eq(gate, 64, "trial %d: a refusal of a spec the daemon takes",
+                         (int)tu_jnum(t, "number"));
+            cr_expect(strstr(refusal->valuestring, "invalid_spec: model.ve_gate_channels"), "%s",
+                      refusal->valuestring);
+            cr_expect_null(cJSON_GetObjectItem(attrs, "experiment_id"));
+            cr_expect_str_eq(tu_jstr(t, "state"), "PRUNED", "a refusal is not a value");
+            cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(attrs, "constraint"), 0);
+            cr_expect(cJSON_IsNumber(c0) && c0->valuedouble == 1.0, "the constraint [1.0]");
+            continue;
+        }
+        ran++;
+        cr_expect_str_eq(tu_jstr(t, "state"), "COMPLETE");
+        cr_expect_eq(gate, 8);
+        char path[64];
+        snprintf(path, sizeof path, "/v1/experiments/%lld",
+                 (long long)tu_jnum(attrs, "experiment_id"));
+        cJSON *e = tu_get_json(&d, path);
+        cJSON *spec = cJSON_GetObjectItem(e, "spec");
+        /* the spec keeps 4 significant digits of the trial's float */
+        double lr = tu_jnum(params, "train.matrix_lr");
+        cr_expect_float_eq(tu_jnum(cJSON_GetObjectItem(spec, "train"), "matrix_lr"), lr, 5e-4 * lr,
+                           "%s: the trial's parameter", path);
+        double v = tu_jnum(cJSON_GetObjectItem(e, "result"), "val_bpb");
+        cr_expect_float_eq(tu_jnum(t, "value"), v, 1e-12, "%s: the trial's value", path);
+        cr_expect_str_eq(tu_jstr(attrs, "status"), "succeeded");
+        char link[64];
+        snprintf(link, sizeof link, "/#/e/%lld", (long long)tu_jnum(attrs, "experiment_id"));
+        cr_expect(strstr(tu_jstr(attrs, "url"), link) != NULL, "the run's page: %s",
+                  tu_jstr(attrs, "url"));
+        if (v < best) best = v;
+        cJSON_Delete(e);
+    }
+    cr_expect_eq(ran, 5, "3 runs, then 2 more in the same study");
+    cr_expect_geq(refused, 1, "TPE never proposed the refused value? (seeded: it does)");
+    cJSON *list = tu_get_json(&d, "/v1/experiments?limit=100");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(list, "experiments")), ran,
+                 "one experiment a trial that ran, none for a refusal");
+    cJSON_Delete(list);
+    cJSON *lb = cJSON_GetObjectItem(doc, "library_best");
+    cr_expect_float_eq(tu_jnum(lb, "value"), best, 1e-12, "the study's best, both invocations");
+    cr_expect_float_eq(tu_jnum(cJSON_GetObjectItem(doc, "best"), "value"), best, 1e-12,
+                       "Optuna's own best_trial agrees");
+    cJSON_Delete(doc);
+    tu_run_free(&r);
+    tu_server_stop(&d, 20);
+    tu_server_release(&d);
+    free(storage);
     free(space);
     free(base);
     free(worker);

@@ -111,6 +111,16 @@ async function main() {
                                    (tds) => tds.map((t) => parseFloat(t.textContent)));
     check(bpbs.every((v, i) => i === 0 || v >= bpbs[i - 1]), "the leaderboard is sorted by val_bpb");
 
+    // the sweep's views over the real runs: one time point and one line per
+    // succeeded run of the scope, an axis per field the runs differ in
+    const nok = ok.filter((e) => e.dataset === best.dataset && e.budget === best.budget).length;
+    await page.waitForFunction((n) => document.getElementById("time-chart").dataset.points === String(n)
+                                      && document.getElementById("parallel").dataset.lines === String(n), nok,
+                               { timeout: 30000 });
+    const pcAxes = await page.$$eval("#parallel .pc-axis", (g) => g.map((x) => x.dataset.path));
+    check(pcAxes.includes("model.n_embd") && pcAxes[pcAxes.length - 1] === "val_bpb",
+          `the sweep: ${nok} runs against wall-clock time and in parallel coordinates over ` + pcAxes.join(", "));
+
     // the running slot: its progress advances
     const sel = `#slots .slot[data-id="${running}"]`;
     await page.waitForSelector(sel, { timeout: 30000 });

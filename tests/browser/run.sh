@@ -5,7 +5,8 @@
 #
 #   tests/browser/run.sh BIN OUTDIR [SCRIPT]
 #
-# SCRIPT is dashboard.test.js (the test, the default) or bench.js (the
+# SCRIPT is dashboard.test.js (the test, the default), sweep.test.js (the
+# sweep views on stand-in answers) or bench.js (the
 # daemon's CPU share with ten dashboards open during training).
 #
 # Installs what is missing first (scripts/setup.sh --browser: chromium and

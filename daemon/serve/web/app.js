@@ -1,5 +1,11 @@
-/* app.js - the nightshift dashboard: the night's progress chart, the running
+/* app.js - the nightshift dashboard: the night's progress chart, the sweep's
+ * analysis (val_bpb against wall-clock time, parallel coordinates, parameter
+ * importance: sweep.js; the selection's loss curves overlaid), the running
  * slots, the leaderboard, the queue, an experiment page and a compare view.
+ *
+ * The scope and the selection (the ticked runs) live in the page's address,
+ * #/?scope=<the scope's query>&sel=<ids>, so a view can be shared and a
+ * reload restores it.
  *
  * Everything comes from the daemon's own API on the same origin; live updates
  * arrive over one Server-Sent Events stream (/v1/events/stream?status=1): a
@@ -33,7 +39,12 @@
     live: {},           /* running id -> {x: [], y: []} loss points */
     liveCharts: {},     /* running id -> uPlot */
     sort: { key: "val_bpb", dir: 1 },
-    compare: [],        /* ticked leaderboard ids */
+    compare: [],        /* the selection: ticked ids (leaderboard or parallel coordinates) */
+    specs: {},          /* id -> spec of a finished run (for the sweep) */
+    sweepSig: null,     /* what the sweep's views were last drawn from */
+    timeChart: null,
+    overlayChart: null,
+    overlaySig: null,
     chart: null,
     chartSig: null,     /* what the chart was last drawn from */
     detailChart: null,
@@ -348,10 +359,8 @@
     { key: "window_pattern", label: "windows", narrow: true },
     { key: "ve_layers", label: "ve layers", narrow: true },
     { key: "seq_len", label: "seq", num: true, narrow: true },
-    { key: "n_seeds", label: "seeds", num: true, narrow: true },
-    { key: "dataset", label: "dataset", narrow: true },
-    { key: "time_budget_s", label: "budget s", num: true, narrow: true }
-  ];
+    { key: "n_seeds", label: "seeds", num: true, narrow: true }
+  ]; /* no dataset or budget column: every row is of the scope picked above it */
 
   /* A configuration run with several seeds shows its mean ± sd (n seeds). */
   function bpbText(r) {
@@ -413,7 +422,9 @@
       LB_COLS.forEach(function (c) {
         var v = c.key === "rank" ? rank[r.id] : c.key === "val_bpb" ? bpbText(r) : fmt(r[c.key], c.key === "mfu_percent" ? 2 : undefined);
         if (c.key === "tokens_per_second" && typeof r[c.key] === "number") v = fmt(Math.round(r[c.key]));
-        row.appendChild(el("td", { cls: (c.num ? "num" : "") + (c.narrow ? " hide-narrow" : ""), "data-key": c.key, text: v === undefined ? "" : String(v) }));
+        var td = el("td", { cls: (c.num ? "num" : "") + (c.narrow ? " hide-narrow" : ""), "data-key": c.key, text: v === undefined ? "" : String(v) });
+        if (c.key === "name" || c.key === "ve_layers") td.title = td.textContent;
+        row.appendChild(td);
       });
       row.addEventListener("click", function () { location.hash = "#/e/" + r.id; });
       row.addEventListener("keydown", function (ev) { if (ev.key === "Enter") location.hash = "#/e/" + r.id; });
@@ -421,14 +432,55 @@
     });
   }
 
+  var MAX_SELECTED = 8; /* as many as CURVE_STYLES tells apart */
+
+  /* Tick or untick a run: the selection keeps the last MAX_SELECTED. */
   function toggleCompare(id, on) {
     state.compare = state.compare.filter(function (x) { return x !== id; });
     if (on) state.compare.push(id);
-    if (state.compare.length > 2) state.compare.shift();
+    if (state.compare.length > MAX_SELECTED) state.compare.shift();
+    writeUrl();
+    selectionChanged();
+  }
+
+  function selectionChanged() {
     var a = $("compare-link");
     a.hidden = state.compare.length !== 2;
     if (state.compare.length === 2) a.href = "#/c/" + state.compare[0] + "/" + state.compare[1];
     renderLeaderboard();
+    renderParallel();
+    renderOverlay();
+  }
+
+  /* ------------------------------------------------------ the address */
+
+  /* The home view's address: #/?scope=...&sel=1,2 (either may be absent). */
+  function homeHash() {
+    var q = [];
+    if (state.scope) q.push("scope=" + encodeURIComponent(state.scope));
+    if (state.compare.length) q.push("sel=" + state.compare.join(","));
+    return "#/" + (q.length ? "?" + q.join("&") : "");
+  }
+
+  function writeUrl() {
+    if ($("home").hidden) return;
+    if (location.hash !== homeHash()) history.replaceState(null, "", homeHash());
+    $("back-link").href = homeHash();
+  }
+
+  /* The scope and the selection from the address; true when the scope changed. */
+  function readUrl() {
+    var m = /^#\/?\?(.*)$/.exec(location.hash), scope = null, sel = null;
+    if (m) m[1].split("&").forEach(function (kv) {
+      var i = kv.indexOf("="), k = kv.slice(0, i), v = kv.slice(i + 1);
+      if (k === "scope") scope = decodeURIComponent(v);
+      if (k === "sel") sel = v.split(",").map(Number).filter(function (x) { return x > 0; }).slice(-MAX_SELECTED);
+    });
+    if (!m) return false; /* a bare #/ keeps what is shown */
+    var changed = (scope || null) !== (state.scope || null);
+    state.scope = scope || null;
+    state.compare = sel || [];
+    return changed;
   }
 
   /* --------------------------------------------------------------- queue */
@@ -481,6 +533,167 @@
     return page(0, 0);
   }
 
+  /* ------------------------------------------------------------ the sweep */
+
+  var SWEEP_MAX = 400;     /* the newest runs of the scope the sweep's views use */
+  var MIN_FOR_FOREST = 8;  /* succeeded runs before importance is estimated */
+
+  /* The scope's succeeded runs with a val_bpb, the newest SWEEP_MAX, oldest first. */
+  function sweepRuns() {
+    return finishedRuns().filter(function (e) {
+      return e.status === "succeeded" && typeof e.val_bpb === "number" && isFinite(e.val_bpb);
+    }).slice(-SWEEP_MAX);
+  }
+
+  /* The specs of runs not yet read (GET /v1/experiments/ID?metrics=0, four at
+   * a time; a finished run's spec never changes, so each is read once). */
+  var specsLoading = false;
+  function loadSpecs(runs) {
+    var want = runs.filter(function (e) { return !state.specs[e.id]; }).map(function (e) { return e.id; });
+    if (!want.length || specsLoading) return;
+    specsLoading = true;
+    function next() {
+      var id = want.shift();
+      if (id === undefined) return Promise.resolve();
+      return api("/v1/experiments/" + id + "?metrics=0").then(function (r) {
+        if (r.ok && r.body && r.body.spec) state.specs[id] = r.body.spec;
+      }).catch(function () {}).then(next);
+    }
+    Promise.all([next(), next(), next(), next()]).then(function () {
+      specsLoading = false;
+      renderSweep();
+    });
+  }
+
+  function renderSweep() {
+    if ($("home").hidden) return;
+    var runs = sweepRuns();
+    renderTimeChart(runs);
+    loadSpecs(runs); /* before the check below: a load in flight may have been another scope's */
+    var sig = JSON.stringify([runs.map(function (e) { return e.id; }),
+                              runs.filter(function (e) { return state.specs[e.id]; }).length, width($("parallel"))]);
+    if (sig === state.sweepSig) return;
+    state.sweepSig = sig;
+    var rows = runs.filter(function (e) { return state.specs[e.id]; }).map(function (e) {
+      return { id: e.id, name: e.name, val_bpb: e.val_bpb, spec: state.specs[e.id] };
+    });
+    $("sweep-note").textContent = runs.length
+      ? "The " + runs.length + " succeeded run" + (runs.length === 1 ? "" : "s") + " of the leaderboard's scope" +
+        (runs.length === SWEEP_MAX ? " (the newest " + SWEEP_MAX + ")" : "") +
+        (rows.length < runs.length ? "; reading their specs: " + rows.length + " of " + runs.length : "") + "."
+      : "No run of this scope has succeeded yet.";
+    var fs = nsSweep.fields(rows.map(function (r) { return r.spec; }));
+    state.sweep = { rows: rows, fields: fs };
+    renderParallel();
+    renderImportance(rows, fs, rows.length === runs.length);
+  }
+
+  function renderParallel() {
+    var node = $("parallel"), sw = state.sweep;
+    if (!sw || !sw.rows.length || !sw.fields.length) {
+      node.textContent = "";
+      node.setAttribute("data-lines", "0");
+      node.appendChild(el("p", { cls: "idle", text: sw && sw.rows.length
+        ? "Every run has the same spec but for its labels: nothing was searched."
+        : "No succeeded run yet." }));
+      return;
+    }
+    nsSweep.parallel(node, sw.rows, sw.fields, {
+      selected: state.compare,
+      onPick: function (id) { toggleCompare(id, state.compare.indexOf(id) < 0); }
+    });
+  }
+
+  /* The importance table: computed once the specs of every run are read,
+   * one resample at a time off the first paint (importanceAsync). */
+  var importanceCancel = null;
+  function renderImportance(rows, fs, complete) {
+    var node = $("importance");
+    if (importanceCancel) { importanceCancel(); importanceCancel = null; }
+    node.setAttribute("data-fields", "0");
+    if (rows.length < MIN_FOR_FOREST || !fs.length || !complete) {
+      node.textContent = "";
+      node.appendChild(el("p", { cls: "idle", text: !complete ? "Reading the runs' specs..."
+        : !fs.length ? "Nothing was searched."
+        : "Needs " + MIN_FOR_FOREST + " succeeded runs with a searched field (" + rows.length + " so far)." }));
+      return;
+    }
+    var X = nsSweep.features(rows.map(function (r) { return r.spec; }), fs);
+    importanceCancel = nsSweep.importanceAsync(X, rows.map(function (r) { return r.val_bpb; }), { seed: 1 }, function (imp) {
+      importanceCancel = null;
+      var order = fs.map(function (f, j) { return j; }).sort(function (a, b) { return imp.mean[b] - imp.mean[a]; });
+      var t = el("table", { cls: "importance" }), body = el("tbody");
+      t.appendChild(el("thead", {}, [el("tr", {}, [el("th", { text: "field" }), el("th", { text: "share of the importance" }),
+        el("th", { cls: "num", text: "mean" }), el("th", { cls: "num", text: "10th-90th percentile" })])]));
+      order.forEach(function (j) {
+        var pct = function (v) { return (100 * v).toFixed(0) + "%"; };
+        var bar = el("div", { cls: "imp-bar" }, [
+          el("span", { cls: "imp-mean", style: "width:" + (100 * imp.mean[j]).toFixed(1) + "%" }),
+          el("span", { cls: "imp-range", style: "left:" + (100 * imp.lo[j]).toFixed(1) + "%;width:" +
+                       (100 * (imp.hi[j] - imp.lo[j])).toFixed(1) + "%" })]);
+        body.appendChild(el("tr", { "data-path": fs[j].path, "data-mean": imp.mean[j].toFixed(4) }, [
+          el("td", { text: fs[j].path }), el("td", { cls: "imp-cell" }, [bar]),
+          el("td", { cls: "num", text: pct(imp.mean[j]) }),
+          el("td", { cls: "num", text: pct(imp.lo[j]) + " - " + pct(imp.hi[j]) })]));
+      });
+      t.appendChild(body);
+      node.textContent = "";
+      node.appendChild(el("div", { cls: "scroll" }, [t]));
+      node.setAttribute("data-fields", String(fs.length));
+    });
+  }
+
+  /* val_bpb of each succeeded run against the time it finished. */
+  function renderTimeChart(runs) {
+    var node = $("time-chart");
+    var pts = runs.map(function (e) { return { t: Date.parse(e.finished) / 1000, v: e.val_bpb, e: e }; })
+      .filter(function (p) { return isFinite(p.t); })
+      .sort(function (a, b) { return a.t - b.t; });
+    var sig = JSON.stringify([pts.map(function (p) { return p.e.id; }), width(node)]);
+    if (sig === node.getAttribute("data-sig")) return;
+    node.setAttribute("data-sig", sig);
+    node.setAttribute("data-points", String(pts.length));
+    if (state.timeChart) { state.timeChart.destroy(); state.timeChart = null; }
+    node.textContent = "";
+    if (!pts.length) { node.appendChild(el("p", { cls: "idle", text: "No succeeded run yet." })); return; }
+    var best = Infinity;
+    var data = [pts.map(function (p) { return p.t; }), pts.map(function (p) { return p.v; }),
+                pts.map(function (p) { best = Math.min(best, p.v); return best; })];
+    state.timeChart = new uPlot({
+      width: width(node), height: 240,
+      series: [{ label: "finished" },
+               { label: "val_bpb", stroke: "#1b1b1b", paths: function () { return null; },
+                 points: { show: true, size: 7, fill: "#1b1b1b", space: 0 } },
+               { label: "best so far", stroke: "#1f5fa8", width: 2, paths: uPlot.paths.stepped({ align: 1 }),
+                 points: { show: false } }],
+      axes: [{ label: "wall-clock time (local)" }, { label: "val_bpb", size: 60 }]
+    }, data, node);
+  }
+
+  /* The selection's loss curves overlaid (the full experiments, read once each). */
+  function renderOverlay() {
+    var node = $("overlay-chart"), ids = state.compare.slice();
+    var sig = JSON.stringify([ids, width(node)]);
+    if (sig === state.overlaySig) return;
+    state.overlaySig = sig;
+    $("selection-note").textContent = ids.length
+      ? "Selected: " + ids.map(function (id) { return "#" + id; }).join(", ") + " (at most " + MAX_SELECTED + ")."
+      : "Nothing selected: tick runs in the leaderboard or click lines above.";
+    if (!ids.length) {
+      if (state.overlayChart) { state.overlayChart.destroy(); state.overlayChart = null; }
+      node.textContent = "";
+      node.setAttribute("data-curves", "0");
+      return;
+    }
+    Promise.all(ids.map(function (id) { return experiment(id).catch(function () { return null; }); })).then(function (exps) {
+      if (JSON.stringify([state.compare, width(node)]) !== state.overlaySig) return;
+      var curves = exps.filter(function (e) { return e; }).map(function (e) {
+        return { label: "#" + e.id + " " + (e.name || "").slice(0, 40), s: lossSeries(e) };
+      });
+      lossChart(node, curves, "overlayChart");
+    });
+  }
+
   /* ------------------------------------------------------------- scopes */
 
   /* val_bpb compares only within one scope (dataset, budget, evaluation):
@@ -523,6 +736,7 @@
     if (board) { state.board = board; state.leaderboard = board.leaderboard || []; }
     renderScopes();
     renderChart();
+    renderSweep();
     renderLeaderboard();
     renderQueue(queue ? queue.experiments || [] : []);
     renderSummary();
@@ -647,16 +861,24 @@
     return { x: x, y: y };
   }
 
-  /* One chart of several loss curves over training seconds (x merged). */
-  function lossChart(node, curves) {
-    if (state.detailChart) { state.detailChart.destroy(); state.detailChart = null; }
+  /* Up to eight curves, told apart by dash as well as colour. */
+  var CURVE_STYLES = [{ stroke: "#1b1b1b", width: 2 }, { stroke: "#1f5fa8", width: 1.5, dash: [6, 4] },
+                      { stroke: "#b5179e", width: 1.5, dash: [2, 3] }, { stroke: "#2a7d4f", width: 1.5, dash: [10, 3, 2, 3] },
+                      { stroke: "#c8553d", width: 2.5, dash: [1, 5] }, { stroke: "#6a4c93", width: 1 },
+                      { stroke: "#8a6d00", width: 1.5, dash: [14, 4] }, { stroke: "#0b7a8a", width: 2, dash: [4, 2, 1, 2] }];
+
+  /* One chart of several loss curves over training seconds (x merged), held
+   * in state[key] ("detailChart" unless said). */
+  function lossChart(node, curves, key) {
+    key = key || "detailChart";
+    if (state[key]) { state[key].destroy(); state[key] = null; }
     node.textContent = "";
     var xs = {};
     curves.forEach(function (c) { c.s.x.forEach(function (t) { xs[t] = 1; }); });
     var X = Object.keys(xs).map(Number).sort(function (a, b) { return a - b; });
     if (X.length < 2) { node.appendChild(el("p", { cls: "idle", text: "No loss curve recorded." })); return; }
     var data = [X];
-    var styles = [{ stroke: "#1b1b1b", width: 2 }, { stroke: "#1f5fa8", width: 1.5, dash: [6, 4] }];
+    var styles = CURVE_STYLES;
     var series = [{ label: "training s" }];
     curves.forEach(function (c, i) {
       var at = {};
@@ -665,7 +887,8 @@
       series.push({ label: c.label, stroke: styles[i].stroke, width: styles[i].width, dash: styles[i].dash,
                     spanGaps: true, points: { show: false } });
     });
-    state.detailChart = new uPlot({
+    node.setAttribute("data-curves", String(curves.length));
+    state[key] = new uPlot({
       width: width(node), height: 300, series: series, scales: { x: { time: false }, y: { distr: 3 } },
       axes: [{ label: "training seconds" }, { label: "loss (log scale)", size: 60 }]
     }, data, node);
@@ -768,8 +991,15 @@
     } else {
       $("detail").hidden = true; $("home").hidden = false;
       if (state.detailChart) { state.detailChart.destroy(); state.detailChart = null; }
+      var scopeChanged = readUrl();
+      writeUrl();
       renderChart();
       renderSlots();
+      if (scopeChanged) refresh().then(loadNoise);
+      state.sweepSig = null;
+      state.overlaySig = null;
+      renderSweep();
+      selectionChanged();
     }
   }
 
@@ -791,13 +1021,24 @@
     var resizeTimer = null;
     window.addEventListener("resize", function () {
       clearTimeout(resizeTimer);
-      resizeTimer = setTimeout(function () { if (!$("home").hidden) renderChart(); }, 150);
+      resizeTimer = setTimeout(function () {
+        if ($("home").hidden) return;
+        renderChart();
+        state.sweepSig = null;
+        state.overlaySig = null;
+        renderSweep();
+        renderOverlay();
+      }, 150);
     });
     document.addEventListener("visibilitychange", visibility);
     $("scope").addEventListener("change", function () {
       state.scope = $("scope").value;
+      state.compare = [];
+      writeUrl();
+      selectionChanged();
       refresh().then(loadNoise);
     });
+    readUrl();
     var snap = snapshot();
     if (snap) {
       if (snap.status) state.status = snap.status;
