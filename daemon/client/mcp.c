@@ -128,7 +128,7 @@ static int serve_stdio(stdio_t *io) {
 
 int mcp_main(int argc, char **argv) {
     conn_opts_t o = {0};
-    conn_t c = {.source = "mcp"};
+    conn_t c = {.source = "mcp", .find_token = 1};
     int rc;
     if (!cmd_parse_args(argc, argv, &mcp_help, &o, NULL, NULL, &rc)) return rc;
     if ((rc = conn_open(&c, &o, &mcp_help)) != 0) return rc;

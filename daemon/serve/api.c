@@ -356,7 +356,7 @@ static void get_datasets(api_t *a, http_response_t *res) {
     reply_json(res, 200, o);
 }
 
-static int authorized(const api_t *a, const http_request_t *req) {
+int api_authorized(const api_t *a, const http_request_t *req) {
     if (!a->token) return 1;
     const char *h = req->authorization;
     size_t n = strlen(a->token);
@@ -1078,7 +1078,7 @@ int api_guard(const api_t *a, const http_request_t *req, http_response_t *res) {
     int reads = !strcmp(m, "GET") || !strcmp(m, "HEAD"), preflight = !strcmp(m, "OPTIONS");
     int guarded = (!reads && !preflight) ||
                   (a->guard_reads && !preflight && strcmp(req->path, "/healthz") != 0);
-    if (guarded && !authorized(a, req)) {
+    if (guarded && !api_authorized(a, req)) {
         http_error(res, 401, "unauthorized",
                    "this call needs the daemon's token (Authorization: Bearer TOKEN)");
         return 401;

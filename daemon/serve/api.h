@@ -126,6 +126,9 @@ void api_close(api_t *a);
 /* The http_handler_fn of the daemon; user is an api_t. */
 void api_handle(const http_request_t *req, http_response_t *res, void *user);
 
+/* Whether req carries the daemon's token (always, when it has none). */
+int api_authorized(const api_t *a, const http_request_t *req);
+
 /* The gate in front of every route, and of any other front the daemon
  * serves over HTTP (call it before anything else): the Host, Origin and
  * Content-Type checks (origin.h), then the token. Returns 0 when req may go

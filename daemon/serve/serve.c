@@ -613,6 +613,13 @@ static void handle_cb(const http_request_t *req, http_response_t *res, void *use
     if (route == API_ROUTE_EXPERIMENT_CANCEL && res->status == 200) mcp_http_wake(d->mcp);
 }
 
+/* The gate before a request's body is read: /mcp's own, the API's for the
+ * rest (user: as for handle_cb). */
+static int authorize_cb(const http_request_t *req, http_response_t *res, void *user) {
+    if (api_route(req->path, NULL) == API_ROUTE_MCP) return mcp_http_guard(user, req, res);
+    return api_authorize(req, res, user);
+}
+
 /* Every response the server sends, counted by its route (user: as for
  * handle_cb). */
 static void observe_cb(const char *path, int status, void *user) {
@@ -651,7 +658,7 @@ static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
     if (http_server_start(&d->loop, d->o.host, d->o.port, &lim, handle_cb, &d->api, &d->http, port,
                           err, errlen) < 0)
         return -1;
-    http_server_set_authorize(d->http, api_authorize);
+    http_server_set_authorize(d->http, authorize_cb);
     http_server_set_observer(d->http, observe_cb);
     return 0;
 }
