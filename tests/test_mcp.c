@@ -581,9 +581,9 @@ Test(mcp, daemon_submits_waits_and_refuses_over_http, .timeout = 120) {
     free(dbpath);
     cr_expect_eq(tu_sql_int(db,
                             "SELECT count(*) FROM experiments WHERE via = 'mcp' AND "
-                            "source = 'agent' AND id = ?1",
+                            "source = 'mcp' AND id = ?1",
                             (long long)id),
-                 1, "filed as an agent's proposal that came by MCP");
+                 1, "filed as source mcp");
     cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments", 0), 1,
                  "the refusal queued nothing");
     sqlite3_close(db);

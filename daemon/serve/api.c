@@ -242,7 +242,7 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
                                 .config_hash = hash,
                                 .seed = (int64_t)s.seed,
                                 .parent = s.parent,
-                                .source = mcp ? "agent" : source,
+                                .source = mcp ? "mcp" : source,
                                 .via = mcp                        ? "mcp"
                                        : !strcmp(source, "agent") ? "webhook"
                                                                   : NULL,
