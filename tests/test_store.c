@@ -1844,9 +1844,10 @@ Test(store, migration_017_files_mcp_submissions_as_source_mcp) {
     while (n < store_n_migrations && store_migrations[n].version < 17) n++;
     cr_assert_eq(store_migrate(p, store_migrations, n, err, sizeof err), 0, "%s", err);
     sqlite3 *db = raw_open("old17.db");
-    raw_exec(db, "INSERT INTO experiments (id, spec, seed, source, via, status)"
-                 " VALUES (1, '{}', 1, 'agent', 'mcp', 'queued'),"
-                 " (2, '{}', 2, 'agent', 'webhook', 'queued'), (3, '{}', 3, 'api', NULL, 'queued')");
+    raw_exec(db,
+             "INSERT INTO experiments (id, spec, seed, source, via, status)"
+             " VALUES (1, '{}', 1, 'agent', 'mcp', 'queued'),"
+             " (2, '{}', 2, 'agent', 'webhook', 'queued'), (3, '{}', 3, 'api', NULL, 'queued')");
     sqlite3_close(db);
     store_t *s = NULL;
     cr_assert_eq(store_open(p, &s, err, sizeof err), 0, "%s", err);

@@ -2,8 +2,8 @@
  * that starts it (one JSON-RPC message a line on stdin and stdout, logs on
  * stderr). It is a client of a running daemon's HTTP API, like the other
  * commands (conn.c): the server core (daemon/shared/mcp.h) asks the daemon
- * for everything, and its submissions are filed as source mcp. A pending wait is stepped every MCP_WAIT_POLL_MS while stdin is
- * read, so a ping or a cancellation is answered during it. */
+ * for everything, and its submissions are filed as source mcp. A pending wait is stepped every
+ * MCP_WAIT_POLL_MS while stdin is read, so a ping or a cancellation is answered during it. */
 #include "daemon/client/client.h"
 
 #include <errno.h>

@@ -30,12 +30,11 @@
 #include "daemon/serve/web.h"
 #include "daemon/shared/bytebuf.h"
 
-#define NIGHTSHIFT_VERSION "0.1.0"
-#define MAX_METRICS_SHOWN  5000       /* metrics rows in GET /v1/experiments/{id} */
-#define LOG_TAIL_DEFAULT   (64 << 10) /* bytes of train.log returned by default */
-#define LOG_TAIL_MAX       (1 << 20)
-#define MAX_BATCH          256 /* specs in one POST */
-#define MAX_REPEATS        64  /* ?repeats=k: seeds seed .. seed + k - 1 of each spec */
+#define MAX_METRICS_SHOWN 5000       /* metrics rows in GET /v1/experiments/{id} */
+#define LOG_TAIL_DEFAULT  (64 << 10) /* bytes of train.log returned by default */
+#define LOG_TAIL_MAX      (1 << 20)
+#define MAX_BATCH         256 /* specs in one POST */
+#define MAX_REPEATS       64  /* ?repeats=k: seeds seed .. seed + k - 1 of each spec */
 
 /* ---------------------------------------------------------------- replies */
 
@@ -1103,6 +1102,7 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         /* The key: the route for a GET, ON_POST(route) for a POST, -1 for others. */
 #define ON_POST(r) ((int)API_N_ROUTES + (int)(r))
     int key = get ? (int)route : -1;
+    if (!strcmp(m, "HEAD") && route == API_ROUTE_METRICS) key = (int)route; /* its headers */
     if (post) key = ON_POST(route);
     switch (key) {
     case API_ROUTE_HEALTHZ: {

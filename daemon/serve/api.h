@@ -48,6 +48,8 @@
 #include "daemon/serve/report_lane.h"
 #include "daemon/store/store.h"
 
+#define NIGHTSHIFT_VERSION "0.1.0" /* the daemon's, in /v1/status and build_info */
+
 typedef struct {
     uv_loop_t *loop; /* the daemon's (exports run their pages off it); NULL = no exports */
     store_t *store;

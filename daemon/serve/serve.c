@@ -469,9 +469,9 @@ static void queue_empty_cb(void *user) {
     hook_queue_empty(d->hook);
 }
 
-static void finished_cb(void *user, int64_t id, const char *status) {
+static void finished_cb(void *user, int64_t id, const char *status, double seconds) {
     daemon_t *d = user;
-    (void)status;
+    metrics_observe_run(d->metrics, status, seconds);
     hook_experiment_finished(d->hook, id);
     mcp_http_wake(d->mcp);
 }
@@ -605,10 +605,12 @@ static int start_sched(daemon_t *d, char *err, size_t errlen) {
 static void handle_cb(const http_request_t *req, http_response_t *res, void *user) {
     daemon_t *d = (daemon_t *)((char *)user - offsetof(daemon_t, api));
     api_route_t route = api_route(req->path, NULL);
+    uint64_t t0 = uv_hrtime();
     if (route == API_ROUTE_MCP && d->mcp)
         mcp_http_handle(d->mcp, req, res);
     else
         api_handle(req, res, user);
+    metrics_observe_request(d->metrics, req->path, (double)(uv_hrtime() - t0) * 1e-9);
     /* a queued experiment cancelled ends the MCP waits on it */
     if (route == API_ROUTE_EXPERIMENT_CANCEL && res->status == 200) mcp_http_wake(d->mcp);
 }

@@ -951,9 +951,8 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
                  size_t errlen) {
     if (!e->spec_json || !e->config_hash || !e->scope.dataset[0] || !e->scope.budget_kind[0])
         return fail(err, errlen, "store: insert: spec_json, config_hash and scope are required");
-    if (!e->source ||
-        (strcmp(e->source, "api") && strcmp(e->source, "cli") && strcmp(e->source, "agent") &&
-         strcmp(e->source, "mcp")))
+    if (!e->source || (strcmp(e->source, "api") && strcmp(e->source, "cli") &&
+                       strcmp(e->source, "agent") && strcmp(e->source, "mcp")))
         return fail(err, errlen, "store: insert: source must be api, cli, agent or mcp");
     char now[STORE_TIME_LEN];
     now_iso(now);
