@@ -98,7 +98,7 @@ typedef struct {
 } spec_train_t;
 
 typedef struct {
-    int threads;        /* BLAS + engine threads; 0 = all online CPUs */
+    int threads;        /* BLAS + engine threads; 0 = OMP_NUM_THREADS, else every CPU allowed */
     int memory_mb;      /* 0 = the daemon's default */
     double peak_gflops; /* 0 = calibrated value; overrides the MFU denominator */
 } spec_resources_t;

@@ -39,10 +39,24 @@ int threads_ftz_on(void) {
 #endif
 }
 
+/* The first count of OMP_NUM_THREADS (it may be a list, "4,2"); 0 when it
+ * is unset or not a positive number. */
+static int env_threads(void) {
+    const char *v = getenv("OMP_NUM_THREADS");
+    if (!v) return 0;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return end != v && n > 0 && n <= 4096 ? (int)n : 0;
+}
+
 int threads_set(int n) {
-    /* "All CPUs" means the ones this process may run on: a daemon slot pins
-     * its worker to a CPU set, and more threads than that only contend. */
+    /* Unset, the count is the environment's: the daemon exports a slot's
+     * thread count (and sizes the worker's memory for it) as
+     * OMP_NUM_THREADS. Otherwise "all CPUs" means the ones this process may
+     * run on: a slot pins its worker to a CPU set, and more threads than
+     * that only contend. */
     cpu_set_t set;
+    if (n <= 0) n = env_threads();
     if (n <= 0 && sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
     if (n <= 0) n = 1;
     /* One pool: OpenBLAS's OpenMP build runs on the engine's OpenMP team. */

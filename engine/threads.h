@@ -5,8 +5,9 @@
 #define NIGHTSHIFT_THREADS_H
 
 /* Set the thread count of BLAS and of the engine's OpenMP loops (one team:
- * OpenBLAS's OpenMP build); n <= 0 means every CPU this process may run on
- * (its affinity mask). Returns the count set.
+ * OpenBLAS's OpenMP build); n <= 0 means OMP_NUM_THREADS's count when it
+ * is set (the daemon sets it to a slot's count), else every CPU this
+ * process may run on (its affinity mask). Returns the count set.
  *
  * Every thread of the team, and the calling one, runs with flush-to-zero
  * and denormals-are-zero (threads_ftz): a denormal operand costs a

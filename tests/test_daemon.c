@@ -21,8 +21,10 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -1463,4 +1465,67 @@ Test(daemon, the_report_over_http_on_the_page_and_in_the_cli) {
     tu_run_free(&run);
     daemon_stop(d);
     for (int i = 0; i < 3; i++) free(specs[i]);
+}
+
+/* The threads of process pid now (its /proc/PID/task entries); -1 when it
+ * is gone. */
+static int task_count(long pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task", pid);
+    DIR *dir = opendir(path);
+    if (!dir) return -1;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(dir));)
+        if (de->d_name[0] != '.') n++;
+    closedir(dir);
+    return n;
+}
+
+/* The most threads experiment id's worker has had over a second of its
+ * training (it must be training: progress past step 2). */
+static int worker_threads(const daemon_t *d, long id) {
+    wait_progress(d, id, 2, 60);
+    cJSON *st = tu_get_json(d, "/v1/status");
+    const cJSON *e =
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(st, "slots"), 0), "experiment");
+    long pid = (long)tu_jnum(e, "pid");
+    cr_assert(pid > 0 && (long)tu_jnum(e, "id") == id, "no worker pid in /v1/status");
+    cJSON_Delete(st);
+    int most = 0;
+    for (int i = 0; i < 20; i++, tu_sleep_ms(50)) {
+        int n = task_count(pid);
+        if (n > most) most = n;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/v1/experiments/%ld/cancel", id);
+    cJSON_Delete(tu_http_json(d, "POST", path, "", 200));
+    cJSON_Delete(wait_for(d, id, "cancelled", 20));
+    return most;
+}
+
+/* `serve --threads-per-slot 1` and a spec that leaves resources.threads at
+ * 0: the worker runs the slot's one thread (its memory limit is sized for
+ * one), as many as a spec asking for 1 gets, not one per CPU of the slot.
+ * Counted in /proc/PID/task while the real engine trains. */
+Test(daemon, a_slot_of_one_thread_runs_one_thread) {
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    if (CPU_COUNT(&set) < 2) cr_log_warn("one CPU: the test cannot tell one thread from all");
+    const char *extra[] = {"--threads-per-slot", "1", NULL};
+    daemon_t *d = daemon_start(state, extra);
+    int n[2];
+    for (int threads = 0; threads <= 1; threads++) {
+        char *s = tu_path("{\"name\":\"t%d\",\"dataset\":\"tiny\",\"seed\":%d,\"time_budget_s\":60,"
+                          "\"model\":{\"depth\":2,\"n_embd\":64,\"n_head\":2,\"seq_len\":32},"
+                          "\"train\":{\"batch_size\":8,\"total_batch_tokens\":256},"
+                          "\"resources\":{\"threads\":%d,\"peak_gflops\":10}}",
+                          threads, threads + 1, threads);
+        n[threads] = worker_threads(d, submit(d, s));
+        free(s);
+    }
+    cr_log_info("worker threads: %d with resources.threads 0, %d with 1", n[0], n[1]);
+    cr_expect(n[1] >= 1);
+    cr_expect_eq(n[0], n[1], "resources.threads 0 on a 1-thread slot ran %d threads, 1 ran %d",
+                 n[0], n[1]);
+    daemon_stop(d);
 }

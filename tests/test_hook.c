@@ -239,9 +239,9 @@ typedef struct {
 
 static char *worker_cmd[3];
 
-static void finished_cb(void *user, int64_t id, const char *status) {
+static void finished_cb(void *user, int64_t id, const char *status, double seconds) {
     fx_t *f = user;
-    (void)status;
+    (void)status, (void)seconds;
     hook_experiment_finished(f->hook, id);
 }
 

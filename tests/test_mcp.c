@@ -18,7 +18,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "daemon/shared/bytebuf.h"
 #include "daemon/shared/mcp.h"
+#include "engine/util.h"
 #include "engine/spec.h"
 #include "tests/testutil.h"
 
@@ -238,14 +240,35 @@ Test(mcp, tools_list_schemas_come_from_the_spec_table) {
         cr_expect(cJSON_IsObject(cJSON_GetObjectItem(tool, "inputSchema")), "%s: input", name);
         cr_expect(cJSON_IsObject(cJSON_GetObjectItem(tool, "outputSchema")), "%s: output", name);
         if (!strcmp(name, "submit")) submit = tool;
+        /* every argument says what it is */
+        const cJSON *props =
+            cJSON_GetObjectItem(cJSON_GetObjectItem(tool, "inputSchema"), "properties");
+        for (const cJSON *a = props ? props->child : NULL; a; a = a->next)
+            cr_expect(cJSON_IsString(cJSON_GetObjectItem(a, "description")), "%s: %s undescribed",
+                      name, a->string);
+        /* a real output schema: properties, not an empty object */
+        cr_expect(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(tool, "outputSchema"),
+                                                         "properties")) >= 2,
+                  "%s: an empty outputSchema", name);
     }
+    /* the spec's schema once in the whole list */
+    char *text = cJSON_PrintUnformatted(tools);
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, "\"window_pattern\"")); p++) n++;
+    cr_expect_eq(n, 1, "the spec schema appears %d times in tools/list", n);
+    cr_log_info("tools/list: %zu bytes", strlen(text));
+    cr_expect_lt(strlen(text), 24000, "tools/list is %zu bytes", strlen(text));
+    free(text);
     cr_assert(submit);
     spec_t s;
     spec_defaults(&s);
     char *canon = spec_canonical_json(&s);
     cJSON *spec = cJSON_Parse(canon);
-    const cJSON *schema = cJSON_GetObjectItem(
-        cJSON_GetObjectItem(cJSON_GetObjectItem(submit, "inputSchema"), "properties"), "spec");
+    const cJSON *in = cJSON_GetObjectItem(submit, "inputSchema");
+    const cJSON *schema = cJSON_GetObjectItem(cJSON_GetObjectItem(in, "$defs"), "spec");
+    const cJSON *ref = cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(in, "properties"), "spec"), "$ref");
+    cr_expect_str_eq(cJSON_GetStringValue(ref), "#/$defs/spec");
     expect_in_schema(spec, schema, "");
     cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(schema, "additionalProperties")),
               "unknown fields are refused, as the parser refuses them");
@@ -345,6 +368,76 @@ static mcp_wait_t *start_wait(mcp_server_t *srv, script_t *sc, const char *id) {
     cr_assert_null(reply);
     free(t);
     return w;
+}
+
+/* However long a wait is asked for, one call ends within MCP_WAIT_CALL_S
+ * (before a client's default 60 s timeout), listing what still runs and
+ * saying that calling again continues. */
+Test(mcp, a_wait_never_outlasts_a_default_client_timeout) {
+    mcp_server_t *srv = mcp_server_new();
+    script_t sc = {.n = 1, .status = {200}, .body = {"{\"status\":\"running\"}"}};
+    mcp_backend_t b = {.call = script_call, .user = &sc};
+    mcp_wait_t *w = start_wait(srv, &sc, "3");
+    double left = mcp_wait_deadline(w) - util_now();
+    cr_expect(left > MCP_WAIT_CALL_S - 2 && left <= MCP_WAIT_CALL_S && MCP_WAIT_CALL_S < 55,
+              "a 60 s wait ends in %g s", left);
+    mcp_wait_drop(srv, w);
+    const char *t = "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{"
+                    "\"name\":\"wait\",\"arguments\":{\"ids\":[5],\"timeout_s\":0}}}";
+    char *reply = NULL, *msg = NULL;
+    cr_assert_eq(mcp_handle(srv, &b, t, strlen(t), &reply, &w), MCP_OUT_PENDING);
+    cr_assert_eq(mcp_wait_step(srv, w, &b, &msg), 1);
+    cJSON *j = cJSON_Parse(msg);
+    cJSON *out = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "result"), "structuredContent");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(out, "timed_out")));
+    cr_expect_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(out, "pending"), 0)->valuedouble, 5);
+    cr_expect(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(out, "message")), "call wait again"),
+              "%s", msg);
+    cJSON_Delete(j);
+    free(msg);
+    mcp_server_free(srv);
+}
+
+/* get_experiment returns metric_points rows (50 by default) spread from the
+ * first step to the last; list_experiments a page of 20 and a cursor. */
+Test(mcp, outputs_are_bounded_by_default) {
+    mcp_server_t *srv = mcp_server_new();
+    bytebuf_t big;
+    bytebuf_init(&big, 1 << 16);
+    bytebuf_printf(&big, "{\"id\":1,\"metrics_total\":1000,\"metrics\":[");
+    for (int i = 1; i <= 1000; i++) bytebuf_printf(&big, "%s{\"step\":%d}", i > 1 ? "," : "", i);
+    bytebuf_printf(&big, "]}");
+    script_t sc = {.n = 2, .status = {200, 404}, .body = {big.data, "{}"}};
+    mcp_out_t kind;
+    const char *t = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
+                    "\"name\":\"get_experiment\",\"arguments\":{\"id\":1}}}";
+    cJSON *j = handle(srv, &sc, t, strlen(t), &kind);
+    cJSON *rows = cJSON_GetObjectItem(
+        cJSON_GetObjectItem(
+            cJSON_GetObjectItem(cJSON_GetObjectItem(j, "result"), "structuredContent"),
+            "experiment"),
+        "metrics");
+    cr_expect_eq(cJSON_GetArraySize(rows), MCP_METRIC_POINTS);
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "step")->valuedouble, 1);
+    cr_expect_eq(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(rows, MCP_METRIC_POINTS - 1), "step")->valuedouble,
+        1000);
+    cJSON_Delete(j);
+    bytebuf_free(&big);
+
+    script_t page = {.n = 1,
+                     .status = {200},
+                     .body = {"{\"experiments\":[{\"id\":9},{\"id\":8}],\"next_after\":8}"}};
+    t = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
+        "\"name\":\"list_experiments\",\"arguments\":{\"cursor\":\"10\"}}}";
+    j = handle(srv, &page, t, strlen(t), &kind);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(
+                         cJSON_GetObjectItem(cJSON_GetObjectItem(j, "result"), "structuredContent"),
+                         "next_cursor")),
+                     "8");
+    cr_expect(strstr(page.calls, "limit=20") && strstr(page.calls, "after=10"), "%s", page.calls);
+    cJSON_Delete(j);
+    mcp_server_free(srv);
 }
 
 Test(mcp, wait_sends_progress_then_the_result_or_nothing_when_cancelled) {
@@ -488,9 +581,9 @@ Test(mcp, daemon_submits_waits_and_refuses_over_http, .timeout = 120) {
     free(dbpath);
     cr_expect_eq(tu_sql_int(db,
                             "SELECT count(*) FROM experiments WHERE via = 'mcp' AND "
-                            "source = 'agent' AND id = ?1",
+                            "source = 'mcp' AND id = ?1",
                             (long long)id),
-                 1, "filed as an agent's proposal that came by MCP");
+                 1, "filed as source mcp");
     cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM experiments", 0), 1,
                  "the refusal queued nothing");
     sqlite3_close(db);
@@ -507,6 +600,12 @@ Test(mcp, the_gate_guards_mcp_as_it_guards_the_api) {
     tu_reply_t r;
     post_mcp(&d, call, NULL, &r);
     cr_expect_eq(r.status, 401, "a tool call without the token off loopback: %ld", r.status);
+    cr_expect(strcasestr(r.headers, "WWW-Authenticate: Bearer"), "%s", r.headers);
+    cJSON *e = cJSON_Parse(r.body);
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "error"), "code")) &&
+                  cJSON_IsString(cJSON_GetObjectItem(e, "jsonrpc")),
+              "a JSON-RPC error: %s", r.body);
+    cJSON_Delete(e);
     tu_reply_free(&r);
     const char *auth[] = {"Authorization: Bearer t0ken", NULL};
     post_mcp(&d, call, auth, &r);
@@ -533,6 +632,29 @@ Test(mcp, the_gate_guards_mcp_as_it_guards_the_api) {
     cr_expect_eq(r.status, 400, "a batch: %ld", r.status);
     cr_expect(strstr(r.body, "-32600"), "%s", r.body);
     tu_reply_free(&r);
+    tu_server_stop(&d, STOP_TIMEOUT_S);
+    tu_server_release(&d);
+}
+
+/* On loopback, where reads are open, a client without the token reads
+ * (status) and is refused a write as a tool error; a wrong token is a 401. */
+Test(mcp, reads_need_no_token_on_loopback) {
+    tu_prep_tiny(tu_dir_path("corpus.jsonl"), state, "tiny");
+    const char *extra[] = {"--listen", "127.0.0.1:0", "--token", "t0ken", NULL};
+    tu_server_t d;
+    daemon_start(&d, extra);
+    cJSON *r = tool_call(&d, "status", "{}");
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(r, "isError")), "status without the token");
+    cJSON_Delete(r);
+    r = tool_call(&d, "submit", "{\"spec\":" TINY_SPEC "}");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r, "isError")), "submit without the token");
+    cJSON_Delete(r);
+    const char *wrong[] = {"Authorization: Bearer nope", NULL};
+    tu_reply_t rep;
+    post_mcp(&d, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", wrong, &rep);
+    cr_expect_eq(rep.status, 401, "a wrong token: %ld", rep.status);
+    cr_expect(strcasestr(rep.headers, "WWW-Authenticate: Bearer"), "%s", rep.headers);
+    tu_reply_free(&rep);
     tu_server_stop(&d, STOP_TIMEOUT_S);
     tu_server_release(&d);
 }

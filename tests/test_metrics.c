@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "daemon/serve/metrics.h"
+#include "daemon/serve/api.h"
 #include "tests/testutil.h"
 
 #define START_TIMEOUT_S 20
@@ -61,7 +62,7 @@ static char *scrape(const tu_server_t *d) {
 }
 
 /* The value of the sample whose name and labels are exactly series (e.g.
- * `nightshift_experiments_total{status="succeeded"}`), or NAN when the body
+ * `nightshift_experiments_ended_total{status="succeeded"}`), or NAN when the body
  * has none. */
 static double sample(const char *body, const char *series) {
     size_t n = strlen(series);
@@ -85,7 +86,7 @@ static double family_sum(const char *body, const char *name) {
 }
 
 static const char *const families[][2] = {
-    {"nightshift_experiments_total", "counter"},
+    {"nightshift_experiments_ended_total", "counter"},
     {"nightshift_queue_depth", "gauge"},
     {"nightshift_experiments_running", "gauge"},
     {"nightshift_slots_in_use", "gauge"},
@@ -97,6 +98,16 @@ static const char *const families[][2] = {
     {"nightshift_http_requests_total", "counter"},
     {"nightshift_store_size_bytes", "gauge"},
     {"nightshift_start_time_seconds", "gauge"},
+    {"nightshift_run_duration_seconds", "histogram"},
+    {"nightshift_best_val_bpb", "gauge"},
+    {"nightshift_http_request_duration_seconds", "histogram"},
+    {"nightshift_build_info", "gauge"},
+    {"process_cpu_seconds_total", "counter"},
+    {"process_resident_memory_bytes", "gauge"},
+    {"process_virtual_memory_bytes", "gauge"},
+    {"process_open_fds", "gauge"},
+    {"process_max_fds", "gauge"},
+    {"process_start_time_seconds", "gauge"},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -132,6 +143,16 @@ static void expect_well_formed(const char *body) {
         name[len] = '\0';
         size_t i = 0;
         while (i < N_FAMILIES && strcmp(families[i][0], name)) i++;
+        /* a histogram's samples: its name with _bucket, _sum or _count */
+        static const char *const parts[] = {"_bucket", "_sum", "_count"};
+        for (size_t k = 0; i == N_FAMILIES && k < 3; k++) {
+            size_t pl = strlen(parts[k]);
+            if (len <= pl || strcmp(name + len - pl, parts[k])) continue;
+            name[len - pl] = '\0';
+            for (i = 0; i < N_FAMILIES && strcmp(families[i][0], name); i++) continue;
+            if (i < N_FAMILIES) cr_expect_str_eq(families[i][1], "histogram", "%s", line);
+            name[len - pl] = parts[k][0];
+        }
         cr_assert_lt(i, N_FAMILIES, "a sample of an unknown family: %s", line);
         cr_expect(typed[i], "a sample before its family's TYPE: %s", line);
         if (!strcmp(families[i][1], "counter"))
@@ -149,11 +170,11 @@ Test(metrics, the_format_and_every_family_with_help_and_type) {
     daemon_start(&d, NULL);
     char *body = scrape(&d);
     expect_well_formed(body);
-    cr_expect_eq(sample(body, "nightshift_experiments_total{status=\"succeeded\"}"), 0);
+    cr_expect_eq(sample(body, "nightshift_experiments_ended_total{status=\"succeeded\"}"), 0);
     cr_expect_eq(sample(body, "nightshift_queue_depth"), 0);
     cr_expect_eq(sample(body, "nightshift_slots"), 1);
     cr_expect_eq(sample(body, "nightshift_slots_in_use"), 0);
-    cr_expect(isnan(sample(body, "nightshift_experiments_total{status=\"queued\"}")),
+    cr_expect(isnan(sample(body, "nightshift_experiments_ended_total{status=\"queued\"}")),
               "a queue is a gauge, not a counter");
     cr_expect_gt(sample(body, "nightshift_store_size_bytes{file=\"db\"}"), 0);
     free(body);
@@ -197,8 +218,37 @@ Test(metrics, the_counters_move_when_a_run_finishes) {
     cJSON_Delete(e);
     char *after = scrape(&d);
     expect_well_formed(after);
-    const char *ok = "nightshift_experiments_total{status=\"succeeded\"}";
+    const char *ok = "nightshift_experiments_ended_total{status=\"succeeded\"}";
     cr_expect_eq(sample(after, ok), sample(before, ok) + 1, "%s:\n%s", ok, after);
+    /* the run in its duration histogram (2 s of budget: between 1 and 120 s
+     * of wall time), the scope's best, the handlers' durations */
+    cr_expect_eq(sample(after, "nightshift_run_duration_seconds_count{status=\"succeeded\"}"), 1);
+    cr_expect_eq(
+        sample(after, "nightshift_run_duration_seconds_bucket{status=\"succeeded\",le=\"1\"}"), 0);
+    cr_expect_eq(
+        sample(after, "nightshift_run_duration_seconds_bucket{status=\"succeeded\",le=\"120\"}"),
+        1);
+    cr_expect_gt(sample(after, "nightshift_run_duration_seconds_sum{status=\"succeeded\"}"), 1);
+    e = tu_get_json(&d, path);
+    double bpb =
+        cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "result"), "val_bpb"));
+    cJSON_Delete(e);
+    cr_expect_float_eq(sample(after, "nightshift_best_val_bpb{dataset=\"tiny\",budget=\"time:2\","
+                                     "eval_tokens=\"0\"}"),
+                       bpb, 1e-9, "the scope's best is the one run's val_bpb %g:\n%s", bpb, after);
+    cr_expect_geq(sample(after, "nightshift_http_request_duration_seconds_count{route=\"/v1/"
+                                "experiments/{id}\"}"),
+                  2);
+    cr_expect_eq(sample(after, "nightshift_build_info{version=\"" NIGHTSHIFT_VERSION
+                               "\",compiler=\"" __VERSION__ "\"}"),
+                 1);
+    cr_expect_gt(sample(after, "process_resident_memory_bytes"), 1 << 20);
+    cr_expect_gt(sample(after, "process_open_fds"), 3);
+    tu_reply_t head;
+    tu_http(&d, "HEAD", "/metrics", NULL, 0, NULL, &head);
+    cr_expect_eq(head.status, 200, "HEAD /metrics: %ld", head.status);
+    cr_expect_eq(head.len, 0, "HEAD has no body");
+    tu_reply_free(&head);
     cr_expect_gt(sample(after, "nightshift_tokens_trained_total"),
                  sample(before, "nightshift_tokens_trained_total"));
     cr_expect_gt(sample(after, "nightshift_training_seconds_total"),

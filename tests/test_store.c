@@ -393,7 +393,7 @@ Test(store, insert_checks_source_and_parent) {
     char config[SPEC_HASH_HEX];
     file_spec(spec, config, &e.scope);
     cr_expect_eq(store_insert(s, &e, &id, err, sizeof err), -1);
-    cr_expect_str_eq(err, "store: insert: source must be api, cli or agent");
+    cr_expect_str_eq(err, "store: insert: source must be api, cli, agent or mcp");
     e.source = "agent";
     e.parent = 99;
     cr_expect_eq(store_insert(s, &e, &id, err, sizeof err), -1);
@@ -1831,4 +1831,40 @@ Test(store, totals_start_from_what_an_older_store_holds) {
     expect_totals_match(s, db);
     sqlite3_close(db);
     store_close(s);
+}
+
+/* ------------------------------------------- migration 017: source mcp */
+
+/* An MCP submission filed before 017 (source agent, via mcp) becomes source
+ * mcp; the webhook's stay agent; the totals' triggers, the leaderboard and
+ * the queue's order (a person's first) survive the rebuild. */
+Test(store, migration_017_files_mcp_submissions_as_source_mcp) {
+    const char *p = tu_dir_path("old17.db");
+    size_t n = 0;
+    while (n < store_n_migrations && store_migrations[n].version < 17) n++;
+    cr_assert_eq(store_migrate(p, store_migrations, n, err, sizeof err), 0, "%s", err);
+    sqlite3 *db = raw_open("old17.db");
+    raw_exec(db,
+             "INSERT INTO experiments (id, spec, seed, source, via, status)"
+             " VALUES (1, '{}', 1, 'agent', 'mcp', 'queued'),"
+             " (2, '{}', 2, 'agent', 'webhook', 'queued'), (3, '{}', 3, 'api', NULL, 'queued')");
+    sqlite3_close(db);
+    store_t *s = NULL;
+    cr_assert_eq(store_open(p, &s, err, sizeof err), 0, "%s", err);
+    store_close(s);
+    db = raw_open("old17.db");
+    cr_expect_eq(raw_int(db, "PRAGMA user_version"), last_version());
+    cr_expect_str_eq(raw_text(db, "SELECT group_concat(source, ',') FROM "
+                                  "(SELECT source FROM experiments ORDER BY id)"),
+                     "mcp,agent,api");
+    cr_expect_str_eq(raw_text(db, "SELECT group_concat(id, ',') FROM (SELECT id FROM experiments"
+                                  " WHERE status = 'queued' ORDER BY priority DESC,"
+                                  " coalesce(rung, 0) DESC, source IN ('agent', 'mcp'), id)"),
+                     "3,1,2", "a person's submission first");
+    raw_exec(db, "UPDATE experiments SET status = 'running' WHERE id = 1");
+    cr_expect_eq(raw_int(db, "SELECT n FROM status_counts WHERE status = 'running'"), 1,
+                 "the totals' triggers were made again");
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM leaderboard"), 0);
+    cr_expect_eq(raw_int(db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    sqlite3_close(db);
 }

@@ -593,6 +593,7 @@ void tu_http_headers(const tu_server_t *s, const char *method, const char *path,
     for (int i = 0; headers[i]; i++) h = curl_slist_append(h, headers[i]);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (!strcmp(method, "HEAD")) curl_easy_setopt(c, CURLOPT_NOBODY, 1L); /* no body to wait for */
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);

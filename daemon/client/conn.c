@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/client/client.h"
@@ -136,14 +137,56 @@ static int add_header(conn_t *c, const char *line, int post_only) {
     return 0;
 }
 
+/* The token file in the state directory a daemon on loopback names in
+ * GET /v1/status (where reads are open), as an Authorization header. The
+ * file is read only when it is DIR/token, a regular file of this user's
+ * that nobody else may read (as run.sh writes it): a process posing as the
+ * daemon cannot have another file sent to it. Returns 0 (no token found is
+ * no error: the daemon may have none) or an exit code. */
+static int daemon_token(conn_t *c, const cmd_help_t *h) {
+    char path[4096], hdr[MAX_TOKEN_BYTES + 64], err[256], *text = NULL;
+    size_t n = 0;
+    int quiet = c->quiet, keep = c->keep_errors;
+    c->quiet = c->keep_errors = 1;
+    cJSON *st = NULL;
+    int rc = conn_json(c, "GET", "/v1/status", NULL, 0, &st);
+    c->quiet = quiet;
+    c->keep_errors = keep;
+    c->said[0] = '\0';
+    c->http_status = 0;
+    const char *dir = cJSON_GetStringValue(cJSON_GetObjectItem(st, "state_dir"));
+    struct stat sb;
+    int ok = rc == 0 && dir && dir[0] == '/' &&
+             (size_t)snprintf(path, sizeof path, "%s/token", dir) < sizeof path &&
+             lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == getuid() &&
+             !(sb.st_mode & 077) &&
+             cmd_read_input(path, MAX_TOKEN_BYTES, &text, &n, err, sizeof err) == 0;
+    cJSON_Delete(st);
+    if (!ok) return 0;
+    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' '))
+        text[--n] = '\0';
+    int printable = n > 0;
+    for (const char *p = text; *p; p++) printable &= *p > ' ' && *p <= '~';
+    if (printable) snprintf(hdr, sizeof hdr, "Authorization: Bearer %s", text);
+    free(text);
+    if (!printable) return 0;
+    if (add_header(c, hdr, 0) < 0) {
+        fprintf(stderr, "nightshift %s: out of memory\n", h->name);
+        return CLIENT_EXIT_API;
+    }
+    c->has_token = 1;
+    return 0;
+}
+
 int conn_open(conn_t *c, const conn_opts_t *o, const cmd_help_t *h) {
     char token[MAX_TOKEN_BYTES + 1], hdr[MAX_TOKEN_BYTES + 64], noproxy[1024], port_url[64];
     const char *url = o->url;
     const char *source = c->source; /* the settings made before */
-    int offline_ok = c->offline_ok;
+    int offline_ok = c->offline_ok, find_token = c->find_token;
     memset(c, 0, sizeof *c);
     c->source = source;
     c->offline_ok = offline_ok;
+    c->find_token = find_token;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "nightshift %s: cannot initialise libcurl\n", h->name);
         return CLIENT_EXIT_API;
@@ -202,6 +245,9 @@ int conn_open(conn_t *c, const conn_opts_t *o, const cmd_help_t *h) {
     curl_easy_setopt(k, CURLOPT_XFERINFOFUNCTION, progress_cb);
     curl_easy_setopt(k, CURLOPT_XFERINFODATA, c);
     curl_easy_setopt(k, CURLOPT_NOPROGRESS, 0L);
+    if (c->find_token && !token[0] && !o->token && !o->token_file && !getenv("NIGHTSHIFT_TOKEN") &&
+        url_is_loopback(url))
+        return daemon_token(c, h);
     return 0;
 oom:
     fprintf(stderr, "nightshift %s: out of memory\n", h->name);

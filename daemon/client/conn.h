@@ -35,6 +35,11 @@ typedef struct {
      * directory's database when no daemon answers on loopback. */
     int offline_ok;
     int offline; /* from here on, requests go to the database (one notice said) */
+    /* Set before conn_open (kept by it): with no token given and none in
+     * ./state or $NIGHTSHIFT_DIR, ask a daemon on loopback for its state
+     * directory and read the token file there (`nightshift mcp`, which a
+     * client starts in a working directory of its own). */
+    int find_token;
 } conn_t;
 
 /* A reply: its status and body (capped at MAX_REPLY_BYTES; body.data is

@@ -2,9 +2,8 @@
  * that starts it (one JSON-RPC message a line on stdin and stdout, logs on
  * stderr). It is a client of a running daemon's HTTP API, like the other
  * commands (conn.c): the server core (daemon/shared/mcp.h) asks the daemon
- * for everything, and its submissions are filed as an agent's that came by
- * MCP. A pending wait is stepped every MCP_WAIT_POLL_MS while stdin is
- * read, so a ping or a cancellation is answered during it. */
+ * for everything, and its submissions are filed as source mcp. A pending wait is stepped every
+ * MCP_WAIT_POLL_MS while stdin is read, so a ping or a cancellation is answered during it. */
 #include "daemon/client/client.h"
 
 #include <errno.h>
@@ -27,8 +26,9 @@ static const cmd_help_t mcp_help = {
     "line) for an MCP client that starts this command, and drive the daemon at\n"
     "--url through its HTTP API: submit specs, estimate them, wait for results,\n"
     "read leaderboards, noise and differences. Experiments submitted here are\n"
-    "filed as an agent's that came by MCP. The daemon also serves MCP itself, over\n"
-    "HTTP at /mcp (README: MCP).\n"};
+    "filed as source mcp. Without --token or --token-file, the token is found in\n"
+    "the state directory of a daemon on loopback, wherever this starts. The daemon\n"
+    "also serves MCP itself, over HTTP at /mcp (daemon/README.md: MCP).\n"};
 
 static int conn_call(void *user, const char *method, const char *path, const char *body,
                      char **out) {
@@ -128,7 +128,7 @@ static int serve_stdio(stdio_t *io) {
 
 int mcp_main(int argc, char **argv) {
     conn_opts_t o = {0};
-    conn_t c = {.source = "mcp"};
+    conn_t c = {.source = "mcp", .find_token = 1};
     int rc;
     if (!cmd_parse_args(argc, argv, &mcp_help, &o, NULL, NULL, &rc)) return rc;
     if ((rc = conn_open(&c, &o, &mcp_help)) != 0) return rc;

@@ -398,6 +398,7 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     char err[256];
     int64_t id = sl->id;
     executor_status st = e->status; /* e may be sl->unrecorded, freed below */
+    double wall_s = e->wall_seconds;
     const char *status = e->pruned ? STORE_PRUNED : executor_status_name(st);
     flush_metrics(sl);
     if (st != EXECUTOR_INTERRUPTED) flush_test(sl);
@@ -426,7 +427,8 @@ static int record_ending(slot_t *sl, const ending_t *e) {
     release_slot(sl);
     /* Promotions first, so the hook's event already says where this run went. */
     if (s->o.prune == SCHED_PRUNE_ASHA && st != EXECUTOR_INTERRUPTED) sched_asha_promote(s, id);
-    if (s->o.on_finished && st != EXECUTOR_INTERRUPTED) s->o.on_finished(s->o.user, id, status);
+    if (s->o.on_finished && st != EXECUTOR_INTERRUPTED)
+        s->o.on_finished(s->o.user, id, status, wall_s);
     return 0;
 }
 

@@ -111,8 +111,9 @@ typedef struct {
     int asha_rungs;           /* its rungs, 1..SCHED_MAX_ASHA_RUNGS; default 3 */
     executor_t *executor;     /* where runs execute (executor.h); NULL = a local one of its
                                  own. Borrowed: free it after sched_free. */
-    /* Events for the agent hook (may be NULL). */
-    void (*on_finished)(void *user, int64_t id, const char *status);
+    /* Events for the agent hook and the metrics (may be NULL); seconds is
+     * the run's wall time from its start. */
+    void (*on_finished)(void *user, int64_t id, const char *status, double seconds);
     void (*on_queue_empty)(void *user); /* a slot is free and nothing is queued */
     void *user;
 } sched_opts_t;

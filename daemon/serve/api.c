@@ -30,12 +30,11 @@
 #include "daemon/serve/web.h"
 #include "daemon/shared/bytebuf.h"
 
-#define NIGHTSHIFT_VERSION "0.1.0"
-#define MAX_METRICS_SHOWN  5000       /* metrics rows in GET /v1/experiments/{id} */
-#define LOG_TAIL_DEFAULT   (64 << 10) /* bytes of train.log returned by default */
-#define LOG_TAIL_MAX       (1 << 20)
-#define MAX_BATCH          256 /* specs in one POST */
-#define MAX_REPEATS        64  /* ?repeats=k: seeds seed .. seed + k - 1 of each spec */
+#define MAX_METRICS_SHOWN 5000       /* metrics rows in GET /v1/experiments/{id} */
+#define LOG_TAIL_DEFAULT  (64 << 10) /* bytes of train.log returned by default */
+#define LOG_TAIL_MAX      (1 << 20)
+#define MAX_BATCH         256 /* specs in one POST */
+#define MAX_REPEATS       64  /* ?repeats=k: seeds seed .. seed + k - 1 of each spec */
 
 /* ---------------------------------------------------------------- replies */
 
@@ -224,7 +223,7 @@ int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, 
                                 .config_hash = hash,
                                 .seed = (int64_t)s.seed,
                                 .parent = s.parent,
-                                .source = mcp ? "agent" : source,
+                                .source = mcp ? "mcp" : source,
                                 .via = mcp                        ? "mcp"
                                        : !strcmp(source, "agent") ? "webhook"
                                                                   : NULL,
@@ -338,7 +337,7 @@ static void get_datasets(api_t *a, http_response_t *res) {
     reply_json(res, 200, o);
 }
 
-static int authorized(const api_t *a, const http_request_t *req) {
+int api_authorized(const api_t *a, const http_request_t *req) {
     if (!a->token) return 1;
     const char *h = req->authorization;
     size_t n = strlen(a->token);
@@ -1060,7 +1059,7 @@ int api_guard(const api_t *a, const http_request_t *req, http_response_t *res) {
     int reads = !strcmp(m, "GET") || !strcmp(m, "HEAD"), preflight = !strcmp(m, "OPTIONS");
     int guarded = (!reads && !preflight) ||
                   (a->guard_reads && !preflight && strcmp(req->path, "/healthz") != 0);
-    if (guarded && !authorized(a, req)) {
+    if (guarded && !api_authorized(a, req)) {
         http_error(res, 401, "unauthorized",
                    "this call needs the daemon's token (Authorization: Bearer TOKEN)");
         return 401;
@@ -1085,6 +1084,7 @@ void api_handle(const http_request_t *req, http_response_t *res, void *user) {
         /* The key: the route for a GET, ON_POST(route) for a POST, -1 for others. */
 #define ON_POST(r) ((int)API_N_ROUTES + (int)(r))
     int key = get ? (int)route : -1;
+    if (!strcmp(m, "HEAD") && route == API_ROUTE_METRICS) key = (int)route; /* its headers */
     if (post) key = ON_POST(route);
     switch (key) {
     case API_ROUTE_HEALTHZ: {

@@ -48,6 +48,8 @@
 #include "daemon/serve/report_lane.h"
 #include "daemon/store/store.h"
 
+#define NIGHTSHIFT_VERSION "0.1.0" /* the daemon's, in /v1/status and build_info */
+
 typedef struct {
     uv_loop_t *loop; /* the daemon's (exports run their pages off it); NULL = no exports */
     store_t *store;
@@ -125,6 +127,9 @@ void api_close(api_t *a);
 
 /* The http_handler_fn of the daemon; user is an api_t. */
 void api_handle(const http_request_t *req, http_response_t *res, void *user);
+
+/* Whether req carries the daemon's token (always, when it has none). */
+int api_authorized(const api_t *a, const http_request_t *req);
 
 /* The gate in front of every route, and of any other front the daemon
  * serves over HTTP (call it before anything else): the Host, Origin and

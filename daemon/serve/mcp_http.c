@@ -197,8 +197,27 @@ static void reply(http_response_t *res, int status, char *body) {
     res->body_len = body ? strlen(body) : 0;
 }
 
+/* /mcp's gate: the Origin and Host as on every route; then the token, but
+ * where reads are open (a loopback listener) a client without one gets in:
+ * the tools that only read answer, and a write is refused by the API as a
+ * tool error. A refusal is a JSON-RPC error with WWW-Authenticate, which is
+ * what an MCP client's HTTP transport recognises. */
+int mcp_http_guard(const api_t *api, const http_request_t *req, http_response_t *res) {
+    int rc = origin_check(api->origin, req, res);
+    if (rc || !strcmp(req->method, "OPTIONS") || api_authorized(api, req)) return rc;
+    if (!api->guard_reads && !req->authorization) return 0;
+    reply(res, 401,
+          strdup("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,\"message\":"
+                 "\"unauthorized: /mcp needs the daemon's token (Authorization: Bearer TOKEN; "
+                 "`nightshift mcp` reads it with --token-file)\",\"data\":{\"code\":"
+                 "\"unauthorized\"}}}"));
+    snprintf(res->headers, sizeof res->headers,
+             "WWW-Authenticate: Bearer realm=\"nightshift\", error=\"invalid_token\"\r\n");
+    return 401;
+}
+
 void mcp_http_handle(mcp_http_t *m, const http_request_t *req, http_response_t *res) {
-    if (api_guard(m->api, req, res) || origin_cors(m->api->origin, req, res)) return;
+    if (mcp_http_guard(m->api, req, res) || origin_cors(m->api->origin, req, res)) return;
     if (strcmp(req->method, "POST") != 0) {
         http_error(res, 405, "method_not_allowed",
                    "/mcp takes POST only: the server is stateless (no sessions, no stream to "

@@ -37,6 +37,13 @@ void mcp_http_free(mcp_http_t *m);
  * that asked for progress, every MCP_WAIT_POLL_MS. m may be NULL. */
 void mcp_http_wake(mcp_http_t *m);
 
+/* /mcp's gate (the server's authorize callback for /mcp, and the
+ * handler's first step): Origin and Host as everywhere, then the token,
+ * except that a client offering none gets in where reads are open (a
+ * loopback listener; its writes are refused as tool errors). A refusal is a
+ * JSON-RPC error, 401 with WWW-Authenticate. Returns 0 or the status. */
+int mcp_http_guard(const api_t *api, const http_request_t *req, http_response_t *res);
+
 /* The handler of /mcp. */
 void mcp_http_handle(mcp_http_t *m, const http_request_t *req, http_response_t *res);
 

@@ -7,13 +7,23 @@
  *                    a result, the store's size on disk (store_totals);
  *   in memory        what this process saw since it started: HTTP responses
  *                    by route and status code (counted by the HTTP server's
- *                    observer, http.h, one place for every response) and
- *                    the agent hook's delivery attempts and failures. These
- *                    counters start at zero with each daemon, as Prometheus
- *                    expects of a counter (rate() handles the reset).
+ *                    observer, http.h, one place for every response), the
+ *                    handlers' durations and the runs' durations
+ *                    (histograms), and the agent hook's delivery attempts
+ *                    and failures. These start at zero with each daemon,
+ *                    as Prometheus expects of a counter (rate() handles the
+ *                    reset);
+ *   the process      process_* as Prometheus' client libraries write them.
+ *
+ * What a scrape costs the loop: a dozen rows of running totals
+ * (store_totals), one row a scope (store_scopes, the MAX_SCOPES latest),
+ * /proc/self/statm and one directory entry per open descriptor; nothing
+ * grows with the experiments' history.
  *
  * The families (every one with HELP and TYPE):
- *   nightshift_experiments_total{status}          counter  ended experiments, by final status
+ *   nightshift_experiments_ended_total{status}    counter  ended experiments, by final status
+ *   nightshift_run_duration_seconds{status}       histogram  runs' wall seconds, since start
+ *   nightshift_best_val_bpb{dataset,budget,eval_tokens}  gauge  each scope's best mean
  *   nightshift_queue_depth                        gauge    experiments queued
  *   nightshift_experiments_running                gauge    experiments running (the store's count)
  *   nightshift_slots_in_use, nightshift_slots     gauge    slots with a run; slots configured
@@ -23,7 +33,12 @@
  *   nightshift_hook_delivery_failures_total       counter  attempts that got no 2xx
  *   nightshift_http_requests_total{route,code}    counter  route: api.h's templates
  *   nightshift_store_size_bytes{file="db"|"wal"}  gauge
+ *   nightshift_http_request_duration_seconds{route}  histogram  handler seconds, since start
+ *   nightshift_build_info{version,compiler}       gauge    1
  *   nightshift_start_time_seconds                 gauge    unix time this daemon started
+ *   process_cpu_seconds_total, process_resident_memory_bytes,
+ *   process_virtual_memory_bytes, process_open_fds, process_max_fds,
+ *   process_start_time_seconds
  *
  * The writer (metrics_write_*) escapes label values as the format says
  * (backslash, double quote and newline) and HELP text (backslash, newline). */
@@ -50,6 +65,14 @@ void metrics_free(metrics_t *m);
 /* One response of the daemon's HTTP server (an http_observe_fn's
  * arguments): path is counted under its route's template. m may be NULL. */
 void metrics_count_request(metrics_t *m, const char *path, int status);
+
+/* How long the handler of a request to path took (its route's histogram).
+ * m may be NULL. */
+void metrics_observe_request(metrics_t *m, const char *path, double seconds);
+
+/* A run that ended with status (a final one) after seconds of wall time.
+ * m may be NULL. */
+void metrics_observe_run(metrics_t *m, const char *status, double seconds);
 
 /* One delivery attempt of the agent hook; ok when it got a 2xx. m may be
  * NULL. */

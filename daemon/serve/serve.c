@@ -470,9 +470,9 @@ static void queue_empty_cb(void *user) {
     hook_queue_empty(d->hook);
 }
 
-static void finished_cb(void *user, int64_t id, const char *status) {
+static void finished_cb(void *user, int64_t id, const char *status, double seconds) {
     daemon_t *d = user;
-    (void)status;
+    metrics_observe_run(d->metrics, status, seconds);
     hook_experiment_finished(d->hook, id);
     mcp_http_wake(d->mcp);
 }
@@ -606,12 +606,21 @@ static int start_sched(daemon_t *d, char *err, size_t errlen) {
 static void handle_cb(const http_request_t *req, http_response_t *res, void *user) {
     daemon_t *d = (daemon_t *)((char *)user - offsetof(daemon_t, api));
     api_route_t route = api_route(req->path, NULL);
+    uint64_t t0 = uv_hrtime();
     if (route == API_ROUTE_MCP && d->mcp)
         mcp_http_handle(d->mcp, req, res);
     else
         api_handle(req, res, user);
+    metrics_observe_request(d->metrics, req->path, (double)(uv_hrtime() - t0) * 1e-9);
     /* a queued experiment cancelled ends the MCP waits on it */
     if (route == API_ROUTE_EXPERIMENT_CANCEL && res->status == 200) mcp_http_wake(d->mcp);
+}
+
+/* The gate before a request's body is read: /mcp's own, the API's for the
+ * rest (user: as for handle_cb). */
+static int authorize_cb(const http_request_t *req, http_response_t *res, void *user) {
+    if (api_route(req->path, NULL) == API_ROUTE_MCP) return mcp_http_guard(user, req, res);
+    return api_authorize(req, res, user);
 }
 
 /* Every response the server sends, counted by its route (user: as for
@@ -652,7 +661,7 @@ static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
     if (http_server_start(&d->loop, d->o.host, d->o.port, &lim, handle_cb, &d->api, &d->http, port,
                           err, errlen) < 0)
         return -1;
-    http_server_set_authorize(d->http, api_authorize);
+    http_server_set_authorize(d->http, authorize_cb);
     http_server_set_observer(d->http, observe_cb);
     return 0;
 }

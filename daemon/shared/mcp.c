@@ -277,24 +277,78 @@ static int tool_noise(call_t *c) {
     return scoped(c, "/v1/noise");
 }
 
+/* One page of experiments: limit rows (MCP_LIST_DEFAULT unless asked), from
+ * the cursor a previous page returned (the API's next_after, as a string:
+ * a cursor is opaque to the client). */
 static int tool_list(call_t *c) {
     bytebuf_t q;
-    char path[512];
+    char path[512], num[32];
+    const cJSON *cursor = cJSON_GetObjectItem(c->args, "cursor");
+    long long after = 0;
+    if (cursor &&
+        (!cJSON_IsString(cursor) || sscanf(cursor->valuestring, "%lld", &after) != 1 || after < 0))
+        return bad_args(c, "cursor: expected the next_cursor of a previous page");
     bytebuf_init(&q, 400);
-    static const char *const keys[] = {"status", "dataset", "order", "limit", "after"};
+    static const char *const keys[] = {"status", "dataset", "order", "after"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) query_arg(&q, c->args, keys[i]);
+    if (after) {
+        snprintf(num, sizeof num, "%lld", after);
+        query_add(&q, "after", num);
+    }
+    if (cJSON_GetObjectItem(c->args, "limit")) {
+        query_arg(&q, c->args, "limit");
+    } else {
+        snprintf(num, sizeof num, "%d", MCP_LIST_DEFAULT);
+        query_add(&q, "limit", num);
+    }
     snprintf(path, sizeof path, "/v1/experiments%s", q.len ? q.data : "");
     bytebuf_free(&q);
     call_api(c, "GET", path, NULL);
+    if (c->failed) return 0;
+    const cJSON *next = cJSON_GetObjectItem(c->out, "next_after");
+    if (cJSON_IsNumber(next)) {
+        snprintf(num, sizeof num, "%.0f", next->valuedouble);
+        cJSON_AddStringToObject(c->out, "next_cursor", num);
+    } else {
+        cJSON_AddNullToObject(c->out, "next_cursor");
+    }
     return 0;
+}
+
+/* Keep n of the rows of arr, evenly spaced, the first and the last among
+ * them (n >= 2); metrics_points says how many are left. */
+static void downsample(cJSON *arr, int n) {
+    int total = cJSON_GetArraySize(arr);
+    if (total <= n) return;
+    cJSON *kept = cJSON_CreateArray();
+    for (int k = 0; k < n; k++) {
+        int i = (int)((double)k * (total - 1) / (n - 1) + 0.5);
+        cJSON_AddItemToArray(kept, cJSON_Duplicate(cJSON_GetArrayItem(arr, i), 1));
+    }
+    while (cJSON_GetArraySize(arr)) cJSON_DeleteItemFromArray(arr, 0);
+    for (cJSON *it = kept->child; it; it = kept->child)
+        cJSON_AddItemToArray(arr, cJSON_DetachItemViaPointer(kept, it));
+    cJSON_Delete(kept);
 }
 
 static int tool_get(call_t *c) {
     long long id = arg_id(c->args, "id");
     char path[96], *log = NULL;
     if (!id) return bad_args(c, "id: expected an experiment id (a positive integer)");
-    snprintf(path, sizeof path, "/v1/experiments/%lld", id);
+    const cJSON *mp = cJSON_GetObjectItem(c->args, "metric_points");
+    double points = cJSON_IsNumber(mp) ? floor(mp->valuedouble) : MCP_METRIC_POINTS;
+    if (points < 0) points = 0;
+    if (points > MCP_METRIC_POINTS_MAX) points = MCP_METRIC_POINTS_MAX;
+    /* every row (up to the API's bound) when downsampling, none when 0 */
+    snprintf(path, sizeof path, "/v1/experiments/%lld%s", id, points ? "" : "?metrics=0");
     call_api(c, "GET", path, NULL);
+    if (!c->failed) {
+        cJSON *rows = cJSON_GetObjectItem(c->out, "metrics");
+        if (cJSON_IsArray(rows) && points >= 2) downsample(rows, (int)points);
+        if (cJSON_IsArray(rows) && points == 1)
+            while (cJSON_GetArraySize(rows) > 1) cJSON_DeleteItemFromArray(rows, 0);
+        cJSON_AddNumberToObject(c->out, "metrics_shown", cJSON_GetArraySize(rows));
+    }
     const cJSON *t = cJSON_GetObjectItem(c->args, "log_tail_bytes");
     double tail = cJSON_IsNumber(t) ? t->valuedouble : 2000;
     if (c->failed || !(tail >= 1)) return 0;
@@ -505,8 +559,21 @@ int mcp_wait_step(mcp_server_t *s, mcp_wait_t *w, const mcp_backend_t *b, char *
     cJSON *out = rows;
     if (!failed) {
         out = cJSON_CreateObject();
+        cJSON *pending = cJSON_CreateArray();
+        for (const cJSON *r = rows->child; r; r = r->next)
+            if (!is_final(cJSON_GetStringValue(cJSON_GetObjectItem(r, "status"))))
+                cJSON_AddItemToArray(pending, cJSON_Duplicate(cJSON_GetObjectItem(r, "id"), 1));
         cJSON_AddItemToObject(out, "experiments", rows);
         cJSON_AddBoolToObject(out, "timed_out", timed_out);
+        cJSON_AddItemToObject(out, "pending", pending);
+        if (timed_out) {
+            char note[160];
+            snprintf(note, sizeof note,
+                     "%d of %d still queued or running: call wait again with the ids in pending "
+                     "to continue",
+                     w->n - done, w->n);
+            cJSON_AddStringToObject(out, "message", note);
+        }
     }
     *msg = rpc_result(w->id, tool_result(out, failed));
     wait_unlink(s, w);
@@ -544,7 +611,10 @@ static mcp_wait_t *wait_start(mcp_server_t *s, const cJSON *id, const cJSON *arg
     w->id = cJSON_Duplicate(id, 1);
     const cJSON *tok = cJSON_GetObjectItem(meta, "progressToken");
     if (cJSON_IsString(tok) || cJSON_IsNumber(tok)) w->progress = cJSON_Duplicate(tok, 1);
-    w->deadline = util_now() + (t ? t->valuedouble : 600);
+    /* One call never outlasts a client's default request timeout (60 s in
+     * both official SDKs): a longer wait is several calls. */
+    double secs = t ? t->valuedouble : MCP_WAIT_CALL_S;
+    w->deadline = util_now() + (secs < MCP_WAIT_CALL_S ? secs : MCP_WAIT_CALL_S);
     w->last_progress = -1;
     w->next = s->waits;
     s->waits = w;
@@ -574,13 +644,11 @@ static cJSON *tools_list(void) {
         cJSON_AddStringToObject(o, "title", t->title);
         cJSON_AddStringToObject(o, "description", t->description);
         cJSON *in = schema_of(t->input);
-        cJSON *props = cJSON_GetObjectItem(in, "properties");
-        if (t->spec_args) { /* the spec table's schema where a tool takes specs */
-            cJSON *spec = cJSON_GetObjectItem(props, "spec");
-            if (spec) cJSON_ReplaceItemInObject(props, "spec", spec_schema_nested());
-            cJSON *specs = cJSON_GetObjectItem(props, "specs");
-            if (specs) cJSON_ReplaceItemInObject(specs, "items", spec_schema_nested());
-        }
+        /* The spec table's schema once in the list, under submit's $defs
+         * (its spec and specs' items refer to it); cost's spec says where. */
+        if (t->spec_args == SPEC_DEFINED)
+            cJSON_AddItemToObject(cJSON_AddObjectToObject(in, "$defs"), "spec",
+                                  spec_schema_nested());
         cJSON_AddItemToObject(o, "inputSchema", in);
         cJSON_AddItemToObject(o, "outputSchema", schema_of(t->output));
         cJSON *ann = cJSON_AddObjectToObject(o, "annotations");

@@ -21,10 +21,14 @@
 
 struct cJSON;
 
-#define MCP_PROTOCOL_VERSION "2025-11-25"
-#define MCP_MAX_MESSAGE      (1 << 20) /* bytes of one message accepted */
-#define MCP_WAIT_POLL_MS     1000      /* how often a transport steps a pending wait */
-#define MCP_WAIT_MAX_S       3600      /* the longest wait a call may ask for */
+#define MCP_PROTOCOL_VERSION  "2025-11-25"
+#define MCP_MAX_MESSAGE       (1 << 20) /* bytes of one message accepted */
+#define MCP_WAIT_POLL_MS      1000      /* how often a transport steps a pending wait */
+#define MCP_WAIT_MAX_S        3600      /* the longest timeout_s a wait call may give */
+#define MCP_WAIT_CALL_S       45        /* the longest one wait call lasts (clients: 60 s) */
+#define MCP_LIST_DEFAULT      20        /* list_experiments' page without a limit */
+#define MCP_METRIC_POINTS     50        /* get_experiment's metrics rows by default */
+#define MCP_METRIC_POINTS_MAX 5000      /* and at most (the API's bound) */
 
 /* JSON-RPC error codes */
 #define MCP_PARSE_ERROR      (-32700)

@@ -112,7 +112,7 @@ enum {
     " (?5 IS NULL OR (budget_kind = ?5 AND budget = ?6 AND eval_tokens = ?7)) AND "
 
 /* The order the queue is taken in (store_claim_next), as a sort key. */
-#define QUEUE_KEY "-priority, -coalesce(rung, 0), source = 'agent', id"
+#define QUEUE_KEY "-priority, -coalesce(rung, 0), source IN ('agent', 'mcp'), id"
 
 /* The running experiments to requeue or give up on: ?2 one id, or 0 for
  * every one a local daemon's crash interrupted (a Slurm job runs on without
@@ -138,7 +138,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_CLAIM] = "UPDATE experiments SET status = 'running', pid = 0, started = ?1,"
                  " finished = NULL, reason = NULL, exit_code = NULL, term_signal = NULL"
                  " WHERE id = (SELECT id FROM experiments WHERE status = 'queued'"
-                 " ORDER BY priority DESC, coalesce(rung, 0) DESC, source = 'agent', id"
+                 " ORDER BY priority DESC, coalesce(rung, 0) DESC, source IN ('agent', 'mcp'), id"
                  " LIMIT 1)"
                  " RETURNING id, name, spec, attempt, dataset, budget_kind, budget, eval_tokens",
     [ST_SET_PID] = "UPDATE experiments SET pid = ?2 WHERE id = ?1 AND status = 'running'",
@@ -951,9 +951,9 @@ int store_insert(store_t *s, const store_new_experiment_t *e, int64_t *id, char 
                  size_t errlen) {
     if (!e->spec_json || !e->config_hash || !e->scope.dataset[0] || !e->scope.budget_kind[0])
         return fail(err, errlen, "store: insert: spec_json, config_hash and scope are required");
-    if (!e->source ||
-        (strcmp(e->source, "api") && strcmp(e->source, "cli") && strcmp(e->source, "agent")))
-        return fail(err, errlen, "store: insert: source must be api, cli or agent");
+    if (!e->source || (strcmp(e->source, "api") && strcmp(e->source, "cli") &&
+                       strcmp(e->source, "agent") && strcmp(e->source, "mcp")))
+        return fail(err, errlen, "store: insert: source must be api, cli, agent or mcp");
     char now[STORE_TIME_LEN];
     now_iso(now);
     sqlite3_stmt *st = s->st[ST_INSERT];

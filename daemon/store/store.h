@@ -53,7 +53,7 @@ typedef struct {
     store_scope_t scope;     /* spec_scope_on: its dataset, budget and evaluation */
     int64_t seed;
     int64_t parent;     /* 0 = none */
-    const char *source; /* "api", "cli" or "agent" */
+    const char *source; /* "api", "cli", "agent" or "mcp" */
     const char *via;    /* an agent's: "webhook" or "mcp" (the protocol it came by); NULL */
     int priority;       /* higher runs first; ties: a higher rung, a person's before the agent's,
                            then oldest */

@@ -27,6 +27,11 @@ const TINY = {
 };
 // A run long enough to still be running while another waits in the queue.
 const LONG = Object.assign({}, TINY, { token_budget: 5000000, name: "long" });
+// A run that trains for 90 s: longer than a client's default 60 s timeout.
+const NINETY = Object.assign({}, TINY, { token_budget: 0, time_budget_s: 90, name: "ninety" });
+const TOOLS_LIST_BOUND = 24000;  // bytes of tools/list
+const OUTPUT_BOUND = 40000;      // bytes of the largest tool result (Claude Code caps ~25k tokens)
+const sizes = [];
 const HUGE = { dataset: "tiny", model: { depth: 64, n_embd: 16384, n_head: 128 } };
 
 let failures = 0;
@@ -101,9 +106,13 @@ async function connect(kind, url) {
   return client;
 }
 
+// Every tool result's size is recorded: the largest is checked against a bound.
+let largest = { bytes: 0, what: "" };
 async function call(client, name, args, opts) {
-  return client.callTool({ name, arguments: args || {} }, undefined,
-                         Object.assign({ timeout: 120000 }, opts || {}));
+  const r = await client.callTool({ name, arguments: args || {} }, undefined, opts);
+  const bytes = JSON.stringify(r).length;
+  if (bytes > largest.bytes) largest = { bytes, what: name + " " + JSON.stringify(args || {}) };
+  return r;
 }
 
 // Everything the acceptance asks of one transport.
@@ -119,8 +128,12 @@ async function exercise(kind, url) {
   check(tools.every((t) => t.inputSchema && t.outputSchema && t.description.length > 40),
         tag + "every tool has an input and an output schema and a description");
   const submitTool = tools.find((t) => t.name === "submit");
-  check(submitTool.inputSchema.properties.spec.properties.model.properties.depth.type === "integer",
-        tag + "submit's spec schema comes from the spec table");
+  check(submitTool.inputSchema.$defs.spec.properties.model.properties.depth.type === "integer" &&
+        submitTool.inputSchema.properties.spec.$ref === "#/$defs/spec",
+        tag + "submit's spec schema comes from the spec table, once, under $defs");
+  const listBytes = JSON.stringify(tools).length;
+  sizes.push(`${kind}: tools/list ${listBytes} bytes`);
+  check(listBytes < TOOLS_LIST_BOUND, tag + `tools/list is ${listBytes} bytes (bound ${TOOLS_LIST_BOUND})`);
 
   const schema = JSON.parse((await client.readResource({ uri: "nightshift://schema/spec" }))
                               .contents[0].text);
@@ -135,7 +148,7 @@ async function exercise(kind, url) {
   const id = sub.structuredContent.experiments[0].id;
 
   const progress = [];
-  const waited = await call(client, "wait", { ids: [id], timeout_s: 120 },
+  const waited = await call(client, "wait", { ids: [id] },
                             { onprogress: (p) => progress.push(p) });
   const row = waited.structuredContent.experiments[0];
   check(!waited.isError && row.status === "succeeded" && typeof row.val_bpb === "number",
@@ -151,7 +164,7 @@ async function exercise(kind, url) {
   const res = JSON.parse((await client.readResource({ uri: `nightshift://experiments/${id}` }))
                            .contents[0].text);
   check(res.spec && res.result && res.result.val_bpb === row.val_bpb && res.via === "mcp" &&
-        res.source === "agent", tag + "the experiment resource: spec, result, filed as via mcp");
+        res.source === "mcp", tag + "the experiment resource: spec, result, filed as source mcp");
 
   // A queued run cancelled: the long one holds the only slot.
   const two = await call(client, "submit", { specs: [LONG, Object.assign({}, TINY, { seed: 99, name: kind })] });
@@ -173,6 +186,34 @@ async function exercise(kind, url) {
   await client.ping();
   check(true, tag + "ping");
   return client;
+}
+
+// A 90 s run waited for with the SDK's default request timeout (60 s): each
+// call returns within it, saying what is pending, and calling again
+// continues until the run ends.
+async function longWait(url) {
+  const client = await connect("http", url);
+  const sub = await call(client, "submit", { spec: NINETY });
+  const id = sub.structuredContent.experiments[0].id;
+  const t0 = Date.now();
+  let calls = 0, longest = 0, last = null;
+  for (let pending = [id]; pending.length && Date.now() - t0 < 240000; ) {
+    const c0 = Date.now();
+    const r = await client.callTool({ name: "wait", arguments: { ids: pending } });  // SDK defaults
+    longest = Math.max(longest, Date.now() - c0);
+    calls++;
+    last = r.structuredContent;
+    pending = last.pending;
+    if (pending.length)
+      check(last.timed_out === true && /call wait again/.test(last.message),
+            `long wait: call ${calls} returned after ${((Date.now() - c0) / 1000).toFixed(1)} s, pending ${pending}`);
+  }
+  const secs = (Date.now() - t0) / 1000;
+  check(last.experiments[0].status === "succeeded" && calls >= 2 && longest < 60000,
+        `long wait: the 90 s run ${last.experiments[0].status} after ${secs.toFixed(0)} s in ${calls} wait calls, ` +
+        `the longest ${(longest / 1000).toFixed(1)} s, with the SDK's default timeout`);
+  sizes.push(`90 s run: ${calls} wait calls over ${secs.toFixed(0)} s, the longest ${(longest / 1000).toFixed(1)} s`);
+  await client.close();
 }
 
 function quantile(sorted, q) {
@@ -236,6 +277,14 @@ async function main() {
   try {
     const viaStdio = await exercise("stdio", d.url);
     const viaHttp = await exercise("http", d.url);
+    const get = await call(viaHttp, "get_experiment", { id: 1 });
+    check(get.structuredContent.experiment.metrics.length <= 50, "get_experiment: metrics downsampled");
+    const page = await call(viaHttp, "list_experiments", { limit: 2 });
+    const next = await call(viaHttp, "list_experiments", { limit: 2, cursor: page.structuredContent.next_cursor });
+    check(typeof page.structuredContent.next_cursor === "string" &&
+          next.structuredContent.experiments[0].id < page.structuredContent.experiments[1].id,
+          "list_experiments: the cursor gives the next page");
+    await longWait(d.url);
     await latency(viaStdio, "stdio", numbers);
     await latency(viaHttp, "http", numbers);
     await viaStdio.close();
@@ -244,6 +293,10 @@ async function main() {
     await night(d.url, transcript);
     fs.writeFileSync(path.join(OUT, "transcript.txt"), transcript.join("\n") + "\n");
     fs.writeFileSync(path.join(OUT, "latency.txt"), numbers.join("\n") + "\n");
+    sizes.push(`largest tool result: ${largest.bytes} bytes (${largest.what})`);
+    check(largest.bytes < OUTPUT_BOUND, `the largest tool result is ${largest.bytes} bytes (bound ${OUTPUT_BOUND})`);
+    console.log(sizes.join("\n"));
+    fs.writeFileSync(path.join(OUT, "sizes.txt"), sizes.join("\n") + "\n");
   } finally {
     const st = await stopDaemon(d);
     check(st.code === 0, "the daemon stopped cleanly");

@@ -72,8 +72,14 @@ curl -sS --max-time 10 -o /dev/null "$url/no/such/path"
 curl -sS --max-time 10 -D "$work/headers" -o "$out/metrics.txt" "$url/metrics"
 ctype=$(sed -n 's/^Content-Type: *//Ip' "$work/headers" | tr -d '\r')
 [[ $ctype == "text/plain; version=0.0.4; charset=utf-8" ]] || fail "Content-Type: $ctype"
-grep -q '^nightshift_experiments_total{status="succeeded"} 1$' "$out/metrics.txt" ||
-    fail "the finished run is not counted: $(grep experiments_total "$out/metrics.txt")"
+grep -q '^nightshift_experiments_ended_total{status="succeeded"} 1$' "$out/metrics.txt" ||
+    fail "the finished run is not counted: $(grep experiments_ended_total "$out/metrics.txt")"
+grep -q '^nightshift_run_duration_seconds_count{status="succeeded"} 1$' "$out/metrics.txt" ||
+    fail "the finished run is not in the duration histogram"
+grep -q '^nightshift_best_val_bpb{dataset=' "$out/metrics.txt" || fail "no best val_bpb gauge"
+grep -q '^process_resident_memory_bytes ' "$out/metrics.txt" || fail "no process_* metrics"
+head_status=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -I "$url/metrics")
+[[ $head_status == 200 ]] || fail "HEAD /metrics: $head_status"
 if ! complaints=$(promtool check metrics <"$out/metrics.txt" 2>&1) || [[ -n $complaints ]]; then
     echo "$complaints" >&2
     fail "promtool check metrics complained about $out/metrics.txt"
