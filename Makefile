@@ -30,6 +30,7 @@
 #   make soak       the fault-injection soak for MINUTES (default 10)
 #   make load       HTTP load on the daemon with wrk (tests/bench/load.sh)
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
+#   make schema     rewrite schema/current.sql, the schema after every migration
 #   make format / format-check, make clean
 
 SHELL    := /bin/bash
@@ -123,7 +124,7 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
+.PHONY: all setup schema run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
 .PHONY: bench-isa bench-train-vs-step bench-export test-mcp test-metrics check-layers
 .PHONY: bench-sampler bench-noise fuzz soak load flood report-load test-unit test-integration bench-tok bench-attn \
         bench-gemm
@@ -167,8 +168,10 @@ $(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o): $(BUILD)/engine/attn_kern_%.o: engi
 	$(CC) $(BASE_CFLAGS) $(LAYER_INC) $(CFLAGS) $(KERNEL_FLAGS) $(ISA_FLAGS_$*) $(PKG_CFLAGS) -c $< -o $@
 
 # The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
-# the store_migrations table (daemon/store/store.h).
-SCHEMA_SQL := $(sort $(wildcard schema/*.sql))
+# the store_migrations table (daemon/store/store.h). schema/current.sql is not
+# one: it is the schema they make, written by `make schema` (test_store.c
+# fails when it is out of step).
+SCHEMA_SQL := $(sort $(wildcard schema/[0-9]*.sql))
 # The names of the embedded files, rewritten only when one is added or
 # removed: a deleted prerequisite alone would rebuild nothing.
 SCHEMA_LIST := $(BUILD)/schema.list
@@ -179,6 +182,8 @@ $(shell mkdir -p $(BUILD); echo '$(SCHEMA_SQL)' | cmp -s - $(SCHEMA_LIST) || \
 $(BUILD)/schema_sql.c: $(SCHEMA_SQL) $(SCHEMA_LIST) scripts/embed-schema.awk
 	@mkdir -p $(@D)
 	awk -f scripts/embed-schema.awk $(SCHEMA_SQL) > $@.tmp && mv -f $@.tmp $@
+schema: $(BIN)
+	$(BIN) schema > schema/current.sql.tmp && mv -f schema/current.sql.tmp schema/current.sql
 $(BUILD)/schema_sql.o: $(BUILD)/schema_sql.c $(FLAGS_LIST) | $(SETUP_STAMP)
 	$(CC) $(BASE_CFLAGS) -iquote . $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 

@@ -503,4 +503,14 @@ void store_export_close(store_export_t *x);
  * store_leaderboard_columns), from the store's own connection. */
 cJSON *store_export_columns(store_t *s);
 
+/* The schema after every migration as text (schema/current.sql, daemon/store/
+ * schema.c): store_migrations applied to a new database at path, then its
+ * CREATE statements, tables, indexes, views and triggers, each kind by name.
+ * *out is malloc'd, owned by the caller. */
+int store_schema_text(const char *path, char **out, char *err, size_t errlen);
+
+/* `nightshift schema`: that text on stdout, from a database in a temporary
+ * directory removed after. */
+int store_schema_main(int argc, char **argv);
+
 #endif
