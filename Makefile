@@ -124,10 +124,12 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup schema run dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
-.PHONY: bench-isa bench-train-vs-step bench-export test-mcp test-metrics check-layers
-.PHONY: bench-sampler bench-noise fuzz soak load flood report-load test-unit test-integration bench-tok bench-attn \
-        bench-gemm
+# Every target that names no file, declared once.
+.PHONY: all setup schema run dataset test test-unit test-integration asan test-browser test-mcp \
+        test-metrics test-slurm check-layers bench bench-isa bench-train-vs-step bench-store \
+        bench-export bench-tok bench-attn bench-gemm bench-sampler bench-noise bench-search \
+        bench-surrogate bench-train bench-dashboard fuzz soak load flood report-load fixtures \
+        format format-check clean
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -151,7 +153,7 @@ setup:
 KERNEL_OBJ := $(BUILD)/engine/attn.o $(BUILD)/engine/ops.o $(BUILD)/engine/gpt.o \
               $(BUILD)/engine/optim.o
 KERNEL_FLAGS := -fvect-cost-model=dynamic -ffp-contract=fast -fno-trapping-math
-$(KERNEL_OBJ): KERNEL_CFLAGS := $(KERNEL_FLAGS)
+$(KERNEL_OBJ) $(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o): KERNEL_CFLAGS := $(KERNEL_FLAGS)
 
 # The compiler and its flags, rewritten only when they change, so objects
 # built with other flags (an edit of this file, CFLAGS=...) are rebuilt.
@@ -160,12 +162,22 @@ FLAGS_TEXT := $(CC) $(BASE_CFLAGS) $(CFLAGS) | $(KERNEL_OBJ): $(KERNEL_FLAGS)
 $(shell mkdir -p $(BUILD); echo '$(FLAGS_TEXT)' | cmp -s - $(FLAGS_LIST) || \
         echo '$(FLAGS_TEXT)' > $(FLAGS_LIST))
 
-$(BUILD)/%.o: %.c $(FLAGS_LIST) | $(SETUP_STAMP)
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(LAYER_INC) $(CFLAGS) $(KERNEL_CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
-$(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o): $(BUILD)/engine/attn_kern_%.o: engine/attn_kern.c $(FLAGS_LIST) | $(SETUP_STAMP)
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(LAYER_INC) $(CFLAGS) $(KERNEL_FLAGS) $(ISA_FLAGS_$*) $(PKG_CFLAGS) -c $< -o $@
+# The compile rules of a tree of objects, written once for the build's tree
+# and the fuzz targets' (make fuzz): $(1) the tree, $(2) the compiler, $(3)
+# its flags, $(4) what every object also depends on, $(5) where the generated
+# sources (schema_sql.c, web_assets.c) are. Sources; the attention kernels
+# once per instruction set; the generated sources.
+define compile_rules
+$(1)/%.o: %.c $(4) | $$(SETUP_STAMP)
+	@mkdir -p $$(@D)
+	$(2) $$(BASE_CFLAGS) $$(LAYER_INC) $(3) $$(KERNEL_CFLAGS) $$(PKG_CFLAGS) $$(if $$(filter tests/%,$$<),$$(TEST_CFLAGS)) -c $$< -o $$@
+$$(ISA_KERN:%=$(1)/engine/attn_kern_%.o): $(1)/engine/attn_kern_%.o: engine/attn_kern.c $(4) | $$(SETUP_STAMP)
+	@mkdir -p $$(@D)
+	$(2) $$(BASE_CFLAGS) $$(LAYER_INC) $(3) $$(KERNEL_CFLAGS) $$(ISA_FLAGS_$$*) $$(PKG_CFLAGS) -c $$< -o $$@
+$(1)/schema_sql.o $(1)/web_assets.o: $(1)/%.o: $(5)/%.c $(4) | $$(SETUP_STAMP)
+	$(2) $$(BASE_CFLAGS) -iquote . $(3) $$(PKG_CFLAGS) -c $$< -o $$@
+endef
+$(eval $(call compile_rules,$(BUILD),$$(CC),$$(CFLAGS),$$(FLAGS_LIST),$(BUILD)))
 
 # The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
 # the store_migrations table (daemon/store/store.h). schema/current.sql is not
@@ -184,8 +196,6 @@ $(BUILD)/schema_sql.c: $(SCHEMA_SQL) $(SCHEMA_LIST) scripts/embed-schema.awk
 	awk -f scripts/embed-schema.awk $(SCHEMA_SQL) > $@.tmp && mv -f $@.tmp $@
 schema: $(BIN)
 	$(BIN) schema > schema/current.sql.tmp && mv -f schema/current.sql.tmp schema/current.sql
-$(BUILD)/schema_sql.o: $(BUILD)/schema_sql.c $(FLAGS_LIST) | $(SETUP_STAMP)
-	$(CC) $(BASE_CFLAGS) -iquote . $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
 # The dashboard is compiled in too: daemon/serve/web/* and uPlot's built files,
 # fetched pinned from npm into build/vendor (never committed), become the
@@ -200,8 +210,6 @@ $(UPLOT_STAMP): scripts/fetch-uplot.sh scripts/fetch-npm.sh | $(SETUP_STAMP)
 $(BUILD)/web_assets.c: $(UPLOT_STAMP) $(sort $(wildcard daemon/serve/web/*)) $(WEB_LIST) scripts/embed-web.sh
 	@mkdir -p $(@D)
 	bash scripts/embed-web.sh $(WEB_FILES) > $@.tmp && mv -f $@.tmp $@
-$(BUILD)/web_assets.o: $(BUILD)/web_assets.c $(FLAGS_LIST) | $(SETUP_STAMP)
-	$(CC) $(BASE_CFLAGS) -iquote . $(CFLAGS) -c $< -o $@
 
 $(BIN): $(BUILD)/daemon/main.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
@@ -316,9 +324,12 @@ bench-isa: $(BIN)
 	  GENERIC_CORETYPE=$(GENERIC_CORETYPE) bash tests/bench/isa.sh $(BIN) \
 	  build/isa-avx2/nightshift build/isa-generic/nightshift $(BENCH_ARGS)
 
-# The scoped store queries (leaderboard, best, noise) on 100,000 experiments.
-$(BUILD)/store-bench: $(BUILD)/tests/bench/store_bench.o $(LIB_OBJ)
+# The benchmark programs: tests/bench/NAME_bench.c becomes $(BUILD)/NAME-bench.
+$(BUILD)/%-bench: $(BUILD)/tests/bench/%_bench.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
+.SECONDARY: $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%.o,$(wildcard tests/bench/*_bench.c))
+
+# The scoped store queries (leaderboard, best, noise) on 100,000 experiments.
 bench-store: $(BUILD)/store-bench
 	$(BUILD)/store-bench 100000 20
 
@@ -328,22 +339,16 @@ bench-export: $(BIN) $(TEST_BIN) $(BAD_WORKER)
 	$(TEST_ENV) NIGHTSHIFT_EXPORT_EXPERIMENTS=100000 $(TEST_BIN) --filter 'guard/exports*' --verbose
 
 # The tokenizer on 1 MB of synthetic prose, 5 repeats (tests/bench/tok_bench.c).
-$(BUILD)/tok-bench: $(BUILD)/tests/bench/tok_bench.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-tok: $(BUILD)/tok-bench
 	$(BUILD)/tok-bench 5
 
 # The fused attention's forward and backward at S, M and L's shapes, BLAS
 # beside each register-tiled kernel, 15 repeats on 2 threads (tests/bench/attn_bench.c).
-$(BUILD)/attn-bench: $(BUILD)/tests/bench/attn_bench.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-attn: $(BUILD)/attn-bench
 	OMP_WAIT_POLICY=PASSIVE $(BUILD)/attn-bench 15 2
 
 # The linear layers' products per kernel path at make bench's shapes and the
 # default spec's lm_head, CPU time, 9 repeats on 2 threads (tests/bench/gemm_bench.c).
-$(BUILD)/gemm-bench: $(BUILD)/tests/bench/gemm_bench.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-gemm: $(BUILD)/gemm-bench
 	OMP_WAIT_POLICY=PASSIVE $(BUILD)/gemm-bench 9 2
 
@@ -360,7 +365,6 @@ bench-noise: $(BIN) $(DEFAULT_DATASET)
 # the table goes to stdout and build/bench-search/search.md, the plot to
 # build/bench-search/search.png. ARGS=--quick (a few minutes), ARGS="--k 3
 # --strategies random,agent-tpe" for a subset; --help lists the rest.
-.PHONY: bench-search
 bench-search: $(BIN)
 	@bash scripts/setup.sh --bench
 	/usr/bin/python3 tests/bench/search.py --bin $(BIN) --corpus $(STATE)/corpus \
@@ -376,7 +380,6 @@ bench-search: $(BIN)
 # (--k, --lengths, --strategies, --space).
 LANDSCAPE ?= experiments/search/landscape/brown-provisional.jsonl \
              experiments/search/landscape/brown.jsonl
-.PHONY: bench-surrogate
 bench-surrogate: $(BIN)
 	@bash scripts/setup.sh --bench
 	@mkdir -p $(BUILD)/bench-surrogate
@@ -390,7 +393,6 @@ bench-surrogate: $(BIN)
 # val_bpb of both (tests/bench/train_pair.sh, tests/bench/torch_train.py).
 # Defaults: bench's M model, 300 s, the default corpus; SPEC= trains another
 # spec, DATASET= another dataset, TOKENS=N a token budget instead of BUDGET.
-.PHONY: bench-train
 BUDGET ?= 300
 BENCH_TRAIN_ARGS = --budget $(BUDGET) $(if $(TOKENS),--tokens $(TOKENS)) \
                    $(if $(SPEC),--spec $(SPEC)) $(if $(DATASET),--dataset $(DATASET))
@@ -421,16 +423,7 @@ FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(ISA_KERN:%=$(FUZZ_BUILD)/engi
                 $(FUZZ_BUILD)/web_assets.o
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
-$(FUZZ_BUILD)/%.o: %.c | $(SETUP_STAMP)
-	@mkdir -p $(@D)
-	$(FUZZ_CC) $(BASE_CFLAGS) $(LAYER_INC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
-$(ISA_KERN:%=$(FUZZ_BUILD)/engine/attn_kern_%.o): $(FUZZ_BUILD)/engine/attn_kern_%.o: engine/attn_kern.c | $(SETUP_STAMP)
-	@mkdir -p $(@D)
-	$(FUZZ_CC) $(BASE_CFLAGS) $(LAYER_INC) $(FUZZ_FLAGS) $(ISA_FLAGS_$*) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
-$(FUZZ_BUILD)/schema_sql.o: build/schema_sql.c | $(SETUP_STAMP)
-	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
-$(FUZZ_BUILD)/web_assets.o: build/web_assets.c | $(SETUP_STAMP)
-	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
+$(eval $(call compile_rules,$(FUZZ_BUILD),$$(FUZZ_CC),$$(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,,build))
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) $< $(FUZZ_LIB_OBJ) \
 	  -o $@ $(PKG_LIBS) $(LDLIBS)
