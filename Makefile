@@ -80,7 +80,8 @@ ISA_FLAGS_avx2   := -DATTN_KERN_AVX2 -mavx2 -mfma -mno-avx512f
 ISA_FLAGS_avx512 := -DATTN_KERN_AVX512 -mavx2 -mfma -mavx512f -mavx512vl -mavx512bw -mavx512dq \
                     -mprefer-vector-width=512
 SHARED_SRC := $(wildcard daemon/shared/*.c)
-DAEMON_SRC := $(wildcard daemon/serve/*.c daemon/exec/*.c daemon/store/*.c daemon/hook/*.c)
+DAEMON_SRC := $(wildcard daemon/serve/*.c daemon/exec/*.c daemon/store/*.c daemon/core/*.c \
+                daemon/hook/*.c)
 CLIENT_SRC := $(wildcard daemon/client/*.c)
 AGENT_SRC  := $(wildcard experiments/agent/*.c)
 LIB_SRC    := $(ENGINE_SRC) $(SHARED_SRC) $(DAEMON_SRC) $(CLIENT_SRC) $(AGENT_SRC)
@@ -97,7 +98,7 @@ INC_LAYERS := engine:engine \
               shared:engine,daemon/shared \
               client:engine,daemon/shared,daemon/client \
               agent:engine,daemon/shared,daemon/client,experiments/agent \
-              daemon:engine,daemon/shared,daemon/serve,daemon/exec,daemon/store,daemon/hook
+              daemon:engine,daemon/shared,daemon/serve,daemon/exec,daemon/store,daemon/core,daemon/hook
 $(shell for l in $(INC_LAYERS); do root=$(INC)/$${l%%:*}; \
           for d in $$(echo $${l#*:} | tr , ' '); do mkdir -p $$root/$$(dirname $$d); ln -sfn $(CURDIR)/$$d $$root/$$d; done; done)
 

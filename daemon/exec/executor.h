@@ -105,11 +105,17 @@ struct executor {
     void (*describe)(const executor_job_t *job, cJSON *o);
     /* Free the executor once no job is left; its handles close on the loop. */
     void (*free)(executor_t *x);
+    /* The address space a run of `threads` threads maps before it allocates
+     * anything, which a memory limit on address space must leave room for
+     * (bytes), and in *margin the room kept on top of that and the run's
+     * estimate; both 0 when there is none to count. NULL = none (a Slurm
+     * job's --mem limits resident memory). */
+    double (*floor)(const executor_t *x, int threads, double *margin);
 };
 
-/* The local executor on loop (worker.c); NULL when out of memory. Free it
- * with its free function. */
-executor_t *executor_local_new(uv_loop_t *loop);
+/* x's floor for a run of `threads` threads and its margin (struct
+ * executor's floor); 0 and *margin 0 for a NULL x or one without. */
+double executor_floor(const executor_t *x, int threads, double *margin);
 
 /* ------------------------------------------------- shared by executors */
 

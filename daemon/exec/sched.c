@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "daemon/exec/executor.h"
+#include "daemon/exec/worker.h"
 #include "daemon/shared/log.h"
 #include "engine/protocol.h"
 #include "engine/spec.h"
@@ -715,6 +716,10 @@ int sched_running(const sched_t *s) {
 
 int sched_slots(const sched_t *s) {
     return s->o.slots;
+}
+
+executor_t *sched_executor(const sched_t *s) {
+    return s->x;
 }
 
 int sched_max_threads(const sched_t *s) {

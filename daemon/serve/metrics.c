@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/serve/api.h"
+#include "daemon/serve/api_routes.h"
 #include "daemon/shared/log.h"
 
 #define CODE_MIN 100 /* the status codes counted: 100 .. 599 */

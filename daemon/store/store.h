@@ -443,6 +443,11 @@ int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *er
 /* --- the event log (schema/006_events.sql; the feed is described in
  * daemon/serve/events.h, the webhook in daemon/hook/hook.h) --- */
 
+/* The event types the daemon writes (the first by the store's trigger). */
+#define STORE_EVENT_FINISHED "experiment.finished"
+#define STORE_EVENT_EMPTY    "queue.empty"
+#define STORE_EVENT_REJECTED "experiment.rejected"
+
 /* Append an event; payload_json is a JSON object's text (NULL = {}),
  * experiment_id 0 for none. *id (may be NULL) gets the new id. */
 int store_event_add(store_t *s, const char *type, int64_t experiment_id, const char *payload_json,
