@@ -80,8 +80,7 @@ ISA_FLAGS_avx2   := -DATTN_KERN_AVX2 -mavx2 -mfma -mno-avx512f
 ISA_FLAGS_avx512 := -DATTN_KERN_AVX512 -mavx2 -mfma -mavx512f -mavx512vl -mavx512bw -mavx512dq \
                     -mprefer-vector-width=512
 SHARED_SRC := $(wildcard daemon/shared/*.c)
-DAEMON_SRC := $(wildcard daemon/serve/*.c daemon/exec/*.c daemon/store/*.c daemon/core/*.c \
-                daemon/hook/*.c)
+DAEMON_SRC := $(foreach l,store exec core hook serve,$(wildcard daemon/$(l)/*.c))
 CLIENT_SRC := $(wildcard daemon/client/*.c)
 AGENT_SRC  := $(wildcard experiments/agent/*.c)
 LIB_SRC    := $(ENGINE_SRC) $(SHARED_SRC) $(DAEMON_SRC) $(CLIENT_SRC) $(AGENT_SRC)
@@ -91,14 +90,24 @@ TEST_SRC   := $(filter-out tests/bad_worker.c,$(wildcard tests/*.c))
 # "daemon/store/store.h"). Each layer compiles against an include root that
 # holds only the folders it may use, so a forbidden include fails the build:
 # the engine sees only engine/; the client sees the engine, daemon/shared and
-# itself; the agent also the client; the daemon every daemon/ folder but the
-# client. main.c and the tests see the whole tree.
+# itself; the agent also the client. The daemon's folders are layers of their
+# own, each seeing those below it: store < exec < core < hook < serve (the
+# store sees the engine; exec also daemon/shared; serve, which assembles the
+# daemon, every daemon/ folder but the client). main.c and the tests see the
+# whole tree. make check-layers proves the roots refuse what they should, and
+# tests/layers.py finds include cycles between folders and call cycles
+# between files.
 INC := build/include
+DAEMON_LAYERS := store exec core hook serve
 INC_LAYERS := engine:engine \
               shared:engine,daemon/shared \
               client:engine,daemon/shared,daemon/client \
               agent:engine,daemon/shared,daemon/client,experiments/agent \
-              daemon:engine,daemon/shared,daemon/serve,daemon/exec,daemon/store,daemon/core,daemon/hook
+              store:engine,daemon/store \
+              exec:engine,daemon/shared,daemon/store,daemon/exec \
+              core:engine,daemon/shared,daemon/store,daemon/exec,daemon/core \
+              hook:engine,daemon/shared,daemon/store,daemon/exec,daemon/core,daemon/hook \
+              serve:engine,daemon/shared,daemon/store,daemon/exec,daemon/core,daemon/hook,daemon/serve
 $(shell for l in $(INC_LAYERS); do root=$(INC)/$${l%%:*}; \
           for d in $$(echo $${l#*:} | tr , ' '); do mkdir -p $$root/$$(dirname $$d); ln -sfn $(CURDIR)/$$d $$root/$$d; done; done)
 
@@ -115,7 +124,8 @@ $(foreach b,$(BUILD) build/fuzz,\
   $(eval $(addprefix $(b)/,$(SHARED_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/shared) \
   $(eval $(addprefix $(b)/,$(CLIENT_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/client) \
   $(eval $(addprefix $(b)/,$(AGENT_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/agent) \
-  $(eval $(addprefix $(b)/,$(DAEMON_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/daemon))
+  $(foreach l,$(DAEMON_LAYERS),$(eval $(addprefix $(b)/,$(patsubst %.c,%.o,$(wildcard daemon/$(l)/*.c))): \
+    LAYER_INC := -iquote $(INC)/$(l))))
 LAYER_INC := -iquote .
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o) \
             $(BUILD)/schema_sql.o $(BUILD)/web_assets.o
@@ -462,11 +472,19 @@ check-layers:
 	@probe() { printf '#include "%s"\n' "$$2" > $(LAYER_PROBE); \
 	  $(CC) $(BASE_CFLAGS) -MF /dev/null -iquote $(INC)/$$1 $(PKG_CFLAGS) -fsyntax-only $(LAYER_PROBE) 2>/dev/null; }; \
 	  probe engine engine/spec.h || { echo "check-layers: the probe does not compile" >&2; exit 1; }; \
+	  for good in store:daemon/store/store.h exec:daemon/store/store.h core:daemon/exec/sched.h \
+	              hook:daemon/core/core.h serve:daemon/hook/hook.h; do \
+	    probe $${good%%:*} $${good#*:} || { echo "check-layers: the $${good%%:*} layer cannot include $${good#*:}" >&2; exit 1; }; \
+	  done; \
 	  for bad in engine:daemon/store/store.h engine:daemon/shared/http.h \
-	             client:daemon/serve/api.h client:daemon/exec/sched.h shared:daemon/client/conn.h; do \
+	             client:daemon/serve/api.h client:daemon/exec/sched.h shared:daemon/client/conn.h \
+	             store:daemon/exec/sched.h store:daemon/shared/http.h exec:daemon/core/core.h \
+	             core:daemon/hook/hook.h core:daemon/serve/api.h hook:daemon/serve/api.h \
+	             serve:daemon/client/conn.h; do \
 	    if probe $${bad%%:*} $${bad#*:}; then \
 	      echo "check-layers: the $${bad%%:*} layer can include $${bad#*:}" >&2; exit 1; fi; \
 	  done
+	@/usr/bin/python3 tests/layers.py
 
 FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] daemon/*/*.[ch] experiments/agent/*.[ch] \
                tests/*.[ch] tests/fuzz/*.[ch])
