@@ -33,6 +33,7 @@
 #   make soak       the fault-injection soak for MINUTES (default 10)
 #   make load       HTTP load on the daemon with wrk (tests/bench/load.sh)
 #   make fixtures   regenerate the PyTorch parity fixtures (needs python3-torch)
+#   make schema     rewrite schema/current.sql, the schema after every migration
 #   make format / format-check, make clean
 
 SHELL    := /bin/bash
@@ -82,7 +83,7 @@ ISA_FLAGS_avx2   := -DATTN_KERN_AVX2 -mavx2 -mfma -mno-avx512f
 ISA_FLAGS_avx512 := -DATTN_KERN_AVX512 -mavx2 -mfma -mavx512f -mavx512vl -mavx512bw -mavx512dq \
                     -mprefer-vector-width=512
 SHARED_SRC := $(wildcard daemon/shared/*.c)
-DAEMON_SRC := $(wildcard daemon/serve/*.c daemon/exec/*.c daemon/store/*.c daemon/hook/*.c)
+DAEMON_SRC := $(foreach l,store exec core hook serve,$(wildcard daemon/$(l)/*.c))
 CLIENT_SRC := $(wildcard daemon/client/*.c)
 AGENT_SRC  := $(wildcard experiments/agent/*.c)
 LIB_SRC    := $(ENGINE_SRC) $(SHARED_SRC) $(DAEMON_SRC) $(CLIENT_SRC) $(AGENT_SRC)
@@ -92,14 +93,24 @@ TEST_SRC   := $(filter-out tests/bad_worker.c,$(wildcard tests/*.c))
 # "daemon/store/store.h"). Each layer compiles against an include root that
 # holds only the folders it may use, so a forbidden include fails the build:
 # the engine sees only engine/; the client sees the engine, daemon/shared and
-# itself; the agent also the client; the daemon every daemon/ folder but the
-# client. main.c and the tests see the whole tree.
+# itself; the agent also the client. The daemon's folders are layers of their
+# own, each seeing those below it: store < exec < core < hook < serve (the
+# store sees the engine; exec also daemon/shared; serve, which assembles the
+# daemon, every daemon/ folder but the client). main.c and the tests see the
+# whole tree. make check-layers proves the roots refuse what they should, and
+# tests/layers.py finds include cycles between folders and call cycles
+# between files.
 INC := build/include
+DAEMON_LAYERS := store exec core hook serve
 INC_LAYERS := engine:engine \
               shared:engine,daemon/shared \
               client:engine,daemon/shared,daemon/client \
               agent:engine,daemon/shared,daemon/client,experiments/agent \
-              daemon:engine,daemon/shared,daemon/serve,daemon/exec,daemon/store,daemon/hook
+              store:engine,daemon/store \
+              exec:engine,daemon/shared,daemon/store,daemon/exec \
+              core:engine,daemon/shared,daemon/store,daemon/exec,daemon/core \
+              hook:engine,daemon/shared,daemon/store,daemon/exec,daemon/core,daemon/hook \
+              serve:engine,daemon/shared,daemon/store,daemon/exec,daemon/core,daemon/hook,daemon/serve
 $(shell for l in $(INC_LAYERS); do root=$(INC)/$${l%%:*}; \
           for d in $$(echo $${l#*:} | tr , ' '); do mkdir -p $$root/$$(dirname $$d); ln -sfn $(CURDIR)/$$d $$root/$$d; done; done)
 
@@ -116,7 +127,8 @@ $(foreach b,$(BUILD) build/fuzz,\
   $(eval $(addprefix $(b)/,$(SHARED_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/shared) \
   $(eval $(addprefix $(b)/,$(CLIENT_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/client) \
   $(eval $(addprefix $(b)/,$(AGENT_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/agent) \
-  $(eval $(addprefix $(b)/,$(DAEMON_SRC:.c=.o)): LAYER_INC := -iquote $(INC)/daemon))
+  $(foreach l,$(DAEMON_LAYERS),$(eval $(addprefix $(b)/,$(patsubst %.c,%.o,$(wildcard daemon/$(l)/*.c))): \
+    LAYER_INC := -iquote $(INC)/$(l))))
 LAYER_INC := -iquote .
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o) \
             $(BUILD)/schema_sql.o $(BUILD)/web_assets.o
@@ -126,10 +138,12 @@ TEST_BIN := $(BUILD)/nightshift-tests
 BAD_WORKER := $(BUILD)/bad-worker
 SETUP_STAMP := build/.setup-done
 
-.PHONY: all setup run quick start stop status install-service dataset test asan test-browser test-slurm bench bench-store bench-dashboard fixtures format format-check clean
-.PHONY: bench-isa bench-train-vs-step bench-export test-mcp test-metrics check-layers
-.PHONY: bench-sampler bench-noise fuzz soak load flood report-load test-unit test-integration bench-tok bench-attn \
-        bench-gemm
+# Every target that names no file, declared once.
+.PHONY: all setup schema run quick start stop status install-service dataset test test-unit test-integration asan test-browser test-mcp \
+        test-metrics test-slurm check-layers bench bench-isa bench-train-vs-step bench-store \
+        bench-export bench-tok bench-attn bench-gemm bench-sampler bench-noise bench-search \
+        bench-surrogate bench-train bench-dashboard fuzz soak load flood report-load fixtures \
+        format format-check clean
 all: $(BIN)
 
 # The setup script is idempotent; the stamp only saves re-running dpkg queries.
@@ -153,7 +167,7 @@ setup:
 KERNEL_OBJ := $(BUILD)/engine/attn.o $(BUILD)/engine/ops.o $(BUILD)/engine/gpt.o \
               $(BUILD)/engine/optim.o
 KERNEL_FLAGS := -fvect-cost-model=dynamic -ffp-contract=fast -fno-trapping-math
-$(KERNEL_OBJ): KERNEL_CFLAGS := $(KERNEL_FLAGS)
+$(KERNEL_OBJ) $(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o): KERNEL_CFLAGS := $(KERNEL_FLAGS)
 
 # The compiler and its flags, rewritten only when they change, so objects
 # built with other flags (an edit of this file, CFLAGS=...) are rebuilt.
@@ -162,16 +176,28 @@ FLAGS_TEXT := $(CC) $(BASE_CFLAGS) $(CFLAGS) | $(KERNEL_OBJ): $(KERNEL_FLAGS)
 $(shell mkdir -p $(BUILD); echo '$(FLAGS_TEXT)' | cmp -s - $(FLAGS_LIST) || \
         echo '$(FLAGS_TEXT)' > $(FLAGS_LIST))
 
-$(BUILD)/%.o: %.c $(FLAGS_LIST) | $(SETUP_STAMP)
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(LAYER_INC) $(CFLAGS) $(KERNEL_CFLAGS) $(PKG_CFLAGS) $(if $(filter tests/%,$<),$(TEST_CFLAGS)) -c $< -o $@
-$(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o): $(BUILD)/engine/attn_kern_%.o: engine/attn_kern.c $(FLAGS_LIST) | $(SETUP_STAMP)
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(LAYER_INC) $(CFLAGS) $(KERNEL_FLAGS) $(ISA_FLAGS_$*) $(PKG_CFLAGS) -c $< -o $@
+# The compile rules of a tree of objects, written once for the build's tree
+# and the fuzz targets' (make fuzz): $(1) the tree, $(2) the compiler, $(3)
+# its flags, $(4) what every object also depends on, $(5) where the generated
+# sources (schema_sql.c, web_assets.c) are. Sources; the attention kernels
+# once per instruction set; the generated sources.
+define compile_rules
+$(1)/%.o: %.c $(4) | $$(SETUP_STAMP)
+	@mkdir -p $$(@D)
+	$(2) $$(BASE_CFLAGS) $$(LAYER_INC) $(3) $$(KERNEL_CFLAGS) $$(PKG_CFLAGS) $$(if $$(filter tests/%,$$<),$$(TEST_CFLAGS)) -c $$< -o $$@
+$$(ISA_KERN:%=$(1)/engine/attn_kern_%.o): $(1)/engine/attn_kern_%.o: engine/attn_kern.c $(4) | $$(SETUP_STAMP)
+	@mkdir -p $$(@D)
+	$(2) $$(BASE_CFLAGS) $$(LAYER_INC) $(3) $$(KERNEL_CFLAGS) $$(ISA_FLAGS_$$*) $$(PKG_CFLAGS) -c $$< -o $$@
+$(1)/schema_sql.o $(1)/web_assets.o: $(1)/%.o: $(5)/%.c $(4) | $$(SETUP_STAMP)
+	$(2) $$(BASE_CFLAGS) -iquote . $(3) $$(PKG_CFLAGS) -c $$< -o $$@
+endef
+$(eval $(call compile_rules,$(BUILD),$$(CC),$$(CFLAGS),$$(FLAGS_LIST),$(BUILD)))
 
 # The schema migrations are compiled in: schema/NNN_*.sql, in name order, become
-# the store_migrations table (daemon/store/store.h).
-SCHEMA_SQL := $(sort $(wildcard schema/*.sql))
+# the store_migrations table (daemon/store/store.h). schema/current.sql is not
+# one: it is the schema they make, written by `make schema` (test_store.c
+# fails when it is out of step).
+SCHEMA_SQL := $(sort $(wildcard schema/[0-9]*.sql))
 # The names of the embedded files, rewritten only when one is added or
 # removed: a deleted prerequisite alone would rebuild nothing.
 SCHEMA_LIST := $(BUILD)/schema.list
@@ -182,8 +208,8 @@ $(shell mkdir -p $(BUILD); echo '$(SCHEMA_SQL)' | cmp -s - $(SCHEMA_LIST) || \
 $(BUILD)/schema_sql.c: $(SCHEMA_SQL) $(SCHEMA_LIST) scripts/embed-schema.awk
 	@mkdir -p $(@D)
 	awk -f scripts/embed-schema.awk $(SCHEMA_SQL) > $@.tmp && mv -f $@.tmp $@
-$(BUILD)/schema_sql.o: $(BUILD)/schema_sql.c $(FLAGS_LIST) | $(SETUP_STAMP)
-	$(CC) $(BASE_CFLAGS) -iquote . $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+schema: $(BIN)
+	$(BIN) schema > schema/current.sql.tmp && mv -f schema/current.sql.tmp schema/current.sql
 
 # The dashboard is compiled in too: daemon/serve/web/* and uPlot's built files,
 # fetched pinned from npm into build/vendor (never committed), become the
@@ -198,8 +224,6 @@ $(UPLOT_STAMP): scripts/fetch-uplot.sh scripts/fetch-npm.sh | $(SETUP_STAMP)
 $(BUILD)/web_assets.c: $(UPLOT_STAMP) $(sort $(wildcard daemon/serve/web/*)) $(WEB_LIST) scripts/embed-web.sh
 	@mkdir -p $(@D)
 	bash scripts/embed-web.sh $(WEB_FILES) > $@.tmp && mv -f $@.tmp $@
-$(BUILD)/web_assets.o: $(BUILD)/web_assets.c $(FLAGS_LIST) | $(SETUP_STAMP)
-	$(CC) $(BASE_CFLAGS) -iquote . $(CFLAGS) -c $< -o $@
 
 $(BIN): $(BUILD)/daemon/main.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
@@ -342,9 +366,12 @@ bench-isa: $(BIN)
 	  GENERIC_CORETYPE=$(GENERIC_CORETYPE) bash tests/bench/isa.sh $(BIN) \
 	  build/isa-avx2/nightshift build/isa-generic/nightshift $(BENCH_ARGS)
 
-# The scoped store queries (leaderboard, best, noise) on 100,000 experiments.
-$(BUILD)/store-bench: $(BUILD)/tests/bench/store_bench.o $(LIB_OBJ)
+# The benchmark programs: tests/bench/NAME_bench.c becomes $(BUILD)/NAME-bench.
+$(BUILD)/%-bench: $(BUILD)/tests/bench/%_bench.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
+.SECONDARY: $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%.o,$(wildcard tests/bench/*_bench.c))
+
+# The scoped store queries (leaderboard, best, noise) on 100,000 experiments.
 bench-store: $(BUILD)/store-bench
 	$(BUILD)/store-bench 100000 20
 
@@ -354,22 +381,16 @@ bench-export: $(BIN) $(TEST_BIN) $(BAD_WORKER)
 	$(TEST_ENV) NIGHTSHIFT_EXPORT_EXPERIMENTS=100000 $(TEST_BIN) --filter 'guard/exports*' --verbose
 
 # The tokenizer on 1 MB of synthetic prose, 5 repeats (tests/bench/tok_bench.c).
-$(BUILD)/tok-bench: $(BUILD)/tests/bench/tok_bench.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-tok: $(BUILD)/tok-bench
 	$(BUILD)/tok-bench 5
 
 # The fused attention's forward and backward at S, M and L's shapes, BLAS
 # beside each register-tiled kernel, 15 repeats on 2 threads (tests/bench/attn_bench.c).
-$(BUILD)/attn-bench: $(BUILD)/tests/bench/attn_bench.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-attn: $(BUILD)/attn-bench
 	OMP_WAIT_POLICY=PASSIVE $(BUILD)/attn-bench 15 2
 
 # The linear layers' products per kernel path at make bench's shapes and the
 # default spec's lm_head, CPU time, 9 repeats on 2 threads (tests/bench/gemm_bench.c).
-$(BUILD)/gemm-bench: $(BUILD)/tests/bench/gemm_bench.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(PKG_LIBS) $(LDLIBS)
 bench-gemm: $(BUILD)/gemm-bench
 	OMP_WAIT_POLICY=PASSIVE $(BUILD)/gemm-bench 9 2
 
@@ -386,7 +407,6 @@ bench-noise: $(BIN) $(DEFAULT_DATASET)
 # the table goes to stdout and build/bench-search/search.md, the plot to
 # build/bench-search/search.png. ARGS=--quick (a few minutes), ARGS="--k 3
 # --strategies random,agent-tpe" for a subset; --help lists the rest.
-.PHONY: bench-search
 bench-search: $(BIN)
 	@bash scripts/setup.sh --bench
 	/usr/bin/python3 tests/bench/search.py --bin $(BIN) --corpus $(STATE)/corpus \
@@ -402,7 +422,6 @@ bench-search: $(BIN)
 # (--k, --lengths, --strategies, --space).
 LANDSCAPE ?= experiments/search/landscape/brown-provisional.jsonl \
              experiments/search/landscape/brown.jsonl
-.PHONY: bench-surrogate
 bench-surrogate: $(BIN)
 	@bash scripts/setup.sh --bench
 	@mkdir -p $(BUILD)/bench-surrogate
@@ -416,7 +435,6 @@ bench-surrogate: $(BIN)
 # val_bpb of both (tests/bench/train_pair.sh, tests/bench/torch_train.py).
 # Defaults: bench's M model, 300 s, the default corpus; SPEC= trains another
 # spec, DATASET= another dataset, TOKENS=N a token budget instead of BUDGET.
-.PHONY: bench-train
 BUDGET ?= 300
 BENCH_TRAIN_ARGS = --budget $(BUDGET) $(if $(TOKENS),--tokens $(TOKENS)) \
                    $(if $(SPEC),--spec $(SPEC)) $(if $(DATASET),--dataset $(DATASET))
@@ -447,16 +465,7 @@ FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(ISA_KERN:%=$(FUZZ_BUILD)/engi
                 $(FUZZ_BUILD)/web_assets.o
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
-$(FUZZ_BUILD)/%.o: %.c | $(SETUP_STAMP)
-	@mkdir -p $(@D)
-	$(FUZZ_CC) $(BASE_CFLAGS) $(LAYER_INC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
-$(ISA_KERN:%=$(FUZZ_BUILD)/engine/attn_kern_%.o): $(FUZZ_BUILD)/engine/attn_kern_%.o: engine/attn_kern.c | $(SETUP_STAMP)
-	@mkdir -p $(@D)
-	$(FUZZ_CC) $(BASE_CFLAGS) $(LAYER_INC) $(FUZZ_FLAGS) $(ISA_FLAGS_$*) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
-$(FUZZ_BUILD)/schema_sql.o: build/schema_sql.c | $(SETUP_STAMP)
-	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
-$(FUZZ_BUILD)/web_assets.o: build/web_assets.c | $(SETUP_STAMP)
-	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) $(PKG_CFLAGS) -c $< -o $@
+$(eval $(call compile_rules,$(FUZZ_BUILD),$$(FUZZ_CC),$$(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,,build))
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(BASE_CFLAGS) -iquote . $(FUZZ_FLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) $< $(FUZZ_LIB_OBJ) \
 	  -o $@ $(PKG_LIBS) $(LDLIBS)
@@ -494,11 +503,19 @@ check-layers:
 	@probe() { printf '#include "%s"\n' "$$2" > $(LAYER_PROBE); \
 	  $(CC) $(BASE_CFLAGS) -MF /dev/null -iquote $(INC)/$$1 $(PKG_CFLAGS) -fsyntax-only $(LAYER_PROBE) 2>/dev/null; }; \
 	  probe engine engine/spec.h || { echo "check-layers: the probe does not compile" >&2; exit 1; }; \
+	  for good in store:daemon/store/store.h exec:daemon/store/store.h core:daemon/exec/sched.h \
+	              hook:daemon/core/core.h serve:daemon/hook/hook.h; do \
+	    probe $${good%%:*} $${good#*:} || { echo "check-layers: the $${good%%:*} layer cannot include $${good#*:}" >&2; exit 1; }; \
+	  done; \
 	  for bad in engine:daemon/store/store.h engine:daemon/shared/http.h \
-	             client:daemon/serve/api.h client:daemon/exec/sched.h shared:daemon/client/conn.h; do \
+	             client:daemon/serve/api.h client:daemon/exec/sched.h shared:daemon/client/conn.h \
+	             store:daemon/exec/sched.h store:daemon/shared/http.h exec:daemon/core/core.h \
+	             core:daemon/hook/hook.h core:daemon/serve/api.h hook:daemon/serve/api.h \
+	             serve:daemon/client/conn.h; do \
 	    if probe $${bad%%:*} $${bad#*:}; then \
 	      echo "check-layers: the $${bad%%:*} layer can include $${bad#*:}" >&2; exit 1; fi; \
 	  done
+	@/usr/bin/python3 tests/layers.py
 
 FORMAT_SRC = $(wildcard engine/*.[ch] daemon/*.[ch] daemon/*/*.[ch] experiments/agent/*.[ch] \
                tests/*.[ch] tests/fuzz/*.[ch])

@@ -11,6 +11,7 @@
 #include "daemon/serve/serve.h"
 #include "daemon/exec/exec.h"
 #include "daemon/exec/worker.h"
+#include "daemon/store/store.h"
 
 typedef struct {
     const char *name;
@@ -25,6 +26,7 @@ static const command_t commands[] = {
     {"exec-limited", exec_limited_main, "internal: run a worker under its slot's limits"},
     {"floor", floor_main, "internal: the address space the engine maps before a run"},
     {"grad", grad_main, "loss and every gradient of one batch (checks against other engines)"},
+    {"schema", store_schema_main, "print the schema after every migration (schema/current.sql)"},
     {"serve", serve_main, "run the daemon: queue, workers, results store and HTTP API"},
     {"prep", prep_main, "train a BPE tokenizer and write a dataset from text, JSONL or dirs"},
     {"sample", client_sample_main, "generate text from an experiment's (or any saved) checkpoint"},

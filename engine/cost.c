@@ -139,9 +139,13 @@ int cost_default_worker_mb(int slots) {
     return slots > 0 ? (int)(0.75 * mb / slots) : 0;
 }
 
+int cost_worker_limit_mb(int spec_mb, int daemon_mb) {
+    if (spec_mb <= 0) return daemon_mb;
+    return daemon_mb > 0 && daemon_mb < spec_mb ? daemon_mb : spec_mb;
+}
+
 double cost_worker_limit(int spec_mb, int daemon_mb, const char **source) {
-    int limit_mb = daemon_mb;
-    if (spec_mb > 0 && (limit_mb <= 0 || spec_mb < limit_mb)) limit_mb = spec_mb;
+    int limit_mb = cost_worker_limit_mb(spec_mb, daemon_mb);
     *source = spec_mb > 0 && limit_mb == spec_mb ? "resources.memory_mb"
               : limit_mb > 0                     ? "the daemon's limit per worker"
                                                  : "this machine's RAM";

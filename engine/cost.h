@@ -67,6 +67,12 @@ int cost_default_worker_mb(int slots);
  * when that is not known). *source says which, for messages. */
 double cost_worker_limit(int spec_mb, int daemon_mb, const char **source);
 
+/* The memory limit of one worker in MiB, 0 = none: a spec's
+ * resources.memory_mb (spec_mb) may ask for less than the daemon's limit
+ * (daemon_mb), never more. The one rule: the scheduler applies it to every
+ * run, cost_worker_limit reports it. */
+int cost_worker_limit_mb(int spec_mb, int daemon_mb);
+
 /* bytes as "41 GB" or "350 MB" (decimal units, as every memory verdict
  * prints them) into buf; returns buf. */
 const char *cost_human_bytes(double bytes, char *buf, size_t len);

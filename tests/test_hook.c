@@ -2,7 +2,7 @@
  *
  * Each test builds the daemon's pieces for real (a store in a temporary
  * directory, a scheduler whose worker is the stand-in $NIGHTSHIFT_BAD_WORKER,
- * an api_t) and runs the libuv loop with hard deadlines. The receiver is a
+ * a core_t) and runs the libuv loop with hard deadlines. The receiver is a
  * separate process (forked from the test) that accepts one connection at a
  * time, saves each raw request as RX/req-NNN.http and answers from a script,
  * so the tests see exactly the bytes and headers that went over the wire.
@@ -30,7 +30,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "daemon/serve/api.h"
+#include "daemon/core/core.h"
 #include "daemon/hook/hook.h"
 #include "daemon/shared/log.h"
 #include "daemon/exec/sched.h"
@@ -231,7 +231,7 @@ typedef struct {
     uv_loop_t loop;
     store_t *store;
     sched_t *sched;
-    api_t api;
+    core_t core;
     sqlite3 *raw; /* a second, read-only connection, as the sqlite3 shell would see it */
     receiver_t rx;
     hook_t *hook; /* the hook that receives the scheduler's events, if any */
@@ -283,7 +283,7 @@ static void fx_init(fx_t *f, const reply_t *script, int n) {
                        .user = f};
     f->sched = sched_new(&f->loop, f->store, &so, err, sizeof err);
     cr_assert_not_null(f->sched, "%s", err);
-    f->api = (api_t){.store = f->store, .sched = f->sched, .state_dir = f->dir};
+    f->core = (core_t){.store = f->store, .sched = f->sched, .state_dir = f->dir};
 }
 
 static hook_t *fx_hook(fx_t *f, int port, hook_opts_t o) {
@@ -291,7 +291,7 @@ static hook_t *fx_hook(fx_t *f, int port, hook_opts_t o) {
     snprintf(url, sizeof url, "http://127.0.0.1:%d/hook", port);
     o.url = url;
     if (!o.secret) o.secret = SECRET;
-    o.api = &f->api;
+    o.core = &f->core;
     if (o.backoff_base_s == 0) o.backoff_base_s = 0.02;
     hook_t *h = hook_new(&f->loop, &o, err, sizeof err);
     cr_assert_not_null(h, "hook_new: %s", err);
@@ -1086,7 +1086,7 @@ Test(hook, refuses_a_bad_configuration) {
         {"http://127.0.0.1:9/", "", "secret"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        hook_opts_t o = {.url = cases[i].url, .secret = cases[i].secret, .api = &f.api};
+        hook_opts_t o = {.url = cases[i].url, .secret = cases[i].secret, .core = &f.core};
         err[0] = '\0';
         hook_t *h = hook_new(&f.loop, &o, err, sizeof err);
         cr_expect_null(h, "%s was accepted", cases[i].url);

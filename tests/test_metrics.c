@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "daemon/serve/metrics.h"
+#include "daemon/shared/version.h"
 #include "daemon/serve/api.h"
 #include "tests/testutil.h"
 

@@ -12,6 +12,10 @@
 #include "daemon/store/store.h"
 #include "engine/protocol.h"
 
+double executor_floor(const executor_t *x, int threads) {
+    return x && x->floor ? x->floor(x, threads) : 0;
+}
+
 const char *executor_status_name(executor_status s) {
     switch (s) {
     case EXECUTOR_SUCCEEDED:

@@ -105,11 +105,17 @@ struct executor {
     void (*describe)(const executor_job_t *job, cJSON *o);
     /* Free the executor once no job is left; its handles close on the loop. */
     void (*free)(executor_t *x);
+    /* The address space a run of `threads` threads maps before it allocates
+     * anything, which a memory limit on address space must leave room for
+     * (bytes; engine/cost.h's cost_admit adds its margin), 0 when there is
+     * none to count. NULL = none (a Slurm job's --mem limits resident
+     * memory). */
+    double (*floor)(const executor_t *x, int threads);
 };
 
-/* The local executor on loop (worker.c); NULL when out of memory. Free it
- * with its free function. */
-executor_t *executor_local_new(uv_loop_t *loop);
+/* x's floor for a run of `threads` threads (struct executor's floor); 0 for
+ * a NULL x or one without. */
+double executor_floor(const executor_t *x, int threads);
 
 /* ------------------------------------------------- shared by executors */
 

@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "daemon/exec/executor.h"
+#include "daemon/exec/worker.h"
 #include "daemon/shared/log.h"
+#include "engine/cost.h"
 #include "engine/protocol.h"
 #include "engine/spec.h"
 #include "engine/util.h"
@@ -554,12 +556,6 @@ static double run_budget_s(const sched_t *s, const spec_scope_t *sc) {
     return !strcmp(sc->budget_kind, SPEC_BUDGET_TOKENS) ? s->o.token_run_limit_s : sc->budget;
 }
 
-/* A spec may ask for less memory than the daemon's limit, never more. */
-static int memory_limit(int spec_mb, int daemon_mb) {
-    if (spec_mb <= 0) return daemon_mb;
-    return daemon_mb > 0 && daemon_mb < spec_mb ? daemon_mb : spec_mb;
-}
-
 /* Claim the next experiment and start it in sl. START_FAILED_RUN: the
  * experiment itself could not start (bad spec, run directory) and is
  * recorded as failed; START_RETRY_LATER: the store or the system failed
@@ -600,7 +596,7 @@ static int start_one(sched_t *s, slot_t *sl) {
         .log_path = log_path,
         .cpus = sl->cpus,
         .threads = threads,
-        .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
+        .memory_mb = cost_worker_limit_mb(spec.resources.memory_mb, s->o.memory_mb),
         .budget_s = budget_s,
         .slack_s = s->o.deadline_slack_s,
         .deadline_s = by_tokens ? budget_s : budget_s * 1.25 + s->o.deadline_slack_s,
@@ -719,6 +715,10 @@ int sched_slots(const sched_t *s) {
     return s->o.slots;
 }
 
+executor_t *sched_executor(const sched_t *s) {
+    return s->x;
+}
+
 int sched_max_threads(const sched_t *s) {
     if (strcmp(s->x->name, "local")) return 0; /* a cluster's nodes are not this machine's */
     const slot_t *sl = &s->slots[0];
@@ -792,7 +792,8 @@ static int attach_one(sched_t *s, slot_t *sl, const store_job_t *j, char *err, s
                           .shim = s->exe,
                           .run_dir = run_dir,
                           .log_path = log_path,
-                          .memory_mb = memory_limit(spec.resources.memory_mb, s->o.memory_mb),
+                          .memory_mb =
+                              cost_worker_limit_mb(spec.resources.memory_mb, s->o.memory_mb),
                           .budget_s = run_budget_s(s, &scope),
                           .slack_s = s->o.deadline_slack_s};
     spec_free(&spec);

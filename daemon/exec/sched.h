@@ -171,6 +171,10 @@ int sched_slots(const sched_t *s);
  * job gets the CPUs it asks for on its node). */
 int sched_max_threads(const sched_t *s);
 
+/* The executor runs go to (the one given in sched_opts_t, or the local one
+ * the scheduler made). */
+executor_t *sched_executor(const sched_t *s);
+
 /* The threads a run gets when its spec does not say (resources.threads 0). */
 int sched_default_threads(const sched_t *s);
 

@@ -618,6 +618,8 @@ fail:
 typedef struct {
     executor_t x; /* first: the table the scheduler sees */
     uv_loop_t *loop;
+    worker_floor_t floor; /* executor_local_set_floor's */
+    int have_floor;
 } local_executor_t;
 
 static int local_start(executor_t *x, const executor_run_t *r, const executor_callbacks_t *cb,
@@ -651,6 +653,17 @@ static void local_free(executor_t *x) {
     free(x);
 }
 
+static double local_floor(const executor_t *x, int threads) {
+    const local_executor_t *l = (const local_executor_t *)x;
+    return l->have_floor ? worker_floor(&l->floor, threads) : 0;
+}
+
+void executor_local_set_floor(executor_t *x, const worker_floor_t *f) {
+    local_executor_t *l = (local_executor_t *)x;
+    l->floor = *f;
+    l->have_floor = 1;
+}
+
 executor_t *executor_local_new(uv_loop_t *loop) {
     local_executor_t *l = calloc(1, sizeof *l);
     if (!l) return NULL;
@@ -658,7 +671,8 @@ executor_t *executor_local_new(uv_loop_t *loop) {
                         .start = local_start,
                         .stop = local_stop,
                         .describe = local_describe,
-                        .free = local_free};
+                        .free = local_free,
+                        .floor = local_floor};
     l->loop = loop;
     return &l->x;
 }

@@ -79,4 +79,12 @@ int worker_floor_measure(const char *exe, int max_threads, worker_floor_t *f, ch
 /* floor(threads) in bytes. */
 double worker_floor(const worker_floor_t *f, int threads);
 
+/* The local executor on loop: workers on this machine (executor.h); NULL
+ * when out of memory. Free it with its free function. */
+executor_t *executor_local_new(uv_loop_t *loop);
+
+/* Give the local executor x the engine's floor it names (struct executor's
+ * floor; copied): until then it names none. */
+void executor_local_set_floor(executor_t *x, const worker_floor_t *f);
+
 #endif

@@ -37,8 +37,7 @@
 
 #include "daemon/shared/bytebuf.h"
 #include "daemon/shared/curl_uv.h"
-#include "daemon/serve/events.h"
-#include "daemon/serve/metrics.h"
+#include "daemon/shared/http.h"
 #include "daemon/shared/log.h"
 #include "daemon/exec/sched.h"
 #include "engine/spec.h"
@@ -57,9 +56,9 @@
 #define EVENT_TYPE_LEN   48
 #define OUTBOX_LOAD      1000 /* pending rows loaded at once */
 
-#define EV_FINISHED EVENTS_FINISHED
-#define EV_EMPTY    EVENTS_EMPTY
-#define EV_REJECTED EVENTS_REJECTED
+#define EV_FINISHED STORE_EVENT_FINISHED
+#define EV_EMPTY    STORE_EVENT_EMPTY
+#define EV_REJECTED STORE_EVENT_REJECTED
 
 typedef enum { EV_WAITING, EV_SENDING, EV_BACKOFF } event_state;
 
@@ -86,7 +85,9 @@ struct event {
 
 struct hook {
     uv_loop_t *loop;
-    api_t *api;
+    core_t *core;
+    void (*attempted)(int ok, void *user); /* hook_opts_t's */
+    void *attempted_user;
     char *url, *secret, *noproxy;
     int max_attempts;
     double timeout_s, idle_resend_s, backoff_base_s;
@@ -168,9 +169,9 @@ static cJSON *best_json(hook_t *h, cJSON **noise) {
     char err[256];
     store_scope_t sc;
     *noise = NULL;
-    int have = store_last_scope(h->api->store, &sc, err, sizeof err);
-    cJSON *best = have > 0 ? store_best_in(h->api->store, &sc, err, sizeof err) : NULL;
-    if (have > 0 && best) *noise = store_noise(h->api->store, &sc, err, sizeof err);
+    int have = store_last_scope(h->core->store, &sc, err, sizeof err);
+    cJSON *best = have > 0 ? store_best_in(h->core->store, &sc, err, sizeof err) : NULL;
+    if (have > 0 && best) *noise = store_noise(h->core->store, &sc, err, sizeof err);
     if (have < 0 || (have > 0 && (!best || !*noise))) log_error("hook: best: %s", err);
     if (!*noise) *noise = cJSON_CreateNull();
     if (!cJSON_IsObject(best)) {
@@ -198,7 +199,7 @@ static cJSON *experiment_json(hook_t *h, int64_t id) {
                                        "spec", "result", "asha",   NULL};
     char err[256];
     cJSON *e = NULL;
-    if (store_get(h->api->store, id, 0, &e, err, sizeof err) < 0) {
+    if (store_get(h->core->store, id, 0, &e, err, sizeof err) < 0) {
         log_error("hook: experiment %lld: %s", (long long)id, err);
         return NULL;
     }
@@ -227,13 +228,13 @@ static char *build_payload(hook_t *h, const char *id, const char *type, cJSON *e
     cJSON *noise = NULL;
     cJSON_AddItemToObject(o, "best", best_json(h, &noise));
     cJSON_AddItemToObject(o, "noise", noise);
-    cJSON *recent = store_recent(h->api->store, HOOK_RECENT, err, sizeof err);
+    cJSON *recent = store_recent(h->core->store, HOOK_RECENT, err, sizeof err);
     if (!recent) log_error("hook: recent: %s", err);
     cJSON_AddItemToObject(o, "recent", recent ? recent : cJSON_CreateArray());
-    int64_t depth = store_queue_depth(h->api->store, err, sizeof err);
+    int64_t depth = store_queue_depth(h->core->store, err, sizeof err);
     if (depth < 0) log_error("hook: queue depth: %s", err);
     cJSON_AddNumberToObject(o, "queue_depth", depth < 0 ? 0 : (double)depth);
-    cJSON_AddNumberToObject(o, "running", h->api->sched ? sched_running(h->api->sched) : 0);
+    cJSON_AddNumberToObject(o, "running", h->core->sched ? sched_running(h->core->sched) : 0);
     cJSON_AddItemToObject(o, "defaults", cJSON_Duplicate(h->defaults, 1));
     text = util_json_print(o, 0);
 done:
@@ -334,7 +335,7 @@ static void event_load(hook_t *h, const cJSON *row) {
                                     cJSON_GetObjectItemCaseSensitive(row, "payload"), "rejected"),
                                 1);
         ev->body = build_payload(h, ev->id, type, experiment, rejected);
-        if (ev->body && store_event_set_body(h->api->store, rowid, ev->body, err, sizeof err) < 0)
+        if (ev->body && store_event_set_body(h->core->store, rowid, ev->body, err, sizeof err) < 0)
             log_error("hook: %s: %s", ev->id, err);
     }
     if (!ev->body) {
@@ -368,7 +369,8 @@ static int outbox_load(hook_t *h, int64_t after, int64_t experiment_id, int limi
     char err[256];
     int n = 0;
     if (h->closing) return 0;
-    cJSON *rows = store_events_pending(h->api->store, after, experiment_id, limit, err, sizeof err);
+    cJSON *rows =
+        store_events_pending(h->core->store, after, experiment_id, limit, err, sizeof err);
     if (!rows) log_error("hook: outbox: %s", err);
     for (const cJSON *r = rows ? rows->child : NULL; r; r = r->next, n++) {
         int64_t id = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "id"));
@@ -389,7 +391,7 @@ static void outbox_add(hook_t *h, const char *type, cJSON *payload) {
     cJSON_Delete(payload);
     if (payload && !text)
         log_error("hook: %s: out of memory; event dropped", type);
-    else if (store_event_add(h->api->store, type, 0, text, &id, err, sizeof err) < 0)
+    else if (store_event_add(h->core->store, type, 0, text, &id, err, sizeof err) < 0)
         log_error("hook: %s: %s; event dropped", type, err);
     cJSON_free(text);
     if (id > 0) outbox_load(h, id - 1, 0, 1, NULL);
@@ -417,7 +419,7 @@ static int proposal_allowed(hook_t *h) {
     return h->proposal_tokens >= 1;
 }
 
-/* The rejection code (hook.h) of an api_submit failure rc. */
+/* The rejection code (hook.h) of a core_submit failure rc. */
 static const char *submit_code(int rc) {
     switch (rc) {
     case NS_ERR_NOT_FOUND:
@@ -521,7 +523,7 @@ static void handle_reply(hook_t *h, event_t *ev) {
                      h->proposals_per_min);
             log_warn("hook: %s: proposal %d/%d rejected: %s", ev->id, k + 1, n, err);
             send_rejected(h, cJSON_Duplicate(spec, 1), "rate_limited", err);
-        } else if ((rc = api_submit(h->api, spec, "agent", 0, &id, &dup, err, sizeof err)) < 0) {
+        } else if ((rc = core_submit(h->core, spec, "agent", 0, &id, &dup, err, sizeof err)) < 0) {
             log_warn("hook: %s: proposal %d/%d rejected: %s", ev->id, k + 1, n, err);
             send_rejected(h, cJSON_Duplicate(spec, 1), submit_code(rc), err);
         } else if (dup) {
@@ -535,7 +537,7 @@ static void handle_reply(hook_t *h, event_t *ev) {
         }
     }
     cJSON_Delete(root);
-    if (queued && h->api->sched) sched_kick(h->api->sched);
+    if (queued && h->core->sched) sched_kick(h->core->sched);
     return;
 
 malformed:
@@ -550,14 +552,14 @@ malformed:
 
 static void record_attempt(hook_t *h, event_t *ev, int status, const char *error) {
     char err[256];
-    metrics_count_hook_attempt(h->api->metrics, status >= 200 && status <= 299);
+    if (h->attempted) h->attempted(status >= 200 && status <= 299, h->attempted_user);
     store_hook_delivery_t d = {.event_id = ev->id,
                                .event_type = ev->type,
                                .attempt = ev->attempt,
                                .http_status = status,
                                .latency_ms = (int64_t)((uv_hrtime() - ev->sent_ns) / 1000000),
                                .error = error};
-    if (store_add_hook_delivery(h->api->store, &d, err, sizeof err) < 0)
+    if (store_add_hook_delivery(h->core->store, &d, err, sizeof err) < 0)
         log_error("hook: %s attempt %d not recorded: %s", ev->id, ev->attempt, err);
 }
 
@@ -600,7 +602,7 @@ fail:
 static int send_attempt(hook_t *h, event_t *ev) {
     char err[256];
     ev->attempt++;
-    if (store_event_attempted(h->api->store, ev->row, err, sizeof err) < 0)
+    if (store_event_attempted(h->core->store, ev->row, err, sizeof err) < 0)
         log_error("hook: %s: %s", ev->id, err);
     ev->sent_ns = uv_hrtime();
     bytebuf_reset(&ev->reply);
@@ -666,7 +668,7 @@ static void retry_or_give_up(hook_t *h, event_t *ev, int retryable, const char *
     log_error("hook: %s %s not delivered: %s (attempt %d%s)", ev->type, ev->id, error, ev->attempt,
               retryable ? ", the last allowed" : ", not retried");
     char err[256];
-    if (!h->closing && store_event_mark(h->api->store, ev->row, "failed", err, sizeof err) < 0)
+    if (!h->closing && store_event_mark(h->core->store, ev->row, "failed", err, sizeof err) < 0)
         log_error("hook: %s: %s", ev->id, err);
     event_finish(ev);
 }
@@ -691,7 +693,7 @@ static void transfer_done(hook_t *h, event_t *ev, CURLcode res) {
                  ev->id, ev->attempt, status, ev->reply.len,
                  (unsigned long long)((uv_hrtime() - ev->sent_ns) / 1000000));
         char err[256];
-        if (store_event_mark(h->api->store, ev->row, "delivered", err, sizeof err) < 0)
+        if (store_event_mark(h->core->store, ev->row, "delivered", err, sizeof err) < 0)
             log_error("hook: %s: %s", ev->id, err);
         handle_reply(h, ev);
         event_finish(ev);
@@ -750,9 +752,9 @@ static void check_multi_info(void *arg) {
 /* Is the daemon idle: nothing queued and a slot free? */
 static int idle(hook_t *h) {
     char err[256];
-    int64_t depth = store_queue_depth(h->api->store, err, sizeof err);
+    int64_t depth = store_queue_depth(h->core->store, err, sizeof err);
     if (depth < 0) log_error("hook: queue depth: %s", err);
-    sched_t *s = h->api->sched;
+    sched_t *s = h->core->sched;
     return depth == 0 && (!s || sched_running(s) < sched_slots(s));
 }
 
@@ -818,8 +820,8 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
         snprintf(err, errlen, "hook: a secret is required to sign the events");
         return NULL;
     }
-    if (!o->api || !o->api->store) {
-        snprintf(err, errlen, "hook: no API to submit proposals through");
+    if (!o->core || !o->core->store) {
+        snprintf(err, errlen, "hook: no core to submit proposals through");
         return NULL;
     }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -830,7 +832,9 @@ hook_t *hook_new(uv_loop_t *loop, const hook_opts_t *o, char *err, size_t errlen
     if (!(h = calloc(1, sizeof *h))) goto oom;
     h->curl_inited = 1;
     h->loop = loop;
-    h->api = o->api;
+    h->core = o->core;
+    h->attempted = o->attempted;
+    h->attempted_user = o->user;
     h->max_attempts = o->max_attempts > 0 ? o->max_attempts : 8;
     h->timeout_s = o->timeout_s > 0 ? o->timeout_s : 30;
     h->idle_resend_s = o->idle_resend_s > 0 ? o->idle_resend_s : 60;
@@ -887,7 +891,7 @@ void hook_experiment_finished(hook_t *h, int64_t id) {
     if (!h || h->closing) return;
     /* The store's trigger wrote the event with the final status; an
      * experiment announced without one gets it now. */
-    if (store_event_ensure_finished(h->api->store, id, err, sizeof err) < 0)
+    if (store_event_ensure_finished(h->core->store, id, err, sizeof err) < 0)
         log_error("hook: experiment.finished for %lld: %s", (long long)id, err);
     outbox_load(h, 0, id, OUTBOX_LOAD, NULL);
 }

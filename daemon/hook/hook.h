@@ -39,7 +39,7 @@
  * webhook-id and body: delivery is at least once, across restarts too.
  *
  * A 2xx reply may carry one spec (an object), an array of specs, or nothing
- * (empty body, null, {} or []). Each proposal is queued through api_submit with
+ * (empty body, null, {} or []). Each proposal is queued through core_submit with
  * source "agent" (validation and dedup as for any submission); a proposal that
  * fails validation, or a reply that is not JSON, is recorded and answered with
  * an experiment.rejected event. A malformed reply never stops the loop.
@@ -73,7 +73,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "daemon/serve/api.h"
+#include "daemon/core/core.h"
 
 #define HOOK_RECENT            20
 #define HOOK_PROPOSALS_PER_MIN 30
@@ -89,7 +89,10 @@ typedef struct {
     double backoff_base_s;    /* the first retry's delay bound, doubling; default 1 (tests: less) */
     double proposals_per_min; /* accepted proposals per minute (and burst); 0: no
                                  limit; < 0: HOOK_PROPOSALS_PER_MIN */
-    api_t *api;               /* for submissions and the store */
+    core_t *core;             /* the daemon's rules and store: submissions (core.h) */
+    /* Called after each delivery attempt (ok: a 2xx), for GET /metrics; NULL = none. */
+    void (*attempted)(int ok, void *user);
+    void *user;
 } hook_opts_t;
 
 /* Parse the body of a 2xx reply. Returns 0 when nothing is proposed (an

@@ -3,6 +3,8 @@
  * built on the thread pool, report_lane.h; an export streams, export.h). */
 #include "daemon/serve/api.h"
 
+#include "daemon/core/core.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +31,7 @@
 #include "engine/util.h"
 #include "daemon/serve/web.h"
 #include "daemon/shared/bytebuf.h"
+#include "daemon/shared/version.h"
 
 #define MAX_METRICS_SHOWN 5000       /* metrics rows in GET /v1/experiments/{id} */
 #define LOG_TAIL_DEFAULT  (64 << 10) /* bytes of train.log returned by default */
@@ -72,179 +75,6 @@ static void reply_scoped(api_t *a, http_response_t *res, cJSON *o, const store_s
     reply_json(res, 200, o);
 }
 
-/* -------------------------------------------------------------- submission */
-
-/* Whether dataset name has a manifest, a regular file: 1, 0 when there is
- * none, -1 when something else (a FIFO, a device) is in its place, which
- * nothing may open (it could block the loop or a worker). */
-static int dataset_exists(const api_t *a, const char *name) {
-    char path[PATH_MAX];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/datasets/%s/manifest.json", a->state_dir, name);
-    if (stat(path, &st) < 0) return 0;
-    return S_ISREG(st.st_mode) ? 1 : -1;
-}
-
-/* Whether s can run at all: its estimated memory (cost_memory, from the
- * dataset's vocabulary and size in info) against what one worker may use (the
- * spec's resources.memory_mb capped by the daemon's limit, as sched.c applies
- * it; with no limit, the machine's RAM). A local worker's limit is on
- * address space, so under one the run also needs the engine's floor for its
- * threads (a->floor: what OpenBLAS and OpenMP map per thread, measured at
- * start) and a margin (engine/cost.h's cost_admit, which `nightshift cost`
- * shares); a Slurm job's --mem is on resident memory (a->floor NULL). Returns 0, or -1 with the
- * numbers in err. */
-static int check_fits(const api_t *a, const spec_t *s, const data_info_t *info, char *err,
-                      size_t errlen) {
-    spec_model_t m = s->model;
-    if (m.vocab_size <= 0) m.vocab_size = info->vocab_size;
-    cost_mem_t mem;
-    cost_memory(&m, s->train.batch_size, info->train_tokens + info->val_tokens + info->test_tokens,
-                &mem);
-    const char *source;
-    double limit = cost_worker_limit(s->resources.memory_mb, a->memory_mb, &source);
-    int limited = s->resources.memory_mb > 0 || a->memory_mb > 0;
-    int threads = s->resources.threads > 0 ? s->resources.threads
-                  : a->sched               ? sched_default_threads(a->sched)
-                                           : 1;
-    double floor = a->floor && limited ? worker_floor(a->floor, threads) : 0;
-    return cost_admit(&mem, &m, s->train.batch_size, limit, source, floor, threads, err, errlen);
-}
-
-/* Parse and check one submitted spec: the spec parser's rules, plus what
- * only the daemon knows (the dataset and the parent exist, and the run fits
- * in a worker's memory). Returns 0 with s holding the parsed spec (release
- * with spec_free) and sc its scope on its dataset (may be NULL), or with err
- * set: NS_ERR_NOT_FOUND when the parent does not exist, NS_ERR_DOES_NOT_FIT
- * when the run cannot fit, NS_ERR_IO when the store failed, -1 for any other
- * failure. A dataset whose manifest cannot be read is left to the worker to
- * report (its size unknown, the scope takes eval_tokens as given). */
-static int check_spec(api_t *a, const cJSON *spec_json, spec_t *s, store_scope_t *sc, char *err,
-                      size_t errlen) {
-    int rc = spec_from_json(spec_json, s, err, errlen);
-    if (rc < 0) return -1;
-    rc = -1;
-    int exists = dataset_exists(a, s->dataset);
-    if (exists <= 0) {
-        if (exists < 0)
-            snprintf(err, errlen, "dataset: the manifest of '%s' is not a regular file",
-                     s->dataset);
-        else
-            snprintf(err, errlen,
-                     "dataset: no dataset named '%s' (prepare it with nightshift prep)",
-                     s->dataset);
-        goto fail;
-    }
-    int max_threads = a->sched ? sched_max_threads(a->sched) : 0;
-    if (max_threads > 0 && s->resources.threads > max_threads) {
-        snprintf(err, errlen,
-                 "resources.threads: %d is more than a slot's %d (its CPUs, or --threads-per-slot)",
-                 s->resources.threads, max_threads);
-        goto fail;
-    }
-    if (s->parent > 0) {
-        char serr[256];
-        cJSON *p = NULL;
-        int got = store_get(a->store, s->parent, 0, &p, serr, sizeof serr);
-        cJSON_Delete(p);
-        if (got < 0) {
-            rc = got == NS_ERR_NOT_FOUND ? NS_ERR_NOT_FOUND : NS_ERR_IO;
-            if (rc == NS_ERR_NOT_FOUND)
-                snprintf(err, errlen, "parent: experiment %lld does not exist",
-                         (long long)s->parent);
-            else
-                snprintf(err, errlen, "store: %s", serr);
-            goto fail;
-        }
-    }
-    data_info_t info;
-    char derr[256];
-    int have_info = data_info(a->state_dir, s->dataset, &info, derr, sizeof derr) == 0;
-    if (have_info && check_fits(a, s, &info, err, errlen) < 0) {
-        rc = NS_ERR_DOES_NOT_FIT;
-        goto fail;
-    }
-    if (sc) spec_scope_on(s, have_info ? info.val_tokens : -1, sc);
-    return 0;
-fail:
-    spec_free(s);
-    return rc;
-}
-
-int api_submit(api_t *a, const cJSON *spec_json, const char *source, int force, int64_t *id,
-               int *duplicate, char *err, size_t errlen) {
-    spec_t s;
-    store_scope_t sc;
-    store_asha_t asha;
-    char hash[SPEC_HASH_HEX], full_hash[SPEC_HASH_HEX], serr[256];
-    char *canon = NULL, *tags = NULL;
-    int rc = check_spec(a, spec_json, &s, &sc, err, errlen);
-    int mcp = !strcmp(source, "mcp"); /* an agent that came over MCP */
-    if (rc < 0) return rc;
-    /* Under --prune asha the run is queued at the lowest rung's budget (sched.h). */
-    int on_ladder = a->sched ? sched_asha_file(a->sched, &s, &asha, full_hash, err, errlen) : 0;
-    if (on_ladder < 0) {
-        spec_free(&s);
-        return NS_ERR_NOMEM;
-    }
-    if (on_ladder) { /* its scope's budget is rung 0's; the evaluation as filed */
-        store_scope_t r0;
-        spec_scope(&s, &r0);
-        sc.budget = r0.budget;
-    }
-    rc = NS_ERR_NOMEM;
-    canon = spec_canonical_json(&s);
-    cJSON *tag_arr = cJSON_CreateArray();
-    for (int i = 0; i < s.n_tags; i++) cJSON_AddItemToArray(tag_arr, cJSON_CreateString(s.tags[i]));
-    tags = cJSON_PrintUnformatted(tag_arr);
-    cJSON_Delete(tag_arr);
-    if (!canon || !tags || spec_config_hash(&s, hash) < 0) {
-        snprintf(err, errlen, "out of memory");
-        goto done;
-    }
-    *duplicate = 0;
-    if (!force) {
-        int found = store_find_duplicate(a->store, hash, (int64_t)s.seed, sc.eval_tokens, id, serr,
-                                         sizeof serr);
-        if (found < 0) {
-            snprintf(err, errlen, "store: %s", serr);
-            rc = NS_ERR_IO;
-            goto done;
-        }
-        if (found) {
-            *duplicate = 1;
-            rc = 0;
-            goto done;
-        }
-    }
-    store_new_experiment_t e = {.name = s.name,
-                                .tags_json = tags,
-                                .spec_json = canon,
-                                .config_hash = hash,
-                                .seed = (int64_t)s.seed,
-                                .parent = s.parent,
-                                .source = mcp ? "mcp" : source,
-                                .via = mcp                        ? "mcp"
-                                       : !strcmp(source, "agent") ? "webhook"
-                                                                  : NULL,
-                                .priority = s.priority,
-                                .scope = sc,
-                                .asha = on_ladder ? &asha : NULL};
-    if (store_insert(a->store, &e, id, serr, sizeof serr) < 0) {
-        snprintf(err, errlen, "%s", serr);
-        rc = NS_ERR_IO;
-        goto done;
-    }
-    log_info("experiment %lld queued (%s%s%s, from %s)", (long long)*id, s.name ? "\"" : "",
-             s.name ? s.name : "unnamed", s.name ? "\"" : "", source);
-    rc = 0;
-done:
-    spec_free(&s);
-    free(canon);
-    free(tags);
-    return rc;
-}
-
 /* POST /v1/cost: one spec's size, FLOPs and memory, and whether the daemon
  * would queue it, without queueing it. An invalid spec is a 400 like a
  * submission's; one that cannot fit is a 200 with "fits": false and the
@@ -257,7 +87,7 @@ static void post_cost(api_t *a, const http_request_t *req, http_response_t *res)
         http_error(res, 400, "invalid_json", "the body is not valid JSON: %s", err);
         return;
     }
-    int rc = check_spec(a, body, &s, NULL, err, sizeof err);
+    int rc = core_check_spec(a->core, body, &s, NULL, err, sizeof err);
     /* a spec that does not fit is valid: parsed again for its numbers */
     if (rc == NS_ERR_DOES_NOT_FIT && spec_from_json(body, &s, err + 256, 256) < 0)
         rc = NS_ERR_NOMEM;
@@ -281,7 +111,7 @@ static void post_cost(api_t *a, const http_request_t *req, http_response_t *res)
     cost_memory(&m, s.train.batch_size,
                 have_info ? info.train_tokens + info.val_tokens + info.test_tokens : 0, &mem);
     const char *source;
-    double limit = cost_worker_limit(s.resources.memory_mb, a->memory_mb, &source);
+    double limit = cost_worker_limit(s.resources.memory_mb, a->core->memory_mb, &source);
     cJSON *o = cJSON_CreateObject(), *p = cJSON_AddObjectToObject(o, "params");
     cJSON_AddBoolToObject(o, "fits", rc == 0);
     if (rc == 0) {
@@ -320,7 +150,7 @@ static void get_datasets(api_t *a, http_response_t *res) {
     DIR *d = opendir(dir);
     for (struct dirent *e; d && (e = readdir(d));) {
         data_info_t info;
-        if (e->d_name[0] == '.' || dataset_exists(a, e->d_name) <= 0) continue;
+        if (e->d_name[0] == '.' || core_dataset_exists(a->core, e->d_name) <= 0) continue;
         cJSON *one = cJSON_CreateObject();
         cJSON_AddStringToObject(one, "name", e->d_name);
         if (data_info(a->state_dir, e->d_name, &info, err, sizeof err) == 0) {
@@ -387,8 +217,8 @@ static int check_all(api_t *a, const cJSON *body, int is_array, int n, long long
     char err[512];
     for (int i = 0; i < n; i++) {
         spec_t s;
-        int rc =
-            check_spec(a, is_array ? cJSON_GetArrayItem(body, i) : body, &s, NULL, err, sizeof err);
+        int rc = core_check_spec(a->core, is_array ? cJSON_GetArrayItem(body, i) : body, &s, NULL,
+                                 err, sizeof err);
         if (rc == 0) { /* s is valid: its repeats' seeds must be too */
             if ((double)s.seed + (double)(repeats - 1) > 9007199254740991.0) {
                 snprintf(err, sizeof err, "seed: %llu + %lld repeats passes 2^53 - 1",
@@ -464,7 +294,7 @@ static void post_experiments(api_t *a, const http_request_t *req, http_response_
             http_error(res, 500, "internal", "out of memory");
             return;
         }
-        int rc = api_submit(a, one, source, force, &id, &dup, err, sizeof err);
+        int rc = core_submit(a->core, one, source, force, &id, &dup, err, sizeof err);
         if (repeats > 1) cJSON_Delete(one);
         if (rc < 0) {
             /* validated above: only the store can fail here; what was
@@ -1010,47 +840,6 @@ static void get_page(api_t *a, const http_request_t *req, http_response_t *res) 
 }
 
 /* ----------------------------------------------------------------- routing */
-
-/* "/v1/experiments/<id>[/rest]": the id and the rest ("" when none); 0 if not. */
-static int parse_experiment_path(const char *path, int64_t *id, const char **rest) {
-    const char *p = path + strlen("/v1/experiments/");
-    char *end;
-    if (strncmp(path, "/v1/experiments/", 16) != 0 || *p < '1' || *p > '9') return 0;
-    errno = 0;
-    long long v = strtoll(p, &end, 10);
-    if (errno || (*end && *end != '/')) return 0;
-    *id = v;
-    *rest = end;
-    return 1;
-}
-
-static const char *const route_templates[] = {
-#define API_ROUTE_TEMPLATE(name, tmpl) tmpl,
-    API_ROUTES(API_ROUTE_TEMPLATE)
-#undef API_ROUTE_TEMPLATE
-};
-
-const char *api_route_template(api_route_t r) {
-    return r >= 0 && r < API_N_ROUTES ? route_templates[r] : route_templates[API_ROUTE_OTHER];
-}
-
-api_route_t api_route(const char *path, int64_t *id) {
-    int64_t scratch;
-    const char *rest = "";
-    if (!id) id = &scratch;
-    if (!path) return API_ROUTE_OTHER;
-    if (parse_experiment_path(path, id, &rest)) {
-        if (!*rest) return API_ROUTE_EXPERIMENT;
-        if (!strcmp(rest, "/log")) return API_ROUTE_EXPERIMENT_LOG;
-        if (!strcmp(rest, "/cancel")) return API_ROUTE_EXPERIMENT_CANCEL;
-        return API_ROUTE_OTHER;
-    }
-    if (!strncmp(path, "/ui/", 4)) return API_ROUTE_UI;
-    for (int r = 0; r < API_N_ROUTES; r++)
-        if (!strchr(route_templates[r], '{') && !strcmp(path, route_templates[r]))
-            return (api_route_t)r;
-    return API_ROUTE_OTHER;
-}
 
 int api_guard(const api_t *a, const http_request_t *req, http_response_t *res) {
     int rc = origin_check(a->origin, req, res);

@@ -42,13 +42,12 @@
 #include <stdint.h>
 
 #include "daemon/shared/http.h"
+#include "daemon/core/core.h"
+#include "daemon/serve/api_routes.h"
 #include "daemon/exec/sched.h"
-#include "daemon/exec/worker.h"
 #include "daemon/serve/export.h"
 #include "daemon/serve/report_lane.h"
 #include "daemon/store/store.h"
-
-#define NIGHTSHIFT_VERSION "0.1.0" /* the daemon's, in /v1/status and build_info */
 
 typedef struct {
     uv_loop_t *loop; /* the daemon's (exports run their pages off it); NULL = no exports */
@@ -61,11 +60,7 @@ typedef struct {
     const char *default_dataset;        /* pins the scoped queries' dataset; NULL = none */
     double started_at;                  /* util_now() at startup */
     struct events_hub *events;          /* the SSE hub (events.h); NULL = no stream */
-    int memory_mb; /* a worker's memory limit (MiB; 0 = none): submit refuses what cannot fit */
-    /* The engine's address-space floor (worker.h), which a local worker's
-     * limit must leave room for; NULL = none to count (a Slurm job's --mem
-     * limits resident memory; a --worker-cmd stand-in is no engine). */
-    const worker_floor_t *floor;
+    core_t *core;                       /* the daemon's rules: submissions (core.h) */
     /* The last leaderboard replies by query string, good while store_finishes
      * stays where it was (a run finishing is the only change the daemon makes
      * to them); owned here, freed by api_close. */
@@ -80,47 +75,6 @@ typedef struct {
     struct report_lane reports;      /* the reports being built (report_lane.h) */
     struct metrics *metrics;         /* GET /metrics (metrics.h); NULL = not served */
 } api_t;
-
-/* The routes of the daemon's port, by path template: the router dispatches
- * on them and GET /metrics counts requests by them (a path with an id is
- * one route, so ids do not make new series). API_ROUTES(X): X(enum suffix,
- * template). */
-#define API_ROUTES(X)                                                                              \
-    X(HEALTHZ, "/healthz")                                                                         \
-    X(STATUS, "/v1/status")                                                                        \
-    X(EXPERIMENTS, "/v1/experiments")                                                              \
-    X(EXPERIMENT, "/v1/experiments/{id}")                                                          \
-    X(EXPERIMENT_LOG, "/v1/experiments/{id}/log")                                                  \
-    X(EXPERIMENT_CANCEL, "/v1/experiments/{id}/cancel")                                            \
-    X(COST, "/v1/cost")                                                                            \
-    X(DATASETS, "/v1/datasets")                                                                    \
-    X(LEADERBOARD, "/v1/leaderboard")                                                              \
-    X(BEST, "/v1/best")                                                                            \
-    X(NOISE, "/v1/noise")                                                                          \
-    X(REPORT, "/v1/report")                                                                        \
-    X(EVENTS, "/v1/events")                                                                        \
-    X(EVENTS_STREAM, "/v1/events/stream")                                                          \
-    X(EXPORT, "/v1/export")                                                                        \
-    X(REPORT_PAGE, "/report")                                                                      \
-    X(PAGE, "/")                                                                                   \
-    X(UI, "/ui/{file}")                                                                            \
-    X(METRICS, "/metrics")                                                                         \
-    X(MCP, "/mcp")                                                                                 \
-    X(OTHER, "other") /* any other path, and a request whose path was never read */
-
-typedef enum {
-#define API_ROUTE_ENUM(name, tmpl) API_ROUTE_##name,
-    API_ROUTES(API_ROUTE_ENUM)
-#undef API_ROUTE_ENUM
-        API_N_ROUTES
-} api_route_t;
-
-/* The route of path (NULL: API_ROUTE_OTHER); *id (may be NULL) gets the
- * experiment id of the /v1/experiments/{id} routes. */
-api_route_t api_route(const char *path, int64_t *id);
-
-/* The template of route r ("/v1/experiments/{id}"); static. */
-const char *api_route_template(api_route_t r);
 
 /* Free what the API holds (its cached replies). */
 void api_close(api_t *a);
@@ -140,15 +94,5 @@ int api_guard(const api_t *a, const http_request_t *req, http_response_t *res);
 /* The http_authorize_fn of the daemon: api_guard, run as soon as a
  * request's headers are in (before its body is read). */
 int api_authorize(const http_request_t *req, http_response_t *res, void *user);
-
-/* Validate one spec (a JSON object) and queue it as `source` ("api", "cli" or
- * "agent"), with dedup unless force. Returns 0 with *id and *duplicate set, or
- * a negative code with "field.path: reason" in err: NS_ERR_NOT_FOUND (the
- * parent experiment does not exist), NS_ERR_DOES_NOT_FIT (the run cannot fit
- * in a worker's memory), NS_ERR_IO (the store failed), NS_ERR_NOMEM, or -1
- * (any other invalid spec). The agent hook queues its proposals through this
- * too, so every submission path validates alike. */
-int api_submit(api_t *a, const cJSON *spec, const char *source, int force, int64_t *id,
-               int *duplicate, char *err, size_t errlen);
 
 #endif

@@ -28,9 +28,9 @@
 #include "daemon/exec/sched.h"
 #include "daemon/store/store.h"
 
-#define EVENTS_FINISHED "experiment.finished"
-#define EVENTS_EMPTY    "queue.empty"
-#define EVENTS_REJECTED "experiment.rejected"
+#define EVENTS_FINISHED STORE_EVENT_FINISHED
+#define EVENTS_EMPTY    STORE_EVENT_EMPTY
+#define EVENTS_REJECTED STORE_EVENT_REJECTED
 
 /* ----------------------------------------------------------- the stream */
 

@@ -10,8 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/serve/api.h"
+#include "daemon/serve/api_routes.h"
 #include "daemon/shared/log.h"
+#include "daemon/shared/version.h"
 
 #define CODE_MIN   100 /* the status codes counted: 100 .. 599 */
 #define CODE_MAX   599

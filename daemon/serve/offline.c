@@ -34,7 +34,8 @@ int offline_get(const char *state_dir, const char *path, long *status, char **bo
     }
     char *q = strchr(p, '?');
     if (q) *q++ = '\0';
-    api_t a = {.store = store, .state_dir = state_dir, .started_at = util_now()};
+    core_t core = {.store = store, .state_dir = state_dir};
+    api_t a = {.store = store, .core = &core, .state_dir = state_dir, .started_at = util_now()};
     http_request_t req = {
         .method = "GET", .path = p, .query = q ? q : "", .body = "", .peer = "127.0.0.1:0"};
     http_response_t res = {0};

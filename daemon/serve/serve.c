@@ -82,15 +82,14 @@ typedef struct {
     store_t *store;
     sched_t *sched;
     http_server_t *http;
+    core_t core; /* the daemon's rules (core.h), which the API and the hook adapt */
     api_t api;
     hook_t *hook;            /* NULL without --agent-url, and once closed */
     events_hub_t *events;    /* the SSE streams of GET /v1/events/stream */
     mcp_http_t *mcp;         /* /mcp, the MCP endpoint (mcp_http.h) */
     metrics_t *metrics;      /* GET /metrics and its in-memory counters (metrics.h) */
     origin_policy_t *origin; /* the Host and Origin rules of every request */
-    worker_floor_t floor;    /* the engine's address-space floor (local runs of the engine) */
-    int have_floor;
-    executor_t *executor; /* --executor slurm; NULL = the scheduler's local one */
+    executor_t *executor;    /* --executor slurm; NULL = the scheduler's local one */
     uv_signal_t sigint, sigterm;
     uv_timer_t files; /* store_check_files every FILES_CHECK_MS */
     int lock_fd, dir_lock_fd;
@@ -531,16 +530,17 @@ static void measure_floor(daemon_t *d, const char *exe) {
     log_info("a sanitizer build: the engine's address-space floor is not counted");
     return;
 #endif
-    if (worker_floor_measure(exe, sched_max_threads(d->sched), &d->floor, err, sizeof err) < 0) {
+    worker_floor_t f;
+    if (worker_floor_measure(exe, sched_max_threads(d->sched), &f, err, sizeof err) < 0) {
         log_warn("%s; submissions are checked against their own memory only", err);
         return;
     }
-    d->have_floor = 1;
+    executor_local_set_floor(sched_executor(d->sched), &f); /* what admission asks of it */
     int threads = sched_default_threads(d->sched);
-    double mib = 1024.0 * 1024.0, floor = worker_floor(&d->floor, threads);
+    double mib = 1024.0 * 1024.0, floor = worker_floor(&f, threads);
     log_info("the engine maps %.0f MiB of address space with 1 thread, %.0f MiB with %d, before "
              "a run allocates anything",
-             ceil(d->floor.at_1 / mib), ceil(d->floor.at_max / mib), d->floor.max_threads);
+             ceil(f.at_1 / mib), ceil(f.at_max / mib), f.max_threads);
     if (d->o.memory_mb > 0 && d->o.memory_mb * mib < floor)
         log_warn("--memory-mb %d is below the %.0f MiB the engine maps with %d threads: every "
                  "submission that does not ask for fewer threads will be refused",
@@ -629,10 +629,18 @@ static void observe_cb(const char *path, int status, void *user) {
     metrics_count_request(((api_t *)user)->metrics, path, status);
 }
 
+/* Each delivery attempt of the agent hook, counted for GET /metrics. */
+static void hook_attempted_cb(int ok, void *user) {
+    metrics_count_hook_attempt(((daemon_t *)user)->metrics, ok);
+}
+
 /* The API, its event stream, the agent hook and the HTTP server; *port gets
  * the port bound. */
 static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
+    d->core = (core_t){
+        .store = d->store, .sched = d->sched, .state_dir = d->o.dir, .memory_mb = d->o.memory_mb};
     d->api = (api_t){.loop = &d->loop,
+                     .core = &d->core,
                      .store = d->store,
                      .sched = d->sched,
                      .state_dir = d->o.dir,
@@ -640,9 +648,7 @@ static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
                      .origin = d->origin,
                      .guard_reads = !http_host_is_loopback(d->o.host),
                      .default_dataset = d->o.dataset[0] ? d->o.dataset : NULL,
-                     .started_at = util_now(),
-                     .memory_mb = d->o.memory_mb,
-                     .floor = d->have_floor ? &d->floor : NULL};
+                     .started_at = util_now()};
     if (!(d->metrics = d->api.metrics = metrics_new(d->store, d->sched)))
         return util_errorf(err, errlen, "out of memory");
     if (!(d->events = d->api.events = events_hub_new(&d->loop, d->store, d->sched)))
@@ -652,7 +658,9 @@ static int start_api(daemon_t *d, int *port, char *err, size_t errlen) {
     if (d->o.agent_url[0]) {
         hook_opts_t ho = {.url = d->o.agent_url,
                           .secret = d->o.agent_secret,
-                          .api = &d->api,
+                          .core = &d->core,
+                          .attempted = hook_attempted_cb,
+                          .user = d,
                           .proposals_per_min = d->o.agent_rate};
         if (!(d->hook = hook_new(&d->loop, &ho, err, errlen))) return -1;
     }

@@ -197,22 +197,22 @@ typedef struct conn {
     /* A streaming response (see "streaming responses" below). */
     struct http_stream *stream; /* set by http_stream_open; freed with the connection */
     unsigned streaming : 1;     /* the head is sent: no more requests, no idle deadline */
-} conn_t;
+} srv_conn_t;
 
 /* A queued write: the formatted head, and the body taken from the response. */
 typedef struct {
     uv_write_t req;
-    conn_t *conn;
+    srv_conn_t *conn;
     int final; /* 0 for an interim "100 Continue" */
     char *body;
     char head[];
 } wreq_t;
 
-static void conn_close(conn_t *c);
-static void conn_process(conn_t *c);
-static void stream_begin(conn_t *c, const char *headers);
-static void stream_closed(conn_t *c);
-static int stream_put(conn_t *c, const char *data, size_t len);
+static void srv_conn_close(srv_conn_t *c);
+static void srv_conn_process(srv_conn_t *c);
+static void stream_begin(srv_conn_t *c, const char *headers);
+static void stream_closed(srv_conn_t *c);
+static int stream_put(srv_conn_t *c, const char *data, size_t len);
 
 /* ------------------------------------------------------- small helpers */
 
@@ -233,31 +233,31 @@ static const char *reason_phrase(int status) {
     return strcmp(r, "<unknown>") ? r : "Unknown";
 }
 
-static void conn_timer_cb(uv_timer_t *t);
+static void srv_conn_timer_cb(uv_timer_t *t);
 
 /* Arm the connection's single timer; 0 ms means no deadline. */
-static void conn_timer(conn_t *c, uint64_t ms) {
+static void srv_conn_timer(srv_conn_t *c, uint64_t ms) {
     if (c->raw_out) return;   /* fed without a loop (http_feed_raw): no timers */
     if (c->streaming) ms = 0; /* streams (SSE) are exempt from every deadline */
     if (ms == 0)
         uv_timer_stop(&c->timer);
     else
-        uv_timer_start(&c->timer, conn_timer_cb, ms, 0);
+        uv_timer_start(&c->timer, srv_conn_timer_cb, ms, 0);
 }
 
-static void conn_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *out);
-static void conn_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b);
+static void srv_conn_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *out);
+static void srv_conn_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b);
 
-static void conn_read_start(conn_t *c) {
+static void srv_conn_read_start(srv_conn_t *c) {
     if (c->reading || c->closing || c->raw_out) return;
-    if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc_cb, conn_read_cb) < 0) {
-        conn_close(c);
+    if (uv_read_start((uv_stream_t *)&c->tcp, srv_conn_alloc_cb, srv_conn_read_cb) < 0) {
+        srv_conn_close(c);
         return;
     }
     c->reading = 1;
 }
 
-static void conn_read_stop(conn_t *c) {
+static void srv_conn_read_stop(srv_conn_t *c) {
     if (!c->reading) return;
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
@@ -265,25 +265,25 @@ static void conn_read_stop(conn_t *c) {
 
 /* ------------------------------------------------------------ responses */
 
-static void conn_shutdown_cb(uv_shutdown_t *req, int status) {
-    conn_t *c = req->data;
-    if (status < 0) conn_close(c);
+static void srv_conn_shutdown_cb(uv_shutdown_t *req, int status) {
+    srv_conn_t *c = req->data;
+    if (status < 0) srv_conn_close(c);
 }
 
 /* After the last response: half-close, then discard input until the peer
  * closes or the linger deadline passes. */
-static void conn_linger(conn_t *c) {
+static void srv_conn_linger(srv_conn_t *c) {
     uint64_t ms = c->srv->lim.idle_timeout_ms;
     if (ms == 0 || ms > LINGER_MS) ms = LINGER_MS;
     c->lingering = 1;
     if (c->raw_out) return;
     c->shutdown.data = c;
-    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, conn_shutdown_cb) < 0) {
-        conn_close(c);
+    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, srv_conn_shutdown_cb) < 0) {
+        srv_conn_close(c);
         return;
     }
-    conn_timer(c, ms);
-    conn_read_start(c);
+    srv_conn_timer(c, ms);
+    srv_conn_read_start(c);
 }
 
 /* Has the peer closed its side? Reading stops while a response is written,
@@ -291,7 +291,7 @@ static void conn_linger(conn_t *c) {
  * read; a look (without taking it) tells. A client that shuts down only its
  * sending side counts as gone too, as for nginx: it is rare for HTTP, and the
  * work a gone client asked for is better not done. */
-static int peer_gone(conn_t *c) {
+static int peer_gone(srv_conn_t *c) {
     uv_os_fd_t fd;
     char b;
     if (c->raw_out || uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0) return 0;
@@ -299,30 +299,30 @@ static int peer_gone(conn_t *c) {
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-static void conn_write_cb(uv_write_t *req, int status) {
+static void srv_conn_write_cb(uv_write_t *req, int status) {
     wreq_t *w = (wreq_t *)req;
-    conn_t *c = w->conn;
+    srv_conn_t *c = w->conn;
     int final = w->final;
     free(w->body);
     free(w);
     if (c->closing) return;
     if (status < 0) {
-        conn_close(c);
+        srv_conn_close(c);
         return;
     }
     if (!final) return;
     c->writing = 0;
     if (c->last) {
-        conn_linger(c);
+        srv_conn_linger(c);
         return;
     }
     if (c->in_off < c->in.len && peer_gone(c)) {
-        conn_close(c); /* pipelined requests of a client that has gone are not served */
+        srv_conn_close(c); /* pipelined requests of a client that has gone are not served */
         return;
     }
-    conn_timer(c, c->srv->lim.idle_timeout_ms); /* idle from here, unless a request follows */
+    srv_conn_timer(c, c->srv->lim.idle_timeout_ms); /* idle from here, unless a request follows */
     c->idle_since = uv_now(c->srv->loop);
-    conn_process(c);
+    srv_conn_process(c);
 }
 
 /* The header lines every response carries: nosniff, so that no browser
@@ -342,9 +342,9 @@ static const char *safety_headers(const char *ctype) {
  * counted in Content-Length but not sent (HEAD). final = 0 writes an interim
  * response that does not change the connection state. On failure the
  * connection is closed. */
-static void conn_send(conn_t *c, int status, const char *ctype, char *body, size_t body_len,
-                      const char *extra, int head_only, int final) {
-    const char *conn_hdr = c->last ? "close" : "keep-alive";
+static void srv_conn_send(srv_conn_t *c, int status, const char *ctype, char *body, size_t body_len,
+                          const char *extra, int head_only, int final) {
+    const char *srv_conn_hdr = c->last ? "close" : "keep-alive";
     const char *fmt = "HTTP/1.1 %d %s\r\n"
                       "Content-Type: %s\r\n"
                       "Content-Length: %zu\r\n"
@@ -356,7 +356,7 @@ static void conn_send(conn_t *c, int status, const char *ctype, char *body, size
     int n;
     if (final && c->srv->observe) c->srv->observe(c->path, status, c->srv->user);
     if (final)
-        n = snprintf(NULL, 0, fmt, status, reason, ctype, body_len, conn_hdr, extra,
+        n = snprintf(NULL, 0, fmt, status, reason, ctype, body_len, srv_conn_hdr, extra,
                      safety_headers(ctype));
     else
         n = snprintf(NULL, 0, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
@@ -364,7 +364,7 @@ static void conn_send(conn_t *c, int status, const char *ctype, char *body, size
     w = malloc(sizeof *w + (size_t)n + 1);
     if (!w) goto fail;
     if (final)
-        snprintf(w->head, (size_t)n + 1, fmt, status, reason, ctype, body_len, conn_hdr, extra,
+        snprintf(w->head, (size_t)n + 1, fmt, status, reason, ctype, body_len, srv_conn_hdr, extra,
                  safety_headers(ctype));
     else
         snprintf(w->head, (size_t)n + 1, "HTTP/1.1 %d %s\r\n\r\n", status, reason);
@@ -373,7 +373,7 @@ static void conn_send(conn_t *c, int status, const char *ctype, char *body, size
         if (body && !head_only) bytebuf_append(c->raw_out, body, body_len);
         free(w);
         free(body);
-        if (final && c->last) conn_linger(c);
+        if (final && c->last) srv_conn_linger(c);
         return;
     }
     w->conn = c;
@@ -381,61 +381,61 @@ static void conn_send(conn_t *c, int status, const char *ctype, char *body, size
     w->body = body;
     uv_buf_t bufs[2] = {uv_buf_init(w->head, (unsigned)n), uv_buf_init(body, (unsigned)body_len)};
     unsigned nbufs = body && body_len && !head_only ? 2 : 1;
-    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs, conn_write_cb) < 0) goto fail;
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs, srv_conn_write_cb) < 0) goto fail;
     if (final) {
         /* A client that does not read its response is dropped after the idle time. */
         c->writing = 1;
-        conn_read_stop(c);
-        conn_timer(c, c->srv->lim.idle_timeout_ms);
+        srv_conn_read_stop(c);
+        srv_conn_timer(c, c->srv->lim.idle_timeout_ms);
     }
     return;
 fail:
     free(w);
     free(body);
-    conn_close(c);
+    srv_conn_close(c);
 }
 
 /* The server's own answer: the error envelope, then close. */
-static void conn_send_error(conn_t *c, int status, const char *code, const char *msg) {
+static void srv_conn_send_error(srv_conn_t *c, int status, const char *code, const char *msg) {
     http_response_t res = {0};
     http_error(&res, status, code, "%s", msg);
     c->last = 1;
     c->in_request = 0;
-    conn_send(c, status, res.content_type, res.body, res.body_len, "", 0, 1);
+    srv_conn_send(c, status, res.content_type, res.body, res.body_len, "", 0, 1);
 }
 
 /* authorize's refusal, then close. */
-static void conn_send_refusal(conn_t *c) {
+static void srv_conn_send_refusal(srv_conn_t *c) {
     http_response_t *no = &c->refusal;
     char *body = no->body;
     no->body = NULL;
     c->last = 1;
     c->in_request = 0;
-    conn_send(c, no->status, no->content_type ? no->content_type : "application/json", body,
-              no->body_len, no->headers, 0, 1);
+    srv_conn_send(c, no->status, no->content_type ? no->content_type : "application/json", body,
+                  no->body_len, no->headers, 0, 1);
 }
 
 /* ---------------------------------------------------- parser callbacks */
 
 /* Fail the request with status (answered by the server); returns the
  * parser's error value. */
-static int conn_reject(conn_t *c, int status, const char *msg) {
+static int srv_conn_reject(srv_conn_t *c, int status, const char *msg) {
     c->reject = status;
     c->reject_msg = msg;
     return -1;
 }
 
-static int count_header_bytes(conn_t *c, size_t n) {
+static int count_header_bytes(srv_conn_t *c, size_t n) {
     c->header_bytes += n;
     if (c->header_bytes > c->srv->lim.max_header_bytes)
-        return conn_reject(c, 431, "request headers are too large");
+        return srv_conn_reject(c, 431, "request headers are too large");
     return 0;
 }
 
 /* The buffers of the request being received, into bufs. Returns their
  * count, REQUEST_BUFS. */
 #define REQUEST_BUFS (N_HDRS + 2)
-static int request_bufs(conn_t *c, bytebuf_t **bufs) {
+static int request_bufs(srv_conn_t *c, bytebuf_t **bufs) {
     int n = 0;
     bufs[n++] = &c->url;
     for (int i = 0; i < N_HDRS; i++) bufs[n++] = &c->hdrs[i];
@@ -444,7 +444,7 @@ static int request_bufs(conn_t *c, bytebuf_t **bufs) {
 }
 
 static int on_message_begin(http_parser *p) {
-    conn_t *c = p->data;
+    srv_conn_t *c = p->data;
     bytebuf_t *bufs[REQUEST_BUFS];
     for (int i = 0, n = request_bufs(c, bufs); i < n; i++) bytebuf_reset(bufs[i]);
     if (c->body.cap > 65536) bytebuf_free(&c->body); /* a large body is not kept for the next */
@@ -461,19 +461,19 @@ static int on_message_begin(http_parser *p) {
     c->request_since = c->raw_out ? 0 : uv_now(c->srv->loop);
     const http_limits_t *lim = &c->srv->lim;
     uint64_t ms = lim->request_timeout_ms, h = lim->header_timeout_ms;
-    conn_timer(c, h && (!ms || h < ms) ? h : ms); /* the headers first */
+    srv_conn_timer(c, h && (!ms || h < ms) ? h : ms); /* the headers first */
     return 0;
 }
 
 static int on_url(http_parser *p, const char *at, size_t n) {
-    conn_t *c = p->data;
+    srv_conn_t *c = p->data;
     if (count_header_bytes(c, n)) return -1;
-    if (bytebuf_append(&c->url, at, n)) return conn_reject(c, 503, "out of memory");
+    if (bytebuf_append(&c->url, at, n)) return srv_conn_reject(c, 503, "out of memory");
     return 0;
 }
 
 static int on_header_field(http_parser *p, const char *at, size_t n) {
-    conn_t *c = p->data;
+    srv_conn_t *c = p->data;
     if (count_header_bytes(c, n)) return -1;
     if (c->in_value) { /* a new header starts */
         c->in_value = 0;
@@ -490,7 +490,7 @@ static int on_header_field(http_parser *p, const char *at, size_t n) {
 }
 
 /* Which header (HDR_*) the completed name is. */
-static int header_kind(const conn_t *c) {
+static int header_kind(const srv_conn_t *c) {
     for (int i = 0; i < N_HDRS; i++)
         if (c->field_len == strlen(header_names[i]) &&
             !memcmp(c->field, header_names[i], c->field_len))
@@ -499,29 +499,29 @@ static int header_kind(const conn_t *c) {
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t n) {
-    conn_t *c = p->data;
+    srv_conn_t *c = p->data;
     if (count_header_bytes(c, n)) return -1;
     if (!c->in_value) { /* the name is complete */
         c->in_value = 1;
         c->hdr = header_kind(c);
         if (c->hdr != HDR_OTHER) {
             if (c->hdr_seen & (1u << c->hdr))
-                return conn_reject(c, 400, "a header that must appear once is repeated");
+                return srv_conn_reject(c, 400, "a header that must appear once is repeated");
             c->hdr_seen |= 1u << c->hdr;
         }
     }
     if (c->hdr != HDR_OTHER && bytebuf_append(&c->hdrs[c->hdr], at, n))
-        return conn_reject(c, 503, "out of memory");
+        return srv_conn_reject(c, 503, "out of memory");
     return 0;
 }
 
 /* Split the URL into the decoded path and the raw query. */
-static int parse_target(conn_t *c) {
+static int parse_target(srv_conn_t *c) {
     struct http_parser_url u;
     http_parser_url_init(&u);
     if (c->url.len == 0 ||
         http_parser_parse_url(c->url.data, c->url.len, c->parser.method == HTTP_CONNECT, &u))
-        return conn_reject(c, 400, "invalid request target");
+        return srv_conn_reject(c, 400, "invalid request target");
     const char *raw = "/";
     size_t raw_len = 1;
     if (u.field_set & (1 << UF_PATH)) {
@@ -529,9 +529,9 @@ static int parse_target(conn_t *c) {
         raw_len = u.field_data[UF_PATH].len;
     }
     c->path = malloc(raw_len + 1);
-    if (!c->path) return conn_reject(c, 503, "out of memory");
+    if (!c->path) return srv_conn_reject(c, 503, "out of memory");
     if (pct_decode(raw, raw_len, 0, c->path, raw_len + 1) < 0)
-        return conn_reject(c, 400, "invalid percent-encoding in the path");
+        return srv_conn_reject(c, 400, "invalid percent-encoding in the path");
     if (u.field_set & (1 << UF_QUERY)) {
         char *q = c->url.data + u.field_data[UF_QUERY].off;
         q[u.field_data[UF_QUERY].len] = '\0'; /* cuts a fragment; url has room for the NUL */
@@ -541,12 +541,12 @@ static int parse_target(conn_t *c) {
 }
 
 /* Header h of the request being received, or NULL when it was not sent. */
-static const char *header(const conn_t *c, int h) {
+static const char *header(const srv_conn_t *c, int h) {
     return c->hdr_seen & (1u << h) ? bytebuf_str(&c->hdrs[h]) : NULL;
 }
 
 /* The request as the handler sees it; the body is whatever arrived so far. */
-static http_request_t conn_request(const conn_t *c) {
+static http_request_t srv_conn_request(const srv_conn_t *c) {
     const http_parser *p = &c->parser;
     return (http_request_t){
         .method = http_method_str((enum http_method)p->method),
@@ -573,15 +573,15 @@ static http_request_t conn_request(const conn_t *c) {
 }
 
 static int on_headers_complete(http_parser *p) {
-    conn_t *c = p->data;
+    srv_conn_t *c = p->data;
     const http_limits_t *lim = &c->srv->lim;
     if (parse_target(c)) return -1;
     if (lim->header_timeout_ms && !c->raw_out) { /* the rest of the request time for the body */
         uint64_t spent = uv_now(c->srv->loop) - c->request_since, ms = lim->request_timeout_ms;
-        conn_timer(c, ms ? (spent < ms ? ms - spent : 1) : 0);
+        srv_conn_timer(c, ms ? (spent < ms ? ms - spent : 1) : 0);
     }
     if (c->srv->authorize) { /* before a byte of the body is read or buffered */
-        http_request_t req = conn_request(c);
+        http_request_t req = srv_conn_request(c);
         http_response_t *no = &c->refusal;
         free(no->body);
         *no = (http_response_t){0};
@@ -589,14 +589,14 @@ static int on_headers_complete(http_parser *p) {
             if (no->status < 400 || no->status > 599 || !no->body)
                 http_error(no, 401, "unauthorized",
                            "this call needs the daemon's token (Authorization: Bearer TOKEN)");
-            return conn_reject(c, no->status, NULL);
+            return srv_conn_reject(c, no->status, NULL);
         }
     }
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > lim->max_body_bytes)
-        return conn_reject(c, 413, "request body is larger than the limit");
+        return srv_conn_reject(c, 413, "request body is larger than the limit");
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > 0 &&
         bytebuf_reserve(&c->body, (size_t)p->content_length))
-        return conn_reject(c, 503, "out of memory");
+        return srv_conn_reject(c, 503, "out of memory");
     /* A client that waits for "100 Continue" gets it only when a body fits. */
     /* Without a Content-Length, http-parser leaves content_length at ULLONG_MAX. */
     int has_body =
@@ -604,24 +604,24 @@ static int on_headers_complete(http_parser *p) {
     const char *expect = header(c, HDR_EXPECT);
     if (has_body && expect && !strcasecmp(expect, "100-continue") &&
         (p->http_major > 1 || (p->http_major == 1 && p->http_minor >= 1)))
-        conn_send(c, 100, NULL, NULL, 0, "", 0, 0);
+        srv_conn_send(c, 100, NULL, NULL, 0, "", 0, 0);
     return c->closing ? -1 : 0;
 }
 
 static int on_body(http_parser *p, const char *at, size_t n) {
-    conn_t *c = p->data;
+    srv_conn_t *c = p->data;
     if (bytebuf_append(&c->body, at, n))
-        return conn_reject(c, 413, "request body is larger than the limit");
+        return srv_conn_reject(c, 413, "request body is larger than the limit");
     return 0;
 }
 
 /* A complete request: call the handler and queue its response. */
 static int on_message_complete(http_parser *p) {
-    conn_t *c = p->data;
+    srv_conn_t *c = p->data;
     http_server_t *s = c->srv;
     c->in_request = 0;
-    conn_timer(c, 0);
-    http_request_t req = conn_request(c);
+    srv_conn_timer(c, 0);
+    http_request_t req = srv_conn_request(c);
     http_response_t res = {0};
     s->handler(&req, &res, s->user);
     /* The handler may have closed the server (and with it this connection). */
@@ -641,8 +641,8 @@ static int on_message_complete(http_parser *p) {
     }
     if (!res.body) res.body_len = 0;
     c->last = !http_should_keep_alive(p) || p->upgrade;
-    conn_send(c, res.status, res.content_type ? res.content_type : "application/json", res.body,
-              res.body_len, res.headers, p->method == HTTP_HEAD, 1);
+    srv_conn_send(c, res.status, res.content_type ? res.content_type : "application/json", res.body,
+                  res.body_len, res.headers, p->method == HTTP_HEAD, 1);
     http_parser_pause(p, 1); /* the next pipelined request waits for this write */
     return 0;
 }
@@ -661,7 +661,7 @@ static const http_parser_settings parser_settings = {
 
 /* Parse what is buffered until a response is in flight, the input runs out
  * or the connection ends; then wait for more input. */
-static void conn_process(conn_t *c) {
+static void srv_conn_process(srv_conn_t *c) {
     while (!c->closing && !c->writing && !c->lingering && c->in_off < c->in.len) {
         size_t avail = c->in.len - c->in_off;
         size_t n = http_parser_execute(&c->parser, &parser_settings, c->in.data + c->in_off, avail);
@@ -674,21 +674,22 @@ static void conn_process(conn_t *c) {
         }
         if (e != HPE_OK) {
             if (c->refusal.body)
-                conn_send_refusal(c);
+                srv_conn_send_refusal(c);
             else if (c->reject == 413)
-                conn_send_error(c, 413, "body_too_large", c->reject_msg);
+                srv_conn_send_error(c, 413, "body_too_large", c->reject_msg);
             else if (c->reject == 431 || e == HPE_HEADER_OVERFLOW)
-                conn_send_error(c, 431, "headers_too_large", "request headers are too large");
+                srv_conn_send_error(c, 431, "headers_too_large", "request headers are too large");
             else if (c->reject == 503)
-                conn_send_error(c, 503, "unavailable", c->reject_msg);
+                srv_conn_send_error(c, 503, "unavailable", c->reject_msg);
             else if (c->reject)
-                conn_send_error(c, c->reject, "bad_request", c->reject_msg);
+                srv_conn_send_error(c, c->reject, "bad_request", c->reject_msg);
             else
-                conn_send_error(c, 400, "bad_request", http_errno_description(e)); /* static text */
+                srv_conn_send_error(c, 400, "bad_request",
+                                    http_errno_description(e)); /* static text */
             return;
         }
         if (c->parser.upgrade && !c->writing) { /* protocol switch: not supported */
-            conn_send_error(c, 400, "bad_request", "protocol upgrades are not supported");
+            srv_conn_send_error(c, 400, "bad_request", "protocol upgrades are not supported");
             return;
         }
     }
@@ -698,38 +699,38 @@ static void conn_process(conn_t *c) {
     /* The idle timer was armed on accept or when the last response was written;
      * bytes that start no request (blank lines) do not extend it. */
     if (c->writing) return;
-    conn_read_start(c);
+    srv_conn_read_start(c);
 }
 
 /* Reads land directly in the free tail of the input buffer. */
-static void conn_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *out) {
-    conn_t *c = h->data;
+static void srv_conn_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *out) {
+    srv_conn_t *c = h->data;
     *out = uv_buf_init(NULL, 0);
     if (bytebuf_reserve(&c->in, READ_CHUNK)) return; /* read_cb gets UV_ENOBUFS */
     *out = uv_buf_init(c->in.data + c->in.len, (unsigned)(c->in.cap - c->in.len - 1));
 }
 
-static void conn_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
-    conn_t *c = st->data;
+static void srv_conn_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *b) {
+    srv_conn_t *c = st->data;
     if (c->closing) return;
     if (nread < 0) { /* EOF or error; reading is stopped while a response is queued */
-        conn_close(c);
+        srv_conn_close(c);
         return;
     }
     if (c->lingering || c->streaming || nread == 0) return; /* discard */
     bytebuf_commit(&c->in, (size_t)nread);
-    conn_process(c);
+    srv_conn_process(c);
 }
 
-static void conn_timer_cb(uv_timer_t *t) {
-    conn_t *c = t->data;
+static void srv_conn_timer_cb(uv_timer_t *t) {
+    srv_conn_t *c = t->data;
     if (c->closing) return;
     if (c->in_request && !c->writing && !c->lingering) {
-        conn_read_stop(c);
-        conn_send_error(c, 408, "request_timeout", "the request was not received in time");
+        srv_conn_read_stop(c);
+        srv_conn_send_error(c, 408, "request_timeout", "the request was not received in time");
         return;
     }
-    conn_close(c); /* idle, a write the peer does not read, or the linger time */
+    srv_conn_close(c); /* idle, a write the peer does not read, or the linger time */
 }
 
 /* One handle-owning object (the listener or a connection) of s is gone; the
@@ -745,7 +746,7 @@ static void server_release(http_server_t *s) {
 
 /* The empty buffers of a new connection: the body capped by the server's
  * limit, the others only by memory (the header bytes are counted apart). */
-static void conn_init_bufs(conn_t *c) {
+static void srv_conn_init_bufs(srv_conn_t *c) {
     bytebuf_t *bufs[REQUEST_BUFS];
     for (int i = 0, n = request_bufs(c, bufs); i < n; i++) bytebuf_init(bufs[i], BYTEBUF_UNLIMITED);
     bytebuf_init(&c->body, c->srv->lim.max_body_bytes);
@@ -753,7 +754,7 @@ static void conn_init_bufs(conn_t *c) {
 }
 
 /* Free a connection and everything it owns (its handles are closed). */
-static void conn_free(conn_t *c) {
+static void srv_conn_free(srv_conn_t *c) {
     bytebuf_t *bufs[REQUEST_BUFS];
     for (int i = 0, n = request_bufs(c, bufs); i < n; i++) bytebuf_free(bufs[i]);
     bytebuf_free(&c->in);
@@ -763,16 +764,16 @@ static void conn_free(conn_t *c) {
     free(c);
 }
 
-static void conn_close_cb(uv_handle_t *h) {
-    conn_t *c = h->data;
+static void srv_conn_close_cb(uv_handle_t *h) {
+    srv_conn_t *c = h->data;
     if (--c->open_handles > 0) return;
     http_server_t *s = c->srv;
-    conn_free(c);
+    srv_conn_free(c);
     server_release(s);
 }
 
 /* Start closing (idempotent). Memory goes in the close callbacks. */
-static void conn_close(conn_t *c) {
+static void srv_conn_close(srv_conn_t *c) {
     if (c->closing) return;
     http_server_t *s = c->srv;
     c->closing = 1;
@@ -789,11 +790,11 @@ static void conn_close(conn_t *c) {
         s->nconns--;
     else
         s->nrejecting--;
-    uv_close((uv_handle_t *)&c->timer, conn_close_cb);
-    uv_close((uv_handle_t *)&c->tcp, conn_close_cb);
+    uv_close((uv_handle_t *)&c->timer, srv_conn_close_cb);
+    uv_close((uv_handle_t *)&c->tcp, srv_conn_close_cb);
 }
 
-static void format_peer(conn_t *c) {
+static void format_peer(srv_conn_t *c) {
     struct sockaddr_storage ss;
     int len = sizeof ss;
     char ip[INET6_ADDRSTRLEN] = "?";
@@ -825,16 +826,16 @@ static void format_peer(conn_t *c) {
 }
 
 /* Waiting for a request with nothing of one received? */
-static int conn_is_idle(const conn_t *c) {
+static int srv_conn_is_idle(const srv_conn_t *c) {
     return c->counted && !c->closing && !c->in_request && !c->writing && !c->lingering &&
            c->in.len == 0;
 }
 
 /* The oldest idle connection, of address addr only when addr is given. */
-static conn_t *oldest_idle(http_server_t *s, const char *addr) {
-    conn_t *best = NULL;
-    for (conn_t *o = s->conns; o; o = o->next)
-        if (conn_is_idle(o) && (!addr || !strcmp(o->addr, addr)) &&
+static srv_conn_t *oldest_idle(http_server_t *s, const char *addr) {
+    srv_conn_t *best = NULL;
+    for (srv_conn_t *o = s->conns; o; o = o->next)
+        if (srv_conn_is_idle(o) && (!addr || !strcmp(o->addr, addr)) &&
             (!best || o->idle_since <= best->idle_since))
             best = o;
     return best;
@@ -843,10 +844,10 @@ static conn_t *oldest_idle(http_server_t *s, const char *addr) {
 /* The connection that has been sending one request for the longest, when
  * that is longer than SLOW_SENDER_MS (of address addr only when addr is
  * given): a client with something to say says it in milliseconds. */
-static conn_t *slowest_sender(http_server_t *s, const char *addr) {
+static srv_conn_t *slowest_sender(http_server_t *s, const char *addr) {
     uint64_t now = uv_now(s->loop);
-    conn_t *best = NULL;
-    for (conn_t *o = s->conns; o; o = o->next)
+    srv_conn_t *best = NULL;
+    for (srv_conn_t *o = s->conns; o; o = o->next)
         if (o->counted && !o->closing && o->in_request && !o->writing &&
             now - o->request_since > SLOW_SENDER_MS && (!addr || !strcmp(o->addr, addr)) &&
             (!best || o->request_since <= best->request_since))
@@ -856,24 +857,25 @@ static conn_t *slowest_sender(http_server_t *s, const char *addr) {
 
 /* May c be served under the caps? Closes an idle connection, else a slow
  * sender, to make room. */
-static int conn_admit(http_server_t *s, conn_t *c) {
+static int srv_conn_admit(http_server_t *s, srv_conn_t *c) {
     int loopback = !strcmp(c->addr, "loopback");
     int per = loopback ? s->lim.max_loopback : s->lim.max_per_client, lim = s->lim.max_connections;
     if (per > 0) {
         int mine = 0;
-        for (conn_t *o = s->conns; o; o = o->next) mine += o->counted && !strcmp(o->addr, c->addr);
+        for (srv_conn_t *o = s->conns; o; o = o->next)
+            mine += o->counted && !strcmp(o->addr, c->addr);
         if (mine >= per) {
-            conn_t *victim = oldest_idle(s, c->addr);
+            srv_conn_t *victim = oldest_idle(s, c->addr);
             if (!victim) victim = slowest_sender(s, c->addr);
             if (!victim) return 0;
-            conn_close(victim);
+            srv_conn_close(victim);
         }
     }
     if (lim > 0 && s->nconns >= lim) {
-        conn_t *victim = oldest_idle(s, NULL);
+        srv_conn_t *victim = oldest_idle(s, NULL);
         if (!victim) victim = slowest_sender(s, NULL);
         if (!victim) return 0;
-        conn_close(victim);
+        srv_conn_close(victim);
     }
     return 1;
 }
@@ -881,13 +883,13 @@ static int conn_admit(http_server_t *s, conn_t *c) {
 static void server_connection_cb(uv_stream_t *ls, int status) {
     http_server_t *s = ls->data;
     if (status < 0 || s->closing) return;
-    conn_t *c = calloc(1, sizeof *c);
+    srv_conn_t *c = calloc(1, sizeof *c);
     /* Out of memory: libuv keeps the connection and pauses accepting until the
      * next uv_accept; nothing better can be done without memory. */
     if (!c) return;
     c->srv = s;
     c->query = "";
-    conn_init_bufs(c);
+    srv_conn_init_bufs(c);
     if (uv_timer_init(s->loop, &c->timer) < 0) {
         free(c);
         return;
@@ -897,35 +899,35 @@ static void server_connection_cb(uv_stream_t *ls, int status) {
     s->pending++;
     if (uv_tcp_init(s->loop, &c->tcp) < 0) {
         c->closing = 1; /* never linked: only the timer to close */
-        uv_close((uv_handle_t *)&c->timer, conn_close_cb);
+        uv_close((uv_handle_t *)&c->timer, srv_conn_close_cb);
         return;
     }
     c->tcp.data = c;
     c->open_handles = 2;
-    /* Linked and counted before anything else can fail, so conn_close applies. */
+    /* Linked and counted before anything else can fail, so srv_conn_close applies. */
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;
     s->conns = c;
     int lim = s->lim.max_connections;
     s->nrejecting++; /* until admitted below */
     if (uv_accept(ls, (uv_stream_t *)&c->tcp) < 0) {
-        conn_close(c);
+        srv_conn_close(c);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
     format_peer(c);
-    c->counted = conn_admit(s, c);
+    c->counted = srv_conn_admit(s, c);
     if (c->counted) {
         s->nrejecting--;
         s->nconns++;
     } else {
         /* Answer 503 while the rejected ones are few; beyond that just close. */
         if (s->nrejecting > (lim > 16 ? lim : 16)) {
-            conn_close(c);
+            srv_conn_close(c);
             return;
         }
-        conn_send_error(c, 503, "too_many_connections",
-                        "the server has too many connections (from this address or in all)");
+        srv_conn_send_error(c, 503, "too_many_connections",
+                            "the server has too many connections (from this address or in all)");
         return;
     }
     http_parser_init(&c->parser, HTTP_REQUEST);
@@ -933,19 +935,19 @@ static void server_connection_cb(uv_stream_t *ls, int status) {
     /* The first request must start within the first-byte timeout (or the
      * idle timeout, when that is shorter). */
     uint64_t first = s->lim.first_byte_timeout_ms, idle = s->lim.idle_timeout_ms;
-    conn_timer(c, first && (!idle || first < idle) ? first : idle);
+    srv_conn_timer(c, first && (!idle || first < idle) ? first : idle);
     c->idle_since = uv_now(s->loop);
-    conn_read_start(c);
+    srv_conn_read_start(c);
 }
 
 /* ------------------------------------------------- streaming responses */
 
 /* A stream belongs to its connection: it is allocated by http_stream_open,
- * told to its owner by closed() in conn_close and freed in the connection's
+ * told to its owner by closed() in srv_conn_close and freed in the connection's
  * close callback. Stream writes carry their own bytes and never touch the
  * request/response state above (the parser stays paused for good). */
 struct http_stream {
-    conn_t *conn; /* NULL once closed */
+    srv_conn_t *conn; /* NULL once closed */
     http_stream_closed_fn closed;
     void *arg;
     const char *content_type; /* static string */
@@ -968,9 +970,9 @@ typedef struct {
 
 /* The end of a finished stream: what was queued is written; close as a
  * response with Connection: close ends, by a lingering close. */
-static void stream_done(conn_t *c) {
+static void stream_done(srv_conn_t *c) {
     c->streaming = 0; /* the linger deadline applies again */
-    conn_linger(c);
+    srv_conn_linger(c);
 }
 
 static void stream_write_cb(uv_write_t *req, int status) {
@@ -980,14 +982,14 @@ static void stream_write_cb(uv_write_t *req, int status) {
     free(w);
     if (!st->conn || st->conn->closing) return;
     if (status < 0)
-        conn_close(st->conn);
+        srv_conn_close(st->conn);
     else if (st->queued == 0 && st->finishing)
         stream_done(st->conn);
     else if (st->queued == 0 && st->drained)
         st->drained(st, st->arg);
 }
 
-static int stream_queue(conn_t *c, const char *data, size_t len) {
+static int stream_queue(srv_conn_t *c, const char *data, size_t len) {
     http_stream_t *st = c->stream;
     if (c->closing || !st || st->queued + len > HTTP_STREAM_MAX_QUEUED) return -1;
     swrite_t *w = malloc(sizeof *w + len);
@@ -1007,7 +1009,7 @@ static int stream_queue(conn_t *c, const char *data, size_t len) {
 http_stream_t *http_stream_open(const http_request_t *req, http_response_t *res,
                                 const char *content_type, const char *initial, size_t len,
                                 http_stream_closed_fn closed, void *arg) {
-    conn_t *c = req->conn;
+    srv_conn_t *c = req->conn;
     http_stream_t *st = calloc(1, sizeof *st);
     char *head = malloc(len + 1);
     if (!st || !head || c->stream) {
@@ -1031,14 +1033,14 @@ http_stream_t *http_stream_open(const http_request_t *req, http_response_t *res,
 
 /* After the handler opened a stream: send the head (with the response's
  * extra header lines) and the initial bytes. */
-static void stream_begin(conn_t *c, const char *headers) {
+static void stream_begin(srv_conn_t *c, const char *headers) {
     http_stream_t *st = c->stream;
     if (st->deferred) { /* http_defer: nothing is sent until the answer */
         snprintf(st->headers, sizeof st->headers, "%s", headers);
         c->streaming = 1; /* no deadline, input discarded */
         c->last = 1;
-        conn_timer(c, 0);
-        conn_read_start(c); /* to notice the client going away */
+        srv_conn_timer(c, 0);
+        srv_conn_read_start(c); /* to notice the client going away */
         return;
     }
     char head[512 + HTTP_MAX_EXTRA_HEADERS];
@@ -1053,21 +1055,21 @@ static void stream_begin(conn_t *c, const char *headers) {
                      safety_headers(st->content_type));
     c->streaming = 1;
     c->last = 1;
-    conn_timer(c, 0);
+    srv_conn_timer(c, 0);
     if (c->srv->observe) c->srv->observe(c->path, 200, c->srv->user);
     int rc = n > 0 && n < (int)sizeof head ? stream_queue(c, head, (size_t)n) : -1;
     if (rc == 0 && st->initial_len) rc = stream_put(c, st->initial, st->initial_len);
     free(st->initial);
     st->initial = NULL;
     if (rc < 0) {
-        conn_close(c);
+        srv_conn_close(c);
         return;
     }
-    conn_read_start(c); /* only to notice the peer going away; input is discarded */
+    srv_conn_read_start(c); /* only to notice the peer going away; input is discarded */
 }
 
-/* From conn_close: tell the stream's owner, once. */
-static void stream_closed(conn_t *c) {
+/* From srv_conn_close: tell the stream's owner, once. */
+static void stream_closed(srv_conn_t *c) {
     http_stream_t *st = c->stream;
     if (!st || !st->conn) return;
     st->conn = NULL;
@@ -1077,7 +1079,7 @@ static void stream_closed(conn_t *c) {
 }
 
 /* Queue len bytes of the body: as they are, or as one chunk. */
-static int stream_put(conn_t *c, const char *data, size_t len) {
+static int stream_put(srv_conn_t *c, const char *data, size_t len) {
     if (!c->stream->chunked || len == 0) return len ? stream_queue(c, data, len) : 0;
     char hdr[24];
     int h = snprintf(hdr, sizeof hdr, "%zx\r\n", len);
@@ -1105,7 +1107,7 @@ void http_stream_chunked(http_stream_t *st) {
 }
 
 void http_stream_end(http_stream_t *st) {
-    if (st->conn) conn_close(st->conn);
+    if (st->conn) srv_conn_close(st->conn);
 }
 
 void http_stream_on_drain(http_stream_t *st, http_stream_closed_fn drained) {
@@ -1113,10 +1115,10 @@ void http_stream_on_drain(http_stream_t *st, http_stream_closed_fn drained) {
 }
 
 void http_stream_finish(http_stream_t *st) {
-    conn_t *c = st->conn;
+    srv_conn_t *c = st->conn;
     if (!c || c->closing || st->finishing) return;
     if (st->chunked && c->streaming && stream_queue(c, "0\r\n\r\n", 5) < 0) {
-        conn_close(c); /* no last chunk: the client sees the body cut */
+        srv_conn_close(c); /* no last chunk: the client sees the body cut */
         return;
     }
     st->finishing = 1;
@@ -1125,7 +1127,7 @@ void http_stream_finish(http_stream_t *st) {
 
 http_stream_t *http_defer(const http_request_t *req, http_response_t *res,
                           http_stream_closed_fn closed, void *arg) {
-    conn_t *c = req->conn;
+    srv_conn_t *c = req->conn;
     if (!c || c->raw_out) {
         http_error(res, 503, "unavailable", "this answer cannot be deferred here");
         return NULL;
@@ -1136,7 +1138,7 @@ http_stream_t *http_defer(const http_request_t *req, http_response_t *res,
 }
 
 void http_deferred_reply(http_stream_t *st, http_response_t *res) {
-    conn_t *c = st->conn;
+    srv_conn_t *c = st->conn;
     st->closed = NULL;
     if (!c || c->closing || !c->streaming) {
         free(res->body);
@@ -1149,9 +1151,10 @@ void http_deferred_reply(http_stream_t *st, http_response_t *res) {
     snprintf(headers, sizeof headers, "%s%s", st->headers, res->headers);
     c->streaming = 0;
     c->last = 1;
-    conn_read_stop(c);
-    conn_send(c, res->status, res->content_type ? res->content_type : "application/json", res->body,
-              res->body ? res->body_len : 0, headers, c->parser.method == HTTP_HEAD, 1);
+    srv_conn_read_stop(c);
+    srv_conn_send(c, res->status, res->content_type ? res->content_type : "application/json",
+                  res->body, res->body ? res->body_len : 0, headers, c->parser.method == HTTP_HEAD,
+                  1);
     res->body = NULL;
 }
 
@@ -1256,7 +1259,7 @@ void http_server_close(http_server_t *s, void (*done)(void *arg), void *arg) {
     s->done = done;
     s->done_arg = arg;
     uv_close((uv_handle_t *)&s->listener, listener_close_cb);
-    while (s->conns) conn_close(s->conns);
+    while (s->conns) srv_conn_close(s->conns);
 }
 
 /* -------------------------------------------------------------- helpers */
@@ -1454,14 +1457,14 @@ void http_feed_raw(const char *data, size_t len, http_handler_fn handler,
                    http_authorize_fn authorize, void *user, char **out, size_t *out_len) {
     http_server_t srv = {.handler = handler, .user = user, .authorize = authorize};
     bytebuf_t result;
-    conn_t *c = calloc(1, sizeof *c);
+    srv_conn_t *c = calloc(1, sizeof *c);
     *out = NULL;
     *out_len = 0;
     if (!c) return;
     bytebuf_init(&result, BYTEBUF_UNLIMITED);
     http_limits_default(&srv.lim);
     c->srv = &srv;
-    conn_init_bufs(c);
+    srv_conn_init_bufs(c);
     c->raw_out = &result;
     c->counted = 1;
     c->query = "";
@@ -1469,7 +1472,7 @@ void http_feed_raw(const char *data, size_t len, http_handler_fn handler,
     snprintf(c->addr, sizeof c->addr, "127.0.0.1");
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
-    if (bytebuf_append(&c->in, data, len) == 0) conn_process(c);
-    conn_free(c);
+    if (bytebuf_append(&c->in, data, len) == 0) srv_conn_process(c);
+    srv_conn_free(c);
     *out = bytebuf_take(&result, out_len);
 }

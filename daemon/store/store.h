@@ -443,6 +443,11 @@ int store_add_hook_delivery(store_t *s, const store_hook_delivery_t *d, char *er
 /* --- the event log (schema/006_events.sql; the feed is described in
  * daemon/serve/events.h, the webhook in daemon/hook/hook.h) --- */
 
+/* The event types the daemon writes (the first by the store's trigger). */
+#define STORE_EVENT_FINISHED "experiment.finished"
+#define STORE_EVENT_EMPTY    "queue.empty"
+#define STORE_EVENT_REJECTED "experiment.rejected"
+
 /* Append an event; payload_json is a JSON object's text (NULL = {}),
  * experiment_id 0 for none. *id (may be NULL) gets the new id. */
 int store_event_add(store_t *s, const char *type, int64_t experiment_id, const char *payload_json,
@@ -502,5 +507,15 @@ void store_export_close(store_export_t *x);
 /* The export's keys in order (an array of strings, as
  * store_leaderboard_columns), from the store's own connection. */
 cJSON *store_export_columns(store_t *s);
+
+/* The schema after every migration as text (schema/current.sql, daemon/store/
+ * schema.c): store_migrations applied to a new database at path, then its
+ * CREATE statements, tables, indexes, views and triggers, each kind by name.
+ * *out is malloc'd, owned by the caller. */
+int store_schema_text(const char *path, char **out, char *err, size_t errlen);
+
+/* `nightshift schema`: that text on stdout, from a database in a temporary
+ * directory removed after. */
+int store_schema_main(int argc, char **argv);
 
 #endif

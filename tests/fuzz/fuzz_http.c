@@ -19,6 +19,7 @@
 #define TOKEN "fuzz-token" /* the seeds' Authorization: Bearer fuzz-token */
 
 static api_t api;
+static core_t core;
 static uv_loop_t loop;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -41,8 +42,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     sched_t *sched = sched_new(&loop, store, &so, err, sizeof err);
     if (!sched) goto fail;
     sched_shutdown(sched, NULL, NULL); /* nothing runs: sched_kick does nothing */
-    api = (api_t){
-        .store = store, .sched = sched, .state_dir = dir, .token = TOKEN, .started_at = util_now()};
+    core = (core_t){.store = store, .sched = sched, .state_dir = dir};
+    api = (api_t){.store = store,
+                  .core = &core,
+                  .sched = sched,
+                  .state_dir = dir,
+                  .token = TOKEN,
+                  .started_at = util_now()};
     return 0;
 fail:
     fprintf(stderr, "fuzz_http: %s\n", err);
