@@ -239,7 +239,7 @@ asan:
 # Integration: the nightshift binary, the daemon, servers and workers.
 UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
                store strategy threads tok
-INTEGRATION_SUITES := agent asha bridge client cost daemon data events grad_cli guard hook isa loop \
+INTEGRATION_SUITES := agent asha bridge client cost daemon data events flops grad_cli guard hook isa loop \
                       mcp metrics newuser offline report run sealed search_py slurm slurm_fake train \
                       worker
 EMPTY :=

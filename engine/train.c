@@ -4,9 +4,11 @@
  * until the spec's budget is spent (the step in flight completes), evaluate
  * val_bpb on the dataset's pinned validation tokens and print autoresearch's
  * summary block. The budget is either measured training wall time
- * (time_budget_s) or training tokens (token_budget); the learning-rate and
- * weight-decay schedules follow progress through that budget, so with a token
- * budget no clock enters the arithmetic and a run is bit-identical for a seed
+ * (time_budget_s), training tokens (token_budget) or model FLOPs
+ * (flops_budget, a token budget of flops_budget / flops_per_token); the
+ * learning-rate and weight-decay schedules follow progress through that
+ * budget, so with a token or FLOPs budget no clock enters the arithmetic and
+ * a run is bit-identical for a seed
  * and thread count. This is exactly what a daemon worker runs, so its outputs
  * are a contract (engine/protocol.h writes it down):
  *
@@ -378,10 +380,13 @@ static void print_progress(run_t *r, int step, double pct, double loss, double l
 /* ------------------------------------------------------------------- train */
 
 /* The budget and the counters of the step loop. Exactly one of the two
- * budgets is nonzero (spec_validate). */
+ * budgets is nonzero (spec_validate); a FLOPs budget is the token budget
+ * flops_budget / flops_per_token, so the run stops at the first step whose
+ * model FLOPs reach it. */
 typedef struct {
     double time_budget;     /* seconds of training, or 0 */
     double token_budget;    /* training tokens, or 0 */
+    double flops_budget;    /* the spec's FLOPs budget (token_budget follows it), or 0 */
     double tokens_per_step; /* accum x B x T */
     double training_time;   /* seconds spent in optimiser steps so far */
     int step;               /* optimiser steps done */
@@ -393,15 +398,20 @@ static void announce(run_t *r, const loop_t *l) {
     fprintf(stderr,
             "train: %s | dataset %s (%zu train / %zu val tokens, vocab %d) | %.2fM params | "
             "%d threads | %s kernels, %s products, %s BLAS | peak %.1f GFLOP/s (%s, %s) | budget "
-            "%.0f%s | %s "
+            "%.6g%s | %s "
             "sampler | "
             "%d x %d x %d tokens/step\n",
             s->name ? s->name : "(unnamed)", s->dataset, r->data.n_train, r->data.n_val,
             s->model.vocab_size, r->cost.total / 1e6, r->threads, gemm_isa_name(gemm_current()),
             gemm_precision_name(gemm_current_precision()), calibrate_blas_core(), r->peak.gflops,
-            r->peak.isa, r->peak_source, l->token_budget > 0 ? l->token_budget : l->time_budget,
-            l->token_budget > 0 ? " tokens" : "s", spec_sampler_name(s->train.sampler), r->accum,
-            r->B, r->T);
+            r->peak.isa, r->peak_source,
+            l->flops_budget > 0   ? l->flops_budget
+            : l->token_budget > 0 ? l->token_budget
+                                  : l->time_budget,
+            l->flops_budget > 0   ? " FLOPs"
+            : l->token_budget > 0 ? " tokens"
+                                  : "s",
+            spec_sampler_name(s->train.sampler), r->accum, r->B, r->T);
     cJSON *start = event(PROTO_EV_START);
     cJSON_AddNumberToObject(start, "pid", getpid());
     result_values_t counts = {0};
@@ -420,6 +430,7 @@ static void announce(run_t *r, const loop_t *l) {
     cJSON_AddNumberToObject(start, "threads", r->threads);
     cJSON_AddNumberToObject(start, "time_budget_s", l->time_budget);
     cJSON_AddNumberToObject(start, "token_budget", l->token_budget);
+    cJSON_AddNumberToObject(start, "flops_budget", l->flops_budget);
     cJSON_AddNumberToObject(start, "tokens_per_step", l->tokens_per_step);
     cJSON_AddNumberToObject(start, "vocab_size", s->model.vocab_size);
     emit(r, start);
@@ -640,7 +651,10 @@ static int train_run(const train_opts_t *o) {
         goto done;
     }
     loop_t l = {.time_budget = r.spec.time_budget_s,
-                .token_budget = (double)r.spec.token_budget,
+                .token_budget = r.spec.flops_budget > 0
+                                    ? r.spec.flops_budget / r.cost.flops_per_token
+                                    : (double)r.spec.token_budget,
+                .flops_budget = r.spec.flops_budget,
                 .tokens_per_step = (double)r.spec.train.total_batch_tokens};
     announce(&r, &l);
 
@@ -670,8 +684,8 @@ static void train_usage(FILE *out) {
     fprintf(out, "usage: nightshift train [--dir DIR] [--progress PATH | --progress-fd N]\n"
                  "                        [--save CKPT.safetensors] [--peak-gflops G] SPEC.json\n"
                  "Trains SPEC's model on DIR/datasets/<spec.dataset> (DIR default: state) for\n"
-                 "spec.time_budget_s seconds or spec.token_budget tokens of training, then\n"
-                 "prints val_bpb and the summary.\n"
+                 "spec.time_budget_s seconds, spec.token_budget tokens or spec.flops_budget\n"
+                 "model FLOPs of training, then prints val_bpb and the summary.\n"
                  "Exit: " PROTO_EXIT_HELP ".\n");
 }
 

@@ -31,7 +31,7 @@ static const cmd_help_t ls_help = {
     "                    within one scope (a dataset, budget and evaluation, as\n"
     "                    `nightshift best` picks it: --budget and --eval-tokens\n"
     "                    choose another), named on the first line\n"
-    "  --budget B        with --order val_bpb: time:SECONDS or tokens:N\n"
+    "  --budget B        with --order val_bpb: time:SECONDS, tokens:N or flops:N\n"
     "  --eval-tokens N   with --order val_bpb: validation tokens scored\n"
     "  --after ID        the page after the row with id ID\n"
     "  --json            the daemon's JSON as is\n" CMD_OFFLINE_HELP};

@@ -237,6 +237,9 @@ static void title(doc_t *d, const cJSON *r) {
     if (kind && !strcmp(kind, "tokens"))
         snprintf(t, sizeof t, "Night report: %.64s, %.0f tokens a run", str(r, "dataset"),
                  num(r, "budget"));
+    else if (kind && !strcmp(kind, "flops"))
+        snprintf(t, sizeof t, "Night report: %.64s, %.3g FLOPs a run", str(r, "dataset"),
+                 num(r, "budget"));
     else
         snprintf(t, sizeof t, "Night report: %.64s, %g s a run", str(r, "dataset"),
                  num(r, "budget"));
