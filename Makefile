@@ -240,7 +240,7 @@ asan:
 UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
                store strategy threads tok
 INTEGRATION_SUITES := agent asha bridge client cost daemon data events flops grad_cli guard hook isa loop \
-                      mcp metrics newuser offline report run sealed search_py slurm slurm_fake train \
+                      mcp metrics newuser offline report run sealed search_py share slurm slurm_fake train \
                       worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
