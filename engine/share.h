@@ -20,6 +20,7 @@
 
 #define SHARE_QUIET_WAIT  0.05 /* a step is quiet when its threads waited less than this */
 #define SHARE_QUIET_STEPS 5    /* quiet steps needed for a reference of the run's own */
+#define SHARE_SLOWED      1.2  /* a run this much slower than quiet is flagged (ls, report) */
 
 /* What the kernel has counted so far. */
 typedef struct {

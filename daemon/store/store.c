@@ -106,7 +106,7 @@ enum {
     " e.finished AS finished, e.dataset AS dataset, e.budget_kind AS budget_kind,"                 \
     " e.budget AS budget, e.eval_tokens AS eval_tokens, e.rung AS rung,"                           \
     " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"                             \
-    " r.params_total AS params_total"                                                              \
+    " r.params_total AS params_total, r.slowdown AS slowdown"                                      \
     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id)"                           \
     " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND (?4 IS NULL OR dataset = ?4) AND"      \
     " (?5 IS NULL OR (budget_kind = ?5 AND budget = ?6 AND eval_tokens = ?7)) AND "
@@ -273,7 +273,9 @@ static const char *const stmt_sql[ST_COUNT] = {
                       " e.started AS started, e.finished AS finished,"
                       " (julianday(e.started) - 2440587.5) * 86400.0 AS started_s,"
                       " (julianday(e.finished) - 2440587.5) * 86400.0 AS finished_s,"
-                      " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb"
+                      " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"
+                      " r.slowdown AS slowdown, r.slowdown_cost_bpb AS slowdown_cost_bpb,"
+                      " r.cpu_share AS cpu_share, r.others_cpu_share AS others_cpu_share"
                       " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
                       " WHERE e.dataset = ?1 AND e.budget_kind = ?2 AND e.budget = ?3"
                       " AND e.eval_tokens = ?4 ORDER BY e.id",
