@@ -242,3 +242,20 @@ Test(share, cost_extrapolates_the_loss_curve) {
     cr_expect_eq(share_slowdown_cost_bpb(tokens, loss, N, 2, 1.5), 0);
     cr_expect_eq(share_slowdown_cost_bpb(tokens, loss, 3, 2, 1.5), 0, "too short a curve");
 }
+
+/* The quiet throughput is kept per key, measured once: a second store of a
+ * key leaves the first value; other keys are kept beside it. */
+Test(share, quiet_throughput_is_cached_once_per_key) {
+    char err[256];
+    cr_expect_eq(share_cached_quiet(tu_dir(), "a"), 0, "nothing cached yet");
+    cr_assert_eq(share_store_quiet(tu_dir(), "a", 1000, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(share_store_quiet(tu_dir(), "a", 10, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(share_store_quiet(tu_dir(), "b", 2000, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(share_cached_quiet(tu_dir(), "a"), 1000);
+    cr_expect_eq(share_cached_quiet(tu_dir(), "b"), 2000);
+    cr_expect_eq(share_cached_quiet(tu_dir(), "c"), 0);
+    tu_write(tu_dir_path("quiet_throughput.json"), "not json");
+    cr_expect_eq(share_cached_quiet(tu_dir(), "a"), 0, "a damaged cache is no reference");
+    cr_assert_eq(share_store_quiet(tu_dir(), "a", 5, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(share_cached_quiet(tu_dir(), "a"), 5, "a damaged cache is rewritten");
+}
