@@ -266,8 +266,8 @@ asan:
 # Integration: the nightshift binary, the daemon, servers and workers.
 UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
                store strategy threads tok
-INTEGRATION_SUITES := agent asha bridge client cost daemon data events grad_cli guard hook isa loop \
-                      mcp metrics newuser offline report run sealed search_py slurm slurm_fake train \
+INTEGRATION_SUITES := agent asha bridge client cost daemon data events flops grad_cli guard hook isa loop \
+                      mcp metrics newuser offline report run sealed search_py share slurm slurm_fake train \
                       worker
 EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)

@@ -389,6 +389,15 @@ int cost_main(int argc, char **argv) {
     cost_mem_t mem;
     cost_memory(m, B, have_data ? info.train_tokens + info.val_tokens + info.test_tokens : 0, &mem);
     cost_print(m, B, &c, &mem);
+    if (spec.flops_budget > 0) {
+        /* what train does with it: the token budget flops_budget /
+         * flops_per_token, reached by the first step whose tokens reach it */
+        double tokens = spec.flops_budget / c.flops_per_token,
+               step = (double)spec.train.total_batch_tokens, steps = ceil(tokens / step);
+        print_count("flops_budget:", spec.flops_budget);
+        print_count("tokens it buys:", tokens);
+        printf("%-28s %20.0f  (%.0f tokens trained)\n", "optimiser steps:", steps, steps * step);
+    }
 
     /* The daemon's verdict at submission (does_not_fit), in its words and by
      * its code (cost_admit). A worker's limit is on address space, so under

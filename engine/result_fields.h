@@ -64,7 +64,14 @@
     X(eval_tokens, INTEGER, STORED, "eval_tokens", "eval_tokens", "%lld", 1)                       \
     X(time_budget_s, REAL, STORED, "time_budget_s", "time_budget_s", "%g", 1)                      \
     X(token_budget, INTEGER, STORED, "token_budget", "token_budget", "%lld", 1)                    \
-    X(epochs, REAL, STORED, "epochs", "epochs", "%.4f", 1)
+    X(epochs, REAL, STORED, "epochs", "epochs", "%.4f", 1)                                         \
+    X(cpu_share, REAL, STORED, "cpu_share", "cpu_share", "%.3f", 1)                                \
+    X(steal_share, REAL, STORED, "steal_share", "steal_share", "%.3f", 1)                          \
+    X(others_cpu_share, REAL, STORED, "others_cpu_share", "others_cpu_share", "%.3f", 1)           \
+    X(quiet_tokens_per_second, REAL, STORED, "quiet_tokens_per_second", "quiet_tokens_per_second", \
+      "%.0f", 1)                                                                                   \
+    X(slowdown, REAL, STORED, "slowdown", "slowdown", "%.3f", 1)                                   \
+    X(slowdown_cost_bpb, REAL, STORED, "slowdown_cost_bpb", "slowdown_cost_bpb", "%.4f", 1)
 
 #define RESULT_CTYPE_REAL    double
 #define RESULT_CTYPE_INTEGER int64_t

@@ -137,10 +137,12 @@ typedef struct {
  * spec_validate and their canonical form in spec_canonical_json:
  *   name, tags, dataset  strings (UTF-8, lengths, a plain dataset name);
  *   seed, parent         a uint64 up to 2^53 - 1; an id or null;
- *   token_budget         an int64; exactly one of it and time_budget_s is
- *                        nonzero, and given without time_budget_s it makes
- *                        that 0 (time_budget_s is a table field whose range
- *                        validate_budget checks beside that rule);
+ *   token_budget         an int64; exactly one of it, flops_budget (a table
+ *                        field) and time_budget_s is nonzero, and either
+ *                        given without time_budget_s makes that 0
+ *                        (time_budget_s and flops_budget are table fields
+ *                        whose ranges validate_budget checks beside that
+ *                        rule);
  *   model.window_pattern S/L letters, uppercased; expands to window[];
  *   model.ve_layers      a name or a list of layers; expands to has_ve[], and
  *                        a list that selects what a name does prints as it;
@@ -168,8 +170,8 @@ static const spec_field_t spec_fields[] = {
             "{\"type\":\"string\",\"maxLength\":63,\"default\":\"default\"}",
             .desc = "a prepared dataset's name (the datasets tool lists them)"),
     NUM_FIELD(time_budget_s, 300, NUM_BY_HAND, 0, SPEC_MAX_TIME_BUDGET_S,
-              .desc = "training wall-clock seconds; exactly one of it and token_budget is "
-                      "nonzero (0 when token_budget is given)"),
+              .desc = "training wall-clock seconds; exactly one of it, token_budget and "
+                      "flops_budget is nonzero (0 when either of those is given)"),
     SECTION("model", .desc = "the GPT's shape"),
     SECTION("train", .desc = "the optimisation"),
     SECTION("resources", .desc = "what one run may use"),
@@ -177,6 +179,9 @@ static const spec_field_t spec_fields[] = {
             "{\"type\":\"integer\",\"minimum\":0,\"maximum\":1000000000000}",
             .desc = "training tokens instead of seconds: bit-identical for a seed and thread "
                     "count, comparable across machines"),
+    NUM_FIELD(flops_budget, 0, NUM_BY_HAND, 0, SPEC_MAX_FLOPS_BUDGET, .canon = CANON_UNLESS_DEFAULT,
+              .desc = "model FLOPs instead of seconds (flops_per_token x tokens, as MFU counts "
+                      "them): comparable across machines and fair between model sizes"),
     BOOL_FIELD(prune, true, .desc = "may the daemon stop this run early when it lags (--prune)"),
     INT_FIELD(eval_tokens, SPEC_DEFAULT_EVAL_TOKENS, 0, INT_MAX, .canon = CANON_UNLESS_DEFAULT,
               .desc = "validation tokens scored (0 = the whole split); part of the scope"),
@@ -778,9 +783,10 @@ static int parse_root(const cJSON *root, spec_t *s, char *err, size_t errlen) {
     if (check_unknown(root, "", err, errlen) || check_keys(root, "", err, errlen) ||
         parse_fields(root, "", s, err, errlen))
         return -1;
-    /* A token budget replaces the default time budget; one given explicitly
+    /* A token or FLOPs budget replaces the default time budget; one given explicitly
      * as well is left for spec_validate to refuse. */
-    if (s->token_budget > 0 && !FIELD(root, "time_budget_s")) s->time_budget_s = 0;
+    if ((s->token_budget > 0 || s->flops_budget > 0) && !FIELD(root, "time_budget_s"))
+        s->time_budget_s = 0;
     for (const spec_field_t *f = spec_fields; f < spec_fields + N_OF(spec_fields); f++) {
         const cJSON *it;
         if (f->type == F_SECTION && (it = FIELD(root, f->path)) &&
@@ -1108,8 +1114,16 @@ static int check_dataset(const char *d, char *err, size_t errlen) {
     return 0;
 }
 
-/* Exactly one of time_budget_s and token_budget is nonzero. */
+/* Exactly one of time_budget_s, token_budget and flops_budget is nonzero. */
 static int validate_budget(const spec_t *s, char *err, size_t errlen) {
+    if (!(s->flops_budget >= 0 && s->flops_budget <= SPEC_MAX_FLOPS_BUDGET))
+        return fail(err, errlen, "flops_budget", "must be in [0, %g], got %g",
+                    SPEC_MAX_FLOPS_BUDGET, s->flops_budget);
+    if (s->flops_budget > 0 && (s->time_budget_s > 0 || s->token_budget > 0))
+        return fail(err, errlen, "flops_budget",
+                    "%g and %s are both set; a run has one budget (leave the other out or set "
+                    "it to 0)",
+                    s->flops_budget, s->token_budget > 0 ? "token_budget" : "time_budget_s");
     if (!(s->time_budget_s >= 0 && s->time_budget_s <= SPEC_MAX_TIME_BUDGET_S))
         return fail(err, errlen, "time_budget_s", "must be in [0, %.0f] (a week), got %g",
                     SPEC_MAX_TIME_BUDGET_S, s->time_budget_s);
@@ -1121,8 +1135,9 @@ static int validate_budget(const spec_t *s, char *err, size_t errlen) {
                     "%g and token_budget %lld are both set; a run has one budget "
                     "(leave time_budget_s out or set it to 0)",
                     s->time_budget_s, (long long)s->token_budget);
-    if (s->time_budget_s == 0 && s->token_budget == 0)
-        return fail(err, errlen, "time_budget_s", "0 and token_budget 0: one of them must be > 0");
+    if (s->time_budget_s == 0 && s->token_budget == 0 && s->flops_budget == 0)
+        return fail(err, errlen, "time_budget_s",
+                    "0, token_budget 0 and flops_budget 0: one of them must be > 0");
     return 0;
 }
 
@@ -1447,6 +1462,9 @@ void spec_scope(const spec_t *s, spec_scope_t *out) {
     if (s->token_budget > 0) {
         snprintf(out->budget_kind, sizeof out->budget_kind, "%s", SPEC_BUDGET_TOKENS);
         out->budget = (double)s->token_budget;
+    } else if (s->flops_budget > 0) {
+        snprintf(out->budget_kind, sizeof out->budget_kind, "%s", SPEC_BUDGET_FLOPS);
+        out->budget = s->flops_budget;
     } else {
         snprintf(out->budget_kind, sizeof out->budget_kind, "%s", SPEC_BUDGET_TIME);
         out->budget = s->time_budget_s;
@@ -1468,13 +1486,17 @@ void spec_default_scope(const char *dataset, spec_scope_t *out) {
 }
 
 const char *spec_budget_field(const spec_t *s) {
-    return s->token_budget > 0 ? "token_budget" : "time_budget_s";
+    return s->token_budget > 0   ? "token_budget"
+           : s->flops_budget > 0 ? "flops_budget"
+                                 : "time_budget_s";
 }
 
 void spec_set_budget(spec_t *s, double budget) {
     if (s->token_budget > 0) {
         double t = round(budget);
         s->token_budget = t < 1 ? 1 : (int64_t)t;
+    } else if (s->flops_budget > 0) {
+        s->flops_budget = budget;
     } else {
         s->time_budget_s = budget;
     }
@@ -1483,15 +1505,20 @@ void spec_set_budget(spec_t *s, double budget) {
 int spec_scope_set_budget(spec_scope_t *sc, const char *text) {
     const char *num = text;
     bool tokens = !strncmp(text, SPEC_BUDGET_TOKENS ":", 7);
+    bool flops = !strncmp(text, SPEC_BUDGET_FLOPS ":", 6);
     char *end;
     if (!strncmp(text, SPEC_BUDGET_TIME ":", 5)) num = text + 5;
     if (tokens) num = text + 7;
+    if (flops) num = text + 6;
     errno = 0;
     double v = strtod(num, &end);
-    if (end != num && !tokens && *end == 's') end++;
-    if (errno || end == num || *end || !(v > 0) || v > 1e15) return -1;
+    if (end != num && !tokens && !flops && *end == 's') end++;
+    if (errno || end == num || *end || !(v > 0) || v > (flops ? SPEC_MAX_FLOPS_BUDGET : 1e15))
+        return -1;
     snprintf(sc->budget_kind, sizeof sc->budget_kind, "%s",
-             tokens ? SPEC_BUDGET_TOKENS : SPEC_BUDGET_TIME);
+             tokens  ? SPEC_BUDGET_TOKENS
+             : flops ? SPEC_BUDGET_FLOPS
+                     : SPEC_BUDGET_TIME);
     sc->budget = v;
     return 0;
 }

@@ -51,6 +51,7 @@ typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_AUTO } spec_precision_k
  * the choice moves a comparison by under half the seed noise. */
 #define SPEC_DEFAULT_EVAL_TOKENS 65536
 #define SPEC_MAX_TOKEN_BUDGET    1e12
+#define SPEC_MAX_FLOPS_BUDGET    1e21 /* model FLOPs (cost.h's flops_per_token x tokens) */
 
 /* The `model` section, resolved: per-layer choices are expanded to arrays. */
 typedef struct {
@@ -111,10 +112,13 @@ typedef struct {
     int priority;
     int64_t parent; /* 0 = none; ids are positive */
     char dataset[64];
-    /* The budget: exactly one of the two is nonzero. A spec that sets
-     * token_budget and leaves time_budget_s out gets time_budget_s 0. */
+    /* The budget: exactly one of the three is nonzero. A spec that sets
+     * token_budget or flops_budget and leaves time_budget_s out gets
+     * time_budget_s 0. */
     double time_budget_s; /* training wall-clock seconds, at most a week */
     int64_t token_budget; /* training tokens; the run stops after the step reaching it */
+    double flops_budget;  /* model FLOPs (flops_per_token x tokens, as MFU counts them); the
+                           * run stops after the step reaching it */
     bool prune;           /* the daemon may prune this run (serve --prune); default true */
     int eval_tokens;      /* validation tokens scored (the split's first ones); 0 = all */
     spec_model_t model;
@@ -198,15 +202,17 @@ bool spec_is_label(const char *field);
 
 /* Where val_bpb values compare: one dataset, one budget and one evaluation;
  * results of different scopes are never ranked together. The budget rule:
- * a spec sets one budget, seconds of training (time_budget_s) or training
- * tokens (token_budget); a token budget makes the time budget 0. The
+ * a spec sets one budget, seconds of training (time_budget_s), training
+ * tokens (token_budget) or model FLOPs (flops_budget); a token or FLOPs
+ * budget makes the time budget 0. The
  * evaluation is eval_tokens, the validation tokens scored (0 = all). */
 #define SPEC_BUDGET_TIME   "time"
 #define SPEC_BUDGET_TOKENS "tokens"
+#define SPEC_BUDGET_FLOPS  "flops"
 typedef struct {
     char dataset[64];
-    char budget_kind[8]; /* SPEC_BUDGET_TIME or SPEC_BUDGET_TOKENS */
-    double budget;       /* seconds or training tokens */
+    char budget_kind[8]; /* SPEC_BUDGET_TIME, SPEC_BUDGET_TOKENS or SPEC_BUDGET_FLOPS */
+    double budget;       /* seconds, training tokens or model FLOPs */
     int64_t eval_tokens; /* validation tokens scored; 0 = the whole split */
 } spec_scope_t;
 
@@ -221,15 +227,17 @@ void spec_scope_on(const spec_t *s, double val_tokens, spec_scope_t *out);
 /* The scope of the default spec on dataset (NULL or "" = the default one). */
 void spec_default_scope(const char *dataset, spec_scope_t *out);
 
-/* The spec field that holds s's budget: "token_budget" or "time_budget_s". */
+/* The spec field that holds s's budget: "token_budget", "flops_budget" or
+ * "time_budget_s". */
 const char *spec_budget_field(const spec_t *s);
 
 /* Set s's budget to budget in the kind s already has: seconds of training,
- * or training tokens (rounded, at least 1). The other budget stays 0. */
+ * training tokens (rounded, at least 1) or model FLOPs. The others stay 0. */
 void spec_set_budget(spec_t *s, double budget);
 
-/* Set sc's budget from text: "time:SECONDS" (or "SECONDS", or "SECONDSs")
- * or "tokens:N", a number in (0, 1e15]. Returns 0, or -1 when text is not
+/* Set sc's budget from text: "time:SECONDS" (or "SECONDS", or "SECONDSs"),
+ * "tokens:N", a number in (0, 1e15], or "flops:N", a number in (0,
+ * SPEC_MAX_FLOPS_BUDGET]. Returns 0, or -1 when text is not
  * one (sc unchanged). */
 int spec_scope_set_budget(spec_scope_t *sc, const char *text);
 

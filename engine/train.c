@@ -4,9 +4,11 @@
  * until the spec's budget is spent (the step in flight completes), evaluate
  * val_bpb on the dataset's pinned validation tokens and print autoresearch's
  * summary block. The budget is either measured training wall time
- * (time_budget_s) or training tokens (token_budget); the learning-rate and
- * weight-decay schedules follow progress through that budget, so with a token
- * budget no clock enters the arithmetic and a run is bit-identical for a seed
+ * (time_budget_s), training tokens (token_budget) or model FLOPs
+ * (flops_budget, a token budget of flops_budget / flops_per_token); the
+ * learning-rate and weight-decay schedules follow progress through that
+ * budget, so with a token or FLOPs budget no clock enters the arithmetic and
+ * a run is bit-identical for a seed
  * and thread count. This is exactly what a daemon worker runs, so its outputs
  * are a contract (engine/protocol.h writes it down):
  *
@@ -48,6 +50,7 @@
 #include "engine/optim.h"
 #include "engine/protocol.h"
 #include "engine/result_fields.h"
+#include "engine/share.h"
 #include "engine/spec.h"
 #include "engine/util.h"
 
@@ -378,13 +381,25 @@ static void print_progress(run_t *r, int step, double pct, double loss, double l
 /* ------------------------------------------------------------------- train */
 
 /* The budget and the counters of the step loop. Exactly one of the two
- * budgets is nonzero (spec_validate). */
+ * budgets is nonzero (spec_validate); a FLOPs budget is the token budget
+ * flops_budget / flops_per_token, so the run stops at the first step whose
+ * model FLOPs reach it. */
 typedef struct {
     double time_budget;     /* seconds of training, or 0 */
     double token_budget;    /* training tokens, or 0 */
+    double flops_budget;    /* the spec's FLOPs budget (token_budget follows it), or 0 */
     double tokens_per_step; /* accum x B x T */
     double training_time;   /* seconds spent in optimiser steps so far */
     int step;               /* optimiser steps done */
+    /* The run's share of the machine (share.h): the counters at the loop's
+     * start, and per step the smoothed loss and, for a quiet step, its
+     * throughput (NAN otherwise); the arrays stop growing if memory does. */
+    share_snap_t at_start;
+    double *curve_loss, *step_tok_s;
+    int n_curve, cap_curve;
+    share_t share;      /* over the loop */
+    double quiet_tok_s; /* the quiet reference, or 0 */
+    double slowdown;    /* quiet_tok_s / the run's tokens per second; 0 = unknown */
 } loop_t;
 
 /* The start line on stderr and the "start" event. */
@@ -393,15 +408,20 @@ static void announce(run_t *r, const loop_t *l) {
     fprintf(stderr,
             "train: %s | dataset %s (%zu train / %zu val tokens, vocab %d) | %.2fM params | "
             "%d threads | %s kernels, %s products, %s BLAS | peak %.1f GFLOP/s (%s, %s) | budget "
-            "%.0f%s | %s "
+            "%.6g%s | %s "
             "sampler | "
             "%d x %d x %d tokens/step\n",
             s->name ? s->name : "(unnamed)", s->dataset, r->data.n_train, r->data.n_val,
             s->model.vocab_size, r->cost.total / 1e6, r->threads, gemm_isa_name(gemm_current()),
             gemm_precision_name(gemm_current_precision()), calibrate_blas_core(), r->peak.gflops,
-            r->peak.isa, r->peak_source, l->token_budget > 0 ? l->token_budget : l->time_budget,
-            l->token_budget > 0 ? " tokens" : "s", spec_sampler_name(s->train.sampler), r->accum,
-            r->B, r->T);
+            r->peak.isa, r->peak_source,
+            l->flops_budget > 0   ? l->flops_budget
+            : l->token_budget > 0 ? l->token_budget
+                                  : l->time_budget,
+            l->flops_budget > 0   ? " FLOPs"
+            : l->token_budget > 0 ? " tokens"
+                                  : "s",
+            spec_sampler_name(s->train.sampler), r->accum, r->B, r->T);
     cJSON *start = event(PROTO_EV_START);
     cJSON_AddNumberToObject(start, "pid", getpid());
     result_values_t counts = {0};
@@ -420,6 +440,7 @@ static void announce(run_t *r, const loop_t *l) {
     cJSON_AddNumberToObject(start, "threads", r->threads);
     cJSON_AddNumberToObject(start, "time_budget_s", l->time_budget);
     cJSON_AddNumberToObject(start, "token_budget", l->token_budget);
+    cJSON_AddNumberToObject(start, "flops_budget", l->flops_budget);
     cJSON_AddNumberToObject(start, "tokens_per_step", l->tokens_per_step);
     cJSON_AddNumberToObject(start, "vocab_size", s->model.vocab_size);
     emit(r, start);
@@ -498,23 +519,96 @@ static bool report_step(run_t *r, const loop_t *l, double loss, double smooth_lo
     return spent;
 }
 
+/* The step just done into l's curve: its smoothed loss, and its throughput
+ * when its threads waited under SHARE_QUIET_WAIT of their runnable time (a
+ * quiet step; the first two warm up and never count). */
+static void record_step(loop_t *l, const share_snap_t *before, const share_snap_t *after,
+                        double smooth_loss, double tok_s) {
+    if (l->n_curve == l->cap_curve) {
+        int cap = l->cap_curve ? 2 * l->cap_curve : 256;
+        double *a = realloc(l->curve_loss, (size_t)cap * sizeof *a);
+        if (a) l->curve_loss = a;
+        double *b = a ? realloc(l->step_tok_s, (size_t)cap * sizeof *b) : NULL;
+        if (b) l->step_tok_s = b;
+        if (!a || !b) return;
+        l->cap_curve = cap;
+    }
+    share_t sh;
+    share_between(before, after, &sh);
+    l->curve_loss[l->n_curve] = smooth_loss;
+    l->step_tok_s[l->n_curve] = l->step > 2 && sh.cpu >= 1 - SHARE_QUIET_WAIT ? tok_s : NAN;
+    l->n_curve++;
+}
+
+/* After the loop: the run's share of the machine and its slowdown against
+ * the quiet reference, the throughput of its quiet steps (stored for its shape
+ * when none is), else the one stored, else the CPU share alone. */
+static void measure_share(run_t *r, loop_t *l, const char *dir) {
+    share_snap_t end;
+    share_snap(&end);
+    share_between(&l->at_start, &end, &l->share);
+    /* the quiet steps' tokens over their time (as tokens_per_second is the
+     * run's), so that a quiet run's slowdown is 1 however its steps vary */
+    int n = 0;
+    double quiet_time = 0;
+    for (int i = 0; i < l->n_curve; i++)
+        if (!isnan(l->step_tok_s[i])) {
+            quiet_time += l->tokens_per_step / l->step_tok_s[i];
+            n++;
+        }
+    char hash[SPEC_HASH_HEX], key[160], err[256];
+    int keyed = spec_config_hash(&r->spec, hash) == 0;
+    if (keyed)
+        snprintf(key, sizeof key, "%s, %d threads, %s kernels, %s", hash, r->threads,
+                 gemm_isa_name(gemm_current()), gemm_precision_name(gemm_current_precision()));
+    if (n >= SHARE_QUIET_STEPS) {
+        l->quiet_tok_s = n * l->tokens_per_step / quiet_time;
+        if (keyed && share_store_quiet(dir, key, l->quiet_tok_s, err, sizeof err) < 0)
+            fprintf(stderr, "train: quiet throughput not cached: %s\n", err);
+    } else if (keyed) {
+        l->quiet_tok_s = share_cached_quiet(dir, key);
+    }
+    double tok_s = l->step * l->tokens_per_step / l->training_time;
+    if (l->quiet_tok_s > 0 && tok_s > 0)
+        l->slowdown = l->quiet_tok_s / tok_s;
+    else if (l->share.cpu > 0)
+        l->slowdown = 1 / l->share.cpu;
+}
+
 /* Steps until the budget is spent (the step in flight completes). Returns
  * PROTO_EXIT_OK, or PROTO_EXIT_DIVERGED or PROTO_EXIT_OOM (already reported). */
 static int train_loop(run_t *r, loop_t *l) {
     double smooth = 0.0;
+    share_snap(&l->at_start);
+    share_snap_t s0 = l->at_start, s1;
     for (;;) {
         double t0 = util_now(), loss = 0.0, lrm = 0.0;
         int code = train_step(r, l, &loss, &lrm);
         if (code != PROTO_EXIT_OK) return code;
         double dt = util_now() - t0;
+        share_snap_sched(&s1);
         l->training_time += dt;
         l->step++;
         /* debiased EMA of the loss, as autoresearch prints */
         smooth = 0.9 * smooth + 0.1 * loss;
+        record_step(l, &s0, &s1, smooth / (1.0 - pow(0.9, l->step)), l->tokens_per_step / dt);
         if (report_step(r, l, loss, smooth / (1.0 - pow(0.9, l->step)), lrm, dt)) break;
+        share_snap_sched(&s0); /* the report's time is no step's */
     }
     if (r->tty) fputc('\n', stderr);
     return PROTO_EXIT_OK;
+}
+
+/* The val_bpb the slowdown cost (share.h): only a time budget loses tokens
+ * to it; a token or FLOPs budget trains the same tokens, only later. */
+static double slowdown_cost(const loop_t *l, double val_bpb) {
+    if (l->token_budget > 0 || !(l->slowdown > 1) || l->n_curve < 4) return 0;
+    double *tokens = malloc((size_t)l->n_curve * sizeof *tokens);
+    if (!tokens) return 0;
+    for (int i = 0; i < l->n_curve; i++) tokens[i] = (i + 1) * l->tokens_per_step;
+    double c = share_slowdown_cost_bpb(tokens, l->curve_loss, l->n_curve, l->slowdown, val_bpb);
+    free(tokens);
+    return c;
 }
 
 /* val_bpb with the "eval" event; sets the target tokens counted and the
@@ -609,6 +703,12 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
         .time_budget_s = l->time_budget,
         .token_budget = r->spec.token_budget,
         .epochs = tokens / (double)r->data.n_train,
+        .cpu_share = fmax(0, l->share.cpu),
+        .steal_share = fmax(0, l->share.steal),
+        .others_cpu_share = fmax(0, l->share.others),
+        .quiet_tokens_per_second = l->quiet_tok_s,
+        .slowdown = l->slowdown,
+        .slowdown_cost_bpb = slowdown_cost(l, val_bpb),
     };
     params_from_cost(&v, &r->cost);
     print_summary(&v);
@@ -623,6 +723,7 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
 
 static int train_run(const train_opts_t *o) {
     run_t r = {0};
+    loop_t l = {0};
     char err[512];
     int code = PROTO_EXIT_FAILED;
     r.t_start = util_now();
@@ -639,13 +740,17 @@ static int train_run(const train_opts_t *o) {
             code = fail_run(&r, PROTO_EXIT_FAILED, PROTO_FAILED, "%s", err);
         goto done;
     }
-    loop_t l = {.time_budget = r.spec.time_budget_s,
-                .token_budget = (double)r.spec.token_budget,
-                .tokens_per_step = (double)r.spec.train.total_batch_tokens};
+    l = (loop_t){.time_budget = r.spec.time_budget_s,
+                 .token_budget = r.spec.flops_budget > 0
+                                     ? r.spec.flops_budget / r.cost.flops_per_token
+                                     : (double)r.spec.token_budget,
+                 .flops_budget = r.spec.flops_budget,
+                 .tokens_per_step = (double)r.spec.train.total_batch_tokens};
     announce(&r, &l);
 
     double t_train_start = util_now();
     if ((code = train_loop(&r, &l)) != PROTO_EXIT_OK) goto done;
+    measure_share(&r, &l, o->dir);
     double startup = t_train_start - r.t_start;
 
     size_t eval_tokens = 0;
@@ -662,6 +767,8 @@ static int train_run(const train_opts_t *o) {
     report_result(&r, &l, startup, val_bpb, eval_tokens, eval_seconds, saved ? NULL : note);
     code = PROTO_EXIT_OK;
 done:
+    free(l.curve_loss);
+    free(l.step_tok_s);
     run_close(&r);
     return code;
 }
@@ -670,8 +777,8 @@ static void train_usage(FILE *out) {
     fprintf(out, "usage: nightshift train [--dir DIR] [--progress PATH | --progress-fd N]\n"
                  "                        [--save CKPT.safetensors] [--peak-gflops G] SPEC.json\n"
                  "Trains SPEC's model on DIR/datasets/<spec.dataset> (DIR default: state) for\n"
-                 "spec.time_budget_s seconds or spec.token_budget tokens of training, then\n"
-                 "prints val_bpb and the summary.\n"
+                 "spec.time_budget_s seconds, spec.token_budget tokens or spec.flops_budget\n"
+                 "model FLOPs of training, then prints val_bpb and the summary.\n"
                  "Exit: " PROTO_EXIT_HELP ".\n");
 }
 

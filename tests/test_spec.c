@@ -239,12 +239,13 @@ Test(spec, range_messages) {
          "23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,"
          "51,52,53,54,55,56,57,58,59,60,61,62,63,0]}}",
          "model.ve_layers: more than 64 layers listed"},
-        {"{\"time_budget_s\":0}", "time_budget_s: 0 and token_budget 0: one of them must be > 0"},
+        {"{\"time_budget_s\":0}",
+         "time_budget_s: 0, token_budget 0 and flops_budget 0: one of them must be > 0"},
         {"{\"time_budget_s\":-5}", "time_budget_s: must be in [0, 604800] (a week), got -5"},
         {"{\"time_budget_s\":604801}",
          "time_budget_s: must be in [0, 604800] (a week), got 604801"},
         {"{\"token_budget\":0,\"time_budget_s\":0}",
-         "time_budget_s: 0 and token_budget 0: one of them must be > 0"},
+         "time_budget_s: 0, token_budget 0 and flops_budget 0: one of them must be > 0"},
         {"{\"token_budget\":-1}", "token_budget: must be in [0, 1000000000000], got -1"},
         {"{\"token_budget\":1000000000001}",
          "token_budget: must be in [0, 1000000000000], got 1000000000001"},
@@ -1751,6 +1752,56 @@ Test(spec, scope_and_budget_rule) {
                                       "x", "300 s", "time:nan"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         cr_expect_eq(spec_scope_set_budget(&sc, bad[i]), -1, "'%s'", bad[i]);
+}
+
+/* flops_budget: a budget kind of its own (its scope never mixes with time or
+ * tokens), left out of the canonical form at 0, replacing the default time
+ * budget, exclusive of the other two; spec_set_budget keeps it a FLOPs budget
+ * and "flops:N" names its scope. */
+Test(spec, flops_budget_is_a_scope_kind_of_its_own) {
+    spec_t s;
+    spec_scope_t sc;
+    char err[SPEC_ERR_LEN];
+    parse_ok("{\"dataset\":\"book\",\"flops_budget\":2.5e12}", &s);
+    cr_expect_eq(s.time_budget_s, 0);
+    cr_expect_eq(s.token_budget, 0);
+    spec_scope(&s, &sc);
+    cr_expect_str_eq(sc.budget_kind, SPEC_BUDGET_FLOPS);
+    cr_expect_eq(sc.budget, 2.5e12);
+    cr_expect_str_eq(spec_budget_field(&s), "flops_budget");
+    char *canon = spec_canonical_json(&s);
+    cr_expect(strstr(canon, "\"flops_budget\":2500000000000"), "%s", canon);
+    free(canon);
+    spec_set_budget(&s, 1e11);
+    spec_scope(&s, &sc);
+    cr_expect_str_eq(sc.budget_kind, SPEC_BUDGET_FLOPS);
+    cr_expect_eq(s.flops_budget, 1e11);
+    cr_expect_eq(s.time_budget_s, 0);
+    spec_free(&s);
+    parse_ok("{\"time_budget_s\":60}", &s);
+    canon = spec_canonical_json(&s);
+    cr_expect_null(strstr(canon, "flops_budget"), "0 is left out: %s", canon);
+    free(canon);
+    spec_free(&s);
+
+    static const char *const bad[] = {
+        "{\"flops_budget\":1e9,\"time_budget_s\":60}",
+        "{\"flops_budget\":1e9,\"token_budget\":100}",
+        "{\"flops_budget\":-1}",
+        "{\"flops_budget\":1e22}",
+        "{\"flops_budget\":0,\"time_budget_s\":0}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_expect_eq(spec_parse(bad[i], strlen(bad[i]), &s, err, sizeof err), NS_ERR_INVALID, "%s",
+                     bad[i]);
+        cr_expect(strstr(err, "budget"), "%s: %s", bad[i], err);
+    }
+    cr_expect_eq(spec_scope_set_budget(&sc, "flops:1e18"), 0);
+    cr_expect_str_eq(sc.budget_kind, SPEC_BUDGET_FLOPS);
+    cr_expect_eq(sc.budget, 1e18);
+    static const char *const bad_text[] = {"flops:", "flops:0", "flops:1e22", "flops:5s"};
+    for (size_t i = 0; i < sizeof bad_text / sizeof *bad_text; i++)
+        cr_expect_eq(spec_scope_set_budget(&sc, bad_text[i]), -1, "'%s'", bad_text[i]);
 }
 
 /* eval_tokens: a count (0 = the whole split), left out of the canonical form

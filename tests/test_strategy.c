@@ -447,6 +447,80 @@ Test(strategy, adopts_only_past_two_standard_errors) {
     }
 }
 
+/* The guard against slowed runs: an adoption on a gain no larger than the
+ * difference of the two sides' slowdown costs becomes a re-run while seeds
+ * are left; any other verdict, and a gain past it, stand. */
+Test(strategy, guard_slowed_reruns_an_adoption_the_slowdown_explains) {
+    static const struct {
+        strategy_verdict in;
+        double gain, best_cost, cand_cost;
+        int cand_n;
+        strategy_verdict want;
+        double explained;
+    } cases[] = {
+        {STRATEGY_ADOPT, 0.05, 0, 0, 1, STRATEGY_ADOPT, 0},          /* nobody slowed */
+        {STRATEGY_ADOPT, 0.05, 0, 0.08, 1, STRATEGY_RERUN, 0.08},    /* the candidate was */
+        {STRATEGY_ADOPT, 0.05, 0.08, 0, 1, STRATEGY_RERUN, 0.08},    /* the best was */
+        {STRATEGY_ADOPT, 0.05, 0.08, 0.07, 1, STRATEGY_ADOPT, 0.01}, /* both, alike */
+        {STRATEGY_ADOPT, 0.09, 0, 0.08, 1, STRATEGY_ADOPT, 0.08},    /* past what it explains */
+        {STRATEGY_ADOPT, 0.05, 0, 0.08, 4, STRATEGY_ADOPT, 0.08},    /* no seeds left */
+        {STRATEGY_RERUN, 0.05, 0, 0.08, 1, STRATEGY_RERUN, 0.08},
+        {STRATEGY_DISCARD, -0.01, 0, 0.08, 1, STRATEGY_DISCARD, 0.08},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double explained = -1;
+        strategy_verdict got =
+            strategy_guard_slowed(cases[i].in, cases[i].gain, cases[i].best_cost,
+                                  cases[i].cand_cost, cases[i].cand_n, 4, &explained);
+        cr_expect_eq(got, cases[i].want, "case %zu: verdict %d, want %d", i, got, cases[i].want);
+        cr_expect_float_eq(explained, cases[i].explained, 1e-12, "case %zu", i);
+    }
+}
+
+/* In the flow: a variant that beats the best by 0.1 (past the 0.005 noise
+ * floor) but was slowed by 0.2 val_bpb is not adopted: the log says why and
+ * the reply re-runs it; one slowed by 0.05 is adopted. */
+Test(strategy, a_slowed_variant_is_rerun_not_adopted) {
+    for (int k = 0; k < 2; k++) {
+        log_t l = {0};
+        spec_t base, v2;
+        strategy_t *s = with_best(&l, 2.5, &base);
+        spec_copy(&v2, &base);
+        v2.model.n_embd = 192;
+        cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
+        cJSON *ev = finished(2, "succeeded", spec_json(&v2), 2.4, 0);
+        cJSON_AddNumberToObject(
+            cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "experiment"), "result"),
+            "slowdown_cost_bpb", k == 0 ? 0.2 : 0.05);
+        cJSON *reply = decide(s, ev);
+        int64_t id;
+        double bv;
+        cr_assert(strategy_best(s, &id, &bv, NULL));
+        if (k == 0) {
+            cr_expect_eq(id, 1, "the slowed variant was adopted");
+            cr_expect(logged(&l, "not adopting #2: its gain 0.1000 over best 2.5000 (#1) is within "
+                                 "the 0.2000 val_bpb their runs' slowdowns explain"),
+                      "no log line says why: %s", l.text);
+            cr_expect(logged(&l, "re-running with seed"), "no re-run: %s", l.text);
+            const cJSON *sp;
+            int reruns = 0;
+            cJSON_ArrayForEach(sp, reply) {
+                const cJSON *m = cJSON_GetObjectItem(sp, "model");
+                reruns += tu_jnum(m, "n_embd") == 192;
+            }
+            cr_expect_eq(reruns, 1, "the variant is not re-run");
+        } else {
+            cr_expect_eq(id, 2, "a variant slowed by less than its gain was not adopted");
+            cr_expect(!logged(&l, "not adopting"));
+        }
+        cJSON_Delete(reply);
+        spec_free(&v2);
+        spec_free(&base);
+        strategy_free(s);
+        free(l.text);
+    }
+}
+
 /* The whole flow with measured noise: three seeds of the baseline, a variant
  * re-run until its mean is past two standard errors, the numbers logged. */
 Test(strategy, measures_the_baseline_noise_then_adopts_past_two_standard_errors) {

@@ -22,7 +22,7 @@
     "results after. A dataset or scope nothing ran in is an error (exit 1)\n"                      \
     "that names the ones that exist.\n\n"                                                          \
     "  --dataset D       the dataset\n"                                                            \
-    "  --budget B        time:SECONDS or tokens:N\n"                                               \
+    "  --budget B        time:SECONDS, tokens:N or flops:N\n"                                      \
     "  --eval-tokens N   the validation tokens scored (0: the whole split)\n"
 
 static const cmd_help_t best_help = {

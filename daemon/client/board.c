@@ -63,6 +63,8 @@ void board_scope_label(const board_best_t *b, char *buf, size_t len) {
     char num[48], count[32], eval[48] = "";
     if (!strcmp(b->budget_kind, SPEC_BUDGET_TOKENS))
         snprintf(num, sizeof num, "%s tokens", fmt_short_count(b->budget, count, sizeof count));
+    else if (!strcmp(b->budget_kind, SPEC_BUDGET_FLOPS))
+        snprintf(num, sizeof num, "%.3g FLOPs", b->budget);
     else
         snprintf(num, sizeof num, "%.15g s", b->budget);
     if (b->eval_tokens && b->eval_tokens != SPEC_DEFAULT_EVAL_TOKENS)

@@ -12,6 +12,7 @@
 #include "daemon/client/cmd.h"
 #include "daemon/client/conn.h"
 #include "daemon/client/fmt.h"
+#include "engine/share.h"
 
 static const cmd_help_t ls_help = {
     "ls", "[--status S] [--dataset D] [--limit N] [--order O] [--after ID] [--json]",
@@ -31,7 +32,7 @@ static const cmd_help_t ls_help = {
     "                    within one scope (a dataset, budget and evaluation, as\n"
     "                    `nightshift best` picks it: --budget and --eval-tokens\n"
     "                    choose another), named on the first line\n"
-    "  --budget B        with --order val_bpb: time:SECONDS or tokens:N\n"
+    "  --budget B        with --order val_bpb: time:SECONDS, tokens:N or flops:N\n"
     "  --eval-tokens N   with --order val_bpb: validation tokens scored\n"
     "  --after ID        the page after the row with id ID\n"
     "  --json            the daemon's JSON as is\n" CMD_OFFLINE_HELP};
@@ -56,15 +57,18 @@ static void ls_table(const cJSON *items, const cJSON *board, int ranked) {
         free(bests);
         return;
     }
-    int nbest = board ? board_bests(board, bests) : 0, evals_differ = 0;
+    int nbest = board ? board_bests(board, bests) : 0, evals_differ = 0, slowed = 0;
     for (int k = 1; k < nbest; k++) evals_differ |= bests[k].eval_tokens != bests[0].eval_tokens;
     for (const cJSON *e = items->child; e && i < n; e = e->next, i++) {
         ls_row_t *r = &rows[i];
         const cJSON *bpb = jget(e, "val_bpb"), *name = jget(e, "name");
         snprintf(r->id, sizeof r->id, "%" PRId64, (int64_t)jnum(e, "id", 0));
         fmt_clean(r->status, sizeof r->status, jstr(e, "status") ? jstr(e, "status") : "?", 16);
+        /* a run its neighbours slowed (engine/share.h) is marked */
+        int slow = jnum(e, "slowdown", 0) >= SHARE_SLOWED;
+        slowed |= slow;
         if (cJSON_IsNumber(bpb))
-            snprintf(r->bpb, sizeof r->bpb, "%.6f", bpb->valuedouble);
+            snprintf(r->bpb, sizeof r->bpb, "%.6f%s", bpb->valuedouble, slow ? "~" : "");
         else
             snprintf(r->bpb, sizeof r->bpb, "-");
         r->name_chars = fmt_clean(r->name, sizeof r->name,
@@ -109,6 +113,10 @@ static void ls_table(const cJSON *items, const cJSON *board, int ranked) {
         fmt_padded(rows[i].name, rows[i].name_chars, w_name);
         printf("  %s\n", rows[i].created);
     }
+    if (slowed)
+        printf("~ slowed by its neighbours: trained at most 1/%.1f of its quiet speed "
+               "(nightshift show ID)\n",
+               SHARE_SLOWED);
     free(rows);
     free(bests);
 }

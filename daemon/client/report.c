@@ -20,7 +20,7 @@ static const cmd_help_t report_help = {
     "configurations (mean change of val_bpb, standard error, pairs), and what\n"
     "failed and why. The daemon serves the same report as a page at /report.\n\n"
     "  --dataset D       the dataset\n"
-    "  --budget B        time:SECONDS or tokens:N\n"
+    "  --budget B        time:SECONDS, tokens:N or flops:N\n"
     "  --eval-tokens N   the validation tokens scored (0: the whole split)\n"
     "                    (what these leave out comes from the latest result, as for\n"
     "                    `nightshift best`)\n"

@@ -12,6 +12,7 @@
 #include "daemon/client/cmd.h"
 #include "daemon/client/conn.h"
 #include "daemon/client/fmt.h"
+#include "engine/share.h"
 #include "engine/spec.h"
 
 #define LOG_TAIL_DEFAULT 16384 /* bytes of the run's log for show --log */
@@ -174,6 +175,23 @@ static void show_result(const cJSON *res) {
     show_row("result", &l);
 }
 
+/* The run's share of the machine (engine/share.h): what its threads got,
+ * what others took from its CPUs, its slowdown and what that cost. */
+static void show_share(const cJSON *res) {
+    line_t l = {0};
+    if (!cJSON_IsNumber(jget(res, "slowdown"))) return;
+    line_add(&l, "cpu %.0f%% of its runnable time, others %.0f%% and steal %.0f%% of its CPUs",
+             100 * jnum(res, "cpu_share", 0), 100 * jnum(res, "others_cpu_share", 0),
+             100 * jnum(res, "steal_share", 0));
+    double slow = jnum(res, "slowdown", 0), cost = jnum(res, "slowdown_cost_bpb", 0);
+    if (slow > 0) line_add(&l, ", slowdown %.2f", slow);
+    if (jnum(res, "quiet_tokens_per_second", 0) > 0)
+        line_add(&l, " (quiet %.0f tok/s)", jnum(res, "quiet_tokens_per_second", 0));
+    if (slow >= SHARE_SLOWED) line_add(&l, ": slowed by its neighbours");
+    if (cost > 0) line_add(&l, ", costing about %.4f val_bpb", cost);
+    show_row("share", &l);
+}
+
 /* The live progress of a running experiment. */
 static void show_progress(const cJSON *prog) {
     char a[64], b[64];
@@ -214,7 +232,10 @@ static void show_summary(const cJSON *e) {
     show_identity(e);
     show_times(e);
     show_spec(jget(e, "spec"), res);
-    if (cJSON_IsObject(res)) show_result(res);
+    if (cJSON_IsObject(res)) {
+        show_result(res);
+        show_share(res);
+    }
     if (cJSON_IsObject(prog)) show_progress(prog);
     show_metrics(jget(e, "metrics"));
 }

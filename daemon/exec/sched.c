@@ -550,10 +550,16 @@ static void worker_argv(const sched_t *s, char *spec_path, char **argv) {
 /* What start_one did. */
 enum { START_FAILED_RUN = -1, START_EMPTY = 0, START_OK = 1, START_RETRY_LATER = -2 };
 
-/* The wall-clock seconds a run may train: its time budget, or for a token
- * budget, which has no wall-clock length, the token-run limit. */
+/* Whether sc's budget has no wall-clock length: tokens or FLOPs. */
+static int budget_is_work(const spec_scope_t *sc) {
+    return !strcmp(sc->budget_kind, SPEC_BUDGET_TOKENS) ||
+           !strcmp(sc->budget_kind, SPEC_BUDGET_FLOPS);
+}
+
+/* The wall-clock seconds a run may train: its time budget, or for a token or
+ * FLOPs budget, which has no wall-clock length, the token-run limit. */
 static double run_budget_s(const sched_t *s, const spec_scope_t *sc) {
-    return !strcmp(sc->budget_kind, SPEC_BUDGET_TOKENS) ? s->o.token_run_limit_s : sc->budget;
+    return budget_is_work(sc) ? s->o.token_run_limit_s : sc->budget;
 }
 
 /* Claim the next experiment and start it in sl. START_FAILED_RUN: the
@@ -586,7 +592,7 @@ static int start_one(sched_t *s, slot_t *sl) {
     worker_argv(s, spec_path, argv);
 
     int threads = spec.resources.threads > 0 ? spec.resources.threads : sl->threads;
-    int by_tokens = !strcmp(sl->scope.budget_kind, SPEC_BUDGET_TOKENS);
+    int by_tokens = budget_is_work(&sl->scope);
     double budget_s = run_budget_s(s, &sl->scope);
     executor_run_t run = {
         .id = e.id,
@@ -611,9 +617,11 @@ static int start_one(sched_t *s, slot_t *sl) {
     sl->n_metrics = 0;
     sl->name = e.name ? strdup(e.name) : NULL;
     sl->budget_s = spec.time_budget_s;
-    char budget[64]; /* the budget the run has: seconds or training tokens */
+    char budget[64]; /* the budget the run has: seconds, training tokens or model FLOPs */
     if (spec.token_budget > 0)
         snprintf(budget, sizeof budget, "%.15g tokens", (double)spec.token_budget);
+    else if (spec.flops_budget > 0)
+        snprintf(budget, sizeof budget, "%.15g FLOPs", spec.flops_budget);
     else
         snprintf(budget, sizeof budget, "%.15g s", spec.time_budget_s);
     spec_free(&spec);

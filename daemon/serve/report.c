@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "daemon/shared/jsonpath.h"
+#include "engine/share.h"
 #include "engine/spec.h"
 #include "engine/util.h"
 
@@ -156,6 +157,25 @@ static void add_runs(cJSON *o, const cJSON *runs, bool (*wanted)(const char *sta
 
 static bool is_pruned(const char *status) {
     return !strcmp(status, STORE_PRUNED);
+}
+
+/* The succeeded runs their neighbours slowed (report.h's slowed): a ranking
+ * they enter may follow the machine rather than the configuration. */
+static void add_slowed(cJSON *o, const cJSON *runs) {
+    static const char *const keys[] = {
+        "id", "name", "val_bpb", "slowdown", "cpu_share", "others_cpu_share", "slowdown_cost_bpb"};
+    cJSON *arr = cJSON_AddArrayToObject(o, "slowed");
+    int total = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, runs) {
+        if (strcmp(str(e, "status"), STORE_SUCCEEDED) || !(num(e, "slowdown") >= SHARE_SLOWED))
+            continue;
+        if (total++ >= REPORT_MAX_FAILURES || !arr) continue;
+        cJSON *f = cJSON_CreateObject();
+        for (size_t k = 0; f && k < sizeof keys / sizeof *keys; k++) copy_item(f, e, keys[k]);
+        cJSON_AddItemToArray(arr, f);
+    }
+    cJSON_AddNumberToObject(o, "slowed_total", total);
 }
 
 /* ------------------------------------------------------------------- axes */
@@ -557,6 +577,7 @@ cJSON *report_build(store_t *store, const store_scope_t *sc, int64_t baseline, i
     if (add_anytime(o, runs, t0) || add_axes(o, &sp, noise_sd)) goto oom;
     add_runs(o, runs, is_failure, "failures", "failures_total");
     add_runs(o, runs, is_pruned, "pruned", "pruned_total");
+    add_slowed(o, runs);
     cJSON_Delete(runs);
     cJSON_Delete(configs);
     space_free(&sp);

@@ -41,6 +41,10 @@
  *               diverged or were interrupted: [{id, name, status, reason}],
  *               by id, at most REPORT_MAX_FAILURES; failures_total counts all
  *   pruned      the same of the runs pruned (pruned_total: all of them)
+ *   slowed      the succeeded runs whose neighbours slowed them (slowdown at
+ *               least SHARE_SLOWED, engine/share.h): {id, name, val_bpb,
+ *               slowdown, cpu_share, others_cpu_share, slowdown_cost_bpb} by
+ *               id, at most REPORT_MAX_FAILURES; slowed_total counts all
  * Sealed: test figures are read for best and baseline only, after the
  * ranking; nothing here ranks by them. */
 #ifndef NIGHTSHIFT_REPORT_H

@@ -237,6 +237,9 @@ static void title(doc_t *d, const cJSON *r) {
     if (kind && !strcmp(kind, "tokens"))
         snprintf(t, sizeof t, "Night report: %.64s, %.0f tokens a run", str(r, "dataset"),
                  num(r, "budget"));
+    else if (kind && !strcmp(kind, "flops"))
+        snprintf(t, sizeof t, "Night report: %.64s, %.3g FLOPs a run", str(r, "dataset"),
+                 num(r, "budget"));
     else
         snprintf(t, sizeof t, "Night report: %.64s, %g s a run", str(r, "dataset"),
                  num(r, "budget"));
@@ -493,6 +496,40 @@ static void failures(doc_t *d, const cJSON *r) {
     }
 }
 
+/* The runs their neighbours slowed, and what that may have cost them. */
+static void slowed(doc_t *d, const cJSON *r) {
+    if (!(num(r, "slowed_total") > 0)) return;
+    heading(d, 2, "Slowed by the machine");
+    para(d);
+    say(d, "These runs trained well under this machine's quiet speed for their shape (other "
+           "processes on their CPUs, or steal); a time budget's ranking of them follows the "
+           "neighbours as much as the configuration. The cost is the val_bpb their own loss "
+           "curve says the lost tokens were worth:");
+    para_end(d);
+    static const char *const head[] = {"run",           "name",        "val_bpb",    "slowdown",
+                                       "its CPU share", "others' CPU", "cost (bpb)", NULL};
+    table(d, "rlrrrrr", head);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, get(r, "slowed")) {
+        row(d);
+        cellf(d, "#%.0f", num(e, "id"));
+        cellf(d, "%.200s", str(e, "name") ? str(e, "name") : "-");
+        cellf(d, "%.6f", num(e, "val_bpb"));
+        cellf(d, "%.2f", num(e, "slowdown"));
+        cellf(d, "%.0f%%", 100 * num(e, "cpu_share"));
+        cellf(d, "%.0f%%", 100 * num(e, "others_cpu_share"));
+        cellf(d, "%.4f", num(e, "slowdown_cost_bpb"));
+        row_end(d);
+    }
+    table_end(d);
+    if (num(r, "slowed_total") > cJSON_GetArraySize(get(r, "slowed"))) {
+        para(d);
+        say(d, "%.0f in all; the first %d are listed.", num(r, "slowed_total"),
+            cJSON_GetArraySize(get(r, "slowed")));
+        para_end(d);
+    }
+}
+
 /* The sections in order into d. */
 static void render(doc_t *d, const cJSON *r) {
     title(d, r);
@@ -501,6 +538,7 @@ static void render(doc_t *d, const cJSON *r) {
     anytime(d, r);
     axes(d, r);
     failures(d, r);
+    slowed(d, r);
 }
 
 /* The document written into d, or NULL when anything failed (b's own

@@ -92,7 +92,8 @@ static int parse_query(const char *query, const char *pinned_dataset, store_scop
     }
     if (got_b < 0 || (budget[0] && spec_scope_set_budget(sc, budget) < 0)) {
         http_error(res, 400, "invalid_query",
-                   "budget: expected time:SECONDS (or SECONDS, or SECONDSs) or tokens:N");
+                   "budget: expected time:SECONDS (or SECONDS, or SECONDSs), tokens:N or "
+                   "flops:N");
         return -1;
     }
     if (eval[0] || got_e < 0) {

@@ -3,7 +3,7 @@
  *
  * val_bpb compares only within one dataset, budget and evaluation (a scope,
  * engine/spec.h). A query names it with ?dataset=, ?budget= (time:SECONDS,
- * SECONDS, SECONDSs or tokens:N) and ?eval_tokens=; what it leaves out comes
+ * SECONDS, SECONDSs, tokens:N or flops:N) and ?eval_tokens=; what it leaves out comes
  * from one rule, everywhere: the scope of the run that succeeded most
  * recently among those matching what it gave (serve --dataset pins the
  * dataset), else of the experiment submitted most recently among them, else

@@ -64,7 +64,9 @@ static const char *const stmt_sql[ST_COUNT] = {
                       " e.started AS started, e.finished AS finished,"
                       " (julianday(e.started) - 2440587.5) * 86400.0 AS started_s,"
                       " (julianday(e.finished) - 2440587.5) * 86400.0 AS finished_s,"
-                      " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb"
+                      " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"
+                      " r.slowdown AS slowdown, r.slowdown_cost_bpb AS slowdown_cost_bpb,"
+                      " r.cpu_share AS cpu_share, r.others_cpu_share AS others_cpu_share"
                       " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id"
                       " WHERE e.dataset = ?1 AND e.budget_kind = ?2 AND e.budget = ?3"
                       " AND e.eval_tokens = ?4 ORDER BY e.id",

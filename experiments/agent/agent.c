@@ -94,7 +94,7 @@ typedef struct {
     int last_proposed;       /* specs in the last reply */
     /* --until: the night's end, and when the last runs ended (util_now()). */
     time_t until;               /* 0 = none */
-    double budget_s;            /* the baseline's time budget; 0 = a token budget */
+    double budget_s;            /* the baseline's time budget; 0 = a token or FLOPs budget */
     double ends[PACE_RUNS];     /* oldest first */
     int n_ends, last_runs_left; /* last_runs_left: -1 = unknown */
 } agent_t;
@@ -576,7 +576,7 @@ static int run_agent(agent_t *a) {
     so.local_frac = a->o.local_frac;
     so.noise_floor = a->o.noise_floor;
     so.noise_seeds = a->o.noise_seeds;
-    a->budget_s = base.token_budget > 0 ? 0 : base.time_budget_s;
+    a->budget_s = base.token_budget > 0 || base.flops_budget > 0 ? 0 : base.time_budget_s;
     so.max_seeds = a->o.max_seeds;
     so.queue_target = a->o.queue_target;
     so.seed = (uint64_t)a->o.seed;

@@ -17,9 +17,9 @@
 
 /* Fields that are not the configuration's to search: the labels and the
  * scope (a night compares runs of one dataset, budget and evaluation). */
-static const char *const not_axes[] = {"name",         "tags",       "seed",    "priority",
-                                       "parent",       "prune",      "dataset", "time_budget_s",
-                                       "token_budget", "eval_tokens"};
+static const char *const not_axes[] = {
+    "name",    "tags",          "seed",         "priority",     "parent",     "prune",
+    "dataset", "time_budget_s", "token_budget", "flops_budget", "eval_tokens"};
 
 void space_free(space_t *sp) {
     if (!sp) return;

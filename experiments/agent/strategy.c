@@ -52,6 +52,7 @@ typedef struct {
     int n_bad;         /* runs that diverged: a bad result for the model */
     bool has_x;        /* x is known (a state before version 4 has none) */
     space_point_t x;   /* where it is in the space */
+    double slow_cost;  /* its runs' slowdown_cost_bpb summed (this process's runs only) */
 } config_t;
 
 struct strategy {
@@ -969,6 +970,14 @@ static bool payload_val_bpb(const cJSON *obj, double *v) {
     return true;
 }
 
+/* The val_bpb a run's slowdown cost it (its result's slowdown_cost_bpb,
+ * engine/share.h), or 0. */
+static double payload_slow_cost(const cJSON *obj) {
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(obj, "result");
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(res, "slowdown_cost_bpb");
+    return cJSON_IsNumber(x) && isfinite(x->valuedouble) && x->valuedouble > 0 ? x->valuedouble : 0;
+}
+
 static const char *payload_string(const cJSON *obj, const char *key, const char *dflt) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
     return cJSON_IsString(x) && x->valuestring ? x->valuestring : dflt;
@@ -997,6 +1006,19 @@ static void describe_threshold(const strategy_t *s, double t, double sd, int df,
                  sd, df, nb, nc);
 }
 
+strategy_verdict strategy_guard_slowed(strategy_verdict verdict, double gain, double best_cost,
+                                       double cand_cost, int cand_n, int max_seeds,
+                                       double *explained) {
+    *explained = fabs(best_cost - cand_cost);
+    if (verdict != STRATEGY_ADOPT || !(*explained > 0) || gain > *explained) return verdict;
+    return cand_n < max_seeds ? STRATEGY_RERUN : verdict;
+}
+
+/* The mean slowdown cost of c's runs (0 when none was slowed). */
+static double config_slow_cost(const config_t *c) {
+    return c && c->n > 0 ? c->slow_cost / c->n : 0;
+}
+
 /* Run id of configuration c (not the best's) scored v: adopt c, re-run it,
  * or discard it, by strategy_compare against the best; sd and df are the
  * measured noise. */
@@ -1015,7 +1037,15 @@ static void judge_against_best(strategy_t *s, config_t *c, int64_t id, double v,
     double t;
     strategy_verdict verdict = strategy_compare(&in, &t);
     describe_threshold(s, t, sd, df, nb, c->n, why, sizeof why);
-    double gain = s->best_val - c->mean;
+    double gain = s->best_val - c->mean, explained;
+    strategy_verdict guarded = strategy_guard_slowed(
+        verdict, gain, config_slow_cost(b), config_slow_cost(c), c->n, s->o.max_seeds, &explained);
+    if (guarded != verdict)
+        say(s,
+            "not adopting #%lld: its gain %.4f over best %.4f (#%lld) is within the %.4f val_bpb "
+            "their runs' slowdowns explain (neighbours took their CPUs); a re-run decides",
+            (long long)c->first_id, gain, s->best_val, (long long)s->best_id, explained);
+    verdict = guarded;
     if (verdict == STRATEGY_ADOPT) {
         double old = s->best_val;
         int64_t old_id = s->best_id;
@@ -1109,6 +1139,7 @@ static void judge(strategy_t *s, const cJSON *exp, cJSON *reply) {
     if (!c->first_id) c->first_id = id;
     if (sp.seed > c->max_seed) c->max_seed = sp.seed;
     config_add_value(c, v);
+    c->slow_cost += payload_slow_cost(exp);
     int df = 0;
     double sd = pooled_sd(s, &df);
 

@@ -351,6 +351,7 @@
     { key: "params_total", label: "params", num: true },
     { key: "mfu_percent", label: "MFU %", num: true },
     { key: "tokens_per_second", label: "tok/s", num: true },
+    { key: "slowdown", label: "slowdown", num: true, narrow: true },
     { key: "depth", label: "depth", num: true },
     { key: "n_embd", label: "width", num: true },
     { key: "n_head", label: "heads", num: true, narrow: true },
@@ -420,7 +421,7 @@
       box.addEventListener("click", function (ev) { ev.stopPropagation(); toggleCompare(r.id, box.checked); });
       row.appendChild(el("td", {}, [box]));
       LB_COLS.forEach(function (c) {
-        var v = c.key === "rank" ? rank[r.id] : c.key === "val_bpb" ? bpbText(r) : fmt(r[c.key], c.key === "mfu_percent" ? 2 : undefined);
+        var v = c.key === "rank" ? rank[r.id] : c.key === "val_bpb" ? bpbText(r) : fmt(r[c.key], c.key === "mfu_percent" || c.key === "slowdown" ? 2 : undefined);
         if (c.key === "tokens_per_second" && typeof r[c.key] === "number") v = fmt(Math.round(r[c.key]));
         var td = el("td", { cls: (c.num ? "num" : "") + (c.narrow ? " hide-narrow" : ""), "data-key": c.key, text: v === undefined ? "" : String(v) });
         if (c.key === "name" || c.key === "ve_layers") td.title = td.textContent;
@@ -915,7 +916,8 @@
   }
 
   var RESULT_KEYS = ["val_bpb", "params_total", "flops_per_token", "mfu_percent", "precision", "tokens_per_second",
-                     "num_steps", "training_seconds", "total_seconds", "peak_rss_mb"];
+                     "num_steps", "training_seconds", "total_seconds", "peak_rss_mb", "cpu_share",
+                     "others_cpu_share", "steal_share", "slowdown", "slowdown_cost_bpb"];
 
   function resultTable(exps) {
     var t = $("detail-result");

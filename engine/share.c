@@ -1,0 +1,171 @@
+/* share.c - a run's share of the machine (share.h). The kernel's counters
+ * are read by hand: no library exposes schedstat or /proc/stat's per-CPU
+ * lines, and each is a line of numbers. */
+#include "engine/share.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/util.h"
+
+void share_snap_sched(share_snap_t *s) {
+    s->run_ns = s->wait_ns = 0;
+    s->have_sched = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* the thread ended */
+        double run, wait;
+        if (fscanf(f, "%lf %lf", &run, &wait) == 2) {
+            s->run_ns += run;
+            s->wait_ns += wait;
+            s->have_sched = 1;
+        }
+        fclose(f);
+    }
+    closedir(d);
+}
+
+/* The CPUs this process may use, from its affinity mask, into stat's sums. */
+static void snap_stat(share_snap_t *s) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) < 0) return;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return;
+    double hz = (double)sysconf(_SC_CLK_TCK);
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        int cpu;
+        unsigned long long v[8] = {0};
+        if (strncmp(line, "cpu", 3) || line[3] < '0' || line[3] > '9') continue;
+        if (sscanf(line + 3, "%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1],
+                   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) < 9 ||
+            cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set))
+            continue;
+        /* user nice system idle iowait irq softirq steal (guest is in user) */
+        s->busy_s += (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / hz;
+        s->steal_s += (double)v[7] / hz;
+        s->total_s += (double)(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]) / hz;
+        s->have_stat = 1;
+    }
+    fclose(f);
+}
+
+void share_snap(share_snap_t *s) {
+    memset(s, 0, sizeof *s);
+    share_snap_sched(s);
+    snap_stat(s);
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        s->self_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+                    (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+void share_between(const share_snap_t *a, const share_snap_t *b, share_t *out) {
+    out->cpu = out->steal = out->others = -1;
+    double run = b->run_ns - a->run_ns, wait = b->wait_ns - a->wait_ns;
+    if (a->have_sched && b->have_sched && run + wait > 0) out->cpu = fmax(0, run) / (run + wait);
+    double total = b->total_s - a->total_s;
+    if (a->have_stat && b->have_stat && total > 0) {
+        out->steal = fmax(0, b->steal_s - a->steal_s) / total;
+        double others = (b->busy_s - a->busy_s) - (b->self_s - a->self_s);
+        out->others = fmin(1, fmax(0, others) / total);
+    }
+}
+
+/* ------------------------------------------------------------------ cache */
+
+static char *cache_path(const char *dir) {
+    char *p = NULL;
+    if (asprintf(&p, "%s/quiet_throughput.json", dir) < 0) return NULL;
+    return p;
+}
+
+static cJSON *read_cache(const char *path) {
+    size_t len = 0;
+    char *text = path ? util_read_file(path, 1 << 20, &len, NULL, 0) : NULL;
+    cJSON *o = text ? cJSON_ParseWithLength(text, len) : NULL;
+    free(text);
+    return o;
+}
+
+double share_cached_quiet(const char *dir, const char *key) {
+    char *path = cache_path(dir);
+    cJSON *o = read_cache(path);
+    free(path);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, "tokens_per_second");
+    double tok_s = cJSON_IsNumber(v) && v->valuedouble > 0 ? v->valuedouble : 0;
+    cJSON_Delete(o);
+    return tok_s;
+}
+
+int share_store_quiet(const char *dir, const char *key, double tok_s, char *err, size_t errlen) {
+    char *path = cache_path(dir), *out = NULL;
+    cJSON *o = read_cache(path);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        o = cJSON_CreateObject();
+    }
+    int rc = 0;
+    if (o && !cJSON_GetObjectItemCaseSensitive(o, key)) {
+        cJSON *e = cJSON_AddObjectToObject(o, key);
+        char at[32];
+        time_t now = time(NULL);
+        strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+        if (e) {
+            cJSON_AddNumberToObject(e, "tokens_per_second", tok_s);
+            cJSON_AddStringToObject(e, "measured_at", at);
+        }
+        out = cJSON_Print(o);
+        rc = out && path ? util_write_file_atomic(path, out, strlen(out), err, errlen) : -1;
+        if (!out || !path) snprintf(err, errlen, "share: out of memory");
+    } else if (!o) {
+        snprintf(err, errlen, "share: out of memory");
+        rc = -1;
+    }
+    free(out);
+    cJSON_Delete(o);
+    free(path);
+    return rc;
+}
+
+/* ------------------------------------------------------------------- cost */
+
+double share_slowdown_cost_bpb(const double *tokens, const double *loss, int n, double slowdown,
+                               double val_bpb) {
+    if (!(slowdown > 1) || n < 4 || !(val_bpb > 0)) return 0;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int m = 0;
+    for (int i = n / 2; i < n; i++) {
+        if (!(tokens[i] > 0) || !isfinite(loss[i])) continue;
+        double x = log(tokens[i]);
+        sx += x;
+        sy += loss[i];
+        sxx += x * x;
+        sxy += x * loss[i];
+        m++;
+    }
+    double den = m * sxx - sx * sx;
+    if (m < 2 || !(den > 0)) return 0;
+    double slope = (m * sxy - sx * sy) / den, icept = (sy - slope * sx) / m;
+    double at_end = icept + slope * log(tokens[n - 1]);
+    /* a fall under 1e-9 of the loss over the whole curve is a flat one (rounding) */
+    if (!(at_end > 0) || !(-slope * log(tokens[n - 1] / tokens[0]) > 1e-9 * at_end)) return 0;
+    /* the loss it would have reached, in nats, then as a share of val_bpb */
+    return val_bpb * (-slope * log(slowdown)) / at_end;
+}
