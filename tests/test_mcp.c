@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/shared/bytebuf.h"
@@ -655,6 +656,38 @@ Test(mcp, reads_need_no_token_on_loopback) {
     cr_expect_eq(rep.status, 401, "a wrong token: %ld", rep.status);
     cr_expect(strcasestr(rep.headers, "WWW-Authenticate: Bearer"), "%s", rep.headers);
     tu_reply_free(&rep);
+    tu_server_stop(&d, STOP_TIMEOUT_S);
+    tu_server_release(&d);
+}
+
+/* `nightshift mcp` given no token, started in another directory, finds the
+ * token file in the state directory its loopback daemon names, but only a
+ * file nobody else may read. */
+Test(mcp, stdio_finds_the_token_beside_the_daemons_state) {
+    tu_prep_tiny(tu_dir_path("corpus.jsonl"), state, "tiny");
+    const char *extra[] = {"--listen", "127.0.0.1:0", "--token", "t0ken", NULL};
+    tu_server_t d;
+    daemon_start(&d, extra);
+    char *token = tu_path("%s/token", state), *input = tu_path("%s/in.txt", tu_dir());
+    tu_write(token, "t0ken\n");
+    tu_write(input, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+                    "\"submit\",\"arguments\":{\"spec\":" TINY_SPEC "}}}\n");
+    char *cmd =
+        tu_path("cd / && env -u NIGHTSHIFT_TOKEN -u NIGHTSHIFT_DIR '%s' mcp --url '%s' < '%s'",
+                tu_bin(), d.url, input);
+    char *const argv[] = {"/bin/sh", "-c", cmd, NULL};
+    for (int mode = 0; mode < 2; mode++) {
+        cr_assert_eq(chmod(token, mode ? 0644 : 0600), 0);
+        tu_run_t r;
+        tu_run(&r, argv, 60);
+        cr_expect_eq(r.exit_code, 0, "%s", r.err);
+        int refused = strstr(r.out, "\"isError\":true") != NULL;
+        cr_expect_eq(refused, mode, "mode %s: %s", mode ? "0644" : "0600", r.out);
+        tu_run_free(&r);
+    }
+    free(cmd);
+    free(input);
+    free(token);
     tu_server_stop(&d, STOP_TIMEOUT_S);
     tu_server_release(&d);
 }

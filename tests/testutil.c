@@ -595,7 +595,9 @@ void tu_http_headers(const tu_server_t *s, const char *method, const char *path,
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     if (!strcmp(method, "HEAD")) curl_easy_setopt(c, CURLOPT_NOBODY, 1L); /* no body to wait for */
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    /* 30 s: a /mcp wait streams until its tiny run ends, which under a
+     * sanitizer on a loaded machine took 10 s (a slot of one thread) */
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, reply_write_cb);

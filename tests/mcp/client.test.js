@@ -44,6 +44,7 @@ function check(cond, what) {
   }
 }
 
+let tokenFile = null;
 function prepState() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "nightshift-mcp-"));
   const subjects = ["the cat", "a dog", "the bird", "my friend"];
@@ -62,6 +63,9 @@ function prepState() {
                             "--val-fraction", "0.1", "--quiet", path.join(dir, "corpus.jsonl")],
                       { encoding: "utf8" });
   if (r.status !== 0) throw new Error("prep failed: " + r.stderr);
+  // The token in a file, as daemon/README.md's JSON configuration reads it.
+  tokenFile = path.join(dir, "token");
+  fs.writeFileSync(tokenFile, TOKEN + "\n", { mode: 0o600 });
   return { dir, state };
 }
 
@@ -97,8 +101,7 @@ function stopDaemon(d) {
 async function connect(kind, url) {
   const client = new Client({ name: "nightshift-test", version: "1.0.0" });
   const transport = kind === "stdio"
-    ? new StdioClientTransport({ command: BIN, args: ["mcp", "--url", url],
-                                 env: Object.assign({}, process.env, { NIGHTSHIFT_TOKEN: TOKEN }),
+    ? new StdioClientTransport({ command: BIN, args: ["mcp", "--url", url, "--token-file", tokenFile],
                                  stderr: "inherit" })
     : new StreamableHTTPClientTransport(new URL(url + "/mcp"), {
         requestInit: { headers: { Authorization: "Bearer " + TOKEN } } });
