@@ -105,7 +105,7 @@ def main():
                 checked["targets"] += 1
                 if m.group(1) not in targets:
                     problems.append(f"{rel}: `make {m.group(1)}` names no target of the Makefile")
-            for m in re.finditer(r"(?:^|[\s(])(?:build/)?nightshift((?:\s+[a-z][a-z\-]*){1,2})", span):
+            for m in re.finditer(r"(?:^|[\s(])(?:build/)?nightshift((?:\s+[a-z][a-z\-]*){1,2})(?![\w:/.])", span):
                 words = m.group(1).split()
                 commands.add((rel, tuple(words)))
     seen = {}
