@@ -618,13 +618,13 @@ Test(agent, the_plan_is_sized_to_the_night) {
     cr_expect_eq(tu_jnum(plan, "runs"), 62, "runs %g", tu_jnum(plan, "runs"));
     cr_expect_eq(tu_jnum(st, "runs_left"), 62);
     cr_expect_eq(tu_jnum(plan, "confirm_seeds"), 2);
-    cr_expect_eq(tu_jnum(plan, "startup"), 8);
+    cr_expect_eq(tu_jnum(plan, "startup"), 10);
     cJSON_Delete(st);
     agent_stop();
     char *log = tu_read(err_path);
     cr_expect(log && strstr(log, "--until: about 62 runs can end in time (300 s budget, 2 slots)"),
               "%s", log);
-    cr_expect(log && strstr(log, "plan: night of 62 runs: 1 baseline seed (noise), 8 startup"),
+    cr_expect(log && strstr(log, "plan: night of 62 runs: 1 baseline seed (noise), 10 startup"),
               "%s", log);
     free(log);
 }

@@ -1524,6 +1524,7 @@ static double short_night(strategy_kind kind, int noise_seeds, uint64_t seed, in
         o.noise_seeds = strategy_default_noise_seeds(kind);
         o.n_startup = STRATEGY_DEFAULT_STARTUP;
         o.confirm_seeds = 1;
+        o.confirm_frac = STRATEGY_DEFAULT_CONFIRM;
     }
     load_example("baseline.json", &base);
     strategy_t *s = strategy_new(&base, &o, err, sizeof err);
@@ -2011,10 +2012,10 @@ Test(strategy, the_plan_is_sized_to_the_night) {
         bool known;
         int noise, startup, confirm, model;
     } rows[] = {
-        {STRATEGY_TPE, 8, false, 1, 5, 1, 2},      {STRATEGY_TPE, 16, false, 1, 5, 1, 10},
-        {STRATEGY_TPE, 32, false, 1, 6, 2, 24},    {STRATEGY_TPE, 96, false, 2, 10, 3, 82},
+        {STRATEGY_TPE, 8, false, 1, 5, 1, 2},      {STRATEGY_TPE, 16, false, 1, 10, 1, 5},
+        {STRATEGY_TPE, 32, false, 1, 10, 2, 20},   {STRATEGY_TPE, 96, false, 2, 10, 3, 82},
         {STRATEGY_TPE, 200, false, 3, 10, 3, 185}, {STRATEGY_TPE, 8, true, 0, 5, 1, 2},
-        {STRATEGY_TPE, 16, true, 0, 5, 1, 10},     {STRATEGY_TPE, 96, true, 0, 10, 3, 83},
+        {STRATEGY_TPE, 16, true, 0, 10, 1, 5},     {STRATEGY_TPE, 96, true, 0, 10, 3, 83},
         {STRATEGY_RANDOM, 8, false, 1, 0, 1, 6},   {STRATEGY_RANDOM, 96, false, 2, 0, 3, 91},
         {STRATEGY_CLIMB, 8, false, 2, 0, 0, 6},    {STRATEGY_CLIMB, 16, false, 2, 0, 0, 14},
         {STRATEGY_CLIMB, 96, false, 3, 0, 0, 93},  {STRATEGY_TPE, 4, false, 1, 5, 0, 0},
@@ -2029,6 +2030,12 @@ Test(strategy, the_plan_is_sized_to_the_night) {
                   "%s, %d runs%s: noise %d startup %d confirm %d model %d",
                   strategy_kind_name(rows[i].k), rows[i].runs, rows[i].known ? ", noise known" : "",
                   p.noise_seeds, p.startup, p.confirm_seeds, p.model);
+        /* mid-night confirmations: none in a tpe night of up to 32 runs */
+        double frac = rows[i].k == STRATEGY_CLIMB                                            ? 0
+                      : rows[i].k == STRATEGY_TPE && rows[i].runs >= 0 && rows[i].runs <= 32 ? 0
+                                                                                             : 0.25;
+        cr_expect_eq(p.confirm_frac, frac, "%s, %d runs: confirm_frac %g",
+                     strategy_kind_name(rows[i].k), rows[i].runs, p.confirm_frac);
     }
 }
 
@@ -2110,9 +2117,9 @@ Test(strategy, a_planned_night_spends_what_it_plans, .timeout = 60) {
          "model, 1 confirmation seed for the answer",
          "bssss", "mmr"},
         {16,
-         "plan: night of 16 runs: 1 baseline seed (noise), 5 startup results, 10 runs of the "
+         "plan: night of 16 runs: 1 baseline seed (noise), 10 startup results, 5 runs of the "
          "model, 1 confirmation seed for the answer",
-         "bssssm", "r"},
+         "bsssssssssm", "r"},
         {96,
          "plan: night of 96 runs: 2 baseline seeds (noise), 10 startup results, 82 runs of the "
          "model, 3 confirmation seeds for the answer",
@@ -2167,10 +2174,10 @@ Test(strategy, noise_known_from_earlier_nights_is_reused, .timeout = 60) {
     cr_expect(logged(&l, "earlier nights measured this scope's noise: sd 0.0200 over 6 df"), "%s",
               l.text);
     cr_expect(logged(&l, "plan: night of 16 runs: no baseline noise seeds (earlier nights "
-                         "measured it), 5 startup results, 10 runs of the model"),
+                         "measured it), 10 startup results, 5 runs of the model"),
               "%s", l.text);
     cr_expect(!strchr(kinds, 'b'), "the baseline was run: %s", kinds);
-    cr_expect(!strncmp(kinds, "sssssm", 6), "%s", kinds);
+    cr_expect(!strncmp(kinds, "ssssssssssm", 11), "%s", kinds);
     free(l.text);
     l = (log_t){0};
     planned_night(16, noise_of("other", 0.02, 6), kinds, &l);

@@ -433,12 +433,13 @@ static const opt_t agent_rows[] = {
      .help = "climb (mutate the best), random (uniform draws) or tpe (a model of everything "
              "seen, with local moves of the lowest mean)"},
     {"confirm-frac", OPT_NUM, FIELD(confirm_frac), .lo = 0, .hi = 1,
-     .def = STRATEGY_DEFAULT_CONFIRM, .arg = "F",
-     .help = "random, tpe: confirmation seeds at most this fraction of the proposals"},
+     .def = STRATEGY_CONFIRM_FRAC_AUTO, .arg = "F",
+     .help = "random, tpe: mid-night confirmation seeds at most this fraction of the proposals "
+             "(default the plan's: 0.25, none for tpe below 32 runs)"},
     {"startup", OPT_INT, FIELD(startup), .lo = 0, .hi = 1 << 20, .def = STRATEGY_STARTUP_AUTO,
      .arg = "N",
-     .help = "tpe: random draws until N configurations have results (default the plan's: the "
-             "night's square root in [3, 10], 5 when its length is unknown)"},
+     .help = "tpe: random draws until N configurations have results (default the plan's: 5/8 "
+             "of the night in [5, 10], 5 when its length is unknown)"},
     {"confirm-seeds", OPT_INT, FIELD(confirm_seeds), .lo = 0, .hi = 63,
      .def = STRATEGY_CONFIRM_AUTO, .arg = "K",
      .help = "random, tpe: further seeds the night's answer gets among its last proposals "

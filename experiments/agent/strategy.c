@@ -109,7 +109,7 @@ void strategy_opts_default(strategy_opts_t *o) {
     o->max_seeds = STRATEGY_DEFAULT_MAX_SEEDS;
     o->queue_target = STRATEGY_QUEUE_AUTO;
     o->kind = STRATEGY_CLIMB;
-    o->confirm_frac = STRATEGY_DEFAULT_CONFIRM;
+    o->confirm_frac = STRATEGY_CONFIRM_FRAC_AUTO;
     o->n_startup = STRATEGY_STARTUP_AUTO;
     o->confirm_seeds = STRATEGY_CONFIRM_AUTO;
     o->local_frac = STRATEGY_DEFAULT_LOCAL;
@@ -153,6 +153,7 @@ void strategy_plan(strategy_kind k, int runs, bool noise_known, strategy_plan_t 
     memset(p, 0, sizeof *p);
     p->runs = runs < 0 ? -1 : runs;
     p->noise_known = noise_known;
+    p->confirm_frac = k == STRATEGY_CLIMB ? 0 : STRATEGY_DEFAULT_CONFIRM;
     if (runs < 0) {
         p->noise_seeds = noise_known ? 0 : strategy_default_noise_seeds(k);
         p->startup = k == STRATEGY_TPE ? STRATEGY_DEFAULT_STARTUP : 0;
@@ -169,7 +170,10 @@ void strategy_plan(strategy_kind k, int runs, bool noise_known, strategy_plan_t 
     if (p->noise_seeds > runs) p->noise_seeds = runs;
     /* climb confirms by its own rule: every promising variant is re-run */
     p->confirm_seeds = k == STRATEGY_CLIMB ? 0 : runs < 6 ? 0 : runs < 32 ? 1 : runs < 64 ? 2 : 3;
-    if (k == STRATEGY_TPE) p->startup = clamp_int((int)lround(sqrt((double)runs)), 5, 10);
+    if (k == STRATEGY_TPE) {
+        p->startup = clamp_int((int)lround(runs * 5 / 8.0), 5, 10);
+        if (runs <= 32) p->confirm_frac = 0; /* the model's runs are too few to give away */
+    }
     plan_model(p);
 }
 
@@ -188,6 +192,7 @@ void strategy_current_plan(const strategy_t *s, strategy_plan_t *p) {
         p->noise_seeds = s->o.noise_seeds;
     if (s->o.n_startup != STRATEGY_STARTUP_AUTO) p->startup = s->o.n_startup;
     if (s->o.confirm_seeds != STRATEGY_CONFIRM_AUTO) p->confirm_seeds = s->o.confirm_seeds;
+    if (s->o.confirm_frac != STRATEGY_CONFIRM_FRAC_AUTO) p->confirm_frac = s->o.confirm_frac;
     if (p->confirm_seeds > s->o.max_seeds - 1) p->confirm_seeds = s->o.max_seeds - 1;
     if (s->o.kind != STRATEGY_TPE) p->startup = 0;
     plan_model(p);
@@ -202,6 +207,7 @@ cJSON *strategy_plan_json(const strategy_plan_t *p) {
               cJSON_AddNumberToObject(o, "noise_seeds", p->noise_seeds) &&
               cJSON_AddNumberToObject(o, "startup", p->startup) &&
               cJSON_AddNumberToObject(o, "confirm_seeds", p->confirm_seeds) &&
+              cJSON_AddNumberToObject(o, "confirm_frac", p->confirm_frac) &&
               (p->model < 0 ? cJSON_AddNullToObject(o, "model") != NULL
                             : cJSON_AddNumberToObject(o, "model", p->model) != NULL);
     if (!ok) {
@@ -226,8 +232,9 @@ void strategy_plan_text(strategy_kind k, const strategy_plan_t *p, char *buf, si
     if (p->model >= 0)
         snprintf(model, sizeof model, ", %d run%s of the %s", p->model, p->model == 1 ? "" : "s",
                  k == STRATEGY_TPE ? "model" : "search");
-    snprintf(buf, n, "%s: %s%s%s, %d confirmation seed%s for the answer", len, noise, start, model,
-             p->confirm_seeds, p->confirm_seeds == 1 ? "" : "s");
+    snprintf(buf, n, "%s: %s%s%s, %d confirmation seed%s for the answer%s", len, noise, start,
+             model, p->confirm_seeds, p->confirm_seeds == 1 ? "" : "s",
+             k != STRATEGY_CLIMB && p->confirm_frac == 0 ? " and none before" : "");
 }
 
 /* Log the plan the first time, and when what it spends changes (not every
@@ -852,11 +859,12 @@ static int try_confirm(strategy_t *s, cJSON *reply) {
     strategy_compare(&in, &t);
     double gain = s->best_val - c->mean, one_se = isnan(t) ? 0 : t / 2;
     if (!last && !(gain > one_se)) return -1;
-    if (!last && s->n_confirmations + 1 > s->o.confirm_frac * (s->n_proposals + 1)) {
+    if (!last && plan.confirm_frac == 0) return -1; /* the plan line says "and none before" */
+    if (!last && s->n_confirmations + 1 > plan.confirm_frac * (s->n_proposals + 1)) {
         say(s,
             "not confirming #%lld (mean %.4f over %d, gain %.4f): confirmation seeds would pass "
             "%.0f%% of the proposals (%d of %d)",
-            (long long)c->first_id, c->mean, c->n, gain, 100 * s->o.confirm_frac,
+            (long long)c->first_id, c->mean, c->n, gain, 100 * plan.confirm_frac,
             s->n_confirmations + 1, s->n_proposals + 1);
         return -1;
     }
@@ -895,7 +903,7 @@ static int try_confirm(strategy_t *s, cJSON *reply) {
         "%s; re-running with seed %llu (confirmation %d, at most %.0f%% of the proposals)",
         (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val,
         (long long)s->best_id, gain, one, (unsigned long long)c->max_seed, s->n_confirmations,
-        100 * s->o.confirm_frac);
+        100 * plan.confirm_frac);
     return 0;
 }
 
@@ -1327,15 +1335,16 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
     if (!(o->noise_floor >= 0) || !isfinite(o->noise_floor) || o->max_proposals < 0 ||
         (o->noise_seeds < 0 && o->noise_seeds != STRATEGY_NOISE_SEEDS_AUTO) || o->max_seeds < 1 ||
         (o->queue_target < 1 && o->queue_target != STRATEGY_QUEUE_AUTO) ||
-        !(o->confirm_frac >= 0 && o->confirm_frac <= 1) ||
+        (!(o->confirm_frac >= 0 && o->confirm_frac <= 1) &&
+         o->confirm_frac != STRATEGY_CONFIRM_FRAC_AUTO) ||
         (o->n_startup < 0 && o->n_startup != STRATEGY_STARTUP_AUTO) ||
         (o->confirm_seeds < 0 && o->confirm_seeds != STRATEGY_CONFIRM_AUTO) ||
         !(o->local_frac >= 0 && o->local_frac <= 1) || strategy_kind_name(o->kind)[0] == '?') {
         snprintf(err, errlen,
                  "the noise floor, noise_seeds, n_startup, confirm_seeds (each or its AUTO) and "
                  "max_proposals must be >= 0, "
-                 "queue_target >= 1 (or STRATEGY_QUEUE_AUTO), max_seeds >= 1, confirm_frac and "
-                 "local_frac in [0, 1], the kind climb, tpe or random");
+                 "queue_target >= 1 (or STRATEGY_QUEUE_AUTO), max_seeds >= 1, confirm_frac (or "
+                 "its AUTO) and local_frac in [0, 1], the kind climb, tpe or random");
         free(s);
         return NULL;
     }

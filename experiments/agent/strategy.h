@@ -123,8 +123,9 @@ typedef void (*strategy_log_fn)(void *user, const char *line);
 #define STRATEGY_DEFAULT_SEED      1
 #define STRATEGY_NOISE_SEEDS_AUTO  (-1) /* noise_seeds: strategy_default_noise_seeds */
 #define STRATEGY_DEFAULT_MAX_SEEDS 4
-#define STRATEGY_QUEUE_AUTO        (-1) /* queue_target: one per experiment seen running */
-#define STRATEGY_DEFAULT_CONFIRM   0.25 /* confirm_frac of random and tpe */
+#define STRATEGY_QUEUE_AUTO        (-1)   /* queue_target: one per experiment seen running */
+#define STRATEGY_DEFAULT_CONFIRM   0.25   /* confirm_frac of random, and of tpe from 32 runs */
+#define STRATEGY_CONFIRM_FRAC_AUTO (-1.0) /* confirm_frac: the plan's */
 #define STRATEGY_DEFAULT_STARTUP   5    /* results before tpe's model, the night's length unknown */
 #define STRATEGY_STARTUP_AUTO      (-1) /* n_startup: the plan's (strategy_plan) */
 #define STRATEGY_CONFIRM_AUTO      (-1) /* confirm_seeds: the plan's */
@@ -136,8 +137,9 @@ typedef void (*strategy_log_fn)(void *user, const char *line);
 typedef struct {
     strategy_kind kind;   /* default STRATEGY_CLIMB */
     const space_t *space; /* the axes (required; borrowed: it must outlive the strategy) */
-    double confirm_frac;  /* random, tpe: confirmation seeds at most this fraction of the
-                             proposals; default STRATEGY_DEFAULT_CONFIRM */
+    double confirm_frac;  /* random, tpe: mid-night confirmation seeds at most this fraction
+                             of the proposals; default STRATEGY_CONFIRM_FRAC_AUTO (the
+                             plan's) */
     int n_startup;        /* tpe: startup draws until this many configurations have results;
                              default STRATEGY_STARTUP_AUTO (the plan's) */
     int confirm_seeds;    /* further seeds the night's answer gets among its last proposals;
@@ -184,16 +186,26 @@ int strategy_default_noise_seeds(strategy_kind k);
  *                  runs and 3 from there; random and tpe 1 below 64 runs, 2
  *                  below 128, 3 from there (about 2% of a long night: the
  *                  confirmation seeds measure the rest of the noise);
- *   startup        tpe: results before the model, the night's square root in
- *                  [5, 10] (5 up to 30 runs, 6 at 32, 10 from 90; the
- *                  baseline's result counts; 0 for climb and random). On the
- *                  scripted surfaces (test_strategy, 40 nights a length, the
- *                  answer's true gap, planned minus the rule before plans):
- *                  a startup of 3 at 8 runs was worse by 0.018 / 0.078 (near
- *                  / far, SE 0.013 / 0.032) and of 4 by 0.011 / 0.022, so a
- *                  short night keeps 5; at 32 runs 6 gained 0.026 / lost
- *                  0.010 (SE 0.009 / 0.015) against 5, 8 gained 0.005 / lost
- *                  0.009: a long night starts from Optuna's 10;
+ *   startup        tpe: results before the model, 5/8 of the night in [5,
+ *                  10] (5 at 8 runs, 10 from 16; the baseline's result
+ *                  counts; 0 for climb and random). On the surrogate of the
+ *                  Brown landscape (experiments/search/bench/
+ *                  2026-12-06-surrogate-refit.md; 100 replayed nights of 16
+ *                  runs, paired with Optuna's random search, negative is
+ *                  better): the rule before (5 at 16, 6 at 32, mid-night
+ *                  confirmations) -0.010 +- 0.010 at 16 runs and -0.026 +-
+ *                  0.007 at 32; startup 10 alone -0.018 +- 0.008 / -0.025 +-
+ *                  0.006; startup 10 and no mid-night confirmations -0.021
+ *                  +- 0.008 / -0.030 +- 0.005 (8 at 16: -0.020 +- 0.009). On
+ *                  the scripted surfaces of test_strategy a startup below 5
+ *                  hurt 8-run nights (3: +0.018 / +0.078 near / far, SE
+ *                  0.013 / 0.032);
+ *   confirm_frac   random and tpe: mid-night confirmation seeds (a lowest
+ *                  mean past one standard error gets a second seed before
+ *                  the night's last proposals) at most this fraction of the
+ *                  proposals: STRATEGY_DEFAULT_CONFIRM, but none for tpe up
+ *                  to 32 runs, where they took 2-3 of a 16-run night's runs
+ *                  from the model (numbers above);
  *   confirm_seeds  further seeds the night's answer (the lowest mean) gets
  *                  among the last proposals, whatever its gain: 0 below 6
  *                  runs, 1 below 32, 2 below 64, 3 from there (capped at
@@ -204,11 +216,12 @@ int strategy_default_noise_seeds(strategy_kind k);
  *                  the model, local moves), before mid-night confirmations.
  * runs < 0 (the length unknown) is the rule before plans: the baseline's
  * seeds strategy_default_noise_seeds, startup STRATEGY_DEFAULT_STARTUP, one
- * confirmation seed. */
+ * confirmation seed, confirm_frac STRATEGY_DEFAULT_CONFIRM. */
 typedef struct {
     int runs; /* the night's length in runs; -1 = unknown */
     bool noise_known;
     int noise_seeds, startup, confirm_seeds, model;
+    double confirm_frac;
 } strategy_plan_t;
 
 void strategy_plan(strategy_kind k, int runs, bool noise_known, strategy_plan_t *p);

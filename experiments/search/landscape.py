@@ -40,10 +40,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import corpus as corpusmod  # noqa: E402
 import space as spacemod  # noqa: E402
 
 ROOT = spacemod.ROOT
-CORPUS_BYTES = 1_000_000
+CORPUS_BYTES = corpusmod.CORPUS_BYTES
 EXIT_STATUS = {0: "succeeded", 1: "failed", 3: "diverged", 4: "oom"}
 
 
@@ -57,26 +58,9 @@ def fmt_s(s):
 
 
 def corpus_text(src):
-    """About 1 MB of text from src: a directory of documents is read as make
-    bench-search reads the Brown corpus (every fifth document from the first
-    on, then from the second, whole documents up to 1 MB); a file, its first
-    1 MB cut at a line break."""
-    if os.path.isdir(src):
-        docs = sorted(f for f in os.listdir(src) if f.endswith(".txt"))
-        parts, n = [], 0
-        for f in docs[::5] + docs[1::5]:
-            with open(os.path.join(src, f), encoding="utf-8") as fh:
-                t = fh.read().strip() + "\n\n"
-            b = len(t.encode())
-            if n + b > CORPUS_BYTES:
-                break
-            parts.append(t)
-            n += b
-        return "".join(parts)
-    with open(src, "rb") as fh:
-        raw = fh.read(CORPUS_BYTES)
-    cut = raw.rfind(b"\n")
-    return raw[:cut + 1 if cut > 0 else len(raw)].decode("utf-8", errors="ignore")
+    """About 1 MB of text from src, as make bench-search reads it
+    (corpus.bench_text)."""
+    return corpusmod.bench_text(src, CORPUS_BYTES)
 
 
 def design(sp, n_lhs, seed, refused, oat_moves=True):

@@ -101,6 +101,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "experiments", "search"))
+import corpus as corpusmod  # noqa: E402
 BRIDGE = os.path.join(ROOT, "experiments", "bridges", "optuna_bridge.py")
 SPACE = os.path.join(ROOT, "experiments", "search", "space.json")
 BASELINE = os.path.join(ROOT, "experiments", "specs", "baseline.json")
@@ -124,7 +126,7 @@ STRATEGIES = {
 DEFAULT_STRATEGIES = "random,optuna-tpe,optuna-median,climb,agent-tpe,agent-asha"
 ACTIVE = ("queued", "running")
 FAILED = ("failed", "diverged", "oom", "timeout", "crashed")
-CORPUS_BYTES = 1_000_000
+CORPUS_BYTES = corpusmod.CORPUS_BYTES
 REMEASURE_SEED = 1000
 NIGHT_LIMIT_S = 1800  # a night that takes longer is cut (a hung run, a stuck agent)
 
@@ -221,25 +223,17 @@ class Daemon:
 
 def prep_corpus(args, work):
     """The search corpus: 1 MB of the Brown corpus, every fifth document from
-    the first on (all fifteen genres), then from the second, in order."""
+    the first on (all fifteen genres), then from the second, in order
+    (experiments/search/corpus.py, which the landscapes read it with too)."""
     brown = os.path.join(args.corpus, "brown")
     if not os.path.isdir(brown):
         subprocess.run(["bash", os.path.join(ROOT, "scripts", "fetch-corpus.sh"), args.corpus],
                        check=True)
-    docs = sorted(f for f in os.listdir(brown) if f.endswith(".txt"))
-    parts, n = [], 0
-    for f in docs[::5] + docs[1::5]:
-        with open(os.path.join(brown, f), encoding="utf-8") as fh:
-            t = fh.read().strip() + "\n\n"
-        b = len(t.encode())
-        if n + b > CORPUS_BYTES:
-            break
-        parts.append(t)
-        n += b
+    text = corpusmod.bench_text(brown, CORPUS_BYTES)
     path = os.path.join(work, "search.txt")
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write("".join(parts))
-    return path, n
+        fh.write(text)
+    return path, len(text.encode())
 
 
 def prep_dataset(args, daemon, corpus, name):
