@@ -27,6 +27,7 @@
 #include "engine/cli.h"
 #include "engine/cost.h"
 #include "engine/gemm.h"
+#include "engine/gemm_bf16.h"
 #include "engine/gpt.h"
 #include "engine/optim.h"
 #include "engine/prof.h"
@@ -183,6 +184,7 @@ int bench_main(int argc, char **argv) {
         fprintf(stderr, "bench: %s\n", err);
         goto fail;
     }
+    gemm_bf16_cache_weights(m->params, m->n_params); /* optim_step invalidates */
     rng_t r;
     rng_seed(&r, (uint64_t)a.seed + 1);
     for (int i = 0; i < B * T; i++) {
@@ -223,6 +225,7 @@ int bench_main(int argc, char **argv) {
     rc = 0;
 fail:
     optim_free(o);
+    gemm_bf16_cache_weights(NULL, 0);
     gpt_free(m);
     free(in);
     free(tg);

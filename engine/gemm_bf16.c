@@ -19,7 +19,8 @@
  *   dx = dy W:           A = dy rounded row by row, B = W's rows 2p, 2p+1
  *            interleaved;
  *   dW += dy^T x:        A = dy^T: the rows 2p, 2p+1 of dy interleaved and
- *            read transposed in place, B = x's rows 2p, 2p+1 interleaved.
+ *            transposed, B = x's rows 2p, 2p+1 interleaved; or, where x is
+ *            the narrower, T = x^T dy with the roles swapped and dW += T^T.
  * Hand-written rather than through a library: Debian 12's OpenBLAS 0.3.21
  * has no sbgemm for these CPUs in its OpenMP build's dispatch, and oneDNN is
  * not a dependency of the engine. */
@@ -116,6 +117,35 @@ __attribute__((target(TARGET))) static void pair_rows(float *dst, ptrdiff_t ldd,
             __m512i lo = s0 ? low_halves(_mm512_maskz_loadu_ps(m, s0 + c)) : _mm512_setzero_si512();
             __m512i hi = s1 ? low_halves(_mm512_maskz_loadu_ps(m, s1 + c)) : _mm512_setzero_si512();
             _mm512_storeu_si512(d + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        }
+    }
+}
+
+/* Rows [c0, c1) of dst (ldd floats apart; c0 a multiple of 16, c1 <= n):
+ * row c is column c of src (K rows of n floats, row stride lds) as
+ * depth_pairs(K) pairs (src[2p][c], src[2p+1][c]) rounded, zero past row
+ * K - 1: pair_rows and a transpose in one pass, 16 x 16 pairs at a time
+ * through a block that stays in L1 (the two passes wrote and re-read the
+ * whole paired matrix: 8% of make bench's M bf16 step). */
+__attribute__((target(TARGET))) static void pair_cols(float *dst, ptrdiff_t ldd, const float *src,
+                                                      ptrdiff_t lds, int K, int c0, int c1) {
+    const int KN = depth_pairs(K);
+    float blk[16 * 16] __attribute__((aligned(64)));
+    for (int c = c0; c < c1; c += 16) {
+        const int w = c1 - c < 16 ? c1 - c : 16;
+        const __mmask16 m = w == 16 ? 0xffff : (__mmask16)((1u << w) - 1);
+        for (int p0 = 0; p0 < KN; p0 += 16) {
+            for (int q = 0; q < 16; q++) {
+                const int r = 2 * (p0 + q);
+                const __m512i lo = r < K ? low_halves(_mm512_maskz_loadu_ps(m, src + r * lds + c))
+                                         : _mm512_setzero_si512();
+                const __m512i hi =
+                    r + 1 < K
+                        ? low_halves(_mm512_maskz_loadu_ps(m, src + (ptrdiff_t)(r + 1) * lds + c))
+                        : _mm512_setzero_si512();
+                _mm512_store_si512(blk + 16 * q, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+            }
+            transpose_matrix(dst + c * ldd + p0, ldd, blk, 16, 16, w);
         }
     }
 }
@@ -371,6 +401,75 @@ static float *reserve(int k, size_t need) {
     return bufs[k];
 }
 
+/* ---------------------------------------------------------- weights' cache */
+
+/* A packed W: its forward panels (kind 0) or its paired rows for dx (kind 1),
+ * valid while epoch is the cache's. */
+typedef struct {
+    const float *W;
+    int in, out, kind;
+    unsigned long epoch;
+    float *packed;
+    size_t cap;
+} packed_w_t;
+
+static const float *cache_lo; /* gemm_bf16_cache_weights: the block, or NULL */
+static size_t cache_n;
+static unsigned long cache_epoch = 1;
+static packed_w_t *cache;
+static int cache_len, cache_cap;
+
+void gemm_bf16_weights_changed(void) {
+    cache_epoch++;
+}
+
+void gemm_bf16_cache_weights(const float *lo, size_t n) {
+    for (int i = 0; i < cache_len; i++) free(cache[i].packed);
+    free(cache);
+    cache = NULL;
+    cache_len = cache_cap = 0;
+    cache_lo = lo;
+    cache_n = lo ? n : 0;
+    cache_epoch++;
+}
+
+/* W's packed form of `kind` (need floats) and whether it must be packed
+ * now (*fresh): from the cache where W lies in the named block (packed
+ * already this epoch, or to be packed into the entry, marked valid here
+ * since the caller fills it before returning), else scratch buffer `buf`. */
+static float *packed_weight(const float *W, int in, int out, int kind, int buf, size_t need,
+                            int *fresh) {
+    *fresh = 1;
+    if (!cache_lo || W < cache_lo || W >= cache_lo + cache_n) return reserve(buf, need);
+    packed_w_t *e = NULL;
+    for (int i = 0; i < cache_len && !e; i++)
+        if (cache[i].W == W && cache[i].in == in && cache[i].out == out && cache[i].kind == kind)
+            e = &cache[i];
+    if (!e) {
+        if (cache_len == cache_cap) {
+            int cap = cache_cap ? 2 * cache_cap : 32;
+            packed_w_t *c = realloc(cache, (size_t)cap * sizeof *c);
+            if (!c) return reserve(buf, need);
+            cache = c;
+            cache_cap = cap;
+        }
+        e = &cache[cache_len++];
+        *e = (packed_w_t){W, in, out, kind, 0, NULL, 0};
+    }
+    if (e->epoch == cache_epoch) {
+        *fresh = 0;
+        return e->packed;
+    }
+    if (need > e->cap) {
+        float *b = realloc(e->packed, need * sizeof *b);
+        if (!b) return reserve(buf, need);
+        e->packed = b;
+        e->cap = need;
+    }
+    e->epoch = cache_epoch;
+    return e->packed;
+}
+
 /* This thread's share [*m0, *m1) of M rows, in whole 16-row tiles, so that
  * which rows run on AMX does not depend on the thread count. */
 static void thread_rows(int M, int *m0, int *m1) {
@@ -383,16 +482,20 @@ static void thread_rows(int M, int *m0, int *m1) {
 void gemm_bf16_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out) {
     const int K2 = depth_pairs(in), npad = round16(out),
               amx = gemm_bf16_uses_amx() && out % 16 == 0;
-    float *Bp = reserve(BUF_B, (size_t)K2 * npad), *Wb = reserve(BUF_W, (size_t)out * K2);
+    int fresh;
+    float *Bp = packed_weight(W, in, out, 0, BUF_B, (size_t)K2 * npad, &fresh);
+    float *Wb = fresh ? reserve(BUF_W, (size_t)out * K2) : NULL;
     float *Ax = reserve(BUF_A, (size_t)N * K2);
     double t0 = prof_begin();
 #pragma omp parallel if ((double)N * in * out >= PARALLEL_MIN)
     {
         /* W rounded row by row, then transposed as pairs into B's panels */
+        if (fresh) {
 #pragma omp for schedule(static)
-        for (int c = 0; c < out; c++) round_rows(Wb, K2, W, in, c, c + 1, in);
+            for (int c = 0; c < out; c++) round_rows(Wb, K2, W, in, c, c + 1, in);
 #pragma omp for schedule(static) nowait
-        for (int j = 0; j < npad; j += PANEL) pack_panel(Bp, Wb, K2, K2, out, j, 1);
+            for (int j = 0; j < npad; j += PANEL) pack_panel(Bp, Wb, K2, K2, out, j, 1);
+        }
         int m0, m1;
         thread_rows(N, &m0, &m1);
         round_rows(Ax, K2, x, ldx, m0, m1, in);
@@ -402,52 +505,73 @@ void gemm_bf16_forward(float *y, const float *x, int ldx, const float *W, int N,
     prof_end(PROF_MATMUL, t0);
 }
 
+/* C (rows x width, row stride ldc) (+)= A B by the team: A in rows of K2
+ * pairs, B in panels. The team splits C's rows when width <= rows, else its
+ * columns in whole panels (each thread then reads all of A and only its
+ * panels of B): this thread's columns [*j0, *j1) (all of them when the rows
+ * are split). Which rows run on AMX does not depend on the team's size. */
+static void team_product(int use_amx, int rows, int width, int K2, const float *A, const float *B,
+                         float *C, ptrdiff_t ldc, int acc_in, int *j0, int *j1) {
+    const int amx = use_amx && width % 16 == 0;
+    if (width <= rows) {
+        int m0, m1;
+        thread_rows(rows, &m0, &m1);
+        *j0 = 0, *j1 = width;
+        if (m0 < m1) product_rows(amx, m0, m1, width, K2, A, K2, B, C, ldc, acc_in);
+    } else {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int panels = (round16(width) + PANEL - 1) / PANEL;
+        *j0 = (int)((long)panels * t / nt) * PANEL;
+        *j1 = (int)((long)panels * (t + 1) / nt) * PANEL;
+        if (*j1 > width) *j1 = width;
+        if (*j0 < *j1)
+            product_rows(amx, 0, rows, *j1 - *j0, K2, A, K2, B + (ptrdiff_t)*j0 * K2, C + *j0, ldc,
+                         acc_in);
+    }
+}
+
 void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *dy, const float *x,
                         const float *W, int N, int in, int out) {
-    const int KN = depth_pairs(N), KO = depth_pairs(out), ldo = round16(out), ldi = round16(in);
+    const int KN = depth_pairs(N), KO = depth_pairs(out), ldi = round16(in);
     const int use_amx = gemm_bf16_uses_amx();
-    float *P = reserve(BUF_A, (size_t)KN * ldo), *Xp = reserve(BUF_X, (size_t)KN * ldi);
-    float *PT = reserve(BUF_T, (size_t)out * KN);
-    float *Wp = dx ? reserve(BUF_B, (size_t)KO * ldi) : NULL;
+    /* dW's product has its depth along N, so one of its operands is paired
+     * down the columns and transposed (AMX and vdpbf16ps both read A as rows
+     * of pairs): the narrower of dy and x. Either dW (out, in) += dy^T x, or
+     * T (in, out) = x^T dy and dW += T^T afterwards (T is as small as W). */
+    const int tdy = out <= in;
+    const int ra = tdy ? out : in, wb = tdy ? in : out;
+    const float *sa = tdy ? dy : x, *sb = tdy ? x : dy;
+    const ptrdiff_t lsa = tdy ? out : ldx, lsb = tdy ? ldx : out;
+    float *AT = reserve(BUF_T, (size_t)ra * KN), *Bp = reserve(BUF_X, (size_t)KN * round16(wb));
+    float *T = tdy ? NULL : reserve(BUF_A, (size_t)in * out);
+    int fresh = 0;
+    float *Wp = dx ? packed_weight(W, in, out, 1, BUF_B, (size_t)KO * ldi, &fresh) : NULL;
     float *Dy = dx ? reserve(BUF_W, (size_t)N * KO) : NULL;
     double t0 = prof_begin();
 #pragma omp parallel if ((double)N * in * out >= PARALLEL_MIN)
     {
-        /* dy's rows 2p, 2p+1 interleaved, then transposed into dy^T's rows
-         * of pairs; x's and W's likewise as B's panels */
 #pragma omp for schedule(static) nowait
-        for (int p = 0; p < KN; p++) pair_rows(P, ldo, dy, out, N, out, p, p + 1);
-        pack_pairs_team(Xp, x, ldx, N, in);
-        if (dx) pack_pairs_team(Wp, W, in, out, in);
+        for (int c = 0; c < ra; c += 16)
+            pair_cols(AT, KN, sa, lsa, N, c, ra - c < 16 ? ra : c + 16);
+        pack_pairs_team(Bp, sb, lsb, N, wb);
+        if (fresh) pack_pairs_team(Wp, W, in, out, in);
 #pragma omp barrier
-#pragma omp for schedule(static)
-        for (int o = 0; o < out; o += 16)
-            transpose_matrix(PT + (ptrdiff_t)o * KN, KN, P + o, ldo, KN,
-                             out - o < 16 ? out - o : 16);
-        int m0, m1;
-        /* dW (out, in) += dy^T x: the team splits dW's rows when in <= out,
-         * else its columns in whole panels (each thread then reads all of
-         * dy^T and only its panels of x) */
-        const int amx = use_amx && in % 16 == 0;
-        if (in <= out) {
-            thread_rows(out, &m0, &m1);
-            if (m0 < m1) product_rows(amx, m0, m1, in, KN, PT, KN, Xp, dW, in, 1);
-        } else {
-            const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-            const int panels = (ldi + PANEL - 1) / PANEL;
-            int j0 = (int)((long)panels * t / nt) * PANEL;
-            int j1 = (int)((long)panels * (t + 1) / nt) * PANEL;
-            if (j1 > in) j1 = in;
-            if (j0 < j1)
-                product_rows(amx, 0, out, j1 - j0, KN, PT, KN, Xp + (ptrdiff_t)j0 * KN, dW + j0, in,
-                             1);
-        }
+        int j0, j1;
+        team_product(use_amx, ra, wb, KN, AT, Bp, tdy ? dW : T, tdy ? in : out, tdy, &j0, &j1);
+        /* T's columns this thread computed are dW's rows [j0, j1) (out > in:
+         * the team split T's columns), added without waiting for the team */
+        if (!tdy)
+            for (int o = j0; o < j1; o++)
+                for (int i = 0; i < in; i++) dW[(ptrdiff_t)o * in + i] += T[(ptrdiff_t)i * out + o];
         /* dx (N, in) (+)= dy (N, out) W (out, in): this thread's rows of dy
          * rounded, then its rows of dx */
         if (dx) {
+            int m0, m1;
             thread_rows(N, &m0, &m1);
             round_rows(Dy, KO, dy, out, m0, m1, out);
-            if (m0 < m1) product_rows(amx, m0, m1, in, KO, Dy, KO, Wp, dx, ldx, beta != 0.0f);
+            if (m0 < m1)
+                product_rows(use_amx && in % 16 == 0, m0, m1, in, KO, Dy, KO, Wp, dx, ldx,
+                             beta != 0.0f);
         }
     }
     prof_end(PROF_MATMUL, t0);

@@ -9,11 +9,14 @@
  * (AVX512_BF16), and the results stay float32 (the caller's arrays, the
  * master weights and their gradients, are float32 throughout). The weights
  * change only in the optimiser's step, so rounding them at every pack gives
- * the values rounding them once a step would. Each output float is summed by
+ * the values rounding them once a step would (and the weights' cache below
+ * packs them once a step). Each output float is summed by
  * one thread over the depth in a fixed order (in pairs, p = 0, 1, ...), so
  * results do not depend on the thread count. */
 #ifndef NIGHTSHIFT_GEMM_BF16_H
 #define NIGHTSHIFT_GEMM_BF16_H
+
+#include <stddef.h>
 
 /* Whether this CPU runs the kernels: AVX512F and AVX512_BF16 (the OS saving
  * the AVX-512 registers included). */
@@ -38,6 +41,18 @@ void gemm_bf16_forward(float *y, const float *x, int ldx, const float *W, int N,
  * (beta 0) or += (beta 1). */
 void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *dy, const float *x,
                         const float *W, int N, int in, int out);
+
+/* The weights' cache. A model's weights change only in the optimiser's
+ * step, yet each product rounded and packed its W again (the forward's
+ * transposed panels, dx's paired rows). Once the caller names the block its
+ * model's weights live in (lo, n floats), a W inside it is rounded and
+ * packed once and reused until gemm_bf16_weights_changed, which whatever
+ * writes those weights must call after writing them (optim_step does);
+ * products of any other W pack it at every call. lo NULL names no block.
+ * Either call drops what was packed (the cache owns it). Process-wide, from
+ * the thread that drives the products. */
+void gemm_bf16_cache_weights(const float *lo, size_t n);
+void gemm_bf16_weights_changed(void);
 
 /* f rounded to bfloat16 as the kernels round it (nearest, ties to even;
  * NaN stays NaN), widened back to float: the reference for tests. */

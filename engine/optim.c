@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "engine/gemm.h"
+#include "engine/gemm_bf16.h"
 #include "engine/threads.h"
 #include "engine/transpose.h"
 #include "engine/util.h"
@@ -694,6 +695,7 @@ void optim_step(optim_t *o, gpt_t *m, double lr_mult, double muon_momentum, doub
             }
         }
     }
+    gemm_bf16_weights_changed();
 }
 
 void optim_free(optim_t *o) {

@@ -46,6 +46,7 @@
 #include "engine/cost.h"
 #include "engine/data.h"
 #include "engine/gemm.h"
+#include "engine/gemm_bf16.h"
 #include "engine/gpt.h"
 #include "engine/optim.h"
 #include "engine/protocol.h"
@@ -336,6 +337,7 @@ static int setup(run_t *r, const train_opts_t *o, char *err, size_t errlen) {
      * is allocation. */
     r->opt = optim_new(r->model, &r->spec.train, err, errlen);
     if (!r->opt) return NS_ERR_NOMEM;
+    gemm_bf16_cache_weights(r->model->params, r->model->n_params); /* optim_step invalidates */
     if ((rc = gpt_reserve(r->model, r->B, r->T, err, errlen)) < 0) return rc;
     r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
     r->targets = malloc((size_t)r->B * r->T * sizeof(int));
@@ -356,6 +358,7 @@ static void run_close(run_t *r) {
     free(r->inputs);
     free(r->targets);
     optim_free(r->opt);
+    gemm_bf16_cache_weights(NULL, 0);
     gpt_free(r->model);
     if (r->data_open) data_close(&r->data);
     if (r->progress) fclose(r->progress);

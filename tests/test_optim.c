@@ -15,8 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/gemm_bf16.h"
 #include "engine/gpt.h"
 #include "engine/optim.h"
+#include "engine/rng.h"
 #include "tests/testutil.h"
 
 /* ------------------------------------------------ a tiny safetensors reader */
@@ -838,4 +840,58 @@ Test(optim, residual_scalars_sit_out_the_first_step) {
     free(in), free(tg);
     optim_free(o);
     gpt_free(m);
+}
+
+/* Steps of a bf16 model with its weights' packed forms cached (rounded and
+ * packed once per optimiser step, gemm_bf16.h) give the bits of steps that
+ * pack every call: optim_step invalidates what the last step packed. */
+static void bf16_steps(int cached, float *losses, float *params_out, size_t *n_params) {
+    char err[256] = "";
+    spec_model_t c = small_model(0, POS_ROPE);
+    gpt_t *m = gpt_new(&c, err, sizeof err);
+    cr_assert_not_null(m, "gpt_new: %s", err);
+    gpt_init_weights(m, 5);
+    spec_train_t tr = train_defaults();
+    optim_t *o = optim_new(m, &tr, err, sizeof err);
+    cr_assert_not_null(o, "optim_new: %s", err);
+    const int B = 4, T = 16;
+    cr_assert_eq(gpt_reserve(m, B, T, err, sizeof err), 0, "%s", err);
+    int in[4 * 16], tg[4 * 16];
+    rng_t r;
+    rng_seed(&r, 6);
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (int)rng_below(&r, 50);
+        tg[i] = (int)rng_below(&r, 50);
+    }
+    gemm_bf16_cache_weights(cached ? m->params : NULL, m->n_params);
+    for (int s = 0; s < 3; s++) {
+        gpt_zero_grad(m);
+        cr_assert_eq(gpt_forward(m, in, tg, B, T, GPT_TRAIN, &losses[s]), 0);
+        gpt_backward(m, 1.0f);
+        optim_step(o, m, 1.0, 0.95, 0.2);
+    }
+    gemm_bf16_cache_weights(NULL, 0);
+    memcpy(params_out, m->params, m->n_params * sizeof(float));
+    *n_params = m->n_params;
+    optim_free(o);
+    gpt_free(m);
+}
+
+Test(optim, bf16_cached_weights_give_the_uncached_steps) {
+    if (!tu_select_bf16(2)) return;
+    float loss[2][3];
+    size_t n[2];
+    float *p[2] = {malloc(1 << 22), malloc(1 << 22)};
+    cr_assert(p[0] && p[1]);
+    bf16_steps(1, loss[0], p[0], &n[0]);
+    bf16_steps(0, loss[1], p[1], &n[1]);
+    tu_select_isa_auto();
+    cr_assert_eq(n[0], n[1]);
+    cr_assert_lt(n[0] * sizeof(float), (size_t)1 << 22);
+    for (int s = 0; s < 3; s++)
+        cr_expect_eq(loss[0][s], loss[1][s], "step %d: cached %.9g, uncached %.9g", s, loss[0][s],
+                     loss[1][s]);
+    cr_expect(loss[0][2] != loss[0][0], "the steps changed the weights");
+    cr_expect(!memcmp(p[0], p[1], n[0] * sizeof(float)), "the weights after 3 steps differ");
+    free(p[0]), free(p[1]);
 }
