@@ -380,6 +380,19 @@ Test(bridge, an_axis_added_to_the_space_is_proposed_and_refusals_go_on) {
     free(worker);
 }
 
+/* A FLOPs budget is the token budget it buys, asked of POST /v1/cost, for
+ * the pruner's tenths of the budget (tests/bridge/budget_check.py). */
+Test(bridge, a_flops_budget_reports_progress_in_the_tokens_it_buys) {
+    char *script = tu_path("%s/tests/bridge/budget_check.py", tu_src());
+    char *argv[] = {PY, script, NULL};
+    tu_run_t r;
+    tu_run(&r, argv, BRIDGE_S);
+    cr_assert(!r.timed_out, "budget_check.py ran past %.0f s", BRIDGE_S);
+    cr_expect_eq(r.exit_code, 0, "%s%s", r.out, r.err);
+    tu_run_free(&r);
+    free(script);
+}
+
 /* Run tests/bridge/user_study.py with args (NULL-terminated); r captures it. */
 static void run_user_study(tu_run_t *r, const char *const *args) {
     char *script = tu_path("%s/tests/bridge/user_study.py", tu_src());

@@ -22,8 +22,8 @@ typedef struct {
 
 #define SCOPE_ARGS                                                                                 \
     "\"dataset\":{\"type\":\"string\",\"description\":\"the dataset (default: the latest "         \
-    "result's)\"},\"budget\":{\"type\":\"string\",\"description\":\"time:SECONDS or "              \
-    "tokens:N (default: the latest result's)\"},\"eval_tokens\":{\"type\":\"integer\","            \
+    "result's)\"},\"budget\":{\"type\":\"string\",\"description\":\"time:SECONDS, "                \
+    "tokens:N or flops:N (default: the latest result's)\"},\"eval_tokens\":{\"type\":\"integer\"," \
     "\"minimum\":0,\"description\":\"the evaluation's token count (default: the latest "           \
     "result's)\"}"
 #define OBJ(props) "{\"type\":\"object\",\"properties\":{" props "}}"

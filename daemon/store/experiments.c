@@ -20,7 +20,7 @@
     " e.finished AS finished, e.dataset AS dataset, e.budget_kind AS budget_kind,"                 \
     " e.budget AS budget, e.eval_tokens AS eval_tokens, e.rung AS rung,"                           \
     " CASE WHEN e.status = 'succeeded' THEN r.val_bpb END AS val_bpb,"                             \
-    " r.params_total AS params_total, r.slowdown AS slowdown"                                                              \
+    " r.params_total AS params_total, r.slowdown AS slowdown"                                      \
     " FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id)"                           \
     " SELECT * FROM x WHERE (?1 IS NULL OR status = ?1) AND (?4 IS NULL OR dataset = ?4) AND"      \
     " (?5 IS NULL OR (budget_kind = ?5 AND budget = ?6 AND eval_tokens = ?7)) AND "

@@ -243,13 +243,25 @@ class Client:
 
 # ------------------------------------------------------------- budget, reports
 
-def budget_of(spec, defaults):
-    """("tokens", N) or ("time", S) of a spec, and its tokens per step."""
+def budget_of(spec, defaults, client=None):
+    """("tokens", N) or ("time", S) of a spec, and its tokens per step. A
+    FLOPs budget is the token budget it buys (budget / the model's FLOPs per
+    token, as the engine counts it), asked of the daemon's POST /v1/cost
+    through client."""
     def value(p):
         v, found = nsspace.get_path(spec, p)
         return v if found else nsspace.get_path(defaults, p)[0]
     tokens = value("token_budget") or 0
     step = value("train.total_batch_tokens")
+    flops = spec.get("flops_budget") or 0
+    if flops and client is not None:
+        status, doc = client.call("POST", "/v1/cost", spec)
+        per_token = (doc or {}).get("flops_per_token") if isinstance(doc, dict) else None
+        if status == 200 and per_token:
+            return "tokens", float(flops) / float(per_token), step
+    if flops:
+        raise BridgeError("a spec with flops_budget needs the daemon's POST /v1/cost "
+                          "to know the tokens it buys")
     if tokens:
         return "tokens", float(tokens), step
     return "time", float(value("time_budget_s")), step
@@ -389,7 +401,7 @@ class Objective:
             mark_refused(trial, *info)
             raise optuna.TrialPruned(f"refused: {info[0]}")
         mark_submitted(trial, self.client, eid, info)
-        kind, budget, step_tokens = budget_of(spec, self.space.defaults)
+        kind, budget, step_tokens = budget_of(spec, self.space.defaults, self.client)
         done = set()
         try:
             while True:

@@ -201,7 +201,7 @@ def run(args):
                 asked += 1
                 refusals = 0
                 ns.mark_submitted(trial, daemon, eid, info)
-                kind, budget, step_tokens = ns.budget_of(spec, defaults)
+                kind, budget, step_tokens = ns.budget_of(spec, defaults, daemon)
                 if args.max_tokens and kind != "tokens":
                     raise BridgeError("--max-tokens needs a token budget (--tokens N, or a base "
                                       "spec with token_budget)", 2)
