@@ -10,6 +10,8 @@
 #    latency of 200 tool calls per transport (OUTDIR/latency.txt).
 # 2. conformance.sh: the conformance suite's server scenarios that apply to
 #    this server (the list, and why the others do not, is in it).
+# 3. claude.sh: daemon/README.md's `claude mcp add` lines run with Claude
+#    Code, and `claude mcp list` says both servers connect (no model needed).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if (($# != 2)); then
@@ -22,7 +24,8 @@ out=$2
 bash scripts/setup.sh
 deps=build/mcp
 if ! cmp -s tests/mcp/package-lock.json "$deps/package-lock.json" ||
-    [[ ! -d $deps/node_modules/@modelcontextprotocol/sdk ]]; then
+    [[ ! -d $deps/node_modules/@modelcontextprotocol/sdk ]] ||
+    [[ ! -x $deps/node_modules/.bin/claude ]]; then
     mkdir -p "$deps"
     cp tests/mcp/package.json tests/mcp/package-lock.json "$deps/"
     (cd "$deps" && npm ci --ignore-scripts --no-audit --no-fund --silent)
@@ -31,3 +34,4 @@ mkdir -p "$out"
 NODE_PATH=$(realpath "$deps/node_modules") NIGHTSHIFT_BIN=$bin NIGHTSHIFT_MCP_OUT=$(realpath "$out") \
     timeout -k 10 600 node tests/mcp/client.test.js
 timeout -k 10 600 bash tests/mcp/conformance.sh "$bin" "$(realpath "$deps/node_modules")" "$out"
+timeout -k 10 600 bash tests/mcp/claude.sh "$bin" "$(realpath "$deps/node_modules")" "$out"
