@@ -14,9 +14,10 @@
 # its own.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bin=$1
-modules=$2
-out=$3
+bin=$(realpath "$1")
+modules=$(realpath "$2")
+mkdir -p "$3"
+out=$(realpath "$3")
 claude=$modules/.bin/claude
 
 work=$(mktemp -d)
