@@ -14,6 +14,8 @@
 # its own.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=tests/mcp/daemon.sh
+source tests/mcp/daemon.sh
 bin=$(realpath "$1")
 modules=$(realpath "$2")
 mkdir -p "$3"
@@ -25,15 +27,7 @@ trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "
 mkdir -p "$work/state" "$work/home"
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/state/token"
 chmod 600 "$work/state/token"
-"$bin" serve --dir "$work/state" --listen 127.0.0.1:0 --token-file "$work/state/token" \
-    >"$work/serve.out" 2>"$work/serve.err" &
-pid=$!
-for _ in $(seq 100); do
-    grep -q "listening on" "$work/serve.out" 2>/dev/null && break
-    sleep 0.2
-done
-url=$(sed -n 's/^listening on //p' "$work/serve.out")
-[[ -n $url ]] || { echo "claude: the daemon did not start" >&2; cat "$work/serve.err" >&2; exit 1; }
+start_daemon claude "$bin" "$work" --token-file "$work/state/token"
 
 # Every `claude mcp add` command of the README, continuation lines joined.
 lines=$(sed -n '/^## MCP with a client.s defaults/,/^## /p' daemon/README.md |

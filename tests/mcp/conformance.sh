@@ -26,6 +26,8 @@
 #       warning and no check.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=tests/mcp/daemon.sh
+source tests/mcp/daemon.sh
 bin=$1
 modules=$2
 out=$3
@@ -37,14 +39,7 @@ printf '{"text":"the cat sat on the mat. a dog ran to the park. the bird looked 
     $(seq 40) >"$work/corpus.jsonl"
 "$bin" prep --dir "$work/state" --name tiny --vocab 260 --val-fraction 0.1 --quiet \
     "$work/corpus.jsonl"
-"$bin" serve --dir "$work/state" --listen 127.0.0.1:0 >"$work/serve.out" 2>"$work/serve.err" &
-pid=$!
-for _ in $(seq 100); do
-    grep -q "listening on" "$work/serve.out" 2>/dev/null && break
-    sleep 0.2
-done
-url=$(sed -n 's/^listening on //p' "$work/serve.out")
-[[ -n $url ]] || { echo "conformance: the daemon did not start" >&2; cat "$work/serve.err" >&2; exit 1; }
+start_daemon conformance "$bin" "$work"
 
 failed=0
 for s in "${scenarios[@]}"; do
