@@ -264,7 +264,7 @@ asan:
 # The suites by kind (Criterion --filter over suite names; a new suite goes in
 # one list). Unit: the engine's and the store's functions in process.
 # Integration: the nightshift binary, the daemon, servers and workers.
-UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
+UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity quiet slots spec \
                store strategy threads tok
 INTEGRATION_SUITES := agent asha bridge client cost daemon data events flops grad_cli guard hook isa loop \
                       mcp metrics newuser offline report run sealed search_py share slurm slurm_fake train \

@@ -3,7 +3,6 @@
  * lines, and each is a line of numbers. */
 #include "engine/share.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
 #include <sched.h>
@@ -11,10 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
-
-#include "engine/util.h"
 
 void share_snap_sched(share_snap_t *s) {
     s->run_ns = s->wait_ns = 0;
@@ -85,63 +81,6 @@ void share_between(const share_snap_t *a, const share_snap_t *b, share_t *out) {
         double others = (b->busy_s - a->busy_s) - (b->self_s - a->self_s);
         out->others = fmin(1, fmax(0, others) / total);
     }
-}
-
-/* ------------------------------------------------------------------ cache */
-
-static char *cache_path(const char *dir) {
-    char *p = NULL;
-    if (asprintf(&p, "%s/quiet_throughput.json", dir) < 0) return NULL;
-    return p;
-}
-
-static cJSON *read_cache(const char *path) {
-    size_t len = 0;
-    char *text = path ? util_read_file(path, 1 << 20, &len, NULL, 0) : NULL;
-    cJSON *o = text ? cJSON_ParseWithLength(text, len) : NULL;
-    free(text);
-    return o;
-}
-
-double share_cached_quiet(const char *dir, const char *key) {
-    char *path = cache_path(dir);
-    cJSON *o = read_cache(path);
-    free(path);
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, key);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, "tokens_per_second");
-    double tok_s = cJSON_IsNumber(v) && v->valuedouble > 0 ? v->valuedouble : 0;
-    cJSON_Delete(o);
-    return tok_s;
-}
-
-int share_store_quiet(const char *dir, const char *key, double tok_s, char *err, size_t errlen) {
-    char *path = cache_path(dir), *out = NULL;
-    cJSON *o = read_cache(path);
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        o = cJSON_CreateObject();
-    }
-    int rc = 0;
-    if (o && !cJSON_GetObjectItemCaseSensitive(o, key)) {
-        cJSON *e = cJSON_AddObjectToObject(o, key);
-        char at[32];
-        time_t now = time(NULL);
-        strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-        if (e) {
-            cJSON_AddNumberToObject(e, "tokens_per_second", tok_s);
-            cJSON_AddStringToObject(e, "measured_at", at);
-        }
-        out = cJSON_Print(o);
-        rc = out && path ? util_write_file_atomic(path, out, strlen(out), err, errlen) : -1;
-        if (!out || !path) snprintf(err, errlen, "share: out of memory");
-    } else if (!o) {
-        snprintf(err, errlen, "share: out of memory");
-        rc = -1;
-    }
-    free(out);
-    cJSON_Delete(o);
-    free(path);
-    return rc;
 }
 
 /* ------------------------------------------------------------------- cost */

@@ -521,6 +521,44 @@ Test(strategy, a_slowed_variant_is_rerun_not_adopted) {
     }
 }
 
+/* The slowdown costs survive a restart: a best whose run was slowed by 0.2
+ * val_bpb, saved and loaded into a new strategy, still explains a variant's
+ * 0.1 gain (without the cost in the state the new process would adopt it). */
+Test(strategy, a_restarted_agent_remembers_a_slowed_best) {
+    log_t l = {0};
+    spec_t base, v2;
+    char err[256];
+    strategy_t *s = new_strategy(&l, 0);
+    spec_t p;
+    only_proposal(decide(s, queue_empty()), &p); /* the baseline */
+    spec_free(&p);
+    load_example("baseline.json", &base);
+    cJSON *ev = finished(1, "succeeded", spec_json(&base), 2.5, 0);
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "experiment"), "result"),
+                            "slowdown_cost_bpb", 0.2);
+    cJSON_Delete(decide(s, ev));
+    cJSON *st = strategy_state_json(s);
+    strategy_free(s);
+    s = new_strategy(&l, 0);
+    cr_assert_eq(strategy_load_json(s, st, err, sizeof err), 0, "%s", err);
+    cJSON_Delete(st);
+    spec_copy(&v2, &base);
+    v2.model.n_embd = 192;
+    cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
+    cJSON_Delete(decide(s, finished(2, "succeeded", spec_json(&v2), 2.4, 0)));
+    int64_t id;
+    double bv;
+    cr_assert(strategy_best(s, &id, &bv, NULL));
+    cr_expect_eq(id, 1, "the restarted agent adopted on a gain the best's slowdown explains");
+    cr_expect(logged(&l, "not adopting #2: its gain 0.1000 over best 2.5000 (#1) is within the "
+                         "0.2000 val_bpb"),
+              "%s", l.text);
+    spec_free(&v2);
+    spec_free(&base);
+    strategy_free(s);
+    free(l.text);
+}
+
 /* The whole flow with measured noise: three seeds of the baseline, a variant
  * re-run until its mean is past two standard errors, the numbers logged. */
 Test(strategy, measures_the_baseline_noise_then_adopts_past_two_standard_errors) {

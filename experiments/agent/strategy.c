@@ -52,7 +52,7 @@ typedef struct {
     int n_bad;         /* runs that diverged: a bad result for the model */
     bool has_x;        /* x is known (a state before version 4 has none) */
     space_point_t x;   /* where it is in the space */
-    double slow_cost;  /* its runs' slowdown_cost_bpb summed (this process's runs only) */
+    double slow_cost;  /* its runs' slowdown_cost_bpb summed (kept in the state) */
 } config_t;
 
 struct strategy {
@@ -1467,7 +1467,8 @@ cJSON *strategy_state_json(const strategy_t *s) {
             !cJSON_AddNumberToObject(obj, "m2", c->m2) ||
             !cJSON_AddNumberToObject(obj, "max_seed", (double)c->max_seed) ||
             !cJSON_AddNumberToObject(obj, "outstanding", c->outstanding) ||
-            !cJSON_AddNumberToObject(obj, "diverged", c->n_bad))
+            !cJSON_AddNumberToObject(obj, "diverged", c->n_bad) ||
+            !cJSON_AddNumberToObject(obj, "slowdown_cost_bpb", c->slow_cost))
             goto fail;
         if (c->has_x && !cJSON_AddItemToObject(obj, "point", space_point_json(s->o.space, &c->x)))
             goto fail;
@@ -1632,6 +1633,12 @@ static int load_configs(strategy_t *t, const cJSON *st, int version, const char 
             (!get_count(it, "diverged", 0, &bad) || bad > INT32_MAX))
             return -1;
         c->n_bad = (int)bad;
+        /* absent in a state saved before slowdowns were measured: none */
+        const cJSON *slow = cJSON_GetObjectItemCaseSensitive(it, "slowdown_cost_bpb");
+        if (slow &&
+            (!cJSON_IsNumber(slow) || !(slow->valuedouble >= 0) || !isfinite(slow->valuedouble)))
+            return -1;
+        c->slow_cost = slow ? slow->valuedouble : 0;
         /* A point is read in the space of now: an axis added since is unknown. */
         const cJSON *pt = cJSON_GetObjectItemCaseSensitive(it, "point");
         if (cJSON_IsObject(pt)) {
