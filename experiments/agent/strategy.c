@@ -1018,8 +1018,11 @@ strategy_verdict strategy_guard_slowed(strategy_verdict verdict, double gain, do
                                        double cand_cost, int cand_n, int max_seeds,
                                        double *explained) {
     *explained = fabs(best_cost - cand_cost);
-    if (verdict != STRATEGY_ADOPT || !(*explained > 0) || gain > *explained) return verdict;
-    return cand_n < max_seeds ? STRATEGY_RERUN : verdict;
+    if (cand_n >= max_seeds || !(*explained > 0)) return verdict;
+    if (verdict == STRATEGY_ADOPT && gain <= *explained) return STRATEGY_RERUN;
+    if (verdict == STRATEGY_DISCARD && cand_cost > best_cost && -gain < *explained)
+        return STRATEGY_RERUN;
+    return verdict;
 }
 
 /* The mean slowdown cost of c's runs (0 when none was slowed). */
@@ -1048,11 +1051,17 @@ static void judge_against_best(strategy_t *s, config_t *c, int64_t id, double v,
     double gain = s->best_val - c->mean, explained;
     strategy_verdict guarded = strategy_guard_slowed(
         verdict, gain, config_slow_cost(b), config_slow_cost(c), c->n, s->o.max_seeds, &explained);
-    if (guarded != verdict)
+    const bool slowed = guarded != verdict;
+    if (slowed && verdict == STRATEGY_ADOPT)
         say(s,
             "not adopting #%lld: its gain %.4f over best %.4f (#%lld) is within the %.4f val_bpb "
             "their runs' slowdowns explain (neighbours took their CPUs); a re-run decides",
             (long long)c->first_id, gain, s->best_val, (long long)s->best_id, explained);
+    else if (slowed)
+        say(s,
+            "not discarding #%lld: it is %.4f behind best %.4f (#%lld), within the %.4f val_bpb "
+            "its runs' slowdowns cost it (neighbours took their CPUs); a re-run decides",
+            (long long)c->first_id, -gain, s->best_val, (long long)s->best_id, explained);
     verdict = guarded;
     if (verdict == STRATEGY_ADOPT) {
         double old = s->best_val;
@@ -1065,19 +1074,22 @@ static void judge_against_best(strategy_t *s, config_t *c, int64_t id, double v,
                 "by %.4f > %s",
                 (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", old, nb,
                 (long long)old_id, gain, why);
-    } else if (verdict == STRATEGY_RERUN && s->o.kind != STRATEGY_CLIMB) {
+    } else if (verdict == STRATEGY_RERUN && s->o.kind != STRATEGY_CLIMB && !slowed) {
         say(s,
             "promising #%lld: mean val_bpb %.4f over %d seed%s vs best %.4f over %d (#%lld): "
             "gain %.4f is within %s; a further seed is the confirmation rule's to give",
             (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val, nb,
             (long long)s->best_id, gain, why);
     } else if (verdict == STRATEGY_RERUN && c->outstanding == 0) {
+        /* climb re-runs what is promising; every strategy re-runs what a
+         * neighbour slowed (a repair of the measurement, not a confirmation) */
         if (propose_rerun(s, c, id, sp, reply) == 0)
             say(s,
                 "promising #%lld: mean val_bpb %.4f over %d seed%s vs best %.4f over %d (#%lld): "
                 "gain %.4f is within %s; re-running with seed %llu before adopting",
                 (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val, nb,
-                (long long)s->best_id, gain, why, (unsigned long long)c->max_seed);
+                (long long)s->best_id, gain, slowed ? "what the slowdowns explain" : why,
+                (unsigned long long)c->max_seed);
     } else if (verdict == STRATEGY_RERUN) {
         say(s, "promising #%lld: mean val_bpb %.4f over %d seeds; its re-run is still queued",
             (long long)c->first_id, c->mean, c->n);
