@@ -54,17 +54,6 @@ bool quiet_is(const share_t *sh) {
            sh->others <= CALIBRATE_QUIET_OTHERS && sh->steal >= 0 && sh->steal <= QUIET_MAX_STEAL;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v[0..n), n > 0 (v is sorted in place). */
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* One micro-batch forward and backward; -1 with err when it fails. */
 static int micro_batch(gpt_t *m, const int *in, const int *tg, int B, int T, float scale, char *err,
                        size_t errlen) {
@@ -130,7 +119,7 @@ int quiet_bench(gpt_t *m, optim_t **o, const spec_t *s, double seconds, quiet_be
     share_snap(&b);
     share_between(&a, &b, &out->share);
     out->quiet = quiet_is(&out->share);
-    double step_s = accum * median(micro_s, n_micro) + median(update_s, n_update);
+    double step_s = accum * util_median(micro_s, n_micro) + util_median(update_s, n_update);
     out->tok_s = step_s > 0 ? (double)s->train.total_batch_tokens / step_s : 0;
 
     /* as setup made them: the same weights, a new optimiser */
