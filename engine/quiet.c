@@ -16,8 +16,8 @@
 
 /* A bench is quiet when its threads waited under QUIET_MAX_WAIT of their
  * runnable time (the real-time throttling of a pinned test takes 5%), others
- * used at most CALIBRATE_QUIET_OTHERS of its CPUs and steal stayed under
- * QUIET_MAX_STEAL (a VM whose host is busy). */
+ * used at most CALIBRATE_QUIET_OTHERS of its CPUs and of the whole machine,
+ * and steal stayed under QUIET_MAX_STEAL (a VM whose host is busy). */
 #define QUIET_MAX_WAIT  0.10
 #define QUIET_MAX_STEAL 0.05
 
@@ -49,9 +49,16 @@ double quiet_bench_seconds(double time_budget_s) {
     return fmin(QUIET_BENCH_MAX_S, fmax(QUIET_BENCH_MIN_S, QUIET_BENCH_SHARE * time_budget_s));
 }
 
-bool quiet_is(const share_t *sh) {
+bool quiet_is(const share_t *sh, bool whole_machine) {
     return sh->cpu >= 1 - QUIET_MAX_WAIT && sh->others >= 0 &&
-           sh->others <= CALIBRATE_QUIET_OTHERS && sh->steal >= 0 && sh->steal <= QUIET_MAX_STEAL;
+           sh->others <= CALIBRATE_QUIET_OTHERS && sh->steal >= 0 && sh->steal <= QUIET_MAX_STEAL &&
+           (!whole_machine ||
+            (sh->machine_others >= 0 && sh->machine_others <= CALIBRATE_QUIET_OTHERS));
+}
+
+bool quiet_whole_machine(void) {
+    const char *scope = getenv("NIGHTSHIFT_QUIET_SCOPE");
+    return !scope || strcmp(scope, "cpus") != 0;
 }
 
 /* One micro-batch forward and backward; -1 with err when it fails. */
@@ -118,7 +125,7 @@ int quiet_bench(gpt_t *m, optim_t **o, const spec_t *s, double seconds, quiet_be
     }
     share_snap(&b);
     share_between(&a, &b, &out->share);
-    out->quiet = quiet_is(&out->share);
+    out->quiet = quiet_is(&out->share, quiet_whole_machine());
     double step_s = accum * util_median(micro_s, n_micro) + util_median(update_s, n_update);
     out->tok_s = step_s > 0 ? (double)s->train.total_batch_tokens / step_s : 0;
 

@@ -55,8 +55,16 @@ typedef struct {
 
 /* Whether a measurement with these shares ran on a quiet machine: its
  * threads waited under 10% of their runnable time, other processes used at
- * most CALIBRATE_QUIET_OTHERS of its CPUs, steal under 5%. */
-bool quiet_is(const share_t *sh);
+ * most CALIBRATE_QUIET_OTHERS of its CPUs and, with whole_machine, of every
+ * CPU's time (a neighbour on the other CPUs slows a run through memory and
+ * caches: measured at up to 40% on a 2-vCPU VM), steal under 5%. */
+bool quiet_is(const share_t *sh, bool whole_machine);
+
+/* Whether a bench must find the whole machine quiet: yes, unless
+ * NIGHTSHIFT_QUIET_SCOPE=cpus (only the CPUs the run may use: a run pinned
+ * to CPUs of its own whose neighbours elsewhere are known not to matter, and
+ * the tests, which pin a run beside other tests). */
+bool quiet_whole_machine(void);
 
 /* Time s's optimiser step (s->train's accumulation of batch_size x seq_len
  * micro-batches, then the update) on model m and optimiser *o for about

@@ -35,7 +35,17 @@ void share_snap_sched(share_snap_t *s) {
     closedir(d);
 }
 
-/* The CPUs this process may use, from its affinity mask, into stat's sums. */
+/* A /proc/stat line's user nice system idle iowait irq softirq steal (guest
+ * is in user) in clock ticks: busy is all but idle, iowait and steal. */
+static double busy_ticks(const unsigned long long *v) {
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6]);
+}
+static double all_ticks(const unsigned long long *v) {
+    return (double)(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]);
+}
+
+/* The whole machine's sums ("cpu" line) and those of the CPUs this process
+ * may use, from its affinity mask ("cpuN" lines), into s. */
 static void snap_stat(share_snap_t *s) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -45,18 +55,22 @@ static void snap_stat(share_snap_t *s) {
     double hz = (double)sysconf(_SC_CLK_TCK);
     char line[512];
     while (fgets(line, sizeof line, f)) {
-        int cpu;
+        int cpu = -1, n = 0; /* cpu -1: the machine's line */
         unsigned long long v[8] = {0};
-        if (strncmp(line, "cpu", 3) || line[3] < '0' || line[3] > '9') continue;
-        if (sscanf(line + 3, "%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1],
-                   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) < 9 ||
-            cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set))
+        if (strncmp(line, "cpu", 3) || (line[3] != ' ' && sscanf(line + 3, "%d%n", &cpu, &n) != 1))
             continue;
-        /* user nice system idle iowait irq softirq steal (guest is in user) */
-        s->busy_s += (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / hz;
-        s->steal_s += (double)v[7] / hz;
-        s->total_s += (double)(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]) / hz;
-        s->have_stat = 1;
+        if (sscanf(line + 3 + n, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                   &v[3], &v[4], &v[5], &v[6], &v[7]) < 8)
+            continue;
+        if (cpu < 0) {
+            s->machine_busy_s = busy_ticks(v) / hz;
+            s->machine_total_s = all_ticks(v) / hz;
+        } else if (cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set)) {
+            s->busy_s += busy_ticks(v) / hz;
+            s->steal_s += (double)v[7] / hz;
+            s->total_s += all_ticks(v) / hz;
+            s->have_stat = 1;
+        }
     }
     fclose(f);
 }
@@ -72,7 +86,7 @@ void share_snap(share_snap_t *s) {
 }
 
 void share_between(const share_snap_t *a, const share_snap_t *b, share_t *out) {
-    out->cpu = out->steal = out->others = -1;
+    out->cpu = out->steal = out->others = out->machine_others = -1;
     double run = b->run_ns - a->run_ns, wait = b->wait_ns - a->wait_ns;
     if (a->have_sched && b->have_sched && run + wait > 0) out->cpu = fmax(0, run) / (run + wait);
     double total = b->total_s - a->total_s;
@@ -80,6 +94,11 @@ void share_between(const share_snap_t *a, const share_snap_t *b, share_t *out) {
         out->steal = fmax(0, b->steal_s - a->steal_s) / total;
         double others = (b->busy_s - a->busy_s) - (b->self_s - a->self_s);
         out->others = fmin(1, fmax(0, others) / total);
+    }
+    double machine = b->machine_total_s - a->machine_total_s;
+    if (a->have_stat && b->have_stat && machine > 0) {
+        double others = (b->machine_busy_s - a->machine_busy_s) - (b->self_s - a->self_s);
+        out->machine_others = fmin(1, fmax(0, others) / machine);
     }
 }
 

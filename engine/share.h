@@ -24,7 +24,8 @@ typedef struct {
     double run_ns, wait_ns; /* this process's threads: on a CPU, runnable but waiting */
     double busy_s, steal_s; /* its CPUs (affinity): busy (user .. softirq) and steal seconds */
     double total_s;         /* its CPUs: all accounted seconds */
-    double self_s;          /* this process's user + system CPU seconds */
+    double machine_busy_s, machine_total_s; /* every CPU's, from /proc/stat's "cpu" line */
+    double self_s;                          /* this process's user + system CPU seconds */
     int have_sched, have_stat;
 } share_snap_t;
 
@@ -36,9 +37,11 @@ void share_snap_sched(share_snap_t *s);
 
 /* The shares between two snapshots: cpu the threads' on-CPU fraction of
  * their runnable time (1 = never waited), steal and others fractions of its
- * CPUs' time; -1 each when unknown. */
+ * CPUs' time, machine_others other processes' fraction of every CPU's time
+ * (what a neighbour on the other CPUs took shows as memory and cache
+ * contention, never as waiting); -1 each when unknown. */
 typedef struct {
-    double cpu, steal, others;
+    double cpu, steal, others, machine_others;
 } share_t;
 void share_between(const share_snap_t *a, const share_snap_t *b, share_t *out);
 

@@ -570,9 +570,11 @@ static int quiet_reference(run_t *r, loop_t *l, const char *dir) {
     if (!b.quiet) {
         fprintf(stderr,
                 "train: the machine was not quiet while this shape was timed (its threads waited "
-                "%.0f%% of their runnable time, others used %.0f%% of its CPUs, steal %.0f%%): "
-                "not cached; this run's own quiet steps are its reference\n",
-                100 * (1 - b.share.cpu), 100 * b.share.others, 100 * b.share.steal);
+                "%.0f%% of their runnable time, others used %.0f%% of its CPUs and %.0f%% of the "
+                "machine, steal %.0f%%): not cached; this run's own quiet steps are its "
+                "reference\n",
+                100 * (1 - b.share.cpu), 100 * b.share.others, 100 * b.share.machine_others,
+                100 * b.share.steal);
         return PROTO_EXIT_OK;
     }
     fprintf(stderr,

@@ -176,12 +176,18 @@ Test(quiet, a_bench_is_cached_once_per_key) {
 /* Quiet is: threads that did not wait, others under the calibration's
  * threshold, no steal to speak of; an unknown share is not quiet. */
 Test(quiet, quiet_is_what_the_kernel_counted) {
-    cr_expect(quiet_is(&(share_t){1, 0, 0.02}));
-    cr_expect(quiet_is(&(share_t){0.97, 0, 0.05}));
-    cr_expect(!quiet_is(&(share_t){0.85, 0, 0}), "threads waited 15%%");
-    cr_expect(!quiet_is(&(share_t){1, 0, 0.3}), "others used 30%%");
-    cr_expect(!quiet_is(&(share_t){1, 0.2, 0}), "steal 20%%");
-    cr_expect(!quiet_is(&(share_t){-1, -1, -1}), "unknown");
+    for (int whole = 0; whole < 2; whole++) {
+        cr_expect(quiet_is(&(share_t){1, 0, 0.02, 0.05}, whole));
+        cr_expect(quiet_is(&(share_t){0.97, 0, 0.05, 0.1}, whole));
+        cr_expect(!quiet_is(&(share_t){0.85, 0, 0, 0}, whole), "threads waited 15%%");
+        cr_expect(!quiet_is(&(share_t){1, 0, 0.3, 0.3}, whole), "others used 30%%");
+        cr_expect(!quiet_is(&(share_t){1, 0.2, 0, 0}, whole), "steal 20%%");
+        cr_expect(!quiet_is(&(share_t){-1, -1, -1, -1}, whole), "unknown");
+    }
+    /* its CPUs quiet, the other half of the machine busy */
+    cr_expect(!quiet_is(&(share_t){1, 0, 0.02, 0.5}, true), "the machine is busy");
+    cr_expect(quiet_is(&(share_t){1, 0, 0.02, 0.5}, false), "its CPUs are quiet");
+    cr_expect(!quiet_is(&(share_t){1, 0, 0.02, -1}, true), "the machine unknown");
     cr_expect_eq(quiet_bench_seconds(300), 3);
     cr_expect_eq(quiet_bench_seconds(3), QUIET_BENCH_MIN_S);
     cr_expect_eq(quiet_bench_seconds(100), 1);
