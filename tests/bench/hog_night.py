@@ -211,7 +211,7 @@ def report(args, exps, hogged_id, alog_path, cpu, rt, check):
         lines = [ln.rstrip() for ln in f
                  if any(w in ln for w in ("keeping #", "not adopting", "promising #",
                                           "re-running", "discarding #", "the plan"))]
-    declined = [ln for ln in lines if "not adopting" in ln]
+    declined = [ln for ln in lines if "not adopting" in ln or "not discarding" in ln]
     doc = [f"# A night with a hog during run #{hogged_id}", "",
            f"{args.runs} proposals of `--strategy tpe`, {args.budget:g} s runs, one slot of one "
            f"thread, {args.hogs} busy loops during run #{hogged_id}; the runs and the hogs pinned "
@@ -219,9 +219,9 @@ def report(args, exps, hogged_id, alog_path, cpu, rt, check):
                               " (no real-time priority)") + ", the daemon and agent elsewhere.",
            "",
            *rows, "", "The agent's decisions:", "", "```", *lines, "```", "",
-           (f"{len(declined)} adoption(s) declined on a margin the slowdown explains."
-            if declined else "No adoption was declined: no later run's margin fell within the "
-            "slowdown's cost.")]
+           (f"{len(declined)} verdict(s) held back for a re-run: a margin the slowdown explains."
+            if declined else "No verdict was held back: no margin fell within a slowdown's "
+            "cost.")]
     hogged = next((e for e in exps if e["id"] == hogged_id), None)
     if check and hogged and (check.get("result") or {}).get("val_bpb") and \
             (hogged.get("result") or {}).get("val_bpb"):
