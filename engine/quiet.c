@@ -61,7 +61,7 @@ bool quiet_whole_machine(void) {
     return !scope || strcmp(scope, "cpus") != 0;
 }
 
-/* One micro-batch forward and backward; -1 with err when it fails. */
+/* One micro-batch forward and backward; NS_ERR_NOMEM with err when it fails. */
 static int micro_batch(gpt_t *m, const int *in, const int *tg, int B, int T, float scale, char *err,
                        size_t errlen) {
     float loss;
