@@ -25,6 +25,8 @@
 #   make bench-search search strategies side by side on one daemon: random, Optuna TPE
 #                   (with and without its pruner), the reference agent (climb, tpe, asha);
 #                   about an hour; ARGS=--quick proves it in minutes (tests/bench/search.py)
+#   make bench-hog-night  a short agent night with CPU hogs during one run: what the
+#                   agent does with a slowed run (tests/bench/hog_night.py; ~7 minutes)
 #   make bench-surrogate  the same strategies replayed on a surrogate of a recorded
 #                   landscape, K = 30 nights of 16/32/96/200 runs in minutes (experiments/search)
 #   make bench-train  nightshift train beside the PyTorch reference trainer: tokens and
@@ -142,7 +144,7 @@ SETUP_STAMP := build/.setup-done
 .PHONY: all setup schema run quick start stop status install-service dataset test test-unit test-integration asan test-browser test-mcp \
         test-metrics test-slurm check-layers bench bench-isa bench-train-vs-step bench-store \
         bench-export bench-tok bench-attn bench-gemm bench-sampler bench-noise bench-search \
-        bench-surrogate bench-train bench-dashboard fuzz soak load flood report-load fixtures \
+        bench-hog-night bench-surrogate bench-train bench-dashboard fuzz soak load flood report-load fixtures \
         format format-check clean
 all: $(BIN)
 
@@ -264,7 +266,7 @@ asan:
 # The suites by kind (Criterion --filter over suite names; a new suite goes in
 # one list). Unit: the engine's and the store's functions in process.
 # Integration: the nightshift binary, the daemon, servers and workers.
-UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity slots spec \
+UNIT_SUITES := attn bytebuf ckpt executor gemm gradcheck http ops optim opts parity quiet slots spec \
                store strategy threads tok
 INTEGRATION_SUITES := agent asha bridge client cost daemon data events flops grad_cli guard hook isa loop \
                       mcp metrics newuser offline report run sealed search_py share slurm slurm_fake train \
@@ -411,6 +413,15 @@ bench-search: $(BIN)
 	@bash scripts/setup.sh --bench
 	/usr/bin/python3 tests/bench/search.py --bin $(BIN) --corpus $(STATE)/corpus \
 	  --out $(BUILD)/bench-search $(BENCH_ARGS) $(ARGS)
+
+# A short agent night (one slot, one thread, pinned to one CPU) with busy loops
+# on its CPU during one run (tests/bench/hog_night.py): each run's slowdown
+# and its cost, and the agent's decisions; build/bench-hog-night/hog-night.md.
+# ARGS="--hog-run 1 --runs 12"; --help lists the rest.
+bench-hog-night: $(BIN)
+	@bash scripts/setup.sh --bench
+	/usr/bin/python3 tests/bench/hog_night.py --bin $(BIN) --corpus $(STATE)/corpus \
+	  --out $(BUILD)/bench-hog-night $(ARGS)
 
 # Search strategies replayed on a surrogate of a recorded landscape
 # (experiments/search: surrogate.py fits extremely randomised trees on the Brown

@@ -46,11 +46,6 @@ static void usage(FILE *out) {
                  "of each phase and peak_rss_mb. model.vocab_size is required.\n");
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static int parse_count(const char *text, int lo, int *out) {
     char *end = NULL;
     errno = 0;
@@ -196,8 +191,7 @@ int bench_main(int argc, char **argv) {
     if (bench_steps(m, o, &spec, in, tg, &a, step_s, &total, &cpu, &loss) < 0) goto fail;
     cost_t cost;
     cost_compute(cfg, B, &cost);
-    qsort(step_s, (size_t)steps, sizeof *step_s, cmp_double);
-    double med = steps % 2 ? step_s[steps / 2] : 0.5 * (step_s[steps / 2 - 1] + step_s[steps / 2]);
+    double med = util_median(step_s, steps); /* step_s sorted: step_s[0] the fastest */
     double other = total;
     for (int p = 0; p < PROF_PHASES; p++) other -= prof_seconds[p];
     printf("threads: %d\n", threads);

@@ -49,8 +49,7 @@ const char *calibrate_wider_path(void) {
     return isa_rank(path) > isa_rank(calibrate_blas_isa()) ? path : "";
 }
 
-/* The CPU's model name from /proc/cpuinfo ("unknown" where there is none). */
-static void cpu_model(char *buf, size_t len) {
+void calibrate_cpu_model(char *buf, size_t len) {
     snprintf(buf, len, "unknown");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return;
@@ -143,7 +142,7 @@ void calibrate_measure(int threads, int max_n, double seconds, calibrate_peak_t 
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(p->measured_at, sizeof p->measured_at, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    cpu_model(p->cpu, sizeof p->cpu);
+    calibrate_cpu_model(p->cpu, sizeof p->cpu);
 
     const long hz = sysconf(_SC_CLK_TCK);
     const long long busy0 = busy_jiffies();

@@ -54,6 +54,9 @@ typedef struct {
     bool quiet;           /* others_cpu <= CALIBRATE_QUIET_OTHERS */
 } calibrate_peak_t;
 
+/* The CPU's model name from /proc/cpuinfo ("unknown" where there is none). */
+void calibrate_cpu_model(char *buf, size_t len);
+
 /* Measure the peak on `threads` threads for about `seconds`: the best sgemm
  * GFLOP/s over square sizes up to max_n, with the rest of *p filled in. */
 void calibrate_measure(int threads, int max_n, double seconds, calibrate_peak_t *p);

@@ -168,18 +168,6 @@ static int parse_repeat(const char *text, int *out) {
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of v[0..n) (n >= 1; the mean of the middle two when n is even).
- * Sorts v in place. */
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* One zero_grad + forward + backward over (B, T), the loss into *loss.
  * Stores the forward's and the whole pass's wall-clock seconds in *fwd_s and
  * *pass_s when they are not NULL. Returns 0, or NS_ERR_NOMEM when the forward
@@ -276,9 +264,9 @@ static int grad_passes(gpt_t *m, const int *in, const int *tg, int B, int T, con
     if (a->timed) {
         double pass_min = pass_s[0];
         for (int r = 1; r < a->repeat; r++) pass_min = fmin(pass_min, pass_s[r]);
-        printf("fwd_bwd_ms_median: %.3f\n", 1e3 * median(pass_s, a->repeat));
+        printf("fwd_bwd_ms_median: %.3f\n", 1e3 * util_median(pass_s, a->repeat));
         printf("fwd_bwd_ms_min: %.3f\n", 1e3 * pass_min);
-        printf("forward_ms_median: %.3f\n", 1e3 * median(fwd_s, a->repeat));
+        printf("forward_ms_median: %.3f\n", 1e3 * util_median(fwd_s, a->repeat));
     }
     fflush(stdout);
     rc = 0;

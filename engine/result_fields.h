@@ -70,6 +70,7 @@
     X(others_cpu_share, REAL, STORED, "others_cpu_share", "others_cpu_share", "%.3f", 1)           \
     X(quiet_tokens_per_second, REAL, STORED, "quiet_tokens_per_second", "quiet_tokens_per_second", \
       "%.0f", 1)                                                                                   \
+    X(quiet_source, TEXT, STORED, "quiet_source", "quiet_source", "%s", 1)                         \
     X(slowdown, REAL, STORED, "slowdown", "slowdown", "%.3f", 1)                                   \
     X(slowdown_cost_bpb, REAL, STORED, "slowdown_cost_bpb", "slowdown_cost_bpb", "%.4f", 1)
 

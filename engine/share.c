@@ -3,7 +3,6 @@
  * lines, and each is a line of numbers. */
 #include "engine/share.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
 #include <sched.h>
@@ -11,10 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
-
-#include "engine/util.h"
 
 void share_snap_sched(share_snap_t *s) {
     s->run_ns = s->wait_ns = 0;
@@ -39,7 +35,17 @@ void share_snap_sched(share_snap_t *s) {
     closedir(d);
 }
 
-/* The CPUs this process may use, from its affinity mask, into stat's sums. */
+/* A /proc/stat line's user nice system idle iowait irq softirq steal (guest
+ * is in user) in clock ticks: busy is all but idle, iowait and steal. */
+static double busy_ticks(const unsigned long long *v) {
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6]);
+}
+static double all_ticks(const unsigned long long *v) {
+    return (double)(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]);
+}
+
+/* The whole machine's sums ("cpu" line) and those of the CPUs this process
+ * may use, from its affinity mask ("cpuN" lines), into s. */
 static void snap_stat(share_snap_t *s) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -49,18 +55,22 @@ static void snap_stat(share_snap_t *s) {
     double hz = (double)sysconf(_SC_CLK_TCK);
     char line[512];
     while (fgets(line, sizeof line, f)) {
-        int cpu;
+        int cpu = -1, n = 0; /* cpu -1: the machine's line */
         unsigned long long v[8] = {0};
-        if (strncmp(line, "cpu", 3) || line[3] < '0' || line[3] > '9') continue;
-        if (sscanf(line + 3, "%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1],
-                   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) < 9 ||
-            cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set))
+        if (strncmp(line, "cpu", 3) || (line[3] != ' ' && sscanf(line + 3, "%d%n", &cpu, &n) != 1))
             continue;
-        /* user nice system idle iowait irq softirq steal (guest is in user) */
-        s->busy_s += (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / hz;
-        s->steal_s += (double)v[7] / hz;
-        s->total_s += (double)(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]) / hz;
-        s->have_stat = 1;
+        if (sscanf(line + 3 + n, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                   &v[3], &v[4], &v[5], &v[6], &v[7]) < 8)
+            continue;
+        if (cpu < 0) {
+            s->machine_busy_s = busy_ticks(v) / hz;
+            s->machine_total_s = all_ticks(v) / hz;
+        } else if (cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set)) {
+            s->busy_s += busy_ticks(v) / hz;
+            s->steal_s += (double)v[7] / hz;
+            s->total_s += all_ticks(v) / hz;
+            s->have_stat = 1;
+        }
     }
     fclose(f);
 }
@@ -76,7 +86,7 @@ void share_snap(share_snap_t *s) {
 }
 
 void share_between(const share_snap_t *a, const share_snap_t *b, share_t *out) {
-    out->cpu = out->steal = out->others = -1;
+    out->cpu = out->steal = out->others = out->machine_others = -1;
     double run = b->run_ns - a->run_ns, wait = b->wait_ns - a->wait_ns;
     if (a->have_sched && b->have_sched && run + wait > 0) out->cpu = fmax(0, run) / (run + wait);
     double total = b->total_s - a->total_s;
@@ -85,63 +95,11 @@ void share_between(const share_snap_t *a, const share_snap_t *b, share_t *out) {
         double others = (b->busy_s - a->busy_s) - (b->self_s - a->self_s);
         out->others = fmin(1, fmax(0, others) / total);
     }
-}
-
-/* ------------------------------------------------------------------ cache */
-
-static char *cache_path(const char *dir) {
-    char *p = NULL;
-    if (asprintf(&p, "%s/quiet_throughput.json", dir) < 0) return NULL;
-    return p;
-}
-
-static cJSON *read_cache(const char *path) {
-    size_t len = 0;
-    char *text = path ? util_read_file(path, 1 << 20, &len, NULL, 0) : NULL;
-    cJSON *o = text ? cJSON_ParseWithLength(text, len) : NULL;
-    free(text);
-    return o;
-}
-
-double share_cached_quiet(const char *dir, const char *key) {
-    char *path = cache_path(dir);
-    cJSON *o = read_cache(path);
-    free(path);
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, key);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, "tokens_per_second");
-    double tok_s = cJSON_IsNumber(v) && v->valuedouble > 0 ? v->valuedouble : 0;
-    cJSON_Delete(o);
-    return tok_s;
-}
-
-int share_store_quiet(const char *dir, const char *key, double tok_s, char *err, size_t errlen) {
-    char *path = cache_path(dir), *out = NULL;
-    cJSON *o = read_cache(path);
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        o = cJSON_CreateObject();
+    double machine = b->machine_total_s - a->machine_total_s;
+    if (a->have_stat && b->have_stat && machine > 0) {
+        double others = (b->machine_busy_s - a->machine_busy_s) - (b->self_s - a->self_s);
+        out->machine_others = fmin(1, fmax(0, others) / machine);
     }
-    int rc = 0;
-    if (o && !cJSON_GetObjectItemCaseSensitive(o, key)) {
-        cJSON *e = cJSON_AddObjectToObject(o, key);
-        char at[32];
-        time_t now = time(NULL);
-        strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-        if (e) {
-            cJSON_AddNumberToObject(e, "tokens_per_second", tok_s);
-            cJSON_AddStringToObject(e, "measured_at", at);
-        }
-        out = cJSON_Print(o);
-        rc = out && path ? util_write_file_atomic(path, out, strlen(out), err, errlen) : -1;
-        if (!out || !path) snprintf(err, errlen, "share: out of memory");
-    } else if (!o) {
-        snprintf(err, errlen, "share: out of memory");
-        rc = -1;
-    }
-    free(out);
-    cJSON_Delete(o);
-    free(path);
-    return rc;
 }
 
 /* ------------------------------------------------------------------- cost */

@@ -7,11 +7,8 @@
  * (sched_getaffinity) the steal time and the other processes' CPU time
  * (/proc/stat deltas, less this process's own getrusage time). The run's
  * throughput against what the same shape trains on this machine when it is
- * quiet is its slowdown: the quiet reference is the throughput of the
- * run's own quiet steps (their tokens over their time) (its threads waited under SHARE_QUIET_WAIT
- * of their runnable time), kept per machine and shape in DIR/quiet_throughput.json for runs that
- * have no quiet steps of their own. Linux only: elsewhere, or without schedstat, the shares are
- * unknown (negative). */
+ * quiet (quiet.h) is its slowdown. Linux only: elsewhere, or without
+ * schedstat, the shares are unknown (negative). */
 #ifndef NIGHTSHIFT_SHARE_H
 #define NIGHTSHIFT_SHARE_H
 
@@ -27,7 +24,8 @@ typedef struct {
     double run_ns, wait_ns; /* this process's threads: on a CPU, runnable but waiting */
     double busy_s, steal_s; /* its CPUs (affinity): busy (user .. softirq) and steal seconds */
     double total_s;         /* its CPUs: all accounted seconds */
-    double self_s;          /* this process's user + system CPU seconds */
+    double machine_busy_s, machine_total_s; /* every CPU's, from /proc/stat's "cpu" line */
+    double self_s;                          /* this process's user + system CPU seconds */
     int have_sched, have_stat;
 } share_snap_t;
 
@@ -39,19 +37,13 @@ void share_snap_sched(share_snap_t *s);
 
 /* The shares between two snapshots: cpu the threads' on-CPU fraction of
  * their runnable time (1 = never waited), steal and others fractions of its
- * CPUs' time; -1 each when unknown. */
+ * CPUs' time, machine_others other processes' fraction of every CPU's time
+ * (what a neighbour on the other CPUs took shows as memory and cache
+ * contention, never as waiting); -1 each when unknown. */
 typedef struct {
-    double cpu, steal, others;
+    double cpu, steal, others, machine_others;
 } share_t;
 void share_between(const share_snap_t *a, const share_snap_t *b, share_t *out);
-
-/* The cached quiet throughput for key (tokens/s), or 0 when there is none. */
-double share_cached_quiet(const char *dir, const char *key);
-
-/* Store tok_s as key's quiet throughput in DIR/quiet_throughput.json (kept
- * when one is there already: measured once per machine and shape). Returns
- * 0, or -1 with err. */
-int share_store_quiet(const char *dir, const char *key, double tok_s, char *err, size_t errlen);
 
 /* The val_bpb a slowdown cost a time-budget run, from its loss curve: loss
  * against ln(tokens) fitted by least squares over the second half of the

@@ -50,6 +50,7 @@
 #include "engine/gpt.h"
 #include "engine/optim.h"
 #include "engine/protocol.h"
+#include "engine/quiet.h"
 #include "engine/result_fields.h"
 #include "engine/share.h"
 #include "engine/spec.h"
@@ -400,9 +401,10 @@ typedef struct {
     share_snap_t at_start;
     double *curve_loss, *step_tok_s;
     int n_curve, cap_curve;
-    share_t share;      /* over the loop */
-    double quiet_tok_s; /* the quiet reference, or 0 */
-    double slowdown;    /* quiet_tok_s / the run's tokens per second; 0 = unknown */
+    share_t share;            /* over the loop */
+    double quiet_tok_s;       /* the quiet reference (quiet.h), or 0 */
+    const char *quiet_source; /* where it came from: a QUIET_FROM_ name, or NULL */
+    double slowdown;          /* quiet_tok_s / the run's tokens per second; 0 = unknown */
 } loop_t;
 
 /* The start line on stderr and the "start" event. */
@@ -543,39 +545,78 @@ static void record_step(loop_t *l, const share_snap_t *before, const share_snap_
     l->n_curve++;
 }
 
+/* Before the loop, the quiet reference (quiet.h): the shape's cached bench,
+ * else for a time budget a bench now, cached when the machine was quiet. A
+ * token or FLOPs budget loses no val_bpb to a slowdown, so it does not pay
+ * for a bench. Returns PROTO_EXIT_OK, or PROTO_EXIT_OOM (already reported). */
+static int quiet_reference(run_t *r, loop_t *l, const char *dir) {
+    char key[256], err[256];
+    if (quiet_shape_key(&r->spec, r->threads, gemm_isa_name(gemm_current()),
+                        gemm_precision_name(gemm_current_precision()), key, sizeof key) < 0)
+        return PROTO_EXIT_OK;
+    if ((l->quiet_tok_s = quiet_cached(dir, key)) > 0) {
+        l->quiet_source = QUIET_FROM_CACHE;
+        return PROTO_EXIT_OK;
+    }
+    if (l->token_budget > 0) return PROTO_EXIT_OK;
+    double seconds = quiet_bench_seconds(l->time_budget);
+    fprintf(stderr,
+            "train: timing this shape on a quiet machine (%.2g s, once per machine and "
+            "shape)\n",
+            seconds);
+    quiet_bench_t b;
+    if (quiet_bench(r->model, &r->opt, &r->spec, seconds, &b, err, sizeof err) < 0)
+        return fail_run(r, PROTO_EXIT_OOM, PROTO_OOM, "%s", err);
+    if (!b.quiet) {
+        fprintf(stderr,
+                "train: the machine was not quiet while this shape was timed (its threads waited "
+                "%.0f%% of their runnable time, others used %.0f%% of its CPUs and %.0f%% of the "
+                "machine, steal %.0f%%): not cached; this run's own quiet steps are its "
+                "reference\n",
+                100 * (1 - b.share.cpu), 100 * b.share.others, 100 * b.share.machine_others,
+                100 * b.share.steal);
+        return PROTO_EXIT_OK;
+    }
+    fprintf(stderr,
+            "train: this shape trains %.0f tok/s on this machine when it is quiet (%.2g s)\n",
+            b.tok_s, b.seconds);
+    l->quiet_tok_s = b.tok_s;
+    l->quiet_source = QUIET_FROM_BENCH;
+    if (quiet_store(dir, key, &b, err, sizeof err) < 0)
+        fprintf(stderr, "train: quiet throughput not cached: %s\n", err);
+    return PROTO_EXIT_OK;
+}
+
 /* After the loop: the run's share of the machine and its slowdown against
- * the quiet reference, the throughput of its quiet steps (stored for its shape
- * when none is), else the one stored, else the CPU share alone. */
-static void measure_share(run_t *r, loop_t *l, const char *dir) {
+ * the quiet reference; without a bench's, the throughput of the run's own
+ * quiet steps (never cached: contention that does not make the threads wait,
+ * such as memory bandwidth, slows those too), else the CPU share alone. */
+static void measure_share(loop_t *l) {
     share_snap_t end;
     share_snap(&end);
     share_between(&l->at_start, &end, &l->share);
-    /* the quiet steps' tokens over their time (as tokens_per_second is the
-     * run's), so that a quiet run's slowdown is 1 however its steps vary */
-    int n = 0;
-    double quiet_time = 0;
-    for (int i = 0; i < l->n_curve; i++)
-        if (!isnan(l->step_tok_s[i])) {
-            quiet_time += l->tokens_per_step / l->step_tok_s[i];
-            n++;
+    if (!(l->quiet_tok_s > 0)) {
+        /* the quiet steps' tokens over their time (as tokens_per_second is
+         * the run's), so that a quiet run's slowdown is 1 however its steps vary */
+        int n = 0;
+        double quiet_time = 0;
+        for (int i = 0; i < l->n_curve; i++)
+            if (!isnan(l->step_tok_s[i])) {
+                quiet_time += l->tokens_per_step / l->step_tok_s[i];
+                n++;
+            }
+        if (n >= SHARE_QUIET_STEPS) {
+            l->quiet_tok_s = n * l->tokens_per_step / quiet_time;
+            l->quiet_source = QUIET_FROM_STEPS;
         }
-    char hash[SPEC_HASH_HEX], key[160], err[256];
-    int keyed = spec_config_hash(&r->spec, hash) == 0;
-    if (keyed)
-        snprintf(key, sizeof key, "%s, %d threads, %s kernels, %s", hash, r->threads,
-                 gemm_isa_name(gemm_current()), gemm_precision_name(gemm_current_precision()));
-    if (n >= SHARE_QUIET_STEPS) {
-        l->quiet_tok_s = n * l->tokens_per_step / quiet_time;
-        if (keyed && share_store_quiet(dir, key, l->quiet_tok_s, err, sizeof err) < 0)
-            fprintf(stderr, "train: quiet throughput not cached: %s\n", err);
-    } else if (keyed) {
-        l->quiet_tok_s = share_cached_quiet(dir, key);
     }
     double tok_s = l->step * l->tokens_per_step / l->training_time;
-    if (l->quiet_tok_s > 0 && tok_s > 0)
+    if (l->quiet_tok_s > 0 && tok_s > 0) {
         l->slowdown = l->quiet_tok_s / tok_s;
-    else if (l->share.cpu > 0)
+    } else if (l->share.cpu > 0) {
         l->slowdown = 1 / l->share.cpu;
+        l->quiet_source = QUIET_FROM_SHARE;
+    }
 }
 
 /* Steps until the budget is spent (the step in flight completes). Returns
@@ -710,6 +751,7 @@ static void report_result(run_t *r, const loop_t *l, double startup, double val_
         .steal_share = fmax(0, l->share.steal),
         .others_cpu_share = fmax(0, l->share.others),
         .quiet_tokens_per_second = l->quiet_tok_s,
+        .quiet_source = l->quiet_source,
         .slowdown = l->slowdown,
         .slowdown_cost_bpb = slowdown_cost(l, val_bpb),
     };
@@ -750,10 +792,11 @@ static int train_run(const train_opts_t *o) {
                  .flops_budget = r.spec.flops_budget,
                  .tokens_per_step = (double)r.spec.train.total_batch_tokens};
     announce(&r, &l);
+    if ((code = quiet_reference(&r, &l, o->dir)) != PROTO_EXIT_OK) goto done;
 
     double t_train_start = util_now();
     if ((code = train_loop(&r, &l)) != PROTO_EXIT_OK) goto done;
-    measure_share(&r, &l, o->dir);
+    measure_share(&l);
     double startup = t_train_start - r.t_start;
 
     size_t eval_tokens = 0;

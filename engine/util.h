@@ -26,6 +26,10 @@ const char *ns_strerror(int code);
 /* Monotonic seconds. */
 double util_now(void);
 
+/* The median of v[0..n) (n >= 1; the mean of the middle two when n is even).
+ * Sorts v in place. */
+double util_median(double *v, int n);
+
 /* CPU seconds this process has used, every thread, user and system. */
 double util_cpu_seconds(void);
 

@@ -105,7 +105,7 @@ static void free_space(void) {
 
 TestSuite(strategy, .fini = free_space);
 
-static strategy_t *new_strategy(log_t *l, int max_proposals) {
+static strategy_t *new_strategy_of(log_t *l, int max_proposals, strategy_kind kind) {
     strategy_opts_t o;
     spec_t base;
     char err[256];
@@ -113,6 +113,7 @@ static strategy_t *new_strategy(log_t *l, int max_proposals) {
     o.space = space();
     o.seed = 7;
     o.max_proposals = max_proposals;
+    o.kind = kind;
     /* The older cases: one baseline run and a fixed noise floor (the manual
      * override); the measured-noise rule has its own tests below. */
     o.noise_seeds = 1;
@@ -124,6 +125,10 @@ static strategy_t *new_strategy(log_t *l, int max_proposals) {
     cr_assert_not_null(s, "%s", err);
     spec_free(&base);
     return s;
+}
+
+static strategy_t *new_strategy(log_t *l, int max_proposals) {
+    return new_strategy_of(l, max_proposals, STRATEGY_CLIMB);
 }
 
 /* A spec object as JSON (canonical form). */
@@ -200,8 +205,8 @@ static char *identity(const spec_t *sp) {
 }
 
 /* A strategy whose best is #1 at val_bpb v (the baseline, run). */
-static strategy_t *with_best(log_t *l, double v, spec_t *base) {
-    strategy_t *s = new_strategy(l, 0);
+static strategy_t *with_best_of(log_t *l, double v, spec_t *base, strategy_kind kind) {
+    strategy_t *s = new_strategy_of(l, 0, kind);
     spec_t p;
     only_proposal(decide(s, queue_empty()), &p); /* the baseline */
     spec_free(&p);
@@ -214,6 +219,10 @@ static strategy_t *with_best(log_t *l, double v, spec_t *base) {
     cr_assert_eq(id, 1);
     cr_assert_eq(bv, v);
     return s;
+}
+
+static strategy_t *with_best(log_t *l, double v, spec_t *base) {
+    return with_best_of(l, v, base, STRATEGY_CLIMB);
 }
 
 /* ---------------------------------------------------------------- tests */
@@ -449,7 +458,8 @@ Test(strategy, adopts_only_past_two_standard_errors) {
 
 /* The guard against slowed runs: an adoption on a gain no larger than the
  * difference of the two sides' slowdown costs becomes a re-run while seeds
- * are left; any other verdict, and a gain past it, stand. */
+ * are left, and so does a discard whose shortfall the candidate's own larger
+ * cost covers; other verdicts, and margins past it, stand. */
 Test(strategy, guard_slowed_reruns_an_adoption_the_slowdown_explains) {
     static const struct {
         strategy_verdict in;
@@ -465,7 +475,11 @@ Test(strategy, guard_slowed_reruns_an_adoption_the_slowdown_explains) {
         {STRATEGY_ADOPT, 0.09, 0, 0.08, 1, STRATEGY_ADOPT, 0.08},    /* past what it explains */
         {STRATEGY_ADOPT, 0.05, 0, 0.08, 4, STRATEGY_ADOPT, 0.08},    /* no seeds left */
         {STRATEGY_RERUN, 0.05, 0, 0.08, 1, STRATEGY_RERUN, 0.08},
-        {STRATEGY_DISCARD, -0.01, 0, 0.08, 1, STRATEGY_DISCARD, 0.08},
+        {STRATEGY_DISCARD, -0.01, 0, 0.08, 1, STRATEGY_RERUN, 0.08},   /* its slowdown explains */
+        {STRATEGY_DISCARD, -0.10, 0, 0.08, 1, STRATEGY_DISCARD, 0.08}, /* past what it explains */
+        {STRATEGY_DISCARD, -0.01, 0.08, 0, 1, STRATEGY_DISCARD, 0.08}, /* the best was slowed */
+        {STRATEGY_DISCARD, -0.01, 0, 0.08, 4, STRATEGY_DISCARD, 0.08}, /* no seeds left */
+        {STRATEGY_DISCARD, -0.01, 0, 0, 1, STRATEGY_DISCARD, 0},       /* nobody slowed */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         double explained = -1;
@@ -519,6 +533,82 @@ Test(strategy, a_slowed_variant_is_rerun_not_adopted) {
         strategy_free(s);
         free(l.text);
     }
+}
+
+/* Under tpe too: a variant 0.05 behind the best whose own run was slowed by
+ * 0.2 val_bpb is not discarded but re-run at once (its slowdown explains the
+ * shortfall); one slowed by 0.02 is discarded. */
+Test(strategy, a_slowed_variant_behind_the_best_is_rerun_not_discarded) {
+    for (int k = 0; k < 2; k++) {
+        log_t l = {0};
+        spec_t base, v2;
+        strategy_t *s = with_best_of(&l, 2.5, &base, STRATEGY_TPE);
+        spec_copy(&v2, &base);
+        v2.model.n_embd = 192;
+        cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
+        cJSON *ev = finished(2, "succeeded", spec_json(&v2), 2.55, 0);
+        cJSON_AddNumberToObject(
+            cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "experiment"), "result"),
+            "slowdown_cost_bpb", k == 0 ? 0.2 : 0.02);
+        cJSON *reply = decide(s, ev);
+        const cJSON *sp;
+        int reruns = 0;
+        cJSON_ArrayForEach(sp, reply) reruns +=
+            tu_jnum(cJSON_GetObjectItem(sp, "model"), "n_embd") == 192;
+        if (k == 0) {
+            cr_expect(logged(&l, "not discarding #2: it is 0.0500 behind best 2.5000 (#1), within "
+                                 "the 0.2000 val_bpb"),
+                      "%s", l.text);
+            cr_expect_eq(reruns, 1, "the slowed variant is not re-run: %s", l.text);
+        } else {
+            cr_expect(logged(&l, "discarding #2"), "%s", l.text);
+            cr_expect(!logged(&l, "not discarding"), "%s", l.text);
+            cr_expect_eq(reruns, 0);
+        }
+        cJSON_Delete(reply);
+        spec_free(&v2);
+        spec_free(&base);
+        strategy_free(s);
+        free(l.text);
+    }
+}
+
+/* The slowdown costs survive a restart: a best whose run was slowed by 0.2
+ * val_bpb, saved and loaded into a new strategy, still explains a variant's
+ * 0.1 gain (without the cost in the state the new process would adopt it). */
+Test(strategy, a_restarted_agent_remembers_a_slowed_best) {
+    log_t l = {0};
+    spec_t base, v2;
+    char err[256];
+    strategy_t *s = new_strategy(&l, 0);
+    spec_t p;
+    only_proposal(decide(s, queue_empty()), &p); /* the baseline */
+    spec_free(&p);
+    load_example("baseline.json", &base);
+    cJSON *ev = finished(1, "succeeded", spec_json(&base), 2.5, 0);
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "experiment"), "result"),
+                            "slowdown_cost_bpb", 0.2);
+    cJSON_Delete(decide(s, ev));
+    cJSON *st = strategy_state_json(s);
+    strategy_free(s);
+    s = new_strategy(&l, 0);
+    cr_assert_eq(strategy_load_json(s, st, err, sizeof err), 0, "%s", err);
+    cJSON_Delete(st);
+    spec_copy(&v2, &base);
+    v2.model.n_embd = 192;
+    cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
+    cJSON_Delete(decide(s, finished(2, "succeeded", spec_json(&v2), 2.4, 0)));
+    int64_t id;
+    double bv;
+    cr_assert(strategy_best(s, &id, &bv, NULL));
+    cr_expect_eq(id, 1, "the restarted agent adopted on a gain the best's slowdown explains");
+    cr_expect(logged(&l, "not adopting #2: its gain 0.1000 over best 2.5000 (#1) is within the "
+                         "0.2000 val_bpb"),
+              "%s", l.text);
+    spec_free(&v2);
+    spec_free(&base);
+    strategy_free(s);
+    free(l.text);
 }
 
 /* The whole flow with measured noise: three seeds of the baseline, a variant

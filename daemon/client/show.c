@@ -185,8 +185,10 @@ static void show_share(const cJSON *res) {
              100 * jnum(res, "steal_share", 0));
     double slow = jnum(res, "slowdown", 0), cost = jnum(res, "slowdown_cost_bpb", 0);
     if (slow > 0) line_add(&l, ", slowdown %.2f", slow);
+    const cJSON *from = jget(res, "quiet_source");
     if (jnum(res, "quiet_tokens_per_second", 0) > 0)
-        line_add(&l, " (quiet %.0f tok/s)", jnum(res, "quiet_tokens_per_second", 0));
+        line_add(&l, " (quiet %.0f tok/s, from %s)", jnum(res, "quiet_tokens_per_second", 0),
+                 cJSON_IsString(from) ? from->valuestring : "its quiet steps");
     if (slow >= SHARE_SLOWED) line_add(&l, ": slowed by its neighbours");
     if (cost > 0) line_add(&l, ", costing about %.4f val_bpb", cost);
     show_row("share", &l);

@@ -52,7 +52,7 @@ typedef struct {
     int n_bad;         /* runs that diverged: a bad result for the model */
     bool has_x;        /* x is known (a state before version 4 has none) */
     space_point_t x;   /* where it is in the space */
-    double slow_cost;  /* its runs' slowdown_cost_bpb summed (this process's runs only) */
+    double slow_cost;  /* its runs' slowdown_cost_bpb summed (kept in the state) */
 } config_t;
 
 struct strategy {
@@ -1018,8 +1018,11 @@ strategy_verdict strategy_guard_slowed(strategy_verdict verdict, double gain, do
                                        double cand_cost, int cand_n, int max_seeds,
                                        double *explained) {
     *explained = fabs(best_cost - cand_cost);
-    if (verdict != STRATEGY_ADOPT || !(*explained > 0) || gain > *explained) return verdict;
-    return cand_n < max_seeds ? STRATEGY_RERUN : verdict;
+    if (cand_n >= max_seeds || !(*explained > 0)) return verdict;
+    if (verdict == STRATEGY_ADOPT && gain <= *explained) return STRATEGY_RERUN;
+    if (verdict == STRATEGY_DISCARD && cand_cost > best_cost && -gain < *explained)
+        return STRATEGY_RERUN;
+    return verdict;
 }
 
 /* The mean slowdown cost of c's runs (0 when none was slowed). */
@@ -1048,11 +1051,17 @@ static void judge_against_best(strategy_t *s, config_t *c, int64_t id, double v,
     double gain = s->best_val - c->mean, explained;
     strategy_verdict guarded = strategy_guard_slowed(
         verdict, gain, config_slow_cost(b), config_slow_cost(c), c->n, s->o.max_seeds, &explained);
-    if (guarded != verdict)
+    const bool slowed = guarded != verdict;
+    if (slowed && verdict == STRATEGY_ADOPT)
         say(s,
             "not adopting #%lld: its gain %.4f over best %.4f (#%lld) is within the %.4f val_bpb "
             "their runs' slowdowns explain (neighbours took their CPUs); a re-run decides",
             (long long)c->first_id, gain, s->best_val, (long long)s->best_id, explained);
+    else if (slowed)
+        say(s,
+            "not discarding #%lld: it is %.4f behind best %.4f (#%lld), within the %.4f val_bpb "
+            "its runs' slowdowns cost it (neighbours took their CPUs); a re-run decides",
+            (long long)c->first_id, -gain, s->best_val, (long long)s->best_id, explained);
     verdict = guarded;
     if (verdict == STRATEGY_ADOPT) {
         double old = s->best_val;
@@ -1065,19 +1074,22 @@ static void judge_against_best(strategy_t *s, config_t *c, int64_t id, double v,
                 "by %.4f > %s",
                 (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", old, nb,
                 (long long)old_id, gain, why);
-    } else if (verdict == STRATEGY_RERUN && s->o.kind != STRATEGY_CLIMB) {
+    } else if (verdict == STRATEGY_RERUN && s->o.kind != STRATEGY_CLIMB && !slowed) {
         say(s,
             "promising #%lld: mean val_bpb %.4f over %d seed%s vs best %.4f over %d (#%lld): "
             "gain %.4f is within %s; a further seed is the confirmation rule's to give",
             (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val, nb,
             (long long)s->best_id, gain, why);
     } else if (verdict == STRATEGY_RERUN && c->outstanding == 0) {
+        /* climb re-runs what is promising; every strategy re-runs what a
+         * neighbour slowed (a repair of the measurement, not a confirmation) */
         if (propose_rerun(s, c, id, sp, reply) == 0)
             say(s,
                 "promising #%lld: mean val_bpb %.4f over %d seed%s vs best %.4f over %d (#%lld): "
                 "gain %.4f is within %s; re-running with seed %llu before adopting",
                 (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", s->best_val, nb,
-                (long long)s->best_id, gain, why, (unsigned long long)c->max_seed);
+                (long long)s->best_id, gain, slowed ? "what the slowdowns explain" : why,
+                (unsigned long long)c->max_seed);
     } else if (verdict == STRATEGY_RERUN) {
         say(s, "promising #%lld: mean val_bpb %.4f over %d seeds; its re-run is still queued",
             (long long)c->first_id, c->mean, c->n);
@@ -1467,7 +1479,8 @@ cJSON *strategy_state_json(const strategy_t *s) {
             !cJSON_AddNumberToObject(obj, "m2", c->m2) ||
             !cJSON_AddNumberToObject(obj, "max_seed", (double)c->max_seed) ||
             !cJSON_AddNumberToObject(obj, "outstanding", c->outstanding) ||
-            !cJSON_AddNumberToObject(obj, "diverged", c->n_bad))
+            !cJSON_AddNumberToObject(obj, "diverged", c->n_bad) ||
+            !cJSON_AddNumberToObject(obj, "slowdown_cost_bpb", c->slow_cost))
             goto fail;
         if (c->has_x && !cJSON_AddItemToObject(obj, "point", space_point_json(s->o.space, &c->x)))
             goto fail;
@@ -1632,6 +1645,12 @@ static int load_configs(strategy_t *t, const cJSON *st, int version, const char 
             (!get_count(it, "diverged", 0, &bad) || bad > INT32_MAX))
             return -1;
         c->n_bad = (int)bad;
+        /* absent in a state saved before slowdowns were measured: none */
+        const cJSON *slow = cJSON_GetObjectItemCaseSensitive(it, "slowdown_cost_bpb");
+        if (slow &&
+            (!cJSON_IsNumber(slow) || !(slow->valuedouble >= 0) || !isfinite(slow->valuedouble)))
+            return -1;
+        c->slow_cost = slow ? slow->valuedouble : 0;
         /* A point is read in the space of now: an axis added since is unknown. */
         const cJSON *pt = cJSON_GetObjectItemCaseSensitive(it, "point");
         if (cJSON_IsObject(pt)) {

@@ -290,12 +290,14 @@ typedef struct {
  * max_seeds seeds, DISCARD otherwise. */
 strategy_verdict strategy_compare(const strategy_compare_t *c, double *threshold);
 
-/* The guard on an adoption against runs their neighbours slowed: a time
+/* The guard on a verdict against runs their neighbours slowed: a time
  * budget's slowed run lost val_bpb to the machine (its result's
  * slowdown_cost_bpb), so a gain of at most the difference the two
  * configurations' mean costs make (*explained, |best_cost - cand_cost|) may
- * be the machine's. Returns verdict, except RERUN for an ADOPT on such a
- * gain while the candidate has fewer than max_seeds seeds. */
+ * be the machine's. Returns verdict, except RERUN while the candidate has
+ * fewer than max_seeds seeds for an ADOPT on such a gain, and for a DISCARD
+ * whose shortfall (-gain) the candidate's own larger cost covers: a
+ * configuration a neighbour slowed is not thrown away on that run. */
 strategy_verdict strategy_guard_slowed(strategy_verdict verdict, double gain, double best_cost,
                                        double cand_cost, int cand_n, int max_seeds,
                                        double *explained);

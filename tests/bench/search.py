@@ -187,7 +187,7 @@ class Api:
 class Daemon:
     """One `nightshift serve` on loopback, a free port, a temporary state dir."""
 
-    def __init__(self, args, work, name, prune):
+    def __init__(self, args, work, name, prune, extra=()):
         self.dir = os.path.join(work, name)
         os.makedirs(self.dir, exist_ok=True)
         self.token = secrets.token_hex(16)
@@ -201,7 +201,7 @@ class Daemon:
                "--token", self.token, "--prune", prune, "--agent-rate", "0",
                "--agent-url", f"http://127.0.0.1:{self.agent_port}/hook",
                "--asha-eta", str(args.asha_eta), "--asha-rungs", str(args.asha_rungs),
-               "--agent-secret-file", self.secret_file]
+               "--agent-secret-file", self.secret_file] + list(extra)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      start_new_session=True)
         line = self.proc.stdout.readline()

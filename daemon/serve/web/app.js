@@ -917,7 +917,8 @@
 
   var RESULT_KEYS = ["val_bpb", "params_total", "flops_per_token", "mfu_percent", "precision", "tokens_per_second",
                      "num_steps", "training_seconds", "total_seconds", "peak_rss_mb", "cpu_share",
-                     "others_cpu_share", "steal_share", "slowdown", "slowdown_cost_bpb"];
+                     "others_cpu_share", "steal_share", "quiet_tokens_per_second", "quiet_source", "slowdown",
+                     "slowdown_cost_bpb"];
 
   function resultTable(exps) {
     var t = $("detail-result");
