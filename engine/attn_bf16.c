@@ -234,11 +234,17 @@ dsoftmax_pair(uint32_t *pi, uint32_t *dsi, uint16_t *db0, uint16_t *db1, const f
     }
 }
 
-/* sum x[d] y[d] over d < n (n a multiple of 16). */
+/* sum bf16(x[d]) y[d] over d < n (n a multiple of 16): the row dot D of
+ * the score gradient with dO rounded as dP's product rounds it, so that
+ * where a row's probabilities are exact (one visible key) dP - D cancels
+ * as it does in float32. */
 __attribute__((target(TARGET))) static float dot_row(const float *x, const float *y, int n) {
     __m512 acc = _mm512_setzero_ps();
-    for (int d = 0; d < n; d += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + d), _mm512_loadu_ps(y + d), acc);
+    for (int d = 0; d < n; d += 16) {
+        const __m512 xr = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16(_mm512_loadu_ps(x + d))), 16));
+        acc = _mm512_fmadd_ps(xr, _mm512_loadu_ps(y + d), acc);
+    }
     return _mm512_reduce_add_ps(acc);
 }
 
