@@ -166,8 +166,8 @@ setup:
 # default -ftrapping-math only AVX-512's masked instructions could, so an
 # AVX2 build ran those loops one float at a time. The same values either way
 # (each element's operations are unchanged; no reassociation).
-KERNEL_OBJ := $(BUILD)/engine/attn.o $(BUILD)/engine/ops.o $(BUILD)/engine/gpt.o \
-              $(BUILD)/engine/optim.o
+KERNEL_OBJ := $(BUILD)/engine/attn.o $(BUILD)/engine/attn_bf16.o $(BUILD)/engine/ops.o \
+              $(BUILD)/engine/gpt.o $(BUILD)/engine/optim.o
 KERNEL_FLAGS := -fvect-cost-model=dynamic -ffp-contract=fast -fno-trapping-math
 $(KERNEL_OBJ) $(ISA_KERN:%=$(BUILD)/engine/attn_kern_%.o): KERNEL_CFLAGS := $(KERNEL_FLAGS)
 

@@ -37,7 +37,8 @@ size_t attn_thread_floats(int hd, int T) {
     const size_t tp = round_up((size_t)T, KA) + LPAD;
     const size_t blas = 2 * (size_t)BQ * T + (size_t)BQ * hd + BQ;
     const size_t kern = 2 * (size_t)BQ * tp + 3 * (size_t)hd * tp + 2 * (size_t)BQ * hd + BQ;
-    return blas > kern ? blas : kern;
+    const size_t most = blas > kern ? blas : kern, bf16 = attn_bf16_thread_floats(hd, T);
+    return most > bf16 ? most : bf16;
 }
 
 size_t attn_work_floats(int hd, int T, int threads) {
@@ -165,11 +166,20 @@ static void blas_backward(float *dq, float *dk, float *dv, const float *dy, cons
 
 /* ------------------------------------------------------------------ public */
 
+/* Whether the products run in bf16 (attn_bf16.c): the run's precision is
+ * bf16 (which needs the avx512 path and AVX512_BF16) and hd is a whole
+ * number of AMX tiles' depth (32); other head sizes stay float32. */
+static int bf16_path(int hd) {
+    return gemm_current_precision() == GEMM_BF16 && gemm_current() == GEMM_AVX512 && hd % 32 == 0;
+}
+
 void attn_forward(float *y, float *lse, const float *q, const float *k, const float *v, int B,
                   int T, int H, int Hkv, int hd, int window, float *work, int threads) {
     gemm_rows_fn *rows_s = gemm_rows_for(KA), *rows_h = gemm_rows_for(hd);
     window = imin(window, T); /* the same keys; row + window cannot overflow */
-    if (rows_s && rows_h && gemm_current() == GEMM_AVX512)
+    if (bf16_path(hd))
+        attn_bf16_forward(y, lse, q, k, v, B, T, H, Hkv, hd, window, work, threads);
+    else if (rows_s && rows_h && gemm_current() == GEMM_AVX512)
         attn_kern_forward_avx512(rows_s, rows_h, y, lse, q, k, v, B, T, H, Hkv, hd, window, work,
                                  threads);
     else if (rows_s && rows_h)
@@ -184,7 +194,10 @@ void attn_backward(float *dq, float *dk, float *dv, const float *dy, const float
                    int H, int Hkv, int hd, int window, float *work, int threads) {
     gemm_rows_fn *rows_s = gemm_rows_for(KA), *rows_h = gemm_rows_for(hd);
     window = imin(window, T);
-    if (rows_s && rows_h && gemm_current() == GEMM_AVX512)
+    if (bf16_path(hd))
+        attn_bf16_backward(dq, dk, dv, dy, y, lse, q, k, v, B, T, H, Hkv, hd, window, work,
+                           threads);
+    else if (rows_s && rows_h && gemm_current() == GEMM_AVX512)
         attn_kern_backward_avx512(rows_s, rows_h, dq, dk, dv, dy, y, lse, q, k, v, B, T, H, Hkv, hd,
                                   window, work, threads);
     else if (rows_s && rows_h)

@@ -8,7 +8,9 @@
  * recomputes the probabilities a query tile at a time. Keys outside every
  * row's window of a tile are skipped. Products run through gemm.c's
  * register-tiled kernel where the CPU has one (gemm_current; hd a multiple
- * of 8), else through BLAS. Work is spread over the OpenMP team by (batch,
+ * of 8), else through BLAS; in bf16 where the run's precision is bf16 and
+ * hd a multiple of 32 (attn_bf16.c: bf16 operands, float32 accumulation, the
+ * softmax in float32). Work is spread over the OpenMP team by (batch,
  * kv head) (the BLAS path's forward: by batch, head and query tile); each
  * output float is summed by one thread in a fixed order, so results do not
  * depend on the thread count. */

@@ -54,6 +54,16 @@ size_t attn_thread_floats(int hd, int T);
                                      const float *lse, const float *q, const float *k,             \
                                      const float *v, int B, int T, int H, int Hkv, int hd,         \
                                      int window, float *work, int threads);
+/* The bf16 path (attn_bf16.c; hd a multiple of 32, a CPU with AVX512_BF16):
+ * attn_forward's and attn_backward's contracts with the products in bf16,
+ * and its scratch floats per thread. */
+void attn_bf16_forward(float *y, float *lse, const float *q, const float *k, const float *v, int B,
+                       int T, int H, int Hkv, int hd, int window, float *work, int threads);
+void attn_bf16_backward(float *dq, float *dk, float *dv, const float *dy, const float *y,
+                        const float *lse, const float *q, const float *k, const float *v, int B,
+                        int T, int H, int Hkv, int hd, int window, float *work, int threads);
+size_t attn_bf16_thread_floats(int hd, int T);
+
 ATTN_KERN_DECLARE(avx2)
 ATTN_KERN_DECLARE(avx512)
 #undef ATTN_KERN_DECLARE

@@ -48,8 +48,9 @@ const char *gemm_isa_supported(void);
 
 /* The precision of the linear layers' products: float32 throughout, or
  * bfloat16 operands into float32 accumulators (gemm_bf16.h; AVX512_BF16 and
- * the avx512 path). The attention's and the optimiser's products (gemm_rows_for)
- * stay float32 whatever it is. */
+ * the avx512 path). The attention's products follow it where the head size
+ * is a multiple of 32 (attn_bf16.c); the optimiser's (gemm_rows_for) stay
+ * float32 whatever it is. */
 typedef enum { GEMM_FP32, GEMM_BF16 } gemm_precision;
 
 /* Use `p` for gemm_linear_forward/backward from now on. Returns 0, or -1 with

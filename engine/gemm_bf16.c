@@ -89,8 +89,9 @@ __attribute__((target(TARGET))) static inline __m512i low_halves(__m512 v) {
 /* Rows [r0, r1) of src (row stride lds, K floats each) rounded to bf16 into
  * dst's rows (ldd floats = 2*ldd bf16, ldd a multiple of 8 and >= K/2):
  * pairs along the row, zero from K to the row's end. */
-__attribute__((target(TARGET))) static void round_rows(float *dst, ptrdiff_t ldd, const float *src,
-                                                       ptrdiff_t lds, int r0, int r1, int K) {
+__attribute__((target(TARGET))) void gemm_bf16_round_rows(float *dst, ptrdiff_t ldd,
+                                                          const float *src, ptrdiff_t lds, int r0,
+                                                          int r1, int K) {
     for (int i = r0; i < r1; i++) {
         const float *s = src + i * lds;
         uint16_t *d = (uint16_t *)(dst + i * ldd);
@@ -106,8 +107,9 @@ __attribute__((target(TARGET))) static void round_rows(float *dst, ptrdiff_t ldd
  * src (K rows of n floats, row stride lds): lane c of pair row p is
  * (src[2p][c], src[2p+1][c]) rounded, zero past row K - 1 (a pair row
  * wholly past it is zero), and the lanes from n to round16(n) zero. */
-__attribute__((target(TARGET))) static void pair_rows(float *dst, ptrdiff_t ldd, const float *src,
-                                                      ptrdiff_t lds, int K, int n, int p0, int p1) {
+__attribute__((target(TARGET))) void gemm_bf16_pair_rows(float *dst, ptrdiff_t ldd,
+                                                         const float *src, ptrdiff_t lds, int K,
+                                                         int n, int p0, int p1) {
     for (int p = p0; p < p1; p++) {
         const float *s0 = 2 * p < K ? src + (ptrdiff_t)(2 * p) * lds : NULL;
         const float *s1 = 2 * p + 1 < K ? s0 + lds : NULL;
@@ -124,11 +126,12 @@ __attribute__((target(TARGET))) static void pair_rows(float *dst, ptrdiff_t ldd,
 /* Rows [c0, c1) of dst (ldd floats apart; c0 a multiple of 16, c1 <= n):
  * row c is column c of src (K rows of n floats, row stride lds) as
  * depth_pairs(K) pairs (src[2p][c], src[2p+1][c]) rounded, zero past row
- * K - 1: pair_rows and a transpose in one pass, 16 x 16 pairs at a time
+ * K - 1: gemm_bf16_pair_rows and a transpose in one pass, 16 x 16 pairs at a time
  * through a block that stays in L1 (the two passes wrote and re-read the
  * whole paired matrix: 8% of make bench's M bf16 step). */
-__attribute__((target(TARGET))) static void pair_cols(float *dst, ptrdiff_t ldd, const float *src,
-                                                      ptrdiff_t lds, int K, int c0, int c1) {
+__attribute__((target(TARGET))) void gemm_bf16_pair_cols(float *dst, ptrdiff_t ldd,
+                                                         const float *src, ptrdiff_t lds, int K,
+                                                         int c0, int c1) {
     const int KN = depth_pairs(K);
     float blk[16 * 16] __attribute__((aligned(64)));
     for (int c = c0; c < c1; c += 16) {
@@ -170,7 +173,7 @@ static void pack_panel(float *dst, const float *src, ptrdiff_t lds, int K2, int 
 
 /* Inside a parallel region: pair rows [0, K2) of x-like src (K rows of n
  * floats) packed as B's panels into dst, the team splitting the pair rows
- * (no barrier at the end). Each panel's rows are written by pair_rows
+ * (no barrier at the end). Each panel's rows are written by gemm_bf16_pair_rows
  * straight into place (row stride = the panel's width). */
 static void pack_pairs_team(float *dst, const float *src, ptrdiff_t lds, int K, int n) {
     const int K2 = depth_pairs(K), npad = round16(n);
@@ -178,19 +181,19 @@ static void pack_pairs_team(float *dst, const float *src, ptrdiff_t lds, int K, 
     for (int p = 0; p < K2; p++)
         for (int j = 0; j < npad; j += PANEL) {
             const int pw = npad - j < PANEL ? npad - j : PANEL;
-            pair_rows(dst + (ptrdiff_t)j * K2, pw, src + j, lds, K, n - j < pw ? n - j : pw, p,
-                      p + 1);
+            gemm_bf16_pair_rows(dst + (ptrdiff_t)j * K2, pw, src + j, lds, K,
+                                n - j < pw ? n - j : pw, p, p + 1);
         }
 }
 
 /* ------------------------------------------------------------------ kernel */
 
 /* One tile: mr rows, nv vectors of C over K2 pairs; A's pair (i, p) at
- * A[i*ars + p*acs], B's pair row p at B + p*pw. lm masks the last vector's
+ * A[i*ars + p*acs], B's pair row p at B + p*ldb. lm masks the last vector's
  * columns. acc_in: add to C. */
 __attribute__((target(TARGET), always_inline)) static inline void
 tile(const int mr, const int nv, int K2, const float *A, ptrdiff_t ars, ptrdiff_t acs,
-     const float *B, int pw, float *C, ptrdiff_t ldc, int acc_in, __mmask16 lm) {
+     const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in, __mmask16 lm) {
     __m512 acc[MR][NVMAX];
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++)
@@ -203,7 +206,7 @@ tile(const int mr, const int nv, int K2, const float *A, ptrdiff_t ars, ptrdiff_
         __m512 b[NVMAX];
         const float *a = A + p * acs;
 #pragma GCC unroll 8
-        for (int v = 0; v < nv; v++) b[v] = _mm512_loadu_ps(B + p * pw + v * 16);
+        for (int v = 0; v < nv; v++) b[v] = _mm512_loadu_ps(B + p * ldb + v * 16);
 #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) {
             const __m512bh ar = (__m512bh)_mm512_set1_ps(a[r * ars]);
@@ -221,18 +224,20 @@ tile(const int mr, const int nv, int K2, const float *A, ptrdiff_t ars, ptrdiff_
 
 #define TILE_CASE(R, V)                                                                            \
     case R * 8 + V:                                                                                \
-        tile(R, V, kc, Ai, ars, acs, Bj, pw, Ci, ldc, acc, lm);                                    \
+        tile(R, V, kc, Ai, ars, acs, Bj, ldbj, Ci, ldc, acc, lm);                                  \
         break;
 #define TILE_CASES(R) TILE_CASE(R, 1) TILE_CASE(R, 2) TILE_CASE(R, 3) TILE_CASE(R, 4)
 
 /* Rows [m0, m1) of C (n columns) (+)= A B over K2 pairs, B packed in panels
- * (pack_panel); blocked as gemm.c's GEMM_ROWS: a depth chunk of a panel
- * stays in L1 while a block of MCB rows runs over it, and a chunk after the
- * first adds to what the last one stored, so every output is summed over
- * p = 0, 1, ... in order. */
+ * (pack_panel; ldb 0) or pair row p at B + p*ldb (ldb > 0; n a multiple of
+ * 16); blocked as gemm.c's GEMM_ROWS: a depth chunk of a panel stays in L1
+ * while a block of MCB rows runs over it, and a chunk after the first adds
+ * to what the last one stored, so every output is summed over p = 0, 1, ...
+ * in order. */
 __attribute__((target(TARGET))) static void rows(int m0, int m1, int n, int K2, const float *A,
                                                  ptrdiff_t ars, ptrdiff_t acs, const float *B,
-                                                 float *C, ptrdiff_t ldc, int acc_in) {
+                                                 ptrdiff_t ldb, float *C, ptrdiff_t ldc,
+                                                 int acc_in) {
     const int npad = round16(n);
     for (int k0 = 0; k0 < K2; k0 += KCB) {
         const int kc = K2 - k0 < KCB ? K2 - k0 : KCB, acc = acc_in || k0 > 0;
@@ -242,7 +247,9 @@ __attribute__((target(TARGET))) static void rows(int m0, int m1, int n, int K2, 
                 const int pw = npad - j < PANEL ? npad - j : PANEL, nv = pw / 16;
                 const int tail = n - (j + pw - 16);
                 const __mmask16 lm = tail >= 16 ? 0xffff : (__mmask16)((1u << tail) - 1);
-                const float *Bj = B + (ptrdiff_t)j * K2 + (ptrdiff_t)k0 * pw;
+                const ptrdiff_t ldbj = ldb ? ldb : pw;
+                const float *Bj =
+                    ldb ? B + j + (ptrdiff_t)k0 * ldb : B + (ptrdiff_t)j * K2 + (ptrdiff_t)k0 * pw;
                 for (int i = i0; i < i1; i += MR) {
                     const int mr = i1 - i < MR ? i1 - i : MR;
                     const float *Ai = A + i * ars + k0 * acs;
@@ -314,56 +321,79 @@ __attribute__((target("amx-tile"))) static void amx_configure(void) {
     tiles_configured = 1;
 }
 
+/* amx_rows' blocking: depth chunks of AMX_KC pairs; blocks of rows whose
+ * pairs in a chunk fill at most AMX_A_BLOCK floats (32 KB: L1), 32 rows at
+ * the least. */
+#define AMX_KC      256
+#define AMX_A_BLOCK 8192
+
 /* Rows [m0, m1) of C (n columns; m1 - m0 and n multiples of 16) (+)= A B
  * over K2 pairs (a multiple of 16), A's rows of pairs lda floats apart, B
- * in panels (pack_panel). Blocks of 32 x 32 outputs in tiles 0-3, A's two
- * row tiles in 4-5, B's two column tiles in 6-7; a column of blocks keeps
- * its B tiles (K2 x 32 pairs) in L1 while the rows run down it. */
-__attribute__((target("amx-tile,amx-bf16"))) static void amx_rows(int m0, int m1, int n, int K2,
-                                                                  const float *A, ptrdiff_t lda,
-                                                                  const float *B, float *C,
-                                                                  ptrdiff_t ldc, int acc_in) {
+ * in panels (pack_panel; ldb 0) or its pair row p at B + p*ldb. Blocks of
+ * 32 x 32 outputs in tiles 0-3, A's two row tiles in 4-5, B's two column
+ * tiles in 6-7. Blocked for the caches as rows() is: a depth chunk of
+ * AMX_KC pairs at a time (C stored after each chunk and loaded again for
+ * the next, exact in float32, so the sums are those of one pass), and
+ * within it a block of A's rows that stays in L1 runs across every column
+ * of blocks, B streaming from L2. One pass over the whole depth per column
+ * of blocks instead re-read all of A for every 32 columns (1 MB at a time
+ * for a dW of N = 4,096 rows), and the tile loads, not the products, took
+ * most of amx_rows' time: build/gemm-bench's bf16 products of make bench's
+ * S, M and L layers are 1.14-1.32x faster this way (lm_head 1.02x). */
+__attribute__((target("amx-tile,amx-bf16"))) static void
+amx_rows(int m0, int m1, int n, int K2, const float *A, ptrdiff_t lda, const float *B,
+         ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in) {
     amx_configure();
-    for (int j = 0; j < n; j += 32) {
-        const int two_cols = j + 16 < n;
-        /* the column tiles' places in their panels */
-        const int p0 = j - j % PANEL, w0 = n - p0 < PANEL ? n - p0 : PANEL;
-        const float *b0 = B + (ptrdiff_t)p0 * K2 + (j - p0);
-        const int p1 = (j + 16) - (j + 16) % PANEL, w1 = n - p1 < PANEL ? n - p1 : PANEL;
-        const float *b1 = B + (ptrdiff_t)p1 * K2 + (j + 16 - p1);
-        for (int i = m0; i < m1; i += 32) {
-            const int two_rows = i + 16 < m1;
-            float *c00 = C + i * ldc + j, *c10 = c00 + 16 * ldc;
-            const float *a0 = A + i * lda, *a1 = a0 + 16 * lda;
-            if (acc_in) {
-                _tile_loadd(0, c00, ldc * 4);
-                if (two_cols) _tile_loadd(1, c00 + 16, ldc * 4);
-                if (two_rows) _tile_loadd(2, c10, ldc * 4);
-                if (two_rows && two_cols) _tile_loadd(3, c10 + 16, ldc * 4);
-            } else {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
-            }
-            for (int p = 0; p < K2; p += 16) {
-                _tile_loadd(4, a0 + p, lda * 4);
-                _tile_loadd(6, b0 + (ptrdiff_t)p * w0, w0 * 4);
-                _tile_dpbf16ps(0, 4, 6);
-                if (two_cols) {
-                    _tile_loadd(7, b1 + (ptrdiff_t)p * w1, w1 * 4);
-                    _tile_dpbf16ps(1, 4, 7);
+    for (int k0 = 0; k0 < K2; k0 += AMX_KC) {
+        const int k1 = K2 - k0 < AMX_KC ? K2 : k0 + AMX_KC, acc = acc_in || k0 > 0;
+        /* rows per block: A's block within AMX_A_BLOCK floats, at least 32 */
+        const int mb =
+            (AMX_A_BLOCK / (k1 - k0)) / 32 * 32 > 32 ? (AMX_A_BLOCK / (k1 - k0)) / 32 * 32 : 32;
+        for (int ib = m0; ib < m1; ib += mb) {
+            const int ie = m1 - ib < mb ? m1 : ib + mb;
+            for (int j = 0; j < n; j += 32) {
+                const int two_cols = j + 16 < n;
+                /* the column tiles' places in their panels */
+                const int p0 = j - j % PANEL, p1 = (j + 16) - (j + 16) % PANEL;
+                const ptrdiff_t w0 = ldb ? ldb : n - p0 < PANEL ? n - p0 : PANEL;
+                const ptrdiff_t w1 = ldb ? ldb : n - p1 < PANEL ? n - p1 : PANEL;
+                const float *b0 = ldb ? B + j : B + (ptrdiff_t)p0 * K2 + (j - p0);
+                const float *b1 = ldb ? B + j + 16 : B + (ptrdiff_t)p1 * K2 + (j + 16 - p1);
+                for (int i = ib; i < ie; i += 32) {
+                    const int two_rows = i + 16 < ie;
+                    float *c00 = C + i * ldc + j, *c10 = c00 + 16 * ldc;
+                    const float *a0 = A + i * lda, *a1 = a0 + 16 * lda;
+                    if (acc) {
+                        _tile_loadd(0, c00, ldc * 4);
+                        if (two_cols) _tile_loadd(1, c00 + 16, ldc * 4);
+                        if (two_rows) _tile_loadd(2, c10, ldc * 4);
+                        if (two_rows && two_cols) _tile_loadd(3, c10 + 16, ldc * 4);
+                    } else {
+                        _tile_zero(0);
+                        _tile_zero(1);
+                        _tile_zero(2);
+                        _tile_zero(3);
+                    }
+                    for (int p = k0; p < k1; p += 16) {
+                        _tile_loadd(4, a0 + p, lda * 4);
+                        _tile_loadd(6, b0 + (ptrdiff_t)p * w0, w0 * 4);
+                        _tile_dpbf16ps(0, 4, 6);
+                        if (two_cols) {
+                            _tile_loadd(7, b1 + (ptrdiff_t)p * w1, w1 * 4);
+                            _tile_dpbf16ps(1, 4, 7);
+                        }
+                        if (two_rows) {
+                            _tile_loadd(5, a1 + p, lda * 4);
+                            _tile_dpbf16ps(2, 5, 6);
+                            if (two_cols) _tile_dpbf16ps(3, 5, 7);
+                        }
+                    }
+                    _tile_stored(0, c00, ldc * 4);
+                    if (two_cols) _tile_stored(1, c00 + 16, ldc * 4);
+                    if (two_rows) _tile_stored(2, c10, ldc * 4);
+                    if (two_rows && two_cols) _tile_stored(3, c10 + 16, ldc * 4);
                 }
-                if (two_rows) {
-                    _tile_loadd(5, a1 + p, lda * 4);
-                    _tile_dpbf16ps(2, 5, 6);
-                    if (two_cols) _tile_dpbf16ps(3, 5, 7);
-                }
             }
-            _tile_stored(0, c00, ldc * 4);
-            if (two_cols) _tile_stored(1, c00 + 16, ldc * 4);
-            if (two_rows) _tile_stored(2, c10, ldc * 4);
-            if (two_rows && two_cols) _tile_stored(3, c10 + 16, ldc * 4);
         }
     }
 }
@@ -372,10 +402,16 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_rows(int m0, int m1
  * 16-row tiles on AMX when `amx` (the product's full width a multiple of
  * 16 and AMX in use; m0 a multiple of 16), the rest on vdpbf16ps. */
 static void product_rows(int amx, int m0, int m1, int n, int K2, const float *A, ptrdiff_t lda,
-                         const float *B, float *C, ptrdiff_t ldc, int acc_in) {
+                         const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in) {
     int mid = amx ? m0 + (m1 - m0) / 16 * 16 : m0;
-    if (mid > m0) amx_rows(m0, mid, n, K2, A, lda, B, C, ldc, acc_in);
-    if (mid < m1) rows(mid, m1, n, K2, A, lda, 1, B, C, ldc, acc_in);
+    if (mid > m0) amx_rows(m0, mid, n, K2, A, lda, B, ldb, C, ldc, acc_in);
+    if (mid < m1) rows(mid, m1, n, K2, A, lda, 1, B, ldb, C, ldc, acc_in);
+}
+
+void gemm_bf16_rows(int m0, int m1, int n, int K2, const float *A, ptrdiff_t lda, const float *B,
+                    ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in) {
+    const int amx = amx_allowed && n % 16 == 0 && K2 % 16 == 0 && gemm_bf16_amx_cpu();
+    product_rows(amx, m0, m1, n, K2, A, lda, B, ldb, C, ldc, acc_in);
 }
 
 /* --------------------------------------------------------------- products */
@@ -492,15 +528,15 @@ void gemm_bf16_forward(float *y, const float *x, int ldx, const float *W, int N,
         /* W rounded row by row, then transposed as pairs into B's panels */
         if (fresh) {
 #pragma omp for schedule(static)
-            for (int c = 0; c < out; c++) round_rows(Wb, K2, W, in, c, c + 1, in);
+            for (int c = 0; c < out; c++) gemm_bf16_round_rows(Wb, K2, W, in, c, c + 1, in);
 #pragma omp for schedule(static) nowait
             for (int j = 0; j < npad; j += PANEL) pack_panel(Bp, Wb, K2, K2, out, j, 1);
         }
         int m0, m1;
         thread_rows(N, &m0, &m1);
-        round_rows(Ax, K2, x, ldx, m0, m1, in);
+        gemm_bf16_round_rows(Ax, K2, x, ldx, m0, m1, in);
 #pragma omp barrier
-        if (m0 < m1) product_rows(amx, m0, m1, out, K2, Ax, K2, Bp, y, out, 0);
+        if (m0 < m1) product_rows(amx, m0, m1, out, K2, Ax, K2, Bp, 0, y, out, 0);
     }
     prof_end(PROF_MATMUL, t0);
 }
@@ -517,7 +553,7 @@ static void team_product(int use_amx, int rows, int width, int K2, const float *
         int m0, m1;
         thread_rows(rows, &m0, &m1);
         *j0 = 0, *j1 = width;
-        if (m0 < m1) product_rows(amx, m0, m1, width, K2, A, K2, B, C, ldc, acc_in);
+        if (m0 < m1) product_rows(amx, m0, m1, width, K2, A, K2, B, 0, C, ldc, acc_in);
     } else {
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
         const int panels = (round16(width) + PANEL - 1) / PANEL;
@@ -525,8 +561,8 @@ static void team_product(int use_amx, int rows, int width, int K2, const float *
         *j1 = (int)((long)panels * (t + 1) / nt) * PANEL;
         if (*j1 > width) *j1 = width;
         if (*j0 < *j1)
-            product_rows(amx, 0, rows, *j1 - *j0, K2, A, K2, B + (ptrdiff_t)*j0 * K2, C + *j0, ldc,
-                         acc_in);
+            product_rows(amx, 0, rows, *j1 - *j0, K2, A, K2, B + (ptrdiff_t)*j0 * K2, 0, C + *j0,
+                         ldc, acc_in);
     }
 }
 
@@ -552,7 +588,7 @@ void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *
     {
 #pragma omp for schedule(static) nowait
         for (int c = 0; c < ra; c += 16)
-            pair_cols(AT, KN, sa, lsa, N, c, ra - c < 16 ? ra : c + 16);
+            gemm_bf16_pair_cols(AT, KN, sa, lsa, N, c, ra - c < 16 ? ra : c + 16);
         pack_pairs_team(Bp, sb, lsb, N, wb);
         if (fresh) pack_pairs_team(Wp, W, in, out, in);
 #pragma omp barrier
@@ -568,9 +604,9 @@ void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *
         if (dx) {
             int m0, m1;
             thread_rows(N, &m0, &m1);
-            round_rows(Dy, KO, dy, out, m0, m1, out);
+            gemm_bf16_round_rows(Dy, KO, dy, out, m0, m1, out);
             if (m0 < m1)
-                product_rows(use_amx && in % 16 == 0, m0, m1, in, KO, Dy, KO, Wp, dx, ldx,
+                product_rows(use_amx && in % 16 == 0, m0, m1, in, KO, Dy, KO, Wp, 0, dx, ldx,
                              beta != 0.0f);
         }
     }

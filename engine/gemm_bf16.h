@@ -54,6 +54,37 @@ void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *
 void gemm_bf16_cache_weights(const float *lo, size_t n);
 void gemm_bf16_weights_changed(void);
 
+/* The pieces the fused attention's bf16 path (attn_bf16.c) lays its own
+ * products out with. A pair is two bf16 in one 32-bit slot of a float
+ * array, the first in the low half.
+ *
+ * gemm_bf16_rows: C rows [m0, m1) over n columns (n a multiple of 16)
+ * (+)= A B over K2 pairs of depth, A's pair (i, p) at A[i*lda + p], B's
+ * pair row p (n lanes) at B + p*ldb. Whole 16-row tiles run on AMX where
+ * gemm_bf16_uses_amx and K2 is a multiple of 16, the rest on vdpbf16ps; on
+ * the calling thread, each output summed over p = 0, 1, ... in order.
+ * acc_in: add to C instead of overwriting it. */
+void gemm_bf16_rows(int m0, int m1, int n, int K2, const float *A, ptrdiff_t lda, const float *B,
+                    ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc_in);
+
+/* Rows [r0, r1) of src (row stride lds, K floats each) rounded into dst's
+ * rows (ldd floats = 2*ldd bf16 each, ldd a multiple of 8 and >= K/2):
+ * pairs along the row, zero from K to the row's end. */
+void gemm_bf16_round_rows(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds, int r0,
+                          int r1, int K);
+
+/* Pair rows [p0, p1) of dst (ldd floats apart): lane c of pair row p is
+ * (src[2p][c], src[2p+1][c]) rounded, src K rows of n floats (row stride
+ * lds), zero past row K - 1 and in lanes n to n rounded up to 16. */
+void gemm_bf16_pair_rows(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds, int K, int n,
+                         int p0, int p1);
+
+/* Rows [c0, c1) of dst (ldd floats apart; c0 a multiple of 16): row c is
+ * column c of src (K rows, row stride lds) as pairs (src[2p][c],
+ * src[2p+1][c]) rounded, K/2 rounded up to 16 of them, zero past row K - 1. */
+void gemm_bf16_pair_cols(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds, int K, int c0,
+                         int c1);
+
 /* f rounded to bfloat16 as the kernels round it (nearest, ties to even;
  * NaN stays NaN), widened back to float: the reference for tests. */
 float gemm_bf16_round(float f);

@@ -5,7 +5,8 @@
  * The attention of one layer of make bench's S, M and L models (B, T, H,
  * Hkv, hd: 16 256 2 2 32, 16 256 4 4 32, 8 256 4 2 64), full causal, and L
  * with a half window (128). Each repeat (default 15) times one forward and
- * one backward with every kernel this CPU has, BLAS first, alternating, on
+ * one backward with every kernel this CPU has, BLAS first, then the avx512
+ * path's bf16 products (attn_bf16.c) where the CPU has them, alternating, on
  * THREADS OpenMP threads (default 2); prints the median milliseconds of each
  * and the kernels' speed-up over BLAS, so a noisy machine slows all of them
  * alike. A benchmark, not a test: it checks nothing. */
@@ -46,10 +47,13 @@ int main(int argc, char **argv) {
                               {"L", 8, 256, 4, 2, 64, 256},
                               {"L/2", 8, 256, 4, 2, 64, 128}};
     const gemm_isa all[] = {GEMM_GENERIC, GEMM_AVX2, GEMM_AVX512};
-    gemm_isa isas[3];
-    int n_isa = 0;
+    gemm_isa isas[4];
+    int n_isa = 0, bf16 = -1; /* bf16: the index of the bf16 entry, or -1 */
+    char why[256];
     for (int i = 0; i < 3; i++)
         if (gemm_select(all[i]) == 0) isas[n_isa++] = all[i];
+    if (gemm_select(GEMM_AVX512) == 0 && gemm_bf16_available(why, sizeof why))
+        bf16 = n_isa, isas[n_isa++] = GEMM_AVX512;
     if (repeats < 1 || threads < 1) {
         fprintf(stderr, "usage: attn-bench [REPEATS >= 1] [THREADS >= 1]\n");
         return 2;
@@ -78,6 +82,7 @@ int main(int argc, char **argv) {
         for (int rep = -1; rep < repeats; rep++) /* repeat -1 warms up */
             for (int i = 0; i < n_isa; i++) {
                 gemm_select(isas[i]);
+                gemm_set_precision(i == bf16 ? GEMM_BF16 : GEMM_FP32, why, sizeof why);
                 double t0 = now_ms();
                 attn_forward(y, lse, q, k, v, s.B, s.T, s.H, s.Hkv, s.hd, s.window, work, threads);
                 double t1 = now_ms();
@@ -93,11 +98,12 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n_isa; i++) {
             double f = median(fwd + i * repeats, repeats), b = median(bwd + i * repeats, repeats);
             if (i == 0) base = f + b;
-            printf("%-4s %-7s %9.3f %9.3f %8.2fx\n", i ? "" : s.name, gemm_isa_name(isas[i]), f, b,
-                   base / (f + b));
+            printf("%-4s %-7s %9.3f %9.3f %8.2fx\n", i ? "" : s.name,
+                   i == bf16 ? "bf16" : gemm_isa_name(isas[i]), f, b, base / (f + b));
         }
         free(buf), free(work), free(fwd), free(bwd);
     }
+    gemm_set_precision(GEMM_FP32, why, sizeof why);
     gemm_select(GEMM_AUTO);
     return 0;
 }
