@@ -569,15 +569,16 @@ Test(agent, the_space_file_and_the_strategy) {
 Test(agent, the_plan_is_sized_to_the_night) {
     static const struct {
         const char *runs;
-        int noise, startup, confirm, model;
+        int noise, startup, confirm, final, model;
         const char *line;
     } cases[] = {
-        {"8", 1, 5, 1, 2,
-         "plan: night of 8 runs: 1 baseline seed (noise), 5 startup results, 2 runs of the model, "
-         "1 confirmation seed for the answer"},
-        {"96", 2, 10, 3, 82,
-         "plan: night of 96 runs: 2 baseline seeds (noise), 10 startup results, 82 runs of the "
-         "model, 3 confirmation seeds for the answer"},
+        {"8", 1, 5, 0, 0, 3,
+         "plan: night of 8 runs: 1 baseline seed (noise), 5 startup results, 3 runs of the model, "
+         "0 confirmation seeds for the answer and none before"},
+        {"96", 2, 10, 3, 16, 69,
+         "plan: night of 96 runs: 2 baseline seeds (noise), 10 startup results, 69 runs of the "
+         "model, 3 confirmation seeds for the answer (the last 16 runs re-measure the best few, "
+         "up to 4 seeds)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *more[] = {"--strategy", "tpe", "--max-proposals", cases[i].runs, NULL};
@@ -589,6 +590,7 @@ Test(agent, the_plan_is_sized_to_the_night) {
         cr_expect_eq(tu_jnum(plan, "noise_seeds"), cases[i].noise);
         cr_expect_eq(tu_jnum(plan, "startup"), cases[i].startup);
         cr_expect_eq(tu_jnum(plan, "confirm_seeds"), cases[i].confirm);
+        cr_expect_eq(tu_jnum(plan, "final_runs"), cases[i].final);
         cr_expect_eq(tu_jnum(plan, "model"), cases[i].model);
         cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(plan, "noise_known")));
         cJSON_Delete(st);

@@ -1701,7 +1701,8 @@ static char *eighth_proposal(strategy_kind kind, int max, int runs_left, bool *n
     o.seed = 3;
     o.noise_seeds = 1;
     o.queue_target = 1;
-    o.confirm_frac = 0; /* only the night's last proposals confirm */
+    o.confirm_frac = 0;  /* only the night's last proposals confirm */
+    o.confirm_seeds = 1; /* the rule itself (tpe's plan gives a night under 32 runs none) */
     o.max_proposals = max;
     o.log = quiet_cb;
     load_example("baseline.json", &base);
@@ -2092,6 +2093,16 @@ Test(strategy, the_micro_batch_is_derived_from_tokens_per_step) {
 
 /* ------------------------------------------------------ the night's plan */
 
+/* tpe's good side: the best quarter up to 32 observations, then one more
+ * for every ten (tpe.h). */
+Test(strategy, a_long_nights_model_keeps_to_its_best_results) {
+    static const int n[] = {8, 16, 32, 64, 96, 200}, good[] = {2, 4, 8, 12, 15, 25};
+    for (size_t i = 0; i < sizeof n / sizeof *n; i++) {
+        double g = tpe_gamma(n[i]);
+        cr_expect_eq((int)ceil(g * n[i] - 1e-9), good[i], "%d observations: gamma %g", n[i], g);
+    }
+}
+
 /* The plan for nights of 8, 16, 32, 96 and 200 runs (strategy.h's table),
  * with the noise known from earlier nights, and of unknown length (the rule
  * before plans). */
@@ -2100,26 +2111,27 @@ Test(strategy, the_plan_is_sized_to_the_night) {
         strategy_kind k;
         int runs;
         bool known;
-        int noise, startup, confirm, model;
+        int noise, startup, confirm, final, model;
     } rows[] = {
-        {STRATEGY_TPE, 8, false, 1, 5, 1, 2},      {STRATEGY_TPE, 16, false, 1, 10, 1, 5},
-        {STRATEGY_TPE, 32, false, 1, 10, 2, 20},   {STRATEGY_TPE, 96, false, 2, 10, 3, 82},
-        {STRATEGY_TPE, 200, false, 3, 10, 3, 185}, {STRATEGY_TPE, 8, true, 0, 5, 1, 2},
-        {STRATEGY_TPE, 16, true, 0, 10, 1, 5},     {STRATEGY_TPE, 96, true, 0, 10, 3, 83},
-        {STRATEGY_RANDOM, 8, false, 1, 0, 1, 6},   {STRATEGY_RANDOM, 96, false, 2, 0, 3, 91},
-        {STRATEGY_CLIMB, 8, false, 2, 0, 0, 6},    {STRATEGY_CLIMB, 16, false, 2, 0, 0, 14},
-        {STRATEGY_CLIMB, 96, false, 3, 0, 0, 93},  {STRATEGY_TPE, 4, false, 1, 5, 0, 0},
-        {STRATEGY_TPE, -1, false, 1, 5, 1, -1},    {STRATEGY_CLIMB, -1, false, 3, 0, 0, -1},
-        {STRATEGY_TPE, -1, true, 0, 5, 1, -1},
+        {STRATEGY_TPE, 8, false, 1, 5, 0, 0, 3},      {STRATEGY_TPE, 16, false, 1, 10, 0, 0, 6},
+        {STRATEGY_TPE, 32, false, 1, 10, 2, 0, 20},   {STRATEGY_TPE, 64, false, 2, 10, 3, 10, 43},
+        {STRATEGY_TPE, 96, false, 2, 10, 3, 16, 69},  {STRATEGY_TPE, 200, false, 3, 10, 3, 16, 172},
+        {STRATEGY_TPE, 8, true, 0, 5, 0, 0, 3},       {STRATEGY_TPE, 16, true, 0, 10, 0, 0, 6},
+        {STRATEGY_TPE, 96, true, 0, 10, 3, 16, 70},   {STRATEGY_RANDOM, 8, false, 1, 0, 1, 0, 6},
+        {STRATEGY_RANDOM, 96, false, 2, 0, 3, 0, 91}, {STRATEGY_CLIMB, 8, false, 2, 0, 0, 0, 6},
+        {STRATEGY_CLIMB, 16, false, 2, 0, 0, 0, 14},  {STRATEGY_CLIMB, 96, false, 3, 0, 0, 0, 93},
+        {STRATEGY_TPE, 4, false, 1, 5, 0, 0, 0},      {STRATEGY_TPE, -1, false, 1, 5, 1, 0, -1},
+        {STRATEGY_CLIMB, -1, false, 3, 0, 0, 0, -1},  {STRATEGY_TPE, -1, true, 0, 5, 1, 0, -1},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         strategy_plan_t p;
         strategy_plan(rows[i].k, rows[i].runs, rows[i].known, &p);
         cr_expect(p.noise_seeds == rows[i].noise && p.startup == rows[i].startup &&
-                      p.confirm_seeds == rows[i].confirm && p.model == rows[i].model,
-                  "%s, %d runs%s: noise %d startup %d confirm %d model %d",
+                      p.confirm_seeds == rows[i].confirm && p.final_runs == rows[i].final &&
+                      p.model == rows[i].model,
+                  "%s, %d runs%s: noise %d startup %d confirm %d final %d model %d",
                   strategy_kind_name(rows[i].k), rows[i].runs, rows[i].known ? ", noise known" : "",
-                  p.noise_seeds, p.startup, p.confirm_seeds, p.model);
+                  p.noise_seeds, p.startup, p.confirm_seeds, p.final_runs, p.model);
         /* mid-night confirmations: none in a tpe night of up to 32 runs */
         double frac = rows[i].k == STRATEGY_CLIMB                                            ? 0
                       : rows[i].k == STRATEGY_TPE && rows[i].runs >= 0 && rows[i].runs <= 32 ? 0
@@ -2196,24 +2208,26 @@ static void planned_night(int runs, cJSON *noise, char *out, log_t *full) {
 
 /* What 8-, 16- and 96-run nights spend: the plan is logged, the baseline's
  * noise seeds, the startup draws and the last proposals' confirmation seeds
- * are what it says, and the rest is the model's. */
+ * are what it says (none in a short night; a 96-run night's last 16
+ * proposals re-measure the best few), and the rest is the model's. */
 Test(strategy, a_planned_night_spends_what_it_plans, .timeout = 60) {
     static const struct {
         int runs;
         const char *plan, *head, *tail;
     } cases[] = {
         {8,
-         "plan: night of 8 runs: 1 baseline seed (noise), 5 startup results, 2 runs of the "
-         "model, 1 confirmation seed for the answer",
-         "bssss", "mmr"},
+         "plan: night of 8 runs: 1 baseline seed (noise), 5 startup results, 3 runs of the "
+         "model, 0 confirmation seeds for the answer and none before",
+         "bssss", "mmm"},
         {16,
-         "plan: night of 16 runs: 1 baseline seed (noise), 10 startup results, 5 runs of the "
-         "model, 1 confirmation seed for the answer",
-         "bsssssssssm", "r"},
+         "plan: night of 16 runs: 1 baseline seed (noise), 10 startup results, 6 runs of the "
+         "model, 0 confirmation seeds for the answer and none before",
+         "bsssssssssm", "mmmmmm"},
         {96,
-         "plan: night of 96 runs: 2 baseline seeds (noise), 10 startup results, 82 runs of the "
-         "model, 3 confirmation seeds for the answer",
-         "bbsssssssssm", "rrr"},
+         "plan: night of 96 runs: 2 baseline seeds (noise), 10 startup results, 69 runs of the "
+         "model, 3 confirmation seeds for the answer (the last 16 runs re-measure the best few, "
+         "up to 4 seeds) and none before",
+         "bbsssssssssm", "mrrrrrrrrrrrrrrrr"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char kinds[256];
@@ -2231,6 +2245,10 @@ Test(strategy, a_planned_night_spends_what_it_plans, .timeout = 60) {
         for (size_t k = 0; k < n; k++) reruns += kinds[k] == 'r';
         for (size_t k = 0; k < t; k++) planned += cases[i].tail[k] == 'r';
         cr_expect_eq(reruns, planned, "%d runs: %s", cases[i].runs, kinds);
+        /* the final phase re-measures contenders, not the leader alone */
+        if (cases[i].runs == 96)
+            cr_expect(logged(&l, "the contender with the lowest mean - sd/sqrt(n) gets a seed"),
+                      "%s", l.text);
         free(l.text);
     }
 }
@@ -2264,7 +2282,7 @@ Test(strategy, noise_known_from_earlier_nights_is_reused, .timeout = 60) {
     cr_expect(logged(&l, "earlier nights measured this scope's noise: sd 0.0200 over 6 df"), "%s",
               l.text);
     cr_expect(logged(&l, "plan: night of 16 runs: no baseline noise seeds (earlier nights "
-                         "measured it), 10 startup results, 5 runs of the model"),
+                         "measured it), 10 startup results, 6 runs of the model"),
               "%s", l.text);
     cr_expect(!strchr(kinds, 'b'), "the baseline was run: %s", kinds);
     cr_expect(!strncmp(kinds, "ssssssssssm", 11), "%s", kinds);

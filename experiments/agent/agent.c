@@ -57,7 +57,7 @@ typedef struct {
     char space[PATH_MAX]; /* "" = DEFAULT_SPACE, found by find_space */
     int strategy;         /* a strategy_kind */
     double confirm_frac, local_frac;
-    int startup, confirm_seeds, slots;
+    int startup, confirm_seeds, final_runs, slots;
     char state[PATH_MAX]; /* "" = no persistence */
     int64_t seed;
     int max_proposals;  /* 0 = no limit */
@@ -443,7 +443,11 @@ static const opt_t agent_rows[] = {
     {"confirm-seeds", OPT_INT, FIELD(confirm_seeds), .lo = 0, .hi = 63,
      .def = STRATEGY_CONFIRM_AUTO, .arg = "K",
      .help = "random, tpe: further seeds the night's answer gets among its last proposals "
-             "(default the plan's: 1 below 32 runs, 2 below 64, 3 from there)"},
+             "(default the plan's: 1 below 32 runs (tpe none), 2 below 64, 3 from there)"},
+    {"final-runs", OPT_INT, FIELD(final_runs), .lo = 0, .hi = 1 << 20, .def = STRATEGY_FINAL_AUTO,
+     .arg = "N",
+     .help = "random, tpe: the night's last N proposals re-measure the best few configurations "
+             "(default the plan's: tpe min(16, a sixth of the night) from 64 runs, else none)"},
     {"local-frac", OPT_NUM, FIELD(local_frac), .lo = 0, .hi = 1, .def = STRATEGY_DEFAULT_LOCAL,
      .arg = "F",
      .help = "tpe: this fraction of the proposals moves one or two axes of the lowest mean "
@@ -574,6 +578,7 @@ static int run_agent(agent_t *a) {
     so.confirm_frac = a->o.confirm_frac;
     so.n_startup = a->o.startup;
     so.confirm_seeds = a->o.confirm_seeds;
+    so.final_runs = a->o.final_runs;
     so.local_frac = a->o.local_frac;
     so.noise_floor = a->o.noise_floor;
     so.noise_seeds = a->o.noise_seeds;

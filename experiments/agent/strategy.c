@@ -112,6 +112,7 @@ void strategy_opts_default(strategy_opts_t *o) {
     o->confirm_frac = STRATEGY_CONFIRM_FRAC_AUTO;
     o->n_startup = STRATEGY_STARTUP_AUTO;
     o->confirm_seeds = STRATEGY_CONFIRM_AUTO;
+    o->final_runs = STRATEGY_FINAL_AUTO;
     o->local_frac = STRATEGY_DEFAULT_LOCAL;
 }
 
@@ -145,7 +146,8 @@ static void plan_model(strategy_plan_t *p) {
         return;
     }
     int draws = p->startup > 0 ? p->startup - (p->noise_seeds > 0) : 0;
-    p->model = p->runs - p->noise_seeds - draws - p->confirm_seeds;
+    int last = p->final_runs > p->confirm_seeds ? p->final_runs : p->confirm_seeds;
+    p->model = p->runs - p->noise_seeds - draws - last;
     if (p->model < 0) p->model = 0;
 }
 
@@ -173,6 +175,9 @@ void strategy_plan(strategy_kind k, int runs, bool noise_known, strategy_plan_t 
     if (k == STRATEGY_TPE) {
         p->startup = clamp_int((int)lround(runs * 5 / 8.0), 5, 10);
         if (runs <= 32) p->confirm_frac = 0; /* the model's runs are too few to give away */
+        if (runs < 32) p->confirm_seeds = 0; /* a new point finds more than a second seed */
+        if (runs >= 64)
+            p->final_runs = runs / 6 < STRATEGY_FINAL_RUNS ? runs / 6 : STRATEGY_FINAL_RUNS;
     }
     plan_model(p);
 }
@@ -192,6 +197,7 @@ void strategy_current_plan(const strategy_t *s, strategy_plan_t *p) {
         p->noise_seeds = s->o.noise_seeds;
     if (s->o.n_startup != STRATEGY_STARTUP_AUTO) p->startup = s->o.n_startup;
     if (s->o.confirm_seeds != STRATEGY_CONFIRM_AUTO) p->confirm_seeds = s->o.confirm_seeds;
+    if (s->o.final_runs != STRATEGY_FINAL_AUTO) p->final_runs = s->o.final_runs;
     if (s->o.confirm_frac != STRATEGY_CONFIRM_FRAC_AUTO) p->confirm_frac = s->o.confirm_frac;
     if (p->confirm_seeds > s->o.max_seeds - 1) p->confirm_seeds = s->o.max_seeds - 1;
     if (s->o.kind != STRATEGY_TPE) p->startup = 0;
@@ -208,6 +214,7 @@ cJSON *strategy_plan_json(const strategy_plan_t *p) {
               cJSON_AddNumberToObject(o, "startup", p->startup) &&
               cJSON_AddNumberToObject(o, "confirm_seeds", p->confirm_seeds) &&
               cJSON_AddNumberToObject(o, "confirm_frac", p->confirm_frac) &&
+              cJSON_AddNumberToObject(o, "final_runs", p->final_runs) &&
               (p->model < 0 ? cJSON_AddNullToObject(o, "model") != NULL
                             : cJSON_AddNumberToObject(o, "model", p->model) != NULL);
     if (!ok) {
@@ -232,8 +239,12 @@ void strategy_plan_text(strategy_kind k, const strategy_plan_t *p, char *buf, si
     if (p->model >= 0)
         snprintf(model, sizeof model, ", %d run%s of the %s", p->model, p->model == 1 ? "" : "s",
                  k == STRATEGY_TPE ? "model" : "search");
-    snprintf(buf, n, "%s: %s%s%s, %d confirmation seed%s for the answer%s", len, noise, start,
-             model, p->confirm_seeds, p->confirm_seeds == 1 ? "" : "s",
+    char final[96] = "";
+    if (p->final_runs > 0)
+        snprintf(final, sizeof final, " (the last %d runs re-measure the best few, up to %d seeds)",
+                 p->final_runs, 1 + p->confirm_seeds);
+    snprintf(buf, n, "%s: %s%s%s, %d confirmation seed%s for the answer%s%s", len, noise, start,
+             model, p->confirm_seeds, p->confirm_seeds == 1 ? "" : "s", final,
              k != STRATEGY_CLIMB && p->confirm_frac == 0 ? " and none before" : "");
 }
 
@@ -244,8 +255,8 @@ static void say_plan(strategy_t *s) {
     char text[320];
     strategy_current_plan(s, &p);
     if (s->said.runs != 0 && p.noise_seeds == s->said.noise_seeds && p.startup == s->said.startup &&
-        p.confirm_seeds == s->said.confirm_seeds && p.noise_known == s->said.noise_known &&
-        (p.runs < 0) == (s->said.runs < 0))
+        p.confirm_seeds == s->said.confirm_seeds && p.final_runs == s->said.final_runs &&
+        p.noise_known == s->said.noise_known && (p.runs < 0) == (s->said.runs < 0))
         return;
     s->said = p;
     strategy_plan_text(s->o.kind, &p, text, sizeof text);
@@ -767,8 +778,8 @@ static void propose_tpe(strategy_t *s, cJSON *reply) {
     space_point_t cand[TPE_SHORTLIST];
     double score[TPE_SHORTLIST];
     for (int round = 0; round < 4; round++) {
-        int k = tpe_suggest(s->o.space, obs, n, TPE_DEFAULT_GAMMA, TPE_DEFAULT_CANDIDATES, &s->rng,
-                            cand, score, TPE_SHORTLIST);
+        int k = tpe_suggest(s->o.space, obs, n, tpe_gamma(n), TPE_DEFAULT_CANDIDATES, &s->rng, cand,
+                            score, TPE_SHORTLIST);
         for (int i = 0; i < k; i++) {
             snprintf(why, sizeof why, "the model's pick over %d results (log l/g %.2f)", n,
                      score[i]);
@@ -824,7 +835,29 @@ static int propose_rerun(strategy_t *s, config_t *c, int64_t id, const spec_t *s
  * night's end is known. */
 static bool in_last_proposals(const strategy_t *s, const strategy_plan_t *plan) {
     int last = s->queue_target > plan->confirm_seeds ? s->queue_target : plan->confirm_seeds;
+    if (plan->final_runs > last) last = plan->final_runs;
     return proposals_remaining(s) <= last;
+}
+
+/* The final phase's pick: of the configurations with fewer than `target`
+ * seeds (counting those queued), the one with the lowest optimistic bound
+ * mean - sd / sqrt(n + queued): a contender with one seed is re-measured
+ * before the leader's fourth seed; NULL when none. sd not measured: the
+ * lowest mean. */
+static config_t *final_pick(strategy_t *s, int target) {
+    int df = 0;
+    double sd = pooled_sd(s, &df), best_lcb = INFINITY;
+    config_t *pick = NULL;
+    for (size_t i = 0; i < s->n_configs; i++) {
+        config_t *c = &s->configs[i];
+        if (c->n <= 0 || !c->has_x || c->n + c->outstanding >= target) continue;
+        double lcb = c->mean - (isnan(sd) ? 0 : sd / sqrt(c->n + c->outstanding));
+        if (lcb < best_lcb) {
+            best_lcb = lcb;
+            pick = c;
+        }
+    }
+    return pick;
 }
 
 /* The confirmation rule (strategy.h): one more seed for the lowest mean
@@ -832,14 +865,18 @@ static bool in_last_proposals(const strategy_t *s, const strategy_plan_t *plan) 
  * budget; among the night's last proposals, a second seed for the lowest
  * mean whatever its gain. Returns 0 when a re-run was proposed. */
 static int try_confirm(strategy_t *s, cJSON *reply) {
-    config_t *c = leader(s);
+    config_t *c = leader(s), *lead = c;
     strategy_plan_t plan;
+    strategy_current_plan(s, &plan);
+    if (plan.final_runs > 0 && in_last_proposals(s, &plan)) {
+        config_t *f = final_pick(s, 1 + plan.confirm_seeds);
+        if (f) c = f;
+    }
     if (!c || c->n >= s->o.max_seeds) return -1;
     /* The morning's answer is the lowest mean (GET /v1/best); a night's last
      * new leader would otherwise rest on its one, possibly lucky, seed: among
      * the last proposals it gets the plan's confirmation seeds (counting
      * those still queued). */
-    strategy_current_plan(s, &plan);
     bool last = plan.confirm_seeds > 0 && in_last_proposals(s, &plan) &&
                 c->n + c->outstanding < 1 + plan.confirm_seeds;
     if (!last && c->outstanding > 0) return -1;
@@ -880,6 +917,15 @@ static int try_confirm(strategy_t *s, cJSON *reply) {
     spec_free(&sp);
     if (rc < 0) return -1;
     s->n_confirmations++;
+    if (last && c != lead) {
+        say(s,
+            "re-measuring #%lld (%.4f over %d seed%s; the lowest mean is %.4f): in the night's "
+            "last %d proposals the contender with the lowest mean - sd/sqrt(n) gets a seed, so "
+            "that no lucky seed is the answer; re-running with seed %llu",
+            (long long)c->first_id, c->mean, c->n, c->n == 1 ? "" : "s", lead->mean,
+            plan.final_runs, (unsigned long long)c->max_seed);
+        return 0;
+    }
     if (last && plan.confirm_seeds == 1) {
         say(s,
             "confirming #%lld, the lowest mean (%.4f over one seed): %d or fewer proposals "
@@ -1351,6 +1397,7 @@ strategy_t *strategy_new(const spec_t *baseline, const strategy_opts_t *o, char 
          o->confirm_frac != STRATEGY_CONFIRM_FRAC_AUTO) ||
         (o->n_startup < 0 && o->n_startup != STRATEGY_STARTUP_AUTO) ||
         (o->confirm_seeds < 0 && o->confirm_seeds != STRATEGY_CONFIRM_AUTO) ||
+        (o->final_runs < 0 && o->final_runs != STRATEGY_FINAL_AUTO) ||
         !(o->local_frac >= 0 && o->local_frac <= 1) || strategy_kind_name(o->kind)[0] == '?') {
         snprintf(err, errlen,
                  "the noise floor, noise_seeds, n_startup, confirm_seeds (each or its AUTO) and "

@@ -154,6 +154,11 @@ static tpe_obs_t *canon_obs(const space_t *sp, const tpe_obs_t *obs, int n) {
     return c;
 }
 
+double tpe_gamma(int n_obs) {
+    if (n_obs <= 32) return TPE_DEFAULT_GAMMA;
+    return (8 + 0.1 * (n_obs - 32)) / n_obs;
+}
+
 double tpe_score(const space_t *sp, const tpe_obs_t *obs_in, int n_obs, double gamma,
                  const space_point_t *x_in) {
     int idx[n_obs > 0 ? n_obs : 1];

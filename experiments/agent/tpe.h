@@ -35,6 +35,16 @@
 #define TPE_DEFAULT_GAMMA      0.25 /* Hyperopt's; Optuna's is 0.1 n, at least 1 */
 #define TPE_DEFAULT_CANDIDATES 24   /* Optuna's n_ei_candidates */
 
+/* The agent's gamma for n observations: the good side is the best quarter
+ * up to 8 results (32 observations), then grows by one for every ten more
+ * (15 of 96, 25 of 200): a long night's model keeps to its best results
+ * instead of a quarter of them. On the surrogate of the Brown landscape
+ * (experiments/search/bench/2026-12-06-surrogate-final.md; 50 nights of 96
+ * runs, night seeds 201-250, paired) gamma 0.15 instead of 0.25 took the
+ * answer's true mean 0.011 +- 0.005 lower, 0.10 only 0.006 +- 0.005 (with
+ * the final re-measuring); at 16 runs 0.15 was 0.005 worse. */
+double tpe_gamma(int n_obs);
+
 typedef struct {
     space_point_t x;
     double y; /* mean val_bpb; INFINITY for a diverged run */

@@ -44,9 +44,11 @@ of the answer the daemon would give after 25/50/75/100% of the runs ended.
 
 Output in --out: replay.md (a table per night length: median and IQR, mean
 +- standard error of the score and the regret in val_bpb and per cent, and
-the anytime curve as median [IQR]) and replay.json (every night). The same
---seed gives the same replay. `replay.py --merge A.json B.json ... OUTDIR`
-writes the tables of replays run side by side (each with some strategies).
+the anytime curve as median [IQR]; each strategy paired by night seed with
+random search and with Optuna's TPE) and replay.json (every night). The same
+--seed gives the same replay. `replay.py --merge [--seeds LO-HI] A.json
+B.json ... OUTDIR` writes the tables of replays run side by side (each with
+some strategies), of the night seeds LO..HI when given.
 """
 import argparse
 import base64
@@ -133,6 +135,7 @@ class Daemon:
         self.refused = 0
         self.duplicates = 0
         self.timeline = []  # (runs ended, answer key) after each end
+        self.ended = []  # experiment ids in the order their runs ended
 
     def submit(self, spec):
         """(id, duplicate) or (None, (code, message))."""
@@ -177,6 +180,7 @@ class Daemon:
         status, v = self.sur.run(e["spec"], self.k, e["seed"])
         e["status"], e["val_bpb"] = status, v
         self.timeline.append(self.best_key())
+        self.ended.append(e["id"])
         return e
 
     def configs(self):
@@ -510,13 +514,17 @@ def run_night(args, space, sur, base, base_path, strategy, n_runs, k, work):
     ans = daemon.best_key()
     night = {"strategy": strategy, "runs": n_runs, "k": k, "started": daemon.started,
              "refused": daemon.refused, "duplicates": daemon.duplicates,
-             "failed": sum(e["status"] == "failed" for e in daemon.exps), **info}
+             "failed": sum(e["status"] == "failed" for e in daemon.exps),
+             "ended": daemon.ended, **info}
     if ans is None:
         night.update(answer=None, read=None, true=None)
     else:
         spec = first[ans]["spec"]
         night.update(answer=space.point_of(spec), answer_id=first[ans]["id"],
                      read=statistics.mean(vals[ans]), seeds=len(vals[ans]), true=sur.mean(spec))
+        # the best configuration the night ran, by its true mean: what an
+        # answer chosen without noise would have scored (search against choice)
+        night["ran_best"] = min(sur.mean(first[k]["spec"]) for k in vals)
     curve = []
     n_end = len(daemon.timeline)
     for f in FRACTIONS:
@@ -561,13 +569,14 @@ def tables(nights, strategies, lengths, best_v, base_true, meta):
            f"true mean {base_true:.4f}. Score = the surrogate's true mean (no noise) of the "
            "night's answer (the daemon's GET /v1/best at the end: lowest mean over its "
            "seeds); regret = score - best known. Median [IQR] and mean ± standard error over "
-           "the K nights.\n"]
+           "the K nights. Best run: the lowest true mean among the configurations the night "
+           "ran (what an answer chosen without noise would score).\n"]
     for n in lengths:
         out.append(f"\n## Nights of {n} runs\n")
         out.append("| strategy | K | score median [IQR] | score mean ± se | regret median [IQR] "
-                   "| regret % median [IQR] | regret mean ± se | anytime score 25% | 50% | 75% "
-                   "| 100% | runs | refused | dup. | failed |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+                   "| regret % median [IQR] | regret mean ± se | best run, median | "
+                   "anytime score 25% | 50% | 75% | 100% | runs | refused | dup. | failed |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for s in strategies:
             ns = [x for x in nights if x["strategy"] == s and x["runs"] == n]
             if not ns:
@@ -576,33 +585,38 @@ def tables(nights, strategies, lengths, best_v, base_true, meta):
             rg = [x["true"] - best_v if x["true"] is not None else None for x in ns]
             pc = [100 * r / best_v if r is not None else None for r in rg]
             cur = [fmt_q([x["curve"][i] for x in ns], 3) for i in range(len(FRACTIONS))]
+            ran = [x.get("ran_best") for x in ns if x.get("ran_best") is not None]
+            ran_md = f"{statistics.median(ran):.4f}" if ran else "-"
             out.append(f"| {s} | {len(ns)} | {fmt_q(sc)} | {fmt_mse(sc)} | {fmt_q(rg)} | "
-                       f"{fmt_q(pc, 2)} | {fmt_mse(rg)} | " + " | ".join(cur) +
+                       f"{fmt_q(pc, 2)} | {fmt_mse(rg)} | {ran_md} | " + " | ".join(cur) +
                        f" | {statistics.mean(x['started'] for x in ns):.1f} | "
                        f"{sum(x['refused'] for x in ns)} | {sum(x['duplicates'] for x in ns)} | "
                        f"{sum(x['failed'] for x in ns)} |")
-        ref = [x for x in nights if x["runs"] == n and x["strategy"] == "random"]
-        cmp = []
-        for s in strategies:
-            if s == "random" or not ref:
-                continue
-            ns = {x["k"]: x["true"] for x in nights if x["strategy"] == s and x["runs"] == n}
-            d = [ns[r["k"]] - r["true"] for r in ref if r["k"] in ns and ns[r["k"]] is not None
-                 and r["true"] is not None]
-            if len(d) > 1:
-                m, se = statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d))
-                cmp.append(f"{s} {m:+.4f} ± {se:.4f} ({m / se:+.1f} se)" if se > 0 else
-                           f"{s} {m:+.4f}")
-        if cmp:
-            out.append("\nAgainst random search, paired by night seed (score minus random's; "
-                       "negative is better): " + "; ".join(cmp) + ".")
+        for against, what in (("random", "random search"),
+                              ("optuna-tpe-default", "Optuna's TPE (optuna-tpe-default)")):
+            ref = [x for x in nights if x["runs"] == n and x["strategy"] == against]
+            cmp = []
+            for s in strategies:
+                if s in ("random", against) or not ref:
+                    continue
+                ns = {x["k"]: x["true"] for x in nights if x["strategy"] == s and x["runs"] == n}
+                d = [ns[r["k"]] - r["true"] for r in ref if r["k"] in ns
+                     and ns[r["k"]] is not None and r["true"] is not None]
+                if len(d) > 1:
+                    m, se = statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d))
+                    cmp.append(f"{s} {m:+.4f} ± {se:.4f} ({m / se:+.1f} se, K = {len(d)})"
+                               if se > 0 else f"{s} {m:+.4f}")
+            if cmp:
+                out.append(f"\nAgainst {what}, paired by night seed (score minus its; "
+                           "negative is better): " + "; ".join(cmp) + ".")
     return "\n".join(out) + "\n"
 
 
-def merge(paths, out):
+def merge(paths, out, seeds=None):
     """The tables of several replay.json of one landscape and space (replays
     run side by side, each with some strategies): nights of a strategy,
-    length and seed that two files hold are counted once."""
+    length and seed that two files hold are counted once; seeds (lo, hi)
+    keeps the night seeds lo..hi."""
     docs = [json.load(open(p)) for p in paths]
     if len({round(d["best_known"], 9) for d in docs}) != 1:
         sys.exit("replay: these replays do not share a surrogate (their best known differ)")
@@ -610,6 +624,8 @@ def merge(paths, out):
     for d in docs:
         for n in d["nights"]:
             key = (n["strategy"], n["runs"], n["k"])
+            if seeds and not seeds[0] <= n["k"] <= seeds[1]:
+                continue
             if key not in seen:
                 seen.add(key)
                 nights.append(n)
@@ -630,7 +646,11 @@ def merge(paths, out):
 
 def main(argv=None):
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--merge":
-        return merge(sys.argv[2:-1], sys.argv[-1])
+        rest, seeds = sys.argv[2:], None
+        if rest and rest[0] == "--seeds":
+            lo, _, hi = rest[1].partition("-")
+            seeds, rest = (int(lo), int(hi or lo)), rest[2:]
+        return merge(rest[:-1], rest[-1], seeds)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--landscape", action="append", help="a landscape JSONL (repeatable)")
     ap.add_argument("--stand-in", action="store_true",
