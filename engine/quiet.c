@@ -61,6 +61,11 @@ bool quiet_whole_machine(void) {
     return !scope || strcmp(scope, "cpus") != 0;
 }
 
+bool quiet_bench_enabled(void) {
+    const char *scope = getenv("NIGHTSHIFT_QUIET_SCOPE");
+    return !scope || strcmp(scope, "steps") != 0;
+}
+
 /* One micro-batch forward and backward; NS_ERR_NOMEM with err when it fails. */
 static int micro_batch(gpt_t *m, const int *in, const int *tg, int B, int T, float scale, char *err,
                        size_t errlen) {

@@ -66,6 +66,12 @@ bool quiet_is(const share_t *sh, bool whole_machine);
  * the tests, which pin a run beside other tests). */
 bool quiet_whole_machine(void);
 
+/* Whether runs time their shape at all: yes, unless
+ * NIGHTSHIFT_QUIET_SCOPE=steps (each run's own quiet steps are its
+ * reference: on a machine whose speed drifts within seconds, as a busy VM
+ * host's does, a cached bench reads the drift as a slowdown). */
+bool quiet_bench_enabled(void);
+
 /* Time s's optimiser step (s->train's accumulation of batch_size x seq_len
  * micro-batches, then the update) on model m and optimiser *o for about
  * `seconds` after one warm-up micro-batch and update; then put both back as

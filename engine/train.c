@@ -551,6 +551,7 @@ static void record_step(loop_t *l, const share_snap_t *before, const share_snap_
  * for a bench. Returns PROTO_EXIT_OK, or PROTO_EXIT_OOM (already reported). */
 static int quiet_reference(run_t *r, loop_t *l, const char *dir) {
     char key[256], err[256];
+    if (!quiet_bench_enabled()) return PROTO_EXIT_OK;
     if (quiet_shape_key(&r->spec, r->threads, gemm_isa_name(gemm_current()),
                         gemm_precision_name(gemm_current_precision()), key, sizeof key) < 0)
         return PROTO_EXIT_OK;
