@@ -59,7 +59,7 @@ static bool pin(int cpu) {
     }
     struct sched_param p = {.sched_priority = 1};
     if (sched_setscheduler(0, SCHED_RR, &p) == 0) return true;
-    cr_log_warn("no real-time scheduling (%s): the machine's load reaches the run, and its "
+    cr_log_info("no real-time scheduling (%s): the machine's load reaches the run, and its "
                 "bench may not be quiet",
                 strerror(errno));
     return false;
@@ -162,7 +162,7 @@ Test(share, hogs_on_the_workers_cpu_slow_it_and_are_recorded) {
     } else {
         /* the machine's state, not the code: the bench path is the quiet
          * suite's to check then (a_bench_leaves_the_run_as_it_was_made) */
-        cr_log_warn("the accepted quiet run's bench was not quiet (%s%s): the cached bench is "
+        cr_log_info("the accepted quiet run's bench was not quiet (%s%s): the cached bench is "
                     "not checked",
                     quiet.why, rt ? "" : "; no real-time scheduling");
     }
