@@ -141,19 +141,19 @@ static void run(int batch, int hogs, int delay_ms, shares_t *s) {
 
 Test(share, hogs_on_the_workers_cpu_slow_it_and_are_recorded) {
     bool rt = pin(0);
-    shares_t quiet, hogged, busy_bench;
-    /* The first run of a shape times it (quiet.h) and is measured against
-     * that. A neighbour on the other CPUs can move both (memory, caches),
-     * and steal or the kernel's own work can leave the bench not quiet: up
-     * to four tries, each timing the shape again, for one within 10%. */
+    shares_t quiet, timing, hogged, busy_bench;
+    /* A run without hogs against its own quiet steps: within 10% of 1. Not
+     * against a bench: this VM's speed drifts within seconds, and a bench
+     * taken at another moment read quiet runs at 0.69 to 1.29. */
+    setenv("NIGHTSHIFT_QUIET_SCOPE", "steps", 1);
+    run(4, 0, 0, &quiet);
+    cr_expect_str_eq(quiet.source, "own quiet steps");
+    /* The first run of a shape times it (quiet.h), cached when the bench
+     * was quiet (steal or the kernel's own work can leave it not quiet). */
+    setenv("NIGHTSHIFT_QUIET_SCOPE", "cpus", 1);
     char *cache = tu_path("%s/quiet_bench.json", state);
-    bool timed = false;
-    for (int try = 0; try < 4; try++) {
-        unlink(cache);
-        run(4, 0, 0, &quiet);
-        timed = !strcmp(quiet.source, "bench");
-        if (fabs(quiet.slowdown - 1) < 0.1) break;
-    }
+    run(4, 0, 0, &timing);
+    const bool timed = !strcmp(timing.source, "bench");
     run(4, 2, 600, &hogged);
     /* another shape, hogged from the start: its bench is not quiet */
     run(2, 2, 0, &busy_bench);
@@ -162,9 +162,8 @@ Test(share, hogs_on_the_workers_cpu_slow_it_and_are_recorded) {
     } else {
         /* the machine's state, not the code: the bench path is the quiet
          * suite's to check then (a_bench_leaves_the_run_as_it_was_made) */
-        cr_log_info("the accepted quiet run's bench was not quiet (%s%s): the cached bench is "
-                    "not checked",
-                    quiet.why, rt ? "" : "; no real-time scheduling");
+        cr_log_info("the first run's bench was not quiet (%s%s): the cached bench is not checked",
+                    timing.why, rt ? "" : "; no real-time scheduling");
     }
     cr_expect(strcmp(busy_bench.source, "bench") && strcmp(busy_bench.source, "cached bench"),
               "a bench among hogs is no reference: %s", busy_bench.source);
@@ -174,7 +173,7 @@ Test(share, hogs_on_the_workers_cpu_slow_it_and_are_recorded) {
     char *text = util_read_file(cache, 1 << 16, &len, NULL, 0);
     int entries = 0;
     for (const char *p = text; p && (p = strstr(p, "tokens_per_second")); p++) entries++;
-    /* the first shape's (from the quiet run, or the hogged one's own bench
+    /* the first shape's (from the timing run, or the hogged one's own bench
      * before its hogs), never the shape timed among hogs */
     cr_expect(timed ? entries == 1 : entries <= 1, "only a quiet bench is cached: %s",
               text ? text : "none");
