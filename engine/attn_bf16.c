@@ -296,10 +296,8 @@ void attn_bf16_backward(float *dq, float *dk, float *dv, const float *dy, const 
                 const int jb = first_key(i0, window) / KB * KB;
                 const int nc = (int)round_up((size_t)(i1 - jb), KB);
                 const float *qt = q + qo + (size_t)i0 * qs, *dO = dy + qo + (size_t)i0 * qs;
-                gemm_bf16_round_rows(Qp, h2, qt, qs, 0, nq, hd);
-                gemm_bf16_round_rows(Op, h2, dO, qs, 0, nq, hd);
-                gemm_bf16_pair_cols(QTp, BQ / 2, qt, qs, nq, 0, hd);
-                gemm_bf16_pair_cols(OTp, BQ / 2, dO, qs, nq, 0, hd);
+                gemm_bf16_pair_cols(QTp, BQ / 2, qt, qs, nq, 0, hd, Qp, h2);
+                gemm_bf16_pair_cols(OTp, BQ / 2, dO, qs, nq, 0, hd, Op, h2);
                 for (int i = 0; i < nq; i++)
                     Dr[i] = dot_row(dO + (size_t)i * qs, y + qo + (size_t)(i0 + i) * qs, hd);
                 for (int r0 = 0; r0 < nq; r0 += SR) {

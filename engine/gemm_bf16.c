@@ -81,9 +81,14 @@ static inline int depth_pairs(int K) {
 
 /* ----------------------------------------------------------------- packing */
 
-/* 16 floats rounded to bf16, widened to the low halves of 16 32-bit lanes. */
-__attribute__((target(TARGET))) static inline __m512i low_halves(__m512 v) {
-    return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
+/* 16 floats from src (the lanes of m) rounded to bf16, widened to the low
+ * halves of 16 32-bit lanes; also stored as 16 bf16 at row where it is not
+ * NULL (zero past m's lanes). */
+__attribute__((target(TARGET))) static inline __m512i low_halves(const float *src, __mmask16 m,
+                                                                 uint16_t *row) {
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src));
+    if (row) _mm256_storeu_si256((__m256i *)row, (__m256i)h);
+    return _mm512_cvtepu16_epi32((__m256i)h);
 }
 
 /* Rows [r0, r1) of src (row stride lds, K floats each) rounded to bf16 into
@@ -103,35 +108,52 @@ __attribute__((target(TARGET))) void gemm_bf16_round_rows(float *dst, ptrdiff_t 
     }
 }
 
-/* Pair rows [p0, p1) of dst (ldd floats apart, round16(n) pairs each) from
- * src (K rows of n floats, row stride lds): lane c of pair row p is
- * (src[2p][c], src[2p+1][c]) rounded, zero past row K - 1 (a pair row
- * wholly past it is zero), and the lanes from n to round16(n) zero. */
-__attribute__((target(TARGET))) void gemm_bf16_pair_rows(float *dst, ptrdiff_t ldd,
-                                                         const float *src, ptrdiff_t lds, int K,
-                                                         int n, int p0, int p1) {
+/* gemm_bf16_pair_rows, and where rows is not NULL each source row also
+ * rounded into rows (ldr bf16 apart): row r of src at rows + r*ldr, its
+ * columns [0, round16(n)) written (zero from n). */
+__attribute__((target(TARGET))) static void pair_rows_into(float *dst, ptrdiff_t ldd,
+                                                           const float *src, ptrdiff_t lds, int K,
+                                                           int n, int p0, int p1, uint16_t *rows,
+                                                           ptrdiff_t ldr) {
     for (int p = p0; p < p1; p++) {
         const float *s0 = 2 * p < K ? src + (ptrdiff_t)(2 * p) * lds : NULL;
         const float *s1 = 2 * p + 1 < K ? s0 + lds : NULL;
+        uint16_t *r0 = rows && s0 ? rows + (ptrdiff_t)(2 * p) * ldr : NULL;
+        uint16_t *r1 = rows && s1 ? r0 + ldr : NULL;
         float *d = dst + p * ldd;
         for (int c = 0; c < n; c += 16) {
             const __mmask16 m = n - c >= 16 ? 0xffff : (__mmask16)((1u << (n - c)) - 1);
-            __m512i lo = s0 ? low_halves(_mm512_maskz_loadu_ps(m, s0 + c)) : _mm512_setzero_si512();
-            __m512i hi = s1 ? low_halves(_mm512_maskz_loadu_ps(m, s1 + c)) : _mm512_setzero_si512();
+            const __m512i lo =
+                s0 ? low_halves(s0 + c, m, r0 ? r0 + c : NULL) : _mm512_setzero_si512();
+            const __m512i hi =
+                s1 ? low_halves(s1 + c, m, r1 ? r1 + c : NULL) : _mm512_setzero_si512();
             _mm512_storeu_si512(d + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
         }
     }
 }
 
+/* Pair rows [p0, p1) of dst (ldd floats apart, round16(n) pairs each) from
+ * src (K rows of n floats, row stride lds): lane c of pair row p is
+ * (src[2p][c], src[2p+1][c]) rounded, zero past row K - 1 (a pair row
+ * wholly past it is zero), and the lanes from n to round16(n) zero. */
+void gemm_bf16_pair_rows(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds, int K, int n,
+                         int p0, int p1) {
+    pair_rows_into(dst, ldd, src, lds, K, n, p0, p1, NULL, 0);
+}
+
 /* Rows [c0, c1) of dst (ldd floats apart; c0 a multiple of 16, c1 <= n):
- * row c is column c of src (K rows of n floats, row stride lds) as
- * depth_pairs(K) pairs (src[2p][c], src[2p+1][c]) rounded, zero past row
- * K - 1: gemm_bf16_pair_rows and a transpose in one pass, 16 x 16 pairs at a time
- * through a block that stays in L1 (the two passes wrote and re-read the
- * whole paired matrix: 8% of make bench's M bf16 step). */
+ * row c is column c of src (K rows, row stride lds) as depth_pairs(K) pairs
+ * (src[2p][c], src[2p+1][c]) rounded, zero past row K - 1: gemm_bf16_pair_rows
+ * and a transpose in one pass, 16 x 16 pairs at a time through a block that
+ * stays in L1 (the two passes wrote and re-read the whole paired matrix: 8%
+ * of make bench's M bf16 step). Where rows is not NULL, the source's rows
+ * are rounded into it too, as gemm_bf16_round_rows rounds them (row r at
+ * rows + r*ldr floats, columns [c0, c0 + round16(c1 - c0)) written, zero
+ * from c1), so a source both products read is read once. */
 __attribute__((target(TARGET))) void gemm_bf16_pair_cols(float *dst, ptrdiff_t ldd,
                                                          const float *src, ptrdiff_t lds, int K,
-                                                         int c0, int c1) {
+                                                         int c0, int c1, float *rows,
+                                                         ptrdiff_t ldr) {
     const int KN = depth_pairs(K);
     float blk[16 * 16] __attribute__((aligned(64)));
     for (int c = c0; c < c1; c += 16) {
@@ -140,17 +162,24 @@ __attribute__((target(TARGET))) void gemm_bf16_pair_cols(float *dst, ptrdiff_t l
         for (int p0 = 0; p0 < KN; p0 += 16) {
             for (int q = 0; q < 16; q++) {
                 const int r = 2 * (p0 + q);
-                const __m512i lo = r < K ? low_halves(_mm512_maskz_loadu_ps(m, src + r * lds + c))
-                                         : _mm512_setzero_si512();
-                const __m512i hi =
-                    r + 1 < K
-                        ? low_halves(_mm512_maskz_loadu_ps(m, src + (ptrdiff_t)(r + 1) * lds + c))
-                        : _mm512_setzero_si512();
+                uint16_t *r0 = rows && r < K ? (uint16_t *)(rows + r * ldr) + c : NULL;
+                uint16_t *r1 = rows && r + 1 < K ? r0 + 2 * ldr : NULL;
+                const __m512i lo =
+                    r < K ? low_halves(src + r * lds + c, m, r0) : _mm512_setzero_si512();
+                const __m512i hi = r + 1 < K ? low_halves(src + (ptrdiff_t)(r + 1) * lds + c, m, r1)
+                                             : _mm512_setzero_si512();
                 _mm512_store_si512(blk + 16 * q, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
             }
             transpose_matrix(dst + c * ldd + p0, ldd, blk, 16, 16, w);
         }
     }
+}
+
+/* Rows [r0, r1) of rows (ldr bf16 apart) zero from column `from` to ldr. */
+static void zero_tails(uint16_t *rows, ptrdiff_t ldr, int r0, int r1, int from) {
+    if (from < ldr)
+        for (int r = r0; r < r1; r++)
+            memset(rows + (ptrdiff_t)r * ldr + from, 0, (size_t)(ldr - from) * sizeof *rows);
 }
 
 /* Panel j0 of B (K2 pair rows of round16(n) lanes, panels of PANEL lanes one
@@ -173,17 +202,22 @@ static void pack_panel(float *dst, const float *src, ptrdiff_t lds, int K2, int 
 
 /* Inside a parallel region: pair rows [0, K2) of x-like src (K rows of n
  * floats) packed as B's panels into dst, the team splitting the pair rows
- * (no barrier at the end). Each panel's rows are written by gemm_bf16_pair_rows
- * straight into place (row stride = the panel's width). */
-static void pack_pairs_team(float *dst, const float *src, ptrdiff_t lds, int K, int n) {
+ * (no barrier at the end). Each panel's rows are written by pair_rows_into
+ * straight into place (row stride = the panel's width); where rows is not
+ * NULL, src's rows are also rounded into it as gemm_bf16_round_rows rounds
+ * them (ldr bf16 apart, zero from n to ldr). */
+static void pack_pairs_team(float *dst, const float *src, ptrdiff_t lds, int K, int n,
+                            uint16_t *rows, ptrdiff_t ldr) {
     const int K2 = depth_pairs(K), npad = round16(n);
 #pragma omp for schedule(static) nowait
-    for (int p = 0; p < K2; p++)
+    for (int p = 0; p < K2; p++) {
         for (int j = 0; j < npad; j += PANEL) {
             const int pw = npad - j < PANEL ? npad - j : PANEL;
-            gemm_bf16_pair_rows(dst + (ptrdiff_t)j * K2, pw, src + j, lds, K,
-                                n - j < pw ? n - j : pw, p, p + 1);
+            pair_rows_into(dst + (ptrdiff_t)j * K2, pw, src + j, lds, K, n - j < pw ? n - j : pw, p,
+                           p + 1, rows ? rows + j : NULL, ldr);
         }
+        if (rows) zero_tails(rows, ldr, 2 * p, 2 * p + 2 < K ? 2 * p + 2 : K, npad);
+    }
 }
 
 /* ------------------------------------------------------------------ kernel */
@@ -586,11 +620,18 @@ void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *
     double t0 = prof_begin();
 #pragma omp parallel if ((double)N * in * out >= PARALLEL_MIN)
     {
+        /* dy's pairing pass also rounds its rows for dx (Dy), reading dy once */
+        uint16_t *dyr = (uint16_t *)Dy;
 #pragma omp for schedule(static) nowait
         for (int c = 0; c < ra; c += 16)
-            gemm_bf16_pair_cols(AT, KN, sa, lsa, N, c, ra - c < 16 ? ra : c + 16);
-        pack_pairs_team(Bp, sb, lsb, N, wb);
-        if (fresh) pack_pairs_team(Wp, W, in, out, in);
+            gemm_bf16_pair_cols(AT, KN, sa, lsa, N, c, ra - c < 16 ? ra : c + 16, tdy ? Dy : NULL,
+                                KO);
+        if (tdy && Dy && round16(out) < 2 * KO) {
+#pragma omp for schedule(static) nowait
+            for (int r = 0; r < N; r++) zero_tails(dyr, 2 * KO, r, r + 1, round16(out));
+        }
+        pack_pairs_team(Bp, sb, lsb, N, wb, tdy ? NULL : dyr, 2 * KO);
+        if (fresh) pack_pairs_team(Wp, W, in, out, in, NULL, 0);
 #pragma omp barrier
         int j0, j1;
         team_product(use_amx, ra, wb, KN, AT, Bp, tdy ? dW : T, tdy ? in : out, tdy, &j0, &j1);
@@ -599,12 +640,10 @@ void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *
         if (!tdy)
             for (int o = j0; o < j1; o++)
                 for (int i = 0; i < in; i++) dW[(ptrdiff_t)o * in + i] += T[(ptrdiff_t)i * out + o];
-        /* dx (N, in) (+)= dy (N, out) W (out, in): this thread's rows of dy
-         * rounded, then its rows of dx */
+        /* dx (N, in) (+)= dy (N, out) W (out, in), dy rounded in the pairing */
         if (dx) {
             int m0, m1;
             thread_rows(N, &m0, &m1);
-            gemm_bf16_round_rows(Dy, KO, dy, out, m0, m1, out);
             if (m0 < m1)
                 product_rows(use_amx && in % 16 == 0, m0, m1, in, KO, Dy, KO, Wp, 0, dx, ldx,
                              beta != 0.0f);

@@ -81,9 +81,12 @@ void gemm_bf16_pair_rows(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t 
 
 /* Rows [c0, c1) of dst (ldd floats apart; c0 a multiple of 16): row c is
  * column c of src (K rows, row stride lds) as pairs (src[2p][c],
- * src[2p+1][c]) rounded, K/2 rounded up to 16 of them, zero past row K - 1. */
+ * src[2p+1][c]) rounded, K/2 rounded up to 16 of them, zero past row K - 1.
+ * Where rows is not NULL, src's rows are also rounded into it as
+ * gemm_bf16_round_rows rounds them (row r at rows + r*ldr floats; columns
+ * c0 to c0 + c1 - c0 rounded up to 16 written, zero from c1). */
 void gemm_bf16_pair_cols(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds, int K, int c0,
-                         int c1);
+                         int c1, float *rows, ptrdiff_t ldr);
 
 /* f rounded to bfloat16 as the kernels round it (nearest, ties to even;
  * NaN stays NaN), widened back to float: the reference for tests. */
