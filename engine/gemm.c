@@ -530,6 +530,10 @@ const float *gemm_pack_forward(const float *W, int in, int out, gemm_rows_fn **r
     return Wp;
 }
 
+void gemm_keep_inputs(int on) {
+    if (precision == GEMM_BF16) gemm_bf16_keep_inputs(on);
+}
+
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in,
                          int out) {
     if (precision == GEMM_BF16) {

@@ -76,6 +76,11 @@ const char *gemm_precision_name(gemm_precision p);
 int gemm_bf16_available(char *why, size_t len);
 
 /* y (N, out) = x (N, in; row stride ldx >= in) W^T with W (out, in). */
+/* Whether the next forward products keep their inputs' paired form for the
+ * backward (bf16: gemm_bf16_keep_inputs; nothing in float32). Each call
+ * drops what was kept. */
+void gemm_keep_inputs(int on);
+
 void gemm_linear_forward(float *y, const float *x, int ldx, const float *W, int N, int in, int out);
 
 /* dW (out, in) += dy^T x with dy (N, out), x (N, in; row stride ldx). If dx

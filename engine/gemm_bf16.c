@@ -540,6 +540,73 @@ static float *packed_weight(const float *W, int in, int out, int kind, int buf, 
     return e->packed;
 }
 
+/* ------------------------------------------------------------ kept inputs */
+
+/* A linear layer's backward pairs its input x down the batch for dW (x^T
+ * paired into rows when out > in, else x's row pairs as B's panels): a
+ * second pass over x after the forward's rounding pass. While inputs are
+ * kept (gemm_bf16_keep_inputs), the forward's one pass over x writes both
+ * its own rounded rows and that paired form, kept here per (x, ldx, N, in,
+ * out) for the backward. An entry is valid from the forward that wrote it
+ * until gemm_bf16_keep_inputs is called again; a forward of the same key
+ * while inputs are not kept drops it, so a backward never reads a pairing
+ * of values other than the last forward's. The caller must not change x
+ * between the forward and the backward (gpt.c's saved activations). */
+typedef struct {
+    const float *x;
+    int ldx, N, in, out, valid;
+    float *pairs;
+    size_t cap;
+} kept_x_t;
+
+static int keep_inputs;
+static kept_x_t *kept;
+static int kept_len, kept_cap;
+
+void gemm_bf16_keep_inputs(int on) {
+    keep_inputs = on;
+    for (int i = 0; i < kept_len; i++) kept[i].valid = 0;
+}
+
+/* Floats of x's paired form for the backward. */
+static size_t kept_floats(int N, int in, int out) {
+    return out <= in ? (size_t)depth_pairs(N) * round16(in) : (size_t)in * depth_pairs(N);
+}
+
+/* The entry of (x, ldx, N, in, out). make: while inputs are kept, an entry
+ * (invalid, room for the pairs) is made or reused, else NULL (out of memory:
+ * the backward then pairs x itself); otherwise the entry is dropped and NULL
+ * returned. Not make: the valid entry or NULL. */
+static kept_x_t *kept_entry(const float *x, int ldx, int N, int in, int out, int make) {
+    kept_x_t *e = NULL;
+    for (int i = 0; i < kept_len && !e; i++)
+        if (kept[i].x == x && kept[i].ldx == ldx && kept[i].N == N && kept[i].in == in &&
+            kept[i].out == out)
+            e = &kept[i];
+    if (!make) return e && e->valid ? e : NULL;
+    if (e) e->valid = 0;
+    if (!keep_inputs) return NULL;
+    if (!e) {
+        if (kept_len == kept_cap) {
+            int cap = kept_cap ? 2 * kept_cap : 16;
+            kept_x_t *k = realloc(kept, (size_t)cap * sizeof *k);
+            if (!k) return NULL;
+            kept = k;
+            kept_cap = cap;
+        }
+        e = &kept[kept_len++];
+        *e = (kept_x_t){x, ldx, N, in, out, 0, NULL, 0};
+    }
+    const size_t need = kept_floats(N, in, out);
+    if (need > e->cap) {
+        float *b = realloc(e->pairs, need * sizeof *b);
+        if (!b) return NULL;
+        e->pairs = b;
+        e->cap = need;
+    }
+    return e;
+}
+
 /* This thread's share [*m0, *m1) of M rows, in whole 16-row tiles, so that
  * which rows run on AMX does not depend on the thread count. */
 static void thread_rows(int M, int *m0, int *m1) {
@@ -556,6 +623,7 @@ void gemm_bf16_forward(float *y, const float *x, int ldx, const float *W, int N,
     float *Bp = packed_weight(W, in, out, 0, BUF_B, (size_t)K2 * npad, &fresh);
     float *Wb = fresh ? reserve(BUF_W, (size_t)out * K2) : NULL;
     float *Ax = reserve(BUF_A, (size_t)N * K2);
+    kept_x_t *keep = kept_entry(x, ldx, N, in, out, 1);
     double t0 = prof_begin();
 #pragma omp parallel if ((double)N * in * out >= PARALLEL_MIN)
     {
@@ -568,10 +636,25 @@ void gemm_bf16_forward(float *y, const float *x, int ldx, const float *W, int N,
         }
         int m0, m1;
         thread_rows(N, &m0, &m1);
-        gemm_bf16_round_rows(Ax, K2, x, ldx, m0, m1, in);
+        if (!keep) {
+            gemm_bf16_round_rows(Ax, K2, x, ldx, m0, m1, in);
+        } else if (out <= in) { /* x's row pairs as the backward's B, rounding x's rows */
+            pack_pairs_team(keep->pairs, x, ldx, N, in, (uint16_t *)Ax, 2 * K2);
+        } else { /* x^T paired as the backward's A, rounding x's rows */
+#pragma omp for schedule(static) nowait
+            for (int c = 0; c < in; c += 16)
+                gemm_bf16_pair_cols(keep->pairs, depth_pairs(N), x, ldx, N, c,
+                                    in - c < 16 ? in : c + 16, Ax, K2);
+            if (round16(in) < 2 * K2) {
+#pragma omp for schedule(static) nowait
+                for (int r = 0; r < N; r++)
+                    zero_tails((uint16_t *)Ax, 2 * K2, r, r + 1, round16(in));
+            }
+        }
 #pragma omp barrier
         if (m0 < m1) product_rows(amx, m0, m1, out, K2, Ax, K2, Bp, 0, y, out, 0);
     }
+    if (keep) keep->valid = 1;
     prof_end(PROF_MATMUL, t0);
 }
 
@@ -612,7 +695,10 @@ void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *
     const int ra = tdy ? out : in, wb = tdy ? in : out;
     const float *sa = tdy ? dy : x, *sb = tdy ? x : dy;
     const ptrdiff_t lsa = tdy ? out : ldx, lsb = tdy ? ldx : out;
-    float *AT = reserve(BUF_T, (size_t)ra * KN), *Bp = reserve(BUF_X, (size_t)KN * round16(wb));
+    /* x's pairing from the forward where it was kept */
+    const kept_x_t *kx = kept_entry(x, ldx, N, in, out, 0);
+    float *AT = kx && !tdy ? kx->pairs : reserve(BUF_T, (size_t)ra * KN);
+    float *Bp = kx && tdy ? kx->pairs : reserve(BUF_X, (size_t)KN * round16(wb));
     float *T = tdy ? NULL : reserve(BUF_A, (size_t)in * out);
     int fresh = 0;
     float *Wp = dx ? packed_weight(W, in, out, 1, BUF_B, (size_t)KO * ldi, &fresh) : NULL;
@@ -622,15 +708,17 @@ void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *
     {
         /* dy's pairing pass also rounds its rows for dx (Dy), reading dy once */
         uint16_t *dyr = (uint16_t *)Dy;
+        if (!(kx && !tdy)) {
 #pragma omp for schedule(static) nowait
-        for (int c = 0; c < ra; c += 16)
-            gemm_bf16_pair_cols(AT, KN, sa, lsa, N, c, ra - c < 16 ? ra : c + 16, tdy ? Dy : NULL,
-                                KO);
+            for (int c = 0; c < ra; c += 16)
+                gemm_bf16_pair_cols(AT, KN, sa, lsa, N, c, ra - c < 16 ? ra : c + 16,
+                                    tdy ? Dy : NULL, KO);
+        }
         if (tdy && Dy && round16(out) < 2 * KO) {
 #pragma omp for schedule(static) nowait
             for (int r = 0; r < N; r++) zero_tails(dyr, 2 * KO, r, r + 1, round16(out));
         }
-        pack_pairs_team(Bp, sb, lsb, N, wb, tdy ? NULL : dyr, 2 * KO);
+        if (!(kx && tdy)) pack_pairs_team(Bp, sb, lsb, N, wb, tdy ? NULL : dyr, 2 * KO);
         if (fresh) pack_pairs_team(Wp, W, in, out, in, NULL, 0);
 #pragma omp barrier
         int j0, j1;

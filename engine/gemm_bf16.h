@@ -54,6 +54,13 @@ void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *
 void gemm_bf16_cache_weights(const float *lo, size_t n);
 void gemm_bf16_weights_changed(void);
 
+/* Inputs kept for the backward: while on, each forward also writes the
+ * paired form of its x that the backward of the same (x, ldx, N, in, out)
+ * reads instead of pairing x again (x must not change in between). Every
+ * call, on or off, drops what was kept. Process-wide, from the thread that
+ * drives the products (gpt_forward turns it on for a training pass). */
+void gemm_bf16_keep_inputs(int on);
+
 /* The pieces the fused attention's bf16 path (attn_bf16.c) lays its own
  * products out with. A pair is two bf16 in one 32-bit slot of a float
  * array, the first in the low half.

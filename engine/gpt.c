@@ -554,6 +554,7 @@ int gpt_forward(gpt_t *m, const int *inputs, const int *targets, int B, int T, g
     if (score && !targets) return NS_ERR_INVALID;
     memcpy(a->ids, inputs, (size_t)N * sizeof(int));
     a->has_targets = targets != NULL && !score; /* nothing for a backward after scoring */
+    gemm_keep_inputs(a->has_targets && mode == GPT_TRAIN); /* for the backward's products */
     if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int));
 
     embed_forward(m, a, inputs, N, T, mode);
@@ -696,4 +697,5 @@ void gpt_backward(gpt_t *m, float scale) {
         for (int i = 0; i < N; i++)
             for (int j = 0; j < D; j++)
                 m->g.wpe[(size_t)(i % T) * D + j] += a->dres[(size_t)i * D + j];
+    gemm_keep_inputs(0);
 }

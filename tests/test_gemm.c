@@ -338,6 +338,65 @@ Test(gemm, bf16_same_bits_for_any_thread_count) {
     }
 }
 
+/* y, dW and dx of shape s (dW from zero, dx with beta 1 from dx0) into
+ * out[3], the backward reading xb (x's values at the backward: x itself, or
+ * another array of its shape when `change` overwrites x with them after the
+ * forward, keeping its address). keep: gemm_keep_inputs before the forward;
+ * drop: gemm_keep_inputs(0) between the forward and the backward. */
+static void bf16_products(shape_t s, float *x, const float *xb, const float *W, const float *dy,
+                          const float *dx0, int keep, int drop, float *out[3]) {
+    const size_t xn = (size_t)s.N * s.ldx;
+    memset(out[1], 0, (size_t)s.out * s.in * sizeof(float));
+    memcpy(out[2], dx0, xn * sizeof(float));
+    gemm_keep_inputs(keep);
+    gemm_linear_forward(out[0], x, s.ldx, W, s.N, s.in, s.out);
+    if (drop) gemm_keep_inputs(0);
+    if (xb != x) memcpy(x, xb, xn * sizeof *x);
+    gemm_linear_backward(out[2], s.ldx, 1.0f, out[1], dy, x, W, s.N, s.in, s.out);
+    gemm_keep_inputs(0);
+}
+
+/* A forward that keeps its input's paired form for the backward
+ * (gemm_keep_inputs) gives the backward the bits pairing x again gives, for
+ * every shape (strided x, both sides of dW's split, odd sizes); once
+ * gemm_keep_inputs drops what was kept, a backward after x changed pairs
+ * the new values, not the kept ones. */
+Test(gemm, bf16_kept_inputs_give_the_same_bits) {
+    if (!tu_select_bf16(2)) return;
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const shape_t s = shapes[k];
+        const size_t xn = (size_t)s.N * s.ldx,
+                     n[3] = {(size_t)s.N * s.out, (size_t)s.out * s.in, xn};
+        rng_t r;
+        rng_seed(&r, 11 + k);
+        float *x = randn(&r, xn), *x2 = randn(&r, xn), *W = randn(&r, (size_t)s.out * s.in);
+        float *dy = randn(&r, (size_t)s.N * s.out), *dx0 = randn(&r, xn);
+        float *fresh[3], *kept[3];
+        for (int j = 0; j < 3; j++) {
+            fresh[j] = malloc(n[j] * sizeof(float));
+            kept[j] = malloc(n[j] * sizeof(float));
+            cr_assert(fresh[j] && kept[j]);
+        }
+        const char *names[3] = {"y", "dW", "dx"};
+        bf16_products(s, x, x, W, dy, dx0, 0, 0, fresh);
+        bf16_products(s, x, x, W, dy, dx0, 1, 0, kept);
+        for (int j = 1; j < 3; j++)
+            cr_expect(!memcmp(fresh[j], kept[j], n[j] * sizeof(float)),
+                      "N %d in %d out %d ldx %d: %s with x kept differs", s.N, s.in, s.out, s.ldx,
+                      names[j]);
+        /* x changes after a forward whose kept pairing was dropped */
+        bf16_products(s, x, x2, W, dy, dx0, 1, 1, kept);
+        bf16_products(s, x, x2, W, dy, dx0, 0, 0, fresh); /* x is x2 from here */
+        for (int j = 1; j < 3; j++)
+            cr_expect(!memcmp(fresh[j], kept[j], n[j] * sizeof(float)),
+                      "N %d in %d out %d ldx %d: %s read a dropped pairing", s.N, s.in, s.out,
+                      s.ldx, names[j]);
+        free(x), free(x2), free(W), free(dy), free(dx0);
+        for (int j = 0; j < 3; j++) free(fresh[j]), free(kept[j]);
+    }
+    tu_select_isa_auto();
+}
+
 /* A path without bf16 refuses it with the reason, and leaving the avx512
  * path drops back to float32 products. */
 Test(gemm, bf16_refused_off_the_avx512_path) {
