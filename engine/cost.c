@@ -20,6 +20,7 @@
 #include "engine/cli.h"
 #include "engine/data.h"
 #include "engine/floor.h"
+#include "engine/gemm_bf16.h"
 #include "engine/optim.h"
 #include "engine/spec.h"
 #include "engine/threads.h"
@@ -79,7 +80,28 @@ static double muon_work(double rows, double cols) {
     return (double)optim_muon_work_floats((int)rows, (int)cols);
 }
 
-void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *out) {
+/* The floats of bf16 products (gemm_bf16_memory_floats) for gpt.c's linear
+ * layers: per block the fused q, k, v, the output projection, the MLP's two
+ * and the value-embedding gate where the block has one, then lm_head. */
+static double bf16_floats(const spec_model_t *m, double N, double qkv, double qd, double fc) {
+    int(*lin)[2] = malloc(((size_t)5 * m->depth + 1) * sizeof *lin);
+    if (!lin) return 0;
+    int n = 0;
+    for (int l = 0; l < m->depth; l++) {
+        lin[n][0] = m->n_embd, lin[n++][1] = (int)qkv;
+        lin[n][0] = (int)qd, lin[n++][1] = m->n_embd;
+        lin[n][0] = m->n_embd, lin[n++][1] = (int)fc;
+        lin[n][0] = m->mlp_hidden, lin[n++][1] = m->n_embd;
+        if (m->has_ve[l]) lin[n][0] = m->ve_gate_channels, lin[n++][1] = m->n_kv_head;
+    }
+    lin[n][0] = m->n_embd, lin[n++][1] = m->vocab_size;
+    const double f = (double)gemm_bf16_memory_floats((int)N, (const int(*)[2])lin, n);
+    free(lin);
+    return f;
+}
+
+void cost_memory(const spec_model_t *m, int B, double data_tokens, spec_precision_kind precision,
+                 cost_mem_t *out) {
     cost_t c;
     cost_compute(m, B, &c);
     const double V = m->vocab_size, D = m->n_embd, T = m->seq_len, N = (double)B * T;
@@ -127,10 +149,14 @@ void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *o
     acts += (double)attn_work_floats(m->head_dim, m->seq_len, cpus > 0 ? (int)cpus : 1);
     out->activations = 4.0 * acts + 4.0 * 4 * N; /* + ids/targets in gpt.c and train.c */
 
+    const int bf16 =
+        precision == PRECISION_BF16 || (precision == PRECISION_AUTO && gemm_bf16_cpu());
+    out->bf16 = bf16 ? 4.0 * bf16_floats(m, N, qd + 2 * kvd, qd, fc) : 0;
+
     out->data = 2.0 * data_tokens;
     out->overhead = COST_OVERHEAD_BYTES;
-    out->total =
-        out->weights + out->grads + out->optimizer + out->activations + out->data + out->overhead;
+    out->total = out->weights + out->grads + out->optimizer + out->activations + out->bf16 +
+                 out->data + out->overhead;
 }
 
 int cost_default_worker_mb(int slots) {
@@ -333,6 +359,7 @@ static void cost_print(const spec_model_t *m, int B, const cost_t *c, const cost
     print_bytes("memory, gradients:", mem->grads);
     print_bytes("memory, optimizer:", mem->optimizer);
     print_bytes("memory, activations:", mem->activations);
+    if (mem->bf16 > 0) print_bytes("memory, bf16 operands:", mem->bf16);
     print_bytes("memory, dataset:", mem->data);
     print_bytes("memory, process:", mem->overhead);
     print_bytes("memory needed (estimate):", mem->total);
@@ -387,7 +414,8 @@ int cost_main(int argc, char **argv) {
     cost_t c;
     cost_compute(m, B, &c);
     cost_mem_t mem;
-    cost_memory(m, B, have_data ? info.train_tokens + info.val_tokens + info.test_tokens : 0, &mem);
+    cost_memory(m, B, have_data ? info.train_tokens + info.val_tokens + info.test_tokens : 0,
+                spec.train.precision, &mem);
     cost_print(m, B, &c, &mem);
     if (spec.flops_budget > 0) {
         /* what train does with it: the token budget flops_budget /

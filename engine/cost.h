@@ -45,6 +45,7 @@ typedef struct {
     double grads;       /* one gradient per parameter */
     double optimizer;   /* AdamW moments, Muon momentum + second moments + scratch */
     double activations; /* forward activations and backward scratch for B x seq_len */
+    double bf16;        /* bf16 products' rounded operands, kept inputs and scratch; 0 in fp32 */
     double data;        /* the dataset's token files, 2 bytes per token */
     double overhead;    /* COST_OVERHEAD_BYTES */
     double total;
@@ -52,9 +53,12 @@ typedef struct {
 
 #define COST_OVERHEAD_BYTES (16.0 * 1024 * 1024)
 
-/* Fill out for model m (validated, vocab_size > 0), B rows per micro-batch
- * and data_tokens tokens in the dataset (0 when unknown). */
-void cost_memory(const spec_model_t *m, int B, double data_tokens, cost_mem_t *out);
+/* Fill out for model m (validated, vocab_size > 0), B rows per micro-batch,
+ * data_tokens tokens in the dataset (0 when unknown) and the run's
+ * train.precision (bf16 counts its products' memory; auto counts it where
+ * this CPU has bf16 products). */
+void cost_memory(const spec_model_t *m, int B, double data_tokens, spec_precision_kind precision,
+                 cost_mem_t *out);
 
 /* serve's default memory limit per worker, in MiB: three quarters of this
  * machine's RAM shared among slots, so that one runaway worker cannot push

@@ -607,6 +607,32 @@ static kept_x_t *kept_entry(const float *x, int ldx, int N, int in, int out, int
     return e;
 }
 
+size_t gemm_bf16_memory_floats(int N, const int (*linears)[2], int n) {
+    /* the scratch buffers' sizes per product, as reserve() asks them */
+    size_t need[N_BUFS] = {0}, kept_total = 0, cache_total = 0;
+    const int KN = depth_pairs(N);
+    for (int l = 0; l < n; l++) {
+        const int in = linears[l][0], out = linears[l][1];
+        const int K2 = depth_pairs(in), KO = depth_pairs(out), tdy = out <= in;
+        const size_t ra = (size_t)(tdy ? out : in), wb = (size_t)round16(tdy ? in : out);
+        const size_t fw = (size_t)K2 * round16(out), dxw = (size_t)KO * round16(in);
+        const size_t b[N_BUFS] = {
+            [BUF_B] = fw > dxw ? fw : dxw,
+            [BUF_A] = (size_t)N * K2 > (size_t)in * out ? (size_t)N * K2 : (size_t)in * out,
+            [BUF_W] = (size_t)N * KO > (size_t)out * K2 ? (size_t)N * KO : (size_t)out * K2,
+            [BUF_X] = KN * wb,
+            [BUF_T] = ra * KN,
+        };
+        for (int k = 0; k < N_BUFS; k++)
+            if (b[k] > need[k]) need[k] = b[k];
+        kept_total += kept_floats(N, in, out);
+        cache_total += fw + dxw;
+    }
+    size_t total = kept_total + cache_total;
+    for (int k = 0; k < N_BUFS; k++) total += need[k];
+    return total;
+}
+
 /* This thread's share [*m0, *m1) of M rows, in whole 16-row tiles, so that
  * which rows run on AMX does not depend on the thread count. */
 static void thread_rows(int M, int *m0, int *m1) {

@@ -61,6 +61,12 @@ void gemm_bf16_weights_changed(void);
  * drives the products (gpt_forward turns it on for a training pass). */
 void gemm_bf16_keep_inputs(int on);
 
+/* The floats the bf16 products of a model allocate at most, training on N
+ * rows: the kept inputs of its n linear layers (in, out), the weights'
+ * cache, and the scratch of the largest product (the buffers are reused).
+ * For the memory a run needs (cost.c). */
+size_t gemm_bf16_memory_floats(int N, const int (*linears)[2], int n);
+
 /* The pieces the fused attention's bf16 path (attn_bf16.c) lays its own
  * products out with. A pair is two bf16 in one 32-bit slot of a float
  * array, the first in the low half.

@@ -37,7 +37,7 @@ static int check_fits(const core_t *c, const spec_t *s, const data_info_t *info,
     if (m.vocab_size <= 0) m.vocab_size = info->vocab_size;
     cost_mem_t mem;
     cost_memory(&m, s->train.batch_size, info->train_tokens + info->val_tokens + info->test_tokens,
-                &mem);
+                s->train.precision, &mem);
     const char *source;
     double limit = cost_worker_limit(s->resources.memory_mb, c->memory_mb, &source);
     int limited = s->resources.memory_mb > 0 || c->memory_mb > 0;

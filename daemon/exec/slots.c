@@ -47,7 +47,7 @@ void slots_auto(slots_plan_t *out) {
         cost_t c;
         cost_compute(&s.model, s.train.batch_size, &c);
         cost_mem_t mem;
-        cost_memory(&s.model, s.train.batch_size, 0, &mem);
+        cost_memory(&s.model, s.train.batch_size, 0, s.train.precision, &mem);
         in.step_gflop = c.flops_per_token * s.train.total_batch_tokens / 1e9;
         in.run_mem_mb = mem.total / (1 << 20);
     }

@@ -109,7 +109,8 @@ static void post_cost(api_t *a, const http_request_t *req, http_response_t *res)
     cost_mem_t mem;
     cost_compute(&m, s.train.batch_size, &c);
     cost_memory(&m, s.train.batch_size,
-                have_info ? info.train_tokens + info.val_tokens + info.test_tokens : 0, &mem);
+                have_info ? info.train_tokens + info.val_tokens + info.test_tokens : 0,
+                s.train.precision, &mem);
     const char *source;
     double limit = cost_worker_limit(s.resources.memory_mb, a->core->memory_mb, &source);
     cJSON *o = cJSON_CreateObject(), *p = cJSON_AddObjectToObject(o, "params");
@@ -131,6 +132,7 @@ static void post_cost(api_t *a, const http_request_t *req, http_response_t *res)
     cJSON_AddNumberToObject(mo, "grads", mem.grads);
     cJSON_AddNumberToObject(mo, "optimizer", mem.optimizer);
     cJSON_AddNumberToObject(mo, "activations", mem.activations);
+    cJSON_AddNumberToObject(mo, "bf16", mem.bf16);
     cJSON_AddNumberToObject(mo, "data", mem.data);
     cJSON_AddNumberToObject(mo, "total", mem.total);
     cJSON_AddNumberToObject(o, "limit_bytes", limit);
