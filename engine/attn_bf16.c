@@ -62,7 +62,6 @@ size_t attn_bf16_thread_floats(int hd, int T) {
     const size_t L = (size_t)score_ld(T), tq = (size_t)keys_padded(T), h2 = (size_t)hd / 2;
     return 2 * h2 * L            /* Kp, Vtp */
            + tq / 2 * hd         /* Vp or Krp */
-           + tq * h2             /* k's or v's rows rounded, before the transpose */
            + 2 * (size_t)hd * L  /* dK^T, dV^T */
            + 2 * SR * L          /* a strip's scores and dP */
            + 2 * (BQ / 2) * L    /* Pi, dSi */
@@ -134,13 +133,25 @@ softmax_row(uint16_t *pb, const float *s, int c0, int c1, int jl, int jh, float 
 /* ----------------------------------------------------------------- layouts */
 
 /* Kt (hd/2, ld) = one kv head's rows (k: row stride ks, T rows) rounded and
- * paired along hd, transposed: keys as columns, zero from T to tq. tmp:
- * T * hd/2 floats. */
-static void keys_t_pairs(float *Kt, int ld, const float *k, int ks, int hd, int T, int tq,
-                         float *tmp) {
+ * paired along hd, transposed: keys as columns, zero from T to tq. 16 keys
+ * by 16 pairs at a time through a block that stays in L1 (rounding every
+ * row into scratch first, then transposing it, wrote and read the head's
+ * keys once more). */
+__attribute__((target(TARGET))) static void keys_t_pairs(float *Kt, int ld, const float *k, int ks,
+                                                         int hd, int T, int tq) {
     const int h2 = hd / 2;
-    gemm_bf16_round_rows(tmp, h2, k, ks, 0, T, hd);
-    transpose_matrix(Kt, ld, tmp, h2, T, h2);
+    float blk[16 * 16] __attribute__((aligned(64)));
+    for (int j0 = 0; j0 < T; j0 += 16) {
+        const int nj = imin(16, T - j0);
+        for (int p0 = 0; p0 < h2; p0 += 16) {
+            for (int j = 0; j < nj; j++) {
+                const float *r = k + (size_t)(j0 + j) * ks + 2 * p0;
+                const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(r + 16), _mm512_loadu_ps(r));
+                _mm512_store_si512(blk + 16 * j, (__m512i)h);
+            }
+            transpose_matrix(Kt + (size_t)p0 * ld + j0, ld, blk, 16, nj, 16);
+        }
+    }
     for (int p = 0; p < h2; p++) memset(Kt + (size_t)p * ld + T, 0, (size_t)(tq - T) * sizeof *Kt);
 }
 
@@ -156,10 +167,10 @@ void attn_bf16_forward(float *y, float *lse, const float *q, const float *k, con
         const int b = u / Hkv, g = u % Hkv;
         const size_t ko = (size_t)b * T * ks + (size_t)g * hd;
         float *Kp = work + (size_t)omp_get_thread_num() * attn_bf16_thread_floats(hd, T);
-        float *Vp = Kp + 2 * (size_t)h2 * L, *tmp = Vp + (size_t)tq / 2 * hd;
-        float *S = tmp + (size_t)tq * h2, *Pb = S + 2 * SR * (size_t)L;
+        float *Vp = Kp + 2 * (size_t)h2 * L;
+        float *S = Vp + (size_t)tq / 2 * hd, *Pb = S + 2 * SR * (size_t)L;
         float *Qp = Pb + (size_t)BQ * lp, *inv = Qp + 2 * (size_t)BQ * h2;
-        keys_t_pairs(Kp, L, k + ko, ks, hd, T, tq, tmp);
+        keys_t_pairs(Kp, L, k + ko, ks, hd, T, tq);
         gemm_bf16_pair_rows(Vp, hd, v + ko, ks, T, hd, 0, tq / 2);
         for (int h = g * group; h < (g + 1) * group; h++) {
             const size_t qo = (size_t)b * T * qs + (size_t)h * hd;
@@ -278,14 +289,14 @@ void attn_bf16_backward(float *dq, float *dk, float *dv, const float *dy, const 
         const size_t ko = (size_t)b * T * ks + (size_t)g * hd;
         float *Kp = work + (size_t)omp_get_thread_num() * attn_bf16_thread_floats(hd, T);
         float *Vtp = Kp + (size_t)h2 * L, *Krp = Vtp + (size_t)h2 * L;
-        float *tmp = Krp + (size_t)tq / 2 * hd, *dKt = tmp + (size_t)tq * h2;
+        float *dKt = Krp + (size_t)tq / 2 * hd;
         float *dVt = dKt + (size_t)hd * L, *S = dVt + (size_t)hd * L, *dP = S + SR * (size_t)L;
         float *Pi = dP + SR * (size_t)L, *dSi = Pi + (BQ / 2) * (size_t)L;
         float *dSb = dSi + (BQ / 2) * (size_t)L, *Qp = dSb + (size_t)BQ * lp;
         float *Op = Qp + (size_t)BQ * h2, *QTp = Op + (size_t)BQ * h2;
         float *OTp = QTp + (size_t)hd * (BQ / 2), *Dr = OTp + (size_t)hd * (BQ / 2);
-        keys_t_pairs(Kp, L, k + ko, ks, hd, T, tq, tmp);
-        keys_t_pairs(Vtp, L, v + ko, ks, hd, T, tq, tmp);
+        keys_t_pairs(Kp, L, k + ko, ks, hd, T, tq);
+        keys_t_pairs(Vtp, L, v + ko, ks, hd, T, tq);
         gemm_bf16_pair_rows(Krp, hd, k + ko, ks, T, hd, 0, tq / 2);
         memset(dKt, 0, 2 * (size_t)hd * L * sizeof *dKt);
         for (int h = g * group; h < (g + 1) * group; h++) {
