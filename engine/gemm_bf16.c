@@ -141,25 +141,18 @@ void gemm_bf16_pair_rows(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t 
     pair_rows_into(dst, ldd, src, lds, K, n, p0, p1, NULL, 0);
 }
 
-/* Rows [c0, c1) of dst (ldd floats apart; c0 a multiple of 16, c1 <= n):
- * row c is column c of src (K rows, row stride lds) as depth_pairs(K) pairs
- * (src[2p][c], src[2p+1][c]) rounded, zero past row K - 1: gemm_bf16_pair_rows
- * and a transpose in one pass, 16 x 16 pairs at a time through a block that
- * stays in L1 (the two passes wrote and re-read the whole paired matrix: 8%
- * of make bench's M bf16 step). Where rows is not NULL, the source's rows
- * are rounded into it too, as gemm_bf16_round_rows rounds them (row r at
- * rows + r*ldr floats, columns [c0, c0 + round16(c1 - c0)) written, zero
- * from c1), so a source both products read is read once. */
-__attribute__((target(TARGET))) void gemm_bf16_pair_cols(float *dst, ptrdiff_t ldd,
-                                                         const float *src, ptrdiff_t lds, int K,
-                                                         int c0, int c1, float *rows,
-                                                         ptrdiff_t ldr) {
-    const int KN = depth_pairs(K);
+/* gemm_bf16_pair_cols over the pairs [q0, q1) of the depth only (multiples
+ * of 16): a block of 32 source rows at a time across the columns, so the
+ * rows stay in L1 while they are read. */
+__attribute__((target(TARGET))) static void pair_cols_range(float *dst, ptrdiff_t ldd,
+                                                            const float *src, ptrdiff_t lds, int K,
+                                                            int c0, int c1, int q0, int q1,
+                                                            float *rows, ptrdiff_t ldr) {
     float blk[16 * 16] __attribute__((aligned(64)));
-    for (int c = c0; c < c1; c += 16) {
-        const int w = c1 - c < 16 ? c1 - c : 16;
-        const __mmask16 m = w == 16 ? 0xffff : (__mmask16)((1u << w) - 1);
-        for (int p0 = 0; p0 < KN; p0 += 16) {
+    for (int p0 = q0; p0 < q1; p0 += 16) {
+        for (int c = c0; c < c1; c += 16) {
+            const int w = c1 - c < 16 ? c1 - c : 16;
+            const __mmask16 m = w == 16 ? 0xffff : (__mmask16)((1u << w) - 1);
             for (int q = 0; q < 16; q++) {
                 const int r = 2 * (p0 + q);
                 uint16_t *r0 = rows && r < K ? (uint16_t *)(rows + r * ldr) + c : NULL;
@@ -175,11 +168,39 @@ __attribute__((target(TARGET))) void gemm_bf16_pair_cols(float *dst, ptrdiff_t l
     }
 }
 
+/* Rows [c0, c1) of dst (ldd floats apart; c0 a multiple of 16, c1 <= n):
+ * row c is column c of src (K rows, row stride lds) as depth_pairs(K) pairs
+ * (src[2p][c], src[2p+1][c]) rounded, zero past row K - 1: gemm_bf16_pair_rows
+ * and a transpose in one pass, 16 x 16 pairs at a time through a block that
+ * stays in L1 (the two passes wrote and re-read the whole paired matrix: 8%
+ * of make bench's M bf16 step). Where rows is not NULL, the source's rows
+ * are rounded into it too, as gemm_bf16_round_rows rounds them (row r at
+ * rows + r*ldr floats, columns [c0, c0 + round16(c1 - c0)) written, zero
+ * from c1), so a source both products read is read once. */
+void gemm_bf16_pair_cols(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds, int K, int c0,
+                         int c1, float *rows, ptrdiff_t ldr) {
+    pair_cols_range(dst, ldd, src, lds, K, c0, c1, 0, depth_pairs(K), rows, ldr);
+}
+
 /* Rows [r0, r1) of rows (ldr bf16 apart) zero from column `from` to ldr. */
 static void zero_tails(uint16_t *rows, ptrdiff_t ldr, int r0, int r1, int from) {
     if (from < ldr)
         for (int r = r0; r < r1; r++)
             memset(rows + (ptrdiff_t)r * ldr + from, 0, (size_t)(ldr - from) * sizeof *rows);
+}
+
+/* Inside a parallel region: gemm_bf16_pair_cols of all n columns of src,
+ * the team splitting the depth's pairs (src's rows) in blocks of 16 as
+ * thread_rows splits rows in tiles, so that the rows a thread rounds into
+ * rows (where not NULL; zero from round16(n) to the row's end, ldr floats)
+ * are mostly those its own products read next. No barrier at the end. */
+static void pair_cols_team(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds, int K, int n,
+                           float *rows, ptrdiff_t ldr) {
+    const int blocks = depth_pairs(K) / 16, t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int q0 = (int)((long)blocks * t / nt) * 16, q1 = (int)((long)blocks * (t + 1) / nt) * 16;
+    if (q0 >= q1) return;
+    pair_cols_range(dst, ldd, src, lds, K, 0, n, q0, q1, rows, ldr);
+    if (rows) zero_tails((uint16_t *)rows, 2 * ldr, 2 * q0, 2 * q1 < K ? 2 * q1 : K, round16(n));
 }
 
 /* Panel j0 of B (K2 pair rows of round16(n) lanes, panels of PANEL lanes one
@@ -667,15 +688,7 @@ void gemm_bf16_forward(float *y, const float *x, int ldx, const float *W, int N,
         } else if (out <= in) { /* x's row pairs as the backward's B, rounding x's rows */
             pack_pairs_team(keep->pairs, x, ldx, N, in, (uint16_t *)Ax, 2 * K2);
         } else { /* x^T paired as the backward's A, rounding x's rows */
-#pragma omp for schedule(static) nowait
-            for (int c = 0; c < in; c += 16)
-                gemm_bf16_pair_cols(keep->pairs, depth_pairs(N), x, ldx, N, c,
-                                    in - c < 16 ? in : c + 16, Ax, K2);
-            if (round16(in) < 2 * K2) {
-#pragma omp for schedule(static) nowait
-                for (int r = 0; r < N; r++)
-                    zero_tails((uint16_t *)Ax, 2 * K2, r, r + 1, round16(in));
-            }
+            pair_cols_team(keep->pairs, depth_pairs(N), x, ldx, N, in, Ax, K2);
         }
 #pragma omp barrier
         if (m0 < m1) product_rows(amx, m0, m1, out, K2, Ax, K2, Bp, 0, y, out, 0);
@@ -734,16 +747,7 @@ void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *
     {
         /* dy's pairing pass also rounds its rows for dx (Dy), reading dy once */
         uint16_t *dyr = (uint16_t *)Dy;
-        if (!(kx && !tdy)) {
-#pragma omp for schedule(static) nowait
-            for (int c = 0; c < ra; c += 16)
-                gemm_bf16_pair_cols(AT, KN, sa, lsa, N, c, ra - c < 16 ? ra : c + 16,
-                                    tdy ? Dy : NULL, KO);
-        }
-        if (tdy && Dy && round16(out) < 2 * KO) {
-#pragma omp for schedule(static) nowait
-            for (int r = 0; r < N; r++) zero_tails(dyr, 2 * KO, r, r + 1, round16(out));
-        }
+        if (!(kx && !tdy)) pair_cols_team(AT, KN, sa, lsa, N, ra, tdy ? Dy : NULL, KO);
         if (!(kx && tdy)) pack_pairs_team(Bp, sb, lsb, N, wb, tdy ? NULL : dyr, 2 * KO);
         if (fresh) pack_pairs_team(Wp, W, in, out, in, NULL, 0);
 #pragma omp barrier
