@@ -7,7 +7,10 @@ For every OUTDIR/parity/<name>/ (spec.json, weights.safetensors, tokens.bin)
 it runs tests/torch/reference.py on the same weights and batch twice more and
 writes
     bf16.json                  {"loss": float64 loss, "autocast_loss": ...,
-                                "rounded_loss": ..., per-tensor error ratios}
+                                "rounded_loss": ..., per-tensor error ratios;
+                                where the head size is a multiple of 32
+                                also "rounded_float_attention_loss": the
+                                rounded run with the attention unrounded}
     grads_autocast.safetensors  the gradients under torch.autocast("cpu",
                                 dtype=torch.bfloat16), the model in float32:
                                 how PyTorch trains in bf16 on a CPU
@@ -15,7 +18,11 @@ writes
                                 layer's operands rounded to bf16 (nearest
                                 even) and nothing else: x and W in the
                                 forward, dy and W for dx, dy and x for dW,
-                                which is what the engine's bf16 products do
+                                which is what the engine's bf16 products do;
+                                where the head size is a multiple of 32 the
+                                attention's products too, as
+                                engine/attn_bf16.c rounds them (see
+                                RoundedAttention)
 The rounded run is the tight oracle: the engine matches it up to float32
 rounding, except where an activation lies within float32 rounding of a bf16
 rounding boundary and the two round it apart (2^-8 of that value), so the
@@ -26,6 +33,7 @@ identical files.
 """
 
 import json
+import math
 import os
 import sys
 
@@ -35,6 +43,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
+
+ATTENTION = reference.attention  # the float attention, kept while run() replaces it
 
 
 def bf16(t):
@@ -65,6 +75,49 @@ def rounded_linear(x, weight, bias=None):
     return RoundedLinear.apply(x, weight)
 
 
+class RoundedAttention(torch.autograd.Function):
+    """The attention core with its products' operands rounded where and as
+    engine/attn_bf16.c rounds them (r = bf16 rounding, scale = 1/sqrt(hd),
+    masked keys get no weight), everything else in the input's dtype:
+        forward   S = r(q) r(k)^T;  e = exp(scale (S - rowmax S));
+                  y = (r(e) r(v)) / rowsum(e)  (the unnormalised
+                  probabilities are rounded, the sum is of the unrounded)
+        backward  P = e / rowsum(e);  dP = r(dO) r(v)^T;
+                  D = rowsum(r(dO) * y)  (dO rounded as dP's product takes it);
+                  dS = scale P (dP - D);  dV = r(P)^T r(dO);
+                  dQ = r(dS) r(k);  dK = r(dS)^T r(q)
+    q, k, v: (B, H, T, hd), k and v already repeated for grouped queries."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask):
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        qr, kr, vr = bf16(q), bf16(k), bf16(v)
+        s = (qr @ kr.transpose(-2, -1)).masked_fill(~mask, float("-inf"))
+        e = torch.exp(scale * (s - s.amax(-1, keepdim=True)))
+        total = e.sum(-1, keepdim=True)
+        y = (bf16(e) @ vr) / total
+        ctx.save_for_backward(qr, kr, vr, e / total, y)
+        ctx.scale = scale
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        qr, kr, vr, p, y = ctx.saved_tensors
+        dyr = bf16(dy)
+        dp = dyr @ vr.transpose(-2, -1)
+        d = (dyr * y).sum(-1, keepdim=True)
+        dsr = bf16(ctx.scale * p * (dp - d))
+        return dsr @ kr, dsr.transpose(-2, -1) @ qr, bf16(p).transpose(-2, -1) @ dyr, None
+
+
+def rounded_attention(q, k, v, window):
+    """reference.attention, with RoundedAttention where the engine's bf16
+    attention runs (head size a multiple of 32; attn.c keeps others float32)."""
+    if q.shape[-1] % 32:
+        return ATTENTION(q, k, v, window)
+    return RoundedAttention.apply(q, k, v, reference.window_mask(q.shape[-2], window))
+
+
 class TiedHead(torch.nn.Module):
     """lm_head tied to the token table, through F.linear (reference.py
     multiplies by wte.weight.T in place, which the rounded run would miss);
@@ -91,7 +144,9 @@ def load_model(d):
 
 def run(model, weights, rows, dtype, mode):
     """Loss and float32 grads (dict) of the batch: mode "plain", "autocast"
-    (bf16 autocast, model in float32) or "rounded" (linear operands rounded)."""
+    (bf16 autocast, model in float32), "rounded" (linear operands rounded,
+    and the attention's where the engine runs it in bf16) or "rounded_linear"
+    (linear operands rounded, the attention in dtype)."""
     model = model.to(dtype)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -102,8 +157,10 @@ def run(model, weights, rows, dtype, mode):
     linear = F.linear
     tied = model.lm_head is None
     try:
-        if mode == "rounded":
+        if mode in ("rounded", "rounded_linear"):
             F.linear = rounded_linear  # nn.Linear.forward calls F.linear
+            if mode == "rounded":
+                reference.attention = rounded_attention
             if tied:
                 model.lm_head = TiedHead(model)
         if mode == "autocast":
@@ -114,6 +171,7 @@ def run(model, weights, rows, dtype, mode):
         loss.float().backward()
     finally:
         F.linear = linear
+        reference.attention = ATTENTION
         if tied:
             model.lm_head = None
     grads = {
@@ -149,6 +207,12 @@ def generate(d):
         "autocast_grad_ratio": r_ac,
         "rounded_grad_ratio": r_rd,
     }
+    if model.cfg["head_dim"] % 32 == 0:
+        # the same run with the attention left in float64: how far the
+        # attention's rounding moves the loss, so the test can tell that the
+        # engine rounded it (tests/test_parity.c)
+        out["rounded_float_attention_loss"] = run(model, weights, rows, torch.float64,
+                                                  "rounded_linear")[0]
     with open(os.path.join(d, "bf16.json"), "w") as f:
         json.dump(out, f, indent=2, sort_keys=True)
         f.write("\n")

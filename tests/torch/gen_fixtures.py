@@ -83,6 +83,21 @@ CONFIGS = [
             "ve_gate_channels": 24,
         },
     },
+    {
+        # head_dim 32: the size from which bf16 runs multiply the attention in
+        # bf16 (engine/attn_bf16.c). 87 tokens: two query tiles of 64 rows, the
+        # second 23 (odd, a partial 16-row strip); layer 0's window of 43 keys
+        # makes later strips start at the second 32-key block.
+        "name": "hd32_gqa_sliding",
+        "batch": 2,
+        "ignore_last": 1,
+        "model": {
+            "vocab_size": 64, "depth": 2, "n_embd": 64, "n_head": 2, "n_kv_head": 1,
+            "mlp_ratio": 0.5, "mlp": "relu2", "seq_len": 87, "pos": "rope",
+            "tie_embeddings": False, "window_pattern": "SL", "ve_layers": "alternate",
+            "ve_gate_channels": 32,
+        },
+    },
 ]
 
 

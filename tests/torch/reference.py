@@ -124,6 +124,17 @@ def window_mask(T, w):
     return (j <= i) & (j >= i - w)
 
 
+def attention(q, k, v, window):
+    """softmax(q k^T / sqrt(hd), keys outside the window masked) v, for q, k, v
+    of shape (B, H, T, hd); a module-level function so that
+    gen_bf16_fixtures.py can replace it with its rounded-operand version."""
+    T, hd = q.shape[-2], q.shape[-1]
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # (B, H, T, T)
+    att = att.masked_fill(~window_mask(T, window), float("-inf"))
+    att = torch.softmax(att, dim=-1)
+    return att @ v
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, c, layer):
         super().__init__()
@@ -160,10 +171,7 @@ class CausalSelfAttention(nn.Module):
         q = q.transpose(1, 2)  # (B, H, T, hd)
         k = k.transpose(1, 2).repeat_interleave(rep, dim=1)
         v = v.transpose(1, 2).repeat_interleave(rep, dim=1)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # (B, H, T, T)
-        att = att.masked_fill(~window_mask(T, self.window), float("-inf"))
-        att = torch.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, H * hd)
+        y = attention(q, k, v, self.window).transpose(1, 2).reshape(B, T, H * hd)
         return self.c_proj(y)
 
 
