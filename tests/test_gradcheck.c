@@ -7,7 +7,8 @@
  *     u = two random units  check the rest of its direction
  * and the directional derivative estimated from central differences
  * (L(W + h u) - L(W - h u)) / 2h is compared with g . u. Everything runs in
- * float32, as the engine does.
+ * float32, as the engine does; bf16 gradients are checked against the same
+ * float32 differences with bf16's tolerances (TOL_BF16 below).
  *
  * Step: h = min(LOSS_STEP / |g|, STEP_CAP |W|) (|W| the Frobenius norm), so
  * that along g the loss moves by ~3e-3 nats, about 1000 times the float32
@@ -37,15 +38,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/gemm.h"
+#include "engine/gemm_bf16.h"
 #include "engine/gpt.h"
 #include "engine/rng.h"
 #include "engine/spec.h"
+#include "tests/testutil.h"
 
 #define LOSS_STEP   3e-3 /* nats: first-order loss change along g/|g| */
 #define STEP_CAP    3e-2 /* largest step, relative to |W| */
 #define TOL_ALONG_G 5e-3 /* measured worst 4.6e-4 (x0_lambdas, no_ve config) */
 #define TOL_RANDOM  5e-3 /* measured worst 5.9e-4 (x0_lambdas, no_ve config) */
 #define N_RANDOM    2
+
+/* With bf16 products (train.precision bf16) the loss is a function of
+ * operands rounded to bf16: it moves in steps as the weights move, by ~1e-3
+ * nats on these models, so its finite differences say little (0.02-0.1 of
+ * |g| on the matrices with a step of 0.3 nats, and nothing on the lambdas
+ * and gates). The bf16 gradient is checked instead against the finite
+ * differences of the float32 loss, the derivative it approximates: it may
+ * differ from it by what rounding every operand of the backward's products
+ * to bf16 costs (the parity fixtures measure up to 5.5e-2 of a tensor's
+ * largest value against float64), far less than a wrong sign, a missing
+ * factor of 2 or a wrong head. */
+#define TOL_BF16 (8 * 0x1p-8) /* 8 bf16 unit roundoffs; measured worst 1.2e-2 (lambdas) */
 
 /* One tiny model and batch. Together the configs cover relu2/gelu/swiglu/
  * geglu, rope/learned positions, tied/untied head, softcap on/off (and two
@@ -292,21 +308,29 @@ static void check_tensor(const gc_case_t *k, const gpt_tensor_t *t, const float 
     free(saved);
 }
 
-static void run_config(int ci) {
+/* Every tensor of config c (weights from seed) against finite differences
+ * of the float32 loss, the analytic gradient from the products' precision
+ * `grad` (then float32 restored for the differences), within tol_g along
+ * g/|g| and tol_r along random directions. */
+static void run_case(const gc_config_t *c, uint64_t seed, gemm_precision grad, double tol_g,
+                     double tol_r) {
+    char why[256];
+    cr_assert_eq(gemm_set_precision(grad, why, sizeof why), 0, "%s", why);
     gc_case_t k;
-    case_init(&k, &configs[ci], 1000 + (uint64_t)ci);
+    case_init(&k, c, seed);
+    cr_assert_eq(gemm_set_precision(GEMM_FP32, why, sizeof why), 0, "%s", why);
     gc_worst_t worst = {0};
     for (int i = 0; i < k.m->n_tensors; i++) {
         const gpt_tensor_t *t = &k.m->tensors[i];
         double along_g, random;
         check_tensor(&k, t, k.g + t->offset, &along_g, &random);
-        cr_expect(along_g <= TOL_ALONG_G,
+        cr_expect(along_g <= tol_g,
                   "%s: %s: along g/|g| the finite difference is off by %.3g |g| (limit %g)",
-                  k.c->name, t->name, along_g, TOL_ALONG_G);
-        cr_expect(random <= TOL_RANDOM,
+                  k.c->name, t->name, along_g, tol_g);
+        cr_expect(random <= tol_r,
                   "%s: %s: along a random direction the finite difference is off by %.3g |g| "
                   "(limit %g)",
-                  k.c->name, t->name, random, TOL_RANDOM);
+                  k.c->name, t->name, random, tol_r);
         if (along_g > worst.along_g || isnan(along_g)) {
             worst.along_g = along_g;
             snprintf(worst.along_g_at, sizeof worst.along_g_at, "%s", t->name);
@@ -316,9 +340,14 @@ static void run_config(int ci) {
             snprintf(worst.random_at, sizeof worst.random_at, "%s", t->name);
         }
     }
-    fprintf(stderr, "gradcheck %-34s worst along g %.2e (%s), random %.2e (%s)\n", k.c->name,
+    fprintf(stderr, "gradcheck %-34s %s worst along g %.2e (%s), random %.2e (%s)\n", k.c->name,
+            grad == GEMM_BF16 ? (gemm_bf16_uses_amx() ? "bf16 amx" : "bf16") : "fp32",
             worst.along_g, worst.along_g_at, worst.random, worst.random_at);
     case_free(&k);
+}
+
+static void run_config(int ci) {
+    run_case(&configs[ci], 1000 + (uint64_t)ci, GEMM_FP32, TOL_ALONG_G, TOL_RANDOM);
 }
 
 Test(gradcheck, gqa_relu2_rope_alternate) {
@@ -335,6 +364,29 @@ Test(gradcheck, gqa_geglu_learned_list_nocap) {
 }
 Test(gradcheck, mqa_relu2_rope_no_ve) {
     run_config(4);
+}
+
+/* bf16 products, on AMX where the CPU has it and on vdpbf16ps alone: the
+ * first config (head size 8: the linear layers in bf16, the attention in
+ * float32) and one of head size 32, whose attention runs in bf16 too
+ * (engine/attn_bf16.c). */
+/* clang-format off */
+static const gc_config_t bf16_hd32 = {
+    .name = "bf16_hd32_gqa_relu2_rope", .vocab = 48, .depth = 2, .n_embd = 64, .n_head = 2,
+    .n_kv_head = 1, .mlp_ratio = 2, .mlp = MLP_RELU2, .seq_len = 20, .pos = POS_ROPE,
+    .softcap = 15, .window = "SL", .ve = "alternate", .gate_channels = 32, .B = 2, .T = 20,
+    .mode = GPT_EVAL};
+/* clang-format on */
+
+Test(gradcheck, bf16_gradients_within_bf16_tolerances) {
+    if (!tu_select_bf16(1)) return;
+    for (int amx = gemm_bf16_amx_cpu(); amx >= 0; amx--) {
+        gemm_bf16_set_amx(amx);
+        run_case(&configs[0], 1000, GEMM_BF16, TOL_BF16, TOL_BF16);
+        run_case(&bf16_hd32, 1100, GEMM_BF16, TOL_BF16, TOL_BF16);
+    }
+    gemm_bf16_set_amx(1);
+    tu_select_isa_auto();
 }
 
 /* The check itself must fail on a wrong gradient: a tensor's gradient scaled
