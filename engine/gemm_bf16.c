@@ -109,17 +109,17 @@ __attribute__((target(TARGET))) void gemm_bf16_round_rows(float *dst, ptrdiff_t 
 }
 
 /* gemm_bf16_pair_rows, and where rows is not NULL each source row also
- * rounded into rows (ldr bf16 apart): row r of src at rows + r*ldr, its
- * columns [0, round16(n)) written (zero from n). */
+ * rounded into rows as gemm_bf16_round_rows rounds it (row r at rows +
+ * r*ldr floats, columns [0, round16(n)) written, zero from n). */
 __attribute__((target(TARGET))) static void pair_rows_into(float *dst, ptrdiff_t ldd,
                                                            const float *src, ptrdiff_t lds, int K,
-                                                           int n, int p0, int p1, uint16_t *rows,
+                                                           int n, int p0, int p1, float *rows,
                                                            ptrdiff_t ldr) {
     for (int p = p0; p < p1; p++) {
         const float *s0 = 2 * p < K ? src + (ptrdiff_t)(2 * p) * lds : NULL;
         const float *s1 = 2 * p + 1 < K ? s0 + lds : NULL;
-        uint16_t *r0 = rows && s0 ? rows + (ptrdiff_t)(2 * p) * ldr : NULL;
-        uint16_t *r1 = rows && s1 ? r0 + ldr : NULL;
+        uint16_t *r0 = rows && s0 ? (uint16_t *)(rows + (ptrdiff_t)(2 * p) * ldr) : NULL;
+        uint16_t *r1 = rows && s1 ? r0 + 2 * ldr : NULL;
         float *d = dst + p * ldd;
         for (int c = 0; c < n; c += 16) {
             const __mmask16 m = n - c >= 16 ? 0xffff : (__mmask16)((1u << (n - c)) - 1);
@@ -182,11 +182,13 @@ void gemm_bf16_pair_cols(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t 
     pair_cols_range(dst, ldd, src, lds, K, c0, c1, 0, depth_pairs(K), rows, ldr);
 }
 
-/* Rows [r0, r1) of rows (ldr bf16 apart) zero from column `from` to ldr. */
-static void zero_tails(uint16_t *rows, ptrdiff_t ldr, int r0, int r1, int from) {
-    if (from < ldr)
+/* Rows [r0, r1) of rounded rows (ldr floats = 2*ldr bf16 apart) zero from
+ * bf16 column `from` to the row's end. */
+static void zero_tails(float *rows, ptrdiff_t ldr, int r0, int r1, int from) {
+    if (from < 2 * ldr)
         for (int r = r0; r < r1; r++)
-            memset(rows + (ptrdiff_t)r * ldr + from, 0, (size_t)(ldr - from) * sizeof *rows);
+            memset((uint16_t *)(rows + (ptrdiff_t)r * ldr) + from, 0,
+                   (size_t)(2 * ldr - from) * sizeof(uint16_t));
 }
 
 /* Inside a parallel region: gemm_bf16_pair_cols of all n columns of src,
@@ -200,7 +202,7 @@ static void pair_cols_team(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_
     const int q0 = (int)((long)blocks * t / nt) * 16, q1 = (int)((long)blocks * (t + 1) / nt) * 16;
     if (q0 >= q1) return;
     pair_cols_range(dst, ldd, src, lds, K, 0, n, q0, q1, rows, ldr);
-    if (rows) zero_tails((uint16_t *)rows, 2 * ldr, 2 * q0, 2 * q1 < K ? 2 * q1 : K, round16(n));
+    if (rows) zero_tails(rows, ldr, 2 * q0, 2 * q1 < K ? 2 * q1 : K, round16(n));
 }
 
 /* Panel j0 of B (K2 pair rows of round16(n) lanes, panels of PANEL lanes one
@@ -226,16 +228,16 @@ static void pack_panel(float *dst, const float *src, ptrdiff_t lds, int K2, int 
  * (no barrier at the end). Each panel's rows are written by pair_rows_into
  * straight into place (row stride = the panel's width); where rows is not
  * NULL, src's rows are also rounded into it as gemm_bf16_round_rows rounds
- * them (ldr bf16 apart, zero from n to ldr). */
-static void pack_pairs_team(float *dst, const float *src, ptrdiff_t lds, int K, int n,
-                            uint16_t *rows, ptrdiff_t ldr) {
+ * them (ldr floats apart, zero from n to the row's end). */
+static void pack_pairs_team(float *dst, const float *src, ptrdiff_t lds, int K, int n, float *rows,
+                            ptrdiff_t ldr) {
     const int K2 = depth_pairs(K), npad = round16(n);
 #pragma omp for schedule(static) nowait
     for (int p = 0; p < K2; p++) {
         for (int j = 0; j < npad; j += PANEL) {
             const int pw = npad - j < PANEL ? npad - j : PANEL;
             pair_rows_into(dst + (ptrdiff_t)j * K2, pw, src + j, lds, K, n - j < pw ? n - j : pw, p,
-                           p + 1, rows ? rows + j : NULL, ldr);
+                           p + 1, rows ? rows + j / 2 : NULL, ldr);
         }
         if (rows) zero_tails(rows, ldr, 2 * p, 2 * p + 2 < K ? 2 * p + 2 : K, npad);
     }
@@ -686,7 +688,7 @@ void gemm_bf16_forward(float *y, const float *x, int ldx, const float *W, int N,
         if (!keep) {
             gemm_bf16_round_rows(Ax, K2, x, ldx, m0, m1, in);
         } else if (out <= in) { /* x's row pairs as the backward's B, rounding x's rows */
-            pack_pairs_team(keep->pairs, x, ldx, N, in, (uint16_t *)Ax, 2 * K2);
+            pack_pairs_team(keep->pairs, x, ldx, N, in, Ax, K2);
         } else { /* x^T paired as the backward's A, rounding x's rows */
             pair_cols_team(keep->pairs, depth_pairs(N), x, ldx, N, in, Ax, K2);
         }
@@ -746,9 +748,8 @@ void gemm_bf16_backward(float *dx, int ldx, float beta, float *dW, const float *
 #pragma omp parallel if ((double)N * in * out >= PARALLEL_MIN)
     {
         /* dy's pairing pass also rounds its rows for dx (Dy), reading dy once */
-        uint16_t *dyr = (uint16_t *)Dy;
         if (!(kx && !tdy)) pair_cols_team(AT, KN, sa, lsa, N, ra, tdy ? Dy : NULL, KO);
-        if (!(kx && tdy)) pack_pairs_team(Bp, sb, lsb, N, wb, tdy ? NULL : dyr, 2 * KO);
+        if (!(kx && tdy)) pack_pairs_team(Bp, sb, lsb, N, wb, tdy ? NULL : Dy, KO);
         if (fresh) pack_pairs_team(Wp, W, in, out, in, NULL, 0);
 #pragma omp barrier
         int j0, j1;
