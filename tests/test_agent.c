@@ -572,9 +572,9 @@ Test(agent, the_plan_is_sized_to_the_night) {
         int noise, startup, confirm, final, model;
         const char *line;
     } cases[] = {
-        {"8", 1, 5, 0, 0, 3,
-         "plan: night of 8 runs: 1 baseline seed (noise), 5 startup results, 3 runs of the model, "
-         "0 confirmation seeds for the answer and none before"},
+        {"8", 1, 5, 1, 0, 2,
+         "plan: night of 8 runs: 1 baseline seed (noise), 5 startup results, 2 runs of the model, "
+         "1 confirmation seed for the answer and none before"},
         {"96", 2, 10, 3, 16, 69,
          "plan: night of 96 runs: 2 baseline seeds (noise), 10 startup results, 69 runs of the "
          "model, 3 confirmation seeds for the answer (the last 16 runs re-measure the best few, "

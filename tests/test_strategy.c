@@ -1702,7 +1702,7 @@ static char *eighth_proposal(strategy_kind kind, int max, int runs_left, bool *n
     o.noise_seeds = 1;
     o.queue_target = 1;
     o.confirm_frac = 0;  /* only the night's last proposals confirm */
-    o.confirm_seeds = 1; /* the rule itself (tpe's plan gives a night under 32 runs none) */
+    o.confirm_seeds = 1; /* the rule itself, whatever the plan */
     o.max_proposals = max;
     o.log = quiet_cb;
     load_example("baseline.json", &base);
@@ -2113,10 +2113,10 @@ Test(strategy, the_plan_is_sized_to_the_night) {
         bool known;
         int noise, startup, confirm, final, model;
     } rows[] = {
-        {STRATEGY_TPE, 8, false, 1, 5, 0, 0, 3},      {STRATEGY_TPE, 16, false, 1, 10, 0, 0, 6},
+        {STRATEGY_TPE, 8, false, 1, 5, 1, 0, 2},      {STRATEGY_TPE, 16, false, 1, 10, 1, 0, 5},
         {STRATEGY_TPE, 32, false, 1, 10, 2, 0, 20},   {STRATEGY_TPE, 64, false, 2, 10, 3, 10, 43},
         {STRATEGY_TPE, 96, false, 2, 10, 3, 16, 69},  {STRATEGY_TPE, 200, false, 3, 10, 3, 16, 172},
-        {STRATEGY_TPE, 8, true, 0, 5, 0, 0, 3},       {STRATEGY_TPE, 16, true, 0, 10, 0, 0, 6},
+        {STRATEGY_TPE, 8, true, 0, 5, 0, 0, 3},       {STRATEGY_TPE, 16, true, 0, 10, 1, 0, 5},
         {STRATEGY_TPE, 96, true, 0, 10, 3, 16, 70},   {STRATEGY_RANDOM, 8, false, 1, 0, 1, 0, 6},
         {STRATEGY_RANDOM, 96, false, 2, 0, 3, 0, 91}, {STRATEGY_CLIMB, 8, false, 2, 0, 0, 0, 6},
         {STRATEGY_CLIMB, 16, false, 2, 0, 0, 0, 14},  {STRATEGY_CLIMB, 96, false, 3, 0, 0, 0, 93},
@@ -2208,21 +2208,22 @@ static void planned_night(int runs, cJSON *noise, char *out, log_t *full) {
 
 /* What 8-, 16- and 96-run nights spend: the plan is logged, the baseline's
  * noise seeds, the startup draws and the last proposals' confirmation seeds
- * are what it says (none in a short night; a 96-run night's last 16
- * proposals re-measure the best few), and the rest is the model's. */
+ * are what it says (one in a short night, so its answer has two seeds and
+ * its noise a unit; a 96-run night's last 16 proposals re-measure the best
+ * few), and the rest is the model's. */
 Test(strategy, a_planned_night_spends_what_it_plans, .timeout = 60) {
     static const struct {
         int runs;
         const char *plan, *head, *tail;
     } cases[] = {
         {8,
-         "plan: night of 8 runs: 1 baseline seed (noise), 5 startup results, 3 runs of the "
-         "model, 0 confirmation seeds for the answer and none before",
-         "bssss", "mmm"},
+         "plan: night of 8 runs: 1 baseline seed (noise), 5 startup results, 2 runs of the "
+         "model, 1 confirmation seed for the answer and none before",
+         "bssss", "mmr"},
         {16,
-         "plan: night of 16 runs: 1 baseline seed (noise), 10 startup results, 6 runs of the "
-         "model, 0 confirmation seeds for the answer and none before",
-         "bsssssssssm", "mmmmmm"},
+         "plan: night of 16 runs: 1 baseline seed (noise), 10 startup results, 5 runs of the "
+         "model, 1 confirmation seed for the answer and none before",
+         "bsssssssssm", "mmmmr"},
         {96,
          "plan: night of 96 runs: 2 baseline seeds (noise), 10 startup results, 69 runs of the "
          "model, 3 confirmation seeds for the answer (the last 16 runs re-measure the best few, "
@@ -2282,7 +2283,7 @@ Test(strategy, noise_known_from_earlier_nights_is_reused, .timeout = 60) {
     cr_expect(logged(&l, "earlier nights measured this scope's noise: sd 0.0200 over 6 df"), "%s",
               l.text);
     cr_expect(logged(&l, "plan: night of 16 runs: no baseline noise seeds (earlier nights "
-                         "measured it), 10 startup results, 6 runs of the model"),
+                         "measured it), 10 startup results, 5 runs of the model"),
               "%s", l.text);
     cr_expect(!strchr(kinds, 'b'), "the baseline was run: %s", kinds);
     cr_expect(!strncmp(kinds, "ssssssssssm", 11), "%s", kinds);

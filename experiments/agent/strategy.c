@@ -175,7 +175,9 @@ void strategy_plan(strategy_kind k, int runs, bool noise_known, strategy_plan_t 
     if (k == STRATEGY_TPE) {
         p->startup = clamp_int((int)lround(runs * 5 / 8.0), 5, 10);
         if (runs <= 32) p->confirm_frac = 0; /* the model's runs are too few to give away */
-        if (runs < 32) p->confirm_seeds = 0; /* a new point finds more than a second seed */
+        /* below 16 runs a second seed of the answer costs a model run that
+           counts; it is worth it only where it gives the night's gains a unit */
+        if (runs < 16 && noise_known) p->confirm_seeds = 0;
         if (runs >= 64)
             p->final_runs = runs / 6 < STRATEGY_FINAL_RUNS ? runs / 6 : STRATEGY_FINAL_RUNS;
     }

@@ -215,11 +215,15 @@ int strategy_default_noise_seeds(strategy_kind k);
  *                  runs, 1 below 32, 2 below 64, 3 from there (capped at
  *                  max_seeds - 1), so the answer of a 96-run night rests on 4
  *                  seeds; random and tpe only (climb re-runs every promising
- *                  variant by its own rule). tpe none below 32 runs: a new
- *                  point found more than a second seed of the answer (100
- *                  replayed 16-run nights, seeds 201-300, paired: 0.011 +-
- *                  0.003 lower on the Brown surrogate, 0.005 +- 0.002 on
- *                  fortunes; 8 runs 0.003 +- 0.003; at 32 runs level);
+ *                  variant by its own rule). tpe below 16 runs gives it
+ *                  only when the scope's noise is unknown: that one repeat
+ *                  gives a first night's answer a second seed and its gains
+ *                  a unit, which costs a model run that counts (100 replayed
+ *                  nights, seeds 401-500, paired, Brown / fortunes
+ *                  surrogates: +0.012 +- 0.004 / +0.007 +- 0.003 at 8 runs,
+ *                  +0.003 +- 0.003 / +0.004 +- 0.004 at 11); at 16 runs it
+ *                  is level over 300 nights (seeds 1-100, 201-300, 401-500:
+ *                  +0.001 +- 0.002 on both);
  *   final_runs     tpe from 64 runs: the night's last min(16, runs / 6)
  *                  proposals re-measure the best few configurations, not
  *                  only the lowest mean: each goes to the configuration with
