@@ -240,6 +240,52 @@ def test_forest():
     check(sur.run(spec, 1, 42) == sur.run(spec, 1, 42), "a run is a function of its key")
 
 
+def test_bench_merge(work):
+    """make bench-search's table of nights run apart (--merge): the default
+    paired with each other strategy by search seed, its answer against the
+    baseline its nights ran, and the anytime median and quartiles, each
+    against a computation of its own here."""
+    args = {"runs": 4, "tokens": 1024, "eval_tokens": 512, "remeasure": 3, "slots": 2,
+            "threads": 1}
+    rng = random.Random(5)
+    docs = {"agent-tpe": [], "random": []}
+    for s, shift in (("agent-tpe", -0.05), ("random", 0.0)):
+        for k in range(1, 6):
+            score = 3.2 + shift + rng.gauss(0, 0.02)
+            curve = [[i + 1.0, 3.5 - 0.05 * i + 0.01 * k] for i in range(4)]
+            docs[s].append({"strategy": s, "k": k, "score": score, "best_read": score - 0.01,
+                            "runs": 4, "fre": 4.0, "failed": 0, "pruned": 0, "cut": 0,
+                            "duplicates": 0, "refused": 0, "curve": curve,
+                            "baseline": [3.7 + 0.01 * k] if s == "agent-tpe" else []})
+    paths = []
+    for s, nights in docs.items():
+        path = os.path.join(work, f"merge-{s}.json")
+        with open(path, "w") as f:
+            json.dump({"args": args, "nights": nights}, f)
+        paths.append(path)
+    out = os.path.join(work, "merged")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "search.py"),
+                        "--merge"] + paths + ["--out", out], capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 0, f"search.py --merge: exit {r.returncode}: {r.stderr}")
+    d = [a["score"] - b["score"] for a, b in zip(docs["agent-tpe"], docs["random"])]
+    m = sum(d) / len(d)
+    se = (sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) ** 0.5
+    check(f"random {m:+.4f} ± {se:.4f} ({m / se:+.1f} SE, K = 5)" in r.stdout,
+          f"the paired difference {m:+.4f} ± {se:.4f} is not in:\n{r.stdout}")
+    base = [3.7 + 0.01 * k for k in range(1, 6)]
+    check(f"over 5 runs; the default's re-measured best "
+          f"{sum(x['score'] for x in docs['agent-tpe']) / 5 - sum(base) / 5:+.4f}" in r.stdout,
+          f"the baseline line is wrong:\n{r.stdout}")
+    # at 100% every night's best as read is 3.35 + 0.01 k: median 3.380, quartiles 3.370, 3.390
+    check("/ 3.380 [3.370, 3.390] |" in r.stdout, f"the anytime quartiles:\n{r.stdout}")
+    twice = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "search.py"),
+                            "--merge", paths[0], paths[0], "--out", out],
+                           capture_output=True, text=True, timeout=60)
+    check(twice.returncode != 0 and "twice" in twice.stderr + twice.stdout,
+          "a night merged twice is refused")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -250,6 +296,7 @@ def main():
     test_refusal_mirror(a.bin, a.work)
     test_replay(a.bin, a.work)
     test_forest()
+    test_bench_merge(a.work)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1

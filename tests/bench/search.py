@@ -4,6 +4,7 @@
     /usr/bin/python3 tests/bench/search.py --bin build/nightshift [--quick]
         [--k K] [--strategies a,b,...] [--runs R] [--tokens B] [--eval-tokens E]
         [--remeasure N] [--slots S] [--out DIR] [--corpus DIR] [--keep]
+    /usr/bin/python3 tests/bench/search.py --merge A/search.json B/search.json --out DIR
 
 Every strategy drives the same daemon over its HTTP API (same engine, same
 data, same base spec, same search space: experiments/search/space.json):
@@ -46,13 +47,17 @@ beside it. That configuration is re-measured on N fresh seeds (1000..), full bud
 never pruned; a night's score is their mean. The table gives, per strategy,
 the mean +- sd over the K nights of that score, what the nights themselves
 read for their best, runs, runs wasted (failed/diverged/oom/timeout,
-duplicates, pruned by a pruner, refused specs) and the anytime curve.
+duplicates, pruned by a pruner, refused specs) and the anytime curve; then
+make run's default (agent-tpe) against each other strategy, paired by search
+seed (mean +- standard error of the K differences), and its answer against
+the baseline its nights ran (the agent's first run; one seed a night).
 
 The anytime curve: re-measuring every intermediate best would cost N runs
 per improvement, so only the final best is re-measured. The curve is the
 night's running best val_bpb AS READ (one seed, the lucky one) against the
-full-run equivalents spent, averaged over the K nights at 25/50/75/100% of
-the budget; the plot draws it with the re-measured final score beside it.
+full-run equivalents spent: its median and interquartile range over the K
+nights at 25/50/75/100% of the budget in the table; the plot draws the mean
+with the re-measured final score beside it.
 
 Sizing. The defaults: a full run is 65,536 training tokens (16 steps of
 the baseline's 4,096; the budget the issue's first measurement used) scored
@@ -81,7 +86,9 @@ anything.
 
 Output: the Markdown table on stdout and in OUT/search.md, the per-night
 data in OUT/search.json, the plot in OUT/search.png (matplotlib; an SVG
-written by hand when matplotlib is missing).
+written by hand when matplotlib is missing). --merge runs nothing: it prints
+the table of the nights in several search.json files of the same night size
+(strategies or lengths run apart, a stopped run resumed with other seeds).
 """
 import argparse
 import json
@@ -433,7 +440,8 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
         runs.append({"id": e["id"], "status": e["status"], "val_bpb": e.get("val_bpb"),
                      "tokens": used, "budget": b, "finished": e.get("finished") or "",
                      "pruned": e["status"] == "pruned" or e["id"] in pruned_ids,
-                     "cut": e["status"] == "cancelled" and e["id"] not in pruned_ids})
+                     "cut": e["status"] == "cancelled" and e["id"] not in pruned_ids,
+                     "baseline": "baseline" in (e.get("tags") or [])})
     order = sorted(runs, key=lambda r: (r["finished"], r["id"]))
     curve, cum, best = [], 0, math.inf
     for r in order:
@@ -458,7 +466,10 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
                 agent_pick = {"id": int(st["best"]["id"]), "val_bpb": st["best"]["val_bpb"]}
         except (OSError, ValueError, KeyError):
             pass
+    baseline = [r["val_bpb"] for r in runs
+                if r["baseline"] and r["status"] == "succeeded" and r["budget"] == args.tokens]
     night = {"strategy": strategy, "k": k, "dataset": dataset, "seconds": time.time() - t0,
+             "baseline": baseline,
              "fre": cum / args.tokens, "runs": len(runs),
              "failed": sum(r["status"] in FAILED for r in runs),
              "pruned": sum(r["pruned"] for r in runs),
@@ -543,7 +554,7 @@ def summarize(args, nights, strategies):
                f"{args.remeasure} fresh seeds\n")
     out.append("| strategy | re-measured best (mean ± sd over K) | n | best as read | "
                "runs/night | FRE spent/night | failed | pruned | duplicate | refused | "
-               "cut at the end | anytime best-as-read @25/50/75/100% |")
+               "cut at the end | anytime best-as-read @25/50/75/100%, median [IQR] |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in strategies:
         ns = [n for n in nights if n["strategy"] == s]
@@ -555,7 +566,7 @@ def summarize(args, nights, strategies):
         for p in points:
             v = [curve_at(x["curve"], p * args.runs) for x in ns]
             v = [x for x in v if math.isfinite(x)]
-            any_.append(f"{statistics.mean(v):.3f}" if v else "-")
+            any_.append(median_iqr(v) if v else "-")
         tot = lambda key: sum(x[key] for x in ns)
         out.append(f"| {s} | {fmt_ms(m, sd)} | {n} | {fmt_ms(rm, rsd)} | "
                    f"{statistics.mean(x['runs'] for x in ns):.1f} | "
@@ -570,7 +581,8 @@ def summarize(args, nights, strategies):
                "mean; best as read is that mean as the night read it. Failed, pruned, duplicate and refused count runs over all K nights "
                "(refused specs cost nothing; cut = runs cancelled when the night's budget ran out). "
                "The anytime columns are the night's running best val_bpb *as read* (one seed, not "
-               "re-measured) at that share of the budget, mean over the nights.")
+               "re-measured) at that share of the budget, median and interquartile range over "
+               "the nights.")
     out.append("")
     rungs = ", ".join([f"B/{args.asha_eta ** r}" for r in range(args.asha_rungs - 1, 0, -1)] + ["B"])
     out.append("Strategies: random = Optuna's RandomSampler through experiments/bridges/"
@@ -592,22 +604,50 @@ def summarize(args, nights, strategies):
         out.append(f"Lowest: **{a[0]}** {a[1]:.4f}, ahead of {b[0]} by {gap:.4f}"
                    + (f" = {gap / se:.1f} standard errors of the difference" if se > 0 else
                       " (standard error not measurable with these K)") + ".")
-    # make run's default against every other strategy of the run
-    default = {r[0]: r for r in rows}.get("agent-tpe")
-    if default and default[1] is not None:
-        parts = []
-        for r in rows:
-            if r[0] == "agent-tpe" or r[1] is None or r[3] < 2 or default[3] < 2:
-                continue
-            se = math.sqrt(default[2] ** 2 / default[3] + r[2] ** 2 / r[3])
-            d = r[1] - default[1]
-            parts.append(f"{r[0]} {d:+.4f}" + (f" ({d / se:+.1f} SE)" if se > 0 else ""))
-        if parts:
-            out.append("")
-            out.append("agent-tpe (make run's default) against the others, their re-measured "
-                       "best minus its own (positive: the default is better): " +
-                       ", ".join(parts) + ".")
+    # make run's default against every other strategy, paired by search seed
+    # (every strategy of seed k draws with seed k and re-measures on the same
+    # fresh seeds)
+    score = lambda s: {n["k"]: n["score"] for n in nights
+                       if n["strategy"] == s and n["score"] is not None}
+    mine = score("agent-tpe")
+    parts = []
+    for s in strategies:
+        if s == "agent-tpe" or not mine:
+            continue
+        theirs = score(s)
+        d = [mine[k] - theirs[k] for k in sorted(mine) if k in theirs]
+        if len(d) >= 2:
+            m, se = statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d))
+            parts.append(f"{s} {m:+.4f} ± {se:.4f}" + (f" ({m / se:+.1f} SE" if se > 0 else " (")
+                         + f", K = {len(d)})")
+    if parts:
+        out.append("")
+        out.append("agent-tpe (make run's default) against the others, paired by search seed: "
+                   "its re-measured best minus theirs (negative: the default is better): " +
+                   ", ".join(parts) + ".")
+    # the default's answer against the baseline it started from
+    base = [v for n in nights if n["strategy"] == "agent-tpe" for v in n.get("baseline", [])
+            if v is not None]
+    if mine and len(base) >= 2 and len(mine) >= 2:
+        bm, bsd = statistics.mean(base), statistics.stdev(base)
+        dm, dsd = statistics.mean(mine.values()), statistics.stdev(mine.values())
+        se = math.sqrt(bsd ** 2 / len(base) + dsd ** 2 / len(mine))
+        out.append("")
+        out.append(f"The baseline, as agent-tpe's nights ran it: {bm:.4f} ± {bsd:.4f} over "
+                   f"{len(base)} runs; the default's re-measured best {dm - bm:+.4f} from it" +
+                   (f" ({(dm - bm) / se:+.1f} standard errors of the difference)." if se > 0
+                    else "."))
     return "\n".join(out) + "\n"
+
+
+def median_iqr(v):
+    """"m [q1, q3]" of a list (quartiles by linear interpolation, as numpy's
+    default; the median alone below four values)."""
+    v = sorted(v)
+    if len(v) < 4:
+        return f"{statistics.median(v):.3f}"
+    q = statistics.quantiles(v, n=4, method="inclusive")
+    return f"{q[1]:.3f} [{q[0]:.3f}, {q[2]:.3f}]"
 
 
 def plot(args, nights, strategies, path):
@@ -698,7 +738,12 @@ def main():
                     help="where the Brown corpus is (fetched there when missing)")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench-search"))
     ap.add_argument("--keep", action="store_true", help="keep the daemons' state directories")
+    ap.add_argument("--merge", nargs="+", metavar="SEARCH_JSON",
+                    help="run nothing: the table of the nights in these OUT/search.json files "
+                    "(runs of the same night size, e.g. strategies run apart) into OUT")
     args = ap.parse_args()
+    if args.merge:
+        return merge(args)
     # SIGTERM (make interrupted, a timeout) cleans up like Ctrl-C: the daemons stop.
     signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
     q = args.quick
@@ -753,6 +798,39 @@ def main():
     table += f"\nPlot: {img}. Total {fmt_s(time.time() - prog.t0)} on {os.cpu_count()} CPUs.\n"
     with open(os.path.join(args.out, "search.md"), "w") as f:
         f.write(table)
+    print(table)
+
+
+def merge(args):
+    """The table of nights recorded by several runs, as one run would print it."""
+    nights, first, strategies = [], None, []
+    for path in args.merge:
+        with open(path) as f:
+            doc = json.load(f)
+        a = doc["args"]
+        key = {x: a[x] for x in ("runs", "tokens", "eval_tokens", "remeasure", "slots", "threads")}
+        if first is None:
+            first = key
+        elif key != first:
+            sys.exit(f"bench-search: {path} measured other nights ({key}) than {args.merge[0]} "
+                     f"({first})")
+        for n in doc["nights"]:
+            if any(m["strategy"] == n["strategy"] and m["k"] == n["k"] for m in nights):
+                sys.exit(f"bench-search: {n['strategy']} k={n['k']} twice ({path})")
+            nights.append(n)
+            if n["strategy"] not in strategies:
+                strategies.append(n["strategy"])
+    for x, v in first.items():
+        setattr(args, x, v)
+    args.k = max(n["k"] for n in nights)
+    os.makedirs(args.out, exist_ok=True)
+    table = summarize(args, nights, strategies)
+    img = plot(args, nights, strategies, os.path.join(args.out, "search.png"))
+    table += f"\nPlot: {img}. Merged from {', '.join(args.merge)}.\n"
+    with open(os.path.join(args.out, "search.md"), "w") as f:
+        f.write(table)
+    with open(os.path.join(args.out, "search.json"), "w") as f:
+        json.dump({"args": vars(args), "nights": nights}, f, indent=1)
     print(table)
 
 
