@@ -485,6 +485,9 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
         night["best_spec"] = {"model": spec["model"], "train": {
             k2: spec["train"][k2] for k2 in ("matrix_lr", "embedding_lr", "batch_size",
                                              "total_batch_tokens")}}
+        # the whole spec, for checking a surrogate against the real answers
+        night["answer_spec"] = {k2: v for k2, v in spec.items()
+                                if k2 not in ("name", "tags", "dataset", "seed")}
     night["seconds"] = time.time() - t0
     vals = [v for v in night["remeasured"] if v is not None]
     night["score"] = statistics.mean(vals) if vals else None
