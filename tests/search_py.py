@@ -240,6 +240,69 @@ def test_forest():
     check(sur.run(spec, 1, 42) == sur.run(spec, 1, 42), "a run is a function of its key")
 
 
+def test_bench_landscape(work):
+    """Real bench nights as landscape lines (landscape.py --from-bench): runs
+    at the full budget only, one configuration re-measured on other seeds is
+    one point, a second pass adds nothing; and the surrogate's check against
+    the nights' answers (surrogate.check_nights) against arithmetic here."""
+    import sqlite3
+    import landscape as landmod
+    db = os.path.join(work, "bench.db")
+    if os.path.exists(db):
+        os.remove(db)
+    con = sqlite3.connect(db)
+    con.executescript("CREATE TABLE experiments (id INTEGER PRIMARY KEY, spec TEXT, seed INTEGER,"
+                      " status TEXT, dataset TEXT, budget_kind TEXT, budget REAL,"
+                      " eval_tokens INTEGER);"
+                      "CREATE TABLE results (experiment_id INTEGER PRIMARY KEY, val_bpb REAL);")
+    sp = tiny_space()
+    a = sp.apply({"train.matrix_lr": 0.02, "model.depth": 3})
+    b = sp.apply({"train.matrix_lr": 0.08, "model.depth": 5})
+    rows = [(1, a, 42, "succeeded", 65536, 3.5), (2, b, 42, "succeeded", 65536, 3.4),
+            (3, a, 1000, "succeeded", 65536, 3.52), (4, b, 1001, "cancelled", 65536, None),
+            (5, b, 42, "succeeded", 7282, 4.1), (6, b, 1002, "diverged", 65536, None)]
+    for eid, spec, seed, status, budget, val in rows:
+        full = dict(spec, name=f"n{eid}", tags=["x"], dataset="agent-tpe-k1")
+        con.execute("INSERT INTO experiments VALUES (?, ?, ?, ?, 'agent-tpe-k1', 'tokens', ?, "
+                    "16384)", (eid, json.dumps(full), seed, status, budget))
+        if val is not None:
+            con.execute("INSERT INTO results VALUES (?, ?)", (eid, val))
+    con.commit()
+    con.close()
+    out = os.path.join(work, "bench.jsonl")
+    if os.path.exists(out):
+        os.remove(out)
+    n = landmod.from_bench(db, "t", out, sp, 65536, 16384, "brown")
+    check(n == 4, f"4 runs at the full budget that ended (not cancelled): {n}")
+    check(landmod.from_bench(db, "t", out, sp, 65536, 16384, "brown") == 0,
+          "a second pass adds nothing")
+    pts = surmod.read_landscape([out])
+    means = sorted(round(surmod.point_mean(p), 4) for p in pts.values())
+    check(means == [3.4, 3.51], f"two points, a's two seeds averaged: {means}")
+
+    class Fixed:  # a surrogate that answers the val_bpb it is told
+        y_min = 3.3
+
+        def means(self, specs):
+            return [specs[0]["said"]]
+
+    nights = [{"strategy": "agent-tpe", "k": k, "score": real, "answer_spec": {"said": said}}
+              for k, real, said in ((1, 3.2, 3.3), (2, 3.4, 3.45), (3, 3.5, 3.48))]
+    path = os.path.join(work, "nights.json")
+    with open(path, "w") as f:
+        json.dump({"args": {"runs": 16}, "nights": nights}, f)
+    got = surmod.check_nights(Fixed(), [path])
+    check(got is not None, "three nights are checked")
+    if got:
+        d = [0.1, 0.05, -0.02]
+        m = sum(d) / 3
+        se = (sum((x - m) ** 2 for x in d) / 2 / 3) ** 0.5
+        sm = got[1]
+        check(abs(sm["bias"] - m) < 1e-12 and abs(sm["bias_se"] - se) < 1e-12,
+              f"bias {sm['bias']} ± {sm['bias_se']} against {m} ± {se}")
+        check(abs(sm["spearman"] - 1) < 1e-9 and sm["below_landscape"] == 1, f"{sm}")
+
+
 def test_bench_merge(work):
     """make bench-search's table of nights run apart (--merge): the default
     paired with each other strategy by search seed, its answer against the
@@ -297,6 +360,7 @@ def main():
     test_replay(a.bin, a.work)
     test_forest()
     test_bench_merge(a.work)
+    test_bench_landscape(a.work)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1

@@ -196,9 +196,75 @@ def summary(path):
             f"{train / 3600:.2f} h of it training)")
 
 
+BENCH_STATUS = ("succeeded", "failed", "diverged", "oom", "timeout", "crashed")
+
+
+def from_bench(db, name, out_path, sp, tokens, eval_tokens, corpus_name):
+    """Append the runs of make bench-search nights (the nightshift.db of a
+    state kept with --keep) at the full budget to a landscape file: real runs
+    at the benchmark's corpus and budget, dense where searches end, which the
+    design's hypercube samples thinly. A run's configuration is its model and
+    train sections (the night's dataset name, tags and seed dropped), so one
+    configuration run in two nights, or re-measured, is one point with its
+    seeds. A run's id is bench-NAME-ID. Returns the number of lines written."""
+    import sqlite3
+    done = set()
+    if os.path.exists(out_path):
+        with open(out_path) as f:
+            done = {json.loads(ln)["id"] for ln in f if ln.strip()}
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    rows = con.execute("SELECT e.id, e.spec, e.seed, e.status, e.dataset, r.val_bpb "
+                       "FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id "
+                       "WHERE e.budget_kind = 'tokens' AND e.budget = ? AND e.eval_tokens = ? "
+                       "ORDER BY e.id", (tokens, eval_tokens)).fetchall()
+    con.close()
+    n = 0
+    with open(out_path, "a") as out:
+        for eid, spec_text, seed, status, dataset, val in rows:
+            rid = f"bench-{name}-{eid}"
+            if status not in BENCH_STATUS or rid in done or \
+                    (status == "succeeded" and val is None):
+                continue
+            full = json.loads(spec_text)
+            spec = {"name": f"{dataset}-{eid}", "seed": seed, "dataset": corpus_name,
+                    "model": full["model"], "train": full["train"],
+                    "token_budget": tokens, "eval_tokens": eval_tokens}
+            point = sp.point_of(spec)
+            out.write(json.dumps({"id": rid, "kind": "bench", "point": point,
+                                  "key": sp.key(point), "seed": seed, "status": status,
+                                  "val_bpb": val if status == "succeeded" else None,
+                                  "spec": spec}) + "\n")
+            done.add(rid)
+            n += 1
+    return n
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--summary":
         print(summary(sys.argv[2]))
+        return
+    if "--from-bench" in sys.argv:
+        ap = argparse.ArgumentParser(description="landscape lines from make bench-search nights")
+        ap.add_argument("--from-bench", required=True, metavar="NIGHTSHIFT_DB",
+                        help="a kept bench state's nightshift.db")
+        ap.add_argument("--name", required=True,
+                        help="the nights' name in the runs' ids (bench-NAME-ID)")
+        ap.add_argument("--out", required=True)
+        ap.add_argument("--space", default=spacemod.SPACE)
+        ap.add_argument("--base", default=spacemod.BASELINE)
+        ap.add_argument("--tokens", type=int, default=65536)
+        ap.add_argument("--eval-tokens", type=int, default=16384)
+        ap.add_argument("--corpus-name", default="brown")
+        a = ap.parse_args()
+        n = from_bench(a.from_bench, a.name, a.out, spacemod.load(a.space, a.base), a.tokens,
+                       a.eval_tokens, a.corpus_name)
+        with open(a.out + ".meta.jsonl", "a") as f:  # the space the surrogate encodes it by
+            f.write(json.dumps({"landscape": True, "space": os.path.relpath(a.space, ROOT),
+                                "from_bench": a.name, "runs": n, "tokens": a.tokens,
+                                "eval_tokens": a.eval_tokens, "added": datetime.datetime.now(
+                                    datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+                    + "\n")
+        log(f"landscape: {n} runs of bench nights appended to {a.out}")
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "nightshift"))

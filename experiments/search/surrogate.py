@@ -5,7 +5,7 @@ seed noise, or as a failure.
 
     /usr/bin/python3 experiments/search/surrogate.py --landscape FILE.jsonl
         [--landscape FILE2.jsonl] [--space FILE] [--model extratrees|forest|gp]
-        [--out FILE.json]
+        [--out FILE.json] [--nights OUT/search.json ...]
 
 The features of a spec are the space's encoding (space.encode_spec: unit
 coordinates, one-hot choices, inactive axes at -1; the union of the axes of
@@ -44,7 +44,10 @@ The held-out check: the points are split 80/20 (seeded); the model fitted
 on 80% ranks the other 20% against their measured means (Spearman), and
 counts how many of the real top 10 of the held-out points it puts in its
 own top 10; the same over all points out of fold (5-fold), and beside it the
-ceiling the noise allows (seed 1 against seed 2 of every point).
+ceiling the noise allows (seed 1 against seed 2 of every point). --nights
+adds the check that matters most for ranking searches: the answers real
+`make bench-search` nights found, re-measured on fresh seeds, against what
+the surrogate says of the same specs.
 """
 import argparse
 import hashlib
@@ -368,6 +371,30 @@ def landscape_space_path(path):
     return sp_path
 
 
+def check_nights(sur, paths):
+    """The surrogate against the answers real nights re-measured: every
+    night of make bench-search's search.json files with its answer's whole
+    spec (answer_spec) and its score (the answer's mean over fresh seeds).
+    Returns the rows and the summary; None without such a night."""
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        for n in doc["nights"]:
+            if n.get("answer_spec") and n.get("score") is not None:
+                rows.append({"strategy": n["strategy"], "k": n["k"], "runs": doc["args"]["runs"],
+                             "real": n["score"], "surrogate": sur.means([n["answer_spec"]])[0]})
+    if len(rows) < 2:
+        return None
+    d = [r["surrogate"] - r["real"] for r in rows]
+    m = sum(d) / len(d)
+    se = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d))
+    return rows, {"nights": len(rows), "bias": m, "bias_se": se,
+                  "spearman": spearman([r["real"] for r in rows], [r["surrogate"] for r in rows]),
+                  "below_landscape": sum(r["real"] < sur.y_min for r in rows),
+                  "landscape_lowest": sur.y_min}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--landscape", action="append", required=True, help="a landscape JSONL (repeatable)")
@@ -377,6 +404,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", choices=MODELS, default="extratrees")
     ap.add_argument("--out", help="write the check as JSON here")
+    ap.add_argument("--nights", action="append", default=[], metavar="SEARCH_JSON",
+                    help="make bench-search's search.json (repeatable): the surrogate fitted on "
+                    "every point against the answers those real nights re-measured")
     a = ap.parse_args()
     # the space searched first (its definitions of shared axes encode them):
     # --space, else the last landscape's
@@ -403,6 +433,22 @@ def main():
             r = check(space, pts, a.seed, model=m)
             others.append(f"{m}: Spearman {r['spearman_oof']:.3f}, top 10 {r['top10_oof']}")
     txt += "the other models, 5-fold out of fold: " + "; ".join(others) + "\n"
+    if a.nights:
+        got = check_nights(FittedSurrogate(space, pts, model=a.model, seed=a.seed), a.nights)
+        if got is None:
+            txt += "real nights: none with its answer's spec and score in " + \
+                ", ".join(a.nights) + "\n"
+        else:
+            rows, sm = got
+            res["real_nights"] = sm
+            txt += (f"real nights' answers ({sm['nights']}; their mean over fresh seeds against the "
+                    f"surrogate's mean of the same spec): Spearman {sm['spearman']:.3f}, surrogate "
+                    f"minus real {sm['bias']:+.4f} ± {sm['bias_se']:.4f}; {sm['below_landscape']} "
+                    f"lie below the landscape's lowest point mean {sm['landscape_lowest']:.4f}, "
+                    f"where the trees cannot answer\n")
+            for r in sorted(rows, key=lambda r: r["real"]):
+                txt += (f"  {r['strategy']} k={r['k']} ({r['runs']:g} runs): real "
+                        f"{r['real']:.4f}, surrogate {r['surrogate']:.4f}\n")
     print(txt, end="")
     if a.out:
         with open(a.out, "w") as f:
