@@ -319,6 +319,7 @@ def test_bench_merge(work):
             docs[s].append({"strategy": s, "k": k, "score": score, "best_read": score - 0.01,
                             "runs": 4, "fre": 4.0, "failed": 0, "pruned": 0, "cut": 0,
                             "duplicates": 0, "refused": 0, "curve": curve,
+                            "remeasured": [score - 0.01, score, score + 0.01],
                             "baseline": [3.7 + 0.01 * k] if s == "agent-tpe" else []})
     paths = []
     for s, nights in docs.items():
@@ -336,9 +337,16 @@ def test_bench_merge(work):
     se = (sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) ** 0.5
     check(f"random {m:+.4f} ± {se:.4f} ({m / se:+.1f} SE, K = 5)" in r.stdout,
           f"the paired difference {m:+.4f} ± {se:.4f} is not in:\n{r.stdout}")
+    # the baseline's se from the seed noise (sd 0.01 within the re-measured
+    # seeds), 5 distinct baseline results; the default's from its spread
     base = [3.7 + 0.01 * k for k in range(1, 6)]
-    check(f"over 5 runs; the default's re-measured best "
-          f"{sum(x['score'] for x in docs['agent-tpe']) / 5 - sum(base) / 5:+.4f}" in r.stdout,
+    mine = [x["score"] for x in docs["agent-tpe"]]
+    dm = sum(mine) / 5 - sum(base) / 5
+    sd = (sum((x - sum(mine) / 5) ** 2 for x in mine) / 4) ** 0.5
+    se = (0.01 ** 2 / 5 + sd ** 2 / 5) ** 0.5
+    check(f"(5 runs, 5 distinct results); the default's re-measured best {dm:+.4f} from it "
+          f"({dm / se:+.1f} standard errors of the difference, the baseline's from the seed "
+          f"noise sd 0.0100 of the re-measured answers over 10 df)" in r.stdout,
           f"the baseline line is wrong:\n{r.stdout}")
     # at 100% every night's best as read is 3.35 + 0.01 k: median 3.380, quartiles 3.370, 3.390
     check("/ 3.380 [3.370, 3.390] |" in r.stdout, f"the anytime quartiles:\n{r.stdout}")

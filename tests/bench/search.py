@@ -631,15 +631,26 @@ def summarize(args, nights, strategies):
     # the default's answer against the baseline it started from
     base = [v for n in nights if n["strategy"] == "agent-tpe" for v in n.get("baseline", [])
             if v is not None]
-    if mine and len(base) >= 2 and len(mine) >= 2:
-        bm, bsd = statistics.mean(base), statistics.stdev(base)
-        dm, dsd = statistics.mean(mine.values()), statistics.stdev(mine.values())
-        se = math.sqrt(bsd ** 2 / len(base) + dsd ** 2 / len(mine))
+    if mine and base and len(mine) >= 2:
+        # The nights run the baseline on the daemon's default seed, so its runs
+        # are often one run repeated bit for bit: its uncertainty is then the
+        # seed noise, pooled over the seeds each answer was re-measured on.
+        seeds = len(set(base))
+        groups = [[v for v in n["remeasured"] if v is not None] for n in nights
+                  if n["strategy"] == "agent-tpe"]
+        ss = sum(sum((v - statistics.mean(g)) ** 2 for v in g) for g in groups if len(g) > 1)
+        df = sum(len(g) - 1 for g in groups if len(g) > 1)
+        noise = math.sqrt(ss / df) if df else float("nan")
+        bm, dm, dsd = statistics.mean(base), statistics.mean(mine.values()), \
+            statistics.stdev(mine.values())
+        se = math.sqrt(noise ** 2 / seeds + dsd ** 2 / len(mine))
         out.append("")
-        out.append(f"The baseline, as agent-tpe's nights ran it: {bm:.4f} ± {bsd:.4f} over "
-                   f"{len(base)} runs; the default's re-measured best {dm - bm:+.4f} from it" +
-                   (f" ({(dm - bm) / se:+.1f} standard errors of the difference)." if se > 0
-                    else "."))
+        out.append(f"The baseline, as agent-tpe's nights ran it: {bm:.4f} ({len(base)} runs, "
+                   f"{seeds} distinct result{'s' if seeds > 1 else ''}); the default's re-measured "
+                   f"best {dm - bm:+.4f} from it" +
+                   (f" ({(dm - bm) / se:+.1f} standard errors of the difference, the baseline's "
+                    f"from the seed noise sd {noise:.4f} of the re-measured answers over {df} df)."
+                    if se > 0 else "."))
     return "\n".join(out) + "\n"
 
 
