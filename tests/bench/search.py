@@ -378,52 +378,54 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
         time.sleep(0.3)
         b = dict(base, name="baseline", tags=["baseline", "agent"], prune=False)
         api.call("POST", f"/v1/experiments?repeats={seeds}", b)
-    cache = {}
-    stopped = False
-    done_polls = 0
-    while True:
-        exps = api.experiments(dataset)
-        spent = committed = 0
-        n_done = 0
-        for e in exps:
-            if e["status"] == "queued":
-                continue
-            used, b, d, will = exp_tokens(api, e, cache)
-            if e["status"] == "running":
-                committed += will
-            else:
-                spent += used
-                n_done += 1
-        active = any(e["status"] in ACTIVE for e in exps)
-        label = (f"{strategy} k={k}: run {n_done} done, {spent / args.tokens:.1f}/{args.runs}"
-                 f" full-run equivalents")
-        prog.show(min((spent + committed) / budget, 1.0), label)
-        # A bridge keeps the budget itself (--max-tokens, the same rule) and
-        # exits when its last run ends; an agent is stopped here.
-        over = spent + committed >= budget and driver == "agent"
-        # An agent that made its last proposal ends the night when those end
-        # (a failed run, or a proposal the daemon refused as a duplicate,
-        # leaves budget it will not spend).
-        # Twice in a row: the daemon queues the last proposal just after the
-        # agent saved its state.
-        done = (driver == "agent" and max_proposals is not None and not active
-                and agent_proposals(agent_state) >= max_proposals)
-        done_polls = done_polls + 1 if done else 0
-        over = over or done_polls >= 2
-        if not stopped and (over or proc.poll() is not None or time.time() - t0 > NIGHT_LIMIT_S):
-            stopped = True
-            stop_proc(proc)
-            cancel_active(api, dataset)
-        if stopped and not active:
-            break
-        if stopped:  # what was queued since (an agent's reply, an ASHA promotion)
+    try:
+        cache = {}
+        stopped = False
+        done_polls = 0
+        while True:
+            exps = api.experiments(dataset)
+            spent = committed = 0
+            n_done = 0
             for e in exps:
                 if e["status"] == "queued":
-                    api.call("POST", f"/v1/experiments/{e['id']}/cancel")
-        if stopped and time.time() - t0 > NIGHT_LIMIT_S + 600:
-            wait_idle(api, dataset, 1)
-        time.sleep(0.5)
-    stop_proc(proc)
+                    continue
+                used, b, d, will = exp_tokens(api, e, cache)
+                if e["status"] == "running":
+                    committed += will
+                else:
+                    spent += used
+                    n_done += 1
+            active = any(e["status"] in ACTIVE for e in exps)
+            label = (f"{strategy} k={k}: run {n_done} done, {spent / args.tokens:.1f}/{args.runs}"
+                     f" full-run equivalents")
+            prog.show(min((spent + committed) / budget, 1.0), label)
+            # A bridge keeps the budget itself (--max-tokens, the same rule) and
+            # exits when its last run ends; an agent is stopped here.
+            over = spent + committed >= budget and driver == "agent"
+            # An agent that made its last proposal ends the night when those end
+            # (a failed run, or a proposal the daemon refused as a duplicate,
+            # leaves budget it will not spend).
+            # Twice in a row: the daemon queues the last proposal just after the
+            # agent saved its state.
+            done = (driver == "agent" and max_proposals is not None and not active
+                    and agent_proposals(agent_state) >= max_proposals)
+            done_polls = done_polls + 1 if done else 0
+            over = over or done_polls >= 2
+            if not stopped and (over or proc.poll() is not None or time.time() - t0 > NIGHT_LIMIT_S):
+                stopped = True
+                stop_proc(proc)
+                cancel_active(api, dataset)
+            if stopped and not active:
+                break
+            if stopped:  # what was queued since (an agent's reply, an ASHA promotion)
+                for e in exps:
+                    if e["status"] == "queued":
+                        api.call("POST", f"/v1/experiments/{e['id']}/cancel")
+            if stopped and time.time() - t0 > NIGHT_LIMIT_S + 600:
+                wait_idle(api, dataset, 1)
+            time.sleep(0.5)
+    finally:
+        stop_proc(proc)  # an interrupted benchmark leaves no strategy running
     nlog.close()
     # What the night did, from the daemon.
     exps = api.experiments(dataset)
