@@ -411,7 +411,8 @@ def run_night(args, daemons, corpus, strategy, k, prog, work):
                     and agent_proposals(agent_state) >= max_proposals)
             done_polls = done_polls + 1 if done else 0
             over = over or done_polls >= 2
-            if not stopped and (over or proc.poll() is not None or time.time() - t0 > NIGHT_LIMIT_S):
+            if not stopped and (over or proc.poll() is not None
+                                or time.time() - t0 > NIGHT_LIMIT_S):
                 stopped = True
                 stop_proc(proc)
                 cancel_active(api, dataset)
@@ -612,8 +613,10 @@ def summarize(args, nights, strategies):
     # make run's default against every other strategy, paired by search seed
     # (every strategy of seed k draws with seed k and re-measures on the same
     # fresh seeds)
-    score = lambda s: {n["k"]: n["score"] for n in nights
-                       if n["strategy"] == s and n["score"] is not None}
+    def score(strategy):
+        return {n["k"]: n["score"] for n in nights
+                if n["strategy"] == strategy and n["score"] is not None}
+
     mine = score("agent-tpe")
     parts = []
     for s in strategies:
