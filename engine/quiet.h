@@ -34,6 +34,12 @@
 #define QUIET_FROM_BENCH "bench"           /* this run's own bench, quiet, now cached */
 #define QUIET_FROM_STEPS "own quiet steps" /* the bench was not quiet: the run's quiet steps */
 #define QUIET_FROM_SHARE "cpu share"       /* neither: the threads' CPU share alone */
+/* The run was SHARE_SLOWED or more below its reference while its own
+ * counters showed a quiet machine (quiet_is over the whole run): no neighbour
+ * took anything, so the gap is the reference's (a host whose speed drifts, a
+ * shape the bench misjudges) and the run's own throughput is its quiet
+ * reference (slowdown 1, no cost). */
+#define QUIET_FROM_RUN "quiet run"
 
 /* The cache key of s's shape on this machine: what sets a step's speed (the
  * model, the micro-batch, the tokens per step, Newton-Schulz's steps and the

@@ -501,8 +501,9 @@ static void slowed(doc_t *d, const cJSON *r) {
     if (!(num(r, "slowed_total") > 0)) return;
     heading(d, 2, "Slowed by the machine");
     para(d);
-    say(d, "These runs trained well under this machine's quiet speed for their shape (other "
-           "processes on their CPUs, or steal); a time budget's ranking of them follows the "
+    say(d, "These runs trained well under this machine's quiet speed for their shape while "
+           "their counters showed neighbours (other processes on their CPUs or elsewhere on the "
+           "machine, or steal); a time budget's ranking of them follows the "
            "neighbours as much as the configuration. The cost is the val_bpb their own loss "
            "curve says the lost tokens were worth:");
     para_end(d);
