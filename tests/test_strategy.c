@@ -457,9 +457,10 @@ Test(strategy, adopts_only_past_two_standard_errors) {
 }
 
 /* The guard against slowed runs: an adoption on a gain no larger than the
- * difference of the two sides' slowdown costs becomes a re-run while seeds
- * are left, and so does a discard whose shortfall the candidate's own larger
- * cost covers; other verdicts, and margins past it, stand. */
+ * difference of the two sides' slowdown costs becomes a re-run of a
+ * one-seed candidate, and so does a discard whose shortfall the candidate's
+ * own larger cost covers; other verdicts, margins past it, and candidates
+ * re-run once already stand. */
 Test(strategy, guard_slowed_reruns_an_adoption_the_slowdown_explains) {
     static const struct {
         strategy_verdict in;
@@ -474,11 +475,13 @@ Test(strategy, guard_slowed_reruns_an_adoption_the_slowdown_explains) {
         {STRATEGY_ADOPT, 0.05, 0.08, 0.07, 1, STRATEGY_ADOPT, 0.01}, /* both, alike */
         {STRATEGY_ADOPT, 0.09, 0, 0.08, 1, STRATEGY_ADOPT, 0.08},    /* past what it explains */
         {STRATEGY_ADOPT, 0.05, 0, 0.08, 4, STRATEGY_ADOPT, 0.08},    /* no seeds left */
+        {STRATEGY_ADOPT, 0.05, 0, 0.08, 2, STRATEGY_ADOPT, 0.08},    /* re-run once already */
         {STRATEGY_RERUN, 0.05, 0, 0.08, 1, STRATEGY_RERUN, 0.08},
         {STRATEGY_DISCARD, -0.01, 0, 0.08, 1, STRATEGY_RERUN, 0.08},   /* its slowdown explains */
         {STRATEGY_DISCARD, -0.10, 0, 0.08, 1, STRATEGY_DISCARD, 0.08}, /* past what it explains */
         {STRATEGY_DISCARD, -0.01, 0.08, 0, 1, STRATEGY_DISCARD, 0.08}, /* the best was slowed */
         {STRATEGY_DISCARD, -0.01, 0, 0.08, 4, STRATEGY_DISCARD, 0.08}, /* no seeds left */
+        {STRATEGY_DISCARD, -0.01, 0, 0.08, 2, STRATEGY_DISCARD, 0.08}, /* re-run once already */
         {STRATEGY_DISCARD, -0.01, 0, 0, 1, STRATEGY_DISCARD, 0},       /* nobody slowed */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -537,7 +540,8 @@ Test(strategy, a_slowed_variant_is_rerun_not_adopted) {
 
 /* Under tpe too: a variant 0.05 behind the best whose own run was slowed by
  * 0.2 val_bpb is not discarded but re-run at once (its slowdown explains the
- * shortfall); one slowed by 0.02 is discarded. */
+ * shortfall); one slowed by 0.02 is discarded. A re-run slowed alike settles
+ * it: the variant is discarded, not re-run again. */
 Test(strategy, a_slowed_variant_behind_the_best_is_rerun_not_discarded) {
     for (int k = 0; k < 2; k++) {
         log_t l = {0};
@@ -560,6 +564,22 @@ Test(strategy, a_slowed_variant_behind_the_best_is_rerun_not_discarded) {
                                  "the 0.2000 val_bpb"),
                       "%s", l.text);
             cr_expect_eq(reruns, 1, "the slowed variant is not re-run: %s", l.text);
+            cJSON *again = NULL;
+            cJSON_ArrayForEach(sp, reply) if (tu_jnum(cJSON_GetObjectItem(sp, "model"), "n_embd") ==
+                                              192) again = cJSON_Duplicate(sp, 1);
+            cr_assert(again);
+            ev = finished(3, "succeeded", again, 2.55, 0);
+            cJSON_AddNumberToObject(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "experiment"), "result"),
+                "slowdown_cost_bpb", 0.2);
+            cJSON *second = decide(s, ev);
+            int more = 0;
+            cJSON_ArrayForEach(sp, second) more +=
+                tu_jnum(cJSON_GetObjectItem(sp, "model"), "n_embd") == 192;
+            cr_expect_eq(more, 0, "re-run again after a re-run slowed alike: %s", l.text);
+            cr_expect(logged(&l, "discarding #3: val_bpb 2.5500 (mean 2.5500 over 2)"), "%s",
+                      l.text);
+            cJSON_Delete(second);
         } else {
             cr_expect(logged(&l, "discarding #2"), "%s", l.text);
             cr_expect(!logged(&l, "not discarding"), "%s", l.text);

@@ -1066,7 +1066,7 @@ strategy_verdict strategy_guard_slowed(strategy_verdict verdict, double gain, do
                                        double cand_cost, int cand_n, int max_seeds,
                                        double *explained) {
     *explained = fabs(best_cost - cand_cost);
-    if (cand_n >= max_seeds || !(*explained > 0)) return verdict;
+    if (cand_n >= 2 || cand_n >= max_seeds || !(*explained > 0)) return verdict;
     if (verdict == STRATEGY_ADOPT && gain <= *explained) return STRATEGY_RERUN;
     if (verdict == STRATEGY_DISCARD && cand_cost > best_cost && -gain < *explained)
         return STRATEGY_RERUN;

@@ -319,9 +319,13 @@ strategy_verdict strategy_compare(const strategy_compare_t *c, double *threshold
  * slowdown_cost_bpb), so a gain of at most the difference the two
  * configurations' mean costs make (*explained, |best_cost - cand_cost|) may
  * be the machine's. Returns verdict, except RERUN while the candidate has
- * fewer than max_seeds seeds for an ADOPT on such a gain, and for a DISCARD
- * whose shortfall (-gain) the candidate's own larger cost covers: a
- * configuration a neighbour slowed is not thrown away on that run. */
+ * one seed (and max_seeds allows a second) for an ADOPT on such a gain, and
+ * for a DISCARD whose shortfall (-gain) the candidate's own larger cost
+ * covers: a configuration a neighbour slowed is not thrown away on that run.
+ * A slowdown buys one re-run, not more: a second seed slowed alike says the
+ * gap is the configuration's or the machine's for good, and further seeds
+ * of it would only repeat that (a one-hour night re-ran one configuration
+ * three times in eleven runs for a slowdown every run of it showed). */
 strategy_verdict strategy_guard_slowed(strategy_verdict verdict, double gain, double best_cost,
                                        double cand_cost, int cand_n, int max_seeds,
                                        double *explained);
