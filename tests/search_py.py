@@ -322,8 +322,12 @@ def test_bench_merge(work):
                             "remeasured": [score - 0.01, score, score + 0.01],
                             "baseline": [3.7 + 0.01 * k] if s == "agent-tpe" else []})
     paths = []
-    for s, nights in docs.items():
-        path = os.path.join(work, f"merge-{s}.json")
+    # the default's nights as a benchmark stopped after k = 2 and resumed
+    # with --k-from 3 leaves them: two files
+    parts = [("agent-tpe-1", docs["agent-tpe"][:2]), ("agent-tpe-3", docs["agent-tpe"][2:]),
+             ("random", docs["random"])]
+    for name, nights in parts:
+        path = os.path.join(work, f"merge-{name}.json")
         with open(path, "w") as f:
             json.dump({"args": args, "nights": nights}, f)
         paths.append(path)
@@ -332,6 +336,12 @@ def test_bench_merge(work):
                         "--merge"] + paths + ["--out", out], capture_output=True, text=True,
                        timeout=60)
     check(r.returncode == 0, f"search.py --merge: exit {r.returncode}: {r.stderr}")
+    check("## make bench-search: 10 nights, K = 5," in r.stdout, f"the header:\n{r.stdout}")
+    resumed = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "search.py"),
+                              "--merge", paths[1], "--out", out + "-resumed"],
+                             capture_output=True, text=True, timeout=60)
+    check("## make bench-search: 3 nights, K = 3," in resumed.stdout,
+          f"the resumed part's header (seeds 3-5):\n{resumed.stdout}{resumed.stderr}")
     d = [a["score"] - b["score"] for a, b in zip(docs["agent-tpe"], docs["random"])]
     m = sum(d) / len(d)
     se = (sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) ** 0.5

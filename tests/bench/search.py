@@ -88,7 +88,7 @@ Output: the Markdown table on stdout and in OUT/search.md, the per-night
 data in OUT/search.json, the plot in OUT/search.png (matplotlib; an SVG
 written by hand when matplotlib is missing). --merge runs nothing: it prints
 the table of the nights in several search.json files of the same night size
-(strategies or lengths run apart, a stopped run resumed with other seeds).
+(strategies run apart, a stopped run resumed with --k-from and other seeds).
 """
 import argparse
 import json
@@ -740,6 +740,9 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="prove the harness in a few minutes: K=1, 6 runs of 16,384 tokens a night")
     ap.add_argument("--k", type=int, help="search seeds per strategy (default 5; --quick 1)")
+    ap.add_argument("--k-from", type=int, default=1,
+                    help="the first search seed (1): a stopped benchmark goes on with "
+                    "--k-from N and its nights join the first ones' with --merge")
     ap.add_argument("--strategies", default=DEFAULT_STRATEGIES,
                     help=f"comma-separated, from {', '.join(STRATEGIES)} (default %(default)s)")
     ap.add_argument("--runs", type=float, help="full-run equivalents a night (default 8; --quick 6)")
@@ -766,6 +769,8 @@ def main():
     # SIGTERM (make interrupted, a timeout) cleans up like Ctrl-C: the daemons stop.
     signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
     q = args.quick
+    if args.k_from < 1:
+        ap.error("--k-from must be 1 or more")
     args.k = args.k or (1 if q else 5)
     args.runs = args.runs or (6 if q else 8)
     args.tokens = args.tokens or (16384 if q else 65536)
@@ -797,7 +802,7 @@ def main():
         # Interleaved: seed 1 of every strategy, then seed 2, ... so a stopped
         # benchmark has every strategy at the same K and a drifting machine
         # load spreads over all of them.
-        for k in range(1, args.k + 1):
+        for k in range(args.k_from, args.k_from + args.k):
             for s in strategies:
                 night = run_night(args, daemons, corpus, s, k, prog, work)
                 nights.append(night)
@@ -841,7 +846,7 @@ def merge(args):
                 strategies.append(n["strategy"])
     for x, v in first.items():
         setattr(args, x, v)
-    args.k = max(n["k"] for n in nights)
+    args.k = len({n["k"] for n in nights})
     os.makedirs(args.out, exist_ok=True)
     table = summarize(args, nights, strategies)
     img = plot(args, nights, strategies, os.path.join(args.out, "search.png"))
