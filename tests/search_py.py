@@ -172,14 +172,15 @@ def test_refusal_mirror(binary, work):
     print(f"refusal mirror: {agree}/40 agree with nightshift cost, {refused} refused")
 
 
-def replay_nights(binary, work, strategies, seed, tag):
+def replay_nights(binary, work, strategies, seed, tag, extra=()):
     space_path = os.path.join(work, "tiny-space.json")
     with open(space_path, "w") as f:
         json.dump(TINY, f)
     out = os.path.join(work, f"replay-{tag}")
     nights = replay.main(["--stand-in", "--space", space_path, "--bin", binary,
                           "--lengths", "8,12", "--k", "2", "--seed", str(seed),
-                          "--strategies", strategies, "--long-search", "300", "--out", out])
+                          "--strategies", strategies, "--long-search", "300", "--out", out]
+                         + list(extra))
     for n in nights:
         n.pop("seconds", None)
     return nights
@@ -199,6 +200,7 @@ def test_replay(binary, work):
         a = replay_nights(binary, work, strategies, 1, "a")
         b = replay_nights(binary, work, strategies, 1, "b")
         c = replay_nights(binary, work, strategies, 2, "c")
+        quiet = replay_nights(binary, work, "agent-tpe", 1, "quiet", ["--noise-sd", "0"])
     check(len(a) == len(strategies.split(",")) * 2 * 2, f"{len(a)} nights")
     check(a == b, "the same seed gives the same replay")
     check(a != c, "another seed gives another replay")
@@ -206,6 +208,11 @@ def test_replay(binary, work):
         check(n["started"] == n["runs"], f"{n['strategy']} k={n['k']}: {n['started']} of "
               f"{n['runs']} runs started")
         check(n["true"] is not None and n["true"] >= 3, f"an answer with a true mean: {n}")
+    # without seed noise an answer reads what it is; with it, some answer does not
+    check(all(n["read"] is not None and abs(n["read"] - n["true"]) < 1e-9 for n in quiet),
+          f"--noise-sd 0: answers read other than their true means: {quiet}")
+    check(any(n["read"] is not None and abs(n["read"] - n["true"]) > 1e-6 for n in a),
+          "with the default noise every answer read its true mean")
     # the agent's answer is the daemon's best: a configuration it ran, its mean as read
     md = open(os.path.join(work, "replay-a", "replay.md")).read()
     check("## Nights of 8 runs" in md and "## Nights of 12 runs" in md, "a table per length")

@@ -668,6 +668,9 @@ def main(argv=None):
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=65536)
     ap.add_argument("--eval-tokens", type=int, default=16384)
+    ap.add_argument("--noise-sd", type=float,
+                    help="the seed noise sd every simulated run draws (default the landscape's "
+                    "pairs: their better half)")
     ap.add_argument("--long-search", type=int, default=20000)
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "replay"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (agent logs)")
@@ -709,6 +712,11 @@ def main(argv=None):
                 f"{sur.noise_sd:.4f} (better half; {sur.noise_all:.4f} over all pairs), "
                 f"{sur.n_failed} failed runs. Space searched: {os.path.relpath(args.space_path, ROOT)}; "
                 f"{args.slots} slots.")
+    if args.noise_sd is not None:
+        if not args.noise_sd >= 0:
+            ap.error("--noise-sd must be 0 or more")
+        meta += f" Seed noise set to sd {args.noise_sd:.4f} (--noise-sd)."
+        sur.noise_sd = args.noise_sd
     args.agent_space, args.agent_base, agent_note = args.space_path, base_path, ""
     if any(s.startswith("agent-") for s in strategies):
         args.agent_space, args.agent_base, agent_note = agent_inputs(args, space, base,
