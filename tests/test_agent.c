@@ -482,6 +482,11 @@ Test(agent, until_the_night_ends) {
     cJSON *st = tu_get_json(&A, "/");
     cr_expect(tu_jstr(st, "until") && strlen(tu_jstr(st, "until")) >= 19, "no until");
     cr_expect_gt(tu_jnum(st, "runs_left"), 1000, "three ends 50 ms apart, three hours left");
+    /* the lowest mean the agent has seen, beside its best */
+    const cJSON *low = cJSON_GetObjectItem(st, "lowest");
+    cr_expect(cJSON_IsObject(low) && tu_jnum(low, "mean_val_bpb") >= 2.47 - 1e-9 &&
+                  tu_jnum(low, "mean_val_bpb") <= 2.49 + 1e-9 && tu_jnum(low, "seeds") >= 1,
+              "lowest: mean %g over %g seeds", tu_jnum(low, "mean_val_bpb"), tu_jnum(low, "seeds"));
     cJSON_Delete(st);
     /* and `agent status` says so */
     tu_run_bin(&r, 10, "agent", "status", "--url", A.url, NULL);

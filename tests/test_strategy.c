@@ -538,6 +538,52 @@ Test(strategy, a_slowed_variant_is_rerun_not_adopted) {
     }
 }
 
+/* Under tpe on a first night (no noise measured, no floor): a variant far
+ * below the baseline is not adopted, so the best stays the baseline while
+ * the lowest mean, what the morning's answer would be, is the variant's;
+ * before any result there is no lowest mean. */
+Test(strategy, the_lowest_mean_is_not_the_best_before_the_noise_is_known) {
+    log_t l = {0};
+    strategy_opts_t o;
+    spec_t base, p, v2, v3;
+    char err[256];
+    strategy_opts_default(&o);
+    o.space = space();
+    o.seed = 7;
+    o.kind = STRATEGY_TPE;
+    o.log = log_cb;
+    o.log_user = &l;
+    load_example("baseline.json", &base);
+    strategy_t *s = strategy_new(&base, &o, err, sizeof err);
+    cr_assert_not_null(s, "%s", err);
+    int64_t id;
+    double v;
+    int seeds;
+    cr_expect_eq(strategy_lowest(s, &id, &v, &seeds), 0, "nothing has run");
+    only_proposal(decide(s, queue_empty()), &p); /* the baseline, one seed */
+    spec_free(&p);
+    cJSON_Delete(decide(s, finished(1, "succeeded", spec_json(&base), 2.5, 0)));
+    spec_copy(&v2, &base);
+    v2.model.n_embd = 192;
+    spec_copy(&v3, &base);
+    v3.model.n_embd = 256;
+    cr_assert_eq(spec_validate(&v2, NULL, 0), 0);
+    cr_assert_eq(spec_validate(&v3, NULL, 0), 0);
+    cJSON_Delete(decide(s, finished(2, "succeeded", spec_json(&v2), 2.3, 0)));
+    cJSON_Delete(decide(s, finished(3, "succeeded", spec_json(&v3), 2.4, 0)));
+    cr_assert(strategy_best(s, &id, &v, NULL));
+    cr_expect_eq(id, 1, "adopted without a unit: %s", l.text);
+    cr_assert(strategy_lowest(s, &id, &v, &seeds));
+    cr_expect_eq(id, 2);
+    cr_expect_float_eq(v, 2.3, 1e-12);
+    cr_expect_eq(seeds, 1);
+    spec_free(&v3);
+    spec_free(&v2);
+    spec_free(&base);
+    strategy_free(s);
+    free(l.text);
+}
+
 /* Under tpe too: a variant 0.05 behind the best whose own run was slowed by
  * 0.2 val_bpb is not discarded but re-run at once (its slowdown explains the
  * shortfall); one slowed by 0.02 is discarded. A re-run slowed alike settles

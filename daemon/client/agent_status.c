@@ -53,6 +53,13 @@ int agent_status_main(int argc, char **argv) {
                jnum(best, "val_bpb", 0));
     else
         printf("  best:          none yet\n");
+    /* the lowest mean, when the noise has not yet let it be the best */
+    const cJSON *low = jget(st, "lowest");
+    if (cJSON_IsObject(low) && (!cJSON_IsObject(best) || jnum(low, "id", 0) != jnum(best, "id", 0)))
+        printf("  lowest mean:   exp %" PRId64 ", val_bpb %.4f over %" PRId64
+               " seed%s (not adopted: its gain over the best has not passed the noise)\n",
+               (int64_t)jnum(low, "id", 0), jnum(low, "mean_val_bpb", 0),
+               (int64_t)jnum(low, "seeds", 0), jnum(low, "seeds", 0) == 1 ? "" : "s");
     const cJSON *plan = jget(st, "plan");
     if (cJSON_IsObject(plan)) {
         /* the night sized to its length: what it spends on noise, startup, confirmation */

@@ -199,6 +199,16 @@ static void status_reply(agent_t *a, http_response_t *res) {
     } else {
         cJSON_AddNullToObject(o, "best");
     }
+    int seeds = 0;
+    cJSON *lowest;
+    if (strategy_lowest(a->strategy, &id, &v, &seeds) &&
+        (lowest = cJSON_AddObjectToObject(o, "lowest"))) {
+        cJSON_AddNumberToObject(lowest, "id", (double)id);
+        cJSON_AddNumberToObject(lowest, "mean_val_bpb", v);
+        cJSON_AddNumberToObject(lowest, "seeds", seeds);
+    } else {
+        cJSON_AddNullToObject(o, "lowest");
+    }
     if (a->until) {
         char when[32];
         struct tm t;

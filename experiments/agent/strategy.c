@@ -1449,6 +1449,19 @@ int strategy_best(const strategy_t *s, int64_t *id, double *val_bpb, const spec_
     return 1;
 }
 
+int strategy_lowest(const strategy_t *s, int64_t *id, double *mean, int *seeds) {
+    const config_t *low = NULL;
+    for (size_t i = 0; i < s->n_configs; i++) {
+        const config_t *c = &s->configs[i];
+        if (c->n > 0 && (!low || c->mean < low->mean)) low = c;
+    }
+    if (!low) return 0;
+    *id = low->first_id;
+    *mean = low->mean;
+    *seeds = low->n;
+    return 1;
+}
+
 int strategy_n_pending(const strategy_t *s) {
     int n = 0;
     for (size_t i = 0; i < s->n_configs; i++) n += s->configs[i].outstanding;

@@ -358,6 +358,15 @@ int strategy_has_seen(const strategy_t *s, const spec_t *sp);
  * spec stays owned by the strategy), or 0 when nothing has been adopted. */
 int strategy_best(const strategy_t *s, int64_t *id, double *val_bpb, const spec_t **spec);
 
+/* The configuration with the lowest mean val_bpb over its succeeded seeds,
+ * as the agent has seen them (what the daemon's GET /v1/best answers, unless
+ * the daemon ran more than the agent saw): returns 1 and fills *id (its first
+ * succeeded run), *mean and *seeds, or 0 when nothing has succeeded. It is
+ * not the best until its gain passes the noise (strategy_best): on a first
+ * night the noise is unknown until a configuration has two seeds, and the
+ * best stays the baseline while this is already far below it. */
+int strategy_lowest(const strategy_t *s, int64_t *id, double *mean, int *seeds);
+
 int strategy_n_pending(const strategy_t *s);   /* re-runs proposed and not yet judged */
 int strategy_n_proposals(const strategy_t *s); /* specs proposed so far */
 
