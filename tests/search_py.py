@@ -250,7 +250,8 @@ def test_forest():
 def test_bench_landscape(work):
     """Real bench nights as landscape lines (landscape.py --from-bench): runs
     at the full budget only, one configuration re-measured on other seeds is
-    one point, a second pass adds nothing; and the surrogate's check against
+    one point, a second pass adds nothing, nor does a configuration's seed run
+    again; and the surrogate's check against
     the nights' answers (surrogate.check_nights) against arithmetic here."""
     import sqlite3
     import landscape as landmod
@@ -267,7 +268,8 @@ def test_bench_landscape(work):
     b = sp.apply({"train.matrix_lr": 0.08, "model.depth": 5})
     rows = [(1, a, 42, "succeeded", 65536, 3.5), (2, b, 42, "succeeded", 65536, 3.4),
             (3, a, 1000, "succeeded", 65536, 3.52), (4, b, 1001, "cancelled", 65536, None),
-            (5, b, 42, "succeeded", 7282, 4.1), (6, b, 1002, "diverged", 65536, None)]
+            (5, b, 42, "succeeded", 7282, 4.1), (6, b, 1002, "diverged", 65536, None),
+            (7, a, 42, "succeeded", 65536, 3.5)]  # run 1 again: the same run, not a seed
     for eid, spec, seed, status, budget, val in rows:
         full = dict(spec, name=f"n{eid}", tags=["x"], dataset="agent-tpe-k1")
         con.execute("INSERT INTO experiments VALUES (?, ?, ?, ?, 'agent-tpe-k1', 'tokens', ?, "
@@ -280,9 +282,11 @@ def test_bench_landscape(work):
     if os.path.exists(out):
         os.remove(out)
     n = landmod.from_bench(db, "t", out, sp, 65536, 16384, "brown")
-    check(n == 4, f"4 runs at the full budget that ended (not cancelled): {n}")
+    check(n == 4, f"4 runs at the full budget that ended (not cancelled), run 1 once: {n}")
     check(landmod.from_bench(db, "t", out, sp, 65536, 16384, "brown") == 0,
           "a second pass adds nothing")
+    check(landmod.from_bench(db, "t2", out, sp, 65536, 16384, "brown") == 0,
+          "the same runs under another name add nothing")
     pts = surmod.read_landscape([out])
     means = sorted(round(surmod.point_mean(p), 4) for p in pts.values())
     check(means == [3.4, 3.51], f"two points, a's two seeds averaged: {means}")

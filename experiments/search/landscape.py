@@ -206,12 +206,20 @@ def from_bench(db, name, out_path, sp, tokens, eval_tokens, corpus_name):
     design's hypercube samples thinly. A run's configuration is its model and
     train sections (the night's dataset name, tags and seed dropped), so one
     configuration run in two nights, or re-measured, is one point with its
-    seeds. A run's id is bench-NAME-ID. Returns the number of lines written."""
+    seeds. A run's id is bench-NAME-ID. A run whose configuration and seed the
+    file already holds is left out: the engine is deterministic, so it is the
+    same run again (a benchmark's strategies of one search seed share draws, a
+    night stopped and run again repeats its runs), not another sample of the
+    noise. Returns the number of lines written."""
     import sqlite3
-    done = set()
+    done, runs = set(), set()
     if os.path.exists(out_path):
         with open(out_path) as f:
-            done = {json.loads(ln)["id"] for ln in f if ln.strip()}
+            for ln in f:
+                if ln.strip():
+                    r = json.loads(ln)
+                    done.add(r["id"])
+                    runs.add((r.get("key"), r.get("seed")))
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     rows = con.execute("SELECT e.id, e.spec, e.seed, e.status, e.dataset, r.val_bpb "
                        "FROM experiments e LEFT JOIN results r ON r.experiment_id = e.id "
@@ -230,11 +238,15 @@ def from_bench(db, name, out_path, sp, tokens, eval_tokens, corpus_name):
                     "model": full["model"], "train": full["train"],
                     "token_budget": tokens, "eval_tokens": eval_tokens}
             point = sp.point_of(spec)
+            key = sp.key(point)
+            if (key, seed) in runs:
+                continue
             out.write(json.dumps({"id": rid, "kind": "bench", "point": point,
-                                  "key": sp.key(point), "seed": seed, "status": status,
+                                  "key": key, "seed": seed, "status": status,
                                   "val_bpb": val if status == "succeeded" else None,
                                   "spec": spec}) + "\n")
             done.add(rid)
+            runs.add((key, seed))
             n += 1
     return n
 
