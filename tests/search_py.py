@@ -313,6 +313,46 @@ def test_bench_landscape(work):
               f"bias {sm['bias']} ± {sm['bias_se']} against {m} ± {se}")
         check(abs(sm["spearman"] - 1) < 1e-9 and sm["below_landscape"] == 1, f"{sm}")
 
+    # the held-out check: runs recorded after the fit, a point the fit holds
+    # (a) left out, the rest against a surrogate that answers 0.1 high and
+    # swaps the order of the two best
+    later = os.path.join(work, "later.jsonl")
+    moves = {"c": 0.04, "d": 0.06, "e": 0.10, "f": 0.12}
+    real = {"c": 3.30, "d": 3.20, "e": 3.60, "f": 3.50}
+    said = {"c": 3.30, "d": 3.40, "e": 3.70, "f": 3.60}  # c and d swapped, e and f +0.1
+
+    def bench_spec(full, seed, **more):  # the shape from_bench writes
+        return dict({"name": "x", "seed": seed, "dataset": "brown", "model": full["model"],
+                     "train": full["train"], "token_budget": 65536, "eval_tokens": 16384},
+                    **more)
+
+    with open(later, "w") as f:
+        for seed, val in ((7, 3.9), (8, 3.95)):  # a on other seeds: the fit holds it
+            f.write(json.dumps({"id": f"a{seed}", "kind": "bench", "point": {}, "key": "a",
+                                "seed": seed, "status": "succeeded", "val_bpb": val,
+                                "spec": bench_spec(a, seed)}) + "\n")
+        for name, lr in moves.items():
+            spec = bench_spec(sp.apply({"train.matrix_lr": lr}), 1, said=said[name])
+            f.write(json.dumps({"id": name, "kind": "bench", "point": {}, "key": name, "seed": 1,
+                                "status": "succeeded", "val_bpb": real[name], "spec": spec})
+                    + "\n")
+
+    class Said:
+        def means(self, specs):
+            return [s["said"] for s in specs]
+
+    fitted = surmod.read_landscape([out])
+    got = surmod.check_held_out(Said(), fitted, [later])
+    check(got is not None and got["points"] == 4, f"4 points the fit does not hold: {got}")
+    if got:
+        check(abs(got["bias"] - 0.1) < 1e-12, f"bias (0 + 0.2 + 0.1 + 0.1) / 4: {got['bias']}")
+        check(abs(got["spearman"] - 0.8) < 1e-12, f"Spearman 1 - 6 * 2 / 60 = 0.8: "
+              f"{got['spearman']}")
+        check(got["top10"] == 4 and got["best_fifth"] == 2, f"{got}")
+        check(abs(got["best_fifth_bias"] - 0.1) < 1e-12 and
+              abs(got["spearman_best_fifth"] + 1) < 1e-12,
+              f"the best two (d, c): +0.2 and 0, their order reversed: {got}")
+
 
 def test_bench_merge(work):
     """make bench-search's table of nights run apart (--merge): the default

@@ -5,7 +5,7 @@ seed noise, or as a failure.
 
     /usr/bin/python3 experiments/search/surrogate.py --landscape FILE.jsonl
         [--landscape FILE2.jsonl] [--space FILE] [--model extratrees|forest|gp]
-        [--out FILE.json] [--nights OUT/search.json ...]
+        [--out FILE.json] [--nights OUT/search.json ...] [--held-out FILE.jsonl ...]
 
 The features of a spec are the space's encoding (space.encode_spec: unit
 coordinates, one-hot choices, inactive axes at -1; the union of the axes of
@@ -47,7 +47,9 @@ own top 10; the same over all points out of fold (5-fold), and beside it the
 ceiling the noise allows (seed 1 against seed 2 of every point). --nights
 adds the check that matters most for ranking searches: the answers real
 `make bench-search` nights found, re-measured on fresh seeds, against what
-the surrogate says of the same specs.
+the surrogate says of the same specs. --held-out does the same for every
+point of other landscape files (e.g. bench nights recorded after the fit)
+that the fitted landscapes do not hold.
 """
 import argparse
 import hashlib
@@ -395,6 +397,39 @@ def check_nights(sur, paths):
                   "landscape_lowest": sur.y_min}
 
 
+def check_held_out(sur, fitted, paths):
+    """The surrogate against real runs it was not fitted on: every point of
+    the landscape files paths (e.g. the runs of bench nights recorded after the
+    fit) whose configuration the fitted points do not hold, its mean over its
+    seeds against the surrogate's mean of the same spec. Spearman over all of
+    them, the real top 10 in the surrogate's top 10, the bias (surrogate minus
+    real) over all and over the real best fifth, where searches end. None with
+    fewer than two such points."""
+    held = read_landscape(paths)
+    keys = [k for k, p in held.items() if k not in fitted and point_mean(held[k]) is not None]
+    if len(keys) < 2:
+        return None
+    real = [point_mean(held[k]) for k in keys]
+    pred = sur.means([held[k]["spec"] for k in keys])
+
+    def bias(idx):
+        d = [pred[i] - real[i] for i in idx]
+        m = sum(d) / len(d)
+        se = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else 0.0
+        return m, se
+
+    order = sorted(range(len(keys)), key=lambda i: real[i])
+    top = order[:max(2, len(order) // 5)]
+    b, b_se = bias(range(len(keys)))
+    tb, tb_se = bias(top)
+    return {"points": len(keys), "runs": sum(len(held[k]["runs"]) for k in keys),
+            "spearman": spearman(real, pred), "top10": top_overlap(real, pred, min(10, len(keys))),
+            "top_k": min(10, len(keys)), "bias": b, "bias_se": b_se, "best_fifth": len(top),
+            "best_fifth_bias": tb, "best_fifth_bias_se": tb_se,
+            "spearman_best_fifth": spearman([real[i] for i in top], [pred[i] for i in top]),
+            "real_range": [min(real), max(real)]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--landscape", action="append", required=True, help="a landscape JSONL (repeatable)")
@@ -407,6 +442,9 @@ def main():
     ap.add_argument("--nights", action="append", default=[], metavar="SEARCH_JSON",
                     help="make bench-search's search.json (repeatable): the surrogate fitted on "
                     "every point against the answers those real nights re-measured")
+    ap.add_argument("--held-out", action="append", default=[], metavar="LANDSCAPE_JSONL",
+                    help="real runs not fitted on (repeatable): the surrogate fitted on every "
+                    "--landscape point against the points of these it does not hold")
     a = ap.parse_args()
     # the space searched first (its definitions of shared axes encode them):
     # --space, else the last landscape's
@@ -449,6 +487,20 @@ def main():
             for r in sorted(rows, key=lambda r: r["real"]):
                 txt += (f"  {r['strategy']} k={r['k']} ({r['runs']:g} runs): real "
                         f"{r['real']:.4f}, surrogate {r['surrogate']:.4f}\n")
+    if a.held_out:
+        got = check_held_out(FittedSurrogate(space, pts, model=a.model, seed=a.seed), pts,
+                             a.held_out)
+        if got is None:
+            txt += "held-out runs: fewer than two points the landscapes do not hold\n"
+        else:
+            res["held_out"] = got
+            txt += (f"held-out runs ({got['points']} points the fit never saw, {got['runs']} runs, "
+                    f"val_bpb {got['real_range'][0]:.3f}..{got['real_range'][1]:.3f}): Spearman "
+                    f"{got['spearman']:.3f}, real top {got['top_k']} in the surrogate's top "
+                    f"{got['top_k']}: {got['top10']}, surrogate minus real {got['bias']:+.4f} ± "
+                    f"{got['bias_se']:.4f}; the real best fifth ({got['best_fifth']} points): "
+                    f"Spearman {got['spearman_best_fifth']:.3f}, surrogate minus real "
+                    f"{got['best_fifth_bias']:+.4f} ± {got['best_fifth_bias_se']:.4f}\n")
     print(txt, end="")
     if a.out:
         with open(a.out, "w") as f:
