@@ -37,6 +37,28 @@ def close(a, b, tol=TOL):
     return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
 
 
+def t_two_sided(t, df):
+    """P(|T| >= |t|) for Student's t with a whole number df of degrees of
+    freedom, by the closed form (Abramowitz and Stegun 26.7.3-4): with
+    theta = atan(|t| / sqrt(df)), P(|T| < |t|) is
+    2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ... cos^(df-3)))
+    for odd df and sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ... cos^(df-2)) for even."""
+    th = math.atan(abs(t) / math.sqrt(df))
+    c2 = math.cos(th) ** 2
+    series, term = 1.0, 1.0
+    if df % 2:
+        for k in range(1, (df - 1) // 2):
+            term *= 2 * k / (2 * k + 1) * c2
+            series += term
+        inside = 2 / math.pi * (th + (math.sin(th) * math.cos(th) * series if df > 1 else 0))
+    else:
+        for k in range(1, df // 2):
+            term *= (2 * k - 1) / (2 * k) * c2
+            series += term
+        inside = math.sin(th) * series
+    return 1 - inside
+
+
 def expect(what, got, want, tol=TOL):
     if isinstance(want, float) or isinstance(got, float):
         if not close(got, want, tol):
@@ -228,6 +250,16 @@ def main():
         same = best is base
         expect("versus.z", v["z"], 0.0 if same else (delta / se if se else None), 1e-7)
         expect("versus.in_noise_sds", v["in_noise_sds"], 0.0 if same else (delta / noise if noise else None), 1e-7)
+        # z is a Student's t on the noise's degrees of freedom (the closed form
+        # for whole df below, not the report's incomplete beta function)
+        expect("versus.noise_df", v["noise_df"], df if noise else None)
+        expect("versus.p_two_sided", v["p_two_sided"],
+               t_two_sided(delta / se, df) if se and not same else None, 1e-9)
+        if noise:
+            expect("two-sided tail at versus.t_at_5_percent", t_two_sided(v["t_at_5_percent"], df),
+                   0.05, 1e-9)
+        else:
+            expect("versus.t_at_5_percent", v["t_at_5_percent"], None)
         paths = sorted(set(best["leaves"]) | set(base["leaves"]))
         want = [{"axis": p, "from": base["leaves"].get(p), "to": best["leaves"].get(p)}
                 for p in paths if base["leaves"].get(p, ABSENT) != best["leaves"].get(p, ABSENT)]

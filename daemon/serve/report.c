@@ -513,8 +513,61 @@ static const cfg_t *find_baseline(const space_t *sp, const cJSON *runs, int64_t 
     return NULL;
 }
 
+/* The continued fraction of the regularized incomplete beta function
+ * I_x(a, b) (modified Lentz's method; converges for x < (a + 1) / (a + b + 2)). */
+static double beta_fraction(double a, double b, double x) {
+    const double tiny = 1e-300;
+    double c = 1, d = 1 - (a + b) * x / (a + 1);
+    d = 1 / (fabs(d) < tiny ? tiny : d);
+    double h = d;
+    for (int m = 1; m <= 300; m++) {
+        for (int odd = 0; odd < 2; odd++) {
+            double aa = odd ? -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1 + 2 * m))
+                            : m * (b - m) * x / ((a - 1 + 2 * m) * (a + 2 * m));
+            d = 1 + aa * d;
+            d = 1 / (fabs(d) < tiny ? tiny : d);
+            c = 1 + aa / c;
+            if (fabs(c) < tiny) c = tiny;
+            h *= d * c;
+            if (odd && fabs(d * c - 1) < 1e-14) return h;
+        }
+    }
+    return h;
+}
+
+/* Student's t with df degrees of freedom: the two-sided tail P(|T| >= |t|),
+ * which is I_x(df / 2, 1 / 2) at x = df / (df + t^2). Written here because
+ * none of the required libraries has it and the report needs it to say how
+ * sure a difference in noise units is when the noise rests on few degrees
+ * of freedom (tests/report_check.py checks it against the closed form for
+ * whole degrees of freedom). NAN without degrees of freedom. */
+static double t_two_sided(double t, double df) {
+    if (!(df > 0) || isnan(t)) return NAN;
+    double x = df / (df + t * t), a = df / 2, b = 0.5;
+    if (x <= 0) return 0;
+    if (x >= 1) return 1;
+    double front = exp(lgamma(a + b) - lgamma(a) - lgamma(b) + a * log(x) + b * log1p(-x));
+    if (x < (a + 1) / (a + b + 2)) return front * beta_fraction(a, b, x) / a;
+    return 1 - front * beta_fraction(b, a, 1 - x) / b;
+}
+
+/* The |t| whose two-sided tail is 5% with df degrees of freedom (12.71 for
+ * 1, 4.30 for 2, 2.23 for 10, 1.96 without end), by bisection. */
+static double t_at_5_percent(double df) {
+    if (!(df > 0)) return NAN;
+    double lo = 0, hi = 1e4;
+    for (int i = 0; i < 100; i++) {
+        double mid = (lo + hi) / 2;
+        if (t_two_sided(mid, df) > 0.05)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return (lo + hi) / 2;
+}
+
 static void add_versus(cJSON *o, const space_t *sp, const cfg_t *best, const cfg_t *base,
-                       double noise_sd) {
+                       double noise_sd, double noise_df) {
     if (!best || !base) {
         cJSON_AddNullToObject(o, "versus_baseline");
         return;
@@ -527,6 +580,12 @@ static void add_versus(cJSON *o, const space_t *sp, const cfg_t *best, const cfg
     add_num(v, "se", se);
     add_num(v, "z", best == base ? 0 : delta / se);
     add_num(v, "in_noise_sds", best == base ? 0 : delta / noise_sd);
+    /* How sure: the noise sd is itself estimated, so z is a t with its
+     * degrees of freedom (one from a single pair of seeds). */
+    bool measured = isfinite(noise_sd) && noise_df > 0;
+    add_num(v, "noise_df", measured ? noise_df : NAN);
+    add_num(v, "p_two_sided", measured && best != base ? t_two_sided(delta / se, noise_df) : NAN);
+    add_num(v, "t_at_5_percent", measured ? t_at_5_percent(noise_df) : NAN);
     cJSON_AddItemToObject(v, "changes", changes(sp, base, best));
 }
 
@@ -549,7 +608,7 @@ cJSON *report_build(store_t *store, const store_scope_t *sc, int64_t baseline, i
         rc = NS_ERR_NOT_FOUND;
         goto fail;
     }
-    double noise_sd = num(noise, "sd"), t0;
+    double noise_sd = num(noise, "sd"), noise_df = num(noise, "df"), t0;
     rc = NS_ERR_IO;
     if (top && !(best = config_summary(store, sc, top, err, errlen))) goto fail;
     if (first && !(base = config_summary(store, sc, first, err, errlen))) goto fail;
@@ -573,7 +632,7 @@ cJSON *report_build(store_t *store, const store_scope_t *sc, int64_t baseline, i
     cJSON_AddItemToObject(o, "best", best ? best : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "baseline", base ? base : cJSON_CreateNull());
     best = base = NULL;
-    add_versus(o, &sp, top, first, noise_sd);
+    add_versus(o, &sp, top, first, noise_sd, noise_df);
     if (add_anytime(o, runs, t0) || add_axes(o, &sp, noise_sd)) goto oom;
     add_runs(o, runs, is_failure, "failures", "failures_total");
     add_runs(o, runs, is_pruned, "pruned", "pruned_total");

@@ -17,7 +17,10 @@
  *               (or of ?baseline=ID)
  *   versus_baseline  {delta (best - baseline mean val_bpb), noise_sd, se
  *               (noise_sd * sqrt(1/n_best + 1/n_baseline)), z (delta / se),
- *               in_noise_sds (delta / noise_sd), changes: [{axis, from, to}]
+ *               in_noise_sds (delta / noise_sd), noise_df (the noise's degrees
+ *               of freedom), p_two_sided (how often chance alone gives |z| or
+ *               more: Student's t on noise_df, two-sided), t_at_5_percent (the
+ *               |z| that takes 5% on noise_df), changes: [{axis, from, to}]
  *               (the spec fields the best changed)}, or null; se and the
  *               ratios are null until the noise is measured
  *   anytime     one point per run that started and finished, in finish
