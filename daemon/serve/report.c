@@ -552,7 +552,7 @@ static double t_two_sided(double t, double df) {
 }
 
 /* The |t| whose two-sided tail is 5% with df degrees of freedom (12.71 for
- * 1, 4.30 for 2, 2.23 for 10, 1.96 without end), by bisection. */
+ * 1, 4.30 for 2, 2.23 for 10, 1.96 in the limit), by bisection. */
 static double t_at_5_percent(double df) {
     if (!(df > 0)) return NAN;
     double lo = 0, hi = 1e4;

@@ -331,12 +331,17 @@ static void answer(doc_t *d, const cJSON *r) {
             "difference (z = %.2f; the agent adopts past 2).",
             fabs(delta), delta <= 0 ? "below" : "above", fabs(num(v, "in_noise_sds")), fabs(z), z);
         double df = num(v, "noise_df"), p = num(v, "p_two_sided");
+        char often[32];
+        if (100 * p < 0.01)
+            snprintf(often, sizeof often, "under 0.01%%");
+        else
+            snprintf(often, sizeof often, "%.2g%%", 100 * p);
         if (isfinite(df) && isfinite(p))
             say(d,
                 " The noise sd is itself measured, on %.0f degree%s of freedom: by chance alone "
-                "a difference of %.2f standard errors comes up %.2g%% of the time (Student's t, "
+                "a difference of %.2f standard errors comes up %s of the time (Student's t, "
                 "two-sided), and 5%% takes %.2f.",
-                df, df == 1 ? "" : "s", fabs(z), 100 * p, num(v, "t_at_5_percent"));
+                df, df == 1 ? "" : "s", fabs(z), often, num(v, "t_at_5_percent"));
     } else
         say(d,
             "The best is %.6f bpb %s the baseline (the noise is not measured yet: there is no "
