@@ -187,6 +187,10 @@ async function main() {
     await page.reload();
     await page.waitForFunction(() => document.getElementById("overlay-chart").dataset.curves === "3", null,
                                { timeout: 30000 });
+    // the leaderboard's rows can arrive after the overlay: wait for their ticks too
+    // (a timeout falls through to the check, which then says what it found)
+    await page.waitForFunction(() => document.querySelectorAll("#leaderboard tbody input:checked").length === 3,
+                               null, { timeout: 15000 }).catch(() => {});
     const ticked = await page.$$eval("#leaderboard tbody input:checked", (bs) => bs.length);
     check(ticked === 3, `a reload restores the selection (${ticked} ticked, 3 curves)`);
 
