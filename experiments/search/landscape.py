@@ -212,13 +212,12 @@ def from_bench(db, name, out_path, sp, tokens, eval_tokens, corpus_name):
     night stopped and run again repeats its runs), not another sample of the
     noise. Returns the number of lines written."""
     import sqlite3
-    done, runs = set(), set()
+    runs = set()  # (configuration key, seed) of every line: a run already there
     if os.path.exists(out_path):
         with open(out_path) as f:
             for ln in f:
                 if ln.strip():
                     r = json.loads(ln)
-                    done.add(r["id"])
                     runs.add((r.get("key"), r.get("seed")))
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     rows = con.execute("SELECT e.id, e.spec, e.seed, e.status, e.dataset, r.val_bpb "
@@ -230,8 +229,7 @@ def from_bench(db, name, out_path, sp, tokens, eval_tokens, corpus_name):
     with open(out_path, "a") as out:
         for eid, spec_text, seed, status, dataset, val in rows:
             rid = f"bench-{name}-{eid}"
-            if status not in BENCH_STATUS or rid in done or \
-                    (status == "succeeded" and val is None):
+            if status not in BENCH_STATUS or (status == "succeeded" and val is None):
                 continue
             full = json.loads(spec_text)
             spec = {"name": f"{dataset}-{eid}", "seed": seed, "dataset": corpus_name,
@@ -245,7 +243,6 @@ def from_bench(db, name, out_path, sp, tokens, eval_tokens, corpus_name):
                                   "key": key, "seed": seed, "status": status,
                                   "val_bpb": val if status == "succeeded" else None,
                                   "spec": spec}) + "\n")
-            done.add(rid)
             runs.add((key, seed))
             n += 1
     return n

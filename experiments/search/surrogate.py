@@ -373,6 +373,13 @@ def landscape_space_path(path):
     return sp_path
 
 
+def mean_se(d):
+    """The mean of d and its standard error (0 for one value)."""
+    m = sum(d) / len(d)
+    return m, (math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d))
+               if len(d) > 1 else 0.0)
+
+
 def check_nights(sur, paths):
     """The surrogate against the answers real nights re-measured: every
     night of make bench-search's search.json files with its answer's whole
@@ -388,9 +395,7 @@ def check_nights(sur, paths):
                              "real": n["score"], "surrogate": sur.means([n["answer_spec"]])[0]})
     if len(rows) < 2:
         return None
-    d = [r["surrogate"] - r["real"] for r in rows]
-    m = sum(d) / len(d)
-    se = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d))
+    m, se = mean_se([r["surrogate"] - r["real"] for r in rows])
     return rows, {"nights": len(rows), "bias": m, "bias_se": se,
                   "spearman": spearman([r["real"] for r in rows], [r["surrogate"] for r in rows]),
                   "below_landscape": sum(r["real"] < sur.y_min for r in rows),
@@ -413,10 +418,7 @@ def check_held_out(sur, fitted, paths):
     pred = sur.means([held[k]["spec"] for k in keys])
 
     def bias(idx):
-        d = [pred[i] - real[i] for i in idx]
-        m = sum(d) / len(d)
-        se = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else 0.0
-        return m, se
+        return mean_se([pred[i] - real[i] for i in idx])
 
     order = sorted(range(len(keys)), key=lambda i: real[i])
     top = order[:max(2, len(order) // 5)]
