@@ -513,7 +513,7 @@ fixtures: $(BIN)
 # roots, while one including its own layer's compiles (so the check cannot
 # pass for a broken probe).
 LAYER_PROBE := $(BUILD)/layer-probe/probe.c
-check-layers:
+check-layers: | $(SETUP_STAMP)
 	@! grep -rn '#include "\.\./' engine daemon experiments/agent \
 	  || { echo 'check-layers: an include reaches past its layer with "../"' >&2; exit 1; }
 	@mkdir -p $(dir $(LAYER_PROBE))
