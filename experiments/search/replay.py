@@ -23,6 +23,8 @@ Strategies:
   random              Optuna's RandomSampler (as experiments/bridges/optuna_bridge.py)
   optuna-tpe          Optuna's TPESampler with 5 startup trials (make bench-search's)
   optuna-tpe-default  Optuna's TPESampler as it comes (10 startup trials)
+  optuna-tpe-mv       the same with multivariate=True, group=True (one kernel per
+                      trial over all its parameters)
   agent-tpe, agent-random, agent-climb
                       the real `nightshift agent --strategy S --max-proposals N --seed k`
                       (make run's default is tpe), driven as the daemon drives it:
@@ -75,8 +77,8 @@ import surrogate as surmod  # noqa: E402
 
 ROOT = spacemod.ROOT
 LABELS = ("name", "tags", "seed", "priority", "parent", "prune")
-STRATEGIES = ("random", "optuna-tpe", "optuna-tpe-default", "agent-tpe", "agent-random",
-              "agent-climb")
+STRATEGIES = ("random", "optuna-tpe", "optuna-tpe-default", "optuna-tpe-mv", "agent-tpe",
+              "agent-random", "agent-climb")
 DEFAULT_STRATEGIES = "random,optuna-tpe,optuna-tpe-default,agent-tpe"
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 HOOK_RECENT = 20
@@ -255,6 +257,9 @@ def optuna_night(daemon, space, base, strategy, k, n_runs, slots):
         sampler = optuna.samplers.RandomSampler(seed=k)
     elif strategy == "optuna-tpe":
         sampler = optuna.samplers.TPESampler(seed=k, n_startup_trials=5)
+    elif strategy == "optuna-tpe-mv":
+        sampler = optuna.samplers.TPESampler(seed=k, multivariate=True, group=True,
+                                             n_startup_trials=10)
     else:
         sampler = optuna.samplers.TPESampler(seed=k)
     study = optuna.create_study(sampler=sampler, direction="minimize")
@@ -563,7 +568,7 @@ def fmt_mse(xs, nd=4):
 
 
 def tables(nights, strategies, lengths, best_v, base_true, meta):
-    out = [f"# Search replayed on the surrogate\n",
+    out = ["# Search replayed on the surrogate\n",
            f"{meta}\n",
            f"Best mean the surrogate knows (long search): **{best_v:.4f}**; the baseline's "
            f"true mean {base_true:.4f}. Score = the surrogate's true mean (no noise) of the "
