@@ -224,8 +224,18 @@ Test(share, hogs_on_the_workers_cpu_slow_it_and_are_recorded) {
     free(text);
     if (timed) misjudged_bench(cache);
     free(cache);
-    cr_expect(fabs(quiet.slowdown - 1) < 0.1, "quiet: slowdown %.3f", quiet.slowdown);
-    cr_expect_gt(quiet.cpu, 0.9, "quiet: cpu share %.3f", quiet.cpu);
+    if (quiet.others <= 0.1 && quiet.steal <= 0.05) {
+        cr_expect(fabs(quiet.slowdown - 1) < 0.1, "quiet: slowdown %.3f", quiet.slowdown);
+        cr_expect_gt(quiet.cpu, 0.9, "quiet: cpu share %.3f", quiet.cpu);
+    } else {
+        /* the machine's state, not the code: another process shared the
+         * pinned CPU (make asan runs another test beside this one; one such
+         * run had 0.555 of its CPU), and the run recorded it; the hogged
+         * runs below are the check */
+        cr_log_info("the run without hogs was not alone on its CPU (cpu %.3f, others %.3f, "
+                    "steal %.3f, slowdown %.3f): its slowdown is not checked",
+                    quiet.cpu, quiet.others, quiet.steal, quiet.slowdown);
+    }
     cr_expect_gt(hogged.slowdown, 1.3, "hogs: slowdown %.3f", hogged.slowdown);
     cr_expect_lt(hogged.cpu, 0.75, "hogs: cpu share %.3f", hogged.cpu);
     cr_expect_gt(hogged.others, 0.25, "hogs: others' cpu %.3f", hogged.others);
